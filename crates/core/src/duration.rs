@@ -1,0 +1,62 @@
+//! Parsing of human durations ("1s", "500us", "2ms", "1h 5m") into integer
+//! nanoseconds, shared by command-line flags and config files.
+
+use serde::{Deserialize, Deserializer};
+
+/// Parses a human duration into nanoseconds. A bare number is rejected so a
+/// unit is never guessed.
+pub fn parse_ns(text: &str) -> Result<u64, String> {
+    let d = humantime::parse_duration(text.trim()).map_err(|e| {
+        format!("'{text}' is not a duration ({e}); write it with a unit, e.g. 1s, 250ms, 100us")
+    })?;
+    u64::try_from(d.as_nanos()).map_err(|_| format!("'{text}' is too long"))
+}
+
+/// Formats nanoseconds for people: picks ns, us, ms or s with 3 significant
+/// decimals where useful.
+pub fn format_ns(ns: u64) -> String {
+    let f = ns as f64;
+    if ns < 1_000 {
+        format!("{ns} ns")
+    } else if ns < 1_000_000 {
+        format!("{:.1} us", f / 1e3)
+    } else if ns < 1_000_000_000 {
+        format!("{:.3} ms", f / 1e6)
+    } else {
+        format!("{:.3} s", f / 1e9)
+    }
+}
+
+/// Serde helper: a duration field written as "10ms" in TOML.
+pub fn deserialize_ns<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_ns(&s).map_err(serde::de::Error::custom)
+}
+
+/// Serde helper for an optional duration field.
+pub fn deserialize_opt_ns<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let s = Option::<String>::deserialize(d)?;
+    s.map(|s| parse_ns(&s).map_err(serde::de::Error::custom))
+        .transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_units() {
+        assert_eq!(parse_ns("1s").unwrap(), 1_000_000_000);
+        assert_eq!(parse_ns("250ms").unwrap(), 250_000_000);
+        assert_eq!(parse_ns("100us").unwrap(), 100_000);
+        assert!(parse_ns("100").is_err());
+        assert!(parse_ns("soon").is_err());
+    }
+
+    #[test]
+    fn formats() {
+        assert_eq!(format_ns(999), "999 ns");
+        assert_eq!(format_ns(1_500), "1.5 us");
+        assert_eq!(format_ns(2_500_000), "2.500 ms");
+    }
+}

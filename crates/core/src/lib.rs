@@ -1,0 +1,18 @@
+//! The foundation every ontime verb stands on.
+//!
+//! Owns: integer-nanosecond time on CLOCK_MONOTONIC and absolute-time sleeps
+//! ([`time`]), the real-time settings a probe thread may ask for ([`rt`]),
+//! HdrHistogram statistics with honest percentile support ([`stats`]), the
+//! one capability probe of the host ([`caps`]) and the manifest that every
+//! result carries ([`manifest`]).
+//!
+//! Does not own any workload, network protocol or output format of a verb.
+
+pub mod caps;
+pub mod duration;
+pub mod manifest;
+pub mod rt;
+pub mod stats;
+pub mod time;
+
+pub use time::MonoNs;

@@ -1,0 +1,309 @@
+//! Real-time settings for the calling thread: scheduling policy (other,
+//! fifo, rr, deadline), CPU affinity, memory locking and timer slack.
+//!
+//! Each call acts on the calling thread only, so a probe applies them from
+//! inside the thread whose timing it measures. Failures are returned with
+//! what the user can do about them; callers decide whether a failure is
+//! fatal (asked for explicitly) or a warning (a default).
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// A host scheduling policy for a probe or vCPU thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(tag = "policy", rename_all = "lowercase")]
+pub enum Policy {
+    /// SCHED_OTHER (CFS/EEVDF), the default for ordinary processes.
+    #[default]
+    Other,
+    /// SCHED_FIFO at a priority 1..=99.
+    Fifo { priority: u8 },
+    /// SCHED_RR at a priority 1..=99.
+    Rr { priority: u8 },
+    /// SCHED_DEADLINE: `runtime_ns` of CPU every `period_ns`, deadline =
+    /// `deadline_ns` (the Linux analogue of Xen's RTDS).
+    Deadline {
+        runtime_ns: u64,
+        deadline_ns: u64,
+        period_ns: u64,
+    },
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Policy::Other => write!(f, "other"),
+            Policy::Fifo { priority } => write!(f, "fifo:{priority}"),
+            Policy::Rr { priority } => write!(f, "rr:{priority}"),
+            Policy::Deadline {
+                runtime_ns,
+                deadline_ns,
+                period_ns,
+            } => write!(f, "deadline:{runtime_ns}ns/{deadline_ns}ns/{period_ns}ns"),
+        }
+    }
+}
+
+impl FromStr for Policy {
+    type Err = String;
+
+    /// Parses `other`, `fifo:PRIO`, `rr:PRIO`, or
+    /// `deadline:RUNTIME/PERIOD[/DEADLINE]` (durations with units).
+    fn from_str(s: &str) -> Result<Policy, String> {
+        let (name, arg) = match s.split_once(':') {
+            Some((n, a)) => (n, Some(a)),
+            None => (s, None),
+        };
+        let prio = |a: Option<&str>| -> Result<u8, String> {
+            let a = a.ok_or_else(|| format!("'{name}' needs a priority, e.g. {name}:80"))?;
+            match a.parse::<u8>() {
+                Ok(p) if (1..=99).contains(&p) => Ok(p),
+                _ => Err(format!("priority '{a}' must be 1..99")),
+            }
+        };
+        match name {
+            "other" | "normal" => Ok(Policy::Other),
+            "fifo" => Ok(Policy::Fifo {
+                priority: prio(arg)?,
+            }),
+            "rr" => Ok(Policy::Rr {
+                priority: prio(arg)?,
+            }),
+            "deadline" => {
+                let a = arg.ok_or("deadline needs RUNTIME/PERIOD, e.g. deadline:200us/1ms")?;
+                let parts: Vec<&str> = a.split('/').collect();
+                if parts.len() < 2 || parts.len() > 3 {
+                    return Err(format!(
+                        "'{a}': deadline takes RUNTIME/PERIOD[/DEADLINE], e.g. 200us/1ms"
+                    ));
+                }
+                let runtime_ns = crate::duration::parse_ns(parts[0])?;
+                let period_ns = crate::duration::parse_ns(parts[1])?;
+                let deadline_ns = match parts.get(2) {
+                    Some(d) => crate::duration::parse_ns(d)?,
+                    None => period_ns,
+                };
+                Policy::deadline(runtime_ns, deadline_ns, period_ns)
+            }
+            _ => Err(format!(
+                "unknown policy '{name}'; use other, fifo:PRIO, rr:PRIO or deadline:RUNTIME/PERIOD"
+            )),
+        }
+    }
+}
+
+impl Policy {
+    /// A deadline policy, checked the way the kernel will check it.
+    pub fn deadline(runtime_ns: u64, deadline_ns: u64, period_ns: u64) -> Result<Policy, String> {
+        if runtime_ns < 1024 {
+            return Err("deadline runtime must be at least 1024 ns".into());
+        }
+        if !(runtime_ns <= deadline_ns && deadline_ns <= period_ns) {
+            return Err("deadline needs runtime <= deadline <= period".into());
+        }
+        Ok(Policy::Deadline {
+            runtime_ns,
+            deadline_ns,
+            period_ns,
+        })
+    }
+
+    /// True when the policy is a real-time one (needs privileges).
+    pub fn is_realtime(&self) -> bool {
+        !matches!(self, Policy::Other)
+    }
+}
+
+/// Kernel `struct sched_attr` (include/uapi/linux/sched/types.h).
+#[repr(C)]
+#[derive(Default)]
+struct SchedAttr {
+    size: u32,
+    sched_policy: u32,
+    sched_flags: u64,
+    sched_nice: i32,
+    sched_priority: u32,
+    sched_runtime: u64,
+    sched_deadline: u64,
+    sched_period: u64,
+}
+
+const SCHED_DEADLINE: u32 = 6;
+
+/// Applies `policy` to the calling thread.
+pub fn set_policy(policy: Policy) -> Result<()> {
+    let mut attr = SchedAttr {
+        size: std::mem::size_of::<SchedAttr>() as u32,
+        ..Default::default()
+    };
+    match policy {
+        Policy::Other => attr.sched_policy = libc::SCHED_OTHER as u32,
+        Policy::Fifo { priority } => {
+            attr.sched_policy = libc::SCHED_FIFO as u32;
+            attr.sched_priority = priority as u32;
+        }
+        Policy::Rr { priority } => {
+            attr.sched_policy = libc::SCHED_RR as u32;
+            attr.sched_priority = priority as u32;
+        }
+        Policy::Deadline {
+            runtime_ns,
+            deadline_ns,
+            period_ns,
+        } => {
+            attr.sched_policy = SCHED_DEADLINE;
+            attr.sched_runtime = runtime_ns;
+            attr.sched_deadline = deadline_ns;
+            attr.sched_period = period_ns;
+        }
+    }
+    // SAFETY: sched_setattr(2) with pid 0 (this thread) reads a correctly
+    // sized, initialised sched_attr and writes nothing.
+    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error();
+        let hint = match err.raw_os_error() {
+            Some(libc::EPERM) => "run as root or grant CAP_SYS_NICE",
+            Some(libc::EBUSY) => "the deadline bandwidth is exhausted: lower runtime/period or the number of deadline threads",
+            Some(libc::EINVAL) => "the kernel rejected the parameters (deadline tasks cannot have a restricted CPU affinity on some kernels)",
+            _ => "check the kernel supports this policy",
+        };
+        return Err(err).with_context(|| format!("cannot set scheduling policy {policy}: {hint}"));
+    }
+    Ok(())
+}
+
+/// Pins the calling thread to the given CPUs.
+pub fn set_affinity(cpus: &[usize]) -> Result<()> {
+    if cpus.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        if c >= libc::CPU_SETSIZE as usize {
+            bail!("CPU {c} is out of range");
+        }
+        // SAFETY: index checked against CPU_SETSIZE above.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: pid 0 is the calling thread; `set` is a valid cpu_set_t.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error()).with_context(|| {
+            format!("cannot pin to CPUs {cpus:?}: are they online and in this cgroup's cpuset?")
+        });
+    }
+    Ok(())
+}
+
+/// Locks current and future memory so page faults cannot add latency.
+pub fn mlockall() -> Result<()> {
+    // SAFETY: mlockall takes flags only.
+    let rc = unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error())
+            .context("mlockall failed: run as root or raise RLIMIT_MEMLOCK (ulimit -l)");
+    }
+    Ok(())
+}
+
+/// Sets the calling thread's timer slack; 1 ns makes hrtimers fire on time.
+pub fn set_timer_slack_ns(ns: u64) -> Result<()> {
+    // SAFETY: PR_SET_TIMERSLACK takes an unsigned long value.
+    let rc = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error()).context("cannot set timer slack");
+    }
+    Ok(())
+}
+
+/// Parses a CPU list such as "0", "0-3", "0,2,4-5".
+pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || format!("'{s}' is not a CPU list (use e.g. 0,2-3)");
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let a: usize = a.parse().map_err(|_| bad())?;
+                let b: usize = b.parse().map_err(|_| bad())?;
+                if b < a {
+                    return Err(bad());
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(part.parse().map_err(|_| bad())?),
+        }
+    }
+    if out.is_empty() {
+        return Err(format!("'{s}' names no CPU"));
+    }
+    Ok(out)
+}
+
+/// Names the calling thread (shown by top, ps and the observer).
+pub fn set_thread_name(name: &str) {
+    let mut buf = [0u8; 16];
+    let n = name.len().min(15);
+    buf[..n].copy_from_slice(&name.as_bytes()[..n]);
+    // SAFETY: buf is NUL-terminated and at most 16 bytes as PR_SET_NAME needs.
+    unsafe { libc::prctl(libc::PR_SET_NAME, buf.as_ptr() as libc::c_ulong, 0, 0, 0) };
+}
+
+/// The settings a probe thread asks for, applied in one place.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ThreadSettings {
+    pub policy: Policy,
+    /// CPUs the thread may run on; empty = unrestricted.
+    pub affinity: Vec<usize>,
+    /// Timer slack in ns; None leaves the default (50 us).
+    pub timer_slack_ns: Option<u64>,
+}
+
+impl ThreadSettings {
+    pub fn apply(&self) -> Result<()> {
+        if let Some(ns) = self.timer_slack_ns {
+            set_timer_slack_ns(ns)?;
+        }
+        // Deadline tasks may refuse a restricted affinity, so pin first and
+        // let set_policy report the kernel's verdict.
+        set_affinity(&self.affinity)?;
+        set_policy(self.policy)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_policies() {
+        assert_eq!("other".parse::<Policy>().unwrap(), Policy::Other);
+        assert_eq!(
+            "fifo:80".parse::<Policy>().unwrap(),
+            Policy::Fifo { priority: 80 }
+        );
+        assert_eq!(
+            "deadline:200us/1ms".parse::<Policy>().unwrap(),
+            Policy::Deadline {
+                runtime_ns: 200_000,
+                deadline_ns: 1_000_000,
+                period_ns: 1_000_000
+            }
+        );
+        assert!("fifo".parse::<Policy>().is_err());
+        assert!("fifo:0".parse::<Policy>().is_err());
+        assert!("deadline:2ms/1ms".parse::<Policy>().is_err());
+        assert!("batch".parse::<Policy>().is_err());
+    }
+
+    #[test]
+    fn parses_cpu_lists() {
+        assert_eq!(parse_cpu_list("0,2-4").unwrap(), vec![0, 2, 3, 4]);
+        assert!(parse_cpu_list("3-1").is_err());
+        assert!(parse_cpu_list("x").is_err());
+    }
+}

@@ -1,0 +1,235 @@
+//! Latency statistics on HdrHistogram, with percentiles reported only where
+//! the sample count supports them.
+//!
+//! Values are nanoseconds, recorded with 3 significant digits from 1 ns up to
+//! one hour; larger values are clamped to one hour and counted as such, so a
+//! sample is never dropped. A percentile p is supported when the count is at
+//! least 1 / (1 - p): p99.999 needs 100 000 samples.
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+/// Highest trackable value: one hour in ns.
+pub const MAX_TRACKABLE_NS: u64 = 3_600_000_000_000;
+
+/// The percentiles every ontime summary reports, in order.
+pub const PERCENTILES: [(&str, f64); 7] = [
+    ("p50", 50.0),
+    ("p90", 90.0),
+    ("p99", 99.0),
+    ("p99.9", 99.9),
+    ("p99.99", 99.99),
+    ("p99.999", 99.999),
+    ("p99.9999", 99.9999),
+];
+
+/// A histogram of nanosecond values.
+#[derive(Clone, Debug)]
+pub struct LatencyHistogram {
+    hist: Histogram<u64>,
+    clamped: u64,
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LatencyHistogram {
+    pub fn new() -> LatencyHistogram {
+        LatencyHistogram {
+            // Bounds are constants that hdrhistogram accepts.
+            hist: Histogram::new_with_bounds(1, MAX_TRACKABLE_NS, 3)
+                .expect("constant histogram bounds are valid"),
+            clamped: 0,
+        }
+    }
+
+    /// Records one value; never allocates.
+    #[inline]
+    pub fn record(&mut self, ns: u64) {
+        let v = if ns > MAX_TRACKABLE_NS {
+            self.clamped += 1;
+            MAX_TRACKABLE_NS
+        } else {
+            ns
+        };
+        // Cannot fail: v is within the histogram's bounds (0 counts in the
+        // lowest bucket).
+        let _ = self.hist.record(v);
+    }
+
+    pub fn add(&mut self, other: &LatencyHistogram) {
+        // Same bounds on both sides, so adding cannot fail.
+        let _ = self.hist.add(&other.hist);
+        self.clamped += other.clamped;
+    }
+
+    pub fn reset(&mut self) {
+        self.hist.reset();
+        self.clamped = 0;
+    }
+
+    pub fn len(&self) -> u64 {
+        self.hist.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hist.is_empty()
+    }
+
+    /// Count of values strictly above `ns`.
+    pub fn count_above(&self, ns: u64) -> u64 {
+        if ns >= MAX_TRACKABLE_NS {
+            return 0;
+        }
+        // Values equivalent to `ns` share its bucket; count those above the
+        // bucket that holds `ns`.
+        let top = self.hist.highest_equivalent(ns);
+        self.hist.len() - self.hist.count_between(0, top)
+    }
+
+    pub fn inner(&self) -> &Histogram<u64> {
+        &self.hist
+    }
+
+    /// The value at percentile `p` (0..100), or None when the count does not
+    /// support it.
+    pub fn percentile(&self, p: f64) -> Option<u64> {
+        if supports(self.len(), p) {
+            Some(self.hist.value_at_percentile(p))
+        } else {
+            None
+        }
+    }
+
+    pub fn summary(&self, threshold_ns: Option<u64>) -> Summary {
+        let n = self.len();
+        let nonempty = |v: u64| if n > 0 { Some(v) } else { None };
+        Summary {
+            count: n,
+            min_ns: nonempty(self.hist.min()),
+            mean_ns: nonempty(self.hist.mean().round() as u64),
+            percentiles_ns: PERCENTILES
+                .iter()
+                .map(|(name, p)| Percentile {
+                    name: (*name).to_string(),
+                    value_ns: self.percentile(*p),
+                })
+                .collect(),
+            max_ns: nonempty(self.hist.max()),
+            threshold_ns,
+            above_threshold: threshold_ns.map(|t| self.count_above(t)),
+            clamped_at_max: self.clamped,
+        }
+    }
+}
+
+/// Whether `count` samples support percentile `p` (0..100).
+pub fn supports(count: u64, p: f64) -> bool {
+    if count == 0 {
+        return false;
+    }
+    let tail = 1.0 - p / 100.0;
+    if tail <= 0.0 {
+        return false;
+    }
+    // Round to absorb float error: p99.999 -> exactly 100 000.
+    let needed = (1.0 / tail).round();
+    count as f64 >= needed
+}
+
+/// One percentile in a summary; `value_ns` is None ("n/a") when the sample
+/// count does not support it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Percentile {
+    pub name: String,
+    pub value_ns: Option<u64>,
+}
+
+/// The statistics of one metric, as every ontime output reports them.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Summary {
+    pub count: u64,
+    pub min_ns: Option<u64>,
+    pub mean_ns: Option<u64>,
+    pub percentiles_ns: Vec<Percentile>,
+    pub max_ns: Option<u64>,
+    pub threshold_ns: Option<u64>,
+    /// Samples strictly above `threshold_ns`.
+    pub above_threshold: Option<u64>,
+    /// Samples larger than one hour, recorded as one hour.
+    pub clamped_at_max: u64,
+}
+
+impl Summary {
+    pub fn get(&self, name: &str) -> Option<u64> {
+        self.percentiles_ns
+            .iter()
+            .find(|p| p.name == name)
+            .and_then(|p| p.value_ns)
+    }
+
+    /// One fixed-width text row: count, then every percentile, then max.
+    pub fn text_row(&self, label: &str) -> String {
+        use crate::duration::format_ns;
+        let cell = |v: Option<u64>| v.map(format_ns).unwrap_or_else(|| "n/a".into());
+        let mut s = format!("{label:<18} {:>9}", self.count);
+        for p in &self.percentiles_ns {
+            if p.name == "p99.9999" {
+                continue;
+            }
+            s.push_str(&format!(" {:>10}", cell(p.value_ns)));
+        }
+        s.push_str(&format!(" {:>10}", cell(self.max_ns)));
+        if let (Some(t), Some(a)) = (self.threshold_ns, self.above_threshold) {
+            s.push_str(&format!("  {a} > {}", format_ns(t)));
+        }
+        s
+    }
+
+    pub fn text_header() -> String {
+        format!(
+            "{:<18} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "metric", "count", "p50", "p90", "p99", "p99.9", "p99.99", "p99.999", "max"
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn support_rule() {
+        assert!(supports(100_000, 99.999));
+        assert!(!supports(99_999, 99.999));
+        assert!(supports(2, 50.0));
+        assert!(!supports(0, 50.0));
+    }
+
+    #[test]
+    fn unsupported_percentiles_are_none() {
+        let mut h = LatencyHistogram::new();
+        for i in 0..1000 {
+            h.record(i * 1000);
+        }
+        let s = h.summary(Some(500_000));
+        assert_eq!(s.count, 1000);
+        assert!(s.get("p99.9").is_some());
+        assert!(s.get("p99.99").is_none());
+        assert!(s.text_row("x").contains("n/a"));
+        // 500 us threshold: values 501..999 us are above.
+        let above = s.above_threshold.unwrap();
+        assert!((498..=500).contains(&above), "{above}");
+    }
+
+    #[test]
+    fn huge_values_are_clamped_not_dropped() {
+        let mut h = LatencyHistogram::new();
+        h.record(u64::MAX);
+        assert_eq!(h.len(), 1);
+        assert_eq!(h.summary(None).clamped_at_max, 1);
+    }
+}
