@@ -10,6 +10,8 @@
 
 pub mod caps;
 pub mod duration;
+pub mod hlog;
+pub mod interval;
 pub mod manifest;
 pub mod rt;
 pub mod stats;

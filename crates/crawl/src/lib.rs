@@ -1,1 +1,391 @@
-//! placeholder
+//! `ontime crawl`: the fixed-period crawler of document 000.
+//!
+//! Owns the crawl plan (gateways, points split into streams of N points,
+//! phases), the k vCPU threads that poll on that plan ([`engine`]), the
+//! collection of their measurements into totals and HdrHistogram interval
+//! logs, the optional per-poll records and SQLite store ([`sink`]), and the
+//! crawl result ([`CrawlResult`], its JSON schema in `docs/crawl-json.md`).
+//!
+//! Does not own the gateway (see `ontime-gateway`) or any presentation
+//! beyond the plain-text summary.
+
+pub mod config;
+pub mod engine;
+pub mod http;
+pub mod metrics;
+pub mod sink;
+
+use anyhow::{Context, Result};
+use config::{CrawlConfig, Phase};
+use engine::{EngineSetup, Report, StopFlags, Stream};
+use metrics::{Metrics, Outcomes};
+use ontime_core::duration::format_ns;
+use ontime_core::hlog::HlogFile;
+use ontime_core::manifest::Manifest;
+use ontime_core::rt::ThreadSettings;
+use ontime_core::stats::Summary;
+use ontime_core::MonoNs;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+/// How to run a crawl (as opposed to what to crawl).
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// vCPU threads that do all the crawl's work.
+    pub vcpus: usize,
+    pub duration_ns: u64,
+    pub thread: ThreadSettings,
+    pub mlockall: bool,
+    /// Count of samples above this, per metric.
+    pub threshold_ns: Option<u64>,
+    /// Length of one interval in the histogram log and progress.
+    pub report_interval_ns: u64,
+    pub hlog: Option<PathBuf>,
+    pub polls_file: Option<PathBuf>,
+    pub store: Option<PathBuf>,
+}
+
+/// Progress, once per report interval.
+#[derive(Clone, Debug)]
+pub struct Progress {
+    pub elapsed_ns: u64,
+    pub duration_ns: u64,
+    pub outcomes: Outcomes,
+    pub send_lag_max_ns: u64,
+    pub interval_error_max_ns: u64,
+}
+
+/// The result of a crawl; see `docs/crawl-json.md`.
+#[derive(Debug, Serialize)]
+pub struct CrawlResult {
+    pub manifest: Manifest,
+    pub config: CrawlConfig,
+    pub vcpus: usize,
+    pub thread_settings: ThreadSettings,
+    pub planned_polls_per_second: f64,
+    pub streams: usize,
+    pub duration_ns: u64,
+    /// True when the run was stopped before its duration (Ctrl-C).
+    pub interrupted: bool,
+    pub polls: Outcomes,
+    pub missed: u64,
+    pub send_lag: Summary,
+    pub response_time: Summary,
+    pub interval_error: Summary,
+    /// CPU time of the vCPU threads, and of the whole process.
+    pub vcpu_cpu_ns: u64,
+    pub process_cpu_ns: u64,
+    /// Per-poll or store records lost because the writer fell behind.
+    pub records_dropped: u64,
+    pub sink: sink::SinkStats,
+    pub warnings: Vec<String>,
+}
+
+/// Splits every gateway's points into streams of N and lays out phases.
+pub fn plan_streams(cfg: &CrawlConfig) -> Vec<Stream> {
+    let per_gw: Vec<Vec<Stream>> = cfg
+        .gateways
+        .iter()
+        .enumerate()
+        .map(|(gi, g)| {
+            g.point_ids
+                .chunks(cfg.points_per_request)
+                .map(|pts| Stream {
+                    id: 0,
+                    gateway: gi,
+                    request: http::build_request(&g.host_header, &g.building, pts),
+                    period_ns: g.period_ns,
+                    phase_ns: 0,
+                })
+                .collect()
+        })
+        .collect();
+    // Interleave gateways so consecutive phases go to different buildings.
+    let mut streams = Vec::new();
+    let mut iters: Vec<_> = per_gw.into_iter().map(|v| v.into_iter()).collect();
+    loop {
+        let mut any = false;
+        for it in iters.iter_mut() {
+            if let Some(s) = it.next() {
+                streams.push(s);
+                any = true;
+            }
+        }
+        if !any {
+            break;
+        }
+    }
+    if cfg.phase == Phase::Spread {
+        let mut by_period: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+        for (i, s) in streams.iter().enumerate() {
+            by_period.entry(s.period_ns).or_default().push(i);
+        }
+        for (period, idx) in by_period {
+            let n = idx.len() as u64;
+            for (j, i) in idx.into_iter().enumerate() {
+                streams[i].phase_ns = period * j as u64 / n;
+            }
+        }
+    }
+    for (i, s) in streams.iter_mut().enumerate() {
+        s.id = i as u32;
+    }
+    streams
+}
+
+/// Runs a crawl to its end (or until `flags` stop it) and returns the
+/// result. `on_progress` is called once per report interval.
+pub fn run(
+    cfg: CrawlConfig,
+    opts: RunOptions,
+    flags: Arc<StopFlags>,
+    manifest: Manifest,
+    on_progress: &mut dyn FnMut(&Progress),
+) -> Result<CrawlResult> {
+    anyhow::ensure!(opts.vcpus >= 1, "--vcpus must be at least 1");
+    anyhow::ensure!(opts.report_interval_ns >= 10_000_000, "the report interval must be at least 10ms");
+    let mut warnings = Vec::new();
+    if opts.mlockall {
+        ontime_core::rt::mlockall()?;
+    }
+    let streams = plan_streams(&cfg);
+    let n_streams = streams.len();
+    let k = opts.vcpus.min(n_streams.max(1));
+    if k < opts.vcpus {
+        warnings.push(format!("only {n_streams} streams: using {k} vCPU threads instead of {}", opts.vcpus));
+    }
+    let mut per_thread: Vec<Vec<Stream>> = (0..k).map(|_| Vec::new()).collect();
+    for s in streams {
+        per_thread[s.id as usize % k].push(s);
+    }
+
+    let start = MonoNs::now().add_ns(200_000_000);
+    let start_wall = std::time::SystemTime::now() + Duration::from_millis(200);
+    let end = start.add_ns(opts.duration_ns);
+    let (report_tx, report_rx) = mpsc::channel();
+    let records_dropped = Arc::new(AtomicU64::new(0));
+    let sink_done = Arc::new(AtomicBool::new(false));
+    let mut poll_consumers = Vec::new();
+    let mut store_consumers = Vec::new();
+    let mut spare_txs = Vec::new();
+    let mut handles = Vec::new();
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+    for (t, streams) in per_thread.into_iter().enumerate() {
+        let (spare_tx, spare_rx) = mpsc::channel();
+        // Two spare sets per thread so the steady state never allocates.
+        for _ in 0..2 {
+            let _ = spare_tx.send(Box::<Metrics>::default());
+        }
+        spare_txs.push(spare_tx);
+        let poll_records = opts.polls_file.as_ref().map(|_| {
+            let (p, c) = rtrb::RingBuffer::new(1 << 16);
+            poll_consumers.push(c);
+            p
+        });
+        let store_records = opts.store.as_ref().map(|_| {
+            let (p, c) = rtrb::RingBuffer::new(1 << 18);
+            store_consumers.push(c);
+            p
+        });
+        let setup = EngineSetup {
+            thread: t,
+            streams,
+            gateways: cfg.gateways.iter().map(|g| g.addr).collect(),
+            timeout_ns: cfg.timeout_ns,
+            max_connections: cfg.max_connections,
+            start,
+            end,
+            report_interval_ns: opts.report_interval_ns,
+            flags: flags.clone(),
+            reports: report_tx.clone(),
+            spares: spare_rx,
+            poll_records,
+            store_records,
+            records_dropped: records_dropped.clone(),
+        };
+        let settings = opts.thread.clone();
+        let ready = ready_tx.clone();
+        let h = std::thread::Builder::new()
+            .name(format!("crawl-vcpu{t}"))
+            .spawn(move || -> Result<()> {
+                ontime_core::rt::set_thread_name(&format!("crawl-vcpu{t}"));
+                if let Err(e) = settings.apply() {
+                    let _ = ready.send(Err(format!("{e:#}")));
+                    return Err(e);
+                }
+                let _ = ready.send(Ok(()));
+                engine::run(setup)
+            })
+            .context("cannot start a vCPU thread")?;
+        handles.push(h);
+    }
+    drop(report_tx);
+    drop(ready_tx);
+    for _ in 0..k {
+        if let Ok(Err(e)) = ready_rx.recv() {
+            flags.abort.store(true, Ordering::Relaxed);
+            for h in handles {
+                let _ = h.join();
+            }
+            anyhow::bail!("{e}");
+        }
+    }
+
+    let sink_handle = if opts.polls_file.is_some() || opts.store.is_some() {
+        let setup = sink::SinkSetup {
+            polls_file: opts.polls_file.clone(),
+            store: opts.store.clone(),
+            gateway_urls: cfg.gateways.iter().map(|g| g.url.clone()).collect(),
+            polls: poll_consumers,
+            values: store_consumers,
+            done: sink_done.clone(),
+        };
+        Some(std::thread::Builder::new().name("crawl-sink".into()).spawn(move || sink::run(setup))?)
+    } else {
+        None
+    };
+
+    let mut hlog = match &opts.hlog {
+        Some(p) => Some(HlogFile::create(p, "ontime crawl: send_lag, response_time, interval_error", start_wall)?),
+        None => None,
+    };
+    let mut totals = Metrics::default();
+    let mut pending: BTreeMap<u64, (Metrics, usize)> = BTreeMap::new();
+    let mut reached = vec![0u64; k];
+    let mut done = 0;
+    let mut vcpu_cpu_ns = 0;
+    let interval = opts.report_interval_ns;
+    let mut flush = |upto: u64, pending: &mut BTreeMap<u64, (Metrics, usize)>, totals: &mut Metrics| -> Result<()> {
+        while let Some((&i, _)) = pending.iter().next() {
+            if i >= upto {
+                break;
+            }
+            let (m, _) = pending.remove(&i).expect("key just seen");
+            if let Some(h) = hlog.as_mut() {
+                let off = Duration::from_nanos(i * interval);
+                let len = Duration::from_nanos(interval);
+                h.write("send_lag", &m.send_lag, off, len)?;
+                h.write("response_time", &m.response_time, off, len)?;
+                h.write("interval_error", &m.interval_error, off, len)?;
+                h.flush()?;
+            }
+            totals.add(&m);
+            on_progress(&Progress {
+                elapsed_ns: (i + 1) * interval,
+                duration_ns: opts.duration_ns,
+                outcomes: totals.outcomes.clone(),
+                send_lag_max_ns: totals.send_lag.inner().max(),
+                interval_error_max_ns: totals.interval_error.inner().max(),
+            });
+        }
+        Ok(())
+    };
+    while done < k {
+        match report_rx.recv() {
+            Ok(Report::Interval { thread, index, metrics }) => {
+                let slot = pending.entry(index).or_insert_with(|| (Metrics::default(), 0));
+                slot.0.add(&metrics);
+                slot.1 += 1;
+                reached[thread] = reached[thread].max(index + 1);
+                let _ = spare_txs[thread].send(metrics);
+                let upto = *reached.iter().min().unwrap_or(&0);
+                flush(upto, &mut pending, &mut totals)?;
+            }
+            Ok(Report::Done { thread, cpu_ns }) => {
+                done += 1;
+                vcpu_cpu_ns += cpu_ns;
+                reached[thread] = u64::MAX;
+            }
+            Err(_) => break,
+        }
+    }
+    flush(u64::MAX, &mut pending, &mut totals)?;
+    let mut failures = Vec::new();
+    for h in handles {
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failures.push(format!("{e:#}")),
+            Err(_) => failures.push("a vCPU thread panicked".into()),
+        }
+    }
+    sink_done.store(true, Ordering::Release);
+    let sink_stats = match sink_handle {
+        Some(h) => h.join().map_err(|_| anyhow::anyhow!("the sink thread panicked"))??,
+        None => sink::SinkStats::default(),
+    };
+    if !failures.is_empty() {
+        anyhow::bail!("crawl failed: {}", failures.join("; "));
+    }
+    let dropped = records_dropped.load(Ordering::Relaxed);
+    if dropped > 0 {
+        warnings.push(format!("{dropped} per-poll or store records were lost: the writer fell behind"));
+    }
+    let mut manifest = manifest;
+    manifest.finish();
+    let interrupted = flags.stop.load(Ordering::Relaxed) || flags.abort.load(Ordering::Relaxed);
+    Ok(CrawlResult {
+        planned_polls_per_second: cfg.polls_per_second(),
+        streams: n_streams,
+        vcpus: k,
+        thread_settings: opts.thread.clone(),
+        duration_ns: opts.duration_ns,
+        interrupted,
+        missed: totals.outcomes.missed(),
+        send_lag: totals.send_lag.summary(opts.threshold_ns),
+        response_time: totals.response_time.summary(opts.threshold_ns),
+        interval_error: totals.interval_error.summary(opts.threshold_ns),
+        polls: totals.outcomes,
+        vcpu_cpu_ns,
+        process_cpu_ns: ontime_core::time::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID),
+        records_dropped: dropped,
+        sink: sink_stats,
+        warnings,
+        manifest,
+        config: cfg,
+    })
+}
+
+impl CrawlResult {
+    /// The human summary.
+    pub fn text(&self) -> String {
+        let mut s = String::new();
+        let c = &self.config;
+        s.push_str(&format!(
+            "ontime crawl: {:.0} polls/s planned ({} streams of <= {} points, {} gateway(s), {:?} phases), {} vCPU thread(s), {}{}\n",
+            self.planned_polls_per_second,
+            self.streams,
+            c.points_per_request,
+            c.gateways.len(),
+            c.phase,
+            self.vcpus,
+            format_ns(self.duration_ns),
+            if self.interrupted { " (interrupted)" } else { "" },
+        ));
+        let p = &self.polls;
+        s.push_str(&format!(
+            "polls: planned {}, ok {}, missed {} (timeout {}, http error {}, malformed {}, connection lost {}, not sent {}, abandoned {}); point faults {}\n",
+            p.planned, p.ok, self.missed, p.timeout, p.http_error, p.malformed, p.connection_lost, p.not_sent, p.abandoned, p.point_faults
+        ));
+        s.push_str(&format!("{}\n", Summary::text_header()));
+        s.push_str(&format!("{}\n", self.send_lag.text_row("send lag")));
+        s.push_str(&format!("{}\n", self.response_time.text_row("response time")));
+        s.push_str(&format!("{}\n", self.interval_error.text_row("interval error")));
+        let secs = self.duration_ns as f64 / 1e9;
+        s.push_str(&format!(
+            "cpu: vCPU threads {:.1}% of one core, process {:.1}%\n",
+            self.vcpu_cpu_ns as f64 / 1e9 / secs * 100.0,
+            self.process_cpu_ns as f64 / 1e9 / secs * 100.0
+        ));
+        if self.interval_error.count < 100_000 {
+            s.push_str("note: percentiles the sample count cannot support are n/a (p99.999 needs >= 100000 samples)\n");
+        }
+        for w in &self.warnings {
+            s.push_str(&format!("warning: {w}\n"));
+        }
+        s
+    }
+}

@@ -1,0 +1,227 @@
+//! Crawl configuration: gateways, points, period, points per request and
+//! phase layout, read from TOML and checked before anything starts.
+//!
+//! ```toml
+//! period = "1s"              # default period of every point
+//! points_per_request = 10    # N
+//! phase = "spread"           # or "aligned"
+//! timeout = "1s"             # default: the period
+//! max_connections = 256      # per gateway and vCPU thread
+//!
+//! [[gateway]]
+//! url = "http://127.0.0.1:8080/b0"
+//! points = 1000              # ids 0..1000, or point_ids = [3, 7, 9]
+//! period = "500ms"           # optional, overrides the default
+//! ```
+//!
+//! The poll rate follows: points / N / period.
+
+use anyhow::{anyhow, bail, Context, Result};
+use ontime_core::duration::deserialize_opt_ns;
+use serde::{Deserialize, Serialize};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::Path;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Polls spread evenly over the period (the steady load a real crawler
+    /// aims for).
+    #[default]
+    Spread,
+    /// Every poll of a period planned at the same instant (a burst).
+    Aligned,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewaySpec {
+    /// `http://HOST:PORT/BUILDING`.
+    pub url: String,
+    /// Poll point ids 0..points.
+    #[serde(default)]
+    pub points: Option<u32>,
+    /// Or poll exactly these point ids.
+    #[serde(default)]
+    pub point_ids: Option<Vec<u32>>,
+    #[serde(default, deserialize_with = "deserialize_opt_ns")]
+    pub period: Option<u64>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CrawlFile {
+    #[serde(default, deserialize_with = "deserialize_opt_ns")]
+    pub period: Option<u64>,
+    #[serde(default)]
+    pub points_per_request: Option<usize>,
+    #[serde(default)]
+    pub phase: Option<Phase>,
+    #[serde(default, deserialize_with = "deserialize_opt_ns")]
+    pub timeout: Option<u64>,
+    #[serde(default)]
+    pub max_connections: Option<usize>,
+    #[serde(rename = "gateway", default)]
+    pub gateways: Vec<GatewaySpec>,
+}
+
+impl CrawlFile {
+    pub fn from_file(path: &Path) -> Result<CrawlFile> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read crawl config {}", path.display()))?;
+        toml::from_str(&text).map_err(|e| anyhow!("{}: {}", path.display(), e.to_string().trim()))
+    }
+}
+
+/// A resolved gateway.
+#[derive(Clone, Debug, Serialize)]
+pub struct Gateway {
+    pub url: String,
+    #[serde(skip)]
+    pub addr: SocketAddr,
+    pub host_header: String,
+    /// Building name (the path prefix).
+    pub building: String,
+    pub point_ids: Vec<u32>,
+    pub period_ns: u64,
+}
+
+/// The resolved crawl plan, ready to run.
+#[derive(Clone, Debug, Serialize)]
+pub struct CrawlConfig {
+    pub gateways: Vec<Gateway>,
+    pub points_per_request: usize,
+    pub phase: Phase,
+    pub timeout_ns: u64,
+    pub max_connections: usize,
+}
+
+pub const DEFAULT_PERIOD_NS: u64 = 1_000_000_000;
+pub const DEFAULT_N: usize = 10;
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+
+impl CrawlConfig {
+    /// Resolves and checks a config; errors name the key at fault.
+    pub fn resolve(file: CrawlFile) -> Result<CrawlConfig> {
+        let n = file.points_per_request.unwrap_or(DEFAULT_N);
+        if n == 0 || n > ontime_gateway::wire::MAX_POINTS_PER_REQUEST {
+            bail!(
+                "points_per_request = {n}: must be 1..{}",
+                ontime_gateway::wire::MAX_POINTS_PER_REQUEST
+            );
+        }
+        let default_period = file.period.unwrap_or(DEFAULT_PERIOD_NS);
+        if default_period < 1_000_000 {
+            bail!("period must be at least 1ms");
+        }
+        if file.gateways.is_empty() {
+            bail!("no gateway: add a [[gateway]] with url and points, or pass --url");
+        }
+        let max_connections = file.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
+        if max_connections == 0 {
+            bail!("max_connections must be at least 1");
+        }
+        let mut gateways = Vec::new();
+        for (i, g) in file.gateways.into_iter().enumerate() {
+            let ctx = || format!("gateway #{} ({})", i + 1, g.url);
+            let (addr, host_header, building) = parse_url(&g.url).with_context(ctx)?;
+            let point_ids = match (g.points, g.point_ids) {
+                (Some(_), Some(_)) => bail!("{}: give either points or point_ids, not both", ctx()),
+                (Some(0), None) => bail!("{}: points must be at least 1", ctx()),
+                (Some(p), None) => (0..p).collect(),
+                (None, Some(ids)) if ids.is_empty() => bail!("{}: point_ids is empty", ctx()),
+                (None, Some(ids)) => ids,
+                (None, None) => bail!("{}: needs points = COUNT or point_ids = [...]", ctx()),
+            };
+            let period_ns = g.period.unwrap_or(default_period);
+            if period_ns < 1_000_000 {
+                bail!("{}: period must be at least 1ms", ctx());
+            }
+            gateways.push(Gateway {
+                url: g.url,
+                addr,
+                host_header,
+                building,
+                point_ids,
+                period_ns,
+            });
+        }
+        let timeout_ns = file
+            .timeout
+            .unwrap_or_else(|| gateways.iter().map(|g| g.period_ns).min().unwrap_or(default_period));
+        if timeout_ns == 0 {
+            bail!("timeout must be above 0");
+        }
+        Ok(CrawlConfig {
+            gateways,
+            points_per_request: n,
+            phase: file.phase.unwrap_or_default(),
+            timeout_ns,
+            max_connections,
+        })
+    }
+
+    /// Planned polls per second over all gateways.
+    pub fn polls_per_second(&self) -> f64 {
+        self.gateways
+            .iter()
+            .map(|g| {
+                let streams = g.point_ids.len().div_ceil(self.points_per_request);
+                streams as f64 * 1e9 / g.period_ns as f64
+            })
+            .sum()
+    }
+}
+
+/// Splits `http://host:port/building` into a socket address, Host header and
+/// building name.
+pub fn parse_url(url: &str) -> Result<(SocketAddr, String, String)> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| anyhow!("url must start with http:// (https is not supported)"))?;
+    let (hostport, path) = rest
+        .split_once('/')
+        .ok_or_else(|| anyhow!("url needs a building path, e.g. http://127.0.0.1:8080/b0"))?;
+    let building = path.trim_matches('/');
+    if building.is_empty() || building.contains('/') {
+        bail!("url path must be one building name, e.g. /b0");
+    }
+    let with_port = if hostport.contains(':') {
+        hostport.to_string()
+    } else {
+        format!("{hostport}:80")
+    };
+    let addr = with_port
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve '{hostport}'"))?
+        .next()
+        .ok_or_else(|| anyhow!("'{hostport}' resolves to no address"))?;
+    Ok((addr, hostport.to_string(), building.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(toml_text: &str) -> Result<CrawlConfig> {
+        CrawlConfig::resolve(toml::from_str(toml_text)?)
+    }
+
+    #[test]
+    fn rate_follows_points_n_and_period() {
+        let c = file("points_per_request = 10\n[[gateway]]\nurl='http://127.0.0.1:8080/b0'\npoints=1000").unwrap();
+        assert!((c.polls_per_second() - 100.0).abs() < 1e-9);
+        assert_eq!(c.timeout_ns, DEFAULT_PERIOD_NS);
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let e = file("[[gateway]]\nurl='https://x/b0'\npoints=1").unwrap_err();
+        assert!(format!("{e:#}").contains("http://"), "{e:#}");
+        let e = file("points_per_request = 0\n[[gateway]]\nurl='http://127.0.0.1:1/b'\npoints=1").unwrap_err();
+        assert!(e.to_string().contains("points_per_request"));
+        assert!(toml::from_str::<CrawlFile>("perod = '1s'").is_err());
+        let e = file("[[gateway]]\nurl='http://127.0.0.1:1/b'").unwrap_err();
+        assert!(format!("{e:#}").contains("points"));
+    }
+}

@@ -1,0 +1,614 @@
+//! One vCPU thread of the crawler: an epoll loop (mio) that sends each poll
+//! at its planned time and reads answers on persistent HTTP/1.1
+//! connections.
+//!
+//! Timing: every poll's planned time is `start + phase + k * period`, fixed
+//! in advance. The loop waits on a timerfd armed with TFD_TIMER_ABSTIME at
+//! the next planned time (or the next timeout), so a slow, failed or lost
+//! answer never shifts later polls. A poll is missed when no answer came
+//! `timeout` after its planned time; it is then a sample with its full
+//! error in every metric, never skipped.
+//!
+//! Nothing here allocates per poll: connections, queues, buffers and
+//! histograms are sized at start, and histograms are recycled through the
+//! collector.
+
+use crate::http::{self, Parsed};
+use crate::metrics::{Metrics, Outcome, PollRecord, StoreRecord};
+use ontime_core::interval::IntervalTracker;
+use ontime_core::MonoNs;
+use ontime_gateway::wire::PointStatus;
+use mio::net::TcpStream;
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::io::{ErrorKind, Read, Write};
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+
+/// A fixed set of points on one gateway, polled together once per period.
+#[derive(Clone, Debug)]
+pub struct Stream {
+    pub id: u32,
+    pub gateway: usize,
+    pub request: Vec<u8>,
+    pub period_ns: u64,
+    pub phase_ns: u64,
+}
+
+/// Stop requests shared with the signal handler.
+#[derive(Debug, Default)]
+pub struct StopFlags {
+    /// Plan no more polls; finish those in flight (first Ctrl-C).
+    pub stop: AtomicBool,
+    /// Give up on those in flight too (second Ctrl-C).
+    pub abort: AtomicBool,
+}
+
+/// A message from a vCPU thread to the collector.
+pub enum Report {
+    Interval {
+        thread: usize,
+        index: u64,
+        metrics: Box<Metrics>,
+    },
+    Done {
+        thread: usize,
+        cpu_ns: u64,
+    },
+}
+
+pub struct EngineSetup {
+    pub thread: usize,
+    pub streams: Vec<Stream>,
+    pub gateways: Vec<SocketAddr>,
+    pub timeout_ns: u64,
+    pub max_connections: usize,
+    pub start: MonoNs,
+    pub end: MonoNs,
+    pub report_interval_ns: u64,
+    pub flags: Arc<StopFlags>,
+    pub reports: mpsc::Sender<Report>,
+    pub spares: mpsc::Receiver<Box<Metrics>>,
+    pub poll_records: Option<rtrb::Producer<PollRecord>>,
+    pub store_records: Option<rtrb::Producer<StoreRecord>>,
+    /// Counts records lost because a writer fell behind.
+    pub records_dropped: Arc<std::sync::atomic::AtomicU64>,
+}
+
+const TIMER: Token = Token(usize::MAX - 1);
+/// Largest answer a connection buffers; larger ones count as malformed.
+const READ_BUF: usize = 64 * 1024;
+
+#[derive(Clone, Copy, Debug)]
+struct InFlight {
+    stream: u32,
+    index: u64,
+    planned: u64,
+    sent: u64,
+}
+
+struct Conn {
+    sock: TcpStream,
+    gateway: usize,
+    connected: bool,
+    gen: u32,
+    poll: Option<InFlight>,
+    written: usize,
+    rbuf: Box<[u8]>,
+    rlen: usize,
+}
+
+struct GatewayPool {
+    addr: SocketAddr,
+    idle: Vec<usize>,
+    open: usize,
+    waiting: VecDeque<InFlight>,
+}
+
+struct Engine {
+    s: EngineSetup,
+    poll: Poll,
+    timer: OwnedFd,
+    conns: Vec<Option<Conn>>,
+    free_slots: Vec<usize>,
+    pools: Vec<GatewayPool>,
+    /// (deadline, conn slot, generation), in dispatch order.
+    deadlines: VecDeque<(u64, usize, u32)>,
+    schedule: BinaryHeap<Reverse<(u64, u32, u64)>>,
+    trackers: Vec<IntervalTracker>,
+    metrics: Box<Metrics>,
+    next_report: u64,
+    next_gen: u32,
+}
+
+/// Runs one vCPU thread's share of the crawl until the end time or a stop.
+pub fn run(setup: EngineSetup) -> anyhow::Result<()> {
+    let mut e = Engine::new(setup)?;
+    e.main_loop()?;
+    Ok(())
+}
+
+impl Engine {
+    fn new(s: EngineSetup) -> anyhow::Result<Engine> {
+        let poll = Poll::new()?;
+        // SAFETY: timerfd_create has no memory preconditions; the result is
+        // checked before wrapping it in an OwnedFd.
+        let fd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        // SAFETY: fd is a fresh, valid descriptor we own.
+        let timer = unsafe { OwnedFd::from_raw_fd(fd) };
+        poll.registry()
+            .register(&mut SourceFd(&timer.as_raw_fd()), TIMER, Interest::READABLE)?;
+        let cap = s.max_connections * s.gateways.len();
+        let pools = s
+            .gateways
+            .iter()
+            .map(|&addr| GatewayPool {
+                addr,
+                idle: Vec::with_capacity(s.max_connections),
+                open: 0,
+                waiting: VecDeque::with_capacity(s.streams.len() * 2),
+            })
+            .collect();
+        let mut schedule = BinaryHeap::with_capacity(s.streams.len());
+        for (i, st) in s.streams.iter().enumerate() {
+            schedule.push(Reverse((s.start.0 + st.phase_ns, i as u32, 0u64)));
+        }
+        let metrics = s.spares.try_recv().unwrap_or_default();
+        Ok(Engine {
+            trackers: vec![IntervalTracker::default(); s.streams.len()],
+            next_report: s.start.0 + s.report_interval_ns,
+            poll,
+            timer,
+            conns: (0..cap).map(|_| None).collect(),
+            free_slots: (0..cap).rev().collect(),
+            pools,
+            deadlines: VecDeque::with_capacity(cap),
+            schedule,
+            metrics,
+            next_gen: 0,
+            s,
+        })
+    }
+
+    fn main_loop(&mut self) -> anyhow::Result<()> {
+        let mut events = Events::with_capacity(1024);
+        let mut scheduling = true;
+        loop {
+            let now = MonoNs::now().0;
+            if self.s.flags.abort.load(Ordering::Relaxed) {
+                self.abandon_all(now);
+                break;
+            }
+            if scheduling && (self.s.flags.stop.load(Ordering::Relaxed) || now >= self.s.end.0) {
+                // Polls planned from here on are not part of this run.
+                scheduling = false;
+            }
+            if scheduling {
+                self.send_due(now);
+            }
+            self.expire(now);
+            if now >= self.next_report {
+                self.report(now);
+            }
+            if !scheduling && self.in_flight() == 0 {
+                break;
+            }
+            let mut wake = now + 50_000_000;
+            if scheduling {
+                if let Some(Reverse((t, _, _))) = self.schedule.peek() {
+                    wake = wake.min((*t).max(now));
+                }
+            }
+            if let Some(&(d, _, _)) = self.deadlines.front() {
+                wake = wake.min(d.max(now));
+            }
+            for p in &self.pools {
+                if let Some(w) = p.waiting.front() {
+                    wake = wake.min((w.planned + self.s.timeout_ns).max(now));
+                }
+            }
+            wake = wake.min(self.next_report.max(now));
+            self.arm_timer(wake);
+            match self.poll.poll(&mut events, None) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            }
+            // Sends first: a due poll should not wait behind answers.
+            if scheduling {
+                self.send_due(MonoNs::now().0);
+            }
+            for ev in events.iter() {
+                if ev.token() == TIMER {
+                    let mut buf = [0u8; 8];
+                    // SAFETY: reading 8 bytes into an 8-byte buffer from our
+                    // non-blocking timerfd; EAGAIN is harmless.
+                    unsafe { libc::read(self.timer.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
+                    continue;
+                }
+                let slot = ev.token().0;
+                if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
+                    self.on_writable(slot);
+                }
+                if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                    self.on_readable(slot);
+                }
+            }
+        }
+        let now = MonoNs::now().0;
+        self.report(now);
+        // SAFETY: CLOCK_THREAD_CPUTIME_ID is always valid for this thread.
+        let cpu_ns = ontime_core::time::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+        let _ = self.s.reports.send(Report::Done { thread: self.s.thread, cpu_ns });
+        Ok(())
+    }
+
+    fn in_flight(&self) -> usize {
+        self.conns.iter().flatten().filter(|c| c.poll.is_some()).count()
+            + self.pools.iter().map(|p| p.waiting.len()).sum::<usize>()
+    }
+
+    fn arm_timer(&self, at_ns: u64) {
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+            // A zero it_value disarms; never ask for time 0.
+            it_value: MonoNs(at_ns.max(1)).as_timespec(),
+        };
+        // SAFETY: valid timerfd and itimerspec; old value not requested.
+        unsafe {
+            libc::timerfd_settime(self.timer.as_raw_fd(), libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut())
+        };
+    }
+
+    fn send_due(&mut self, now: u64) {
+        while let Some(&Reverse((planned, stream, index))) = self.schedule.peek() {
+            if planned > now {
+                break;
+            }
+            self.schedule.pop();
+            if planned >= self.s.end.0 {
+                // Past the end of the run: do not plan it, and keep it out of
+                // the heap so later polls still fire.
+                continue;
+            }
+            let st = &self.s.streams[stream as usize];
+            self.schedule.push(Reverse((planned + st.period_ns, stream, index + 1)));
+            self.metrics.outcomes.planned += 1;
+            let gw = st.gateway;
+            self.dispatch(gw, InFlight { stream, index, planned, sent: 0 });
+        }
+    }
+
+    fn dispatch(&mut self, gw: usize, p: InFlight) {
+        if let Some(slot) = self.pools[gw].idle.pop() {
+            self.assign(slot, p);
+        } else if self.pools[gw].open < self.s.max_connections {
+            match self.connect(gw) {
+                Some(slot) => self.assign(slot, p),
+                None => self.finish(p, MonoNs::now().0, Outcome::ConnectionLost, 0, 0),
+            }
+        } else {
+            self.pools[gw].waiting.push_back(p);
+        }
+    }
+
+    fn connect(&mut self, gw: usize) -> Option<usize> {
+        let slot = self.free_slots.pop()?;
+        let mut sock = match TcpStream::connect(self.pools[gw].addr) {
+            Ok(s) => s,
+            Err(_) => {
+                self.free_slots.push(slot);
+                return None;
+            }
+        };
+        let _ = sock.set_nodelay(true);
+        if self
+            .poll
+            .registry()
+            .register(&mut sock, Token(slot), Interest::READABLE | Interest::WRITABLE)
+            .is_err()
+        {
+            self.free_slots.push(slot);
+            return None;
+        }
+        self.pools[gw].open += 1;
+        self.conns[slot] = Some(Conn {
+            sock,
+            gateway: gw,
+            connected: false,
+            gen: 0,
+            poll: None,
+            written: 0,
+            rbuf: vec![0u8; READ_BUF].into_boxed_slice(),
+            rlen: 0,
+        });
+        Some(slot)
+    }
+
+    fn assign(&mut self, slot: usize, p: InFlight) {
+        self.next_gen = self.next_gen.wrapping_add(1);
+        let gen = self.next_gen;
+        let Some(c) = self.conns[slot].as_mut() else { return };
+        c.gen = gen;
+        c.poll = Some(p);
+        c.written = 0;
+        self.deadlines.push_back((p.planned + self.s.timeout_ns, slot, gen));
+        if c.connected {
+            self.write(slot);
+        }
+    }
+
+    fn write(&mut self, slot: usize) {
+        let Some(c) = self.conns[slot].as_mut() else { return };
+        let Some(p) = c.poll.as_mut() else { return };
+        let req = &self.s.streams[p.stream as usize].request;
+        if c.written == 0 {
+            p.sent = MonoNs::now().0;
+            self.metrics.send_lag.record(p.sent.saturating_sub(p.planned));
+        }
+        while c.written < req.len() {
+            match c.sock.write(&req[c.written..]) {
+                Ok(n) => c.written += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    self.close(slot, Outcome::ConnectionLost);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn on_writable(&mut self, slot: usize) {
+        let Some(c) = self.conns[slot].as_mut() else { return };
+        if !c.connected {
+            match (c.sock.take_error(), c.sock.peer_addr()) {
+                (Ok(None), Ok(_)) => c.connected = true,
+                (Ok(None), Err(e)) if e.kind() == ErrorKind::NotConnected => return,
+                _ => {
+                    self.close(slot, Outcome::ConnectionLost);
+                    return;
+                }
+            }
+            if c.poll.is_none() {
+                let gw = c.gateway;
+                self.release(slot, gw);
+                return;
+            }
+        }
+        if c.poll.is_some() {
+            self.write(slot);
+        }
+    }
+
+    fn on_readable(&mut self, slot: usize) {
+        loop {
+            let Some(c) = self.conns[slot].as_mut() else { return };
+            if c.rlen == c.rbuf.len() {
+                self.close(slot, Outcome::Malformed);
+                return;
+            }
+            match c.sock.read(&mut c.rbuf[c.rlen..]) {
+                Ok(0) => {
+                    self.close(slot, Outcome::ConnectionLost);
+                    return;
+                }
+                Ok(n) => {
+                    c.rlen += n;
+                    if !self.consume(slot) {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    self.close(slot, Outcome::ConnectionLost);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Handles complete answers in the buffer; false if the connection went.
+    fn consume(&mut self, slot: usize) -> bool {
+        loop {
+            let Some(c) = self.conns[slot].as_mut() else { return false };
+            if c.rlen == 0 {
+                return true;
+            }
+            let Some(p) = c.poll else {
+                // An answer nobody asked for: the stream is out of step.
+                self.close(slot, Outcome::Malformed);
+                return false;
+            };
+            let (len, status, close, body) = match http::parse_head(&c.rbuf[..c.rlen]) {
+                Parsed::Partial => return true,
+                Parsed::Invalid => {
+                    self.close(slot, Outcome::Malformed);
+                    return false;
+                }
+                Parsed::Complete { len, status, close, body } => (len, status, close, body),
+            };
+            let done = MonoNs::now().0;
+            let gw = c.gateway as u16;
+            let (outcome, recv) = if status != 200 {
+                (Outcome::HttpError, 0)
+            } else {
+                let store = &mut self.s.store_records;
+                let dropped = &self.s.records_dropped;
+                let mut faults = 0u64;
+                let parsed = http::parse_body(&c.rbuf[body.0..body.1], &mut |pt: http::PointReading| {
+                    if pt.status != PointStatus::Ok {
+                        faults += 1;
+                    }
+                    if let Some(prod) = store.as_mut() {
+                        let rec = StoreRecord {
+                            gateway: gw,
+                            point: pt.id,
+                            recv_ns: pt.recv_ns,
+                            value: pt.value.unwrap_or(f64::NAN),
+                            status: pt.status as u8,
+                        };
+                        if prod.push(rec).is_err() {
+                            dropped.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+                match parsed {
+                    Ok(recv) => {
+                        self.metrics.outcomes.point_faults += faults;
+                        (Outcome::Ok, recv)
+                    }
+                    Err(_) => (Outcome::Malformed, 0),
+                }
+            };
+            // Keep what follows this answer (pipelined bytes) in the buffer.
+            c.rbuf.copy_within(len..c.rlen, 0);
+            c.rlen -= len;
+            c.poll = None;
+            self.finish(p, done, outcome, recv, status);
+            if close || outcome == Outcome::Malformed {
+                self.close(slot, Outcome::ConnectionLost);
+                return false;
+            }
+            let gwi = gw as usize;
+            self.release(slot, gwi);
+        }
+    }
+
+    /// A connection is free again: give it the oldest waiting poll.
+    fn release(&mut self, slot: usize, gw: usize) {
+        let now = MonoNs::now().0;
+        while let Some(p) = self.pools[gw].waiting.pop_front() {
+            if now >= p.planned + self.s.timeout_ns {
+                self.finish(p, now, Outcome::NotSent, 0, 0);
+                continue;
+            }
+            self.assign(slot, p);
+            return;
+        }
+        self.pools[gw].idle.push(slot);
+    }
+
+    /// Closes a connection; a poll on it ends with `outcome`.
+    fn close(&mut self, slot: usize, outcome: Outcome) {
+        let Some(mut c) = self.conns[slot].take() else { return };
+        let _ = self.poll.registry().deregister(&mut c.sock);
+        self.free_slots.push(slot);
+        let pool = &mut self.pools[c.gateway];
+        pool.open -= 1;
+        pool.idle.retain(|&s| s != slot);
+        if let Some(p) = c.poll {
+            let outcome = if p.sent == 0 && outcome != Outcome::Timeout { Outcome::ConnectionLost } else { outcome };
+            self.finish(p, MonoNs::now().0, outcome, 0, 0);
+        }
+        // Waiting polls need a connection: open one now rather than letting
+        // them time out behind a closed pool.
+        let gw = c.gateway;
+        if let Some(p) = self.pools[gw].waiting.pop_front() {
+            self.dispatch(gw, p);
+        }
+    }
+
+    fn expire(&mut self, now: u64) {
+        while let Some(&(deadline, slot, gen)) = self.deadlines.front() {
+            if deadline > now {
+                break;
+            }
+            self.deadlines.pop_front();
+            let live = matches!(&self.conns[slot], Some(c) if c.gen == gen && c.poll.is_some());
+            if live {
+                self.close(slot, Outcome::Timeout);
+            }
+        }
+        for gw in 0..self.pools.len() {
+            while let Some(p) = self.pools[gw].waiting.front().copied() {
+                if now < p.planned + self.s.timeout_ns {
+                    break;
+                }
+                self.pools[gw].waiting.pop_front();
+                self.finish(p, now, Outcome::NotSent, 0, 0);
+            }
+        }
+    }
+
+    fn abandon_all(&mut self, now: u64) {
+        for slot in 0..self.conns.len() {
+            if matches!(&self.conns[slot], Some(c) if c.poll.is_some()) {
+                self.close(slot, Outcome::Abandoned);
+            }
+        }
+        for gw in 0..self.pools.len() {
+            while let Some(p) = self.pools[gw].waiting.pop_front() {
+                self.finish(p, now, Outcome::Abandoned, 0, 0);
+            }
+        }
+    }
+
+    /// Every planned poll ends here exactly once.
+    fn finish(&mut self, p: InFlight, done: u64, outcome: Outcome, recv: u64, http_status: u16) {
+        let m = &mut self.metrics;
+        outcome.count(&mut m.outcomes);
+        if p.sent == 0 {
+            // Never sent: its send lag is all the time it waited.
+            m.send_lag.record(done.saturating_sub(p.planned));
+        } else {
+            m.response_time.record(done.saturating_sub(p.sent));
+        }
+        let st = &self.s.streams[p.stream as usize];
+        let tracker = &mut self.trackers[p.stream as usize];
+        if outcome == Outcome::Ok {
+            tracker.measured(p.index, recv, st.period_ns, &mut m.interval_error);
+        } else {
+            tracker.missed(p.index, st.period_ns, &mut m.interval_error);
+        }
+        if let Some(prod) = self.s.poll_records.as_mut() {
+            let rec = PollRecord {
+                stream: p.stream,
+                index: p.index,
+                planned_ns: p.planned,
+                sent_ns: p.sent,
+                gateway_recv_ns: recv,
+                done_ns: done,
+                http_status,
+                outcome: outcome as u8,
+            };
+            if prod.push(rec).is_err() {
+                self.s.records_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Hands this interval's metrics to the collector and takes a recycled
+    /// set back.
+    fn report(&mut self, now: u64) {
+        let fresh = match self.s.spares.try_recv() {
+            Ok(mut m) => {
+                m.reset();
+                m
+            }
+            // Only until the collector has returned the first sets.
+            Err(_) => Box::default(),
+        };
+        let full = std::mem::replace(&mut self.metrics, fresh);
+        // Intervals are numbered by wall position, so threads agree on them
+        // even when one reports late.
+        let index = (self.next_report - self.s.start.0) / self.s.report_interval_ns - 1;
+        let _ = self.s.reports.send(Report::Interval {
+            thread: self.s.thread,
+            index,
+            metrics: full,
+        });
+        while self.next_report <= now {
+            self.next_report += self.s.report_interval_ns;
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! What a vCPU thread measures: three histograms and the outcome counters,
+//! handed to the collector once per report interval and recycled, so the
+//! timing path never allocates.
+
+use ontime_core::stats::LatencyHistogram;
+use serde::{Deserialize, Serialize};
+
+/// How each planned poll ended. Every planned poll has exactly one outcome.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Outcomes {
+    pub planned: u64,
+    /// Answered 200 with a well-formed body: a measurement.
+    pub ok: u64,
+    /// No answer within the timeout after the planned time.
+    pub timeout: u64,
+    /// Answered with a non-200 status.
+    pub http_error: u64,
+    /// Answered with a body that is not a getValues response.
+    pub malformed: u64,
+    /// The connection failed or closed before the answer.
+    pub connection_lost: u64,
+    /// Never sent: no connection could carry it before the timeout.
+    pub not_sent: u64,
+    /// Still open when the run was aborted (second Ctrl-C).
+    pub abandoned: u64,
+    /// Points answered with status "fault" or "unknown-point" inside ok polls.
+    pub point_faults: u64,
+}
+
+impl Outcomes {
+    pub fn missed(&self) -> u64 {
+        self.timeout + self.http_error + self.malformed + self.connection_lost + self.not_sent + self.abandoned
+    }
+
+    pub fn add(&mut self, o: &Outcomes) {
+        self.planned += o.planned;
+        self.ok += o.ok;
+        self.timeout += o.timeout;
+        self.http_error += o.http_error;
+        self.malformed += o.malformed;
+        self.connection_lost += o.connection_lost;
+        self.not_sent += o.not_sent;
+        self.abandoned += o.abandoned;
+        self.point_faults += o.point_faults;
+    }
+}
+
+/// One reporting interval's measurements from one thread (or merged).
+#[derive(Clone, Debug, Default)]
+pub struct Metrics {
+    pub send_lag: LatencyHistogram,
+    pub response_time: LatencyHistogram,
+    pub interval_error: LatencyHistogram,
+    pub outcomes: Outcomes,
+}
+
+impl Metrics {
+    pub fn add(&mut self, o: &Metrics) {
+        self.send_lag.add(&o.send_lag);
+        self.response_time.add(&o.response_time);
+        self.interval_error.add(&o.interval_error);
+        self.outcomes.add(&o.outcomes);
+    }
+
+    pub fn reset(&mut self) {
+        self.send_lag.reset();
+        self.response_time.reset();
+        self.interval_error.reset();
+        self.outcomes = Outcomes::default();
+    }
+}
+
+/// Outcome codes in per-poll records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Outcome {
+    Ok = 0,
+    Timeout = 1,
+    HttpError = 2,
+    Malformed = 3,
+    ConnectionLost = 4,
+    NotSent = 5,
+    Abandoned = 6,
+}
+
+impl Outcome {
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Timeout => "timeout",
+            Outcome::HttpError => "http_error",
+            Outcome::Malformed => "malformed",
+            Outcome::ConnectionLost => "connection_lost",
+            Outcome::NotSent => "not_sent",
+            Outcome::Abandoned => "abandoned",
+        }
+    }
+
+    pub fn count(self, o: &mut Outcomes) {
+        match self {
+            Outcome::Ok => o.ok += 1,
+            Outcome::Timeout => o.timeout += 1,
+            Outcome::HttpError => o.http_error += 1,
+            Outcome::Malformed => o.malformed += 1,
+            Outcome::ConnectionLost => o.connection_lost += 1,
+            Outcome::NotSent => o.not_sent += 1,
+            Outcome::Abandoned => o.abandoned += 1,
+        }
+    }
+}
+
+/// One poll, as written to the per-poll record file. Times are
+/// CLOCK_MONOTONIC ns; 0 means "did not happen".
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PollRecord {
+    pub stream: u32,
+    pub index: u64,
+    pub planned_ns: u64,
+    pub sent_ns: u64,
+    pub gateway_recv_ns: u64,
+    pub done_ns: u64,
+    pub http_status: u16,
+    pub outcome: u8,
+}
+
+/// One point's value for the time-series store.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StoreRecord {
+    pub gateway: u16,
+    pub point: u32,
+    pub recv_ns: u64,
+    pub value: f64,
+    pub status: u8,
+}

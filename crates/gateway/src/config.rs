@@ -1,0 +1,213 @@
+//! Gateway configuration: buildings, their points and listen addresses, the
+//! local-controller delay and the faults to inject. Read from TOML
+//! (`--config`) or built from command-line flags.
+
+use anyhow::{bail, Context, Result};
+use ontime_core::duration::deserialize_ns;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// One building's gateway.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Building {
+    /// Path prefix without slashes: requests go to `/<name>/getValues`.
+    pub name: String,
+    /// Number of points, ids 0..points.
+    pub points: u32,
+    /// Percentage of points that are analog (the rest are binary).
+    #[serde(default = "default_analog_percent")]
+    pub analog_percent: u8,
+    /// Own listen address; None shares the gateway's `listen`.
+    #[serde(default)]
+    pub listen: Option<SocketAddr>,
+}
+
+fn default_analog_percent() -> u8 {
+    70
+}
+
+/// Local-controller delay and fault injection, applied per request.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Faults {
+    /// Fixed controller delay before answering.
+    #[serde(rename = "delay", deserialize_with = "deserialize_ns")]
+    pub delay_ns: u64,
+    /// Uniformly random extra delay, 0..this.
+    #[serde(rename = "delay_random", deserialize_with = "deserialize_ns")]
+    pub delay_random_ns: u64,
+    /// Probability of a delay spike, and its length.
+    pub spike_probability: f64,
+    #[serde(rename = "spike", deserialize_with = "deserialize_ns")]
+    pub spike_ns: u64,
+    /// Probability of answering 503 (no measurement taken).
+    pub error_probability: f64,
+    /// Probability of closing the connection without an answer.
+    pub drop_probability: f64,
+    /// Probability of a 200 answer with a truncated JSON body.
+    pub malformed_probability: f64,
+    /// Probability that one point reports status "fault".
+    pub point_fault_probability: f64,
+}
+
+impl Faults {
+    pub fn validate(&self) -> Result<()> {
+        for (name, p) in [
+            ("spike_probability", self.spike_probability),
+            ("error_probability", self.error_probability),
+            ("drop_probability", self.drop_probability),
+            ("malformed_probability", self.malformed_probability),
+            ("point_fault_probability", self.point_fault_probability),
+        ] {
+            if !(0.0..=1.0).contains(&p) {
+                bail!("faults.{name} = {p} must be between 0 and 1");
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// Address shared by buildings without their own `listen`.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// Server worker threads.
+    #[serde(default = "default_threads")]
+    pub threads: usize,
+    #[serde(default)]
+    pub faults: Faults,
+    /// Receive-time log, one line per point read.
+    #[serde(default)]
+    pub log: Option<PathBuf>,
+    #[serde(rename = "building")]
+    pub buildings: Vec<Building>,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+
+fn default_threads() -> usize {
+    1
+}
+
+impl GatewayConfig {
+    /// `count` buildings named b0..b{count-1} with `points` points each; with
+    /// `port_per_building`, building i listens on `listen` port + i.
+    pub fn generated(
+        listen: SocketAddr,
+        count: u32,
+        points: u32,
+        port_per_building: bool,
+    ) -> GatewayConfig {
+        let buildings = (0..count)
+            .map(|i| Building {
+                name: format!("b{i}"),
+                points,
+                analog_percent: default_analog_percent(),
+                listen: port_per_building.then(|| {
+                    let mut a = listen;
+                    a.set_port(listen.port() + i as u16);
+                    a
+                }),
+            })
+            .collect();
+        GatewayConfig {
+            listen,
+            threads: 1,
+            faults: Faults::default(),
+            log: None,
+            buildings,
+        }
+    }
+
+    pub fn from_file(path: &Path) -> Result<GatewayConfig> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read gateway config {}", path.display()))?;
+        let cfg: GatewayConfig =
+            toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e))?;
+        cfg.validate()
+            .with_context(|| format!("in {}", path.display()))?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if self.buildings.is_empty() {
+            bail!("no building: add at least one [[building]]");
+        }
+        if self.threads == 0 {
+            bail!("threads must be at least 1");
+        }
+        let mut seen = std::collections::HashSet::new();
+        for b in &self.buildings {
+            if b.name.is_empty() || b.name.contains('/') {
+                bail!("building name '{}' must be non-empty and contain no '/'", b.name);
+            }
+            if !seen.insert((b.listen.unwrap_or(self.listen), b.name.clone())) {
+                bail!("building '{}' is declared twice on the same address", b.name);
+            }
+            if b.points == 0 {
+                bail!("building '{}' has no points", b.name);
+            }
+            if b.analog_percent > 100 {
+                bail!("building '{}': analog_percent must be 0..100", b.name);
+            }
+        }
+        self.faults.validate()
+    }
+
+    /// Every distinct listen address, in first-use order.
+    pub fn listen_addrs(&self) -> Vec<SocketAddr> {
+        let mut out: Vec<SocketAddr> = Vec::new();
+        for b in &self.buildings {
+            let a = b.listen.unwrap_or(self.listen);
+            if !out.contains(&a) {
+                out.push(a);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_toml_with_faults() {
+        let cfg: GatewayConfig = toml::from_str(
+            r#"
+            listen = "127.0.0.1:9000"
+            [faults]
+            delay = "2ms"
+            error_probability = 0.1
+            [[building]]
+            name = "hq"
+            points = 50
+            "#,
+        )
+        .unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.faults.delay_ns, 2_000_000);
+        assert_eq!(cfg.buildings[0].analog_percent, 70);
+    }
+
+    #[test]
+    fn rejects_unknown_keys_and_bad_values() {
+        assert!(toml::from_str::<GatewayConfig>("bogus = 1\n[[building]]\nname='a'\npoints=1").is_err());
+        let mut cfg = GatewayConfig::generated(default_listen(), 1, 10, false);
+        cfg.faults.drop_probability = 2.0;
+        assert!(cfg.validate().is_err());
+    }
+
+    #[test]
+    fn port_per_building() {
+        let cfg = GatewayConfig::generated("127.0.0.1:7000".parse().unwrap(), 3, 10, true);
+        assert_eq!(cfg.listen_addrs().len(), 3);
+        assert_eq!(cfg.buildings[2].listen.unwrap().port(), 7002);
+    }
+}

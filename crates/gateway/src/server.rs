@@ -1,0 +1,377 @@
+//! The gateway HTTP server: routes `/<building>/getValues`, stamps each
+//! request's receive time on arrival, applies the controller delay and the
+//! injected faults, logs receive times and answers.
+//!
+//! Nothing a client sends can crash it: bodies are size-limited and parsed
+//! with serde, every malformed request gets a 4xx with a reason.
+
+use crate::config::GatewayConfig;
+use crate::points;
+use crate::recvlog::{LogBatch, LogWriter};
+use crate::wire::{self, ErrorBody, GetValuesRequest, GetValuesResponse, PointStatus, PointValue};
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use ontime_core::MonoNs;
+use rand::Rng;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+/// Counters of what the gateway did, reported at exit.
+#[derive(Debug, Default, Serialize)]
+pub struct GatewayStats {
+    pub requests: u64,
+    pub answered_ok: u64,
+    pub injected_errors: u64,
+    pub injected_drops: u64,
+    pub injected_malformed: u64,
+    pub injected_spikes: u64,
+    pub bad_requests: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    requests: AtomicU64,
+    answered_ok: AtomicU64,
+    injected_errors: AtomicU64,
+    injected_drops: AtomicU64,
+    injected_malformed: AtomicU64,
+    injected_spikes: AtomicU64,
+    bad_requests: AtomicU64,
+}
+
+impl Counters {
+    fn snapshot(&self) -> GatewayStats {
+        GatewayStats {
+            requests: self.requests.load(Relaxed),
+            answered_ok: self.answered_ok.load(Relaxed),
+            injected_errors: self.injected_errors.load(Relaxed),
+            injected_drops: self.injected_drops.load(Relaxed),
+            injected_malformed: self.injected_malformed.load(Relaxed),
+            injected_spikes: self.injected_spikes.load(Relaxed),
+            bad_requests: self.bad_requests.load(Relaxed),
+        }
+    }
+}
+
+struct State {
+    cfg: GatewayConfig,
+    /// (listener index, building name) -> building index.
+    routes: HashMap<(usize, String), usize>,
+    counters: Counters,
+    log: Option<mpsc::Sender<LogBatch>>,
+}
+
+/// Returned by the service to make hyper close the connection unanswered.
+#[derive(Debug)]
+struct DropConnection;
+
+impl std::fmt::Display for DropConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("connection dropped on purpose (fault injection)")
+    }
+}
+
+impl std::error::Error for DropConnection {}
+
+/// A gateway serving in background threads.
+pub struct RunningGateway {
+    addrs: Vec<SocketAddr>,
+    stop_tx: Option<tokio::sync::watch::Sender<bool>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    state: Arc<State>,
+    log: Option<LogWriter>,
+}
+
+impl RunningGateway {
+    /// The addresses actually bound (port 0 resolves here), in the order of
+    /// [`GatewayConfig::listen_addrs`].
+    pub fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// Stops serving, flushes the receive log and returns the counters.
+    pub fn stop(mut self) -> Result<GatewayStats> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<GatewayStats> {
+        if let Some(tx) = self.stop_tx.take() {
+            let _ = tx.send(true);
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let stats = self.state.counters.snapshot();
+        if let Some(log) = self.log.take() {
+            // The runtime (and every handler's sender clone) is gone; our
+            // State still holds one sender, which the writer must not wait
+            // for: it is dropped with the last Arc below.
+            let state = std::mem::replace(&mut self.state, Arc::new(State::empty()));
+            drop(state);
+            log.finish()?;
+        }
+        Ok(stats)
+    }
+}
+
+impl Drop for RunningGateway {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+impl State {
+    fn empty() -> State {
+        State {
+            cfg: GatewayConfig::generated(SocketAddr::from(([127, 0, 0, 1], 0)), 0, 0, false),
+            routes: HashMap::new(),
+            counters: Counters::default(),
+            log: None,
+        }
+    }
+}
+
+/// Binds every listen address and starts serving in background threads.
+pub fn start(cfg: GatewayConfig) -> Result<RunningGateway> {
+    cfg.validate()?;
+    let listen = cfg.listen_addrs();
+    let mut listeners = Vec::new();
+    let mut addrs = Vec::new();
+    for a in &listen {
+        let l = std::net::TcpListener::bind(a).with_context(|| {
+            format!("cannot listen on {a}: is another gateway running there? pick another address with --listen")
+        })?;
+        l.set_nonblocking(true)?;
+        addrs.push(l.local_addr()?);
+        listeners.push(l);
+    }
+    let mut routes = HashMap::new();
+    for (bi, b) in cfg.buildings.iter().enumerate() {
+        let li = listen
+            .iter()
+            .position(|a| *a == b.listen.unwrap_or(cfg.listen))
+            .expect("every building's address is in listen_addrs");
+        routes.insert((li, b.name.clone()), bi);
+    }
+    let log = match &cfg.log {
+        Some(p) => Some(LogWriter::create(
+            p,
+            cfg.buildings.iter().map(|b| b.name.clone()).collect(),
+        )?),
+        None => None,
+    };
+    let state = Arc::new(State {
+        routes,
+        counters: Counters::default(),
+        log: log.as_ref().map(|l| l.sender()),
+        cfg,
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(state.cfg.threads)
+        .thread_name("gw-worker")
+        .enable_all()
+        .build()
+        .context("cannot start the gateway's runtime")?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let st = state.clone();
+    let thread = std::thread::Builder::new()
+        .name("gw-main".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let mut tasks = Vec::new();
+                for (li, l) in listeners.into_iter().enumerate() {
+                    let st = st.clone();
+                    let mut stop = stop_rx.clone();
+                    tasks.push(tokio::spawn(async move {
+                        let l = match tokio::net::TcpListener::from_std(l) {
+                            Ok(l) => l,
+                            Err(e) => {
+                                eprintln!("gateway: listener failed: {e}");
+                                return;
+                            }
+                        };
+                        accept_loop(l, li, st, &mut stop).await;
+                    }));
+                }
+                let mut stop = stop_rx;
+                let _ = stop.wait_for(|s| *s).await;
+                for t in tasks {
+                    t.abort();
+                }
+            });
+            // Dropping the runtime aborts open connections and drops every
+            // handler's log sender.
+            runtime.shutdown_timeout(Duration::from_millis(200));
+        })
+        .context("cannot start the gateway thread")?;
+    Ok(RunningGateway {
+        addrs,
+        stop_tx: Some(stop_tx),
+        thread: Some(thread),
+        state,
+        log,
+    })
+}
+
+async fn accept_loop(
+    l: tokio::net::TcpListener,
+    li: usize,
+    st: Arc<State>,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            r = l.accept() => {
+                let Ok((stream, _peer)) = r else { continue };
+                let _ = stream.set_nodelay(true);
+                let st = st.clone();
+                tokio::spawn(async move {
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    let svc = hyper::service::service_fn(move |req| handle(req, st.clone(), li));
+                    // Errors here are client disconnects, malformed HTTP or
+                    // injected drops: the connection ends, the server goes on.
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .keep_alive(true)
+                        .serve_connection(io, svc)
+                        .await;
+                });
+            }
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+fn json_response<T: Serialize>(status: StatusCode, body: &T) -> Response<Full<Bytes>> {
+    let bytes = serde_json::to_vec(body).unwrap_or_else(|_| b"{}".to_vec());
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(bytes)))
+        .expect("static response parts are valid")
+}
+
+fn error(st: &State, status: StatusCode, msg: String) -> Response<Full<Bytes>> {
+    st.counters.bad_requests.fetch_add(1, Relaxed);
+    json_response(status, &ErrorBody { error: msg })
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    st: Arc<State>,
+    li: usize,
+) -> Result<Response<Full<Bytes>>, DropConnection> {
+    // The measurement time of every point: when the request arrived.
+    let recv_ns = MonoNs::now().0;
+    st.counters.requests.fetch_add(1, Relaxed);
+
+    let path = req.uri().path();
+    let Some((name, verb)) = path.trim_start_matches('/').split_once('/') else {
+        return Ok(error(&st, StatusCode::NOT_FOUND, format!("no route '{path}': use /<building>/getValues")));
+    };
+    let Some(&bi) = st.routes.get(&(li, name.to_string())) else {
+        return Ok(error(&st, StatusCode::NOT_FOUND, format!("no building '{name}' at this address")));
+    };
+    if verb != wire::GET_VALUES {
+        return Ok(error(&st, StatusCode::NOT_FOUND, format!("unknown operation '{verb}': use getValues")));
+    }
+    if req.method() != Method::POST {
+        return Ok(error(&st, StatusCode::METHOD_NOT_ALLOWED, "getValues needs POST".into()));
+    }
+    let body = match Limited::new(req.into_body(), wire::MAX_BODY_BYTES).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            let too_big = e.downcast_ref::<http_body_util::LengthLimitError>().is_some();
+            return Ok(if too_big {
+                error(&st, StatusCode::PAYLOAD_TOO_LARGE, format!("body larger than {} bytes", wire::MAX_BODY_BYTES))
+            } else {
+                error(&st, StatusCode::BAD_REQUEST, format!("cannot read body: {e}"))
+            });
+        }
+    };
+    let request: GetValuesRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return Ok(error(&st, StatusCode::BAD_REQUEST, format!("body is not a getValues request: {e}"))),
+    };
+    if request.points.is_empty() || request.points.len() > wire::MAX_POINTS_PER_REQUEST {
+        return Ok(error(
+            &st,
+            StatusCode::BAD_REQUEST,
+            format!("a request names 1..{} points, not {}", wire::MAX_POINTS_PER_REQUEST, request.points.len()),
+        ));
+    }
+
+    let f = &st.cfg.faults;
+    let (error_now, drop_now, malformed_now, delay_ns) = {
+        let mut rng = rand::thread_rng();
+        let mut delay = f.delay_ns;
+        if f.delay_random_ns > 0 {
+            delay += rng.gen_range(0..f.delay_random_ns);
+        }
+        if f.spike_probability > 0.0 && rng.gen_bool(f.spike_probability) {
+            st.counters.injected_spikes.fetch_add(1, Relaxed);
+            delay += f.spike_ns;
+        }
+        (
+            f.error_probability > 0.0 && rng.gen_bool(f.error_probability),
+            f.drop_probability > 0.0 && rng.gen_bool(f.drop_probability),
+            f.malformed_probability > 0.0 && rng.gen_bool(f.malformed_probability),
+            delay,
+        )
+    };
+    if error_now {
+        st.counters.injected_errors.fetch_add(1, Relaxed);
+        return Ok(json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &ErrorBody { error: "controller unavailable (injected)".into() },
+        ));
+    }
+
+    let b = &st.cfg.buildings[bi];
+    let values: Vec<PointValue> = {
+        let mut rng = rand::thread_rng();
+        request
+            .points
+            .iter()
+            .map(|&id| {
+                if id >= b.points {
+                    PointValue { id, value: None, status: PointStatus::UnknownPoint }
+                } else if f.point_fault_probability > 0.0 && rng.gen_bool(f.point_fault_probability) {
+                    PointValue { id, value: None, status: PointStatus::Fault }
+                } else {
+                    PointValue { id, value: Some(points::value(id, b.analog_percent, recv_ns)), status: PointStatus::Ok }
+                }
+            })
+            .collect()
+    };
+    // The gateway measured these points whether or not the answer arrives.
+    if let Some(log) = &st.log {
+        let _ = log.send(LogBatch { recv_ns, building: bi, points: request.points });
+    }
+    if delay_ns > 0 {
+        tokio::time::sleep(Duration::from_nanos(delay_ns)).await;
+    }
+    if drop_now {
+        st.counters.injected_drops.fetch_add(1, Relaxed);
+        return Err(DropConnection);
+    }
+    let resp = GetValuesResponse { recv_ns, values };
+    if malformed_now {
+        st.counters.injected_malformed.fetch_add(1, Relaxed);
+        let mut bytes = serde_json::to_vec(&resp).unwrap_or_default();
+        bytes.truncate(bytes.len() / 2);
+        return Ok(Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(bytes)))
+            .expect("static response parts are valid"));
+    }
+    st.counters.answered_ok.fetch_add(1, Relaxed);
+    Ok(json_response(StatusCode::OK, &resp))
+}

@@ -1,0 +1,89 @@
+//! The wire format of a batch point read, in the spirit of BACnet/WS
+//! `getValues`. See `docs/wire.md` for the full description.
+//!
+//! ```text
+//! POST /<building>/getValues HTTP/1.1
+//! Content-Type: application/json
+//!
+//! {"points":[0,1,2]}
+//!
+//! HTTP/1.1 200 OK
+//! {"recv_ns":123456789,"values":[{"id":0,"value":21.37,"status":"ok"},...]}
+//! ```
+//!
+//! `recv_ns` is the gateway's CLOCK_MONOTONIC time when the request arrived:
+//! the measurement time of every point in the response.
+
+use serde::{Deserialize, Serialize};
+
+/// Path suffix of the batch read under a building's prefix.
+pub const GET_VALUES: &str = "getValues";
+
+/// The most points one request may name.
+pub const MAX_POINTS_PER_REQUEST: usize = 1000;
+
+/// Largest accepted request body in bytes.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GetValuesRequest {
+    pub points: Vec<u32>,
+}
+
+/// Status of one point in a response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PointStatus {
+    /// The controller answered.
+    Ok,
+    /// The controller did not answer for this point (injected).
+    Fault,
+    /// The building has no point with this id.
+    UnknownPoint,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PointValue {
+    pub id: u32,
+    pub value: Option<f64>,
+    pub status: PointStatus,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct GetValuesResponse {
+    pub recv_ns: u64,
+    pub values: Vec<PointValue>,
+}
+
+/// Body of every 4xx/5xx response.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}
+
+/// The request body for a list of points, as the crawler pre-builds it.
+pub fn request_body(points: &[u32]) -> String {
+    let mut s = String::with_capacity(12 + points.len() * 6);
+    s.push_str("{\"points\":[");
+    for (i, p) in points.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push_str(&p.to_string());
+    }
+    s.push_str("]}");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_body_round_trips() {
+        let body = request_body(&[3, 4, 5]);
+        let r: GetValuesRequest = serde_json::from_str(&body).unwrap();
+        assert_eq!(r.points, vec![3, 4, 5]);
+    }
+}
