@@ -1,1 +1,65 @@
-fn main() {}
+//! The `ontime` command: parses the command line, runs one verb, maps the
+//! outcome to an exit code (0 ok, 1 failure, 2 bad input). All work lives in
+//! the library crates.
+
+mod cmd_crawl;
+mod cmd_cyclic;
+mod cmd_gateway;
+mod output;
+mod signals;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "ontime",
+    version,
+    about = "Evaluate, explain, guarantee and plan the timeliness of monitoring and control software on shared hosts",
+    long_about = None,
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    verb: Verb,
+}
+
+#[derive(Subcommand)]
+enum Verb {
+    /// Serve emulated building gateways for the crawler to poll
+    Gateway(cmd_gateway::GatewayArgs),
+    /// Poll building gateways on a fixed period and measure timeliness
+    Crawl(cmd_crawl::CrawlArgs),
+    /// Periodic wake-up probe (cyclictest's job; missed periods count)
+    Cyclic(cmd_cyclic::CyclicArgs),
+}
+
+/// An error caused by the user's input: exit code 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Shorthand for a usage error.
+pub fn usage(msg: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(UsageError(msg.into()))
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.verb {
+        Verb::Gateway(a) => cmd_gateway::run(a),
+        Verb::Crawl(a) => cmd_crawl::run(a),
+        Verb::Cyclic(a) => cmd_cyclic::run(a),
+    };
+    if let Err(e) = result {
+        let code = if e.downcast_ref::<UsageError>().is_some() { 2 } else { 1 };
+        eprintln!("ontime: error: {e:#}");
+        std::process::exit(code);
+    }
+}

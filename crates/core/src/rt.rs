@@ -307,3 +307,23 @@ mod tests {
         assert!(parse_cpu_list("x").is_err());
     }
 }
+
+/// Holds `/dev/cpu_dma_latency` at a target (0 us keeps CPUs out of deep
+/// idle states) for as long as the guard lives, as cyclictest does.
+pub struct DmaLatencyGuard {
+    _file: std::fs::File,
+}
+
+impl DmaLatencyGuard {
+    /// None (with the reason) when the device is missing or not writable.
+    pub fn hold(target_us: i32) -> Result<DmaLatencyGuard> {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/cpu_dma_latency")
+            .context("cannot open /dev/cpu_dma_latency")?;
+        f.write_all(&target_us.to_ne_bytes())
+            .context("cannot write /dev/cpu_dma_latency")?;
+        Ok(DmaLatencyGuard { _file: f })
+    }
+}

@@ -28,6 +28,9 @@ pub const PERCENTILES: [(&str, f64); 7] = [
 pub struct LatencyHistogram {
     hist: Histogram<u64>,
     clamped: u64,
+    /// Exact extremes (the histogram only knows them to its precision).
+    min: u64,
+    max: u64,
 }
 
 impl Default for LatencyHistogram {
@@ -43,12 +46,16 @@ impl LatencyHistogram {
             hist: Histogram::new_with_bounds(1, MAX_TRACKABLE_NS, 3)
                 .expect("constant histogram bounds are valid"),
             clamped: 0,
+            min: u64::MAX,
+            max: 0,
         }
     }
 
     /// Records one value; never allocates.
     #[inline]
     pub fn record(&mut self, ns: u64) {
+        self.min = self.min.min(ns);
+        self.max = self.max.max(ns);
         let v = if ns > MAX_TRACKABLE_NS {
             self.clamped += 1;
             MAX_TRACKABLE_NS
@@ -64,11 +71,15 @@ impl LatencyHistogram {
         // Same bounds on both sides, so adding cannot fail.
         let _ = self.hist.add(&other.hist);
         self.clamped += other.clamped;
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
     }
 
     pub fn reset(&mut self) {
         self.hist.reset();
         self.clamped = 0;
+        self.min = u64::MAX;
+        self.max = 0;
     }
 
     pub fn len(&self) -> u64 {
@@ -90,6 +101,11 @@ impl LatencyHistogram {
         self.hist.len() - self.hist.count_between(0, top)
     }
 
+    /// Exact largest value recorded (0 when empty).
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+
     pub fn inner(&self) -> &Histogram<u64> {
         &self.hist
     }
@@ -109,7 +125,7 @@ impl LatencyHistogram {
         let nonempty = |v: u64| if n > 0 { Some(v) } else { None };
         Summary {
             count: n,
-            min_ns: nonempty(self.hist.min()),
+            min_ns: nonempty(self.min),
             mean_ns: nonempty(self.hist.mean().round() as u64),
             percentiles_ns: PERCENTILES
                 .iter()
@@ -118,7 +134,7 @@ impl LatencyHistogram {
                     value_ns: self.percentile(*p),
                 })
                 .collect(),
-            max_ns: nonempty(self.hist.max()),
+            max_ns: nonempty(self.max),
             threshold_ns,
             above_threshold: threshold_ns.map(|t| self.count_above(t)),
             clamped_at_max: self.clamped,

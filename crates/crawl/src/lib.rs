@@ -278,8 +278,8 @@ pub fn run(
                 elapsed_ns: (i + 1) * interval,
                 duration_ns: opts.duration_ns,
                 outcomes: totals.outcomes.clone(),
-                send_lag_max_ns: totals.send_lag.inner().max(),
-                interval_error_max_ns: totals.interval_error.inner().max(),
+                send_lag_max_ns: totals.send_lag.max(),
+                interval_error_max_ns: totals.interval_error.max(),
             });
         }
         Ok(())

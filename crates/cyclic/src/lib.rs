@@ -1,1 +1,367 @@
-//! placeholder
+//! `ontime cyclic`: the periodic wake-up probe of document 001.
+//!
+//! Owns the probe loop ([`probe_loop`]), its per-thread statistics, the run
+//! of several probe threads with their scheduling settings ([`run`]), and
+//! the cyclictest-compatible histogram text ([`CyclicResult::cyclictest_histogram`]).
+//!
+//! Each thread plans wake-up k at `start + k * interval` and sleeps with
+//! `clock_nanosleep(TIMER_ABSTIME)`. Latency = actual - planned wake-up.
+//! Where cyclictest silently skips periods it overran, this probe records
+//! every planned wake-up it missed as a sample with its full lateness and
+//! counts it as an overrun. Does not own load generation (ontime-load).
+
+use anyhow::{Context, Result};
+use ontime_core::duration::format_ns;
+use ontime_core::manifest::Manifest;
+use ontime_core::rt::{Policy, ThreadSettings};
+use ontime_core::stats::{LatencyHistogram, Summary};
+use ontime_core::time::{Clock, SystemClock};
+use ontime_core::MonoNs;
+use serde::Serialize;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// What one probe thread measured.
+#[derive(Clone, Debug, Default)]
+pub struct ThreadStats {
+    pub latency: LatencyHistogram,
+    /// Planned wake-ups that had already passed when the thread woke.
+    pub overruns: u64,
+    /// 1-us bins for the cyclictest histogram; the last counts overflows.
+    pub bins: Vec<u64>,
+    /// Wake-up numbers (0-based) whose latency overflowed the bins.
+    pub overflow_at: Vec<u64>,
+    pub sum_ns: u128,
+}
+
+const MAX_OVERFLOW_RECORDS: usize = 1000;
+
+impl ThreadStats {
+    pub fn new(histogram_us: usize) -> ThreadStats {
+        ThreadStats {
+            bins: vec![0; histogram_us],
+            overflow_at: Vec::with_capacity(MAX_OVERFLOW_RECORDS),
+            ..Default::default()
+        }
+    }
+
+    #[inline]
+    fn record(&mut self, cycle: u64, lat_ns: u64) {
+        self.latency.record(lat_ns);
+        self.sum_ns += lat_ns as u128;
+        if !self.bins.is_empty() {
+            let us = (lat_ns / 1000) as usize;
+            if us < self.bins.len() {
+                self.bins[us] += 1;
+            } else if self.overflow_at.len() < MAX_OVERFLOW_RECORDS {
+                self.overflow_at.push(cycle);
+            }
+        }
+    }
+}
+
+/// Live counters a thread publishes for progress display.
+#[derive(Debug, Default)]
+pub struct LiveCounters {
+    pub cycles: AtomicU64,
+    pub max_ns: AtomicU64,
+    pub overruns: AtomicU64,
+}
+
+/// The probe loop on any clock: wakes at `start + k * interval` until
+/// `loops` wake-ups were planned, the clock passes `end`, or `stop` is set.
+pub fn probe_loop<C: Clock>(
+    clock: &C,
+    start: MonoNs,
+    interval_ns: u64,
+    loops: Option<u64>,
+    end: Option<MonoNs>,
+    stop: &AtomicBool,
+    stats: &mut ThreadStats,
+    live: &LiveCounters,
+) {
+    let mut k: u64 = 0;
+    loop {
+        if loops.is_some_and(|l| k >= l) || stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let planned = start.add_ns(k * interval_ns);
+        if end.is_some_and(|e| planned >= e) {
+            return;
+        }
+        clock.sleep_until(planned);
+        let now = clock.now();
+        stats.record(k, now.since(planned));
+        k += 1;
+        // Every later wake-up already due was missed: a sample each, with the
+        // lateness it has now, never skipped.
+        loop {
+            let next = start.add_ns(k * interval_ns);
+            if next > now || loops.is_some_and(|l| k >= l) || end.is_some_and(|e| next >= e) {
+                break;
+            }
+            stats.record(k, now.since(next));
+            stats.overruns += 1;
+            k += 1;
+        }
+        live.cycles.store(k, Ordering::Relaxed);
+        live.overruns.store(stats.overruns, Ordering::Relaxed);
+        live.max_ns.store(stats.latency.max(), Ordering::Relaxed);
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CyclicOptions {
+    pub threads: usize,
+    /// CPUs; thread i is pinned to `affinity[i % len]`. Empty: unpinned.
+    pub affinity: Vec<usize>,
+    pub interval_ns: u64,
+    /// Added to the interval of each further thread (cyclictest -d).
+    pub distance_ns: u64,
+    pub policy: Policy,
+    pub mlockall: bool,
+    pub loops: Option<u64>,
+    pub duration_ns: Option<u64>,
+    /// Number of 1-us histogram bins (cyclictest -h); 0 = none.
+    pub histogram_us: usize,
+    pub threshold_ns: Option<u64>,
+    /// Hold /dev/cpu_dma_latency at 0 during the run, as cyclictest does.
+    pub dma_latency: bool,
+    /// Label of the load running meanwhile, for the record.
+    pub load: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ThreadResult {
+    pub thread: usize,
+    pub tid: i32,
+    pub cpu: Option<usize>,
+    pub interval_ns: u64,
+    pub overruns: u64,
+    pub avg_ns: Option<u64>,
+    pub latency: Summary,
+    #[serde(skip)]
+    pub stats: ThreadStats,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CyclicResult {
+    pub manifest: Manifest,
+    pub options: CyclicOptions,
+    pub interrupted: bool,
+    pub overruns: u64,
+    /// All threads together.
+    pub latency: Summary,
+    pub threads: Vec<ThreadResult>,
+    pub warnings: Vec<String>,
+}
+
+/// Runs the probe threads to the end (or until `stop`), with `on_tick`
+/// called about once a second with the live counters.
+pub fn run(
+    opts: CyclicOptions,
+    stop: Arc<AtomicBool>,
+    manifest: Manifest,
+    on_tick: &mut dyn FnMut(&[Arc<LiveCounters>]),
+) -> Result<CyclicResult> {
+    anyhow::ensure!(opts.threads >= 1, "at least one thread is needed (-t)");
+    anyhow::ensure!(opts.interval_ns >= 1_000, "the interval must be at least 1us");
+    anyhow::ensure!(
+        opts.loops.is_some() || opts.duration_ns.is_some(),
+        "give a duration (-D) or a loop count (-l)"
+    );
+    let mut warnings = Vec::new();
+    let _dma = if opts.dma_latency {
+        match ontime_core::rt::DmaLatencyGuard::hold(0) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                warnings.push(format!("{e:#}: deep idle states may add latency"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    if opts.mlockall {
+        ontime_core::rt::mlockall()?;
+    }
+    let start = MonoNs::now().add_ns(100_000_000);
+    let end = opts.duration_ns.map(|d| start.add_ns(d));
+    let mut handles = Vec::new();
+    let mut lives = Vec::new();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+    for t in 0..opts.threads {
+        let live = Arc::new(LiveCounters::default());
+        lives.push(live.clone());
+        let cpu = (!opts.affinity.is_empty()).then(|| opts.affinity[t % opts.affinity.len()]);
+        let settings = ThreadSettings {
+            policy: opts.policy,
+            affinity: cpu.into_iter().collect(),
+            timer_slack_ns: Some(1),
+        };
+        let interval = opts.interval_ns + t as u64 * opts.distance_ns;
+        let (loops, hist_us, stop) = (opts.loops, opts.histogram_us, stop.clone());
+        let ready = ready_tx.clone();
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("cyclic{t}"))
+                .spawn(move || -> Result<ThreadResult> {
+                    ontime_core::rt::set_thread_name(&format!("cyclic{t}"));
+                    if let Err(e) = settings.apply() {
+                        let _ = ready.send(Err(format!("{e:#}")));
+                        return Err(e);
+                    }
+                    let _ = ready.send(Ok(()));
+                    // SAFETY: gettid has no preconditions.
+                    let tid = unsafe { libc::gettid() };
+                    let mut stats = ThreadStats::new(hist_us);
+                    probe_loop(&SystemClock, start, interval, loops, end, &stop, &mut stats, &live);
+                    Ok(ThreadResult {
+                        thread: t,
+                        tid,
+                        cpu,
+                        interval_ns: interval,
+                        overruns: stats.overruns,
+                        avg_ns: (stats.latency.len() > 0).then(|| (stats.sum_ns / stats.latency.len() as u128) as u64),
+                        latency: stats.latency.summary(None),
+                        stats,
+                    })
+                })
+                .context("cannot start a probe thread")?,
+        );
+    }
+    drop(ready_tx);
+    for r in ready_rx.iter() {
+        if let Err(e) = r {
+            stop.store(true, Ordering::Relaxed);
+            for h in handles {
+                let _ = h.join();
+            }
+            anyhow::bail!("{e}");
+        }
+    }
+    while !handles.iter().all(|h| h.is_finished()) {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        on_tick(&lives);
+    }
+    let mut threads = Vec::new();
+    let mut all = LatencyHistogram::new();
+    for h in handles {
+        let mut r = h.join().map_err(|_| anyhow::anyhow!("a probe thread panicked"))??;
+        all.add(&r.stats.latency);
+        r.latency = r.stats.latency.summary(opts.threshold_ns);
+        threads.push(r);
+    }
+    let mut manifest = manifest;
+    manifest.finish();
+    Ok(CyclicResult {
+        interrupted: stop.load(Ordering::Relaxed),
+        overruns: threads.iter().map(|t| t.overruns).sum(),
+        latency: all.summary(opts.threshold_ns),
+        threads,
+        warnings,
+        manifest,
+        options: opts,
+    })
+}
+
+impl CyclicResult {
+    pub fn text(&self) -> String {
+        let o = &self.options;
+        let mut s = format!(
+            "ontime cyclic: {} thread(s), interval {}, policy {}, load {}{}\n",
+            o.threads,
+            format_ns(o.interval_ns),
+            o.policy,
+            o.load.as_deref().unwrap_or("none"),
+            if self.interrupted { " (interrupted)" } else { "" }
+        );
+        s.push_str(&format!("{}  overruns\n", Summary::text_header()));
+        for t in &self.threads {
+            s.push_str(&format!("{}  {}\n", t.latency.text_row(&format!("T{} wake-up", t.thread)), t.overruns));
+        }
+        if self.threads.len() > 1 {
+            s.push_str(&format!("{}  {}\n", self.latency.text_row("all wake-up"), self.overruns));
+        }
+        if self.latency.count < 100_000 {
+            s.push_str("note: percentiles the sample count cannot support are n/a (p99.999 needs >= 100000 samples)\n");
+        }
+        for w in &self.warnings {
+            s.push_str(&format!("warning: {w}\n"));
+        }
+        s
+    }
+
+    /// The histogram in cyclictest's `-h` layout, so its plot scripts work.
+    /// Unlike cyclictest, overrun wake-ups are included as samples.
+    pub fn cyclictest_histogram(&self) -> String {
+        let bins = self.options.histogram_us;
+        let mut s = String::from("# Histogram\n");
+        for i in 0..bins {
+            s.push_str(&format!("{i:06}"));
+            for (j, t) in self.threads.iter().enumerate() {
+                s.push_str(if j == 0 { " " } else { "\t" });
+                s.push_str(&format!("{:06}", t.stats.bins[i]));
+            }
+            s.push('\n');
+        }
+        let row = |label: &str, f: &dyn Fn(&ThreadResult) -> String| {
+            let mut r = format!("# {label}:");
+            for t in &self.threads {
+                r.push(' ');
+                r.push_str(&f(t));
+            }
+            r.push('\n');
+            r
+        };
+        s.push_str(&row("Total", &|t| format!("{:09}", t.stats.bins.iter().sum::<u64>())));
+        s.push_str(&row("Min Latencies", &|t| format!("{:05}", t.latency.min_ns.unwrap_or(0) / 1000)));
+        s.push_str(&row("Avg Latencies", &|t| format!("{:05}", t.avg_ns.unwrap_or(0) / 1000)));
+        s.push_str(&row("Max Latencies", &|t| format!("{:05}", t.latency.max_ns.unwrap_or(0) / 1000)));
+        s.push_str(&row("Histogram Overflows", &|t| {
+            format!("{:05}", t.latency.count - t.stats.bins.iter().sum::<u64>())
+        }));
+        s.push_str("# Histogram Overflow at cycle number:\n");
+        for t in &self.threads {
+            s.push_str(&format!("# Thread {}:", t.thread));
+            for c in &t.stats.overflow_at {
+                s.push_str(&format!(" {c:05}"));
+            }
+            s.push('\n');
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ontime_core::time::FakeClock;
+
+    #[test]
+    fn overrun_periods_are_samples_with_full_lateness() {
+        // Interval 1000 ns. Wake-up 2 is 3500 ns late, so wake-ups 3, 4 and 5
+        // (planned 3000, 4000, 5000) have passed when the thread runs at 5500.
+        let clock = FakeClock::new(0, vec![10, 10, 3500, 10]);
+        let mut st = ThreadStats::new(10);
+        let stop = AtomicBool::new(false);
+        probe_loop(&clock, MonoNs(0), 1000, Some(8), None, &stop, &mut st, &LiveCounters::default());
+        assert_eq!(st.latency.len(), 8, "every planned wake-up is one sample");
+        assert_eq!(st.overruns, 3);
+        assert_eq!(st.latency.max(), 3500);
+        // 5500 - 3000 = 2500, 5500 - 4000 = 1500, 5500 - 5000 = 500.
+        assert_eq!(st.latency.inner().count_at(2500), 1);
+        assert_eq!(st.latency.inner().count_at(1500), 1);
+        assert_eq!(st.latency.inner().count_at(500), 1);
+        assert_eq!(st.bins[3], 1, "3500 ns falls in the 3 us bin");
+    }
+
+    #[test]
+    fn stops_at_end_time() {
+        let clock = FakeClock::new(0, vec![0]);
+        let mut st = ThreadStats::new(0);
+        let stop = AtomicBool::new(false);
+        probe_loop(&clock, MonoNs(0), 1000, None, Some(MonoNs(10_000)), &stop, &mut st, &LiveCounters::default());
+        assert_eq!(st.latency.len(), 10);
+    }
+}

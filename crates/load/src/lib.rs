@@ -1,1 +1,222 @@
-//! placeholder
+//! Load profiles started and stopped around a measurement.
+//!
+//! Owns the mapping from document 001's loads to stress-ng stressors and the
+//! lifetime of the stress-ng processes: a [`LoadGuard`] starts them in their
+//! own process group, asks the kernel to kill them if ontime dies
+//! (PR_SET_PDEATHSIG), and stops the whole group on drop. stress-ng's own
+//! `--timeout` is a last line of defence.
+//!
+//! Does not measure anything.
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+/// A load profile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoadProfile {
+    /// Shared memory, memory access, scheduler (context switches and
+    /// yields), timers and semaphores: document 001's kernel load.
+    Kernel,
+    /// Disk writes and reads, sync, file create and delete.
+    Io,
+    /// UDP traffic on loopback.
+    Net,
+    /// Kernel + io + net.
+    Mixed,
+    /// CPU hogs.
+    Cpu,
+}
+
+impl FromStr for LoadProfile {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "kernel" => Ok(LoadProfile::Kernel),
+            "io" => Ok(LoadProfile::Io),
+            "net" => Ok(LoadProfile::Net),
+            "mixed" => Ok(LoadProfile::Mixed),
+            "cpu" => Ok(LoadProfile::Cpu),
+            _ => Err(format!("unknown load '{s}': use kernel, io, net, mixed or cpu")),
+        }
+    }
+}
+
+impl std::fmt::Display for LoadProfile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = match self {
+            LoadProfile::Kernel => "kernel",
+            LoadProfile::Io => "io",
+            LoadProfile::Net => "net",
+            LoadProfile::Mixed => "mixed",
+            LoadProfile::Cpu => "cpu",
+        };
+        f.write_str(s)
+    }
+}
+
+impl LoadProfile {
+    /// stress-ng stressors for this profile.
+    pub fn stressors(self) -> Vec<&'static str> {
+        const KERNEL: [&str; 6] = ["shm", "vm", "switch", "yield", "timer", "sem"];
+        const IO: [&str; 4] = ["hdd", "sync-file", "io", "dentry"];
+        const NET: [&str; 1] = ["udp"];
+        match self {
+            LoadProfile::Kernel => KERNEL.to_vec(),
+            LoadProfile::Io => IO.to_vec(),
+            LoadProfile::Net => NET.to_vec(),
+            LoadProfile::Mixed => KERNEL.iter().chain(IO.iter()).chain(NET.iter()).copied().collect(),
+            LoadProfile::Cpu => vec!["cpu"],
+        }
+    }
+
+    /// The stress-ng command line (without the binary).
+    pub fn args(self, workers: usize, temp: &std::path::Path, timeout: Duration) -> Vec<String> {
+        let mut a = Vec::new();
+        for s in self.stressors() {
+            a.push(format!("--{s}"));
+            a.push(workers.to_string());
+        }
+        if self.stressors().contains(&"vm") {
+            a.extend(["--vm-bytes".into(), "128M".into()]);
+        }
+        if self.stressors().contains(&"hdd") {
+            a.extend(["--hdd-bytes".into(), "64M".into()]);
+        }
+        a.extend([
+            "--temp-path".into(),
+            temp.display().to_string(),
+            "--timeout".into(),
+            format!("{}s", timeout.as_secs().max(1)),
+            "--quiet".into(),
+        ]);
+        a
+    }
+}
+
+/// Running stress-ng; stops it (the whole process group) on drop.
+pub struct LoadGuard {
+    child: Option<Child>,
+    profile: LoadProfile,
+    _temp: tempfile::TempDir,
+}
+
+impl LoadGuard {
+    /// Starts `profile` with `workers` per stressor. `max_duration` bounds
+    /// stress-ng's own lifetime in case every other stop fails.
+    pub fn start(profile: LoadProfile, workers: usize, max_duration: Duration) -> Result<LoadGuard> {
+        let bin = ontime_core::caps::which("stress-ng")
+            .context("stress-ng is not installed: run scripts/setup.sh or apt-get install stress-ng")?;
+        if workers == 0 {
+            bail!("load workers must be at least 1");
+        }
+        let temp = tempfile::Builder::new()
+            .prefix("ontime-load-")
+            .tempdir()
+            .context("cannot create a temporary directory for the io load")?;
+        let mut cmd = Command::new(bin);
+        cmd.args(profile.args(workers, temp.path(), max_duration))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: the closure only calls async-signal-safe syscalls.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setpgid(0, 0);
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().context("cannot start stress-ng")?;
+        let mut g = LoadGuard {
+            child: Some(child),
+            profile,
+            _temp: temp,
+        };
+        // stress-ng exits at once on a bad option: catch that here.
+        std::thread::sleep(Duration::from_millis(300));
+        if let Some(c) = g.child.as_mut() {
+            if let Ok(Some(status)) = c.try_wait() {
+                g.child = None;
+                bail!("stress-ng for load '{profile}' exited at start ({status}); run it by hand to see why");
+            }
+        }
+        Ok(g)
+    }
+
+    pub fn profile(&self) -> LoadProfile {
+        self.profile
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// Stops the load: SIGTERM to the group, SIGKILL after 3 s.
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else { return };
+        let pgid = child.id() as libc::pid_t;
+        // SAFETY: signalling our own child's process group.
+        unsafe { libc::kill(-pgid, libc::SIGTERM) };
+        let t0 = Instant::now();
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) => break,
+                Ok(None) if t0.elapsed() < Duration::from_secs(3) => std::thread::sleep(Duration::from_millis(20)),
+                _ => {
+                    // SAFETY: as above.
+                    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+                    let _ = child.wait();
+                    break;
+                }
+            }
+        }
+        // Stressor workers left behind in the group (they reparent when the
+        // parent exits): make sure none survive.
+        // SAFETY: as above; ESRCH when the group is already empty.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    }
+}
+
+impl Drop for LoadGuard {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_map_to_stressors() {
+        assert!(LoadProfile::Kernel.stressors().contains(&"shm"));
+        assert!(LoadProfile::Io.stressors().contains(&"dentry"));
+        assert_eq!(LoadProfile::Net.stressors(), vec!["udp"]);
+        assert_eq!(LoadProfile::Mixed.stressors().len(), 11);
+        assert!("disk".parse::<LoadProfile>().is_err());
+    }
+
+    fn group_alive(pgid: i32) -> bool {
+        // SAFETY: signal 0 only checks existence.
+        unsafe { libc::kill(-pgid, 0) == 0 }
+    }
+
+    #[test]
+    fn starts_and_stops_the_whole_group() {
+        if ontime_core::caps::which("stress-ng").is_none() {
+            eprintln!("skipped: stress-ng is not installed");
+            return;
+        }
+        let mut g = LoadGuard::start(LoadProfile::Net, 1, Duration::from_secs(30)).unwrap();
+        let pgid = g.pid().unwrap() as i32;
+        assert!(group_alive(pgid));
+        g.stop();
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!group_alive(pgid), "stress-ng processes survived stop()");
+    }
+}

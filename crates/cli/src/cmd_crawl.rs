@@ -1,0 +1,316 @@
+//! `ontime crawl`: poll gateways on a fixed period and report send lag,
+//! response time, interval error and missed polls.
+
+use crate::output;
+use crate::usage;
+use anyhow::Context;
+use clap::Args;
+use ontime_core::caps::Capabilities;
+use ontime_core::duration::{format_ns, parse_ns};
+use ontime_core::manifest::Manifest;
+use ontime_core::rt::{parse_cpu_list, Policy, ThreadSettings};
+use ontime_crawl::config::{CrawlConfig, CrawlFile, GatewaySpec, Phase};
+use ontime_crawl::engine::StopFlags;
+use ontime_crawl::RunOptions;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Args)]
+pub struct CrawlArgs {
+    /// Crawl config (TOML: [[gateway]] url/points, period, points_per_request, phase)
+    #[arg(long, short = 'c')]
+    config: Option<PathBuf>,
+    /// Gateway URL http://HOST:PORT/BUILDING (repeatable); used when no --config
+    #[arg(long)]
+    url: Vec<String>,
+    /// Points per gateway (ids 0..points) [default: 1000, or from --rate]
+    #[arg(long, conflicts_with = "rate")]
+    points: Option<u32>,
+    /// Polls per second over all --url gateways; sets --points from N and the period
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Points per request (N)
+    #[arg(short = 'N', long = "points-per-request")]
+    points_per_request: Option<usize>,
+    /// Period of every point
+    #[arg(long, value_parser = parse_ns)]
+    period: Option<u64>,
+    /// Phase layout of the polls within a period
+    #[arg(long, value_enum)]
+    phase: Option<PhaseArg>,
+    /// A poll is missed when no answer came this long after its planned time [default: the period]
+    #[arg(long, value_parser = parse_ns)]
+    timeout: Option<u64>,
+    /// Connections per gateway and vCPU thread, at most
+    #[arg(long)]
+    max_connections: Option<usize>,
+    /// Length of the run
+    #[arg(short = 'D', long, default_value = "10s", value_parser = parse_ns)]
+    duration: u64,
+    /// Threads that do all the crawl's work (stands in for a k-vCPU guest)
+    #[arg(long, default_value_t = 1)]
+    vcpus: usize,
+    /// Scheduling policy of the vCPU threads: other, fifo:PRIO, rr:PRIO, deadline:RUNTIME/PERIOD
+    #[arg(long, default_value = "other")]
+    policy: Policy,
+    /// CPUs the vCPU threads may run on, e.g. 0 or 0-1
+    #[arg(short = 'a', long, value_parser = parse_cpu_list)]
+    affinity: Option<Vec<usize>>,
+    /// Lock all memory (mlockall)
+    #[arg(short = 'm', long)]
+    mlockall: bool,
+    /// Timer slack of the vCPU threads in ns
+    #[arg(long, default_value_t = 1)]
+    timer_slack: u64,
+    /// Count samples above this value in every metric
+    #[arg(long, value_parser = parse_ns)]
+    threshold: Option<u64>,
+    /// Print the result as JSON (schema: docs/crawl-json.md)
+    #[arg(long)]
+    json: bool,
+    /// Also write the JSON result to this file
+    #[arg(long)]
+    result: Option<PathBuf>,
+    /// HdrHistogram interval log of send_lag, response_time and interval_error
+    #[arg(long)]
+    hlog: Option<PathBuf>,
+    /// Interval of the histogram log and progress
+    #[arg(long, default_value = "1s", value_parser = parse_ns)]
+    hlog_interval: u64,
+    /// Write one CSV line per poll (planned, sent, gateway receive, done, outcome)
+    #[arg(long)]
+    polls: Option<PathBuf>,
+    /// Store every value read into this SQLite database, off the timing path
+    #[arg(long)]
+    store: Option<PathBuf>,
+    /// Start a matching local gateway for the run and stop it afterwards
+    #[arg(long)]
+    with_gateway: bool,
+    /// With --with-gateway: the gateway's receive log
+    #[arg(long, requires = "with_gateway")]
+    gateway_log: Option<PathBuf>,
+    /// With --with-gateway: the gateway's fixed controller delay
+    #[arg(long, requires = "with_gateway", value_parser = parse_ns)]
+    gateway_delay: Option<u64>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PhaseArg {
+    Spread,
+    Aligned,
+}
+
+fn build_config(a: &CrawlArgs) -> anyhow::Result<CrawlConfig> {
+    let mut file = match &a.config {
+        Some(p) => {
+            if !a.url.is_empty() {
+                return Err(usage("give either --config or --url, not both"));
+            }
+            CrawlFile::from_file(p).map_err(|e| usage(format!("{e:#}")))?
+        }
+        None => {
+            let urls = if a.url.is_empty() { vec!["http://127.0.0.1:8080/b0".to_string()] } else { a.url.clone() };
+            let n = a.points_per_request.unwrap_or(ontime_crawl::config::DEFAULT_N);
+            let period = a.period.unwrap_or(ontime_crawl::config::DEFAULT_PERIOD_NS);
+            let points = match (a.points, a.rate) {
+                (Some(p), _) => p,
+                (None, Some(r)) => {
+                    if !(r > 0.0 && r.is_finite()) {
+                        return Err(usage("--rate must be a positive number of polls per second"));
+                    }
+                    let per_gw = r / urls.len() as f64 * n as f64 * period as f64 / 1e9;
+                    per_gw.round().max(1.0) as u32
+                }
+                (None, None) => 1000,
+            };
+            CrawlFile {
+                period: None,
+                points_per_request: None,
+                phase: None,
+                timeout: None,
+                max_connections: None,
+                gateways: urls
+                    .into_iter()
+                    .map(|url| GatewaySpec { url, points: Some(points), point_ids: None, period: None })
+                    .collect(),
+            }
+        }
+    };
+    // Flags override the file.
+    if a.points_per_request.is_some() {
+        file.points_per_request = a.points_per_request;
+    }
+    if a.period.is_some() {
+        file.period = a.period;
+        for g in &mut file.gateways {
+            g.period = None;
+        }
+    }
+    if let Some(p) = a.phase {
+        file.phase = Some(match p {
+            PhaseArg::Spread => Phase::Spread,
+            PhaseArg::Aligned => Phase::Aligned,
+        });
+    }
+    if a.timeout.is_some() {
+        file.timeout = a.timeout;
+    }
+    if a.max_connections.is_some() {
+        file.max_connections = a.max_connections;
+    }
+    let where_ = a.config.as_ref().map(|p| format!("{}: ", p.display())).unwrap_or_default();
+    CrawlConfig::resolve(file).map_err(|e| usage(format!("{where_}{e:#}")))
+}
+
+pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
+    let cfg = build_config(&a)?;
+    if a.vcpus == 0 {
+        return Err(usage("--vcpus must be at least 1"));
+    }
+    if a.duration == 0 {
+        return Err(usage("--duration must be above 0"));
+    }
+    if a.hlog_interval < 10_000_000 {
+        return Err(usage("--hlog-interval must be at least 10ms"));
+    }
+    let _gateway = if a.with_gateway { Some(LocalGateway::start(&cfg, &a)?) } else { None };
+    let caps = Capabilities::probe();
+    let manifest = Manifest::start("native", caps);
+    let flags = Arc::new(StopFlags::default());
+    {
+        let (f1, f2) = (flags.clone(), flags.clone());
+        crate::signals::install(
+            move || f1.stop.store(true, Ordering::Relaxed),
+            move || f2.abort.store(true, Ordering::Relaxed),
+        )?;
+    }
+    let opts = RunOptions {
+        vcpus: a.vcpus,
+        duration_ns: a.duration,
+        thread: ThreadSettings {
+            policy: a.policy,
+            affinity: a.affinity.clone().unwrap_or_default(),
+            timer_slack_ns: Some(a.timer_slack),
+        },
+        mlockall: a.mlockall,
+        threshold_ns: a.threshold,
+        report_interval_ns: a.hlog_interval,
+        hlog: a.hlog.clone(),
+        polls_file: a.polls.clone(),
+        store: a.store.clone(),
+    };
+    if !a.json {
+        eprintln!(
+            "ontime crawl: {:.0} polls/s to {} gateway(s) for {} on {} vCPU thread(s)",
+            cfg.polls_per_second(),
+            cfg.gateways.len(),
+            format_ns(a.duration),
+            a.vcpus
+        );
+    }
+    let pb = output::progress_bar(a.duration.div_ceil(1_000_000_000));
+    let result = ontime_crawl::run(cfg, opts, flags, manifest, &mut |p| {
+        pb.set_position(p.elapsed_ns / 1_000_000_000);
+        pb.set_message(format!(
+            "polls {} missed {} | max send lag {} interval error {}",
+            p.outcomes.planned,
+            p.outcomes.missed(),
+            format_ns(p.send_lag_max_ns),
+            format_ns(p.interval_error_max_ns)
+        ));
+    });
+    pb.finish_and_clear();
+    let result = result?;
+    output::emit(&result, &result.text(), a.json, a.result.as_deref())
+}
+
+/// A gateway child process serving what the crawl will poll; stopped (and
+/// its receive log flushed) on drop.
+struct LocalGateway {
+    child: Child,
+    _config: tempfile::NamedTempFile,
+}
+
+impl LocalGateway {
+    fn start(cfg: &CrawlConfig, a: &CrawlArgs) -> anyhow::Result<LocalGateway> {
+        let mut toml_text = String::new();
+        let first = cfg.gateways[0].addr;
+        toml_text.push_str(&format!("listen = \"{first}\"\n"));
+        if let Some(d) = a.gateway_delay {
+            toml_text.push_str(&format!("[faults]\ndelay = \"{d}ns\"\n"));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for g in &cfg.gateways {
+            if !g.addr.ip().is_loopback() {
+                return Err(usage(format!("--with-gateway serves loopback addresses only, not {}", g.addr)));
+            }
+            if !seen.insert((g.addr, g.building.clone())) {
+                continue;
+            }
+            let points = g.point_ids.iter().max().copied().unwrap_or(0) + 1;
+            toml_text.push_str(&format!(
+                "[[building]]\nname = \"{}\"\npoints = {}\nlisten = \"{}\"\n",
+                g.building, points, g.addr
+            ));
+        }
+        let mut file = tempfile::Builder::new().prefix("ontime-gateway-").suffix(".toml").tempfile()?;
+        use std::io::Write;
+        file.write_all(toml_text.as_bytes())?;
+        let exe = std::env::current_exe().context("cannot find the ontime binary")?;
+        let mut cmd = Command::new(exe);
+        cmd.arg("gateway").arg("--config").arg(file.path());
+        if let Some(l) = &a.gateway_log {
+            cmd.arg("--log").arg(l);
+        }
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        use std::os::unix::process::CommandExt;
+        // SAFETY: only an async-signal-safe prctl before exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().context("cannot start the local gateway")?;
+        let t0 = Instant::now();
+        let addrs: Vec<_> = seen.iter().map(|(a, _)| *a).collect();
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    use std::io::Read;
+                    let _ = e.read_to_string(&mut err);
+                }
+                anyhow::bail!("the local gateway exited ({status}): {}", err.trim());
+            }
+            if addrs.iter().all(|a| std::net::TcpStream::connect_timeout(a, Duration::from_millis(100)).is_ok()) {
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(5) {
+                let _ = child.kill();
+                anyhow::bail!("the local gateway did not start listening within 5 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(LocalGateway { child, _config: file })
+    }
+}
+
+impl Drop for LocalGateway {
+    fn drop(&mut self) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(3) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,179 @@
+//! `ontime cyclic`: periodic wake-up probe with cyclictest's flags where they
+//! mean the same (-t -a -i -d -p -m -l -D -h), optional stress-ng load.
+
+use crate::output;
+use crate::usage;
+use clap::{ArgAction, Args};
+use ontime_core::caps::Capabilities;
+use ontime_core::duration::{format_ns, parse_ns};
+use ontime_core::manifest::Manifest;
+use ontime_core::rt::{parse_cpu_list, Policy};
+use ontime_cyclic::CyclicOptions;
+use ontime_load::{LoadGuard, LoadProfile};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A duration where a bare number means microseconds, as in cyclictest.
+fn parse_us_or_duration(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(us) => Ok(us * 1000),
+        Err(_) => parse_ns(s),
+    }
+}
+
+#[derive(Args)]
+#[command(disable_help_flag = true)]
+pub struct CyclicArgs {
+    /// Print help
+    #[arg(long, action = ArgAction::Help)]
+    help: Option<bool>,
+    /// Number of probe threads
+    #[arg(short = 't', long, default_value_t = 1)]
+    threads: usize,
+    /// One thread per online CPU, each pinned to its CPU (overrides -t and -a)
+    #[arg(short = 'S', long)]
+    smp: bool,
+    /// CPUs to pin threads to, round-robin (e.g. 0 or 0-1)
+    #[arg(short = 'a', long, value_parser = parse_cpu_list)]
+    affinity: Option<Vec<usize>>,
+    /// Wake-up interval (bare number = microseconds, as cyclictest)
+    #[arg(short = 'i', long, default_value = "1000", value_parser = parse_us_or_duration)]
+    interval: u64,
+    /// Interval added per further thread (bare number = microseconds)
+    #[arg(short = 'd', long, default_value = "0", value_parser = parse_us_or_duration)]
+    distance: u64,
+    /// Policy: other, fifo, rr (with -p), fifo:PRIO, or deadline:RUNTIME/PERIOD[/DEADLINE]
+    #[arg(long)]
+    policy: Option<String>,
+    /// Real-time priority; alone it means SCHED_FIFO at this priority
+    #[arg(short = 'p', long)]
+    priority: Option<u8>,
+    /// Lock all memory (mlockall)
+    #[arg(short = 'm', long)]
+    mlockall: bool,
+    /// Number of wake-ups per thread
+    #[arg(short = 'l', long)]
+    loops: Option<u64>,
+    /// Length of the run, e.g. 60s
+    #[arg(short = 'D', long, value_parser = parse_ns)]
+    duration: Option<u64>,
+    /// Print a histogram with this many 1-us bins in cyclictest's -h layout
+    #[arg(short = 'h', long, default_value_t = 0)]
+    histogram: usize,
+    /// Write the histogram there instead of stdout
+    #[arg(long, requires = "histogram")]
+    histfile: Option<PathBuf>,
+    /// Load during the run, by stress-ng: kernel, io, net, mixed or cpu
+    #[arg(long)]
+    load: Option<LoadProfile>,
+    /// stress-ng workers per stressor of the load
+    #[arg(long, default_value_t = 1)]
+    load_workers: usize,
+    /// Count wake-ups later than this
+    #[arg(long, value_parser = parse_ns)]
+    threshold: Option<u64>,
+    /// Do not hold /dev/cpu_dma_latency at 0 during the run
+    #[arg(long)]
+    no_dma_latency: bool,
+    /// Print the result as JSON (schema: docs/cyclic-json.md)
+    #[arg(long)]
+    json: bool,
+    /// Also write the JSON result to this file
+    #[arg(long)]
+    result: Option<PathBuf>,
+}
+
+fn resolve_policy(policy: Option<&str>, prio: Option<u8>) -> anyhow::Result<Policy> {
+    let p = match (policy, prio) {
+        (None, None) => Policy::Other,
+        (None, Some(p)) => format!("fifo:{p}").parse().map_err(usage)?,
+        (Some(name @ ("fifo" | "rr")), Some(p)) => format!("{name}:{p}").parse().map_err(usage)?,
+        (Some(spec), None) => spec.parse().map_err(usage)?,
+        (Some(spec), Some(_)) => {
+            return Err(usage(format!("-p goes with --policy fifo or rr, not '{spec}'")));
+        }
+    };
+    Ok(p)
+}
+
+pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
+    let policy = resolve_policy(a.policy.as_deref(), a.priority)?;
+    if a.loops.is_none() && a.duration.is_none() {
+        return Err(usage("give a duration (-D 60s) or a loop count (-l 100000)"));
+    }
+    if a.threads == 0 {
+        return Err(usage("-t must be at least 1"));
+    }
+    if a.interval < 1000 {
+        return Err(usage("the interval (-i) must be at least 1us"));
+    }
+    let online = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let (threads, affinity) = if a.smp {
+        (online, (0..online).collect())
+    } else {
+        (a.threads, a.affinity.clone().unwrap_or_default())
+    };
+    if let Some(bad) = affinity.iter().find(|&&c| c >= online) {
+        return Err(usage(format!("CPU {bad} is not online (this host has {online})")));
+    }
+    let opts = CyclicOptions {
+        threads,
+        affinity,
+        interval_ns: a.interval,
+        distance_ns: a.distance,
+        policy,
+        mlockall: a.mlockall,
+        loops: a.loops,
+        duration_ns: a.duration,
+        histogram_us: a.histogram,
+        threshold_ns: a.threshold,
+        dma_latency: !a.no_dma_latency,
+        load: a.load.map(|l| l.to_string()),
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    crate::signals::install_flag(stop.clone())?;
+    let expected_ns = a
+        .duration
+        .unwrap_or_else(|| a.loops.unwrap_or(0).saturating_mul(a.interval + a.distance * threads as u64));
+    let _load = match a.load {
+        Some(profile) => {
+            let g = LoadGuard::start(profile, a.load_workers, Duration::from_nanos(expected_ns) + Duration::from_secs(30))?;
+            if !a.json {
+                eprintln!("ontime cyclic: load '{profile}' running (stress-ng pid {})", g.pid().unwrap_or(0));
+            }
+            // Let the load reach steady state before measuring.
+            std::thread::sleep(Duration::from_millis(500));
+            Some(g)
+        }
+        None => None,
+    };
+    let manifest = Manifest::start("native", Capabilities::probe());
+    let pb = output::progress_bar(expected_ns.div_ceil(1_000_000_000));
+    let t0 = std::time::Instant::now();
+    let result = ontime_cyclic::run(opts, stop.clone(), manifest, &mut |lives| {
+        let cycles: u64 = lives.iter().map(|l| l.cycles.load(Ordering::Relaxed)).sum();
+        let max = lives.iter().map(|l| l.max_ns.load(Ordering::Relaxed)).max().unwrap_or(0);
+        let over: u64 = lives.iter().map(|l| l.overruns.load(Ordering::Relaxed)).sum();
+        pb.set_position(t0.elapsed().as_secs());
+        pb.set_message(format!("wake-ups {cycles} max {} overruns {over}", format_ns(max)));
+    });
+    pb.finish_and_clear();
+    drop(_load);
+    let result = result?;
+    let mut text = result.text();
+    if a.histogram > 0 {
+        let hist = result.cyclictest_histogram();
+        match &a.histfile {
+            Some(p) => std::fs::write(p, hist).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?,
+            None if !a.json => text = format!("{hist}{text}"),
+            None => {}
+        }
+    }
+    output::emit(&result, &text, a.json, a.result.as_deref())?;
+    if stop.load(Ordering::Relaxed) {
+        eprintln!("ontime cyclic: interrupted; results cover the run so far");
+    }
+    Ok(())
+}

@@ -1,0 +1,177 @@
+//! `ontime gateway`: serve emulated building gateways; `ontime gateway
+//! analyze`: interval error from a gateway's receive log.
+
+use crate::usage;
+use clap::{Args, Subcommand};
+use ontime_core::duration::parse_ns;
+use ontime_gateway::{GatewayConfig, Faults};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct GatewayArgs {
+    #[command(subcommand)]
+    action: Option<GatewayAction>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Subcommand)]
+enum GatewayAction {
+    /// Interval error of every point from a gateway's receive log
+    Analyze(AnalyzeArgs),
+}
+
+#[derive(Args)]
+struct AnalyzeArgs {
+    /// The receive log written with --log
+    log: PathBuf,
+    /// The period the points were polled at
+    #[arg(long, default_value = "1s", value_parser = parse_ns)]
+    period: u64,
+    /// Count samples above this interval error
+    #[arg(long, value_parser = parse_ns)]
+    threshold: Option<u64>,
+    /// Print JSON instead of text
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// TOML file with [[building]] tables and [faults] (flags below override)
+    #[arg(long, short = 'c')]
+    config: Option<PathBuf>,
+    /// Address to listen on
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Number of buildings, served at /b0 ... /b{N-1}
+    #[arg(long, default_value_t = 1)]
+    buildings: u32,
+    /// Points per building
+    #[arg(long, default_value_t = 10_000)]
+    points: u32,
+    /// Give building i its own port (listen port + i) instead of a path prefix only
+    #[arg(long)]
+    port_per_building: bool,
+    /// Server worker threads
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Stream every point's receive time to this file
+    #[arg(long)]
+    log: Option<PathBuf>,
+    /// Fixed local-controller delay, e.g. 2ms
+    #[arg(long, value_parser = parse_ns)]
+    delay: Option<u64>,
+    /// Random extra controller delay, uniform in 0..this
+    #[arg(long, value_parser = parse_ns)]
+    delay_random: Option<u64>,
+    /// Probability of a delay spike per request
+    #[arg(long)]
+    spike_probability: Option<f64>,
+    /// Length of a delay spike
+    #[arg(long, value_parser = parse_ns)]
+    spike: Option<u64>,
+    /// Probability of answering 503
+    #[arg(long)]
+    error_probability: Option<f64>,
+    /// Probability of closing the connection without an answer
+    #[arg(long)]
+    drop_probability: Option<f64>,
+    /// Probability of a truncated JSON body
+    #[arg(long)]
+    malformed_probability: Option<f64>,
+    /// Probability that a point answers status "fault"
+    #[arg(long)]
+    point_fault_probability: Option<f64>,
+}
+
+impl ServeArgs {
+    fn to_config(&self) -> anyhow::Result<GatewayConfig> {
+        let mut cfg = match &self.config {
+            Some(p) => GatewayConfig::from_file(p).map_err(|e| usage(format!("{e:#}")))?,
+            None => {
+                if self.buildings == 0 || self.points == 0 {
+                    return Err(usage("--buildings and --points must be at least 1"));
+                }
+                GatewayConfig::generated(self.listen, self.buildings, self.points, self.port_per_building)
+            }
+        };
+        if let Some(t) = self.threads {
+            cfg.threads = t;
+        }
+        if self.log.is_some() {
+            cfg.log = self.log.clone();
+        }
+        let f: &mut Faults = &mut cfg.faults;
+        macro_rules! over {
+            ($($field:ident => $target:ident),*) => {$(
+                if let Some(v) = self.$field { f.$target = v; }
+            )*};
+        }
+        over!(delay => delay_ns, delay_random => delay_random_ns, spike => spike_ns,
+              spike_probability => spike_probability, error_probability => error_probability,
+              drop_probability => drop_probability, malformed_probability => malformed_probability,
+              point_fault_probability => point_fault_probability);
+        cfg.validate().map_err(|e| usage(format!("{e:#}")))?;
+        Ok(cfg)
+    }
+}
+
+pub fn run(a: GatewayArgs) -> anyhow::Result<()> {
+    match a.action {
+        Some(GatewayAction::Analyze(an)) => analyze(an),
+        None => serve(a.serve),
+    }
+}
+
+fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    let cfg = a.to_config()?;
+    let summary: Vec<String> = cfg
+        .buildings
+        .iter()
+        .map(|b| format!("/{} ({} points)", b.name, b.points))
+        .collect();
+    let gw = ontime_gateway::server::start(cfg.clone())?;
+    for addr in gw.addrs() {
+        println!("ontime gateway: listening on http://{addr}");
+    }
+    println!("ontime gateway: buildings {}", summary.join(", "));
+    if let Some(l) = &cfg.log {
+        println!("ontime gateway: receive log {}", l.display());
+    }
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let stop = Arc::new(AtomicBool::new(false));
+    crate::signals::install_flag(stop.clone())?;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let stats = gw.stop()?;
+    println!("ontime gateway: stopped; {}", serde_json::to_string(&stats)?);
+    Ok(())
+}
+
+fn analyze(a: AnalyzeArgs) -> anyhow::Result<()> {
+    if !a.log.exists() {
+        return Err(usage(format!("no receive log at {}", a.log.display())));
+    }
+    let r = ontime_gateway::recvlog::analyze(&a.log, a.period, a.threshold)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!(
+            "ontime gateway analyze: {} lines, {} lead points, period {}, inferred missed {}",
+            r.lines,
+            r.points,
+            ontime_core::duration::format_ns(a.period),
+            r.inferred_missed
+        );
+        println!("{}", ontime_core::stats::Summary::text_header());
+        println!("{}", r.interval_error.text_row("interval error"));
+    }
+    Ok(())
+}
