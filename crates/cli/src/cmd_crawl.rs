@@ -86,6 +86,9 @@ pub struct CrawlArgs {
     /// Store every value read into this SQLite database, off the timing path
     #[arg(long)]
     store: Option<PathBuf>,
+    /// Do not hold /dev/cpu_dma_latency at 0 during the run
+    #[arg(long)]
+    no_dma_latency: bool,
     /// Start a matching local gateway for the run and stop it afterwards
     #[arg(long)]
     with_gateway: bool,
@@ -112,7 +115,11 @@ fn build_config(a: &CrawlArgs) -> anyhow::Result<CrawlConfig> {
             CrawlFile::from_file(p).map_err(|e| usage(format!("{e:#}")))?
         }
         None => {
-            let urls = if a.url.is_empty() { vec!["http://127.0.0.1:8080/b0".to_string()] } else { a.url.clone() };
+            let urls = if a.url.is_empty() {
+                vec!["http://127.0.0.1:8080/b0".to_string()]
+            } else {
+                a.url.clone()
+            };
             let n = a.points_per_request.unwrap_or(ontime_crawl::config::DEFAULT_N);
             let period = a.period.unwrap_or(ontime_crawl::config::DEFAULT_PERIOD_NS);
             let points = match (a.points, a.rate) {
@@ -134,7 +141,12 @@ fn build_config(a: &CrawlArgs) -> anyhow::Result<CrawlConfig> {
                 max_connections: None,
                 gateways: urls
                     .into_iter()
-                    .map(|url| GatewaySpec { url, points: Some(points), point_ids: None, period: None })
+                    .map(|url| GatewaySpec {
+                        url,
+                        points: Some(points),
+                        point_ids: None,
+                        period: None,
+                    })
                     .collect(),
             }
         }
@@ -161,7 +173,11 @@ fn build_config(a: &CrawlArgs) -> anyhow::Result<CrawlConfig> {
     if a.max_connections.is_some() {
         file.max_connections = a.max_connections;
     }
-    let where_ = a.config.as_ref().map(|p| format!("{}: ", p.display())).unwrap_or_default();
+    let where_ = a
+        .config
+        .as_ref()
+        .map(|p| format!("{}: ", p.display()))
+        .unwrap_or_default();
     CrawlConfig::resolve(file).map_err(|e| usage(format!("{where_}{e:#}")))
 }
 
@@ -176,9 +192,25 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
     if a.hlog_interval < 10_000_000 {
         return Err(usage("--hlog-interval must be at least 10ms"));
     }
-    let _gateway = if a.with_gateway { Some(LocalGateway::start(&cfg, &a)?) } else { None };
+    let _gateway = if a.with_gateway {
+        Some(LocalGateway::start(&cfg, &a)?)
+    } else {
+        None
+    };
     let caps = Capabilities::probe();
-    let manifest = Manifest::start("native", caps);
+    let mut manifest = Manifest::start("native", caps);
+    // Deep idle states add wake-up latency; hold them off as cyclictest does.
+    let _dma = if a.no_dma_latency {
+        None
+    } else {
+        match ontime_core::rt::DmaLatencyGuard::hold(0) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                manifest.capabilities.missing.push(format!("{e:#}"));
+                None
+            }
+        }
+    };
     let flags = Arc::new(StopFlags::default());
     {
         let (f1, f2) = (flags.clone(), flags.clone());
@@ -245,7 +277,10 @@ impl LocalGateway {
         let mut seen = std::collections::HashSet::new();
         for g in &cfg.gateways {
             if !g.addr.ip().is_loopback() {
-                return Err(usage(format!("--with-gateway serves loopback addresses only, not {}", g.addr)));
+                return Err(usage(format!(
+                    "--with-gateway serves loopback addresses only, not {}",
+                    g.addr
+                )));
             }
             if !seen.insert((g.addr, g.building.clone())) {
                 continue;
@@ -256,7 +291,10 @@ impl LocalGateway {
                 g.building, points, g.addr
             ));
         }
-        let mut file = tempfile::Builder::new().prefix("ontime-gateway-").suffix(".toml").tempfile()?;
+        let mut file = tempfile::Builder::new()
+            .prefix("ontime-gateway-")
+            .suffix(".toml")
+            .tempfile()?;
         use std::io::Write;
         file.write_all(toml_text.as_bytes())?;
         let exe = std::env::current_exe().context("cannot find the ontime binary")?;
@@ -286,7 +324,10 @@ impl LocalGateway {
                 }
                 anyhow::bail!("the local gateway exited ({status}): {}", err.trim());
             }
-            if addrs.iter().all(|a| std::net::TcpStream::connect_timeout(a, Duration::from_millis(100)).is_ok()) {
+            if addrs
+                .iter()
+                .all(|a| std::net::TcpStream::connect_timeout(a, Duration::from_millis(100)).is_ok())
+            {
                 break;
             }
             if t0.elapsed() > Duration::from_secs(5) {

@@ -134,14 +134,23 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
     };
     let stop = Arc::new(AtomicBool::new(false));
     crate::signals::install_flag(stop.clone())?;
-    let expected_ns = a
-        .duration
-        .unwrap_or_else(|| a.loops.unwrap_or(0).saturating_mul(a.interval + a.distance * threads as u64));
+    let expected_ns = a.duration.unwrap_or_else(|| {
+        a.loops
+            .unwrap_or(0)
+            .saturating_mul(a.interval + a.distance * threads as u64)
+    });
     let _load = match a.load {
         Some(profile) => {
-            let g = LoadGuard::start(profile, a.load_workers, Duration::from_nanos(expected_ns) + Duration::from_secs(30))?;
+            let g = LoadGuard::start(
+                profile,
+                a.load_workers,
+                Duration::from_nanos(expected_ns) + Duration::from_secs(30),
+            )?;
             if !a.json {
-                eprintln!("ontime cyclic: load '{profile}' running (stress-ng pid {})", g.pid().unwrap_or(0));
+                eprintln!(
+                    "ontime cyclic: load '{profile}' running (stress-ng pid {})",
+                    g.pid().unwrap_or(0)
+                );
             }
             // Let the load reach steady state before measuring.
             std::thread::sleep(Duration::from_millis(500));
@@ -154,7 +163,11 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
     let t0 = std::time::Instant::now();
     let result = ontime_cyclic::run(opts, stop.clone(), manifest, &mut |lives| {
         let cycles: u64 = lives.iter().map(|l| l.cycles.load(Ordering::Relaxed)).sum();
-        let max = lives.iter().map(|l| l.max_ns.load(Ordering::Relaxed)).max().unwrap_or(0);
+        let max = lives
+            .iter()
+            .map(|l| l.max_ns.load(Ordering::Relaxed))
+            .max()
+            .unwrap_or(0);
         let over: u64 = lives.iter().map(|l| l.overruns.load(Ordering::Relaxed)).sum();
         pb.set_position(t0.elapsed().as_secs());
         pb.set_message(format!("wake-ups {cycles} max {} overruns {over}", format_ns(max)));

@@ -4,7 +4,7 @@
 use crate::usage;
 use clap::{Args, Subcommand};
 use ontime_core::duration::parse_ns;
-use ontime_gateway::{GatewayConfig, Faults};
+use ontime_gateway::{Faults, GatewayConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -50,8 +50,37 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(msg.into()))
 }
 
+/// Parses the command line; a usage error becomes one line on stderr and
+/// exit code 2 (help and version print as usual).
+fn parse() -> Cli {
+    match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                e.exit();
+            }
+            let text = e.render().to_string();
+            let mut parts: Vec<String> = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information"))
+                .map(|l| l.trim_start_matches("error: ").to_string())
+                .collect();
+            parts.push("see --help".into());
+            eprintln!("ontime: error: {}", parts.join("; "));
+            std::process::exit(2);
+        }
+    }
+}
+
 fn main() {
-    let cli = Cli::parse();
+    let cli = parse();
     let result = match cli.verb {
         Verb::Gateway(a) => cmd_gateway::run(a),
         Verb::Crawl(a) => cmd_crawl::run(a),

@@ -32,5 +32,8 @@ pub fn install(on_first: impl Fn() + Send + 'static, on_second: impl Fn() + Send
 /// For verbs with a single stop flag.
 pub fn install_flag(flag: Arc<std::sync::atomic::AtomicBool>) -> anyhow::Result<()> {
     let f2 = flag.clone();
-    install(move || flag.store(true, Ordering::Relaxed), move || f2.store(true, Ordering::Relaxed))
+    install(
+        move || flag.store(true, Ordering::Relaxed),
+        move || f2.store(true, Ordering::Relaxed),
+    )
 }

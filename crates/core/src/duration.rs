@@ -6,9 +6,8 @@ use serde::{Deserialize, Deserializer};
 /// Parses a human duration into nanoseconds. A bare number is rejected so a
 /// unit is never guessed.
 pub fn parse_ns(text: &str) -> Result<u64, String> {
-    let d = humantime::parse_duration(text.trim()).map_err(|e| {
-        format!("'{text}' is not a duration ({e}); write it with a unit, e.g. 1s, 250ms, 100us")
-    })?;
+    let d = humantime::parse_duration(text.trim())
+        .map_err(|e| format!("'{text}' is not a duration ({e}); write it with a unit, e.g. 1s, 250ms, 100us"))?;
     u64::try_from(d.as_nanos()).map_err(|_| format!("'{text}' is too long"))
 }
 
@@ -36,8 +35,7 @@ pub fn deserialize_ns<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> 
 /// Serde helper for an optional duration field.
 pub fn deserialize_opt_ns<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     let s = Option::<String>::deserialize(d)?;
-    s.map(|s| parse_ns(&s).map_err(serde::de::Error::custom))
-        .transpose()
+    s.map(|s| parse_ns(&s).map_err(serde::de::Error::custom)).transpose()
 }
 
 #[cfg(test)]

@@ -18,8 +18,8 @@ pub struct HlogFile {
 impl HlogFile {
     /// Creates the log; `start` is the wall time of the run's start.
     pub fn create(path: &Path, comment: &str, start: SystemTime) -> Result<HlogFile> {
-        let file = std::fs::File::create(path)
-            .with_context(|| format!("cannot create histogram log {}", path.display()))?;
+        let file =
+            std::fs::File::create(path).with_context(|| format!("cannot create histogram log {}", path.display()))?;
         let mut h = HlogFile {
             out: BufWriter::new(file),
             ser: V2DeflateSerializer::new(),
@@ -61,8 +61,10 @@ mod tests {
         let mut log = HlogFile::create(&path, "test", SystemTime::now()).unwrap();
         let mut h = LatencyHistogram::new();
         h.record(1000);
-        log.write("send_lag", &h, Duration::from_secs(0), Duration::from_secs(1)).unwrap();
-        log.write("send_lag", &h, Duration::from_secs(1), Duration::from_secs(1)).unwrap();
+        log.write("send_lag", &h, Duration::from_secs(0), Duration::from_secs(1))
+            .unwrap();
+        log.write("send_lag", &h, Duration::from_secs(1), Duration::from_secs(1))
+            .unwrap();
         log.flush().unwrap();
         let data = std::fs::read(&path).unwrap();
         let n = IntervalLogIterator::new(&data)

@@ -9,6 +9,7 @@
 //! Does not own any workload, network protocol or output format of a verb.
 
 pub mod caps;
+pub mod config;
 pub mod duration;
 pub mod hlog;
 pub mod interval;

@@ -36,12 +36,8 @@ impl Manifest {
                 read_trim("/proc/sys/kernel/ostype"),
                 read_trim("/proc/sys/kernel/osrelease")
             ),
-            clocksource: read_trim(
-                "/sys/devices/system/clocksource/clocksource0/current_clocksource",
-            ),
-            cpus_online: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1),
+            clocksource: read_trim("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
+            cpus_online: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
             backend: backend.into(),
             capabilities: caps,
         }

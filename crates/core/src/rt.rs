@@ -65,12 +65,8 @@ impl FromStr for Policy {
         };
         match name {
             "other" | "normal" => Ok(Policy::Other),
-            "fifo" => Ok(Policy::Fifo {
-                priority: prio(arg)?,
-            }),
-            "rr" => Ok(Policy::Rr {
-                priority: prio(arg)?,
-            }),
+            "fifo" => Ok(Policy::Fifo { priority: prio(arg)? }),
+            "rr" => Ok(Policy::Rr { priority: prio(arg)? }),
             "deadline" => {
                 let a = arg.ok_or("deadline needs RUNTIME/PERIOD, e.g. deadline:200us/1ms")?;
                 let parts: Vec<&str> = a.split('/').collect();
@@ -192,9 +188,8 @@ pub fn set_affinity(cpus: &[usize]) -> Result<()> {
     // SAFETY: pid 0 is the calling thread; `set` is a valid cpu_set_t.
     let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
     if rc != 0 {
-        return Err(std::io::Error::last_os_error()).with_context(|| {
-            format!("cannot pin to CPUs {cpus:?}: are they online and in this cgroup's cpuset?")
-        });
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("cannot pin to CPUs {cpus:?}: are they online and in this cgroup's cpuset?"));
     }
     Ok(())
 }
@@ -282,10 +277,7 @@ mod tests {
     #[test]
     fn parses_policies() {
         assert_eq!("other".parse::<Policy>().unwrap(), Policy::Other);
-        assert_eq!(
-            "fifo:80".parse::<Policy>().unwrap(),
-            Policy::Fifo { priority: 80 }
-        );
+        assert_eq!("fifo:80".parse::<Policy>().unwrap(), Policy::Fifo { priority: 80 });
         assert_eq!(
             "deadline:200us/1ms".parse::<Policy>().unwrap(),
             Policy::Deadline {

@@ -43,8 +43,7 @@ impl LatencyHistogram {
     pub fn new() -> LatencyHistogram {
         LatencyHistogram {
             // Bounds are constants that hdrhistogram accepts.
-            hist: Histogram::new_with_bounds(1, MAX_TRACKABLE_NS, 3)
-                .expect("constant histogram bounds are valid"),
+            hist: Histogram::new_with_bounds(1, MAX_TRACKABLE_NS, 3).expect("constant histogram bounds are valid"),
             clamped: 0,
             min: u64::MAX,
             max: 0,

@@ -54,14 +54,8 @@ pub fn sleep_until(deadline: MonoNs) {
     loop {
         // SAFETY: `ts` is a valid timespec; the remain pointer may be null
         // with TIMER_ABSTIME.
-        let rc = unsafe {
-            libc::clock_nanosleep(
-                libc::CLOCK_MONOTONIC,
-                libc::TIMER_ABSTIME,
-                &ts,
-                std::ptr::null_mut(),
-            )
-        };
+        let rc =
+            unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
         if rc != libc::EINTR {
             return;
         }

@@ -67,9 +67,7 @@ pub struct CrawlFile {
 
 impl CrawlFile {
     pub fn from_file(path: &Path) -> Result<CrawlFile> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read crawl config {}", path.display()))?;
-        toml::from_str(&text).map_err(|e| anyhow!("{}: {}", path.display(), e.to_string().trim()))
+        ontime_core::config::read_toml(path, "crawl config")
     }
 }
 
@@ -82,8 +80,33 @@ pub struct Gateway {
     pub host_header: String,
     /// Building name (the path prefix).
     pub building: String,
+    /// Written as a range list, e.g. "0-999" or "1,5,7-9".
+    #[serde(serialize_with = "serialize_ranges")]
     pub point_ids: Vec<u32>,
     pub period_ns: u64,
+}
+
+fn serialize_ranges<S: serde::Serializer>(ids: &[u32], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&ranges(ids))
+}
+
+/// A compact range list of ids in their given order: "0-999", "1,5,7-9".
+pub fn ranges(ids: &[u32]) -> String {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < ids.len() {
+        let mut j = i;
+        while j + 1 < ids.len() && ids[j + 1] == ids[j].wrapping_add(1) {
+            j += 1;
+        }
+        out.push(if i == j {
+            ids[i].to_string()
+        } else {
+            format!("{}-{}", ids[i], ids[j])
+        });
+        i = j + 1;
+    }
+    out.join(",")
 }
 
 /// The resolved crawl plan, ready to run.
@@ -212,6 +235,12 @@ mod tests {
         let c = file("points_per_request = 10\n[[gateway]]\nurl='http://127.0.0.1:8080/b0'\npoints=1000").unwrap();
         assert!((c.polls_per_second() - 100.0).abs() < 1e-9);
         assert_eq!(c.timeout_ns, DEFAULT_PERIOD_NS);
+    }
+
+    #[test]
+    fn point_ids_print_as_ranges() {
+        assert_eq!(ranges(&[0, 1, 2, 5, 7, 8]), "0-2,5,7-8");
+        assert_eq!(ranges(&[]), "");
     }
 
     #[test]

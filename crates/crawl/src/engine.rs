@@ -15,12 +15,12 @@
 
 use crate::http::{self, Parsed};
 use crate::metrics::{Metrics, Outcome, PollRecord, StoreRecord};
-use ontime_core::interval::IntervalTracker;
-use ontime_core::MonoNs;
-use ontime_gateway::wire::PointStatus;
 use mio::net::TcpStream;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
+use ontime_core::interval::IntervalTracker;
+use ontime_core::MonoNs;
+use ontime_gateway::wire::PointStatus;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io::{ErrorKind, Read, Write};
@@ -247,7 +247,10 @@ impl Engine {
         self.report(now);
         // SAFETY: CLOCK_THREAD_CPUTIME_ID is always valid for this thread.
         let cpu_ns = ontime_core::time::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
-        let _ = self.s.reports.send(Report::Done { thread: self.s.thread, cpu_ns });
+        let _ = self.s.reports.send(Report::Done {
+            thread: self.s.thread,
+            cpu_ns,
+        });
         Ok(())
     }
 
@@ -264,7 +267,12 @@ impl Engine {
         };
         // SAFETY: valid timerfd and itimerspec; old value not requested.
         unsafe {
-            libc::timerfd_settime(self.timer.as_raw_fd(), libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut())
+            libc::timerfd_settime(
+                self.timer.as_raw_fd(),
+                libc::TFD_TIMER_ABSTIME,
+                &spec,
+                std::ptr::null_mut(),
+            )
         };
     }
 
@@ -283,7 +291,15 @@ impl Engine {
             self.schedule.push(Reverse((planned + st.period_ns, stream, index + 1)));
             self.metrics.outcomes.planned += 1;
             let gw = st.gateway;
-            self.dispatch(gw, InFlight { stream, index, planned, sent: 0 });
+            self.dispatch(
+                gw,
+                InFlight {
+                    stream,
+                    index,
+                    planned,
+                    sent: 0,
+                },
+            );
         }
     }
 
@@ -420,7 +436,9 @@ impl Engine {
     /// Handles complete answers in the buffer; false if the connection went.
     fn consume(&mut self, slot: usize) -> bool {
         loop {
-            let Some(c) = self.conns[slot].as_mut() else { return false };
+            let Some(c) = self.conns[slot].as_mut() else {
+                return false;
+            };
             if c.rlen == 0 {
                 return true;
             }
@@ -435,7 +453,12 @@ impl Engine {
                     self.close(slot, Outcome::Malformed);
                     return false;
                 }
-                Parsed::Complete { len, status, close, body } => (len, status, close, body),
+                Parsed::Complete {
+                    len,
+                    status,
+                    close,
+                    body,
+                } => (len, status, close, body),
             };
             let done = MonoNs::now().0;
             let gw = c.gateway as u16;
@@ -507,7 +530,11 @@ impl Engine {
         pool.open -= 1;
         pool.idle.retain(|&s| s != slot);
         if let Some(p) = c.poll {
-            let outcome = if p.sent == 0 && outcome != Outcome::Timeout { Outcome::ConnectionLost } else { outcome };
+            let outcome = if p.sent == 0 && outcome != Outcome::Timeout {
+                Outcome::ConnectionLost
+            } else {
+                outcome
+            };
             self.finish(p, MonoNs::now().0, outcome, 0, 0);
         }
         // Waiting polls need a connection: open one now rather than letting

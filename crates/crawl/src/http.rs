@@ -53,7 +53,9 @@ pub fn parse_head(buf: &[u8]) -> Parsed {
     let mut close = resp.version == Some(0);
     for h in resp.headers.iter() {
         if h.name.eq_ignore_ascii_case("content-length") {
-            content_length = std::str::from_utf8(h.value).ok().and_then(|v| v.trim().parse::<usize>().ok());
+            content_length = std::str::from_utf8(h.value)
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok());
         } else if h.name.eq_ignore_ascii_case("connection") {
             close = h.value.eq_ignore_ascii_case(b"close");
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
@@ -117,7 +119,10 @@ impl<'de, F: FnMut(PointReading)> Visitor<'de> for ResponseSeed<'_, F> {
             match key {
                 Key::RecvNs => recv = Some(map.next_value::<u64>()?),
                 Key::Values => {
-                    map.next_value_seed(ValuesSeed { recv_ns: recv.unwrap_or(0), on_point: &mut *self.on_point })?;
+                    map.next_value_seed(ValuesSeed {
+                        recv_ns: recv.unwrap_or(0),
+                        on_point: &mut *self.on_point,
+                    })?;
                     values = true;
                 }
                 _ => {
@@ -151,7 +156,12 @@ impl<'de, F: FnMut(PointReading)> Visitor<'de> for ValuesSeed<'_, F> {
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         while let Some(p) = seq.next_element::<PointRaw>()? {
-            (self.on_point)(PointReading { recv_ns: self.recv_ns, id: p.id, value: p.value, status: p.status });
+            (self.on_point)(PointReading {
+                recv_ns: self.recv_ns,
+                id: p.id,
+                value: p.value,
+                status: p.status,
+            });
         }
         Ok(())
     }
@@ -197,11 +207,18 @@ mod tests {
 
     #[test]
     fn frames_and_parses_a_response() {
-        let body = br#"{"recv_ns":42,"values":[{"id":1,"value":21.5,"status":"ok"},{"id":2,"value":null,"status":"fault"}]}"#;
+        let body =
+            br#"{"recv_ns":42,"values":[{"id":1,"value":21.5,"status":"ok"},{"id":2,"value":null,"status":"fault"}]}"#;
         let mut raw = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len()).into_bytes();
         raw.extend_from_slice(body);
         raw.extend_from_slice(b"HTTP/1.1 200"); // start of the next response
-        let Parsed::Complete { len, status, close, body: (a, b) } = parse_head(&raw) else {
+        let Parsed::Complete {
+            len,
+            status,
+            close,
+            body: (a, b),
+        } = parse_head(&raw)
+        else {
             panic!("not complete")
         };
         assert_eq!((status, close), (200, false));
@@ -216,7 +233,10 @@ mod tests {
     #[test]
     fn partial_and_invalid() {
         assert_eq!(parse_head(b"HTTP/1.1 200 OK\r\ncontent-le"), Parsed::Partial);
-        assert_eq!(parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc"), Parsed::Partial);
+        assert_eq!(
+            parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc"),
+            Parsed::Partial
+        );
         assert_eq!(parse_head(b"garbage\r\n\r\n"), Parsed::Invalid);
         assert!(parse_body(br#"{"recv_ns":1,"values":[{"id":1,"#, &mut |_| {}).is_err());
         assert!(parse_body(br#"{"values":[]}"#, &mut |_| {}).is_err());

@@ -147,7 +147,10 @@ pub fn run(
     on_progress: &mut dyn FnMut(&Progress),
 ) -> Result<CrawlResult> {
     anyhow::ensure!(opts.vcpus >= 1, "--vcpus must be at least 1");
-    anyhow::ensure!(opts.report_interval_ns >= 10_000_000, "the report interval must be at least 10ms");
+    anyhow::ensure!(
+        opts.report_interval_ns >= 10_000_000,
+        "the report interval must be at least 10ms"
+    );
     let mut warnings = Vec::new();
     if opts.mlockall {
         ontime_core::rt::mlockall()?;
@@ -156,7 +159,10 @@ pub fn run(
     let n_streams = streams.len();
     let k = opts.vcpus.min(n_streams.max(1));
     if k < opts.vcpus {
-        warnings.push(format!("only {n_streams} streams: using {k} vCPU threads instead of {}", opts.vcpus));
+        warnings.push(format!(
+            "only {n_streams} streams: using {k} vCPU threads instead of {}",
+            opts.vcpus
+        ));
     }
     let mut per_thread: Vec<Vec<Stream>> = (0..k).map(|_| Vec::new()).collect();
     for s in streams {
@@ -244,13 +250,21 @@ pub fn run(
             values: store_consumers,
             done: sink_done.clone(),
         };
-        Some(std::thread::Builder::new().name("crawl-sink".into()).spawn(move || sink::run(setup))?)
+        Some(
+            std::thread::Builder::new()
+                .name("crawl-sink".into())
+                .spawn(move || sink::run(setup))?,
+        )
     } else {
         None
     };
 
     let mut hlog = match &opts.hlog {
-        Some(p) => Some(HlogFile::create(p, "ontime crawl: send_lag, response_time, interval_error", start_wall)?),
+        Some(p) => Some(HlogFile::create(
+            p,
+            "ontime crawl: send_lag, response_time, interval_error",
+            start_wall,
+        )?),
         None => None,
     };
     let mut totals = Metrics::default();
@@ -265,7 +279,11 @@ pub fn run(
                 break;
             }
             let (m, _) = pending.remove(&i).expect("key just seen");
-            if let Some(h) = hlog.as_mut() {
+            // The drain after the end has its own interval; leave it out of
+            // the log when nothing happened in it.
+            let idle = m.send_lag.is_empty() && m.response_time.is_empty() && m.interval_error.is_empty();
+            let past_end = i * interval >= opts.duration_ns;
+            if let Some(h) = hlog.as_mut().filter(|_| !(idle && past_end)) {
                 let off = Duration::from_nanos(i * interval);
                 let len = Duration::from_nanos(interval);
                 h.write("send_lag", &m.send_lag, off, len)?;
@@ -322,7 +340,9 @@ pub fn run(
     }
     let dropped = records_dropped.load(Ordering::Relaxed);
     if dropped > 0 {
-        warnings.push(format!("{dropped} per-poll or store records were lost: the writer fell behind"));
+        warnings.push(format!(
+            "{dropped} per-poll or store records were lost: the writer fell behind"
+        ));
     }
     let mut manifest = manifest;
     manifest.finish();

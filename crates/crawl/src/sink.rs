@@ -60,7 +60,8 @@ pub fn run(mut s: SinkSetup) -> Result<SinkStats> {
         if let Some(conn) = db.as_mut() {
             let tx = conn.transaction()?;
             {
-                let mut ins = tx.prepare_cached("INSERT INTO samples(series, t_ns, value, status) VALUES (?1, ?2, ?3, ?4)")?;
+                let mut ins =
+                    tx.prepare_cached("INSERT INTO samples(series, t_ns, value, status) VALUES (?1, ?2, ?3, ?4)")?;
                 for c in s.values.iter_mut() {
                     while let Ok(v) = c.pop() {
                         let series = ((v.gateway as i64) << 32) | v.point as i64;
@@ -92,13 +93,19 @@ fn write_poll(w: &mut impl Write, r: &PollRecord) -> std::io::Result<()> {
     writeln!(
         w,
         "{},{},{},{},{},{},{},{}",
-        r.stream, r.index, r.planned_ns, r.sent_ns, r.gateway_recv_ns, r.done_ns, r.http_status, outcome.name()
+        r.stream,
+        r.index,
+        r.planned_ns,
+        r.sent_ns,
+        r.gateway_recv_ns,
+        r.done_ns,
+        r.http_status,
+        outcome.name()
     )
 }
 
 fn open_store(path: &PathBuf, urls: &[String]) -> Result<rusqlite::Connection> {
-    let conn = rusqlite::Connection::open(path)
-        .with_context(|| format!("cannot open the store {}", path.display()))?;
+    let conn = rusqlite::Connection::open(path).with_context(|| format!("cannot open the store {}", path.display()))?;
     conn.execute_batch(
         "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;
          CREATE TABLE IF NOT EXISTS gateways(id INTEGER PRIMARY KEY, url TEXT NOT NULL);
@@ -114,7 +121,10 @@ fn open_store(path: &PathBuf, urls: &[String]) -> Result<rusqlite::Connection> {
     )
     .with_context(|| format!("cannot set up the store {}", path.display()))?;
     for (i, u) in urls.iter().enumerate() {
-        conn.execute("INSERT OR REPLACE INTO gateways(id, url) VALUES (?1, ?2)", rusqlite::params![i as i64, u])?;
+        conn.execute(
+            "INSERT OR REPLACE INTO gateways(id, url) VALUES (?1, ?2)",
+            rusqlite::params![i as i64, u],
+        )?;
     }
     Ok(conn)
 }

@@ -68,18 +68,31 @@ pub struct LiveCounters {
     pub overruns: AtomicU64,
 }
 
-/// The probe loop on any clock: wakes at `start + k * interval` until
-/// `loops` wake-ups were planned, the clock passes `end`, or `stop` is set.
+/// When a probe thread wakes: `start + k * interval_ns`, for `loops`
+/// wake-ups or until `end`, whichever comes first.
+#[derive(Clone, Copy, Debug)]
+pub struct Schedule {
+    pub start: MonoNs,
+    pub interval_ns: u64,
+    pub loops: Option<u64>,
+    pub end: Option<MonoNs>,
+}
+
+/// The probe loop on any clock: wakes on `plan` until it is done or `stop`
+/// is set.
 pub fn probe_loop<C: Clock>(
     clock: &C,
-    start: MonoNs,
-    interval_ns: u64,
-    loops: Option<u64>,
-    end: Option<MonoNs>,
+    plan: Schedule,
     stop: &AtomicBool,
     stats: &mut ThreadStats,
     live: &LiveCounters,
 ) {
+    let Schedule {
+        start,
+        interval_ns,
+        loops,
+        end,
+    } = plan;
     let mut k: u64 = 0;
     loop {
         if loops.is_some_and(|l| k >= l) || stop.load(Ordering::Relaxed) {
@@ -215,14 +228,21 @@ pub fn run(
                     // SAFETY: gettid has no preconditions.
                     let tid = unsafe { libc::gettid() };
                     let mut stats = ThreadStats::new(hist_us);
-                    probe_loop(&SystemClock, start, interval, loops, end, &stop, &mut stats, &live);
+                    let plan = Schedule {
+                        start,
+                        interval_ns: interval,
+                        loops,
+                        end,
+                    };
+                    probe_loop(&SystemClock, plan, &stop, &mut stats, &live);
                     Ok(ThreadResult {
                         thread: t,
                         tid,
                         cpu,
                         interval_ns: interval,
                         overruns: stats.overruns,
-                        avg_ns: (stats.latency.len() > 0).then(|| (stats.sum_ns / stats.latency.len() as u128) as u64),
+                        avg_ns: (!stats.latency.is_empty())
+                            .then(|| (stats.sum_ns / stats.latency.len() as u128) as u64),
                         latency: stats.latency.summary(None),
                         stats,
                     })
@@ -278,10 +298,18 @@ impl CyclicResult {
         );
         s.push_str(&format!("{}  overruns\n", Summary::text_header()));
         for t in &self.threads {
-            s.push_str(&format!("{}  {}\n", t.latency.text_row(&format!("T{} wake-up", t.thread)), t.overruns));
+            s.push_str(&format!(
+                "{}  {}\n",
+                t.latency.text_row(&format!("T{} wake-up", t.thread)),
+                t.overruns
+            ));
         }
         if self.threads.len() > 1 {
-            s.push_str(&format!("{}  {}\n", self.latency.text_row("all wake-up"), self.overruns));
+            s.push_str(&format!(
+                "{}  {}\n",
+                self.latency.text_row("all wake-up"),
+                self.overruns
+            ));
         }
         if self.latency.count < 100_000 {
             s.push_str("note: percentiles the sample count cannot support are n/a (p99.999 needs >= 100000 samples)\n");
@@ -315,9 +343,15 @@ impl CyclicResult {
             r
         };
         s.push_str(&row("Total", &|t| format!("{:09}", t.stats.bins.iter().sum::<u64>())));
-        s.push_str(&row("Min Latencies", &|t| format!("{:05}", t.latency.min_ns.unwrap_or(0) / 1000)));
-        s.push_str(&row("Avg Latencies", &|t| format!("{:05}", t.avg_ns.unwrap_or(0) / 1000)));
-        s.push_str(&row("Max Latencies", &|t| format!("{:05}", t.latency.max_ns.unwrap_or(0) / 1000)));
+        s.push_str(&row("Min Latencies", &|t| {
+            format!("{:05}", t.latency.min_ns.unwrap_or(0) / 1000)
+        }));
+        s.push_str(&row("Avg Latencies", &|t| {
+            format!("{:05}", t.avg_ns.unwrap_or(0) / 1000)
+        }));
+        s.push_str(&row("Max Latencies", &|t| {
+            format!("{:05}", t.latency.max_ns.unwrap_or(0) / 1000)
+        }));
         s.push_str(&row("Histogram Overflows", &|t| {
             format!("{:05}", t.latency.count - t.stats.bins.iter().sum::<u64>())
         }));
@@ -345,7 +379,16 @@ mod tests {
         let clock = FakeClock::new(0, vec![10, 10, 3500, 10]);
         let mut st = ThreadStats::new(10);
         let stop = AtomicBool::new(false);
-        probe_loop(&clock, MonoNs(0), 1000, Some(8), None, &stop, &mut st, &LiveCounters::default());
+        probe_loop(
+            &clock,
+            MonoNs(0),
+            1000,
+            Some(8),
+            None,
+            &stop,
+            &mut st,
+            &LiveCounters::default(),
+        );
         assert_eq!(st.latency.len(), 8, "every planned wake-up is one sample");
         assert_eq!(st.overruns, 3);
         assert_eq!(st.latency.max(), 3500);
@@ -361,7 +404,16 @@ mod tests {
         let clock = FakeClock::new(0, vec![0]);
         let mut st = ThreadStats::new(0);
         let stop = AtomicBool::new(false);
-        probe_loop(&clock, MonoNs(0), 1000, None, Some(MonoNs(10_000)), &stop, &mut st, &LiveCounters::default());
+        probe_loop(
+            &clock,
+            MonoNs(0),
+            1000,
+            None,
+            Some(MonoNs(10_000)),
+            &stop,
+            &mut st,
+            &LiveCounters::default(),
+        );
         assert_eq!(st.latency.len(), 10);
     }
 }

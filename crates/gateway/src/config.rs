@@ -98,12 +98,7 @@ fn default_threads() -> usize {
 impl GatewayConfig {
     /// `count` buildings named b0..b{count-1} with `points` points each; with
     /// `port_per_building`, building i listens on `listen` port + i.
-    pub fn generated(
-        listen: SocketAddr,
-        count: u32,
-        points: u32,
-        port_per_building: bool,
-    ) -> GatewayConfig {
+    pub fn generated(listen: SocketAddr, count: u32, points: u32, port_per_building: bool) -> GatewayConfig {
         let buildings = (0..count)
             .map(|i| Building {
                 name: format!("b{i}"),
@@ -126,12 +121,8 @@ impl GatewayConfig {
     }
 
     pub fn from_file(path: &Path) -> Result<GatewayConfig> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read gateway config {}", path.display()))?;
-        let cfg: GatewayConfig =
-            toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e))?;
-        cfg.validate()
-            .with_context(|| format!("in {}", path.display()))?;
+        let cfg: GatewayConfig = ontime_core::config::read_toml(path, "gateway config")?;
+        cfg.validate().with_context(|| format!("in {}", path.display()))?;
         Ok(cfg)
     }
 

@@ -32,7 +32,7 @@ pub fn value(id: u32, analog_percent: u8, t_ns: u64) -> f64 {
         }
         PointKind::Binary => {
             let cycle = 30 + (id % 45) as u64;
-            let on = ((t as u64 + id as u64) / cycle) % 2 == 0;
+            let on = ((t as u64 + id as u64) / cycle).is_multiple_of(2);
             if on {
                 1.0
             } else {

@@ -41,8 +41,8 @@ pub struct LogWriter {
 
 impl LogWriter {
     pub fn create(path: &Path, building_names: Vec<String>) -> Result<LogWriter> {
-        let file = std::fs::File::create(path)
-            .with_context(|| format!("cannot create receive log {}", path.display()))?;
+        let file =
+            std::fs::File::create(path).with_context(|| format!("cannot create receive log {}", path.display()))?;
         let (tx, rx) = mpsc::channel::<LogBatch>();
         let thread = std::thread::Builder::new()
             .name("gw-log".into())
@@ -79,9 +79,7 @@ impl LogWriter {
     pub fn finish(mut self) -> Result<()> {
         self.tx.take();
         match self.thread.take() {
-            Some(t) => t
-                .join()
-                .map_err(|_| anyhow::anyhow!("receive-log thread panicked"))?,
+            Some(t) => t.join().map_err(|_| anyhow::anyhow!("receive-log thread panicked"))?,
             None => Ok(()),
         }
     }
@@ -102,8 +100,7 @@ pub struct LogAnalysis {
 
 /// Reads a receive log and computes the interval error of every lead point.
 pub fn analyze(path: &Path, period_ns: u64, threshold_ns: Option<u64>) -> Result<LogAnalysis> {
-    let file = std::fs::File::open(path)
-        .with_context(|| format!("cannot open receive log {}", path.display()))?;
+    let file = std::fs::File::open(path).with_context(|| format!("cannot open receive log {}", path.display()))?;
     let mut series: HashMap<(String, u32), Vec<u64>> = HashMap::new();
     let mut lines = 0u64;
     for (n, line) in std::io::BufReader::new(file).lines().enumerate() {

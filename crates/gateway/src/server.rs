@@ -262,34 +262,50 @@ fn error(st: &State, status: StatusCode, msg: String) -> Response<Full<Bytes>> {
     json_response(status, &ErrorBody { error: msg })
 }
 
-async fn handle(
-    req: Request<Incoming>,
-    st: Arc<State>,
-    li: usize,
-) -> Result<Response<Full<Bytes>>, DropConnection> {
+async fn handle(req: Request<Incoming>, st: Arc<State>, li: usize) -> Result<Response<Full<Bytes>>, DropConnection> {
     // The measurement time of every point: when the request arrived.
     let recv_ns = MonoNs::now().0;
     st.counters.requests.fetch_add(1, Relaxed);
 
     let path = req.uri().path();
     let Some((name, verb)) = path.trim_start_matches('/').split_once('/') else {
-        return Ok(error(&st, StatusCode::NOT_FOUND, format!("no route '{path}': use /<building>/getValues")));
+        return Ok(error(
+            &st,
+            StatusCode::NOT_FOUND,
+            format!("no route '{path}': use /<building>/getValues"),
+        ));
     };
     let Some(&bi) = st.routes.get(&(li, name.to_string())) else {
-        return Ok(error(&st, StatusCode::NOT_FOUND, format!("no building '{name}' at this address")));
+        return Ok(error(
+            &st,
+            StatusCode::NOT_FOUND,
+            format!("no building '{name}' at this address"),
+        ));
     };
     if verb != wire::GET_VALUES {
-        return Ok(error(&st, StatusCode::NOT_FOUND, format!("unknown operation '{verb}': use getValues")));
+        return Ok(error(
+            &st,
+            StatusCode::NOT_FOUND,
+            format!("unknown operation '{verb}': use getValues"),
+        ));
     }
     if req.method() != Method::POST {
-        return Ok(error(&st, StatusCode::METHOD_NOT_ALLOWED, "getValues needs POST".into()));
+        return Ok(error(
+            &st,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "getValues needs POST".into(),
+        ));
     }
     let body = match Limited::new(req.into_body(), wire::MAX_BODY_BYTES).collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => {
             let too_big = e.downcast_ref::<http_body_util::LengthLimitError>().is_some();
             return Ok(if too_big {
-                error(&st, StatusCode::PAYLOAD_TOO_LARGE, format!("body larger than {} bytes", wire::MAX_BODY_BYTES))
+                error(
+                    &st,
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("body larger than {} bytes", wire::MAX_BODY_BYTES),
+                )
             } else {
                 error(&st, StatusCode::BAD_REQUEST, format!("cannot read body: {e}"))
             });
@@ -297,13 +313,23 @@ async fn handle(
     };
     let request: GetValuesRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
-        Err(e) => return Ok(error(&st, StatusCode::BAD_REQUEST, format!("body is not a getValues request: {e}"))),
+        Err(e) => {
+            return Ok(error(
+                &st,
+                StatusCode::BAD_REQUEST,
+                format!("body is not a getValues request: {e}"),
+            ))
+        }
     };
     if request.points.is_empty() || request.points.len() > wire::MAX_POINTS_PER_REQUEST {
         return Ok(error(
             &st,
             StatusCode::BAD_REQUEST,
-            format!("a request names 1..{} points, not {}", wire::MAX_POINTS_PER_REQUEST, request.points.len()),
+            format!(
+                "a request names 1..{} points, not {}",
+                wire::MAX_POINTS_PER_REQUEST,
+                request.points.len()
+            ),
         ));
     }
 
@@ -329,7 +355,9 @@ async fn handle(
         st.counters.injected_errors.fetch_add(1, Relaxed);
         return Ok(json_response(
             StatusCode::SERVICE_UNAVAILABLE,
-            &ErrorBody { error: "controller unavailable (injected)".into() },
+            &ErrorBody {
+                error: "controller unavailable (injected)".into(),
+            },
         ));
     }
 
@@ -341,18 +369,34 @@ async fn handle(
             .iter()
             .map(|&id| {
                 if id >= b.points {
-                    PointValue { id, value: None, status: PointStatus::UnknownPoint }
+                    PointValue {
+                        id,
+                        value: None,
+                        status: PointStatus::UnknownPoint,
+                    }
                 } else if f.point_fault_probability > 0.0 && rng.gen_bool(f.point_fault_probability) {
-                    PointValue { id, value: None, status: PointStatus::Fault }
+                    PointValue {
+                        id,
+                        value: None,
+                        status: PointStatus::Fault,
+                    }
                 } else {
-                    PointValue { id, value: Some(points::value(id, b.analog_percent, recv_ns)), status: PointStatus::Ok }
+                    PointValue {
+                        id,
+                        value: Some(points::value(id, b.analog_percent, recv_ns)),
+                        status: PointStatus::Ok,
+                    }
                 }
             })
             .collect()
     };
     // The gateway measured these points whether or not the answer arrives.
     if let Some(log) = &st.log {
-        let _ = log.send(LogBatch { recv_ns, building: bi, points: request.points });
+        let _ = log.send(LogBatch {
+            recv_ns,
+            building: bi,
+            points: request.points,
+        });
     }
     if delay_ns > 0 {
         tokio::time::sleep(Duration::from_nanos(delay_ns)).await;

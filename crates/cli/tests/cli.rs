@@ -1,0 +1,449 @@
+//! End-to-end tests of the `ontime` binary: crawler against gateway on
+//! loopback, stalls, interruption, bad input, and the cyclic probe.
+//! Every process a test starts is owned by a guard that kills it on drop,
+//! so a failing test leaves nothing running.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn ontime() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ontime"))
+}
+
+/// A free loopback port (bound then released; tests use distinct ones).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process that is stopped (SIGCONT, then SIGKILL) on drop.
+struct Proc(Child);
+
+impl Proc {
+    fn spawn(cmd: &mut Command) -> Proc {
+        Proc(
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn ontime"),
+        )
+    }
+    fn signal(&self, sig: i32) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.0.id() as i32, sig) };
+    }
+    fn wait_output(mut self, limit: Duration) -> Output {
+        let t0 = Instant::now();
+        while t0.elapsed() < limit {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                let child = std::mem::replace(&mut self.0, Command::new("true").spawn().unwrap());
+                return child.wait_with_output().unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("process did not exit within {limit:?}");
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.signal(libc::SIGCONT);
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_listening(port: u16) {
+    let t0 = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "gateway did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn read_json(p: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+fn pct(summary: &Value, name: &str) -> Option<u64> {
+    summary["percentiles_ns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap()["value_ns"]
+        .as_u64()
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[test]
+fn crawl_counts_add_up_and_interval_error_matches_gateway_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, result) = (dir.path().join("recv.log"), dir.path().join("r.json"));
+    let port = free_port();
+    let out = ontime()
+        .args([
+            "crawl",
+            "--with-gateway",
+            "--url",
+            &format!("http://127.0.0.1:{port}/b0"),
+        ])
+        .args([
+            "--points",
+            "200",
+            "-N",
+            "10",
+            "--period",
+            "100ms",
+            "-D",
+            "3s",
+            "--no-dma-latency",
+        ])
+        .arg("--gateway-log")
+        .arg(&log)
+        .arg("--result")
+        .arg(&result)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = read_json(&result);
+    let polls = &r["polls"];
+    let planned = u(&polls["planned"]);
+    // 20 streams at 10 Hz for 3 s.
+    assert_eq!(planned, 600, "{polls}");
+    assert_eq!(u(&polls["ok"]) + u(&r["missed"]), planned);
+    assert_eq!(
+        u(&r["send_lag"]["count"]),
+        planned,
+        "one send-lag sample per planned poll"
+    );
+    assert_eq!(u(&r["missed"]), 0, "idle loopback should miss nothing: {polls}");
+    // Every poll after each stream's first is an interval sample.
+    assert_eq!(u(&r["interval_error"]["count"]), planned - 20);
+
+    let an = ontime()
+        .args(["gateway", "analyze"])
+        .arg(&log)
+        .args(["--period", "100ms", "--json"])
+        .output()
+        .unwrap();
+    assert!(an.status.success(), "{}", String::from_utf8_lossy(&an.stderr));
+    let g: Value = serde_json::from_slice(&an.stdout).unwrap();
+    assert_eq!(u(&g["points"]), 20);
+    assert_eq!(u(&g["inferred_missed"]), 0);
+    let (c, gw) = (&r["interval_error"], &g["interval_error"]);
+    assert_eq!(c["count"], gw["count"]);
+    for p in ["p50", "p90", "p99"] {
+        assert_eq!(pct(c, p), pct(gw, p), "{p} differs between crawler and gateway log");
+    }
+    assert_eq!(c["max_ns"], gw["max_ns"]);
+}
+
+#[test]
+fn stalled_gateway_shows_missed_polls_with_their_errors() {
+    let port = free_port();
+    let gw = Proc::spawn(ontime().args(["gateway", "--listen", &format!("127.0.0.1:{port}"), "--points", "100"]));
+    wait_listening(port);
+    let dir = tempfile::tempdir().unwrap();
+    let result = dir.path().join("r.json");
+    let crawl = Proc::spawn(
+        ontime()
+            .args([
+                "crawl",
+                "--url",
+                &format!("http://127.0.0.1:{port}/b0"),
+                "--points",
+                "100",
+                "-N",
+                "10",
+            ])
+            .args([
+                "--period",
+                "100ms",
+                "-D",
+                "5s",
+                "--threshold",
+                "50ms",
+                "--no-dma-latency",
+            ])
+            .arg("--result")
+            .arg(&result),
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    gw.signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(2));
+    gw.signal(libc::SIGCONT);
+    let out = crawl.wait_output(Duration::from_secs(20));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = read_json(&result);
+    let missed = u(&r["missed"]);
+    // 100 polls/s stalled for 2 s: about 200 missed (edges vary by a period).
+    assert!((150..=260).contains(&missed), "missed {missed}: {}", r["polls"]);
+    assert_eq!(u(&r["polls"]["ok"]) + missed, u(&r["polls"]["planned"]));
+    // Each missed poll is an interval-error sample of a full period.
+    let ie = &r["interval_error"];
+    assert!(u(&ie["above_threshold"]) >= missed, "{ie}");
+    assert!(u(&ie["max_ns"]) >= 100_000_000);
+    // Their response times are samples too, at least the timeout long.
+    assert!(
+        u(&r["response_time"]["above_threshold"]) >= missed / 2,
+        "{}",
+        r["response_time"]
+    );
+}
+
+#[test]
+fn bad_input_gives_one_error_line_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "period = 5\n[[gateway]]\nurl = 'http://127.0.0.1:1/b0'\npoints = 10\n",
+    )
+    .unwrap();
+    let unknown = dir.path().join("unknown.toml");
+    std::fs::write(
+        &unknown,
+        "[[gateway]]\nurl = 'http://127.0.0.1:1/b0'\npoints = 10\nperiode = '1s'\n",
+    )
+    .unwrap();
+    let cases: Vec<Vec<String>> = vec![
+        vec!["crawl".into(), "--config".into(), bad.display().to_string()],
+        vec!["crawl".into(), "--config".into(), unknown.display().to_string()],
+        vec!["crawl".into(), "--config".into(), "/nonexistent/crawl.toml".into()],
+        vec!["crawl".into(), "--vcpus".into(), "0".into()],
+        vec!["crawl".into(), "--url".into(), "ftp://x/b0".into()],
+        vec!["crawl".into(), "--period".into(), "soon".into()],
+        vec!["crawl".into(), "--bogus".into()],
+        vec!["cyclic".into(), "-i".into(), "1000".into()],
+        vec![
+            "cyclic".into(),
+            "--policy".into(),
+            "fifo:0".into(),
+            "-l".into(),
+            "1".into(),
+        ],
+        vec!["gateway".into(), "--drop-probability".into(), "2".into()],
+    ];
+    for args in cases {
+        let out = ontime().args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?} printed more than one line: {err}");
+        assert!(err.starts_with("ontime: error: "), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn sigint_writes_partial_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let result = dir.path().join("r.json");
+    let port = free_port();
+    let crawl = Proc::spawn(
+        ontime()
+            .args([
+                "crawl",
+                "--with-gateway",
+                "--url",
+                &format!("http://127.0.0.1:{port}/b0"),
+                "--rate",
+                "200",
+            ])
+            .args(["-D", "60s", "--no-dma-latency"])
+            .arg("--result")
+            .arg(&result),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    crawl.signal(libc::SIGINT);
+    let out = crawl.wait_output(Duration::from_secs(10));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = read_json(&result);
+    assert_eq!(r["interrupted"], true);
+    let planned = u(&r["polls"]["planned"]);
+    assert!((100..2000).contains(&planned), "planned {planned}");
+    assert_eq!(u(&r["polls"]["ok"]) + u(&r["missed"]), planned);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(interrupted)"));
+}
+
+#[test]
+fn cyclic_counts_overruns_when_the_probe_is_blocked() {
+    let dir = tempfile::tempdir().unwrap();
+    let result = dir.path().join("c.json");
+    let p = Proc::spawn(
+        ontime()
+            .args(["cyclic", "-i", "1000", "-D", "3s", "-h", "50", "--no-dma-latency"])
+            .arg("--result")
+            .arg(&result),
+    );
+    std::thread::sleep(Duration::from_millis(1200));
+    p.signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(300));
+    p.signal(libc::SIGCONT);
+    let out = p.wait_output(Duration::from_secs(20));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = read_json(&result);
+    let over = u(&r["overruns"]);
+    assert!(
+        over >= 250,
+        "blocked 300 ms at 1 ms: expected ~300 overruns, got {over}"
+    );
+    // Every planned wake-up is a sample: 3 s at 1 ms.
+    assert_eq!(u(&r["latency"]["count"]), 3000);
+    assert!(u(&r["latency"]["max_ns"]) >= 250_000_000);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("# Histogram\n000000 "), "cyclictest layout: {text}");
+    assert!(text.contains("# Histogram Overflows:"));
+}
+
+#[test]
+fn cyclic_runs_with_fifo_and_load_when_root() {
+    if !is_root() {
+        eprintln!("skipped: SCHED_FIFO needs root");
+        return;
+    }
+    if ontime_core_which("stress-ng").is_none() {
+        eprintln!("skipped: stress-ng is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let out = ontime()
+        .args([
+            "cyclic", "-p", "80", "-m", "-i", "500", "-l", "2000", "--load", "kernel", "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(u(&r["latency"]["count"]), 2000);
+    assert_eq!(r["options"]["policy"]["policy"], "fifo");
+    assert_eq!(r["options"]["load"], "kernel");
+    // The load is gone afterwards.
+    let ps = Command::new("pgrep").arg("-f").arg("stress-ng --shm").output().unwrap();
+    assert!(
+        ps.stdout.is_empty(),
+        "stress-ng survived: {}",
+        String::from_utf8_lossy(&ps.stdout)
+    );
+}
+
+fn ontime_core_which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|p| p.is_file()))
+}
+
+#[test]
+fn store_hlog_and_poll_records_are_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, hlog, polls) = (
+        dir.path().join("v.db"),
+        dir.path().join("c.hlog"),
+        dir.path().join("p.csv"),
+    );
+    let port = free_port();
+    let out = ontime()
+        .args([
+            "crawl",
+            "--with-gateway",
+            "--url",
+            &format!("http://127.0.0.1:{port}/b0"),
+        ])
+        .args([
+            "--points",
+            "50",
+            "-N",
+            "10",
+            "--period",
+            "100ms",
+            "-D",
+            "2s",
+            "--hlog-interval",
+            "500ms",
+            "--json",
+        ])
+        .args(["--no-dma-latency"])
+        .arg("--store")
+        .arg(&db)
+        .arg("--hlog")
+        .arg(&hlog)
+        .arg("--polls")
+        .arg(&polls)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let planned = u(&r["polls"]["planned"]);
+    assert_eq!(planned, 100);
+    assert_eq!(u(&r["sink"]["poll_records"]), planned);
+    assert_eq!(u(&r["sink"]["stored_values"]), planned * 10);
+    let csv = std::fs::read_to_string(&polls).unwrap();
+    assert_eq!(csv.lines().count() as u64, planned + 1);
+    assert!(csv.lines().nth(1).unwrap().ends_with(",200,ok"));
+    let rows = Command::new("sqlite3")
+        .arg(&db)
+        .arg("SELECT count(*) FROM readings WHERE status = 0")
+        .output();
+    if let Ok(rows) = rows {
+        if rows.status.success() {
+            assert_eq!(String::from_utf8_lossy(&rows.stdout).trim(), (planned * 10).to_string());
+        }
+    }
+    let h = std::fs::read_to_string(&hlog).unwrap();
+    // 4 intervals of 500 ms, 3 metrics each.
+    let lines = h.lines().filter(|l| l.starts_with("Tag=")).count();
+    assert_eq!(lines, 12, "{h}");
+}
+
+#[test]
+fn gateway_faults_are_counted_by_outcome() {
+    let port = free_port();
+    let gw = Proc::spawn(
+        ontime()
+            .args(["gateway", "--listen", &format!("127.0.0.1:{port}"), "--points", "100"])
+            .args([
+                "--error-probability",
+                "0.1",
+                "--drop-probability",
+                "0.1",
+                "--malformed-probability",
+                "0.1",
+            ]),
+    );
+    wait_listening(port);
+    let out = ontime()
+        .args([
+            "crawl",
+            "--url",
+            &format!("http://127.0.0.1:{port}/b0"),
+            "--points",
+            "100",
+            "--period",
+            "100ms",
+        ])
+        .args(["-D", "3s", "--json", "--no-dma-latency"])
+        .output()
+        .unwrap();
+    drop(gw);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = &r["polls"];
+    assert_eq!(u(&p["planned"]), 300);
+    for k in ["http_error", "malformed", "connection_lost"] {
+        assert!(u(&p[k]) > 5, "{k} should be ~30: {p}");
+    }
+    assert_eq!(u(&p["ok"]) + u(&r["missed"]), 300);
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs what ontime needs on a fresh Debian machine (as root), then
+# builds the release binary. `--no-build` installs only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_root() {
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup: run as root (sudo $0): installing packages needs it" >&2
+    exit 1
+  fi
+}
+
+# Debian packages: stress-ng (loads), rt-tests (cyclictest, the peer in
+# bench/), sqlite3 (inspecting --store), iproute2 (lab), build tools.
+pkgs=(stress-ng rt-tests sqlite3 iproute2 procps build-essential pkg-config)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  need_root
+  echo "setup: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  for d in "$HOME/.cargo/bin" /root/.cargo/bin /usr/local/cargo/bin; do
+    [ -x "$d/cargo" ] && export PATH="$d:$PATH" && break
+  done
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: no Rust toolchain found; install Rust 1.80 or newer (rustup) and run again" >&2
+  exit 1
+fi
+
+if [ "${1:-}" != "--no-build" ]; then
+  echo "setup: building ontime (release)"
+  cargo build --release --locked -q
+  echo "setup: done: ./target/release/ontime --help"
+fi
