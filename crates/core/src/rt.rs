@@ -270,6 +270,26 @@ impl ThreadSettings {
     }
 }
 
+/// Holds `/dev/cpu_dma_latency` at a target (0 us keeps CPUs out of deep
+/// idle states) for as long as the guard lives, as cyclictest does.
+pub struct DmaLatencyGuard {
+    _file: std::fs::File,
+}
+
+impl DmaLatencyGuard {
+    /// None (with the reason) when the device is missing or not writable.
+    pub fn hold(target_us: i32) -> Result<DmaLatencyGuard> {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/cpu_dma_latency")
+            .context("cannot open /dev/cpu_dma_latency")?;
+        f.write_all(&target_us.to_ne_bytes())
+            .context("cannot write /dev/cpu_dma_latency")?;
+        Ok(DmaLatencyGuard { _file: f })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,25 +317,5 @@ mod tests {
         assert_eq!(parse_cpu_list("0,2-4").unwrap(), vec![0, 2, 3, 4]);
         assert!(parse_cpu_list("3-1").is_err());
         assert!(parse_cpu_list("x").is_err());
-    }
-}
-
-/// Holds `/dev/cpu_dma_latency` at a target (0 us keeps CPUs out of deep
-/// idle states) for as long as the guard lives, as cyclictest does.
-pub struct DmaLatencyGuard {
-    _file: std::fs::File,
-}
-
-impl DmaLatencyGuard {
-    /// None (with the reason) when the device is missing or not writable.
-    pub fn hold(target_us: i32) -> Result<DmaLatencyGuard> {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .open("/dev/cpu_dma_latency")
-            .context("cannot open /dev/cpu_dma_latency")?;
-        f.write_all(&target_us.to_ne_bytes())
-            .context("cannot write /dev/cpu_dma_latency")?;
-        Ok(DmaLatencyGuard { _file: f })
     }
 }

@@ -379,16 +379,13 @@ mod tests {
         let clock = FakeClock::new(0, vec![10, 10, 3500, 10]);
         let mut st = ThreadStats::new(10);
         let stop = AtomicBool::new(false);
-        probe_loop(
-            &clock,
-            MonoNs(0),
-            1000,
-            Some(8),
-            None,
-            &stop,
-            &mut st,
-            &LiveCounters::default(),
-        );
+        let plan = Schedule {
+            start: MonoNs(0),
+            interval_ns: 1000,
+            loops: Some(8),
+            end: None,
+        };
+        probe_loop(&clock, plan, &stop, &mut st, &LiveCounters::default());
         assert_eq!(st.latency.len(), 8, "every planned wake-up is one sample");
         assert_eq!(st.overruns, 3);
         assert_eq!(st.latency.max(), 3500);
@@ -404,16 +401,13 @@ mod tests {
         let clock = FakeClock::new(0, vec![0]);
         let mut st = ThreadStats::new(0);
         let stop = AtomicBool::new(false);
-        probe_loop(
-            &clock,
-            MonoNs(0),
-            1000,
-            None,
-            Some(MonoNs(10_000)),
-            &stop,
-            &mut st,
-            &LiveCounters::default(),
-        );
+        let plan = Schedule {
+            start: MonoNs(0),
+            interval_ns: 1000,
+            loops: None,
+            end: Some(MonoNs(10_000)),
+        };
+        probe_loop(&clock, plan, &stop, &mut st, &LiveCounters::default());
         assert_eq!(st.latency.len(), 10);
     }
 }
