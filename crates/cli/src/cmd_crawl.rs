@@ -8,7 +8,7 @@ use clap::Args;
 use ontime_core::caps::Capabilities;
 use ontime_core::duration::{format_ns, parse_ns};
 use ontime_core::manifest::Manifest;
-use ontime_core::rt::{parse_cpu_list, Policy, ThreadSettings};
+use ontime_core::rt::{CpuList, Policy, ThreadSettings};
 use ontime_crawl::config::{CrawlConfig, CrawlFile, GatewaySpec, Phase};
 use ontime_crawl::engine::StopFlags;
 use ontime_crawl::RunOptions;
@@ -57,8 +57,8 @@ pub struct CrawlArgs {
     #[arg(long, default_value = "other")]
     policy: Policy,
     /// CPUs the vCPU threads may run on, e.g. 0 or 0-1
-    #[arg(short = 'a', long, value_parser = parse_cpu_list)]
-    affinity: Option<Vec<usize>>,
+    #[arg(short = 'a', long)]
+    affinity: Option<CpuList>,
     /// Lock all memory (mlockall)
     #[arg(short = 'm', long)]
     mlockall: bool,
@@ -224,7 +224,7 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
         duration_ns: a.duration,
         thread: ThreadSettings {
             policy: a.policy,
-            affinity: a.affinity.clone().unwrap_or_default(),
+            affinity: a.affinity.clone().map(|c| c.0).unwrap_or_default(),
             timer_slack_ns: Some(a.timer_slack),
         },
         mlockall: a.mlockall,

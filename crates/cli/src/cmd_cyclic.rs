@@ -7,7 +7,7 @@ use clap::{ArgAction, Args};
 use ontime_core::caps::Capabilities;
 use ontime_core::duration::{format_ns, parse_ns};
 use ontime_core::manifest::Manifest;
-use ontime_core::rt::{parse_cpu_list, Policy};
+use ontime_core::rt::{CpuList, Policy};
 use ontime_cyclic::CyclicOptions;
 use ontime_load::{LoadGuard, LoadProfile};
 use std::path::PathBuf;
@@ -36,8 +36,8 @@ pub struct CyclicArgs {
     #[arg(short = 'S', long)]
     smp: bool,
     /// CPUs to pin threads to, round-robin (e.g. 0 or 0-1)
-    #[arg(short = 'a', long, value_parser = parse_cpu_list)]
-    affinity: Option<Vec<usize>>,
+    #[arg(short = 'a', long)]
+    affinity: Option<CpuList>,
     /// Wake-up interval (bare number = microseconds, as cyclictest)
     #[arg(short = 'i', long, default_value = "1000", value_parser = parse_us_or_duration)]
     interval: u64,
@@ -65,6 +65,10 @@ pub struct CyclicArgs {
     /// Write the histogram there instead of stdout
     #[arg(long, requires = "histogram")]
     histfile: Option<PathBuf>,
+    /// Also write the histogram of wake-ups that happened only (overrun
+    /// periods left out, as cyclictest counts) to this file
+    #[arg(long, requires = "histogram")]
+    histfile_woken: Option<PathBuf>,
     /// Load during the run, by stress-ng: kernel, io, net, mixed or cpu
     #[arg(long)]
     load: Option<LoadProfile>,
@@ -113,7 +117,7 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
     let (threads, affinity) = if a.smp {
         (online, (0..online).collect())
     } else {
-        (a.threads, a.affinity.clone().unwrap_or_default())
+        (a.threads, a.affinity.clone().map(|c| c.0).unwrap_or_default())
     };
     if let Some(bad) = affinity.iter().find(|&&c| c >= online) {
         return Err(usage(format!("CPU {bad} is not online (this host has {online})")));
@@ -176,6 +180,10 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
     drop(_load);
     let result = result?;
     let mut text = result.text();
+    if let Some(p) = &a.histfile_woken {
+        std::fs::write(p, result.cyclictest_histogram_woken())
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?;
+    }
     if a.histogram > 0 {
         let hist = result.cyclictest_histogram();
         match &a.histfile {

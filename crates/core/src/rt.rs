@@ -238,6 +238,17 @@ pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
     Ok(out)
 }
 
+/// A CPU list as one value ("0,2-3"), for command lines and configs.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct CpuList(pub Vec<usize>);
+
+impl FromStr for CpuList {
+    type Err = String;
+    fn from_str(s: &str) -> Result<CpuList, String> {
+        parse_cpu_list(s).map(CpuList)
+    }
+}
+
 /// Names the calling thread (shown by top, ps and the observer).
 pub fn set_thread_name(name: &str) {
     let mut buf = [0u8; 16];

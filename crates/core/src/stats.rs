@@ -113,7 +113,9 @@ impl LatencyHistogram {
     /// support it.
     pub fn percentile(&self, p: f64) -> Option<u64> {
         if supports(self.len(), p) {
-            Some(self.hist.value_at_percentile(p))
+            // The histogram answers with its bucket's top, which can pass
+            // the exact max.
+            Some(self.hist.value_at_percentile(p).min(self.max))
         } else {
             None
         }

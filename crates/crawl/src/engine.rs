@@ -366,7 +366,8 @@ impl Engine {
         let Some(c) = self.conns[slot].as_mut() else { return };
         let Some(p) = c.poll.as_mut() else { return };
         let req = &self.s.streams[p.stream as usize].request;
-        if c.written == 0 {
+        // Once per poll, even if the first write would block.
+        if p.sent == 0 {
             p.sent = MonoNs::now().0;
             self.metrics.send_lag.record(p.sent.saturating_sub(p.planned));
         }
@@ -617,14 +618,9 @@ impl Engine {
     /// Hands this interval's metrics to the collector and takes a recycled
     /// set back.
     fn report(&mut self, now: u64) {
-        let fresh = match self.s.spares.try_recv() {
-            Ok(mut m) => {
-                m.reset();
-                m
-            }
-            // Only until the collector has returned the first sets.
-            Err(_) => Box::default(),
-        };
+        // The collector resets recycled sets, keeping the memset off this
+        // thread; a new set is made only if none came back yet.
+        let fresh = self.s.spares.try_recv().unwrap_or_default();
         let full = std::mem::replace(&mut self.metrics, fresh);
         // Intervals are numbered by wall position, so threads agree on them
         // even when one reports late.

@@ -309,6 +309,8 @@ pub fn run(
                 slot.0.add(&metrics);
                 slot.1 += 1;
                 reached[thread] = reached[thread].max(index + 1);
+                let mut metrics = metrics;
+                metrics.reset();
                 let _ = spare_txs[thread].send(metrics);
                 let upto = *reached.iter().min().unwrap_or(&0);
                 flush(upto, &mut pending, &mut totals)?;

@@ -24,7 +24,13 @@ use std::sync::Arc;
 /// What one probe thread measured.
 #[derive(Clone, Debug, Default)]
 pub struct ThreadStats {
+    /// Every planned wake-up, overrun periods included.
     pub latency: LatencyHistogram,
+    /// Only wake-ups that happened (what cyclictest reports): how late the
+    /// thread ran, apart from how many periods it lost.
+    pub woken: LatencyHistogram,
+    /// 1-us bins of `woken`, for comparison with cyclictest's histogram.
+    pub woken_bins: Vec<u64>,
     /// Planned wake-ups that had already passed when the thread woke.
     pub overruns: u64,
     /// 1-us bins for the cyclictest histogram; the last counts overflows.
@@ -40,6 +46,7 @@ impl ThreadStats {
     pub fn new(histogram_us: usize) -> ThreadStats {
         ThreadStats {
             bins: vec![0; histogram_us],
+            woken_bins: vec![0; histogram_us],
             overflow_at: Vec::with_capacity(MAX_OVERFLOW_RECORDS),
             ..Default::default()
         }
@@ -104,7 +111,12 @@ pub fn probe_loop<C: Clock>(
         }
         clock.sleep_until(planned);
         let now = clock.now();
-        stats.record(k, now.since(planned));
+        let lat = now.since(planned);
+        stats.record(k, lat);
+        stats.woken.record(lat);
+        if let Some(b) = stats.woken_bins.get_mut((lat / 1000) as usize) {
+            *b += 1;
+        }
         k += 1;
         // Every later wake-up already due was missed: a sample each, with the
         // lateness it has now, never skipped.
@@ -153,8 +165,27 @@ pub struct ThreadResult {
     pub overruns: u64,
     pub avg_ns: Option<u64>,
     pub latency: Summary,
+    pub woken: Summary,
     #[serde(skip)]
     pub stats: ThreadStats,
+}
+
+impl ThreadResult {
+    fn bins(&self, woken: bool) -> &[u64] {
+        if woken {
+            &self.stats.woken_bins
+        } else {
+            &self.stats.bins
+        }
+    }
+
+    fn summary_of(&self, woken: bool) -> &Summary {
+        if woken {
+            &self.woken
+        } else {
+            &self.latency
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -163,8 +194,10 @@ pub struct CyclicResult {
     pub options: CyclicOptions,
     pub interrupted: bool,
     pub overruns: u64,
-    /// All threads together.
+    /// All threads together: every planned wake-up.
     pub latency: Summary,
+    /// All threads together: wake-ups that happened (overruns excluded).
+    pub woken: Summary,
     pub threads: Vec<ThreadResult>,
     pub warnings: Vec<String>,
 }
@@ -244,6 +277,7 @@ pub fn run(
                         avg_ns: (!stats.latency.is_empty())
                             .then(|| (stats.sum_ns / stats.latency.len() as u128) as u64),
                         latency: stats.latency.summary(None),
+                        woken: stats.woken.summary(None),
                         stats,
                     })
                 })
@@ -265,11 +299,13 @@ pub fn run(
         on_tick(&lives);
     }
     let mut threads = Vec::new();
-    let mut all = LatencyHistogram::new();
+    let (mut all, mut woken) = (LatencyHistogram::new(), LatencyHistogram::new());
     for h in handles {
         let mut r = h.join().map_err(|_| anyhow::anyhow!("a probe thread panicked"))??;
         all.add(&r.stats.latency);
+        woken.add(&r.stats.woken);
         r.latency = r.stats.latency.summary(opts.threshold_ns);
+        r.woken = r.stats.woken.summary(opts.threshold_ns);
         threads.push(r);
     }
     let mut manifest = manifest;
@@ -278,6 +314,7 @@ pub fn run(
         interrupted: stop.load(Ordering::Relaxed),
         overruns: threads.iter().map(|t| t.overruns).sum(),
         latency: all.summary(opts.threshold_ns),
+        woken: woken.summary(opts.threshold_ns),
         threads,
         warnings,
         manifest,
@@ -298,11 +335,11 @@ impl CyclicResult {
         );
         s.push_str(&format!("{}  overruns\n", Summary::text_header()));
         for t in &self.threads {
-            s.push_str(&format!(
-                "{}  {}\n",
-                t.latency.text_row(&format!("T{} wake-up", t.thread)),
-                t.overruns
-            ));
+            let label = format!("T{} wake-up", t.thread);
+            s.push_str(&format!("{}  {}\n", t.latency.text_row(&label), t.overruns));
+            if t.overruns > 0 {
+                s.push_str(&format!("{}\n", t.woken.text_row(&format!("T{} woken only", t.thread))));
+            }
         }
         if self.threads.len() > 1 {
             s.push_str(&format!(
@@ -323,43 +360,50 @@ impl CyclicResult {
     /// The histogram in cyclictest's `-h` layout, so its plot scripts work.
     /// Unlike cyclictest, overrun wake-ups are included as samples.
     pub fn cyclictest_histogram(&self) -> String {
-        let bins = self.options.histogram_us;
+        self.histogram_text(false)
+    }
+
+    /// The same layout from wake-ups that happened only, counted the way
+    /// cyclictest counts (for like-for-like comparisons).
+    pub fn cyclictest_histogram_woken(&self) -> String {
+        self.histogram_text(true)
+    }
+
+    fn histogram_text(&self, woken: bool) -> String {
         let mut s = String::from("# Histogram\n");
-        for i in 0..bins {
+        for i in 0..self.options.histogram_us {
             s.push_str(&format!("{i:06}"));
             for (j, t) in self.threads.iter().enumerate() {
                 s.push_str(if j == 0 { " " } else { "\t" });
-                s.push_str(&format!("{:06}", t.stats.bins[i]));
+                s.push_str(&format!("{:06}", t.bins(woken)[i]));
             }
             s.push('\n');
         }
         let row = |label: &str, f: &dyn Fn(&ThreadResult) -> String| {
-            let mut r = format!("# {label}:");
-            for t in &self.threads {
-                r.push(' ');
-                r.push_str(&f(t));
-            }
-            r.push('\n');
-            r
+            let cells: Vec<String> = self.threads.iter().map(f).collect();
+            format!("# {label}: {}\n", cells.join(" "))
         };
-        s.push_str(&row("Total", &|t| format!("{:09}", t.stats.bins.iter().sum::<u64>())));
+        let in_bins = |t: &ThreadResult| t.bins(woken).iter().sum::<u64>();
+        s.push_str(&row("Total", &|t| format!("{:09}", in_bins(t))));
         s.push_str(&row("Min Latencies", &|t| {
-            format!("{:05}", t.latency.min_ns.unwrap_or(0) / 1000)
+            format!("{:05}", t.summary_of(woken).min_ns.unwrap_or(0) / 1000)
         }));
         s.push_str(&row("Avg Latencies", &|t| {
-            format!("{:05}", t.avg_ns.unwrap_or(0) / 1000)
+            format!("{:05}", t.summary_of(woken).mean_ns.unwrap_or(0) / 1000)
         }));
         s.push_str(&row("Max Latencies", &|t| {
-            format!("{:05}", t.latency.max_ns.unwrap_or(0) / 1000)
+            format!("{:05}", t.summary_of(woken).max_ns.unwrap_or(0) / 1000)
         }));
         s.push_str(&row("Histogram Overflows", &|t| {
-            format!("{:05}", t.latency.count - t.stats.bins.iter().sum::<u64>())
+            format!("{:05}", t.summary_of(woken).count - in_bins(t))
         }));
         s.push_str("# Histogram Overflow at cycle number:\n");
         for t in &self.threads {
             s.push_str(&format!("# Thread {}:", t.thread));
-            for c in &t.stats.overflow_at {
-                s.push_str(&format!(" {c:05}"));
+            if !woken {
+                for c in &t.stats.overflow_at {
+                    s.push_str(&format!(" {c:05}"));
+                }
             }
             s.push('\n');
         }
@@ -394,6 +438,8 @@ mod tests {
         assert_eq!(st.latency.inner().count_at(1500), 1);
         assert_eq!(st.latency.inner().count_at(500), 1);
         assert_eq!(st.bins[3], 1, "3500 ns falls in the 3 us bin");
+        assert_eq!(st.woken.len(), 5, "8 planned, 3 overrun: 5 wake-ups happened");
+        assert_eq!(st.woken_bins.iter().sum::<u64>(), 5);
     }
 
     #[test]
