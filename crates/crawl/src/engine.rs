@@ -81,6 +81,8 @@ pub struct EngineSetup {
 }
 
 const TIMER: Token = Token(usize::MAX - 1);
+/// Connections opened per gateway before the first poll.
+const PREWARM_CONNECTIONS: usize = 4;
 /// Largest answer a connection buffers; larger ones count as malformed.
 const READ_BUF: usize = 64 * 1024;
 
@@ -162,7 +164,7 @@ impl Engine {
             schedule.push(Reverse((s.start.0 + st.phase_ns, i as u32, 0u64)));
         }
         let metrics = s.spares.try_recv().unwrap_or_default();
-        Ok(Engine {
+        let mut e = Engine {
             trackers: vec![IntervalTracker::default(); s.streams.len()],
             next_report: s.start.0 + s.report_interval_ns,
             poll,
@@ -175,7 +177,15 @@ impl Engine {
             metrics,
             next_gen: 0,
             s,
-        })
+        };
+        // Connect ahead of the start (it is 200 ms away) so the first polls
+        // do not each pay for, or burst, connection set-up.
+        for gw in 0..e.pools.len() {
+            for _ in 0..e.s.max_connections.min(PREWARM_CONNECTIONS) {
+                let _ = e.connect(gw);
+            }
+        }
+        Ok(e)
     }
 
     fn main_loop(&mut self) -> anyhow::Result<()> {

@@ -138,6 +138,18 @@ impl State {
     }
 }
 
+/// A listening socket with a deep accept queue: a crawler that opens many
+/// connections at once must not lose SYNs (a lost SYN costs a 1 s retry).
+fn listen_socket(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    s.set_reuse_address(true)?;
+    s.bind(&addr.into())?;
+    s.listen(4096)?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
+}
+
 /// Binds every listen address and starts serving in background threads.
 pub fn start(cfg: GatewayConfig) -> Result<RunningGateway> {
     cfg.validate()?;
@@ -145,10 +157,9 @@ pub fn start(cfg: GatewayConfig) -> Result<RunningGateway> {
     let mut listeners = Vec::new();
     let mut addrs = Vec::new();
     for a in &listen {
-        let l = std::net::TcpListener::bind(a).with_context(|| {
+        let l = listen_socket(*a).with_context(|| {
             format!("cannot listen on {a}: is another gateway running there? pick another address with --listen")
         })?;
-        l.set_nonblocking(true)?;
         addrs.push(l.local_addr()?);
         listeners.push(l);
     }
@@ -239,6 +250,7 @@ async fn accept_loop(
                     // injected drops: the connection ends, the server goes on.
                     let _ = hyper::server::conn::http1::Builder::new()
                         .keep_alive(true)
+                        .half_close(true)
                         .serve_connection(io, svc)
                         .await;
                 });
