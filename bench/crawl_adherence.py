@@ -118,13 +118,13 @@ def run_k6(a, rate, url, tmp, duration):
     res = {"requests": len(sends), "dropped_iterations": dropped,
            "cpu_pct_of_one_core": round(100 * cpu / duration, 1)}
     for name, vals in (("send_lag", lags), ("response_time", durs)):
-        s = {"count": len(vals), "max_ns": round(vals[-1]) if vals else None}
+        s = {"count": len(vals), "max_ns": None}
+        if vals:
+            s["max_ns"] = "dropped" if vals[-1] == math.inf else round(vals[-1])
         for p in PCTS:
             v = pct_exact(vals, p)
             # "dropped": the percentile falls among iterations k6 never sent.
             s[f"p{p}_ns"] = None if v is None else ("dropped" if v == math.inf else round(v))
-        if vals and vals[-1] == math.inf:
-            s["max_ns"] = "dropped"
         res[name] = s
     return res
 

@@ -5,6 +5,7 @@
 mod cmd_crawl;
 mod cmd_cyclic;
 mod cmd_gateway;
+mod cmd_lab;
 mod output;
 mod signals;
 
@@ -31,6 +32,8 @@ enum Verb {
     Crawl(cmd_crawl::CrawlArgs),
     /// Periodic wake-up probe (cyclictest's job; missed periods count)
     Cyclic(cmd_cyclic::CyclicArgs),
+    /// Sandboxed tenants, host relay, loads: run scenarios and report them
+    Lab(cmd_lab::LabArgs),
 }
 
 /// An error caused by the user's input: exit code 2.
@@ -85,6 +88,7 @@ fn main() {
         Verb::Gateway(a) => cmd_gateway::run(a),
         Verb::Crawl(a) => cmd_crawl::run(a),
         Verb::Cyclic(a) => cmd_cyclic::run(a),
+        Verb::Lab(a) => cmd_lab::run(a),
     };
     if let Err(e) = result {
         let code = if e.downcast_ref::<UsageError>().is_some() { 2 } else { 1 };

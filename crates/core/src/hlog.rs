@@ -48,6 +48,30 @@ impl HlogFile {
     }
 }
 
+/// Reads every interval tagged `tag` in an interval log and adds them up.
+pub fn read_merged(path: &Path, tag: &str) -> Result<LatencyHistogram> {
+    use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+    use hdrhistogram::serialization::Deserializer;
+    let data = std::fs::read(path).with_context(|| format!("cannot read histogram log {}", path.display()))?;
+    let mut out = LatencyHistogram::new();
+    let mut de = Deserializer::new();
+    for entry in IntervalLogIterator::new(&data) {
+        let Ok(LogEntry::Interval(ilh)) = entry else { continue };
+        if ilh.tag().map(|t| t.as_str() == tag) != Some(true) {
+            continue;
+        }
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(ilh.encoded_histogram())
+            .with_context(|| format!("{}: an interval is not valid base64", path.display()))?;
+        let h: hdrhistogram::Histogram<u64> = de
+            .deserialize(&mut &bytes[..])
+            .map_err(|e| anyhow::anyhow!("{}: cannot decode an interval: {e:?}", path.display()))?;
+        out.add_raw(&h);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +95,9 @@ mod tests {
             .filter(|e| matches!(e, Ok(LogEntry::Interval(_))))
             .count();
         assert_eq!(n, 2);
+        let merged = read_merged(&path, "send_lag").unwrap();
+        assert_eq!(merged.len(), 2);
+        assert_eq!(read_merged(&path, "other").unwrap().len(), 0);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

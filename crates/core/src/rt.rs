@@ -238,6 +238,23 @@ pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
     Ok(out)
 }
 
+/// Puts the calling thread in SCHED_IDLE: it then runs only when nothing
+/// else on its CPU wants to, so helper threads (collectors, writers) never
+/// delay a probe's thread, even when pinned to the same CPU or cgroup.
+pub fn set_idle() -> Result<()> {
+    let attr = SchedAttr {
+        size: std::mem::size_of::<SchedAttr>() as u32,
+        sched_policy: libc::SCHED_IDLE as u32,
+        ..Default::default()
+    };
+    // SAFETY: as in set_policy.
+    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error()).context("cannot set SCHED_IDLE");
+    }
+    Ok(())
+}
+
 /// A CPU list as one value ("0,2-3"), for command lines and configs.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct CpuList(pub Vec<usize>);
@@ -259,7 +276,7 @@ pub fn set_thread_name(name: &str) {
 }
 
 /// The settings a probe thread asks for, applied in one place.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct ThreadSettings {
     pub policy: Policy,
     /// CPUs the thread may run on; empty = unrestricted.

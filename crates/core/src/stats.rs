@@ -74,6 +74,17 @@ impl LatencyHistogram {
         self.max = self.max.max(other.max);
     }
 
+    /// Adds a raw histogram (e.g. read back from an interval log); its
+    /// extremes are known only to the histogram's precision.
+    pub fn add_raw(&mut self, h: &Histogram<u64>) {
+        if h.is_empty() {
+            return;
+        }
+        let _ = self.hist.add(h);
+        self.min = self.min.min(h.min());
+        self.max = self.max.max(h.max());
+    }
+
     pub fn reset(&mut self) {
         self.hist.reset();
         self.clamped = 0;

@@ -316,6 +316,11 @@ impl Engine {
     fn dispatch(&mut self, gw: usize, p: InFlight) {
         if let Some(slot) = self.pools[gw].idle.pop() {
             self.assign(slot, p);
+            // Keep a spare: the next poll should not wait for a handshake
+            // (a WAN round trip) because the pool ran dry.
+            if self.pools[gw].idle.is_empty() && self.pools[gw].open < self.s.max_connections {
+                let _ = self.connect(gw);
+            }
         } else if self.pools[gw].open < self.s.max_connections {
             match self.connect(gw) {
                 Some(slot) => self.assign(slot, p),

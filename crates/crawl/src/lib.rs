@@ -241,6 +241,11 @@ pub fn run(
         }
     }
 
+    // This thread collects and the sink writes: neither may take CPU time a
+    // vCPU thread wants (they may share its CPU or cgroup).
+    if let Err(e) = ontime_core::rt::set_idle() {
+        warnings.push(format!("collector not at SCHED_IDLE: {e:#}"));
+    }
     let sink_handle = if opts.polls_file.is_some() || opts.store.is_some() {
         let setup = sink::SinkSetup {
             polls_file: opts.polls_file.clone(),

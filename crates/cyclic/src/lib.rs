@@ -285,7 +285,11 @@ pub fn run(
         );
     }
     drop(ready_tx);
-    for r in ready_rx.iter() {
+    // One answer per thread (the threads keep their senders while they run).
+    for _ in 0..opts.threads {
+        let r = ready_rx
+            .recv()
+            .unwrap_or_else(|_| Err("a probe thread exited at start".into()));
         if let Err(e) = r {
             stop.store(true, Ordering::Relaxed);
             for h in handles {

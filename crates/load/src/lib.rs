@@ -98,6 +98,35 @@ impl LoadProfile {
     }
 }
 
+/// The stress-ng command for `profile`, in its own process group and dying
+/// with its parent, and the temporary directory it works in (keep it alive
+/// as long as the load runs).
+pub fn command(profile: LoadProfile, workers: usize, max_duration: Duration) -> Result<(Command, tempfile::TempDir)> {
+    let bin = ontime_core::caps::which("stress-ng")
+        .context("stress-ng is not installed: run scripts/setup.sh or apt-get install stress-ng")?;
+    if workers == 0 {
+        bail!("load workers must be at least 1");
+    }
+    let temp = tempfile::Builder::new()
+        .prefix("ontime-load-")
+        .tempdir()
+        .context("cannot create a temporary directory for the io load")?;
+    let mut cmd = Command::new(bin);
+    cmd.args(profile.args(workers, temp.path(), max_duration))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: the closure only calls async-signal-safe syscalls.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setpgid(0, 0);
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    Ok((cmd, temp))
+}
+
 /// Running stress-ng; stops it (the whole process group) on drop.
 pub struct LoadGuard {
     child: Option<Child>,
@@ -109,29 +138,14 @@ impl LoadGuard {
     /// Starts `profile` with `workers` per stressor. `max_duration` bounds
     /// stress-ng's own lifetime in case every other stop fails.
     pub fn start(profile: LoadProfile, workers: usize, max_duration: Duration) -> Result<LoadGuard> {
-        let bin = ontime_core::caps::which("stress-ng")
-            .context("stress-ng is not installed: run scripts/setup.sh or apt-get install stress-ng")?;
-        if workers == 0 {
-            bail!("load workers must be at least 1");
-        }
-        let temp = tempfile::Builder::new()
-            .prefix("ontime-load-")
-            .tempdir()
-            .context("cannot create a temporary directory for the io load")?;
-        let mut cmd = Command::new(bin);
-        cmd.args(profile.args(workers, temp.path(), max_duration))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        // SAFETY: the closure only calls async-signal-safe syscalls.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::setpgid(0, 0);
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+        let (mut cmd, temp) = command(profile, workers, max_duration)?;
         let child = cmd.spawn().context("cannot start stress-ng")?;
+        LoadGuard::adopt(child, profile, temp)
+    }
+
+    /// Takes charge of a stress-ng started from [`command`] by the caller
+    /// (e.g. inside a tenant's namespace and cgroup).
+    pub fn adopt(child: Child, profile: LoadProfile, temp: tempfile::TempDir) -> Result<LoadGuard> {
         let mut g = LoadGuard {
             child: Some(child),
             profile,

@@ -1,0 +1,188 @@
+//! `ontime lab run|report|clean`: experiments from scenario files.
+
+use crate::usage;
+use clap::{Args, Subcommand};
+use ontime_core::duration::format_ns;
+use ontime_lab::runner::{self, Event, RunnerOptions};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+#[derive(Args)]
+pub struct LabArgs {
+    #[command(subcommand)]
+    action: LabAction,
+}
+
+#[derive(Subcommand)]
+enum LabAction {
+    /// Run every combination of a scenario, streaming results to a directory
+    Run(RunArgs),
+    /// Write an HTML report (and PNG figures) from a results directory
+    Report(ReportArgs),
+    /// Remove every leftover namespace, link, cgroup and process of the lab
+    Clean(CleanArgs),
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The scenario file (TOML; see docs/scenarios.md)
+    scenario: PathBuf,
+    /// Results directory [default: results/<scenario name>]
+    #[arg(long, short = 'o')]
+    results: Option<PathBuf>,
+    /// Skip runs already complete in the results directory
+    #[arg(long)]
+    resume: bool,
+    /// Check the scenario and list its runs without running anything
+    #[arg(long)]
+    dry_run: bool,
+    /// Write the report when the runs are done
+    #[arg(long)]
+    report: bool,
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// A results directory written by `ontime lab run`
+    dir: PathBuf,
+    /// Where to write report.html and the PNGs [default: DIR/report]
+    #[arg(long, short = 'o')]
+    out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct CleanArgs {
+    /// Only list what would be removed
+    #[arg(long)]
+    dry_run: bool,
+}
+
+pub fn run(a: LabArgs) -> anyhow::Result<()> {
+    match a.action {
+        LabAction::Run(r) => run_scenario(r),
+        LabAction::Report(r) => report(r),
+        LabAction::Clean(c) => clean(c),
+    }
+}
+
+fn run_scenario(a: RunArgs) -> anyhow::Result<()> {
+    if !a.scenario.exists() {
+        return Err(usage(format!("no scenario file at {}", a.scenario.display())));
+    }
+    let text = std::fs::read_to_string(&a.scenario)?;
+    let plan = ontime_lab::scenario::load(&a.scenario).map_err(|e| usage(format!("{e:#}")))?;
+    let results = a
+        .results
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("results").join(&plan.name));
+    eprintln!(
+        "ontime lab: scenario '{}': {} run(s), about {} in all; results in {}",
+        plan.name,
+        plan.runs.len(),
+        format_ns(plan.total_duration_ns()),
+        results.display()
+    );
+    if a.dry_run {
+        for r in &plan.runs {
+            println!("{}  {}", r.dir_name(), ontime_lab::scenario::vars_text(&r.vars));
+        }
+        return Ok(());
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    crate::signals::install_flag(stop.clone())?;
+    let opts = RunnerOptions {
+        results: results.clone(),
+        resume: a.resume,
+        exe: std::env::current_exe()?,
+        stop: stop.clone(),
+    };
+    let pb = crate::output::progress_bar(0);
+    let mut total = plan.runs.len();
+    let mut current = String::new();
+    let outcome = runner::run_plan(&plan, &text, &opts, &mut |ev| match ev {
+        Event::Skipped { run } => eprintln!(
+            "ontime lab: [{}/{total}] {} already complete, skipped",
+            run.index + 1,
+            run.dir_name()
+        ),
+        Event::Started {
+            run,
+            total: t,
+            remaining_ns,
+        } => {
+            total = t;
+            current = run.dir_name();
+            pb.set_length(run.config.duration.div_ceil(1_000_000_000));
+            pb.set_position(0);
+            eprintln!(
+                "ontime lab: [{}/{t}] {}  (about {} left)",
+                run.index + 1,
+                ontime_lab::scenario::vars_text(&run.vars),
+                format_ns(remaining_ns)
+            );
+        }
+        Event::Tick { elapsed_ns, .. } => {
+            pb.set_position(elapsed_ns / 1_000_000_000);
+            pb.set_message(current.clone());
+        }
+        Event::Finished { run, summary } => {
+            pb.suspend(|| eprintln!("ontime lab: [{}/{total}] done: {summary}", run.index + 1));
+        }
+    });
+    pb.finish_and_clear();
+    let (done, skipped) = outcome?;
+    eprintln!(
+        "ontime lab: {done} run(s) done, {skipped} skipped; results in {}",
+        results.display()
+    );
+    if stop.load(Ordering::Relaxed) {
+        eprintln!(
+            "ontime lab: interrupted; finished runs are in {} (--resume continues)",
+            results.display()
+        );
+    }
+    if a.report {
+        report(ReportArgs {
+            dir: results,
+            out: None,
+        })?;
+    }
+    Ok(())
+}
+
+fn report(a: ReportArgs) -> anyhow::Result<()> {
+    if !a.dir.exists() {
+        return Err(usage(format!("no results directory at {}", a.dir.display())));
+    }
+    let w = ontime_lab::report::write(&a.dir, a.out.as_deref())?;
+    println!("ontime lab report: {} run(s) -> {}", w.runs, w.html.display());
+    for p in &w.pngs {
+        println!("  {}", p.display());
+    }
+    Ok(())
+}
+
+fn clean(a: CleanArgs) -> anyhow::Result<()> {
+    let found = if a.dry_run {
+        ontime_lab::clean::find()?
+    } else {
+        ontime_lab::clean::clean()?
+    };
+    if found.is_empty() {
+        println!("ontime lab clean: nothing of the lab's is left on this host");
+        return Ok(());
+    }
+    let verb = if a.dry_run { "would remove" } else { "removed" };
+    println!(
+        "ontime lab clean: {verb} {} namespace(s), {} link(s), {} cgroup(s), {} process(es)",
+        found.netns.len(),
+        found.links.len(),
+        found.cgroups.len(),
+        found.processes.len()
+    );
+    for n in found.netns.iter().chain(&found.links).chain(&found.cgroups) {
+        println!("  {n}");
+    }
+    Ok(())
+}

@@ -1,0 +1,79 @@
+//! `ontime lab clean`: finds and removes everything of the lab's that
+//! escaped a teardown (for example after the runner was SIGKILLed):
+//! processes in lab cgroups or namespaces, the cgroups, the namespaces and
+//! the host-side links. Everything is found by the common name prefix.
+
+use crate::cgroup;
+use crate::names::PREFIX;
+use crate::sys::{ip, ip_output};
+use anyhow::Result;
+use serde::Serialize;
+
+#[derive(Debug, Default, Serialize, PartialEq)]
+pub struct Leftovers {
+    pub netns: Vec<String>,
+    pub links: Vec<String>,
+    pub cgroups: Vec<String>,
+    pub processes: Vec<i32>,
+}
+
+impl Leftovers {
+    pub fn is_empty(&self) -> bool {
+        *self == Leftovers::default()
+    }
+}
+
+/// What of the lab is on this host now.
+pub fn find() -> Result<Leftovers> {
+    let netns: Vec<String> = ip_output(&["netns", "list"])?
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(PREFIX))
+        .map(str::to_string)
+        .collect();
+    let links: Vec<String> = ip_output(&["-o", "link", "show"])?
+        .lines()
+        .filter_map(|l| l.split(':').nth(1))
+        .map(|n| n.trim().split('@').next().unwrap_or("").to_string())
+        .filter(|n| n.starts_with(PREFIX))
+        .collect();
+    let dirs = cgroup::all_lab_dirs();
+    let mut processes = Vec::new();
+    for d in &dirs {
+        if let Ok(t) = std::fs::read_to_string(d.join("cgroup.procs")) {
+            processes.extend(t.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+        }
+    }
+    for n in &netns {
+        if let Ok(t) = ip_output(&["netns", "pids", n]) {
+            processes.extend(t.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+        }
+    }
+    processes.sort_unstable();
+    processes.dedup();
+    Ok(Leftovers {
+        netns,
+        links,
+        cgroups: dirs.iter().map(|d| d.display().to_string()).collect(),
+        processes,
+    })
+}
+
+/// Removes everything [`find`] reports; returns what it found.
+pub fn clean() -> Result<Leftovers> {
+    anyhow::ensure!(crate::sys::is_root(), "lab clean needs root: run it with sudo");
+    let found = find()?;
+    for &pid in &found.processes {
+        // SAFETY: these processes are in the lab's cgroups or namespaces.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    cgroup::kill_and_remove(&cgroup::all_lab_dirs());
+    for n in &found.netns {
+        let _ = ip(&["netns", "del", n]);
+    }
+    for l in &found.links {
+        // Deleting one end of a veth removes its peer too; ignore "not found".
+        let _ = ip(&["link", "del", l]);
+    }
+    Ok(found)
+}

@@ -1,0 +1,21 @@
+//! The lab: ontime's main job. It turns the probes into experiments on one
+//! machine: sandboxed tenants (network namespace + cgroup + k vCPU threads,
+//! [`sandbox`], [`cgroup`]), a host relay that carries every packet with WAN
+//! delay and stands for Dom0 / vhost ([`relay`]), loads, scenario files with
+//! sweeps ([`scenario`]), the runner that streams results to a directory
+//! ([`runner`]), the clean-up of anything that escaped ([`clean`]) and the
+//! report ([`report`]).
+//!
+//! Sandboxes model host scheduling and the host I/O path, not instruction
+//! emulation. Does not own the probes themselves (ontime-crawl,
+//! ontime-cyclic): tenants run the `ontime` binary's probe verbs.
+
+pub mod cgroup;
+pub mod clean;
+pub mod names;
+pub mod relay;
+pub mod report;
+pub mod runner;
+pub mod sandbox;
+pub mod scenario;
+pub mod sys;

@@ -1,0 +1,56 @@
+//! Every name the lab gives to a kernel object starts with `ontime`, so
+//! `ontime lab clean` (and anyone with `ip netns list`) can find leftovers.
+//! Interface names fit IFNAMSIZ (15 bytes).
+
+pub const PREFIX: &str = "ontime";
+
+/// The building side's network namespace.
+pub fn building_netns() -> String {
+    format!("{PREFIX}-bldg")
+}
+
+pub fn tenant_netns(i: usize) -> String {
+    format!("{PREFIX}-t{i}")
+}
+
+/// Host-side and namespace-side veth names of tenant `i`.
+pub fn tenant_veth(i: usize) -> (String, String) {
+    (format!("{PREFIX}{i}h"), format!("{PREFIX}{i}n"))
+}
+
+pub fn building_veth() -> (String, String) {
+    (format!("{PREFIX}bh"), format!("{PREFIX}bn"))
+}
+
+/// The cgroup (relative to a controller's root) of tenant `i`.
+pub fn tenant_cgroup(i: usize) -> String {
+    format!("{PREFIX}/t{i}")
+}
+
+/// Address of tenant `i` and of the building side (one /16, so every tenant
+/// and the gateways share one L2 segment through the relay).
+pub fn tenant_addr(i: usize) -> std::net::Ipv4Addr {
+    std::net::Ipv4Addr::new(10, 77, 1 + (i / 250) as u8, 1 + (i % 250) as u8)
+}
+
+pub fn building_addr() -> std::net::Ipv4Addr {
+    std::net::Ipv4Addr::new(10, 77, 0, 1)
+}
+
+pub const PREFIX_LEN: u8 = 16;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_fit_and_carry_the_prefix() {
+        for i in [0, 9, 99, 999] {
+            let (h, n) = tenant_veth(i);
+            assert!(h.len() <= 15 && n.len() <= 15, "{h} {n}");
+            assert!(h.starts_with(PREFIX) && tenant_netns(i).starts_with(PREFIX));
+        }
+        assert_ne!(tenant_addr(249), tenant_addr(250));
+        assert_ne!(tenant_addr(0), building_addr());
+    }
+}

@@ -1,0 +1,598 @@
+//! `ontime lab report DIR`: one self-contained HTML page (plots inline as
+//! SVG) plus PNG files of the same plots, from a results directory.
+//!
+//! - crawl scenarios: interval error percentiles (p50 ... p99.999, max)
+//!   against the swept variable, one chart per series of the other swept
+//!   keys (document 000 figures 5, 6, 8, 11, 14), pooled over tenants and
+//!   repetitions from the tenants' histogram logs;
+//! - cyclic scenarios: wake-up latency histograms, one line per run
+//!   (document 001 figures 3 and 4);
+//! - a table per run, the environment, the relay's measured delay, and a
+//!   visible note wherever the sample count does not support a percentile.
+
+use anyhow::{Context, Result};
+use ontime_core::duration::format_ns;
+use ontime_core::stats::{LatencyHistogram, PERCENTILES};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Swept (key, value) pairs of a run.
+type Vars = Vec<(String, String)>;
+
+const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+
+/// One run as read back from disk.
+struct RunView {
+    name: String,
+    vars: Vec<(String, String)>,
+    record: Value,
+    tenants: Vec<Value>,
+    /// Crawl: pooled interval error. Cyclic: pooled wake-up latency.
+    pooled: LatencyHistogram,
+    /// Cyclic: 1-us bins pooled over tenants.
+    bins: Vec<u64>,
+}
+
+/// What the report wrote.
+pub struct Written {
+    pub html: PathBuf,
+    pub pngs: Vec<PathBuf>,
+    pub runs: usize,
+}
+
+fn read_json(p: &Path) -> Result<Value> {
+    let t = std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
+    serde_json::from_str(&t).with_context(|| format!("{} is not JSON", p.display()))
+}
+
+fn load_runs(dir: &Path) -> Result<Vec<RunView>> {
+    let runs_dir = dir.join("runs");
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&runs_dir)
+        .with_context(|| {
+            format!(
+                "{} has no runs/ directory: is it a lab results directory?",
+                dir.display()
+            )
+        })?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("run.json").exists())
+        .collect();
+    names.sort();
+    let mut out = Vec::new();
+    for d in names {
+        let record = read_json(&d.join("run.json"))?;
+        let vars: Vec<(String, String)> = record["vars"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|kv| Some((kv[0].as_str()?.to_string(), kv[1].as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let crawl = record["workload"] == "crawl";
+        let mut pooled = LatencyHistogram::new();
+        let mut bins = Vec::new();
+        let mut tenants = Vec::new();
+        for t in record["tenants"].as_array().into_iter().flatten() {
+            let Some(f) = t["result"].as_str() else { continue };
+            let i = t["index"].as_u64().unwrap_or(0);
+            tenants.push(read_json(&d.join(f))?);
+            if crawl {
+                let h = d.join(format!("t{i}.hlog"));
+                if h.exists() {
+                    pooled.add(&ontime_core::hlog::read_merged(&h, "interval_error")?);
+                }
+            } else {
+                let h = d.join(format!("t{i}.hist"));
+                if let Ok(text) = std::fs::read_to_string(&h) {
+                    add_hist_bins(&text, &mut bins, &mut pooled);
+                }
+            }
+        }
+        out.push(RunView {
+            name: d
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            vars,
+            record,
+            tenants,
+            pooled,
+            bins,
+        });
+    }
+    Ok(out)
+}
+
+/// Adds a cyclictest-layout histogram (every thread column) to `bins`, and
+/// each bin's samples at the bin's value to `pooled`.
+fn add_hist_bins(text: &str, bins: &mut Vec<u64>, pooled: &mut LatencyHistogram) {
+    for line in text.lines() {
+        if line.starts_with('#') {
+            continue;
+        }
+        let mut f = line.split_whitespace();
+        let Some(Ok(us)) = f.next().map(str::parse::<usize>) else {
+            continue;
+        };
+        let n: u64 = f.filter_map(|c| c.parse::<u64>().ok()).sum();
+        if bins.len() <= us {
+            bins.resize(us + 1, 0);
+        }
+        bins[us] += n;
+        for _ in 0..n.min(1_000_000) {
+            pooled.record(us as u64 * 1000);
+        }
+    }
+}
+
+fn vars_label(vars: &[(String, String)]) -> String {
+    if vars.is_empty() {
+        "(no sweep)".into()
+    } else {
+        vars.iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// A line chart: named series of (x, y) points, y in ms on a log axis.
+struct LineChart {
+    title: String,
+    x_desc: String,
+    y_desc: String,
+    x_labels: Option<Vec<String>>,
+    series: Vec<(String, Vec<(f64, f64)>)>,
+    log_x: bool,
+}
+
+fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &LineChart) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow::anyhow!("plot: {e:?}");
+    root.fill(&WHITE).map_err(e)?;
+    let pts: Vec<(f64, f64)> = c.series.iter().flat_map(|s| s.1.iter().copied()).collect();
+    if pts.is_empty() {
+        return Ok(());
+    }
+    let (mut x0, mut x1) = pts
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.0), b.max(p.0)));
+    let (y0, y1) = pts
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.1), b.max(p.1)));
+    if x1 <= x0 {
+        x0 -= 0.5;
+        x1 += 0.5;
+    }
+    let pad = (x1 - x0) * 0.05;
+    let (y0, y1) = ((y0 / 2.0).max(1e-4), y1 * 2.0);
+    let colors = [
+        &BLUE,
+        &RED,
+        &GREEN,
+        &MAGENTA,
+        &CYAN,
+        &BLACK,
+        &RGBColor(255, 140, 0),
+        &RGBColor(120, 80, 0),
+    ];
+    let mut b = ChartBuilder::on(&root);
+    b.caption(&c.title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(70);
+    macro_rules! body {
+        ($chart:expr) => {{
+            let mut chart = $chart;
+            let labels = c.x_labels.clone();
+            let mut mesh = chart.configure_mesh();
+            mesh.x_desc(c.x_desc.as_str()).y_desc(c.y_desc.as_str());
+            let fmt = move |v: &f64| match &labels {
+                Some(l) => l
+                    .get(v.round() as usize)
+                    .filter(|_| (v - v.round()).abs() < 1e-6)
+                    .cloned()
+                    .unwrap_or_default(),
+                None => format!("{v}"),
+            };
+            mesh.x_label_formatter(&fmt);
+            mesh.draw().map_err(e)?;
+            for (i, (name, points)) in c.series.iter().enumerate() {
+                let col = colors[i % colors.len()];
+                chart
+                    .draw_series(LineSeries::new(points.iter().copied(), col.stroke_width(2)))
+                    .map_err(e)?
+                    .label(name.as_str())
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2)));
+                chart
+                    .draw_series(points.iter().map(|&p| Circle::new(p, 3, col.filled())))
+                    .map_err(e)?;
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperLeft)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()
+                .map_err(e)?;
+        }};
+    }
+    if c.log_x {
+        body!(b
+            .build_cartesian_2d((x0.max(1e-3)..x1 * 1.2).log_scale(), (y0..y1).log_scale())
+            .map_err(e)?);
+    } else {
+        body!(b
+            .build_cartesian_2d(x0 - pad..x1 + pad, (y0..y1).log_scale())
+            .map_err(e)?);
+    }
+    root.present().map_err(e)?;
+    Ok(())
+}
+
+fn register_font() -> Result<()> {
+    let bytes = std::fs::read(FONT)
+        .with_context(|| format!("cannot read {FONT}: install fonts-dejavu-core (scripts/setup.sh does)"))?;
+    let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+    plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+        .map_err(|_| anyhow::anyhow!("{FONT} is not a usable font"))?;
+    Ok(())
+}
+
+/// Writes `report.html` and PNGs into `out` (default `DIR/report`).
+pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
+    register_font()?;
+    let runs = load_runs(dir)?;
+    anyhow::ensure!(
+        !runs.is_empty(),
+        "{} holds no finished run yet",
+        dir.join("runs").display()
+    );
+    let out = out.map(Path::to_path_buf).unwrap_or_else(|| dir.join("report"));
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    let scenario_name = runs[0].record["config"]["name"]
+        .as_str()
+        .unwrap_or("scenario")
+        .to_string();
+    let crawl = runs[0].record["workload"] == "crawl";
+    let sweep_keys: Vec<String> = runs[0].vars.iter().map(|(k, _)| k.clone()).collect();
+    let x_key = runs[0].record["config"]["report"]["x"]
+        .as_str()
+        .map(str::to_string)
+        .filter(|k| sweep_keys.contains(k))
+        .or_else(|| sweep_keys.first().cloned());
+
+    let mut charts: Vec<LineChart> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
+    // Pool repetitions: group by all swept values.
+    let mut groups: BTreeMap<Vec<(String, String)>, LatencyHistogram> = BTreeMap::new();
+    let mut group_bins: BTreeMap<Vec<(String, String)>, Vec<u64>> = BTreeMap::new();
+    for r in &runs {
+        groups.entry(r.vars.clone()).or_default().add(&r.pooled);
+        let gb = group_bins.entry(r.vars.clone()).or_default();
+        if gb.len() < r.bins.len() {
+            gb.resize(r.bins.len(), 0);
+        }
+        for (i, b) in r.bins.iter().enumerate() {
+            gb[i] += b;
+        }
+    }
+    for (vars, h) in &groups {
+        if h.percentile(99.999).is_none() {
+            notes.push(format!(
+                "{}: {} samples; percentiles above p{} are n/a (p99.999 needs 100 000)",
+                vars_label(vars),
+                h.len(),
+                PERCENTILES
+                    .iter()
+                    .rev()
+                    .find(|(_, p)| h.percentile(*p).is_some())
+                    .map(|(n, _)| &n[1..])
+                    .unwrap_or("-")
+            ));
+        }
+    }
+    if crawl {
+        if let Some(xk) = &x_key {
+            // Series: the other swept keys' values.
+            let mut series: BTreeMap<Vars, Vec<(String, &LatencyHistogram)>> = BTreeMap::new();
+            for (vars, h) in &groups {
+                let xv = vars
+                    .iter()
+                    .find(|(k, _)| k == xk)
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default();
+                let rest: Vec<_> = vars.iter().filter(|(k, _)| k != xk).cloned().collect();
+                series.entry(rest).or_default().push((xv, h));
+            }
+            let numeric = groups.keys().all(|v| {
+                v.iter()
+                    .find(|(k, _)| k == xk)
+                    .map(|(_, x)| x.parse::<f64>().is_ok())
+                    .unwrap_or(false)
+            });
+            let mut cats: Vec<String> = groups
+                .keys()
+                .filter_map(|v| v.iter().find(|(k, _)| k == xk).map(|(_, x)| x.clone()))
+                .collect();
+            cats.dedup();
+            for (rest, mut pts) in series {
+                pts.sort_by(|a, b| {
+                    a.0.parse::<f64>()
+                        .unwrap_or(0.0)
+                        .total_cmp(&b.0.parse::<f64>().unwrap_or(0.0))
+                        .then(a.0.cmp(&b.0))
+                });
+                let xpos = |x: &str| {
+                    if numeric {
+                        x.parse::<f64>().unwrap_or(0.0)
+                    } else {
+                        cats.iter().position(|c| c == x).unwrap_or(0) as f64
+                    }
+                };
+                let mut lines: Vec<(String, Vec<(f64, f64)>)> = PERCENTILES
+                    .iter()
+                    .filter(|(n, _)| *n != "p99.9999")
+                    .map(|(name, p)| {
+                        let v = pts
+                            .iter()
+                            .filter_map(|(x, h)| h.percentile(*p).map(|ns| (xpos(x), ns as f64 / 1e6)))
+                            .collect();
+                        (name.to_string(), v)
+                    })
+                    .collect();
+                lines.push((
+                    "max".into(),
+                    pts.iter()
+                        .filter(|(_, h)| !h.is_empty())
+                        .map(|(x, h)| (xpos(x), h.max() as f64 / 1e6))
+                        .collect(),
+                ));
+                lines.retain(|l| !l.1.is_empty());
+                charts.push(LineChart {
+                    title: format!(
+                        "Interval error vs {xk}{}",
+                        if rest.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({})", vars_label(&rest))
+                        }
+                    ),
+                    x_desc: xk.clone(),
+                    y_desc: "interval error (ms)".into(),
+                    x_labels: (!numeric).then(|| cats.clone()),
+                    series: lines,
+                    log_x: false,
+                });
+            }
+        }
+    } else {
+        let lines: Vec<(String, Vec<(f64, f64)>)> = group_bins
+            .iter()
+            .map(|(vars, bins)| {
+                let pts = bins
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &n)| n > 0)
+                    .map(|(us, &n)| ((us as f64).max(0.5), n as f64))
+                    .collect();
+                (vars_label(vars), pts)
+            })
+            .collect();
+        charts.push(LineChart {
+            title: "Wake-up latency histogram".into(),
+            x_desc: "latency (us)".into(),
+            y_desc: "wake-ups".into(),
+            x_labels: None,
+            series: lines,
+            log_x: true,
+        });
+    }
+
+    let mut pngs = Vec::new();
+    let mut svgs = Vec::new();
+    for (i, c) in charts.iter().enumerate() {
+        let png = out.join(format!("figure-{}.png", i + 1));
+        draw(BitMapBackend::new(&png, (1000, 560)).into_drawing_area(), c)?;
+        pngs.push(png);
+        let mut svg = String::new();
+        draw(SVGBackend::with_string(&mut svg, (1000, 560)).into_drawing_area(), c)?;
+        svgs.push(svg);
+    }
+
+    let html = render_html(&scenario_name, crawl, &runs, &charts, &svgs, &notes);
+    let path = out.join("report.html");
+    std::fs::write(&path, html).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(Written {
+        html: path,
+        pngs,
+        runs: runs.len(),
+    })
+}
+
+fn cell(v: Option<u64>) -> String {
+    v.map(format_ns).unwrap_or_else(|| "<span class=na>n/a</span>".into())
+}
+
+fn pct(s: &Value, name: &str) -> Option<u64> {
+    s["percentiles_ns"].as_array()?.iter().find(|p| p["name"] == name)?["value_ns"].as_u64()
+}
+
+fn render_html(
+    name: &str,
+    crawl: bool,
+    runs: &[RunView],
+    charts: &[LineChart],
+    svgs: &[String],
+    notes: &[String],
+) -> String {
+    let mut h = String::new();
+    let env = &runs[0].record["environment"];
+    let m = &env["manifest"];
+    let _ = write!(
+        h,
+        "<!doctype html><html><head><meta charset=utf-8><title>ontime lab: {n}</title><style>
+body{{font-family:sans-serif;margin:2em;max-width:1100px;color:#222}} table{{border-collapse:collapse;font-size:13px;margin:1em 0}}
+td,th{{border:1px solid #bbb;padding:3px 7px;text-align:right}} th{{background:#eee}} td.l{{text-align:left}}
+.na{{color:#a00}} .note{{background:#fff6d6;border-left:4px solid #e0b000;padding:.5em 1em;margin:1em 0}}
+.model{{background:#eef4ff;border-left:4px solid #3070d0;padding:.5em 1em}} figure{{margin:1em 0}}
+</style></head><body><h1>ontime lab report: {n}</h1>",
+        n = esc(name)
+    );
+    let _ = write!(
+        h,
+        "<p class=model>{}</p>",
+        esc(env["model_note"].as_str().unwrap_or(crate::runner::MODEL_NOTE))
+    );
+    if let Some(d) = runs[0].record["config"]["description"]
+        .as_str()
+        .filter(|d| !d.is_empty())
+    {
+        let _ = write!(h, "<p>{}</p>", esc(d));
+    }
+    // Environment.
+    let mut missing: Vec<String> = m["capabilities"]["missing"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    if env["netem"] == false {
+        missing.push("netem (WAN delay by the host relay instead)".into());
+    }
+    let relay_delays: Vec<String> = runs
+        .iter()
+        .filter_map(|r| {
+            let d = &r.record["relay"]["delay"];
+            Some(format!(
+                "{}: p50 {} p99 {} max {}",
+                r.name,
+                format_ns(pct(d, "p50")?),
+                format_ns(pct(d, "p99")?),
+                format_ns(d["max_ns"].as_u64()?)
+            ))
+        })
+        .collect();
+    let setting = runs[0].record["config"]["host"]["relay_delay"].as_u64().unwrap_or(0);
+    let _ = write!(
+        h,
+        "<h2>Environment</h2><table><tr><th>kernel</th><td class=l>{}</td></tr><tr><th>clocksource</th><td class=l>{}</td></tr>\
+<tr><th>CPUs</th><td class=l>{}</td></tr><tr><th>backend</th><td class=l>{}</td></tr><tr><th>cgroups</th><td class=l>{}</td></tr>\
+<tr><th>unavailable</th><td class=l>{}</td></tr><tr><th>relay delay setting</th><td class=l>{} one way</td></tr>\
+<tr><th>relay delay measured</th><td class=l>{}</td></tr><tr><th>ontime</th><td class=l>{}</td></tr></table>",
+        esc(m["kernel"].as_str().unwrap_or("?")),
+        esc(m["clocksource"].as_str().unwrap_or("?")),
+        m["cpus_online"],
+        esc(m["backend"].as_str().unwrap_or("?")),
+        esc(&env["cgroup_version"].to_string()),
+        esc(&if missing.is_empty() { "nothing".into() } else { missing.join(", ") }),
+        format_ns(setting),
+        esc(&relay_delays.join("<br>")).replace("&lt;br&gt;", "<br>"),
+        esc(m["version"].as_str().unwrap_or("?")),
+    );
+    if !notes.is_empty() {
+        h.push_str("<div class=note><b>Sample counts:</b><ul>");
+        for n in notes {
+            let _ = write!(h, "<li>{}</li>", esc(n));
+        }
+        h.push_str("</ul></div>");
+    }
+    h.push_str("<h2>Figures</h2>");
+    for (i, (c, svg)) in charts.iter().zip(svgs).enumerate() {
+        let _ = write!(
+            h,
+            "<figure>{svg}<figcaption>Figure {}: {} (figure-{}.png)</figcaption></figure>",
+            i + 1,
+            esc(&c.title),
+            i + 1
+        );
+    }
+    if charts.is_empty() {
+        h.push_str("<p>No sweep: see the table.</p>");
+    }
+    h.push_str("<h2>Runs</h2>");
+    let metric = if crawl { "interval error" } else { "wake-up latency" };
+    let _ = write!(
+        h,
+        "<p>Per tenant: {metric}. Pooled = all tenants of the run together.</p>"
+    );
+    for r in runs {
+        let complete = r.record["complete"].as_bool().unwrap_or(false);
+        let _ = write!(
+            h,
+            "<h3>{}{}</h3><p>{}</p>",
+            esc(&r.name),
+            if complete {
+                ""
+            } else {
+                " <span class=na>(incomplete)</span>"
+            },
+            esc(&vars_label(&r.vars))
+        );
+        if let Some(e) = r.record["error"].as_str() {
+            let _ = write!(h, "<p class=na>error: {}</p>", esc(e));
+        }
+        h.push_str("<table><tr><th>tenant</th><th>count</th>");
+        for (n, _) in PERCENTILES.iter().filter(|(n, _)| *n != "p99.9999") {
+            let _ = write!(h, "<th>{n}</th>");
+        }
+        let _ = write!(
+            h,
+            "<th>max</th><th>{}</th>{}</tr>",
+            if crawl { "missed" } else { "overruns" },
+            if crawl { "<th>send lag p99.9</th>" } else { "" }
+        );
+        for (i, t) in r.tenants.iter().enumerate() {
+            let s = if crawl { &t["interval_error"] } else { &t["latency"] };
+            let _ = write!(h, "<tr><td>t{i}</td><td>{}</td>", s["count"]);
+            for (n, _) in PERCENTILES.iter().filter(|(n, _)| *n != "p99.9999") {
+                let _ = write!(h, "<td>{}</td>", cell(pct(s, n)));
+            }
+            let miss = if crawl { &t["missed"] } else { &t["overruns"] };
+            let _ = write!(h, "<td>{}</td><td>{}</td>", cell(s["max_ns"].as_u64()), miss);
+            if crawl {
+                let _ = write!(h, "<td>{}</td>", cell(pct(&t["send_lag"], "p99.9")));
+            }
+            h.push_str("</tr>");
+        }
+        let p = r.pooled.summary(None);
+        let _ = write!(h, "<tr><th>pooled</th><td>{}</td>", p.count);
+        for (n, _) in PERCENTILES.iter().filter(|(n, _)| *n != "p99.9999") {
+            let _ = write!(h, "<td>{}</td>", cell(p.get(n)));
+        }
+        let _ = write!(
+            h,
+            "<td>{}</td><td></td>{}</tr></table>",
+            cell(p.max_ns),
+            if crawl { "<td></td>" } else { "" }
+        );
+        let relay = &r.record["relay"];
+        if relay.is_object() {
+            let d = &relay["delay"];
+            let _ = write!(
+                h,
+                "<p>relay: {} frames, {} dropped; delay p50 {} p99 {} max {} (setting {} + forwarding)</p>",
+                relay["frames"],
+                relay["dropped"],
+                cell(pct(d, "p50")),
+                cell(pct(d, "p99")),
+                cell(d["max_ns"].as_u64()),
+                format_ns(relay["settings"]["delay_ns"].as_u64().unwrap_or(0))
+            );
+        }
+    }
+    h.push_str("<p><small>Made by ontime lab report. Numbers are the runs' own measurements; n/a marks a percentile the sample count cannot support.</small></p></body></html>\n");
+    h
+}

@@ -1,0 +1,468 @@
+//! `ontime lab run`: runs every combination of a scenario, one run at a
+//! time, each in a fresh lab (relay, building side, tenants, loads,
+//! probes), streaming raw results into `DIR/runs/<run>/`:
+//! `run.json` (written last, with `complete`), the probes' JSON results,
+//! histogram logs and output, and the relay's measured delay.
+
+use crate::cgroup::Limits;
+use crate::relay::{Relay, RelaySettings};
+use crate::sandbox::{spawn_in, Lab, TenantSpec};
+use crate::scenario::{parse_bytes, Backend, Place, Plan, PlannedRun};
+use crate::{names, sys};
+use anyhow::{Context, Result};
+use ontime_core::caps::Capabilities;
+use ontime_core::manifest::Manifest;
+use ontime_core::rt::{parse_cpu_list, ThreadSettings};
+use ontime_load::{LoadGuard, LoadProfile};
+use serde::Serialize;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub struct RunnerOptions {
+    pub results: PathBuf,
+    pub resume: bool,
+    /// The ontime binary to run probes and gateways with.
+    pub exe: PathBuf,
+    pub stop: Arc<AtomicBool>,
+}
+
+/// Progress events for the caller to show.
+pub enum Event<'a> {
+    Skipped {
+        run: &'a PlannedRun,
+    },
+    Started {
+        run: &'a PlannedRun,
+        total: usize,
+        remaining_ns: u64,
+    },
+    Tick {
+        run: &'a PlannedRun,
+        elapsed_ns: u64,
+    },
+    Finished {
+        run: &'a PlannedRun,
+        summary: String,
+    },
+}
+
+/// The environment a run was made in, as the report shows it.
+#[derive(Debug, Serialize)]
+pub struct Environment {
+    pub manifest: Manifest,
+    pub cgroup_version: Option<crate::cgroup::Version>,
+    pub netem: bool,
+    pub wan_delay_by: &'static str,
+    pub model_note: &'static str,
+}
+
+pub const MODEL_NOTE: &str = "Sandbox tenants model the host-scheduling side of virtualisation (vCPU threads compete on the host scheduler, I/O crosses a host path with WAN delay), not instruction emulation.";
+
+#[derive(Debug, Serialize)]
+pub struct TenantOutcome {
+    pub index: usize,
+    pub result: Option<String>,
+    pub exit: Option<i32>,
+}
+
+/// `run.json`.
+#[derive(Debug, Serialize)]
+pub struct RunRecord {
+    pub complete: bool,
+    pub index: usize,
+    pub repetition: u32,
+    pub vars: Vec<(String, String)>,
+    pub config: crate::scenario::RunConfig,
+    pub workload: &'static str,
+    pub environment: Environment,
+    pub relay: Option<crate::relay::RelayReport>,
+    pub tenants: Vec<TenantOutcome>,
+    pub started_utc: String,
+    pub finished_utc: String,
+    pub error: Option<String>,
+}
+
+fn netem_available(dev: &str) -> bool {
+    let ok = Command::new("tc")
+        .args(["qdisc", "add", "dev", dev, "root", "netem", "delay", "1ms"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if ok {
+        let _ = Command::new("tc").args(["qdisc", "del", "dev", dev, "root"]).status();
+    }
+    ok
+}
+
+pub fn run_dir(results: &Path, run: &PlannedRun) -> PathBuf {
+    results.join("runs").join(run.dir_name())
+}
+
+/// True when a run's record says it completed.
+pub fn is_complete(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("run.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["complete"].as_bool())
+        .unwrap_or(false)
+}
+
+/// Runs the whole plan. Returns (runs done, runs skipped).
+pub fn run_plan(
+    plan: &Plan,
+    scenario_text: &str,
+    opts: &RunnerOptions,
+    on: &mut dyn FnMut(Event),
+) -> Result<(usize, usize)> {
+    anyhow::ensure!(
+        sys::is_root(),
+        "the lab needs root (namespaces, cgroups, packet sockets): run it with sudo"
+    );
+    std::fs::create_dir_all(opts.results.join("runs"))
+        .with_context(|| format!("cannot create {}", opts.results.display()))?;
+    std::fs::write(opts.results.join("scenario.toml"), scenario_text)?;
+    std::fs::write(opts.results.join("plan.json"), serde_json::to_string_pretty(plan)?)?;
+    let (mut done, mut skipped) = (0, 0);
+    for (i, run) in plan.runs.iter().enumerate() {
+        if opts.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let dir = run_dir(&opts.results, run);
+        if opts.resume && is_complete(&dir) {
+            on(Event::Skipped { run });
+            skipped += 1;
+            continue;
+        }
+        let remaining: u64 = plan.runs[i..]
+            .iter()
+            .filter(|r| !(opts.resume && is_complete(&run_dir(&opts.results, r))))
+            .map(|r| r.config.duration + crate::scenario::RUN_OVERHEAD_NS)
+            .sum();
+        on(Event::Started {
+            run,
+            total: plan.runs.len(),
+            remaining_ns: remaining,
+        });
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear {}", dir.display()))?;
+        }
+        std::fs::create_dir_all(&dir)?;
+        let started = ontime_core::manifest::utc_now();
+        let mut record = RunRecord {
+            complete: false,
+            index: run.index,
+            repetition: run.repetition,
+            vars: run.vars.clone(),
+            config: run.config.clone(),
+            workload: if run.config.tenant.crawl.is_some() {
+                "crawl"
+            } else {
+                "cyclic"
+            },
+            environment: Environment {
+                manifest: Manifest::start(
+                    match run.config.tenant.backend {
+                        Backend::Sandbox => "sandbox",
+                        Backend::Native => "native",
+                    },
+                    Capabilities::probe(),
+                ),
+                cgroup_version: crate::cgroup::detect(),
+                netem: false,
+                wan_delay_by: "relay",
+                model_note: MODEL_NOTE,
+            },
+            relay: None,
+            tenants: Vec::new(),
+            started_utc: started,
+            finished_utc: String::new(),
+            error: None,
+        };
+        let outcome = one_run(run, &dir, opts, &mut record, on);
+        record.finished_utc = ontime_core::manifest::utc_now();
+        record.environment.manifest.finish();
+        let interrupted = opts.stop.load(Ordering::Relaxed);
+        match &outcome {
+            Ok(()) => record.complete = !interrupted && record.tenants.iter().all(|t| t.result.is_some()),
+            Err(e) => record.error = Some(format!("{e:#}")),
+        }
+        let tmp = dir.join("run.json.tmp");
+        std::fs::write(&tmp, serde_json::to_string_pretty(&record)?)?;
+        std::fs::rename(&tmp, dir.join("run.json"))?;
+        let summary = summarize(&dir, &record);
+        on(Event::Finished { run, summary });
+        outcome.with_context(|| format!("run {}", run.dir_name()))?;
+        done += 1;
+    }
+    Ok((done, skipped))
+}
+
+fn one_run(
+    run: &PlannedRun,
+    dir: &Path,
+    opts: &RunnerOptions,
+    rec: &mut RunRecord,
+    on: &mut dyn FnMut(Event),
+) -> Result<()> {
+    let c = &run.config;
+    let t = &c.tenant;
+    let native = t.backend == Backend::Native;
+    let limits = Limits {
+        cpu_quota: t.cpu_quota,
+        cpu_shares: t.cpu_shares,
+        cpuset: match &t.cpuset {
+            Some(s) => parse_cpu_list(s).map_err(anyhow::Error::msg)?,
+            None => Vec::new(),
+        },
+        memory_bytes: t
+            .memory
+            .as_deref()
+            .map(parse_bytes)
+            .transpose()
+            .map_err(anyhow::Error::msg)?,
+        rt_runtime_us: None,
+    };
+    let specs = vec![TenantSpec { limits }; t.count];
+    let mut lab = Lab::create(&specs)?;
+    rec.environment.netem = netem_available(&lab.building.host_if);
+    // Held once for the run, as cyclictest does; probes are told not to.
+    let _dma = ontime_core::rt::DmaLatencyGuard::hold(0).ok();
+
+    let relay_settings = RelaySettings {
+        delay_ns: c.host.relay_delay,
+        rate_bps: c.host.relay_rate_mbit.map(|m| (m * 1e6) as u64),
+        threads: c.host.relay_threads,
+        thread: ThreadSettings {
+            policy: c.host.relay_policy.parse().map_err(anyhow::Error::msg)?,
+            affinity: match &c.host.relay_affinity {
+                Some(a) => parse_cpu_list(a).map_err(anyhow::Error::msg)?,
+                None => Vec::new(),
+            },
+            timer_slack_ns: Some(1),
+        },
+    };
+    let endpoints: Vec<_> = lab.tenants.iter().map(|t| t.net.clone()).collect();
+    let relay = Relay::start(&lab.building, &endpoints, relay_settings)?;
+
+    // The building side: one gateway process with a building per tenant.
+    if let Some(cr) = &t.crawl {
+        let points = (cr.rate * cr.points_per_request as f64 * cr.period as f64 / 1e9)
+            .ceil()
+            .max(1.0) as u64;
+        let mut gw = Command::new(&opts.exe);
+        gw.args(["gateway", "--listen", &format!("{}:8080", names::building_addr())])
+            .args(["--buildings", &t.count.to_string(), "--points", &points.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(dir.join("gateway.err"))?);
+        let mut child = spawn_in(&mut gw, &lab.building.netns, None)?;
+        let stdout = child.stdout.take().context("gateway stdout")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.contains("listening on") {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        lab.children().push(child);
+        rx.recv_timeout(Duration::from_secs(10))
+            .context("the gateway did not start listening within 10 s (see gateway.err)")?;
+    }
+
+    // Loads.
+    let mut loads: Vec<LoadGuard> = Vec::new();
+    for l in &c.effective_loads() {
+        if l.profile == "none" {
+            continue;
+        }
+        let profile: LoadProfile = l.profile.parse().map_err(anyhow::Error::msg)?;
+        let max = Duration::from_nanos(c.duration) + Duration::from_secs(60);
+        match l.place {
+            Place::Host => loads.push(LoadGuard::start(profile, l.workers, max)?),
+            Place::Tenants => {
+                for tn in &lab.tenants {
+                    let (mut cmd, temp) = ontime_load::command(profile, l.workers, max)?;
+                    let child = spawn_in(&mut cmd, &tn.net.netns, if native { None } else { tn.cgroup.as_ref() })?;
+                    loads.push(LoadGuard::adopt(child, profile, temp)?);
+                }
+            }
+        }
+    }
+    if !loads.is_empty() {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // Probes.
+    let online = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let vcpus = if native { online } else { t.vcpus };
+    let dur = format!("{}ns", c.duration);
+    let mut pids = Vec::new();
+    let tenants: Vec<(usize, String, Option<crate::cgroup::Cgroup>)> = lab
+        .tenants
+        .iter()
+        .map(|t| (t.index, t.net.netns.clone(), t.cgroup.clone()))
+        .collect();
+    for (i, netns, cgroup) in &tenants {
+        let i = *i;
+        let result = dir.join(format!("t{i}.json"));
+        let mut cmd = Command::new(&opts.exe);
+        if let Some(cr) = &t.crawl {
+            cmd.args([
+                "crawl",
+                "--url",
+                &format!("http://{}:8080/b{i}", names::building_addr()),
+            ])
+            .args(["--rate", &cr.rate.to_string(), "-N", &cr.points_per_request.to_string()])
+            .args(["--period", &format!("{}ns", cr.period), "-D", &dur])
+            .args(["--vcpus", &vcpus.to_string(), "--policy", &t.policy, "--no-dma-latency"])
+            .arg("--hlog")
+            .arg(dir.join(format!("t{i}.hlog")));
+            if let Some(to) = cr.timeout {
+                cmd.args(["--timeout", &format!("{to}ns")]);
+            }
+        } else if let Some(cy) = &t.cyclic {
+            cmd.args([
+                "cyclic",
+                "-t",
+                &vcpus.to_string(),
+                "-i",
+                &format!("{}ns", cy.interval),
+                "-D",
+                &dur,
+            ])
+            .args(["--policy", &t.policy, "-m", "--no-dma-latency", "-h", "20000"])
+            .arg("--histfile")
+            .arg(dir.join(format!("t{i}.hist")));
+        }
+        for a in &t.extra_args {
+            cmd.arg(
+                a.replace("{dir}", &dir.display().to_string())
+                    .replace("{i}", &i.to_string()),
+            );
+        }
+        cmd.arg("--result")
+            .arg(&result)
+            .stdout(std::fs::File::create(dir.join(format!("t{i}.out")))?)
+            .stderr(std::fs::File::create(dir.join(format!("t{i}.err")))?);
+        let child = spawn_in(&mut cmd, netns, if native { None } else { cgroup.as_ref() })?;
+        pids.push((i, child.id()));
+        lab.children().push(child);
+    }
+
+    // Wait for the probes; pass a stop on to them so they write results.
+    let t0 = Instant::now();
+    let mut exits: Vec<Option<i32>> = vec![None; pids.len()];
+    let mut signalled = false;
+    loop {
+        let mut running = 0;
+        for (k, (_, pid)) in pids.iter().enumerate() {
+            if exits[k].is_some() {
+                continue;
+            }
+            let child = lab
+                .children()
+                .iter_mut()
+                .find(|c| c.id() == *pid)
+                .context("lost a probe")?;
+            match child.try_wait()? {
+                Some(st) => exits[k] = Some(st.code().unwrap_or(-1)),
+                None => running += 1,
+            }
+        }
+        if running == 0 {
+            break;
+        }
+        if opts.stop.load(Ordering::Relaxed) && !signalled {
+            for (_, pid) in &pids {
+                // SAFETY: signalling our own child probe.
+                unsafe { libc::kill(*pid as i32, libc::SIGINT) };
+            }
+            signalled = true;
+        }
+        if t0.elapsed() > Duration::from_nanos(c.duration) + Duration::from_secs(60) {
+            anyhow::bail!("probes did not finish within the duration + 60 s (see t*.err)");
+        }
+        on(Event::Tick {
+            run,
+            elapsed_ns: t0.elapsed().as_nanos() as u64,
+        });
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    drop(loads);
+    let report = relay.stop()?;
+    std::fs::write(dir.join("relay.json"), serde_json::to_string_pretty(&report)?)?;
+    rec.relay = Some(report);
+    for (k, (i, _)) in pids.iter().enumerate() {
+        let result = dir.join(format!("t{i}.json"));
+        rec.tenants.push(TenantOutcome {
+            index: *i,
+            result: result.exists().then(|| format!("t{i}.json")),
+            exit: exits[k],
+        });
+    }
+    lab.destroy();
+    Ok(())
+}
+
+/// One line about a finished run.
+fn summarize(dir: &Path, rec: &RunRecord) -> String {
+    if let Some(e) = &rec.error {
+        return format!("failed: {e}");
+    }
+    let mut worst_p = None::<u64>;
+    let mut worst_max = 0u64;
+    let mut missed = 0u64;
+    for t in &rec.tenants {
+        let Some(f) = &t.result else { continue };
+        let Ok(text) = std::fs::read_to_string(dir.join(f)) else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+            continue;
+        };
+        let s = if rec.workload == "crawl" {
+            &v["interval_error"]
+        } else {
+            &v["latency"]
+        };
+        worst_max = worst_max.max(s["max_ns"].as_u64().unwrap_or(0));
+        if let Some(p99) = s["percentiles_ns"]
+            .as_array()
+            .and_then(|a| a.iter().find(|p| p["name"] == "p99"))
+        {
+            worst_p = worst_p.max(p99["value_ns"].as_u64());
+        }
+        missed += v["missed"].as_u64().or_else(|| v["overruns"].as_u64()).unwrap_or(0);
+    }
+    let what = if rec.workload == "crawl" {
+        "interval error"
+    } else {
+        "wake-up latency"
+    };
+    let relay = rec
+        .relay
+        .as_ref()
+        .and_then(|r| {
+            r.delay
+                .percentiles_ns
+                .iter()
+                .find(|p| p.name == "p99")
+                .and_then(|p| p.value_ns)
+        })
+        .map(|v| format!(", relay delay p99 {}", ontime_core::duration::format_ns(v)))
+        .unwrap_or_default();
+    format!(
+        "{what} worst p99 {} max {}, {} {missed}{relay}",
+        worst_p
+            .map(ontime_core::duration::format_ns)
+            .unwrap_or_else(|| "n/a".into()),
+        ontime_core::duration::format_ns(worst_max),
+        if rec.workload == "crawl" { "missed" } else { "overruns" },
+    )
+}

@@ -1,0 +1,342 @@
+//! Sandbox tenants and the building side, built transactionally.
+//!
+//! Network: every tenant and the building side get their own network
+//! namespace and a veth pair whose host end is left without an address.
+//! They share one /16 with static neighbour entries, so no packet crosses
+//! the host's IP stack: the host relay moves every frame between the host
+//! ends (see `relay`). Each tenant also gets a cgroup.
+//!
+//! Every step that creates something pushes its undo onto a stack; a failure
+//! half-way, or dropping the [`Lab`], runs the stack in reverse. What escapes
+//! (the runner SIGKILLed) is found by `clean` through the common prefix.
+
+use crate::cgroup::{self, Cgroup, Limits};
+use crate::names;
+use crate::sys::ip;
+use anyhow::{Context, Result};
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
+
+/// Undo actions, run in reverse order.
+#[derive(Default)]
+pub struct Undo {
+    steps: Vec<(String, Box<dyn FnOnce() + Send>)>,
+}
+
+impl Undo {
+    pub fn push(&mut self, what: impl Into<String>, f: impl FnOnce() + Send + 'static) {
+        self.steps.push((what.into(), Box::new(f)));
+    }
+
+    pub fn run(&mut self) {
+        while let Some((_what, f)) = self.steps.pop() {
+            f();
+        }
+    }
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        self.run();
+    }
+}
+
+/// One side of the lab network: a namespace, its address and its veth.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    pub netns: String,
+    pub addr: std::net::Ipv4Addr,
+    /// Host-side interface (the relay's port).
+    pub host_if: String,
+    pub host_ifindex: i32,
+    /// Namespace-side interface and its MAC.
+    pub ns_if: String,
+    pub mac: [u8; 6],
+}
+
+/// What a tenant is given.
+#[derive(Clone, Debug, Default)]
+pub struct TenantSpec {
+    pub limits: Limits,
+}
+
+pub struct Tenant {
+    pub index: usize,
+    pub net: Endpoint,
+    pub cgroup: Option<Cgroup>,
+}
+
+/// The whole lab on this host: building side plus tenants. Dropping it
+/// tears everything down.
+pub struct Lab {
+    pub building: Endpoint,
+    pub tenants: Vec<Tenant>,
+    pub cgroup_version: Option<cgroup::Version>,
+    children: Vec<Child>,
+    undo: Undo,
+}
+
+fn mac_for(i: u32) -> [u8; 6] {
+    // Locally administered, unicast.
+    [0x02, 0x77, (i >> 24) as u8, (i >> 16) as u8, (i >> 8) as u8, i as u8]
+}
+
+fn mac_text(m: &[u8; 6]) -> String {
+    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+fn ifindex(name: &str) -> Result<i32> {
+    let t = std::fs::read_to_string(format!("/sys/class/net/{name}/ifindex"))
+        .with_context(|| format!("interface {name} vanished"))?;
+    t.trim().parse().with_context(|| format!("bad ifindex for {name}"))
+}
+
+/// Creates namespace `netns` with a veth pair (`host_if` stays on the host,
+/// `ns_if` moves in with address `addr`).
+fn endpoint(
+    undo: &mut Undo,
+    netns: String,
+    host_if: String,
+    ns_if: String,
+    addr: std::net::Ipv4Addr,
+    mac: [u8; 6],
+) -> Result<Endpoint> {
+    ip(&["netns", "add", &netns])?;
+    let n = netns.clone();
+    undo.push(format!("delete netns {netns}"), move || {
+        let _ = ip(&["netns", "del", &n]);
+    });
+    ip(&[
+        "link",
+        "add",
+        &host_if,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &ns_if,
+        "address",
+        &mac_text(&mac),
+    ])?;
+    let h = host_if.clone();
+    undo.push(format!("delete link {host_if}"), move || {
+        let _ = ip(&["link", "del", &h]);
+    });
+    ip(&["link", "set", &ns_if, "netns", &netns])?;
+    ip(&[
+        "-n",
+        &netns,
+        "addr",
+        "add",
+        &format!("{addr}/{}", names::PREFIX_LEN),
+        "dev",
+        &ns_if,
+    ])?;
+    ip(&["-n", &netns, "link", "set", "lo", "up"])?;
+    ip(&["-n", &netns, "link", "set", &ns_if, "up"])?;
+    // veth leaves checksums to "hardware" that does not exist once the
+    // relay copies frames through packet sockets: compute them in software.
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", &netns, "ethtool", "-K", &ns_if, "tx", "off"])
+        .output()
+        .context("cannot run ethtool (install ethtool: scripts/setup.sh does)")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "ethtool -K {ns_if} tx off failed: {} (install ethtool: scripts/setup.sh does)",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    // The host end carries no address and must stay quiet: no IPv6
+    // autoconfiguration chatter through the relay.
+    let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{host_if}/disable_ipv6"), "1");
+    ip(&["link", "set", &host_if, "up"])?;
+    Ok(Endpoint {
+        host_ifindex: ifindex(&host_if)?,
+        netns,
+        addr,
+        host_if,
+        ns_if,
+        mac,
+    })
+}
+
+impl Lab {
+    /// Builds the building side and `tenants`. All or nothing.
+    pub fn create(tenants: &[TenantSpec]) -> Result<Lab> {
+        anyhow::ensure!(
+            crate::sys::is_root(),
+            "the lab needs root (namespaces, cgroups): run it with sudo"
+        );
+        let mut undo = Undo::default();
+        let (bh, bn) = names::building_veth();
+        let building = endpoint(
+            &mut undo,
+            names::building_netns(),
+            bh,
+            bn,
+            names::building_addr(),
+            mac_for(0xffff_ff01),
+        )
+        .context("cannot create the building side")?;
+        let version = cgroup::detect();
+        // RT group scheduling: give the lab 90 % of the root's RT budget,
+        // shared by the tenants, so SCHED_FIFO vCPU threads may run.
+        let rt_parent = cgroup::has_rt_group_sched().then_some(900_000u64);
+        let mut out = Vec::new();
+        for (i, spec) in tenants.iter().enumerate() {
+            let (h, n) = names::tenant_veth(i);
+            let net = endpoint(
+                &mut undo,
+                names::tenant_netns(i),
+                h,
+                n,
+                names::tenant_addr(i),
+                mac_for(i as u32 + 1),
+            )
+            .with_context(|| format!("cannot create tenant {i}"))?;
+            // Static neighbours both ways: frames go straight to the relay.
+            ip(&[
+                "-n",
+                &net.netns,
+                "neigh",
+                "replace",
+                &building.addr.to_string(),
+                "lladdr",
+                &mac_text(&building.mac),
+                "dev",
+                &net.ns_if,
+                "nud",
+                "permanent",
+            ])?;
+            ip(&[
+                "-n",
+                &building.netns,
+                "neigh",
+                "replace",
+                &net.addr.to_string(),
+                "lladdr",
+                &mac_text(&net.mac),
+                "dev",
+                &building.ns_if,
+                "nud",
+                "permanent",
+            ])?;
+            let cg = match version {
+                Some(v) => {
+                    let mut limits = spec.limits.clone();
+                    if let (Some(total), None) = (rt_parent, limits.rt_runtime_us) {
+                        limits.rt_runtime_us = Some(total / tenants.len() as u64);
+                    }
+                    let cg = Cgroup::create(v, &names::tenant_cgroup(i), &limits, rt_parent)
+                        .with_context(|| format!("cannot create the cgroup of tenant {i}"))?;
+                    let c2 = cg.clone();
+                    undo.push(format!("remove cgroup of tenant {i}"), move || c2.remove());
+                    Some(cg)
+                }
+                None => None,
+            };
+            out.push(Tenant {
+                index: i,
+                net,
+                cgroup: cg,
+            });
+        }
+        if version.is_some() {
+            undo.push("remove the lab's parent cgroups", || {
+                let dirs = cgroup::all_lab_dirs();
+                cgroup::kill_and_remove(&dirs);
+            });
+        }
+        Ok(Lab {
+            building,
+            tenants: out,
+            cgroup_version: version,
+            children: Vec::new(),
+            undo,
+        })
+    }
+
+    /// Starts `cmd` inside `netns`, in `cgroup` if given. The child dies with
+    /// the runner (PR_SET_PDEATHSIG) and is killed at teardown.
+    pub fn spawn(&mut self, cmd: &mut Command, netns: &str, cgroup: Option<&Cgroup>) -> Result<u32> {
+        let child = spawn_in(cmd, netns, cgroup)?;
+        let pid = child.id();
+        self.children.push(child);
+        Ok(pid)
+    }
+
+    /// Waits for a child started with [`Lab::spawn`].
+    pub fn wait(&mut self, pid: u32) -> Result<std::process::ExitStatus> {
+        let i = self
+            .children
+            .iter()
+            .position(|c| c.id() == pid)
+            .context("no such child")?;
+        let mut c = self.children.remove(i);
+        Ok(c.wait()?)
+    }
+
+    pub fn children(&mut self) -> &mut Vec<Child> {
+        &mut self.children
+    }
+
+    /// Tears everything down now (also done on drop).
+    pub fn destroy(mut self) {
+        self.teardown();
+    }
+
+    fn teardown(&mut self) {
+        for c in self.children.iter_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.children.clear();
+        self.undo.run();
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        self.teardown();
+    }
+}
+
+/// Spawns `cmd` in network namespace `netns` and `cgroup`.
+pub fn spawn_in(cmd: &mut Command, netns: &str, cgroup: Option<&Cgroup>) -> Result<Child> {
+    let ns = File::open(format!("/run/netns/{netns}")).with_context(|| format!("no network namespace {netns}"))?;
+    let mut procs = Vec::new();
+    if let Some(cg) = cgroup {
+        for f in cg.procs_files() {
+            procs.push(
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&f)
+                    .with_context(|| format!("cannot open {}", f.display()))?,
+            );
+        }
+    }
+    let ns_fd = ns.as_raw_fd();
+    let proc_fds: Vec<i32> = procs.iter().map(|f| f.as_raw_fd()).collect();
+    // SAFETY: only async-signal-safe syscalls between fork and exec; the fds
+    // stay open in the parent (`ns`, `procs`) until spawn returns.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::setns(ns_fd, libc::CLONE_NEWNET) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Writing "0" to cgroup.procs moves the writing process.
+            for &fd in &proc_fds {
+                if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().context("cannot start a process in the lab")?;
+    drop(procs);
+    drop(ns);
+    Ok(child)
+}

@@ -1,0 +1,491 @@
+//! Scenario files: what a lab experiment runs. A scenario declares the host
+//! (relay), a tenant template (count, vCPUs, limits, workload), loads, the
+//! duration per run and repetitions, and sweeps over any key. Every
+//! combination is resolved and checked before anything is created, and
+//! errors name the file, the key and the reason.
+//!
+//! ```toml
+//! name = "default"
+//! duration = "30s"
+//! repetitions = 1
+//!
+//! [host]
+//! relay_delay = "10ms"       # one way, each direction
+//! relay_threads = 1
+//! relay_policy = "other"     # or "fifo:90" (a prioritised host I/O path)
+//!
+//! [tenant]
+//! count = 2
+//! vcpus = 1
+//! policy = "other"           # vCPU threads: other, fifo:P, deadline:R/P
+//! [tenant.crawl]             # or [tenant.cyclic] interval = "1ms"
+//! rate = 200                 # polls/s per tenant
+//!
+//! [[load]]
+//! profile = "kernel"         # kernel, io, net, mixed, cpu
+//! place = "host"             # or "tenants"
+//!
+//! [sweep]
+//! "tenant.count" = [1, 2, 3]
+//! "host.relay_policy" = ["other", "fifo:90"]
+//! ```
+
+use anyhow::{anyhow, bail, Context, Result};
+use ontime_core::duration::{deserialize_ns, deserialize_opt_ns};
+use ontime_core::rt::{parse_cpu_list, Policy};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HostSpec {
+    #[serde(default = "default_delay", deserialize_with = "deserialize_ns")]
+    pub relay_delay: u64,
+    #[serde(default = "one")]
+    pub relay_threads: usize,
+    #[serde(default = "other")]
+    pub relay_policy: String,
+    #[serde(default)]
+    pub relay_affinity: Option<String>,
+    /// Link rate per direction and tenant, Mbit/s.
+    #[serde(default)]
+    pub relay_rate_mbit: Option<f64>,
+}
+
+impl Default for HostSpec {
+    fn default() -> Self {
+        HostSpec {
+            relay_delay: default_delay(),
+            relay_threads: 1,
+            relay_policy: other(),
+            relay_affinity: None,
+            relay_rate_mbit: None,
+        }
+    }
+}
+
+fn default_delay() -> u64 {
+    10_000_000
+}
+fn one() -> usize {
+    1
+}
+fn other() -> String {
+    "other".into()
+}
+fn ten() -> usize {
+    10
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// Namespace + cgroup + k vCPU threads.
+    #[default]
+    Sandbox,
+    /// The probe on the host itself: no cgroup limits, as many threads as
+    /// CPUs (still behind the relay, like document 000's native baseline).
+    Native,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CrawlWorkload {
+    /// Polls per second per tenant.
+    pub rate: f64,
+    #[serde(default = "ten")]
+    pub points_per_request: usize,
+    #[serde(default = "default_period", deserialize_with = "deserialize_ns")]
+    pub period: u64,
+    #[serde(default, deserialize_with = "deserialize_opt_ns")]
+    pub timeout: Option<u64>,
+}
+
+fn default_period() -> u64 {
+    1_000_000_000
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CyclicWorkload {
+    #[serde(default = "default_interval", deserialize_with = "deserialize_ns")]
+    pub interval: u64,
+}
+
+fn default_interval() -> u64 {
+    1_000_000
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TenantTemplate {
+    #[serde(default = "one")]
+    pub count: usize,
+    #[serde(default)]
+    pub backend: Backend,
+    #[serde(default = "one")]
+    pub vcpus: usize,
+    /// Memory limit, e.g. "512M" or "2G".
+    #[serde(default)]
+    pub memory: Option<String>,
+    #[serde(default)]
+    pub cpu_quota: Option<f64>,
+    #[serde(default)]
+    pub cpu_shares: Option<u64>,
+    #[serde(default)]
+    pub cpuset: Option<String>,
+    /// Policy of the vCPU threads.
+    #[serde(default = "other")]
+    pub policy: String,
+    /// Extra arguments for every tenant's probe command (`{dir}` = the run's
+    /// directory, `{i}` = the tenant index), e.g. ["--polls", "{dir}/t{i}.polls.csv"].
+    #[serde(default)]
+    pub extra_args: Vec<String>,
+    #[serde(default)]
+    pub crawl: Option<CrawlWorkload>,
+    #[serde(default)]
+    pub cyclic: Option<CyclicWorkload>,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Place {
+    #[default]
+    Host,
+    /// One load inside every tenant (its namespace and cgroup).
+    Tenants,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LoadSpec {
+    /// kernel, io, net, mixed, cpu or none.
+    pub profile: String,
+    #[serde(default)]
+    pub place: Place,
+    #[serde(default = "one")]
+    pub workers: usize,
+}
+
+/// One fully resolved run configuration.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(deserialize_with = "deserialize_ns")]
+    pub duration: u64,
+    #[serde(default = "one_u32")]
+    pub repetitions: u32,
+    #[serde(default)]
+    pub host: HostSpec,
+    pub tenant: TenantTemplate,
+    #[serde(default, rename = "load")]
+    pub loads: Vec<LoadSpec>,
+    /// Named sets of loads, e.g. `[load_sets] kernel = [{ profile = "kernel" }]`.
+    #[serde(default)]
+    pub load_sets: BTreeMap<String, Vec<LoadSpec>>,
+    /// Which set runs (besides `[[load]]`); "none" or absent runs none. Sweep
+    /// it to compare loads.
+    #[serde(default)]
+    pub load_set: Option<String>,
+    /// Report settings: which swept key is the x axis.
+    #[serde(default)]
+    pub report: ReportSpec,
+}
+
+impl RunConfig {
+    /// `[[load]]` plus the selected load set.
+    pub fn effective_loads(&self) -> Vec<LoadSpec> {
+        let mut v = self.loads.clone();
+        if let Some(set) = self.load_set.as_deref().and_then(|s| self.load_sets.get(s)) {
+            v.extend(set.iter().cloned());
+        }
+        v
+    }
+}
+
+fn one_u32() -> u32 {
+    1
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ReportSpec {
+    #[serde(default)]
+    pub x: Option<String>,
+}
+
+/// A run of the plan: its settings and the swept values that made it.
+#[derive(Clone, Debug, Serialize)]
+pub struct PlannedRun {
+    pub index: usize,
+    pub repetition: u32,
+    /// (key, value as text) for every swept key, in sweep order.
+    pub vars: Vec<(String, String)>,
+    pub config: RunConfig,
+}
+
+impl PlannedRun {
+    /// Directory name: index, swept values, repetition.
+    pub fn dir_name(&self) -> String {
+        let mut s = format!("{:03}", self.index);
+        for (k, v) in &self.vars {
+            let key = k.rsplit('.').next().unwrap_or(k);
+            let v: String = v
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' })
+                .collect();
+            s.push_str(&format!("-{key}={v}"));
+        }
+        s.push_str(&format!("-rep{}", self.repetition));
+        s
+    }
+}
+
+/// The expanded plan of a scenario file.
+#[derive(Clone, Debug, Serialize)]
+pub struct Plan {
+    pub name: String,
+    pub sweep_keys: Vec<String>,
+    pub runs: Vec<PlannedRun>,
+}
+
+impl Plan {
+    pub fn total_duration_ns(&self) -> u64 {
+        self.runs.iter().map(|r| r.config.duration + RUN_OVERHEAD_NS).sum()
+    }
+}
+
+/// Set-up and teardown per run, for time estimates.
+pub const RUN_OVERHEAD_NS: u64 = 3_000_000_000;
+
+/// Reads and expands a scenario file; every error names the file and key.
+pub fn load(path: &Path) -> Result<Plan> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read scenario {}", path.display()))?;
+    let origin = path.display().to_string();
+    let mut root: toml::Value = ontime_core::config::parse_toml(&text, &origin)?;
+    let table = root
+        .as_table_mut()
+        .ok_or_else(|| anyhow!("{origin}: not a TOML table"))?;
+    let sweep = match table.remove("sweep") {
+        None => toml::Table::new(),
+        Some(toml::Value::Table(t)) => t,
+        Some(_) => bail!("{origin}: [sweep] must be a table of \"key\" = [values]"),
+    };
+    let mut keys = Vec::new();
+    let mut values: Vec<Vec<toml::Value>> = Vec::new();
+    for (k, v) in sweep {
+        let toml::Value::Array(list) = v else {
+            bail!("{origin}: sweep.\"{k}\" must be a list of values");
+        };
+        if list.is_empty() {
+            bail!("{origin}: sweep.\"{k}\" is empty");
+        }
+        if get_path(&root, &k).is_none() && !optional_path(&k) {
+            bail!("{origin}: sweep.\"{k}\": no such key in the scenario (declare it first, e.g. under [tenant])");
+        }
+        keys.push(k);
+        values.push(list);
+    }
+    let mut combos: Vec<Vec<toml::Value>> = vec![vec![]];
+    for list in &values {
+        combos = combos
+            .into_iter()
+            .flat_map(|c| {
+                list.iter().map(move |v| {
+                    let mut c = c.clone();
+                    c.push(v.clone());
+                    c
+                })
+            })
+            .collect();
+    }
+    let mut runs = Vec::new();
+    let mut name = String::new();
+    for combo in combos {
+        let mut v = root.clone();
+        let mut vars = Vec::new();
+        for (k, val) in keys.iter().zip(combo) {
+            set_path(&mut v, k, val.clone()).map_err(|e| anyhow!("{origin}: sweep.\"{k}\": {e}"))?;
+            vars.push((k.clone(), value_text(&val)));
+        }
+        let where_ = if vars.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (with {})",
+                vars.iter()
+                    .map(|(k, v)| format!("{k} = {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        let cfg: RunConfig =
+            RunConfig::deserialize(v).map_err(|e| anyhow!("{origin}{where_}: {}", e.to_string().trim()))?;
+        validate(&cfg).map_err(|e| anyhow!("{origin}{where_}: {e}"))?;
+        name = cfg.name.clone();
+        for rep in 1..=cfg.repetitions {
+            runs.push(PlannedRun {
+                index: runs.len(),
+                repetition: rep,
+                vars: vars.clone(),
+                config: cfg.clone(),
+            });
+        }
+    }
+    Ok(Plan {
+        name,
+        sweep_keys: keys,
+        runs,
+    })
+}
+
+/// Keys that may be swept without being declared (they have defaults).
+fn optional_path(k: &str) -> bool {
+    k.starts_with("host.")
+        || matches!(
+            k,
+            "tenant.count" | "tenant.vcpus" | "tenant.policy" | "tenant.backend" | "load_set"
+        )
+}
+
+fn value_text(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn get_path<'a>(v: &'a toml::Value, path: &str) -> Option<&'a toml::Value> {
+    path.split('.').try_fold(v, |cur, k| cur.get(k))
+}
+
+fn set_path(v: &mut toml::Value, path: &str, val: toml::Value) -> Result<(), String> {
+    let parts: Vec<&str> = path.split('.').collect();
+    let mut cur = v;
+    for p in &parts[..parts.len() - 1] {
+        let t = cur.as_table_mut().ok_or_else(|| format!("'{p}' is not a table"))?;
+        cur = t
+            .entry(p.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    }
+    let t = cur.as_table_mut().ok_or("the parent is not a table")?;
+    t.insert(parts[parts.len() - 1].to_string(), val);
+    Ok(())
+}
+
+/// Checks that the kernel would accept: keys named as in the file.
+fn validate(c: &RunConfig) -> Result<()> {
+    if c.duration < 1_000_000_000 {
+        bail!("duration must be at least 1s");
+    }
+    let t = &c.tenant;
+    if t.count == 0 || t.count > 200 {
+        bail!("tenant.count = {}: must be 1..200", t.count);
+    }
+    if t.vcpus == 0 || t.vcpus > 64 {
+        bail!("tenant.vcpus = {}: must be 1..64", t.vcpus);
+    }
+    t.policy.parse::<Policy>().map_err(|e| anyhow!("tenant.policy: {e}"))?;
+    c.host
+        .relay_policy
+        .parse::<Policy>()
+        .map_err(|e| anyhow!("host.relay_policy: {e}"))?;
+    if let Some(a) = &c.host.relay_affinity {
+        parse_cpu_list(a).map_err(|e| anyhow!("host.relay_affinity: {e}"))?;
+    }
+    if let Some(cs) = &t.cpuset {
+        let cpus = parse_cpu_list(cs).map_err(|e| anyhow!("tenant.cpuset: {e}"))?;
+        let online = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        if let Some(bad) = cpus.iter().find(|&&c| c >= online) {
+            bail!("tenant.cpuset: CPU {bad} is not online (this host has {online})");
+        }
+    }
+    if let Some(m) = &t.memory {
+        parse_bytes(m).map_err(|e| anyhow!("tenant.memory: {e}"))?;
+    }
+    if let Some(q) = t.cpu_quota {
+        if q.is_nan() || q <= 0.0 {
+            bail!("tenant.cpu_quota must be above 0 (CPUs)");
+        }
+    }
+    if c.host.relay_threads == 0 {
+        bail!("host.relay_threads must be at least 1");
+    }
+    if c.host.relay_delay > 10_000_000_000 {
+        bail!("host.relay_delay must be at most 10s");
+    }
+    match (&t.crawl, &t.cyclic) {
+        (Some(_), Some(_)) => bail!("tenant: give either [tenant.crawl] or [tenant.cyclic], not both"),
+        (None, None) => bail!("tenant: needs a workload, [tenant.crawl] (rate = ...) or [tenant.cyclic]"),
+        (Some(cr), None) => {
+            if cr.rate.is_nan() || cr.rate <= 0.0 {
+                bail!("tenant.crawl.rate must be above 0 polls/s");
+            }
+            if cr.points_per_request == 0 || cr.points_per_request > 1000 {
+                bail!("tenant.crawl.points_per_request must be 1..1000");
+            }
+            if cr.period < 1_000_000 {
+                bail!("tenant.crawl.period must be at least 1ms");
+            }
+        }
+        (None, Some(cy)) => {
+            if cy.interval < 10_000 {
+                bail!("tenant.cyclic.interval must be at least 10us");
+            }
+        }
+    }
+    if let Some(set) = c.load_set.as_deref().filter(|s| *s != "none") {
+        if !c.load_sets.contains_key(set) {
+            let known: Vec<&str> = c.load_sets.keys().map(String::as_str).collect();
+            bail!(
+                "load_set = \"{set}\": no such set in [load_sets] (known: none, {})",
+                known.join(", ")
+            );
+        }
+    }
+    for (i, l) in c.effective_loads().iter().enumerate() {
+        if l.profile != "none" {
+            l.profile
+                .parse::<ontime_load::LoadProfile>()
+                .map_err(|e| anyhow!("load[{i}].profile: {e}"))?;
+        }
+        if l.workers == 0 {
+            bail!("load[{i}].workers must be at least 1");
+        }
+    }
+    Ok(())
+}
+
+/// Parses "512M", "2G", "1048576".
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    let n: u64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (use e.g. 512M or 2G)"))?;
+    Ok(n * mult)
+}
+
+/// Key/value pairs of every sweep for display.
+pub fn vars_text(vars: &[(String, String)]) -> String {
+    if vars.is_empty() {
+        return "(no sweep)".into();
+    }
+    vars.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// For report grouping.
+pub type Vars = BTreeMap<String, String>;
