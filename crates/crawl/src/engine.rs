@@ -68,8 +68,11 @@ pub struct EngineSetup {
     pub gateways: Vec<SocketAddr>,
     pub timeout_ns: u64,
     pub max_connections: usize,
-    pub start: MonoNs,
-    pub end: MonoNs,
+    pub duration_ns: u64,
+    /// The thread says here when its connection pool is warm (or gave up
+    /// waiting), then receives the common start time on `start`.
+    pub warm: mpsc::Sender<Warm>,
+    pub start: mpsc::Receiver<MonoNs>,
     pub report_interval_ns: u64,
     pub flags: Arc<StopFlags>,
     pub reports: mpsc::Sender<Report>,
@@ -79,6 +82,17 @@ pub struct EngineSetup {
     /// Counts records lost because a writer fell behind.
     pub records_dropped: Arc<std::sync::atomic::AtomicU64>,
 }
+
+/// A thread's pool before the start.
+#[derive(Debug, Clone, Copy)]
+pub struct Warm {
+    pub thread: usize,
+    pub connected: usize,
+    pub open: usize,
+}
+
+/// How long a thread waits for its pool to connect before the start.
+const WARM_UP_LIMIT_NS: u64 = 3_000_000_000;
 
 const TIMER: Token = Token(usize::MAX - 1);
 /// Connections opened per gateway before the first poll.
@@ -98,6 +112,7 @@ struct Conn {
     sock: TcpStream,
     gateway: usize,
     connected: bool,
+    opened_ns: u64,
     gen: u32,
     poll: Option<InFlight>,
     written: usize,
@@ -107,6 +122,10 @@ struct Conn {
 
 struct GatewayPool {
     addr: SocketAddr,
+    /// Polls per second this thread sends to the gateway.
+    rate: f64,
+    /// Fastest handshake seen while warming up (a round trip).
+    min_rtt_ns: u64,
     idle: Vec<usize>,
     open: usize,
     waiting: VecDeque<InFlight>,
@@ -126,11 +145,16 @@ struct Engine {
     metrics: Box<Metrics>,
     next_report: u64,
     next_gen: u32,
+    /// The common start and end, known after the warm-up.
+    start: u64,
+    end: u64,
+    warming: bool,
 }
 
 /// Runs one vCPU thread's share of the crawl until the end time or a stop.
 pub fn run(setup: EngineSetup) -> anyhow::Result<()> {
     let mut e = Engine::new(setup)?;
+    e.warm_up()?;
     e.main_loop()?;
     Ok(())
 }
@@ -152,21 +176,26 @@ impl Engine {
         let pools = s
             .gateways
             .iter()
-            .map(|&addr| GatewayPool {
+            .enumerate()
+            .map(|(gi, &addr)| GatewayPool {
                 addr,
+                rate: s
+                    .streams
+                    .iter()
+                    .filter(|st| st.gateway == gi)
+                    .map(|st| 1e9 / st.period_ns as f64)
+                    .sum(),
+                min_rtt_ns: u64::MAX,
                 idle: Vec::with_capacity(s.max_connections),
                 open: 0,
                 waiting: VecDeque::with_capacity(s.streams.len() * 2),
             })
             .collect();
-        let mut schedule = BinaryHeap::with_capacity(s.streams.len());
-        for (i, st) in s.streams.iter().enumerate() {
-            schedule.push(Reverse((s.start.0 + st.phase_ns, i as u32, 0u64)));
-        }
+        let schedule = BinaryHeap::with_capacity(s.streams.len());
         let metrics = s.spares.try_recv().unwrap_or_default();
         let mut e = Engine {
             trackers: vec![IntervalTracker::default(); s.streams.len()],
-            next_report: s.start.0 + s.report_interval_ns,
+            next_report: u64::MAX,
             poll,
             timer,
             conns: (0..cap).map(|_| None).collect(),
@@ -176,16 +205,59 @@ impl Engine {
             schedule,
             metrics,
             next_gen: 0,
+            start: u64::MAX,
+            end: u64::MAX,
+            warming: true,
             s,
         };
-        // Connect ahead of the start (it is 200 ms away) so the first polls
-        // do not each pay for, or burst, connection set-up.
+        // Connect ahead of the start so the first polls do not each pay for,
+        // or burst, connection set-up; warm_up() waits for these.
         for gw in 0..e.pools.len() {
             for _ in 0..e.s.max_connections.min(PREWARM_CONNECTIONS) {
                 let _ = e.connect(gw);
             }
         }
         Ok(e)
+    }
+
+    /// Handles connection set-up until every connection of the pool is up
+    /// (the pool grows to fit the measured round trip), reports, and takes
+    /// the common start time. Nothing is measured here.
+    fn warm_up(&mut self) -> anyhow::Result<()> {
+        let mut events = Events::with_capacity(256);
+        let limit = MonoNs::now().0 + WARM_UP_LIMIT_NS;
+        loop {
+            let open = self.conns.iter().flatten().count();
+            let connected = self.conns.iter().flatten().filter(|c| c.connected).count();
+            if connected == open || MonoNs::now().0 >= limit || self.s.flags.stop.load(Ordering::Relaxed) {
+                let _ = self.s.warm.send(Warm {
+                    thread: self.s.thread,
+                    connected,
+                    open,
+                });
+                break;
+            }
+            self.poll.poll(&mut events, Some(std::time::Duration::from_millis(5)))?;
+            for ev in events.iter() {
+                let slot = ev.token().0;
+                if slot != TIMER.0 && (ev.is_writable() || ev.is_error() || ev.is_write_closed()) {
+                    self.on_writable(slot);
+                }
+            }
+        }
+        self.warming = false;
+        let start = self
+            .s
+            .start
+            .recv()
+            .map_err(|_| anyhow::anyhow!("no start time from the collector"))?;
+        self.start = start.0;
+        self.end = start.0.saturating_add(self.s.duration_ns);
+        self.next_report = self.start + self.s.report_interval_ns;
+        for (i, st) in self.s.streams.iter().enumerate() {
+            self.schedule.push(Reverse((self.start + st.phase_ns, i as u32, 0u64)));
+        }
+        Ok(())
     }
 
     fn main_loop(&mut self) -> anyhow::Result<()> {
@@ -197,7 +269,7 @@ impl Engine {
                 self.abandon_all(now);
                 break;
             }
-            if scheduling && (self.s.flags.stop.load(Ordering::Relaxed) || now >= self.s.end.0) {
+            if scheduling && (self.s.flags.stop.load(Ordering::Relaxed) || now >= self.end) {
                 // Polls planned from here on are not part of this run.
                 scheduling = false;
             }
@@ -292,7 +364,7 @@ impl Engine {
                 break;
             }
             self.schedule.pop();
-            if planned >= self.s.end.0 {
+            if planned >= self.end {
                 // Past the end of the run: do not plan it, and keep it out of
                 // the heap so later polls still fire.
                 continue;
@@ -355,6 +427,7 @@ impl Engine {
             sock,
             gateway: gw,
             connected: false,
+            opened_ns: MonoNs::now().0,
             gen: 0,
             poll: None,
             written: 0,
@@ -410,14 +483,33 @@ impl Engine {
                     return;
                 }
             }
-            if c.poll.is_none() {
-                let gw = c.gateway;
+            let (gw, opened, idle) = (c.gateway, c.opened_ns, c.poll.is_none());
+            self.grow_before_start(gw, opened);
+            if idle {
                 self.release(slot, gw);
                 return;
             }
         }
-        if c.poll.is_some() {
-            self.write(slot);
+        self.write(slot);
+    }
+
+    /// While warming up, sizes a gateway's pool from a handshake's duration
+    /// (one round trip): connections for twice the polls in flight, so no
+    /// measured poll waits for a handshake.
+    fn grow_before_start(&mut self, gw: usize, opened_ns: u64) {
+        let now = MonoNs::now().0;
+        if !self.warming {
+            return;
+        }
+        // The fastest handshake: a slow one (a lost SYN waits 1 s) must not
+        // inflate the pool.
+        let pool = &mut self.pools[gw];
+        pool.min_rtt_ns = pool.min_rtt_ns.min(now.saturating_sub(opened_ns));
+        let rtt_s = pool.min_rtt_ns as f64 / 1e9;
+        let pool = &self.pools[gw];
+        let want = ((pool.rate * rtt_s * 2.0).ceil() as usize + 2).min(self.s.max_connections);
+        for _ in pool.open..want {
+            let _ = self.connect(gw);
         }
     }
 
@@ -639,7 +731,7 @@ impl Engine {
         let full = std::mem::replace(&mut self.metrics, fresh);
         // Intervals are numbered by wall position, so threads agree on them
         // even when one reports late.
-        let index = (self.next_report - self.s.start.0) / self.s.report_interval_ns - 1;
+        let index = (self.next_report - self.start) / self.s.report_interval_ns - 1;
         let _ = self.s.reports.send(Report::Interval {
             thread: self.s.thread,
             index,

@@ -169,9 +169,8 @@ pub fn run(
         per_thread[s.id as usize % k].push(s);
     }
 
-    let start = MonoNs::now().add_ns(200_000_000);
-    let start_wall = std::time::SystemTime::now() + Duration::from_millis(200);
-    let end = start.add_ns(opts.duration_ns);
+    let (warm_tx, warm_rx) = mpsc::channel();
+    let mut start_txs = Vec::new();
     let (report_tx, report_rx) = mpsc::channel();
     let records_dropped = Arc::new(AtomicU64::new(0));
     let sink_done = Arc::new(AtomicBool::new(false));
@@ -203,8 +202,13 @@ pub fn run(
             gateways: cfg.gateways.iter().map(|g| g.addr).collect(),
             timeout_ns: cfg.timeout_ns,
             max_connections: cfg.max_connections,
-            start,
-            end,
+            duration_ns: opts.duration_ns,
+            warm: warm_tx.clone(),
+            start: {
+                let (tx, rx) = mpsc::channel();
+                start_txs.push(tx);
+                rx
+            },
             report_interval_ns: opts.report_interval_ns,
             flags: flags.clone(),
             reports: report_tx.clone(),
@@ -245,6 +249,25 @@ pub fn run(
     // vCPU thread wants (they may share its CPU or cgroup).
     if let Err(e) = ontime_core::rt::set_idle() {
         warnings.push(format!("collector not at SCHED_IDLE: {e:#}"));
+    }
+    // Every vCPU thread warms its connection pool; then all start together.
+    drop(warm_tx);
+    for _ in 0..k {
+        // A thread that failed before warming up sends nothing: do not wait
+        // past the warm-up limit for it.
+        match warm_rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(w) if w.connected < w.open => warnings.push(format!(
+                "vCPU thread {}: {} of {} connections were up at the start (the gateway did not answer within 3 s)",
+                w.thread, w.connected, w.open
+            )),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    let start = MonoNs::now().add_ns(20_000_000);
+    let start_wall = std::time::SystemTime::now() + Duration::from_millis(20);
+    for tx in &start_txs {
+        let _ = tx.send(start);
     }
     let sink_handle = if opts.polls_file.is_some() || opts.store.is_some() {
         let setup = sink::SinkSetup {
