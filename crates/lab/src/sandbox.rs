@@ -180,6 +180,14 @@ impl Lab {
         )
         .context("cannot create the building side")?;
         let version = cgroup::detect();
+        if version.is_some() {
+            // First on the stack, so it runs last: the tenants' groups go
+            // before their parent.
+            undo.push("remove the lab's parent cgroups", || {
+                let dirs = cgroup::all_lab_dirs();
+                cgroup::kill_and_remove(&dirs);
+            });
+        }
         // RT group scheduling: give the lab 90 % of the root's RT budget,
         // shared by the tenants, so SCHED_FIFO vCPU threads may run.
         let rt_parent = cgroup::has_rt_group_sched().then_some(900_000u64);
@@ -240,12 +248,6 @@ impl Lab {
                 index: i,
                 net,
                 cgroup: cg,
-            });
-        }
-        if version.is_some() {
-            undo.push("remove the lab's parent cgroups", || {
-                let dirs = cgroup::all_lab_dirs();
-                cgroup::kill_and_remove(&dirs);
             });
         }
         Ok(Lab {

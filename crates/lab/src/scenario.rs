@@ -323,8 +323,8 @@ pub fn load(path: &Path) -> Result<Plan> {
                     .join(", ")
             )
         };
-        let cfg: RunConfig =
-            RunConfig::deserialize(v).map_err(|e| anyhow!("{origin}{where_}: {}", e.to_string().trim()))?;
+        let cfg: RunConfig = RunConfig::deserialize(v)
+            .map_err(|e| anyhow!("{origin}{where_}: {}", e.to_string().trim().replace('\n', " ")))?;
         validate(&cfg).map_err(|e| anyhow!("{origin}{where_}: {e}"))?;
         name = cfg.name.clone();
         for rep in 1..=cfg.repetitions {
@@ -489,3 +489,66 @@ pub fn vars_text(vars: &[(String, String)]) -> String {
 
 /// For report grouping.
 pub type Vars = BTreeMap<String, String>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(text: &str) -> Result<Plan> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.toml");
+        std::fs::write(&p, text).unwrap();
+        load(&p)
+    }
+
+    const BASE: &str = "name = 'x'\nduration = '2s'\n[tenant]\ncount = 1\n[tenant.crawl]\nrate = 100\n";
+
+    #[test]
+    fn sweeps_expand_in_file_order() {
+        let p = plan(&format!(
+            "{BASE}[sweep]\n\"tenant.count\" = [1, 2]\n\"host.relay_policy\" = ['other', 'fifo:90']\n"
+        ))
+        .unwrap();
+        assert_eq!(p.runs.len(), 4);
+        assert_eq!(p.sweep_keys, vec!["tenant.count", "host.relay_policy"]);
+        assert_eq!(p.runs[1].vars[1].1, "fifo:90");
+        assert_eq!(p.runs[2].config.tenant.count, 2);
+        assert!(p.runs[3].dir_name().starts_with("003-count=2-relay_policy=fifo_90"));
+    }
+
+    fn err(text: &str) -> String {
+        format!("{:#}", plan(text).unwrap_err())
+    }
+
+    #[test]
+    fn errors_name_the_file_key_and_reason() {
+        let e = err(&format!("bogus = 1\n{BASE}"));
+        assert!(e.contains("s.toml") && e.contains("bogus"), "{e}");
+        let e = err(&BASE.replace("rate = 100", "rate = 0"));
+        assert!(e.contains("tenant.crawl.rate"), "{e}");
+        let e = err(&format!("{BASE}[sweep]\n\"tenant.count\" = [1, 0]\n"));
+        assert!(
+            e.contains("tenant.count = 0") && e.contains("with tenant.count = 0"),
+            "{e}"
+        );
+        let e = err(&format!("{BASE}[sweep]\n\"tenant.nothing\" = [1]\n"));
+        assert!(e.contains("tenant.nothing") && e.contains("no such key"), "{e}");
+        let e = err(&format!("load_set = 'heavy'\n{BASE}"));
+        assert!(e.contains("load_set") && e.contains("heavy"), "{e}");
+        let e = err(&BASE.replace("[tenant]\n", "[tenant]\npolicy = 'fifo:200'\n"));
+        assert!(e.contains("tenant.policy"), "{e}");
+        let e = err(&BASE.replace("[tenant]\n", "[tenant]\ncpuset = '64'\n"));
+        assert!(e.contains("tenant.cpuset") && e.contains("not online"), "{e}");
+        let e = err("name = 'x'\nduration = '2s'\n[tenant]\n");
+        assert!(e.contains("needs a workload"), "{e}");
+        let e = err(&format!("{BASE}[[load]]\nprofile = 'disk'\n"));
+        assert!(e.contains("load[0].profile"), "{e}");
+        assert_eq!(err("name = 'x'\nduration = 5\n").lines().count(), 1);
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_bytes("512M").unwrap(), 512 << 20);
+        assert!(parse_bytes("lots").is_err());
+    }
+}

@@ -1,0 +1,219 @@
+//! `ontime lab` end to end: a short scenario produces a report; a SIGKILLed
+//! runner's leftovers are removed by `lab clean`; bad scenarios are refused
+//! before anything is created. Root tests skip elsewhere with a reason; they
+//! share the lab's global names, so they run one at a time.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn ontime() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ontime"))
+}
+
+fn root_or_skip() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: the lab needs root");
+        return false;
+    }
+    for tool in ["ethtool", "ip"] {
+        if !Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+        {
+            eprintln!("skipped: {tool} is not installed (scripts/setup.sh installs it)");
+            return false;
+        }
+    }
+    true
+}
+
+/// Removes whatever a failed test left, and says whether anything was left.
+struct CleanOnDrop;
+
+impl Drop for CleanOnDrop {
+    fn drop(&mut self) {
+        let _ = ontime().args(["lab", "clean"]).stdout(Stdio::null()).status();
+    }
+}
+
+fn leftovers() -> String {
+    let out = ontime().args(["lab", "clean", "--dry-run"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn short_crawl_scenario_produces_a_report() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root_or_skip() {
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let dir = tempfile::tempdir().unwrap();
+    let sc = write(
+        dir.path(),
+        "short.toml",
+        "name = 'short'\nduration = '3s'\n[tenant]\ncount = 1\n[tenant.crawl]\nrate = 50\n[sweep]\n\"tenant.count\" = [1, 2]\n",
+    );
+    let results = dir.path().join("results");
+    let out = ontime()
+        .args(["lab", "run"])
+        .arg(&sc)
+        .arg("-o")
+        .arg(&results)
+        .arg("--report")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let html = std::fs::read_to_string(results.join("report/report.html")).unwrap();
+    assert!(
+        html.contains("Interval error vs tenant.count"),
+        "no figure in the report"
+    );
+    assert!(html.contains("not instruction emulation"), "the model note is missing");
+    assert!(html.contains("relay delay measured"));
+    assert!(
+        html.contains("n/a"),
+        "3 s runs cannot support p99.999: the report must say so"
+    );
+    assert!(results.join("report/figure-1.png").exists());
+    for run in ["000-count=1-rep1", "001-count=2-rep1"] {
+        let rec: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(results.join("runs").join(run).join("run.json")).unwrap())
+                .unwrap();
+        assert_eq!(rec["complete"], true, "{run}: {rec}");
+    }
+    let t1: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(results.join("runs/001-count=2-rep1/t1.json")).unwrap()).unwrap();
+    assert_eq!(t1["polls"]["planned"], 150);
+    assert_eq!(t1["missed"], 0, "{}", t1["polls"]);
+    // --resume skips both.
+    let again = ontime()
+        .args(["lab", "run"])
+        .arg(&sc)
+        .arg("-o")
+        .arg(&results)
+        .arg("--resume")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&again.stderr).contains("0 run(s) done, 2 skipped"));
+    assert!(leftovers().contains("nothing of the lab's is left"), "{}", leftovers());
+}
+
+#[test]
+fn short_cyclic_scenario_plots_a_histogram() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root_or_skip() {
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let dir = tempfile::tempdir().unwrap();
+    let sc = write(
+        dir.path(),
+        "cyc.toml",
+        "name = 'cyc'\nduration = '2s'\n[tenant]\ncount = 1\npolicy = 'fifo:80'\n[tenant.cyclic]\ninterval = '1ms'\n",
+    );
+    let results = dir.path().join("results");
+    let out = ontime()
+        .args(["lab", "run"])
+        .arg(&sc)
+        .arg("-o")
+        .arg(&results)
+        .arg("--report")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let html = std::fs::read_to_string(results.join("report/report.html")).unwrap();
+    assert!(html.contains("Wake-up latency histogram"));
+    let t0: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(results.join("runs/000-rep1/t0.json")).unwrap()).unwrap();
+    assert_eq!(t0["latency"]["count"], 2000);
+    assert!(leftovers().contains("nothing of the lab's is left"));
+}
+
+#[test]
+fn sigkilled_runner_leaves_what_clean_removes() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root_or_skip() {
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let dir = tempfile::tempdir().unwrap();
+    let sc = write(
+        dir.path(),
+        "long.toml",
+        "name = 'long'\nduration = '60s'\n[tenant]\ncount = 2\nmemory = '128M'\n[tenant.crawl]\nrate = 20\n[[load]]\nprofile = 'net'\nplace = 'tenants'\n",
+    );
+    let mut runner = ontime()
+        .args(["lab", "run"])
+        .arg(&sc)
+        .arg("-o")
+        .arg(dir.path().join("r"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !Path::new("/sys/fs/cgroup/cpu/ontime/t1").exists() && !Path::new("/sys/fs/cgroup/ontime/t1").exists() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "the lab did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = leftovers();
+    assert!(
+        before.contains("would remove"),
+        "a SIGKILLed runner should leave namespaces behind: {before}"
+    );
+    let out = ontime().args(["lab", "clean"]).output().unwrap();
+    assert!(out.status.success());
+    assert!(leftovers().contains("nothing of the lab's is left"), "{}", leftovers());
+    let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    assert!(!String::from_utf8_lossy(&ns.stdout).contains("ontime"));
+    let ps = Command::new("pgrep")
+        .args(["-f", "ontime crawl --url http://10.77"])
+        .output()
+        .unwrap();
+    assert!(
+        ps.stdout.is_empty(),
+        "probes survived: {}",
+        String::from_utf8_lossy(&ps.stdout)
+    );
+    let sn = Command::new("pgrep").args(["-f", "stress-ng --udp"]).output().unwrap();
+    assert!(
+        sn.stdout.is_empty(),
+        "loads survived: {}",
+        String::from_utf8_lossy(&sn.stdout)
+    );
+}
+
+#[test]
+fn bad_scenarios_are_refused_before_anything_is_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let sc = write(
+        dir.path(),
+        "bad.toml",
+        "name = 'bad'\nduration = '3s'\n[tenant]\ncount = 1\n[tenant.crawl]\nrate = -1\n",
+    );
+    let out = ontime().args(["lab", "run"]).arg(&sc).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("bad.toml") && err.contains("tenant.crawl.rate"), "{err}");
+    let out = ontime().args(["lab", "run", "/nonexistent.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
