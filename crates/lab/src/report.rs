@@ -208,6 +208,10 @@ where
                 None => format!("{v}"),
             };
             mesh.x_label_formatter(&fmt);
+            if let Some(l) = &c.x_labels {
+                // Two ticks per category so every category gets one.
+                mesh.x_labels(l.len() * 2 + 1);
+            }
             mesh.draw().map_err(e)?;
             for (i, (name, points)) in c.series.iter().enumerate() {
                 let col = colors[i % colors.len()];
@@ -317,62 +321,71 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
                 let rest: Vec<_> = vars.iter().filter(|(k, _)| k != xk).cloned().collect();
                 series.entry(rest).or_default().push((xv, h));
             }
-            let numeric = groups.keys().all(|v| {
-                v.iter()
-                    .find(|(k, _)| k == xk)
-                    .map(|(_, x)| x.parse::<f64>().is_ok())
-                    .unwrap_or(false)
-            });
+            // A categorical x axis: one tick per swept value, in numeric
+            // order when the values are numbers.
             let mut cats: Vec<String> = groups
                 .keys()
                 .filter_map(|v| v.iter().find(|(k, _)| k == xk).map(|(_, x)| x.clone()))
                 .collect();
+            cats.sort_by(|a, b| match (a.parse::<f64>(), b.parse::<f64>()) {
+                (Ok(x), Ok(y)) => x.total_cmp(&y),
+                _ => a.cmp(b),
+            });
             cats.dedup();
-            for (rest, mut pts) in series {
-                pts.sort_by(|a, b| {
-                    a.0.parse::<f64>()
-                        .unwrap_or(0.0)
-                        .total_cmp(&b.0.parse::<f64>().unwrap_or(0.0))
-                        .then(a.0.cmp(&b.0))
+            let xpos = |x: &str| cats.iter().position(|c| c == x).unwrap_or(0) as f64;
+            let line = |pts: &[(String, &LatencyHistogram)], p: Option<f64>| -> Vec<(f64, f64)> {
+                let mut v: Vec<(f64, f64)> = pts
+                    .iter()
+                    .filter_map(|(x, h)| {
+                        let ns = match p {
+                            Some(p) => h.percentile(p)?,
+                            None if !h.is_empty() => h.max(),
+                            None => return None,
+                        };
+                        Some((xpos(x), ns as f64 / 1e6))
+                    })
+                    .collect();
+                v.sort_by(|a, b| a.0.total_cmp(&b.0));
+                v
+            };
+            let title = |rest: &Vars| {
+                if rest.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", vars_label(rest))
+                }
+            };
+            // With several series, first one figure that sets them side by
+            // side (p99 and max), then one figure per series.
+            if series.len() > 1 {
+                let mut lines = Vec::new();
+                for (rest, pts) in &series {
+                    lines.push((format!("{} p99", vars_label(rest)), line(pts, Some(99.0))));
+                    lines.push((format!("{} max", vars_label(rest)), line(pts, None)));
+                }
+                lines.retain(|l: &(String, Vec<(f64, f64)>)| !l.1.is_empty());
+                charts.push(LineChart {
+                    title: format!("Interval error p99 and max vs {xk}"),
+                    x_desc: xk.clone(),
+                    y_desc: "interval error (ms)".into(),
+                    x_labels: Some(cats.clone()),
+                    series: lines,
+                    log_x: false,
                 });
-                let xpos = |x: &str| {
-                    if numeric {
-                        x.parse::<f64>().unwrap_or(0.0)
-                    } else {
-                        cats.iter().position(|c| c == x).unwrap_or(0) as f64
-                    }
-                };
+            }
+            for (rest, pts) in &series {
                 let mut lines: Vec<(String, Vec<(f64, f64)>)> = PERCENTILES
                     .iter()
                     .filter(|(n, _)| *n != "p99.9999")
-                    .map(|(name, p)| {
-                        let v = pts
-                            .iter()
-                            .filter_map(|(x, h)| h.percentile(*p).map(|ns| (xpos(x), ns as f64 / 1e6)))
-                            .collect();
-                        (name.to_string(), v)
-                    })
+                    .map(|(name, p)| (name.to_string(), line(pts, Some(*p))))
                     .collect();
-                lines.push((
-                    "max".into(),
-                    pts.iter()
-                        .filter(|(_, h)| !h.is_empty())
-                        .map(|(x, h)| (xpos(x), h.max() as f64 / 1e6))
-                        .collect(),
-                ));
+                lines.push(("max".into(), line(pts, None)));
                 lines.retain(|l| !l.1.is_empty());
                 charts.push(LineChart {
-                    title: format!(
-                        "Interval error vs {xk}{}",
-                        if rest.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" ({})", vars_label(&rest))
-                        }
-                    ),
+                    title: format!("Interval error vs {xk}{}", title(rest)),
                     x_desc: xk.clone(),
                     y_desc: "interval error (ms)".into(),
-                    x_labels: (!numeric).then(|| cats.clone()),
+                    x_labels: Some(cats.clone()),
                     series: lines,
                     log_x: false,
                 });
