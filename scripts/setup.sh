@@ -13,8 +13,9 @@ need_root() {
 
 # Debian packages: stress-ng (loads), rt-tests (cyclictest, the peer in
 # bench/), sqlite3 (inspecting --store), iproute2 and ethtool (lab network),
+# iperf3 (the lab's wan load),
 # fonts-dejavu-core (report figures), build tools.
-pkgs=(stress-ng rt-tests sqlite3 iproute2 ethtool fonts-dejavu-core procps build-essential pkg-config)
+pkgs=(stress-ng rt-tests sqlite3 iproute2 ethtool iperf3 fonts-dejavu-core procps build-essential pkg-config)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

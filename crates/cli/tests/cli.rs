@@ -447,3 +447,33 @@ fn gateway_faults_are_counted_by_outcome() {
     }
     assert_eq!(u(&p["ok"]) + u(&r["missed"]), 300);
 }
+
+#[test]
+fn work_per_poll_is_spent_on_the_vcpu_thread() {
+    let port = free_port();
+    let out = ontime()
+        .args([
+            "crawl",
+            "--with-gateway",
+            "--url",
+            &format!("http://127.0.0.1:{port}/b0"),
+        ])
+        .args([
+            "--rate",
+            "100",
+            "-D",
+            "2s",
+            "--work-per-poll",
+            "2ms",
+            "--json",
+            "--no-dma-latency",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // 200 answered polls x 2 ms = 0.4 s of the vCPU thread's CPU time.
+    let cpu = u(&r["vcpu_cpu_ns"]);
+    assert!(cpu >= 400_000_000, "vCPU thread used only {cpu} ns");
+    assert_eq!(u(&r["work_per_poll_ns"]), 2_000_000);
+}

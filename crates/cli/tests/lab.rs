@@ -54,19 +54,11 @@ fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
     p
 }
 
-#[test]
-fn short_crawl_scenario_produces_a_report() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root_or_skip() {
-        return;
-    }
-    let _clean = CleanOnDrop;
+/// Runs a scenario with `--report`; returns the temp dir (keep it), the
+/// scenario file and the results directory.
+fn run_lab(text: &str) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
-    let sc = write(
-        dir.path(),
-        "short.toml",
-        "name = 'short'\nduration = '3s'\n[tenant]\ncount = 1\n[tenant.crawl]\nrate = 50\n[sweep]\n\"tenant.count\" = [1, 2]\n",
-    );
+    let sc = write(dir.path(), "scenario.toml", text);
     let results = dir.path().join("results");
     let out = ontime()
         .args(["lab", "run"])
@@ -77,6 +69,23 @@ fn short_crawl_scenario_produces_a_report() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    (dir, sc, results)
+}
+
+fn read_json(p: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+#[test]
+fn short_crawl_scenario_produces_a_report() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root_or_skip() {
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let (_dir, sc, results) = run_lab(
+        "name = 'short'\nduration = '3s'\n[tenant]\ncount = 1\n[tenant.crawl]\nrate = 50\n[sweep]\n\"tenant.count\" = [1, 2]\n",
+    );
     let html = std::fs::read_to_string(results.join("report/report.html")).unwrap();
     assert!(
         html.contains("Interval error vs tenant.count"),
@@ -90,13 +99,10 @@ fn short_crawl_scenario_produces_a_report() {
     );
     assert!(results.join("report/figure-1.png").exists());
     for run in ["000-count=1-rep1", "001-count=2-rep1"] {
-        let rec: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(results.join("runs").join(run).join("run.json")).unwrap())
-                .unwrap();
+        let rec = read_json(&results.join("runs").join(run).join("run.json"));
         assert_eq!(rec["complete"], true, "{run}: {rec}");
     }
-    let t1: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(results.join("runs/001-count=2-rep1/t1.json")).unwrap()).unwrap();
+    let t1 = read_json(&results.join("runs/001-count=2-rep1/t1.json"));
     assert_eq!(t1["polls"]["planned"], 150);
     assert_eq!(t1["missed"], 0, "{}", t1["polls"]);
     // --resume skips both.
@@ -119,26 +125,12 @@ fn short_cyclic_scenario_plots_a_histogram() {
         return;
     }
     let _clean = CleanOnDrop;
-    let dir = tempfile::tempdir().unwrap();
-    let sc = write(
-        dir.path(),
-        "cyc.toml",
+    let (_dir, _sc, results) = run_lab(
         "name = 'cyc'\nduration = '2s'\n[tenant]\ncount = 1\npolicy = 'fifo:80'\n[tenant.cyclic]\ninterval = '1ms'\n",
     );
-    let results = dir.path().join("results");
-    let out = ontime()
-        .args(["lab", "run"])
-        .arg(&sc)
-        .arg("-o")
-        .arg(&results)
-        .arg("--report")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let html = std::fs::read_to_string(results.join("report/report.html")).unwrap();
     assert!(html.contains("Wake-up latency histogram"));
-    let t0: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(results.join("runs/000-rep1/t0.json")).unwrap()).unwrap();
+    let t0 = read_json(&results.join("runs/000-rep1/t0.json"));
     assert_eq!(t0["latency"]["count"], 2000);
     assert!(leftovers().contains("nothing of the lab's is left"));
 }

@@ -85,6 +85,39 @@ impl LatencyHistogram {
         self.max = self.max.max(h.max());
     }
 
+    /// Records `n` samples of one value.
+    pub fn record_n(&mut self, ns: u64, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let v = ns.min(MAX_TRACKABLE_NS);
+        if ns > MAX_TRACKABLE_NS {
+            self.clamped += n;
+        }
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+        let _ = self.hist.record_n(v, n);
+    }
+
+    /// Log-spaced bins (10 per decade from 1 us): (upper bound ns, count),
+    /// empty bins left out. Compact enough for a JSON result.
+    pub fn log_bins(&self) -> Vec<LogBin> {
+        let mut out = Vec::new();
+        if self.is_empty() {
+            return out;
+        }
+        for v in self.hist.iter_log(1000, 10f64.powf(0.1)) {
+            let n = v.count_since_last_iteration();
+            if n > 0 {
+                out.push(LogBin {
+                    le_ns: v.value_iterated_to(),
+                    count: n,
+                });
+            }
+        }
+        out
+    }
+
     pub fn reset(&mut self) {
         self.hist.reset();
         self.clamped = 0;
@@ -166,6 +199,13 @@ pub fn supports(count: u64, p: f64) -> bool {
     // Round to absorb float error: p99.999 -> exactly 100 000.
     let needed = (1.0 / tail).round();
     count as f64 >= needed
+}
+
+/// One bin of [`LatencyHistogram::log_bins`].
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+pub struct LogBin {
+    pub le_ns: u64,
+    pub count: u64,
 }
 
 /// One percentile in a summary; `value_ns` is None ("n/a") when the sample

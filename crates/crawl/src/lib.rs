@@ -44,6 +44,8 @@ pub struct RunOptions {
     pub threshold_ns: Option<u64>,
     /// Length of one interval in the histogram log and progress.
     pub report_interval_ns: u64,
+    /// CPU time burned per answered poll (models the crawler's processing).
+    pub work_per_poll_ns: u64,
     pub hlog: Option<PathBuf>,
     pub polls_file: Option<PathBuf>,
     pub store: Option<PathBuf>,
@@ -66,6 +68,7 @@ pub struct CrawlResult {
     pub config: CrawlConfig,
     pub vcpus: usize,
     pub thread_settings: ThreadSettings,
+    pub work_per_poll_ns: u64,
     pub planned_polls_per_second: f64,
     pub streams: usize,
     pub duration_ns: u64,
@@ -210,6 +213,7 @@ pub fn run(
                 rx
             },
             report_interval_ns: opts.report_interval_ns,
+            work_per_poll_ns: opts.work_per_poll_ns,
             flags: flags.clone(),
             reports: report_tx.clone(),
             spares: spare_rx,
@@ -382,6 +386,7 @@ pub fn run(
         streams: n_streams,
         vcpus: k,
         thread_settings: opts.thread.clone(),
+        work_per_poll_ns: opts.work_per_poll_ns,
         duration_ns: opts.duration_ns,
         interrupted,
         missed: totals.outcomes.missed(),

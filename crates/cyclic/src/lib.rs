@@ -198,6 +198,8 @@ pub struct CyclicResult {
     pub latency: Summary,
     /// All threads together: wake-ups that happened (overruns excluded).
     pub woken: Summary,
+    /// Every planned wake-up of all threads in log-spaced bins (for plots).
+    pub histogram_log: Vec<ontime_core::stats::LogBin>,
     pub threads: Vec<ThreadResult>,
     pub warnings: Vec<String>,
 }
@@ -319,6 +321,7 @@ pub fn run(
         overruns: threads.iter().map(|t| t.overruns).sum(),
         latency: all.summary(opts.threshold_ns),
         woken: woken.summary(opts.threshold_ns),
+        histogram_log: all.log_bins(),
         threads,
         warnings,
         manifest,

@@ -58,6 +58,30 @@ fn cpus_text(cpus: &[usize]) -> String {
     cpus.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")
 }
 
+/// Writes an RT runtime, retrying for up to 2 s: a group removed just before
+/// (by a previous run or `lab clean`) releases its RT bandwidth only after an
+/// RCU grace period, and until then the kernel answers EINVAL.
+fn write_rt_runtime(f: &Path, us: u64) -> Result<()> {
+    let t0 = std::time::Instant::now();
+    loop {
+        match std::fs::write(f, us.to_string()) {
+            Ok(()) => return Ok(()),
+            Err(e)
+                if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::EBUSY))
+                    && t0.elapsed() < std::time::Duration::from_secs(2) =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            Err(e) => {
+                return Err(anyhow::anyhow!(
+                    "cannot write '{us}' to {}: {e} (other cgroups hold the RT budget? see cpu.rt_runtime_us)",
+                    f.display()
+                ))
+            }
+        }
+    }
+}
+
 /// Makes sure the lab's parent group exists and can hand on what children
 /// need (cpuset cpus/mems, RT budget on v1; controllers on v2).
 fn ensure_parent(version: Version, rt_budget_us: Option<u64>) -> Result<()> {
@@ -81,7 +105,7 @@ fn ensure_parent(version: Version, rt_budget_us: Option<u64>) -> Result<()> {
             if let Some(b) = rt_budget_us {
                 let f = v1_dir("cpu", parent).join("cpu.rt_runtime_us");
                 if f.exists() {
-                    sys::write(&f, &b.to_string())?;
+                    write_rt_runtime(&f, b)?;
                 }
             }
         }
@@ -162,7 +186,7 @@ impl Cgroup {
                 if let Some(rt) = l.rt_runtime_us {
                     let f = cpu.join("cpu.rt_runtime_us");
                     if f.exists() {
-                        sys::write(&f, &rt.to_string())?;
+                        write_rt_runtime(&f, rt)?;
                     }
                 }
                 if let Some(m) = l.memory_bytes {

@@ -33,8 +33,6 @@ struct RunView {
     tenants: Vec<Value>,
     /// Crawl: pooled interval error. Cyclic: pooled wake-up latency.
     pooled: LatencyHistogram,
-    /// Cyclic: 1-us bins pooled over tenants.
-    bins: Vec<u64>,
 }
 
 /// What the report wrote.
@@ -76,7 +74,6 @@ fn load_runs(dir: &Path) -> Result<Vec<RunView>> {
             .unwrap_or_default();
         let crawl = record["workload"] == "crawl";
         let mut pooled = LatencyHistogram::new();
-        let mut bins = Vec::new();
         let mut tenants = Vec::new();
         for t in record["tenants"].as_array().into_iter().flatten() {
             let Some(f) = t["result"].as_str() else { continue };
@@ -87,10 +84,9 @@ fn load_runs(dir: &Path) -> Result<Vec<RunView>> {
                 if h.exists() {
                     pooled.add(&ontime_core::hlog::read_merged(&h, "interval_error")?);
                 }
-            } else {
-                let h = d.join(format!("t{i}.hist"));
-                if let Ok(text) = std::fs::read_to_string(&h) {
-                    add_hist_bins(&text, &mut bins, &mut pooled);
+            } else if let Some(bins) = tenants.last().and_then(|t| t["histogram_log"].as_array()) {
+                for b in bins {
+                    pooled.record_n(b["le_ns"].as_u64().unwrap_or(0), b["count"].as_u64().unwrap_or(0));
                 }
             }
         }
@@ -103,32 +99,16 @@ fn load_runs(dir: &Path) -> Result<Vec<RunView>> {
             record,
             tenants,
             pooled,
-            bins,
         });
     }
     Ok(out)
 }
 
-/// Adds a cyclictest-layout histogram (every thread column) to `bins`, and
-/// each bin's samples at the bin's value to `pooled`.
-fn add_hist_bins(text: &str, bins: &mut Vec<u64>, pooled: &mut LatencyHistogram) {
-    for line in text.lines() {
-        if line.starts_with('#') {
-            continue;
-        }
-        let mut f = line.split_whitespace();
-        let Some(Ok(us)) = f.next().map(str::parse::<usize>) else {
-            continue;
-        };
-        let n: u64 = f.filter_map(|c| c.parse::<u64>().ok()).sum();
-        if bins.len() <= us {
-            bins.resize(us + 1, 0);
-        }
-        bins[us] += n;
-        for _ in 0..n.min(1_000_000) {
-            pooled.record(us as u64 * 1000);
-        }
-    }
+fn capitalise(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().collect::<String>() + c.as_str())
+        .unwrap_or_default()
 }
 
 fn vars_label(vars: &[(String, String)]) -> String {
@@ -226,7 +206,7 @@ where
             }
             chart
                 .configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
+                .position(SeriesLabelPosition::UpperRight)
                 .background_style(WHITE.mix(0.85))
                 .border_style(BLACK)
                 .draw()
@@ -280,18 +260,11 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
 
     let mut charts: Vec<LineChart> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
+    let metric = if crawl { "interval error" } else { "wake-up latency" };
     // Pool repetitions: group by all swept values.
-    let mut groups: BTreeMap<Vec<(String, String)>, LatencyHistogram> = BTreeMap::new();
-    let mut group_bins: BTreeMap<Vec<(String, String)>, Vec<u64>> = BTreeMap::new();
+    let mut groups: BTreeMap<Vars, LatencyHistogram> = BTreeMap::new();
     for r in &runs {
         groups.entry(r.vars.clone()).or_default().add(&r.pooled);
-        let gb = group_bins.entry(r.vars.clone()).or_default();
-        if gb.len() < r.bins.len() {
-            gb.resize(r.bins.len(), 0);
-        }
-        for (i, b) in r.bins.iter().enumerate() {
-            gb[i] += b;
-        }
     }
     for (vars, h) in &groups {
         if h.percentile(99.999).is_none() {
@@ -308,110 +281,127 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
             ));
         }
     }
-    if crawl {
-        if let Some(xk) = &x_key {
-            // Series: the other swept keys' values.
-            let mut series: BTreeMap<Vars, Vec<(String, &LatencyHistogram)>> = BTreeMap::new();
-            for (vars, h) in &groups {
-                let xv = vars
-                    .iter()
-                    .find(|(k, _)| k == xk)
-                    .map(|(_, v)| v.clone())
-                    .unwrap_or_default();
-                let rest: Vec<_> = vars.iter().filter(|(k, _)| k != xk).cloned().collect();
-                series.entry(rest).or_default().push((xv, h));
-            }
-            // A categorical x axis: one tick per swept value, in numeric
-            // order when the values are numbers.
-            let mut cats: Vec<String> = groups
-                .keys()
-                .filter_map(|v| v.iter().find(|(k, _)| k == xk).map(|(_, x)| x.clone()))
-                .collect();
-            cats.sort_by(|a, b| match (a.parse::<f64>(), b.parse::<f64>()) {
-                (Ok(x), Ok(y)) => x.total_cmp(&y),
-                _ => a.cmp(b),
-            });
-            cats.dedup();
-            let xpos = |x: &str| cats.iter().position(|c| c == x).unwrap_or(0) as f64;
-            let line = |pts: &[(String, &LatencyHistogram)], p: Option<f64>| -> Vec<(f64, f64)> {
-                let mut v: Vec<(f64, f64)> = pts
-                    .iter()
-                    .filter_map(|(x, h)| {
-                        let ns = match p {
-                            Some(p) => h.percentile(p)?,
-                            None if !h.is_empty() => h.max(),
-                            None => return None,
-                        };
-                        Some((xpos(x), ns as f64 / 1e6))
-                    })
-                    .collect();
-                v.sort_by(|a, b| a.0.total_cmp(&b.0));
-                v
-            };
-            let title = |rest: &Vars| {
-                if rest.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", vars_label(rest))
-                }
-            };
-            // With several series, first one figure that sets them side by
-            // side (p99 and max), then one figure per series.
-            if series.len() > 1 {
-                let mut lines = Vec::new();
-                for (rest, pts) in &series {
-                    lines.push((format!("{} p99", vars_label(rest)), line(pts, Some(99.0))));
-                    lines.push((format!("{} max", vars_label(rest)), line(pts, None)));
-                }
-                lines.retain(|l: &(String, Vec<(f64, f64)>)| !l.1.is_empty());
-                charts.push(LineChart {
-                    title: format!("Interval error p99 and max vs {xk}"),
-                    x_desc: xk.clone(),
-                    y_desc: "interval error (ms)".into(),
-                    x_labels: Some(cats.clone()),
-                    series: lines,
-                    log_x: false,
-                });
-            }
-            for (rest, pts) in &series {
-                let mut lines: Vec<(String, Vec<(f64, f64)>)> = PERCENTILES
-                    .iter()
-                    .filter(|(n, _)| *n != "p99.9999")
-                    .map(|(name, p)| (name.to_string(), line(pts, Some(*p))))
-                    .collect();
-                lines.push(("max".into(), line(pts, None)));
-                lines.retain(|l| !l.1.is_empty());
-                charts.push(LineChart {
-                    title: format!("Interval error vs {xk}{}", title(rest)),
-                    x_desc: xk.clone(),
-                    y_desc: "interval error (ms)".into(),
-                    x_labels: Some(cats.clone()),
-                    series: lines,
-                    log_x: false,
-                });
-            }
+    if let Some(xk) = &x_key {
+        // Series: the other swept keys' values; x: one tick per swept value,
+        // in numeric order when the values are numbers.
+        let mut series: BTreeMap<Vars, Vec<(String, &LatencyHistogram)>> = BTreeMap::new();
+        for (vars, h) in &groups {
+            let xv = vars
+                .iter()
+                .find(|(k, _)| k == xk)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            let rest: Vec<_> = vars.iter().filter(|(k, _)| k != xk).cloned().collect();
+            series.entry(rest).or_default().push((xv, h));
         }
-    } else {
-        let lines: Vec<(String, Vec<(f64, f64)>)> = group_bins
-            .iter()
-            .map(|(vars, bins)| {
-                let pts = bins
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, &n)| n > 0)
-                    .map(|(us, &n)| ((us as f64).max(0.5), n as f64))
-                    .collect();
-                (vars_label(vars), pts)
-            })
+        let mut cats: Vec<String> = groups
+            .keys()
+            .filter_map(|v| v.iter().find(|(k, _)| k == xk).map(|(_, x)| x.clone()))
             .collect();
-        charts.push(LineChart {
-            title: "Wake-up latency histogram".into(),
-            x_desc: "latency (us)".into(),
-            y_desc: "wake-ups".into(),
-            x_labels: None,
-            series: lines,
-            log_x: true,
+        cats.sort_by(|a, b| match (a.parse::<f64>(), b.parse::<f64>()) {
+            (Ok(x), Ok(y)) => x.total_cmp(&y),
+            _ => a.cmp(b),
         });
+        cats.dedup();
+        let xpos = |x: &str| cats.iter().position(|c| c == x).unwrap_or(0) as f64;
+        let line = |pts: &[(String, &LatencyHistogram)], p: Option<f64>| -> Vec<(f64, f64)> {
+            let mut v: Vec<(f64, f64)> = pts
+                .iter()
+                .filter_map(|(x, h)| {
+                    let ns = match p {
+                        Some(p) => h.percentile(p)?,
+                        None if !h.is_empty() => h.max(),
+                        None => return None,
+                    };
+                    Some((xpos(x), ns as f64 / 1e6))
+                })
+                .collect();
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            v
+        };
+        // With several series, first one figure that sets them side by side
+        // (p99 and max), then one figure per series.
+        if series.len() > 1 {
+            let mut lines = Vec::new();
+            for (rest, pts) in &series {
+                lines.push((format!("{} p99", vars_label(rest)), line(pts, Some(99.0))));
+                lines.push((format!("{} max", vars_label(rest)), line(pts, None)));
+            }
+            lines.retain(|l: &(String, Vec<(f64, f64)>)| !l.1.is_empty());
+            charts.push(LineChart {
+                title: format!("{} p99 and max vs {xk}", capitalise(metric)),
+                x_desc: xk.clone(),
+                y_desc: format!("{metric} (ms)"),
+                x_labels: Some(cats.clone()),
+                series: lines,
+                log_x: false,
+            });
+        }
+        for (rest, pts) in &series {
+            let mut lines: Vec<(String, Vec<(f64, f64)>)> = PERCENTILES
+                .iter()
+                .filter(|(n, _)| *n != "p99.9999")
+                .map(|(name, p)| (name.to_string(), line(pts, Some(*p))))
+                .collect();
+            lines.push(("max".into(), line(pts, None)));
+            lines.retain(|l| !l.1.is_empty());
+            let title = if rest.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", vars_label(rest))
+            };
+            charts.push(LineChart {
+                title: format!("{} vs {xk}{title}", capitalise(metric)),
+                x_desc: xk.clone(),
+                y_desc: format!("{metric} (ms)"),
+                x_labels: Some(cats.clone()),
+                series: lines,
+                log_x: false,
+            });
+        }
+    }
+    if !crawl {
+        // Histograms (document 001 figures 3 and 4): one figure per value of
+        // the first swept key, a line per combination of the others.
+        let mut by_x: BTreeMap<String, Vec<(String, &LatencyHistogram)>> = BTreeMap::new();
+        for (vars, h) in &groups {
+            let (xv, rest): (String, Vars) = match &x_key {
+                Some(xk) => (
+                    vars.iter()
+                        .find(|(k, _)| k == xk)
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .unwrap_or_default(),
+                    vars.iter().filter(|(k, _)| k != xk).cloned().collect(),
+                ),
+                None => (String::new(), vars.clone()),
+            };
+            by_x.entry(xv).or_default().push((vars_label(&rest), h));
+        }
+        for (xv, hs) in by_x {
+            let lines = hs
+                .into_iter()
+                .map(|(name, h)| {
+                    let pts = h
+                        .log_bins()
+                        .iter()
+                        .map(|b| (b.le_ns as f64 / 1000.0, b.count as f64))
+                        .collect();
+                    (name, pts)
+                })
+                .collect();
+            charts.push(LineChart {
+                title: if xv.is_empty() {
+                    "Wake-up latency histogram".into()
+                } else {
+                    format!("Wake-up latency histogram ({xv})")
+                },
+                x_desc: "latency (us), 10 bins per decade".into(),
+                y_desc: "wake-ups".into(),
+                x_labels: None,
+                series: lines,
+                log_x: true,
+            });
+        }
     }
 
     let mut pngs = Vec::new();

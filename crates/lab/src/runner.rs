@@ -277,8 +277,13 @@ fn one_run(
 
     // Loads.
     let mut loads: Vec<LoadGuard> = Vec::new();
+    let mut wan: Vec<std::process::Child> = Vec::new();
     for l in &c.effective_loads() {
         if l.profile == "none" {
+            continue;
+        }
+        if l.profile == "wan" {
+            wan.extend(start_wan(&lab, l.rate_mbit, c.duration, native)?);
             continue;
         }
         let profile: LoadProfile = l.profile.parse().map_err(anyhow::Error::msg)?;
@@ -323,6 +328,9 @@ fn one_run(
             .args(["--vcpus", &vcpus.to_string(), "--policy", &t.policy, "--no-dma-latency"])
             .arg("--hlog")
             .arg(dir.join(format!("t{i}.hlog")));
+            if let Some(w) = cr.work_per_poll {
+                cmd.args(["--work-per-poll", &format!("{w}ns")]);
+            }
             if let Some(to) = cr.timeout {
                 cmd.args(["--timeout", &format!("{to}ns")]);
             }
@@ -395,6 +403,10 @@ fn one_run(
         std::thread::sleep(Duration::from_millis(250));
     }
     drop(loads);
+    for mut w in wan {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
     let report = relay.stop()?;
     std::fs::write(dir.join("relay.json"), serde_json::to_string_pretty(&report)?)?;
     rec.relay = Some(report);
@@ -408,6 +420,49 @@ fn one_run(
     }
     lab.destroy();
     Ok(())
+}
+
+/// The wan load: an iperf3 server per tenant on the building side and a UDP
+/// flow to it from every tenant (in its namespace and cgroup), so the host
+/// relay carries it (document 001's UDP between host and guest).
+fn start_wan(lab: &Lab, rate_mbit: f64, duration_ns: u64, native: bool) -> Result<Vec<std::process::Child>> {
+    anyhow::ensure!(
+        ontime_core::caps::which("iperf3").is_some(),
+        "the wan load needs iperf3: run scripts/setup.sh or apt-get install iperf3"
+    );
+    let mut out = Vec::new();
+    let secs = (duration_ns / 1_000_000_000 + 5).to_string();
+    for tn in &lab.tenants {
+        let port = (5201 + tn.index).to_string();
+        let mut srv = Command::new("iperf3");
+        srv.args(["-s", "-p", &port, "-B", &names::building_addr().to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        out.push(spawn_in(&mut srv, &lab.building.netns, None)?);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    for tn in &lab.tenants {
+        let port = (5201 + tn.index).to_string();
+        let mut cli = Command::new("iperf3");
+        cli.args([
+            "-c",
+            &names::building_addr().to_string(),
+            "-p",
+            &port,
+            "-u",
+            "-l",
+            "1200",
+        ])
+        .args(["-b", &format!("{rate_mbit}M"), "-t", &secs])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        out.push(spawn_in(
+            &mut cli,
+            &tn.net.netns,
+            if native { None } else { tn.cgroup.as_ref() },
+        )?);
+    }
+    Ok(out)
 }
 
 /// One line about a finished run.

@@ -100,6 +100,9 @@ pub struct CrawlWorkload {
     pub period: u64,
     #[serde(default, deserialize_with = "deserialize_opt_ns")]
     pub timeout: Option<u64>,
+    /// CPU time per answered poll (`ontime crawl --work-per-poll`).
+    #[serde(default, deserialize_with = "deserialize_opt_ns")]
+    pub work_per_poll: Option<u64>,
 }
 
 fn default_period() -> u64 {
@@ -160,12 +163,20 @@ pub enum Place {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct LoadSpec {
-    /// kernel, io, net, mixed, cpu or none.
+    /// kernel, io, net, mixed, cpu (stress-ng), wan (an iperf3 UDP flow from
+    /// every tenant to the building side, through the host relay) or none.
     pub profile: String,
     #[serde(default)]
     pub place: Place,
     #[serde(default = "one")]
     pub workers: usize,
+    /// For wan: the flow's rate per tenant in Mbit/s.
+    #[serde(default = "default_wan_mbit")]
+    pub rate_mbit: f64,
+}
+
+fn default_wan_mbit() -> f64 {
+    50.0
 }
 
 /// One fully resolved run configuration.
@@ -448,10 +459,17 @@ fn validate(c: &RunConfig) -> Result<()> {
         }
     }
     for (i, l) in c.effective_loads().iter().enumerate() {
-        if l.profile != "none" {
+        if l.profile == "wan" {
+            if l.place != Place::Tenants {
+                bail!("load[{i}]: the wan load runs from the tenants: set place = \"tenants\"");
+            }
+            if l.rate_mbit.is_nan() || l.rate_mbit <= 0.0 {
+                bail!("load[{i}].rate_mbit must be above 0");
+            }
+        } else if l.profile != "none" {
             l.profile
                 .parse::<ontime_load::LoadProfile>()
-                .map_err(|e| anyhow!("load[{i}].profile: {e}"))?;
+                .map_err(|e| anyhow!("load[{i}].profile: {e} (or wan)"))?;
         }
         if l.workers == 0 {
             bail!("load[{i}].workers must be at least 1");

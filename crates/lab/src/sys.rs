@@ -7,18 +7,7 @@ use std::process::Command;
 
 /// Runs `ip ARGS`; the error carries ip's own message.
 pub fn ip(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .context("cannot run ip (install iproute2)")?;
-    if !out.status.success() {
-        bail!(
-            "ip {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
+    ip_output(args).map(|_| ())
 }
 
 /// `ip ARGS` whose output is wanted.

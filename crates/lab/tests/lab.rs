@@ -36,7 +36,9 @@ fn create_and_destroy_leave_nothing() {
         cpu_quota: Some(0.5),
         ..Default::default()
     };
-    let lab = Lab::create(&[TenantSpec { limits: limits.clone() }, TenantSpec { limits }]).unwrap();
+    let lab = Lab::create(&[TenantSpec { limits: limits.clone() }, TenantSpec { limits }])
+        .map_err(|e| format!("{e:#}"))
+        .unwrap();
     let found = clean::find().unwrap();
     assert_eq!(found.netns.len(), 3, "{found:?}");
     assert_eq!(found.links.len(), 3, "{found:?}");
