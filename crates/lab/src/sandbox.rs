@@ -259,26 +259,7 @@ impl Lab {
         })
     }
 
-    /// Starts `cmd` inside `netns`, in `cgroup` if given. The child dies with
-    /// the runner (PR_SET_PDEATHSIG) and is killed at teardown.
-    pub fn spawn(&mut self, cmd: &mut Command, netns: &str, cgroup: Option<&Cgroup>) -> Result<u32> {
-        let child = spawn_in(cmd, netns, cgroup)?;
-        let pid = child.id();
-        self.children.push(child);
-        Ok(pid)
-    }
-
-    /// Waits for a child started with [`Lab::spawn`].
-    pub fn wait(&mut self, pid: u32) -> Result<std::process::ExitStatus> {
-        let i = self
-            .children
-            .iter()
-            .position(|c| c.id() == pid)
-            .context("no such child")?;
-        let mut c = self.children.remove(i);
-        Ok(c.wait()?)
-    }
-
+    /// Processes that live as long as the lab (killed at teardown).
     pub fn children(&mut self) -> &mut Vec<Child> {
         &mut self.children
     }
