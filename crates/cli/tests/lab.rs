@@ -23,6 +23,7 @@ fn root_or_skip() -> bool {
     for tool in ["ethtool", "ip"] {
         if !Command::new("sh")
             .args(["-c", &format!("command -v {tool}")])
+            .stdout(Stdio::null())
             .status()
             .map(|s| s.success())
             .unwrap_or(false)
