@@ -499,7 +499,7 @@ td,th{{border:1px solid #bbb;padding:3px 7px;text-align:right}} th{{background:#
         esc(m["clocksource"].as_str().unwrap_or("?")),
         m["cpus_online"],
         esc(m["backend"].as_str().unwrap_or("?")),
-        esc(&env["cgroup_version"].to_string()),
+        esc(env["cgroup_version"].as_str().unwrap_or("none")),
         esc(&if missing.is_empty() { "nothing".into() } else { missing.join(", ") }),
         format_ns(setting),
         esc(&relay_delays.join("<br>")).replace("&lt;br&gt;", "<br>"),
