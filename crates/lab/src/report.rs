@@ -493,7 +493,7 @@ td,th{{border:1px solid #bbb;padding:3px 7px;text-align:right}} th{{background:#
         h,
         "<h2>Environment</h2><table><tr><th>kernel</th><td class=l>{}</td></tr><tr><th>clocksource</th><td class=l>{}</td></tr>\
 <tr><th>CPUs</th><td class=l>{}</td></tr><tr><th>backend</th><td class=l>{}</td></tr><tr><th>cgroups</th><td class=l>{}</td></tr>\
-<tr><th>unavailable</th><td class=l>{}</td></tr><tr><th>relay delay setting</th><td class=l>{} one way</td></tr>\
+<tr><th>unavailable</th><td class=l>{}</td></tr><tr><th>WAN delay setting</th><td class=l>{} one way, added by the {}</td></tr>\
 <tr><th>relay delay measured</th><td class=l>{}</td></tr><tr><th>ontime</th><td class=l>{}</td></tr></table>",
         esc(m["kernel"].as_str().unwrap_or("?")),
         esc(m["clocksource"].as_str().unwrap_or("?")),
@@ -502,6 +502,7 @@ td,th{{border:1px solid #bbb;padding:3px 7px;text-align:right}} th{{background:#
         esc(env["cgroup_version"].as_str().unwrap_or("none")),
         esc(&if missing.is_empty() { "nothing".into() } else { missing.join(", ") }),
         format_ns(setting),
+        esc(env["wan_delay_by"].as_str().unwrap_or("relay")),
         esc(&relay_delays.join("<br>")).replace("&lt;br&gt;", "<br>"),
         esc(m["version"].as_str().unwrap_or("?")),
     );

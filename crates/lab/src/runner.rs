@@ -56,6 +56,7 @@ pub struct Environment {
     pub manifest: Manifest,
     pub cgroup_version: Option<crate::cgroup::Version>,
     pub netem: bool,
+    /// "relay" or "netem".
     pub wan_delay_by: &'static str,
     pub model_note: &'static str,
 }
@@ -231,11 +232,36 @@ fn one_run(
     let specs = vec![TenantSpec { limits }; t.count];
     let mut lab = Lab::create(&specs)?;
     rec.environment.netem = netem_available(&lab.building.host_if);
+    let use_netem = match c.host.wan_delay.as_str() {
+        "netem" if !rec.environment.netem => {
+            anyhow::bail!("host.wan_delay = \"netem\" but this kernel has no netem qdisc: use auto or relay")
+        }
+        "netem" => true,
+        "auto" => rec.environment.netem,
+        _ => false,
+    };
+    if use_netem {
+        // netem on every host-side end delays each direction once: frames
+        // to the building leave through its host end, frames to a tenant
+        // through the tenant's. The relay then only forwards.
+        let us = format!("{}us", c.host.relay_delay / 1000);
+        let ends = std::iter::once(&lab.building).chain(lab.tenants.iter().map(|t| &t.net));
+        for e in ends {
+            let st = Command::new("tc")
+                .args([
+                    "qdisc", "add", "dev", &e.host_if, "root", "netem", "delay", &us, "limit", "100000",
+                ])
+                .status()
+                .context("cannot run tc")?;
+            anyhow::ensure!(st.success(), "tc qdisc add netem on {} failed", e.host_if);
+        }
+        rec.environment.wan_delay_by = "netem";
+    }
     // Held once for the run, as cyclictest does; probes are told not to.
     let _dma = ontime_core::rt::DmaLatencyGuard::hold(0).ok();
 
     let relay_settings = RelaySettings {
-        delay_ns: c.host.relay_delay,
+        delay_ns: if use_netem { 0 } else { c.host.relay_delay },
         rate_bps: c.host.relay_rate_mbit.map(|m| (m * 1e6) as u64),
         threads: c.host.relay_threads,
         thread: ThreadSettings {

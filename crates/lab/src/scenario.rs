@@ -51,6 +51,14 @@ pub struct HostSpec {
     /// Link rate per direction and tenant, Mbit/s.
     #[serde(default)]
     pub relay_rate_mbit: Option<f64>,
+    /// Who adds the WAN delay: "auto" (netem where the kernel has it, else
+    /// the relay), "relay" or "netem" (the relay then only forwards).
+    #[serde(default = "auto")]
+    pub wan_delay: String,
+}
+
+fn auto() -> String {
+    "auto".into()
 }
 
 impl Default for HostSpec {
@@ -61,6 +69,7 @@ impl Default for HostSpec {
             relay_policy: other(),
             relay_affinity: None,
             relay_rate_mbit: None,
+            wan_delay: auto(),
         }
     }
 }
@@ -422,6 +431,9 @@ fn validate(c: &RunConfig) -> Result<()> {
         if q.is_nan() || q <= 0.0 {
             bail!("tenant.cpu_quota must be above 0 (CPUs)");
         }
+    }
+    if !matches!(c.host.wan_delay.as_str(), "auto" | "relay" | "netem") {
+        bail!("host.wan_delay = \"{}\": use auto, relay or netem", c.host.wan_delay);
     }
     if c.host.relay_threads == 0 {
         bail!("host.relay_threads must be at least 1");
