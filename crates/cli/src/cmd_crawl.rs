@@ -194,6 +194,10 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
     if a.duration == 0 {
         return Err(usage("--duration must be above 0"));
     }
+    let online = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    if let Some(bad) = a.affinity.iter().flat_map(|c| c.0.iter()).find(|&&c| c >= online) {
+        return Err(usage(format!("-a: CPU {bad} is not online (this host has {online})")));
+    }
     if a.hlog_interval < 10_000_000 {
         return Err(usage("--hlog-interval must be at least 10ms"));
     }

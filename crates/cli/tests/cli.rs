@@ -232,6 +232,7 @@ fn bad_input_gives_one_error_line_and_exit_2() {
         vec!["crawl".into(), "--url".into(), "ftp://x/b0".into()],
         vec!["crawl".into(), "--period".into(), "soon".into()],
         vec!["crawl".into(), "--bogus".into()],
+        vec!["crawl".into(), "-a".into(), "4095".into()],
         vec!["cyclic".into(), "-i".into(), "1000".into()],
         vec![
             "cyclic".into(),

@@ -255,6 +255,25 @@ pub fn set_idle() -> Result<()> {
     Ok(())
 }
 
+/// Waits for `n` threads to report how their start went (each sends one
+/// `Ok(())` or the error that stopped it). The threads keep their senders
+/// while they run, so a thread that died before reporting is caught by the
+/// timeout rather than waited for forever.
+pub fn await_ready(
+    rx: &std::sync::mpsc::Receiver<std::result::Result<(), String>>,
+    n: usize,
+    timeout: std::time::Duration,
+) -> std::result::Result<(), String> {
+    for _ in 0..n {
+        match rx.recv_timeout(timeout) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err("a thread did not report its start (did it panic?)".into()),
+        }
+    }
+    Ok(())
+}
+
 /// A CPU list as one value ("0,2-3"), for command lines and configs.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct CpuList(pub Vec<usize>);
@@ -338,6 +357,18 @@ mod tests {
         assert!("fifo:0".parse::<Policy>().is_err());
         assert!("deadline:2ms/1ms".parse::<Policy>().is_err());
         assert!("batch".parse::<Policy>().is_err());
+    }
+
+    #[test]
+    fn await_ready_reports_errors_and_silence() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        tx.send(Ok(())).unwrap();
+        tx.send(Err("no".into())).unwrap();
+        assert_eq!(
+            await_ready(&rx, 2, std::time::Duration::from_millis(10)),
+            Err("no".into())
+        );
+        assert!(await_ready(&rx, 1, std::time::Duration::from_millis(10)).is_err());
     }
 
     #[test]

@@ -239,14 +239,12 @@ pub fn run(
     }
     drop(report_tx);
     drop(ready_tx);
-    for _ in 0..k {
-        if let Ok(Err(e)) = ready_rx.recv() {
-            flags.abort.store(true, Ordering::Relaxed);
-            for h in handles {
-                let _ = h.join();
-            }
-            anyhow::bail!("{e}");
+    if let Err(e) = ontime_core::rt::await_ready(&ready_rx, k, Duration::from_secs(5)) {
+        flags.abort.store(true, Ordering::Relaxed);
+        for h in handles {
+            let _ = h.join();
         }
+        anyhow::bail!("{e}");
     }
 
     // This thread collects and the sink writes: neither may take CPU time a

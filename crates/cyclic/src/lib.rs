@@ -287,18 +287,12 @@ pub fn run(
         );
     }
     drop(ready_tx);
-    // One answer per thread (the threads keep their senders while they run).
-    for _ in 0..opts.threads {
-        let r = ready_rx
-            .recv()
-            .unwrap_or_else(|_| Err("a probe thread exited at start".into()));
-        if let Err(e) = r {
-            stop.store(true, Ordering::Relaxed);
-            for h in handles {
-                let _ = h.join();
-            }
-            anyhow::bail!("{e}");
+    if let Err(e) = ontime_core::rt::await_ready(&ready_rx, opts.threads, std::time::Duration::from_secs(5)) {
+        stop.store(true, Ordering::Relaxed);
+        for h in handles {
+            let _ = h.join();
         }
+        anyhow::bail!("{e}");
     }
     while !handles.iter().all(|h| h.is_finished()) {
         std::thread::sleep(std::time::Duration::from_millis(200));

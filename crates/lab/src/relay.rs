@@ -163,18 +163,12 @@ impl Relay {
             );
         }
         drop(ready_tx);
-        // One answer per thread (the threads keep their senders while they run).
-        for _ in 0..settings.threads {
-            let r = ready_rx
-                .recv()
-                .unwrap_or_else(|_| Err("a relay thread exited at start".into()));
-            if let Err(e) = r {
-                stop.store(true, Ordering::Relaxed);
-                for t in threads {
-                    let _ = t.join();
-                }
-                anyhow::bail!("relay thread settings: {e}");
+        if let Err(e) = ontime_core::rt::await_ready(&ready_rx, settings.threads, std::time::Duration::from_secs(5)) {
+            stop.store(true, Ordering::Relaxed);
+            for t in threads {
+                let _ = t.join();
             }
+            anyhow::bail!("relay thread settings: {e}");
         }
         Ok(Relay {
             stop,
