@@ -38,6 +38,14 @@ impl Proc {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.0.id() as i32, sig) };
     }
+    /// After `after`, stops the process (SIGSTOP) for `length`, then resumes it.
+    fn pause_after(&self, after: Duration, length: Duration) {
+        std::thread::sleep(after);
+        self.signal(libc::SIGSTOP);
+        std::thread::sleep(length);
+        self.signal(libc::SIGCONT);
+    }
+
     fn wait_output(mut self, limit: Duration) -> Output {
         let t0 = Instant::now();
         while t0.elapsed() < limit {
@@ -186,10 +194,7 @@ fn stalled_gateway_shows_missed_polls_with_their_errors() {
             .arg("--result")
             .arg(&result),
     );
-    std::thread::sleep(Duration::from_millis(1500));
-    gw.signal(libc::SIGSTOP);
-    std::thread::sleep(Duration::from_secs(2));
-    gw.signal(libc::SIGCONT);
+    gw.pause_after(Duration::from_millis(1500), Duration::from_secs(2));
     let out = crawl.wait_output(Duration::from_secs(20));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r = read_json(&result);
@@ -293,10 +298,7 @@ fn cyclic_counts_overruns_when_the_probe_is_blocked() {
             .arg("--result")
             .arg(&result),
     );
-    std::thread::sleep(Duration::from_millis(1200));
-    p.signal(libc::SIGSTOP);
-    std::thread::sleep(Duration::from_millis(300));
-    p.signal(libc::SIGCONT);
+    p.pause_after(Duration::from_millis(1200), Duration::from_millis(300));
     let out = p.wait_output(Duration::from_secs(20));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r = read_json(&result);

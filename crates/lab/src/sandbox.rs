@@ -87,6 +87,24 @@ fn mac_text(m: &[u8; 6]) -> String {
     m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
+/// A permanent neighbour entry in `at`'s namespace: `addr` is at `mac`.
+fn static_neighbour(at: &Endpoint, addr: std::net::Ipv4Addr, mac: &[u8; 6]) -> Result<()> {
+    let (addr, mac) = (addr.to_string(), mac_text(mac));
+    ip(&[
+        "-n",
+        &at.netns,
+        "neigh",
+        "replace",
+        &addr,
+        "lladdr",
+        &mac,
+        "dev",
+        &at.ns_if,
+        "nud",
+        "permanent",
+    ])
+}
+
 fn ifindex(name: &str) -> Result<i32> {
     let t = std::fs::read_to_string(format!("/sys/class/net/{name}/ifindex"))
         .with_context(|| format!("interface {name} vanished"))?;
@@ -204,32 +222,8 @@ impl Lab {
             )
             .with_context(|| format!("cannot create tenant {i}"))?;
             // Static neighbours both ways: frames go straight to the relay.
-            ip(&[
-                "-n",
-                &net.netns,
-                "neigh",
-                "replace",
-                &building.addr.to_string(),
-                "lladdr",
-                &mac_text(&building.mac),
-                "dev",
-                &net.ns_if,
-                "nud",
-                "permanent",
-            ])?;
-            ip(&[
-                "-n",
-                &building.netns,
-                "neigh",
-                "replace",
-                &net.addr.to_string(),
-                "lladdr",
-                &mac_text(&net.mac),
-                "dev",
-                &building.ns_if,
-                "nud",
-                "permanent",
-            ])?;
+            static_neighbour(&net, building.addr, &building.mac)?;
+            static_neighbour(&building, net.addr, &net.mac)?;
             let cg = match version {
                 Some(v) => {
                     let mut limits = spec.limits.clone();
