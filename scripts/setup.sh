@@ -14,8 +14,11 @@ need_root() {
 # Debian packages: stress-ng (loads), rt-tests (cyclictest, the peer in
 # bench/), sqlite3 (inspecting --store), iproute2 and ethtool (lab network),
 # iperf3 (the lab's wan load),
-# fonts-dejavu-core (report figures), build tools.
-pkgs=(stress-ng rt-tests sqlite3 iproute2 ethtool iperf3 fonts-dejavu-core procps build-essential pkg-config)
+# fonts-dejavu-core (report figures), build tools; clang, libbpf-dev,
+# libelf-dev and zlib1g-dev build `observe`'s BPF program and libbpf;
+# linux-perf is the peer of the observe benchmark (perf sched record).
+pkgs=(stress-ng rt-tests sqlite3 iproute2 ethtool iperf3 fonts-dejavu-core procps build-essential pkg-config
+  clang llvm libbpf-dev libelf-dev zlib1g-dev linux-perf)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

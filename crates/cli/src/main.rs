@@ -6,6 +6,8 @@ mod cmd_crawl;
 mod cmd_cyclic;
 mod cmd_gateway;
 mod cmd_lab;
+mod cmd_observe;
+mod cmd_top;
 mod output;
 mod signals;
 
@@ -34,6 +36,8 @@ enum Verb {
     Cyclic(cmd_cyclic::CyclicArgs),
     /// Sandboxed tenants, host relay, loads: run scenarios and report them
     Lab(cmd_lab::LabArgs),
+    /// Who used the CPU, at which millisecond, and who waited (scheduler events by BPF)
+    Observe(cmd_observe::ObserveArgs),
 }
 
 /// An error caused by the user's input: exit code 2.
@@ -89,6 +93,7 @@ fn main() {
         Verb::Crawl(a) => cmd_crawl::run(a),
         Verb::Cyclic(a) => cmd_cyclic::run(a),
         Verb::Lab(a) => cmd_lab::run(a),
+        Verb::Observe(a) => cmd_observe::run(a),
     };
     if let Err(e) = result {
         let code = if e.downcast_ref::<UsageError>().is_some() { 2 } else { 1 };

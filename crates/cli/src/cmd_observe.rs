@@ -1,0 +1,272 @@
+//! `ontime observe record|report|top`: who used the CPU, at which
+//! millisecond, and who waited.
+
+use crate::output;
+use crate::usage;
+use clap::{Args, Subcommand};
+use ontime_core::duration::{format_ns, parse_ns};
+use ontime_observe::analyze::AnalysisOptions;
+use ontime_observe::recorder::{self, NoSink, RecordOptions};
+use ontime_observe::recording::Recording;
+use ontime_observe::targets::{self, CgroupRoot, TargetGroup, Targets, DEFAULT_HOST_IO};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct ObserveArgs {
+    #[command(subcommand)]
+    action: ObserveAction,
+}
+
+#[derive(Subcommand)]
+enum ObserveAction {
+    /// Record scheduler events of chosen tenants to a file (BPF on sched tracepoints)
+    Record(RecordArgs),
+    /// CPU use per window, run delay, contention and the host I/O path, from a recording
+    Report(ReportArgs),
+    /// Live view, refreshed every second (optionally served to Prometheus)
+    Top(crate::cmd_top::TopArgs),
+}
+
+/// What to observe; shared by `record` and `top`.
+#[derive(Args, Clone)]
+pub struct TargetArgs {
+    /// The running lab's tenants (cgroups ontime/t<i>)
+    #[arg(long)]
+    pub lab: bool,
+    /// A tenant as a cgroup: [NAME=]PATH, absolute or relative to the cpu
+    /// (v1) or unified (v2) hierarchy; repeatable
+    #[arg(long, value_name = "[NAME=]PATH")]
+    pub cgroup: Vec<String>,
+    /// A tenant as a process (all its threads and later children): [NAME=]PID; repeatable
+    #[arg(long, value_name = "[NAME=]PID")]
+    pub pid: Vec<String>,
+    /// A QEMU/KVM guest by its -name; vCPU threads are `CPU n/KVM`; repeatable
+    #[arg(long, value_name = "NAME")]
+    pub guest: Vec<String>,
+    /// Everything: every task's wake-ups; untargeted threads are grouped by process
+    #[arg(long)]
+    pub all: bool,
+    /// Thread names of the host I/O path (`*` = any suffix), added to
+    /// relay*, ontime-relay*, vhost-*, ksoftirqd/*; repeatable
+    #[arg(long, value_name = "PATTERN")]
+    pub host_io: Vec<String>,
+}
+
+impl TargetArgs {
+    pub fn resolve(&self) -> anyhow::Result<Targets> {
+        let mut groups: Vec<TargetGroup> = Vec::new();
+        if self.lab {
+            let root = CgroupRoot::detect().map_err(|e| usage(e.to_string()))?;
+            groups.extend(targets::lab_tenants(&root).map_err(|e| usage(format!("--lab: {e:#}")))?);
+        }
+        for spec in &self.cgroup {
+            let root = CgroupRoot::detect().map_err(|e| usage(e.to_string()))?;
+            let (name, path) = split_named(spec);
+            let dir = root
+                .resolve(path)
+                .map_err(|e| usage(format!("--cgroup {spec}: {e:#}")))?;
+            let name = name.map(str::to_string).unwrap_or_else(|| {
+                dir.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| "root".into())
+            });
+            groups.push(TargetGroup {
+                name,
+                source: vec![format!("cgroup {}", dir.display())],
+                cgroups: vec![dir],
+                pids: vec![],
+                vcpu_names: false,
+            });
+        }
+        for spec in &self.pid {
+            let (name, pid) = split_named(spec);
+            let pid: u32 = pid
+                .parse()
+                .map_err(|_| usage(format!("--pid {spec}: '{pid}' is not a process id")))?;
+            let comm = targets::thread_identity(pid)
+                .map(|(c, _)| c)
+                .ok_or_else(|| usage(format!("--pid {spec}: no process {pid}")))?;
+            let name = name.map(str::to_string).unwrap_or_else(|| format!("{comm}[{pid}]"));
+            groups.push(TargetGroup {
+                name,
+                cgroups: vec![],
+                pids: vec![pid],
+                source: vec![format!("pid {pid} ({comm})")],
+                vcpu_names: false,
+            });
+        }
+        for g in &self.guest {
+            groups.push(targets::find_guest(g).map_err(|e| usage(format!("--guest {g}: {e:#}")))?);
+        }
+        if groups.is_empty() && !self.all {
+            return Err(usage(
+                "nothing to observe: name tenants with --lab, --cgroup, --pid or --guest, or use --all",
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for g in &groups {
+            if !seen.insert(g.name.clone()) {
+                return Err(usage(format!("two tenants are named {}; name them with NAME=", g.name)));
+            }
+        }
+        let mut host_io: Vec<String> = DEFAULT_HOST_IO.iter().map(|s| s.to_string()).collect();
+        host_io.extend(self.host_io.iter().cloned());
+        Ok(Targets {
+            groups,
+            everything: self.all,
+            host_io,
+        })
+    }
+}
+
+fn split_named(spec: &str) -> (Option<&str>, &str) {
+    match spec.split_once('=') {
+        Some((n, v)) if !n.is_empty() => (Some(n), v),
+        _ => (None, spec),
+    }
+}
+
+#[derive(Args)]
+struct RecordArgs {
+    #[command(flatten)]
+    targets: TargetArgs,
+    /// The recording file
+    #[arg(short = 'o', long, default_value = "observe.otrec")]
+    output: PathBuf,
+    /// How long to record, e.g. 30s [default: until Ctrl-C]
+    #[arg(short = 'd', long, value_parser = parse_ns)]
+    duration: Option<u64>,
+    /// How often the ring is drained to the file
+    #[arg(long, default_value = "100ms", value_parser = parse_ns)]
+    drain_every: u64,
+    /// Do not enable the kernel's BPF run-time statistics (the summary then
+    /// shows the reader's CPU only)
+    #[arg(long)]
+    no_overhead_stats: bool,
+    /// Print the summary as JSON
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// A recording made by `ontime observe record`
+    recording: PathBuf,
+    /// Window lengths, comma-separated (1ms ... 1s or longer)
+    #[arg(short = 'w', long, default_value = "1ms,10ms,100ms,1s", value_delimiter = ',', value_parser = parse_ns)]
+    windows: Vec<u64>,
+    /// Also per vCPU thread
+    #[arg(long)]
+    vcpus: bool,
+    /// JSON instead of text
+    #[arg(long)]
+    json: bool,
+    /// Include per-window series (windows of 10 ms and longer) in the JSON
+    #[arg(long)]
+    series: bool,
+    /// Write figures (SVG and PNG) to this directory
+    #[arg(long)]
+    plots: Option<PathBuf>,
+}
+
+pub fn run(args: ObserveArgs) -> anyhow::Result<()> {
+    match args.action {
+        ObserveAction::Record(a) => record(a),
+        ObserveAction::Report(a) => report(a),
+        ObserveAction::Top(a) => crate::cmd_top::run(a),
+    }
+}
+
+fn record(a: RecordArgs) -> anyhow::Result<()> {
+    let targets = a.targets.resolve()?;
+    if a.drain_every < 1_000_000 || a.drain_every > 10_000_000_000 {
+        return Err(usage("--drain-every must be between 1ms and 10s"));
+    }
+    if let Some(dir) = a.output.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.is_dir() {
+            return Err(usage(format!(
+                "-o {}: directory {} does not exist",
+                a.output.display(),
+                dir.display()
+            )));
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    crate::signals::install_flag(stop.clone())?;
+    let opts = RecordOptions {
+        targets: targets.clone(),
+        output: Some(a.output.clone()),
+        drain_every: Duration::from_nanos(a.drain_every),
+        measure_overhead: !a.no_overhead_stats,
+    };
+    let names: Vec<&str> = targets.groups.iter().map(|g| g.name.as_str()).collect();
+    let summary = recorder::record(
+        &opts,
+        &stop,
+        a.duration.map(Duration::from_nanos),
+        &mut NoSink,
+        &mut |_| {
+            eprintln!(
+                "ontime: recording {}{} to {} {}",
+                if names.is_empty() {
+                    "everything".to_string()
+                } else {
+                    names.join(", ")
+                },
+                if targets.everything && !names.is_empty() {
+                    " and everything else"
+                } else {
+                    ""
+                },
+                a.output.display(),
+                a.duration
+                    .map(|d| format!("for {}", format_ns(d)))
+                    .unwrap_or_else(|| "until Ctrl-C".into())
+            );
+        },
+    );
+    let summary = summary?;
+    let text = format!(
+        "recorded {} events in {} ({} lost) to {}\nrecorder cost: {:.3}% of one core (reader {} + BPF {}{})\n",
+        summary.events,
+        format_ns(summary.end_ns - summary.start_ns),
+        summary.lost,
+        a.output.display(),
+        summary.overhead_pct(),
+        format_ns(summary.reader_cpu_ns),
+        summary.bpf_run_ns.map(format_ns).unwrap_or_else(|| "n/a".into()),
+        summary.bpf_runs.map(|n| format!(" in {n} runs")).unwrap_or_default(),
+    );
+    output::emit(&summary, &text, a.json, None)
+}
+
+fn report(a: ReportArgs) -> anyhow::Result<()> {
+    if a.windows.iter().any(|&w| w < 100_000) {
+        return Err(usage("--windows: every window must be at least 100us"));
+    }
+    let rec = Recording::read(&a.recording).map_err(|e| usage(format!("{e:#}")))?;
+    let analysis = ontime_observe::report::analyze(
+        &rec,
+        &AnalysisOptions {
+            windows: a.windows.clone(),
+            series: a.series || a.plots.is_some(),
+        },
+    );
+    if let Some(dir) = &a.plots {
+        let files = ontime_observe::plots::write_all(&analysis, dir)?;
+        eprintln!("ontime: wrote {} figures to {}", files.len(), dir.display());
+    }
+    let mut shown = analysis.clone();
+    if !a.series {
+        for g in &mut shown.groups {
+            for u in &mut g.usage {
+                u.series = None;
+            }
+        }
+    }
+    let text = ontime_observe::report::text(&shown, a.vcpus);
+    output::emit(&shown, &text, a.json, None)
+}

@@ -1,0 +1,857 @@
+//! Rebuilds, from scheduler events, each thread's on-CPU and runnable-but-
+//! waiting intervals, and from them per-window CPU use, run delay (steal),
+//! contention episodes and who ran instead.
+//!
+//! The same streaming [`Analyzer`] serves `observe report` (a whole
+//! recording) and `observe top` (batches as they are drained).
+//!
+//! Window accounting. Time is credited to a group when an on-CPU interval
+//! ends, and, for threads still running, at every boundary of the finest
+//! window ("tick"). So after a tick at T no credit can start before T, and
+//! every window ending at or before T is final; windows are closed lazily,
+//! with empty windows counted in bulk. Windows are aligned to the start of
+//! the recording and only whole windows count.
+use std::collections::{HashMap, VecDeque};
+
+use hdrhistogram::Histogram;
+use ontime_core::stats::LatencyHistogram;
+use serde::{Deserialize, Serialize};
+
+use crate::event::{kind, Event, F_PREV_RUNNABLE, TASK_DEAD};
+use crate::recording::{Group, GroupKind};
+
+/// Window usage is kept in micro-CPUs: 1 000 000 = one CPU busy all window.
+const MICRO: f64 = 1e6;
+/// Windows this long or longer keep a time series for plots.
+const SERIES_MIN_WINDOW: u64 = 10_000_000;
+/// Cap on a series, so an hours-long recording stays bounded in memory.
+const SERIES_MAX_POINTS: usize = 2_000_000;
+
+#[derive(Clone, Debug)]
+pub struct AnalysisOptions {
+    /// Window lengths, ns.
+    pub windows: Vec<u64>,
+    /// Keep per-window series (for plots and --series).
+    pub series: bool,
+}
+
+impl Default for AnalysisOptions {
+    fn default() -> Self {
+        AnalysisOptions {
+            windows: vec![1_000_000, 10_000_000, 100_000_000, 1_000_000_000],
+            series: true,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum St {
+    /// Not seen yet: before its first event we cannot tell.
+    Unknown,
+    Running,
+    Waiting,
+    Sleeping,
+    Dead,
+}
+
+struct ThreadState {
+    group: u32,
+    /// Thread entity (per-vCPU windows), if it has one.
+    entity: Option<usize>,
+    vcpu: bool,
+    st: St,
+    cpu: u16,
+    since: u64,
+    on_cpu_ns: u64,
+    wait_ns: u64,
+    waits: LatencyHistogram,
+}
+
+/// Per-window usage of one entity (a group or a thread) at one window length.
+struct WindowAcc {
+    w: u64,
+    /// Window index of bins[0].
+    base: u64,
+    bins: VecDeque<u64>,
+    hist: Histogram<u64>,
+    count: u64,
+    sum: f64,
+    max: f64,
+    min: f64,
+    /// Windows above k CPUs, k = 1..=cpus.
+    above: Vec<u64>,
+    series: Option<Vec<f32>>,
+}
+
+impl WindowAcc {
+    fn new(w: u64, cpus: usize, series: bool) -> WindowAcc {
+        let high = ((cpus as f64 + 1.0) * MICRO) as u64;
+        WindowAcc {
+            w,
+            base: 0,
+            bins: VecDeque::new(),
+            hist: Histogram::new_with_bounds(1, high.max(2), 3).expect("valid usage histogram bounds"),
+            count: 0,
+            sum: 0.0,
+            max: 0.0,
+            min: f64::INFINITY,
+            above: vec![0; cpus],
+            series: (series && w >= SERIES_MIN_WINDOW).then(Vec::new),
+        }
+    }
+
+    fn add(&mut self, a: u64, b: u64) {
+        let mut t = a;
+        while t < b {
+            let idx = t / self.w;
+            let end = ((idx + 1) * self.w).min(b);
+            let slot = idx.saturating_sub(self.base) as usize;
+            if self.bins.len() <= slot {
+                self.bins.resize(slot + 1, 0);
+            }
+            self.bins[slot] += end - t;
+            t = end;
+        }
+    }
+
+    /// Closes every window that ends at or before `horizon`.
+    fn close_until(&mut self, horizon: u64) {
+        let last = horizon / self.w; // windows < last are complete
+        while self.base < last {
+            match self.bins.pop_front() {
+                Some(ns) => self.close(ns, 1),
+                None => {
+                    let n = last - self.base;
+                    self.close(0, n);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn close(&mut self, ns: u64, n: u64) {
+        let usage = ns as f64 / self.w as f64;
+        let v = (usage * MICRO).round() as u64;
+        let _ = self.hist.record_n(v.clamp(0, self.hist.high()), n);
+        self.count += n;
+        self.sum += usage * n as f64;
+        self.max = self.max.max(usage);
+        self.min = self.min.min(usage);
+        for (k, c) in self.above.iter_mut().enumerate() {
+            if usage > (k + 1) as f64 {
+                *c += n;
+            }
+        }
+        if let Some(s) = self.series.as_mut() {
+            let room = SERIES_MAX_POINTS.saturating_sub(s.len());
+            s.extend(std::iter::repeat_n(usage as f32, (n as usize).min(room)));
+        }
+        self.base += n;
+    }
+
+    fn report(&self) -> WindowUsage {
+        let pct = |p: f64| (self.count > 0).then(|| self.hist.value_at_quantile(p) as f64 / MICRO);
+        WindowUsage {
+            window_ns: self.w,
+            windows: self.count,
+            mean: (self.count > 0).then(|| self.sum / self.count as f64),
+            max: (self.count > 0).then_some(self.max),
+            min: (self.count > 0).then_some(self.min),
+            p1: if self.count >= 100 { pct(0.01) } else { None },
+            p99: if self.count >= 100 { pct(0.99) } else { None },
+            above: self
+                .above
+                .iter()
+                .enumerate()
+                .map(|(k, &c)| AboveK {
+                    cpus: k + 1,
+                    fraction: if self.count > 0 {
+                        c as f64 / self.count as f64
+                    } else {
+                        0.0
+                    },
+                })
+                .collect(),
+            series: self.series.clone(),
+        }
+    }
+}
+
+struct Entity {
+    accs: Vec<WindowAcc>,
+}
+
+impl Entity {
+    fn add(&mut self, a: u64, b: u64) {
+        for acc in &mut self.accs {
+            acc.add(a, b);
+        }
+    }
+    fn close_until(&mut self, horizon: u64) {
+        for acc in &mut self.accs {
+            acc.close_until(horizon);
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Contend {
+    None,
+    /// Some vCPUs wait, none runs, others are blocked.
+    Partial,
+    /// Every vCPU waits.
+    Full,
+    /// Some run while others wait.
+    Hazard,
+}
+
+struct GroupState {
+    group: Group,
+    entity: usize,
+    threads: u32,
+    vcpus: u32,
+    running: u32,
+    waiting: u32,
+    contend: Contend,
+    contend_since: u64,
+    any_since: Option<u64>,
+    full: LatencyHistogram,
+    partial: LatencyHistogram,
+    any: LatencyHistogram,
+    hazard_ns: u64,
+    on_cpu_ns: u64,
+    wait_ns: u64,
+    /// Time its waiting vCPUs spent behind each occupant tid.
+    preempted_by: HashMap<u32, u64>,
+}
+
+/// Streams events into window usage, run delay and contention.
+pub struct Analyzer {
+    start: u64,
+    cpus: usize,
+    windows: Vec<u64>,
+    tick: u64,
+    next_tick: u64,
+    series: bool,
+    groups: Vec<GroupState>,
+    entities: Vec<Entity>,
+    threads: HashMap<u32, ThreadState>,
+    thread_entities: Vec<u32>,
+    /// Who is on each CPU (u32::MAX until its first switch).
+    occupant: Vec<u32>,
+    /// Tracked thread running on each CPU (for tick crediting).
+    running_on: Vec<Option<u32>>,
+    /// Waiting vCPU threads queued on each CPU: (group, count).
+    queued: Vec<Vec<(u32, u32)>>,
+    charged_at: Vec<u64>,
+    last_switch: Vec<u64>,
+    /// CPUs that have not switched yet hold finalisation back.
+    cpus_unseen: usize,
+    horizon: u64,
+    last_ts: u64,
+    pub events: u64,
+    /// Events out of time order by more than a tick (clock trouble).
+    pub disorder: u64,
+    /// A thread left a CPU we did not see it take (an event went missing).
+    pub anomalies: u64,
+}
+
+impl Analyzer {
+    pub fn new(start_ns: u64, cpus: usize, groups: &[Group], opts: &AnalysisOptions) -> Analyzer {
+        let mut windows = opts.windows.clone();
+        windows.sort_unstable();
+        windows.dedup();
+        let tick = windows.first().copied().unwrap_or(1_000_000).max(1);
+        let mut a = Analyzer {
+            start: start_ns,
+            cpus: cpus.max(1),
+            windows,
+            tick,
+            next_tick: tick,
+            series: opts.series,
+            groups: Vec::new(),
+            entities: Vec::new(),
+            threads: HashMap::new(),
+            thread_entities: Vec::new(),
+            occupant: vec![u32::MAX; cpus.max(1)],
+            running_on: vec![None; cpus.max(1)],
+            queued: vec![Vec::new(); cpus.max(1)],
+            charged_at: vec![0; cpus.max(1)],
+            last_switch: vec![0; cpus.max(1)],
+            cpus_unseen: cpus.max(1),
+            horizon: 0,
+            last_ts: 0,
+            events: 0,
+            disorder: 0,
+            anomalies: 0,
+        };
+        for g in groups {
+            let entity = a.new_entity();
+            a.groups.push(GroupState {
+                group: g.clone(),
+                entity,
+                threads: 0,
+                vcpus: 0,
+                running: 0,
+                waiting: 0,
+                contend: Contend::None,
+                contend_since: 0,
+                any_since: None,
+                full: LatencyHistogram::new(),
+                partial: LatencyHistogram::new(),
+                any: LatencyHistogram::new(),
+                hazard_ns: 0,
+                on_cpu_ns: 0,
+                wait_ns: 0,
+                preempted_by: HashMap::new(),
+            });
+        }
+        a
+    }
+
+    fn new_entity(&mut self) -> usize {
+        let accs = self
+            .windows
+            .iter()
+            .map(|&w| WindowAcc::new(w, self.cpus, self.series))
+            .collect();
+        self.entities.push(Entity { accs });
+        self.entities.len() - 1
+    }
+
+    /// Declares a thread of a group. `vcpu`: it counts towards contention
+    /// and gets its own windows. Call before its events, or as soon as its
+    /// group is known (live view).
+    pub fn set_thread(&mut self, tid: u32, group: u32, vcpu: bool) {
+        if tid == 0 || (group as usize) >= self.groups.len() || self.threads.contains_key(&tid) {
+            return;
+        }
+        let host_io = self.groups[group as usize].group.kind == GroupKind::HostIo;
+        let entity = (vcpu || host_io).then(|| {
+            let e = self.new_entity();
+            self.thread_entities.push(tid);
+            e
+        });
+        let g = &mut self.groups[group as usize];
+        g.threads += 1;
+        if vcpu {
+            g.vcpus += 1;
+        }
+        self.threads.insert(
+            tid,
+            ThreadState {
+                group,
+                entity,
+                vcpu,
+                st: St::Unknown,
+                cpu: 0,
+                since: 0,
+                on_cpu_ns: 0,
+                wait_ns: 0,
+                waits: LatencyHistogram::new(),
+            },
+        );
+    }
+
+    /// Relative time of an event (the recording starts at 0).
+    fn rel(&self, ts: u64) -> u64 {
+        ts.saturating_sub(self.start)
+    }
+
+    pub fn feed(&mut self, e: &Event) {
+        let t = self.rel(e.ts);
+        if t + self.tick < self.last_ts {
+            self.disorder += 1;
+        }
+        let t = t.max(self.horizon);
+        self.last_ts = self.last_ts.max(t);
+        self.events += 1;
+        while t >= self.next_tick {
+            let at = self.next_tick;
+            self.do_tick(at);
+            self.next_tick += self.tick;
+        }
+        let cpu = (e.cpu as usize).min(self.cpus - 1);
+        match e.kind {
+            kind::SWITCH => self.on_switch(t, cpu, e.a, e.b, e.flags & F_PREV_RUNNABLE != 0, e.c & TASK_DEAD != 0),
+            kind::WAKEUP | kind::WAKEUP_NEW => self.on_wakeup(t, e.a, (e.c as usize).min(self.cpus - 1)),
+            kind::MIGRATE => self.on_migrate(t, e.a, (e.c as usize).min(self.cpus - 1)),
+            _ => {}
+        }
+    }
+
+    /// Credits running threads up to `at` and closes the windows before it.
+    fn do_tick(&mut self, at: u64) {
+        for cpu in 0..self.cpus {
+            if let Some(tid) = self.running_on[cpu] {
+                self.credit_running(tid, at);
+            }
+        }
+        if self.cpus_unseen == 0 {
+            self.horizon = at;
+        }
+    }
+
+    fn credit_running(&mut self, tid: u32, upto: u64) {
+        let Some(th) = self.threads.get_mut(&tid) else { return };
+        if th.st != St::Running || upto <= th.since {
+            return;
+        }
+        let (a, b) = (th.since, upto);
+        th.since = upto;
+        th.on_cpu_ns += b - a;
+        let (group, entity) = (th.group, th.entity);
+        self.groups[group as usize].on_cpu_ns += b - a;
+        let ge = self.groups[group as usize].entity;
+        self.entities[ge].add(a, b);
+        if let Some(e) = entity {
+            self.entities[e].add(a, b);
+        }
+    }
+
+    /// Charges the time since the last change on `cpu` to its occupant,
+    /// for every vCPU waiting there.
+    fn charge(&mut self, cpu: usize, t: u64) {
+        let dt = t.saturating_sub(self.charged_at[cpu]);
+        self.charged_at[cpu] = t;
+        if dt == 0 || self.queued[cpu].is_empty() {
+            return;
+        }
+        let occ = self.occupant[cpu];
+        for &(g, n) in &self.queued[cpu] {
+            *self.groups[g as usize].preempted_by.entry(occ).or_insert(0) += dt * n as u64;
+        }
+    }
+
+    fn queue(&mut self, cpu: usize, group: u32, delta: i32) {
+        let q = &mut self.queued[cpu];
+        if let Some(pos) = q.iter().position(|&(g, _)| g == group) {
+            let n = q[pos].1 as i32 + delta;
+            if n <= 0 {
+                q.swap_remove(pos);
+            } else {
+                q[pos].1 = n as u32;
+            }
+        } else if delta > 0 {
+            q.push((group, delta as u32));
+        }
+    }
+
+    fn on_switch(&mut self, t: u64, cpu: usize, prev: u32, next: u32, prev_runnable: bool, prev_dead: bool) {
+        if self.occupant[cpu] == u32::MAX {
+            self.cpus_unseen = self.cpus_unseen.saturating_sub(1);
+        }
+        self.charge(cpu, t);
+        self.occupant[cpu] = next;
+        self.running_on[cpu] = None;
+        if self.threads.contains_key(&prev) {
+            let was = self.threads[&prev].st;
+            if was == St::Unknown {
+                // It was running when recording began.
+                let th = self.threads.get_mut(&prev).expect("checked above");
+                th.st = St::Running;
+                th.since = 0;
+                th.cpu = cpu as u16;
+                let g = th.group;
+                self.set_counts(g, t, 1, 0);
+            }
+            if matches!(self.threads[&prev].st, St::Waiting | St::Sleeping) {
+                // Its switch-in went missing (the kernel skips a BPF run now
+                // and then): it ran here since this CPU's last switch.
+                self.anomalies += 1;
+                let at = self.last_switch[cpu];
+                let th = self.threads.get_mut(&prev).expect("checked above");
+                if th.st == St::Sleeping {
+                    th.st = St::Waiting;
+                    th.since = at;
+                    th.cpu = cpu as u16;
+                    let (g, vcpu) = (th.group, th.vcpu);
+                    if vcpu {
+                        self.queue(cpu, g, 1);
+                        self.set_counts(g, at, 0, 1);
+                    }
+                }
+                let at = at.max(self.threads[&prev].since);
+                self.transition(prev, at, St::Running, cpu);
+            }
+            if self.threads[&prev].st == St::Running {
+                self.credit_running(prev, t);
+                let new = if prev_dead {
+                    St::Dead
+                } else if prev_runnable {
+                    St::Waiting
+                } else {
+                    St::Sleeping
+                };
+                self.transition(prev, t, new, cpu);
+            }
+        }
+        self.last_switch[cpu] = t;
+        if self.threads.contains_key(&next) {
+            if self.threads[&next].st == St::Running {
+                // Its switch-out elsewhere went missing.
+                self.anomalies += 1;
+                self.credit_running(next, t);
+            }
+            self.transition(next, t, St::Running, cpu);
+            self.running_on[cpu] = Some(next);
+        }
+    }
+
+    fn on_wakeup(&mut self, t: u64, tid: u32, cpu: usize) {
+        let Some(th) = self.threads.get(&tid) else { return };
+        if matches!(th.st, St::Sleeping | St::Unknown) {
+            self.charge(cpu, t);
+            self.transition(tid, t, St::Waiting, cpu);
+        }
+    }
+
+    fn on_migrate(&mut self, t: u64, tid: u32, to: usize) {
+        let Some(th) = self.threads.get(&tid) else { return };
+        if th.st == St::Waiting && th.cpu as usize != to {
+            let (from, group, vcpu) = (th.cpu as usize, th.group, th.vcpu);
+            self.charge(from, t);
+            self.charge(to, t);
+            if vcpu {
+                self.queue(from, group, -1);
+                self.queue(to, group, 1);
+            }
+        }
+        if let Some(th) = self.threads.get_mut(&tid) {
+            th.cpu = to as u16;
+        }
+    }
+
+    /// Moves a tracked thread to a new state at `t`, keeping wait totals,
+    /// run queues and its group's contention in step.
+    fn transition(&mut self, tid: u32, t: u64, new: St, cpu: usize) {
+        let Some(th) = self.threads.get_mut(&tid) else { return };
+        let old = th.st;
+        let old_cpu = th.cpu as usize;
+        let (group, vcpu) = (th.group, th.vcpu);
+        if old == St::Waiting {
+            let d = t.saturating_sub(th.since);
+            th.wait_ns += d;
+            th.waits.record(d);
+            self.groups[group as usize].wait_ns += d;
+            if vcpu {
+                self.charge(old_cpu, t);
+                self.queue(old_cpu, group, -1);
+            }
+        }
+        let th = self.threads.get_mut(&tid).expect("present");
+        th.st = new;
+        th.since = t;
+        th.cpu = cpu as u16;
+        if new == St::Waiting && vcpu {
+            self.queue(cpu, group, 1);
+        }
+        if !vcpu {
+            return;
+        }
+        let d_run = (new == St::Running) as i32 - (old == St::Running) as i32;
+        let d_wait = (new == St::Waiting) as i32 - (old == St::Waiting) as i32;
+        self.set_counts(group, t, d_run, d_wait);
+    }
+
+    fn set_counts(&mut self, group: u32, t: u64, d_run: i32, d_wait: i32) {
+        let g = &mut self.groups[group as usize];
+        g.running = (g.running as i32 + d_run).max(0) as u32;
+        g.waiting = (g.waiting as i32 + d_wait).max(0) as u32;
+        let c = if g.waiting == 0 {
+            Contend::None
+        } else if g.running > 0 {
+            Contend::Hazard
+        } else if g.waiting >= g.vcpus {
+            Contend::Full
+        } else {
+            Contend::Partial
+        };
+        if c != g.contend {
+            let d = t.saturating_sub(g.contend_since);
+            match g.contend {
+                Contend::Full => g.full.record(d),
+                Contend::Partial => g.partial.record(d),
+                Contend::Hazard => g.hazard_ns += d,
+                Contend::None => {}
+            }
+            g.contend = c;
+            g.contend_since = t;
+        }
+        match (g.any_since, g.waiting > 0) {
+            (None, true) => g.any_since = Some(t),
+            (Some(s), false) => {
+                g.any.record(t.saturating_sub(s));
+                g.any_since = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// Brings every window up to `now_ns` (absolute), e.g. once a second
+    /// in the live view, or at the end of a recording.
+    pub fn advance(&mut self, now_ns: u64) {
+        let t = self.rel(now_ns).max(self.last_ts);
+        // A CPU that has not switched within a second is idle in no-tick
+        // mode or runs one task throughout: stop waiting for it.
+        if t >= 1_000_000_000 {
+            self.cpus_unseen = 0;
+        }
+        while t >= self.next_tick {
+            let at = self.next_tick;
+            self.do_tick(at);
+            self.next_tick += self.tick;
+        }
+        for cpu in 0..self.cpus {
+            if let Some(tid) = self.running_on[cpu] {
+                self.credit_running(tid, t);
+            }
+            self.charge(cpu, t);
+        }
+        self.horizon = self.horizon.max(if self.cpus_unseen == 0 { t } else { self.horizon });
+        let h = self.horizon;
+        for e in &mut self.entities {
+            e.close_until(h);
+        }
+        self.last_ts = t;
+    }
+
+    /// Starts a new interval for the live view: totals, window statistics,
+    /// episodes and preemptors restart; thread states carry on.
+    pub fn reset_stats(&mut self) {
+        for e in &mut self.entities {
+            for acc in &mut e.accs {
+                acc.hist.reset();
+                acc.count = 0;
+                acc.sum = 0.0;
+                acc.max = 0.0;
+                acc.min = f64::INFINITY;
+                acc.above.iter_mut().for_each(|c| *c = 0);
+                if let Some(s) = acc.series.as_mut() {
+                    s.clear();
+                }
+            }
+        }
+        for g in &mut self.groups {
+            g.on_cpu_ns = 0;
+            g.wait_ns = 0;
+            g.full.reset();
+            g.partial.reset();
+            g.any.reset();
+            g.hazard_ns = 0;
+            g.preempted_by.clear();
+        }
+        for th in self.threads.values_mut() {
+            th.on_cpu_ns = 0;
+            th.wait_ns = 0;
+            th.waits.reset();
+        }
+    }
+
+    /// Closes the analysis at the end of a recording.
+    pub fn finish(&mut self, end_ns: u64) {
+        self.cpus_unseen = 0;
+        self.advance(end_ns);
+    }
+
+    /// Relative time of the last event or advance.
+    pub fn now_rel(&self) -> u64 {
+        self.last_ts
+    }
+
+    /// The report so far. `name_of(tid)` names occupants that are not in a group.
+    pub fn report(&self, name_of: &dyn Fn(u32) -> String) -> Vec<GroupReport> {
+        let mut out = Vec::new();
+        for (gi, g) in self.groups.iter().enumerate() {
+            let usage = self.entities[g.entity].accs.iter().map(|a| a.report()).collect();
+            let mut threads: Vec<ThreadReport> = self
+                .threads
+                .iter()
+                .filter(|(_, th)| th.group as usize == gi)
+                .map(|(&tid, th)| ThreadReport {
+                    tid,
+                    name: name_of(tid),
+                    vcpu: th.vcpu,
+                    on_cpu_ns: th.on_cpu_ns,
+                    run_delay_ns: th.wait_ns,
+                    waits: th.waits.len(),
+                    wait_p99_ns: th.waits.percentile(99.0),
+                    wait_max_ns: (!th.waits.is_empty()).then(|| th.waits.max()),
+                    usage: th
+                        .entity
+                        .map(|e| {
+                            self.entities[e]
+                                .accs
+                                .iter()
+                                .map(|a| WindowUsage {
+                                    series: None,
+                                    ..a.report()
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                })
+                .collect();
+            threads.sort_by(|a, b| (!a.vcpu, &a.name, a.tid).cmp(&(!b.vcpu, &b.name, b.tid)));
+            // Who ran while this group's vCPUs waited, by group or thread name.
+            let mut by_name: HashMap<(String, &'static str), u64> = HashMap::new();
+            let total_pre: u64 = g.preempted_by.values().sum();
+            for (&occ, &ns) in &g.preempted_by {
+                let key = if occ == 0 {
+                    ("idle (wake-up latency)".to_string(), "idle")
+                } else if occ == u32::MAX {
+                    ("unknown".to_string(), "thread")
+                } else if let Some(th) = self.threads.get(&occ) {
+                    let og = &self.groups[th.group as usize].group;
+                    (
+                        og.name.clone(),
+                        if og.kind == GroupKind::HostIo {
+                            "host-io"
+                        } else {
+                            "tenant"
+                        },
+                    )
+                } else {
+                    (name_of(occ), "thread")
+                };
+                *by_name.entry(key).or_insert(0) += ns;
+            }
+            let mut preemptors: Vec<Preemptor> = by_name
+                .into_iter()
+                .map(|((name, kind), ns)| Preemptor {
+                    name,
+                    kind: kind.to_string(),
+                    ns,
+                    share: ns as f64 / total_pre.max(1) as f64,
+                })
+                .collect();
+            preemptors.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.name.cmp(&b.name)));
+            preemptors.truncate(10);
+            let live = self.last_ts.max(1);
+            out.push(GroupReport {
+                name: g.group.name.clone(),
+                kind: g.group.kind,
+                thread_count: g.threads,
+                vcpus: g.vcpus,
+                on_cpu_ns: g.on_cpu_ns,
+                run_delay_ns: g.wait_ns,
+                steal_pct: if g.on_cpu_ns + g.wait_ns > 0 {
+                    g.wait_ns as f64 * 100.0 / (g.on_cpu_ns + g.wait_ns) as f64
+                } else {
+                    0.0
+                },
+                usage,
+                contention: Contention {
+                    any: Episodes::of(&g.any),
+                    partial: Episodes::of(&g.partial),
+                    full: Episodes::of(&g.full),
+                    hazard_ns: g.hazard_ns,
+                    any_pct: g.any.inner().mean() * g.any.len() as f64 * 100.0 / live as f64,
+                },
+                preemptors,
+                threads,
+            });
+        }
+        out
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AboveK {
+    pub cpus: usize,
+    pub fraction: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WindowUsage {
+    pub window_ns: u64,
+    /// Whole windows in the recording.
+    pub windows: u64,
+    /// CPUs (1.0 = one CPU busy for the whole window).
+    pub mean: Option<f64>,
+    pub max: Option<f64>,
+    pub min: Option<f64>,
+    /// Needs at least 100 windows.
+    pub p1: Option<f64>,
+    pub p99: Option<f64>,
+    /// Fraction of windows using more than k CPUs.
+    pub above: Vec<AboveK>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub series: Option<Vec<f32>>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Episodes {
+    pub count: u64,
+    pub total_ns: u64,
+    pub p50_ns: Option<u64>,
+    pub p99_ns: Option<u64>,
+    pub max_ns: Option<u64>,
+}
+
+impl Episodes {
+    fn of(h: &LatencyHistogram) -> Episodes {
+        Episodes {
+            count: h.len(),
+            total_ns: (h.inner().mean() * h.len() as f64) as u64,
+            p50_ns: h.percentile(50.0),
+            p99_ns: h.percentile(99.0),
+            max_ns: (!h.is_empty()).then(|| h.max()),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Contention {
+    /// Any of the tenant's vCPUs runnable but not running.
+    pub any: Episodes,
+    /// Some vCPUs waiting, none running, the rest idle.
+    pub partial: Episodes,
+    /// Every vCPU waiting.
+    pub full: Episodes,
+    /// Time some vCPUs ran while others waited.
+    pub hazard_ns: u64,
+    /// Share of the recording with any vCPU waiting, %.
+    pub any_pct: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Preemptor {
+    pub name: String,
+    /// "tenant", "host-io", "thread" or "idle".
+    pub kind: String,
+    /// vCPU-waiting time spent behind it, ns.
+    pub ns: u64,
+    pub share: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ThreadReport {
+    pub tid: u32,
+    pub name: String,
+    pub vcpu: bool,
+    pub on_cpu_ns: u64,
+    pub run_delay_ns: u64,
+    pub waits: u64,
+    pub wait_p99_ns: Option<u64>,
+    pub wait_max_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub usage: Vec<WindowUsage>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GroupReport {
+    pub name: String,
+    pub kind: GroupKind,
+    pub thread_count: u32,
+    pub vcpus: u32,
+    pub on_cpu_ns: u64,
+    /// Runnable but not running (steal), summed over its threads.
+    pub run_delay_ns: u64,
+    /// run delay / (on-CPU + run delay), %.
+    pub steal_pct: f64,
+    pub usage: Vec<WindowUsage>,
+    pub contention: Contention,
+    pub preemptors: Vec<Preemptor>,
+    pub threads: Vec<ThreadReport>,
+}

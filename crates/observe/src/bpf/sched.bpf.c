@@ -1,0 +1,304 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+// Scheduler events for `ontime observe record`.
+//
+// Kernel types are declared here with only the fields we read and
+// preserve_access_index, so libbpf relocates them against the running
+// kernel's BTF (CO-RE): no vmlinux.h is generated or shipped.
+//
+// Every sched_switch is recorded (it is what tells who ran instead of a
+// waiting vCPU); wake-ups, migrations, forks, exits and execs only for
+// tracked tasks. A task is tracked when its tid is in `tracked_tids` or
+// its cgroup (the cpu controller's on cgroup v1, the unified one on v2) is
+// in `tracked_cgroups`; children of tracked tasks are tracked from fork.
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <stdbool.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+struct kernfs_node { __u64 id; } __attribute__((preserve_access_index));
+struct cgroup { struct kernfs_node *kn; } __attribute__((preserve_access_index));
+struct cgroup_subsys_state { struct cgroup *cgroup; } __attribute__((preserve_access_index));
+struct css_set {
+    struct cgroup_subsys_state *subsys[16];
+    struct cgroup *dfl_cgrp;
+} __attribute__((preserve_access_index));
+struct task_struct {
+    unsigned int __state;
+    int pid;
+    int tgid;
+    unsigned int cpu;
+    int wake_cpu;
+    struct css_set *cgroups;
+    char comm[16];
+} __attribute__((preserve_access_index));
+struct task_struct___old { long state; } __attribute__((preserve_access_index));
+struct kvm_vcpu { int vcpu_id; } __attribute__((preserve_access_index));
+
+enum cgroup_subsys_id { cpu_cgrp_id = 0 };
+
+/* Keep in step with `event.rs`. */
+enum kind {
+    EV_SWITCH = 1,
+    EV_WAKEUP = 2,
+    EV_WAKEUP_NEW = 3,
+    EV_MIGRATE = 4,
+    EV_FORK = 5,
+    EV_EXIT = 6,
+    EV_EXEC = 7,
+    EV_KVM_ENTRY = 8,
+    EV_KVM_EXIT = 9,
+};
+
+#define F_PREV_RUNNABLE 1
+#define F_PREEMPT 2
+
+struct event {
+    __u64 ts;
+    __u32 a;
+    __u32 b;
+    __u32 c;
+    __u16 cpu;
+    __u8 kind;
+    __u8 flags;
+};
+
+struct comm_event {
+    struct event ev;
+    char comm[16];
+};
+
+/* Set by the loader before the object is loaded. */
+const volatile bool track_all = false;
+const volatile bool cgroup_v1 = true;
+const volatile __u64 wakeup_threshold = 1 << 20;
+
+struct {
+    __uint(type, BPF_MAP_TYPE_RINGBUF);
+    __uint(max_entries, 16 << 20);
+} events SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 65536);
+    __type(key, __u32);
+    __type(value, __u32);
+} tracked_tids SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 4096);
+    __type(key, __u64);
+    __type(value, __u32);
+} tracked_cgroups SEC(".maps");
+
+/* [0] events lost because the ring was full. */
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, __u64);
+} lost SEC(".maps");
+
+static __always_inline __u64 task_cgroup_id(struct task_struct *t)
+{
+    struct cgroup *cg;
+    if (cgroup_v1) {
+        int idx = bpf_core_enum_value(enum cgroup_subsys_id, cpu_cgrp_id);
+        if (idx < 0 || idx >= 16)
+            return 0;
+        cg = BPF_CORE_READ(t, cgroups, subsys[idx], cgroup);
+    } else {
+        cg = BPF_CORE_READ(t, cgroups, dfl_cgrp);
+    }
+    if (!cg)
+        return 0;
+    return BPF_CORE_READ(cg, kn, id);
+}
+
+static __always_inline bool is_tracked(struct task_struct *t)
+{
+    __u32 tid = BPF_CORE_READ(t, pid);
+    if (tid == 0)
+        return false;
+    if (track_all)
+        return true;
+    if (bpf_map_lookup_elem(&tracked_tids, &tid))
+        return true;
+    __u64 cg = task_cgroup_id(t);
+    __u32 *group = bpf_map_lookup_elem(&tracked_cgroups, &cg);
+    if (!group)
+        return false;
+    /* Remember the task so later events need one lookup. */
+    bpf_map_update_elem(&tracked_tids, &tid, group, BPF_ANY);
+    return true;
+}
+
+static __always_inline void count_lost(void)
+{
+    __u32 zero = 0;
+    __u64 *n = bpf_map_lookup_elem(&lost, &zero);
+    if (n)
+        *n += 1;
+}
+
+/* The reader drains on a timer; wake it only when the ring fills up. */
+static __always_inline __u64 submit_flags(void)
+{
+    return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > wakeup_threshold ? BPF_RB_FORCE_WAKEUP
+                                                                             : BPF_RB_NO_WAKEUP;
+}
+
+static __always_inline void emit(__u8 kind, __u8 flags, __u32 a, __u32 b, __u32 c)
+{
+    struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+    if (!e) {
+        count_lost();
+        return;
+    }
+    e->ts = bpf_ktime_get_ns();
+    e->a = a;
+    e->b = b;
+    e->c = c;
+    e->cpu = bpf_get_smp_processor_id();
+    e->kind = kind;
+    e->flags = flags;
+    bpf_ringbuf_submit(e, submit_flags());
+}
+
+static __always_inline void emit_comm(__u8 kind, struct task_struct *t, __u32 a, __u32 b)
+{
+    struct comm_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+    if (!e) {
+        count_lost();
+        return;
+    }
+    e->ev.ts = bpf_ktime_get_ns();
+    e->ev.a = a;
+    e->ev.b = b;
+    e->ev.c = BPF_CORE_READ(t, tgid);
+    e->ev.cpu = bpf_get_smp_processor_id();
+    e->ev.kind = kind;
+    e->ev.flags = 0;
+    BPF_CORE_READ_STR_INTO(&e->comm, t, comm);
+    bpf_ringbuf_submit(e, submit_flags());
+}
+
+static __always_inline long task_state(struct task_struct *t)
+{
+    if (bpf_core_field_exists(t->__state))
+        return BPF_CORE_READ(t, __state);
+    return BPF_CORE_READ((struct task_struct___old *)t, state);
+}
+
+static __always_inline __u32 task_cpu(struct task_struct *t)
+{
+    if (bpf_core_field_exists(t->cpu))
+        return BPF_CORE_READ(t, cpu);
+    return BPF_CORE_READ(t, wake_cpu);
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+    long state = task_state(prev);
+    __u8 flags = 0;
+    if (preempt)
+        flags |= F_PREEMPT;
+    if (preempt || state == 0)
+        flags |= F_PREV_RUNNABLE;
+    /* Cheap filter first: a tracked side makes the lookup worth it. */
+    is_tracked(prev);
+    is_tracked(next);
+    emit(EV_SWITCH, flags, BPF_CORE_READ(prev, pid), BPF_CORE_READ(next, pid), (__u32)state);
+    return 0;
+}
+
+static __always_inline void on_wake(struct task_struct *p, __u8 kind)
+{
+    if (!is_tracked(p))
+        return;
+    emit(kind, 0, BPF_CORE_READ(p, pid), 0, task_cpu(p));
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(on_wakeup, struct task_struct *p)
+{
+    on_wake(p, EV_WAKEUP);
+    return 0;
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(on_wakeup_new, struct task_struct *p)
+{
+    on_wake(p, EV_WAKEUP_NEW);
+    return 0;
+}
+
+SEC("tp_btf/sched_migrate_task")
+int BPF_PROG(on_migrate, struct task_struct *p, int dest_cpu)
+{
+    if (!is_tracked(p))
+        return 0;
+    emit(EV_MIGRATE, 0, BPF_CORE_READ(p, pid), task_cpu(p), dest_cpu);
+    return 0;
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
+{
+    __u32 ptid = BPF_CORE_READ(parent, pid);
+    __u32 ctid = BPF_CORE_READ(child, pid);
+    if (!is_tracked(parent))
+        return 0;
+    __u32 *group = bpf_map_lookup_elem(&tracked_tids, &ptid);
+    if (group) {
+        __u32 g = *group;
+        bpf_map_update_elem(&tracked_tids, &ctid, &g, BPF_ANY);
+    }
+    emit_comm(EV_FORK, child, ptid, ctid);
+    return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_exit, struct task_struct *p)
+{
+    __u32 tid = BPF_CORE_READ(p, pid);
+    if (!is_tracked(p))
+        return 0;
+    emit(EV_EXIT, 0, tid, 0, 0);
+    return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(on_exec, struct task_struct *p)
+{
+    if (!is_tracked(p))
+        return 0;
+    __u32 tid = BPF_CORE_READ(p, pid);
+    emit_comm(EV_EXEC, p, tid, 0);
+    return 0;
+}
+
+SEC("tp_btf/kvm_entry")
+int BPF_PROG(on_kvm_entry, struct kvm_vcpu *vcpu)
+{
+    struct task_struct *t = (struct task_struct *)bpf_get_current_task_btf();
+    if (!is_tracked(t))
+        return 0;
+    emit(EV_KVM_ENTRY, 0, BPF_CORE_READ(t, pid), BPF_CORE_READ(vcpu, vcpu_id), 0);
+    return 0;
+}
+
+SEC("tp_btf/kvm_exit")
+int BPF_PROG(on_kvm_exit, struct kvm_vcpu *vcpu)
+{
+    struct task_struct *t = (struct task_struct *)bpf_get_current_task_btf();
+    if (!is_tracked(t))
+        return 0;
+    emit(EV_KVM_EXIT, 0, BPF_CORE_READ(t, pid), BPF_CORE_READ(vcpu, vcpu_id), 0);
+    return 0;
+}

@@ -1,0 +1,378 @@
+//! The recording file: a header, then length-prefixed blocks streamed as
+//! the recorder drains the ring, so a recording cut short (power loss,
+//! SIGKILL) still reads up to its last complete block.
+//!
+//! ```text
+//! "OTREC\0" u16 version
+//! block*: u32 kind, u32 length, payload
+//!   META    JSON Meta (first block)
+//!   EVENTS  length/24 events (event.rs layout, little endian)
+//!   THREADS JSON [ThreadInfo] (new or renamed threads since the last one)
+//!   END     JSON End (last block of a recording that stopped cleanly)
+//! ```
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::event::{Event, EVENT_SIZE};
+
+const MAGIC: &[u8; 6] = b"OTREC\0";
+const VERSION: u16 = 1;
+const BLOCK_META: u32 = 1;
+const BLOCK_EVENTS: u32 = 2;
+const BLOCK_THREADS: u32 = 3;
+const BLOCK_END: u32 = 4;
+/// A block larger than this is corruption, not data.
+const MAX_BLOCK: u32 = 256 << 20;
+
+/// What a group of threads stands for.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum GroupKind {
+    /// A lab tenant, a cgroup, a process or a QEMU guest: a tenant.
+    Tenant,
+    /// The host I/O path: relay threads, vhost, ksoftirqd.
+    HostIo,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Group {
+    pub name: String,
+    pub kind: GroupKind,
+    /// Where its threads come from (cgroup paths, pids, guest name).
+    #[serde(default)]
+    pub source: Vec<String>,
+    /// Its vCPU threads carry vCPU names (`CPU n/KVM`, `crawl-vcpu<k>`,
+    /// `cyclic<k>`); otherwise every thread counts as a vCPU.
+    #[serde(default)]
+    pub vcpu_names: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Meta {
+    pub version: u16,
+    /// "bpf" or "perf".
+    pub mechanism: String,
+    /// CLOCK_MONOTONIC when recording began (events before it are absent).
+    pub start_ns: u64,
+    /// Wall-clock time at start, ns since the epoch.
+    pub start_realtime_ns: u64,
+    pub cpus: usize,
+    pub kernel: String,
+    pub hostname: String,
+    /// Index = the group number in ThreadInfo::group.
+    pub groups: Vec<Group>,
+    /// True when wake-ups of every task are recorded, not only tracked ones.
+    pub track_all: bool,
+    /// Events the kernel side could not record for lack of room ("kvm", ...).
+    #[serde(default)]
+    pub unavailable: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ThreadInfo {
+    pub tid: u32,
+    pub tgid: u32,
+    pub comm: String,
+    /// Index into Meta::groups, if the thread belongs to one.
+    pub group: Option<u32>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct End {
+    pub end_ns: u64,
+    pub events: u64,
+    /// Events dropped because the ring was full; non-zero makes the
+    /// analysis approximate and the report says so.
+    pub lost: u64,
+}
+
+/// Streams a recording to disk.
+pub struct Writer {
+    out: BufWriter<File>,
+    path: PathBuf,
+    events: Vec<u8>,
+    pub events_written: u64,
+}
+
+/// Events are buffered and written as one block per drain, at most this many bytes.
+const EVENT_BLOCK: usize = 1 << 20;
+
+impl Writer {
+    pub fn create(path: &Path, meta: &Meta) -> Result<Writer> {
+        let file = File::create(path).with_context(|| format!("cannot create recording {}", path.display()))?;
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        out.write_all(MAGIC)?;
+        out.write_all(&VERSION.to_le_bytes())?;
+        let mut w = Writer {
+            out,
+            path: path.to_path_buf(),
+            events: Vec::with_capacity(EVENT_BLOCK),
+            events_written: 0,
+        };
+        w.json_block(BLOCK_META, meta)?;
+        Ok(w)
+    }
+
+    pub fn event(&mut self, e: &Event) -> Result<()> {
+        self.events.extend_from_slice(&e.to_bytes());
+        self.events_written += 1;
+        if self.events.len() + EVENT_SIZE > EVENT_BLOCK {
+            self.flush_events()?;
+        }
+        Ok(())
+    }
+
+    pub fn threads(&mut self, threads: &[ThreadInfo]) -> Result<()> {
+        if threads.is_empty() {
+            return Ok(());
+        }
+        // Events that name these threads may precede them; order does not
+        // matter to the reader, which loads every thread block first.
+        self.json_block(BLOCK_THREADS, &threads)
+    }
+
+    /// Writes buffered events and pushes everything to the OS.
+    pub fn flush(&mut self) -> Result<()> {
+        self.flush_events()?;
+        self.out
+            .flush()
+            .with_context(|| format!("writing {}", self.path.display()))
+    }
+
+    pub fn finish(mut self, end: &End) -> Result<()> {
+        self.flush_events()?;
+        self.json_block(BLOCK_END, end)?;
+        self.out
+            .flush()
+            .with_context(|| format!("writing {}", self.path.display()))?;
+        self.out.get_ref().sync_all().ok();
+        Ok(())
+    }
+
+    fn flush_events(&mut self) -> Result<()> {
+        if self.events.is_empty() {
+            return Ok(());
+        }
+        let block = std::mem::take(&mut self.events);
+        self.block(BLOCK_EVENTS, &block)?;
+        self.events = block;
+        self.events.clear();
+        Ok(())
+    }
+
+    fn json_block<T: Serialize>(&mut self, kind: u32, value: &T) -> Result<()> {
+        let bytes = serde_json::to_vec(value)?;
+        self.block(kind, &bytes)
+    }
+
+    fn block(&mut self, kind: u32, payload: &[u8]) -> Result<()> {
+        let len = u32::try_from(payload.len()).context("block too large")?;
+        self.out.write_all(&kind.to_le_bytes())?;
+        self.out.write_all(&len.to_le_bytes())?;
+        self.out
+            .write_all(payload)
+            .with_context(|| format!("writing {}", self.path.display()))
+    }
+}
+
+/// A whole recording in memory: events in time order.
+#[derive(Debug)]
+pub struct Recording {
+    pub meta: Meta,
+    pub threads: HashMap<u32, ThreadInfo>,
+    pub events: Vec<Event>,
+    /// None when the recording was cut short.
+    pub end: Option<End>,
+    /// Bytes after the last complete block (a cut-short recording).
+    pub truncated_bytes: u64,
+}
+
+impl Recording {
+    pub fn read(path: &Path) -> Result<Recording> {
+        let file = File::open(path).with_context(|| format!("cannot open recording {}", path.display()))?;
+        let mut r = BufReader::with_capacity(1 << 20, file);
+        let mut head = [0u8; 8];
+        r.read_exact(&mut head)
+            .with_context(|| format!("{} is not an ontime recording (too short)", path.display()))?;
+        if &head[..6] != MAGIC {
+            bail!(
+                "{} is not an ontime recording (made by `ontime observe record`)",
+                path.display()
+            );
+        }
+        let version = u16::from_le_bytes([head[6], head[7]]);
+        if version != VERSION {
+            bail!(
+                "{}: recording format version {version}, this ontime reads {VERSION}",
+                path.display()
+            );
+        }
+        let mut meta: Option<Meta> = None;
+        let mut threads = HashMap::new();
+        let mut events = Vec::new();
+        let mut end = None;
+        let mut truncated_bytes = 0u64;
+        let mut payload = Vec::new();
+        loop {
+            let mut hdr = [0u8; 8];
+            match read_full(&mut r, &mut hdr)? {
+                0 => break,
+                n if n < 8 => {
+                    truncated_bytes += n as u64;
+                    break;
+                }
+                _ => {}
+            }
+            let kind = u32::from_le_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
+            let len = u32::from_le_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]);
+            if len > MAX_BLOCK {
+                bail!("{}: corrupt block header (length {len})", path.display());
+            }
+            payload.resize(len as usize, 0);
+            let got = read_full(&mut r, &mut payload)?;
+            if got < payload.len() {
+                truncated_bytes += 8 + got as u64;
+                // Keep the whole events of a cut-short EVENTS block.
+                if kind == BLOCK_EVENTS {
+                    push_events(&mut events, &payload[..got - got % EVENT_SIZE]);
+                }
+                break;
+            }
+            match kind {
+                BLOCK_META => meta = Some(serde_json::from_slice(&payload).context("corrupt META block")?),
+                BLOCK_EVENTS => push_events(&mut events, &payload),
+                BLOCK_THREADS => {
+                    let list: Vec<ThreadInfo> = serde_json::from_slice(&payload).context("corrupt THREADS block")?;
+                    for t in list {
+                        // A later block knows more: a name set after the
+                        // thread started, a group found later.
+                        let group = t
+                            .group
+                            .or_else(|| threads.get(&t.tid).and_then(|o: &ThreadInfo| o.group));
+                        threads.insert(t.tid, ThreadInfo { group, ..t });
+                    }
+                }
+                BLOCK_END => end = Some(serde_json::from_slice(&payload).context("corrupt END block")?),
+                _ => {} // from a newer ontime: skip
+            }
+        }
+        let meta = meta.with_context(|| format!("{}: no META block; the recording is empty", path.display()))?;
+        // Per-CPU rings interleave slightly; the analysis needs one time order.
+        events.sort_by_key(|e| e.ts);
+        Ok(Recording {
+            meta,
+            threads,
+            events,
+            end,
+            truncated_bytes,
+        })
+    }
+}
+
+fn push_events(events: &mut Vec<Event>, bytes: &[u8]) {
+    events.extend(bytes.chunks_exact(EVENT_SIZE).filter_map(Event::from_bytes));
+}
+
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e).context("reading recording"),
+        }
+    }
+    Ok(got)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::kind;
+
+    fn meta() -> Meta {
+        Meta {
+            version: VERSION,
+            mechanism: "bpf".into(),
+            start_ns: 1,
+            start_realtime_ns: 2,
+            cpus: 2,
+            kernel: "test".into(),
+            hostname: "h".into(),
+            groups: vec![Group {
+                name: "t0".into(),
+                kind: GroupKind::Tenant,
+                source: vec![],
+                vcpu_names: false,
+            }],
+            track_all: false,
+            unavailable: vec![],
+        }
+    }
+
+    #[test]
+    fn round_trip_and_cut_short() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.otrec");
+        let mut w = Writer::create(&path, &meta()).unwrap();
+        for i in 0..1000u64 {
+            w.event(&Event {
+                ts: 1000 - i,
+                a: i as u32,
+                kind: kind::SWITCH,
+                ..Default::default()
+            })
+            .unwrap();
+        }
+        w.flush().unwrap();
+        w.threads(&[ThreadInfo {
+            tid: 5,
+            tgid: 5,
+            comm: "x".into(),
+            group: Some(0),
+        }])
+        .unwrap();
+        w.threads(&[ThreadInfo {
+            tid: 5,
+            tgid: 5,
+            comm: "renamed".into(),
+            group: None,
+        }])
+        .unwrap();
+        w.finish(&End {
+            end_ns: 2000,
+            events: 1000,
+            lost: 0,
+        })
+        .unwrap();
+        let r = Recording::read(&path).unwrap();
+        assert_eq!(r.events.len(), 1000);
+        assert!(r.events.windows(2).all(|p| p[0].ts <= p[1].ts));
+        assert_eq!(r.threads[&5].comm, "renamed");
+        assert_eq!(r.threads[&5].group, Some(0));
+        assert_eq!(r.end.as_ref().unwrap().events, 1000);
+
+        // Cut inside the END block and inside the events: still readable.
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 5]).unwrap();
+        let r = Recording::read(&path).unwrap();
+        assert!(r.end.is_none());
+        assert_eq!(r.events.len(), 1000);
+        let cut = 8 + 8 + serde_json::to_vec(&meta()).unwrap().len() + 8 + 24 * 10 + 7;
+        std::fs::write(&path, &bytes[..cut]).unwrap();
+        let r = Recording::read(&path).unwrap();
+        assert_eq!(r.events.len(), 10);
+
+        std::fs::write(&path, b"hello world").unwrap();
+        assert!(Recording::read(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("not an ontime recording"));
+    }
+}

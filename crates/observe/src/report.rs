@@ -1,0 +1,294 @@
+//! `observe report`: one recording, any set of windows, as text or JSON.
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use ontime_core::duration::format_ns;
+use serde::{Deserialize, Serialize};
+
+use crate::analyze::{AnalysisOptions, Analyzer, GroupReport, WindowUsage};
+use crate::recording::{Group, GroupKind, Recording};
+use crate::targets::is_vcpu_name;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RecordingInfo {
+    pub mechanism: String,
+    pub kernel: String,
+    pub hostname: String,
+    pub cpus: usize,
+    pub start_realtime_ns: u64,
+    pub duration_ns: u64,
+    pub events: u64,
+    pub lost: u64,
+    /// False when the recording was cut short (no END block).
+    pub complete: bool,
+    pub unavailable: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Analysis {
+    pub recording: RecordingInfo,
+    pub windows_ns: Vec<u64>,
+    /// Tenants first, then the host I/O path.
+    pub groups: Vec<GroupReport>,
+    /// Notes on what the figures cannot show.
+    pub notes: Vec<String>,
+}
+
+impl Analysis {
+    pub fn tenants(&self) -> impl Iterator<Item = &GroupReport> {
+        self.groups.iter().filter(|g| g.kind == GroupKind::Tenant)
+    }
+    pub fn host_io(&self) -> Option<&GroupReport> {
+        self.groups.iter().find(|g| g.kind == GroupKind::HostIo)
+    }
+}
+
+/// Threads outside any group become one group per process when the
+/// recording tracked everything.
+fn effective_groups(rec: &Recording) -> (Vec<Group>, HashMap<u32, u32>) {
+    let mut groups = rec.meta.groups.clone();
+    let mut of: HashMap<u32, u32> = HashMap::new();
+    let mut by_process: HashMap<u32, u32> = HashMap::new();
+    let mut tids: Vec<_> = rec.threads.values().collect();
+    tids.sort_by_key(|t| t.tid);
+    for t in tids {
+        if let Some(g) = t.group.filter(|&g| (g as usize) < groups.len()) {
+            of.insert(t.tid, g);
+        } else if rec.meta.track_all && t.tgid != 0 && t.tgid != u32::MAX {
+            let g = *by_process.entry(t.tgid).or_insert_with(|| {
+                let name = rec
+                    .threads
+                    .get(&t.tgid)
+                    .map(|p| p.comm.clone())
+                    .unwrap_or_else(|| t.comm.clone());
+                groups.push(Group {
+                    name: format!("{name}[{}]", t.tgid),
+                    kind: GroupKind::Tenant,
+                    source: vec![],
+                    vcpu_names: false,
+                });
+                groups.len() as u32 - 1
+            });
+            of.insert(t.tid, g);
+        }
+    }
+    (groups, of)
+}
+
+pub fn analyze(rec: &Recording, opts: &AnalysisOptions) -> Analysis {
+    let (groups, group_of) = effective_groups(rec);
+    let mut a = Analyzer::new(rec.meta.start_ns, rec.meta.cpus, &groups, opts);
+    // A group whose threads have no vCPU names counts all its threads as vCPUs.
+    let mut named_vcpus: HashMap<u32, bool> = HashMap::new();
+    for (tid, g) in &group_of {
+        let comm = rec.threads.get(tid).map(|t| t.comm.as_str()).unwrap_or("");
+        if is_vcpu_name(comm) {
+            named_vcpus.insert(*g, true);
+        }
+    }
+    for (&tid, &g) in &group_of {
+        let comm = rec.threads.get(&tid).map(|t| t.comm.as_str()).unwrap_or("");
+        let host_io = groups[g as usize].kind == GroupKind::HostIo;
+        let by_name = groups[g as usize].vcpu_names || named_vcpus.contains_key(&g);
+        let vcpu = !host_io && (is_vcpu_name(comm) || !by_name);
+        a.set_thread(tid, g, vcpu);
+    }
+    for e in &rec.events {
+        a.feed(e);
+    }
+    let end_ns = rec
+        .end
+        .as_ref()
+        .map(|e| e.end_ns)
+        .unwrap_or_else(|| rec.events.last().map(|e| e.ts).unwrap_or(rec.meta.start_ns));
+    a.finish(end_ns);
+    let name_of = |tid: u32| match rec.threads.get(&tid) {
+        Some(t) => t.comm.clone(),
+        None => format!("tid {tid}"),
+    };
+    let lost = rec.end.as_ref().map(|e| e.lost).unwrap_or(0);
+    let mut notes = Vec::new();
+    if lost > 0 {
+        notes.push(format!("{lost} events were lost (ring full): figures are approximate"));
+    }
+    if rec.end.is_none() {
+        notes.push("the recording was cut short; it is analysed up to its last event".into());
+    }
+    if a.anomalies > 0 {
+        notes.push(format!(
+            "{} switches left a CPU the thread was not seen to take",
+            a.anomalies
+        ));
+    }
+    if a.disorder > 0 {
+        notes.push(format!("{} events arrived out of time order", a.disorder));
+    }
+    let mut windows = opts.windows.clone();
+    windows.sort_unstable();
+    windows.dedup();
+    Analysis {
+        recording: RecordingInfo {
+            mechanism: rec.meta.mechanism.clone(),
+            kernel: rec.meta.kernel.clone(),
+            hostname: rec.meta.hostname.clone(),
+            cpus: rec.meta.cpus,
+            start_realtime_ns: rec.meta.start_realtime_ns,
+            duration_ns: end_ns.saturating_sub(rec.meta.start_ns),
+            events: rec.events.len() as u64,
+            lost,
+            complete: rec.end.is_some(),
+            unavailable: rec.meta.unavailable.clone(),
+        },
+        windows_ns: windows,
+        groups: a.report(&name_of),
+        notes,
+    }
+}
+
+/// 1ms, 250us, 1s: window lengths in a table column.
+pub fn short_ns(ns: u64) -> String {
+    match ns {
+        n if n % 1_000_000_000 == 0 => format!("{}s", n / 1_000_000_000),
+        n if n % 1_000_000 == 0 => format!("{}ms", n / 1_000_000),
+        n if n % 1_000 == 0 => format!("{}us", n / 1_000),
+        n => format!("{n}ns"),
+    }
+}
+
+fn f2(v: Option<f64>) -> String {
+    v.map(|x| format!("{x:.2}")).unwrap_or_else(|| "n/a".into())
+}
+
+fn ns(v: Option<u64>) -> String {
+    v.map(format_ns).unwrap_or_else(|| "n/a".into())
+}
+
+fn usage_rows(out: &mut String, label: &str, usage: &[WindowUsage]) {
+    for u in usage {
+        let above: Vec<String> = u
+            .above
+            .iter()
+            .filter(|a| a.fraction > 0.0)
+            .map(|a| format!(">{}: {:.2}%", a.cpus, a.fraction * 100.0))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  {label:<22} {:>7} {:>8} {:>6} {:>6} {:>6} {:>6}  {}",
+            short_ns(u.window_ns),
+            u.windows,
+            f2(u.mean),
+            f2(u.p99),
+            f2(u.max),
+            f2(u.min),
+            if above.is_empty() {
+                "-".to_string()
+            } else {
+                above.join(" ")
+            }
+        );
+    }
+}
+
+/// Text tables: usage per window, run delay, contention, who ran instead,
+/// the host I/O path. `vcpus`: also per vCPU thread.
+pub fn text(a: &Analysis, vcpus: bool) -> String {
+    let mut out = String::new();
+    let r = &a.recording;
+    let _ = writeln!(
+        out,
+        "recording: {} on {} ({} CPUs, kernel {}), {}, {} events, {} lost{}",
+        r.mechanism,
+        r.hostname,
+        r.cpus,
+        r.kernel,
+        format_ns(r.duration_ns),
+        r.events,
+        r.lost,
+        if r.complete { "" } else { ", cut short" }
+    );
+    let _ = writeln!(out, "\nCPU use per window (CPUs; 1.00 = one CPU all window):");
+    let _ = writeln!(
+        out,
+        "  {:<22} {:>7} {:>8} {:>6} {:>6} {:>6} {:>6}  windows above k CPUs",
+        "group", "window", "windows", "mean", "p99", "max", "min"
+    );
+    for g in &a.groups {
+        usage_rows(&mut out, &g.name, &g.usage);
+        if vcpus {
+            for t in g.threads.iter().filter(|t| !t.usage.is_empty()) {
+                usage_rows(&mut out, &format!("  {}[{}]", t.name, t.tid), &t.usage);
+            }
+        }
+    }
+    let _ = writeln!(out, "\nRun delay (runnable, not running) and contention:");
+    let _ = writeln!(
+        out,
+        "  {:<22} {:>5} {:>10} {:>10} {:>6}  {:>7} {:>9} {:>9}  {:>7} {:>9}  {:>7} {:>9}",
+        "group", "vCPUs", "on-CPU", "run delay", "steal", "any", "any p99", "any max", "partial", "p99", "full", "p99"
+    );
+    for g in &a.groups {
+        let c = &g.contention;
+        let _ = writeln!(
+            out,
+            "  {:<22} {:>5} {:>10} {:>10} {:>5.1}%  {:>7} {:>9} {:>9}  {:>7} {:>9}  {:>7} {:>9}",
+            g.name,
+            g.vcpus,
+            format_ns(g.on_cpu_ns),
+            format_ns(g.run_delay_ns),
+            g.steal_pct,
+            c.any.count,
+            ns(c.any.p99_ns),
+            ns(c.any.max_ns),
+            c.partial.count,
+            ns(c.partial.p99_ns),
+            c.full.count,
+            ns(c.full.p99_ns)
+        );
+        if vcpus {
+            for t in &g.threads {
+                let _ = writeln!(
+                    out,
+                    "    {:<20} {:>5} {:>10} {:>10}  waits {} p99 {} max {}",
+                    format!("{}[{}]", t.name, t.tid),
+                    if t.vcpu { "vCPU" } else { "" },
+                    format_ns(t.on_cpu_ns),
+                    format_ns(t.run_delay_ns),
+                    t.waits,
+                    ns(t.wait_p99_ns),
+                    ns(t.wait_max_ns)
+                );
+            }
+        }
+    }
+    let _ = writeln!(out, "\nWho ran while a group's vCPUs waited:");
+    for g in a.groups.iter().filter(|g| !g.preemptors.is_empty()) {
+        let top: Vec<String> = g
+            .preemptors
+            .iter()
+            .take(5)
+            .map(|p| format!("{} {:.0}% ({})", p.name, p.share * 100.0, format_ns(p.ns)))
+            .collect();
+        let _ = writeln!(out, "  {:<22} {}", g.name, top.join(", "));
+    }
+    if let Some(h) = a.host_io() {
+        let _ = writeln!(
+            out,
+            "\nHost I/O path ({} threads): CPU per window, minimum and 1st percentile:",
+            h.thread_count
+        );
+        for u in &h.usage {
+            let _ = writeln!(
+                out,
+                "  {:>7}: min {} p1 {} mean {}",
+                short_ns(u.window_ns),
+                f2(u.min),
+                f2(u.p1),
+                f2(u.mean)
+            );
+        }
+    }
+    for n in &a.notes {
+        let _ = writeln!(out, "\nnote: {n}");
+    }
+    out
+}

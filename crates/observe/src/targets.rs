@@ -1,0 +1,266 @@
+//! What to observe: tenants as cgroups, processes or QEMU guests, the host
+//! I/O path by thread name, and how a thread is told to be a vCPU.
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+/// One tenant to observe. Its threads are those in any of `cgroups` (and
+/// their sub-cgroups) and those of `pids` (all threads, and their children
+/// from the moment recording starts).
+#[derive(Clone, Debug, Default)]
+pub struct TargetGroup {
+    pub name: String,
+    pub cgroups: Vec<PathBuf>,
+    pub pids: Vec<u32>,
+    /// Human-readable origin, kept in the recording.
+    pub source: Vec<String>,
+    /// Its vCPUs are the threads with vCPU names (lab tenants, QEMU guests).
+    pub vcpu_names: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Targets {
+    pub groups: Vec<TargetGroup>,
+    /// Record wake-ups of every task; threads outside any group are then
+    /// grouped by process in reports.
+    pub everything: bool,
+    /// Thread-name patterns of the host I/O path (`*` matches any suffix).
+    pub host_io: Vec<String>,
+}
+
+/// The lab's relay threads, KVM's vhost workers and softirq threads carry
+/// every tenant's I/O.
+pub const DEFAULT_HOST_IO: &[&str] = &["relay*", "ontime-relay*", "vhost-*", "ksoftirqd/*"];
+
+/// Thread names of vCPUs: QEMU/KVM's, and the lab probes' (crawl, cyclic).
+pub const VCPU_PATTERNS: &[&str] = &["CPU */KVM", "crawl-vcpu*", "cyclic*"];
+
+/// Glob with `*` standing for any run of characters.
+pub fn matches(pattern: &str, name: &str) -> bool {
+    fn go(p: &[u8], n: &[u8]) -> bool {
+        match p.split_first() {
+            None => n.is_empty(),
+            Some((b'*', rest)) => (0..=n.len()).any(|i| go(rest, &n[i..])),
+            Some((c, rest)) => n.first() == Some(c) && go(rest, &n[1..]),
+        }
+    }
+    go(pattern.as_bytes(), name.as_bytes())
+}
+
+pub fn is_vcpu_name(comm: &str) -> bool {
+    VCPU_PATTERNS.iter().any(|p| matches(p, comm))
+}
+
+/// The cgroup hierarchy the recorder keys on: the cpu controller's on v1,
+/// the unified one on v2.
+#[derive(Clone, Debug)]
+pub struct CgroupRoot {
+    pub path: PathBuf,
+    pub v1: bool,
+}
+
+impl CgroupRoot {
+    pub fn detect() -> Result<CgroupRoot> {
+        if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+            return Ok(CgroupRoot {
+                path: "/sys/fs/cgroup".into(),
+                v1: false,
+            });
+        }
+        for p in ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"] {
+            if Path::new(p).join("tasks").exists() {
+                return Ok(CgroupRoot {
+                    path: p.into(),
+                    v1: true,
+                });
+            }
+        }
+        bail!("no cgroup v2 or cgroup v1 cpu hierarchy under /sys/fs/cgroup; mount one or observe by --pid")
+    }
+
+    /// A cgroup given as an absolute path or relative to this root.
+    pub fn resolve(&self, cgroup: &str) -> Result<PathBuf> {
+        let p = Path::new(cgroup);
+        let full = if p.is_absolute() && p.starts_with("/sys/fs/cgroup") {
+            p.to_path_buf()
+        } else {
+            self.path.join(cgroup.trim_start_matches('/'))
+        };
+        if !full.is_dir() {
+            bail!("cgroup {cgroup} not found (looked for {})", full.display());
+        }
+        Ok(full)
+    }
+}
+
+/// The kernfs node id the BPF program compares with: the directory's inode.
+pub fn cgroup_id(dir: &Path) -> Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    Ok(std::fs::metadata(dir)
+        .with_context(|| format!("cannot stat cgroup {}", dir.display()))?
+        .ino())
+}
+
+/// A cgroup and every cgroup below it.
+pub fn cgroup_tree(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![dir.to_path_buf()];
+    let mut i = 0;
+    while i < out.len() {
+        if let Ok(rd) = std::fs::read_dir(&out[i]) {
+            for e in rd.flatten() {
+                if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    out.push(e.path());
+                }
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The running lab's tenants: cgroups `ontime/t<i>` in the cpu hierarchy.
+pub fn lab_tenants(root: &CgroupRoot) -> Result<Vec<TargetGroup>> {
+    let base = root.path.join("ontime");
+    let mut found: Vec<(usize, PathBuf)> = std::fs::read_dir(&base)
+        .with_context(|| {
+            format!(
+                "no lab is running ({} not found); start one with `ontime lab run`",
+                base.display()
+            )
+        })?
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let i: usize = name.strip_prefix('t')?.parse().ok()?;
+            Some((i, e.path()))
+        })
+        .collect();
+    found.sort();
+    if found.is_empty() {
+        bail!("the lab has no tenants under {}", base.display());
+    }
+    Ok(found
+        .into_iter()
+        .map(|(i, p)| TargetGroup {
+            name: format!("t{i}"),
+            source: vec![format!("cgroup {}", p.display())],
+            cgroups: vec![p],
+            pids: vec![],
+            vcpu_names: true,
+        })
+        .collect())
+}
+
+/// A QEMU guest by its `-name` (or, failing that, any process whose
+/// command line mentions `name` and whose threads include `CPU n/KVM`).
+pub fn find_guest(name: &str) -> Result<TargetGroup> {
+    let mut hits = Vec::new();
+    for e in std::fs::read_dir("/proc").context("reading /proc")?.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|&b| b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if !args.first().map(|a| a.contains("qemu")).unwrap_or(false) {
+            continue;
+        }
+        let named = args.windows(2).any(|w| {
+            w[0] == "-name"
+                && w[1]
+                    .split(',')
+                    .any(|part| part == name || part.strip_prefix("guest=") == Some(name))
+        });
+        if named || args.iter().any(|a| a.contains(name)) {
+            hits.push(pid);
+        }
+    }
+    match hits.as_slice() {
+        [pid] => Ok(TargetGroup {
+            name: name.to_string(),
+            cgroups: vec![],
+            pids: vec![*pid],
+            source: vec![format!("qemu guest {name} (pid {pid})")],
+            vcpu_names: true,
+        }),
+        [] => bail!("no QEMU process with -name {name} found"),
+        _ => bail!(
+            "{} QEMU processes match {name} (pids {hits:?}); name one with --pid",
+            hits.len()
+        ),
+    }
+}
+
+/// Every thread of a process and of its descendants living now (later
+/// children are followed from fork by the BPF program).
+pub fn threads_of(pid: u32) -> Result<Vec<u32>> {
+    let mut parent_of: Vec<(u32, u32)> = Vec::new();
+    for e in std::fs::read_dir("/proc").context("reading /proc")?.flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // Field 4 (ppid) follows the parenthesised comm, which may hold spaces.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        if let Some(ppid) = rest.split_whitespace().nth(1).and_then(|v| v.parse().ok()) {
+            parent_of.push((p, ppid));
+        }
+    }
+    let mut procs = vec![pid];
+    let mut i = 0;
+    while i < procs.len() {
+        let p = procs[i];
+        procs.extend(parent_of.iter().filter(|&&(_, pp)| pp == p).map(|&(c, _)| c));
+        i += 1;
+    }
+    let mut tids = Vec::new();
+    for p in procs {
+        let dir = format!("/proc/{p}/task");
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            if p == pid {
+                anyhow::bail!("process {pid} not found");
+            }
+            continue;
+        };
+        tids.extend(
+            rd.flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok())),
+        );
+    }
+    Ok(tids)
+}
+
+/// comm and tgid of a thread, if it still exists.
+pub fn thread_identity(tid: u32) -> Option<(String, u32)> {
+    let comm = std::fs::read_to_string(format!("/proc/{tid}/comm")).ok()?;
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    let tgid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())?;
+    Some((comm.trim_end().to_string(), tgid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(matches("CPU */KVM", "CPU 3/KVM"));
+        assert!(matches("ksoftirqd/*", "ksoftirqd/0"));
+        assert!(matches("relay*", "relay12"));
+        assert!(!matches("relay*", "xrelay"));
+        assert!(matches("cyclic*", "cyclic"));
+        assert!(!matches("CPU */KVM", "CPU 3/TCG"));
+        assert!(is_vcpu_name("crawl-vcpu1"));
+    }
+}

@@ -1,0 +1,183 @@
+//! Accuracy of the recorder and the analysis against the kernel's own
+//! per-thread accounting (/proc/<tid>/schedstat), on a contended workload:
+//! two tenants (cgroups) of three busy processes each on a host with fewer
+//! cores. Needs root (BPF, cgroups); skips with one line otherwise.
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use ontime_observe::analyze::AnalysisOptions;
+use ontime_observe::recorder::{record, NoSink, RecordOptions};
+use ontime_observe::recording::Recording;
+use ontime_observe::targets::{CgroupRoot, TargetGroup, Targets};
+
+/// Kills the workload and removes the cgroups, also when an assertion fails.
+struct Workload {
+    children: Vec<(String, Child)>,
+    cgroups: Vec<PathBuf>,
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        // Children first, then the parent directory.
+        for dir in self.cgroups.iter().rev() {
+            for _ in 0..50 {
+                if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+fn signal_all(w: &Workload, sig: i32) {
+    for (_, c) in &w.children {
+        unsafe { libc::kill(c.id() as i32, sig) };
+    }
+}
+
+/// (sum_exec_runtime, run_delay) in ns.
+fn schedstat(pid: u32) -> (u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).expect("schedstat readable");
+    let mut it = s.split_whitespace().map(|v| v.parse::<u64>().expect("number"));
+    (it.next().expect("runtime"), it.next().expect("run_delay"))
+}
+
+fn within(ours: u64, theirs: u64, rel: f64, what: &str) {
+    let diff = ours.abs_diff(theirs) as f64;
+    eprintln!(
+        "{what}: ontime {ours} schedstat {theirs} ({:+.4}%)",
+        (ours as f64 - theirs as f64) * 100.0 / theirs.max(1) as f64
+    );
+    assert!(
+        diff <= theirs as f64 * rel,
+        "{what}: ontime {ours} ns vs schedstat {theirs} ns (off by {:.3}%)",
+        diff * 100.0 / theirs.max(1) as f64
+    );
+}
+
+#[test]
+fn on_cpu_and_run_delay_match_schedstat() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (BPF and cgroups)");
+        return;
+    }
+    let root = CgroupRoot::detect().expect("a cgroup hierarchy");
+    let base = root.path.join(format!("ontime-test-observe-{}", std::process::id()));
+    let mut w = Workload {
+        children: Vec::new(),
+        cgroups: vec![base.clone()],
+    };
+    std::fs::create_dir(&base).expect("create test cgroup");
+    if !root.v1 {
+        let _ = std::fs::write(root.path.join("cgroup.subtree_control"), "+cpu");
+        let _ = std::fs::write(base.join("cgroup.subtree_control"), "+cpu");
+    }
+    let mut groups = Vec::new();
+    for name in ["a", "b"] {
+        let dir = base.join(name);
+        std::fs::create_dir(&dir).expect("create tenant cgroup");
+        w.cgroups.push(dir.clone());
+        for _ in 0..3 {
+            let child = Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .spawn()
+                .expect("spawn sh");
+            std::fs::write(dir.join("cgroup.procs"), child.id().to_string()).expect("move into cgroup");
+            w.children.push((name.to_string(), child));
+        }
+        groups.push(TargetGroup {
+            name: name.into(),
+            cgroups: vec![dir],
+            pids: vec![],
+            source: vec![],
+            vcpu_names: false,
+        });
+    }
+    // Stopped tasks do not run or wait: the schedstat snapshots and the
+    // recording then cover exactly the same stretch of their lives.
+    signal_all(&w, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(200));
+    let before: Vec<(u64, u64)> = w.children.iter().map(|(_, c)| schedstat(c.id())).collect();
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("acc.otrec");
+    let opts = RecordOptions {
+        targets: Targets {
+            groups,
+            everything: false,
+            host_io: vec![],
+        },
+        output: Some(file.clone()),
+        drain_every: Duration::from_millis(100),
+        measure_overhead: false,
+    };
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let rec = s.spawn(|| {
+            record(
+                &opts,
+                &stop,
+                Some(Duration::from_millis(3600)),
+                &mut NoSink,
+                &mut |_| {
+                    signal_all(&w, libc::SIGCONT);
+                },
+            )
+        });
+        // Let them run ~3 s, then freeze them well before the recording ends.
+        std::thread::sleep(Duration::from_millis(3200));
+        signal_all(&w, libc::SIGSTOP);
+        let summary = rec.join().expect("recorder thread").expect("recording works");
+        eprintln!("events {} lost {}", summary.events, summary.lost);
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let after: Vec<(u64, u64)> = w.children.iter().map(|(_, c)| schedstat(c.id())).collect();
+
+    let rec = Recording::read(&file).expect("read recording");
+    let a = ontime_observe::report::analyze(
+        &rec,
+        &AnalysisOptions {
+            windows: vec![1_000_000, 100_000_000],
+            series: false,
+        },
+    );
+    eprintln!("notes: {:?}", a.notes);
+    let mut total_on = 0;
+    for (i, (group, child)) in w.children.iter().enumerate() {
+        let g = a.groups.iter().find(|g| &g.name == group).expect("group in report");
+        let t = g
+            .threads
+            .iter()
+            .find(|t| t.tid == child.id())
+            .unwrap_or_else(|| panic!("thread {} in report", child.id()));
+        let (on, delay) = (after[i].0 - before[i].0, after[i].1 - before[i].1);
+        assert!(on > 500_000_000, "the workload ran ({on} ns)");
+        within(t.on_cpu_ns, on, 0.01, &format!("on-CPU of {}", child.id()));
+        within(t.run_delay_ns, delay, 0.01, &format!("run delay of {}", child.id()));
+        total_on += on;
+    }
+    // Six busy tasks on fewer cores: the tenants contended.
+    for g in a.tenants() {
+        assert!(g.contention.any.count > 0, "{} shows contention", g.name);
+        // Window usages add up to the recorded on-CPU time.
+        for u in &g.usage {
+            let summed = u.mean.expect("windows") * u.windows as f64 * u.window_ns as f64;
+            within(
+                summed as u64,
+                g.on_cpu_ns,
+                0.001,
+                &format!("{} windows of {} ns", g.name, u.window_ns),
+            );
+            assert!(u.max.expect("max") <= rec.meta.cpus as f64 + 1e-6);
+        }
+    }
+    let cpus = rec.meta.cpus as u64;
+    assert!(total_on <= cpus * 3_400_000_000, "no more CPU than the host has");
+}
