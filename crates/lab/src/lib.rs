@@ -3,7 +3,7 @@
 //! [`sandbox`], [`cgroup`]), a host relay that carries every packet with WAN
 //! delay and stands for Dom0 / vhost ([`relay`]), loads, scenario files with
 //! sweeps ([`scenario`]), the runner that streams results to a directory
-//! ([`runner`]), the clean-up of anything that escaped ([`clean`]) and the
+//! ([`runner`]), the scheduler recording of each run ([`observe`]), the clean-up of anything that escaped ([`clean`]) and the
 //! report ([`report`]).
 //!
 //! Sandboxes model host scheduling and the host I/O path, not instruction
@@ -13,6 +13,7 @@
 pub mod cgroup;
 pub mod clean;
 pub mod names;
+pub mod observe;
 pub mod relay;
 pub mod report;
 pub mod runner;

@@ -415,7 +415,12 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
         svgs.push(svg);
     }
 
-    let html = render_html(&scenario_name, crawl, &runs, &charts, &svgs, &notes);
+    let (observe_html, observe_pngs) = observe_section(dir, &runs, &out)?;
+    pngs.extend(observe_pngs);
+    let mut html = render_html(&scenario_name, crawl, &runs, &charts, &svgs, &notes);
+    if let Some(at) = html.find("<h2>Runs</h2>") {
+        html.insert_str(at, &observe_html);
+    }
     let path = out.join("report.html");
     std::fs::write(&path, html).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(Written {
@@ -423,6 +428,110 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
         pngs,
         runs: runs.len(),
     })
+}
+
+/// "Scheduler view": per run, what `ontime observe` recorded (100 ms peaks,
+/// contention, steal, the host I/O path's minimum, the recorder's cost), and
+/// the figures of the run with the worst error.
+fn observe_section(dir: &Path, runs: &[RunView], out: &Path) -> Result<(String, Vec<PathBuf>)> {
+    use ontime_observe::report::Analysis;
+    let mut h = String::new();
+    let mut pngs = Vec::new();
+    let mut rows = String::new();
+    let mut worst: Option<(u64, &RunView, Analysis)> = None;
+    for r in runs {
+        let o = &r.record["observe"];
+        if o.is_null() {
+            continue;
+        }
+        let f2 = |v: Option<f64>| v.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into());
+        let ms = |v: Option<u64>| v.map(format_ns).unwrap_or_else(|| "-".into());
+        let analysis: Option<Analysis> = o["analysis"]
+            .as_str()
+            .and_then(|f| std::fs::read(dir.join("runs").join(&r.name).join(f)).ok())
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        let Some(a) = analysis else {
+            let _ = write!(
+                rows,
+                "<tr><td class=l>{}</td><td class=l colspan=9>{} {}</td><td>{}</td></tr>",
+                esc(&r.name),
+                esc(o["recorder"].as_str().unwrap_or("?")),
+                esc(o["error"].as_str().unwrap_or("")),
+                f2(o["overhead_pct"].as_f64())
+            );
+            continue;
+        };
+        let w100 =
+            |g: &ontime_observe::analyze::GroupReport| g.usage.iter().find(|u| u.window_ns == 100_000_000).cloned();
+        let tenants: Vec<_> = a.tenants().collect();
+        let peak = tenants
+            .iter()
+            .filter_map(|g| w100(g)?.max)
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+        let above1 = tenants
+            .iter()
+            .filter_map(|g| w100(g)?.above.first().map(|a| a.fraction))
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+        let steal = if tenants.is_empty() {
+            None
+        } else {
+            Some(tenants.iter().map(|g| g.steal_pct).sum::<f64>() / tenants.len() as f64)
+        };
+        let cont_p99 = tenants.iter().filter_map(|g| g.contention.any.p99_ns).max();
+        let cont_max = tenants.iter().filter_map(|g| g.contention.any.max_ns).max();
+        let full: u64 = tenants.iter().map(|g| g.contention.full.count).sum();
+        let host = a.host_io().and_then(w100);
+        let _ = write!(
+            rows,
+            "<tr><td class=l>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&r.name),
+            f2(peak),
+            above1.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "-".into()),
+            steal.map(|v| format!("{v:.1}%")).unwrap_or_else(|| "-".into()),
+            ms(cont_p99),
+            ms(cont_max),
+            full,
+            f2(host.as_ref().and_then(|u| u.min)),
+            f2(host.as_ref().and_then(|u| u.mean)),
+            a.recording.lost,
+            o["overhead_pct"].as_f64().map(|v| format!("{v:.2}%")).unwrap_or_else(|| "-".into()),
+        );
+        let err = r.pooled.max();
+        if worst.as_ref().map_or(true, |(e, _, _)| err > *e) {
+            worst = Some((err, r, a));
+        }
+    }
+    if rows.is_empty() {
+        return Ok((h, pngs));
+    }
+    h.push_str(
+        "<h2>Scheduler view (ontime observe)</h2><p>Recorded from the sched tracepoints during each run. \
+Peak = the highest 100 ms-window CPU use of any tenant (CPUs); above 1 CPU = the largest share of a tenant's 100 ms windows using more than one CPU; \
+steal = run delay / (on-CPU + run delay), mean over tenants; contention = a tenant vCPU runnable but not running (episode length p99 and max over tenants; full = every vCPU of a tenant waiting); \
+host I/O = relay, vhost and ksoftirqd threads, CPU per 100 ms window.</p>\
+<table><tr><th>run</th><th>peak 100 ms</th><th>above 1 CPU</th><th>steal</th><th>contention p99</th><th>contention max</th><th>full episodes</th>\
+<th>host I/O min</th><th>host I/O mean</th><th>lost events</th><th>recorder cost (% core)</th></tr>",
+    );
+    h.push_str(&rows);
+    h.push_str("</table>");
+    if let Some((err, r, a)) = worst {
+        let label = format!("{} (largest error, max {})", r.name, format_ns(err));
+        let _ = write!(h, "<h3>Run {}</h3>", esc(&label));
+        for (i, c) in ontime_observe::plots::charts(&a, &r.name).into_iter().enumerate() {
+            let png = out.join(format!("observe-{}.png", i + 1));
+            c.png(&png)?;
+            let _ = write!(
+                h,
+                "<figure>{}<figcaption>{} (observe-{}.png)</figcaption></figure>",
+                c.svg()?,
+                esc(&c.title),
+                i + 1
+            );
+            pngs.push(png);
+        }
+        let _ = write!(h, "<p>Full tables: runs/{}/observe.txt</p>", esc(&r.name));
+    }
+    Ok((h, pngs))
 }
 
 fn cell(v: Option<u64>) -> String {

@@ -81,6 +81,8 @@ pub struct RunRecord {
     pub workload: &'static str,
     pub environment: Environment,
     pub relay: Option<crate::relay::RelayReport>,
+    /// The scheduler recorder of the run (`[observe]`).
+    pub observe: Option<crate::observe::ObserveOutcome>,
     pub tenants: Vec<TenantOutcome>,
     pub started_utc: String,
     pub finished_utc: String,
@@ -180,6 +182,7 @@ pub fn run_plan(
                 model_note: MODEL_NOTE,
             },
             relay: None,
+            observe: None,
             tenants: Vec::new(),
             started_utc: started,
             finished_utc: String::new(),
@@ -300,6 +303,19 @@ fn one_run(
         rx.recv_timeout(Duration::from_secs(10))
             .context("the gateway did not start listening within 10 s (see gateway.err)")?;
     }
+
+    // The scheduler recorder watches loads and probes from their start.
+    let observer = match crate::observe::start(&c.observe.recorder, &lab, dir) {
+        Ok(o) => Some(o),
+        Err(e) => {
+            rec.observe = Some(crate::observe::ObserveOutcome {
+                recorder: c.observe.recorder.clone(),
+                error: Some(format!("{e:#}")),
+                ..Default::default()
+            });
+            None
+        }
+    };
 
     // Loads.
     let mut loads: Vec<LoadGuard> = Vec::new();
@@ -427,6 +443,9 @@ fn one_run(
             elapsed_ns: t0.elapsed().as_nanos() as u64,
         });
         std::thread::sleep(Duration::from_millis(250));
+    }
+    if let Some(o) = observer {
+        rec.observe = Some(o.finish(dir));
     }
     drop(loads);
     for mut w in wan {

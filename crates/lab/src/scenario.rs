@@ -214,6 +214,9 @@ pub struct RunConfig {
     /// Report settings: which swept key is the x axis.
     #[serde(default)]
     pub report: ReportSpec,
+    /// Scheduler recording during each run (`ontime observe`).
+    #[serde(default)]
+    pub observe: ObserveSpec,
 }
 
 impl RunConfig {
@@ -229,6 +232,30 @@ impl RunConfig {
 
 fn one_u32() -> u32 {
     1
+}
+
+/// `[observe]`: which recorder watches the run's scheduler. "ontime" (the
+/// default) records tenants and the host I/O path with BPF and the report
+/// shows their per-window CPU, contention and host-path minimum; "perf" runs
+/// `perf sched record -a` instead (the overhead benchmark's peer); "off"
+/// records nothing.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ObserveSpec {
+    #[serde(default = "default_recorder")]
+    pub recorder: String,
+}
+
+fn default_recorder() -> String {
+    "ontime".into()
+}
+
+impl Default for ObserveSpec {
+    fn default() -> Self {
+        ObserveSpec {
+            recorder: default_recorder(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Default)]
@@ -416,6 +443,12 @@ fn validate(c: &RunConfig) -> Result<()> {
         .map_err(|e| anyhow!("host.relay_policy: {e}"))?;
     if let Some(a) = &c.host.relay_affinity {
         parse_cpu_list(a).map_err(|e| anyhow!("host.relay_affinity: {e}"))?;
+    }
+    if !["ontime", "perf", "off"].contains(&c.observe.recorder.as_str()) {
+        bail!(
+            "observe.recorder = \"{}\": must be ontime, perf or off",
+            c.observe.recorder
+        );
     }
     if let Some(cs) = &t.cpuset {
         let cpus = parse_cpu_list(cs).map_err(|e| anyhow!("tenant.cpuset: {e}"))?;

@@ -1,0 +1,298 @@
+//! The scheduler recorder of a run: `ontime observe` on the tenants'
+//! cgroups and the host I/O path (or `perf sched record`, the peer in the
+//! overhead benchmark), plus the host's busy CPU over the run.
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use ontime_core::time::MonoNs;
+use ontime_observe::analyze::AnalysisOptions;
+use ontime_observe::recorder::{record, NoSink, RecordOptions, RecordSummary};
+use ontime_observe::recording::Recording;
+use ontime_observe::targets::{CgroupRoot, TargetGroup, Targets, DEFAULT_HOST_IO};
+use serde::Serialize;
+
+use crate::names;
+use crate::sandbox::Lab;
+
+/// Windows of the per-run analysis; the series kept is the 100 ms one.
+pub const WINDOWS: [u64; 4] = [1_000_000, 10_000_000, 100_000_000, 1_000_000_000];
+const SERIES_WINDOW: u64 = 100_000_000;
+
+/// What the run's recorder did and cost.
+#[derive(Debug, Default, Serialize)]
+pub struct ObserveOutcome {
+    /// "ontime", "perf" or "off".
+    pub recorder: String,
+    /// The recording (ontime: observe.otrec) and the analysis (observe.json).
+    pub file: Option<String>,
+    pub analysis: Option<String>,
+    pub span_ns: u64,
+    /// Recorder CPU: ontime's reader thread + its BPF programs; perf's
+    /// process (user + system).
+    pub cpu_ns: Option<u64>,
+    /// cpu_ns as % of one core over the span.
+    pub overhead_pct: Option<f64>,
+    pub events: Option<u64>,
+    pub lost: Option<u64>,
+    /// Bytes written by the recorder.
+    pub bytes: Option<u64>,
+    /// All CPUs' busy time over the span, % of one core (from /proc/stat).
+    pub host_busy_pct: Option<f64>,
+    pub error: Option<String>,
+}
+
+/// Stops the recorder if a run fails before `finish`.
+pub struct StopOnDrop(Arc<AtomicBool>);
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Ends perf if a run fails before `finish` (pid 0 = already reaped).
+pub struct KillOnDrop(i32);
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if self.0 > 0 {
+            // SAFETY: our own child, not yet reaped.
+            unsafe {
+                libc::kill(self.0, libc::SIGINT);
+                libc::waitpid(self.0, std::ptr::null_mut(), 0);
+            }
+        }
+    }
+}
+
+pub enum Observer {
+    Ontime {
+        stop: StopOnDrop,
+        handle: JoinHandle<Result<RecordSummary>>,
+        busy0: Option<u64>,
+        t0: MonoNs,
+    },
+    Perf {
+        pid: KillOnDrop,
+        busy0: Option<u64>,
+        t0: MonoNs,
+    },
+    Off {
+        busy0: Option<u64>,
+        t0: MonoNs,
+    },
+}
+
+/// Busy (non-idle, non-iowait) time of all CPUs, ns.
+fn host_busy_ns() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?;
+    let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    // user nice system idle iowait irq softirq steal
+    let busy: u64 = v
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4 && *i < 8)
+        .map(|(_, x)| x)
+        .sum();
+    Some(busy * 1_000_000_000 / tick)
+}
+
+/// Starts the recorder chosen by `observe.recorder` once the lab, its relay
+/// and gateway exist and before loads and probes start.
+pub fn start(recorder: &str, lab: &Lab, dir: &Path) -> Result<Observer> {
+    let busy0 = host_busy_ns();
+    match recorder {
+        "off" => Ok(Observer::Off {
+            busy0,
+            t0: MonoNs::now(),
+        }),
+        "perf" => {
+            let child = std::process::Command::new("perf")
+                .args(["sched", "record", "-a", "-q", "-o"])
+                .arg(dir.join("perf.data"))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::fs::File::create(dir.join("perf.err"))?)
+                .spawn()
+                .context("cannot start perf (observe.recorder = \"perf\"; scripts/setup.sh installs linux-perf)")?;
+            // perf needs a moment to open its events on every CPU.
+            std::thread::sleep(Duration::from_millis(500));
+            Ok(Observer::Perf {
+                pid: KillOnDrop(child.id() as i32),
+                busy0,
+                t0: MonoNs::now(),
+            })
+        }
+        _ => {
+            let root = CgroupRoot::detect()?;
+            let groups = lab
+                .tenants
+                .iter()
+                .filter(|t| t.cgroup.is_some())
+                .map(|t| -> Result<TargetGroup> {
+                    let path = root.resolve(&names::tenant_cgroup(t.index))?;
+                    Ok(TargetGroup {
+                        name: format!("t{}", t.index),
+                        source: vec![format!("cgroup {}", path.display())],
+                        cgroups: vec![path],
+                        pids: vec![],
+                        vcpu_names: true,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let opts = RecordOptions {
+                targets: Targets {
+                    groups,
+                    everything: false,
+                    host_io: DEFAULT_HOST_IO.iter().map(|s| s.to_string()).collect(),
+                },
+                output: Some(dir.join("observe.otrec")),
+                drain_every: Duration::from_millis(100),
+                measure_overhead: true,
+            };
+            let stop = Arc::new(AtomicBool::new(false));
+            let (tx, rx) = std::sync::mpsc::channel();
+            let stop2 = stop.clone();
+            let handle = std::thread::Builder::new().name("observe".into()).spawn(move || {
+                let r = record(&opts, &stop2, None, &mut NoSink, &mut |_| {
+                    let _ = tx.send(());
+                });
+                r
+            })?;
+            match rx.recv_timeout(Duration::from_secs(20)) {
+                Ok(()) => Ok(Observer::Ontime {
+                    stop: StopOnDrop(stop),
+                    handle,
+                    busy0,
+                    t0: MonoNs::now(),
+                }),
+                Err(_) => {
+                    stop.store(true, Ordering::Relaxed);
+                    let err = match handle.join() {
+                        Ok(Err(e)) => format!("{e:#}"),
+                        _ => "the recorder did not start within 20 s".into(),
+                    };
+                    anyhow::bail!("{err}")
+                }
+            }
+        }
+    }
+}
+
+impl Observer {
+    /// Stops recording; analyses an ontime recording into observe.json.
+    pub fn finish(self, dir: &Path) -> ObserveOutcome {
+        let busy = |busy0: Option<u64>, t0: MonoNs| {
+            let span = MonoNs::now().since(t0).max(1);
+            let pct = match (busy0, host_busy_ns()) {
+                (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 * 100.0 / span as f64),
+                _ => None,
+            };
+            (span, pct)
+        };
+        match self {
+            Observer::Off { busy0, t0 } => {
+                let (span_ns, host_busy_pct) = busy(busy0, t0);
+                ObserveOutcome {
+                    recorder: "off".into(),
+                    span_ns,
+                    host_busy_pct,
+                    ..Default::default()
+                }
+            }
+            Observer::Perf {
+                pid: mut guard,
+                busy0,
+                t0,
+            } => {
+                let (span_ns, host_busy_pct) = busy(busy0, t0);
+                let pid = guard.0;
+                guard.0 = 0;
+                // SAFETY: our own child; wait4 reaps it and reports its CPU.
+                unsafe { libc::kill(pid, libc::SIGINT) };
+                let mut status = 0;
+                let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+                unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+                let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+                let cpu = tv(ru.ru_utime) + tv(ru.ru_stime);
+                let data = dir.join("perf.data");
+                let bytes = std::fs::metadata(&data).map(|m| m.len()).ok();
+                // The data is only the peer's cost; it is not analysed.
+                let _ = std::fs::remove_file(&data);
+                ObserveOutcome {
+                    recorder: "perf".into(),
+                    span_ns,
+                    cpu_ns: Some(cpu),
+                    overhead_pct: Some(cpu as f64 * 100.0 / span_ns as f64),
+                    bytes,
+                    host_busy_pct,
+                    ..Default::default()
+                }
+            }
+            Observer::Ontime {
+                stop,
+                handle,
+                busy0,
+                t0,
+            } => {
+                let (span_ns, host_busy_pct) = busy(busy0, t0);
+                stop.0.store(true, Ordering::Relaxed);
+                let mut out = ObserveOutcome {
+                    recorder: "ontime".into(),
+                    span_ns,
+                    host_busy_pct,
+                    ..Default::default()
+                };
+                let summary = match handle.join() {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) => {
+                        out.error = Some(format!("{e:#}"));
+                        return out;
+                    }
+                    Err(_) => {
+                        out.error = Some("the recorder thread panicked".into());
+                        return out;
+                    }
+                };
+                let file = dir.join("observe.otrec");
+                out.file = Some("observe.otrec".into());
+                out.cpu_ns = Some(summary.reader_cpu_ns + summary.bpf_run_ns.unwrap_or(0));
+                out.overhead_pct = Some(summary.overhead_pct());
+                out.events = Some(summary.events);
+                out.lost = Some(summary.lost);
+                out.bytes = std::fs::metadata(&file).map(|m| m.len()).ok();
+                match analyse(&file, dir) {
+                    Ok(()) => out.analysis = Some("observe.json".into()),
+                    Err(e) => out.error = Some(format!("analysis: {e:#}")),
+                }
+                out
+            }
+        }
+    }
+}
+
+fn analyse(file: &Path, dir: &Path) -> Result<()> {
+    let rec = Recording::read(file)?;
+    let mut a = ontime_observe::report::analyze(
+        &rec,
+        &AnalysisOptions {
+            windows: WINDOWS.to_vec(),
+            series: true,
+        },
+    );
+    for g in &mut a.groups {
+        for u in &mut g.usage {
+            if u.window_ns != SERIES_WINDOW {
+                u.series = None;
+            }
+        }
+    }
+    let tmp = dir.join("observe.json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec(&a)?)?;
+    std::fs::rename(&tmp, dir.join("observe.json"))?;
+    std::fs::write(dir.join("observe.txt"), ontime_observe::report::text(&a, true))?;
+    Ok(())
+}
