@@ -157,10 +157,9 @@ pub fn start(recorder: &str, lab: &Lab, dir: &Path) -> Result<Observer> {
             let (tx, rx) = std::sync::mpsc::channel();
             let stop2 = stop.clone();
             let handle = std::thread::Builder::new().name("observe".into()).spawn(move || {
-                let r = record(&opts, &stop2, None, &mut NoSink, &mut |_| {
+                record(&opts, &stop2, None, &mut NoSink, &mut |_| {
                     let _ = tx.send(());
-                });
-                r
+                })
             })?;
             match rx.recv_timeout(Duration::from_secs(20)) {
                 Ok(()) => Ok(Observer::Ontime {

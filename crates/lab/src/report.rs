@@ -497,7 +497,7 @@ fn observe_section(dir: &Path, runs: &[RunView], out: &Path) -> Result<(String, 
             o["overhead_pct"].as_f64().map(|v| format!("{v:.2}%")).unwrap_or_else(|| "-".into()),
         );
         let err = r.pooled.max();
-        if worst.as_ref().map_or(true, |(e, _, _)| err > *e) {
+        if worst.as_ref().is_none_or(|(e, _, _)| err > *e) {
             worst = Some((err, r, a));
         }
     }
