@@ -23,8 +23,6 @@ use std::path::{Path, PathBuf};
 /// Swept (key, value) pairs of a run.
 type Vars = Vec<(String, String)>;
 
-const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
-
 /// One run as read back from disk.
 struct RunView {
     name: String,
@@ -226,18 +224,9 @@ where
     Ok(())
 }
 
-fn register_font() -> Result<()> {
-    let bytes = std::fs::read(FONT)
-        .with_context(|| format!("cannot read {FONT}: install fonts-dejavu-core (scripts/setup.sh does)"))?;
-    let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-    plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
-        .map_err(|_| anyhow::anyhow!("{FONT} is not a usable font"))?;
-    Ok(())
-}
-
 /// Writes `report.html` and PNGs into `out` (default `DIR/report`).
 pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
-    register_font()?;
+    ontime_observe::plots::register_font()?;
     let runs = load_runs(dir)?;
     anyhow::ensure!(
         !runs.is_empty(),
