@@ -6,7 +6,7 @@ use crate::usage;
 use clap::{Args, Subcommand};
 use ontime_core::duration::{format_ns, parse_ns};
 use ontime_observe::analyze::AnalysisOptions;
-use ontime_observe::recorder::{self, NoSink, RecordOptions};
+use ontime_observe::recorder::{self, Mechanism, NoSink, RecordOptions};
 use ontime_observe::recording::Recording;
 use ontime_observe::targets::{self, CgroupRoot, TargetGroup, Targets, DEFAULT_HOST_IO};
 use std::path::PathBuf;
@@ -146,6 +146,10 @@ struct RecordArgs {
     /// shows the reader's CPU only)
     #[arg(long)]
     no_overhead_stats: bool,
+    /// How events leave the kernel: bpf (filtered in the kernel, cheapest),
+    /// perf (perf tracepoints, every event copied out), or auto (bpf, then perf)
+    #[arg(long, default_value = "auto")]
+    mechanism: Mechanism,
     /// Print the summary as JSON
     #[arg(long)]
     json: bool,
@@ -201,6 +205,7 @@ fn record(a: RecordArgs) -> anyhow::Result<()> {
         output: Some(a.output.clone()),
         drain_every: Duration::from_nanos(a.drain_every),
         measure_overhead: !a.no_overhead_stats,
+        mechanism: a.mechanism,
     };
     let names: Vec<&str> = targets.groups.iter().map(|g| g.name.as_str()).collect();
     let summary = recorder::record(
@@ -230,15 +235,21 @@ fn record(a: RecordArgs) -> anyhow::Result<()> {
     );
     let summary = summary?;
     let text = format!(
-        "recorded {} events in {} ({} lost) to {}\nrecorder cost: {:.3}% of one core (reader {} + BPF {}{})\n",
+        "recorded {} events in {} ({} lost) with {} to {}\nrecorder cost: {:.3}% of one core (reader {} + kernel probes {}{})\n{}",
         summary.events,
         format_ns(summary.end_ns - summary.start_ns),
         summary.lost,
+        summary.mechanism,
         a.output.display(),
         summary.overhead_pct(),
         format_ns(summary.reader_cpu_ns),
         summary.bpf_run_ns.map(format_ns).unwrap_or_else(|| "n/a".into()),
         summary.bpf_runs.map(|n| format!(" in {n} runs")).unwrap_or_default(),
+        summary
+            .unavailable
+            .iter()
+            .map(|u| format!("not recorded: {u}\n"))
+            .collect::<String>(),
     );
     output::emit(&summary, &text, a.json, None)
 }

@@ -9,7 +9,7 @@ use ontime_core::duration::{format_ns, parse_ns};
 use ontime_core::time::MonoNs;
 use ontime_observe::analyze::{AnalysisOptions, Analyzer, GroupReport};
 use ontime_observe::event::Event;
-use ontime_observe::recorder::{self, groups_of, RecordOptions, Sink, ThreadTable};
+use ontime_observe::recorder::{self, groups_of, Mechanism, RecordOptions, Sink, ThreadTable};
 use ontime_observe::recording::{Group, GroupKind};
 use ontime_observe::targets::is_vcpu_name;
 use std::collections::{HashMap, HashSet};
@@ -40,6 +40,9 @@ pub struct TopArgs {
     /// Plain text, one table per refresh, no screen clearing
     #[arg(long)]
     plain: bool,
+    /// How events leave the kernel: auto, bpf or perf (see `observe record --help`)
+    #[arg(long, default_value = "auto")]
+    mechanism: Mechanism,
 }
 
 /// Totals since start, for Prometheus counters.
@@ -334,6 +337,7 @@ pub fn run(a: TopArgs) -> anyhow::Result<()> {
         output: None,
         drain_every: Duration::from_millis(100),
         measure_overhead: false,
+        mechanism: a.mechanism,
     };
     let start = MonoNs::now().0;
     let mut live = Live {

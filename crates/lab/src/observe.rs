@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use ontime_core::time::MonoNs;
 use ontime_observe::analyze::AnalysisOptions;
-use ontime_observe::recorder::{record, NoSink, RecordOptions, RecordSummary};
+use ontime_observe::recorder::{record, Mechanism, NoSink, RecordOptions, RecordSummary};
 use ontime_observe::recording::Recording;
 use ontime_observe::targets::{CgroupRoot, TargetGroup, Targets, DEFAULT_HOST_IO};
 use serde::Serialize;
@@ -152,6 +152,7 @@ pub fn start(recorder: &str, lab: &Lab, dir: &Path) -> Result<Observer> {
                 output: Some(dir.join("observe.otrec")),
                 drain_every: Duration::from_millis(100),
                 measure_overhead: true,
+                mechanism: Mechanism::Auto,
             };
             let stop = Arc::new(AtomicBool::new(false));
             let (tx, rx) = std::sync::mpsc::channel();

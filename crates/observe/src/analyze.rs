@@ -254,6 +254,13 @@ pub struct Analyzer {
     pub disorder: u64,
     /// A thread left a CPU we did not see it take (an event went missing).
     pub anomalies: u64,
+    /// Switches in whose switch-out never came: another task left that CPU
+    /// next. Seen on paravirtualised kernels, where some threads are
+    /// switched in and leave through a path without the tracepoint.
+    pub vanished: u64,
+    /// CPU time credited to such threads between their switch-in and the
+    /// next switch on that CPU: an upper bound of the error they cause.
+    pub vanished_ns: u64,
 }
 
 impl Analyzer {
@@ -284,6 +291,8 @@ impl Analyzer {
             events: 0,
             disorder: 0,
             anomalies: 0,
+            vanished: 0,
+            vanished_ns: 0,
         };
         for g in groups {
             let entity = a.new_entity();
@@ -442,6 +451,19 @@ impl Analyzer {
             self.cpus_unseen = self.cpus_unseen.saturating_sub(1);
         }
         self.charge(cpu, t);
+        if let Some(occ) = self.running_on[cpu].filter(|&o| o != prev) {
+            // The thread we saw switched in here is not the one leaving: its
+            // switch-out never came. It left at some point since its
+            // switch-in; close it now, at the first evidence, so the error
+            // stays within this span instead of running on to its next
+            // appearance, and report the span.
+            if self.threads.get(&occ).is_some_and(|th| th.st == St::Running) {
+                self.vanished += 1;
+                self.vanished_ns += t.saturating_sub(self.last_switch[cpu]);
+                self.credit_running(occ, t);
+                self.transition(occ, t, St::Sleeping, cpu);
+            }
+        }
         self.occupant[cpu] = next;
         self.running_on[cpu] = None;
         if self.threads.contains_key(&prev) {
@@ -854,4 +876,74 @@ pub struct GroupReport {
     pub contention: Contention,
     pub preemptors: Vec<Preemptor>,
     pub threads: Vec<ThreadReport>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recording::{Group, GroupKind};
+
+    fn switch(ts: u64, cpu: u16, prev: u32, next: u32, flags: u8) -> Event {
+        Event {
+            ts,
+            a: prev,
+            b: next,
+            c: 0,
+            cpu,
+            kind: kind::SWITCH,
+            flags,
+        }
+    }
+
+    fn analyzer() -> Analyzer {
+        let groups = [Group {
+            name: "t".into(),
+            kind: GroupKind::Tenant,
+            source: vec![],
+            vcpu_names: false,
+        }];
+        let mut a = Analyzer::new(
+            0,
+            1,
+            &groups,
+            &AnalysisOptions {
+                windows: vec![1_000_000],
+                series: false,
+            },
+        );
+        a.set_thread(10, 0, true);
+        a
+    }
+
+    #[test]
+    fn a_running_thread_is_credited_until_it_switches_out() {
+        let mut a = analyzer();
+        a.feed(&switch(1_000_000, 0, 0, 10, 0));
+        a.feed(&switch(4_000_000, 0, 10, 0, F_PREV_RUNNABLE));
+        a.feed(&switch(6_000_000, 0, 0, 10, 0));
+        a.feed(&switch(7_000_000, 0, 10, 0, 0));
+        a.finish(10_000_000);
+        let g = &a.report(&|t| t.to_string())[0];
+        assert_eq!(g.on_cpu_ns, 4_000_000);
+        assert_eq!(g.run_delay_ns, 2_000_000);
+        assert_eq!(a.vanished, 0);
+    }
+
+    #[test]
+    fn a_switch_out_that_never_came_is_closed_at_the_next_switch_on_that_cpu() {
+        let mut a = analyzer();
+        a.feed(&switch(1_000_000, 0, 0, 10, 0));
+        // The idle task leaves CPU 0: thread 10 must have left it before.
+        a.feed(&switch(3_000_000, 0, 0, 20, 0));
+        a.feed(&switch(3_500_000, 0, 20, 0, 0));
+        // Seen again two seconds later.
+        a.feed(&switch(2_000_000_000, 0, 0, 10, 0));
+        a.feed(&switch(2_001_000_000, 0, 10, 0, 0));
+        a.finish(2_002_000_000);
+        let g = &a.report(&|t| t.to_string())[0];
+        assert_eq!(a.vanished, 1);
+        assert_eq!(a.vanished_ns, 2_000_000);
+        // At most the span to the next switch, not the two seconds.
+        assert_eq!(g.on_cpu_ns, 2_000_000 + 1_000_000);
+    }
 }

@@ -6,7 +6,9 @@ pub mod skel {
 }
 
 pub mod analyze;
+mod bpf;
 pub mod event;
+mod perf;
 pub mod plots;
 pub mod recorder;
 pub mod recording;

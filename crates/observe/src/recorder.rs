@@ -1,23 +1,44 @@
 //! Loads the BPF scheduler probes, drains their ring on a timer and streams
 //! the events to a recording and/or a live consumer.
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
-use std::rc::Rc;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
-use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
+use anyhow::Result;
 use ontime_core::time::{realtime_ns, MonoNs};
 
-use crate::event::{kind, Event, COMM_EVENT_SIZE};
+use crate::bpf::BpfSource;
+use crate::event::{kind, Event};
+use crate::perf::PerfSource;
 use crate::recording::{End, Group, GroupKind, Meta, ThreadInfo, Writer};
-use crate::skel::SchedSkelBuilder;
 use crate::targets::{self, CgroupRoot, Targets};
+
+/// How scheduler events are taken from the kernel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mechanism {
+    /// BPF where it loads, perf tracepoints otherwise.
+    #[default]
+    Auto,
+    /// BPF programs on BTF tracepoints: filtered in the kernel, cheapest.
+    Bpf,
+    /// perf_event_open on the same tracepoints, every event copied to user
+    /// space and filtered there; for kernels or rights without BPF.
+    Perf,
+}
+
+impl std::str::FromStr for Mechanism {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Mechanism::Auto),
+            "bpf" => Ok(Mechanism::Bpf),
+            "perf" => Ok(Mechanism::Perf),
+            other => Err(format!("unknown mechanism {other:?}; use auto, bpf or perf")),
+        }
+    }
+}
 
 #[derive(Clone, Debug)]
 pub struct RecordOptions {
@@ -30,6 +51,7 @@ pub struct RecordOptions {
     /// Enable the kernel's BPF run-time statistics so the summary can say
     /// what the probes cost in the kernel (adds two clock reads per event).
     pub measure_overhead: bool,
+    pub mechanism: Mechanism,
 }
 
 impl Default for RecordOptions {
@@ -39,6 +61,7 @@ impl Default for RecordOptions {
             output: None,
             drain_every: Duration::from_millis(100),
             measure_overhead: true,
+            mechanism: Mechanism::Auto,
         }
     }
 }
@@ -48,6 +71,9 @@ impl Default for RecordOptions {
 pub struct RecordSummary {
     pub start_ns: u64,
     pub end_ns: u64,
+    /// "bpf" or "perf".
+    #[serde(default)]
+    pub mechanism: String,
     pub events: u64,
     pub lost: u64,
     /// CPU time of the draining thread (user + system).
@@ -128,8 +154,67 @@ pub fn groups_of(targets: &Targets) -> Vec<Group> {
     groups
 }
 
-/// Events and (tid, comm) pairs copied out of the ring by its callback.
-type Staged = (Vec<Event>, Vec<(u32, String)>);
+/// What the kernel side of a recording cost, read when it ends.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SourceCost {
+    pub kernel_run_ns: Option<u64>,
+    pub kernel_runs: Option<u64>,
+    /// Events the kernel dropped without counting them as ring loss.
+    pub extra_lost: u64,
+}
+
+/// Where scheduler events come from: BPF programs, or perf tracepoint
+/// sampling where BPF cannot load.
+pub(crate) trait EventSource {
+    fn mechanism(&self) -> &'static str;
+    fn attach(&mut self) -> Result<()>;
+    /// Waits at most `timeout` for the kernel to report a filling buffer.
+    fn wait(&mut self, timeout: Duration);
+    /// Appends what the kernel delivered, in time order, and the comms
+    /// carried by forks and execs. After `detach`, returns everything left.
+    fn drain(&mut self, out: &mut Vec<Event>, comms: &mut Vec<(u32, String)>) -> Result<()>;
+    fn detach(&mut self);
+    /// The group of a tracked thread.
+    fn group_of(&mut self, tid: u32) -> Option<u32>;
+    /// Tracks `tid` from now on (wake-ups and migrations included).
+    fn track(&mut self, tid: u32, group: u32);
+    /// Picks up target cgroups created since the last call.
+    fn rescan(&mut self) -> Result<()>;
+    fn lost(&mut self) -> u64;
+    fn cost(&mut self) -> SourceCost;
+}
+
+/// Opens the event source `opts.mechanism` asks for; with `Auto`, BPF and
+/// then perf tracepoints, noting in `unavailable` why BPF was passed over.
+fn open_source<'obj>(
+    opts: &RecordOptions,
+    object: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+    cgroup_root: Option<&CgroupRoot>,
+    unavailable: &mut Vec<String>,
+) -> Result<Box<dyn EventSource + 'obj>> {
+    let targets = &opts.targets;
+    let bpf = |object, unavailable: &mut Vec<String>| {
+        BpfSource::open(object, targets, cgroup_root, opts.measure_overhead, unavailable)
+    };
+    let perf = |unavailable: &mut Vec<String>| PerfSource::open(targets, cgroup_root, unavailable);
+    Ok(match opts.mechanism {
+        Mechanism::Bpf => Box::new(bpf(object, unavailable)?),
+        Mechanism::Perf => Box::new(perf(unavailable)?),
+        Mechanism::Auto => match bpf(object, unavailable) {
+            Ok(s) => Box::new(s),
+            Err(bpf_error) => {
+                let why = format!("{bpf_error:#}");
+                let s = perf(unavailable).map_err(|perf_error| {
+                    anyhow::anyhow!(
+                        "no way to record scheduler events here. BPF: {why}. perf tracepoints: {perf_error:#}"
+                    )
+                })?;
+                unavailable.push(format!("BPF recorder ({why}); used perf tracepoints instead"));
+                Box::new(s)
+            }
+        },
+    })
+}
 
 /// Records until `stop` is set or `duration` has passed since attaching.
 /// `ready` is called once the probes are attached.
@@ -146,81 +231,18 @@ pub fn record(
     if needs_cgroups && cgroup_root.is_none() {
         CgroupRoot::detect()?;
     }
-    let v1 = cgroup_root.as_ref().map(|r| r.v1).unwrap_or(false);
     let mut unavailable = Vec::new();
-
-    let kvm = Path::new("/sys/kernel/btf/kvm").exists();
-    if !kvm {
-        unavailable.push("kvm_entry/kvm_exit (kvm module not loaded)".to_string());
-    }
     let mut object = MaybeUninit::uninit();
-    let mut open = SchedSkelBuilder::default()
-        .open(&mut object)
-        .context("opening the BPF scheduler probes failed")?;
-    if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
-        ro.track_all = targets.everything;
-        ro.cgroup_v1 = v1;
-        // Half the ring: wake the reader early only under a burst.
-        ro.wakeup_threshold = 8 << 20;
-    }
-    if !kvm {
-        open.progs.on_kvm_entry.set_autoload(false);
-        open.progs.on_kvm_exit.set_autoload(false);
-    }
-    let mut skel = open.load().map_err(|e| {
-        anyhow::anyhow!(
-            "loading the BPF scheduler probes failed: {e}. They need root (CAP_BPF and CAP_PERFMON) and a kernel with BTF (/sys/kernel/btf/vmlinux)"
-        )
-    })?;
-
+    let mut source = open_source(opts, &mut object, cgroup_root.as_ref(), &mut unavailable)?;
     let host_io_group = targets.groups.len() as u32;
-    let mut cgroup_ids: HashMap<u64, u32> = HashMap::new();
-    let add_cgroups = |skel_map: &libbpf_rs::MapMut, ids: &mut HashMap<u64, u32>| -> Result<()> {
-        for (gi, g) in targets.groups.iter().enumerate() {
-            for cg in &g.cgroups {
-                for dir in targets::cgroup_tree(cg) {
-                    let Ok(id) = targets::cgroup_id(&dir) else { continue };
-                    if ids.insert(id, gi as u32).is_none() {
-                        skel_map
-                            .update(&id.to_ne_bytes(), &(gi as u32).to_ne_bytes(), MapFlags::ANY)
-                            .context("adding a cgroup to the BPF filter")?;
-                    }
-                }
-            }
-        }
-        Ok(())
-    };
-    add_cgroups(&skel.maps.tracked_cgroups, &mut cgroup_ids)?;
-    for (gi, g) in targets.groups.iter().enumerate() {
-        for &pid in &g.pids {
-            for tid in targets::threads_of(pid)? {
-                skel.maps
-                    .tracked_tids
-                    .update(&tid.to_ne_bytes(), &(gi as u32).to_ne_bytes(), MapFlags::ANY)
-                    .context("adding a thread to the BPF filter")?;
-            }
-        }
-    }
 
-    let stats_fd = if opts.measure_overhead {
-        // SAFETY: plain syscall wrapper; a non-negative result is an fd we own.
-        let fd = unsafe { libbpf_sys::bpf_enable_stats(libbpf_sys::BPF_STATS_RUN_TIME) };
-        (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
-    } else {
-        None
-    };
-    if opts.measure_overhead && stats_fd.is_none() {
-        unavailable.push("BPF run-time statistics".to_string());
-    }
-    let bpf_before = bpf_run_time(&skel);
-    skel.attach()
-        .context("attaching the BPF scheduler probes to the sched tracepoints failed")?;
+    source.attach()?;
     let start = MonoNs::now();
     let until = duration.map(|d| start.add_ns(d.as_nanos() as u64));
 
     let meta = Meta {
         version: 1,
-        mechanism: "bpf".into(),
+        mechanism: source.mechanism().into(),
         start_ns: start.0,
         start_realtime_ns: realtime_ns(),
         cpus: online_cpus(),
@@ -241,24 +263,6 @@ pub fn record(
         None => None,
     };
     let rusage_before = thread_cpu_ns();
-
-    let staged: Rc<RefCell<Staged>> = Rc::new(RefCell::new((Vec::with_capacity(1 << 16), Vec::new())));
-    let staged_cb = staged.clone();
-    let mut rb = RingBufferBuilder::new();
-    rb.add(&skel.maps.events, move |data: &[u8]| {
-        if let Some(e) = Event::from_bytes(data) {
-            let mut s = staged_cb.borrow_mut();
-            if data.len() >= COMM_EVENT_SIZE {
-                let tid = if e.kind == kind::FORK { e.b } else { e.a };
-                if let Some(comm) = Event::comm_from_bytes(data) {
-                    s.1.push((tid, comm));
-                }
-            }
-            s.0.push(e);
-        }
-        0
-    })?;
-    let rb = rb.build()?;
     ready(start.0);
 
     let mut threads = ThreadTable::default();
@@ -266,41 +270,32 @@ pub fn record(
     let mut events_total = 0u64;
     let mut lost = 0u64;
     let mut batch: Vec<Event> = Vec::with_capacity(1 << 16);
+    let mut comms: Vec<(u32, String)> = Vec::new();
     loop {
         let finishing = stop.load(Ordering::Relaxed) || until.is_some_and(|u| MonoNs::now() >= u);
         if finishing {
             // Detach first so nothing arrives after the last drain.
-            drop_links(&mut skel);
+            source.detach();
         } else {
             let wait = until
                 .map(|u| Duration::from_nanos(u.0.saturating_sub(MonoNs::now().0)))
                 .unwrap_or(opts.drain_every);
-            let _ = rb.poll(wait.min(opts.drain_every));
+            source.wait(wait.min(opts.drain_every));
         }
-        rb.consume().context("draining the BPF ring")?;
-        {
-            let mut s = staged.borrow_mut();
-            std::mem::swap(&mut batch, &mut s.0);
-            for (tid, comm) in s.1.drain(..) {
-                if let Some(t) = threads.infos.get(&tid).cloned() {
-                    threads.set(ThreadInfo { comm, ..t });
-                } else {
-                    threads.set(ThreadInfo {
-                        tid,
-                        tgid: 0,
-                        comm,
-                        group: None,
-                    });
-                }
+        source.drain(&mut batch, &mut comms)?;
+        for (tid, comm) in comms.drain(..) {
+            if let Some(t) = threads.infos.get(&tid).cloned() {
+                threads.set(ThreadInfo { comm, ..t });
+            } else {
+                threads.set(ThreadInfo {
+                    tid,
+                    tgid: 0,
+                    comm,
+                    group: None,
+                });
             }
         }
-        resolve_threads(
-            &batch,
-            &mut threads,
-            &skel.maps.tracked_tids,
-            host_io_group,
-            &targets.host_io,
-        );
+        resolve_threads(&batch, &mut threads, source.as_mut(), host_io_group, &targets.host_io);
         if let Some(w) = writer.as_mut() {
             for e in &batch {
                 w.event(e)?;
@@ -320,15 +315,15 @@ pub fn record(
         }
         if now.since(last_rescan) >= 1_000_000_000 {
             last_rescan = now;
-            add_cgroups(&skel.maps.tracked_cgroups, &mut cgroup_ids)?;
-            regroup_from_map(&mut threads, &skel.maps.tracked_tids);
-            lost = read_lost(&skel.maps.lost);
+            source.rescan()?;
+            regroup(&mut threads, source.as_mut());
+            lost = source.lost();
         }
     }
     let end = MonoNs::now();
-    lost = lost.max(read_lost(&skel.maps.lost));
+    lost = lost.max(source.lost());
     // Names set after a thread's first event (pthread_setname_np) show now.
-    regroup_from_map(&mut threads, &skel.maps.tracked_tids);
+    regroup(&mut threads, source.as_mut());
     let tids: Vec<u32> = threads.infos.keys().copied().collect();
     for tid in tids {
         if let Some((comm, tgid)) = targets::thread_identity(tid) {
@@ -341,16 +336,8 @@ pub fn record(
         }
     }
     let reader_cpu_ns = thread_cpu_ns().saturating_sub(rusage_before);
-    let bpf_after = bpf_run_time(&skel);
-    // Runs the kernel skipped (a BPF program already active on that CPU)
-    // are events lost too.
-    if let (Some(b), Some(a)) = (bpf_before, bpf_after) {
-        lost += a.2.saturating_sub(b.2);
-    }
-    let (bpf_run_ns, bpf_runs) = match (stats_fd.is_some(), bpf_before, bpf_after) {
-        (true, Some(b), Some(a)) => (Some(a.0.saturating_sub(b.0)), Some(a.1.saturating_sub(b.1))),
-        _ => (None, None),
-    };
+    let cost = source.cost();
+    lost += cost.extra_lost;
     if let Some(mut w) = writer {
         w.threads(&threads.take_pending())?;
         w.finish(&End {
@@ -362,27 +349,15 @@ pub fn record(
     Ok(RecordSummary {
         start_ns: start.0,
         end_ns: end.0,
+        mechanism: source.mechanism().to_string(),
         events: events_total,
         lost,
         reader_cpu_ns,
-        bpf_run_ns,
-        bpf_runs,
+        bpf_run_ns: cost.kernel_run_ns,
+        bpf_runs: cost.kernel_runs,
         output: opts.output.clone(),
         unavailable,
     })
-}
-
-fn drop_links(skel: &mut crate::skel::SchedSkel) {
-    let l = &mut skel.links;
-    l.on_switch = None;
-    l.on_wakeup = None;
-    l.on_wakeup_new = None;
-    l.on_migrate = None;
-    l.on_fork = None;
-    l.on_exit = None;
-    l.on_exec = None;
-    l.on_kvm_entry = None;
-    l.on_kvm_exit = None;
 }
 
 fn host_io_match(comm: &str, patterns: &[String]) -> bool {
@@ -393,7 +368,7 @@ fn host_io_match(comm: &str, patterns: &[String]) -> bool {
 fn resolve_threads(
     batch: &[Event],
     threads: &mut ThreadTable,
-    tracked: &libbpf_rs::MapMut,
+    source: &mut dyn EventSource,
     host_io: u32,
     patterns: &[String],
 ) {
@@ -435,12 +410,12 @@ fn resolve_threads(
                 }
             }
             if info.group.is_none() {
-                info.group = lookup_group(tracked, tid);
+                info.group = source.group_of(tid);
             }
             if info.group.is_none() && host_io_match(&info.comm, patterns) {
                 info.group = Some(host_io);
                 // From now on its wake-ups are recorded too.
-                let _ = tracked.update(&tid.to_ne_bytes(), &host_io.to_ne_bytes(), MapFlags::ANY);
+                source.track(tid, host_io);
             }
             if info.tgid == 0 {
                 // Gone before we looked: keep the name, mark as resolved.
@@ -451,13 +426,8 @@ fn resolve_threads(
     }
 }
 
-fn lookup_group(tracked: &libbpf_rs::MapMut, tid: u32) -> Option<u32> {
-    let v = tracked.lookup(&tid.to_ne_bytes(), MapFlags::ANY).ok()??;
-    Some(u32::from_ne_bytes(v.get(..4)?.try_into().ok()?))
-}
-
-/// Threads the BPF side started tracking by cgroup after we first saw them.
-fn regroup_from_map(threads: &mut ThreadTable, tracked: &libbpf_rs::MapMut) {
+/// Threads the source started tracking by cgroup after we first saw them.
+fn regroup(threads: &mut ThreadTable, source: &mut dyn EventSource) {
     let ungrouped: Vec<u32> = threads
         .infos
         .values()
@@ -465,59 +435,12 @@ fn regroup_from_map(threads: &mut ThreadTable, tracked: &libbpf_rs::MapMut) {
         .map(|t| t.tid)
         .collect();
     for tid in ungrouped {
-        if let Some(g) = lookup_group(tracked, tid) {
+        if let Some(g) = source.group_of(tid) {
             if let Some(t) = threads.infos.get(&tid).cloned() {
                 threads.set(ThreadInfo { group: Some(g), ..t });
             }
         }
     }
-}
-
-fn read_lost(map: &libbpf_rs::MapMut) -> u64 {
-    map.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-        .ok()
-        .flatten()
-        .map(|per_cpu| {
-            per_cpu
-                .iter()
-                .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes))
-                .sum()
-        })
-        .unwrap_or(0)
-}
-
-/// (run_time_ns, run_cnt, recursion_misses) summed over the loaded programs.
-fn bpf_run_time(skel: &crate::skel::SchedSkel) -> Option<(u64, u64, u64)> {
-    let p = &skel.progs;
-    let progs = [
-        &p.on_switch,
-        &p.on_wakeup,
-        &p.on_wakeup_new,
-        &p.on_migrate,
-        &p.on_fork,
-        &p.on_exit,
-        &p.on_exec,
-        &p.on_kvm_entry,
-        &p.on_kvm_exit,
-    ];
-    let mut total = (0u64, 0u64, 0u64);
-    for prog in progs {
-        let fd = prog.as_fd().as_raw_fd();
-        if fd < 0 {
-            continue;
-        }
-        // SAFETY: bpf_prog_info is plain data; the kernel fills at most `len` bytes.
-        let mut info: libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
-        let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
-        if rc != 0 {
-            return None;
-        }
-        total.0 += info.run_time_ns;
-        total.1 += info.run_cnt;
-        total.2 += info.recursion_misses;
-    }
-    Some(total)
 }
 
 pub fn thread_cpu_ns() -> u64 {

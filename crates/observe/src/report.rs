@@ -120,6 +120,13 @@ pub fn analyze(rec: &Recording, opts: &AnalysisOptions) -> Analysis {
             a.anomalies
         ));
     }
+    if a.vanished > 0 {
+        notes.push(format!(
+            "{} switch-outs never reached the recorder (the kernel left no trace of them); up to {} of CPU time may be credited to the threads concerned",
+            a.vanished,
+            format_ns(a.vanished_ns)
+        ));
+    }
     if a.disorder > 0 {
         notes.push(format!("{} events arrived out of time order", a.disorder));
     }

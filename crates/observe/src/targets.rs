@@ -1,5 +1,6 @@
 //! What to observe: tenants as cgroups, processes or QEMU guests, the host
 //! I/O path by thread name, and how a thread is told to be a vCPU.
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -247,6 +248,41 @@ pub fn thread_identity(tid: u32) -> Option<(String, u32)> {
         .find_map(|l| l.strip_prefix("Tgid:"))
         .and_then(|v| v.trim().parse().ok())?;
     Some((comm.trim_end().to_string(), tgid))
+}
+
+/// Cgroups of the targets (and below them) not yet in `known`, with their
+/// group index; `known` is updated. Cgroups created after the start of a
+/// recording are found by calling this again.
+pub fn new_cgroup_ids(targets: &Targets, known: &mut HashMap<u64, u32>) -> Vec<(u64, u32)> {
+    let mut fresh = Vec::new();
+    for (gi, g) in targets.groups.iter().enumerate() {
+        for cg in &g.cgroups {
+            for dir in cgroup_tree(cg) {
+                let Ok(id) = cgroup_id(&dir) else { continue };
+                if known.insert(id, gi as u32).is_none() {
+                    fresh.push((id, gi as u32));
+                }
+            }
+        }
+    }
+    fresh
+}
+
+/// The id of the cgroup `tid` is in, in the hierarchy of `root`, read from
+/// `/proc/<tid>/cgroup`; None when the thread is gone.
+pub fn cgroup_of_thread(tid: u32, root: &CgroupRoot) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{tid}/cgroup")).ok()?;
+    let rel = text.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let ours = if root.v1 {
+            controllers.split(',').any(|c| c == "cpu")
+        } else {
+            controllers.is_empty()
+        };
+        ours.then_some(path)
+    })?;
+    cgroup_id(&root.path.join(rel.trim_start_matches('/'))).ok()
 }
 
 #[cfg(test)]

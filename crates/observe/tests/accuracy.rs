@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use ontime_observe::analyze::AnalysisOptions;
-use ontime_observe::recorder::{record, NoSink, RecordOptions};
+use ontime_observe::recorder::{record, Mechanism, NoSink, RecordOptions};
 use ontime_observe::recording::Recording;
 use ontime_observe::targets::{CgroupRoot, TargetGroup, Targets};
 
@@ -62,12 +62,31 @@ fn within(ours: u64, theirs: u64, rel: f64, what: &str) {
     );
 }
 
+/// The two mechanisms take turns: each workload must have the CPUs to itself.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
-fn on_cpu_and_run_delay_match_schedstat() {
+fn bpf_on_cpu_and_run_delay_match_schedstat() {
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("skipped: needs root (BPF and cgroups)");
         return;
     }
+    on_cpu_and_run_delay_match_schedstat(Mechanism::Bpf);
+}
+
+/// The fallback where BPF cannot load, forced here so it is tested on a
+/// kernel that has BPF too.
+#[test]
+fn perf_on_cpu_and_run_delay_match_schedstat() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (perf tracepoints and cgroups)");
+        return;
+    }
+    on_cpu_and_run_delay_match_schedstat(Mechanism::Perf);
+}
+
+fn on_cpu_and_run_delay_match_schedstat(mechanism: Mechanism) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let root = CgroupRoot::detect().expect("a cgroup hierarchy");
     let base = root.path.join(format!("ontime-test-observe-{}", std::process::id()));
     let mut w = Workload {
@@ -117,6 +136,7 @@ fn on_cpu_and_run_delay_match_schedstat() {
         output: Some(file.clone()),
         drain_every: Duration::from_millis(100),
         measure_overhead: false,
+        mechanism,
     };
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -135,12 +155,14 @@ fn on_cpu_and_run_delay_match_schedstat() {
         std::thread::sleep(Duration::from_millis(3200));
         signal_all(&w, libc::SIGSTOP);
         let summary = rec.join().expect("recorder thread").expect("recording works");
-        eprintln!("events {} lost {}", summary.events, summary.lost);
+        eprintln!("{mechanism:?}: events {} lost {}", summary.events, summary.lost);
+        assert_eq!(summary.lost, 0, "no events lost");
     });
     std::thread::sleep(Duration::from_millis(100));
     let after: Vec<(u64, u64)> = w.children.iter().map(|(_, c)| schedstat(c.id())).collect();
 
     let rec = Recording::read(&file).expect("read recording");
+    assert_eq!(rec.meta.mechanism, format!("{mechanism:?}").to_lowercase());
     let a = ontime_observe::report::analyze(
         &rec,
         &AnalysisOptions {
