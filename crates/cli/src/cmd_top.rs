@@ -98,6 +98,9 @@ impl Live {
                 .unwrap_or_else(|| format!("tid {tid}"))
         };
         let reports = self.analyzer.report(&name_of);
+        // The stretch actually covered, not the nominal interval: the first
+        // refresh and late drains differ from it.
+        let span = self.analyzer.stats_span_ns();
         self.analyzer.reset_stats();
         for g in &reports {
             let t = self.totals.entry(g.name.clone()).or_default();
@@ -106,7 +109,7 @@ impl Live {
             t.any += g.contention.any.count;
             t.partial += g.contention.partial.count;
             t.full += g.contention.full.count;
-            t.any_ns += g.contention.any.total_ns;
+            t.any_ns += g.contention.any_ns;
             for th in &g.threads {
                 let v = self
                     .vcpu_totals
@@ -116,7 +119,7 @@ impl Live {
                 v.1 += th.run_delay_ns;
             }
         }
-        let text = table(&reports, self.vcpus, self.interval);
+        let text = table(&reports, self.vcpus, span);
         if self.clear {
             print!("\x1b[H\x1b[2J");
         }
@@ -149,13 +152,9 @@ fn pct(v: f64) -> String {
     format!("{:.1}%", v)
 }
 
-fn table(reports: &[GroupReport], vcpus: bool, interval: u64) -> String {
+fn table(reports: &[GroupReport], vcpus: bool, span: u64) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "ontime observe top — last {} (100 ms windows)",
-        format_ns(interval)
-    );
+    let _ = writeln!(out, "ontime observe top — last {} (100 ms windows)", format_ns(span));
     let _ = writeln!(
         out,
         "{:<20} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9}",
@@ -163,7 +162,7 @@ fn table(reports: &[GroupReport], vcpus: bool, interval: u64) -> String {
     );
     for g in reports {
         let u = g.usage.first();
-        let span = interval.max(1) as f64;
+        let span = span.max(1) as f64;
         let _ = writeln!(
             out,
             "{:<20} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9}",
@@ -177,7 +176,7 @@ fn table(reports: &[GroupReport], vcpus: bool, interval: u64) -> String {
                 .unwrap_or_else(|| "-".into()),
             format!("{:.2}", g.on_cpu_ns as f64 / span),
             pct(g.steal_pct),
-            pct(g.contention.any.total_ns as f64 * 100.0 / span),
+            pct(g.contention.any_pct),
             g.contention.any.count,
             g.contention.any.max_ns.map(format_ns).unwrap_or_else(|| "-".into()),
         );

@@ -218,6 +218,9 @@ struct GroupState {
     full: LatencyHistogram,
     partial: LatencyHistogram,
     any: LatencyHistogram,
+    /// Time with any vCPU waiting since `stats_from`, episodes still open
+    /// not included.
+    any_ns: u64,
     hazard_ns: u64,
     on_cpu_ns: u64,
     wait_ns: u64,
@@ -249,6 +252,8 @@ pub struct Analyzer {
     cpus_unseen: usize,
     horizon: u64,
     last_ts: u64,
+    /// Where the statistics restarted (`reset_stats`), relative ns.
+    stats_from: u64,
     pub events: u64,
     /// Events out of time order by more than a tick (clock trouble).
     pub disorder: u64,
@@ -288,6 +293,7 @@ impl Analyzer {
             cpus_unseen: cpus.max(1),
             horizon: 0,
             last_ts: 0,
+            stats_from: 0,
             events: 0,
             disorder: 0,
             anomalies: 0,
@@ -309,6 +315,7 @@ impl Analyzer {
                 full: LatencyHistogram::new(),
                 partial: LatencyHistogram::new(),
                 any: LatencyHistogram::new(),
+                any_ns: 0,
                 hazard_ns: 0,
                 on_cpu_ns: 0,
                 wait_ns: 0,
@@ -577,6 +584,7 @@ impl Analyzer {
     }
 
     fn set_counts(&mut self, group: u32, t: u64, d_run: i32, d_wait: i32) {
+        let stats_from = self.stats_from;
         let g = &mut self.groups[group as usize];
         g.running = (g.running as i32 + d_run).max(0) as u32;
         g.waiting = (g.waiting as i32 + d_wait).max(0) as u32;
@@ -604,6 +612,7 @@ impl Analyzer {
             (None, true) => g.any_since = Some(t),
             (Some(s), false) => {
                 g.any.record(t.saturating_sub(s));
+                g.any_ns += t.saturating_sub(s.max(stats_from));
                 g.any_since = None;
             }
             _ => {}
@@ -638,6 +647,12 @@ impl Analyzer {
         self.last_ts = t;
     }
 
+    /// The stretch the statistics cover: since the start or the last
+    /// `reset_stats`, up to the last event or `advance`.
+    pub fn stats_span_ns(&self) -> u64 {
+        self.last_ts.saturating_sub(self.stats_from)
+    }
+
     /// Starts a new interval for the live view: totals, window statistics,
     /// episodes and preemptors restart; thread states carry on.
     pub fn reset_stats(&mut self) {
@@ -660,9 +675,11 @@ impl Analyzer {
             g.full.reset();
             g.partial.reset();
             g.any.reset();
+            g.any_ns = 0;
             g.hazard_ns = 0;
             g.preempted_by.clear();
         }
+        self.stats_from = self.last_ts;
         for th in self.threads.values_mut() {
             th.on_cpu_ns = 0;
             th.wait_ns = 0;
@@ -749,7 +766,9 @@ impl Analyzer {
                 .collect();
             preemptors.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.name.cmp(&b.name)));
             preemptors.truncate(10);
-            let live = self.last_ts.max(1);
+            let span = self.stats_span_ns().max(1);
+            let open = g.any_since.map(|s| self.last_ts.saturating_sub(s.max(self.stats_from)));
+            let any_ns = g.any_ns + open.unwrap_or(0);
             out.push(GroupReport {
                 name: g.group.name.clone(),
                 kind: g.group.kind,
@@ -768,7 +787,8 @@ impl Analyzer {
                     partial: Episodes::of(&g.partial),
                     full: Episodes::of(&g.full),
                     hazard_ns: g.hazard_ns,
-                    any_pct: g.any.inner().mean() * g.any.len() as f64 * 100.0 / live as f64,
+                    any_ns,
+                    any_pct: any_ns as f64 * 100.0 / span as f64,
                 },
                 preemptors,
                 threads,
@@ -833,7 +853,10 @@ pub struct Contention {
     pub full: Episodes,
     /// Time some vCPUs ran while others waited.
     pub hazard_ns: u64,
-    /// Share of the recording with any vCPU waiting, %.
+    /// Time with any vCPU waiting, an episode still open included.
+    #[serde(default)]
+    pub any_ns: u64,
+    /// `any_ns` as a share of the stretch reported, %.
     pub any_pct: f64,
 }
 
@@ -945,5 +968,28 @@ mod tests {
         assert_eq!(a.vanished_ns, 2_000_000);
         // At most the span to the next switch, not the two seconds.
         assert_eq!(g.on_cpu_ns, 2_000_000 + 1_000_000);
+    }
+
+    #[test]
+    fn an_episode_still_open_counts_in_each_live_interval() {
+        let mut a = analyzer();
+        a.feed(&switch(0, 0, 0, 20, 0));
+        a.feed(&Event {
+            ts: 1_000_000,
+            a: 10,
+            c: 0,
+            kind: kind::WAKEUP,
+            ..Event::default()
+        });
+        a.advance(10_000_000);
+        let g = &a.report(&|t| t.to_string())[0];
+        assert_eq!(g.contention.any_ns, 9_000_000);
+        assert_eq!(g.contention.any.count, 0, "no episode has ended");
+        a.reset_stats();
+        a.advance(20_000_000);
+        assert_eq!(a.stats_span_ns(), 10_000_000);
+        let g = &a.report(&|t| t.to_string())[0];
+        assert_eq!(g.contention.any_ns, 10_000_000);
+        assert!((g.contention.any_pct - 100.0).abs() < 1e-9);
     }
 }
