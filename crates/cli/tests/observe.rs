@@ -1,0 +1,248 @@
+//! End-to-end tests of `ontime observe` through the binary: bad input, and
+//! (as root) record → report with both mechanisms and the live view with
+//! its Prometheus endpoint, on a busy workload of three loops on this
+//! host's CPUs. The workload runs in its own process group, killed on drop.
+
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+fn ontime() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ontime"))
+}
+
+fn is_root() -> bool {
+    // SAFETY: no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The root tests take turns: each workload needs the CPUs to itself.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Three busy loops under one shell, killed as a group on drop.
+struct Busy(Child);
+
+impl Busy {
+    fn start() -> Busy {
+        let child = Command::new("sh")
+            .args(["-c", "for i in 1 2 3; do (while :; do :; done) & done; wait"])
+            .process_group(0)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn sh");
+        // Let the loops fork before the recorder lists the descendants.
+        std::thread::sleep(Duration::from_millis(300));
+        Busy(child)
+    }
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        // SAFETY: signalling the process group we created.
+        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
+        let _ = self.0.wait();
+    }
+}
+
+fn run(args: &[&str]) -> Output {
+    ontime().args(args).output().expect("run ontime")
+}
+
+fn json(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "ontime failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
+#[test]
+fn bad_input_exits_2_with_a_reason() {
+    let cases: &[&[&str]] = &[
+        &["observe", "record", "--drain-every", "10us", "--all"],
+        &["observe", "record", "--mechanism", "dtrace", "--all"],
+        &["observe", "record", "--all", "-o", "/nonexistent/dir/x.otrec"],
+        &["observe", "report", "/nonexistent.otrec"],
+        &["observe", "report", "-w", "10us", "/nonexistent.otrec"],
+        &["observe", "top", "--interval", "10ms", "--all"],
+        &["observe", "record", "--pid", "notapid"],
+    ];
+    for args in cases {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?} should be a usage error");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.trim().is_empty(), "{args:?} says why");
+        assert!(out.stdout.is_empty(), "{args:?} prints nothing on stdout");
+    }
+}
+
+#[test]
+fn a_file_that_is_not_a_recording_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("junk.otrec");
+    std::fs::write(&file, b"not a recording at all").expect("write");
+    let out = run(&["observe", "report", file.to_str().expect("utf-8 path")]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("junk.otrec"));
+}
+
+fn record_and_report(mechanism: &str, dir: &Path) {
+    let busy = Busy::start();
+    let file = dir.join(format!("{mechanism}.otrec"));
+    let file = file.to_str().expect("utf-8 path");
+    let summary = json(&run(&[
+        "observe",
+        "record",
+        "--pid",
+        &format!("busy={}", busy.pid()),
+        "--mechanism",
+        mechanism,
+        "-d",
+        "2s",
+        "-o",
+        file,
+        "--json",
+    ]));
+    drop(busy);
+    assert_eq!(summary["mechanism"], mechanism);
+    assert!(summary["events"].as_u64().expect("events") > 0);
+    assert_eq!(summary["lost"], 0);
+
+    let plots = dir.join(format!("{mechanism}-plots"));
+    let report = json(&run(&[
+        "observe",
+        "report",
+        file,
+        "-w",
+        "10ms,100ms",
+        "--json",
+        "--plots",
+        plots.to_str().expect("utf-8 path"),
+    ]));
+    assert_eq!(report["recording"]["mechanism"], mechanism, "{report}");
+    let groups = report["groups"].as_array().expect("groups");
+    let g = groups.iter().find(|g| g["name"] == "busy").expect("group busy");
+    let cpus = report["recording"]["cpus"].as_f64().expect("cpus");
+    let on_cpu = g["on_cpu_ns"].as_f64().expect("on_cpu_ns") / 1e9;
+    // Three loops for 2 s on this host's CPUs (at most three).
+    let expected = 2.0 * cpus.min(3.0);
+    assert!(
+        on_cpu > 0.8 * expected && on_cpu <= expected * 1.01,
+        "busy on-CPU {on_cpu:.3} s, expected about {expected:.1} s"
+    );
+    let usage = g["usage"].as_array().expect("usage");
+    assert_eq!(usage.len(), 2);
+    assert!(usage[1]["max"].as_f64().expect("max") > cpus.min(3.0) * 0.9);
+    if cpus < 3.0 {
+        // More loops than CPUs: one always waits.
+        assert!(g["run_delay_ns"].as_u64().expect("run delay") > 0);
+        assert!(g["contention"]["any_pct"].as_f64().expect("any_pct") > 50.0);
+    }
+    assert!(
+        std::fs::read_dir(&plots).expect("plots written").count() > 0,
+        "figures in {}",
+        plots.display()
+    );
+    let text = run(&["observe", "report", file]);
+    assert!(text.status.success());
+    assert!(String::from_utf8_lossy(&text.stdout).contains("busy"));
+}
+
+#[test]
+fn record_then_report_with_bpf_and_with_perf() {
+    if !is_root() {
+        eprintln!("skipped: needs root (BPF, perf tracepoints)");
+        return;
+    }
+    let _turn = turn();
+    let dir = tempfile::tempdir().expect("tempdir");
+    record_and_report("bpf", dir.path());
+    record_and_report("perf", dir.path());
+}
+
+#[test]
+fn top_serves_prometheus_metrics() {
+    if !is_root() {
+        eprintln!("skipped: needs root (BPF)");
+        return;
+    }
+    let _turn = turn();
+    let busy = Busy::start();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let top = ontime()
+        .args([
+            "observe",
+            "top",
+            "--pid",
+            &format!("busy={}", busy.pid()),
+            "--plain",
+            "-d",
+            "3s",
+            "--prometheus",
+            &addr,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn top");
+    struct Kill(Option<Child>);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            if let Some(c) = self.0.as_mut() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let mut top = Kill(Some(top));
+    std::thread::sleep(Duration::from_millis(2200));
+    let mut body = String::new();
+    let mut s = std::net::TcpStream::connect(&addr).expect("connect to /metrics");
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .expect("request");
+    s.read_to_string(&mut body).expect("response");
+    assert!(body.starts_with("HTTP/1."), "{body}");
+    assert!(
+        body.contains("# TYPE ontime_tenant_cpu_seconds_total counter"),
+        "{body}"
+    );
+    let line = body
+        .lines()
+        .find(|l| l.starts_with("ontime_tenant_cpu_seconds_total{tenant=\"busy\"}"))
+        .unwrap_or_else(|| panic!("busy's CPU counter in {body}"));
+    let secs: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).expect("a value");
+    assert!(secs > 0.5, "{line}");
+
+    let out = top.0.take().expect("child").wait_with_output().expect("top exits");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("ontime observe top"), "{text}");
+    let row = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("busy "))
+        .unwrap_or_else(|| panic!("a busy row in {text}"));
+    // mean over the stretch covered never exceeds the host's CPUs.
+    let mean: f64 = row
+        .split_whitespace()
+        .nth(2)
+        .and_then(|v| v.parse().ok())
+        .expect("mean");
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+    assert!(mean > 0.5 && mean <= cpus + 0.01, "{row}");
+}
