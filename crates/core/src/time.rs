@@ -48,6 +48,12 @@ pub fn realtime_ns() -> u64 {
     clock_ns(libc::CLOCK_REALTIME)
 }
 
+/// User plus system CPU time of a `rusage` (getrusage, wait4), ns.
+pub fn rusage_cpu_ns(ru: &libc::rusage) -> u64 {
+    let ns = |t: libc::timeval| t.tv_sec.max(0) as u64 * 1_000_000_000 + t.tv_usec.max(0) as u64 * 1000;
+    ns(ru.ru_utime) + ns(ru.ru_stime)
+}
+
 /// Sleeps until `deadline` on CLOCK_MONOTONIC, resuming after signals.
 pub fn sleep_until(deadline: MonoNs) {
     let ts = deadline.as_timespec();

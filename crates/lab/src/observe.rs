@@ -216,8 +216,7 @@ impl Observer {
                 let mut status = 0;
                 let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
                 unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
-                let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
-                let cpu = tv(ru.ru_utime) + tv(ru.ru_stime);
+                let cpu = ontime_core::time::rusage_cpu_ns(&ru);
                 let data = dir.join("perf.data");
                 let bytes = std::fs::metadata(&data).map(|m| m.len()).ok();
                 // The data is only the peer's cost; it is not analysed.

@@ -13,8 +13,7 @@
 use anyhow::{Context, Result};
 use ontime_core::duration::format_ns;
 use ontime_core::stats::{LatencyHistogram, PERCENTILES};
-use plotters::coord::Shift;
-use plotters::prelude::*;
+use ontime_plot::{Chart, Scale};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -124,109 +123,27 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
-/// A line chart: named series of (x, y) points, y in ms on a log axis.
-struct LineChart {
+/// A lab chart: y (ms or counts) on a log axis, 1000 x 560.
+fn lab_chart(
     title: String,
-    x_desc: String,
+    x_desc: &str,
     y_desc: String,
     x_labels: Option<Vec<String>>,
     series: Vec<(String, Vec<(f64, f64)>)>,
-    log_x: bool,
-}
-
-fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &LineChart) -> Result<()>
-where
-    DB::ErrorType: 'static,
-{
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow::anyhow!("plot: {e:?}");
-    root.fill(&WHITE).map_err(e)?;
-    let pts: Vec<(f64, f64)> = c.series.iter().flat_map(|s| s.1.iter().copied()).collect();
-    if pts.is_empty() {
-        return Ok(());
-    }
-    let (mut x0, mut x1) = pts
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.0), b.max(p.0)));
-    let (y0, y1) = pts
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.1), b.max(p.1)));
-    if x1 <= x0 {
-        x0 -= 0.5;
-        x1 += 0.5;
-    }
-    let pad = (x1 - x0) * 0.05;
-    let (y0, y1) = ((y0 / 2.0).max(1e-4), y1 * 2.0);
-    let colors = [
-        &BLUE,
-        &RED,
-        &GREEN,
-        &MAGENTA,
-        &CYAN,
-        &BLACK,
-        &RGBColor(255, 140, 0),
-        &RGBColor(120, 80, 0),
-    ];
-    let mut b = ChartBuilder::on(&root);
-    b.caption(&c.title, ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(45)
-        .y_label_area_size(70);
-    macro_rules! body {
-        ($chart:expr) => {{
-            let mut chart = $chart;
-            let labels = c.x_labels.clone();
-            let mut mesh = chart.configure_mesh();
-            mesh.x_desc(c.x_desc.as_str()).y_desc(c.y_desc.as_str());
-            let fmt = move |v: &f64| match &labels {
-                Some(l) => l
-                    .get(v.round() as usize)
-                    .filter(|_| (v - v.round()).abs() < 1e-6)
-                    .cloned()
-                    .unwrap_or_default(),
-                None => format!("{v}"),
-            };
-            mesh.x_label_formatter(&fmt);
-            if let Some(l) = &c.x_labels {
-                // Two ticks per category so every category gets one.
-                mesh.x_labels(l.len() * 2 + 1);
-            }
-            mesh.draw().map_err(e)?;
-            for (i, (name, points)) in c.series.iter().enumerate() {
-                let col = colors[i % colors.len()];
-                chart
-                    .draw_series(LineSeries::new(points.iter().copied(), col.stroke_width(2)))
-                    .map_err(e)?
-                    .label(name.as_str())
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2)));
-                chart
-                    .draw_series(points.iter().map(|&p| Circle::new(p, 3, col.filled())))
-                    .map_err(e)?;
-            }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .draw()
-                .map_err(e)?;
-        }};
-    }
-    if c.log_x {
-        body!(b
-            .build_cartesian_2d((x0.max(1e-3)..x1 * 1.2).log_scale(), (y0..y1).log_scale())
-            .map_err(e)?);
-    } else {
-        body!(b
-            .build_cartesian_2d(x0 - pad..x1 + pad, (y0..y1).log_scale())
-            .map_err(e)?);
-    }
-    root.present().map_err(e)?;
-    Ok(())
+    x_scale: Scale,
+) -> Chart {
+    let mut c = Chart::new("figure", title, x_desc, y_desc);
+    c.x_labels = x_labels;
+    c.series = series;
+    c.x_scale = x_scale;
+    c.y_scale = Scale::Log;
+    c.size = (1000, 560);
+    c
 }
 
 /// Writes `report.html` and PNGs into `out` (default `DIR/report`).
 pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
-    ontime_observe::plots::register_font()?;
+    ontime_plot::register_font()?;
     let runs = load_runs(dir)?;
     anyhow::ensure!(
         !runs.is_empty(),
@@ -247,7 +164,7 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
         .filter(|k| sweep_keys.contains(k))
         .or_else(|| sweep_keys.first().cloned());
 
-    let mut charts: Vec<LineChart> = Vec::new();
+    let mut charts: Vec<Chart> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
     let metric = if crawl { "interval error" } else { "wake-up latency" };
     // Pool repetitions: group by all swept values.
@@ -317,14 +234,14 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
                 lines.push((format!("{} max", vars_label(rest)), line(pts, None)));
             }
             lines.retain(|l: &(String, Vec<(f64, f64)>)| !l.1.is_empty());
-            charts.push(LineChart {
-                title: format!("{} p99 and max vs {xk}", capitalise(metric)),
-                x_desc: xk.clone(),
-                y_desc: format!("{metric} (ms)"),
-                x_labels: Some(cats.clone()),
-                series: lines,
-                log_x: false,
-            });
+            charts.push(lab_chart(
+                format!("{} p99 and max vs {xk}", capitalise(metric)),
+                xk,
+                format!("{metric} (ms)"),
+                Some(cats.clone()),
+                lines,
+                Scale::Linear,
+            ));
         }
         for (rest, pts) in &series {
             let mut lines: Vec<(String, Vec<(f64, f64)>)> = PERCENTILES
@@ -339,14 +256,14 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
             } else {
                 format!(" ({})", vars_label(rest))
             };
-            charts.push(LineChart {
-                title: format!("{} vs {xk}{title}", capitalise(metric)),
-                x_desc: xk.clone(),
-                y_desc: format!("{metric} (ms)"),
-                x_labels: Some(cats.clone()),
-                series: lines,
-                log_x: false,
-            });
+            charts.push(lab_chart(
+                format!("{} vs {xk}{title}", capitalise(metric)),
+                xk,
+                format!("{metric} (ms)"),
+                Some(cats.clone()),
+                lines,
+                Scale::Linear,
+            ));
         }
     }
     if !crawl {
@@ -378,18 +295,18 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
                     (name, pts)
                 })
                 .collect();
-            charts.push(LineChart {
-                title: if xv.is_empty() {
+            charts.push(lab_chart(
+                if xv.is_empty() {
                     "Wake-up latency histogram".into()
                 } else {
                     format!("Wake-up latency histogram ({xv})")
                 },
-                x_desc: "latency (us), 10 bins per decade".into(),
-                y_desc: "wake-ups".into(),
-                x_labels: None,
-                series: lines,
-                log_x: true,
-            });
+                "latency (us), 10 bins per decade",
+                "wake-ups".into(),
+                None,
+                lines,
+                Scale::Log,
+            ));
         }
     }
 
@@ -397,11 +314,9 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
     let mut svgs = Vec::new();
     for (i, c) in charts.iter().enumerate() {
         let png = out.join(format!("figure-{}.png", i + 1));
-        draw(BitMapBackend::new(&png, (1000, 560)).into_drawing_area(), c)?;
+        c.png(&png)?;
         pngs.push(png);
-        let mut svg = String::new();
-        draw(SVGBackend::with_string(&mut svg, (1000, 560)).into_drawing_area(), c)?;
-        svgs.push(svg);
+        svgs.push(c.svg()?);
     }
 
     let (observe_html, observe_pngs) = observe_section(dir, &runs, &out)?;
@@ -450,38 +365,19 @@ fn observe_section(dir: &Path, runs: &[RunView], out: &Path) -> Result<(String, 
             );
             continue;
         };
-        let w100 =
-            |g: &ontime_observe::analyze::GroupReport| g.usage.iter().find(|u| u.window_ns == 100_000_000).cloned();
-        let tenants: Vec<_> = a.tenants().collect();
-        let peak = tenants
-            .iter()
-            .filter_map(|g| w100(g)?.max)
-            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
-        let above1 = tenants
-            .iter()
-            .filter_map(|g| w100(g)?.above.first().map(|a| a.fraction))
-            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
-        let steal = if tenants.is_empty() {
-            None
-        } else {
-            Some(tenants.iter().map(|g| g.steal_pct).sum::<f64>() / tenants.len() as f64)
-        };
-        let cont_p99 = tenants.iter().filter_map(|g| g.contention.any.p99_ns).max();
-        let cont_max = tenants.iter().filter_map(|g| g.contention.any.max_ns).max();
-        let full: u64 = tenants.iter().map(|g| g.contention.full.count).sum();
-        let host = a.host_io().and_then(w100);
+        let t = a.tenant_summary(100_000_000);
         let _ = write!(
             rows,
             "<tr><td class=l>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&r.name),
-            f2(peak),
-            above1.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "-".into()),
-            steal.map(|v| format!("{v:.1}%")).unwrap_or_else(|| "-".into()),
-            ms(cont_p99),
-            ms(cont_max),
-            full,
-            f2(host.as_ref().and_then(|u| u.min)),
-            f2(host.as_ref().and_then(|u| u.mean)),
+            f2(t.peak),
+            t.above_one_cpu.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "-".into()),
+            t.mean_steal_pct.map(|v| format!("{v:.1}%")).unwrap_or_else(|| "-".into()),
+            ms(t.contention_p99_ns),
+            ms(t.contention_max_ns),
+            t.full_episodes,
+            f2(t.host_io_min),
+            f2(t.host_io_mean),
             a.recording.lost,
             o["overhead_pct"].as_f64().map(|v| format!("{v:.2}%")).unwrap_or_else(|| "-".into()),
         );
@@ -535,7 +431,7 @@ fn render_html(
     name: &str,
     crawl: bool,
     runs: &[RunView],
-    charts: &[LineChart],
+    charts: &[Chart],
     svgs: &[String],
     notes: &[String],
 ) -> String {

@@ -351,6 +351,7 @@ pub fn load(path: &Path) -> Result<Plan> {
             .collect();
     }
     let mut runs = Vec::new();
+    let mut planned = Vec::new();
     let mut name = String::new();
     for combo in combos {
         let mut v = root.clone();
@@ -374,7 +375,14 @@ pub fn load(path: &Path) -> Result<Plan> {
             .map_err(|e| anyhow!("{origin}{where_}: {}", e.to_string().trim().replace('\n', " ")))?;
         validate(&cfg).map_err(|e| anyhow!("{origin}{where_}: {e}"))?;
         name = cfg.name.clone();
-        for rep in 1..=cfg.repetitions {
+        planned.push((vars, cfg));
+    }
+    // Repetition-major order: every combination once, then again, so slow
+    // drift of the host (thermal, page cache, other tenants of the machine)
+    // spreads over all combinations instead of biasing the last ones.
+    let most = planned.iter().map(|(_, c)| c.repetitions).max().unwrap_or(0);
+    for rep in 1..=most {
+        for (vars, cfg) in planned.iter().filter(|(_, c)| c.repetitions >= rep) {
             runs.push(PlannedRun {
                 index: runs.len(),
                 repetition: rep,

@@ -447,8 +447,7 @@ pub fn thread_cpu_ns() -> u64 {
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage fills the struct we pass.
     unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-    let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    ontime_core::time::rusage_cpu_ns(&ru)
 }
 
 pub fn online_cpus() -> usize {

@@ -41,6 +41,43 @@ impl Analysis {
     pub fn host_io(&self) -> Option<&GroupReport> {
         self.groups.iter().find(|g| g.kind == GroupKind::HostIo)
     }
+
+    /// The worst tenant figures at one window length, for a table row per
+    /// recording (the lab's scheduler view).
+    pub fn tenant_summary(&self, window_ns: u64) -> TenantSummary {
+        let at = |g: &GroupReport| g.usage.iter().find(|u| u.window_ns == window_ns).cloned();
+        let max_f =
+            |it: &mut dyn Iterator<Item = f64>| it.fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+        let tenants: Vec<&GroupReport> = self.tenants().collect();
+        let host = self.host_io().and_then(at);
+        TenantSummary {
+            peak: max_f(&mut tenants.iter().filter_map(|g| at(g)?.max)),
+            above_one_cpu: max_f(&mut tenants.iter().filter_map(|g| at(g)?.above.first().map(|a| a.fraction))),
+            mean_steal_pct: (!tenants.is_empty())
+                .then(|| tenants.iter().map(|g| g.steal_pct).sum::<f64>() / tenants.len() as f64),
+            contention_p99_ns: tenants.iter().filter_map(|g| g.contention.any.p99_ns).max(),
+            contention_max_ns: tenants.iter().filter_map(|g| g.contention.any.max_ns).max(),
+            full_episodes: tenants.iter().map(|g| g.contention.full.count).sum(),
+            host_io_min: host.as_ref().and_then(|u| u.min),
+            host_io_mean: host.as_ref().and_then(|u| u.mean),
+        }
+    }
+}
+
+/// See [`Analysis::tenant_summary`]: maxima over tenants unless named otherwise.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TenantSummary {
+    /// Highest window use of any tenant, CPUs.
+    pub peak: Option<f64>,
+    /// Largest share of a tenant's windows above one CPU, 0..1.
+    pub above_one_cpu: Option<f64>,
+    pub mean_steal_pct: Option<f64>,
+    pub contention_p99_ns: Option<u64>,
+    pub contention_max_ns: Option<u64>,
+    /// Full-contention episodes, summed over tenants.
+    pub full_episodes: u64,
+    pub host_io_min: Option<f64>,
+    pub host_io_mean: Option<f64>,
 }
 
 /// Threads outside any group become one group per process when the

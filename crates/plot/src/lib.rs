@@ -1,0 +1,239 @@
+//! Line charts for reports: named series of (x, y) points, linear or log
+//! axes, category or duration tick labels, an optional dashed limit line,
+//! rendered to SVG (for HTML) and PNG (for files) with DejaVu Sans.
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+
+/// Makes DejaVu Sans the "sans-serif" family plotters draws with (the
+/// bitmap backend has no system font lookup). Call before drawing; calls
+/// after the first return the first outcome.
+pub fn register_font() -> Result<()> {
+    static REGISTERED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    REGISTERED
+        .get_or_init(|| {
+            let bytes = std::fs::read(FONT)
+                .map_err(|e| format!("cannot read {FONT} ({e}): install fonts-dejavu-core (scripts/setup.sh does)"))?;
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+                .map_err(|_| format!("{FONT} is not a usable font"))
+        })
+        .clone()
+        .map_err(|e| anyhow::anyhow!(e))
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scale {
+    #[default]
+    Linear,
+    Log,
+}
+
+/// How x values are labelled when there are no category labels.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum XTicks {
+    #[default]
+    Plain,
+    /// x values are nanoseconds: 1ms, 100ms, 1s.
+    Duration,
+}
+
+#[derive(Clone, Debug)]
+pub struct Chart {
+    /// File stem when written (`<name>.png`).
+    pub name: String,
+    pub title: String,
+    pub x_desc: String,
+    pub y_desc: String,
+    pub series: Vec<(String, Vec<(f64, f64)>)>,
+    /// Category names for x = 0, 1, 2 ...
+    pub x_labels: Option<Vec<String>>,
+    pub x_ticks: XTicks,
+    pub x_scale: Scale,
+    /// Linear y starts at 0; log y spans the data with a factor 2 of room.
+    pub y_scale: Scale,
+    /// A dashed horizontal line (e.g. the host's CPU count).
+    pub limit: Option<(String, f64)>,
+    pub size: (u32, u32),
+}
+
+impl Chart {
+    /// An empty chart: linear axes, plain ticks, 900 x 420.
+    pub fn new(name: &str, title: impl Into<String>, x_desc: impl Into<String>, y_desc: impl Into<String>) -> Chart {
+        Chart {
+            name: name.into(),
+            title: title.into(),
+            x_desc: x_desc.into(),
+            y_desc: y_desc.into(),
+            series: Vec::new(),
+            x_labels: None,
+            x_ticks: XTicks::Plain,
+            x_scale: Scale::Linear,
+            y_scale: Scale::Linear,
+            limit: None,
+            size: (900, 420),
+        }
+    }
+
+    pub fn svg(&self) -> Result<String> {
+        let mut s = String::new();
+        draw(SVGBackend::with_string(&mut s, self.size).into_drawing_area(), self)?;
+        Ok(s)
+    }
+
+    pub fn png(&self, path: &Path) -> Result<()> {
+        draw(BitMapBackend::new(path, self.size).into_drawing_area(), self)
+            .with_context(|| format!("drawing {}", path.display()))
+    }
+}
+
+const COLORS: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(255, 127, 14),
+    RGBColor(23, 190, 207),
+    RGBColor(140, 86, 75),
+    RGBColor(0, 0, 0),
+];
+
+fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Chart) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow::anyhow!("plot: {e:?}");
+    root.fill(&WHITE).map_err(e)?;
+    let pts: Vec<(f64, f64)> = c.series.iter().flat_map(|s| s.1.iter().copied()).collect();
+    if pts.is_empty() {
+        return Ok(());
+    }
+    let (mut x0, mut x1) = pts
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.0), b.max(p.0)));
+    let (mut y0, mut y1) = pts
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.1), b.max(p.1)));
+    if let Some((_, l)) = &c.limit {
+        y0 = y0.min(*l);
+        y1 = y1.max(*l);
+    }
+    let (y0, y1) = match c.y_scale {
+        Scale::Linear => (0.0, if y1 <= 0.0 { 1.0 } else { y1 * 1.1 }),
+        Scale::Log => ((y0 / 2.0).max(1e-4), (y1 * 2.0).max(1e-3)),
+    };
+    if x1 <= x0 {
+        x0 -= 0.5;
+        x1 += 0.5;
+    }
+    let pad = if c.x_labels.is_some() { 0.5 } else { 0.0 };
+    let (xa, xb) = match c.x_scale {
+        Scale::Linear => (x0 - pad, x1 + pad),
+        Scale::Log => (x0.max(1e-3), x1 * 1.3),
+    };
+    let mut b = ChartBuilder::on(&root);
+    b.caption(&c.title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(70);
+    macro_rules! body {
+        ($chart:expr) => {{
+            let mut chart = $chart;
+            let labels = c.x_labels.clone();
+            let ticks = c.x_ticks;
+            let mut mesh = chart.configure_mesh();
+            mesh.x_desc(c.x_desc.as_str()).y_desc(c.y_desc.as_str());
+            let fmt = move |v: &f64| match &labels {
+                Some(l) => l
+                    .get(v.round() as usize)
+                    .filter(|_| (v - v.round()).abs() < 1e-6)
+                    .cloned()
+                    .unwrap_or_default(),
+                None if ticks == XTicks::Duration => ontime_core::duration::format_ns(*v as u64),
+                None => format!("{v}"),
+            };
+            mesh.x_label_formatter(&fmt);
+            if let Some(l) = &c.x_labels {
+                // Two ticks per category so every category gets one.
+                mesh.x_labels(l.len() * 2 + 1);
+            }
+            mesh.draw().map_err(e)?;
+            if let Some((name, l)) = &c.limit {
+                let l = *l;
+                chart
+                    .draw_series(DashedLineSeries::new(
+                        vec![(xa, l), (xb, l)],
+                        6,
+                        4,
+                        BLACK.stroke_width(1),
+                    ))
+                    .map_err(e)?
+                    .label(name.as_str())
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK.stroke_width(1)));
+            }
+            for (i, (name, points)) in c.series.iter().enumerate() {
+                let col = COLORS[i % COLORS.len()];
+                chart
+                    .draw_series(LineSeries::new(points.iter().copied(), col.stroke_width(2)))
+                    .map_err(e)?
+                    .label(name.as_str())
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2)));
+                // Markers only where they can still be told apart.
+                if points.len() <= 60 {
+                    chart
+                        .draw_series(points.iter().map(|&p| Circle::new(p, 3, col.filled())))
+                        .map_err(e)?;
+                }
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperRight)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()
+                .map_err(e)?;
+        }};
+    }
+    match (c.x_scale, c.y_scale) {
+        (Scale::Linear, Scale::Linear) => body!(b.build_cartesian_2d(xa..xb, y0..y1).map_err(e)?),
+        (Scale::Linear, Scale::Log) => body!(b.build_cartesian_2d(xa..xb, (y0..y1).log_scale()).map_err(e)?),
+        (Scale::Log, Scale::Linear) => body!(b.build_cartesian_2d((xa..xb).log_scale(), y0..y1).map_err(e)?),
+        (Scale::Log, Scale::Log) => {
+            body!(b
+                .build_cartesian_2d((xa..xb).log_scale(), (y0..y1).log_scale())
+                .map_err(e)?)
+        }
+    }
+    root.present().map_err(e)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_every_scale_combination_to_svg() {
+        register_font().expect("font (fonts-dejavu-core)");
+        for (xs, ys) in [
+            (Scale::Linear, Scale::Linear),
+            (Scale::Linear, Scale::Log),
+            (Scale::Log, Scale::Linear),
+            (Scale::Log, Scale::Log),
+        ] {
+            let mut c = Chart::new("t", "title", "x", "y");
+            c.x_scale = xs;
+            c.y_scale = ys;
+            c.limit = Some(("limit".into(), 2.0));
+            c.series.push(("a".into(), vec![(1.0, 0.5), (10.0, 3.0), (100.0, 1.0)]));
+            let svg = c.svg().expect("draws");
+            assert!(svg.contains("<svg"), "{xs:?}/{ys:?}");
+        }
+        // Nothing to draw is not an error.
+        assert!(Chart::new("e", "empty", "x", "y").svg().is_ok());
+    }
+}
