@@ -1,6 +1,6 @@
 //! Loads the BPF scheduler probes, drains their ring on a timer and streams
 //! the events to a recording and/or a live consumer.
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -99,6 +99,10 @@ pub struct ThreadTable {
     pub infos: HashMap<u32, ThreadInfo>,
     /// New or changed since the last THREADS block.
     pending: Vec<u32>,
+    /// Ungrouped threads whose group was asked of the source in this drain:
+    /// with BPF each question is a system call, and a busy thread's every
+    /// wake-up would ask again.
+    asked: HashSet<u32>,
 }
 
 impl ThreadTable {
@@ -372,6 +376,7 @@ fn resolve_threads(
     host_io: u32,
     patterns: &[String],
 ) {
+    threads.asked.clear();
     for e in batch {
         let (first, second) = match e.kind {
             kind::SWITCH => (e.a, Some(e.b)),
@@ -385,7 +390,9 @@ fn resolve_threads(
                 continue;
             }
             let known = threads.infos.get(&tid);
-            let needs_group = known.map(|t| t.group.is_none() && tracked_now).unwrap_or(true);
+            let needs_group = known
+                .map(|t| t.group.is_none() && tracked_now && !threads.asked.contains(&tid))
+                .unwrap_or(true);
             let needs_name = known.map(|t| t.tgid == 0).unwrap_or(true);
             if !needs_group && !needs_name {
                 continue;
@@ -410,6 +417,7 @@ fn resolve_threads(
                 }
             }
             if info.group.is_none() {
+                threads.asked.insert(tid);
                 info.group = source.group_of(tid);
             }
             if info.group.is_none() && host_io_match(&info.comm, patterns) {
