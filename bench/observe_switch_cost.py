@@ -5,7 +5,10 @@ The lab benchmark (observe_overhead.py) can only count each recorder's own
 process; the work done inside the kernel at every tracepoint hit escapes it
 for perf. This one measures that too: `perf bench sched pipe` pinned to CPU 0
 (two tasks ping-ponging, two switches per operation) runs with no recorder,
-then under each recorder, alternating, and the slowdown per operation is the
+then under each recorder, alternating: ontime with BPF recording everything
+(--all), ontime with BPF filtering for an empty cgroup (every switch is of
+an untracked task, the common case on a shared host), ontime's perf
+fallback, and perf sched record -a; and the slowdown per operation is the
 in-kernel cost. The recorder's own process runs on CPU 1; its threads'
 on-CPU time during the workload (schedstat) is added. Prints one JSON document: per recorder the kernel-side
 and reader cost per switch, and ratios to perf sched record.
@@ -26,7 +29,14 @@ def workload(ops):
     return float(m.group(1))
 
 
+# A cgroup with no task in it: every switch is of an untracked task, the
+# in-kernel filter's common case on a host (the lab's other tasks).
+EMPTY_CGROUP = None
+
+
 def recorder_cmd(mode, exe, tmp):
+    if mode == "ontime-bpf-cgroup":
+        return [str(exe), "observe", "record", "--cgroup", f"empty={EMPTY_CGROUP}", "-o", str(tmp / "r.otrec"), "--json"]
     if mode == "ontime-bpf":
         return [str(exe), "observe", "record", "--all", "--mechanism", "bpf", "-o", str(tmp / "r.otrec"), "--json"]
     if mode == "ontime-perf":
@@ -87,15 +97,25 @@ def main():
     exe = ROOT / "target/release/ontime"
     if not exe.exists():
         subprocess.run(["cargo", "build", "--release", "--locked"], cwd=ROOT, check=True)
-    modes = ["off", "ontime-bpf", "ontime-perf", "perf-sched"]
+    global EMPTY_CGROUP
+    modes = ["off", "ontime-bpf", "ontime-bpf-cgroup", "ontime-perf", "perf-sched"]
     runs = {m: [] for m in modes}
-    with tempfile.TemporaryDirectory(prefix="ontime-switch-cost-") as d:
-        tmp = pathlib.Path(d)
-        for r in range(args.rounds):
-            for m in modes:
-                res = run_once(m, exe, args.ops, tmp)
-                runs[m].append(res)
-                print(f"round {r + 1}/{args.rounds} {m}: {res['usecs_per_op']:.3f} us/op", file=sys.stderr)
+    root = next((p for p in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup")
+                 if pathlib.Path(p, "cgroup.procs").exists()), None)
+    if root is None:
+        sys.exit("observe_switch_cost: no cgroup hierarchy found")
+    EMPTY_CGROUP = pathlib.Path(root, f"ontime-bench-{os.getpid()}")
+    EMPTY_CGROUP.mkdir()
+    try:
+        with tempfile.TemporaryDirectory(prefix="ontime-switch-cost-") as d:
+            tmp = pathlib.Path(d)
+            for r in range(args.rounds):
+                for m in modes:
+                    res = run_once(m, exe, args.ops, tmp)
+                    runs[m].append(res)
+                    print(f"round {r + 1}/{args.rounds} {m}: {res['usecs_per_op']:.3f} us/op", file=sys.stderr)
+    finally:
+        EMPTY_CGROUP.rmdir()
     switches_per_op = 2
     base = statistics.median(x["usecs_per_op"] for x in runs["off"])
     out = {"workload": f"taskset -c 0 perf bench sched pipe -l {args.ops}", "rounds": args.rounds,
@@ -114,7 +134,7 @@ def main():
         d["total_ns_per_switch"] = d["kernel_side_ns_per_switch"] + d["reader_ns_per_switch"]
         out["recorders"][m] = d
     ps = out["recorders"]["perf-sched"]["total_ns_per_switch"]
-    for m in ("ontime-bpf", "ontime-perf"):
+    for m in ("ontime-bpf", "ontime-bpf-cgroup", "ontime-perf"):
         if ps > 0:
             out[f"ratio_{m.replace('-', '_')}_over_perf_sched"] = out["recorders"][m]["total_ns_per_switch"] / ps
     out["target"] = "ontime at most half of perf sched record's cost"

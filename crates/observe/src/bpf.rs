@@ -170,9 +170,12 @@ impl EventSource for BpfSource<'_> {
             .maps
             .tracked_tids
             .update(&tid.to_ne_bytes(), &group.to_ne_bytes(), MapFlags::ANY);
+        self.new_generation();
     }
 
     fn rescan(&mut self) -> Result<()> {
+        // Tasks moved into a tracked cgroup since their last answer.
+        self.new_generation();
         for (id, group) in targets::new_cgroup_ids(&self.targets, &mut self.cgroup_ids) {
             self.skel
                 .maps
@@ -212,6 +215,17 @@ impl EventSource for BpfSource<'_> {
             }
         }
         cost
+    }
+}
+
+impl BpfSource<'_> {
+    /// Invalidates every task's cached is_tracked() answer.
+    fn new_generation(&mut self) {
+        if let Some(data) = self.skel.maps.data_data.as_deref_mut() {
+            // The program reads it through a volatile load; a plain store to
+            // the shared mapping is what the skeleton offers.
+            data.generation = data.generation.wrapping_add(1).max(1);
+        }
     }
 }
 

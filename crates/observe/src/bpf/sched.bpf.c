@@ -95,6 +95,27 @@ struct {
     __type(value, __u32);
 } tracked_cgroups SEC(".maps");
 
+/* Per-task answer of is_tracked(), so a task's later events skip the map
+ * lookups and the cgroup walk. An answer is good for one `generation`:
+ * the reader bumps it when it changes what is tracked (new cgroups, threads
+ * tracked by name) and at least once a second, so tasks moved into a
+ * tracked cgroup are found. */
+#define NOT_TRACKED 0xffffffffu
+struct track_state {
+    __u32 group;
+    __u32 generation;
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+    __uint(map_flags, BPF_F_NO_PREALLOC);
+    __type(key, int);
+    __type(value, struct track_state);
+} track_cache SEC(".maps");
+
+/* Starts at 1: fresh task storage (all zero) is never current. */
+volatile __u32 generation = 1;
+
 /* [0] events lost because the ring was full. */
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -126,15 +147,29 @@ static __always_inline bool is_tracked(struct task_struct *t)
         return false;
     if (track_all)
         return true;
-    if (bpf_map_lookup_elem(&tracked_tids, &tid))
-        return true;
-    __u64 cg = task_cgroup_id(t);
-    __u32 *group = bpf_map_lookup_elem(&tracked_cgroups, &cg);
-    if (!group)
-        return false;
-    /* Remember the task so later events need one lookup. */
-    bpf_map_update_elem(&tracked_tids, &tid, group, BPF_ANY);
-    return true;
+    __u32 gen = generation;
+    /* NULL when the storage is busy on this CPU: then ask the maps. */
+    struct track_state *st = bpf_task_storage_get(&track_cache, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+    if (st && st->generation == gen)
+        return st->group != NOT_TRACKED;
+    __u32 answer = NOT_TRACKED;
+    __u32 *known = bpf_map_lookup_elem(&tracked_tids, &tid);
+    if (known) {
+        answer = *known;
+    } else {
+        __u64 cg = task_cgroup_id(t);
+        __u32 *group = bpf_map_lookup_elem(&tracked_cgroups, &cg);
+        if (group) {
+            answer = *group;
+            /* User space reads a thread's group from this map. */
+            bpf_map_update_elem(&tracked_tids, &tid, group, BPF_ANY);
+        }
+    }
+    if (st) {
+        st->group = answer;
+        st->generation = gen;
+    }
+    return answer != NOT_TRACKED;
 }
 
 static __always_inline void count_lost(void)
