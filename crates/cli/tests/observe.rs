@@ -58,6 +58,12 @@ fn run(args: &[&str]) -> Output {
     ontime().args(args).output().expect("run ontime")
 }
 
+fn run_text(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program).args(args).output().expect("run a helper");
+    assert!(out.status.success(), "{program} {args:?} failed");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn json(out: &Output) -> Value {
     assert!(
         out.status.success(),
@@ -245,4 +251,87 @@ fn top_serves_prometheus_metrics() {
         .expect("mean");
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
     assert!(mean > 0.5 && mean <= cpus + 0.01, "{row}");
+}
+
+/// A stand-in for a QEMU guest: argv[0] says qemu, `-name guest=NAME`, and
+/// two busy threads named like KVM vCPUs. No KVM needed.
+const FAKE_GUEST: &str = r#"
+import ctypes, threading, time
+libc = ctypes.CDLL(None)
+def vcpu(i):
+    libc.prctl(15, ("CPU %d/KVM" % i).encode(), 0, 0, 0)
+    end = time.time() + 30
+    while time.time() < end:
+        pass
+for i in range(2):
+    threading.Thread(target=vcpu, args=(i,), daemon=True).start()
+time.sleep(30)
+"#;
+
+#[test]
+fn a_guest_is_found_by_name_and_its_vcpu_threads_by_theirs() {
+    if !is_root() {
+        eprintln!("skipped: needs root (BPF)");
+        return;
+    }
+    let _turn = turn();
+    let name = format!("ontime-test-vm{}", std::process::id());
+    // The interpreter itself: a wrapper (pyenv's shim) would exec it again
+    // and lose the argv[0] we set.
+    let python = run_text("python3", &["-c", "import sys; print(sys.executable)"]);
+    let guest = Busy(
+        Command::new("bash")
+            .args([
+                "-c",
+                "exec -a qemu-system-x86_64 \"$2\" -c \"$0\" -name \"guest=$1\"",
+                FAKE_GUEST,
+                &name,
+                python.trim(),
+            ])
+            .process_group(0)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn the stand-in guest"),
+    );
+    std::thread::sleep(Duration::from_millis(800));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("guest.otrec");
+    let file = file.to_str().expect("utf-8 path");
+    json(&run(&[
+        "observe", "record", "--guest", &name, "-d", "1500ms", "-o", file, "--json",
+    ]));
+    drop(guest);
+    let report = json(&run(&["observe", "report", file, "--vcpus", "--json"]));
+    let g = report["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .find(|g| g["name"] == name.as_str())
+        .unwrap_or_else(|| panic!("group {name} in {report}"));
+    assert_eq!(g["vcpus"], 2, "two vCPU threads: {g}");
+    let threads = g["threads"].as_array().expect("threads");
+    for i in 0..2 {
+        let t = threads
+            .iter()
+            .find(|t| t["name"] == format!("CPU {i}/KVM"))
+            .unwrap_or_else(|| panic!("CPU {i}/KVM in {g}"));
+        assert_eq!(t["vcpu"], true);
+        assert!(t["on_cpu_ns"].as_u64().expect("on-CPU") > 0);
+    }
+    // Two threads that each want a CPU, with the GIL between them: about one CPU.
+    let on_cpu = g["on_cpu_ns"].as_f64().expect("on-CPU") / 1e9;
+    assert!(on_cpu > 0.5 && on_cpu < 3.1, "{on_cpu} s on-CPU in 1.5 s");
+
+    let missing = run(&[
+        "observe",
+        "record",
+        "--guest",
+        "no-such-guest-here",
+        "-d",
+        "1s",
+        "-o",
+        file,
+    ]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no-such-guest-here"));
 }
