@@ -11,7 +11,7 @@ use ontime_observe::analyze::{AnalysisOptions, Analyzer, GroupReport};
 use ontime_observe::event::Event;
 use ontime_observe::recorder::{self, groups_of, Mechanism, RecordOptions, Sink, ThreadTable};
 use ontime_observe::recording::{Group, GroupKind};
-use ontime_observe::targets::is_vcpu_name;
+use ontime_observe::targets::{counts_as_vcpu, is_vcpu_name};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::io::IsTerminal;
@@ -78,12 +78,10 @@ impl Live {
             if self.declared.contains(tid) || (g as usize) >= self.groups.len() || t.tgid == 0 {
                 continue;
             }
-            let group = &self.groups[g as usize];
-            let named = is_vcpu_name(&t.comm);
-            if named {
+            if is_vcpu_name(&t.comm) {
                 self.named.insert(g);
             }
-            let vcpu = group.kind == GroupKind::Tenant && (named || !(group.vcpu_names || self.named.contains(&g)));
+            let vcpu = counts_as_vcpu(&self.groups[g as usize], &t.comm, self.named.contains(&g));
             self.analyzer.set_thread(*tid, g, vcpu);
             self.declared.insert(*tid);
         }

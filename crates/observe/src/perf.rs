@@ -287,6 +287,8 @@ struct Pending {
 pub(crate) struct PerfSource {
     decoders: Vec<Decoder>,
     rings: Vec<CpuRing>,
+    /// One per ring, for the wait between drains.
+    pollfds: Vec<libc::pollfd>,
     preempt_bit: Option<u64>,
     pending: Vec<Pending>,
     scratch: Vec<u8>,
@@ -325,6 +327,7 @@ impl PerfSource {
         let mut source = PerfSource {
             decoders: Vec::new(),
             rings: Vec::new(),
+            pollfds: Vec::new(),
             preempt_bit: None,
             pending: Vec::with_capacity(1 << 16),
             scratch: vec![0u8; 1 << 16],
@@ -383,7 +386,13 @@ impl PerfSource {
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
         for cpu in cpus {
-            source.rings.push(source.open_cpu(cpu, page)?);
+            let ring = source.open_cpu(cpu, page)?;
+            source.pollfds.push(libc::pollfd {
+                fd: ring.fds[0].as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+            source.rings.push(ring);
         }
         for (gi, g) in targets.groups.iter().enumerate() {
             for &pid in &g.pids {
@@ -616,16 +625,7 @@ impl EventSource for PerfSource {
     }
 
     fn wait(&mut self, timeout: Duration) {
-        let mut fds: Vec<libc::pollfd> = self
-            .rings
-            .iter()
-            .filter_map(|r| r.fds.first())
-            .map(|fd| libc::pollfd {
-                fd: fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
+        let fds = &mut self.pollfds;
         // SAFETY: fds is a valid array of pollfd.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout.as_millis() as i32) };
     }
@@ -660,8 +660,8 @@ impl EventSource for PerfSource {
             read_start.saturating_sub(SETTLE_NS)
         };
         let ready = self.pending.partition_point(|p| p.event.ts <= cut);
-        let released: Vec<Pending> = self.pending.drain(..ready).collect();
-        for p in released {
+        for i in 0..ready {
+            let p = self.pending[i];
             let e = p.event;
             let keep = match e.kind {
                 kind::SWITCH => true,
@@ -685,6 +685,7 @@ impl EventSource for PerfSource {
             }
             out.push(e);
         }
+        self.pending.drain(..ready);
         Ok(())
     }
 
@@ -808,6 +809,7 @@ print fmt: "prev_comm=%s prev_pid=%d prev_prio=%d prev_state=%s%s ==> next_comm=
                 fields,
             }],
             rings: Vec::new(),
+            pollfds: Vec::new(),
             preempt_bit: preempt_bit(&f.print_fmt),
             pending: Vec::new(),
             scratch: Vec::new(),

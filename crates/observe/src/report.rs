@@ -1,5 +1,5 @@
 //! `observe report`: one recording, any set of windows, as text or JSON.
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
 use ontime_core::duration::format_ns;
@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analyze::{AnalysisOptions, Analyzer, GroupReport, WindowUsage};
 use crate::recording::{Group, GroupKind, Recording};
-use crate::targets::is_vcpu_name;
+use crate::targets::{counts_as_vcpu, is_vcpu_name};
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RecordingInfo {
@@ -115,20 +115,15 @@ fn effective_groups(rec: &Recording) -> (Vec<Group>, HashMap<u32, u32>) {
 pub fn analyze(rec: &Recording, opts: &AnalysisOptions) -> Analysis {
     let (groups, group_of) = effective_groups(rec);
     let mut a = Analyzer::new(rec.meta.start_ns, rec.meta.cpus, &groups, opts);
-    // A group whose threads have no vCPU names counts all its threads as vCPUs.
-    let mut named_vcpus: HashMap<u32, bool> = HashMap::new();
-    for (tid, g) in &group_of {
-        let comm = rec.threads.get(tid).map(|t| t.comm.as_str()).unwrap_or("");
-        if is_vcpu_name(comm) {
-            named_vcpus.insert(*g, true);
-        }
-    }
-    for (&tid, &g) in &group_of {
-        let comm = rec.threads.get(&tid).map(|t| t.comm.as_str()).unwrap_or("");
-        let host_io = groups[g as usize].kind == GroupKind::HostIo;
-        let by_name = groups[g as usize].vcpu_names || named_vcpus.contains_key(&g);
-        let vcpu = !host_io && (is_vcpu_name(comm) || !by_name);
-        a.set_thread(tid, g, vcpu);
+    let comm_of = |tid: &u32| rec.threads.get(tid).map(|t| t.comm.as_str()).unwrap_or("");
+    let named: HashSet<u32> = group_of
+        .iter()
+        .filter(|(tid, _)| is_vcpu_name(comm_of(tid)))
+        .map(|(_, &g)| g)
+        .collect();
+    for (tid, &g) in &group_of {
+        let vcpu = counts_as_vcpu(&groups[g as usize], comm_of(tid), named.contains(&g));
+        a.set_thread(*tid, g, vcpu);
     }
     for e in &rec.events {
         a.feed(e);

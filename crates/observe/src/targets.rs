@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
+use crate::recording::{Group, GroupKind};
+
 /// One tenant to observe. Its threads are those in any of `cgroups` (and
 /// their sub-cgroups) and those of `pids` (all threads, and their children
 /// from the moment recording starts).
@@ -50,6 +52,16 @@ pub fn matches(pattern: &str, name: &str) -> bool {
 
 pub fn is_vcpu_name(comm: &str) -> bool {
     VCPU_PATTERNS.iter().any(|p| matches(p, comm))
+}
+
+/// Whether a thread counts as one of its group's vCPUs: host I/O threads
+/// never do; in a group with vCPU-named threads (declared, or seen among its
+/// threads) only those do; otherwise every thread does.
+pub fn counts_as_vcpu(group: &Group, comm: &str, group_has_vcpu_names: bool) -> bool {
+    if group.kind == GroupKind::HostIo {
+        return false;
+    }
+    is_vcpu_name(comm) || !(group.vcpu_names || group_has_vcpu_names)
 }
 
 /// The cgroup hierarchy the recorder keys on: the cpu controller's on v1,
