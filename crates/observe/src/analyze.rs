@@ -518,9 +518,14 @@ impl Analyzer {
         self.last_switch[cpu] = t;
         if self.threads.contains_key(&next) {
             if self.threads[&next].st == St::Running {
-                // Its switch-out elsewhere went missing.
+                // Its switch-out elsewhere went missing: it no longer runs
+                // there, so that CPU's next switch must not close it again.
                 self.anomalies += 1;
                 self.credit_running(next, t);
+                let old = self.threads[&next].cpu as usize;
+                if self.running_on.get(old) == Some(&Some(next)) {
+                    self.running_on[old] = None;
+                }
             }
             self.transition(next, t, St::Running, cpu);
             self.running_on[cpu] = Some(next);
@@ -991,5 +996,36 @@ mod tests {
         let g = &a.report(&|t| t.to_string())[0];
         assert_eq!(g.contention.any_ns, 10_000_000);
         assert!((g.contention.any_pct - 100.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_thread_seen_on_another_cpu_leaves_the_first_one() {
+        let groups = [Group {
+            name: "t".into(),
+            kind: GroupKind::Tenant,
+            source: vec![],
+            vcpu_names: false,
+        }];
+        let mut a = Analyzer::new(
+            0,
+            2,
+            &groups,
+            &AnalysisOptions {
+                windows: vec![1_000_000],
+                series: false,
+            },
+        );
+        a.set_thread(10, 0, true);
+        a.feed(&switch(1_000_000, 0, 0, 10, 0));
+        // Its switch-out on CPU 0 never came; it shows up on CPU 1.
+        a.feed(&switch(3_000_000, 1, 0, 10, 0));
+        // CPU 0 moves on: thread 10 is not the one that left it.
+        a.feed(&switch(5_000_000, 0, 0, 20, 0));
+        a.feed(&switch(8_000_000, 1, 10, 0, 0));
+        a.finish(10_000_000);
+        let g = &a.report(&|t| t.to_string())[0];
+        assert_eq!(g.on_cpu_ns, 7_000_000);
+        assert_eq!(a.anomalies, 1);
+        assert_eq!(a.vanished, 0, "CPU 0's switch must not close it a second time");
     }
 }
