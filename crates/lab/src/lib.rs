@@ -1,7 +1,7 @@
 //! The lab: ontime's main job. It turns the probes into experiments on one
 //! machine: sandboxed tenants (network namespace + cgroup + k vCPU threads,
 //! [`sandbox`], [`cgroup`]), a host relay that carries every packet with WAN
-//! delay and stands for Dom0 / vhost ([`relay`]), loads, scenario files with
+//! delay and stands for Dom0 / vhost (ontime-net's relay), loads, scenario files with
 //! sweeps ([`scenario`]), the runner that streams results to a directory
 //! ([`runner`]), the scheduler recording of each run ([`observe`]), the clean-up of anything that escaped ([`clean`]) and the
 //! report ([`report`]).
@@ -14,7 +14,6 @@ pub mod cgroup;
 pub mod clean;
 pub mod names;
 pub mod observe;
-pub mod relay;
 pub mod report;
 pub mod runner;
 pub mod sandbox;

@@ -5,7 +5,6 @@
 //! histogram logs and output, and the relay's measured delay.
 
 use crate::cgroup::Limits;
-use crate::relay::{Relay, RelaySettings};
 use crate::sandbox::{spawn_in, Lab, TenantSpec};
 use crate::scenario::{parse_bytes, Backend, Place, Plan, PlannedRun};
 use crate::{names, sys};
@@ -14,6 +13,7 @@ use ontime_core::caps::Capabilities;
 use ontime_core::manifest::Manifest;
 use ontime_core::rt::{parse_cpu_list, ThreadSettings};
 use ontime_load::{LoadGuard, LoadProfile};
+use ontime_net::{Relay, RelaySettings};
 use serde::Serialize;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -80,7 +80,7 @@ pub struct RunRecord {
     pub config: crate::scenario::RunConfig,
     pub workload: &'static str,
     pub environment: Environment,
-    pub relay: Option<crate::relay::RelayReport>,
+    pub relay: Option<ontime_net::RelayReport>,
     /// The scheduler recorder of the run (`[observe]`).
     pub observe: Option<crate::observe::ObserveOutcome>,
     pub tenants: Vec<TenantOutcome>,
@@ -276,8 +276,8 @@ fn one_run(
             timer_slack_ns: Some(1),
         },
     };
-    let endpoints: Vec<_> = lab.tenants.iter().map(|t| t.net.clone()).collect();
-    let relay = Relay::start(&lab.building, &endpoints, relay_settings)?;
+    let ports: Vec<_> = lab.tenants.iter().map(|t| t.net.port()).collect();
+    let relay = Relay::start(lab.building.port(), &ports, relay_settings)?;
 
     // The building side: one gateway process with a building per tenant.
     if let Some(cr) = &t.crawl {

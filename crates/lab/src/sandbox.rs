@@ -56,6 +56,17 @@ pub struct Endpoint {
     pub mac: [u8; 6],
 }
 
+impl Endpoint {
+    /// The relay's view of this endpoint: its host-side interface and the
+    /// station behind it.
+    pub fn port(&self) -> ontime_net::port::PortId {
+        ontime_net::port::PortId {
+            ifindex: self.host_ifindex,
+            mac: self.mac,
+        }
+    }
+}
+
 /// What a tenant is given.
 #[derive(Clone, Debug, Default)]
 pub struct TenantSpec {

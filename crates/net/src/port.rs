@@ -1,0 +1,154 @@
+//! A packet port: one AF_PACKET socket bound to one host-side interface, and
+//! the address to send frames out of it.
+
+use anyhow::{Context, Result};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+const ETH_P_ALL: u16 = 0x0003;
+const PACKET_FANOUT: libc::c_int = 18;
+const PACKET_FANOUT_HASH: u32 = 0;
+
+/// A host-side interface the relay reads from and writes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortId {
+    pub ifindex: i32,
+    /// MAC of the station behind the interface (the namespace side).
+    pub mac: [u8; 6],
+}
+
+/// What happened to one receive call.
+pub enum Received {
+    /// A frame of this many bytes, sent by someone else on the link.
+    Frame(usize),
+    /// Our own transmission, seen again on the link: not ours to relay.
+    Own,
+    /// Nothing (more) to read now.
+    Empty,
+}
+
+/// An AF_PACKET socket (non-blocking, close-on-exec).
+pub struct PacketPort {
+    fd: OwnedFd,
+}
+
+impl PacketPort {
+    /// A socket for sending only (to any interface, see [`PacketPort::send`]).
+    pub fn unbound() -> Result<PacketPort> {
+        // SAFETY: plain socket(2); the result is checked.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                (ETH_P_ALL).to_be() as i32,
+            )
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error()).context("cannot open a packet socket (needs root)");
+        }
+        // SAFETY: fd is new and ours.
+        Ok(PacketPort {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// A socket receiving every frame that arrives on `ifindex`.
+    pub fn bind(ifindex: i32) -> Result<PacketPort> {
+        let port = PacketPort::unbound()?;
+        let sa = sockaddr(ifindex);
+        // SAFETY: sa is a valid sockaddr_ll of the given size.
+        let rc = unsafe {
+            libc::bind(
+                port.fd.as_raw_fd(),
+                &sa as *const _ as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("cannot bind a packet socket to interface index {ifindex}"));
+        }
+        Ok(port)
+    }
+
+    /// Shares arriving frames with the other sockets of fanout group `id`
+    /// (by flow hash), so several relay threads can read one interface.
+    pub fn join_fanout(&self, id: u32) -> Result<()> {
+        let arg: u32 = (id & 0xffff) | (PACKET_FANOUT_HASH << 16);
+        // SAFETY: setsockopt with a u32 option value.
+        let rc = unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                PACKET_FANOUT,
+                &arg as *const u32 as *const libc::c_void,
+                4,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error()).context("cannot join the relay's fanout group");
+        }
+        Ok(())
+    }
+
+    /// Reads one frame into `buf` (a longer frame is reported with its full
+    /// length, so the caller can drop it).
+    pub fn recv(&self, buf: &mut [u8]) -> Received {
+        // SAFETY: sockaddr_ll is plain data, filled by recvfrom.
+        let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        let mut fl = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+        // SAFETY: receiving into `buf`, whose length we pass.
+        let n = unsafe {
+            libc::recvfrom(
+                self.fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_TRUNC,
+                &mut from as *mut _ as *mut libc::sockaddr,
+                &mut fl,
+            )
+        };
+        if n < 0 {
+            return Received::Empty;
+        }
+        if from.sll_pkttype == libc::PACKET_OUTGOING {
+            return Received::Own;
+        }
+        Received::Frame(n as usize)
+    }
+
+    /// Sends `frame` out of interface `ifindex`.
+    pub fn send(&self, ifindex: i32, frame: &[u8]) -> std::io::Result<()> {
+        let sa = sockaddr(ifindex);
+        // SAFETY: sending `frame.len()` bytes of `frame` to a valid sockaddr_ll.
+        let rc = unsafe {
+            libc::sendto(
+                self.fd.as_raw_fd(),
+                frame.as_ptr().cast(),
+                frame.len(),
+                0,
+                &sa as *const _ as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        if rc < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl AsRawFd for PacketPort {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+fn sockaddr(ifindex: i32) -> libc::sockaddr_ll {
+    // SAFETY: sockaddr_ll is plain data.
+    let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sa.sll_family = libc::AF_PACKET as u16;
+    sa.sll_protocol = ETH_P_ALL.to_be();
+    sa.sll_ifindex = ifindex;
+    sa.sll_halen = 6;
+    sa
+}

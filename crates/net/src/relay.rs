@@ -1,0 +1,325 @@
+//! The host relay: the lab's Dom0 / vhost, the host I/O path. Ordinary host
+//! threads move every frame between the tenants' and the building side's
+//! host-end interfaces after a [`Discipline`] releases it (today the
+//! [`DelayLine`]: the WAN, 10 ms by default, optionally rate-limited). Their
+//! count, policy, priority and affinity are settings, so a scenario can
+//! starve or prioritise the host I/O path. The relay measures the delay it
+//! actually gives.
+//!
+//! Tenant frames all go to the building side; building frames go to the
+//! tenant that owns their destination MAC. Broadcasts are dropped (the lab
+//! uses static neighbours). Nothing is allocated per frame: frame buffers,
+//! the discipline's queue and the histogram are sized at start.
+
+use crate::discipline::{DelayLine, Discipline, Queued};
+use crate::port::{PacketPort, PortId, Received};
+use anyhow::{Context, Result};
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use ontime_core::rt::ThreadSettings;
+use ontime_core::stats::{LatencyHistogram, Summary};
+use ontime_core::MonoNs;
+use serde::{Deserialize, Serialize};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// How the relay runs.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RelaySettings {
+    /// One-way delay added in each direction.
+    pub delay_ns: u64,
+    /// Link rate per direction and port in bit/s; None = unlimited.
+    pub rate_bps: Option<u64>,
+    pub threads: usize,
+    pub thread: ThreadSettings,
+}
+
+impl Default for RelaySettings {
+    fn default() -> Self {
+        RelaySettings {
+            delay_ns: 10_000_000,
+            rate_bps: None,
+            threads: 1,
+            thread: ThreadSettings::default(),
+        }
+    }
+}
+
+impl RelaySettings {
+    /// The discipline each relay thread runs.
+    fn discipline(&self) -> DelayLine {
+        DelayLine::new(self.delay_ns, self.rate_bps, SLOTS)
+    }
+}
+
+/// What the relay did and the delay it gave.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RelayReport {
+    pub settings: RelaySettings,
+    /// Frames sent on.
+    pub frames: u64,
+    pub bytes: u64,
+    /// Frames dropped: no free buffer, oversize, or the send failed.
+    pub dropped: u64,
+    /// Frames for no known station (not relayed by design, e.g. broadcasts).
+    #[serde(default)]
+    pub unaddressed: u64,
+    /// Time from a frame's arrival at the relay to its departure.
+    pub delay: Summary,
+    #[serde(skip)]
+    pub delay_histogram: LatencyHistogram,
+}
+
+const FRAME: usize = 2048;
+const SLOTS: usize = 8192;
+const TIMER: Token = Token(usize::MAX - 1);
+/// Longest wait without looking at the stop flag.
+const IDLE_WAKE_NS: u64 = 20_000_000;
+
+/// What one relay thread counted.
+#[derive(Default)]
+struct ThreadTotals {
+    frames: u64,
+    bytes: u64,
+    dropped: u64,
+    unaddressed: u64,
+    delay: LatencyHistogram,
+}
+
+/// A running relay; [`Relay::stop`] ends it and returns the report.
+pub struct Relay {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<Result<ThreadTotals>>>,
+    settings: RelaySettings,
+}
+
+/// One interface a relay thread reads.
+struct Ingress {
+    ifindex: i32,
+    /// Where frames arriving here go; None: by destination MAC.
+    to: Option<i32>,
+}
+
+impl Relay {
+    /// Starts `settings.threads` threads carrying frames between `building`
+    /// and `tenants` (tenant ports are dealt round-robin to the threads; all
+    /// threads share the building port through a fanout group).
+    pub fn start(building: PortId, tenants: &[PortId], settings: RelaySettings) -> Result<Relay> {
+        anyhow::ensure!(settings.threads >= 1, "the relay needs at least one thread");
+        let stop = Arc::new(AtomicBool::new(false));
+        let by_mac: Vec<([u8; 6], i32)> = tenants.iter().map(|t| (t.mac, t.ifindex)).collect();
+        let fanout_id = std::process::id() & 0xffff;
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+        let mut threads = Vec::new();
+        for j in 0..settings.threads {
+            let mut ingress: Vec<Ingress> = tenants
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % settings.threads == j)
+                .map(|(_, t)| Ingress {
+                    ifindex: t.ifindex,
+                    to: Some(building.ifindex),
+                })
+                .collect();
+            ingress.push(Ingress {
+                ifindex: building.ifindex,
+                to: None,
+            });
+            let (by_mac, thread_stop, s, ready) = (by_mac.clone(), stop.clone(), settings.clone(), ready_tx.clone());
+            let fan = (settings.threads > 1).then_some(fanout_id);
+            let spawned = std::thread::Builder::new().name(format!("relay{j}")).spawn(move || {
+                ontime_core::rt::set_thread_name(&format!("ontime-relay{j}"));
+                let r = s.thread.apply().map_err(|e| format!("{e:#}"));
+                let _ = ready.send(r.clone());
+                r.map_err(anyhow::Error::msg)?;
+                run_thread(ingress, by_mac, fan, s.discipline(), &thread_stop)
+            });
+            match spawned {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    stop_and_join(&stop, threads);
+                    return Err(e).context("cannot start a relay thread");
+                }
+            }
+        }
+        drop(ready_tx);
+        if let Err(e) = ontime_core::rt::await_ready(&ready_rx, settings.threads, std::time::Duration::from_secs(5)) {
+            stop_and_join(&stop, threads);
+            anyhow::bail!("relay thread settings: {e}");
+        }
+        Ok(Relay {
+            stop,
+            threads,
+            settings,
+        })
+    }
+
+    /// Stops the threads and returns what they measured.
+    pub fn stop(mut self) -> Result<RelayReport> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut all = ThreadTotals::default();
+        for t in std::mem::take(&mut self.threads) {
+            let t = t.join().map_err(|_| anyhow::anyhow!("a relay thread panicked"))??;
+            all.frames += t.frames;
+            all.bytes += t.bytes;
+            all.dropped += t.dropped;
+            all.unaddressed += t.unaddressed;
+            all.delay.add(&t.delay);
+        }
+        Ok(RelayReport {
+            settings: self.settings.clone(),
+            frames: all.frames,
+            bytes: all.bytes,
+            dropped: all.dropped,
+            unaddressed: all.unaddressed,
+            delay: all.delay.summary(None),
+            delay_histogram: all.delay,
+        })
+    }
+}
+
+impl Drop for Relay {
+    /// A relay dropped without [`Relay::stop`] (an error or panic in the
+    /// caller) still ends its threads.
+    fn drop(&mut self) {
+        stop_and_join(&self.stop, std::mem::take(&mut self.threads));
+    }
+}
+
+fn stop_and_join<T>(stop: &AtomicBool, threads: Vec<std::thread::JoinHandle<T>>) {
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        let _ = t.join();
+    }
+}
+
+fn timer_fd() -> Result<OwnedFd> {
+    // SAFETY: timerfd_create; checked.
+    let tfd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) };
+    if tfd < 0 {
+        return Err(std::io::Error::last_os_error()).context("cannot create a timerfd");
+    }
+    // SAFETY: fresh fd, ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(tfd) })
+}
+
+fn arm_at(timer: &OwnedFd, at_ns: u64) {
+    let spec = libc::itimerspec {
+        it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+        it_value: MonoNs(at_ns.max(1)).as_timespec(),
+    };
+    // SAFETY: valid timerfd and itimerspec.
+    unsafe { libc::timerfd_settime(timer.as_raw_fd(), libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut()) };
+}
+
+fn run_thread(
+    ingress: Vec<Ingress>,
+    by_mac: Vec<([u8; 6], i32)>,
+    fanout: Option<u32>,
+    mut discipline: impl Discipline,
+    stop: &AtomicBool,
+) -> Result<ThreadTotals> {
+    let mut poll = Poll::new()?;
+    let mut ports = Vec::new();
+    for (i, p) in ingress.iter().enumerate() {
+        let port = PacketPort::bind(p.ifindex)?;
+        if p.to.is_none() {
+            if let Some(id) = fanout {
+                port.join_fanout(id)?;
+            }
+        }
+        poll.registry()
+            .register(&mut SourceFd(&port.as_raw_fd()), Token(i), Interest::READABLE)?;
+        ports.push(port);
+    }
+    let egress = PacketPort::unbound()?;
+    let timer = timer_fd()?;
+    poll.registry()
+        .register(&mut SourceFd(&timer.as_raw_fd()), TIMER, Interest::READABLE)?;
+
+    let mut bufs = vec![[0u8; FRAME]; SLOTS];
+    let mut free: Vec<usize> = (0..SLOTS).rev().collect();
+    let mut t = ThreadTotals::default();
+    let mut events = Events::with_capacity(256);
+    while !stop.load(Ordering::Relaxed) {
+        let now = MonoNs::now().0;
+        while let Some(f) = discipline.dequeue(now) {
+            match egress.send(f.egress, &bufs[f.slot][..f.len]) {
+                Ok(()) => {
+                    t.frames += 1;
+                    t.bytes += f.len as u64;
+                    t.delay.record(MonoNs::now().0.saturating_sub(f.arrived_ns));
+                }
+                Err(_) => t.dropped += 1,
+            }
+            free.push(f.slot);
+        }
+        let next = discipline.next_release_ns().unwrap_or(u64::MAX).min(now + IDLE_WAKE_NS);
+        arm_at(&timer, next);
+        if let Err(e) = poll.poll(&mut events, None) {
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e).context("relay poll");
+        }
+        for ev in events.iter() {
+            if ev.token() == TIMER {
+                let mut b = [0u8; 8];
+                // SAFETY: 8-byte read from our timerfd.
+                unsafe { libc::read(timer.as_raw_fd(), b.as_mut_ptr().cast(), 8) };
+                continue;
+            }
+            let i = ev.token().0;
+            loop {
+                let Some(slot) = free.pop() else {
+                    // Out of buffers: drain the socket, counting drops.
+                    let mut scratch = [0u8; 64];
+                    match ports[i].recv(&mut scratch) {
+                        Received::Empty => break,
+                        Received::Own => continue,
+                        Received::Frame(_) => {
+                            t.dropped += 1;
+                            continue;
+                        }
+                    }
+                };
+                let n = match ports[i].recv(&mut bufs[slot]) {
+                    Received::Empty => {
+                        free.push(slot);
+                        break;
+                    }
+                    Received::Own => {
+                        free.push(slot);
+                        continue;
+                    }
+                    Received::Frame(n) => n,
+                };
+                let arrived_ns = MonoNs::now().0;
+                if !(14..=FRAME).contains(&n) {
+                    t.dropped += 1;
+                    free.push(slot);
+                    continue;
+                }
+                let to = match ingress[i].to {
+                    Some(b) => b,
+                    None => match by_mac.iter().find(|(mac, _)| mac[..] == bufs[slot][..6]) {
+                        Some(&(_, to)) => to,
+                        None => {
+                            t.unaddressed += 1;
+                            free.push(slot);
+                            continue;
+                        }
+                    },
+                };
+                discipline.enqueue(Queued {
+                    slot,
+                    arrived_ns,
+                    len: n,
+                    egress: to,
+                });
+            }
+        }
+    }
+    Ok(t)
+}
