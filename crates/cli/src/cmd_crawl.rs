@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::Args;
 use ontime_core::caps::Capabilities;
 use ontime_core::duration::{format_ns, parse_ns};
+use ontime_core::limits;
 use ontime_core::manifest::Manifest;
 use ontime_core::rt::{CpuList, Policy, ThreadSettings};
 use ontime_crawl::config::{CrawlConfig, CrawlFile, GatewaySpec, Phase};
@@ -23,7 +24,7 @@ pub struct CrawlArgs {
     /// Crawl config (TOML: [[gateway]] url/points, period, points_per_request, phase)
     #[arg(long, short = 'c')]
     config: Option<PathBuf>,
-    /// Gateway URL http://HOST:PORT/BUILDING (repeatable); used when no --config
+    /// Gateway URL http://HOST:PORT/BUILDING (repeatable); required unless --config
     #[arg(long)]
     url: Vec<String>,
     /// Points per gateway (ids 0..points) [default: 1000, or from --rate]
@@ -120,19 +121,18 @@ fn build_config(a: &CrawlArgs) -> anyhow::Result<CrawlConfig> {
             CrawlFile::from_file(p).map_err(|e| usage(format!("{e:#}")))?
         }
         None => {
-            let urls = if a.url.is_empty() {
-                vec!["http://127.0.0.1:8080/b0".to_string()]
-            } else {
-                a.url.clone()
-            };
+            if a.url.is_empty() {
+                return Err(usage(
+                    "no gateway to poll: give --url http://HOST:PORT/BUILDING (repeatable) or --config FILE",
+                ));
+            }
+            let urls = a.url.clone();
             let n = a.points_per_request.unwrap_or(ontime_crawl::config::DEFAULT_N);
             let period = a.period.unwrap_or(ontime_crawl::config::DEFAULT_PERIOD_NS);
             let points = match (a.points, a.rate) {
                 (Some(p), _) => p,
                 (None, Some(r)) => {
-                    if !(r > 0.0 && r.is_finite()) {
-                        return Err(usage("--rate must be a positive number of polls per second"));
-                    }
+                    limits::rate("--rate", r, limits::MAX_POLLS_PER_SECOND).map_err(usage)?;
                     let per_gw = r / urls.len() as f64 * n as f64 * period as f64 / 1e9;
                     per_gw.round().max(1.0) as u32
                 }
@@ -188,13 +188,22 @@ fn build_config(a: &CrawlArgs) -> anyhow::Result<CrawlConfig> {
 
 pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
     let cfg = build_config(&a)?;
-    if a.vcpus == 0 {
-        return Err(usage("--vcpus must be at least 1"));
-    }
-    if a.duration == 0 {
-        return Err(usage("--duration must be above 0"));
-    }
-    let online = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    limits::count("--vcpus", a.vcpus as u64, 1, limits::MAX_THREADS).map_err(usage)?;
+    output::check_outputs(&[
+        ("--result", a.result.as_deref()),
+        ("--hlog", a.hlog.as_deref()),
+        ("--polls", a.polls.as_deref()),
+        ("--store", a.store.as_deref()),
+        ("--gateway-log", a.gateway_log.as_deref()),
+    ])?;
+    limits::duration(
+        "--duration",
+        a.duration,
+        limits::MIN_DURATION_NS,
+        limits::MAX_DURATION_NS,
+    )
+    .map_err(usage)?;
+    let online = ontime_core::limits::online_cpus();
     if let Some(bad) = a.affinity.iter().flat_map(|c| c.0.iter()).find(|&&c| c >= online) {
         return Err(usage(format!("-a: CPU {bad} is not online (this host has {online})")));
     }
@@ -224,7 +233,7 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
     {
         let (f1, f2) = (flags.clone(), flags.clone());
         crate::signals::install(
-            move || f1.stop.store(true, Ordering::Relaxed),
+            move || f1.request_stop(),
             move || f2.abort.store(true, Ordering::Relaxed),
         )?;
     }

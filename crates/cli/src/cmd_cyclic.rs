@@ -6,6 +6,7 @@ use crate::usage;
 use clap::{ArgAction, Args};
 use ontime_core::caps::Capabilities;
 use ontime_core::duration::{format_ns, parse_ns};
+use ontime_core::limits;
 use ontime_core::manifest::Manifest;
 use ontime_core::rt::{CpuList, Policy};
 use ontime_cyclic::CyclicOptions;
@@ -18,7 +19,7 @@ use std::time::Duration;
 /// A duration where a bare number means microseconds, as in cyclictest.
 fn parse_us_or_duration(s: &str) -> Result<u64, String> {
     match s.parse::<u64>() {
-        Ok(us) => Ok(us * 1000),
+        Ok(us) => us.checked_mul(1000).ok_or_else(|| format!("'{s}' us is too long")),
         Err(_) => parse_ns(s),
     }
 }
@@ -107,13 +108,22 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
     if a.loops.is_none() && a.duration.is_none() {
         return Err(usage("give a duration (-D 60s) or a loop count (-l 100000)"));
     }
-    if a.threads == 0 {
-        return Err(usage("-t must be at least 1"));
+    limits::count("-t", a.threads as u64, 1, limits::MAX_THREADS).map_err(usage)?;
+    output::check_outputs(&[
+        ("--result", a.result.as_deref()),
+        ("--histfile", a.histfile.as_deref()),
+        ("--histfile-woken", a.histfile_woken.as_deref()),
+    ])?;
+    limits::duration("-i", a.interval, limits::MIN_INTERVAL_NS, limits::MAX_DURATION_NS).map_err(usage)?;
+    limits::duration("-d", a.distance, 0, limits::MAX_DURATION_NS).map_err(usage)?;
+    limits::count("-h", a.histogram as u64, 0, limits::MAX_HISTOGRAM_BINS).map_err(usage)?;
+    if let Some(l) = a.loops {
+        limits::count("-l", l, 1, limits::MAX_DURATION_NS / limits::MIN_INTERVAL_NS).map_err(usage)?;
     }
-    if a.interval < 1000 {
-        return Err(usage("the interval (-i) must be at least 1us"));
+    if let Some(d) = a.duration {
+        limits::duration("-D", d, limits::MIN_DURATION_NS, limits::MAX_DURATION_NS).map_err(usage)?;
     }
-    let online = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let online = ontime_core::limits::online_cpus();
     let (threads, affinity) = if a.smp {
         (online, (0..online).collect())
     } else {
@@ -181,13 +191,12 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
     let result = result?;
     let mut text = result.text();
     if let Some(p) = &a.histfile_woken {
-        std::fs::write(p, result.cyclictest_histogram_woken())
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?;
+        ontime_core::fsio::write_atomic(p, result.cyclictest_histogram_woken().as_bytes())?;
     }
     if a.histogram > 0 {
         let hist = result.cyclictest_histogram();
         match &a.histfile {
-            Some(p) => std::fs::write(p, hist).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?,
+            Some(p) => ontime_core::fsio::write_atomic(p, hist.as_bytes())?,
             None if !a.json => text = format!("{hist}{text}"),
             None => {}
         }

@@ -137,11 +137,11 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         .collect();
     let gw = ontime_gateway::server::start(cfg.clone())?;
     for addr in gw.addrs() {
-        println!("ontime gateway: listening on http://{addr}");
+        crate::outln!("ontime gateway: listening on http://{addr}");
     }
-    println!("ontime gateway: buildings {}", summary.join(", "));
+    crate::outln!("ontime gateway: buildings {}", summary.join(", "));
     if let Some(l) = &cfg.log {
-        println!("ontime gateway: receive log {}", l.display());
+        crate::outln!("ontime gateway: receive log {}", l.display());
     }
     use std::io::Write;
     let _ = std::io::stdout().flush();
@@ -151,7 +151,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let stats = gw.stop()?;
-    println!("ontime gateway: stopped; {}", serde_json::to_string(&stats)?);
+    crate::outln!("ontime gateway: stopped; {}", serde_json::to_string(&stats)?);
     Ok(())
 }
 
@@ -159,19 +159,26 @@ fn analyze(a: AnalyzeArgs) -> anyhow::Result<()> {
     if !a.log.exists() {
         return Err(usage(format!("no receive log at {}", a.log.display())));
     }
+    ontime_core::limits::duration(
+        "--period",
+        a.period,
+        ontime_core::limits::MIN_PERIOD_NS,
+        ontime_core::limits::MAX_DURATION_NS,
+    )
+    .map_err(usage)?;
     let r = ontime_gateway::recvlog::analyze(&a.log, a.period, a.threshold)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        println!(
+        crate::outln!(
             "ontime gateway analyze: {} lines, {} lead points, period {}, inferred missed {}",
             r.lines,
             r.points,
             ontime_core::duration::format_ns(a.period),
             r.inferred_missed
         );
-        println!("{}", ontime_core::stats::Summary::text_header());
-        println!("{}", r.interval_error.text_row("interval error"));
+        crate::outln!("{}", ontime_core::stats::Summary::text_header());
+        crate::outln!("{}", r.interval_error.text_row("interval error"));
     }
     Ok(())
 }

@@ -85,7 +85,7 @@ fn run_scenario(a: RunArgs) -> anyhow::Result<()> {
     );
     if a.dry_run {
         for r in &plan.runs {
-            println!("{}  {}", r.dir_name(), ontime_lab::scenario::vars_text(&r.vars));
+            crate::outln!("{}  {}", r.dir_name(), ontime_lab::scenario::vars_text(&r.vars));
         }
         return Ok(());
     }
@@ -156,9 +156,9 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
         return Err(usage(format!("no results directory at {}", a.dir.display())));
     }
     let w = ontime_lab::report::write(&a.dir, a.out.as_deref())?;
-    println!("ontime lab report: {} run(s) -> {}", w.runs, w.html.display());
+    crate::outln!("ontime lab report: {} run(s) -> {}", w.runs, w.html.display());
     for p in &w.pngs {
-        println!("  {}", p.display());
+        crate::outln!("  {}", p.display());
     }
     Ok(())
 }
@@ -170,11 +170,11 @@ fn clean(a: CleanArgs) -> anyhow::Result<()> {
         ontime_lab::clean::clean()?
     };
     if found.is_empty() {
-        println!("ontime lab clean: nothing of the lab's is left on this host");
+        crate::outln!("ontime lab clean: nothing of the lab's is left on this host");
         return Ok(());
     }
     let verb = if a.dry_run { "would remove" } else { "removed" };
-    println!(
+    crate::outln!(
         "ontime lab clean: {verb} {} namespace(s), {} link(s), {} cgroup(s), {} process(es)",
         found.netns.len(),
         found.links.len(),
@@ -182,7 +182,7 @@ fn clean(a: CleanArgs) -> anyhow::Result<()> {
         found.processes.len()
     );
     for n in found.netns.iter().chain(&found.links).chain(&found.cgroups) {
-        println!("  {n}");
+        crate::outln!("  {n}");
     }
     Ok(())
 }

@@ -187,18 +187,19 @@ pub fn run(args: ObserveArgs) -> anyhow::Result<()> {
 
 fn record(a: RecordArgs) -> anyhow::Result<()> {
     let targets = a.targets.resolve()?;
+    if let Some(d) = a.duration {
+        ontime_core::limits::duration(
+            "-d",
+            d,
+            ontime_core::limits::MIN_DURATION_NS,
+            ontime_core::limits::MAX_DURATION_NS,
+        )
+        .map_err(usage)?;
+    }
     if a.drain_every < 1_000_000 || a.drain_every > 10_000_000_000 {
         return Err(usage("--drain-every must be between 1ms and 10s"));
     }
-    if let Some(dir) = a.output.parent().filter(|d| !d.as_os_str().is_empty()) {
-        if !dir.is_dir() {
-            return Err(usage(format!(
-                "-o {}: directory {} does not exist",
-                a.output.display(),
-                dir.display()
-            )));
-        }
-    }
+    crate::output::check_outputs(&[("-o", Some(&a.output))])?;
     let stop = Arc::new(AtomicBool::new(false));
     crate::signals::install_flag(stop.clone())?;
     let opts = RecordOptions {
@@ -259,8 +260,8 @@ fn record(a: RecordArgs) -> anyhow::Result<()> {
 }
 
 fn report(a: ReportArgs) -> anyhow::Result<()> {
-    if a.windows.iter().any(|&w| w < 100_000) {
-        return Err(usage("--windows: every window must be at least 100us"));
+    if a.windows.iter().any(|&w| !(100_000..=3_600_000_000_000).contains(&w)) {
+        return Err(usage("--windows: every window must be between 100us and 1h"));
     }
     let rec = Recording::read(&a.recording).map_err(|e| usage(format!("{e:#}")))?;
     let analysis = ontime_observe::report::analyze(

@@ -119,9 +119,9 @@ impl Live {
         }
         let text = table(&reports, self.vcpus, span);
         if self.clear {
-            print!("\x1b[H\x1b[2J");
+            crate::out!("\x1b[H\x1b[2J");
         }
-        print!("{text}");
+        crate::out!("{text}");
         if let Some(m) = &self.metrics {
             let body = prometheus(&reports, &self.totals, &self.vcpu_totals, self.events);
             if let Ok(mut g) = m.lock() {

@@ -5,18 +5,28 @@ use anyhow::Context;
 use serde::Serialize;
 use std::path::Path;
 
+/// Checks every output file a verb will write, before it starts: a long run
+/// must not end in "cannot write" for a directory that never existed.
+pub fn check_outputs(files: &[(&str, Option<&Path>)]) -> anyhow::Result<()> {
+    for (flag, p) in files {
+        if let Some(p) = p {
+            ontime_core::fsio::check_output_path(flag, p).map_err(crate::usage)?;
+        }
+    }
+    Ok(())
+}
+
+/// Prints the result (text or JSON) and writes it to `file` whole or not at
+/// all (see [`ontime_core::fsio::write_atomic`]).
 pub fn emit<T: Serialize>(result: &T, text: &str, json: bool, file: Option<&Path>) -> anyhow::Result<()> {
     let doc = serde_json::to_string_pretty(result).context("cannot encode the result as JSON")?;
     if let Some(p) = file {
-        if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        }
-        std::fs::write(p, format!("{doc}\n")).with_context(|| format!("cannot write {}", p.display()))?;
+        ontime_core::fsio::write_atomic(p, format!("{doc}\n").as_bytes())?;
     }
     if json {
-        println!("{doc}");
+        crate::outln!("{doc}");
     } else {
-        print!("{text}");
+        crate::out!("{text}");
     }
     Ok(())
 }
@@ -34,4 +44,33 @@ pub fn progress_bar(len: u64) -> indicatif::ProgressBar {
             .progress_chars("=> "),
     );
     pb
+}
+
+/// Standard output that a reader may close early (`ontime ... | head -1`):
+/// the rest of the output is dropped, and the command still finishes its
+/// work (result files, clean-up) instead of panicking half-way.
+pub fn stdout(args: std::fmt::Arguments) {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static CLOSED: AtomicBool = AtomicBool::new(false);
+    if CLOSED.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut out = std::io::stdout().lock();
+    if out.write_fmt(args).and_then(|_| out.flush()).is_err() {
+        CLOSED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// `println!` through [`stdout`].
+#[macro_export]
+macro_rules! outln {
+    () => { $crate::output::stdout(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::output::stdout(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+/// `print!` through [`stdout`].
+#[macro_export]
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::output::stdout(format_args!($($arg)*)) };
 }

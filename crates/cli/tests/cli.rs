@@ -248,6 +248,30 @@ fn bad_input_gives_one_error_line_and_exit_2() {
         ],
         vec!["gateway".into(), "--drop-probability".into(), "2".into()],
     ];
+    let log = dir.path().join("recv.log");
+    std::fs::write(&log, "1 b0 1 1\n2 b0 1 1\n").unwrap();
+    let log = log.display().to_string();
+    let words = |s: &str| -> Vec<String> { s.split_whitespace().map(String::from).collect() };
+    // Found by trying bad values as a new user would: each once hung, grew
+    // without bound, aborted, was cut silently or measured nothing.
+    let mut cases = cases;
+    cases.extend([
+        words(&format!("gateway analyze {log} --period 0s")),
+        words(&format!("gateway analyze {log} --period 1ns")),
+        words("crawl --rate 1e12 --url http://127.0.0.1:1/b0"),
+        words("crawl --rate nan --url http://127.0.0.1:1/b0"),
+        words("crawl --points 4000000000 --url http://127.0.0.1:1/b0"),
+        words("crawl --vcpus 10000 --url http://127.0.0.1:1/b0"),
+        words("crawl -D 0s --url http://127.0.0.1:1/b0"),
+        words("crawl --rate 10"),
+        words("crawl --url http://127.0.0.1:1/b0 --result /no/such/dir/x.json"),
+        words("cyclic -h 100000000000 -D 1s"),
+        words("cyclic -l 0"),
+        words("cyclic -t 100000 -l 1"),
+        words("cyclic -D 1s --result /no/such/dir/x.json"),
+        words("observe record -d 0s --all"),
+        words("observe report /nonexistent.otrec --windows 0s"),
+    ]);
     for args in cases {
         let out = ontime().args(&args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
@@ -286,6 +310,27 @@ fn sigint_writes_partial_results() {
     assert!((100..2000).contains(&planned), "planned {planned}");
     assert_eq!(u(&r["polls"]["ok"]) + u(&r["missed"]), planned);
     assert!(String::from_utf8_lossy(&out.stdout).contains("(interrupted)"));
+    // The length reported is the one measured, not the one asked for.
+    let (ran, asked) = (u(&r["duration_ns"]), u(&r["planned_duration_ns"]));
+    assert_eq!(asked, 60_000_000_000);
+    assert!(ran < 20_000_000_000, "duration_ns {ran} after an interrupt at ~2 s");
+}
+
+/// A reader that closes the pipe early (`| head -1`) ends the output, not
+/// the command: no panic, the run finishes and exits 0.
+#[test]
+fn a_closed_stdout_pipe_is_not_a_crash() {
+    let mut child = ontime()
+        .args(["cyclic", "-i", "1000", "-l", "200", "--no-dma-latency", "-h", "20"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {err}", out.status);
+    assert!(!err.contains("panicked"), "{err}");
 }
 
 #[test]

@@ -53,12 +53,12 @@ pub fn from_timestamps(times_ns: &[u64], period_ns: u64, hist: &mut LatencyHisto
     let mut missed = 0;
     for w in times_ns.windows(2) {
         let gap = w[1].saturating_sub(w[0]);
-        let m = ((gap as f64 / period_ns as f64).round() as u64).max(1);
-        for _ in 1..m {
-            hist.record(period_ns);
-            missed += 1;
-        }
-        hist.record(gap.abs_diff(m * period_ns));
+        let m = ((gap as f64 / period_ns.max(1) as f64).round() as u64).max(1);
+        // One sample per missed measurement, recorded at once: a gap of
+        // many periods (or a bad timestamp) costs no more than a short one.
+        hist.record_n(period_ns, m - 1);
+        missed += m - 1;
+        hist.record(gap.abs_diff(m.saturating_mul(period_ns)));
     }
     missed
 }

@@ -11,8 +11,10 @@
 pub mod caps;
 pub mod config;
 pub mod duration;
+pub mod fsio;
 pub mod hlog;
 pub mod interval;
+pub mod limits;
 pub mod manifest;
 pub mod rt;
 pub mod stats;

@@ -37,7 +37,7 @@ impl Manifest {
                 read_trim("/proc/sys/kernel/osrelease")
             ),
             clocksource: read_trim("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
-            cpus_online: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            cpus_online: crate::limits::online_cpus(),
             backend: backend.into(),
             capabilities: caps,
         }

@@ -151,6 +151,11 @@ impl CrawlConfig {
             let point_ids = match (g.points, g.point_ids) {
                 (Some(_), Some(_)) => bail!("{}: give either points or point_ids, not both", ctx()),
                 (Some(0), None) => bail!("{}: points must be at least 1", ctx()),
+                (Some(p), None) if p as u64 > ontime_core::limits::MAX_POINTS => bail!(
+                    "{}: points = {p} is more than one gateway can carry ({})",
+                    ctx(),
+                    ontime_core::limits::MAX_POINTS
+                ),
                 (Some(p), None) => (0..p).collect(),
                 (None, Some(ids)) if ids.is_empty() => bail!("{}: point_ids is empty", ctx()),
                 (None, Some(ids)) => ids,
@@ -175,13 +180,21 @@ impl CrawlConfig {
         if timeout_ns == 0 {
             bail!("timeout must be above 0");
         }
-        Ok(CrawlConfig {
+        let cfg = CrawlConfig {
             gateways,
             points_per_request: n,
             phase: file.phase.unwrap_or_default(),
             timeout_ns,
             max_connections,
-        })
+        };
+        let rate = cfg.polls_per_second();
+        if rate > ontime_core::limits::MAX_POLLS_PER_SECOND {
+            bail!(
+                "{rate:.0} polls/s planned: one crawler plans at most {} (fewer points, a larger N or a longer period)",
+                ontime_core::limits::MAX_POLLS_PER_SECOND
+            );
+        }
+        Ok(cfg)
     }
 
     /// Planned polls per second over all gateways.

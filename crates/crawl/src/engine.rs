@@ -47,6 +47,18 @@ pub struct StopFlags {
     pub stop: AtomicBool,
     /// Give up on those in flight too (second Ctrl-C).
     pub abort: AtomicBool,
+    /// When the first stop was asked for (CLOCK_MONOTONIC ns; 0 = never).
+    pub stop_requested_ns: std::sync::atomic::AtomicU64,
+}
+
+impl StopFlags {
+    /// The first Ctrl-C: plan no more polls, and remember when.
+    pub fn request_stop(&self) {
+        let _ = self
+            .stop_requested_ns
+            .compare_exchange(0, MonoNs::now().0, Ordering::Relaxed, Ordering::Relaxed);
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 /// A message from a vCPU thread to the collector.

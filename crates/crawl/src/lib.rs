@@ -71,7 +71,11 @@ pub struct CrawlResult {
     pub work_per_poll_ns: u64,
     pub planned_polls_per_second: f64,
     pub streams: usize,
+    /// How long polls were planned for: the requested length, or up to the
+    /// stop when interrupted.
     pub duration_ns: u64,
+    /// The requested length.
+    pub planned_duration_ns: u64,
     /// True when the run was stopped before its duration (Ctrl-C).
     pub interrupted: bool,
     pub polls: Outcomes,
@@ -379,13 +383,20 @@ pub fn run(
     let mut manifest = manifest;
     manifest.finish();
     let interrupted = flags.stop.load(Ordering::Relaxed) || flags.abort.load(Ordering::Relaxed);
+    let stopped_at = flags.stop_requested_ns.load(Ordering::Relaxed);
+    let duration_ns = if interrupted && stopped_at > 0 {
+        stopped_at.saturating_sub(start.0).min(opts.duration_ns)
+    } else {
+        opts.duration_ns
+    };
     Ok(CrawlResult {
         planned_polls_per_second: cfg.polls_per_second(),
         streams: n_streams,
         vcpus: k,
         thread_settings: opts.thread.clone(),
         work_per_poll_ns: opts.work_per_poll_ns,
-        duration_ns: opts.duration_ns,
+        duration_ns,
+        planned_duration_ns: opts.duration_ns,
         interrupted,
         missed: totals.outcomes.missed(),
         send_lag: totals.send_lag.summary(opts.threshold_ns),

@@ -193,6 +193,10 @@ pub struct CyclicResult {
     pub manifest: Manifest,
     pub options: CyclicOptions,
     pub interrupted: bool,
+    /// Time covered by planned wake-ups (the longest thread's count x its
+    /// interval): the requested length, or less when interrupted.
+    #[serde(default)]
+    pub duration_ns: u64,
     pub overruns: u64,
     /// All threads together: every planned wake-up.
     pub latency: Summary,
@@ -312,6 +316,11 @@ pub fn run(
     manifest.finish();
     Ok(CyclicResult {
         interrupted: stop.load(Ordering::Relaxed),
+        duration_ns: threads
+            .iter()
+            .map(|t| t.stats.latency.len().saturating_mul(t.interval_ns))
+            .max()
+            .unwrap_or(0),
         overruns: threads.iter().map(|t| t.overruns).sum(),
         latency: all.summary(opts.threshold_ns),
         woken: woken.summary(opts.threshold_ns),

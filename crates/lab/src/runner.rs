@@ -346,7 +346,7 @@ fn one_run(
     }
 
     // Probes.
-    let online = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let online = ontime_core::limits::online_cpus();
     let vcpus = if native { online } else { t.vcpus };
     let dur = format!("{}ns", c.duration);
     let mut pids = Vec::new();

@@ -460,7 +460,7 @@ fn validate(c: &RunConfig) -> Result<()> {
     }
     if let Some(cs) = &t.cpuset {
         let cpus = parse_cpu_list(cs).map_err(|e| anyhow!("tenant.cpuset: {e}"))?;
-        let online = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let online = ontime_core::limits::online_cpus();
         if let Some(bad) = cpus.iter().find(|&&c| c >= online) {
             bail!("tenant.cpuset: CPU {bad} is not online (this host has {online})");
         }

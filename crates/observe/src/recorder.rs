@@ -458,9 +458,4 @@ pub fn thread_cpu_ns() -> u64 {
     ontime_core::time::rusage_cpu_ns(&ru)
 }
 
-pub fn online_cpus() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).max(
-        // available_parallelism follows our own affinity; the host's count matters here.
-        unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize,
-    )
-}
+pub use ontime_core::limits::online_cpus;

@@ -1,0 +1,95 @@
+//! What this tool accepts as input: the ranges every rate, duration, count
+//! and size must fall in, checked before anything starts, and the host's
+//! CPU count. A value outside its range is a usage error that names the flag
+//! or key and the range; it never becomes a silent cut, a hang or an
+//! allocation failure.
+
+/// CPUs online on this host (not the ones our own affinity allows: a probe
+/// pinned to one CPU must still see the host's count).
+pub fn online_cpus() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n >= 1 {
+        n as usize
+    } else {
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    }
+}
+
+/// Polls per second one crawler process can plan. The engine keeps 10 000/s
+/// at 14 % of a core (bench/results.md); well above that the plan no longer
+/// fits in memory or a host's CPUs.
+pub const MAX_POLLS_PER_SECOND: f64 = 1_000_000.0;
+/// Points one gateway may carry (the plan holds each id).
+pub const MAX_POINTS: u64 = 10_000_000;
+/// Threads a probe may run as vCPUs or probe threads.
+pub const MAX_THREADS: u64 = 1024;
+/// Shortest period of a crawler point or gateway analysis.
+pub const MIN_PERIOD_NS: u64 = 1_000_000;
+/// Shortest wake-up interval of the cyclic probe.
+pub const MIN_INTERVAL_NS: u64 = 1_000;
+/// Longest run of any verb (a week): longer is a typo, not a plan.
+pub const MAX_DURATION_NS: u64 = 7 * 24 * 3600 * 1_000_000_000;
+/// Shortest recording or run that measures anything.
+pub const MIN_DURATION_NS: u64 = 1_000_000;
+/// Bins of a cyclictest-layout histogram (1 us each: one second).
+pub const MAX_HISTOGRAM_BINS: u64 = 1_000_000;
+
+/// Checks `min <= value <= max`; the error names `what` and the range in
+/// the value's own words (`show` formats a bound).
+pub fn check<T: PartialOrd + Copy>(
+    what: &str,
+    value: T,
+    min: T,
+    max: T,
+    show: impl Fn(T) -> String,
+) -> Result<T, String> {
+    if value < min || value > max {
+        return Err(format!(
+            "{what} = {} is out of range: give {} .. {}",
+            show(value),
+            show(min),
+            show(max)
+        ));
+    }
+    Ok(value)
+}
+
+/// [`check`] for a count.
+pub fn count(what: &str, value: u64, min: u64, max: u64) -> Result<u64, String> {
+    check(what, value, min, max, |v| v.to_string())
+}
+
+/// [`check`] for a duration in ns.
+pub fn duration(what: &str, value: u64, min: u64, max: u64) -> Result<u64, String> {
+    check(what, value, min, max, crate::duration::format_ns)
+}
+
+/// [`check`] for a rate per second (finite and positive first).
+pub fn rate(what: &str, value: f64, max: f64) -> Result<f64, String> {
+    if !value.is_finite() || value <= 0.0 {
+        return Err(format!("{what} = {value} must be a positive number per second"));
+    }
+    if value > max {
+        return Err(format!(
+            "{what} = {value} is out of range: give at most {max} per second"
+        ));
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_range_names_the_value_and_range() {
+        let e = count("-h", 100_000_000_000, 0, MAX_HISTOGRAM_BINS).unwrap_err();
+        assert!(e.contains("-h = 100000000000") && e.contains("1000000"), "{e}");
+        assert!(duration("--period", 0, MIN_PERIOD_NS, MAX_DURATION_NS).is_err());
+        assert!(rate("--rate", 1e12, MAX_POLLS_PER_SECOND).is_err());
+        assert!(rate("--rate", f64::NAN, MAX_POLLS_PER_SECOND).is_err());
+        assert_eq!(rate("--rate", 100.0, MAX_POLLS_PER_SECOND), Ok(100.0));
+        assert!(online_cpus() >= 1);
+    }
+}
