@@ -210,7 +210,7 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
     if a.hlog_interval < 10_000_000 {
         return Err(usage("--hlog-interval must be at least 10ms"));
     }
-    let _gateway = if a.with_gateway {
+    let gateway = if a.with_gateway {
         Some(LocalGateway::start(&cfg, &a)?)
     } else {
         None
@@ -275,7 +275,13 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
     });
     pb.finish_and_clear();
     let result = result?;
-    output::emit(&result, &result.text(), a.json, a.result.as_deref())
+    output::emit(&result, &result.text(), a.json, a.result.as_deref())?;
+    // The gateway's receive log is a measurement too: if it could not be
+    // stored, the run failed, loudly and naming the file.
+    match gateway {
+        Some(g) => g.finish(),
+        None => Ok(()),
+    }
 }
 
 /// A gateway child process serving what the crawl will poll; stopped (and
@@ -359,18 +365,44 @@ impl LocalGateway {
     }
 }
 
-impl Drop for LocalGateway {
-    fn drop(&mut self) {
+impl LocalGateway {
+    /// Stops the gateway and reports its failure (e.g. a receive log that
+    /// hit a full disk) as the crawl's.
+    fn finish(mut self) -> anyhow::Result<()> {
+        let status = self.stop();
+        match status {
+            Some(s) if !s.success() => {
+                let mut err = String::new();
+                if let Some(mut e) = self.child.stderr.take() {
+                    use std::io::Read;
+                    let _ = e.read_to_string(&mut err);
+                }
+                let err = err.trim().trim_start_matches("ontime: error: ");
+                anyhow::bail!("the local gateway failed ({s}): {err}")
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn stop(&mut self) -> Option<std::process::ExitStatus> {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_secs(3) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.wait().ok()
+    }
+}
+
+impl Drop for LocalGateway {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.stop();
+        }
     }
 }

@@ -149,6 +149,11 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     crate::signals::install_flag(stop.clone())?;
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(std::time::Duration::from_millis(50));
+        if let Some(e) = gw.log_failure() {
+            // Measurements are no longer stored: stop now, not at exit.
+            let _ = gw.stop();
+            anyhow::bail!("{e}; the gateway stopped (free space and run again)");
+        }
     }
     let stats = gw.stop()?;
     crate::outln!("ontime gateway: stopped; {}", serde_json::to_string(&stats)?);

@@ -525,3 +525,103 @@ fn work_per_poll_is_spent_on_the_vcpu_thread() {
     assert!(cpu >= 400_000_000, "vCPU thread used only {cpu} ns");
     assert_eq!(u(&r["work_per_poll_ns"]), 2_000_000);
 }
+
+/// A small tmpfs, unmounted on drop (also when the test fails).
+struct SmallFs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallFs {
+    fn mount(size: &str) -> Option<SmallFs> {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "ontime-test"])
+            .arg(dir.path())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        ok.then_some(SmallFs { dir })
+    }
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+/// A receive log that cannot be stored fails the crawl loudly, naming the
+/// file; the crawl's own result is still written.
+#[test]
+fn a_full_disk_under_the_gateway_log_fails_the_crawl_and_names_the_file() {
+    if !is_root() {
+        eprintln!("skipped: mounting a small tmpfs needs root");
+        return;
+    }
+    let Some(fs) = SmallFs::mount("16k") else {
+        eprintln!("skipped: cannot mount tmpfs here");
+        return;
+    };
+    let log = fs.path().join("recv.log");
+    let result = tempfile::tempdir().unwrap();
+    let result = result.path().join("r.json");
+    let port = free_port();
+    let out = ontime()
+        .args([
+            "crawl",
+            "--with-gateway",
+            "--url",
+            &format!("http://127.0.0.1:{port}/b0"),
+        ])
+        .args(["--rate", "200", "-D", "3s", "--no-dma-latency", "--gateway-log"])
+        .arg(&log)
+        .arg("--result")
+        .arg(&result)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let last = err.lines().last().unwrap_or("");
+    assert!(
+        last.starts_with("ontime: error: ") && last.contains(&log.display().to_string()) && last.contains("space"),
+        "{err}"
+    );
+    assert!(result.exists(), "the crawl's own result must still be written");
+}
+
+/// The receive log is flushed on a bounded interval, so a gateway killed by
+/// SIGKILL at steady load keeps all but the last ~100 ms of its log.
+#[test]
+fn a_killed_gateway_keeps_its_receive_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("recv.log");
+    let port = free_port();
+    let gw = Proc::spawn(
+        ontime()
+            .args(["gateway", "--listen", &format!("127.0.0.1:{port}"), "--log"])
+            .arg(&log),
+    );
+    wait_listening(port);
+    let crawl = Proc::spawn(ontime().args([
+        "crawl",
+        "--url",
+        &format!("http://127.0.0.1:{port}/b0"),
+        "--rate",
+        "500",
+        "-D",
+        "10s",
+        "--no-dma-latency",
+    ]));
+    std::thread::sleep(Duration::from_secs(2));
+    gw.signal(libc::SIGKILL);
+    drop(gw);
+    drop(crawl);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let leads = text.lines().filter(|l| l.ends_with(" 1")).count();
+    // About 2 s x 500 polls/s were received; at most the last 100 ms (plus
+    // start-up) may be lost.
+    assert!(leads >= 500, "only {leads} polls in the log after a SIGKILL");
+}

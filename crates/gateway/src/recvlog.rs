@@ -32,11 +32,18 @@ pub struct LogBatch {
     pub points: Vec<u32>,
 }
 
-/// A thread that writes batches to the log, flushing whenever it is idle for
-/// 100 ms so a killed gateway loses at most that much.
+/// How long a batch may sit in the writer's buffer: a killed gateway loses
+/// at most this much of its log, busy or idle.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
+
+/// A thread that writes batches to the log, flushing at least every
+/// [`FLUSH_EVERY`]. A write error (a full disk) is kept, with the file's
+/// name, for [`LogWriter::failure`] and [`LogWriter::finish`]: the gateway
+/// must stop and say so, not go on measuring into nothing.
 pub struct LogWriter {
     tx: Option<mpsc::Sender<LogBatch>>,
     thread: Option<std::thread::JoinHandle<Result<()>>>,
+    failure: std::sync::Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl LogWriter {
@@ -44,35 +51,39 @@ impl LogWriter {
         let file =
             std::fs::File::create(path).with_context(|| format!("cannot create receive log {}", path.display()))?;
         let (tx, rx) = mpsc::channel::<LogBatch>();
+        let failure = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let (fail, shown) = (failure.clone(), path.display().to_string());
         let thread = std::thread::Builder::new()
             .name("gw-log".into())
             .spawn(move || -> Result<()> {
-                let mut w = BufWriter::with_capacity(1 << 20, file);
-                writeln!(w, "{HEADER}")?;
-                loop {
-                    match rx.recv_timeout(Duration::from_millis(100)) {
-                        Ok(b) => {
-                            let name = &building_names[b.building];
-                            for (i, p) in b.points.iter().enumerate() {
-                                writeln!(w, "{} {} {} {}", b.recv_ns, name, p, u8::from(i == 0))?;
-                            }
-                        }
-                        Err(mpsc::RecvTimeoutError::Timeout) => w.flush()?,
-                        Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                let r = write_log(file, &rx, &building_names);
+                if let Err(e) = &r {
+                    let msg = format!("cannot write receive log {shown}: {e}");
+                    if let Ok(mut f) = fail.lock() {
+                        *f = Some(msg.clone());
                     }
+                    // Keep receiving so senders never notice; nothing more
+                    // is written.
+                    while rx.recv().is_ok() {}
+                    anyhow::bail!(msg);
                 }
-                w.flush()?;
                 Ok(())
             })
             .context("cannot start the receive-log thread")?;
         Ok(LogWriter {
             tx: Some(tx),
             thread: Some(thread),
+            failure,
         })
     }
 
     pub fn sender(&self) -> mpsc::Sender<LogBatch> {
         self.tx.clone().expect("sender exists until finish")
+    }
+
+    /// The write error that stopped the log, if one did.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().ok().and_then(|f| f.clone())
     }
 
     /// Closes the log after every sender is gone and everything is written.
@@ -83,6 +94,32 @@ impl LogWriter {
             None => Ok(()),
         }
     }
+}
+
+fn write_log(file: std::fs::File, rx: &mpsc::Receiver<LogBatch>, building_names: &[String]) -> std::io::Result<()> {
+    let mut w = BufWriter::with_capacity(1 << 20, file);
+    writeln!(w, "{HEADER}")?;
+    w.flush()?;
+    let mut last_flush = std::time::Instant::now();
+    loop {
+        let wait = FLUSH_EVERY.saturating_sub(last_flush.elapsed());
+        match rx.recv_timeout(wait) {
+            Ok(b) => {
+                let name = &building_names[b.building];
+                for (i, p) in b.points.iter().enumerate() {
+                    writeln!(w, "{} {} {} {}", b.recv_ns, name, p, u8::from(i == 0))?;
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        if last_flush.elapsed() >= FLUSH_EVERY {
+            w.flush()?;
+            last_flush = std::time::Instant::now();
+        }
+    }
+    w.flush()?;
+    w.into_inner().map_err(|e| e.into_error())?.sync_all()
 }
 
 /// Interval error computed from a receive log.

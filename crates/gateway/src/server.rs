@@ -96,6 +96,12 @@ impl RunningGateway {
         &self.addrs
     }
 
+    /// The write error that stopped the receive log, if any: the caller
+    /// should stop, since measurements are no longer stored.
+    pub fn log_failure(&self) -> Option<String> {
+        self.log.as_ref().and_then(|l| l.failure())
+    }
+
     /// Stops serving, flushes the receive log and returns the counters.
     pub fn stop(mut self) -> Result<GatewayStats> {
         self.shutdown()

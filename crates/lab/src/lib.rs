@@ -12,6 +12,7 @@
 
 pub mod cgroup;
 pub mod clean;
+pub mod lock;
 pub mod names;
 pub mod observe;
 pub mod report;

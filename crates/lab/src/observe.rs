@@ -289,9 +289,10 @@ fn analyse(file: &Path, dir: &Path) -> Result<()> {
             }
         }
     }
-    let tmp = dir.join("observe.json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec(&a)?)?;
-    std::fs::rename(&tmp, dir.join("observe.json"))?;
-    std::fs::write(dir.join("observe.txt"), ontime_observe::report::text(&a, true))?;
+    ontime_core::fsio::write_atomic(&dir.join("observe.json"), &serde_json::to_vec(&a)?)?;
+    ontime_core::fsio::write_atomic(
+        &dir.join("observe.txt"),
+        ontime_observe::report::text(&a, true).as_bytes(),
+    )?;
     Ok(())
 }

@@ -10,6 +10,7 @@ use crate::scenario::{parse_bytes, Backend, Place, Plan, PlannedRun};
 use crate::{names, sys};
 use anyhow::{Context, Result};
 use ontime_core::caps::Capabilities;
+use ontime_core::fsio::write_atomic;
 use ontime_core::manifest::Manifest;
 use ontime_core::rt::{parse_cpu_list, ThreadSettings};
 use ontime_load::{LoadGuard, LoadProfile};
@@ -127,10 +128,15 @@ pub fn run_plan(
         sys::is_root(),
         "the lab needs root (namespaces, cgroups, packet sockets): run it with sudo"
     );
+    // Before anything is created: a second lab would collide with this one.
+    let _lock = crate::lock::LabLock::acquire()?;
     std::fs::create_dir_all(opts.results.join("runs"))
         .with_context(|| format!("cannot create {}", opts.results.display()))?;
-    std::fs::write(opts.results.join("scenario.toml"), scenario_text)?;
-    std::fs::write(opts.results.join("plan.json"), serde_json::to_string_pretty(plan)?)?;
+    write_atomic(&opts.results.join("scenario.toml"), scenario_text.as_bytes())?;
+    write_atomic(
+        &opts.results.join("plan.json"),
+        serde_json::to_string_pretty(plan)?.as_bytes(),
+    )?;
     let (mut done, mut skipped) = (0, 0);
     for (i, run) in plan.runs.iter().enumerate() {
         if opts.stop.load(Ordering::Relaxed) {
@@ -196,9 +202,7 @@ pub fn run_plan(
             Ok(()) => record.complete = !interrupted && record.tenants.iter().all(|t| t.result.is_some()),
             Err(e) => record.error = Some(format!("{e:#}")),
         }
-        let tmp = dir.join("run.json.tmp");
-        std::fs::write(&tmp, serde_json::to_string_pretty(&record)?)?;
-        std::fs::rename(&tmp, dir.join("run.json"))?;
+        write_atomic(&dir.join("run.json"), serde_json::to_string_pretty(&record)?.as_bytes())?;
         let summary = summarize(&dir, &record);
         on(Event::Finished { run, summary });
         outcome.with_context(|| format!("run {}", run.dir_name()))?;
@@ -453,7 +457,10 @@ fn one_run(
         let _ = w.wait();
     }
     let report = relay.stop()?;
-    std::fs::write(dir.join("relay.json"), serde_json::to_string_pretty(&report)?)?;
+    write_atomic(
+        &dir.join("relay.json"),
+        serde_json::to_string_pretty(&report)?.as_bytes(),
+    )?;
     rec.relay = Some(report);
     for (k, (i, _)) in pids.iter().enumerate() {
         let result = dir.join(format!("t{i}.json"));

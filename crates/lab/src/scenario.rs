@@ -434,9 +434,14 @@ fn set_path(v: &mut toml::Value, path: &str, val: toml::Value) -> Result<(), Str
 
 /// Checks that the kernel would accept: keys named as in the file.
 fn validate(c: &RunConfig) -> Result<()> {
-    if c.duration < 1_000_000_000 {
-        bail!("duration must be at least 1s");
-    }
+    ontime_core::limits::duration(
+        "duration",
+        c.duration,
+        1_000_000_000,
+        ontime_core::limits::MAX_DURATION_NS,
+    )
+    .map_err(anyhow::Error::msg)?;
+    ontime_core::limits::count("repetitions", c.repetitions as u64, 1, 10_000).map_err(anyhow::Error::msg)?;
     let t = &c.tenant;
     if t.count == 0 || t.count > 200 {
         bail!("tenant.count = {}: must be 1..200", t.count);
@@ -469,8 +474,8 @@ fn validate(c: &RunConfig) -> Result<()> {
         parse_bytes(m).map_err(|e| anyhow!("tenant.memory: {e}"))?;
     }
     if let Some(q) = t.cpu_quota {
-        if q.is_nan() || q <= 0.0 {
-            bail!("tenant.cpu_quota must be above 0 (CPUs)");
+        if !q.is_finite() || q <= 0.0 || q > 4096.0 {
+            bail!("tenant.cpu_quota = {q}: give a number of CPUs above 0 (e.g. 0.5 or 2)");
         }
     }
     if !matches!(c.host.wan_delay.as_str(), "auto" | "relay" | "netem") {
@@ -486,8 +491,14 @@ fn validate(c: &RunConfig) -> Result<()> {
         (Some(_), Some(_)) => bail!("tenant: give either [tenant.crawl] or [tenant.cyclic], not both"),
         (None, None) => bail!("tenant: needs a workload, [tenant.crawl] (rate = ...) or [tenant.cyclic]"),
         (Some(cr), None) => {
-            if cr.rate.is_nan() || cr.rate <= 0.0 {
-                bail!("tenant.crawl.rate must be above 0 polls/s");
+            ontime_core::limits::rate("tenant.crawl.rate", cr.rate, ontime_core::limits::MAX_POLLS_PER_SECOND)
+                .map_err(anyhow::Error::msg)?;
+            let points = cr.rate * cr.points_per_request as f64 * cr.period as f64 / 1e9;
+            if points > ontime_core::limits::MAX_POINTS as f64 {
+                bail!(
+                    "tenant.crawl: rate x points_per_request x period = {points:.0} points, more than one gateway carries ({})",
+                    ontime_core::limits::MAX_POINTS
+                );
             }
             if cr.points_per_request == 0 || cr.points_per_request > 1000 {
                 bail!("tenant.crawl.points_per_request must be 1..1000");
@@ -516,17 +527,20 @@ fn validate(c: &RunConfig) -> Result<()> {
             if l.place != Place::Tenants {
                 bail!("load[{i}]: the wan load runs from the tenants: set place = \"tenants\"");
             }
-            if l.rate_mbit.is_nan() || l.rate_mbit <= 0.0 {
-                bail!("load[{i}].rate_mbit must be above 0");
-            }
+            ontime_core::limits::rate(&format!("load[{i}].rate_mbit"), l.rate_mbit, 100_000.0)
+                .map_err(anyhow::Error::msg)?;
         } else if l.profile != "none" {
             l.profile
                 .parse::<ontime_load::LoadProfile>()
                 .map_err(|e| anyhow!("load[{i}].profile: {e} (or wan)"))?;
         }
-        if l.workers == 0 {
-            bail!("load[{i}].workers must be at least 1");
-        }
+        ontime_core::limits::count(
+            &format!("load[{i}].workers"),
+            l.workers as u64,
+            1,
+            ontime_core::limits::MAX_THREADS,
+        )
+        .map_err(anyhow::Error::msg)?;
     }
     Ok(())
 }
@@ -544,7 +558,7 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         .trim()
         .parse()
         .map_err(|_| format!("'{s}' is not a size (use e.g. 512M or 2G)"))?;
-    Ok(n * mult)
+    n.checked_mul(mult).ok_or_else(|| format!("'{s}' is too large a size"))
 }
 
 /// Key/value pairs of every sweep for display.
@@ -615,11 +629,19 @@ mod tests {
         let e = err(&format!("{BASE}[[load]]\nprofile = 'disk'\n"));
         assert!(e.contains("load[0].profile"), "{e}");
         assert_eq!(err("name = 'x'\nduration = 5\n").lines().count(), 1);
+        // Values no host can run fail at planning (so in --dry-run too).
+        let e = err(&BASE.replace("rate = 100", "rate = 1e12"));
+        assert!(e.contains("tenant.crawl.rate") && e.contains("out of range"), "{e}");
+        let e = err(&BASE.replace("duration = '2s'", "duration = '1000d'"));
+        assert!(e.contains("duration"), "{e}");
+        let e = err(&BASE.replace("[tenant]\n", "[tenant]\nmemory = '99999999999999999G'\n"));
+        assert!(e.contains("tenant.memory"), "{e}");
     }
 
     #[test]
     fn sizes_parse() {
         assert_eq!(parse_bytes("512M").unwrap(), 512 << 20);
         assert!(parse_bytes("lots").is_err());
+        assert!(parse_bytes("99999999999999999G").is_err());
     }
 }
