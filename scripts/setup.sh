@@ -16,9 +16,10 @@ need_root() {
 # iperf3 (the lab's wan load),
 # fonts-dejavu-core (report figures), build tools; clang, libbpf-dev,
 # libelf-dev and zlib1g-dev build `observe`'s BPF program and libbpf;
-# linux-perf is the peer of the observe benchmark (perf sched record).
+# linux-perf is the peer of the observe benchmark (perf sched record);
+# nginx-light is the real web server the crawler is tested against.
 pkgs=(stress-ng rt-tests sqlite3 iproute2 ethtool iperf3 fonts-dejavu-core procps build-essential pkg-config
-  clang llvm libbpf-dev libelf-dev zlib1g-dev linux-perf)
+  clang llvm libbpf-dev libelf-dev zlib1g-dev linux-perf nginx-light)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -121,6 +121,9 @@ struct InFlight {
     index: u64,
     planned: u64,
     sent: u64,
+    /// Sent again on another connection after a reused one turned out to
+    /// be closed by the server (at most once).
+    resent: bool,
 }
 
 struct Conn {
@@ -130,6 +133,9 @@ struct Conn {
     opened_ns: u64,
     gen: u32,
     poll: Option<InFlight>,
+    /// Taken idle from the pool for this poll (not opened for it): the
+    /// server may have closed it meanwhile.
+    reused: bool,
     written: usize,
     rbuf: Box<[u8]>,
     rlen: usize,
@@ -404,6 +410,7 @@ impl Engine {
                     index,
                     planned,
                     sent: 0,
+                    resent: false,
                 },
             );
         }
@@ -411,6 +418,9 @@ impl Engine {
 
     fn dispatch(&mut self, gw: usize, p: InFlight) {
         if let Some(slot) = self.pools[gw].idle.pop() {
+            if let Some(c) = self.conns[slot].as_mut() {
+                c.reused = true;
+            }
             self.assign(slot, p);
             // Keep a spare: the next poll should not wait for a handshake
             // (a WAN round trip) because the pool ran dry.
@@ -454,6 +464,7 @@ impl Engine {
             opened_ns: MonoNs::now().0,
             gen: 0,
             poll: None,
+            reused: false,
             written: 0,
             rbuf: vec![0u8; READ_BUF].into_boxed_slice(),
             rlen: 0,
@@ -468,7 +479,11 @@ impl Engine {
         c.gen = gen;
         c.poll = Some(p);
         c.written = 0;
-        self.deadlines.push_back((p.planned + self.s.timeout_ns, slot, gen));
+        // Kept in deadline order: a resent poll's deadline can precede
+        // later polls' (the common case is still an append).
+        let deadline = p.planned + self.s.timeout_ns;
+        let at = self.deadlines.partition_point(|&(d, _, _)| d <= deadline);
+        self.deadlines.insert(at, (deadline, slot, gen));
         if c.connected {
             self.write(slot);
         }
@@ -579,7 +594,7 @@ impl Engine {
                 self.close(slot, Outcome::Malformed);
                 return false;
             };
-            let (len, status, close, body) = match http::parse_head(&c.rbuf[..c.rlen]) {
+            let (len, status, close, body) = match http::parse_head(&mut c.rbuf[..c.rlen]) {
                 Parsed::Partial => return true,
                 Parsed::Invalid => {
                     self.close(slot, Outcome::Malformed);
@@ -664,7 +679,24 @@ impl Engine {
         let pool = &mut self.pools[c.gateway];
         pool.open -= 1;
         pool.idle.retain(|&s| s != slot);
-        if let Some(p) = c.poll {
+        let gw = c.gateway;
+        if let Some(mut p) = c.poll {
+            // A server may close an idle keep-alive connection at any time
+            // (nginx does when it runs short of worker connections, and
+            // logs it below its default level); a request written into it
+            // meets the close. Like HTTP clients do for a reused
+            // connection, send the poll once more on another connection;
+            // its send lag stays measured from the first send.
+            if outcome == Outcome::ConnectionLost && c.reused && c.rlen == 0 && !p.resent {
+                p.resent = true;
+                // On a new connection: the other idle ones may have been
+                // closed by the same server for the same reason.
+                match self.connect(gw) {
+                    Some(slot) => self.assign(slot, p),
+                    None => self.dispatch(gw, p),
+                }
+                return;
+            }
             let outcome = if p.sent == 0 && outcome != Outcome::Timeout {
                 Outcome::ConnectionLost
             } else {
@@ -674,7 +706,6 @@ impl Engine {
         }
         // Waiting polls need a connection: open one now rather than letting
         // them time out behind a closed pool.
-        let gw = c.gateway;
         if let Some(p) = self.pools[gw].waiting.pop_front() {
             self.dispatch(gw, p);
         }

@@ -39,9 +39,13 @@ pub enum Parsed {
     Invalid,
 }
 
-/// Frames one HTTP/1.1 response at the start of `buf`.
-pub fn parse_head(buf: &[u8]) -> Parsed {
-    let mut headers = [httparse::EMPTY_HEADER; 16];
+/// Frames one HTTP/1.1 response at the start of `buf`: by Content-Length,
+/// or by chunked transfer coding, whose chunks are joined in place (the
+/// body range then covers the joined data; `len` is still what the response
+/// took on the wire). Nothing is changed in `buf` until the whole response
+/// is there.
+pub fn parse_head(buf: &mut [u8]) -> Parsed {
+    let mut headers = [httparse::EMPTY_HEADER; 32];
     let mut resp = httparse::Response::new(&mut headers);
     let head_len = match resp.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
@@ -50,37 +54,155 @@ pub fn parse_head(buf: &[u8]) -> Parsed {
     };
     let status = resp.code.unwrap_or(0);
     let mut content_length = None;
+    let mut chunked = false;
     let mut close = resp.version == Some(0);
     for h in resp.headers.iter() {
         if h.name.eq_ignore_ascii_case("content-length") {
-            content_length = std::str::from_utf8(h.value)
+            let v = std::str::from_utf8(h.value)
                 .ok()
                 .and_then(|v| v.trim().parse::<usize>().ok());
+            match (content_length, v) {
+                (_, None) => return Parsed::Invalid,
+                (Some(a), Some(b)) if a != b => return Parsed::Invalid,
+                (_, v) => content_length = v,
+            }
         } else if h.name.eq_ignore_ascii_case("connection") {
-            close = h.value.eq_ignore_ascii_case(b"close");
+            close = h
+                .value
+                .split(|&b| b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"));
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            return Parsed::Invalid;
+            // Chunked must be the last coding; anything else (gzip ...) is
+            // not something the crawler asked for.
+            if !h.value.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+                return Parsed::Invalid;
+            }
+            chunked = true;
         }
     }
-    let Some(cl) = content_length else {
+    if chunked {
+        // RFC 9112 6.3: Transfer-Encoding overrides Content-Length.
+        return match dechunk(buf, head_len) {
+            Chunks::Partial => Parsed::Partial,
+            Chunks::Invalid => Parsed::Invalid,
+            Chunks::Complete { wire_len, data_len } => Parsed::Complete {
+                len: wire_len,
+                status,
+                close,
+                body: (head_len, head_len + data_len),
+            },
+        };
+    }
+    // No body for 1xx, 204 and 304; otherwise a response without length
+    // would run to the close, which a keep-alive poll cannot wait for.
+    let cl = match content_length {
+        Some(cl) => cl,
+        None if status == 204 || status == 304 || (100..200).contains(&status) => 0,
+        None => return Parsed::Invalid,
+    };
+    let Some(end) = head_len.checked_add(cl) else {
         return Parsed::Invalid;
     };
-    if buf.len() < head_len + cl {
+    if buf.len() < end {
         return Parsed::Partial;
     }
     Parsed::Complete {
-        len: head_len + cl,
+        len: end,
         status,
         close,
-        body: (head_len, head_len + cl),
+        body: (head_len, end),
     }
+}
+
+enum Chunks {
+    Partial,
+    Invalid,
+    Complete { wire_len: usize, data_len: usize },
+}
+
+/// Finds the end of a chunked body starting at `start`; when it is all
+/// there, moves the chunks' data together to `start`.
+fn dechunk(buf: &mut [u8], start: usize) -> Chunks {
+    // Pass 1: check it is complete, touching nothing.
+    let mut at = start;
+    let mut data_len = 0usize;
+    loop {
+        let Some(line_end) = find_crlf(&buf[at..]) else {
+            return Chunks::Partial;
+        };
+        let line = &buf[at..at + line_end];
+        let hex = line.split(|&b| b == b';').next().unwrap_or(b"").trim_ascii();
+        let Some(size) = parse_hex(hex) else {
+            return Chunks::Invalid;
+        };
+        at += line_end + 2;
+        if size == 0 {
+            // Trailer fields, then an empty line.
+            loop {
+                let Some(e) = find_crlf(&buf[at..]) else {
+                    return Chunks::Partial;
+                };
+                at += e + 2;
+                if e == 0 {
+                    break;
+                }
+            }
+            break;
+        }
+        let Some(next) = at.checked_add(size).and_then(|n| n.checked_add(2)) else {
+            return Chunks::Invalid;
+        };
+        if buf.len() < next {
+            return Chunks::Partial;
+        }
+        if &buf[next - 2..next] != b"\r\n" {
+            return Chunks::Invalid;
+        }
+        data_len += size;
+        at = next;
+    }
+    let wire_len = at;
+    // Pass 2: join the data (it only moves towards the start).
+    let (mut read, mut write) = (start, start);
+    loop {
+        let line_end = find_crlf(&buf[read..]).unwrap_or(0);
+        let hex = buf[read..read + line_end]
+            .split(|&b| b == b';')
+            .next()
+            .unwrap_or(b"")
+            .trim_ascii();
+        let size = parse_hex(hex).unwrap_or(0);
+        read += line_end + 2;
+        if size == 0 {
+            break;
+        }
+        buf.copy_within(read..read + size, write);
+        write += size;
+        read += size + 2;
+    }
+    Chunks::Complete { wire_len, data_len }
+}
+
+fn find_crlf(b: &[u8]) -> Option<usize> {
+    b.windows(2).position(|w| w == b"\r\n")
+}
+
+fn parse_hex(b: &[u8]) -> Option<usize> {
+    if b.is_empty() || b.len() > 15 {
+        return None;
+    }
+    let mut v = 0usize;
+    for &c in b {
+        let d = (c as char).to_digit(16)?;
+        v = v * 16 + d as usize;
+    }
+    Some(v)
 }
 
 /// One point of a response, as the callback sees it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PointReading {
-    /// The response's `recv_ns` if it came before `values` (as the gateway
-    /// writes it), else 0.
+    /// The response's `recv_ns`.
     pub recv_ns: u64,
     pub id: u32,
     pub value: Option<f64>,
@@ -88,41 +210,73 @@ pub struct PointReading {
 }
 
 /// Parses a getValues body, calling `on_point` for each point; returns the
-/// gateway's receive time. No allocation for well-formed bodies.
+/// gateway's receive time. Fields may come in any order: when `values`
+/// precedes `recv_ns`, the body is read twice (no allocation either way).
 pub fn parse_body<F: FnMut(PointReading)>(body: &[u8], on_point: &mut F) -> Result<u64, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    let recv = ResponseSeed { on_point }.deserialize(&mut de)?;
+    let first = ResponseSeed {
+        on_point: &mut *on_point,
+        known_recv: None,
+    }
+    .deserialize(&mut de)?;
     de.end()?;
-    Ok(recv)
+    match first {
+        Read::Done(recv) => Ok(recv),
+        Read::ValuesFirst(recv) => {
+            let mut de = serde_json::Deserializer::from_slice(body);
+            ResponseSeed {
+                on_point,
+                known_recv: Some(recv),
+            }
+            .deserialize(&mut de)?;
+            Ok(recv)
+        }
+    }
+}
+
+enum Read {
+    /// Every point was passed on with the receive time.
+    Done(u64),
+    /// `values` came before `recv_ns` and was skipped: read again.
+    ValuesFirst(u64),
 }
 
 struct ResponseSeed<'a, F> {
     on_point: &'a mut F,
+    /// The receive time, when a first pass found it after `values`.
+    known_recv: Option<u64>,
 }
 
 impl<'de, F: FnMut(PointReading)> DeserializeSeed<'de> for ResponseSeed<'_, F> {
-    type Value = u64;
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<u64, D::Error> {
+    type Value = Read;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Read, D::Error> {
         d.deserialize_map(self)
     }
 }
 
 impl<'de, F: FnMut(PointReading)> Visitor<'de> for ResponseSeed<'_, F> {
-    type Value = u64;
+    type Value = Read;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a getValues response object")
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<u64, A::Error> {
-        let mut recv = None;
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Read, A::Error> {
+        let mut recv = self.known_recv;
         let mut values = false;
+        let mut skipped = false;
         while let Some(key) = map.next_key::<Key>()? {
             match key {
                 Key::RecvNs => recv = Some(map.next_value::<u64>()?),
                 Key::Values => {
-                    map.next_value_seed(ValuesSeed {
-                        recv_ns: recv.unwrap_or(0),
-                        on_point: &mut *self.on_point,
-                    })?;
+                    match recv {
+                        Some(r) => map.next_value_seed(ValuesSeed {
+                            recv_ns: r,
+                            on_point: &mut *self.on_point,
+                        })?,
+                        None => {
+                            map.next_value::<IgnoredAny>()?;
+                            skipped = true;
+                        }
+                    }
                     values = true;
                 }
                 _ => {
@@ -133,7 +287,12 @@ impl<'de, F: FnMut(PointReading)> Visitor<'de> for ResponseSeed<'_, F> {
         if !values {
             return Err(de::Error::missing_field("values"));
         }
-        recv.ok_or_else(|| de::Error::missing_field("recv_ns"))
+        let recv = recv.ok_or_else(|| de::Error::missing_field("recv_ns"))?;
+        Ok(if skipped {
+            Read::ValuesFirst(recv)
+        } else {
+            Read::Done(recv)
+        })
     }
 }
 
@@ -217,7 +376,7 @@ mod tests {
             status,
             close,
             body: (a, b),
-        } = parse_head(&raw)
+        } = parse_head(&mut raw)
         else {
             panic!("not complete")
         };
@@ -232,14 +391,58 @@ mod tests {
 
     #[test]
     fn partial_and_invalid() {
-        assert_eq!(parse_head(b"HTTP/1.1 200 OK\r\ncontent-le"), Parsed::Partial);
+        let head = |b: &[u8]| parse_head(&mut b.to_vec());
+        assert_eq!(head(b"HTTP/1.1 200 OK\r\ncontent-le"), Parsed::Partial);
         assert_eq!(
-            parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc"),
+            head(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc"),
             Parsed::Partial
         );
-        assert_eq!(parse_head(b"garbage\r\n\r\n"), Parsed::Invalid);
+        assert_eq!(head(b"garbage\r\n\r\n"), Parsed::Invalid);
+        assert_eq!(head(b"HTTP/1.1 200 OK\r\n\r\n{}"), Parsed::Invalid);
+        assert_eq!(
+            head(b"HTTP/1.1 200 OK\r\ncontent-length: 99999999999999999999999\r\n\r\n"),
+            Parsed::Invalid
+        );
         assert!(parse_body(br#"{"recv_ns":1,"values":[{"id":1,"#, &mut |_| {}).is_err());
         assert!(parse_body(br#"{"values":[]}"#, &mut |_| {}).is_err());
+    }
+
+    /// Any valid HTTP/1.1 framing: chunked answers (as servers send when
+    /// they stream) are joined in place and read like any other.
+    #[test]
+    fn chunked_answers_are_framed_and_joined() {
+        let mut raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+            b;ext=1\r\n{\"recv_ns\":\r\n\
+            4\r\n7,\"v\r\n\
+            1d\r\nalues\":[{\"id\":1,\"value\":1,\"st\r\n\
+            d\r\natus\":\"ok\"}]}\r\n\
+            0\r\nx-trailer: 1\r\n\r\nHTTP/1.1"
+            .to_vec();
+        let wire = raw.len() - 8;
+        for cut in [40, 60, wire - 1] {
+            assert_eq!(parse_head(&mut raw[..cut].to_vec()), Parsed::Partial, "cut {cut}");
+        }
+        let Parsed::Complete { len, body: (a, b), .. } = parse_head(&mut raw) else {
+            panic!("not complete")
+        };
+        assert_eq!(len, wire);
+        let mut seen = Vec::new();
+        assert_eq!(parse_body(&raw[a..b], &mut |p| seen.push(p)).unwrap(), 7);
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].recv_ns, 7);
+        let mut bad = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n".to_vec();
+        assert_eq!(parse_head(&mut bad), Parsed::Invalid);
+        let mut gzip = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n".to_vec();
+        assert_eq!(parse_head(&mut gzip), Parsed::Invalid);
+    }
+
+    #[test]
+    fn fields_may_come_in_any_order() {
+        let body = br#"{"values":[{"status":"ok","value":2.5,"id":3}],"extra":{"a":[1]},"recv_ns":9}"#;
+        let mut seen = Vec::new();
+        assert_eq!(parse_body(body, &mut |p| seen.push(p)).unwrap(), 9);
+        assert_eq!(seen.len(), 1);
+        assert_eq!((seen[0].recv_ns, seen[0].id, seen[0].value), (9, 3, Some(2.5)));
     }
 
     #[test]
