@@ -88,6 +88,13 @@ pub struct CyclicArgs {
     /// Also write the JSON result to this file
     #[arg(long)]
     result: Option<PathBuf>,
+    /// HdrHistogram interval log of every planned wake-up's latency (tag
+    /// "latency"), for exact pooling and long runs
+    #[arg(long)]
+    hlog: Option<PathBuf>,
+    /// Interval of the histogram log
+    #[arg(long, default_value = "1s", value_parser = parse_ns)]
+    hlog_interval: u64,
 }
 
 fn resolve_policy(policy: Option<&str>, prio: Option<u8>) -> anyhow::Result<Policy> {
@@ -113,7 +120,9 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
         ("--result", a.result.as_deref()),
         ("--histfile", a.histfile.as_deref()),
         ("--histfile-woken", a.histfile_woken.as_deref()),
+        ("--hlog", a.hlog.as_deref()),
     ])?;
+    limits::duration("--hlog-interval", a.hlog_interval, 10_000_000, limits::MAX_DURATION_NS).map_err(usage)?;
     limits::duration("-i", a.interval, limits::MIN_INTERVAL_NS, limits::MAX_DURATION_NS).map_err(usage)?;
     limits::duration("-d", a.distance, 0, limits::MAX_DURATION_NS).map_err(usage)?;
     limits::count("-h", a.histogram as u64, 0, limits::MAX_HISTOGRAM_BINS).map_err(usage)?;
@@ -145,6 +154,8 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
         threshold_ns: a.threshold,
         dma_latency: !a.no_dma_latency,
         load: a.load.map(|l| l.to_string()),
+        hlog: a.hlog.clone(),
+        hlog_interval_ns: a.hlog_interval,
     };
     let stop = Arc::new(AtomicBool::new(false));
     crate::signals::install_flag(stop.clone())?;

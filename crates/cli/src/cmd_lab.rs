@@ -155,7 +155,13 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
     if !a.dir.exists() {
         return Err(usage(format!("no results directory at {}", a.dir.display())));
     }
-    let w = ontime_lab::report::write(&a.dir, a.out.as_deref())?;
+    let w = ontime_lab::report::write(&a.dir, a.out.as_deref()).map_err(|e| {
+        // A results file of the wrong shape is the user's input, not our failure.
+        match e.downcast_ref::<ontime_lab::results::BadResultFile>() {
+            Some(bad) => usage(bad.to_string()),
+            None => e,
+        }
+    })?;
     crate::outln!("ontime lab report: {} run(s) -> {}", w.runs, w.html.display());
     for p in &w.pngs {
         crate::outln!("  {}", p.display());

@@ -337,11 +337,14 @@ fn a_closed_stdout_pipe_is_not_a_crash() {
 fn cyclic_counts_overruns_when_the_probe_is_blocked() {
     let dir = tempfile::tempdir().unwrap();
     let result = dir.path().join("c.json");
+    let hlog = dir.path().join("c.hlog");
     let p = Proc::spawn(
         ontime()
             .args(["cyclic", "-i", "1000", "-D", "3s", "-h", "50", "--no-dma-latency"])
             .arg("--result")
-            .arg(&result),
+            .arg(&result)
+            .arg("--hlog")
+            .arg(&hlog),
     );
     p.pause_after(Duration::from_millis(1200), Duration::from_millis(300));
     let out = p.wait_output(Duration::from_secs(20));
@@ -355,6 +358,11 @@ fn cyclic_counts_overruns_when_the_probe_is_blocked() {
     // Every planned wake-up is a sample: 3 s at 1 ms.
     assert_eq!(u(&r["latency"]["count"]), 3000);
     assert!(u(&r["latency"]["max_ns"]) >= 250_000_000);
+    // The histogram log holds the same samples, interval by interval, so
+    // runs pool exactly (not from log-bin upper bounds).
+    let merged = ontime_core::hlog::read_merged(&hlog, "latency").unwrap();
+    assert_eq!(merged.len(), 3000);
+    assert_eq!(merged.percentile(50.0), pct(&r["latency"], "p50"));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("# Histogram\n000000 "), "cyclictest layout: {text}");
     assert!(text.contains("# Histogram Overflows:"));

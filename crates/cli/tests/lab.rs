@@ -117,6 +117,24 @@ fn short_crawl_scenario_produces_a_report() {
         .unwrap();
     assert!(String::from_utf8_lossy(&again.stderr).contains("0 run(s) done, 2 skipped"));
     assert!(leftovers().contains("nothing of the lab's is left"), "{}", leftovers());
+
+    // A record with a field of the wrong type is refused, naming the file,
+    // instead of reported as zero samples.
+    let rec_path = results.join("runs/000-count=1-rep1/run.json");
+    let text = std::fs::read_to_string(&rec_path).unwrap();
+    std::fs::write(
+        &rec_path,
+        text.replacen("\"complete\": true", "\"complete\": \"yes\"", 1),
+    )
+    .unwrap();
+    let out = ontime().args(["lab", "report"]).arg(&results).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("000-count=1-rep1/run.json") && err.contains("complete"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -133,6 +151,9 @@ fn short_cyclic_scenario_plots_a_histogram() {
     assert!(html.contains("Wake-up latency histogram"));
     let t0 = read_json(&results.join("runs/000-rep1/t0.json"));
     assert_eq!(t0["latency"]["count"], 2000);
+    // Pooled from the exact histogram log, which every cyclic tenant writes.
+    assert!(results.join("runs/000-rep1/t0.hlog").exists());
+    assert!(!html.contains("no histogram log"), "pooled from log bins");
     assert!(leftovers().contains("nothing of the lab's is left"));
 }
 
@@ -164,6 +185,24 @@ fn sigkilled_runner_leaves_what_clean_removes() {
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_secs(2));
+    // A second lab while this one runs is refused before it makes anything.
+    let second = ontime()
+        .args(["lab", "run"])
+        .arg(&sc)
+        .arg("-o")
+        .arg(dir.path().join("r2"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("a lab is already running (pid {})", runner.id())),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("r2").exists(),
+        "the refused run made its results directory"
+    );
     runner.kill().unwrap();
     runner.wait().unwrap();
     std::thread::sleep(Duration::from_millis(300));

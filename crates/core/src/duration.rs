@@ -26,6 +26,60 @@ pub fn format_ns(ns: u64) -> String {
     }
 }
 
+/// Writes nanoseconds exactly, in the largest unit that divides them
+/// ("10ms", "2s", "1500us", "7ns"), so [`parse_ns`] reads back the same
+/// value.
+pub fn format_exact(ns: u64) -> String {
+    const UNITS: [(u64, &str); 6] = [
+        (3_600_000_000_000, "h"),
+        (60_000_000_000, "m"),
+        (1_000_000_000, "s"),
+        (1_000_000, "ms"),
+        (1_000, "us"),
+        (1, "ns"),
+    ];
+    if ns == 0 {
+        return "0s".into();
+    }
+    let (div, unit) = UNITS
+        .iter()
+        .find(|(d, _)| ns.checked_rem(*d) == Some(0))
+        .copied()
+        .unwrap_or((1, "ns"));
+    format!("{}{unit}", ns / div)
+}
+
+/// Serde for a duration in ns written as text ("10ms") both ways, for
+/// config files that are also written back (a lab run's config):
+/// `#[serde(with = "ontime_core::duration::text_ns")]`.
+pub mod text_ns {
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(ns: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::format_exact(*ns))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        super::deserialize_ns(d)
+    }
+}
+
+/// [`text_ns`] for an optional duration.
+pub mod opt_text_ns {
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(ns: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        match ns {
+            Some(v) => s.serialize_some(&super::format_exact(*v)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        super::deserialize_opt_ns(d)
+    }
+}
+
 /// Serde helper: a duration field written as "10ms" in TOML.
 pub fn deserialize_ns<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     let s = String::deserialize(d)?;
@@ -49,6 +103,22 @@ mod tests {
         assert_eq!(parse_ns("100us").unwrap(), 100_000);
         assert!(parse_ns("100").is_err());
         assert!(parse_ns("soon").is_err());
+    }
+
+    #[test]
+    fn exact_text_reads_back() {
+        for ns in [
+            0,
+            7,
+            1_500,
+            10_000_000,
+            2_000_000_000,
+            90_000_000_000,
+            3_600_000_000_001,
+        ] {
+            assert_eq!(parse_ns(&format_exact(ns)).unwrap(), ns, "{}", format_exact(ns));
+        }
+        assert_eq!(format_exact(10_000_000), "10ms");
     }
 
     #[test]

@@ -46,6 +46,23 @@ impl fmt::Display for Policy {
     }
 }
 
+/// Serde for a [`Policy`] written as in a command line ("fifo:90",
+/// "deadline:2ms/10ms"), as scenario files do:
+/// `#[serde(with = "ontime_core::rt::policy_text")]`.
+pub mod policy_text {
+    use super::Policy;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(p: &Policy, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(p)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Policy, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl FromStr for Policy {
     type Err = String;
 

@@ -232,6 +232,18 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// Percentile `p` (0..100) of this summary: one of [`PERCENTILES`], or
+    /// None when it is not one of them or the sample count does not
+    /// support it (the rule of [`supports`]).
+    pub fn percentile(&self, p: f64) -> Option<u64> {
+        let (name, _) = PERCENTILES.iter().find(|(_, q)| (q - p).abs() < 1e-9)?;
+        if !supports(self.count, p) {
+            return None;
+        }
+        self.get(name)
+    }
+
+    /// The percentile called `name` ("p99.9"), None where unsupported.
     pub fn get(&self, name: &str) -> Option<u64> {
         self.percentiles_ns
             .iter()

@@ -72,22 +72,54 @@ impl CrawlFile {
 }
 
 /// A resolved gateway.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Gateway {
     pub url: String,
-    #[serde(skip)]
+    /// Resolved from `url`; not part of the result (read back as 0.0.0.0:0).
+    #[serde(skip_serializing, default = "unresolved")]
     pub addr: SocketAddr,
     pub host_header: String,
     /// Building name (the path prefix).
     pub building: String,
     /// Written as a range list, e.g. "0-999" or "1,5,7-9".
-    #[serde(serialize_with = "serialize_ranges")]
+    #[serde(serialize_with = "serialize_ranges", deserialize_with = "deserialize_ranges")]
     pub point_ids: Vec<u32>,
     pub period_ns: u64,
 }
 
 fn serialize_ranges<S: serde::Serializer>(ids: &[u32], s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&ranges(ids))
+}
+
+fn unresolved() -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], 0))
+}
+
+fn deserialize_ranges<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u32>, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_ranges(&text).map_err(serde::de::Error::custom)
+}
+
+/// Reads a range list written by [`ranges`] back ("0-999", "1,5,7-9").
+pub fn parse_ranges(text: &str) -> Result<Vec<u32>, String> {
+    let mut ids = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || format!("'{part}' is not an id or a range a-b");
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (u32, u32) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+                if b < a || (b - a) as u64 >= ontime_core::limits::MAX_POINTS {
+                    return Err(bad());
+                }
+                ids.extend(a..=b);
+            }
+            None => ids.push(part.parse().map_err(|_| bad())?),
+        }
+        if ids.len() as u64 > ontime_core::limits::MAX_POINTS {
+            return Err(format!("more than {} points", ontime_core::limits::MAX_POINTS));
+        }
+    }
+    Ok(ids)
 }
 
 /// A compact range list of ids in their given order: "0-999", "1,5,7-9".
@@ -110,7 +142,7 @@ pub fn ranges(ids: &[u32]) -> String {
 }
 
 /// The resolved crawl plan, ready to run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CrawlConfig {
     pub gateways: Vec<Gateway>,
     pub points_per_request: usize,

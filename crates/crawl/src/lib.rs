@@ -25,7 +25,7 @@ use ontime_core::manifest::Manifest;
 use ontime_core::rt::ThreadSettings;
 use ontime_core::stats::Summary;
 use ontime_core::MonoNs;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -62,7 +62,7 @@ pub struct Progress {
 }
 
 /// The result of a crawl; see `docs/crawl-json.md`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct CrawlResult {
     pub manifest: Manifest,
     pub config: CrawlConfig,
@@ -75,6 +75,7 @@ pub struct CrawlResult {
     /// stop when interrupted.
     pub duration_ns: u64,
     /// The requested length.
+    #[serde(default)]
     pub planned_duration_ns: u64,
     /// True when the run was stopped before its duration (Ctrl-C).
     pub interrupted: bool,

@@ -23,7 +23,7 @@ pub struct SinkSetup {
 }
 
 /// What the sink wrote.
-#[derive(Debug, Default, serde::Serialize)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct SinkStats {
     pub poll_records: u64,
     pub stored_values: u64,

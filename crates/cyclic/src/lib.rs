@@ -17,12 +17,12 @@ use ontime_core::rt::{Policy, ThreadSettings};
 use ontime_core::stats::{LatencyHistogram, Summary};
 use ontime_core::time::{Clock, SystemClock};
 use ontime_core::MonoNs;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// What one probe thread measured.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct ThreadStats {
     /// Every planned wake-up, overrun periods included.
     pub latency: LatencyHistogram,
@@ -38,6 +38,60 @@ pub struct ThreadStats {
     /// Wake-up numbers (0-based) whose latency overflowed the bins.
     pub overflow_at: Vec<u64>,
     pub sum_ns: u128,
+    /// Per-interval histograms handed to the collector (`--hlog`).
+    pub split: Option<IntervalSplit>,
+}
+
+/// One interval's histogram of one thread, on its way to the histogram log.
+pub struct IntervalPart {
+    pub thread: usize,
+    /// Interval number: planned wake-up time since start / interval length.
+    pub index: u64,
+    pub latency: Box<LatencyHistogram>,
+}
+
+/// Splits a thread's samples into fixed intervals of planned time and hands
+/// each finished one to the collector, taking a recycled histogram back, so
+/// the probe loop never allocates in steady state.
+pub struct IntervalSplit {
+    thread: usize,
+    wake_interval_ns: u64,
+    every_ns: u64,
+    index: u64,
+    current: Box<LatencyHistogram>,
+    out: std::sync::mpsc::Sender<IntervalPart>,
+    recycled: std::sync::mpsc::Receiver<Box<LatencyHistogram>>,
+}
+
+impl std::fmt::Debug for IntervalSplit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "IntervalSplit(thread {}, interval {})", self.thread, self.index)
+    }
+}
+
+impl IntervalSplit {
+    #[inline]
+    fn record(&mut self, cycle: u64, lat_ns: u64) {
+        let index = cycle.saturating_mul(self.wake_interval_ns) / self.every_ns;
+        if index != self.index {
+            self.ship();
+            self.index = index;
+        }
+        self.current.record(lat_ns);
+    }
+
+    fn ship(&mut self) {
+        if self.current.is_empty() {
+            return;
+        }
+        let fresh = self.recycled.try_recv().unwrap_or_default();
+        let full = std::mem::replace(&mut self.current, fresh);
+        let _ = self.out.send(IntervalPart {
+            thread: self.thread,
+            index: self.index,
+            latency: full,
+        });
+    }
 }
 
 const MAX_OVERFLOW_RECORDS: usize = 1000;
@@ -54,6 +108,9 @@ impl ThreadStats {
 
     #[inline]
     fn record(&mut self, cycle: u64, lat_ns: u64) {
+        if let Some(s) = self.split.as_mut() {
+            s.record(cycle, lat_ns);
+        }
         self.latency.record(lat_ns);
         self.sum_ns += lat_ns as u128;
         if !self.bins.is_empty() {
@@ -135,7 +192,7 @@ pub fn probe_loop<C: Clock>(
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CyclicOptions {
     pub threads: usize,
     /// CPUs; thread i is pinned to `affinity[i % len]`. Empty: unpinned.
@@ -154,9 +211,19 @@ pub struct CyclicOptions {
     pub dma_latency: bool,
     /// Label of the load running meanwhile, for the record.
     pub load: Option<String>,
+    /// HdrHistogram interval log of every planned wake-up's latency (tag
+    /// `latency`), one histogram per `hlog_interval_ns` of planned time.
+    #[serde(default)]
+    pub hlog: Option<std::path::PathBuf>,
+    #[serde(default = "one_second")]
+    pub hlog_interval_ns: u64,
 }
 
-#[derive(Debug, Serialize)]
+fn one_second() -> u64 {
+    1_000_000_000
+}
+
+#[derive(Debug, Serialize, Deserialize)]
 pub struct ThreadResult {
     pub thread: usize,
     pub tid: i32,
@@ -188,7 +255,8 @@ impl ThreadResult {
     }
 }
 
-#[derive(Debug, Serialize)]
+/// The result of a cyclic run; see `docs/cyclic-json.md`.
+#[derive(Debug, Serialize, Deserialize)]
 pub struct CyclicResult {
     pub manifest: Manifest,
     pub options: CyclicOptions,
@@ -238,7 +306,17 @@ pub fn run(
         ontime_core::rt::mlockall()?;
     }
     let start = MonoNs::now().add_ns(100_000_000);
+    let start_wall = std::time::SystemTime::now() + std::time::Duration::from_millis(100);
     let end = opts.duration_ns.map(|d| start.add_ns(d));
+    let mut collector = match &opts.hlog {
+        Some(p) => Some(HlogCollector::create(
+            p,
+            opts.threads,
+            opts.hlog_interval_ns,
+            start_wall,
+        )?),
+        None => None,
+    };
     let mut handles = Vec::new();
     let mut lives = Vec::new();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
@@ -254,6 +332,7 @@ pub fn run(
         let interval = opts.interval_ns + t as u64 * opts.distance_ns;
         let (loops, hist_us, stop) = (opts.loops, opts.histogram_us, stop.clone());
         let ready = ready_tx.clone();
+        let split = collector.as_mut().map(|c| c.split_for(t, interval));
         handles.push(
             std::thread::Builder::new()
                 .name(format!("cyclic{t}"))
@@ -273,7 +352,11 @@ pub fn run(
                         loops,
                         end,
                     };
+                    stats.split = split;
                     probe_loop(&SystemClock, plan, &stop, &mut stats, &live);
+                    if let Some(mut s) = stats.split.take() {
+                        s.ship();
+                    }
                     Ok(ThreadResult {
                         thread: t,
                         tid,
@@ -301,6 +384,9 @@ pub fn run(
     while !handles.iter().all(|h| h.is_finished()) {
         std::thread::sleep(std::time::Duration::from_millis(200));
         on_tick(&lives);
+        if let Some(c) = collector.as_mut() {
+            c.drain(false)?;
+        }
     }
     let mut threads = Vec::new();
     let (mut all, mut woken) = (LatencyHistogram::new(), LatencyHistogram::new());
@@ -311,6 +397,9 @@ pub fn run(
         r.latency = r.stats.latency.summary(opts.threshold_ns);
         r.woken = r.stats.woken.summary(opts.threshold_ns);
         threads.push(r);
+    }
+    if let Some(c) = collector.as_mut() {
+        c.drain(true)?;
     }
     let mut manifest = manifest;
     manifest.finish();
@@ -330,6 +419,86 @@ pub fn run(
         manifest,
         options: opts,
     })
+}
+
+/// Gathers the threads' interval histograms and writes each interval to the
+/// log once every thread has moved past it (or at the end).
+struct HlogCollector {
+    log: ontime_core::hlog::HlogFile,
+    every_ns: u64,
+    rx: std::sync::mpsc::Receiver<IntervalPart>,
+    tx: std::sync::mpsc::Sender<IntervalPart>,
+    recycle: Vec<std::sync::mpsc::Sender<Box<LatencyHistogram>>>,
+    /// Highest interval each thread has shipped.
+    reached: Vec<Option<u64>>,
+    pending: std::collections::BTreeMap<u64, LatencyHistogram>,
+}
+
+impl HlogCollector {
+    fn create(path: &std::path::Path, threads: usize, every_ns: u64, start: std::time::SystemTime) -> Result<Self> {
+        anyhow::ensure!(
+            every_ns >= 10_000_000,
+            "the histogram log interval must be at least 10ms"
+        );
+        let log = ontime_core::hlog::HlogFile::create(path, "ontime cyclic: latency (every planned wake-up)", start)?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        Ok(HlogCollector {
+            log,
+            every_ns,
+            rx,
+            tx,
+            recycle: Vec::with_capacity(threads),
+            reached: vec![None; threads],
+            pending: Default::default(),
+        })
+    }
+
+    /// The split for thread `t`, with two spare histograms so that it never
+    /// allocates while the collector keeps up.
+    fn split_for(&mut self, t: usize, wake_interval_ns: u64) -> IntervalSplit {
+        let (back_tx, back_rx) = std::sync::mpsc::channel();
+        for _ in 0..2 {
+            let _ = back_tx.send(Box::default());
+        }
+        self.recycle.push(back_tx);
+        IntervalSplit {
+            thread: t,
+            wake_interval_ns,
+            every_ns: self.every_ns,
+            index: 0,
+            current: Box::default(),
+            out: self.tx.clone(),
+            recycled: back_rx,
+        }
+    }
+
+    fn drain(&mut self, all: bool) -> Result<()> {
+        while let Ok(part) = self.rx.try_recv() {
+            self.pending.entry(part.index).or_default().add(&part.latency);
+            let r = &mut self.reached[part.thread];
+            *r = Some(r.map_or(part.index, |x| x.max(part.index)));
+            let mut h = part.latency;
+            h.reset();
+            let _ = self.recycle[part.thread].send(h);
+        }
+        // An interval is whole when every thread has shipped a later one.
+        let upto = if all {
+            u64::MAX
+        } else {
+            self.reached.iter().map(|r| r.unwrap_or(0)).min().unwrap_or(0)
+        };
+        let len = std::time::Duration::from_nanos(self.every_ns);
+        while let Some((&i, _)) = self.pending.first_key_value() {
+            if i >= upto {
+                break;
+            }
+            let (_, h) = self.pending.pop_first().expect("key just seen");
+            let off = std::time::Duration::from_nanos(i.saturating_mul(self.every_ns));
+            self.log.write("latency", &h, off, len)?;
+        }
+        self.log.flush()?;
+        Ok(())
+    }
 }
 
 impl CyclicResult {

@@ -16,6 +16,7 @@ pub mod lock;
 pub mod names;
 pub mod observe;
 pub mod report;
+pub mod results;
 pub mod runner;
 pub mod sandbox;
 pub mod scenario;

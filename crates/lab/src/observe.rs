@@ -1,6 +1,7 @@
 //! The scheduler recorder of a run: `ontime observe` on the tenants'
 //! cgroups and the host I/O path (or `perf sched record`, the peer in the
 //! overhead benchmark), plus the host's busy CPU over the run.
+use crate::scenario::Recorder;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use ontime_observe::analyze::AnalysisOptions;
 use ontime_observe::recorder::{record, Mechanism, NoSink, RecordOptions, RecordSummary};
 use ontime_observe::recording::Recording;
 use ontime_observe::targets::{CgroupRoot, TargetGroup, Targets, DEFAULT_HOST_IO};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::names;
 use crate::sandbox::Lab;
@@ -23,7 +24,7 @@ pub const WINDOWS: [u64; 4] = [1_000_000, 10_000_000, 100_000_000, 1_000_000_000
 const SERIES_WINDOW: u64 = 100_000_000;
 
 /// What the run's recorder did and cost.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct ObserveOutcome {
     /// "ontime", "perf" or "off".
     pub recorder: String,
@@ -103,14 +104,14 @@ fn host_busy_ns() -> Option<u64> {
 
 /// Starts the recorder chosen by `observe.recorder` once the lab, its relay
 /// and gateway exist and before loads and probes start.
-pub fn start(recorder: &str, lab: &Lab, dir: &Path) -> Result<Observer> {
+pub fn start(recorder: Recorder, lab: &Lab, dir: &Path) -> Result<Observer> {
     let busy0 = host_busy_ns();
     match recorder {
-        "off" => Ok(Observer::Off {
+        Recorder::Off => Ok(Observer::Off {
             busy0,
             t0: MonoNs::now(),
         }),
-        "perf" => {
+        Recorder::Perf => {
             let child = std::process::Command::new("perf")
                 .args(["sched", "record", "-a", "-q", "-o"])
                 .arg(dir.join("perf.data"))
@@ -126,7 +127,7 @@ pub fn start(recorder: &str, lab: &Lab, dir: &Path) -> Result<Observer> {
                 t0: MonoNs::now(),
             })
         }
-        _ => {
+        Recorder::Ontime => {
             let root = CgroupRoot::detect()?;
             let groups = lab
                 .tenants

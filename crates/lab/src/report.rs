@@ -14,7 +14,6 @@ use anyhow::{Context, Result};
 use ontime_core::duration::format_ns;
 use ontime_core::stats::{LatencyHistogram, PERCENTILES};
 use ontime_plot::{Chart, Scale};
-use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -22,15 +21,8 @@ use std::path::{Path, PathBuf};
 /// Swept (key, value) pairs of a run.
 type Vars = Vec<(String, String)>;
 
-/// One run as read back from disk.
-struct RunView {
-    name: String,
-    vars: Vec<(String, String)>,
-    record: Value,
-    tenants: Vec<Value>,
-    /// Crawl: pooled interval error. Cyclic: pooled wake-up latency.
-    pooled: LatencyHistogram,
-}
+use crate::results::RunResults;
+use crate::runner::Workload;
 
 /// What the report wrote.
 pub struct Written {
@@ -39,66 +31,11 @@ pub struct Written {
     pub runs: usize,
 }
 
-fn read_json(p: &Path) -> Result<Value> {
-    let t = std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
-    serde_json::from_str(&t).with_context(|| format!("{} is not JSON", p.display()))
-}
-
-fn load_runs(dir: &Path) -> Result<Vec<RunView>> {
-    let runs_dir = dir.join("runs");
-    let mut names: Vec<PathBuf> = std::fs::read_dir(&runs_dir)
-        .with_context(|| {
-            format!(
-                "{} has no runs/ directory: is it a lab results directory?",
-                dir.display()
-            )
-        })?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.join("run.json").exists())
-        .collect();
-    names.sort();
-    let mut out = Vec::new();
-    for d in names {
-        let record = read_json(&d.join("run.json"))?;
-        let vars: Vec<(String, String)> = record["vars"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|kv| Some((kv[0].as_str()?.to_string(), kv[1].as_str()?.to_string())))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let crawl = record["workload"] == "crawl";
-        let mut pooled = LatencyHistogram::new();
-        let mut tenants = Vec::new();
-        for t in record["tenants"].as_array().into_iter().flatten() {
-            let Some(f) = t["result"].as_str() else { continue };
-            let i = t["index"].as_u64().unwrap_or(0);
-            tenants.push(read_json(&d.join(f))?);
-            if crawl {
-                let h = d.join(format!("t{i}.hlog"));
-                if h.exists() {
-                    pooled.add(&ontime_core::hlog::read_merged(&h, "interval_error")?);
-                }
-            } else if let Some(bins) = tenants.last().and_then(|t| t["histogram_log"].as_array()) {
-                for b in bins {
-                    pooled.record_n(b["le_ns"].as_u64().unwrap_or(0), b["count"].as_u64().unwrap_or(0));
-                }
-            }
-        }
-        out.push(RunView {
-            name: d
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            vars,
-            record,
-            tenants,
-            pooled,
-        });
-    }
-    Ok(out)
+fn load_runs(dir: &Path) -> Result<Vec<RunResults>> {
+    crate::results::run_dirs(dir)?
+        .iter()
+        .map(|d| crate::results::read_run(d))
+        .collect()
 }
 
 fn capitalise(s: &str) -> String {
@@ -152,15 +89,15 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
     );
     let out = out.map(Path::to_path_buf).unwrap_or_else(|| dir.join("report"));
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
-    let scenario_name = runs[0].record["config"]["name"]
-        .as_str()
-        .unwrap_or("scenario")
-        .to_string();
-    let crawl = runs[0].record["workload"] == "crawl";
-    let sweep_keys: Vec<String> = runs[0].vars.iter().map(|(k, _)| k.clone()).collect();
-    let x_key = runs[0].record["config"]["report"]["x"]
-        .as_str()
-        .map(str::to_string)
+    let scenario_name = runs[0].record.config.name.clone();
+    let crawl = runs[0].record.workload == Workload::Crawl;
+    let sweep_keys: Vec<String> = runs[0].record.vars.iter().map(|(k, _)| k.clone()).collect();
+    let x_key = runs[0]
+        .record
+        .config
+        .report
+        .x
+        .clone()
         .filter(|k| sweep_keys.contains(k))
         .or_else(|| sweep_keys.first().cloned());
 
@@ -170,7 +107,13 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
     // Pool repetitions: group by all swept values.
     let mut groups: BTreeMap<Vars, LatencyHistogram> = BTreeMap::new();
     for r in &runs {
-        groups.entry(r.vars.clone()).or_default().add(&r.pooled);
+        groups.entry(r.record.vars.clone()).or_default().add(&r.pooled);
+    }
+    if runs.iter().any(|r| r.pooled_from_bins) {
+        notes.push(
+            "some runs have no histogram log: their pooled percentiles come from log bins and read up to a quarter high"
+                .into(),
+        );
     }
     for (vars, h) in &groups {
         if h.percentile(99.999).is_none() {
@@ -319,7 +262,7 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
         svgs.push(c.svg()?);
     }
 
-    let (observe_html, observe_pngs) = observe_section(dir, &runs, &out)?;
+    let (observe_html, observe_pngs) = observe_section(&runs, &out)?;
     pngs.extend(observe_pngs);
     let mut html = render_html(&scenario_name, crawl, &runs, &charts, &svgs, &notes);
     if let Some(at) = html.find("<h2>Runs</h2>") {
@@ -337,31 +280,30 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
 /// "Scheduler view": per run, what `ontime observe` recorded (100 ms peaks,
 /// contention, steal, the host I/O path's minimum, the recorder's cost), and
 /// the figures of the run with the worst error.
-fn observe_section(dir: &Path, runs: &[RunView], out: &Path) -> Result<(String, Vec<PathBuf>)> {
+fn observe_section(runs: &[RunResults], out: &Path) -> Result<(String, Vec<PathBuf>)> {
     use ontime_observe::report::Analysis;
     let mut h = String::new();
     let mut pngs = Vec::new();
     let mut rows = String::new();
-    let mut worst: Option<(u64, &RunView, Analysis)> = None;
+    let mut worst: Option<(u64, &RunResults, Analysis)> = None;
     for r in runs {
-        let o = &r.record["observe"];
-        if o.is_null() {
+        let Some(o) = &r.record.observe else {
             continue;
-        }
+        };
         let f2 = |v: Option<f64>| v.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into());
         let ms = |v: Option<u64>| v.map(format_ns).unwrap_or_else(|| "-".into());
-        let analysis: Option<Analysis> = o["analysis"]
-            .as_str()
-            .and_then(|f| std::fs::read(dir.join("runs").join(&r.name).join(f)).ok())
-            .and_then(|b| serde_json::from_slice(&b).ok());
+        let analysis: Option<Analysis> = match &o.analysis {
+            Some(f) => Some(crate::results::read_json(&r.dir.join(f), "observe analysis")?),
+            None => None,
+        };
         let Some(a) = analysis else {
             let _ = write!(
                 rows,
                 "<tr><td class=l>{}</td><td class=l colspan=9>{} {}</td><td>{}</td></tr>",
                 esc(&r.name),
-                esc(o["recorder"].as_str().unwrap_or("?")),
-                esc(o["error"].as_str().unwrap_or("")),
-                f2(o["overhead_pct"].as_f64())
+                esc(&o.recorder),
+                esc(o.error.as_deref().unwrap_or("")),
+                f2(o.overhead_pct)
             );
             continue;
         };
@@ -379,7 +321,7 @@ fn observe_section(dir: &Path, runs: &[RunView], out: &Path) -> Result<(String, 
             f2(t.host_io_min),
             f2(t.host_io_mean),
             a.recording.lost,
-            o["overhead_pct"].as_f64().map(|v| format!("{v:.2}%")).unwrap_or_else(|| "-".into()),
+            o.overhead_pct.map(|v| format!("{v:.2}%")).unwrap_or_else(|| "-".into()),
         );
         let err = r.pooled.max();
         if worst.as_ref().is_none_or(|(e, _, _)| err > *e) {
@@ -423,21 +365,17 @@ fn cell(v: Option<u64>) -> String {
     v.map(format_ns).unwrap_or_else(|| "<span class=na>n/a</span>".into())
 }
 
-fn pct(s: &Value, name: &str) -> Option<u64> {
-    s["percentiles_ns"].as_array()?.iter().find(|p| p["name"] == name)?["value_ns"].as_u64()
-}
-
 fn render_html(
     name: &str,
     crawl: bool,
-    runs: &[RunView],
+    runs: &[RunResults],
     charts: &[Chart],
     svgs: &[String],
     notes: &[String],
 ) -> String {
     let mut h = String::new();
-    let env = &runs[0].record["environment"];
-    let m = &env["manifest"];
+    let env = &runs[0].record.environment;
+    let m = &env.manifest;
     let _ = write!(
         h,
         "<!doctype html><html><head><meta charset=utf-8><title>ontime lab: {n}</title><style>
@@ -448,57 +386,45 @@ td,th{{border:1px solid #bbb;padding:3px 7px;text-align:right}} th{{background:#
 </style></head><body><h1>ontime lab report: {n}</h1>",
         n = esc(name)
     );
-    let _ = write!(
-        h,
-        "<p class=model>{}</p>",
-        esc(env["model_note"].as_str().unwrap_or(crate::runner::MODEL_NOTE))
-    );
-    if let Some(d) = runs[0].record["config"]["description"]
-        .as_str()
-        .filter(|d| !d.is_empty())
-    {
+    let _ = write!(h, "<p class=model>{}</p>", esc(&env.model_note));
+    if let Some(d) = Some(&runs[0].record.config.description).filter(|d| !d.is_empty()) {
         let _ = write!(h, "<p>{}</p>", esc(d));
     }
     // Environment.
-    let mut missing: Vec<String> = m["capabilities"]["missing"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|v| v.as_str().map(str::to_string))
-        .collect();
-    if env["netem"] == false {
+    let mut missing: Vec<String> = m.capabilities.missing.clone();
+    if !env.netem {
         missing.push("netem (WAN delay by the host relay instead)".into());
     }
     let relay_delays: Vec<String> = runs
         .iter()
         .filter_map(|r| {
-            let d = &r.record["relay"]["delay"];
+            let d = &r.record.relay.as_ref()?.delay;
             Some(format!(
                 "{}: p50 {} p99 {} max {}",
                 r.name,
-                format_ns(pct(d, "p50")?),
-                format_ns(pct(d, "p99")?),
-                format_ns(d["max_ns"].as_u64()?)
+                format_ns(d.percentile(50.0)?),
+                format_ns(d.percentile(99.0)?),
+                format_ns(d.max_ns?)
             ))
         })
         .collect();
-    let setting = runs[0].record["config"]["host"]["relay_delay"].as_u64().unwrap_or(0);
+    let setting = runs[0].record.config.host.relay_delay;
     let _ = write!(
         h,
         "<h2>Environment</h2><table><tr><th>kernel</th><td class=l>{}</td></tr><tr><th>clocksource</th><td class=l>{}</td></tr>\
 <tr><th>CPUs</th><td class=l>{}</td></tr><tr><th>backend</th><td class=l>{}</td></tr><tr><th>cgroups</th><td class=l>{}</td></tr>\
 <tr><th>unavailable</th><td class=l>{}</td></tr><tr><th>WAN delay setting</th><td class=l>{} one way, added by the {}</td></tr>\
 <tr><th>relay delay measured</th><td class=l>{}</td></tr><tr><th>ontime</th><td class=l>{}</td></tr></table>",
-        esc(m["kernel"].as_str().unwrap_or("?")),
-        esc(m["clocksource"].as_str().unwrap_or("?")),
-        m["cpus_online"],
-        esc(m["backend"].as_str().unwrap_or("?")),
-        esc(env["cgroup_version"].as_str().unwrap_or("none")),
+        esc(&m.kernel),
+        esc(&m.clocksource),
+        m.cpus_online,
+        esc(&m.backend),
+        env.cgroup_version.map(|v| format!("{v:?}")).unwrap_or_else(|| "none".into()),
         esc(&if missing.is_empty() { "nothing".into() } else { missing.join(", ") }),
         format_ns(setting),
-        esc(env["wan_delay_by"].as_str().unwrap_or("relay")),
+        env.wan_delay_by.as_str(),
         esc(&relay_delays.join("<br>")).replace("&lt;br&gt;", "<br>"),
-        esc(m["version"].as_str().unwrap_or("?")),
+        esc(&m.version),
     );
     if !notes.is_empty() {
         h.push_str("<div class=note><b>Sample counts:</b><ul>");
@@ -527,7 +453,7 @@ td,th{{border:1px solid #bbb;padding:3px 7px;text-align:right}} th{{background:#
         "<p>Per tenant: {metric}. Pooled = all tenants of the run together.</p>"
     );
     for r in runs {
-        let complete = r.record["complete"].as_bool().unwrap_or(false);
+        let complete = r.record.complete;
         let _ = write!(
             h,
             "<h3>{}{}</h3><p>{}</p>",
@@ -537,9 +463,9 @@ td,th{{border:1px solid #bbb;padding:3px 7px;text-align:right}} th{{background:#
             } else {
                 " <span class=na>(incomplete)</span>"
             },
-            esc(&vars_label(&r.vars))
+            esc(&vars_label(&r.record.vars))
         );
-        if let Some(e) = r.record["error"].as_str() {
+        if let Some(e) = &r.record.error {
             let _ = write!(h, "<p class=na>error: {}</p>", esc(e));
         }
         h.push_str("<table><tr><th>tenant</th><th>count</th>");
@@ -552,16 +478,15 @@ td,th{{border:1px solid #bbb;padding:3px 7px;text-align:right}} th{{background:#
             if crawl { "missed" } else { "overruns" },
             if crawl { "<th>send lag p99.9</th>" } else { "" }
         );
-        for (i, t) in r.tenants.iter().enumerate() {
-            let s = if crawl { &t["interval_error"] } else { &t["latency"] };
-            let _ = write!(h, "<tr><td>t{i}</td><td>{}</td>", s["count"]);
+        for (i, t) in &r.tenants {
+            let s = t.headline();
+            let _ = write!(h, "<tr><td>t{i}</td><td>{}</td>", s.count);
             for (n, _) in PERCENTILES.iter().filter(|(n, _)| *n != "p99.9999") {
-                let _ = write!(h, "<td>{}</td>", cell(pct(s, n)));
+                let _ = write!(h, "<td>{}</td>", cell(s.get(n)));
             }
-            let miss = if crawl { &t["missed"] } else { &t["overruns"] };
-            let _ = write!(h, "<td>{}</td><td>{}</td>", cell(s["max_ns"].as_u64()), miss);
-            if crawl {
-                let _ = write!(h, "<td>{}</td>", cell(pct(&t["send_lag"], "p99.9")));
+            let _ = write!(h, "<td>{}</td><td>{}</td>", cell(s.max_ns), t.missed());
+            if let Some(lag) = t.send_lag() {
+                let _ = write!(h, "<td>{}</td>", cell(lag.get("p99.9")));
             }
             h.push_str("</tr>");
         }
@@ -576,18 +501,17 @@ td,th{{border:1px solid #bbb;padding:3px 7px;text-align:right}} th{{background:#
             cell(p.max_ns),
             if crawl { "<td></td>" } else { "" }
         );
-        let relay = &r.record["relay"];
-        if relay.is_object() {
-            let d = &relay["delay"];
+        if let Some(relay) = &r.record.relay {
+            let d = &relay.delay;
             let _ = write!(
                 h,
                 "<p>relay: {} frames, {} dropped; delay p50 {} p99 {} max {} (setting {} + forwarding)</p>",
-                relay["frames"],
-                relay["dropped"],
-                cell(pct(d, "p50")),
-                cell(pct(d, "p99")),
-                cell(d["max_ns"].as_u64()),
-                format_ns(relay["settings"]["delay_ns"].as_u64().unwrap_or(0))
+                relay.frames,
+                relay.dropped,
+                cell(d.get("p50")),
+                cell(d.get("p99")),
+                cell(d.max_ns),
+                format_ns(relay.settings.delay_ns)
             );
         }
     }

@@ -6,7 +6,7 @@
 
 use crate::cgroup::Limits;
 use crate::sandbox::{spawn_in, Lab, TenantSpec};
-use crate::scenario::{parse_bytes, Backend, Place, Plan, PlannedRun};
+use crate::scenario::{parse_bytes, Backend, LoadKind, Place, Plan, PlannedRun, WanDelay};
 use crate::{names, sys};
 use anyhow::{Context, Result};
 use ontime_core::caps::Capabilities;
@@ -15,7 +15,7 @@ use ontime_core::manifest::Manifest;
 use ontime_core::rt::{parse_cpu_list, ThreadSettings};
 use ontime_load::{LoadGuard, LoadProfile};
 use ontime_net::{Relay, RelaySettings};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -52,19 +52,62 @@ pub enum Event<'a> {
 }
 
 /// The environment a run was made in, as the report shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Environment {
     pub manifest: Manifest,
     pub cgroup_version: Option<crate::cgroup::Version>,
+    /// Whether this kernel has the netem qdisc.
     pub netem: bool,
-    /// "relay" or "netem".
-    pub wan_delay_by: &'static str,
-    pub model_note: &'static str,
+    pub wan_delay_by: WanDelayBy,
+    pub model_note: String,
+}
+
+/// Who added the WAN delay in a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WanDelayBy {
+    Relay,
+    Netem,
+}
+
+impl WanDelayBy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WanDelayBy::Relay => "relay",
+            WanDelayBy::Netem => "netem",
+        }
+    }
+}
+
+/// What the tenants of a run ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    Crawl,
+    Cyclic,
+}
+
+impl Workload {
+    /// The metric a run is judged by.
+    pub fn metric(self) -> &'static str {
+        match self {
+            Workload::Crawl => "interval error",
+            Workload::Cyclic => "wake-up latency",
+        }
+    }
+
+    /// What a lost period is called.
+    pub fn misses(self) -> &'static str {
+        match self {
+            Workload::Crawl => "missed",
+            Workload::Cyclic => "overruns",
+        }
+    }
 }
 
 pub const MODEL_NOTE: &str = "Sandbox tenants model the host-scheduling side of virtualisation (vCPU threads compete on the host scheduler, I/O crosses a host path with WAN delay), not instruction emulation.";
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct TenantOutcome {
     pub index: usize,
     pub result: Option<String>,
@@ -72,14 +115,14 @@ pub struct TenantOutcome {
 }
 
 /// `run.json`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct RunRecord {
     pub complete: bool,
     pub index: usize,
     pub repetition: u32,
     pub vars: Vec<(String, String)>,
     pub config: crate::scenario::RunConfig,
-    pub workload: &'static str,
+    pub workload: Workload,
     pub environment: Environment,
     pub relay: Option<ontime_net::RelayReport>,
     /// The scheduler recorder of the run (`[observe]`).
@@ -108,13 +151,10 @@ pub fn run_dir(results: &Path, run: &PlannedRun) -> PathBuf {
     results.join("runs").join(run.dir_name())
 }
 
-/// True when a run's record says it completed.
+/// True when a run's record says it completed (an unreadable record is
+/// not complete: the run is made again).
 pub fn is_complete(dir: &Path) -> bool {
-    std::fs::read_to_string(dir.join("run.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .and_then(|v| v["complete"].as_bool())
-        .unwrap_or(false)
+    crate::results::read_record(dir).map(|r| r.complete).unwrap_or(false)
 }
 
 /// Runs the whole plan. Returns (runs done, runs skipped).
@@ -170,9 +210,9 @@ pub fn run_plan(
             vars: run.vars.clone(),
             config: run.config.clone(),
             workload: if run.config.tenant.crawl.is_some() {
-                "crawl"
+                Workload::Crawl
             } else {
-                "cyclic"
+                Workload::Cyclic
             },
             environment: Environment {
                 manifest: Manifest::start(
@@ -184,8 +224,8 @@ pub fn run_plan(
                 ),
                 cgroup_version: crate::cgroup::detect(),
                 netem: false,
-                wan_delay_by: "relay",
-                model_note: MODEL_NOTE,
+                wan_delay_by: WanDelayBy::Relay,
+                model_note: MODEL_NOTE.into(),
             },
             relay: None,
             observe: None,
@@ -239,13 +279,13 @@ fn one_run(
     let specs = vec![TenantSpec { limits }; t.count];
     let mut lab = Lab::create(&specs)?;
     rec.environment.netem = netem_available(&lab.building.host_if);
-    let use_netem = match c.host.wan_delay.as_str() {
-        "netem" if !rec.environment.netem => {
+    let use_netem = match c.host.wan_delay {
+        WanDelay::Netem if !rec.environment.netem => {
             anyhow::bail!("host.wan_delay = \"netem\" but this kernel has no netem qdisc: use auto or relay")
         }
-        "netem" => true,
-        "auto" => rec.environment.netem,
-        _ => false,
+        WanDelay::Netem => true,
+        WanDelay::Auto => rec.environment.netem,
+        WanDelay::Relay => false,
     };
     if use_netem {
         // netem on every host-side end delays each direction once: frames
@@ -262,7 +302,7 @@ fn one_run(
                 .context("cannot run tc")?;
             anyhow::ensure!(st.success(), "tc qdisc add netem on {} failed", e.host_if);
         }
-        rec.environment.wan_delay_by = "netem";
+        rec.environment.wan_delay_by = WanDelayBy::Netem;
     }
     // Held once for the run, as cyclictest does; probes are told not to.
     let _dma = ontime_core::rt::DmaLatencyGuard::hold(0).ok();
@@ -272,7 +312,7 @@ fn one_run(
         rate_bps: c.host.relay_rate_mbit.map(|m| (m * 1e6) as u64),
         threads: c.host.relay_threads,
         thread: ThreadSettings {
-            policy: c.host.relay_policy.parse().map_err(anyhow::Error::msg)?,
+            policy: c.host.relay_policy,
             affinity: match &c.host.relay_affinity {
                 Some(a) => parse_cpu_list(a).map_err(anyhow::Error::msg)?,
                 None => Vec::new(),
@@ -309,11 +349,11 @@ fn one_run(
     }
 
     // The scheduler recorder watches loads and probes from their start.
-    let observer = match crate::observe::start(&c.observe.recorder, &lab, dir) {
+    let observer = match crate::observe::start(c.observe.recorder, &lab, dir) {
         Ok(o) => Some(o),
         Err(e) => {
             rec.observe = Some(crate::observe::ObserveOutcome {
-                recorder: c.observe.recorder.clone(),
+                recorder: c.observe.recorder.as_str().into(),
                 error: Some(format!("{e:#}")),
                 ..Default::default()
             });
@@ -325,14 +365,14 @@ fn one_run(
     let mut loads: Vec<LoadGuard> = Vec::new();
     let mut wan: Vec<std::process::Child> = Vec::new();
     for l in &c.effective_loads() {
-        if l.profile == "none" {
-            continue;
-        }
-        if l.profile == "wan" {
-            wan.extend(start_wan(&lab, l.rate_mbit, c.duration, native)?);
-            continue;
-        }
-        let profile: LoadProfile = l.profile.parse().map_err(anyhow::Error::msg)?;
+        let profile: LoadProfile = match l.profile {
+            LoadKind::None => continue,
+            LoadKind::Wan => {
+                wan.extend(start_wan(&lab, l.rate_mbit, c.duration, native)?);
+                continue;
+            }
+            LoadKind::Stress(p) => p,
+        };
         let max = Duration::from_nanos(c.duration) + Duration::from_secs(60);
         match l.place {
             Place::Host => loads.push(LoadGuard::start(profile, l.workers, max)?),
@@ -371,7 +411,13 @@ fn one_run(
             ])
             .args(["--rate", &cr.rate.to_string(), "-N", &cr.points_per_request.to_string()])
             .args(["--period", &format!("{}ns", cr.period), "-D", &dur])
-            .args(["--vcpus", &vcpus.to_string(), "--policy", &t.policy, "--no-dma-latency"])
+            .args([
+                "--vcpus",
+                &vcpus.to_string(),
+                "--policy",
+                &t.policy.to_string(),
+                "--no-dma-latency",
+            ])
             .arg("--hlog")
             .arg(dir.join(format!("t{i}.hlog")));
             if let Some(w) = cr.work_per_poll {
@@ -390,9 +436,18 @@ fn one_run(
                 "-D",
                 &dur,
             ])
-            .args(["--policy", &t.policy, "-m", "--no-dma-latency", "-h", "20000"])
+            .args([
+                "--policy",
+                &t.policy.to_string(),
+                "-m",
+                "--no-dma-latency",
+                "-h",
+                "20000",
+            ])
             .arg("--histfile")
-            .arg(dir.join(format!("t{i}.hist")));
+            .arg(dir.join(format!("t{i}.hist")))
+            .arg("--hlog")
+            .arg(dir.join(format!("t{i}.hlog")));
         }
         for a in &t.extra_args {
             cmd.arg(
@@ -527,41 +582,19 @@ fn summarize(dir: &Path, rec: &RunRecord) -> String {
     let mut missed = 0u64;
     for t in &rec.tenants {
         let Some(f) = &t.result else { continue };
-        let Ok(text) = std::fs::read_to_string(dir.join(f)) else {
+        let Ok(r) = crate::results::ProbeResult::read(&dir.join(f), rec.workload) else {
             continue;
         };
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
-            continue;
-        };
-        let s = if rec.workload == "crawl" {
-            &v["interval_error"]
-        } else {
-            &v["latency"]
-        };
-        worst_max = worst_max.max(s["max_ns"].as_u64().unwrap_or(0));
-        if let Some(p99) = s["percentiles_ns"]
-            .as_array()
-            .and_then(|a| a.iter().find(|p| p["name"] == "p99"))
-        {
-            worst_p = worst_p.max(p99["value_ns"].as_u64());
-        }
-        missed += v["missed"].as_u64().or_else(|| v["overruns"].as_u64()).unwrap_or(0);
+        let s = r.headline();
+        worst_max = worst_max.max(s.max_ns.unwrap_or(0));
+        worst_p = worst_p.max(s.percentile(99.0));
+        missed += r.missed();
     }
-    let what = if rec.workload == "crawl" {
-        "interval error"
-    } else {
-        "wake-up latency"
-    };
+    let what = rec.workload.metric();
     let relay = rec
         .relay
         .as_ref()
-        .and_then(|r| {
-            r.delay
-                .percentiles_ns
-                .iter()
-                .find(|p| p.name == "p99")
-                .and_then(|p| p.value_ns)
-        })
+        .and_then(|r| r.delay.percentile(99.0))
         .map(|v| format!(", relay delay p99 {}", ontime_core::duration::format_ns(v)))
         .unwrap_or_default();
     format!(
@@ -570,6 +603,6 @@ fn summarize(dir: &Path, rec: &RunRecord) -> String {
             .map(ontime_core::duration::format_ns)
             .unwrap_or_else(|| "n/a".into()),
         ontime_core::duration::format_ns(worst_max),
-        if rec.workload == "crawl" { "missed" } else { "overruns" },
+        rec.workload.misses(),
     )
 }

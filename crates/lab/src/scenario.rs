@@ -31,7 +31,6 @@
 //! ```
 
 use anyhow::{anyhow, bail, Context, Result};
-use ontime_core::duration::{deserialize_ns, deserialize_opt_ns};
 use ontime_core::rt::{parse_cpu_list, Policy};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -40,12 +39,12 @@ use std::path::Path;
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct HostSpec {
-    #[serde(default = "default_delay", deserialize_with = "deserialize_ns")]
+    #[serde(default = "default_delay", with = "ontime_core::duration::text_ns")]
     pub relay_delay: u64,
     #[serde(default = "one")]
     pub relay_threads: usize,
-    #[serde(default = "other")]
-    pub relay_policy: String,
+    #[serde(default, with = "ontime_core::rt::policy_text")]
+    pub relay_policy: Policy,
     #[serde(default)]
     pub relay_affinity: Option<String>,
     /// Link rate per direction and tenant, Mbit/s.
@@ -53,12 +52,77 @@ pub struct HostSpec {
     pub relay_rate_mbit: Option<f64>,
     /// Who adds the WAN delay: "auto" (netem where the kernel has it, else
     /// the relay), "relay" or "netem" (the relay then only forwards).
-    #[serde(default = "auto")]
-    pub wan_delay: String,
+    #[serde(default)]
+    pub wan_delay: WanDelay,
 }
 
-fn auto() -> String {
-    "auto".into()
+/// Who adds the WAN delay (`host.wan_delay`).
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum WanDelay {
+    /// netem where the kernel has it, else the relay.
+    #[default]
+    Auto,
+    Relay,
+    /// netem qdiscs on the host-side links; the relay only forwards.
+    Netem,
+}
+
+/// The scheduler recorder of each run (`observe.recorder`).
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Recorder {
+    #[default]
+    Ontime,
+    /// `perf sched record`, the peer.
+    Perf,
+    Off,
+}
+
+impl Recorder {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Recorder::Ontime => "ontime",
+            Recorder::Perf => "perf",
+            Recorder::Off => "off",
+        }
+    }
+}
+
+/// What a `[[load]]` runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum LoadKind {
+    /// A stress-ng profile.
+    Stress(ontime_load::LoadProfile),
+    /// An iperf3 UDP flow from every tenant to the building side, through
+    /// the host relay.
+    Wan,
+    None,
+}
+
+impl TryFrom<String> for LoadKind {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        match s.as_str() {
+            "wan" => Ok(LoadKind::Wan),
+            "none" => Ok(LoadKind::None),
+            other => other
+                .parse()
+                .map(LoadKind::Stress)
+                .map_err(|e| format!("{e} (or wan, none)")),
+        }
+    }
+}
+
+impl From<LoadKind> for String {
+    fn from(k: LoadKind) -> String {
+        match k {
+            LoadKind::Stress(p) => p.to_string(),
+            LoadKind::Wan => "wan".into(),
+            LoadKind::None => "none".into(),
+        }
+    }
 }
 
 impl Default for HostSpec {
@@ -66,10 +130,10 @@ impl Default for HostSpec {
         HostSpec {
             relay_delay: default_delay(),
             relay_threads: 1,
-            relay_policy: other(),
+            relay_policy: Policy::Other,
             relay_affinity: None,
             relay_rate_mbit: None,
-            wan_delay: auto(),
+            wan_delay: WanDelay::Auto,
         }
     }
 }
@@ -79,9 +143,6 @@ fn default_delay() -> u64 {
 }
 fn one() -> usize {
     1
-}
-fn other() -> String {
-    "other".into()
 }
 fn ten() -> usize {
     10
@@ -105,12 +166,12 @@ pub struct CrawlWorkload {
     pub rate: f64,
     #[serde(default = "ten")]
     pub points_per_request: usize,
-    #[serde(default = "default_period", deserialize_with = "deserialize_ns")]
+    #[serde(default = "default_period", with = "ontime_core::duration::text_ns")]
     pub period: u64,
-    #[serde(default, deserialize_with = "deserialize_opt_ns")]
+    #[serde(default, with = "ontime_core::duration::opt_text_ns")]
     pub timeout: Option<u64>,
     /// CPU time per answered poll (`ontime crawl --work-per-poll`).
-    #[serde(default, deserialize_with = "deserialize_opt_ns")]
+    #[serde(default, with = "ontime_core::duration::opt_text_ns")]
     pub work_per_poll: Option<u64>,
 }
 
@@ -121,7 +182,7 @@ fn default_period() -> u64 {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CyclicWorkload {
-    #[serde(default = "default_interval", deserialize_with = "deserialize_ns")]
+    #[serde(default = "default_interval", with = "ontime_core::duration::text_ns")]
     pub interval: u64,
 }
 
@@ -148,8 +209,8 @@ pub struct TenantTemplate {
     #[serde(default)]
     pub cpuset: Option<String>,
     /// Policy of the vCPU threads.
-    #[serde(default = "other")]
-    pub policy: String,
+    #[serde(default, with = "ontime_core::rt::policy_text")]
+    pub policy: Policy,
     /// Extra arguments for every tenant's probe command (`{dir}` = the run's
     /// directory, `{i}` = the tenant index), e.g. ["--polls", "{dir}/t{i}.polls.csv"].
     #[serde(default)]
@@ -174,7 +235,7 @@ pub enum Place {
 pub struct LoadSpec {
     /// kernel, io, net, mixed, cpu (stress-ng), wan (an iperf3 UDP flow from
     /// every tenant to the building side, through the host relay) or none.
-    pub profile: String,
+    pub profile: LoadKind,
     #[serde(default)]
     pub place: Place,
     #[serde(default = "one")]
@@ -195,7 +256,7 @@ pub struct RunConfig {
     pub name: String,
     #[serde(default)]
     pub description: String,
-    #[serde(deserialize_with = "deserialize_ns")]
+    #[serde(with = "ontime_core::duration::text_ns")]
     pub duration: u64,
     #[serde(default = "one_u32")]
     pub repetitions: u32,
@@ -242,18 +303,14 @@ fn one_u32() -> u32 {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ObserveSpec {
-    #[serde(default = "default_recorder")]
-    pub recorder: String,
-}
-
-fn default_recorder() -> String {
-    "ontime".into()
+    #[serde(default)]
+    pub recorder: Recorder,
 }
 
 impl Default for ObserveSpec {
     fn default() -> Self {
         ObserveSpec {
-            recorder: default_recorder(),
+            recorder: Recorder::Ontime,
         }
     }
 }
@@ -371,8 +428,16 @@ pub fn load(path: &Path) -> Result<Plan> {
                     .join(", ")
             )
         };
-        let cfg: RunConfig = RunConfig::deserialize(v)
-            .map_err(|e| anyhow!("{origin}{where_}: {}", e.to_string().trim().replace('\n', " ")))?;
+        // The path of the field at fault ("tenant.policy") leads the error.
+        let cfg: RunConfig = serde_path_to_error::deserialize(v).map_err(|e| {
+            let path = e.path().to_string();
+            let msg = e.into_inner().to_string().trim().replace('\n', " ");
+            if msg.contains(&format!("`{path}`")) {
+                anyhow!("{origin}{where_}: {msg}")
+            } else {
+                anyhow!("{origin}{where_}: {path}: {msg}")
+            }
+        })?;
         validate(&cfg).map_err(|e| anyhow!("{origin}{where_}: {e}"))?;
         name = cfg.name.clone();
         planned.push((vars, cfg));
@@ -449,19 +514,8 @@ fn validate(c: &RunConfig) -> Result<()> {
     if t.vcpus == 0 || t.vcpus > 64 {
         bail!("tenant.vcpus = {}: must be 1..64", t.vcpus);
     }
-    t.policy.parse::<Policy>().map_err(|e| anyhow!("tenant.policy: {e}"))?;
-    c.host
-        .relay_policy
-        .parse::<Policy>()
-        .map_err(|e| anyhow!("host.relay_policy: {e}"))?;
     if let Some(a) = &c.host.relay_affinity {
         parse_cpu_list(a).map_err(|e| anyhow!("host.relay_affinity: {e}"))?;
-    }
-    if !["ontime", "perf", "off"].contains(&c.observe.recorder.as_str()) {
-        bail!(
-            "observe.recorder = \"{}\": must be ontime, perf or off",
-            c.observe.recorder
-        );
     }
     if let Some(cs) = &t.cpuset {
         let cpus = parse_cpu_list(cs).map_err(|e| anyhow!("tenant.cpuset: {e}"))?;
@@ -477,9 +531,6 @@ fn validate(c: &RunConfig) -> Result<()> {
         if !q.is_finite() || q <= 0.0 || q > 4096.0 {
             bail!("tenant.cpu_quota = {q}: give a number of CPUs above 0 (e.g. 0.5 or 2)");
         }
-    }
-    if !matches!(c.host.wan_delay.as_str(), "auto" | "relay" | "netem") {
-        bail!("host.wan_delay = \"{}\": use auto, relay or netem", c.host.wan_delay);
     }
     if c.host.relay_threads == 0 {
         bail!("host.relay_threads must be at least 1");
@@ -523,16 +574,12 @@ fn validate(c: &RunConfig) -> Result<()> {
         }
     }
     for (i, l) in c.effective_loads().iter().enumerate() {
-        if l.profile == "wan" {
+        if l.profile == LoadKind::Wan {
             if l.place != Place::Tenants {
                 bail!("load[{i}]: the wan load runs from the tenants: set place = \"tenants\"");
             }
             ontime_core::limits::rate(&format!("load[{i}].rate_mbit"), l.rate_mbit, 100_000.0)
                 .map_err(anyhow::Error::msg)?;
-        } else if l.profile != "none" {
-            l.profile
-                .parse::<ontime_load::LoadProfile>()
-                .map_err(|e| anyhow!("load[{i}].profile: {e} (or wan)"))?;
         }
         ontime_core::limits::count(
             &format!("load[{i}].workers"),

@@ -1,0 +1,158 @@
+//! A lab results directory read back as types: `run.json` as a
+//! [`RunRecord`], each tenant's probe result as a [`ProbeResult`], and the
+//! run's pooled histogram. A file whose fields have the wrong types is an
+//! error naming the file and the field, never a report of zero samples.
+
+use crate::runner::{RunRecord, Workload};
+use anyhow::{Context, Result};
+use ontime_core::stats::{LatencyHistogram, Summary};
+use ontime_crawl::CrawlResult;
+use ontime_cyclic::CyclicResult;
+use serde::de::DeserializeOwned;
+use std::path::{Path, PathBuf};
+
+/// A result file that is not what its name says: bad input, not a failure
+/// of ontime (the CLI exits 2).
+#[derive(Debug)]
+pub struct BadResultFile(pub String);
+
+impl std::fmt::Display for BadResultFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadResultFile {}
+
+/// Reads a JSON file as `T`; a wrong field names the file, line and field.
+pub fn read_json<T: DeserializeOwned>(path: &Path, what: &str) -> Result<T> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let de = &mut serde_json::Deserializer::from_str(&text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let field = e.path().to_string();
+        anyhow::Error::new(BadResultFile(format!(
+            "{} is not a valid {what}: field {field}: {}",
+            path.display(),
+            e.into_inner()
+        )))
+    })
+}
+
+/// `DIR/run.json`.
+pub fn read_record(run_dir: &Path) -> Result<RunRecord> {
+    read_json(&run_dir.join("run.json"), "lab run record")
+}
+
+/// One tenant's probe result.
+#[derive(Debug)]
+pub enum ProbeResult {
+    Crawl(Box<CrawlResult>),
+    Cyclic(Box<CyclicResult>),
+}
+
+impl ProbeResult {
+    pub fn read(path: &Path, workload: Workload) -> Result<ProbeResult> {
+        Ok(match workload {
+            Workload::Crawl => ProbeResult::Crawl(Box::new(read_json(path, "crawl result")?)),
+            Workload::Cyclic => ProbeResult::Cyclic(Box::new(read_json(path, "cyclic result")?)),
+        })
+    }
+
+    /// The metric the run is judged by: interval error, or wake-up latency
+    /// of every planned wake-up.
+    pub fn headline(&self) -> &Summary {
+        match self {
+            ProbeResult::Crawl(c) => &c.interval_error,
+            ProbeResult::Cyclic(c) => &c.latency,
+        }
+    }
+
+    /// Missed polls, or overrun periods.
+    pub fn missed(&self) -> u64 {
+        match self {
+            ProbeResult::Crawl(c) => c.missed,
+            ProbeResult::Cyclic(c) => c.overruns,
+        }
+    }
+
+    pub fn send_lag(&self) -> Option<&Summary> {
+        match self {
+            ProbeResult::Crawl(c) => Some(&c.send_lag),
+            ProbeResult::Cyclic(_) => None,
+        }
+    }
+}
+
+/// One run directory, read back.
+pub struct RunResults {
+    pub dir: PathBuf,
+    pub name: String,
+    pub record: RunRecord,
+    /// (tenant index, its result), for tenants that wrote one.
+    pub tenants: Vec<(usize, ProbeResult)>,
+    /// Every tenant's headline samples together, from the exact histogram
+    /// logs (`t<i>.hlog`); older cyclic runs without one fall back to the
+    /// result's log bins, which round each sample up to its bin's bound.
+    pub pooled: LatencyHistogram,
+    /// True when `pooled` came from log bins for some tenant.
+    pub pooled_from_bins: bool,
+}
+
+/// The histogram log tag of a workload's headline metric.
+fn hlog_tag(w: Workload) -> &'static str {
+    match w {
+        Workload::Crawl => "interval_error",
+        Workload::Cyclic => "latency",
+    }
+}
+
+pub fn read_run(dir: &Path) -> Result<RunResults> {
+    let record = read_record(dir)?;
+    let mut tenants = Vec::new();
+    let mut pooled = LatencyHistogram::new();
+    let mut pooled_from_bins = false;
+    for t in &record.tenants {
+        let Some(f) = &t.result else { continue };
+        let result = ProbeResult::read(&dir.join(f), record.workload)?;
+        let hlog = dir.join(format!("t{}.hlog", t.index));
+        if hlog.exists() {
+            pooled.add(&ontime_core::hlog::read_merged(&hlog, hlog_tag(record.workload))?);
+        } else if let ProbeResult::Cyclic(c) = &result {
+            for b in &c.histogram_log {
+                pooled.record_n(b.le_ns, b.count);
+            }
+            pooled_from_bins = true;
+        }
+        tenants.push((t.index, result));
+    }
+    Ok(RunResults {
+        dir: dir.to_path_buf(),
+        name: dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        record,
+        tenants,
+        pooled,
+        pooled_from_bins,
+    })
+}
+
+/// Every run directory under `DIR/runs` that has a `run.json`, in name
+/// order.
+pub fn run_dirs(results: &Path) -> Result<Vec<PathBuf>> {
+    let runs_dir = results.join("runs");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&runs_dir)
+        .with_context(|| {
+            format!(
+                "{} has no runs/ directory: is it a lab results directory?",
+                results.display()
+            )
+        })?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("run.json").exists())
+        .collect();
+    dirs.sort();
+    Ok(dirs)
+}
