@@ -5,10 +5,10 @@ use crate::output;
 use crate::usage;
 use clap::{Args, Subcommand};
 use ontime_core::duration::{format_ns, parse_ns};
-use ontime_observe::analyze::AnalysisOptions;
-use ontime_observe::recorder::{self, Mechanism, NoSink, RecordOptions};
-use ontime_observe::recording::Recording;
-use ontime_observe::targets::{self, CgroupRoot, TargetGroup, Targets, DEFAULT_HOST_IO};
+use ontime_sched::analyze::AnalysisOptions;
+use ontime_trace::recorder::{self, Mechanism, NoSink, RecordOptions};
+use ontime_trace::recording::Recording;
+use ontime_trace::targets::{self, CgroupRoot, TargetGroup, Targets, DEFAULT_HOST_IO};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -264,7 +264,7 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
         return Err(usage("--windows: every window must be between 100us and 1h"));
     }
     let rec = Recording::read(&a.recording).map_err(|e| usage(format!("{e:#}")))?;
-    let analysis = ontime_observe::report::analyze(
+    let analysis = ontime_sched::analyze(
         &rec,
         &AnalysisOptions {
             windows: a.windows.clone(),

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use ontime_core::time::MonoNs;
-use ontime_observe::analyze::AnalysisOptions;
-use ontime_observe::recorder::{record, Mechanism, NoSink, RecordOptions, RecordSummary};
-use ontime_observe::recording::Recording;
-use ontime_observe::targets::{CgroupRoot, TargetGroup, Targets, DEFAULT_HOST_IO};
+use ontime_sched::analyze::AnalysisOptions;
+use ontime_trace::recorder::{record, Mechanism, NoSink, RecordOptions, RecordSummary};
+use ontime_trace::recording::Recording;
+use ontime_trace::targets::{CgroupRoot, TargetGroup, Targets, DEFAULT_HOST_IO};
 use serde::{Deserialize, Serialize};
 
 use crate::names;
@@ -276,7 +276,7 @@ impl Observer {
 
 fn analyse(file: &Path, dir: &Path) -> Result<()> {
     let rec = Recording::read(file)?;
-    let mut a = ontime_observe::report::analyze(
+    let mut a = ontime_sched::analyze(
         &rec,
         &AnalysisOptions {
             windows: WINDOWS.to_vec(),

@@ -281,7 +281,7 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
 /// contention, steal, the host I/O path's minimum, the recorder's cost), and
 /// the figures of the run with the worst error.
 fn observe_section(runs: &[RunResults], out: &Path) -> Result<(String, Vec<PathBuf>)> {
-    use ontime_observe::report::Analysis;
+    use ontime_sched::Analysis;
     let mut h = String::new();
     let mut pngs = Vec::new();
     let mut rows = String::new();

@@ -1,16 +1,6 @@
-//! `ontime observe`: records scheduler events with BPF and turns them into
-//! per-window CPU use, run delay (steal), contention and host I/O path CPU.
-pub mod skel {
-    #![allow(clippy::all, clippy::pedantic, missing_docs)]
-    include!(concat!(env!("OUT_DIR"), "/sched.skel.rs"));
-}
+//! `ontime observe`: records scheduler events (ontime-trace) and shows the
+//! analysis (ontime-sched) as text, JSON and figures: per-window CPU use, run
+//! delay (steal), contention and host I/O path CPU per tenant and vCPU.
 
-pub mod analyze;
-mod bpf;
-pub mod event;
-mod perf;
 pub mod plots;
-pub mod recorder;
-pub mod recording;
 pub mod report;
-pub mod targets;

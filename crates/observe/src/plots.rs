@@ -6,9 +6,8 @@ use anyhow::{Context, Result};
 pub use ontime_plot::{register_font, Chart};
 use ontime_plot::{Scale, XTicks};
 
-use crate::analyze::GroupReport;
-use crate::recording::GroupKind;
-use crate::report::Analysis;
+use ontime_sched::analyze::GroupReport;
+use ontime_sched::Analysis;
 
 /// Lines per figure; more tenants are shown by their 8 highest peaks.
 const MAX_LINES: usize = 8;
@@ -157,10 +156,4 @@ pub fn write_all(a: &Analysis, dir: &Path) -> Result<Vec<PathBuf>> {
         out.push(png);
     }
     Ok(out)
-}
-
-impl Analysis {
-    pub fn has_kind(&self, k: GroupKind) -> bool {
-        self.groups.iter().any(|g| g.kind == k)
-    }
 }

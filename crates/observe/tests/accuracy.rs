@@ -7,10 +7,10 @@ use std::process::{Child, Command};
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use ontime_observe::analyze::AnalysisOptions;
-use ontime_observe::recorder::{record, Mechanism, NoSink, RecordOptions};
-use ontime_observe::recording::Recording;
-use ontime_observe::targets::{CgroupRoot, TargetGroup, Targets};
+use ontime_sched::analyze::AnalysisOptions;
+use ontime_trace::recorder::{record, Mechanism, NoSink, RecordOptions};
+use ontime_trace::recording::Recording;
+use ontime_trace::targets::{CgroupRoot, TargetGroup, Targets};
 
 /// Kills the workload and removes the cgroups, also when an assertion fails.
 struct Workload {
@@ -163,7 +163,7 @@ fn on_cpu_and_run_delay_match_schedstat(mechanism: Mechanism) {
 
     let rec = Recording::read(&file).expect("read recording");
     assert_eq!(rec.meta.mechanism, format!("{mechanism:?}").to_lowercase());
-    let a = ontime_observe::report::analyze(
+    let a = ontime_sched::analyze(
         &rec,
         &AnalysisOptions {
             windows: vec![1_000_000, 100_000_000],

@@ -40,36 +40,7 @@ struct kvm_vcpu { int vcpu_id; } __attribute__((preserve_access_index));
 
 enum cgroup_subsys_id { cpu_cgrp_id = 0 };
 
-/* Keep in step with `event.rs`. */
-enum kind {
-    EV_SWITCH = 1,
-    EV_WAKEUP = 2,
-    EV_WAKEUP_NEW = 3,
-    EV_MIGRATE = 4,
-    EV_FORK = 5,
-    EV_EXIT = 6,
-    EV_EXEC = 7,
-    EV_KVM_ENTRY = 8,
-    EV_KVM_EXIT = 9,
-};
-
-#define F_PREV_RUNNABLE 1
-#define F_PREEMPT 2
-
-struct event {
-    __u64 ts;
-    __u32 a;
-    __u32 b;
-    __u32 c;
-    __u16 cpu;
-    __u8 kind;
-    __u8 flags;
-};
-
-struct comm_event {
-    struct event ev;
-    char comm[16];
-};
+#include "event.h"
 
 /* Set by the loader before the object is loaded. */
 const volatile bool track_all = false;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Result;
 use ontime_core::time::{realtime_ns, MonoNs};
 
+#[cfg(feature = "bpf")]
 use crate::bpf::BpfSource;
 use crate::event::{kind, Event};
 use crate::perf::PerfSource;
@@ -188,24 +189,53 @@ pub(crate) trait EventSource {
     fn cost(&mut self) -> SourceCost;
 }
 
+/// Where libbpf keeps the opened BPF object while the source lives.
+#[cfg(feature = "bpf")]
+type BpfObject = MaybeUninit<libbpf_rs::OpenObject>;
+#[cfg(not(feature = "bpf"))]
+type BpfObject = MaybeUninit<()>;
+
+#[cfg(feature = "bpf")]
+fn open_bpf<'obj>(
+    object: &'obj mut BpfObject,
+    opts: &RecordOptions,
+    cgroup_root: Option<&CgroupRoot>,
+    unavailable: &mut Vec<String>,
+) -> Result<Box<dyn EventSource + 'obj>> {
+    Ok(Box::new(BpfSource::open(
+        object,
+        &opts.targets,
+        cgroup_root,
+        opts.measure_overhead,
+        unavailable,
+    )?))
+}
+
+#[cfg(not(feature = "bpf"))]
+fn open_bpf<'obj>(
+    _object: &'obj mut BpfObject,
+    _opts: &RecordOptions,
+    _cgroup_root: Option<&CgroupRoot>,
+    _unavailable: &mut Vec<String>,
+) -> Result<Box<dyn EventSource + 'obj>> {
+    anyhow::bail!("this ontime was built without its BPF recorder (the ontime-trace `bpf` feature)")
+}
+
 /// Opens the event source `opts.mechanism` asks for; with `Auto`, BPF and
 /// then perf tracepoints, noting in `unavailable` why BPF was passed over.
 fn open_source<'obj>(
     opts: &RecordOptions,
-    object: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+    object: &'obj mut BpfObject,
     cgroup_root: Option<&CgroupRoot>,
     unavailable: &mut Vec<String>,
 ) -> Result<Box<dyn EventSource + 'obj>> {
     let targets = &opts.targets;
-    let bpf = |object, unavailable: &mut Vec<String>| {
-        BpfSource::open(object, targets, cgroup_root, opts.measure_overhead, unavailable)
-    };
     let perf = |unavailable: &mut Vec<String>| PerfSource::open(targets, cgroup_root, unavailable);
     Ok(match opts.mechanism {
-        Mechanism::Bpf => Box::new(bpf(object, unavailable)?),
+        Mechanism::Bpf => open_bpf(object, opts, cgroup_root, unavailable)?,
         Mechanism::Perf => Box::new(perf(unavailable)?),
-        Mechanism::Auto => match bpf(object, unavailable) {
-            Ok(s) => Box::new(s),
+        Mechanism::Auto => match open_bpf(object, opts, cgroup_root, unavailable) {
+            Ok(s) => s,
             Err(bpf_error) => {
                 let why = format!("{bpf_error:#}");
                 let s = perf(unavailable).map_err(|perf_error| {
@@ -236,7 +266,7 @@ pub fn record(
         CgroupRoot::detect()?;
     }
     let mut unavailable = Vec::new();
-    let mut object = MaybeUninit::uninit();
+    let mut object: BpfObject = MaybeUninit::uninit();
     let mut source = open_source(opts, &mut object, cgroup_root.as_ref(), &mut unavailable)?;
     let host_io_group = targets.groups.len() as u32;
 

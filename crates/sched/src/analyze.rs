@@ -17,8 +17,8 @@ use hdrhistogram::Histogram;
 use ontime_core::stats::LatencyHistogram;
 use serde::{Deserialize, Serialize};
 
-use crate::event::{kind, Event, F_PREV_RUNNABLE, TASK_DEAD};
-use crate::recording::{Group, GroupKind};
+use ontime_trace::event::{kind, Event, F_PREV_RUNNABLE, TASK_DEAD};
+use ontime_trace::recording::{Group, GroupKind};
 
 /// Window usage is kept in micro-CPUs: 1 000 000 = one CPU busy all window.
 const MICRO: f64 = 1e6;
@@ -909,7 +909,7 @@ pub struct GroupReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recording::{Group, GroupKind};
+    use ontime_trace::recording::{Group, GroupKind};
 
     fn switch(ts: u64, cpu: u16, prev: u32, next: u32, flags: u8) -> Event {
         Event {

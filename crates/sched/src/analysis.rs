@@ -1,0 +1,191 @@
+//! A recording analysed: [`analyze`] runs the [`Analyzer`] over a
+//! recording at any set of windows and returns the [`Analysis`], the type
+//! every consumer (observe's report, the lab, profile, sim) reads and
+//! writes as JSON.
+use std::collections::{HashMap, HashSet};
+
+use ontime_core::duration::format_ns;
+use serde::{Deserialize, Serialize};
+
+use crate::analyze::{AnalysisOptions, Analyzer, GroupReport};
+use ontime_trace::recording::{Group, GroupKind, Recording};
+use ontime_trace::targets::{counts_as_vcpu, is_vcpu_name};
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RecordingInfo {
+    pub mechanism: String,
+    pub kernel: String,
+    pub hostname: String,
+    pub cpus: usize,
+    pub start_realtime_ns: u64,
+    pub duration_ns: u64,
+    pub events: u64,
+    pub lost: u64,
+    /// False when the recording was cut short (no END block).
+    pub complete: bool,
+    pub unavailable: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Analysis {
+    pub recording: RecordingInfo,
+    pub windows_ns: Vec<u64>,
+    /// Tenants first, then the host I/O path.
+    pub groups: Vec<GroupReport>,
+    /// Notes on what the figures cannot show.
+    pub notes: Vec<String>,
+}
+
+impl Analysis {
+    pub fn has_kind(&self, k: GroupKind) -> bool {
+        self.groups.iter().any(|g| g.kind == k)
+    }
+
+    pub fn tenants(&self) -> impl Iterator<Item = &GroupReport> {
+        self.groups.iter().filter(|g| g.kind == GroupKind::Tenant)
+    }
+    pub fn host_io(&self) -> Option<&GroupReport> {
+        self.groups.iter().find(|g| g.kind == GroupKind::HostIo)
+    }
+
+    /// The worst tenant figures at one window length, for a table row per
+    /// recording (the lab's scheduler view).
+    pub fn tenant_summary(&self, window_ns: u64) -> TenantSummary {
+        let at = |g: &GroupReport| g.usage.iter().find(|u| u.window_ns == window_ns).cloned();
+        let max_f =
+            |it: &mut dyn Iterator<Item = f64>| it.fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+        let tenants: Vec<&GroupReport> = self.tenants().collect();
+        let host = self.host_io().and_then(at);
+        TenantSummary {
+            peak: max_f(&mut tenants.iter().filter_map(|g| at(g)?.max)),
+            above_one_cpu: max_f(&mut tenants.iter().filter_map(|g| at(g)?.above.first().map(|a| a.fraction))),
+            mean_steal_pct: (!tenants.is_empty())
+                .then(|| tenants.iter().map(|g| g.steal_pct).sum::<f64>() / tenants.len() as f64),
+            contention_p99_ns: tenants.iter().filter_map(|g| g.contention.any.p99_ns).max(),
+            contention_max_ns: tenants.iter().filter_map(|g| g.contention.any.max_ns).max(),
+            full_episodes: tenants.iter().map(|g| g.contention.full.count).sum(),
+            host_io_min: host.as_ref().and_then(|u| u.min),
+            host_io_mean: host.as_ref().and_then(|u| u.mean),
+        }
+    }
+}
+
+/// See [`Analysis::tenant_summary`]: maxima over tenants unless named otherwise.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TenantSummary {
+    /// Highest window use of any tenant, CPUs.
+    pub peak: Option<f64>,
+    /// Largest share of a tenant's windows above one CPU, 0..1.
+    pub above_one_cpu: Option<f64>,
+    pub mean_steal_pct: Option<f64>,
+    pub contention_p99_ns: Option<u64>,
+    pub contention_max_ns: Option<u64>,
+    /// Full-contention episodes, summed over tenants.
+    pub full_episodes: u64,
+    pub host_io_min: Option<f64>,
+    pub host_io_mean: Option<f64>,
+}
+
+/// Threads outside any group become one group per process when the
+/// recording tracked everything.
+fn effective_groups(rec: &Recording) -> (Vec<Group>, HashMap<u32, u32>) {
+    let mut groups = rec.meta.groups.clone();
+    let mut of: HashMap<u32, u32> = HashMap::new();
+    let mut by_process: HashMap<u32, u32> = HashMap::new();
+    let mut tids: Vec<_> = rec.threads.values().collect();
+    tids.sort_by_key(|t| t.tid);
+    for t in tids {
+        if let Some(g) = t.group.filter(|&g| (g as usize) < groups.len()) {
+            of.insert(t.tid, g);
+        } else if rec.meta.track_all && t.tgid != 0 && t.tgid != u32::MAX {
+            let g = *by_process.entry(t.tgid).or_insert_with(|| {
+                let name = rec
+                    .threads
+                    .get(&t.tgid)
+                    .map(|p| p.comm.clone())
+                    .unwrap_or_else(|| t.comm.clone());
+                groups.push(Group {
+                    name: format!("{name}[{}]", t.tgid),
+                    kind: GroupKind::Tenant,
+                    source: vec![],
+                    vcpu_names: false,
+                });
+                groups.len() as u32 - 1
+            });
+            of.insert(t.tid, g);
+        }
+    }
+    (groups, of)
+}
+
+pub fn analyze(rec: &Recording, opts: &AnalysisOptions) -> Analysis {
+    let (groups, group_of) = effective_groups(rec);
+    let mut a = Analyzer::new(rec.meta.start_ns, rec.meta.cpus, &groups, opts);
+    let comm_of = |tid: &u32| rec.threads.get(tid).map(|t| t.comm.as_str()).unwrap_or("");
+    let named: HashSet<u32> = group_of
+        .iter()
+        .filter(|(tid, _)| is_vcpu_name(comm_of(tid)))
+        .map(|(_, &g)| g)
+        .collect();
+    for (tid, &g) in &group_of {
+        let vcpu = counts_as_vcpu(&groups[g as usize], comm_of(tid), named.contains(&g));
+        a.set_thread(*tid, g, vcpu);
+    }
+    for e in &rec.events {
+        a.feed(e);
+    }
+    let end_ns = rec
+        .end
+        .as_ref()
+        .map(|e| e.end_ns)
+        .unwrap_or_else(|| rec.events.last().map(|e| e.ts).unwrap_or(rec.meta.start_ns));
+    a.finish(end_ns);
+    let name_of = |tid: u32| match rec.threads.get(&tid) {
+        Some(t) => t.comm.clone(),
+        None => format!("tid {tid}"),
+    };
+    let lost = rec.end.as_ref().map(|e| e.lost).unwrap_or(0);
+    let mut notes = Vec::new();
+    if lost > 0 {
+        notes.push(format!("{lost} events were lost (ring full): figures are approximate"));
+    }
+    if rec.end.is_none() {
+        notes.push("the recording was cut short; it is analysed up to its last event".into());
+    }
+    if a.anomalies > 0 {
+        notes.push(format!(
+            "{} switches left a CPU the thread was not seen to take",
+            a.anomalies
+        ));
+    }
+    if a.vanished > 0 {
+        notes.push(format!(
+            "{} switch-outs never reached the recorder (the kernel left no trace of them); up to {} of CPU time may be credited to the threads concerned",
+            a.vanished,
+            format_ns(a.vanished_ns)
+        ));
+    }
+    if a.disorder > 0 {
+        notes.push(format!("{} events arrived out of time order", a.disorder));
+    }
+    let mut windows = opts.windows.clone();
+    windows.sort_unstable();
+    windows.dedup();
+    Analysis {
+        recording: RecordingInfo {
+            mechanism: rec.meta.mechanism.clone(),
+            kernel: rec.meta.kernel.clone(),
+            hostname: rec.meta.hostname.clone(),
+            cpus: rec.meta.cpus,
+            start_realtime_ns: rec.meta.start_realtime_ns,
+            duration_ns: end_ns.saturating_sub(rec.meta.start_ns),
+            events: rec.events.len() as u64,
+            lost,
+            complete: rec.end.is_some(),
+            unavailable: rec.meta.unavailable.clone(),
+        },
+        windows_ns: windows,
+        groups: a.report(&name_of),
+        notes,
+    }
+}

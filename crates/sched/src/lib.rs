@@ -1,0 +1,11 @@
+//! ontime-sched: scheduling time lines, with no BPF or kernel dependency.
+//! Events (recorded by ontime-trace, or made by a simulator) become per-
+//! thread intervals (running on CPU c, waiting behind whom, sleeping),
+//! those become window accumulators from 1 ms to 1 s, and those become the
+//! [`analysis::Analysis`] that observe, the lab, profile, sim and plan all
+//! read: a simulated run and a recorded run are scored by the same code.
+
+pub mod analysis;
+pub mod analyze;
+
+pub use analysis::{analyze, Analysis};

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+// The scheduler event: the one definition shared by the BPF program (which
+// includes this file) and Rust (whose `Event`, kinds and flags build.rs
+// generates from it). The recording stores events in this layout,
+// little-endian. build.rs reads: the `enum kind` members, the `#define F_`
+// and `#define TASK_` lines, and the fields of `struct event` (__u64,
+// __u32, __u16, __u8 only), so keep to that form.
+#ifndef ONTIME_EVENT_H
+#define ONTIME_EVENT_H
+
+enum kind {
+    EV_SWITCH = 1,
+    EV_WAKEUP = 2,
+    EV_WAKEUP_NEW = 3,
+    EV_MIGRATE = 4,
+    EV_FORK = 5,
+    EV_EXIT = 6,
+    EV_EXEC = 7,
+    EV_KVM_ENTRY = 8,
+    EV_KVM_EXIT = 9,
+};
+
+/* flags of a switch: the previous task stays runnable (preempted or
+ * yielded), so its wait for a CPU starts now. */
+#define F_PREV_RUNNABLE 1
+/* flags of a switch: the kernel preempted the previous task. */
+#define F_PREEMPT 2
+/* TASK_DEAD in the previous task's state: it will never run again. */
+#define TASK_DEAD 0x80
+
+/* | kind | a | b | c |
+ * | SWITCH | prev tid | next tid | prev state |
+ * | WAKEUP(_NEW) | tid | - | target CPU |
+ * | MIGRATE | tid | from CPU | to CPU |
+ * | FORK | parent tid | child tid | child tgid |
+ * | EXIT | tid | - | - |
+ * | EXEC | tid | - | tgid |
+ * | KVM_ENTRY/EXIT | tid | vCPU id | - | */
+struct event {
+    __u64 ts;
+    __u32 a;
+    __u32 b;
+    __u32 c;
+    __u16 cpu;
+    __u8 kind;
+    __u8 flags;
+};
+
+/* FORK and EXEC carry the task's comm after the event in the ring. */
+struct comm_event {
+    struct event ev;
+    char comm[16];
+};
+
+#endif
