@@ -78,7 +78,10 @@ fn event_abi(h: &str) -> String {
         };
         // Little-endian bytes at these offsets are the on-disk format: no
         // padding may hide between fields.
-        assert!(offset.checked_rem(size) == Some(0), "{HEADER}: field {name} is not naturally aligned");
+        assert!(
+            offset.checked_rem(size) == Some(0),
+            "{HEADER}: field {name} is not naturally aligned"
+        );
         let name = name.trim().to_string();
         let _ = writeln!(s, "    pub {name}: {rust},");
         fields.push((name, rust, offset, size));

@@ -168,6 +168,12 @@ pub fn analyze(rec: &Recording, opts: &AnalysisOptions) -> Analysis {
     if a.disorder > 0 {
         notes.push(format!("{} events arrived out of time order", a.disorder));
     }
+    if a.rejected > 0 {
+        notes.push(format!(
+            "{} events with timestamps over an hour past the previous one were left out (corrupt recording)",
+            a.rejected
+        ));
+    }
     let mut windows = opts.windows.clone();
     windows.sort_unstable();
     windows.dedup();

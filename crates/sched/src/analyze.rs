@@ -11,21 +11,22 @@
 //! every window ending at or before T is final; windows are closed lazily,
 //! with empty windows counted in bulk. Windows are aligned to the start of
 //! the recording and only whole windows count.
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
-use hdrhistogram::Histogram;
 use ontime_core::stats::LatencyHistogram;
 use serde::{Deserialize, Serialize};
 
 use ontime_trace::event::{kind, Event, F_PREV_RUNNABLE, TASK_DEAD};
 use ontime_trace::recording::{Group, GroupKind};
 
-/// Window usage is kept in micro-CPUs: 1 000 000 = one CPU busy all window.
-const MICRO: f64 = 1e6;
-/// Windows this long or longer keep a time series for plots.
-const SERIES_MIN_WINDOW: u64 = 10_000_000;
-/// Cap on a series, so an hours-long recording stays bounded in memory.
-const SERIES_MAX_POINTS: usize = 2_000_000;
+pub use crate::window::{AboveK, WindowUsage};
+use crate::window::{Entity, WindowAcc};
+
+/// Longest gap between consecutive events (or to the end) the analysis
+/// accepts. A recording has scheduler events every few milliseconds; an
+/// event hours past the last one is a corrupt timestamp, and walking to it
+/// tick by tick would take hours.
+pub const MAX_EVENT_GAP_NS: u64 = 3_600_000_000_000;
 
 #[derive(Clone, Debug)]
 pub struct AnalysisOptions {
@@ -65,133 +66,6 @@ struct ThreadState {
     on_cpu_ns: u64,
     wait_ns: u64,
     waits: LatencyHistogram,
-}
-
-/// Per-window usage of one entity (a group or a thread) at one window length.
-struct WindowAcc {
-    w: u64,
-    /// Window index of bins[0].
-    base: u64,
-    bins: VecDeque<u64>,
-    hist: Histogram<u64>,
-    count: u64,
-    sum: f64,
-    max: f64,
-    min: f64,
-    /// Windows above k CPUs, k = 1..=cpus.
-    above: Vec<u64>,
-    series: Option<Vec<f32>>,
-}
-
-impl WindowAcc {
-    fn new(w: u64, cpus: usize, series: bool) -> WindowAcc {
-        let high = ((cpus as f64 + 1.0) * MICRO) as u64;
-        WindowAcc {
-            w,
-            base: 0,
-            bins: VecDeque::new(),
-            hist: Histogram::new_with_bounds(1, high.max(2), 3).expect("valid usage histogram bounds"),
-            count: 0,
-            sum: 0.0,
-            max: 0.0,
-            min: f64::INFINITY,
-            above: vec![0; cpus],
-            series: (series && w >= SERIES_MIN_WINDOW).then(Vec::new),
-        }
-    }
-
-    fn add(&mut self, a: u64, b: u64) {
-        let mut t = a;
-        while t < b {
-            let idx = t / self.w;
-            let end = ((idx + 1) * self.w).min(b);
-            let slot = idx.saturating_sub(self.base) as usize;
-            if self.bins.len() <= slot {
-                self.bins.resize(slot + 1, 0);
-            }
-            self.bins[slot] += end - t;
-            t = end;
-        }
-    }
-
-    /// Closes every window that ends at or before `horizon`.
-    fn close_until(&mut self, horizon: u64) {
-        let last = horizon / self.w; // windows < last are complete
-        while self.base < last {
-            match self.bins.pop_front() {
-                Some(ns) => self.close(ns, 1),
-                None => {
-                    let n = last - self.base;
-                    self.close(0, n);
-                    return;
-                }
-            }
-        }
-    }
-
-    fn close(&mut self, ns: u64, n: u64) {
-        let usage = ns as f64 / self.w as f64;
-        let v = (usage * MICRO).round() as u64;
-        let _ = self.hist.record_n(v.clamp(0, self.hist.high()), n);
-        self.count += n;
-        self.sum += usage * n as f64;
-        self.max = self.max.max(usage);
-        self.min = self.min.min(usage);
-        for (k, c) in self.above.iter_mut().enumerate() {
-            if usage > (k + 1) as f64 {
-                *c += n;
-            }
-        }
-        if let Some(s) = self.series.as_mut() {
-            let room = SERIES_MAX_POINTS.saturating_sub(s.len());
-            s.extend(std::iter::repeat_n(usage as f32, (n as usize).min(room)));
-        }
-        self.base += n;
-    }
-
-    fn report(&self) -> WindowUsage {
-        let pct = |p: f64| (self.count > 0).then(|| self.hist.value_at_quantile(p) as f64 / MICRO);
-        WindowUsage {
-            window_ns: self.w,
-            windows: self.count,
-            mean: (self.count > 0).then(|| self.sum / self.count as f64),
-            max: (self.count > 0).then_some(self.max),
-            min: (self.count > 0).then_some(self.min),
-            p1: if self.count >= 100 { pct(0.01) } else { None },
-            p99: if self.count >= 100 { pct(0.99) } else { None },
-            above: self
-                .above
-                .iter()
-                .enumerate()
-                .map(|(k, &c)| AboveK {
-                    cpus: k + 1,
-                    fraction: if self.count > 0 {
-                        c as f64 / self.count as f64
-                    } else {
-                        0.0
-                    },
-                })
-                .collect(),
-            series: self.series.clone(),
-        }
-    }
-}
-
-struct Entity {
-    accs: Vec<WindowAcc>,
-}
-
-impl Entity {
-    fn add(&mut self, a: u64, b: u64) {
-        for acc in &mut self.accs {
-            acc.add(a, b);
-        }
-    }
-    fn close_until(&mut self, horizon: u64) {
-        for acc in &mut self.accs {
-            acc.close_until(horizon);
-        }
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -257,6 +131,9 @@ pub struct Analyzer {
     pub events: u64,
     /// Events out of time order by more than a tick (clock trouble).
     pub disorder: u64,
+    /// Events left out: timestamps more than [`MAX_EVENT_GAP_NS`] past the
+    /// previous event (corrupt).
+    pub rejected: u64,
     /// A thread left a CPU we did not see it take (an event went missing).
     pub anomalies: u64,
     /// Switches in whose switch-out never came: another task left that CPU
@@ -296,6 +173,7 @@ impl Analyzer {
             stats_from: 0,
             events: 0,
             disorder: 0,
+            rejected: 0,
             anomalies: 0,
             vanished: 0,
             vanished_ns: 0,
@@ -376,6 +254,10 @@ impl Analyzer {
 
     pub fn feed(&mut self, e: &Event) {
         let t = self.rel(e.ts);
+        if t > self.last_ts.saturating_add(MAX_EVENT_GAP_NS) {
+            self.rejected += 1;
+            return;
+        }
         if t + self.tick < self.last_ts {
             self.disorder += 1;
         }
@@ -627,7 +509,11 @@ impl Analyzer {
     /// Brings every window up to `now_ns` (absolute), e.g. once a second
     /// in the live view, or at the end of a recording.
     pub fn advance(&mut self, now_ns: u64) {
-        let t = self.rel(now_ns).max(self.last_ts);
+        // A corrupt end time is clamped like a corrupt event.
+        let t = self
+            .rel(now_ns)
+            .max(self.last_ts)
+            .min(self.last_ts.saturating_add(MAX_EVENT_GAP_NS));
         // A CPU that has not switched within a second is idle in no-tick
         // mode or runs one task throughout: stop waiting for it.
         if t >= 1_000_000_000 {
@@ -662,17 +548,7 @@ impl Analyzer {
     /// episodes and preemptors restart; thread states carry on.
     pub fn reset_stats(&mut self) {
         for e in &mut self.entities {
-            for acc in &mut e.accs {
-                acc.hist.reset();
-                acc.count = 0;
-                acc.sum = 0.0;
-                acc.max = 0.0;
-                acc.min = f64::INFINITY;
-                acc.above.iter_mut().for_each(|c| *c = 0);
-                if let Some(s) = acc.series.as_mut() {
-                    s.clear();
-                }
-            }
+            e.reset_stats();
         }
         for g in &mut self.groups {
             g.on_cpu_ns = 0;
@@ -804,30 +680,6 @@ impl Analyzer {
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct AboveK {
-    pub cpus: usize,
-    pub fraction: f64,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct WindowUsage {
-    pub window_ns: u64,
-    /// Whole windows in the recording.
-    pub windows: u64,
-    /// CPUs (1.0 = one CPU busy for the whole window).
-    pub mean: Option<f64>,
-    pub max: Option<f64>,
-    pub min: Option<f64>,
-    /// Needs at least 100 windows.
-    pub p1: Option<f64>,
-    pub p99: Option<f64>,
-    /// Fraction of windows using more than k CPUs.
-    pub above: Vec<AboveK>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub series: Option<Vec<f32>>,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Episodes {
     pub count: u64,
     pub total_ns: u64,
@@ -941,6 +793,20 @@ mod tests {
         );
         a.set_thread(10, 0, true);
         a
+    }
+
+    /// A garbage timestamp (a corrupt recording) is left out and counted,
+    /// not walked to one millisecond at a time.
+    #[test]
+    fn a_far_future_timestamp_is_rejected_not_ticked_through() {
+        let mut a = analyzer();
+        a.feed(&switch(1_000_000, 0, 0, 10, 0));
+        a.feed(&switch(u64::MAX / 2, 0, 10, 0, 0));
+        a.feed(&switch(3_000_000, 0, 10, 0, 0));
+        a.finish(u64::MAX);
+        assert_eq!(a.rejected, 1);
+        let g = &a.report(&|t| t.to_string())[0];
+        assert_eq!(g.on_cpu_ns, 2_000_000);
     }
 
     #[test]

@@ -7,5 +7,6 @@
 
 pub mod analysis;
 pub mod analyze;
+pub mod window;
 
 pub use analysis::{analyze, Analysis};
