@@ -453,3 +453,79 @@ mod tests {
         assert!(s.ends_with("\r\n\r\n{\"points\":[1,2]}"));
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn chunked(body: &[u8], cuts: &[usize]) -> Vec<u8> {
+        let mut out = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        let mut at = 0;
+        let mut bounds: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
+        bounds.push(body.len());
+        bounds.sort_unstable();
+        for b in bounds {
+            if b > at {
+                out.extend_from_slice(format!("{:x}\r\n", b - at).as_bytes());
+                out.extend_from_slice(&body[at..b]);
+                out.extend_from_slice(b"\r\n");
+                at = b;
+            }
+        }
+        out.extend_from_slice(b"0\r\n\r\n");
+        out
+    }
+
+    proptest! {
+        /// Whatever a server sends, framing and parsing give an answer or
+        /// a refusal, never a panic or a read past the buffer.
+        #[test]
+        fn any_bytes_frame_or_are_refused(mut raw in proptest::collection::vec(any::<u8>(), 0..600)) {
+            if let Parsed::Complete { len, body: (a, b), .. } = parse_head(&mut raw) {
+                prop_assert!(a <= b && b <= len && len <= raw.len());
+                let _ = parse_body(&raw[a..b], &mut |_| {});
+            }
+        }
+
+        #[test]
+        fn any_head_with_noise_is_safe(head in "HTTP/1\\.[01] [0-9]{3} OK\r\n([A-Za-z-]{1,20}: [ -~]{0,20}\r\n){0,6}\r\n", tail in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let mut raw = head.into_bytes();
+            raw.extend_from_slice(&tail);
+            if let Parsed::Complete { len, body: (a, b), .. } = parse_head(&mut raw) {
+                prop_assert!(a <= b && b <= len && len <= raw.len());
+            }
+        }
+
+        /// A chunked answer cut anywhere reads as the same body.
+        #[test]
+        fn chunked_answers_join_to_the_body(body in proptest::collection::vec(any::<u8>(), 0..300), cuts in proptest::collection::vec(any::<usize>(), 0..8)) {
+            let mut raw = chunked(&body, &cuts);
+            let wire = raw.len();
+            match parse_head(&mut raw) {
+                Parsed::Complete { len, body: (a, b), .. } => {
+                    prop_assert_eq!(len, wire);
+                    prop_assert_eq!(&raw[a..b], &body[..]);
+                }
+                other => prop_assert!(false, "{:?}", other),
+            }
+        }
+
+        /// Any getValues answer, with its fields in any order, yields its
+        /// points with the receive time.
+        #[test]
+        fn answers_parse_in_any_field_order(recv in any::<u64>(), ids in proptest::collection::vec(any::<u32>(), 0..20), values_first in any::<bool>()) {
+            let values: Vec<String> = ids.iter().map(|i| format!(r#"{{"id":{i},"value":1.5,"status":"ok"}}"#)).collect();
+            let values = format!("[{}]", values.join(","));
+            let body = if values_first {
+                format!(r#"{{"values":{values},"recv_ns":{recv}}}"#)
+            } else {
+                format!(r#"{{"recv_ns":{recv},"values":{values}}}"#)
+            };
+            let mut seen = Vec::new();
+            prop_assert_eq!(parse_body(body.as_bytes(), &mut |p| seen.push((p.recv_ns, p.id))).unwrap(), recv);
+            let want: Vec<(u64, u32)> = ids.iter().map(|&i| (recv, i)).collect();
+            prop_assert_eq!(seen, want);
+        }
+    }
+}

@@ -8,7 +8,7 @@
 use crate::config::GatewayConfig;
 use crate::points;
 use crate::recvlog::{LogBatch, LogWriter};
-use crate::wire::{self, ErrorBody, GetValuesRequest, GetValuesResponse, PointStatus, PointValue};
+use crate::wire::{self, ErrorBody, GetValuesResponse, PointStatus, PointValue};
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -329,27 +329,10 @@ async fn handle(req: Request<Incoming>, st: Arc<State>, li: usize) -> Result<Res
             });
         }
     };
-    let request: GetValuesRequest = match serde_json::from_slice(&body) {
+    let request = match wire::parse_request(&body) {
         Ok(r) => r,
-        Err(e) => {
-            return Ok(error(
-                &st,
-                StatusCode::BAD_REQUEST,
-                format!("body is not a getValues request: {e}"),
-            ))
-        }
+        Err(reason) => return Ok(error(&st, StatusCode::BAD_REQUEST, reason)),
     };
-    if request.points.is_empty() || request.points.len() > wire::MAX_POINTS_PER_REQUEST {
-        return Ok(error(
-            &st,
-            StatusCode::BAD_REQUEST,
-            format!(
-                "a request names 1..{} points, not {}",
-                wire::MAX_POINTS_PER_REQUEST,
-                request.points.len()
-            ),
-        ));
-    }
 
     let f = &st.cfg.faults;
     let (error_now, drop_now, malformed_now, delay_ns) = {

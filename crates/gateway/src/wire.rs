@@ -62,6 +62,23 @@ pub struct ErrorBody {
     pub error: String,
 }
 
+/// Reads a getValues request body: JSON, no unknown fields, 1 ..=
+/// [`MAX_POINTS_PER_REQUEST`] points. The error is the reason for a 400.
+pub fn parse_request(body: &[u8]) -> Result<GetValuesRequest, String> {
+    if body.len() > MAX_BODY_BYTES {
+        return Err(format!("body larger than {MAX_BODY_BYTES} bytes"));
+    }
+    let request: GetValuesRequest =
+        serde_json::from_slice(body).map_err(|e| format!("body is not a getValues request: {e}"))?;
+    if request.points.is_empty() || request.points.len() > MAX_POINTS_PER_REQUEST {
+        return Err(format!(
+            "a request names 1..{MAX_POINTS_PER_REQUEST} points, not {}",
+            request.points.len()
+        ));
+    }
+    Ok(request)
+}
+
 /// The request body for a list of points, as the crawler pre-builds it.
 pub fn request_body(points: &[u32]) -> String {
     let mut s = String::with_capacity(12 + points.len() * 6);

@@ -685,6 +685,34 @@ mod tests {
         assert!(e.contains("tenant.memory"), "{e}");
     }
 
+    proptest::proptest! {
+        /// Any text, and any mix of the scenario's own keys and values,
+        /// gives a plan or an error, never a panic or a plan no host can run.
+        #[test]
+        fn any_scenario_text_plans_or_fails(text in "[ -~\n]{0,200}") {
+            let _ = plan(&text);
+        }
+
+        #[test]
+        fn scenario_shaped_text_plans_or_fails(
+            count in "-?[0-9]{1,12}|1e9|nan|'x'",
+            rate in "-?[0-9]{1,14}(\\.[0-9])?|1e12|inf|nan",
+            dur in "'[0-9]{0,6}(ns|us|ms|s|h|d)?'|[0-9]{1,3}",
+            sweep in "\\[[0-9, ]{0,12}\\]|\\[\\]|'a'",
+        ) {
+            let text = format!(
+                "name = 'p'\nduration = {dur}\n[tenant]\ncount = {count}\n[tenant.crawl]\nrate = {rate}\n[sweep]\n\"tenant.count\" = {sweep}\n"
+            );
+            if let Ok(p) = plan(&text) {
+                for r in &p.runs {
+                    proptest::prop_assert!(r.config.tenant.count >= 1 && r.config.tenant.count <= 200);
+                    let cr = r.config.tenant.crawl.as_ref().unwrap();
+                    proptest::prop_assert!(cr.rate > 0.0 && cr.rate <= ontime_core::limits::MAX_POLLS_PER_SECOND);
+                }
+            }
+        }
+    }
+
     #[test]
     fn sizes_parse() {
         assert_eq!(parse_bytes("512M").unwrap(), 512 << 20);

@@ -236,8 +236,9 @@ impl CpuRing {
         self.base.cast()
     }
 
-    /// Calls `f` with each record written since the last call.
-    fn read(&mut self, scratch: &mut [u8], mut f: impl FnMut(&[u8])) {
+    /// Calls `f` with each record written since the last call. Returns the
+    /// bytes skipped because the ring lost record alignment (0 normally).
+    fn read(&mut self, scratch: &mut [u8], mut f: impl FnMut(&[u8])) -> u64 {
         let hdr = self.header();
         // SAFETY: data_head/data_tail are naturally aligned u64 in the shared
         // header page; the kernel publishes data_head with a release store and
@@ -259,12 +260,15 @@ impl CpuRing {
             let rest = out.len() - first;
             out[first..].copy_from_slice(&data[..rest]);
         };
+        let mut skipped = 0;
         while head.saturating_sub(tail) >= 8 {
             let mut h = [0u8; 8];
             copy(tail, &mut h);
             let size = u16::from_ne_bytes([h[6], h[7]]) as usize;
             if size < 8 || (head - tail) < size as u64 || size > scratch.len() {
-                // Not a record boundary: drop the rest rather than misread it.
+                // Not a record boundary: drop the rest rather than misread
+                // it, and say how much was dropped.
+                skipped = head - tail;
                 tail = head;
                 break;
             }
@@ -273,6 +277,7 @@ impl CpuRing {
             tail += size as u64;
         }
         tail_ptr.store(tail, Ordering::Release);
+        skipped
     }
 }
 
@@ -634,8 +639,11 @@ impl EventSource for PerfSource {
         let read_start = MonoNs::now().0;
         let mut rings = std::mem::take(&mut self.rings);
         let mut scratch = std::mem::take(&mut self.scratch);
+        let mut largest = 0usize;
+        let mut skipped = 0u64;
         for ring in &mut rings {
-            ring.read(&mut scratch, |record| {
+            skipped += ring.read(&mut scratch, |record| {
+                largest = largest.max(record.len());
                 let kind = u32::from_ne_bytes([record[0], record[1], record[2], record[3]]);
                 if kind == sys::bindings::PERF_RECORD_SAMPLE {
                     if let Some(p) = self.decode(record) {
@@ -650,6 +658,11 @@ impl EventSource for PerfSource {
         }
         self.rings = rings;
         self.scratch = scratch;
+        if skipped > 0 {
+            // The records in the skipped bytes are lost: at least one, and
+            // at least as many as fit at the largest record size seen.
+            self.lost += skipped.div_ceil(largest.max(8) as u64).max(1);
+        }
 
         // Each CPU's buffer is in time order; merge them (a stable sort
         // finds the runs) and hold back what another CPU may still be writing.

@@ -291,6 +291,12 @@ pub fn record(
         groups: groups_of(targets),
         track_all: targets.everything,
         unavailable: unavailable.clone(),
+        command_line: std::env::args().collect(),
+        ontime_version: env!("CARGO_PKG_VERSION").into(),
+        clocksource: std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
     };
     let mut writer = match &opts.output {
         Some(p) => Some(Writer::create(p, &meta)?),

@@ -71,6 +71,15 @@ pub struct Meta {
     /// Events the kernel side could not record for lack of room ("kvm", ...).
     #[serde(default)]
     pub unavailable: Vec<String>,
+    /// How the recording was made, like every ontime result: command line,
+    /// ontime version, clocksource (absent in recordings before 0.1.0's
+    /// foundation work).
+    #[serde(default)]
+    pub command_line: Vec<String>,
+    #[serde(default)]
+    pub ontime_version: String,
+    #[serde(default)]
+    pub clocksource: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -244,10 +253,16 @@ impl Recording {
                 break;
             }
             match kind {
-                BLOCK_META => meta = Some(serde_json::from_slice(&payload).context("corrupt META block")?),
+                BLOCK_META => {
+                    meta = Some(
+                        serde_json::from_slice(&payload)
+                            .with_context(|| format!("{}: corrupt META block", path.display()))?,
+                    )
+                }
                 BLOCK_EVENTS => push_events(&mut events, &payload),
                 BLOCK_THREADS => {
-                    let list: Vec<ThreadInfo> = serde_json::from_slice(&payload).context("corrupt THREADS block")?;
+                    let list: Vec<ThreadInfo> = serde_json::from_slice(&payload)
+                        .with_context(|| format!("{}: corrupt THREADS block", path.display()))?;
                     for t in list {
                         // A later block knows more: a name set after the
                         // thread started, a group found later.
@@ -257,7 +272,12 @@ impl Recording {
                         threads.insert(t.tid, ThreadInfo { group, ..t });
                     }
                 }
-                BLOCK_END => end = Some(serde_json::from_slice(&payload).context("corrupt END block")?),
+                BLOCK_END => {
+                    end = Some(
+                        serde_json::from_slice(&payload)
+                            .with_context(|| format!("{}: corrupt END block", path.display()))?,
+                    )
+                }
                 _ => {} // from a newer ontime: skip
             }
         }
@@ -313,6 +333,26 @@ mod tests {
             }],
             track_all: false,
             unavailable: vec![],
+            command_line: vec!["ontime".into()],
+            ontime_version: "test".into(),
+            clocksource: "tsc".into(),
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever follows a valid header (a corrupt or foreign file), the
+        /// reader gives a recording or an error naming the file, never a
+        /// panic or an allocation the file's size cannot justify.
+        #[test]
+        fn any_bytes_after_the_header_read_or_fail(tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("r.otrec");
+            let mut bytes = Vec::new();
+            bytes.extend_from_slice(MAGIC);
+            bytes.extend_from_slice(&VERSION.to_le_bytes());
+            bytes.extend_from_slice(&tail);
+            std::fs::write(&path, &bytes).unwrap();
+            let _ = Recording::read(&path);
         }
     }
 
