@@ -32,6 +32,10 @@ struct AnalyzeArgs {
     /// The period the points were polled at
     #[arg(long, default_value = "1s", value_parser = parse_ns)]
     period: u64,
+    /// After how long past its planned time the crawler gave a poll up
+    /// (its --timeout) [default: the period]
+    #[arg(long, value_parser = parse_ns)]
+    timeout: Option<u64>,
     /// Count samples above this interval error
     #[arg(long, value_parser = parse_ns)]
     threshold: Option<u64>,
@@ -171,16 +175,18 @@ fn analyze(a: AnalyzeArgs) -> anyhow::Result<()> {
         ontime_core::limits::MAX_DURATION_NS,
     )
     .map_err(usage)?;
-    let r = ontime_gateway::recvlog::analyze(&a.log, a.period, a.threshold)?;
+    let r = ontime_gateway::recvlog::analyze(&a.log, a.period, a.timeout.unwrap_or(a.period), a.threshold)?;
     if a.json {
         crate::outln!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         crate::outln!(
-            "ontime gateway analyze: {} lines, {} lead points, period {}, inferred missed {}",
+            "ontime gateway analyze: {} lines, {} lead points, period {}, missed {} ({} arrived too late; by {})",
             r.lines,
             r.points,
             ontime_core::duration::format_ns(a.period),
-            r.inferred_missed
+            r.missed,
+            r.arrived_late,
+            r.method
         );
         crate::outln!("{}", ontime_core::stats::Summary::text_header());
         crate::outln!("{}", r.interval_error.text_row("interval error"));

@@ -167,9 +167,21 @@ fn crawl_counts_add_up_and_interval_error_matches_gateway_log() {
 #[test]
 fn stalled_gateway_shows_missed_polls_with_their_errors() {
     let port = free_port();
-    let gw = Proc::spawn(ontime().args(["gateway", "--listen", &format!("127.0.0.1:{port}"), "--points", "100"]));
-    wait_listening(port);
     let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("recv.log");
+    let gw = Proc::spawn(
+        ontime()
+            .args([
+                "gateway",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--points",
+                "100",
+                "--log",
+            ])
+            .arg(&log),
+    );
+    wait_listening(port);
     let result = dir.path().join("r.json");
     let crawl = Proc::spawn(
         ontime()
@@ -212,6 +224,25 @@ fn stalled_gateway_shows_missed_polls_with_their_errors() {
         "{}",
         r["response_time"]
     );
+    // The gateway received every request (its backlog after the stall)
+    // and, by poll numbers, counts what the crawler counts: the polls that
+    // came too late to be answered in time. Only a request caught between
+    // its receipt and its answer by the stop can differ (at most one per
+    // stream in flight).
+    gw.signal(libc::SIGTERM);
+    drop(gw.wait_output(Duration::from_secs(10)));
+    let out = ontime()
+        .args(["gateway", "analyze", "--period", "100ms", "--json"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let g: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(g["method"], "poll numbers");
+    let gw_missed = u(&g["missed"]);
+    assert!(gw_missed.abs_diff(missed) <= 2, "gateway {gw_missed}, crawler {missed}");
+    let (gc, cc) = (u(&g["interval_error"]["count"]), u(&ie["count"]));
+    assert!(gc.abs_diff(cc) <= 2, "samples: gateway {gc}, crawler {cc}");
 }
 
 #[test]

@@ -35,7 +35,7 @@ use std::sync::Arc;
 pub struct Stream {
     pub id: u32,
     pub gateway: usize,
-    pub request: Vec<u8>,
+    pub request: crate::http::RequestTemplate,
     pub period_ns: u64,
     pub phase_ns: u64,
 }
@@ -138,6 +138,9 @@ struct Conn {
     reused: bool,
     written: usize,
     rbuf: Box<[u8]>,
+    /// The request being written (the stream's template with this poll's
+    /// identity), sized once at connect.
+    req: Vec<u8>,
     rlen: usize,
 }
 
@@ -164,6 +167,8 @@ struct Engine {
     schedule: BinaryHeap<Reverse<(u64, u32, u64)>>,
     trackers: Vec<IntervalTracker>,
     metrics: Box<Metrics>,
+    /// Longest request of any stream: each connection's buffer size.
+    max_request: usize,
     next_report: u64,
     next_gen: u32,
     /// The common start and end, known after the warm-up.
@@ -224,6 +229,7 @@ impl Engine {
         let schedule = BinaryHeap::with_capacity(s.streams.len());
         let metrics = s.spares.try_recv().unwrap_or_default();
         let mut e = Engine {
+            max_request: s.streams.iter().map(|st| st.request.len()).max().unwrap_or(0),
             trackers: vec![IntervalTracker::default(); s.streams.len()],
             next_report: u64::MAX,
             poll,
@@ -467,6 +473,7 @@ impl Engine {
             reused: false,
             written: 0,
             rbuf: vec![0u8; READ_BUF].into_boxed_slice(),
+            req: Vec::with_capacity(self.max_request),
             rlen: 0,
         });
         Some(slot)
@@ -479,6 +486,9 @@ impl Engine {
         c.gen = gen;
         c.poll = Some(p);
         c.written = 0;
+        self.s.streams[p.stream as usize]
+            .request
+            .write_into(&mut c.req, p.index, p.planned);
         // Kept in deadline order: a resent poll's deadline can precede
         // later polls' (the common case is still an append).
         let deadline = p.planned + self.s.timeout_ns;
@@ -492,7 +502,7 @@ impl Engine {
     fn write(&mut self, slot: usize) {
         let Some(c) = self.conns[slot].as_mut() else { return };
         let Some(p) = c.poll.as_mut() else { return };
-        let req = &self.s.streams[p.stream as usize].request;
+        let req = &c.req;
         // Once per poll, even if the first write would block.
         if p.sent == 0 {
             p.sent = MonoNs::now().0;

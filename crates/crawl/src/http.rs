@@ -11,15 +11,73 @@ use ontime_gateway::wire::PointStatus;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::fmt;
 
-/// A complete HTTP/1.1 request for one poll of `points`.
+/// A complete HTTP/1.1 request for one poll of `points` (the
+/// poll-identity header left at zero: see [`RequestTemplate`]).
 pub fn build_request(host: &str, building: &str, points: &[u32]) -> Vec<u8> {
-    let body = ontime_gateway::wire::request_body(points);
-    format!(
-        "POST /{building}/{} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        ontime_gateway::wire::GET_VALUES,
-        body.len()
-    )
-    .into_bytes()
+    RequestTemplate::new(host, building, points, "").bytes
+}
+
+/// Digits of each number in the poll-identity header.
+const DIGITS: usize = 20;
+
+/// A stream's request with room for the poll's identity
+/// (`X-Ontime-Poll: INDEX PLANNED_NS BOOT_ID`, see `docs/wire.md`): each
+/// poll copies the template and writes its numbers in place, so the
+/// gateway's log can name the poll exactly and no allocation happens.
+#[derive(Clone, Debug)]
+pub struct RequestTemplate {
+    pub bytes: Vec<u8>,
+    index_at: usize,
+    planned_at: usize,
+}
+
+impl RequestTemplate {
+    /// `boot_id`: this host's boot id (CLOCK_MONOTONIC is comparable only
+    /// within one boot), or "" when unknown.
+    pub fn new(host: &str, building: &str, points: &[u32], boot_id: &str) -> RequestTemplate {
+        let body = ontime_gateway::wire::request_body(points);
+        let zeros = "0".repeat(DIGITS);
+        let head = format!(
+            "POST /{building}/{} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{}: ",
+            ontime_gateway::wire::GET_VALUES,
+            body.len(),
+            ontime_gateway::wire::POLL_HEADER,
+        );
+        let index_at = head.len();
+        let planned_at = index_at + DIGITS + 1;
+        let boot = if boot_id.is_empty() { "-" } else { boot_id };
+        let bytes = format!("{head}{zeros} {zeros} {boot}\r\n\r\n{body}").into_bytes();
+        RequestTemplate {
+            bytes,
+            index_at,
+            planned_at,
+        }
+    }
+
+    /// Writes the request of poll `index`, planned at `planned_ns`, into
+    /// `out` (whose capacity the caller keeps).
+    pub fn write_into(&self, out: &mut Vec<u8>, index: u64, planned_ns: u64) {
+        out.clear();
+        out.extend_from_slice(&self.bytes);
+        put_digits(&mut out[self.index_at..self.index_at + DIGITS], index);
+        put_digits(&mut out[self.planned_at..self.planned_at + DIGITS], planned_ns);
+    }
+
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+/// Zero-padded decimal, right-aligned in `out`.
+fn put_digits(out: &mut [u8], mut v: u64) {
+    for b in out.iter_mut().rev() {
+        *b = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
 }
 
 /// What a complete response in a buffer says.
@@ -443,6 +501,18 @@ mod tests {
         assert_eq!(parse_body(body, &mut |p| seen.push(p)).unwrap(), 9);
         assert_eq!(seen.len(), 1);
         assert_eq!((seen[0].recv_ns, seen[0].id, seen[0].value), (9, 3, Some(2.5)));
+    }
+
+    #[test]
+    fn each_poll_names_itself_in_place() {
+        let t = RequestTemplate::new("h:1", "b0", &[1], "boot-1");
+        let mut out = Vec::with_capacity(t.len());
+        t.write_into(&mut out, 42, 1_234_567);
+        let s = String::from_utf8(out).unwrap();
+        assert!(
+            s.contains("\r\nX-Ontime-Poll: 00000000000000000042 00000000000001234567 boot-1\r\n\r\n{"),
+            "{s}"
+        );
     }
 
     #[test]

@@ -95,6 +95,7 @@ pub struct CrawlResult {
 
 /// Splits every gateway's points into streams of N and lays out phases.
 pub fn plan_streams(cfg: &CrawlConfig) -> Vec<Stream> {
+    let boot_id = ontime_gateway::wire::boot_id();
     let per_gw: Vec<Vec<Stream>> = cfg
         .gateways
         .iter()
@@ -105,7 +106,7 @@ pub fn plan_streams(cfg: &CrawlConfig) -> Vec<Stream> {
                 .map(|pts| Stream {
                     id: 0,
                     gateway: gi,
-                    request: http::build_request(&g.host_header, &g.building, pts),
+                    request: http::RequestTemplate::new(&g.host_header, &g.building, pts, &boot_id),
                     period_ns: g.period_ns,
                     phase_ns: 0,
                 })

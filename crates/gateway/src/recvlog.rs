@@ -4,14 +4,25 @@
 //! Format (text, one record per line, `#` lines are comments):
 //!
 //! ```text
-//! # ontime gateway receive log v1: recv_ns building point lead
-//! 1234567890123 b0 17 1
-//! 1234567890123 b0 18 0
+//! # ontime gateway receive log v2: recv_ns building point lead poll planned_ns
+//! 1234567890123 b0 17 1 42 1234567000000
+//! 1234567890123 b0 18 0 42 1234567000000
 //! ```
 //!
 //! `lead` is 1 for the first point named in a request. Points read by one
 //! request share its receive time, so the analysis counts intervals of lead
-//! points only: one sample per poll, as the crawler counts them.
+//! points only: one sample per poll, as the crawler counts them. `poll` and
+//! `planned_ns` come from the crawler's `X-Ontime-Poll` header ("-" when a
+//! client does not send it, or, for `planned_ns`, when the crawler's clock
+//! is not this host's). v1 logs (four columns) are still read.
+//!
+//! With poll numbers the analysis applies the crawler's own rule: a poll
+//! that never arrived, or arrived later than its planned time + the
+//! timeout (the crawler had given up on it), is missed and one sample of a
+//! full period; otherwise its interval error is measured against the
+//! previous measured poll, `m` periods apart by poll number. Without them it
+//! infers `m` from the gap, which is right only while jitter stays below
+//! half a period.
 
 use anyhow::{Context, Result};
 use ontime_core::interval;
@@ -23,13 +34,14 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
-pub const HEADER: &str = "# ontime gateway receive log v1: recv_ns building point lead";
+pub const HEADER: &str = "# ontime gateway receive log v2: recv_ns building point lead poll planned_ns";
 
 /// One request's worth of log lines.
 pub struct LogBatch {
     pub recv_ns: u64,
     pub building: usize,
     pub points: Vec<u32>,
+    pub poll: Option<crate::wire::PollId>,
 }
 
 /// How long a batch may sit in the writer's buffer: a killed gateway loses
@@ -106,8 +118,13 @@ fn write_log(file: std::fs::File, rx: &mpsc::Receiver<LogBatch>, building_names:
         match rx.recv_timeout(wait) {
             Ok(b) => {
                 let name = &building_names[b.building];
+                let (poll, planned) = match b.poll {
+                    Some(id) => (id.index.to_string(), id.planned_ns.map(|p| p.to_string())),
+                    None => ("-".into(), None),
+                };
+                let planned = planned.as_deref().unwrap_or("-");
                 for (i, p) in b.points.iter().enumerate() {
-                    writeln!(w, "{} {} {} {}", b.recv_ns, name, p, u8::from(i == 0))?;
+                    writeln!(w, "{} {} {} {} {poll} {planned}", b.recv_ns, name, p, u8::from(i == 0))?;
                 }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -128,17 +145,35 @@ pub struct LogAnalysis {
     pub period_ns: u64,
     pub points: usize,
     pub lines: u64,
-    /// Measurements that never reached the gateway, inferred from gaps.
-    pub inferred_missed: u64,
+    /// How missed polls were found: "poll numbers" (exact, the crawler's
+    /// rule) or "gaps" (inferred from receive times: v1 logs, other
+    /// clients).
+    pub method: &'static str,
+    /// Polls counted missed: never received, or (with the crawler's
+    /// planned times on this host's clock) received after planned +
+    /// timeout.
+    pub missed: u64,
+    /// Of `missed`, those that did arrive, too late.
+    pub arrived_late: u64,
     pub interval_error: Summary,
     #[serde(skip)]
     pub histogram: LatencyHistogram,
 }
 
+/// One lead point's reception.
+#[derive(Clone, Copy)]
+struct Reception {
+    recv_ns: u64,
+    poll: Option<u64>,
+    planned_ns: Option<u64>,
+}
+
 /// Reads a receive log and computes the interval error of every lead point.
-pub fn analyze(path: &Path, period_ns: u64, threshold_ns: Option<u64>) -> Result<LogAnalysis> {
+/// `timeout_ns`: after how long past its planned time the crawler gave a
+/// poll up (its default is the period).
+pub fn analyze(path: &Path, period_ns: u64, timeout_ns: u64, threshold_ns: Option<u64>) -> Result<LogAnalysis> {
     let file = std::fs::File::open(path).with_context(|| format!("cannot open receive log {}", path.display()))?;
-    let mut series: HashMap<(String, u32), Vec<u64>> = HashMap::new();
+    let mut series: HashMap<(String, u32), Vec<Reception>> = HashMap::new();
     let mut lines = 0u64;
     for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
         let line = line.with_context(|| format!("{}: cannot read line {}", path.display(), n + 1))?;
@@ -154,24 +189,75 @@ pub fn analyze(path: &Path, period_ns: u64, threshold_ns: Option<u64>) -> Result
         if lead != "1" {
             continue;
         }
-        let t: u64 = t.parse().map_err(|_| bad())?;
+        let opt = |v: Option<&str>| -> Result<Option<u64>> {
+            match v {
+                None | Some("-") => Ok(None),
+                Some(x) => x.parse().map(Some).map_err(|_| bad()),
+            }
+        };
+        let (poll, planned_ns) = (opt(f.next())?, opt(f.next())?);
+        let r = Reception {
+            recv_ns: t.parse().map_err(|_| bad())?,
+            poll,
+            planned_ns,
+        };
         let p: u32 = p.parse().map_err(|_| bad())?;
-        series.entry((b.to_string(), p)).or_default().push(t);
+        series.entry((b.to_string(), p)).or_default().push(r);
     }
     let mut hist = LatencyHistogram::new();
-    let mut missed = 0;
-    for times in series.values_mut() {
-        times.sort_unstable();
-        missed += interval::from_timestamps(times, period_ns, &mut hist);
+    let (mut missed, mut late) = (0, 0);
+    let exact = !series.is_empty() && series.values().flatten().all(|r| r.poll.is_some());
+    for rs in series.values_mut() {
+        if exact {
+            let (m, l) = by_poll_number(rs, period_ns, timeout_ns, &mut hist);
+            missed += m;
+            late += l;
+        } else {
+            let mut times: Vec<u64> = rs.iter().map(|r| r.recv_ns).collect();
+            times.sort_unstable();
+            missed += interval::from_timestamps(&times, period_ns, &mut hist);
+        }
     }
     Ok(LogAnalysis {
         period_ns,
         points: series.len(),
         lines,
-        inferred_missed: missed,
+        method: if exact { "poll numbers" } else { "gaps" },
+        missed,
+        arrived_late: late,
         interval_error: hist.summary(threshold_ns),
         histogram: hist,
     })
+}
+
+/// The crawler's rule on one point's receptions, by poll number. Returns
+/// (missed, of which arrived late).
+fn by_poll_number(rs: &mut [Reception], period_ns: u64, timeout_ns: u64, hist: &mut LatencyHistogram) -> (u64, u64) {
+    rs.sort_by_key(|r| (r.poll, r.recv_ns));
+    let mut tracker = interval::IntervalTracker::default();
+    let (mut missed, mut late) = (0u64, 0u64);
+    let mut next: Option<u64> = None;
+    for r in rs.iter() {
+        let k = r.poll.unwrap_or(0);
+        // A poll received twice (a resend after a closed connection)
+        // counts once, at its first arrival.
+        if next.is_some_and(|n| k < n) {
+            continue;
+        }
+        // Polls between the previous one and this never arrived.
+        let gap = next.map_or(0, |n| k - n);
+        hist.record_n(period_ns, gap);
+        missed += gap;
+        next = Some(k + 1);
+        if r.planned_ns.is_some_and(|p| r.recv_ns > p.saturating_add(timeout_ns)) {
+            tracker.missed(k, period_ns, hist);
+            missed += 1;
+            late += 1;
+        } else {
+            tracker.measured(k, r.recv_ns, period_ns, hist);
+        }
+    }
+    (missed, late)
 }
 
 #[cfg(test)]
@@ -190,15 +276,61 @@ mod tests {
                 recv_ns: k * p + jitter,
                 building: 0,
                 points: vec![10, 11],
+                poll: None,
             })
             .unwrap();
         }
         drop(tx);
         w.finish().unwrap();
-        let a = analyze(&path, p, None).unwrap();
+        let a = analyze(&path, p, p, None).unwrap();
         assert_eq!(a.lines, 8);
         assert_eq!(a.points, 1);
-        assert_eq!(a.inferred_missed, 1);
+        assert_eq!((a.method, a.missed), ("gaps", 1));
         assert_eq!(a.interval_error.count, 4);
+    }
+
+    /// With poll numbers, a burst of late arrivals (a stalled gateway
+    /// answering its backlog) is what the crawler saw: late polls missed,
+    /// nothing invented; gap inference would count others.
+    #[test]
+    fn poll_numbers_apply_the_crawlers_rule() {
+        use crate::wire::PollId;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("recv.log");
+        let w = LogWriter::create(&path, vec!["b0".into()]).unwrap();
+        let tx = w.sender();
+        let p = 1_000_000_000u64;
+        // Polls 0..3 on time; 4 and 5 held up until 6.0 s (received then,
+        // too late); 6 on time; 7 never arrives; 8 on time.
+        let recv = [
+            (0, 0),
+            (1, p),
+            (2, 2 * p),
+            (3, 3 * p),
+            (4, 6 * p),
+            (5, 6 * p + 1000),
+            (6, 6 * p + 2000),
+            (8, 8 * p),
+        ];
+        for (k, t) in recv {
+            tx.send(LogBatch {
+                recv_ns: t,
+                building: 0,
+                points: vec![1],
+                poll: Some(PollId {
+                    index: k,
+                    planned_ns: Some(k * p),
+                }),
+            })
+            .unwrap();
+        }
+        drop(tx);
+        w.finish().unwrap();
+        let a = analyze(&path, p, p, None).unwrap();
+        assert_eq!(a.method, "poll numbers");
+        assert_eq!((a.missed, a.arrived_late), (3, 2));
+        // One sample per poll after the first: 8.
+        assert_eq!(a.interval_error.count, 8);
+        assert_eq!(a.histogram.count_above(p / 2), 3);
     }
 }

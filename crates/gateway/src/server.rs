@@ -66,6 +66,9 @@ struct State {
     routes: HashMap<(usize, String), usize>,
     counters: Counters,
     log: Option<mpsc::Sender<LogBatch>>,
+    /// This host's boot id, to tell whether a crawler's planned times are
+    /// on our clock.
+    boot_id: String,
 }
 
 /// Returned by the service to make hyper close the connection unanswered.
@@ -140,6 +143,7 @@ impl State {
             routes: HashMap::new(),
             counters: Counters::default(),
             log: None,
+            boot_id: String::new(),
         }
     }
 }
@@ -189,6 +193,7 @@ pub fn start(cfg: GatewayConfig) -> Result<RunningGateway> {
         counters: Counters::default(),
         log: log.as_ref().map(|l| l.sender()),
         cfg,
+        boot_id: wire::boot_id(),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(state.cfg.threads)
@@ -285,6 +290,10 @@ async fn handle(req: Request<Incoming>, st: Arc<State>, li: usize) -> Result<Res
     let recv_ns = MonoNs::now().0;
     st.counters.requests.fetch_add(1, Relaxed);
 
+    let poll = req
+        .headers()
+        .get(wire::POLL_HEADER)
+        .and_then(|v| wire::parse_poll_id(v.as_bytes(), &st.boot_id));
     let path = req.uri().path();
     let Some((name, verb)) = path.trim_start_matches('/').split_once('/') else {
         return Ok(error(
@@ -397,6 +406,7 @@ async fn handle(req: Request<Incoming>, st: Arc<State>, li: usize) -> Result<Res
             recv_ns,
             building: bi,
             points: request.points,
+            poll,
         });
     }
     if delay_ns > 0 {

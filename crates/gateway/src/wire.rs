@@ -22,6 +22,43 @@ pub const GET_VALUES: &str = "getValues";
 /// The most points one request may name.
 pub const MAX_POINTS_PER_REQUEST: usize = 1000;
 
+/// Header by which ontime's crawler names each poll: `INDEX PLANNED_NS
+/// BOOT_ID` (the poll's number in its stream, its planned send time on
+/// CLOCK_MONOTONIC, and the crawler host's boot id, without which the
+/// planned time cannot be compared). Other clients need not send it.
+pub const POLL_HEADER: &str = "X-Ontime-Poll";
+
+/// A poll's identity as the gateway read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PollId {
+    pub index: u64,
+    /// The crawler's planned send time, when the crawler runs on this
+    /// boot of this host (same CLOCK_MONOTONIC).
+    pub planned_ns: Option<u64>,
+}
+
+/// Reads the poll-identity header; `own_boot_id` decides whether the
+/// planned time is comparable with this host's clock.
+pub fn parse_poll_id(value: &[u8], own_boot_id: &str) -> Option<PollId> {
+    let text = std::str::from_utf8(value).ok()?;
+    let mut f = text.split_ascii_whitespace();
+    let index = f.next()?.parse().ok()?;
+    let planned: Option<u64> = f.next().and_then(|p| p.parse().ok());
+    let boot = f.next().unwrap_or("-");
+    let same_clock = !own_boot_id.is_empty() && boot == own_boot_id;
+    Some(PollId {
+        index,
+        planned_ns: planned.filter(|_| same_clock),
+    })
+}
+
+/// This host's boot id ("" when unreadable).
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
 /// Largest accepted request body in bytes.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
