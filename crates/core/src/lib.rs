@@ -9,6 +9,7 @@
 //! Does not own any workload, network protocol or output format of a verb.
 
 pub mod caps;
+pub mod cgroup;
 pub mod config;
 pub mod duration;
 pub mod fsio;
@@ -16,6 +17,7 @@ pub mod hlog;
 pub mod interval;
 pub mod limits;
 pub mod manifest;
+pub mod names;
 pub mod rt;
 pub mod stats;
 pub mod time;

@@ -7,23 +7,7 @@ use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-const ROOT: &str = "/sys/fs/cgroup";
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Version {
-    V1,
-    V2,
-}
-
-pub fn detect() -> Option<Version> {
-    if Path::new(ROOT).join("cgroup.controllers").exists() {
-        Some(Version::V2)
-    } else if Path::new(ROOT).join("cpu").join("tasks").exists() {
-        Some(Version::V1)
-    } else {
-        None
-    }
-}
+pub use ontime_core::cgroup::{detect, Version, ROOT};
 
 /// Limits of one tenant's cgroup.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

@@ -13,7 +13,7 @@
 pub mod cgroup;
 pub mod clean;
 pub mod lock;
-pub mod names;
+pub use ontime_core::names;
 pub mod observe;
 pub mod report;
 pub mod results;

@@ -129,7 +129,7 @@ impl Relay {
             let (by_mac, thread_stop, s, ready) = (by_mac.clone(), stop.clone(), settings.clone(), ready_tx.clone());
             let fan = (settings.threads > 1).then_some(fanout_id);
             let spawned = std::thread::Builder::new().name(format!("relay{j}")).spawn(move || {
-                ontime_core::rt::set_thread_name(&format!("ontime-relay{j}"));
+                ontime_core::rt::set_thread_name(&ontime_core::names::relay_thread(j));
                 let r = s.thread.apply().map_err(|e| format!("{e:#}"));
                 let _ = ready.send(r.clone());
                 r.map_err(anyhow::Error::msg)?;

@@ -74,21 +74,18 @@ pub struct CgroupRoot {
 
 impl CgroupRoot {
     pub fn detect() -> Result<CgroupRoot> {
-        if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
-            return Ok(CgroupRoot {
-                path: "/sys/fs/cgroup".into(),
+        use ontime_core::cgroup::{detect, v1_cpu_root, Version, ROOT};
+        match (detect(), v1_cpu_root()) {
+            (Some(Version::V2), _) => Ok(CgroupRoot {
+                path: ROOT.into(),
                 v1: false,
-            });
+            }),
+            (Some(Version::V1), Some(p)) => Ok(CgroupRoot {
+                path: p.into(),
+                v1: true,
+            }),
+            _ => bail!("no cgroup v2 or cgroup v1 cpu hierarchy under {ROOT}; mount one or observe by --pid"),
         }
-        for p in ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"] {
-            if Path::new(p).join("tasks").exists() {
-                return Ok(CgroupRoot {
-                    path: p.into(),
-                    v1: true,
-                });
-            }
-        }
-        bail!("no cgroup v2 or cgroup v1 cpu hierarchy under /sys/fs/cgroup; mount one or observe by --pid")
     }
 
     /// A cgroup given as an absolute path or relative to this root.
@@ -133,7 +130,7 @@ pub fn cgroup_tree(dir: &Path) -> Vec<PathBuf> {
 
 /// The running lab's tenants: cgroups `ontime/t<i>` in the cpu hierarchy.
 pub fn lab_tenants(root: &CgroupRoot) -> Result<Vec<TargetGroup>> {
-    let base = root.path.join("ontime");
+    let base = root.path.join(ontime_core::names::LAB_CGROUP);
     let mut found: Vec<(usize, PathBuf)> = std::fs::read_dir(&base)
         .with_context(|| {
             format!(
@@ -144,8 +141,7 @@ pub fn lab_tenants(root: &CgroupRoot) -> Result<Vec<TargetGroup>> {
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().into_string().ok()?;
-            let i: usize = name.strip_prefix('t')?.parse().ok()?;
-            Some((i, e.path()))
+            Some((ontime_core::names::tenant_index(&name)?, e.path()))
         })
         .collect();
     found.sort();
@@ -155,7 +151,7 @@ pub fn lab_tenants(root: &CgroupRoot) -> Result<Vec<TargetGroup>> {
     Ok(found
         .into_iter()
         .map(|(i, p)| TargetGroup {
-            name: format!("t{i}"),
+            name: ontime_core::names::tenant_name(i),
             source: vec![format!("cgroup {}", p.display())],
             cgroups: vec![p],
             pids: vec![],

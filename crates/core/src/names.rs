@@ -1,4 +1,7 @@
-//! Every name the lab gives to a kernel object starts with `ontime`, so
+//! The lab's names, in one place for the lab that makes the objects and for
+//! observe (ontime-trace) that finds them: network namespaces, veths,
+//! cgroups, addresses, and the threads a tenant's vCPUs and the host I/O
+//! path run as. Every name of a kernel object starts with `ontime`, so
 //! `ontime lab clean` (and anyone with `ip netns list`) can find leftovers.
 //! Interface names fit IFNAMSIZ (15 bytes).
 
@@ -22,9 +25,28 @@ pub fn building_veth() -> (String, String) {
     (format!("{PREFIX}bh"), format!("{PREFIX}bn"))
 }
 
+/// The lab's cgroup (relative to a controller's root): tenants are its
+/// children.
+pub const LAB_CGROUP: &str = PREFIX;
+
 /// The cgroup (relative to a controller's root) of tenant `i`.
 pub fn tenant_cgroup(i: usize) -> String {
-    format!("{PREFIX}/t{i}")
+    format!("{LAB_CGROUP}/{}", tenant_name(i))
+}
+
+/// Tenant `i`'s name in reports, cgroups and result files ("t3").
+pub fn tenant_name(i: usize) -> String {
+    format!("t{i}")
+}
+
+/// The tenant index in a tenant name ("t3" -> 3).
+pub fn tenant_index(name: &str) -> Option<usize> {
+    name.strip_prefix('t')?.parse().ok()
+}
+
+/// Thread names of the lab's host I/O path (the relay's threads).
+pub fn relay_thread(k: usize) -> String {
+    format!("{PREFIX}-relay{k}")
 }
 
 /// Address of tenant `i` and of the building side (one /16, so every tenant
@@ -52,5 +74,7 @@ mod tests {
         }
         assert_ne!(tenant_addr(249), tenant_addr(250));
         assert_ne!(tenant_addr(0), building_addr());
+        assert_eq!(tenant_index(&tenant_name(12)), Some(12));
+        assert!(tenant_cgroup(3).starts_with(LAB_CGROUP));
     }
 }
