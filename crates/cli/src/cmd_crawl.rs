@@ -95,6 +95,12 @@ pub struct CrawlArgs {
     /// Do not hold /dev/cpu_dma_latency at 0 during the run
     #[arg(long)]
     no_dma_latency: bool,
+    /// Count a poll whose connection the server closed before answering as
+    /// lost at once, instead of sending it once more on a new connection
+    /// (the default, as HTTP clients do for reused connections; such polls
+    /// are counted as resent)
+    #[arg(long)]
+    no_resend: bool,
     /// Start a matching local gateway for the run and stop it afterwards
     #[arg(long)]
     with_gateway: bool,
@@ -249,6 +255,7 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
         threshold_ns: a.threshold,
         report_interval_ns: a.hlog_interval,
         work_per_poll_ns: a.work_per_poll,
+        resend: !a.no_resend,
         hlog: a.hlog.clone(),
         polls_file: a.polls.clone(),
         store: a.store.clone(),

@@ -89,6 +89,9 @@ pub struct EngineSetup {
     /// CPU time spent processing each answered poll (the crawler's parse,
     /// convert and store work), burned on this thread.
     pub work_per_poll_ns: u64,
+    /// Send a poll again when its connection closes before any
+    /// answer (see `close`).
+    pub resend: bool,
     pub flags: Arc<StopFlags>,
     pub reports: mpsc::Sender<Report>,
     pub spares: mpsc::Receiver<Box<Metrics>>,
@@ -121,8 +124,7 @@ struct InFlight {
     index: u64,
     planned: u64,
     sent: u64,
-    /// Sent again on another connection after a reused one turned out to
-    /// be closed by the server (at most once).
+    /// Already sent a second time (at most once).
     resent: bool,
 }
 
@@ -133,9 +135,6 @@ struct Conn {
     opened_ns: u64,
     gen: u32,
     poll: Option<InFlight>,
-    /// Taken idle from the pool for this poll (not opened for it): the
-    /// server may have closed it meanwhile.
-    reused: bool,
     written: usize,
     rbuf: Box<[u8]>,
     /// The request being written (the stream's template with this poll's
@@ -423,10 +422,21 @@ impl Engine {
     }
 
     fn dispatch(&mut self, gw: usize, p: InFlight) {
-        if let Some(slot) = self.pools[gw].idle.pop() {
-            if let Some(c) = self.conns[slot].as_mut() {
-                c.reused = true;
+        // A server may close an idle keep-alive connection at any time
+        // (nginx does when it runs short of worker connections, and logs
+        // it below its default level). If its close is already here, the
+        // connection is not used: a request written into it would meet the
+        // close and the poll would be lost for nothing.
+        let mut reused = None;
+        while let Some(slot) = self.pools[gw].idle.pop() {
+            if self.closed_by_peer(slot) {
+                self.close(slot, Outcome::ConnectionLost);
+                continue;
             }
+            reused = Some(slot);
+            break;
+        }
+        if let Some(slot) = reused {
             self.assign(slot, p);
             // Keep a spare: the next poll should not wait for a handshake
             // (a WAN round trip) because the pool ran dry.
@@ -441,6 +451,29 @@ impl Engine {
         } else {
             self.pools[gw].waiting.push_back(p);
         }
+    }
+
+    /// Whether an idle connection's peer has closed it (or sent something
+    /// unasked, which only precedes a close): one non-blocking peek.
+    fn closed_by_peer(&self, slot: usize) -> bool {
+        let Some(c) = self.conns[slot].as_ref() else {
+            return true;
+        };
+        let mut b = [0u8; 1];
+        // SAFETY: a 1-byte non-blocking peek into a local buffer on our socket.
+        let n = unsafe {
+            libc::recv(
+                c.sock.as_raw_fd(),
+                b.as_mut_ptr().cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            return !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted);
+        }
+        true
     }
 
     fn connect(&mut self, gw: usize) -> Option<usize> {
@@ -470,7 +503,6 @@ impl Engine {
             opened_ns: MonoNs::now().0,
             gen: 0,
             poll: None,
-            reused: false,
             written: 0,
             rbuf: vec![0u8; READ_BUF].into_boxed_slice(),
             req: Vec::with_capacity(self.max_request),
@@ -489,8 +521,8 @@ impl Engine {
         self.s.streams[p.stream as usize]
             .request
             .write_into(&mut c.req, p.index, p.planned);
-        // Kept in deadline order: a resent poll's deadline can precede
-        // later polls' (the common case is still an append).
+        // Kept in deadline order: a poll that waited for a connection is
+        // assigned after later ones (the common case is still an append).
         let deadline = p.planned + self.s.timeout_ns;
         let at = self.deadlines.partition_point(|&(d, _, _)| d <= deadline);
         self.deadlines.insert(at, (deadline, slot, gen));
@@ -691,16 +723,15 @@ impl Engine {
         pool.idle.retain(|&s| s != slot);
         let gw = c.gateway;
         if let Some(mut p) = c.poll {
-            // A server may close an idle keep-alive connection at any time
-            // (nginx does when it runs short of worker connections, and
-            // logs it below its default level); a request written into it
-            // meets the close. Like HTTP clients do for a reused
-            // connection, send the poll once more on another connection;
-            // its send lag stays measured from the first send.
-            if outcome == Outcome::ConnectionLost && c.reused && c.rlen == 0 && !p.resent {
+            // A server can also close a connection with our request unread
+            // (nginx, short of worker connections, closes idle and
+            // not-yet-read ones alike, logging it below its default level).
+            // As curl does for reused connections, send such a poll once
+            // more on a new connection. It is counted (resent); a gateway
+            // that drops after reading logs both arrivals.
+            if outcome == Outcome::ConnectionLost && c.rlen == 0 && !p.resent && self.s.resend {
                 p.resent = true;
-                // On a new connection: the other idle ones may have been
-                // closed by the same server for the same reason.
+                self.metrics.outcomes.resent += 1;
                 match self.connect(gw) {
                     Some(slot) => self.assign(slot, p),
                     None => self.dispatch(gw, p),

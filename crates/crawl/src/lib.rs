@@ -46,6 +46,9 @@ pub struct RunOptions {
     pub report_interval_ns: u64,
     /// CPU time burned per answered poll (models the crawler's processing).
     pub work_per_poll_ns: u64,
+    /// Resend a poll once when the server closed its connection before any
+    /// answer (`--no-resend` turns it off).
+    pub resend: bool,
     pub hlog: Option<PathBuf>,
     pub polls_file: Option<PathBuf>,
     pub store: Option<PathBuf>,
@@ -220,6 +223,7 @@ pub fn run(
             },
             report_interval_ns: opts.report_interval_ns,
             work_per_poll_ns: opts.work_per_poll_ns,
+            resend: opts.resend,
             flags: flags.clone(),
             reports: report_tx.clone(),
             spares: spare_rx,
@@ -433,8 +437,8 @@ impl CrawlResult {
         ));
         let p = &self.polls;
         s.push_str(&format!(
-            "polls: planned {}, ok {}, missed {} (timeout {}, http error {}, malformed {}, connection lost {}, not sent {}, abandoned {}); point faults {}\n",
-            p.planned, p.ok, self.missed, p.timeout, p.http_error, p.malformed, p.connection_lost, p.not_sent, p.abandoned, p.point_faults
+            "polls: planned {}, ok {}, missed {} (timeout {}, http error {}, malformed {}, connection lost {}, not sent {}, abandoned {}); point faults {}; resent {}\n",
+            p.planned, p.ok, self.missed, p.timeout, p.http_error, p.malformed, p.connection_lost, p.not_sent, p.abandoned, p.point_faults, p.resent
         ));
         s.push_str(&format!("{}\n", Summary::text_header()));
         s.push_str(&format!("{}\n", self.send_lag.text_row("send lag")));

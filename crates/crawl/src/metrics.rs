@@ -25,6 +25,12 @@ pub struct Outcomes {
     pub abandoned: u64,
     /// Points answered with status "fault" or "unknown-point" inside ok polls.
     pub point_faults: u64,
+    /// Polls sent a second time, on a new connection, because the
+    /// connection they were written into was closed by the server before
+    /// any answer (counted whatever their outcome; the poll keeps its
+    /// planned and first send time).
+    #[serde(default)]
+    pub resent: u64,
 }
 
 impl Outcomes {
@@ -42,6 +48,7 @@ impl Outcomes {
         self.not_sent += o.not_sent;
         self.abandoned += o.abandoned;
         self.point_faults += o.point_faults;
+        self.resent += o.resent;
     }
 }
 

@@ -268,6 +268,10 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
     if let Some(at) = html.find("<h2>Runs</h2>") {
         html.insert_str(at, &observe_html);
     }
+    // The answer first: the verdict goes before everything but the title.
+    if let Some(at) = html.find("<p class=model>") {
+        html.insert_str(at, &verdict_section(&runs));
+    }
     let path = out.join("report.html");
     std::fs::write(&path, html).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(Written {
@@ -332,7 +336,7 @@ fn observe_section(runs: &[RunResults], out: &Path) -> Result<(String, Vec<PathB
         return Ok((h, pngs));
     }
     h.push_str(
-        "<h2>Scheduler view (ontime observe)</h2><p>Recorded from the sched tracepoints during each run. \
+        "<h2 id=scheduler>Scheduler view (ontime observe)</h2><p>Recorded from the sched tracepoints during each run. \
 Peak = the highest 100 ms-window CPU use of any tenant (CPUs); above 1 CPU = the largest share of a tenant's 100 ms windows using more than one CPU; \
 steal = run delay / (on-CPU + run delay), mean over tenants; contention = a tenant vCPU runnable but not running (episode length p99 and max over tenants; full = every vCPU of a tenant waiting); \
 host I/O = relay, vhost and ksoftirqd threads, CPU per 100 ms window.</p>\
@@ -359,6 +363,161 @@ host I/O = relay, vhost and ksoftirqd threads, CPU per 100 ms window.</p>\
         let _ = write!(h, "<p>Full tables: runs/{}/observe.txt</p>", esc(&r.name));
     }
     Ok((h, pngs))
+}
+
+/// One tenant against the scenario's targets.
+enum Judged {
+    Met,
+    /// (what, measured, target), the worst first by measured / target.
+    Missed(Vec<(String, u64, u64)>),
+    /// A target percentile the sample count cannot support.
+    CannotTell(String),
+}
+
+fn judge(t: &crate::results::ProbeResult, targets: &crate::scenario::Targets) -> Judged {
+    let s = t.headline();
+    let mut misses = Vec::new();
+    for (name, at_most) in &targets.latency {
+        let value = if name == "max" { s.max_ns } else { s.get(name) };
+        match value {
+            Some(v) if v > *at_most => misses.push((name.clone(), v, *at_most)),
+            Some(_) => {}
+            None => return Judged::CannotTell(format!("{name} needs more samples than {} (n/a)", s.count)),
+        }
+    }
+    if let Some(m) = targets.missed {
+        if t.missed() > m {
+            misses.push(("missed".into(), t.missed(), m));
+        }
+    }
+    if misses.is_empty() {
+        return Judged::Met;
+    }
+    let ratio = |(_, v, t): &(String, u64, u64)| *v as f64 / (*t).max(1) as f64;
+    misses.sort_by(|a, b| ratio(b).total_cmp(&ratio(a)));
+    Judged::Missed(misses)
+}
+
+fn show_value(what: &str, v: u64) -> String {
+    if what == "missed" {
+        v.to_string()
+    } else {
+        format_ns(v)
+    }
+}
+
+/// The report's first screen: per run, which tenants met the scenario's
+/// targets, the worst miss, and where to look for why.
+fn verdict_section(runs: &[RunResults]) -> String {
+    let mut h = String::from("<h2 id=verdict>Verdict</h2>");
+    let targets = &runs[0].record.config.targets;
+    let metric = runs[0].record.workload.metric();
+    if targets.is_empty() {
+        let _ = write!(
+            h,
+            "<p class=note>The scenario states no targets, so there is no verdict. Add for example \
+<code>[targets]</code> <code>\"p99.9\" = \"10ms\"</code> <code>missed = 0</code> to the scenario; \
+the worst {metric} per run is below.</p><table><tr><th>run</th><th>setting</th><th>worst p99.9</th><th>worst max</th><th>{}</th></tr>",
+            runs[0].record.workload.misses()
+        );
+        for r in runs {
+            let worst = |f: &dyn Fn(&ontime_core::stats::Summary) -> Option<u64>| {
+                r.tenants.iter().filter_map(|(_, t)| f(t.headline())).max()
+            };
+            let missed: u64 = r.tenants.iter().map(|(_, t)| t.missed()).sum();
+            let _ = write!(
+                h,
+                "<tr><td class=l><a href=\"#run-{n}\">{n}</a></td><td class=l>{}</td><td>{}</td><td>{}</td><td>{missed}</td></tr>",
+                esc(&vars_label(&r.record.vars)),
+                cell(worst(&|s| s.get("p99.9"))),
+                cell(worst(&|s| s.max_ns)),
+                n = esc(&r.name),
+            );
+        }
+        h.push_str("</table>");
+        return h;
+    }
+    let stated: Vec<String> = targets
+        .latency
+        .iter()
+        .map(|(n, v)| format!("{metric} {n} &le; {}", format_ns(*v)))
+        .chain(
+            targets
+                .missed
+                .map(|m| format!("{} &le; {m}", runs[0].record.workload.misses())),
+        )
+        .collect();
+    let _ = write!(
+        h,
+        "<p>Targets, per tenant: {}.</p><table><tr><th>run</th><th>setting</th><th>verdict</th><th>tenants that met them</th><th>worst miss</th><th>why: scheduler view</th></tr>",
+        stated.join(", ")
+    );
+    let mut all_met = true;
+    for r in runs {
+        let judged: Vec<(usize, Judged)> = r.tenants.iter().map(|(i, t)| (*i, judge(t, targets))).collect();
+        let met = judged.iter().filter(|(_, j)| matches!(j, Judged::Met)).count();
+        let worst = judged
+            .iter()
+            .filter_map(|(i, j)| match j {
+                Judged::Missed(m) => Some((*i, m[0].clone())),
+                _ => None,
+            })
+            .max_by(|a, b| (a.1 .1 as f64 / a.1 .2.max(1) as f64).total_cmp(&(b.1 .1 as f64 / b.1 .2.max(1) as f64)));
+        let cannot = judged.iter().find_map(|(_, j)| match j {
+            Judged::CannotTell(why) => Some(why.clone()),
+            _ => None,
+        });
+        let incomplete = !r.record.complete || r.tenants.len() < r.record.tenants.len();
+        let (verdict, class) = if worst.is_some() {
+            ("missed", "na")
+        } else if cannot.is_some() || incomplete || r.tenants.is_empty() {
+            ("cannot tell", "")
+        } else {
+            ("met", "ok")
+        };
+        all_met &= verdict == "met";
+        let worst_text = match (&worst, &cannot) {
+            (Some((i, (what, v, t))), _) => {
+                format!("t{i}: {what} {} &gt; {}", show_value(what, *v), show_value(what, *t))
+            }
+            (None, Some(why)) => esc(why),
+            (None, None) if incomplete => "the run is incomplete".into(),
+            _ => "-".into(),
+        };
+        let why = match &r.record.observe {
+            Some(o) => match o.analysis.as_ref().and_then(|f| {
+                crate::results::read_json::<ontime_sched::Analysis>(&r.dir.join(f), "observe analysis").ok()
+            }) {
+                Some(a) => {
+                    let t = a.tenant_summary(100_000_000);
+                    format!(
+                        "<a href=\"#scheduler\">contention p99 {}, steal {}, host I/O min {}</a>",
+                        t.contention_p99_ns.map(format_ns).unwrap_or_else(|| "-".into()),
+                        t.mean_steal_pct
+                            .map(|v| format!("{v:.1}%"))
+                            .unwrap_or_else(|| "-".into()),
+                        t.host_io_min
+                            .map(|v| format!("{v:.2} CPU"))
+                            .unwrap_or_else(|| "-".into()),
+                    )
+                }
+                None => "-".into(),
+            },
+            None => "not recorded".into(),
+        };
+        let _ = write!(
+            h,
+            "<tr><td class=l><a href=\"#run-{n}\">{n}</a></td><td class=l>{}</td><td class=\"l {class}\"><b>{verdict}</b></td><td>{met} of {}</td><td class=l>{worst_text}</td><td class=l>{why}</td></tr>",
+            esc(&vars_label(&r.record.vars)),
+            r.record.tenants.len(),
+            n = esc(&r.name),
+        );
+    }
+    h.push_str("</table>");
+    if all_met {
+        h.push_str("<p class=ok>Every tenant of every run met the targets.</p>");
+    }
+    h
 }
 
 fn cell(v: Option<u64>) -> String {
@@ -456,7 +615,8 @@ td,th{{border:1px solid #bbb;padding:3px 7px;text-align:right}} th{{background:#
         let complete = r.record.complete;
         let _ = write!(
             h,
-            "<h3>{}{}</h3><p>{}</p>",
+            "<h3 id=\"run-{}\">{}{}</h3><p>{}</p>",
+            esc(&r.name),
             esc(&r.name),
             if complete {
                 ""

@@ -278,6 +278,69 @@ pub struct RunConfig {
     /// Scheduler recording during each run (`ontime observe`).
     #[serde(default)]
     pub observe: ObserveSpec,
+    /// What each tenant must meet; the report opens with the verdict.
+    #[serde(default)]
+    pub targets: Targets,
+}
+
+/// Timeliness targets of a scenario, on each tenant's headline metric
+/// (interval error, or wake-up latency of every planned wake-up):
+///
+/// ```toml
+/// [targets]
+/// "p99.9" = "10ms"   # any reported percentile, p50 ... p99.9999
+/// max = "50ms"
+/// missed = 0         # missed polls / overrun periods, at most
+/// ```
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(try_from = "BTreeMap<String, toml::Value>", into = "BTreeMap<String, toml::Value>")]
+pub struct Targets {
+    /// (percentile name or "max", at most ns), in file order of names.
+    pub latency: Vec<(String, u64)>,
+    pub missed: Option<u64>,
+}
+
+impl Targets {
+    pub fn is_empty(&self) -> bool {
+        self.latency.is_empty() && self.missed.is_none()
+    }
+}
+
+impl TryFrom<BTreeMap<String, toml::Value>> for Targets {
+    type Error = String;
+    fn try_from(m: BTreeMap<String, toml::Value>) -> Result<Self, String> {
+        let mut t = Targets::default();
+        for (k, v) in m {
+            match (k.as_str(), &v) {
+                ("missed", toml::Value::Integer(n)) if *n >= 0 => t.missed = Some(*n as u64),
+                ("missed", _) => return Err(format!("targets.missed = {v}: give a count, e.g. 0")),
+                (name, toml::Value::String(d))
+                    if name == "max" || ontime_core::stats::PERCENTILES.iter().any(|(p, _)| *p == name) =>
+                {
+                    let ns = ontime_core::duration::parse_ns(d).map_err(|e| format!("targets.\"{name}\": {e}"))?;
+                    t.latency.push((name.to_string(), ns));
+                }
+                (name, _) => return Err(format!(
+                    "targets.\"{name}\" = {v}: use a percentile (\"p99.9\" = \"10ms\"), max = \"50ms\" or missed = 0"
+                )),
+            }
+        }
+        Ok(t)
+    }
+}
+
+impl From<Targets> for BTreeMap<String, toml::Value> {
+    fn from(t: Targets) -> Self {
+        let mut m: BTreeMap<String, toml::Value> = t
+            .latency
+            .into_iter()
+            .map(|(k, ns)| (k, toml::Value::String(ontime_core::duration::format_exact(ns))))
+            .collect();
+        if let Some(n) = t.missed {
+            m.insert("missed".into(), toml::Value::Integer(n as i64));
+        }
+        m
+    }
 }
 
 impl RunConfig {
@@ -679,6 +742,12 @@ mod tests {
         // Values no host can run fail at planning (so in --dry-run too).
         let e = err(&BASE.replace("rate = 100", "rate = 1e12"));
         assert!(e.contains("tenant.crawl.rate") && e.contains("out of range"), "{e}");
+        let e = err(&format!("{BASE}[targets]\n\"p42\" = '1ms'\n"));
+        assert!(e.contains("targets") && e.contains("p42"), "{e}");
+        let ok = plan(&format!("{BASE}[targets]\n\"p99.9\" = '10ms'\nmissed = 0\n")).unwrap();
+        let t = &ok.runs[0].config.targets;
+        assert_eq!(t.latency, vec![("p99.9".to_string(), 10_000_000)]);
+        assert_eq!(t.missed, Some(0));
         let e = err(&BASE.replace("duration = '2s'", "duration = '1000d'"));
         assert!(e.contains("duration"), "{e}");
         let e = err(&BASE.replace("[tenant]\n", "[tenant]\nmemory = '99999999999999999G'\n"));
