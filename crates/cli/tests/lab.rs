@@ -85,9 +85,18 @@ fn short_crawl_scenario_produces_a_report() {
     }
     let _clean = CleanOnDrop;
     let (_dir, sc, results) = run_lab(
-        "name = 'short'\nduration = '3s'\n[tenant]\ncount = 1\n[tenant.crawl]\nrate = 50\n[sweep]\n\"tenant.count\" = [1, 2]\n",
+        "name = 'short'\nduration = '3s'\n[tenant]\ncount = 1\n[tenant.crawl]\nrate = 50\n[sweep]\n\"tenant.count\" = [1, 2]\n[targets]\nmax = '10s'\n\"p99\" = '1ns'\n",
     );
     let html = std::fs::read_to_string(results.join("report/report.html")).unwrap();
+    // The verdict comes first: a 1 ns p99 target is missed by every run,
+    // and the worst miss names a tenant and its measured value.
+    let verdict = html.find("<h2 id=verdict>").expect("no verdict");
+    assert!(verdict < html.find("<h2>Environment").unwrap());
+    assert!(
+        html.contains("<b>missed</b>") && !html.contains("<b>met</b>"),
+        "verdict wrong"
+    );
+    assert!(html.contains(": p99 ") && html.contains("&gt; 1 ns"), "no worst miss");
     assert!(
         html.contains("Interval error vs tenant.count"),
         "no figure in the report"

@@ -320,9 +320,11 @@ impl TryFrom<BTreeMap<String, toml::Value>> for Targets {
                     let ns = ontime_core::duration::parse_ns(d).map_err(|e| format!("targets.\"{name}\": {e}"))?;
                     t.latency.push((name.to_string(), ns));
                 }
-                (name, _) => return Err(format!(
+                (name, _) => {
+                    return Err(format!(
                     "targets.\"{name}\" = {v}: use a percentile (\"p99.9\" = \"10ms\"), max = \"50ms\" or missed = 0"
-                )),
+                ))
+                }
             }
         }
         Ok(t)
