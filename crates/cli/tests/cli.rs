@@ -403,11 +403,11 @@ fn cyclic_counts_overruns_when_the_probe_is_blocked() {
 #[test]
 fn cyclic_runs_with_fifo_and_load_when_root() {
     if !is_root() {
-        eprintln!("skipped: SCHED_FIFO needs root");
+        ontime_core::testing::skip("SCHED_FIFO needs root");
         return;
     }
     if ontime_core_which("stress-ng").is_none() {
-        eprintln!("skipped: stress-ng is not installed (scripts/setup.sh installs it)");
+        ontime_core::testing::skip("stress-ng is not installed (scripts/setup.sh installs it)");
         return;
     }
     let out = ontime()
@@ -627,11 +627,11 @@ impl Drop for SmallFs {
 #[test]
 fn a_full_disk_under_the_gateway_log_fails_the_crawl_and_names_the_file() {
     if !is_root() {
-        eprintln!("skipped: mounting a small tmpfs needs root");
+        ontime_core::testing::skip("mounting a small tmpfs needs root");
         return;
     }
     let Some(fs) = SmallFs::mount("16k") else {
-        eprintln!("skipped: cannot mount tmpfs here");
+        ontime_core::testing::skip("cannot mount tmpfs here");
         return;
     };
     let log = fs.path().join("recv.log");
@@ -765,7 +765,7 @@ fn crawlers_against_nginx_lose_no_poll() {
     let port = free_port();
     let body = r#"{"values":[{"id":0,"value":21.5,"status":"ok"}],"recv_ns":1}"#;
     let Some(_nginx) = Nginx::start(port, body) else {
-        eprintln!("skipped: nginx is not installed (scripts/setup.sh installs nginx-light)");
+        ontime_core::testing::skip("nginx is not installed (scripts/setup.sh installs nginx-light)");
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -17,7 +17,7 @@ fn ontime() -> Command {
 fn root_or_skip() -> bool {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: the lab needs root");
+        ontime_core::testing::skip("the lab needs root");
         return false;
     }
     for tool in ["ethtool", "ip"] {
@@ -28,7 +28,7 @@ fn root_or_skip() -> bool {
             .map(|s| s.success())
             .unwrap_or(false)
         {
-            eprintln!("skipped: {tool} is not installed (scripts/setup.sh installs it)");
+            ontime_core::testing::skip("{tool} is not installed (scripts/setup.sh installs it)");
             return false;
         }
     }

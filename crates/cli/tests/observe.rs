@@ -168,7 +168,7 @@ fn record_and_report(mechanism: &str, dir: &Path) {
 #[test]
 fn record_then_report_with_bpf_and_with_perf() {
     if !is_root() {
-        eprintln!("skipped: needs root (BPF, perf tracepoints)");
+        ontime_core::testing::skip("needs root (BPF, perf tracepoints)");
         return;
     }
     let _turn = turn();
@@ -180,7 +180,7 @@ fn record_then_report_with_bpf_and_with_perf() {
 #[test]
 fn top_serves_prometheus_metrics() {
     if !is_root() {
-        eprintln!("skipped: needs root (BPF)");
+        ontime_core::testing::skip("needs root (BPF)");
         return;
     }
     let _turn = turn();
@@ -271,7 +271,7 @@ time.sleep(30)
 #[test]
 fn a_guest_is_found_by_name_and_its_vcpu_threads_by_theirs() {
     if !is_root() {
-        eprintln!("skipped: needs root (BPF)");
+        ontime_core::testing::skip("needs root (BPF)");
         return;
     }
     let _turn = turn();

@@ -20,6 +20,7 @@ pub mod manifest;
 pub mod names;
 pub mod rt;
 pub mod stats;
+pub mod testing;
 pub mod time;
 
 pub use time::MonoNs;

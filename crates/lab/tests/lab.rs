@@ -15,11 +15,11 @@ static SERIAL: Mutex<()> = Mutex::new(());
 fn root_or_skip() -> bool {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: the lab needs root");
+        ontime_core::testing::skip("the lab needs root");
         return false;
     }
     if ontime_core::caps::which("ethtool").is_none() {
-        eprintln!("skipped: ethtool is not installed (scripts/setup.sh installs it)");
+        ontime_core::testing::skip("ethtool is not installed (scripts/setup.sh installs it)");
         return false;
     }
     true

@@ -68,7 +68,7 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 #[test]
 fn bpf_on_cpu_and_run_delay_match_schedstat() {
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root (BPF and cgroups)");
+        ontime_core::testing::skip("needs root (BPF and cgroups)");
         return;
     }
     on_cpu_and_run_delay_match_schedstat(Mechanism::Bpf);
@@ -79,7 +79,7 @@ fn bpf_on_cpu_and_run_delay_match_schedstat() {
 #[test]
 fn perf_on_cpu_and_run_delay_match_schedstat() {
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root (perf tracepoints and cgroups)");
+        ontime_core::testing::skip("needs root (perf tracepoints and cgroups)");
         return;
     }
     on_cpu_and_run_delay_match_schedstat(Mechanism::Perf);
