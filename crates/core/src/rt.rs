@@ -291,6 +291,129 @@ pub fn await_ready(
     Ok(())
 }
 
+/// Threads that take their scheduling settings, say they are ready, and
+/// then do their work: the crawler's vCPU threads, the cyclic probe's
+/// threads, the relay's threads. One way to start them, to wait until all
+/// run with their settings (or fail with the first one's error), and to
+/// stop and join them all if that fails or the group is dropped, so no
+/// caller leaves a thread behind.
+pub struct ThreadGroup<U: Send + 'static> {
+    handles: Vec<std::thread::JoinHandle<anyhow::Result<U>>>,
+    ready_tx: Option<std::sync::mpsc::Sender<std::result::Result<(), String>>>,
+    ready_rx: std::sync::mpsc::Receiver<std::result::Result<(), String>>,
+    stop: Box<dyn Fn() + Send + Sync>,
+}
+
+impl<U: Send + 'static> ThreadGroup<U> {
+    /// `stop` tells every thread of the group to finish (sets their flag).
+    pub fn new(stop: impl Fn() + Send + Sync + 'static) -> Self {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        ThreadGroup {
+            handles: Vec::new(),
+            ready_tx: Some(ready_tx),
+            ready_rx,
+            stop: Box::new(stop),
+        }
+    }
+
+    /// Starts thread `name` (also its kernel name, as ps and the observer
+    /// show it): it applies `settings`, reports, then runs `body`.
+    pub fn spawn(
+        &mut self,
+        name: &str,
+        settings: ThreadSettings,
+        body: impl FnOnce() -> anyhow::Result<U> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let ready = self
+            .ready_tx
+            .clone()
+            .context("the group's threads were already awaited")?;
+        let kernel_name = name.to_string();
+        let h = std::thread::Builder::new()
+            .name(name.to_string())
+            .spawn(move || {
+                set_thread_name(&kernel_name);
+                if let Err(e) = settings.apply() {
+                    let _ = ready.send(Err(format!("{e:#}")));
+                    return Err(e);
+                }
+                let _ = ready.send(Ok(()));
+                drop(ready);
+                body()
+            })
+            .with_context(|| format!("cannot start thread {name}"));
+        match h {
+            Ok(h) => {
+                self.handles.push(h);
+                Ok(())
+            }
+            Err(e) => {
+                self.stop_and_join();
+                Err(e)
+            }
+        }
+    }
+
+    /// Waits until every thread runs with its settings. On the first error
+    /// (or a thread that never reports within `timeout`), stops and joins
+    /// them all and returns that error.
+    pub fn await_ready(&mut self, timeout: std::time::Duration) -> std::result::Result<(), String> {
+        drop(self.ready_tx.take());
+        let r = await_ready(&self.ready_rx, self.handles.len(), timeout);
+        if r.is_err() {
+            self.stop_and_join();
+        }
+        r
+    }
+
+    pub fn all_finished(&self) -> bool {
+        self.handles.iter().all(|h| h.is_finished())
+    }
+
+    pub fn len(&self) -> usize {
+        self.handles.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.handles.is_empty()
+    }
+
+    /// Tells the threads to stop (they finish what they do).
+    pub fn stop(&self) {
+        (self.stop)();
+    }
+
+    /// Waits for every thread; a panic becomes an error naming it.
+    pub fn join(mut self) -> Vec<anyhow::Result<U>> {
+        std::mem::take(&mut self.handles)
+            .into_iter()
+            .map(|h| {
+                let name = h.thread().name().unwrap_or("?").to_string();
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("thread {name} panicked")))
+            })
+            .collect()
+    }
+
+    fn stop_and_join(&mut self) {
+        if self.handles.is_empty() {
+            return;
+        }
+        (self.stop)();
+        for h in std::mem::take(&mut self.handles) {
+            let _ = h.join();
+        }
+    }
+}
+
+impl<U: Send + 'static> Drop for ThreadGroup<U> {
+    /// A group dropped before [`ThreadGroup::join`] (an error or panic in
+    /// the caller) still stops and joins its threads.
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
+}
+
 /// A CPU list as one value ("0,2-3"), for command lines and configs.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct CpuList(pub Vec<usize>);
@@ -357,6 +480,37 @@ impl DmaLatencyGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One thread whose settings fail stops the whole group: the caller
+    /// gets that error, and every other thread has been told and joined.
+    #[test]
+    fn a_thread_group_with_a_failed_start_stops_and_joins_all() {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let stop = Arc::new(AtomicBool::new(false));
+        let ended = Arc::new(AtomicUsize::new(0));
+        let s = stop.clone();
+        let mut g: ThreadGroup<()> = ThreadGroup::new(move || s.store(true, Ordering::Relaxed));
+        for i in 0..3 {
+            let settings = ThreadSettings {
+                affinity: if i == 1 { vec![4095] } else { vec![] },
+                ..Default::default()
+            };
+            let (stop, ended) = (stop.clone(), ended.clone());
+            g.spawn(&format!("t{i}"), settings, move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                ended.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            })
+            .unwrap();
+        }
+        let e = g.await_ready(std::time::Duration::from_secs(5)).unwrap_err();
+        assert!(e.contains("4095") || e.to_lowercase().contains("cpu"), "{e}");
+        assert_eq!(ended.load(Ordering::Relaxed), 2, "the two started threads were joined");
+        assert!(g.is_empty());
+    }
 
     #[test]
     fn parses_policies() {

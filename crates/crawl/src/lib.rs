@@ -15,7 +15,7 @@ pub mod http;
 pub mod metrics;
 pub mod sink;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use config::{CrawlConfig, Phase};
 use engine::{EngineSetup, Report, StopFlags, Stream};
 use metrics::{Metrics, Outcomes};
@@ -189,8 +189,8 @@ pub fn run(
     let mut poll_consumers = Vec::new();
     let mut store_consumers = Vec::new();
     let mut spare_txs = Vec::new();
-    let mut handles = Vec::new();
-    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+    let aborter = flags.clone();
+    let mut vcpus = ontime_core::rt::ThreadGroup::new(move || aborter.abort.store(true, Ordering::Relaxed));
     for (t, streams) in per_thread.into_iter().enumerate() {
         let (spare_tx, spare_rx) = mpsc::channel();
         // Two spare sets per thread so the steady state never allocates.
@@ -231,31 +231,12 @@ pub fn run(
             store_records,
             records_dropped: records_dropped.clone(),
         };
-        let settings = opts.thread.clone();
-        let ready = ready_tx.clone();
-        let h = std::thread::Builder::new()
-            .name(format!("crawl-vcpu{t}"))
-            .spawn(move || -> Result<()> {
-                ontime_core::rt::set_thread_name(&format!("crawl-vcpu{t}"));
-                if let Err(e) = settings.apply() {
-                    let _ = ready.send(Err(format!("{e:#}")));
-                    return Err(e);
-                }
-                let _ = ready.send(Ok(()));
-                engine::run(setup)
-            })
-            .context("cannot start a vCPU thread")?;
-        handles.push(h);
+        vcpus.spawn(&format!("crawl-vcpu{t}"), opts.thread.clone(), move || {
+            engine::run(setup)
+        })?;
     }
     drop(report_tx);
-    drop(ready_tx);
-    if let Err(e) = ontime_core::rt::await_ready(&ready_rx, k, Duration::from_secs(5)) {
-        flags.abort.store(true, Ordering::Relaxed);
-        for h in handles {
-            let _ = h.join();
-        }
-        anyhow::bail!("{e}");
-    }
+    vcpus.await_ready(Duration::from_secs(5)).map_err(anyhow::Error::msg)?;
 
     // This thread collects and the sink writes: neither may take CPU time a
     // vCPU thread wants (they may share its CPU or cgroup).
@@ -365,11 +346,9 @@ pub fn run(
     }
     flush(u64::MAX, &mut pending, &mut totals)?;
     let mut failures = Vec::new();
-    for h in handles {
-        match h.join() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => failures.push(format!("{e:#}")),
-            Err(_) => failures.push("a vCPU thread panicked".into()),
+    for r in vcpus.join() {
+        if let Err(e) = r {
+            failures.push(format!("{e:#}"));
         }
     }
     sink_done.store(true, Ordering::Release);

@@ -10,7 +10,7 @@
 //! every planned wake-up it missed as a sample with its full lateness and
 //! counts it as an overrun. Does not own load generation (ontime-load).
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use ontime_core::duration::format_ns;
 use ontime_core::manifest::Manifest;
 use ontime_core::rt::{Policy, ThreadSettings};
@@ -317,9 +317,9 @@ pub fn run(
         )?),
         None => None,
     };
-    let mut handles = Vec::new();
+    let stopper = stop.clone();
+    let mut group = ontime_core::rt::ThreadGroup::new(move || stopper.store(true, Ordering::Relaxed));
     let mut lives = Vec::new();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
     for t in 0..opts.threads {
         let live = Arc::new(LiveCounters::default());
         lives.push(live.clone());
@@ -331,57 +331,39 @@ pub fn run(
         };
         let interval = opts.interval_ns + t as u64 * opts.distance_ns;
         let (loops, hist_us, stop) = (opts.loops, opts.histogram_us, stop.clone());
-        let ready = ready_tx.clone();
         let split = collector.as_mut().map(|c| c.split_for(t, interval));
-        handles.push(
-            std::thread::Builder::new()
-                .name(format!("cyclic{t}"))
-                .spawn(move || -> Result<ThreadResult> {
-                    ontime_core::rt::set_thread_name(&format!("cyclic{t}"));
-                    if let Err(e) = settings.apply() {
-                        let _ = ready.send(Err(format!("{e:#}")));
-                        return Err(e);
-                    }
-                    let _ = ready.send(Ok(()));
-                    // SAFETY: gettid has no preconditions.
-                    let tid = unsafe { libc::gettid() };
-                    let mut stats = ThreadStats::new(hist_us);
-                    let plan = Schedule {
-                        start,
-                        interval_ns: interval,
-                        loops,
-                        end,
-                    };
-                    stats.split = split;
-                    probe_loop(&SystemClock, plan, &stop, &mut stats, &live);
-                    if let Some(mut s) = stats.split.take() {
-                        s.ship();
-                    }
-                    Ok(ThreadResult {
-                        thread: t,
-                        tid,
-                        cpu,
-                        interval_ns: interval,
-                        overruns: stats.overruns,
-                        avg_ns: (!stats.latency.is_empty())
-                            .then(|| (stats.sum_ns / stats.latency.len() as u128) as u64),
-                        latency: stats.latency.summary(None),
-                        woken: stats.woken.summary(None),
-                        stats,
-                    })
-                })
-                .context("cannot start a probe thread")?,
-        );
+        group.spawn(&format!("cyclic{t}"), settings, move || {
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() };
+            let mut stats = ThreadStats::new(hist_us);
+            let plan = Schedule {
+                start,
+                interval_ns: interval,
+                loops,
+                end,
+            };
+            stats.split = split;
+            probe_loop(&SystemClock, plan, &stop, &mut stats, &live);
+            if let Some(mut s) = stats.split.take() {
+                s.ship();
+            }
+            Ok(ThreadResult {
+                thread: t,
+                tid,
+                cpu,
+                interval_ns: interval,
+                overruns: stats.overruns,
+                avg_ns: (!stats.latency.is_empty()).then(|| (stats.sum_ns / stats.latency.len() as u128) as u64),
+                latency: stats.latency.summary(None),
+                woken: stats.woken.summary(None),
+                stats,
+            })
+        })?;
     }
-    drop(ready_tx);
-    if let Err(e) = ontime_core::rt::await_ready(&ready_rx, opts.threads, std::time::Duration::from_secs(5)) {
-        stop.store(true, Ordering::Relaxed);
-        for h in handles {
-            let _ = h.join();
-        }
-        anyhow::bail!("{e}");
-    }
-    while !handles.iter().all(|h| h.is_finished()) {
+    group
+        .await_ready(std::time::Duration::from_secs(5))
+        .map_err(anyhow::Error::msg)?;
+    while !group.all_finished() {
         std::thread::sleep(std::time::Duration::from_millis(200));
         on_tick(&lives);
         if let Some(c) = collector.as_mut() {
@@ -390,8 +372,8 @@ pub fn run(
     }
     let mut threads = Vec::new();
     let (mut all, mut woken) = (LatencyHistogram::new(), LatencyHistogram::new());
-    for h in handles {
-        let mut r = h.join().map_err(|_| anyhow::anyhow!("a probe thread panicked"))??;
+    for r in group.join() {
+        let mut r = r?;
         all.add(&r.stats.latency);
         woken.add(&r.stats.woken);
         r.latency = r.stats.latency.summary(opts.threshold_ns);

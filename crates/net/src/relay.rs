@@ -87,10 +87,10 @@ struct ThreadTotals {
     delay: LatencyHistogram,
 }
 
-/// A running relay; [`Relay::stop`] ends it and returns the report.
+/// A running relay; [`Relay::stop`] ends it and returns the report. Its
+/// threads stop when it is dropped, too.
 pub struct Relay {
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<Result<ThreadTotals>>>,
+    threads: ontime_core::rt::ThreadGroup<ThreadTotals>,
     settings: RelaySettings,
 }
 
@@ -110,8 +110,8 @@ impl Relay {
         let stop = Arc::new(AtomicBool::new(false));
         let by_mac: Vec<([u8; 6], i32)> = tenants.iter().map(|t| (t.mac, t.ifindex)).collect();
         let fanout_id = std::process::id() & 0xffff;
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
-        let mut threads = Vec::new();
+        let stopper = stop.clone();
+        let mut threads = ontime_core::rt::ThreadGroup::new(move || stopper.store(true, Ordering::Relaxed));
         for j in 0..settings.threads {
             let mut ingress: Vec<Ingress> = tenants
                 .iter()
@@ -126,41 +126,26 @@ impl Relay {
                 ifindex: building.ifindex,
                 to: None,
             });
-            let (by_mac, thread_stop, s, ready) = (by_mac.clone(), stop.clone(), settings.clone(), ready_tx.clone());
+            let (by_mac, stop, discipline) = (by_mac.clone(), stop.clone(), settings.discipline());
             let fan = (settings.threads > 1).then_some(fanout_id);
-            let spawned = std::thread::Builder::new().name(format!("relay{j}")).spawn(move || {
-                ontime_core::rt::set_thread_name(&ontime_core::names::relay_thread(j));
-                let r = s.thread.apply().map_err(|e| format!("{e:#}"));
-                let _ = ready.send(r.clone());
-                r.map_err(anyhow::Error::msg)?;
-                run_thread(ingress, by_mac, fan, s.discipline(), &thread_stop)
-            });
-            match spawned {
-                Ok(t) => threads.push(t),
-                Err(e) => {
-                    stop_and_join(&stop, threads);
-                    return Err(e).context("cannot start a relay thread");
-                }
-            }
+            threads.spawn(
+                &ontime_core::names::relay_thread(j),
+                settings.thread.clone(),
+                move || run_thread(ingress, by_mac, fan, discipline, &stop),
+            )?;
         }
-        drop(ready_tx);
-        if let Err(e) = ontime_core::rt::await_ready(&ready_rx, settings.threads, std::time::Duration::from_secs(5)) {
-            stop_and_join(&stop, threads);
-            anyhow::bail!("relay thread settings: {e}");
-        }
-        Ok(Relay {
-            stop,
-            threads,
-            settings,
-        })
+        threads
+            .await_ready(std::time::Duration::from_secs(5))
+            .map_err(|e| anyhow::anyhow!("relay thread settings: {e}"))?;
+        Ok(Relay { threads, settings })
     }
 
     /// Stops the threads and returns what they measured.
-    pub fn stop(mut self) -> Result<RelayReport> {
-        self.stop.store(true, Ordering::Relaxed);
+    pub fn stop(self) -> Result<RelayReport> {
+        self.threads.stop();
         let mut all = ThreadTotals::default();
-        for t in std::mem::take(&mut self.threads) {
-            let t = t.join().map_err(|_| anyhow::anyhow!("a relay thread panicked"))??;
+        for t in self.threads.join() {
+            let t = t?;
             all.frames += t.frames;
             all.bytes += t.bytes;
             all.dropped += t.dropped;
@@ -168,7 +153,7 @@ impl Relay {
             all.delay.add(&t.delay);
         }
         Ok(RelayReport {
-            settings: self.settings.clone(),
+            settings: self.settings,
             frames: all.frames,
             bytes: all.bytes,
             dropped: all.dropped,
@@ -176,21 +161,6 @@ impl Relay {
             delay: all.delay.summary(None),
             delay_histogram: all.delay,
         })
-    }
-}
-
-impl Drop for Relay {
-    /// A relay dropped without [`Relay::stop`] (an error or panic in the
-    /// caller) still ends its threads.
-    fn drop(&mut self) {
-        stop_and_join(&self.stop, std::mem::take(&mut self.threads));
-    }
-}
-
-fn stop_and_join<T>(stop: &AtomicBool, threads: Vec<std::thread::JoinHandle<T>>) {
-    stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        let _ = t.join();
     }
 }
 
