@@ -12,6 +12,19 @@ fn ontime() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ontime"))
 }
 
+/// `ontime crawl --with-gateway` polling building b0 of a gateway it
+/// starts on `port`.
+fn crawl_with_gateway(port: u16) -> Command {
+    let mut c = ontime();
+    c.args([
+        "crawl",
+        "--with-gateway",
+        "--url",
+        &format!("http://127.0.0.1:{port}/b0"),
+    ]);
+    c
+}
+
 /// A free loopback port (bound then released; tests use distinct ones).
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -106,13 +119,7 @@ fn crawl_counts_add_up_and_interval_error_matches_gateway_log() {
     let dir = tempfile::tempdir().unwrap();
     let (log, result) = (dir.path().join("recv.log"), dir.path().join("r.json"));
     let port = free_port();
-    let out = ontime()
-        .args([
-            "crawl",
-            "--with-gateway",
-            "--url",
-            &format!("http://127.0.0.1:{port}/b0"),
-        ])
+    let out = crawl_with_gateway(port)
         .args([
             "--points",
             "200",
@@ -443,13 +450,7 @@ fn store_hlog_and_poll_records_are_written() {
         dir.path().join("p.csv"),
     );
     let port = free_port();
-    let out = ontime()
-        .args([
-            "crawl",
-            "--with-gateway",
-            "--url",
-            &format!("http://127.0.0.1:{port}/b0"),
-        ])
+    let out = crawl_with_gateway(port)
         .args([
             "--points",
             "50",
@@ -568,13 +569,7 @@ fn gateway_faults_are_counted_by_outcome() {
 #[test]
 fn work_per_poll_is_spent_on_the_vcpu_thread() {
     let port = free_port();
-    let out = ontime()
-        .args([
-            "crawl",
-            "--with-gateway",
-            "--url",
-            &format!("http://127.0.0.1:{port}/b0"),
-        ])
+    let out = crawl_with_gateway(port)
         .args([
             "--rate",
             "100",
@@ -638,13 +633,7 @@ fn a_full_disk_under_the_gateway_log_fails_the_crawl_and_names_the_file() {
     let result = tempfile::tempdir().unwrap();
     let result = result.path().join("r.json");
     let port = free_port();
-    let out = ontime()
-        .args([
-            "crawl",
-            "--with-gateway",
-            "--url",
-            &format!("http://127.0.0.1:{port}/b0"),
-        ])
+    let out = crawl_with_gateway(port)
         .args(["--rate", "200", "-D", "3s", "--no-dma-latency", "--gateway-log"])
         .arg(&log)
         .arg("--result")
