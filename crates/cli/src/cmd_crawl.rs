@@ -9,15 +9,16 @@ use ontime_core::caps::Capabilities;
 use ontime_core::duration::{format_ns, parse_ns};
 use ontime_core::limits;
 use ontime_core::manifest::Manifest;
+use ontime_core::proc::{ChildProcess, SpawnOptions};
 use ontime_core::rt::{CpuList, Policy, ThreadSettings};
 use ontime_crawl::config::{CrawlConfig, CrawlFile, GatewaySpec, Phase};
 use ontime_crawl::engine::StopFlags;
 use ontime_crawl::RunOptions;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[derive(Args)]
 pub struct CrawlArgs {
@@ -292,9 +293,9 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
 }
 
 /// A gateway child process serving what the crawl will poll; stopped (and
-/// its receive log flushed) on drop.
+/// its receive log flushed) when dropped.
 struct LocalGateway {
-    child: Child,
+    child: ChildProcess,
     _config: tempfile::NamedTempFile,
 }
 
@@ -336,38 +337,20 @@ impl LocalGateway {
             cmd.arg("--log").arg(l);
         }
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-        use std::os::unix::process::CommandExt;
-        // SAFETY: only an async-signal-safe prctl before exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                Ok(())
-            });
-        }
-        let mut child = cmd.spawn().context("cannot start the local gateway")?;
-        let t0 = Instant::now();
+        let mut child = ChildProcess::spawn(
+            "the local gateway",
+            &mut cmd,
+            SpawnOptions {
+                death_signal: libc::SIGTERM,
+                ..Default::default()
+            },
+        )?;
         let addrs: Vec<_> = seen.iter().map(|(a, _)| *a).collect();
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                let mut err = String::new();
-                if let Some(mut e) = child.stderr.take() {
-                    use std::io::Read;
-                    let _ = e.read_to_string(&mut err);
-                }
-                anyhow::bail!("the local gateway exited ({status}): {}", err.trim());
-            }
-            if addrs
+        child.wait_until(Duration::from_secs(5), || {
+            addrs
                 .iter()
                 .all(|a| std::net::TcpStream::connect_timeout(a, Duration::from_millis(100)).is_ok())
-            {
-                break;
-            }
-            if t0.elapsed() > Duration::from_secs(5) {
-                let _ = child.kill();
-                anyhow::bail!("the local gateway did not start listening within 5 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        })?;
         Ok(LocalGateway { child, _config: file })
     }
 }
@@ -376,11 +359,10 @@ impl LocalGateway {
     /// Stops the gateway and reports its failure (e.g. a receive log that
     /// hit a full disk) as the crawl's.
     fn finish(mut self) -> anyhow::Result<()> {
-        let status = self.stop();
-        match status {
+        match self.child.stop() {
             Some(s) if !s.success() => {
                 let mut err = String::new();
-                if let Some(mut e) = self.child.stderr.take() {
+                if let Some(mut e) = self.child.child_mut().and_then(|c| c.stderr.take()) {
                     use std::io::Read;
                     let _ = e.read_to_string(&mut err);
                 }
@@ -388,28 +370,6 @@ impl LocalGateway {
                 anyhow::bail!("the local gateway failed ({s}): {err}")
             }
             _ => Ok(()),
-        }
-    }
-
-    fn stop(&mut self) -> Option<std::process::ExitStatus> {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(3) {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                return Some(s);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        self.child.wait().ok()
-    }
-}
-
-impl Drop for LocalGateway {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            self.stop();
         }
     }
 }

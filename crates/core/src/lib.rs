@@ -18,6 +18,7 @@ pub mod interval;
 pub mod limits;
 pub mod manifest;
 pub mod names;
+pub mod proc;
 pub mod rt;
 pub mod stats;
 pub mod testing;

@@ -2,13 +2,14 @@
 //! cgroups and the host I/O path (or `perf sched record`, the peer in the
 //! overhead benchmark), plus the host's busy CPU over the run.
 use crate::scenario::Recorder;
+use ontime_core::proc::{ChildProcess, SpawnOptions};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use ontime_core::time::MonoNs;
 use ontime_sched::analyze::AnalysisOptions;
 use ontime_trace::recorder::{record, Mechanism, NoSink, RecordOptions, RecordSummary};
@@ -54,20 +55,6 @@ impl Drop for StopOnDrop {
     }
 }
 
-/// Ends perf if a run fails before `finish` (pid 0 = already reaped).
-pub struct KillOnDrop(i32);
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if self.0 > 0 {
-            // SAFETY: our own child, not yet reaped.
-            unsafe {
-                libc::kill(self.0, libc::SIGINT);
-                libc::waitpid(self.0, std::ptr::null_mut(), 0);
-            }
-        }
-    }
-}
-
 pub enum Observer {
     Ontime {
         stop: StopOnDrop,
@@ -76,7 +63,8 @@ pub enum Observer {
         t0: MonoNs,
     },
     Perf {
-        pid: KillOnDrop,
+        /// perf writes its data on SIGINT; stopped so if a run fails.
+        child: ChildProcess,
         busy0: Option<u64>,
         t0: MonoNs,
     },
@@ -112,17 +100,24 @@ pub fn start(recorder: Recorder, lab: &Lab, dir: &Path) -> Result<Observer> {
             t0: MonoNs::now(),
         }),
         Recorder::Perf => {
-            let child = std::process::Command::new("perf")
-                .args(["sched", "record", "-a", "-q", "-o"])
+            let mut cmd = std::process::Command::new("perf");
+            cmd.args(["sched", "record", "-a", "-q", "-o"])
                 .arg(dir.join("perf.data"))
                 .stdout(std::process::Stdio::null())
-                .stderr(std::fs::File::create(dir.join("perf.err"))?)
-                .spawn()
-                .context("cannot start perf (observe.recorder = \"perf\"; scripts/setup.sh installs linux-perf)")?;
+                .stderr(std::fs::File::create(dir.join("perf.err"))?);
+            let child = ChildProcess::spawn(
+                "perf (observe.recorder = \"perf\"; scripts/setup.sh installs linux-perf)",
+                &mut cmd,
+                SpawnOptions {
+                    stop_signal: libc::SIGINT,
+                    grace: Duration::from_secs(30),
+                    ..Default::default()
+                },
+            )?;
             // perf needs a moment to open its events on every CPU.
             std::thread::sleep(Duration::from_millis(500));
             Ok(Observer::Perf {
-                pid: KillOnDrop(child.id() as i32),
+                child,
                 busy0,
                 t0: MonoNs::now(),
             })
@@ -204,20 +199,10 @@ impl Observer {
                     ..Default::default()
                 }
             }
-            Observer::Perf {
-                pid: mut guard,
-                busy0,
-                t0,
-            } => {
+            Observer::Perf { mut child, busy0, t0 } => {
                 let (span_ns, host_busy_pct) = busy(busy0, t0);
-                let pid = guard.0;
-                guard.0 = 0;
-                // SAFETY: our own child; wait4 reaps it and reports its CPU.
-                unsafe { libc::kill(pid, libc::SIGINT) };
-                let mut status = 0;
-                let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-                unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
-                let cpu = ontime_core::time::rusage_cpu_ns(&ru);
+                let (_, ru) = child.stop_with_usage();
+                let cpu = ru.map(|ru| ontime_core::time::rusage_cpu_ns(&ru)).unwrap_or(0);
                 let data = dir.join("perf.data");
                 let bytes = std::fs::metadata(&data).map(|m| m.len()).ok();
                 // The data is only the peer's cost; it is not analysed.

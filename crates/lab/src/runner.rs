@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 use ontime_core::caps::Capabilities;
 use ontime_core::fsio::write_atomic;
 use ontime_core::manifest::Manifest;
+use ontime_core::proc::ChildProcess;
 use ontime_core::rt::{parse_cpu_list, ThreadSettings};
 use ontime_load::{LoadGuard, LoadProfile};
 use ontime_net::{Relay, RelaySettings};
@@ -334,7 +335,10 @@ fn one_run(
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(dir.join("gateway.err"))?);
         let mut child = spawn_in(&mut gw, &lab.building.netns, None)?;
-        let stdout = child.stdout.take().context("gateway stdout")?;
+        let stdout = child
+            .child_mut()
+            .and_then(|c| c.stdout.take())
+            .context("gateway stdout")?;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -363,7 +367,7 @@ fn one_run(
 
     // Loads.
     let mut loads: Vec<LoadGuard> = Vec::new();
-    let mut wan: Vec<std::process::Child> = Vec::new();
+    let mut wan: Vec<ChildProcess> = Vec::new();
     for l in &c.effective_loads() {
         let profile: LoadProfile = match l.profile {
             LoadKind::None => continue,
@@ -379,7 +383,12 @@ fn one_run(
             Place::Tenants => {
                 for tn in &lab.tenants {
                     let (mut cmd, temp) = ontime_load::command(profile, l.workers, max)?;
-                    let child = spawn_in(&mut cmd, &tn.net.netns, if native { None } else { tn.cgroup.as_ref() })?;
+                    let child = crate::sandbox::spawn_with(
+                        &mut cmd,
+                        &tn.net.netns,
+                        if native { None } else { tn.cgroup.as_ref() },
+                        ontime_load::spawn_options(),
+                    )?;
                     loads.push(LoadGuard::adopt(child, profile, temp)?);
                 }
             }
@@ -479,7 +488,7 @@ fn one_run(
                 .iter_mut()
                 .find(|c| c.id() == *pid)
                 .context("lost a probe")?;
-            match child.try_wait()? {
+            match child.try_wait() {
                 Some(st) => exits[k] = Some(st.code().unwrap_or(-1)),
                 None => running += 1,
             }
@@ -488,9 +497,8 @@ fn one_run(
             break;
         }
         if opts.stop.load(Ordering::Relaxed) && !signalled {
-            for (_, pid) in &pids {
-                // SAFETY: signalling our own child probe.
-                unsafe { libc::kill(*pid as i32, libc::SIGINT) };
+            for c in lab.children().iter().filter(|c| pids.iter().any(|(_, p)| *p == c.id())) {
+                c.signal(libc::SIGINT);
             }
             signalled = true;
         }
@@ -507,10 +515,8 @@ fn one_run(
         rec.observe = Some(o.finish(dir));
     }
     drop(loads);
-    for mut w in wan {
-        let _ = w.kill();
-        let _ = w.wait();
-    }
+    // iperf3 clients and servers stop as their handles go.
+    drop(wan);
     let report = relay.stop()?;
     write_atomic(
         &dir.join("relay.json"),
@@ -532,7 +538,7 @@ fn one_run(
 /// The wan load: an iperf3 server per tenant on the building side and a UDP
 /// flow to it from every tenant (in its namespace and cgroup), so the host
 /// relay carries it (document 001's UDP between host and guest).
-fn start_wan(lab: &Lab, rate_mbit: f64, duration_ns: u64, native: bool) -> Result<Vec<std::process::Child>> {
+fn start_wan(lab: &Lab, rate_mbit: f64, duration_ns: u64, native: bool) -> Result<Vec<ChildProcess>> {
     anyhow::ensure!(
         ontime_core::caps::which("iperf3").is_some(),
         "the wan load needs iperf3: run scripts/setup.sh or apt-get install iperf3"

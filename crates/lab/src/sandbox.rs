@@ -14,10 +14,8 @@ use crate::cgroup::{self, Cgroup, Limits};
 use crate::names;
 use crate::sys::ip;
 use anyhow::{Context, Result};
-use std::fs::File;
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command};
+use ontime_core::proc::{ChildProcess, SpawnOptions};
+use std::process::Command;
 
 /// Undo actions, run in reverse order.
 #[derive(Default)]
@@ -85,7 +83,7 @@ pub struct Lab {
     pub building: Endpoint,
     pub tenants: Vec<Tenant>,
     pub cgroup_version: Option<cgroup::Version>,
-    children: Vec<Child>,
+    children: Vec<ChildProcess>,
     undo: Undo,
 }
 
@@ -265,7 +263,7 @@ impl Lab {
     }
 
     /// Processes that live as long as the lab (killed at teardown).
-    pub fn children(&mut self) -> &mut Vec<Child> {
+    pub fn children(&mut self) -> &mut Vec<ChildProcess> {
         &mut self.children
     }
 
@@ -275,10 +273,7 @@ impl Lab {
     }
 
     fn teardown(&mut self) {
-        for c in self.children.iter_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        // Each child is stopped (SIGTERM, then SIGKILL) as it is dropped.
         self.children.clear();
         self.undo.run();
     }
@@ -290,41 +285,22 @@ impl Drop for Lab {
     }
 }
 
-/// Spawns `cmd` in network namespace `netns` and `cgroup`.
-pub fn spawn_in(cmd: &mut Command, netns: &str, cgroup: Option<&Cgroup>) -> Result<Child> {
-    let ns = File::open(format!("/run/netns/{netns}")).with_context(|| format!("no network namespace {netns}"))?;
-    let mut procs = Vec::new();
-    if let Some(cg) = cgroup {
-        for f in cg.procs_files() {
-            procs.push(
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&f)
-                    .with_context(|| format!("cannot open {}", f.display()))?,
-            );
-        }
-    }
-    let ns_fd = ns.as_raw_fd();
-    let proc_fds: Vec<i32> = procs.iter().map(|f| f.as_raw_fd()).collect();
-    // SAFETY: only async-signal-safe syscalls between fork and exec; the fds
-    // stay open in the parent (`ns`, `procs`) until spawn returns.
-    unsafe {
-        cmd.pre_exec(move || {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            if libc::setns(ns_fd, libc::CLONE_NEWNET) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // Writing "0" to cgroup.procs moves the writing process.
-            for &fd in &proc_fds {
-                if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-    let child = cmd.spawn().context("cannot start a process in the lab")?;
-    drop(procs);
-    drop(ns);
-    Ok(child)
+/// Spawns `cmd` in network namespace `netns` and `cgroup`, dying with
+/// ontime, stopped (SIGTERM, then SIGKILL) when the handle is dropped.
+pub fn spawn_in(cmd: &mut Command, netns: &str, cgroup: Option<&Cgroup>) -> Result<ChildProcess> {
+    spawn_with(cmd, netns, cgroup, SpawnOptions::default())
+}
+
+/// [`spawn_in`] with other stop settings (a process group, a grace period).
+pub fn spawn_with(cmd: &mut Command, netns: &str, cgroup: Option<&Cgroup>, opts: SpawnOptions) -> Result<ChildProcess> {
+    let what = cmd.get_program().to_string_lossy().into_owned();
+    ChildProcess::spawn(
+        &format!("{what} in the lab ({netns})"),
+        cmd,
+        SpawnOptions {
+            netns: Some(format!("/run/netns/{netns}").into()),
+            cgroup_procs: cgroup.map(|cg| cg.procs_files()).unwrap_or_default(),
+            ..opts
+        },
+    )
 }

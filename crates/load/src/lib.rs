@@ -9,11 +9,11 @@
 //! Does not measure anything.
 
 use anyhow::{bail, Context, Result};
+use ontime_core::proc::{ChildProcess, SpawnOptions};
 use serde::{Deserialize, Serialize};
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::str::FromStr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A load profile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,9 +98,9 @@ impl LoadProfile {
     }
 }
 
-/// The stress-ng command for `profile`, in its own process group and dying
-/// with its parent, and the temporary directory it works in (keep it alive
-/// as long as the load runs).
+/// The stress-ng command for `profile`, and the temporary directory it
+/// works in (keep it alive as long as the load runs). Start it with
+/// [`spawn_options`] (its own process group, dying with its parent).
 pub fn command(profile: LoadProfile, workers: usize, max_duration: Duration) -> Result<(Command, tempfile::TempDir)> {
     let bin = ontime_core::caps::which("stress-ng")
         .context("stress-ng is not installed: run scripts/setup.sh or apt-get install stress-ng")?;
@@ -116,20 +116,21 @@ pub fn command(profile: LoadProfile, workers: usize, max_duration: Duration) -> 
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    // SAFETY: the closure only calls async-signal-safe syscalls.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::setpgid(0, 0);
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
     Ok((cmd, temp))
+}
+
+/// How stress-ng runs: in a process group of its own, so a stop reaches
+/// every stressor worker, and killed if ontime dies.
+pub fn spawn_options() -> SpawnOptions {
+    SpawnOptions {
+        own_group: true,
+        ..Default::default()
+    }
 }
 
 /// Running stress-ng; stops it (the whole process group) on drop.
 pub struct LoadGuard {
-    child: Option<Child>,
+    child: Option<ChildProcess>,
     profile: LoadProfile,
     _temp: tempfile::TempDir,
 }
@@ -139,13 +140,14 @@ impl LoadGuard {
     /// stress-ng's own lifetime in case every other stop fails.
     pub fn start(profile: LoadProfile, workers: usize, max_duration: Duration) -> Result<LoadGuard> {
         let (mut cmd, temp) = command(profile, workers, max_duration)?;
-        let child = cmd.spawn().context("cannot start stress-ng")?;
+        let child = ChildProcess::spawn("stress-ng", &mut cmd, spawn_options())?;
         LoadGuard::adopt(child, profile, temp)
     }
 
-    /// Takes charge of a stress-ng started from [`command`] by the caller
-    /// (e.g. inside a tenant's namespace and cgroup).
-    pub fn adopt(child: Child, profile: LoadProfile, temp: tempfile::TempDir) -> Result<LoadGuard> {
+    /// Takes charge of a stress-ng started from [`command`] with
+    /// [`spawn_options`] by the caller (e.g. inside a tenant's namespace and
+    /// cgroup).
+    pub fn adopt(child: ChildProcess, profile: LoadProfile, temp: tempfile::TempDir) -> Result<LoadGuard> {
         let mut g = LoadGuard {
             child: Some(child),
             profile,
@@ -153,11 +155,9 @@ impl LoadGuard {
         };
         // stress-ng exits at once on a bad option: catch that here.
         std::thread::sleep(Duration::from_millis(300));
-        if let Some(c) = g.child.as_mut() {
-            if let Ok(Some(status)) = c.try_wait() {
-                g.child = None;
-                bail!("stress-ng for load '{profile}' exited at start ({status}); run it by hand to see why");
-            }
+        if let Some(status) = g.child.as_mut().and_then(|c| c.try_wait()) {
+            g.child = None;
+            bail!("stress-ng for load '{profile}' exited at start ({status}); run it by hand to see why");
         }
         Ok(g)
     }
@@ -170,29 +170,12 @@ impl LoadGuard {
         self.child.as_ref().map(|c| c.id())
     }
 
-    /// Stops the load: SIGTERM to the group, SIGKILL after 3 s.
+    /// Stops the load: SIGTERM to the group, SIGKILL after 3 s, and no
+    /// stressor worker left behind (they reparent when their parent exits).
     pub fn stop(&mut self) {
         let Some(mut child) = self.child.take() else { return };
-        let pgid = child.id() as libc::pid_t;
-        // SAFETY: signalling our own child's process group.
-        unsafe { libc::kill(-pgid, libc::SIGTERM) };
-        let t0 = Instant::now();
-        loop {
-            match child.try_wait() {
-                Ok(Some(_)) => break,
-                Ok(None) if t0.elapsed() < Duration::from_secs(3) => std::thread::sleep(Duration::from_millis(20)),
-                _ => {
-                    // SAFETY: as above.
-                    unsafe { libc::kill(-pgid, libc::SIGKILL) };
-                    let _ = child.wait();
-                    break;
-                }
-            }
-        }
-        // Stressor workers left behind in the group (they reparent when the
-        // parent exits): make sure none survive.
-        // SAFETY: as above; ESRCH when the group is already empty.
-        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        child.stop();
+        child.signal_group_kill();
     }
 }
 

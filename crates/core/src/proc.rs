@@ -1,0 +1,286 @@
+//! Child processes ontime starts (gateways, probes, loads, recorders,
+//! iperf3): one way to place them (a network namespace, cgroups, a process
+//! group of their own), to tie their life to ours (PR_SET_PDEATHSIG), to
+//! wait until they are ready, and to stop them (a signal to the process or
+//! its group, SIGKILL after a grace period). A [`ChildProcess`] dropped
+//! without [`ChildProcess::stop`] is stopped all the same, so an error or a
+//! panic in the caller leaves nothing running.
+
+use anyhow::{Context, Result};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+/// Where and how a child runs.
+#[derive(Clone, Debug)]
+pub struct SpawnOptions {
+    /// A network namespace file (`/run/netns/NAME`) to enter.
+    pub netns: Option<PathBuf>,
+    /// `cgroup.procs` files to join (one per controller hierarchy on v1).
+    pub cgroup_procs: Vec<PathBuf>,
+    /// Its own process group, so a stop reaches its children too.
+    pub own_group: bool,
+    /// Signal the kernel sends it when ontime dies.
+    pub death_signal: i32,
+    /// Signal that asks it to stop (SIGTERM; SIGINT for perf, which writes
+    /// its data on SIGINT).
+    pub stop_signal: i32,
+    /// How long a stop waits before SIGKILL.
+    pub grace: Duration,
+}
+
+impl Default for SpawnOptions {
+    fn default() -> Self {
+        SpawnOptions {
+            netns: None,
+            cgroup_procs: Vec::new(),
+            own_group: false,
+            death_signal: libc::SIGKILL,
+            stop_signal: libc::SIGTERM,
+            grace: Duration::from_secs(3),
+        }
+    }
+}
+
+/// A running child that is stopped when dropped.
+pub struct ChildProcess {
+    child: Option<Child>,
+    what: String,
+    opts: SpawnOptions,
+    status: Option<ExitStatus>,
+}
+
+impl ChildProcess {
+    /// Starts `cmd` as `what` (named in errors) with `opts`.
+    pub fn spawn(what: &str, cmd: &mut Command, opts: SpawnOptions) -> Result<ChildProcess> {
+        let ns = match &opts.netns {
+            Some(p) => {
+                Some(std::fs::File::open(p).with_context(|| format!("{what}: no network namespace {}", p.display()))?)
+            }
+            None => None,
+        };
+        let mut procs = Vec::new();
+        for f in &opts.cgroup_procs {
+            procs.push(
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(f)
+                    .with_context(|| format!("{what}: cannot open {}", f.display()))?,
+            );
+        }
+        let ns_fd = ns.as_ref().map(|f| f.as_raw_fd());
+        let proc_fds: Vec<i32> = procs.iter().map(|f| f.as_raw_fd()).collect();
+        let (group, death) = (opts.own_group, opts.death_signal);
+        // SAFETY: only async-signal-safe syscalls between fork and exec; the
+        // descriptors stay open in the parent (`ns`, `procs`) until spawn
+        // returns.
+        unsafe {
+            cmd.pre_exec(move || {
+                if group {
+                    libc::setpgid(0, 0);
+                }
+                libc::prctl(libc::PR_SET_PDEATHSIG, death);
+                if let Some(fd) = ns_fd {
+                    if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                // Writing "0" to cgroup.procs moves the writing process.
+                for &fd in &proc_fds {
+                    if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().with_context(|| format!("cannot start {what}"))?;
+        Ok(ChildProcess {
+            child: Some(child),
+            what: what.into(),
+            opts,
+            status: None,
+        })
+    }
+
+    pub fn id(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// The std handle, e.g. to take its piped stdout.
+    pub fn child_mut(&mut self) -> Option<&mut Child> {
+        self.child.as_mut()
+    }
+
+    /// Its exit status, if it has exited (reaped once, remembered).
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            if let Some(c) = self.child.as_mut() {
+                self.status = c.try_wait().ok().flatten();
+            }
+        }
+        self.status
+    }
+
+    /// Sends `sig` to the child (or its group).
+    pub fn signal(&self, sig: i32) {
+        if self.status.is_some() {
+            return;
+        }
+        if let Some(c) = &self.child {
+            let pid = c.id() as libc::pid_t;
+            let target = if self.opts.own_group { -pid } else { pid };
+            // SAFETY: signalling our own child (or its group), not yet reaped.
+            unsafe { libc::kill(target, sig) };
+        }
+    }
+
+    /// [`ChildProcess::stop`], and what CPU the child used (user + system,
+    /// from wait4), e.g. a peer recorder's cost.
+    pub fn stop_with_usage(&mut self) -> (Option<ExitStatus>, Option<libc::rusage>) {
+        use std::os::unix::process::ExitStatusExt;
+        let Some(c) = self.child.take() else {
+            return (self.status, None);
+        };
+        if self.status.is_some() {
+            return (self.status, None); // reaped already: its usage is gone
+        }
+        let pid = c.id() as libc::pid_t;
+        let target = if self.opts.own_group { -pid } else { pid };
+        let mut status = 0;
+        // SAFETY: rusage is plain data, filled by wait4.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: signalling and reaping our own child (not reaped yet).
+        unsafe { libc::kill(target, self.opts.stop_signal) };
+        let t0 = Instant::now();
+        loop {
+            // SAFETY: as above; WNOHANG returns 0 while it runs.
+            let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) };
+            if r == pid {
+                break;
+            }
+            if r < 0 || t0.elapsed() > self.opts.grace {
+                // SAFETY: as above.
+                unsafe {
+                    libc::kill(target, libc::SIGKILL);
+                    libc::wait4(pid, &mut status, 0, &mut ru);
+                }
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let st = ExitStatus::from_raw(status);
+        self.status = Some(st);
+        (Some(st), Some(ru))
+    }
+
+    /// SIGKILL to its whole process group even after the leader is gone
+    /// (workers that outlive their parent), when it has one.
+    pub fn signal_group_kill(&self) {
+        if let (true, Some(c)) = (self.opts.own_group, &self.child) {
+            // SAFETY: our child's process group; ESRCH when it is empty.
+            unsafe { libc::kill(-(c.id() as libc::pid_t), libc::SIGKILL) };
+        }
+    }
+
+    /// Waits until `ready()` says so. Fails if the child exits first
+    /// (with what it wrote to a piped stderr) or `timeout` passes.
+    pub fn wait_until(&mut self, timeout: Duration, mut ready: impl FnMut() -> bool) -> Result<()> {
+        let t0 = Instant::now();
+        loop {
+            if ready() {
+                return Ok(());
+            }
+            if let Some(st) = self.try_wait() {
+                let mut err = String::new();
+                if let Some(mut e) = self.child.as_mut().and_then(|c| c.stderr.take()) {
+                    use std::io::Read;
+                    let _ = e.read_to_string(&mut err);
+                }
+                anyhow::bail!("{} exited ({st}) before it was ready: {}", self.what, err.trim());
+            }
+            if t0.elapsed() > timeout {
+                anyhow::bail!("{} was not ready within {} s", self.what, timeout.as_secs_f64());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Asks it to stop, waits up to the grace period, then kills it.
+    /// Returns how it ended (None if it had to be killed).
+    pub fn stop(&mut self) -> Option<ExitStatus> {
+        if self.try_wait().is_none() {
+            self.signal(self.opts.stop_signal);
+            let t0 = Instant::now();
+            while t0.elapsed() < self.opts.grace {
+                if self.try_wait().is_some() {
+                    return self.status;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            self.signal(libc::SIGKILL);
+            if let Some(c) = self.child.as_mut() {
+                let _ = c.wait();
+            }
+            return None;
+        }
+        self.status
+    }
+}
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dropped_child_is_stopped_with_its_group() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "sleep 60 & sleep 60"]);
+        let c = ChildProcess::spawn(
+            "sleepers",
+            &mut cmd,
+            SpawnOptions {
+                own_group: true,
+                grace: Duration::from_millis(500),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let pgid = c.id().to_string();
+        std::thread::sleep(Duration::from_millis(100));
+        drop(c);
+        std::thread::sleep(Duration::from_millis(200));
+        // Any process of the group still running (zombies waiting for a
+        // reaper do not count)?
+        let alive: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+            .filter(|st| {
+                let after = st.rsplit_once(") ").map(|x| x.1).unwrap_or("");
+                let f: Vec<&str> = after.split_whitespace().collect();
+                f.len() > 2 && f[2] == pgid && f[0] != "Z"
+            })
+            .collect();
+        assert!(alive.is_empty(), "the group outlived its guard: {alive:?}");
+    }
+
+    #[test]
+    fn a_child_that_exits_before_ready_says_why() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo broken >&2; exit 3"])
+            .stderr(std::process::Stdio::piped());
+        let mut c = ChildProcess::spawn("tool", &mut cmd, SpawnOptions::default()).unwrap();
+        let e = c.wait_until(Duration::from_secs(5), || false).unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(msg.contains("tool exited") && msg.contains("broken"), "{msg}");
+    }
+}
