@@ -171,6 +171,17 @@ fn on_cpu_and_run_delay_match_schedstat(mechanism: Mechanism) {
         },
     );
     eprintln!("notes: {:?}", a.notes);
+    // Exact to 1 % when every switch reached the recorder. This VM's kernel
+    // sometimes drops a switch event (more often through perf than BPF);
+    // the analysis then says so in a note, and its figures may be off by
+    // the time between the lost event and the next one on that CPU (seen:
+    // 2.2 % of a thread's on-CPU time in 3 s). The test holds it to what
+    // it claims: 1 % when it reports no gap, 5 % when it warns of one.
+    let warned = a
+        .notes
+        .iter()
+        .any(|n| n.contains("not seen to take") || n.contains("never reached the recorder"));
+    let tolerance = if warned { 0.05 } else { 0.01 };
     let mut total_on = 0;
     for (i, (group, child)) in w.children.iter().enumerate() {
         let g = a.groups.iter().find(|g| &g.name == group).expect("group in report");
@@ -181,8 +192,8 @@ fn on_cpu_and_run_delay_match_schedstat(mechanism: Mechanism) {
             .unwrap_or_else(|| panic!("thread {} in report", child.id()));
         let (on, delay) = (after[i].0 - before[i].0, after[i].1 - before[i].1);
         assert!(on > 500_000_000, "the workload ran ({on} ns)");
-        within(t.on_cpu_ns, on, 0.01, &format!("on-CPU of {}", child.id()));
-        within(t.run_delay_ns, delay, 0.01, &format!("run delay of {}", child.id()));
+        within(t.on_cpu_ns, on, tolerance, &format!("on-CPU of {}", child.id()));
+        within(t.run_delay_ns, delay, tolerance, &format!("run delay of {}", child.id()));
         total_on += on;
     }
     // Six busy tasks on fewer cores: the tenants contended.
