@@ -101,3 +101,46 @@ fn main() {
         std::process::exit(code);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The probe command lines the lab builds (ontime-crawl's CrawlProbe,
+    /// ontime-cyclic's CyclicProbe) parse with the real flags.
+    #[test]
+    fn probe_command_lines_parse() {
+        use ontime_core::rt::Policy;
+        let crawl = ontime_crawl::CrawlProbe {
+            url: "http://10.77.0.1:8080/b0".into(),
+            rate: 200.0,
+            points_per_request: 10,
+            period_ns: 1_000_000_000,
+            duration_ns: 30_000_000_000,
+            vcpus: 2,
+            policy: Policy::Fifo { priority: 50 },
+            timeout_ns: Some(500_000_000),
+            work_per_poll_ns: Some(1_400_000),
+            hlog: Some("/tmp/t0.hlog".into()),
+            result: Some("/tmp/t0.json".into()),
+            dma_latency: false,
+        };
+        let cyclic = ontime_cyclic::CyclicProbe {
+            threads: 2,
+            interval_ns: 1_000_000,
+            duration_ns: 30_000_000_000,
+            policy: Policy::Rr { priority: 80 },
+            mlockall: true,
+            histogram: Some((20_000, "/tmp/t0.hist".into())),
+            hlog: Some("/tmp/t0.hlog".into()),
+            result: Some("/tmp/t0.json".into()),
+            dma_latency: false,
+        };
+        for args in [crawl.args(), cyclic.args()] {
+            let argv = std::iter::once(std::ffi::OsString::from("ontime")).chain(args.clone());
+            if let Err(e) = Cli::try_parse_from(argv) {
+                panic!("{args:?}: {e}");
+            }
+        }
+    }
+}

@@ -438,3 +438,65 @@ impl CrawlResult {
         s
     }
 }
+
+/// The `ontime crawl` command line of one probe, for callers that start the
+/// crawler as a process of its own (the lab's tenants). It lives beside the
+/// crawler so the flags and what they mean change together; the CLI tests
+/// parse it with the real argument parser.
+#[derive(Clone, Debug)]
+pub struct CrawlProbe {
+    pub url: String,
+    /// Polls per second.
+    pub rate: f64,
+    pub points_per_request: usize,
+    pub period_ns: u64,
+    pub duration_ns: u64,
+    pub vcpus: usize,
+    pub policy: ontime_core::rt::Policy,
+    pub timeout_ns: Option<u64>,
+    pub work_per_poll_ns: Option<u64>,
+    pub hlog: Option<PathBuf>,
+    pub result: Option<PathBuf>,
+    /// Hold /dev/cpu_dma_latency (false when the caller holds it already).
+    pub dma_latency: bool,
+}
+
+impl CrawlProbe {
+    /// The arguments after the binary's name, starting with `crawl`.
+    pub fn args(&self) -> Vec<std::ffi::OsString> {
+        let ns = |v: u64| format!("{v}ns");
+        let mut a: Vec<std::ffi::OsString> = vec![
+            "crawl".into(),
+            "--url".into(),
+            self.url.clone().into(),
+            "--rate".into(),
+            self.rate.to_string().into(),
+            "-N".into(),
+            self.points_per_request.to_string().into(),
+            "--period".into(),
+            ns(self.period_ns).into(),
+            "-D".into(),
+            ns(self.duration_ns).into(),
+            "--vcpus".into(),
+            self.vcpus.to_string().into(),
+            "--policy".into(),
+            self.policy.to_string().into(),
+        ];
+        if !self.dma_latency {
+            a.push("--no-dma-latency".into());
+        }
+        if let Some(t) = self.timeout_ns {
+            a.extend(["--timeout".into(), ns(t).into()]);
+        }
+        if let Some(w) = self.work_per_poll_ns {
+            a.extend(["--work-per-poll".into(), ns(w).into()]);
+        }
+        if let Some(p) = &self.hlog {
+            a.extend(["--hlog".into(), p.into()]);
+        }
+        if let Some(p) = &self.result {
+            a.extend(["--result".into(), p.into()]);
+        }
+        a
+    }
+}

@@ -618,3 +618,54 @@ mod tests {
         assert_eq!(st.latency.len(), 10);
     }
 }
+
+/// The `ontime cyclic` command line of one probe, for callers that start it
+/// as a process of its own (the lab's tenants); see `CrawlProbe` in
+/// ontime-crawl for why it lives here.
+#[derive(Clone, Debug)]
+pub struct CyclicProbe {
+    pub threads: usize,
+    pub interval_ns: u64,
+    pub duration_ns: u64,
+    pub policy: Policy,
+    pub mlockall: bool,
+    /// 1-us bins of the cyclictest-layout histogram, and where it goes.
+    pub histogram: Option<(usize, std::path::PathBuf)>,
+    pub hlog: Option<std::path::PathBuf>,
+    pub result: Option<std::path::PathBuf>,
+    pub dma_latency: bool,
+}
+
+impl CyclicProbe {
+    /// The arguments after the binary's name, starting with `cyclic`.
+    pub fn args(&self) -> Vec<std::ffi::OsString> {
+        let ns = |v: u64| format!("{v}ns");
+        let mut a: Vec<std::ffi::OsString> = vec![
+            "cyclic".into(),
+            "-t".into(),
+            self.threads.to_string().into(),
+            "-i".into(),
+            ns(self.interval_ns).into(),
+            "-D".into(),
+            ns(self.duration_ns).into(),
+            "--policy".into(),
+            self.policy.to_string().into(),
+        ];
+        if self.mlockall {
+            a.push("-m".into());
+        }
+        if !self.dma_latency {
+            a.push("--no-dma-latency".into());
+        }
+        if let Some((bins, file)) = &self.histogram {
+            a.extend(["-h".into(), bins.to_string().into(), "--histfile".into(), file.into()]);
+        }
+        if let Some(p) = &self.hlog {
+            a.extend(["--hlog".into(), p.into()]);
+        }
+        if let Some(p) = &self.result {
+            a.extend(["--result".into(), p.into()]);
+        }
+        a
+    }
+}

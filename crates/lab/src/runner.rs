@@ -401,7 +401,6 @@ fn one_run(
     // Probes.
     let online = ontime_core::limits::online_cpus();
     let vcpus = if native { online } else { t.vcpus };
-    let dur = format!("{}ns", c.duration);
     let mut pids = Vec::new();
     let tenants: Vec<(usize, String, Option<crate::cgroup::Cgroup>)> = lab
         .tenants
@@ -412,51 +411,41 @@ fn one_run(
         let i = *i;
         let result = dir.join(format!("t{i}.json"));
         let mut cmd = Command::new(&opts.exe);
+        // Results after the extra arguments, as before: a scenario may not
+        // redirect them.
         if let Some(cr) = &t.crawl {
-            cmd.args([
-                "crawl",
-                "--url",
-                &format!("http://{}:8080/b{i}", names::building_addr()),
-            ])
-            .args(["--rate", &cr.rate.to_string(), "-N", &cr.points_per_request.to_string()])
-            .args(["--period", &format!("{}ns", cr.period), "-D", &dur])
-            .args([
-                "--vcpus",
-                &vcpus.to_string(),
-                "--policy",
-                &t.policy.to_string(),
-                "--no-dma-latency",
-            ])
-            .arg("--hlog")
-            .arg(dir.join(format!("t{i}.hlog")));
-            if let Some(w) = cr.work_per_poll {
-                cmd.args(["--work-per-poll", &format!("{w}ns")]);
-            }
-            if let Some(to) = cr.timeout {
-                cmd.args(["--timeout", &format!("{to}ns")]);
-            }
+            cmd.args(
+                ontime_crawl::CrawlProbe {
+                    url: format!("http://{}:8080/b{i}", names::building_addr()),
+                    rate: cr.rate,
+                    points_per_request: cr.points_per_request,
+                    period_ns: cr.period,
+                    duration_ns: c.duration,
+                    vcpus,
+                    policy: t.policy,
+                    timeout_ns: cr.timeout,
+                    work_per_poll_ns: cr.work_per_poll,
+                    hlog: Some(dir.join(format!("t{i}.hlog"))),
+                    result: None,
+                    dma_latency: false,
+                }
+                .args(),
+            );
         } else if let Some(cy) = &t.cyclic {
-            cmd.args([
-                "cyclic",
-                "-t",
-                &vcpus.to_string(),
-                "-i",
-                &format!("{}ns", cy.interval),
-                "-D",
-                &dur,
-            ])
-            .args([
-                "--policy",
-                &t.policy.to_string(),
-                "-m",
-                "--no-dma-latency",
-                "-h",
-                "20000",
-            ])
-            .arg("--histfile")
-            .arg(dir.join(format!("t{i}.hist")))
-            .arg("--hlog")
-            .arg(dir.join(format!("t{i}.hlog")));
+            cmd.args(
+                ontime_cyclic::CyclicProbe {
+                    threads: vcpus,
+                    interval_ns: cy.interval,
+                    duration_ns: c.duration,
+                    policy: t.policy,
+                    mlockall: true,
+                    histogram: Some((20_000, dir.join(format!("t{i}.hist")))),
+                    hlog: Some(dir.join(format!("t{i}.hlog"))),
+                    result: None,
+                    dma_latency: false,
+                }
+                .args(),
+            );
         }
         for a in &t.extra_args {
             cmd.arg(

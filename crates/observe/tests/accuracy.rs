@@ -193,7 +193,12 @@ fn on_cpu_and_run_delay_match_schedstat(mechanism: Mechanism) {
         let (on, delay) = (after[i].0 - before[i].0, after[i].1 - before[i].1);
         assert!(on > 500_000_000, "the workload ran ({on} ns)");
         within(t.on_cpu_ns, on, tolerance, &format!("on-CPU of {}", child.id()));
-        within(t.run_delay_ns, delay, tolerance, &format!("run delay of {}", child.id()));
+        within(
+            t.run_delay_ns,
+            delay,
+            tolerance,
+            &format!("run delay of {}", child.id()),
+        );
         total_on += on;
     }
     // Six busy tasks on fewer cores: the tenants contended.
