@@ -19,6 +19,7 @@ use mio::net::TcpStream;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use ontime_core::interval::IntervalTracker;
+use ontime_core::time::{Clock, SystemClock};
 use ontime_core::MonoNs;
 use ontime_gateway::wire::PointStatus;
 use std::cmp::Reverse;
@@ -154,7 +155,11 @@ struct GatewayPool {
     waiting: VecDeque<InFlight>,
 }
 
-struct Engine {
+/// One vCPU thread's crawl. Time comes from `C`, so the bookkeeping (what
+/// is due, missed, late) is tested with a fake clock; the thread itself
+/// runs on CLOCK_MONOTONIC.
+struct Engine<C: Clock = SystemClock> {
+    clock: C,
     s: EngineSetup,
     poll: Poll,
     timer: OwnedFd,
@@ -187,14 +192,14 @@ fn burn_cpu(ns: u64) {
 
 /// Runs one vCPU thread's share of the crawl until the end time or a stop.
 pub fn run(setup: EngineSetup) -> anyhow::Result<()> {
-    let mut e = Engine::new(setup)?;
+    let mut e = Engine::new(setup, SystemClock)?;
     e.warm_up()?;
     e.main_loop()?;
     Ok(())
 }
 
-impl Engine {
-    fn new(s: EngineSetup) -> anyhow::Result<Engine> {
+impl<C: Clock> Engine<C> {
+    fn new(s: EngineSetup, clock: C) -> anyhow::Result<Engine<C>> {
         let poll = Poll::new()?;
         // SAFETY: timerfd_create has no memory preconditions; the result is
         // checked before wrapping it in an OwnedFd.
@@ -228,6 +233,7 @@ impl Engine {
         let schedule = BinaryHeap::with_capacity(s.streams.len());
         let metrics = s.spares.try_recv().unwrap_or_default();
         let mut e = Engine {
+            clock,
             max_request: s.streams.iter().map(|st| st.request.len()).max().unwrap_or(0),
             trackers: vec![IntervalTracker::default(); s.streams.len()],
             next_report: u64::MAX,
@@ -260,11 +266,11 @@ impl Engine {
     /// the common start time. Nothing is measured here.
     fn warm_up(&mut self) -> anyhow::Result<()> {
         let mut events = Events::with_capacity(256);
-        let limit = MonoNs::now().0 + WARM_UP_LIMIT_NS;
+        let limit = self.clock.now().0 + WARM_UP_LIMIT_NS;
         loop {
             let open = self.conns.iter().flatten().count();
             let connected = self.conns.iter().flatten().filter(|c| c.connected).count();
-            if connected == open || MonoNs::now().0 >= limit || self.s.flags.stop.load(Ordering::Relaxed) {
+            if connected == open || self.clock.now().0 >= limit || self.s.flags.stop.load(Ordering::Relaxed) {
                 let _ = self.s.warm.send(Warm {
                     thread: self.s.thread,
                     connected,
@@ -286,20 +292,25 @@ impl Engine {
             .start
             .recv()
             .map_err(|_| anyhow::anyhow!("no start time from the collector"))?;
-        self.start = start.0;
-        self.end = start.0.saturating_add(self.s.duration_ns);
+        self.start_at(start.0);
+        Ok(())
+    }
+
+    /// Plans every stream's first poll from the common start.
+    fn start_at(&mut self, start: u64) {
+        self.start = start;
+        self.end = start.saturating_add(self.s.duration_ns);
         self.next_report = self.start + self.s.report_interval_ns;
         for (i, st) in self.s.streams.iter().enumerate() {
             self.schedule.push(Reverse((self.start + st.phase_ns, i as u32, 0u64)));
         }
-        Ok(())
     }
 
     fn main_loop(&mut self) -> anyhow::Result<()> {
         let mut events = Events::with_capacity(1024);
         let mut scheduling = true;
         loop {
-            let now = MonoNs::now().0;
+            let now = self.clock.now().0;
             if self.s.flags.abort.load(Ordering::Relaxed) {
                 self.abandon_all(now);
                 break;
@@ -341,7 +352,7 @@ impl Engine {
             }
             // Sends first: a due poll should not wait behind answers.
             if scheduling {
-                self.send_due(MonoNs::now().0);
+                self.send_due(self.clock.now().0);
             }
             for ev in events.iter() {
                 if ev.token() == TIMER {
@@ -360,7 +371,7 @@ impl Engine {
                 }
             }
         }
-        let now = MonoNs::now().0;
+        let now = self.clock.now().0;
         self.report(now);
         // SAFETY: CLOCK_THREAD_CPUTIME_ID is always valid for this thread.
         let cpu_ns = ontime_core::time::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
@@ -446,7 +457,7 @@ impl Engine {
         } else if self.pools[gw].open < self.s.max_connections {
             match self.connect(gw) {
                 Some(slot) => self.assign(slot, p),
-                None => self.finish(p, MonoNs::now().0, Outcome::ConnectionLost, 0, 0),
+                None => self.finish(p, self.clock.now().0, Outcome::ConnectionLost, 0, 0),
             }
         } else {
             self.pools[gw].waiting.push_back(p);
@@ -500,7 +511,7 @@ impl Engine {
             sock,
             gateway: gw,
             connected: false,
-            opened_ns: MonoNs::now().0,
+            opened_ns: self.clock.now().0,
             gen: 0,
             poll: None,
             written: 0,
@@ -537,7 +548,7 @@ impl Engine {
         let req = &c.req;
         // Once per poll, even if the first write would block.
         if p.sent == 0 {
-            p.sent = MonoNs::now().0;
+            p.sent = self.clock.now().0;
             self.metrics.send_lag.record(p.sent.saturating_sub(p.planned));
         }
         while c.written < req.len() {
@@ -578,7 +589,7 @@ impl Engine {
     /// (one round trip): connections for twice the polls in flight, so no
     /// measured poll waits for a handshake.
     fn grow_before_start(&mut self, gw: usize, opened_ns: u64) {
-        let now = MonoNs::now().0;
+        let now = self.clock.now().0;
         if !self.warming {
             return;
         }
@@ -649,7 +660,7 @@ impl Engine {
                     body,
                 } => (len, status, close, body),
             };
-            let done = MonoNs::now().0;
+            let done = self.clock.now().0;
             let gw = c.gateway as u16;
             let (outcome, recv) = if status != 200 {
                 (Outcome::HttpError, 0)
@@ -701,7 +712,7 @@ impl Engine {
 
     /// A connection is free again: give it the oldest waiting poll.
     fn release(&mut self, slot: usize, gw: usize) {
-        let now = MonoNs::now().0;
+        let now = self.clock.now().0;
         while let Some(p) = self.pools[gw].waiting.pop_front() {
             if now >= p.planned + self.s.timeout_ns {
                 self.finish(p, now, Outcome::NotSent, 0, 0);
@@ -743,7 +754,7 @@ impl Engine {
             } else {
                 outcome
             };
-            self.finish(p, MonoNs::now().0, outcome, 0, 0);
+            self.finish(p, self.clock.now().0, outcome, 0, 0);
         }
         // Waiting polls need a connection: open one now rather than letting
         // them time out behind a closed pool.
@@ -839,5 +850,142 @@ impl Engine {
         while self.next_report <= now {
             self.next_report += self.s.report_interval_ns;
         }
+    }
+}
+
+/// The engine's bookkeeping on a fake clock: what is due, what is missed,
+/// and which samples each outcome leaves. The gateway is a listener that
+/// never answers, so no poll can complete by itself.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ontime_core::time::FakeClock;
+
+    const MS: u64 = 1_000_000;
+    const START: u64 = 1_000 * MS;
+
+    struct Rig {
+        engine: Engine<FakeClock>,
+        reports: mpsc::Receiver<Report>,
+        _gateway: std::net::TcpListener,
+    }
+
+    /// One thread, `streams` streams of one point each to a silent gateway.
+    fn rig(streams: u32, period_ns: u64, timeout_ns: u64, duration_ns: u64, max_connections: usize) -> Rig {
+        let gateway = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = gateway.local_addr().unwrap();
+        let (warm, _) = mpsc::channel();
+        let (_, start) = mpsc::channel();
+        let (reports_tx, reports) = mpsc::channel();
+        let (_, spares) = mpsc::channel();
+        let setup = EngineSetup {
+            thread: 0,
+            streams: (0..streams)
+                .map(|id| Stream {
+                    id,
+                    gateway: 0,
+                    request: http::RequestTemplate::new("h", "b0", &[id], ""),
+                    period_ns,
+                    phase_ns: 0,
+                })
+                .collect(),
+            gateways: vec![addr],
+            timeout_ns,
+            max_connections,
+            duration_ns,
+            warm,
+            start,
+            report_interval_ns: 1_000 * MS,
+            work_per_poll_ns: 0,
+            resend: true,
+            flags: Arc::new(StopFlags::default()),
+            reports: reports_tx,
+            spares,
+            poll_records: None,
+            store_records: None,
+            records_dropped: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        };
+        let mut engine = Engine::new(setup, FakeClock::new(START, vec![])).unwrap();
+        engine.warming = false;
+        engine.start_at(START);
+        Rig {
+            engine,
+            reports,
+            _gateway: gateway,
+        }
+    }
+
+    fn at(e: &mut Engine<FakeClock>, t: u64) {
+        e.clock.sleep_until(MonoNs(t));
+    }
+
+    /// A poll nobody answers is missed at planned + timeout: one timeout,
+    /// its full wait as send lag (it was never written: the connection
+    /// never came up) and a full period of interval error.
+    #[test]
+    fn an_unanswered_poll_is_missed_at_its_deadline_with_full_samples() {
+        let mut r = rig(1, 100 * MS, 40 * MS, 1_000 * MS, 8);
+        let e = &mut r.engine;
+        e.send_due(START);
+        assert_eq!(e.metrics.outcomes.planned, 1);
+        at(e, START + 39 * MS);
+        e.expire(START + 39 * MS);
+        assert_eq!(e.metrics.outcomes.missed(), 0, "not before its deadline");
+        at(e, START + 40 * MS);
+        e.expire(START + 40 * MS);
+        let m = &e.metrics;
+        assert_eq!(m.outcomes.missed(), 1);
+        assert_eq!(m.interval_error.len(), 1);
+        assert_eq!(m.interval_error.max(), 100 * MS);
+        let waited = m.send_lag.max().max(m.response_time.max());
+        assert_eq!(waited, 40 * MS, "the whole wait is one sample");
+    }
+
+    /// A thread that wakes 35 ms late plans every poll that fell due
+    /// meanwhile (none skipped), and polls planned at or past the end of the
+    /// run are not planned at all.
+    #[test]
+    fn a_late_wake_plans_every_due_poll_and_none_past_the_end() {
+        let mut r = rig(1, 10 * MS, 1_000 * MS, 50 * MS, 64);
+        let e = &mut r.engine;
+        at(e, START + 35 * MS);
+        e.send_due(START + 35 * MS);
+        assert_eq!(e.metrics.outcomes.planned, 4, "polls at 0, 10, 20 and 30 ms");
+        at(e, START + 500 * MS);
+        e.send_due(START + 500 * MS);
+        assert_eq!(e.metrics.outcomes.planned, 5, "the run ends at 50 ms: only 40 ms more");
+    }
+
+    /// With the pool exhausted, a poll waits for a connection; one that
+    /// never gets one is `not sent` at planned + timeout, with its full
+    /// wait as send lag.
+    #[test]
+    fn a_poll_without_a_connection_is_not_sent_at_its_deadline() {
+        let mut r = rig(3, 100 * MS, 20 * MS, 1_000 * MS, 1);
+        let e = &mut r.engine;
+        e.send_due(START);
+        assert_eq!(e.metrics.outcomes.planned, 3);
+        at(e, START + 25 * MS);
+        e.expire(START + 25 * MS);
+        let o = &e.metrics.outcomes;
+        assert_eq!(o.not_sent + o.timeout + o.connection_lost, 3, "{o:?}");
+        assert!(o.not_sent >= 2, "two polls had no connection: {o:?}");
+        assert_eq!(e.metrics.interval_error.len(), 3);
+        assert!(e.metrics.send_lag.max() >= 20 * MS);
+    }
+
+    /// Reports are numbered by interval from the start, whatever the time
+    /// they are made at.
+    #[test]
+    fn reports_are_numbered_by_interval_from_the_start() {
+        let mut r = rig(1, 100 * MS, 40 * MS, 10_000 * MS, 8);
+        let e = &mut r.engine;
+        at(e, START + 2_500 * MS);
+        e.report(START + 2_500 * MS);
+        match r.reports.try_recv() {
+            Ok(Report::Interval { index, .. }) => assert_eq!(index, 0),
+            _ => panic!("no interval report"),
+        }
+        assert_eq!(r.engine.next_report, START + 3_000 * MS);
     }
 }
