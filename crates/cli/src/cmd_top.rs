@@ -1,25 +1,16 @@
-//! `ontime observe top`: the recorder feeding a live analysis; every second
-//! a table per tenant (and per vCPU on demand), optionally also served as
-//! Prometheus metrics.
+//! `ontime observe top`: arguments only; the live view and its Prometheus
+//! exposition are `ontime_observe::top`.
 
 use crate::cmd_observe::TargetArgs;
 use crate::usage;
 use clap::Args;
-use ontime_core::duration::{format_ns, parse_ns};
-use ontime_core::time::MonoNs;
-use ontime_sched::analyze::{AnalysisOptions, Analyzer, GroupReport};
-use ontime_trace::event::Event;
-use ontime_trace::recorder::{self, groups_of, Mechanism, RecordOptions, Sink, ThreadTable};
-use ontime_trace::recording::{Group, GroupKind};
-use ontime_trace::targets::{counts_as_vcpu, is_vcpu_name};
-use std::collections::{HashMap, HashSet};
-use std::fmt::Write as _;
+use ontime_core::duration::parse_ns;
+use ontime_observe::top::TopOptions;
+use ontime_trace::recorder::Mechanism;
 use std::io::IsTerminal;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-
-const WINDOW: u64 = 100_000_000;
 
 #[derive(Args)]
 pub struct TopArgs {
@@ -45,328 +36,29 @@ pub struct TopArgs {
     mechanism: Mechanism,
 }
 
-/// Totals since start, for Prometheus counters.
-#[derive(Default, Clone)]
-struct Totals {
-    on_cpu_ns: u64,
-    run_delay_ns: u64,
-    any: u64,
-    partial: u64,
-    full: u64,
-    any_ns: u64,
-}
-
-struct Live {
-    analyzer: Analyzer,
-    groups: Vec<Group>,
-    declared: HashSet<u32>,
-    named: HashSet<u32>,
-    last_show: u64,
-    interval: u64,
-    vcpus: bool,
-    clear: bool,
-    totals: HashMap<String, Totals>,
-    vcpu_totals: HashMap<(String, String, u32), (u64, u64)>,
-    events: u64,
-    metrics: Option<Arc<Mutex<String>>>,
-}
-
-impl Live {
-    fn declare(&mut self, threads: &ThreadTable) {
-        for (tid, t) in &threads.infos {
-            let Some(g) = t.group else { continue };
-            if self.declared.contains(tid) || (g as usize) >= self.groups.len() || t.tgid == 0 {
-                continue;
-            }
-            if is_vcpu_name(&t.comm) {
-                self.named.insert(g);
-            }
-            let vcpu = counts_as_vcpu(&self.groups[g as usize], &t.comm, self.named.contains(&g));
-            self.analyzer.set_thread(*tid, g, vcpu);
-            self.declared.insert(*tid);
-        }
-    }
-
-    fn show(&mut self, now: u64, threads: &ThreadTable) {
-        self.analyzer.advance(now);
-        let name_of = |tid: u32| {
-            threads
-                .get(tid)
-                .map(|t| t.comm.clone())
-                .unwrap_or_else(|| format!("tid {tid}"))
-        };
-        let reports = self.analyzer.report(&name_of);
-        // The stretch actually covered, not the nominal interval: the first
-        // refresh and late drains differ from it.
-        let span = self.analyzer.stats_span_ns();
-        self.analyzer.reset_stats();
-        for g in &reports {
-            let t = self.totals.entry(g.name.clone()).or_default();
-            t.on_cpu_ns += g.on_cpu_ns;
-            t.run_delay_ns += g.run_delay_ns;
-            t.any += g.contention.any.count;
-            t.partial += g.contention.partial.count;
-            t.full += g.contention.full.count;
-            t.any_ns += g.contention.any_ns;
-            for th in &g.threads {
-                let v = self
-                    .vcpu_totals
-                    .entry((g.name.clone(), th.name.clone(), th.tid))
-                    .or_default();
-                v.0 += th.on_cpu_ns;
-                v.1 += th.run_delay_ns;
-            }
-        }
-        let text = table(&reports, self.vcpus, span);
-        if self.clear {
-            crate::out!("\x1b[H\x1b[2J");
-        }
-        crate::out!("{text}");
-        if let Some(m) = &self.metrics {
-            let body = prometheus(&reports, &self.totals, &self.vcpu_totals, self.events);
-            if let Ok(mut g) = m.lock() {
-                *g = body;
-            }
-        }
-    }
-}
-
-impl Sink for Live {
-    fn events(&mut self, events: &[Event], threads: &ThreadTable) {
-        self.declare(threads);
-        for e in events {
-            self.analyzer.feed(e);
-        }
-        self.events += events.len() as u64;
-        let now = MonoNs::now().0;
-        if now >= self.last_show + self.interval {
-            self.last_show = now;
-            self.show(now, threads);
-        }
-    }
-}
-
-fn pct(v: f64) -> String {
-    format!("{:.1}%", v)
-}
-
-fn table(reports: &[GroupReport], vcpus: bool, span: u64) -> String {
-    let mut out = String::new();
-    let _ = writeln!(out, "ontime observe top — last {} (100 ms windows)", format_ns(span));
-    let _ = writeln!(
-        out,
-        "{:<20} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9}",
-        "tenant", "max/100ms", "mean", "steal", "contended", "episodes", "ep. max"
-    );
-    for g in reports {
-        let u = g.usage.first();
-        let span = span.max(1) as f64;
-        let _ = writeln!(
-            out,
-            "{:<20} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9}",
-            if g.kind == GroupKind::HostIo {
-                format!("[{}]", g.name)
-            } else {
-                g.name.clone()
-            },
-            u.and_then(|u| u.max)
-                .map(|v| format!("{v:.2}"))
-                .unwrap_or_else(|| "-".into()),
-            format!("{:.2}", g.on_cpu_ns as f64 / span),
-            pct(g.steal_pct),
-            pct(g.contention.any_pct),
-            g.contention.any.count,
-            g.contention.any.max_ns.map(format_ns).unwrap_or_else(|| "-".into()),
-        );
-        if vcpus {
-            for t in g.threads.iter().filter(|t| t.vcpu || g.kind == GroupKind::HostIo) {
-                let busy = t.on_cpu_ns + t.run_delay_ns;
-                let _ = writeln!(
-                    out,
-                    "  {:<18} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9}",
-                    format!("{}[{}]", t.name, t.tid),
-                    t.usage
-                        .first()
-                        .and_then(|u| u.max)
-                        .map(|v| format!("{v:.2}"))
-                        .unwrap_or_else(|| "-".into()),
-                    format!("{:.2}", t.on_cpu_ns as f64 / span),
-                    pct(if busy > 0 {
-                        t.run_delay_ns as f64 * 100.0 / busy as f64
-                    } else {
-                        0.0
-                    }),
-                    "",
-                    t.waits,
-                    t.wait_max_ns.map(format_ns).unwrap_or_else(|| "-".into()),
-                );
-            }
-        }
-    }
-    out
-}
-
-fn esc(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
-
-fn prometheus(
-    reports: &[GroupReport],
-    totals: &HashMap<String, Totals>,
-    vcpus: &HashMap<(String, String, u32), (u64, u64)>,
-    events: u64,
-) -> String {
-    let mut o = String::new();
-    let s = |ns: u64| ns as f64 / 1e9;
-    let mut metric = |name: &str, kind: &str, help: &str, rows: Vec<(String, f64)>| {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (labels, v) in rows {
-            let _ = writeln!(o, "{name}{{{labels}}} {v}");
-        }
-    };
-    let t = |g: &str| format!("tenant=\"{}\"", esc(g));
-    let mut names: Vec<&String> = totals.keys().collect();
-    names.sort();
-    metric(
-        "ontime_tenant_cpu_seconds_total",
-        "counter",
-        "On-CPU time of the tenant's threads.",
-        names.iter().map(|n| (t(n), s(totals[*n].on_cpu_ns))).collect(),
-    );
-    metric(
-        "ontime_tenant_run_delay_seconds_total",
-        "counter",
-        "Time the tenant's threads were runnable but not running (steal).",
-        names.iter().map(|n| (t(n), s(totals[*n].run_delay_ns))).collect(),
-    );
-    let mut eps = Vec::new();
-    for n in &names {
-        let x = &totals[*n];
-        eps.push((format!("{},kind=\"any\"", t(n)), x.any as f64));
-        eps.push((format!("{},kind=\"partial\"", t(n)), x.partial as f64));
-        eps.push((format!("{},kind=\"full\"", t(n)), x.full as f64));
-    }
-    metric(
-        "ontime_tenant_contention_episodes_total",
-        "counter",
-        "Contention episodes ended: any, partial or full.",
-        eps,
-    );
-    metric(
-        "ontime_tenant_contention_seconds_total",
-        "counter",
-        "Time with any vCPU of the tenant runnable but not running.",
-        names.iter().map(|n| (t(n), s(totals[*n].any_ns))).collect(),
-    );
-    metric(
-        "ontime_tenant_window_cpus_max",
-        "gauge",
-        "Highest CPU use in a 100 ms window during the last refresh, in CPUs.",
-        reports
-            .iter()
-            .filter_map(|g| Some((format!("{},window=\"100ms\"", t(&g.name)), g.usage.first()?.max?)))
-            .collect(),
-    );
-    metric(
-        "ontime_tenant_steal_ratio",
-        "gauge",
-        "Run delay / (on-CPU + run delay) during the last refresh.",
-        reports.iter().map(|g| (t(&g.name), g.steal_pct / 100.0)).collect(),
-    );
-    let mut keys: Vec<_> = vcpus.keys().collect();
-    keys.sort();
-    let lbl = |k: &(String, String, u32)| format!("{},thread=\"{}\",tid=\"{}\"", t(&k.0), esc(&k.1), k.2);
-    metric(
-        "ontime_thread_cpu_seconds_total",
-        "counter",
-        "On-CPU time per thread of a tenant.",
-        keys.iter().map(|k| (lbl(k), s(vcpus[*k].0))).collect(),
-    );
-    metric(
-        "ontime_thread_run_delay_seconds_total",
-        "counter",
-        "Run delay per thread of a tenant.",
-        keys.iter().map(|k| (lbl(k), s(vcpus[*k].1))).collect(),
-    );
-    let _ = writeln!(o, "# HELP ontime_observe_events_total Scheduler events analysed.\n# TYPE ontime_observe_events_total counter\nontime_observe_events_total {events}");
-    o
-}
-
-fn serve(addr: &str, body: Arc<Mutex<String>>) -> anyhow::Result<()> {
-    let server =
-        tiny_http::Server::http(addr).map_err(|e| usage(format!("--prometheus {addr}: cannot listen: {e}")))?;
-    std::thread::Builder::new().name("prometheus".into()).spawn(move || {
-        for req in server.incoming_requests() {
-            let resp = if req.url() == "/metrics" {
-                let text = body.lock().map(|g| g.clone()).unwrap_or_default();
-                let ct =
-                    tiny_http::Header::from_bytes("Content-Type", "text/plain; version=0.0.4").expect("static header");
-                tiny_http::Response::from_string(text).with_header(ct)
-            } else {
-                tiny_http::Response::from_string("see /metrics\n").with_status_code(404)
-            };
-            let _ = req.respond(resp);
-        }
-    })?;
-    Ok(())
-}
-
 pub fn run(a: TopArgs) -> anyhow::Result<()> {
     let targets = a.targets.resolve()?;
     if a.interval < 100_000_000 {
         return Err(usage("--interval must be at least 100ms"));
     }
-    let metrics = match &a.prometheus {
-        Some(addr) => {
-            let m = Arc::new(Mutex::new(String::new()));
-            serve(addr, m.clone())?;
-            eprintln!("ontime: Prometheus metrics on http://{addr}/metrics");
-            Some(m)
-        }
-        None => None,
-    };
-    let groups = groups_of(&targets);
-    let cpus = recorder::online_cpus();
     let stop = Arc::new(AtomicBool::new(false));
     crate::signals::install_flag(stop.clone())?;
-    let opts = RecordOptions {
-        targets,
-        output: None,
-        drain_every: Duration::from_millis(100),
-        measure_overhead: false,
-        mechanism: a.mechanism,
-    };
-    let start = MonoNs::now().0;
-    let mut live = Live {
-        analyzer: Analyzer::new(
-            start,
-            cpus,
-            &groups,
-            &AnalysisOptions {
-                windows: vec![WINDOW],
-                series: false,
-            },
-        ),
-        groups,
-        declared: HashSet::new(),
-        named: HashSet::new(),
-        last_show: start,
-        interval: a.interval,
+    let clear = !a.plain && std::io::stdout().is_terminal();
+    let opts = TopOptions {
+        interval_ns: a.interval,
         vcpus: a.vcpus,
-        clear: !a.plain && std::io::stdout().is_terminal(),
-        totals: HashMap::new(),
-        vcpu_totals: HashMap::new(),
-        events: 0,
-        metrics,
+        prometheus: a.prometheus,
+        mechanism: a.mechanism,
+        duration: a.duration.map(Duration::from_nanos),
     };
-    // The analyzer's clock starts where the recorder attaches; events
-    // before that cannot exist, so `start` taken just before is safe.
-    recorder::record(
-        &opts,
-        &stop,
-        a.duration.map(Duration::from_nanos),
-        &mut live,
-        &mut |_| {},
-    )?;
-    Ok(())
+    ontime_observe::top::run(targets, opts, &stop, &mut |table| {
+        if clear {
+            crate::out!("\x1b[H\x1b[2J");
+        }
+        crate::out!("{table}");
+    })
+    .map_err(|e| match e.downcast_ref::<ontime_observe::top::ListenError>() {
+        Some(l) => usage(l.to_string()),
+        None => e,
+    })
 }

@@ -4,3 +4,4 @@
 
 pub mod plots;
 pub mod report;
+pub mod top;
