@@ -70,12 +70,8 @@ pub struct CrawlArgs {
     /// Count samples above this value in every metric
     #[arg(long, value_parser = parse_ns)]
     threshold: Option<u64>,
-    /// Print the result as JSON (schema: docs/crawl-json.md)
-    #[arg(long)]
-    json: bool,
-    /// Also write the JSON result to this file
-    #[arg(long)]
-    result: Option<PathBuf>,
+    #[command(flatten)]
+    out: output::OutputFlags,
     /// HdrHistogram interval log of send_lag, response_time and interval_error
     #[arg(long)]
     hlog: Option<PathBuf>,
@@ -197,7 +193,7 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
     let cfg = build_config(&a)?;
     limits::count("--vcpus", a.vcpus as u64, 1, limits::MAX_THREADS).map_err(usage)?;
     output::check_outputs(&[
-        ("--result", a.result.as_deref()),
+        ("--result", a.out.result.as_deref()),
         ("--hlog", a.hlog.as_deref()),
         ("--polls", a.polls.as_deref()),
         ("--store", a.store.as_deref()),
@@ -261,7 +257,7 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
         polls_file: a.polls.clone(),
         store: a.store.clone(),
     };
-    if !a.json {
+    if !a.out.json {
         eprintln!(
             "ontime crawl: {:.0} polls/s to {} gateway(s) for {} on {} vCPU thread(s)",
             cfg.polls_per_second(),
@@ -283,7 +279,7 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
     });
     pb.finish_and_clear();
     let result = result?;
-    output::emit(&result, &result.text(), a.json, a.result.as_deref())?;
+    a.out.emit(&result, &result.text())?;
     // The gateway's receive log is a measurement too: if it could not be
     // stored, the run failed, loudly and naming the file.
     match gateway {

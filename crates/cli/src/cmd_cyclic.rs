@@ -82,12 +82,8 @@ pub struct CyclicArgs {
     /// Do not hold /dev/cpu_dma_latency at 0 during the run
     #[arg(long)]
     no_dma_latency: bool,
-    /// Print the result as JSON (schema: docs/cyclic-json.md)
-    #[arg(long)]
-    json: bool,
-    /// Also write the JSON result to this file
-    #[arg(long)]
-    result: Option<PathBuf>,
+    #[command(flatten)]
+    out: output::OutputFlags,
     /// HdrHistogram interval log of every planned wake-up's latency (tag
     /// "latency"), for exact pooling and long runs
     #[arg(long)]
@@ -117,7 +113,7 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
     }
     limits::count("-t", a.threads as u64, 1, limits::MAX_THREADS).map_err(usage)?;
     output::check_outputs(&[
-        ("--result", a.result.as_deref()),
+        ("--result", a.out.result.as_deref()),
         ("--histfile", a.histfile.as_deref()),
         ("--histfile-woken", a.histfile_woken.as_deref()),
         ("--hlog", a.hlog.as_deref()),
@@ -171,7 +167,7 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
                 a.load_workers,
                 Duration::from_nanos(expected_ns) + Duration::from_secs(30),
             )?;
-            if !a.json {
+            if !a.out.json {
                 eprintln!(
                     "ontime cyclic: load '{profile}' running (stress-ng pid {})",
                     g.pid().unwrap_or(0)
@@ -208,11 +204,11 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
         let hist = result.cyclictest_histogram();
         match &a.histfile {
             Some(p) => ontime_core::fsio::write_atomic(p, hist.as_bytes())?,
-            None if !a.json => text = format!("{hist}{text}"),
+            None if !a.out.json => text = format!("{hist}{text}"),
             None => {}
         }
     }
-    output::emit(&result, &text, a.json, a.result.as_deref())?;
+    a.out.emit(&result, &text)?;
     if stop.load(Ordering::Relaxed) {
         eprintln!("ontime cyclic: interrupted; results cover the run so far");
     }

@@ -39,9 +39,8 @@ struct AnalyzeArgs {
     /// Count samples above this interval error
     #[arg(long, value_parser = parse_ns)]
     threshold: Option<u64>,
-    /// Print JSON instead of text
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    out: crate::output::OutputFlags,
 }
 
 #[derive(Args)]
@@ -175,21 +174,18 @@ fn analyze(a: AnalyzeArgs) -> anyhow::Result<()> {
         ontime_core::limits::MAX_DURATION_NS,
     )
     .map_err(usage)?;
+    crate::output::check_outputs(&[("--result", a.out.result.as_deref())])?;
     let r = ontime_gateway::recvlog::analyze(&a.log, a.period, a.timeout.unwrap_or(a.period), a.threshold)?;
-    if a.json {
-        crate::outln!("{}", serde_json::to_string_pretty(&r)?);
-    } else {
-        crate::outln!(
-            "ontime gateway analyze: {} lines, {} lead points, period {}, missed {} ({} arrived too late; by {})",
-            r.lines,
-            r.points,
-            ontime_core::duration::format_ns(a.period),
-            r.missed,
-            r.arrived_late,
-            r.method
-        );
-        crate::outln!("{}", ontime_core::stats::Summary::text_header());
-        crate::outln!("{}", r.interval_error.text_row("interval error"));
-    }
-    Ok(())
+    let text = format!(
+        "ontime gateway analyze: {} lines, {} lead points, period {}, missed {} ({} arrived too late; by {})\n{}\n{}\n",
+        r.lines,
+        r.points,
+        ontime_core::duration::format_ns(a.period),
+        r.missed,
+        r.arrived_late,
+        r.method,
+        ontime_core::stats::Summary::text_header(),
+        r.interval_error.text_row("interval error")
+    );
+    a.out.emit(&r, &text)
 }

@@ -129,6 +129,15 @@ fn split_named(spec: &str) -> (Option<&str>, &str) {
     }
 }
 
+/// `--mechanism`, declared once for record and top.
+#[derive(Args)]
+pub struct MechanismFlag {
+    /// How events leave the kernel: bpf (filtered in the kernel, cheapest),
+    /// perf (perf tracepoints, every event copied out), or auto (bpf, then perf)
+    #[arg(long, default_value = "auto")]
+    pub mechanism: Mechanism,
+}
+
 #[derive(Args)]
 struct RecordArgs {
     #[command(flatten)]
@@ -137,7 +146,7 @@ struct RecordArgs {
     #[arg(short = 'o', long, default_value = "observe.otrec")]
     output: PathBuf,
     /// How long to record, e.g. 30s [default: until Ctrl-C]
-    #[arg(short = 'd', long, value_parser = parse_ns)]
+    #[arg(short = 'D', visible_short_alias = 'd', long, value_parser = parse_ns)]
     duration: Option<u64>,
     /// How often the ring is drained to the file
     #[arg(long, default_value = "100ms", value_parser = parse_ns)]
@@ -147,13 +156,10 @@ struct RecordArgs {
     /// (two clock reads per probe run), so they are off unless asked for
     #[arg(long)]
     overhead_stats: bool,
-    /// How events leave the kernel: bpf (filtered in the kernel, cheapest),
-    /// perf (perf tracepoints, every event copied out), or auto (bpf, then perf)
-    #[arg(long, default_value = "auto")]
-    mechanism: Mechanism,
-    /// Print the summary as JSON
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    mechanism: MechanismFlag,
+    #[command(flatten)]
+    out: output::OutputFlags,
 }
 
 #[derive(Args)]
@@ -166,9 +172,8 @@ struct ReportArgs {
     /// Also per vCPU thread
     #[arg(long)]
     vcpus: bool,
-    /// JSON instead of text
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    out: output::OutputFlags,
     /// Include per-window series (windows of 10 ms and longer) in the JSON
     #[arg(long)]
     series: bool,
@@ -199,7 +204,7 @@ fn record(a: RecordArgs) -> anyhow::Result<()> {
     if a.drain_every < 1_000_000 || a.drain_every > 10_000_000_000 {
         return Err(usage("--drain-every must be between 1ms and 10s"));
     }
-    crate::output::check_outputs(&[("-o", Some(&a.output))])?;
+    crate::output::check_outputs(&[("-o", Some(&a.output)), ("--result", a.out.result.as_deref())])?;
     let stop = Arc::new(AtomicBool::new(false));
     crate::signals::install_flag(stop.clone())?;
     let opts = RecordOptions {
@@ -207,7 +212,7 @@ fn record(a: RecordArgs) -> anyhow::Result<()> {
         output: Some(a.output.clone()),
         drain_every: Duration::from_nanos(a.drain_every),
         measure_overhead: a.overhead_stats,
-        mechanism: a.mechanism,
+        mechanism: a.mechanism.mechanism,
     };
     let names: Vec<&str> = targets.groups.iter().map(|g| g.name.as_str()).collect();
     let summary = recorder::record(
@@ -256,10 +261,11 @@ fn record(a: RecordArgs) -> anyhow::Result<()> {
             .map(|u| format!("not recorded: {u}\n"))
             .collect::<String>(),
     );
-    output::emit(&summary, &text, a.json, None)
+    a.out.emit(&summary, &text)
 }
 
 fn report(a: ReportArgs) -> anyhow::Result<()> {
+    crate::output::check_outputs(&[("--result", a.out.result.as_deref())])?;
     if a.windows.iter().any(|&w| !(100_000..=3_600_000_000_000).contains(&w)) {
         return Err(usage("--windows: every window must be between 100us and 1h"));
     }
@@ -284,5 +290,5 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
         }
     }
     let text = ontime_observe::report::text(&shown, a.vcpus);
-    output::emit(&shown, &text, a.json, None)
+    a.out.emit(&shown, &text)
 }

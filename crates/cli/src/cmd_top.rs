@@ -1,12 +1,11 @@
 //! `ontime observe top`: arguments only; the live view and its Prometheus
 //! exposition are `ontime_observe::top`.
 
-use crate::cmd_observe::TargetArgs;
+use crate::cmd_observe::{MechanismFlag, TargetArgs};
 use crate::usage;
 use clap::Args;
 use ontime_core::duration::parse_ns;
 use ontime_observe::top::TopOptions;
-use ontime_trace::recorder::Mechanism;
 use std::io::IsTerminal;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -23,7 +22,7 @@ pub struct TopArgs {
     #[arg(long, default_value = "1s", value_parser = parse_ns)]
     interval: u64,
     /// Stop after this long [default: until Ctrl-C]
-    #[arg(short = 'd', long, value_parser = parse_ns)]
+    #[arg(short = 'D', visible_short_alias = 'd', long, value_parser = parse_ns)]
     duration: Option<u64>,
     /// Serve the same figures as Prometheus metrics on ADDR (e.g. 127.0.0.1:9464), path /metrics
     #[arg(long, value_name = "ADDR")]
@@ -31,9 +30,8 @@ pub struct TopArgs {
     /// Plain text, one table per refresh, no screen clearing
     #[arg(long)]
     plain: bool,
-    /// How events leave the kernel: auto, bpf or perf (see `observe record --help`)
-    #[arg(long, default_value = "auto")]
-    mechanism: Mechanism,
+    #[command(flatten)]
+    mechanism: MechanismFlag,
 }
 
 pub fn run(a: TopArgs) -> anyhow::Result<()> {
@@ -48,7 +46,7 @@ pub fn run(a: TopArgs) -> anyhow::Result<()> {
         interval_ns: a.interval,
         vcpus: a.vcpus,
         prometheus: a.prometheus,
-        mechanism: a.mechanism,
+        mechanism: a.mechanism.mechanism,
         duration: a.duration.map(Duration::from_nanos),
     };
     ontime_observe::top::run(targets, opts, &stop, &mut |table| {

@@ -5,6 +5,25 @@ use anyhow::Context;
 use serde::Serialize;
 use std::path::Path;
 
+/// `--json` and `--result`, declared once for every verb that has a result.
+#[derive(clap::Args, Debug, Default)]
+pub struct OutputFlags {
+    /// Print the result as JSON instead of text (schemas in docs/)
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the JSON result to this file (whole or not at all; its
+    /// directory must exist)
+    #[arg(long, value_name = "FILE")]
+    pub result: Option<std::path::PathBuf>,
+}
+
+impl OutputFlags {
+    /// Prints `result` as text or JSON and writes the file.
+    pub fn emit<T: Serialize>(&self, result: &T, text: &str) -> anyhow::Result<()> {
+        emit(result, text, self.json, self.result.as_deref())
+    }
+}
+
 /// Checks every output file a verb will write, before it starts: a long run
 /// must not end in "cannot write" for a directory that never existed.
 pub fn check_outputs(files: &[(&str, Option<&Path>)]) -> anyhow::Result<()> {
