@@ -279,7 +279,7 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
     });
     pb.finish_and_clear();
     let result = result?;
-    a.out.emit(&result, &result.text())?;
+    a.out.emit_report(&result)?;
     // The gateway's receive log is a measurement too: if it could not be
     // stored, the run failed, loudly and naming the file.
     match gateway {

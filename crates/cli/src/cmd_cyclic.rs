@@ -196,7 +196,7 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
     pb.finish_and_clear();
     drop(_load);
     let result = result?;
-    let mut text = result.text();
+    let mut text = ontime_core::export::TextReport::text(&result);
     if let Some(p) = &a.histfile_woken {
         ontime_core::fsio::write_atomic(p, result.cyclictest_histogram_woken().as_bytes())?;
     }

@@ -1,7 +1,6 @@
 //! Where a verb's result goes: text or JSON on stdout, and optionally a
 //! JSON file, written even after an interruption.
 
-use anyhow::Context;
 use serde::Serialize;
 use std::path::Path;
 
@@ -22,6 +21,12 @@ impl OutputFlags {
     pub fn emit<T: Serialize>(&self, result: &T, text: &str) -> anyhow::Result<()> {
         emit(result, text, self.json, self.result.as_deref())
     }
+
+    /// [`OutputFlags::emit`] for a result with its own text form.
+    pub fn emit_report<T: Serialize + ontime_core::export::TextReport>(&self, result: &T) -> anyhow::Result<()> {
+        use ontime_core::export::{Exporter, Text};
+        self.emit(result, &Text.export(result)?)
+    }
 }
 
 /// Checks every output file a verb will write, before it starts: a long run
@@ -38,12 +43,13 @@ pub fn check_outputs(files: &[(&str, Option<&Path>)]) -> anyhow::Result<()> {
 /// Prints the result (text or JSON) and writes it to `file` whole or not at
 /// all (see [`ontime_core::fsio::write_atomic`]).
 pub fn emit<T: Serialize>(result: &T, text: &str, json: bool, file: Option<&Path>) -> anyhow::Result<()> {
-    let doc = serde_json::to_string_pretty(result).context("cannot encode the result as JSON")?;
+    use ontime_core::export::{Exporter, Json};
+    let doc = Json.export(result)?;
     if let Some(p) = file {
-        ontime_core::fsio::write_atomic(p, format!("{doc}\n").as_bytes())?;
+        ontime_core::fsio::write_atomic(p, doc.as_bytes())?;
     }
     if json {
-        crate::outln!("{doc}");
+        crate::out!("{doc}");
     } else {
         crate::out!("{text}");
     }

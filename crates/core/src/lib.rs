@@ -12,6 +12,7 @@ pub mod caps;
 pub mod cgroup;
 pub mod config;
 pub mod duration;
+pub mod export;
 pub mod fsio;
 pub mod hlog;
 pub mod interval;

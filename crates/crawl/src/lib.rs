@@ -398,9 +398,9 @@ pub fn run(
     })
 }
 
-impl CrawlResult {
+impl ontime_core::export::TextReport for CrawlResult {
     /// The human summary.
-    pub fn text(&self) -> String {
+    fn text(&self) -> String {
         let mut s = String::new();
         let c = &self.config;
         s.push_str(&format!(

@@ -483,8 +483,8 @@ impl HlogCollector {
     }
 }
 
-impl CyclicResult {
-    pub fn text(&self) -> String {
+impl ontime_core::export::TextReport for CyclicResult {
+    fn text(&self) -> String {
         let o = &self.options;
         let mut s = format!(
             "ontime cyclic: {} thread(s), interval {}, policy {}, load {}{}\n",
@@ -517,7 +517,9 @@ impl CyclicResult {
         }
         s
     }
+}
 
+impl CyclicResult {
     /// The histogram in cyclictest's `-h` layout, so its plot scripts work.
     /// Unlike cyclictest, overrun wake-ups are included as samples.
     pub fn cyclictest_histogram(&self) -> String {

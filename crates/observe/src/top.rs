@@ -20,7 +20,7 @@ const WINDOW: u64 = 100_000_000;
 
 /// Totals since start, for Prometheus counters.
 #[derive(Default, Clone)]
-struct Totals {
+pub struct Totals {
     on_cpu_ns: u64,
     run_delay_ns: u64,
     any: u64,
@@ -93,7 +93,14 @@ impl Live<'_> {
         let text = table(&reports, self.vcpus, span);
         (self.show_table)(&text);
         if let Some(m) = &self.metrics {
-            let body = prometheus(&reports, &self.totals, &self.vcpu_totals, self.events);
+            use ontime_core::export::Exporter;
+            let figures = LiveFigures {
+                reports: &reports,
+                totals: &self.totals,
+                vcpus: &self.vcpu_totals,
+                events: self.events,
+            };
+            let body = Prometheus.export(&figures).unwrap_or_default();
             if let Ok(mut g) = m.lock() {
                 *g = body;
             }
@@ -178,6 +185,27 @@ fn table(reports: &[GroupReport], vcpus: bool, span: u64) -> String {
 
 fn esc(v: &str) -> String {
     v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// What one refresh of the live view knows: the last interval's reports
+/// and the totals since start.
+pub struct LiveFigures<'a> {
+    reports: &'a [GroupReport],
+    totals: &'a HashMap<String, Totals>,
+    vcpus: &'a HashMap<(String, String, u32), (u64, u64)>,
+    events: u64,
+}
+
+/// The Prometheus text exposition (version 0.0.4) of the live figures.
+pub struct Prometheus;
+
+impl ontime_core::export::Exporter<LiveFigures<'_>> for Prometheus {
+    fn format(&self) -> &'static str {
+        "prometheus"
+    }
+    fn export(&self, f: &LiveFigures<'_>) -> anyhow::Result<String> {
+        Ok(prometheus(f.reports, f.totals, f.vcpus, f.events))
+    }
 }
 
 fn prometheus(
