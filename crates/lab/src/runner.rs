@@ -252,6 +252,10 @@ pub fn run_plan(
     Ok((done, skipped))
 }
 
+/// One run, as stages that each own what they start: lab (tenants and the
+/// WAN delay) -> relay -> gateway -> recorder -> loads -> probes -> wait ->
+/// results. Whatever fails, the guards of the stages already started undo
+/// them in reverse (the probes stop and write their results first).
 fn one_run(
     run: &PlannedRun,
     dir: &Path,
@@ -260,8 +264,47 @@ fn one_run(
     on: &mut dyn FnMut(Event),
 ) -> Result<()> {
     let c = &run.config;
+    let native = c.tenant.backend == Backend::Native;
+    let (mut lab, use_netem) = start_lab(c, rec)?;
+    // Held once for the run, as cyclictest does; probes are told not to.
+    let _dma = ontime_core::rt::DmaLatencyGuard::hold(0).ok();
+    let relay = start_relay(c, &lab, use_netem)?;
+    start_gateway(c, &mut lab, dir, &opts.exe)?;
+    // The scheduler recorder watches loads and probes from their start.
+    let observer = start_recorder(c, &lab, dir, rec);
+    let loads = start_loads(c, &lab, native)?;
+    let mut probes = start_probes(c, &lab, dir, &opts.exe, native)?;
+    let exits = wait_for_probes(run, &mut probes, opts, on)?;
+
+    if let Some(o) = observer {
+        rec.observe = Some(o.finish(dir));
+    }
+    // stress-ng groups, iperf3 clients and servers stop as their guards go.
+    drop(loads);
+    let report = relay.stop()?;
+    write_atomic(
+        &dir.join("relay.json"),
+        serde_json::to_string_pretty(&report)?.as_bytes(),
+    )?;
+    rec.relay = Some(report);
+    for (k, (i, _)) in probes.iter().enumerate() {
+        let result = dir.join(format!("t{i}.json"));
+        rec.tenants.push(TenantOutcome {
+            index: *i,
+            result: result.exists().then(|| format!("t{i}.json")),
+            exit: exits[k],
+        });
+    }
+    drop(probes);
+    lab.destroy();
+    Ok(())
+}
+
+/// Stage 1: the tenants' sandboxes and the building side, and who adds the
+/// WAN delay (netem on the host-side links where the kernel has it and the
+/// scenario allows it, else the relay).
+fn start_lab(c: &crate::scenario::RunConfig, rec: &mut RunRecord) -> Result<(Lab, bool)> {
     let t = &c.tenant;
-    let native = t.backend == Backend::Native;
     let limits = Limits {
         cpu_quota: t.cpu_quota,
         cpu_shares: t.cpu_shares,
@@ -278,7 +321,7 @@ fn one_run(
         rt_runtime_us: None,
     };
     let specs = vec![TenantSpec { limits }; t.count];
-    let mut lab = Lab::create(&specs)?;
+    let lab = Lab::create(&specs)?;
     rec.environment.netem = netem_available(&lab.building.host_if);
     let use_netem = match c.host.wan_delay {
         WanDelay::Netem if !rec.environment.netem => {
@@ -305,9 +348,11 @@ fn one_run(
         }
         rec.environment.wan_delay_by = WanDelayBy::Netem;
     }
-    // Held once for the run, as cyclictest does; probes are told not to.
-    let _dma = ontime_core::rt::DmaLatencyGuard::hold(0).ok();
+    Ok((lab, use_netem))
+}
 
+/// Stage 2: the host I/O path.
+fn start_relay(c: &crate::scenario::RunConfig, lab: &Lab, use_netem: bool) -> Result<Relay> {
     let relay_settings = RelaySettings {
         delay_ns: if use_netem { 0 } else { c.host.relay_delay },
         rate_bps: c.host.relay_rate_mbit.map(|m| (m * 1e6) as u64),
@@ -322,14 +367,18 @@ fn one_run(
         },
     };
     let ports: Vec<_> = lab.tenants.iter().map(|t| t.net.port()).collect();
-    let relay = Relay::start(lab.building.port(), &ports, relay_settings)?;
+    Relay::start(lab.building.port(), &ports, relay_settings)
+}
 
-    // The building side: one gateway process with a building per tenant.
+/// Stage 3: the building side: one gateway process with a building per
+/// tenant (crawl workloads only), owned by the lab.
+fn start_gateway(c: &crate::scenario::RunConfig, lab: &mut Lab, dir: &Path, exe: &Path) -> Result<()> {
+    let t = &c.tenant;
     if let Some(cr) = &t.crawl {
         let points = (cr.rate * cr.points_per_request as f64 * cr.period as f64 / 1e9)
             .ceil()
             .max(1.0) as u64;
-        let mut gw = Command::new(&opts.exe);
+        let mut gw = Command::new(exe);
         gw.args(["gateway", "--listen", &format!("{}:8080", names::building_addr())])
             .args(["--buildings", &t.count.to_string(), "--points", &points.to_string()])
             .stdout(Stdio::piped())
@@ -352,8 +401,18 @@ fn one_run(
             .context("the gateway did not start listening within 10 s (see gateway.err)")?;
     }
 
-    // The scheduler recorder watches loads and probes from their start.
-    let observer = match crate::observe::start(c.observe.recorder, &lab, dir) {
+    Ok(())
+}
+
+/// Stage 4: the scheduler recorder; a recorder that cannot start is noted
+/// in the record, not a failed run.
+fn start_recorder(
+    c: &crate::scenario::RunConfig,
+    lab: &Lab,
+    dir: &Path,
+    rec: &mut RunRecord,
+) -> Option<crate::observe::Observer> {
+    match crate::observe::start(c.observe.recorder, lab, dir) {
         Ok(o) => Some(o),
         Err(e) => {
             rec.observe = Some(crate::observe::ObserveOutcome {
@@ -363,16 +422,24 @@ fn one_run(
             });
             None
         }
-    };
+    }
+}
 
-    // Loads.
+/// The loads of a run; dropping it stops them all.
+struct Loads {
+    _stress: Vec<LoadGuard>,
+    _wan: Vec<ChildProcess>,
+}
+
+/// Stage 5: stress-ng on the host or in every tenant, and the wan flows.
+fn start_loads(c: &crate::scenario::RunConfig, lab: &Lab, native: bool) -> Result<Loads> {
     let mut loads: Vec<LoadGuard> = Vec::new();
     let mut wan: Vec<ChildProcess> = Vec::new();
     for l in &c.effective_loads() {
         let profile: LoadProfile = match l.profile {
             LoadKind::None => continue,
             LoadKind::Wan => {
-                wan.extend(start_wan(&lab, l.rate_mbit, c.duration, native)?);
+                wan.extend(start_wan(lab, l.rate_mbit, c.duration, native)?);
                 continue;
             }
             LoadKind::Stress(p) => p,
@@ -398,10 +465,26 @@ fn one_run(
         std::thread::sleep(Duration::from_millis(500));
     }
 
-    // Probes.
+    Ok(Loads {
+        _stress: loads,
+        _wan: wan,
+    })
+}
+
+/// Stage 6: one probe process per tenant, in its namespace and cgroup:
+/// (tenant index, process), stopped (SIGTERM: they write their results)
+/// when dropped.
+fn start_probes(
+    c: &crate::scenario::RunConfig,
+    lab: &Lab,
+    dir: &Path,
+    exe: &Path,
+    native: bool,
+) -> Result<Vec<(usize, ChildProcess)>> {
+    let t = &c.tenant;
     let online = ontime_core::limits::online_cpus();
     let vcpus = if native { online } else { t.vcpus };
-    let mut pids = Vec::new();
+    let mut probes = Vec::new();
     let tenants: Vec<(usize, String, Option<crate::cgroup::Cgroup>)> = lab
         .tenants
         .iter()
@@ -410,7 +493,7 @@ fn one_run(
     for (i, netns, cgroup) in &tenants {
         let i = *i;
         let result = dir.join(format!("t{i}.json"));
-        let mut cmd = Command::new(&opts.exe);
+        let mut cmd = Command::new(exe);
         // Results after the extra arguments, as before: a scenario may not
         // redirect them.
         if let Some(cr) = &t.crawl {
@@ -458,40 +541,45 @@ fn one_run(
             .stdout(std::fs::File::create(dir.join(format!("t{i}.out")))?)
             .stderr(std::fs::File::create(dir.join(format!("t{i}.err")))?);
         let child = spawn_in(&mut cmd, netns, if native { None } else { cgroup.as_ref() })?;
-        pids.push((i, child.id()));
-        lab.children().push(child);
+        probes.push((i, child));
     }
 
-    // Wait for the probes; pass a stop on to them so they write results.
+    Ok(probes)
+}
+
+/// Stage 7: waits for every probe to exit; a stop request (Ctrl-C) is
+/// passed on to them so they write what they measured. Returns their exit
+/// codes in order.
+fn wait_for_probes(
+    run: &PlannedRun,
+    probes: &mut [(usize, ChildProcess)],
+    opts: &RunnerOptions,
+    on: &mut dyn FnMut(Event),
+) -> Result<Vec<Option<i32>>> {
     let t0 = Instant::now();
-    let mut exits: Vec<Option<i32>> = vec![None; pids.len()];
+    let mut exits: Vec<Option<i32>> = vec![None; probes.len()];
     let mut signalled = false;
     loop {
         let mut running = 0;
-        for (k, (_, pid)) in pids.iter().enumerate() {
+        for (k, (_, child)) in probes.iter_mut().enumerate() {
             if exits[k].is_some() {
                 continue;
             }
-            let child = lab
-                .children()
-                .iter_mut()
-                .find(|c| c.id() == *pid)
-                .context("lost a probe")?;
             match child.try_wait() {
                 Some(st) => exits[k] = Some(st.code().unwrap_or(-1)),
                 None => running += 1,
             }
         }
         if running == 0 {
-            break;
+            return Ok(exits);
         }
         if opts.stop.load(Ordering::Relaxed) && !signalled {
-            for c in lab.children().iter().filter(|c| pids.iter().any(|(_, p)| *p == c.id())) {
+            for (_, c) in probes.iter() {
                 c.signal(libc::SIGINT);
             }
             signalled = true;
         }
-        if t0.elapsed() > Duration::from_nanos(c.duration) + Duration::from_secs(60) {
+        if t0.elapsed() > Duration::from_nanos(run.config.duration) + Duration::from_secs(60) {
             anyhow::bail!("probes did not finish within the duration + 60 s (see t*.err)");
         }
         on(Event::Tick {
@@ -500,28 +588,6 @@ fn one_run(
         });
         std::thread::sleep(Duration::from_millis(250));
     }
-    if let Some(o) = observer {
-        rec.observe = Some(o.finish(dir));
-    }
-    drop(loads);
-    // iperf3 clients and servers stop as their handles go.
-    drop(wan);
-    let report = relay.stop()?;
-    write_atomic(
-        &dir.join("relay.json"),
-        serde_json::to_string_pretty(&report)?.as_bytes(),
-    )?;
-    rec.relay = Some(report);
-    for (k, (i, _)) in pids.iter().enumerate() {
-        let result = dir.join(format!("t{i}.json"));
-        rec.tenants.push(TenantOutcome {
-            index: *i,
-            result: result.exists().then(|| format!("t{i}.json")),
-            exit: exits[k],
-        });
-    }
-    lab.destroy();
-    Ok(())
 }
 
 /// The wan load: an iperf3 server per tenant on the building side and a UDP
