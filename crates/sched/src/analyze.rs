@@ -776,6 +776,11 @@ mod tests {
     }
 
     fn analyzer() -> Analyzer {
+        analyzer_on(1)
+    }
+
+    /// One tenant "t" whose thread 10 is a vCPU, on `cpus` CPUs, 1 ms windows.
+    fn analyzer_on(cpus: usize) -> Analyzer {
         let groups = [Group {
             name: "t".into(),
             kind: GroupKind::Tenant,
@@ -784,7 +789,7 @@ mod tests {
         }];
         let mut a = Analyzer::new(
             0,
-            1,
+            cpus,
             &groups,
             &AnalysisOptions {
                 windows: vec![1_000_000],
@@ -866,22 +871,7 @@ mod tests {
 
     #[test]
     fn a_thread_seen_on_another_cpu_leaves_the_first_one() {
-        let groups = [Group {
-            name: "t".into(),
-            kind: GroupKind::Tenant,
-            source: vec![],
-            vcpu_names: false,
-        }];
-        let mut a = Analyzer::new(
-            0,
-            2,
-            &groups,
-            &AnalysisOptions {
-                windows: vec![1_000_000],
-                series: false,
-            },
-        );
-        a.set_thread(10, 0, true);
+        let mut a = analyzer_on(2);
         a.feed(&switch(1_000_000, 0, 0, 10, 0));
         // Its switch-out on CPU 0 never came; it shows up on CPU 1.
         a.feed(&switch(3_000_000, 1, 0, 10, 0));
