@@ -150,7 +150,10 @@ pub fn plan_streams(cfg: &CrawlConfig) -> Vec<Stream> {
 }
 
 /// Runs a crawl to its end (or until `flags` stop it) and returns the
-/// result. `on_progress` is called once per report interval.
+/// result; `on_progress` is called once per report interval. The stages:
+/// streams dealt to the vCPU threads -> threads started with their settings
+/// -> pools warmed and one common start -> the sink -> the collector
+/// merging each interval -> threads joined -> the result.
 pub fn run(
     cfg: CrawlConfig,
     opts: RunOptions,
@@ -167,199 +170,34 @@ pub fn run(
     if opts.mlockall {
         ontime_core::rt::mlockall()?;
     }
-    let streams = plan_streams(&cfg);
-    let n_streams = streams.len();
-    let k = opts.vcpus.min(n_streams.max(1));
-    if k < opts.vcpus {
-        warnings.push(format!(
-            "only {n_streams} streams: using {k} vCPU threads instead of {}",
-            opts.vcpus
-        ));
-    }
-    let mut per_thread: Vec<Vec<Stream>> = (0..k).map(|_| Vec::new()).collect();
-    for s in streams {
-        per_thread[s.id as usize % k].push(s);
-    }
-
-    let (warm_tx, warm_rx) = mpsc::channel();
-    let mut start_txs = Vec::new();
-    let (report_tx, report_rx) = mpsc::channel();
-    let records_dropped = Arc::new(AtomicU64::new(0));
-    let sink_done = Arc::new(AtomicBool::new(false));
-    let mut poll_consumers = Vec::new();
-    let mut store_consumers = Vec::new();
-    let mut spare_txs = Vec::new();
-    let aborter = flags.clone();
-    let mut vcpus = ontime_core::rt::ThreadGroup::new(move || aborter.abort.store(true, Ordering::Relaxed));
-    for (t, streams) in per_thread.into_iter().enumerate() {
-        let (spare_tx, spare_rx) = mpsc::channel();
-        // Two spare sets per thread so the steady state never allocates.
-        for _ in 0..2 {
-            let _ = spare_tx.send(Box::<Metrics>::default());
-        }
-        spare_txs.push(spare_tx);
-        let poll_records = opts.polls_file.as_ref().map(|_| {
-            let (p, c) = rtrb::RingBuffer::new(1 << 16);
-            poll_consumers.push(c);
-            p
-        });
-        let store_records = opts.store.as_ref().map(|_| {
-            let (p, c) = rtrb::RingBuffer::new(1 << 18);
-            store_consumers.push(c);
-            p
-        });
-        let setup = EngineSetup {
-            thread: t,
-            streams,
-            gateways: cfg.gateways.iter().map(|g| g.addr).collect(),
-            timeout_ns: cfg.timeout_ns,
-            max_connections: cfg.max_connections,
-            duration_ns: opts.duration_ns,
-            warm: warm_tx.clone(),
-            start: {
-                let (tx, rx) = mpsc::channel();
-                start_txs.push(tx);
-                rx
-            },
-            report_interval_ns: opts.report_interval_ns,
-            work_per_poll_ns: opts.work_per_poll_ns,
-            resend: opts.resend,
-            flags: flags.clone(),
-            reports: report_tx.clone(),
-            spares: spare_rx,
-            poll_records,
-            store_records,
-            records_dropped: records_dropped.clone(),
-        };
-        vcpus.spawn(&format!("crawl-vcpu{t}"), opts.thread.clone(), move || {
-            engine::run(setup)
-        })?;
-    }
-    drop(report_tx);
-    vcpus.await_ready(Duration::from_secs(5)).map_err(anyhow::Error::msg)?;
-
+    let (per_thread, n_streams) = assign_streams(&cfg, opts.vcpus, &mut warnings);
+    let k = per_thread.len();
+    let mut threads = start_vcpu_threads(&cfg, &opts, &flags, per_thread)?;
     // This thread collects and the sink writes: neither may take CPU time a
     // vCPU thread wants (they may share its CPU or cgroup).
     if let Err(e) = ontime_core::rt::set_idle() {
         warnings.push(format!("collector not at SCHED_IDLE: {e:#}"));
     }
-    // Every vCPU thread warms its connection pool; then all start together.
-    drop(warm_tx);
-    for _ in 0..k {
-        // A thread that failed before warming up sends nothing: do not wait
-        // past the warm-up limit for it.
-        match warm_rx.recv_timeout(Duration::from_secs(5)) {
-            Ok(w) if w.connected < w.open => warnings.push(format!(
-                "vCPU thread {}: {} of {} connections were up at the start (the gateway did not answer within 3 s)",
-                w.thread, w.connected, w.open
-            )),
-            Ok(_) => {}
-            Err(_) => break,
-        }
-    }
-    let start = MonoNs::now().add_ns(20_000_000);
-    let start_wall = std::time::SystemTime::now() + Duration::from_millis(20);
-    for tx in &start_txs {
-        let _ = tx.send(start);
-    }
-    let sink_handle = if opts.polls_file.is_some() || opts.store.is_some() {
-        let setup = sink::SinkSetup {
-            polls_file: opts.polls_file.clone(),
-            store: opts.store.clone(),
-            gateway_urls: cfg.gateways.iter().map(|g| g.url.clone()).collect(),
-            polls: poll_consumers,
-            values: store_consumers,
-            done: sink_done.clone(),
-        };
-        Some(
-            std::thread::Builder::new()
-                .name("crawl-sink".into())
-                .spawn(move || sink::run(setup))?,
-        )
-    } else {
-        None
-    };
+    let (start, start_wall) = threads.common_start(&mut warnings);
+    let sink = Sink::start(&cfg, &opts, &mut threads)?;
+    let mut collector = Collector::new(&opts, k, start_wall)?;
+    let vcpu_cpu_ns = collector.run(&threads.reports, &threads.spares, on_progress)?;
+    let totals = collector.totals;
 
-    let mut hlog = match &opts.hlog {
-        Some(p) => Some(HlogFile::create(
-            p,
-            "ontime crawl: send_lag, response_time, interval_error",
-            start_wall,
-        )?),
-        None => None,
-    };
-    let mut totals = Metrics::default();
-    let mut pending: BTreeMap<u64, (Metrics, usize)> = BTreeMap::new();
-    let mut reached = vec![0u64; k];
-    let mut done = 0;
-    let mut vcpu_cpu_ns = 0;
-    let interval = opts.report_interval_ns;
-    let mut flush = |upto: u64, pending: &mut BTreeMap<u64, (Metrics, usize)>, totals: &mut Metrics| -> Result<()> {
-        while let Some((&i, _)) = pending.iter().next() {
-            if i >= upto {
-                break;
-            }
-            let (m, _) = pending.remove(&i).expect("key just seen");
-            // The drain after the end has its own interval; leave it out of
-            // the log when nothing happened in it.
-            let idle = m.send_lag.is_empty() && m.response_time.is_empty() && m.interval_error.is_empty();
-            let past_end = i * interval >= opts.duration_ns;
-            if let Some(h) = hlog.as_mut().filter(|_| !(idle && past_end)) {
-                let off = Duration::from_nanos(i * interval);
-                let len = Duration::from_nanos(interval);
-                h.write("send_lag", &m.send_lag, off, len)?;
-                h.write("response_time", &m.response_time, off, len)?;
-                h.write("interval_error", &m.interval_error, off, len)?;
-                h.flush()?;
-            }
-            totals.add(&m);
-            on_progress(&Progress {
-                elapsed_ns: (i + 1) * interval,
-                duration_ns: opts.duration_ns,
-                outcomes: totals.outcomes.clone(),
-                send_lag_max_ns: totals.send_lag.max(),
-                interval_error_max_ns: totals.interval_error.max(),
-            });
-        }
-        Ok(())
-    };
-    while done < k {
-        match report_rx.recv() {
-            Ok(Report::Interval { thread, index, metrics }) => {
-                let slot = pending.entry(index).or_insert_with(|| (Metrics::default(), 0));
-                slot.0.add(&metrics);
-                slot.1 += 1;
-                reached[thread] = reached[thread].max(index + 1);
-                let mut metrics = metrics;
-                metrics.reset();
-                let _ = spare_txs[thread].send(metrics);
-                let upto = *reached.iter().min().unwrap_or(&0);
-                flush(upto, &mut pending, &mut totals)?;
-            }
-            Ok(Report::Done { thread, cpu_ns }) => {
-                done += 1;
-                vcpu_cpu_ns += cpu_ns;
-                reached[thread] = u64::MAX;
-            }
-            Err(_) => break,
-        }
-    }
-    flush(u64::MAX, &mut pending, &mut totals)?;
     let mut failures = Vec::new();
-    for r in vcpus.join() {
+    for r in threads.group.join() {
         if let Err(e) = r {
             failures.push(format!("{e:#}"));
         }
     }
-    sink_done.store(true, Ordering::Release);
-    let sink_stats = match sink_handle {
-        Some(h) => h.join().map_err(|_| anyhow::anyhow!("the sink thread panicked"))??,
+    let sink_stats = match sink {
+        Some(s) => s.finish()?,
         None => sink::SinkStats::default(),
     };
     if !failures.is_empty() {
         anyhow::bail!("crawl failed: {}", failures.join("; "));
     }
-    let dropped = records_dropped.load(Ordering::Relaxed);
+    let dropped = threads.records_dropped.load(Ordering::Relaxed);
     if dropped > 0 {
         warnings.push(format!(
             "{dropped} per-poll or store records were lost: the writer fell behind"
@@ -396,6 +234,266 @@ pub fn run(
         manifest,
         config: cfg,
     })
+}
+
+/// Deals the streams round-robin to at most `vcpus` threads (fewer when
+/// there are fewer streams, with a warning). Returns them and the count.
+fn assign_streams(cfg: &CrawlConfig, vcpus: usize, warnings: &mut Vec<String>) -> (Vec<Vec<Stream>>, usize) {
+    let streams = plan_streams(cfg);
+    let n_streams = streams.len();
+    let k = vcpus.min(n_streams.max(1));
+    if k < vcpus {
+        warnings.push(format!(
+            "only {n_streams} streams: using {k} vCPU threads instead of {vcpus}"
+        ));
+    }
+    let mut per_thread: Vec<Vec<Stream>> = (0..k).map(|_| Vec::new()).collect();
+    for s in streams {
+        per_thread[s.id as usize % k].push(s);
+    }
+    (per_thread, n_streams)
+}
+
+/// The running vCPU threads and the channels to them.
+struct VcpuThreads {
+    group: ontime_core::rt::ThreadGroup<()>,
+    warm: mpsc::Receiver<engine::Warm>,
+    starts: Vec<mpsc::Sender<MonoNs>>,
+    reports: mpsc::Receiver<Report>,
+    /// Per thread: recycled metric sets going back.
+    spares: Vec<mpsc::Sender<Box<Metrics>>>,
+    poll_records: Vec<rtrb::Consumer<metrics::PollRecord>>,
+    store_records: Vec<rtrb::Consumer<metrics::StoreRecord>>,
+    records_dropped: Arc<AtomicU64>,
+}
+
+/// Starts one engine thread per stream set, each with the run's thread
+/// settings, and waits until all run with them.
+fn start_vcpu_threads(
+    cfg: &CrawlConfig,
+    opts: &RunOptions,
+    flags: &Arc<StopFlags>,
+    per_thread: Vec<Vec<Stream>>,
+) -> Result<VcpuThreads> {
+    let (warm_tx, warm) = mpsc::channel();
+    let (report_tx, reports) = mpsc::channel();
+    let aborter = flags.clone();
+    let mut t = VcpuThreads {
+        group: ontime_core::rt::ThreadGroup::new(move || aborter.abort.store(true, Ordering::Relaxed)),
+        warm,
+        starts: Vec::new(),
+        reports,
+        spares: Vec::new(),
+        poll_records: Vec::new(),
+        store_records: Vec::new(),
+        records_dropped: Arc::new(AtomicU64::new(0)),
+    };
+    for (i, streams) in per_thread.into_iter().enumerate() {
+        let (spare_tx, spare_rx) = mpsc::channel();
+        // Two spare sets per thread so the steady state never allocates.
+        for _ in 0..2 {
+            let _ = spare_tx.send(Box::<Metrics>::default());
+        }
+        t.spares.push(spare_tx);
+        let poll_records = opts.polls_file.as_ref().map(|_| {
+            let (p, c) = rtrb::RingBuffer::new(1 << 16);
+            t.poll_records.push(c);
+            p
+        });
+        let store_records = opts.store.as_ref().map(|_| {
+            let (p, c) = rtrb::RingBuffer::new(1 << 18);
+            t.store_records.push(c);
+            p
+        });
+        let (start_tx, start) = mpsc::channel();
+        t.starts.push(start_tx);
+        let setup = EngineSetup {
+            thread: i,
+            streams,
+            gateways: cfg.gateways.iter().map(|g| g.addr).collect(),
+            timeout_ns: cfg.timeout_ns,
+            max_connections: cfg.max_connections,
+            duration_ns: opts.duration_ns,
+            warm: warm_tx.clone(),
+            start,
+            report_interval_ns: opts.report_interval_ns,
+            work_per_poll_ns: opts.work_per_poll_ns,
+            resend: opts.resend,
+            flags: flags.clone(),
+            reports: report_tx.clone(),
+            spares: spare_rx,
+            poll_records,
+            store_records,
+            records_dropped: t.records_dropped.clone(),
+        };
+        t.group.spawn(&format!("crawl-vcpu{i}"), opts.thread.clone(), move || {
+            engine::run(setup)
+        })?;
+    }
+    drop(report_tx);
+    drop(warm_tx);
+    t.group
+        .await_ready(Duration::from_secs(5))
+        .map_err(anyhow::Error::msg)?;
+    Ok(t)
+}
+
+impl VcpuThreads {
+    /// Waits until every thread has warmed its connection pool (or gave up
+    /// waiting), then gives them one start time 20 ms ahead. Returns it on
+    /// CLOCK_MONOTONIC and the wall clock.
+    fn common_start(&self, warnings: &mut Vec<String>) -> (MonoNs, std::time::SystemTime) {
+        for _ in 0..self.starts.len() {
+            // A thread that failed before warming up sends nothing: do not
+            // wait past the warm-up limit for it.
+            match self.warm.recv_timeout(Duration::from_secs(5)) {
+                Ok(w) if w.connected < w.open => warnings.push(format!(
+                    "vCPU thread {}: {} of {} connections were up at the start (the gateway did not answer within 3 s)",
+                    w.thread, w.connected, w.open
+                )),
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        let start = MonoNs::now().add_ns(20_000_000);
+        let start_wall = std::time::SystemTime::now() + Duration::from_millis(20);
+        for tx in &self.starts {
+            let _ = tx.send(start);
+        }
+        (start, start_wall)
+    }
+}
+
+/// The thread writing per-poll records and stored values, off the timing
+/// path.
+struct Sink {
+    handle: std::thread::JoinHandle<Result<sink::SinkStats>>,
+    done: Arc<AtomicBool>,
+}
+
+impl Sink {
+    /// Starts it when the run writes --polls or --store.
+    fn start(cfg: &CrawlConfig, opts: &RunOptions, threads: &mut VcpuThreads) -> Result<Option<Sink>> {
+        if opts.polls_file.is_none() && opts.store.is_none() {
+            return Ok(None);
+        }
+        let done = Arc::new(AtomicBool::new(false));
+        let setup = sink::SinkSetup {
+            polls_file: opts.polls_file.clone(),
+            store: opts.store.clone(),
+            gateway_urls: cfg.gateways.iter().map(|g| g.url.clone()).collect(),
+            polls: std::mem::take(&mut threads.poll_records),
+            values: std::mem::take(&mut threads.store_records),
+            done: done.clone(),
+        };
+        let handle = std::thread::Builder::new()
+            .name("crawl-sink".into())
+            .spawn(move || sink::run(setup))?;
+        Ok(Some(Sink { handle, done }))
+    }
+
+    /// Tells it the threads are done and waits for it to write the rest.
+    fn finish(self) -> Result<sink::SinkStats> {
+        self.done.store(true, Ordering::Release);
+        self.handle
+            .join()
+            .map_err(|_| anyhow::anyhow!("the sink thread panicked"))?
+    }
+}
+
+/// Merges the threads' interval reports, in interval order once every
+/// thread has passed an interval, into the totals, the histogram log and
+/// the progress display.
+struct Collector<'o> {
+    opts: &'o RunOptions,
+    hlog: Option<HlogFile>,
+    pending: BTreeMap<u64, Metrics>,
+    /// Per thread: the first interval it has not reported yet.
+    reached: Vec<u64>,
+    totals: Metrics,
+}
+
+impl<'o> Collector<'o> {
+    fn new(opts: &'o RunOptions, threads: usize, start_wall: std::time::SystemTime) -> Result<Self> {
+        let hlog = match &opts.hlog {
+            Some(p) => Some(HlogFile::create(
+                p,
+                "ontime crawl: send_lag, response_time, interval_error",
+                start_wall,
+            )?),
+            None => None,
+        };
+        Ok(Collector {
+            opts,
+            hlog,
+            pending: BTreeMap::new(),
+            reached: vec![0; threads],
+            totals: Metrics::default(),
+        })
+    }
+
+    /// Until every thread is done; returns the vCPU threads' CPU time.
+    fn run(
+        &mut self,
+        reports: &mpsc::Receiver<Report>,
+        spares: &[mpsc::Sender<Box<Metrics>>],
+        on_progress: &mut dyn FnMut(&Progress),
+    ) -> Result<u64> {
+        let (mut done, mut vcpu_cpu_ns) = (0, 0);
+        while done < self.reached.len() {
+            match reports.recv() {
+                Ok(Report::Interval { thread, index, metrics }) => {
+                    self.pending.entry(index).or_default().add(&metrics);
+                    self.reached[thread] = self.reached[thread].max(index + 1);
+                    let mut metrics = metrics;
+                    metrics.reset();
+                    let _ = spares[thread].send(metrics);
+                    let upto = *self.reached.iter().min().unwrap_or(&0);
+                    self.flush(upto, on_progress)?;
+                }
+                Ok(Report::Done { thread, cpu_ns }) => {
+                    done += 1;
+                    vcpu_cpu_ns += cpu_ns;
+                    self.reached[thread] = u64::MAX;
+                }
+                Err(_) => break,
+            }
+        }
+        self.flush(u64::MAX, on_progress)?;
+        Ok(vcpu_cpu_ns)
+    }
+
+    /// Adds every interval before `upto` to the totals and the log.
+    fn flush(&mut self, upto: u64, on_progress: &mut dyn FnMut(&Progress)) -> Result<()> {
+        let interval = self.opts.report_interval_ns;
+        while let Some((&i, _)) = self.pending.first_key_value() {
+            if i >= upto {
+                break;
+            }
+            let (_, m) = self.pending.pop_first().expect("key just seen");
+            // The drain after the end has its own interval; leave it out of
+            // the log when nothing happened in it.
+            let idle = m.send_lag.is_empty() && m.response_time.is_empty() && m.interval_error.is_empty();
+            let past_end = i * interval >= self.opts.duration_ns;
+            if let Some(h) = self.hlog.as_mut().filter(|_| !(idle && past_end)) {
+                let off = Duration::from_nanos(i * interval);
+                let len = Duration::from_nanos(interval);
+                h.write("send_lag", &m.send_lag, off, len)?;
+                h.write("response_time", &m.response_time, off, len)?;
+                h.write("interval_error", &m.interval_error, off, len)?;
+                h.flush()?;
+            }
+            self.totals.add(&m);
+            on_progress(&Progress {
+                elapsed_ns: (i + 1) * interval,
+                duration_ns: self.opts.duration_ns,
+                outcomes: self.totals.outcomes.clone(),
+                send_lag_max_ns: self.totals.send_lag.max(),
+                interval_error_max_ns: self.totals.interval_error.max(),
+            });
+        }
+        Ok(())
+    }
 }
 
 impl ontime_core::export::TextReport for CrawlResult {
