@@ -524,6 +524,9 @@ fn cell(v: Option<u64>) -> String {
     v.map(format_ns).unwrap_or_else(|| "<span class=na>n/a</span>".into())
 }
 
+/// The report page: head and model note, environment, sample-count notes,
+/// figures, then a table per run (the verdict and the scheduler view are
+/// inserted by [`write`]).
 fn render_html(
     name: &str,
     crawl: bool,
@@ -534,7 +537,6 @@ fn render_html(
 ) -> String {
     let mut h = String::new();
     let env = &runs[0].record.environment;
-    let m = &env.manifest;
     let _ = write!(
         h,
         "<!doctype html><html><head><meta charset=utf-8><title>ontime lab: {n}</title><style>
@@ -549,6 +551,20 @@ td,th{{border:1px solid #bbb;padding:3px 7px;text-align:right}} th{{background:#
     if let Some(d) = Some(&runs[0].record.config.description).filter(|d| !d.is_empty()) {
         let _ = write!(h, "<p>{}</p>", esc(d));
     }
+    h.push_str(&environment_section(runs));
+    h.push_str(&notes_section(notes));
+    h.push_str(&figures_section(charts, svgs));
+    h.push_str(&runs_section(runs, crawl));
+    h.push_str("<p><small>Made by ontime lab report. Numbers are the runs' own measurements; n/a marks a percentile the sample count cannot support.</small></p></body></html>\n");
+    h
+}
+
+/// Kernel, clocksource, CPUs, backend, what was unavailable, the WAN delay
+/// and what the relay measured.
+fn environment_section(runs: &[RunResults]) -> String {
+    let mut h = String::new();
+    let env = &runs[0].record.environment;
+    let m = &env.manifest;
     // Environment.
     let mut missing: Vec<String> = m.capabilities.missing.clone();
     if !env.netem {
@@ -585,6 +601,12 @@ td,th{{border:1px solid #bbb;padding:3px 7px;text-align:right}} th{{background:#
         esc(&relay_delays.join("<br>")).replace("&lt;br&gt;", "<br>"),
         esc(&m.version),
     );
+    h
+}
+
+/// Where the sample count does not support a percentile.
+fn notes_section(notes: &[String]) -> String {
+    let mut h = String::new();
     if !notes.is_empty() {
         h.push_str("<div class=note><b>Sample counts:</b><ul>");
         for n in notes {
@@ -592,6 +614,11 @@ td,th{{border:1px solid #bbb;padding:3px 7px;text-align:right}} th{{background:#
         }
         h.push_str("</ul></div>");
     }
+    h
+}
+
+fn figures_section(charts: &[Chart], svgs: &[String]) -> String {
+    let mut h = String::new();
     h.push_str("<h2>Figures</h2>");
     for (i, (c, svg)) in charts.iter().zip(svgs).enumerate() {
         let _ = write!(
@@ -605,6 +632,13 @@ td,th{{border:1px solid #bbb;padding:3px 7px;text-align:right}} th{{background:#
     if charts.is_empty() {
         h.push_str("<p>No sweep: see the table.</p>");
     }
+    h
+}
+
+/// Per run: each tenant's percentiles, misses, send lag, the pooled row and
+/// the relay's delay.
+fn runs_section(runs: &[RunResults], crawl: bool) -> String {
+    let mut h = String::new();
     h.push_str("<h2>Runs</h2>");
     let metric = if crawl { "interval error" } else { "wake-up latency" };
     let _ = write!(
@@ -675,6 +709,5 @@ td,th{{border:1px solid #bbb;padding:3px 7px;text-align:right}} th{{background:#
             );
         }
     }
-    h.push_str("<p><small>Made by ontime lab report. Numbers are the runs' own measurements; n/a marks a percentile the sample count cannot support.</small></p></body></html>\n");
     h
 }
