@@ -67,17 +67,10 @@ pub struct CrawlArgs {
     /// Timer slack of the vCPU threads in ns
     #[arg(long, default_value_t = 1)]
     timer_slack: u64,
-    /// Count samples above this value in every metric
-    #[arg(long, value_parser = parse_ns)]
-    threshold: Option<u64>,
     #[command(flatten)]
     out: output::OutputFlags,
-    /// HdrHistogram interval log of send_lag, response_time and interval_error
-    #[arg(long)]
-    hlog: Option<PathBuf>,
-    /// Interval of the histogram log and progress
-    #[arg(long, default_value = "1s", value_parser = parse_ns)]
-    hlog_interval: u64,
+    #[command(flatten)]
+    probe: output::ProbeFlags,
     /// Write one CSV line per poll (planned, sent, gateway receive, done, outcome)
     #[arg(long)]
     polls: Option<PathBuf>,
@@ -89,9 +82,6 @@ pub struct CrawlArgs {
     /// crawler (document 000's filled a vCPU at ~700 polls/s: about 1.4ms)
     #[arg(long, default_value = "0ns", value_parser = parse_ns)]
     work_per_poll: u64,
-    /// Do not hold /dev/cpu_dma_latency at 0 during the run
-    #[arg(long)]
-    no_dma_latency: bool,
     /// Count a poll whose connection the server closed before answering as
     /// lost at once, instead of sending it once more on a new connection
     /// (the default, as HTTP clients do for reused connections; such polls
@@ -194,7 +184,7 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
     limits::count("--vcpus", a.vcpus as u64, 1, limits::MAX_THREADS).map_err(usage)?;
     output::check_outputs(&[
         ("--result", a.out.result.as_deref()),
-        ("--hlog", a.hlog.as_deref()),
+        ("--hlog", a.probe.hlog.as_deref()),
         ("--polls", a.polls.as_deref()),
         ("--store", a.store.as_deref()),
         ("--gateway-log", a.gateway_log.as_deref()),
@@ -210,9 +200,7 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
     if let Some(bad) = a.affinity.iter().flat_map(|c| c.0.iter()).find(|&&c| c >= online) {
         return Err(usage(format!("-a: CPU {bad} is not online (this host has {online})")));
     }
-    if a.hlog_interval < 10_000_000 {
-        return Err(usage("--hlog-interval must be at least 10ms"));
-    }
+    a.probe.check()?;
     let gateway = if a.with_gateway {
         Some(LocalGateway::start(&cfg, &a)?)
     } else {
@@ -221,7 +209,7 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
     let caps = Capabilities::probe();
     let mut manifest = Manifest::start("native", caps);
     // Deep idle states add wake-up latency; hold them off as cyclictest does.
-    let _dma = if a.no_dma_latency {
+    let _dma = if a.probe.no_dma_latency {
         None
     } else {
         match ontime_core::rt::DmaLatencyGuard::hold(0) {
@@ -249,11 +237,11 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
             timer_slack_ns: Some(a.timer_slack),
         },
         mlockall: a.mlockall,
-        threshold_ns: a.threshold,
-        report_interval_ns: a.hlog_interval,
+        threshold_ns: a.probe.threshold,
+        report_interval_ns: a.probe.hlog_interval,
         work_per_poll_ns: a.work_per_poll,
         resend: !a.no_resend,
-        hlog: a.hlog.clone(),
+        hlog: a.probe.hlog.clone(),
         polls_file: a.polls.clone(),
         store: a.store.clone(),
     };

@@ -76,21 +76,10 @@ pub struct CyclicArgs {
     /// stress-ng workers per stressor of the load
     #[arg(long, default_value_t = 1)]
     load_workers: usize,
-    /// Count wake-ups later than this
-    #[arg(long, value_parser = parse_ns)]
-    threshold: Option<u64>,
-    /// Do not hold /dev/cpu_dma_latency at 0 during the run
-    #[arg(long)]
-    no_dma_latency: bool,
     #[command(flatten)]
     out: output::OutputFlags,
-    /// HdrHistogram interval log of every planned wake-up's latency (tag
-    /// "latency"), for exact pooling and long runs
-    #[arg(long)]
-    hlog: Option<PathBuf>,
-    /// Interval of the histogram log
-    #[arg(long, default_value = "1s", value_parser = parse_ns)]
-    hlog_interval: u64,
+    #[command(flatten)]
+    probe: output::ProbeFlags,
 }
 
 fn resolve_policy(policy: Option<&str>, prio: Option<u8>) -> anyhow::Result<Policy> {
@@ -116,9 +105,9 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
         ("--result", a.out.result.as_deref()),
         ("--histfile", a.histfile.as_deref()),
         ("--histfile-woken", a.histfile_woken.as_deref()),
-        ("--hlog", a.hlog.as_deref()),
+        ("--hlog", a.probe.hlog.as_deref()),
     ])?;
-    limits::duration("--hlog-interval", a.hlog_interval, 10_000_000, limits::MAX_DURATION_NS).map_err(usage)?;
+    a.probe.check()?;
     limits::duration("-i", a.interval, limits::MIN_INTERVAL_NS, limits::MAX_DURATION_NS).map_err(usage)?;
     limits::duration("-d", a.distance, 0, limits::MAX_DURATION_NS).map_err(usage)?;
     limits::count("-h", a.histogram as u64, 0, limits::MAX_HISTOGRAM_BINS).map_err(usage)?;
@@ -147,11 +136,11 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
         loops: a.loops,
         duration_ns: a.duration,
         histogram_us: a.histogram,
-        threshold_ns: a.threshold,
-        dma_latency: !a.no_dma_latency,
+        threshold_ns: a.probe.threshold,
+        dma_latency: !a.probe.no_dma_latency,
         load: a.load.map(|l| l.to_string()),
-        hlog: a.hlog.clone(),
-        hlog_interval_ns: a.hlog_interval,
+        hlog: a.probe.hlog.clone(),
+        hlog_interval_ns: a.probe.hlog_interval,
     };
     let stop = Arc::new(AtomicBool::new(false));
     crate::signals::install_flag(stop.clone())?;

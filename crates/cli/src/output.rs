@@ -29,6 +29,39 @@ impl OutputFlags {
     }
 }
 
+/// The flags both probes (crawl and cyclic) take, declared once.
+#[derive(clap::Args, Debug)]
+pub struct ProbeFlags {
+    /// Count samples above this value in every metric
+    #[arg(long, value_parser = ontime_core::duration::parse_ns)]
+    pub threshold: Option<u64>,
+    /// Do not hold /dev/cpu_dma_latency at 0 during the run
+    #[arg(long)]
+    pub no_dma_latency: bool,
+    /// HdrHistogram interval log of the run's metrics (crawl: send_lag,
+    /// response_time, interval_error; cyclic: latency of every planned
+    /// wake-up), for exact pooling and long runs
+    #[arg(long, value_name = "FILE")]
+    pub hlog: Option<std::path::PathBuf>,
+    /// Interval of the histogram log (and of crawl's progress)
+    #[arg(long, default_value = "1s", value_parser = ontime_core::duration::parse_ns)]
+    pub hlog_interval: u64,
+}
+
+impl ProbeFlags {
+    /// Range checks, before anything starts.
+    pub fn check(&self) -> anyhow::Result<()> {
+        ontime_core::limits::duration(
+            "--hlog-interval",
+            self.hlog_interval,
+            10_000_000,
+            ontime_core::limits::MAX_DURATION_NS,
+        )
+        .map_err(crate::usage)?;
+        Ok(())
+    }
+}
+
 /// Checks every output file a verb will write, before it starts: a long run
 /// must not end in "cannot write" for a directory that never existed.
 pub fn check_outputs(files: &[(&str, Option<&Path>)]) -> anyhow::Result<()> {
