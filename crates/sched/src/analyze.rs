@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use ontime_core::stats::LatencyHistogram;
 use serde::{Deserialize, Serialize};
 
-use ontime_trace::event::{kind, Event, F_PREV_RUNNABLE, TASK_DEAD};
+use ontime_trace::event::{kind, Event, F_PREV_RUNNABLE, TASK_DEAD, TASK_UNINTERRUPTIBLE};
 use ontime_trace::recording::{Group, GroupKind};
 
 pub use crate::window::{AboveK, WindowUsage};
@@ -51,8 +51,18 @@ enum St {
     Unknown,
     Running,
     Waiting,
+    /// Asleep by its own choice (interruptible: waiting for work).
     Sleeping,
+    /// Blocked in the kernel (uninterruptible: typically I/O).
+    Blocked,
     Dead,
+}
+
+impl St {
+    /// Off the CPU and not runnable, for whatever reason.
+    fn asleep(self) -> bool {
+        matches!(self, St::Sleeping | St::Blocked)
+    }
 }
 
 struct ThreadState {
@@ -66,6 +76,10 @@ struct ThreadState {
     on_cpu_ns: u64,
     wait_ns: u64,
     waits: LatencyHistogram,
+    /// Time asleep (interruptible) and blocked (uninterruptible), closed
+    /// intervals only.
+    sleep_ns: u64,
+    blocked_ns: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -243,6 +257,8 @@ impl Analyzer {
                 on_cpu_ns: 0,
                 wait_ns: 0,
                 waits: LatencyHistogram::new(),
+                sleep_ns: 0,
+                blocked_ns: 0,
             },
         );
     }
@@ -271,7 +287,15 @@ impl Analyzer {
         }
         let cpu = (e.cpu as usize).min(self.cpus - 1);
         match e.kind {
-            kind::SWITCH => self.on_switch(t, cpu, e.a, e.b, e.flags & F_PREV_RUNNABLE != 0, e.c & TASK_DEAD != 0),
+            kind::SWITCH => self.on_switch(
+                t,
+                cpu,
+                e.a,
+                e.b,
+                e.flags & F_PREV_RUNNABLE != 0,
+                e.c & TASK_DEAD != 0,
+                e.c & TASK_UNINTERRUPTIBLE != 0,
+            ),
             kind::WAKEUP | kind::WAKEUP_NEW => self.on_wakeup(t, e.a, (e.c as usize).min(self.cpus - 1)),
             kind::MIGRATE => self.on_migrate(t, e.a, (e.c as usize).min(self.cpus - 1)),
             _ => {}
@@ -335,7 +359,17 @@ impl Analyzer {
         }
     }
 
-    fn on_switch(&mut self, t: u64, cpu: usize, prev: u32, next: u32, prev_runnable: bool, prev_dead: bool) {
+    #[allow(clippy::too_many_arguments)]
+    fn on_switch(
+        &mut self,
+        t: u64,
+        cpu: usize,
+        prev: u32,
+        next: u32,
+        prev_runnable: bool,
+        prev_dead: bool,
+        prev_blocked: bool,
+    ) {
         if self.occupant[cpu] == u32::MAX {
             self.cpus_unseen = self.cpus_unseen.saturating_sub(1);
         }
@@ -366,13 +400,13 @@ impl Analyzer {
                 let g = th.group;
                 self.set_counts(g, t, 1, 0);
             }
-            if matches!(self.threads[&prev].st, St::Waiting | St::Sleeping) {
+            if self.threads[&prev].st == St::Waiting || self.threads[&prev].st.asleep() {
                 // Its switch-in went missing (the kernel skips a BPF run now
                 // and then): it ran here since this CPU's last switch.
                 self.anomalies += 1;
                 let at = self.last_switch[cpu];
                 let th = self.threads.get_mut(&prev).expect("checked above");
-                if th.st == St::Sleeping {
+                if th.st.asleep() {
                     th.st = St::Waiting;
                     th.since = at;
                     th.cpu = cpu as u16;
@@ -391,6 +425,8 @@ impl Analyzer {
                     St::Dead
                 } else if prev_runnable {
                     St::Waiting
+                } else if prev_blocked {
+                    St::Blocked
                 } else {
                     St::Sleeping
                 };
@@ -416,7 +452,7 @@ impl Analyzer {
 
     fn on_wakeup(&mut self, t: u64, tid: u32, cpu: usize) {
         let Some(th) = self.threads.get(&tid) else { return };
-        if matches!(th.st, St::Sleeping | St::Unknown) {
+        if th.st.asleep() || th.st == St::Unknown {
             self.charge(cpu, t);
             self.transition(tid, t, St::Waiting, cpu);
         }
@@ -445,6 +481,11 @@ impl Analyzer {
         let old = th.st;
         let old_cpu = th.cpu as usize;
         let (group, vcpu) = (th.group, th.vcpu);
+        match old {
+            St::Sleeping => th.sleep_ns += t.saturating_sub(th.since),
+            St::Blocked => th.blocked_ns += t.saturating_sub(th.since),
+            _ => {}
+        }
         if old == St::Waiting {
             let d = t.saturating_sub(th.since);
             th.wait_ns += d;
@@ -565,6 +606,8 @@ impl Analyzer {
             th.on_cpu_ns = 0;
             th.wait_ns = 0;
             th.waits.reset();
+            th.sleep_ns = 0;
+            th.blocked_ns = 0;
         }
     }
 
@@ -594,6 +637,19 @@ impl Analyzer {
                     vcpu: th.vcpu,
                     on_cpu_ns: th.on_cpu_ns,
                     run_delay_ns: th.wait_ns,
+                    // The open interval counts up to now.
+                    sleep_ns: th.sleep_ns
+                        + if th.st == St::Sleeping {
+                            self.last_ts.saturating_sub(th.since)
+                        } else {
+                            0
+                        },
+                    blocked_ns: th.blocked_ns
+                        + if th.st == St::Blocked {
+                            self.last_ts.saturating_sub(th.since)
+                        } else {
+                            0
+                        },
                     waits: th.waits.len(),
                     wait_p99_ns: th.waits.percentile(99.0),
                     wait_max_ns: (!th.waits.is_empty()).then(|| th.waits.max()),
@@ -734,6 +790,12 @@ pub struct ThreadReport {
     pub vcpu: bool,
     pub on_cpu_ns: u64,
     pub run_delay_ns: u64,
+    /// Asleep by its own choice (waiting for work) ...
+    #[serde(default)]
+    pub sleep_ns: u64,
+    /// ... and blocked in the kernel (uninterruptible: typically I/O).
+    #[serde(default)]
+    pub blocked_ns: u64,
     pub waits: u64,
     pub wait_p99_ns: Option<u64>,
     pub wait_max_ns: Option<u64>,
@@ -798,6 +860,48 @@ mod tests {
         );
         a.set_thread(10, 0, true);
         a
+    }
+
+    /// The time line tells a voluntary sleep from a block in the kernel
+    /// (uninterruptible: typically I/O), from the state the switch-out
+    /// reports; the interval still open at the end counts to the last event.
+    #[test]
+    fn sleeping_and_blocked_on_io_are_told_apart() {
+        let mut a = analyzer();
+        let out = |ts, state| Event {
+            ts,
+            a: 10,
+            b: 0,
+            c: state,
+            cpu: 0,
+            kind: kind::SWITCH,
+            flags: 0,
+        };
+        a.feed(&switch(1_000_000, 0, 0, 10, 0));
+        a.feed(&out(2_000_000, 0x01)); // S: sleeps 3 ms
+        a.feed(&Event {
+            ts: 5_000_000,
+            a: 10,
+            c: 0,
+            kind: kind::WAKEUP,
+            ..Default::default()
+        });
+        a.feed(&switch(5_000_000, 0, 0, 10, 0));
+        a.feed(&out(6_000_000, TASK_UNINTERRUPTIBLE)); // D: blocked 4 ms
+        a.feed(&Event {
+            ts: 10_000_000,
+            a: 10,
+            c: 0,
+            kind: kind::WAKEUP,
+            ..Default::default()
+        });
+        a.feed(&switch(10_000_000, 0, 0, 10, 0));
+        a.feed(&out(11_000_000, 0x01)); // S again, open until the end
+        a.finish(13_000_000);
+        let th = &a.report(&|t| t.to_string())[0].threads[0];
+        assert_eq!(th.on_cpu_ns, 3_000_000);
+        assert_eq!(th.blocked_ns, 4_000_000);
+        assert_eq!(th.sleep_ns, 3_000_000 + 2_000_000);
     }
 
     /// A garbage timestamp (a corrupt recording) is left out and counted,

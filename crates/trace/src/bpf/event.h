@@ -27,6 +27,9 @@ enum kind {
 #define F_PREEMPT 2
 /* TASK_DEAD in the previous task's state: it will never run again. */
 #define TASK_DEAD 0x80
+/* TASK_UNINTERRUPTIBLE in the previous task's state: it blocked in the
+ * kernel (typically on I/O), not a voluntary sleep. */
+#define TASK_UNINTERRUPTIBLE 0x02
 
 /* | kind | a | b | c |
  * | SWITCH | prev tid | next tid | prev state |
