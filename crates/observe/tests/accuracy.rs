@@ -49,8 +49,10 @@ fn schedstat(pid: u32) -> (u64, u64) {
     (it.next().expect("runtime"), it.next().expect("run_delay"))
 }
 
-fn within(ours: u64, theirs: u64, rel: f64, what: &str) {
-    let diff = ours.abs_diff(theirs) as f64;
+/// `ours` is within `rel` of `theirs`, plus `bound_ns` (what the analysis
+/// says it may be off by, for events that went missing).
+fn within(ours: u64, theirs: u64, rel: f64, bound_ns: u64, what: &str) {
+    let diff = ours.abs_diff(theirs).saturating_sub(bound_ns) as f64;
     eprintln!(
         "{what}: ontime {ours} schedstat {theirs} ({:+.4}%)",
         (ours as f64 - theirs as f64) * 100.0 / theirs.max(1) as f64
@@ -172,16 +174,12 @@ fn on_cpu_and_run_delay_match_schedstat(mechanism: Mechanism) {
     );
     eprintln!("notes: {:?}", a.notes);
     // Exact to 1 % when every switch reached the recorder. This VM's kernel
-    // sometimes drops a switch event (more often through perf than BPF);
-    // the analysis then says so in a note, and its figures may be off by
-    // the time between the lost event and the next one on that CPU (seen:
-    // 2.2 % of a thread's on-CPU time in 3 s). The test holds it to what
-    // it claims: 1 % when it reports no gap, 5 % when it warns of one.
-    let warned = a
-        .notes
-        .iter()
-        .any(|n| n.contains("not seen to take") || n.contains("never reached the recorder"));
-    let tolerance = if warned { 0.05 } else { 0.01 };
+    // sometimes drops a switch event (BPF and perf alike, more under load);
+    // the analysis then places the time by inference and states how much
+    // (error_bound_ns, seen up to 6 % of a thread's on-CPU time in 3 s under
+    // load). The test holds it to that claim.
+    eprintln!("error bound {} ns", a.error_bound_ns);
+    let tolerance = 0.01;
     let mut total_on = 0;
     for (i, (group, child)) in w.children.iter().enumerate() {
         let g = a.groups.iter().find(|g| &g.name == group).expect("group in report");
@@ -191,12 +189,21 @@ fn on_cpu_and_run_delay_match_schedstat(mechanism: Mechanism) {
             .find(|t| t.tid == child.id())
             .unwrap_or_else(|| panic!("thread {} in report", child.id()));
         let (on, delay) = (after[i].0 - before[i].0, after[i].1 - before[i].1);
-        assert!(on > 500_000_000, "the workload ran ({on} ns)");
-        within(t.on_cpu_ns, on, tolerance, &format!("on-CPU of {}", child.id()));
+        // It ran at all (about 1 s on an idle 2-CPU host; less when the
+        // host is busy with other work, which changes nothing below).
+        assert!(on > 100_000_000, "the workload ran ({on} ns)");
+        within(
+            t.on_cpu_ns,
+            on,
+            tolerance,
+            a.error_bound_ns,
+            &format!("on-CPU of {}", child.id()),
+        );
         within(
             t.run_delay_ns,
             delay,
             tolerance,
+            a.error_bound_ns,
             &format!("run delay of {}", child.id()),
         );
         total_on += on;
@@ -211,6 +218,7 @@ fn on_cpu_and_run_delay_match_schedstat(mechanism: Mechanism) {
                 summed as u64,
                 g.on_cpu_ns,
                 0.001,
+                0,
                 &format!("{} windows of {} ns", g.name, u.window_ns),
             );
             assert!(u.max.expect("max") <= rec.meta.cpus as f64 + 1e-6);

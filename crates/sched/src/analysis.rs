@@ -34,6 +34,10 @@ pub struct Analysis {
     pub groups: Vec<GroupReport>,
     /// Notes on what the figures cannot show.
     pub notes: Vec<String>,
+    /// The most any thread's on-CPU time can be off by because events went
+    /// missing (0 when none did).
+    #[serde(default)]
+    pub error_bound_ns: u64,
 }
 
 impl Analysis {
@@ -154,8 +158,9 @@ pub fn analyze(rec: &Recording, opts: &AnalysisOptions) -> Analysis {
     }
     if a.anomalies > 0 {
         notes.push(format!(
-            "{} switches left a CPU the thread was not seen to take",
-            a.anomalies
+            "{} switches left a CPU the thread was not seen to take (up to {} of CPU time placed by inference)",
+            a.anomalies,
+            format_ns(a.uncertain_ns)
         ));
     }
     if a.vanished > 0 {
@@ -193,5 +198,6 @@ pub fn analyze(rec: &Recording, opts: &AnalysisOptions) -> Analysis {
         windows_ns: windows,
         groups: a.report(&name_of),
         notes,
+        error_bound_ns: a.uncertain_ns + a.vanished_ns,
     }
 }

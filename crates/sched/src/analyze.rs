@@ -22,6 +22,34 @@ use ontime_trace::recording::{Group, GroupKind};
 pub use crate::window::{AboveK, WindowUsage};
 use crate::window::{Entity, WindowAcc};
 
+/// Where a tracked thread was during an [`Interval`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// On this CPU.
+    Running { cpu: u16 },
+    /// Runnable, queued on this CPU, another task on it (run delay, steal).
+    Waiting { cpu: u16 },
+    /// Asleep by its own choice (waiting for work).
+    Sleeping,
+    /// Blocked in the kernel (uninterruptible: typically I/O).
+    Blocked,
+}
+
+/// One closed stretch of a thread's time line, relative to the start of
+/// the recording (ns). A thread's intervals tile its tracked time; profile
+/// joins stacks to them and sim produces them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Interval {
+    pub tid: u32,
+    pub group: u32,
+    pub place: Place,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// What [`Analyzer::on_interval`] calls.
+type IntervalSink = Box<dyn FnMut(&Interval)>;
+
 /// Longest gap between consecutive events (or to the end) the analysis
 /// accepts. A recording has scheduler events every few milliseconds; an
 /// event hours past the last one is a corrupt timestamp, and walking to it
@@ -72,7 +100,11 @@ struct ThreadState {
     vcpu: bool,
     st: St,
     cpu: u16,
+    /// Start of the stretch not yet credited (on-CPU time is credited at
+    /// ticks, so for a running thread this moves forward).
     since: u64,
+    /// When it entered its current state: the start of its open interval.
+    entered: u64,
     on_cpu_ns: u64,
     wait_ns: u64,
     waits: LatencyHistogram,
@@ -118,6 +150,8 @@ struct GroupState {
 
 /// Streams events into window usage, run delay and contention.
 pub struct Analyzer {
+    /// Receives every closed interval of every tracked thread's time line.
+    intervals: Option<IntervalSink>,
     start: u64,
     cpus: usize,
     windows: Vec<u64>,
@@ -157,9 +191,21 @@ pub struct Analyzer {
     /// CPU time credited to such threads between their switch-in and the
     /// next switch on that CPU: an upper bound of the error they cause.
     pub vanished_ns: u64,
+    /// Time whose owner the missing events leave open (a switch-in that
+    /// never came is placed at the CPU's previous switch; a thread that
+    /// appears elsewhere is credited here up to then): with `vanished_ns`,
+    /// the most the on-CPU figures can be off by.
+    pub uncertain_ns: u64,
 }
 
 impl Analyzer {
+    /// Hands every closed interval of every tracked thread to `sink`
+    /// (running on which CPU, waiting on which, sleeping, blocked), as the
+    /// analysis meets it.
+    pub fn on_interval(&mut self, sink: impl FnMut(&Interval) + 'static) {
+        self.intervals = Some(Box::new(sink));
+    }
+
     pub fn new(start_ns: u64, cpus: usize, groups: &[Group], opts: &AnalysisOptions) -> Analyzer {
         let mut windows = opts.windows.clone();
         windows.sort_unstable();
@@ -191,6 +237,8 @@ impl Analyzer {
             anomalies: 0,
             vanished: 0,
             vanished_ns: 0,
+            uncertain_ns: 0,
+            intervals: None,
         };
         for g in groups {
             let entity = a.new_entity();
@@ -254,6 +302,7 @@ impl Analyzer {
                 st: St::Unknown,
                 cpu: 0,
                 since: 0,
+                entered: 0,
                 on_cpu_ns: 0,
                 wait_ns: 0,
                 waits: LatencyHistogram::new(),
@@ -396,6 +445,7 @@ impl Analyzer {
                 let th = self.threads.get_mut(&prev).expect("checked above");
                 th.st = St::Running;
                 th.since = 0;
+                th.entered = 0;
                 th.cpu = cpu as u16;
                 let g = th.group;
                 self.set_counts(g, t, 1, 0);
@@ -409,6 +459,7 @@ impl Analyzer {
                 if th.st.asleep() {
                     th.st = St::Waiting;
                     th.since = at;
+                    th.entered = at;
                     th.cpu = cpu as u16;
                     let (g, vcpu) = (th.group, th.vcpu);
                     if vcpu {
@@ -417,6 +468,7 @@ impl Analyzer {
                     }
                 }
                 let at = at.max(self.threads[&prev].since);
+                self.uncertain_ns += t.saturating_sub(at);
                 self.transition(prev, at, St::Running, cpu);
             }
             if self.threads[&prev].st == St::Running {
@@ -439,6 +491,7 @@ impl Analyzer {
                 // Its switch-out elsewhere went missing: it no longer runs
                 // there, so that CPU's next switch must not close it again.
                 self.anomalies += 1;
+                self.uncertain_ns += t.saturating_sub(self.threads[&next].since);
                 self.credit_running(next, t);
                 let old = self.threads[&next].cpu as usize;
                 if self.running_on.get(old) == Some(&Some(next)) {
@@ -475,12 +528,31 @@ impl Analyzer {
     }
 
     /// Moves a tracked thread to a new state at `t`, keeping wait totals,
-    /// run queues and its group's contention in step.
+    /// run queues and its group's contention in step, and hands the interval
+    /// it closes to the interval sink.
     fn transition(&mut self, tid: u32, t: u64, new: St, cpu: usize) {
         let Some(th) = self.threads.get_mut(&tid) else { return };
         let old = th.st;
         let old_cpu = th.cpu as usize;
         let (group, vcpu) = (th.group, th.vcpu);
+        if let Some(sink) = self.intervals.as_mut() {
+            let place = match old {
+                St::Running => Some(Place::Running { cpu: th.cpu }),
+                St::Waiting => Some(Place::Waiting { cpu: th.cpu }),
+                St::Sleeping => Some(Place::Sleeping),
+                St::Blocked => Some(Place::Blocked),
+                St::Unknown | St::Dead => None,
+            };
+            if let Some(place) = place.filter(|_| t > th.entered) {
+                sink(&Interval {
+                    tid,
+                    group,
+                    place,
+                    start_ns: th.entered,
+                    end_ns: t,
+                });
+            }
+        }
         match old {
             St::Sleeping => th.sleep_ns += t.saturating_sub(th.since),
             St::Blocked => th.blocked_ns += t.saturating_sub(th.since),
@@ -499,6 +571,7 @@ impl Analyzer {
         let th = self.threads.get_mut(&tid).expect("present");
         th.st = new;
         th.since = t;
+        th.entered = t;
         th.cpu = cpu as u16;
         if new == St::Waiting && vcpu {
             self.queue(cpu, group, 1);
@@ -860,6 +933,32 @@ mod tests {
         );
         a.set_thread(10, 0, true);
         a
+    }
+
+    /// A thread's intervals tile its time line: running, waiting, asleep,
+    /// each closed where the next begins.
+    #[test]
+    fn intervals_tile_a_threads_time_line() {
+        use std::cell::RefCell;
+        use std::rc::Rc;
+        let mut a = analyzer();
+        let seen = Rc::new(RefCell::new(Vec::new()));
+        let s = seen.clone();
+        a.on_interval(move |i| s.borrow_mut().push(*i));
+        a.feed(&switch(1_000_000, 0, 0, 10, 0));
+        a.feed(&switch(3_000_000, 0, 10, 0, F_PREV_RUNNABLE));
+        a.feed(&switch(4_000_000, 0, 0, 10, 0));
+        a.feed(&switch(6_000_000, 0, 10, 0, 0));
+        let seen = seen.borrow();
+        let places: Vec<(Place, u64, u64)> = seen.iter().map(|i| (i.place, i.start_ns, i.end_ns)).collect();
+        assert_eq!(
+            places,
+            vec![
+                (Place::Running { cpu: 0 }, 1_000_000, 3_000_000),
+                (Place::Waiting { cpu: 0 }, 3_000_000, 4_000_000),
+                (Place::Running { cpu: 0 }, 4_000_000, 6_000_000),
+            ]
+        );
     }
 
     /// The time line tells a voluntary sleep from a block in the kernel
