@@ -1,13 +1,13 @@
 //! Generates the Rust side of the event layout from `src/bpf/event.h` (the
 //! one definition: kinds, flags and `struct event`), and with the `bpf`
-//! feature compiles the BPF program and its libbpf-rs skeleton.
+//! feature compiles every BPF program `src/bpf/NAME.bpf.c` into a libbpf-rs
+//! skeleton `NAME.skel.rs` (a new capture, e.g. block or syscall
+//! tracepoints for io, is a new file there).
 use std::env;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
 const HEADER: &str = "src/bpf/event.h";
-#[cfg(feature = "bpf")]
-const SRC: &str = "src/bpf/sched.bpf.c";
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
@@ -119,12 +119,31 @@ fn skeleton(out: &std::path::Path) {
     // where <asm/types.h> lives on Debian.
     let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_else(|_| "x86_64".into());
     let multiarch = format!("-I/usr/include/{arch}-linux-gnu");
-    SkeletonBuilder::new()
-        .source(SRC)
-        .clang_args([multiarch.as_str(), "-Isrc/bpf", "-Wall", "-O2"])
-        .build_and_generate(out.join("sched.skel.rs"))
-        .unwrap_or_else(|e| {
-            panic!("building {SRC} failed: {e:#}\n(setup: ./scripts/setup.sh installs clang and libbpf-dev)")
-        });
-    println!("cargo:rerun-if-changed={SRC}");
+    let mut sources: Vec<PathBuf> = std::fs::read_dir("src/bpf")
+        .expect("src/bpf exists")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".bpf.c"))
+        .collect();
+    sources.sort();
+    for src in sources {
+        let name = src
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".bpf.c"))
+            .expect("NAME.bpf.c")
+            .to_string();
+        SkeletonBuilder::new()
+            .source(&src)
+            .clang_args([multiarch.as_str(), "-Isrc/bpf", "-Wall", "-O2"])
+            .build_and_generate(out.join(format!("{name}.skel.rs")))
+            .unwrap_or_else(|e| {
+                panic!(
+                    "building {} failed: {e:#}\n(setup: ./scripts/setup.sh installs clang and libbpf-dev)",
+                    src.display()
+                )
+            });
+        println!("cargo:rerun-if-changed={}", src.display());
+    }
+    println!("cargo:rerun-if-changed=src/bpf");
 }
