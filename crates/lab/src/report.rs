@@ -12,6 +12,7 @@
 
 use anyhow::{Context, Result};
 use ontime_core::duration::format_ns;
+use ontime_core::export::Exporter;
 use ontime_core::stats::{LatencyHistogram, PERCENTILES};
 use ontime_plot::{Chart, Scale};
 use std::collections::BTreeMap;
@@ -264,16 +265,18 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
 
     let (observe_html, observe_pngs) = observe_section(&runs, &out)?;
     pngs.extend(observe_pngs);
-    let mut html = render_html(&scenario_name, crawl, &runs, &charts, &svgs, &notes);
-    if let Some(at) = html.find("<h2>Runs</h2>") {
-        html.insert_str(at, &observe_html);
-    }
-    // The answer first: the verdict goes before everything but the title.
-    if let Some(at) = html.find("<p class=model>") {
-        html.insert_str(at, &verdict_section(&runs));
-    }
+    let page = ReportPage {
+        name: &scenario_name,
+        crawl,
+        runs: &runs,
+        charts: &charts,
+        svgs: &svgs,
+        notes: &notes,
+        scheduler_view: &observe_html,
+    };
+    let html = Html.export(&page)?;
     let path = out.join("report.html");
-    std::fs::write(&path, html).with_context(|| format!("cannot write {}", path.display()))?;
+    ontime_core::fsio::write_atomic(&path, html.as_bytes())?;
     Ok(Written {
         html: path,
         pngs,
@@ -524,9 +527,42 @@ fn cell(v: Option<u64>) -> String {
     v.map(format_ns).unwrap_or_else(|| "<span class=na>n/a</span>".into())
 }
 
-/// The report page: head and model note, environment, sample-count notes,
-/// figures, then a table per run (the verdict and the scheduler view are
-/// inserted by [`write`]).
+/// Everything the report page shows; the figures are already drawn (their
+/// SVGs inline, PNGs written beside the page).
+pub struct ReportPage<'a> {
+    name: &'a str,
+    crawl: bool,
+    runs: &'a [RunResults],
+    charts: &'a [Chart],
+    svgs: &'a [String],
+    notes: &'a [String],
+    scheduler_view: &'a str,
+}
+
+/// The lab report as one self-contained HTML page: the verdict first, then
+/// the model note, environment, sample-count notes, figures, the scheduler
+/// view and a table per run.
+pub struct Html;
+
+impl Exporter<ReportPage<'_>> for Html {
+    fn format(&self) -> &'static str {
+        "html"
+    }
+    fn export(&self, p: &ReportPage<'_>) -> Result<String> {
+        let mut html = render_html(p.name, p.crawl, p.runs, p.charts, p.svgs, p.notes);
+        if let Some(at) = html.find("<h2>Runs</h2>") {
+            html.insert_str(at, p.scheduler_view);
+        }
+        // The answer first: the verdict goes before everything but the title.
+        if let Some(at) = html.find("<p class=model>") {
+            html.insert_str(at, &verdict_section(p.runs));
+        }
+        Ok(html)
+    }
+}
+
+/// The page without the verdict and the scheduler view (the exporter puts
+/// them in).
 fn render_html(
     name: &str,
     crawl: bool,
