@@ -27,8 +27,10 @@ use crate::window::{Entity, WindowAcc};
 pub enum Place {
     /// On this CPU.
     Running { cpu: u16 },
-    /// Runnable, queued on this CPU, another task on it (run delay, steal).
-    Waiting { cpu: u16 },
+    /// Runnable, queued on this CPU while `behind` ran there (run delay,
+    /// steal; `u32::MAX` when the occupant is not known yet). A wait behind
+    /// several tasks is one interval per task.
+    Waiting { cpu: u16, behind: u32 },
     /// Asleep by its own choice (waiting for work).
     Sleeping,
     /// Blocked in the kernel (uninterruptible: typically I/O).
@@ -436,6 +438,8 @@ impl Analyzer {
                 self.transition(occ, t, St::Sleeping, cpu);
             }
         }
+        // Waits on this CPU so far were behind the task now leaving.
+        self.split_waits(cpu, t);
         self.occupant[cpu] = next;
         self.running_on[cpu] = None;
         if self.threads.contains_key(&prev) {
@@ -511,7 +515,48 @@ impl Analyzer {
         }
     }
 
+    /// With an interval sink: closes the wait of every thread queued on
+    /// `cpu` at `t` (behind its occupant so far), so the next piece names
+    /// the next occupant. Costs a pass over the threads, only when asked.
+    fn split_waits(&mut self, cpu: usize, t: u64) {
+        let Some(sink) = self.intervals.as_mut() else { return };
+        let behind = self.occupant[cpu];
+        for (&tid, th) in self.threads.iter_mut() {
+            if th.st == St::Waiting && th.cpu as usize == cpu && t > th.entered {
+                sink(&Interval {
+                    tid,
+                    group: th.group,
+                    place: Place::Waiting { cpu: th.cpu, behind },
+                    start_ns: th.entered,
+                    end_ns: t,
+                });
+                th.entered = t;
+            }
+        }
+    }
+
     fn on_migrate(&mut self, t: u64, tid: u32, to: usize) {
+        let Some(th) = self.threads.get(&tid) else { return };
+        if th.st == St::Waiting && th.cpu as usize != to && self.intervals.is_some() {
+            // The piece queued on the old CPU ends here.
+            let (from, group, entered) = (th.cpu as usize, th.group, th.entered);
+            let behind = self.occupant[from];
+            if let Some(sink) = self.intervals.as_mut().filter(|_| t > entered) {
+                sink(&Interval {
+                    tid,
+                    group,
+                    place: Place::Waiting {
+                        cpu: from as u16,
+                        behind,
+                    },
+                    start_ns: entered,
+                    end_ns: t,
+                });
+            }
+            if let Some(th) = self.threads.get_mut(&tid) {
+                th.entered = t;
+            }
+        }
         let Some(th) = self.threads.get(&tid) else { return };
         if th.st == St::Waiting && th.cpu as usize != to {
             let (from, group, vcpu) = (th.cpu as usize, th.group, th.vcpu);
@@ -538,7 +583,10 @@ impl Analyzer {
         if let Some(sink) = self.intervals.as_mut() {
             let place = match old {
                 St::Running => Some(Place::Running { cpu: th.cpu }),
-                St::Waiting => Some(Place::Waiting { cpu: th.cpu }),
+                St::Waiting => Some(Place::Waiting {
+                    cpu: th.cpu,
+                    behind: self.occupant.get(old_cpu).copied().unwrap_or(u32::MAX),
+                }),
                 St::Sleeping => Some(Place::Sleeping),
                 St::Blocked => Some(Place::Blocked),
                 St::Unknown | St::Dead => None,
@@ -955,8 +1003,37 @@ mod tests {
             places,
             vec![
                 (Place::Running { cpu: 0 }, 1_000_000, 3_000_000),
-                (Place::Waiting { cpu: 0 }, 3_000_000, 4_000_000),
+                (Place::Waiting { cpu: 0, behind: 0 }, 3_000_000, 4_000_000),
                 (Place::Running { cpu: 0 }, 4_000_000, 6_000_000),
+            ]
+        );
+    }
+
+    /// A wait behind several tasks is one interval per task, naming it.
+    #[test]
+    fn a_waiting_interval_names_whom_it_waited_behind() {
+        use std::cell::RefCell;
+        use std::rc::Rc;
+        let mut a = analyzer();
+        let seen = Rc::new(RefCell::new(Vec::new()));
+        let s = seen.clone();
+        a.on_interval(move |i| s.borrow_mut().push(*i));
+        a.feed(&switch(1_000_000, 0, 0, 10, 0));
+        // Preempted by 11 (untracked), then 12 runs, then 10 again.
+        a.feed(&switch(2_000_000, 0, 10, 11, F_PREV_RUNNABLE));
+        a.feed(&switch(3_000_000, 0, 11, 12, 0));
+        a.feed(&switch(5_000_000, 0, 12, 10, 0));
+        let waits: Vec<(Place, u64, u64)> = seen
+            .borrow()
+            .iter()
+            .filter(|i| matches!(i.place, Place::Waiting { .. }))
+            .map(|i| (i.place, i.start_ns, i.end_ns))
+            .collect();
+        assert_eq!(
+            waits,
+            vec![
+                (Place::Waiting { cpu: 0, behind: 11 }, 2_000_000, 3_000_000),
+                (Place::Waiting { cpu: 0, behind: 12 }, 3_000_000, 5_000_000),
             ]
         );
     }
