@@ -183,6 +183,35 @@ fn arm_at(timer: &OwnedFd, at_ns: u64) {
     unsafe { libc::timerfd_settime(timer.as_raw_fd(), libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut()) };
 }
 
+/// One relay thread's frames: preallocated buffers and the free list.
+struct Frames {
+    bufs: Vec<[u8; FRAME]>,
+    free: Vec<usize>,
+}
+
+/// Where arriving frames go: the building port's frames by destination
+/// MAC, a tenant port's to the building.
+struct Routes {
+    ingress: Vec<Ingress>,
+    by_mac: Vec<([u8; 6], i32)>,
+}
+
+impl Routes {
+    /// The egress interface of a frame read on port `i`, if any.
+    fn egress(&self, i: usize, frame: &[u8]) -> Option<i32> {
+        match self.ingress[i].to {
+            Some(b) => Some(b),
+            None => self
+                .by_mac
+                .iter()
+                .find(|(mac, _)| mac[..] == frame[..6])
+                .map(|&(_, to)| to),
+        }
+    }
+}
+
+/// One relay thread: opens its ports, then loops: send what the discipline
+/// releases -> sleep until the next release or a frame -> take in frames.
 fn run_thread(
     ingress: Vec<Ingress>,
     by_mac: Vec<([u8; 6], i32)>,
@@ -203,28 +232,21 @@ fn run_thread(
             .register(&mut SourceFd(&port.as_raw_fd()), Token(i), Interest::READABLE)?;
         ports.push(port);
     }
+    let routes = Routes { ingress, by_mac };
     let egress = PacketPort::unbound()?;
     let timer = timer_fd()?;
     poll.registry()
         .register(&mut SourceFd(&timer.as_raw_fd()), TIMER, Interest::READABLE)?;
 
-    let mut bufs = vec![[0u8; FRAME]; SLOTS];
-    let mut free: Vec<usize> = (0..SLOTS).rev().collect();
+    let mut frames = Frames {
+        bufs: vec![[0u8; FRAME]; SLOTS],
+        free: (0..SLOTS).rev().collect(),
+    };
     let mut t = ThreadTotals::default();
     let mut events = Events::with_capacity(256);
     while !stop.load(Ordering::Relaxed) {
         let now = MonoNs::now().0;
-        while let Some(f) = discipline.dequeue(now) {
-            match egress.send(f.egress, &bufs[f.slot][..f.len]) {
-                Ok(()) => {
-                    t.frames += 1;
-                    t.bytes += f.len as u64;
-                    t.delay.record(MonoNs::now().0.saturating_sub(f.arrived_ns));
-                }
-                Err(_) => t.dropped += 1,
-            }
-            free.push(f.slot);
-        }
+        send_released(&mut discipline, &egress, &mut frames, now, &mut t);
         let next = discipline.next_release_ns().unwrap_or(u64::MAX).min(now + IDLE_WAKE_NS);
         arm_at(&timer, next);
         if let Err(e) = poll.poll(&mut events, None) {
@@ -241,55 +263,84 @@ fn run_thread(
                 continue;
             }
             let i = ev.token().0;
-            loop {
-                let Some(slot) = free.pop() else {
-                    // Out of buffers: drain the socket, counting drops.
-                    let mut scratch = [0u8; 64];
-                    match ports[i].recv(&mut scratch) {
-                        Received::Empty => break,
-                        Received::Own => continue,
-                        Received::Frame(_) => {
-                            t.dropped += 1;
-                            continue;
-                        }
-                    }
-                };
-                let n = match ports[i].recv(&mut bufs[slot]) {
-                    Received::Empty => {
-                        free.push(slot);
-                        break;
-                    }
-                    Received::Own => {
-                        free.push(slot);
-                        continue;
-                    }
-                    Received::Frame(n) => n,
-                };
-                let arrived_ns = MonoNs::now().0;
-                if !(14..=FRAME).contains(&n) {
-                    t.dropped += 1;
-                    free.push(slot);
-                    continue;
-                }
-                let to = match ingress[i].to {
-                    Some(b) => b,
-                    None => match by_mac.iter().find(|(mac, _)| mac[..] == bufs[slot][..6]) {
-                        Some(&(_, to)) => to,
-                        None => {
-                            t.unaddressed += 1;
-                            free.push(slot);
-                            continue;
-                        }
-                    },
-                };
-                discipline.enqueue(Queued {
-                    slot,
-                    arrived_ns,
-                    len: n,
-                    egress: to,
-                });
-            }
+            take_in(i, &ports[i], &routes, &mut discipline, &mut frames, &mut t);
         }
     }
     Ok(t)
+}
+
+/// Sends every frame the discipline releases by `now`, measuring the delay
+/// each was given.
+fn send_released(
+    discipline: &mut impl Discipline,
+    egress: &PacketPort,
+    frames: &mut Frames,
+    now: u64,
+    t: &mut ThreadTotals,
+) {
+    while let Some(f) = discipline.dequeue(now) {
+        match egress.send(f.egress, &frames.bufs[f.slot][..f.len]) {
+            Ok(()) => {
+                t.frames += 1;
+                t.bytes += f.len as u64;
+                t.delay.record(MonoNs::now().0.saturating_sub(f.arrived_ns));
+            }
+            Err(_) => t.dropped += 1,
+        }
+        frames.free.push(f.slot);
+    }
+}
+
+/// Reads every frame waiting on port `i` into a free buffer and queues it
+/// in the discipline (or counts why not).
+fn take_in(
+    i: usize,
+    port: &PacketPort,
+    routes: &Routes,
+    discipline: &mut impl Discipline,
+    frames: &mut Frames,
+    t: &mut ThreadTotals,
+) {
+    loop {
+        let Some(slot) = frames.free.pop() else {
+            // Out of buffers: drain the socket, counting drops.
+            let mut scratch = [0u8; 64];
+            match port.recv(&mut scratch) {
+                Received::Empty => return,
+                Received::Own => continue,
+                Received::Frame(_) => {
+                    t.dropped += 1;
+                    continue;
+                }
+            }
+        };
+        let n = match port.recv(&mut frames.bufs[slot]) {
+            Received::Empty => {
+                frames.free.push(slot);
+                return;
+            }
+            Received::Own => {
+                frames.free.push(slot);
+                continue;
+            }
+            Received::Frame(n) => n,
+        };
+        let arrived_ns = MonoNs::now().0;
+        if !(14..=FRAME).contains(&n) {
+            t.dropped += 1;
+            frames.free.push(slot);
+            continue;
+        }
+        let Some(to) = routes.egress(i, &frames.bufs[slot]) else {
+            t.unaddressed += 1;
+            frames.free.push(slot);
+            continue;
+        };
+        discipline.enqueue(Queued {
+            slot,
+            arrived_ns,
+            len: n,
+            egress: to,
+        });
+    }
 }
