@@ -11,12 +11,6 @@ use ontime_gateway::wire::PointStatus;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::fmt;
 
-/// A complete HTTP/1.1 request for one poll of `points` (the
-/// poll-identity header left at zero: see [`RequestTemplate`]).
-pub fn build_request(host: &str, building: &str, points: &[u32]) -> Vec<u8> {
-    RequestTemplate::new(host, building, points, "").bytes
-}
-
 /// Digits of each number in the poll-identity header.
 const DIGITS: usize = 20;
 
@@ -517,7 +511,7 @@ mod tests {
 
     #[test]
     fn request_is_well_formed() {
-        let r = build_request("127.0.0.1:8080", "b0", &[1, 2]);
+        let r = RequestTemplate::new("127.0.0.1:8080", "b0", &[1, 2], "").bytes;
         let s = String::from_utf8(r).unwrap();
         assert!(s.starts_with("POST /b0/getValues HTTP/1.1\r\n"));
         assert!(s.ends_with("\r\n\r\n{\"points\":[1,2]}"));

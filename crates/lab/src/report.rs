@@ -299,11 +299,7 @@ fn observe_section(runs: &[RunResults], out: &Path) -> Result<(String, Vec<PathB
         };
         let f2 = |v: Option<f64>| v.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into());
         let ms = |v: Option<u64>| v.map(format_ns).unwrap_or_else(|| "-".into());
-        let analysis: Option<Analysis> = match &o.analysis {
-            Some(f) => Some(crate::results::read_json(&r.dir.join(f), "observe analysis")?),
-            None => None,
-        };
-        let Some(a) = analysis else {
+        let Some(a) = r.analysis.clone() else {
             let _ = write!(
                 rows,
                 "<tr><td class=l>{}</td><td class=l colspan=9>{} {}</td><td>{}</td></tr>",
@@ -488,9 +484,7 @@ the worst {metric} per run is below.</p><table><tr><th>run</th><th>setting</th><
             _ => "-".into(),
         };
         let why = match &r.record.observe {
-            Some(o) => match o.analysis.as_ref().and_then(|f| {
-                crate::results::read_json::<ontime_sched::Analysis>(&r.dir.join(f), "observe analysis").ok()
-            }) {
+            Some(_) => match &r.analysis {
                 Some(a) => {
                     let t = a.tenant_summary(100_000_000);
                     format!(

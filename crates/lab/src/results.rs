@@ -96,6 +96,9 @@ pub struct RunResults {
     pub pooled: LatencyHistogram,
     /// True when `pooled` came from log bins for some tenant.
     pub pooled_from_bins: bool,
+    /// The scheduler recording's analysis (`observe.json`), when the run
+    /// has one.
+    pub analysis: Option<ontime_sched::Analysis>,
 }
 
 /// The histogram log tag of a workload's headline metric.
@@ -125,7 +128,12 @@ pub fn read_run(dir: &Path) -> Result<RunResults> {
         }
         tenants.push((t.index, result));
     }
+    let analysis = match record.observe.as_ref().and_then(|o| o.analysis.as_ref()) {
+        Some(f) => Some(read_json(&dir.join(f), "observe analysis")?),
+        None => None,
+    };
     Ok(RunResults {
+        analysis,
         dir: dir.to_path_buf(),
         name: dir
             .file_name()
