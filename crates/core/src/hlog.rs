@@ -48,6 +48,58 @@ impl HlogFile {
     }
 }
 
+/// Joins the per-thread parts of numbered intervals into whole intervals.
+///
+/// Probe threads hand over one interval's statistics when they move past it
+/// (never allocating on their hot path); an interval is whole, and may be
+/// logged, once every thread has handed over a later one or finished. Used
+/// by the crawler's and the cyclic probe's histogram logs.
+#[derive(Debug)]
+pub struct IntervalMerge<T> {
+    pending: std::collections::BTreeMap<u64, T>,
+    /// Per thread: the first interval it may still report (u64::MAX: done).
+    reached: Vec<u64>,
+}
+
+impl<T: Default> IntervalMerge<T> {
+    pub fn new(threads: usize) -> Self {
+        IntervalMerge {
+            pending: Default::default(),
+            reached: vec![0; threads],
+        }
+    }
+
+    /// Thread `thread` hands over its part of interval `index`; `merge` adds
+    /// it to the interval's total.
+    pub fn add(&mut self, thread: usize, index: u64, merge: impl FnOnce(&mut T)) {
+        merge(self.pending.entry(index).or_default());
+        if let Some(r) = self.reached.get_mut(thread) {
+            *r = (*r).max(index.saturating_add(1));
+        }
+    }
+
+    /// Thread `thread` will report no more intervals.
+    pub fn finish(&mut self, thread: usize) {
+        if let Some(r) = self.reached.get_mut(thread) {
+            *r = u64::MAX;
+        }
+    }
+
+    /// The earliest interval that every thread has moved past, if any.
+    pub fn pop_whole(&mut self) -> Option<(u64, T)> {
+        let upto = self.reached.iter().copied().min().unwrap_or(u64::MAX);
+        match self.pending.first_key_value() {
+            Some((&i, _)) if i < upto => self.pending.pop_first(),
+            _ => None,
+        }
+    }
+
+    /// The earliest interval still held, whole or not (at the end of a run).
+    pub fn pop_any(&mut self) -> Option<(u64, T)> {
+        self.pending.pop_first()
+    }
+}
+
 /// Reads every interval tagged `tag` in an interval log and adds them up.
 pub fn read_merged(path: &Path, tag: &str) -> Result<LatencyHistogram> {
     use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
@@ -76,6 +128,30 @@ pub fn read_merged(path: &Path, tag: &str) -> Result<LatencyHistogram> {
 mod tests {
     use super::*;
     use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+
+    #[test]
+    fn an_interval_is_whole_once_every_thread_moved_past_it() {
+        let mut m: IntervalMerge<u64> = IntervalMerge::new(2);
+        m.add(0, 0, |t| *t += 1);
+        m.add(0, 1, |t| *t += 1);
+        assert_eq!(m.pop_whole(), None, "thread 1 has not reported interval 0");
+        m.add(1, 0, |t| *t += 10);
+        assert_eq!(m.pop_whole(), Some((0, 11)));
+        assert_eq!(m.pop_whole(), None, "thread 1 may still add to interval 1");
+        m.finish(1);
+        assert_eq!(m.pop_whole(), Some((1, 1)));
+        m.add(0, 5, |t| *t += 1);
+        assert_eq!(
+            m.pop_whole(),
+            Some((5, 1)),
+            "a thread hands over an interval it is done with"
+        );
+        let mut m: IntervalMerge<u64> = IntervalMerge::new(2);
+        m.add(0, 3, |t| *t += 1);
+        assert_eq!(m.pop_whole(), None, "thread 1 has reported nothing yet");
+        assert_eq!(m.pop_any(), Some((3, 1)), "at the end, whatever is held");
+        assert_eq!(m.pop_any(), None);
+    }
 
     #[test]
     fn writes_readable_intervals() {

@@ -138,42 +138,52 @@ impl ChildProcess {
     }
 
     /// [`ChildProcess::stop`], and what CPU the child used (user + system,
-    /// from wait4), e.g. a peer recorder's cost.
+    /// from wait4), e.g. a peer recorder's cost. The status is there even
+    /// when the child had to be killed; the usage is None when it had been
+    /// reaped before.
     pub fn stop_with_usage(&mut self) -> (Option<ExitStatus>, Option<libc::rusage>) {
-        use std::os::unix::process::ExitStatusExt;
-        let Some(c) = self.child.take() else {
-            return (self.status, None);
-        };
-        if self.status.is_some() {
-            return (self.status, None); // reaped already: its usage is gone
+        match self.stop_reaping() {
+            Some(ended) => (Some(ended.status), Some(ended.usage)),
+            None => (self.status, None),
         }
-        let pid = c.id() as libc::pid_t;
+    }
+
+    /// Signals it to stop and reaps it, with SIGKILL after the grace
+    /// period. None when it had been reaped already (or never started).
+    fn stop_reaping(&mut self) -> Option<Ended> {
+        use std::os::unix::process::ExitStatusExt;
+        if self.status.is_some() {
+            return None;
+        }
+        let pid = self.child.as_ref()?.id() as libc::pid_t;
         let target = if self.opts.own_group { -pid } else { pid };
-        let mut status = 0;
+        let (mut raw, mut killed) = (0, false);
         // SAFETY: rusage is plain data, filled by wait4.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: signalling and reaping our own child (not reaped yet).
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: signalling and reaping our own child, not reaped yet (no
+        // status): std's Child is never waited on once we reap it here.
         unsafe { libc::kill(target, self.opts.stop_signal) };
         let t0 = Instant::now();
         loop {
             // SAFETY: as above; WNOHANG returns 0 while it runs.
-            let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) };
+            let r = unsafe { libc::wait4(pid, &mut raw, libc::WNOHANG, &mut usage) };
             if r == pid {
                 break;
             }
             if r < 0 || t0.elapsed() > self.opts.grace {
+                killed = true;
                 // SAFETY: as above.
                 unsafe {
                     libc::kill(target, libc::SIGKILL);
-                    libc::wait4(pid, &mut status, 0, &mut ru);
+                    libc::wait4(pid, &mut raw, 0, &mut usage);
                 }
                 break;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let st = ExitStatus::from_raw(status);
-        self.status = Some(st);
-        (Some(st), Some(ru))
+        let status = ExitStatus::from_raw(raw);
+        self.status = Some(status);
+        Some(Ended { status, killed, usage })
     }
 
     /// SIGKILL to its whole process group even after the leader is gone
@@ -211,23 +221,22 @@ impl ChildProcess {
     /// Asks it to stop, waits up to the grace period, then kills it.
     /// Returns how it ended (None if it had to be killed).
     pub fn stop(&mut self) -> Option<ExitStatus> {
-        if self.try_wait().is_none() {
-            self.signal(self.opts.stop_signal);
-            let t0 = Instant::now();
-            while t0.elapsed() < self.opts.grace {
-                if self.try_wait().is_some() {
-                    return self.status;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            self.signal(libc::SIGKILL);
-            if let Some(c) = self.child.as_mut() {
-                let _ = c.wait();
-            }
-            return None;
+        if self.try_wait().is_some() {
+            return self.status;
         }
-        self.status
+        match self.stop_reaping() {
+            Some(e) if e.killed => None,
+            Some(e) => Some(e.status),
+            None => self.status,
+        }
     }
+}
+
+/// How a child ended when [`ChildProcess`] stopped it.
+struct Ended {
+    status: ExitStatus,
+    killed: bool,
+    usage: libc::rusage,
 }
 
 impl Drop for ChildProcess {

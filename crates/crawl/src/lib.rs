@@ -20,7 +20,7 @@ use config::{CrawlConfig, Phase};
 use engine::{EngineSetup, Report, StopFlags, Stream};
 use metrics::{Metrics, Outcomes};
 use ontime_core::duration::format_ns;
-use ontime_core::hlog::HlogFile;
+use ontime_core::hlog::{HlogFile, IntervalMerge};
 use ontime_core::manifest::Manifest;
 use ontime_core::rt::ThreadSettings;
 use ontime_core::stats::Summary;
@@ -407,9 +407,8 @@ impl Sink {
 struct Collector<'o> {
     opts: &'o RunOptions,
     hlog: Option<HlogFile>,
-    pending: BTreeMap<u64, Metrics>,
-    /// Per thread: the first interval it has not reported yet.
-    reached: Vec<u64>,
+    intervals: IntervalMerge<Metrics>,
+    threads: usize,
     totals: Metrics,
 }
 
@@ -426,8 +425,8 @@ impl<'o> Collector<'o> {
         Ok(Collector {
             opts,
             hlog,
-            pending: BTreeMap::new(),
-            reached: vec![0; threads],
+            intervals: IntervalMerge::new(threads),
+            threads,
             totals: Metrics::default(),
         })
     }
@@ -440,58 +439,54 @@ impl<'o> Collector<'o> {
         on_progress: &mut dyn FnMut(&Progress),
     ) -> Result<u64> {
         let (mut done, mut vcpu_cpu_ns) = (0, 0);
-        while done < self.reached.len() {
+        while done < self.threads {
             match reports.recv() {
                 Ok(Report::Interval { thread, index, metrics }) => {
-                    self.pending.entry(index).or_default().add(&metrics);
-                    self.reached[thread] = self.reached[thread].max(index + 1);
+                    self.intervals.add(thread, index, |m| m.add(&metrics));
                     let mut metrics = metrics;
                     metrics.reset();
                     let _ = spares[thread].send(metrics);
-                    let upto = *self.reached.iter().min().unwrap_or(&0);
-                    self.flush(upto, on_progress)?;
+                    while let Some((i, m)) = self.intervals.pop_whole() {
+                        self.log(i, m, on_progress)?;
+                    }
                 }
                 Ok(Report::Done { thread, cpu_ns }) => {
                     done += 1;
                     vcpu_cpu_ns += cpu_ns;
-                    self.reached[thread] = u64::MAX;
+                    self.intervals.finish(thread);
                 }
                 Err(_) => break,
             }
         }
-        self.flush(u64::MAX, on_progress)?;
+        while let Some((i, m)) = self.intervals.pop_any() {
+            self.log(i, m, on_progress)?;
+        }
         Ok(vcpu_cpu_ns)
     }
 
-    /// Adds every interval before `upto` to the totals and the log.
-    fn flush(&mut self, upto: u64, on_progress: &mut dyn FnMut(&Progress)) -> Result<()> {
+    /// Adds a whole interval to the totals and the log.
+    fn log(&mut self, i: u64, m: Metrics, on_progress: &mut dyn FnMut(&Progress)) -> Result<()> {
         let interval = self.opts.report_interval_ns;
-        while let Some((&i, _)) = self.pending.first_key_value() {
-            if i >= upto {
-                break;
-            }
-            let (_, m) = self.pending.pop_first().expect("key just seen");
-            // The drain after the end has its own interval; leave it out of
-            // the log when nothing happened in it.
-            let idle = m.send_lag.is_empty() && m.response_time.is_empty() && m.interval_error.is_empty();
-            let past_end = i * interval >= self.opts.duration_ns;
-            if let Some(h) = self.hlog.as_mut().filter(|_| !(idle && past_end)) {
-                let off = Duration::from_nanos(i * interval);
-                let len = Duration::from_nanos(interval);
-                h.write("send_lag", &m.send_lag, off, len)?;
-                h.write("response_time", &m.response_time, off, len)?;
-                h.write("interval_error", &m.interval_error, off, len)?;
-                h.flush()?;
-            }
-            self.totals.add(&m);
-            on_progress(&Progress {
-                elapsed_ns: (i + 1) * interval,
-                duration_ns: self.opts.duration_ns,
-                outcomes: self.totals.outcomes.clone(),
-                send_lag_max_ns: self.totals.send_lag.max(),
-                interval_error_max_ns: self.totals.interval_error.max(),
-            });
+        // The drain after the end has its own interval; leave it out of
+        // the log when nothing happened in it.
+        let idle = m.send_lag.is_empty() && m.response_time.is_empty() && m.interval_error.is_empty();
+        let past_end = i * interval >= self.opts.duration_ns;
+        if let Some(h) = self.hlog.as_mut().filter(|_| !(idle && past_end)) {
+            let off = Duration::from_nanos(i * interval);
+            let len = Duration::from_nanos(interval);
+            h.write("send_lag", &m.send_lag, off, len)?;
+            h.write("response_time", &m.response_time, off, len)?;
+            h.write("interval_error", &m.interval_error, off, len)?;
+            h.flush()?;
         }
+        self.totals.add(&m);
+        on_progress(&Progress {
+            elapsed_ns: (i + 1) * interval,
+            duration_ns: self.opts.duration_ns,
+            outcomes: self.totals.outcomes.clone(),
+            send_lag_max_ns: self.totals.send_lag.max(),
+            interval_error_max_ns: self.totals.interval_error.max(),
+        });
         Ok(())
     }
 }

@@ -411,9 +411,7 @@ struct HlogCollector {
     rx: std::sync::mpsc::Receiver<IntervalPart>,
     tx: std::sync::mpsc::Sender<IntervalPart>,
     recycle: Vec<std::sync::mpsc::Sender<Box<LatencyHistogram>>>,
-    /// Highest interval each thread has shipped.
-    reached: Vec<Option<u64>>,
-    pending: std::collections::BTreeMap<u64, LatencyHistogram>,
+    intervals: ontime_core::hlog::IntervalMerge<LatencyHistogram>,
 }
 
 impl HlogCollector {
@@ -430,8 +428,7 @@ impl HlogCollector {
             rx,
             tx,
             recycle: Vec::with_capacity(threads),
-            reached: vec![None; threads],
-            pending: Default::default(),
+            intervals: ontime_core::hlog::IntervalMerge::new(threads),
         })
     }
 
@@ -454,27 +451,22 @@ impl HlogCollector {
         }
     }
 
+    /// Logs every whole interval; `all`: every interval (the threads are done).
     fn drain(&mut self, all: bool) -> Result<()> {
         while let Ok(part) = self.rx.try_recv() {
-            self.pending.entry(part.index).or_default().add(&part.latency);
-            let r = &mut self.reached[part.thread];
-            *r = Some(r.map_or(part.index, |x| x.max(part.index)));
+            self.intervals.add(part.thread, part.index, |h| h.add(&part.latency));
             let mut h = part.latency;
             h.reset();
             let _ = self.recycle[part.thread].send(h);
         }
-        // An interval is whole when every thread has shipped a later one.
-        let upto = if all {
-            u64::MAX
-        } else {
-            self.reached.iter().map(|r| r.unwrap_or(0)).min().unwrap_or(0)
-        };
         let len = std::time::Duration::from_nanos(self.every_ns);
-        while let Some((&i, _)) = self.pending.first_key_value() {
-            if i >= upto {
-                break;
-            }
-            let (_, h) = self.pending.pop_first().expect("key just seen");
+        loop {
+            let next = if all {
+                self.intervals.pop_any()
+            } else {
+                self.intervals.pop_whole()
+            };
+            let Some((i, h)) = next else { break };
             let off = std::time::Duration::from_nanos(i.saturating_mul(self.every_ns));
             self.log.write("latency", &h, off, len)?;
         }
