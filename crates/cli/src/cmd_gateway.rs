@@ -66,6 +66,14 @@ struct ServeArgs {
     /// Stream every point's receive time to this file
     #[arg(long)]
     log: Option<PathBuf>,
+    /// Scheduling policy of the server threads: other, fifo:PRIO, rr:PRIO
+    /// (the lab runs its gateway at fifo so contention cannot delay it)
+    #[arg(long)]
+    policy: Option<ontime_core::rt::Policy>,
+    /// At exit, write the counters and the receive-stamp figures (kernel
+    /// vs handler stamp) to this JSON file
+    #[arg(long)]
+    result: Option<PathBuf>,
     /// Fixed local-controller delay, e.g. 2ms
     #[arg(long, value_parser = parse_ns)]
     delay: Option<u64>,
@@ -109,6 +117,9 @@ impl ServeArgs {
         if self.log.is_some() {
             cfg.log = self.log.clone();
         }
+        if let Some(p) = self.policy {
+            cfg.policy = p;
+        }
         let f: &mut Faults = &mut cfg.faults;
         macro_rules! over {
             ($($field:ident => $target:ident),*) => {$(
@@ -133,6 +144,7 @@ pub fn run(a: GatewayArgs) -> anyhow::Result<()> {
 
 fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let cfg = a.to_config()?;
+    crate::output::check_outputs(&[("--result", a.result.as_deref()), ("--log", cfg.log.as_deref())])?;
     let summary: Vec<String> = cfg
         .buildings
         .iter()
@@ -159,8 +171,31 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         }
     }
     let stats = gw.stop()?;
-    crate::outln!("ontime gateway: stopped; {}", serde_json::to_string(&stats)?);
+    crate::outln!("ontime gateway: stopped; {}", stamp_text(&stats.stamps));
+    crate::outln!("ontime gateway: {}", serde_json::to_string(&stats)?);
+    if let Some(p) = &a.result {
+        ontime_core::fsio::write_atomic(p, &serde_json::to_vec_pretty(&stats)?)?;
+    }
     Ok(())
+}
+
+/// One line on who stamped the receive times and what the handler's own
+/// stamp would have added.
+fn stamp_text(s: &ontime_gateway::server::StampStats) -> String {
+    let g = &s.user_minus_kernel;
+    let f = |v: Option<u64>| v.map_or("n/a".into(), ontime_core::duration::format_ns);
+    let mut t = format!("receive stamps: {} by the kernel, {} by the handler", s.kernel, s.user);
+    if s.kernel > 0 {
+        t += &format!(
+            "; handler minus kernel p99 {} max {}",
+            f(g.percentile(99.0)),
+            f(g.max_ns)
+        );
+    }
+    if let Some(u) = &s.unavailable {
+        t += &format!(" (kernel stamps unavailable: {u})");
+    }
+    t
 }
 
 fn analyze(a: AnalyzeArgs) -> anyhow::Result<()> {

@@ -231,6 +231,13 @@ pub struct Summary {
     pub clamped_at_max: u64,
 }
 
+/// The summary of no samples.
+impl Default for Summary {
+    fn default() -> Summary {
+        LatencyHistogram::new().summary(None)
+    }
+}
+
 impl Summary {
     /// Percentile `p` (0..100) of this summary: one of [`PERCENTILES`], or
     /// None when it is not one of them or the sample count does not

@@ -78,6 +78,10 @@ pub struct GatewayConfig {
     /// Server worker threads.
     #[serde(default = "default_threads")]
     pub threads: usize,
+    /// Scheduling policy of the server threads ("fifo:80" in the lab, so
+    /// the contention under test does not delay the answers).
+    #[serde(default, with = "ontime_core::rt::policy_text")]
+    pub policy: ontime_core::rt::Policy,
     #[serde(default)]
     pub faults: Faults,
     /// Receive-time log, one line per point read.
@@ -114,6 +118,7 @@ impl GatewayConfig {
         GatewayConfig {
             listen,
             threads: 1,
+            policy: ontime_core::rt::Policy::Other,
             faults: Faults::default(),
             log: None,
             buildings,

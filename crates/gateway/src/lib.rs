@@ -10,6 +10,7 @@
 //! receive time of each request.
 
 pub mod config;
+pub mod kstamp;
 pub mod points;
 pub mod recvlog;
 pub mod server;

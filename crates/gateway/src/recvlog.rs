@@ -4,9 +4,9 @@
 //! Format (text, one record per line, `#` lines are comments):
 //!
 //! ```text
-//! # ontime gateway receive log v2: recv_ns building point lead poll planned_ns
-//! 1234567890123 b0 17 1 42 1234567000000
-//! 1234567890123 b0 18 0 42 1234567000000
+//! # ontime gateway receive log v3: recv_ns building point lead poll planned_ns user_ns
+//! 1234567890123 b0 17 1 42 1234567000000 1234567951000
+//! 1234567890123 b0 18 0 42 1234567000000 1234567951000
 //! ```
 //!
 //! `lead` is 1 for the first point named in a request. Points read by one
@@ -14,7 +14,10 @@
 //! points only: one sample per poll, as the crawler counts them. `poll` and
 //! `planned_ns` come from the crawler's `X-Ontime-Poll` header ("-" when a
 //! client does not send it, or, for `planned_ns`, when the crawler's clock
-//! is not this host's). v1 logs (four columns) are still read.
+//! is not this host's). `recv_ns` is the kernel's receive stamp where the
+//! connection had one, else the handler's; `user_ns` is always the
+//! handler's, so the analysis can say how far the two differ. v1 (four
+//! columns) and v2 (six) logs are still read.
 //!
 //! With poll numbers the analysis applies the crawler's own rule: a poll
 //! that never arrived, or arrived later than its planned time + the
@@ -34,11 +37,13 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
-pub const HEADER: &str = "# ontime gateway receive log v2: recv_ns building point lead poll planned_ns";
+pub const HEADER: &str = "# ontime gateway receive log v3: recv_ns building point lead poll planned_ns user_ns";
 
 /// One request's worth of log lines.
 pub struct LogBatch {
     pub recv_ns: u64,
+    /// The handler's own stamp (equal to `recv_ns` without a kernel stamp).
+    pub user_ns: u64,
     pub building: usize,
     pub points: Vec<u32>,
     pub poll: Option<crate::wire::PollId>,
@@ -124,7 +129,15 @@ fn write_log(file: std::fs::File, rx: &mpsc::Receiver<LogBatch>, building_names:
                 };
                 let planned = planned.as_deref().unwrap_or("-");
                 for (i, p) in b.points.iter().enumerate() {
-                    writeln!(w, "{} {} {} {} {poll} {planned}", b.recv_ns, name, p, u8::from(i == 0))?;
+                    writeln!(
+                        w,
+                        "{} {} {} {} {poll} {planned} {}",
+                        b.recv_ns,
+                        name,
+                        p,
+                        u8::from(i == 0),
+                        b.user_ns
+                    )?;
                 }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -156,6 +169,11 @@ pub struct LogAnalysis {
     /// Of `missed`, those that did arrive, too late.
     pub arrived_late: u64,
     pub interval_error: Summary,
+    /// Handler stamp minus receive stamp per lead point (v3 logs): zero
+    /// where the kernel gave no stamp, else the error a user-space stamp
+    /// carried.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_minus_recv: Option<Summary>,
     #[serde(skip)]
     pub histogram: LatencyHistogram,
 }
@@ -175,6 +193,7 @@ pub fn analyze(path: &Path, period_ns: u64, timeout_ns: u64, threshold_ns: Optio
     let file = std::fs::File::open(path).with_context(|| format!("cannot open receive log {}", path.display()))?;
     let mut series: HashMap<(String, u32), Vec<Reception>> = HashMap::new();
     let mut lines = 0u64;
+    let mut gap: Option<LatencyHistogram> = None;
     for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
         let line = line.with_context(|| format!("{}: cannot read line {}", path.display(), n + 1))?;
         if line.starts_with('#') || line.trim().is_empty() {
@@ -195,13 +214,17 @@ pub fn analyze(path: &Path, period_ns: u64, timeout_ns: u64, threshold_ns: Optio
                 Some(x) => x.parse().map(Some).map_err(|_| bad()),
             }
         };
-        let (poll, planned_ns) = (opt(f.next())?, opt(f.next())?);
+        let (poll, planned_ns, user_ns) = (opt(f.next())?, opt(f.next())?, opt(f.next())?);
         let r = Reception {
             recv_ns: t.parse().map_err(|_| bad())?,
             poll,
             planned_ns,
         };
         let p: u32 = p.parse().map_err(|_| bad())?;
+        if let Some(u) = user_ns {
+            gap.get_or_insert_with(LatencyHistogram::new)
+                .record(u.saturating_sub(r.recv_ns));
+        }
         series.entry((b.to_string(), p)).or_default().push(r);
     }
     let mut hist = LatencyHistogram::new();
@@ -226,6 +249,7 @@ pub fn analyze(path: &Path, period_ns: u64, timeout_ns: u64, threshold_ns: Optio
         missed,
         arrived_late: late,
         interval_error: hist.summary(threshold_ns),
+        user_minus_recv: gap.map(|g| g.summary(None)),
         histogram: hist,
     })
 }
@@ -274,6 +298,7 @@ mod tests {
         for (k, jitter) in [(0u64, 0u64), (1, 1_000), (2, 0), (4, 2_000)] {
             tx.send(LogBatch {
                 recv_ns: k * p + jitter,
+                user_ns: k * p + jitter + 1000,
                 building: 0,
                 points: vec![10, 11],
                 poll: None,
@@ -315,6 +340,7 @@ mod tests {
         for (k, t) in recv {
             tx.send(LogBatch {
                 recv_ns: t,
+                user_ns: t,
                 building: 0,
                 points: vec![1],
                 poll: Some(PollId {

@@ -1,5 +1,6 @@
 //! The gateway HTTP server: routes `/<building>/getValues`, stamps each
-//! request's receive time on arrival, applies the controller delay and the
+//! request's receive time (the kernel's stamp where it gives one, see
+//! [`crate::kstamp`], and the handler's own beside it), applies the controller delay and the
 //! injected faults, logs receive times and answers.
 //!
 //! Nothing a client sends can crash it: bodies are size-limited and parsed
@@ -14,9 +15,10 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
+use ontime_core::stats::{LatencyHistogram, Summary};
 use ontime_core::MonoNs;
 use rand::Rng;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -24,7 +26,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 /// Counters of what the gateway did, reported at exit.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct GatewayStats {
     pub requests: u64,
     pub answered_ok: u64,
@@ -33,6 +35,60 @@ pub struct GatewayStats {
     pub injected_malformed: u64,
     pub injected_spikes: u64,
     pub bad_requests: u64,
+    /// Which clock stamped the requests' receive times.
+    #[serde(default)]
+    pub stamps: StampStats,
+}
+
+/// The receive stamps of a run: how many requests the kernel stamped (the
+/// reference) and how far the handler's own stamp came after it, the error
+/// a user-space stamp would have carried.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct StampStats {
+    /// Requests whose receive time is the kernel's stamp.
+    pub kernel: u64,
+    /// Requests stamped in user space: no kernel stamp on the connection,
+    /// or one the handler could not trust (later than its own clock).
+    pub user: u64,
+    /// Why there were no kernel stamps, when there were none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
+    /// Handler stamp minus kernel stamp, per kernel-stamped request.
+    pub user_minus_kernel: Summary,
+}
+
+#[derive(Default)]
+struct StampTally {
+    kernel: AtomicU64,
+    user: AtomicU64,
+    unavailable: std::sync::Mutex<Option<String>>,
+    gap: std::sync::Mutex<LatencyHistogram>,
+}
+
+impl StampTally {
+    /// The receive time of a request the handler saw at `user_ns`, whose
+    /// connection's last read carried kernel stamp `kernel_ns` (0: none).
+    fn choose(&self, kernel_ns: u64, user_ns: u64) -> (u64, wire::ReceiveStamp) {
+        if kernel_ns != 0 && kernel_ns <= user_ns {
+            self.kernel.fetch_add(1, Relaxed);
+            if let Ok(mut g) = self.gap.lock() {
+                g.record(user_ns - kernel_ns);
+            }
+            (kernel_ns, wire::ReceiveStamp::Kernel)
+        } else {
+            self.user.fetch_add(1, Relaxed);
+            (user_ns, wire::ReceiveStamp::User)
+        }
+    }
+
+    fn snapshot(&self) -> StampStats {
+        StampStats {
+            kernel: self.kernel.load(Relaxed),
+            user: self.user.load(Relaxed),
+            unavailable: self.unavailable.lock().ok().and_then(|u| u.clone()),
+            user_minus_kernel: self.gap.lock().map(|g| g.summary(None)).unwrap_or_default(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -56,6 +112,7 @@ impl Counters {
             injected_malformed: self.injected_malformed.load(Relaxed),
             injected_spikes: self.injected_spikes.load(Relaxed),
             bad_requests: self.bad_requests.load(Relaxed),
+            stamps: StampStats::default(),
         }
     }
 }
@@ -65,6 +122,7 @@ struct State {
     /// (listener index, building name) -> building index.
     routes: HashMap<(usize, String), usize>,
     counters: Counters,
+    stamps: StampTally,
     log: Option<mpsc::Sender<LogBatch>>,
     /// This host's boot id, to tell whether a crawler's planned times are
     /// on our clock.
@@ -117,7 +175,8 @@ impl RunningGateway {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        let stats = self.state.counters.snapshot();
+        let mut stats = self.state.counters.snapshot();
+        stats.stamps = self.state.stamps.snapshot();
         if let Some(log) = self.log.take() {
             // The runtime (and every handler's sender clone) is gone; our
             // State still holds one sender, which the writer must not wait
@@ -142,6 +201,7 @@ impl State {
             cfg: GatewayConfig::generated(SocketAddr::from(([127, 0, 0, 1], 0)), 0, 0, false),
             routes: HashMap::new(),
             counters: Counters::default(),
+            stamps: StampTally::default(),
             log: None,
             boot_id: String::new(),
         }
@@ -157,6 +217,8 @@ fn listen_socket(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     s.bind(&addr.into())?;
     s.listen(4096)?;
     s.set_nonblocking(true)?;
+    // Failing here is reported per connection (accept_loop), not fatal.
+    let _ = crate::kstamp::enable(&s);
     Ok(s.into())
 }
 
@@ -191,13 +253,29 @@ pub fn start(cfg: GatewayConfig) -> Result<RunningGateway> {
     let state = Arc::new(State {
         routes,
         counters: Counters::default(),
+        stamps: StampTally::default(),
         log: log.as_ref().map(|l| l.sender()),
         cfg,
         boot_id: wire::boot_id(),
     });
+    let policy = state.cfg.policy;
+    if policy.is_realtime() {
+        // Fail here, in words, rather than serve at the wrong priority:
+        // try it on a short-lived thread first.
+        std::thread::spawn(move || ontime_core::rt::set_policy(policy))
+            .join()
+            .map_err(|_| anyhow::anyhow!("the policy check thread panicked"))?
+            .context("the gateway's --policy")?;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(state.cfg.threads)
         .thread_name("gw-worker")
+        .on_thread_start(move || {
+            if policy.is_realtime() {
+                // Checked above; a failure now would only repeat it.
+                let _ = ontime_core::rt::set_policy(policy);
+            }
+        })
         .enable_all()
         .build()
         .context("cannot start the gateway's runtime")?;
@@ -253,10 +331,18 @@ async fn accept_loop(
             r = l.accept() => {
                 let Ok((stream, _peer)) = r else { continue };
                 let _ = stream.set_nodelay(true);
+                if let Err(e) = crate::kstamp::enable(&stream) {
+                    if let Ok(mut u) = st.stamps.unavailable.lock() {
+                        u.get_or_insert_with(|| format!("SO_TIMESTAMPNS: {e}"));
+                    }
+                }
+                let (stream, kernel_stamp) = crate::kstamp::StampedStream::new(stream);
                 let st = st.clone();
                 tokio::spawn(async move {
                     let io = hyper_util::rt::TokioIo::new(stream);
-                    let svc = hyper::service::service_fn(move |req| handle(req, st.clone(), li));
+                    let svc = hyper::service::service_fn(move |req| {
+                        handle(req, st.clone(), li, kernel_stamp.load(Relaxed))
+                    });
                     // Errors here are client disconnects, malformed HTTP or
                     // injected drops: the connection ends, the server goes on.
                     let _ = hyper::server::conn::http1::Builder::new()
@@ -285,9 +371,17 @@ fn error(st: &State, status: StatusCode, msg: String) -> Response<Full<Bytes>> {
     json_response(status, &ErrorBody { error: msg })
 }
 
-async fn handle(req: Request<Incoming>, st: Arc<State>, li: usize) -> Result<Response<Full<Bytes>>, DropConnection> {
+/// `kernel_ns`: the kernel's receive stamp of the connection's last read,
+/// the one that completed this request (0: none).
+async fn handle(
+    req: Request<Incoming>,
+    st: Arc<State>,
+    li: usize,
+    kernel_ns: u64,
+) -> Result<Response<Full<Bytes>>, DropConnection> {
     // The measurement time of every point: when the request arrived.
-    let recv_ns = MonoNs::now().0;
+    let user_ns = MonoNs::now().0;
+    let (recv_ns, stamp) = st.stamps.choose(kernel_ns, user_ns);
     st.counters.requests.fetch_add(1, Relaxed);
 
     let poll = req
@@ -404,6 +498,7 @@ async fn handle(req: Request<Incoming>, st: Arc<State>, li: usize) -> Result<Res
     if let Some(log) = &st.log {
         let _ = log.send(LogBatch {
             recv_ns,
+            user_ns,
             building: bi,
             points: request.points,
             poll,
@@ -416,7 +511,11 @@ async fn handle(req: Request<Incoming>, st: Arc<State>, li: usize) -> Result<Res
         st.counters.injected_drops.fetch_add(1, Relaxed);
         return Err(DropConnection);
     }
-    let resp = GetValuesResponse { recv_ns, values };
+    let resp = GetValuesResponse {
+        recv_ns,
+        stamp: Some(stamp),
+        values,
+    };
     if malformed_now {
         st.counters.injected_malformed.fetch_add(1, Relaxed);
         let mut bytes = serde_json::to_vec(&resp).unwrap_or_default();

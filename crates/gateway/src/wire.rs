@@ -89,8 +89,23 @@ pub struct PointValue {
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct GetValuesResponse {
+    /// When the request arrived (CLOCK_MONOTONIC ns of the gateway's host).
     pub recv_ns: u64,
+    /// Which clock took `recv_ns`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stamp: Option<ReceiveStamp>,
     pub values: Vec<PointValue>,
+}
+
+/// Who stamped a request's receive time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReceiveStamp {
+    /// The kernel, when the segment entered the gateway's network stack
+    /// (`SO_TIMESTAMPNS`): untouched by the gateway's own scheduling.
+    Kernel,
+    /// The gateway's handler, when it ran.
+    User,
 }
 
 /// Body of every 4xx/5xx response.

@@ -72,3 +72,46 @@ fn malformed_requests_get_4xx_with_a_reason() {
     let stats = gw.stop().unwrap();
     assert_eq!(stats.bad_requests, 9);
 }
+
+/// Where the kernel stamps received segments (it does on loopback and
+/// veth), the receive time is the kernel's stamp: the response and the
+/// counters say so, and the handler's own stamp, in the receive log beside
+/// it, is never earlier.
+#[test]
+fn the_kernel_receive_stamp_is_the_receive_time_when_present() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("recv.log");
+    let mut cfg = GatewayConfig::generated("127.0.0.1:0".parse().unwrap(), 1, 100, false);
+    cfg.log = Some(log.clone());
+    let gw = server::start(cfg).unwrap();
+    let addr = gw.addrs()[0];
+    // The kernel turns stamping on from a work item after the listener
+    // asked for it: wait for the first kernel stamp (not a timing limit).
+    let mut warmup = 0;
+    loop {
+        let r = exchange(addr, &post("/b0/getValues", r#"{"points":[1,2]}"#));
+        warmup += 1;
+        if r.contains(r#""stamp":"kernel""#) {
+            break;
+        }
+        assert!(warmup < 100, "no kernel stamp after {warmup} requests: {r}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for _ in 0..5 {
+        let r = exchange(addr, &post("/b0/getValues", r#"{"points":[1,2]}"#));
+        assert!(r.contains(r#""stamp":"kernel""#), "{r}");
+    }
+    let stats = gw.stop().unwrap();
+    assert_eq!(stats.stamps.kernel + stats.stamps.user, warmup + 5);
+    assert!(stats.stamps.kernel >= 6, "{:?}", stats.stamps);
+    assert_eq!(stats.stamps.user_minus_kernel.count, stats.stamps.kernel);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut lines = 0;
+    for l in text.lines().filter(|l| !l.starts_with('#')) {
+        let f: Vec<&str> = l.split(' ').collect();
+        let (recv, user): (u64, u64) = (f[0].parse().unwrap(), f[6].parse().unwrap());
+        assert!(recv <= user, "kernel stamp after the handler's: {l}");
+        lines += 1;
+    }
+    assert_eq!(lines, 2 * (warmup + 5), "two points per request");
+}

@@ -613,13 +613,18 @@ fn environment_section(runs: &[RunResults]) -> String {
             ))
         })
         .collect();
+    let stamps: Vec<String> = runs
+        .iter()
+        .filter_map(|r| Some(format!("{}: {}", r.name, stamp_line(r.record.gateway.as_ref()?))))
+        .collect();
     let setting = runs[0].record.config.host.relay_delay;
     let _ = write!(
         h,
         "<h2>Environment</h2><table><tr><th>kernel</th><td class=l>{}</td></tr><tr><th>clocksource</th><td class=l>{}</td></tr>\
 <tr><th>CPUs</th><td class=l>{}</td></tr><tr><th>backend</th><td class=l>{}</td></tr><tr><th>cgroups</th><td class=l>{}</td></tr>\
 <tr><th>unavailable</th><td class=l>{}</td></tr><tr><th>WAN delay setting</th><td class=l>{} one way, added by the {}</td></tr>\
-<tr><th>relay delay measured</th><td class=l>{}</td></tr><tr><th>ontime</th><td class=l>{}</td></tr></table>",
+<tr><th>relay delay measured</th><td class=l>{}</td></tr>\
+<tr><th>gateway receive stamps</th><td class=l>{}</td></tr><tr><th>ontime</th><td class=l>{}</td></tr></table>",
         esc(&m.kernel),
         esc(&m.clocksource),
         m.cpus_online,
@@ -629,9 +634,37 @@ fn environment_section(runs: &[RunResults]) -> String {
         format_ns(setting),
         env.wan_delay_by.as_str(),
         esc(&relay_delays.join("<br>")).replace("&lt;br&gt;", "<br>"),
+        if stamps.is_empty() {
+            "no gateway (cyclic runs)".into()
+        } else {
+            esc(&stamps.join("<br>")).replace("&lt;br&gt;", "<br>")
+        },
         esc(&m.version),
     );
     h
+}
+
+/// Who stamped the gateway's receive times (interval error comes from
+/// them) and how far the handler's own stamp came after the kernel's: the
+/// error a user-space stamp would have added.
+fn stamp_line(g: &ontime_gateway::server::GatewayStats) -> String {
+    let st = &g.stamps;
+    let mut t = format!(
+        "{} requests, receive time stamped by the kernel for {}, by the handler for {}",
+        g.requests, st.kernel, st.user
+    );
+    if st.kernel > 0 {
+        let d = &st.user_minus_kernel;
+        t += &format!(
+            "; handler stamp minus kernel stamp p99 {} max {}",
+            cell(d.percentile(99.0)),
+            cell(d.max_ns)
+        );
+    }
+    if let Some(u) = &st.unavailable {
+        t += &format!(" (no kernel stamps: {u})");
+    }
+    t
 }
 
 /// Where the sample count does not support a percentile.
@@ -725,6 +758,9 @@ fn runs_section(runs: &[RunResults], crawl: bool) -> String {
             cell(p.max_ns),
             if crawl { "<td></td>" } else { "" }
         );
+        if let Some(g) = &r.record.gateway {
+            let _ = write!(h, "<p>gateway: {}</p>", esc(&stamp_line(g)));
+        }
         if let Some(relay) = &r.record.relay {
             let d = &relay.delay;
             let _ = write!(

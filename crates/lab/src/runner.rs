@@ -126,6 +126,10 @@ pub struct RunRecord {
     pub workload: Workload,
     pub environment: Environment,
     pub relay: Option<ontime_net::RelayReport>,
+    /// The building gateway's counters and receive stamps (kernel vs
+    /// handler), from its `gateway.json`.
+    #[serde(default)]
+    pub gateway: Option<ontime_gateway::server::GatewayStats>,
     /// The scheduler recorder of the run (`[observe]`).
     pub observe: Option<crate::observe::ObserveOutcome>,
     pub tenants: Vec<TenantOutcome>,
@@ -229,6 +233,7 @@ pub fn run_plan(
                 model_note: MODEL_NOTE.into(),
             },
             relay: None,
+            gateway: None,
             observe: None,
             tenants: Vec::new(),
             started_utc: started,
@@ -296,9 +301,17 @@ fn one_run(
         });
     }
     drop(probes);
+    // Stops the gateway, which writes its counters as it exits.
     lab.destroy();
+    let gw = dir.join(GATEWAY_RESULT);
+    if gw.exists() {
+        rec.gateway = Some(crate::results::read_json(&gw, "gateway result")?);
+    }
     Ok(())
 }
+
+/// The gateway's counters and receive-stamp figures in a run directory.
+pub const GATEWAY_RESULT: &str = "gateway.json";
 
 /// Stage 1: the tenants' sandboxes and the building side, and who adds the
 /// WAN delay (netem on the host-side links where the kernel has it and the
@@ -381,6 +394,9 @@ fn start_gateway(c: &crate::scenario::RunConfig, lab: &mut Lab, dir: &Path, exe:
         let mut gw = Command::new(exe);
         gw.args(["gateway", "--listen", &format!("{}:8080", names::building_addr())])
             .args(["--buildings", &t.count.to_string(), "--points", &points.to_string()])
+            .args(["--policy", &c.host.gateway_policy.to_string()])
+            .arg("--result")
+            .arg(dir.join(GATEWAY_RESULT))
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(dir.join("gateway.err"))?);
         let mut child = spawn_in(&mut gw, &lab.building.netns, None)?;

@@ -13,6 +13,7 @@
 //! relay_delay = "10ms"       # one way, each direction
 //! relay_threads = 1
 //! relay_policy = "other"     # or "fifo:90" (a prioritised host I/O path)
+//! gateway_policy = "fifo:95" # the building side, the undisturbed reference
 //!
 //! [tenant]
 //! count = 2
@@ -47,6 +48,12 @@ pub struct HostSpec {
     pub relay_policy: Policy,
     #[serde(default)]
     pub relay_affinity: Option<String>,
+    /// The building gateway's threads. Document 000's gateway ran on its
+    /// own 32-core machine; here it shares the contended CPUs, so by
+    /// default it runs above everything under test ("fifo:95") and stamps
+    /// arrivals with the kernel's receive time.
+    #[serde(default = "default_gateway_policy", with = "ontime_core::rt::policy_text")]
+    pub gateway_policy: Policy,
     /// Link rate per direction and tenant, Mbit/s.
     #[serde(default)]
     pub relay_rate_mbit: Option<f64>,
@@ -125,6 +132,10 @@ impl From<LoadKind> for String {
     }
 }
 
+fn default_gateway_policy() -> Policy {
+    Policy::Fifo { priority: 95 }
+}
+
 impl Default for HostSpec {
     fn default() -> Self {
         HostSpec {
@@ -132,6 +143,7 @@ impl Default for HostSpec {
             relay_threads: 1,
             relay_policy: Policy::Other,
             relay_affinity: None,
+            gateway_policy: default_gateway_policy(),
             relay_rate_mbit: None,
             wan_delay: WanDelay::Auto,
         }

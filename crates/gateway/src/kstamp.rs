@@ -1,0 +1,225 @@
+//! Kernel receive stamps for the gateway's connections.
+//!
+//! Document 000's gateway emulator ran on a separate 32-core machine, so its
+//! receive timestamps were untouched by the contention under test. In the
+//! lab the gateway shares the contended CPUs, and a stamp taken in user
+//! space when the handler runs carries the gateway's own scheduling delay.
+//! The kernel's software receive stamp (`SO_TIMESTAMPNS`, taken when the
+//! segment enters the gateway's network stack, in softirq) does not; the
+//! gateway reads it with every `recvmsg` and keeps the user-space stamp
+//! beside it, so each run can say how far the two differ.
+//!
+//! For TCP the kernel reports the stamp of the last segment a `recvmsg`
+//! consumed. A request fits one segment and the crawler does not pipeline,
+//! so the stamp of the read that completed a request is that request's
+//! arrival.
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::net::TcpStream;
+
+/// Asks the kernel to stamp the segments `s` receives (software stamps,
+/// CLOCK_REALTIME). Fails where the socket option is missing. Set on a
+/// listening socket, accepted connections inherit it, and the kernel has
+/// turned stamping on (it does so from a work item) before the first
+/// request arrives.
+pub fn enable(s: &impl AsRawFd) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: a valid socket descriptor and an int option of the right size.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// A TCP stream whose reads record the kernel's receive stamp of the data
+/// they return, on CLOCK_MONOTONIC (0 while none has been seen).
+pub struct StampedStream {
+    inner: TcpStream,
+    last_ns: Arc<AtomicU64>,
+}
+
+impl StampedStream {
+    pub fn new(inner: TcpStream) -> (StampedStream, Arc<AtomicU64>) {
+        let last_ns = Arc::new(AtomicU64::new(0));
+        (
+            StampedStream {
+                inner,
+                last_ns: last_ns.clone(),
+            },
+            last_ns,
+        )
+    }
+}
+
+/// CMSG space for one `struct timespec`, aligned for `cmsghdr`.
+#[repr(C, align(8))]
+struct Control([u8; 64]);
+
+/// One `recvmsg` into `buf`; returns the bytes read and the kernel's
+/// receive stamp of them converted to CLOCK_MONOTONIC, if it gave one.
+fn recv_stamped(fd: i32, buf: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<(usize, Option<u64>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = Control([0; 64]);
+    // SAFETY: msghdr is plain data; every pointer set below outlives the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.0.as_mut_ptr().cast();
+    msg.msg_controllen = control.0.len();
+    // SAFETY: the kernel writes at most iov_len bytes into buf and at most
+    // msg_controllen bytes into control.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut stamp = None;
+    // SAFETY: walking the control messages the kernel wrote, within
+    // msg_controllen, with the libc macros made for it.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                stamp = realtime_to_monotonic(ts);
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok((n as usize, stamp))
+}
+
+/// A CLOCK_REALTIME instant on CLOCK_MONOTONIC, by the offset between the
+/// two clocks now. A step of the wall clock between the stamp and now
+/// moves it; the caller rejects stamps that land after its own.
+fn realtime_to_monotonic(ts: libc::timespec) -> Option<u64> {
+    let real_stamp = u64::try_from(ts.tv_sec).ok()?.checked_mul(1_000_000_000)? + u64::try_from(ts.tv_nsec).ok()?;
+    if real_stamp == 0 {
+        return None;
+    }
+    let now = |clock| {
+        let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: valid clock id and out pointer.
+        unsafe { libc::clock_gettime(clock, &mut t) };
+        t.tv_sec as i128 * 1_000_000_000 + t.tv_nsec as i128
+    };
+    let offset = now(libc::CLOCK_REALTIME) - now(libc::CLOCK_MONOTONIC);
+    u64::try_from(real_stamp as i128 - offset).ok()
+}
+
+impl AsyncRead for StampedStream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let fd = this.inner.as_raw_fd();
+        loop {
+            ready!(this.inner.poll_read_ready(cx))?;
+            // SAFETY: recv_stamped only writes into the unfilled part, and
+            // we mark as filled exactly the bytes the kernel wrote.
+            let unfilled = unsafe { buf.unfilled_mut() };
+            match this.inner.try_io(Interest::READABLE, || recv_stamped(fd, unfilled)) {
+                Ok((n, stamp)) => {
+                    // SAFETY: the kernel initialised n bytes of unfilled.
+                    unsafe { buf.assume_init(n) };
+                    buf.advance(n);
+                    if let Some(t) = stamp {
+                        this.last_ns.store(t, Relaxed);
+                    }
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for StampedStream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Loopback delivers in the sender's softirq, which stamps the segment:
+    /// a read returns the bytes and a stamp no later than the reader's clock.
+    #[test]
+    fn a_read_carries_the_kernel_receive_stamp() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap();
+            let mut client = TcpStream::connect(addr).await.unwrap();
+            let (server, _) = l.accept().await.unwrap();
+            enable(&server).unwrap();
+            let (mut s, stamp) = StampedStream::new(server);
+            // The kernel turns receive stamping on (a static key) from a
+            // work item: exchange until it has (not a timing limit).
+            let mut got = [0u8; 5];
+            let (mut before, mut after) = (0, 0);
+            for _ in 0..100 {
+                before = ontime_core::MonoNs::now().0;
+                client.write_all(b"hello").await.unwrap();
+                s.read_exact(&mut got).await.unwrap();
+                after = ontime_core::MonoNs::now().0;
+                assert_eq!(&got, b"hello");
+                if stamp.load(Relaxed) != 0 {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            let t = stamp.load(Relaxed);
+            assert!(t != 0, "no kernel stamp in 100 reads");
+            // The clock conversion may be off by the two clock reads; allow
+            // a millisecond either side rather than a timing limit.
+            assert!(
+                t + 1_000_000 >= before && t <= after + 1_000_000,
+                "{before} {t} {after}"
+            );
+        });
+    }
+}
