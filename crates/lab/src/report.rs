@@ -317,7 +317,10 @@ fn observe_section(runs: &[RunResults], out: &Path) -> Result<(String, Vec<PathB
             esc(&r.name),
             f2(t.peak),
             t.above_one_cpu.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "-".into()),
-            t.mean_steal_pct.map(|v| format!("{v:.1}%")).unwrap_or_else(|| "-".into()),
+            match (t.mean_steal_pct, t.max_steal_pct) {
+                (Some(m), Some(x)) => format!("{m:.1}% / {x:.1}%"),
+                _ => "-".into(),
+            },
             ms(t.contention_p99_ns),
             ms(t.contention_max_ns),
             t.full_episodes,
@@ -337,9 +340,9 @@ fn observe_section(runs: &[RunResults], out: &Path) -> Result<(String, Vec<PathB
     h.push_str(
         "<h2 id=scheduler>Scheduler view (ontime observe)</h2><p>Recorded from the sched tracepoints during each run. \
 Peak = the highest 100 ms-window CPU use of any tenant (CPUs); above 1 CPU = the largest share of a tenant's 100 ms windows using more than one CPU; \
-steal = run delay / (on-CPU + run delay), mean over tenants; contention = a tenant vCPU runnable but not running (episode length p99 and max over tenants; full = every vCPU of a tenant waiting); \
+steal = run delay as a share of a tenant's vCPU time (run + idle + steal = 100 %, as document 002 and mpstat count it), mean / worst tenant; contention = a tenant vCPU runnable but not running (episode length p99 and max over tenants; full = every vCPU of a tenant waiting); \
 host I/O = relay, vhost and ksoftirqd threads, CPU per 100 ms window.</p>\
-<table><tr><th>run</th><th>peak 100 ms</th><th>above 1 CPU</th><th>steal</th><th>contention p99</th><th>contention max</th><th>full episodes</th>\
+<table><tr><th>run</th><th>peak 100 ms</th><th>above 1 CPU</th><th>steal mean / worst</th><th>contention p99</th><th>contention max</th><th>full episodes</th>\
 <th>host I/O min</th><th>host I/O mean</th><th>lost events</th><th>recorder cost (% core)</th></tr>",
     );
     h.push_str(&rows);

@@ -84,19 +84,36 @@ pub fn text(a: &Analysis, vcpus: bool) -> String {
     let _ = writeln!(out, "\nRun delay (runnable, not running) and contention:");
     let _ = writeln!(
         out,
-        "  {:<22} {:>5} {:>10} {:>10} {:>6}  {:>7} {:>9} {:>9}  {:>7} {:>9}  {:>7} {:>9}",
-        "group", "vCPUs", "on-CPU", "run delay", "steal", "any", "any p99", "any max", "partial", "p99", "full", "p99"
+        "  {:<22} {:>5} {:>10} {:>10} {:>6} {:>6} {:>6} {:>6}  {:>7} {:>9} {:>9}  {:>7} {:>9}  {:>7} {:>9}",
+        "group",
+        "vCPUs",
+        "on-CPU",
+        "run delay",
+        "run",
+        "idle",
+        "steal",
+        "wait/d",
+        "any",
+        "any p99",
+        "any max",
+        "partial",
+        "p99",
+        "full",
+        "p99"
     );
     for g in &a.groups {
         let c = &g.contention;
         let _ = writeln!(
             out,
-            "  {:<22} {:>5} {:>10} {:>10} {:>5.1}%  {:>7} {:>9} {:>9}  {:>7} {:>9}  {:>7} {:>9}",
+            "  {:<22} {:>5} {:>10} {:>10} {:>5.1}% {:>5.1}% {:>5.1}% {:>5.1}%  {:>7} {:>9} {:>9}  {:>7} {:>9}  {:>7} {:>9}",
             g.name,
             g.vcpus,
             format_ns(g.on_cpu_ns),
             format_ns(g.run_delay_ns),
-            g.steal_pct,
+            g.time_shares.run_pct,
+            g.time_shares.idle_pct,
+            g.time_shares.steal_pct,
+            g.wait_share_pct,
             c.any.count,
             ns(c.any.p99_ns),
             ns(c.any.max_ns),
@@ -121,6 +138,10 @@ pub fn text(a: &Analysis, vcpus: bool) -> String {
             }
         }
     }
+    let _ = writeln!(
+        out,
+        "  run + idle + steal = 100 % of the vCPUs' observed time (steal as document 002 and mpstat count it);\n  wait/d = run delay / (on-CPU + run delay), the share of its demand a group waited for"
+    );
     let _ = writeln!(out, "\nWho ran while a group's vCPUs waited:");
     for g in a.groups.iter().filter(|g| !g.preemptors.is_empty()) {
         let top: Vec<String> = g

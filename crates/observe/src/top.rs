@@ -150,7 +150,7 @@ fn table(reports: &[GroupReport], vcpus: bool, span: u64) -> String {
                 .map(|v| format!("{v:.2}"))
                 .unwrap_or_else(|| "-".into()),
             format!("{:.2}", g.on_cpu_ns as f64 / span),
-            pct(g.steal_pct),
+            pct(g.time_shares.steal_pct),
             pct(g.contention.any_pct),
             g.contention.any.count,
             g.contention.any.max_ns.map(format_ns).unwrap_or_else(|| "-".into()),
@@ -268,8 +268,17 @@ fn prometheus(
     metric(
         "ontime_tenant_steal_ratio",
         "gauge",
-        "Run delay / (on-CPU + run delay) during the last refresh.",
-        reports.iter().map(|g| (t(&g.name), g.steal_pct / 100.0)).collect(),
+        "Steal: run delay as a share of the vCPUs' observed time (run + idle + steal = 1), during the last refresh.",
+        reports
+            .iter()
+            .map(|g| (t(&g.name), g.time_shares.steal_pct / 100.0))
+            .collect(),
+    );
+    metric(
+        "ontime_tenant_wait_share_ratio",
+        "gauge",
+        "Run delay / (on-CPU + run delay): the share of its demand the tenant waited for, during the last refresh.",
+        reports.iter().map(|g| (t(&g.name), g.wait_share_pct / 100.0)).collect(),
     );
     let mut keys: Vec<_> = vcpus.keys().collect();
     keys.sort();

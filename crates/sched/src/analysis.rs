@@ -64,7 +64,8 @@ impl Analysis {
             peak: max_f(&mut tenants.iter().filter_map(|g| at(g)?.max)),
             above_one_cpu: max_f(&mut tenants.iter().filter_map(|g| at(g)?.above.first().map(|a| a.fraction))),
             mean_steal_pct: (!tenants.is_empty())
-                .then(|| tenants.iter().map(|g| g.steal_pct).sum::<f64>() / tenants.len() as f64),
+                .then(|| tenants.iter().map(|g| g.time_shares.steal_pct).sum::<f64>() / tenants.len() as f64),
+            max_steal_pct: max_f(&mut tenants.iter().map(|g| g.time_shares.steal_pct)),
             contention_p99_ns: tenants.iter().filter_map(|g| g.contention.any.p99_ns).max(),
             contention_max_ns: tenants.iter().filter_map(|g| g.contention.any.max_ns).max(),
             full_episodes: tenants.iter().map(|g| g.contention.full.count).sum(),
@@ -81,7 +82,10 @@ pub struct TenantSummary {
     pub peak: Option<f64>,
     /// Largest share of a tenant's windows above one CPU, 0..1.
     pub above_one_cpu: Option<f64>,
+    /// Steal as a share of the vCPUs' wall time (document 002), mean and
+    /// worst over tenants, %.
     pub mean_steal_pct: Option<f64>,
+    pub max_steal_pct: Option<f64>,
     pub contention_p99_ns: Option<u64>,
     pub contention_max_ns: Option<u64>,
     /// Full-contention episodes, summed over tenants.

@@ -757,8 +757,13 @@ impl Analyzer {
                     name: name_of(tid),
                     vcpu: th.vcpu,
                     on_cpu_ns: th.on_cpu_ns,
-                    run_delay_ns: th.wait_ns,
-                    // The open interval counts up to now.
+                    // Open intervals count up to now.
+                    run_delay_ns: th.wait_ns
+                        + if th.st == St::Waiting {
+                            self.last_ts.saturating_sub(th.since)
+                        } else {
+                            0
+                        },
                     sleep_ns: th.sleep_ns
                         + if th.st == St::Sleeping {
                             self.last_ts.saturating_sub(th.since)
@@ -834,11 +839,12 @@ impl Analyzer {
                 vcpus: g.vcpus,
                 on_cpu_ns: g.on_cpu_ns,
                 run_delay_ns: g.wait_ns,
-                steal_pct: if g.on_cpu_ns + g.wait_ns > 0 {
+                wait_share_pct: if g.on_cpu_ns + g.wait_ns > 0 {
                     g.wait_ns as f64 * 100.0 / (g.on_cpu_ns + g.wait_ns) as f64
                 } else {
                     0.0
                 },
+                time_shares: TimeShares::of_vcpus(&threads),
                 usage,
                 contention: Contention {
                     any: Episodes::of(&g.any),
@@ -924,6 +930,41 @@ pub struct ThreadReport {
     pub usage: Vec<WindowUsage>,
 }
 
+/// Where a tenant's vCPUs spent the time they were observed, as document
+/// 002 (and mpstat's %steal) counts it: running, idle (halted: sleeping or
+/// blocked by their own doing) or stolen (runnable, not running). The three
+/// sum to 100 % of the vCPUs' observed wall time.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct TimeShares {
+    /// Observed wall time summed over the vCPUs (each from its first event).
+    pub wall_ns: u64,
+    pub run_pct: f64,
+    pub idle_pct: f64,
+    pub steal_pct: f64,
+}
+
+impl TimeShares {
+    /// Over the vCPU threads among `threads`, or all of them when none is
+    /// marked a vCPU.
+    pub fn of_vcpus(threads: &[ThreadReport]) -> TimeShares {
+        let any_vcpu = threads.iter().any(|t| t.vcpu);
+        let (mut run, mut idle, mut steal) = (0u64, 0u64, 0u64);
+        for t in threads.iter().filter(|t| t.vcpu || !any_vcpu) {
+            run += t.on_cpu_ns;
+            idle += t.sleep_ns + t.blocked_ns;
+            steal += t.run_delay_ns;
+        }
+        let wall = run + idle + steal;
+        let pct = |v: u64| if wall == 0 { 0.0 } else { v as f64 * 100.0 / wall as f64 };
+        TimeShares {
+            wall_ns: wall,
+            run_pct: pct(run),
+            idle_pct: pct(idle),
+            steal_pct: pct(steal),
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct GroupReport {
     pub name: String,
@@ -933,8 +974,14 @@ pub struct GroupReport {
     pub on_cpu_ns: u64,
     /// Runnable but not running (steal), summed over its threads.
     pub run_delay_ns: u64,
-    /// run delay / (on-CPU + run delay), %.
-    pub steal_pct: f64,
+    /// Run delay / (on-CPU + run delay), %: how much of what the tenant
+    /// asked for it had to wait for ("wait share of demand"). Not steal:
+    /// a tenant that barely runs can wait for most of it.
+    #[serde(default, alias = "steal_pct")]
+    pub wait_share_pct: f64,
+    /// Its vCPUs' time split as document 002 and mpstat split it.
+    #[serde(default)]
+    pub time_shares: TimeShares,
     pub usage: Vec<WindowUsage>,
     pub contention: Contention,
     pub preemptors: Vec<Preemptor>,
@@ -1078,6 +1125,47 @@ mod tests {
         assert_eq!(th.on_cpu_ns, 3_000_000);
         assert_eq!(th.blocked_ns, 4_000_000);
         assert_eq!(th.sleep_ns, 3_000_000 + 2_000_000);
+    }
+
+    /// Steal as document 002 counts it: a vCPU's observed time is run,
+    /// idle (asleep) or steal (runnable, not running), and the three shares
+    /// add up to all of it. The older ratio, run delay / (run + run delay),
+    /// is kept under its own name.
+    #[test]
+    fn run_idle_and_steal_add_up_to_the_observed_wall_time() {
+        let mut a = analyzer();
+        let wake = |ts| Event {
+            ts,
+            a: 10,
+            kind: kind::WAKEUP,
+            ..Default::default()
+        };
+        a.feed(&switch(1_000_000, 0, 0, 10, 0)); // runs 1 ms
+        a.feed(&Event {
+            c: 0x01,
+            ..switch(2_000_000, 0, 10, 0, 0)
+        }); // asleep 3 ms
+        a.feed(&wake(5_000_000));
+        a.feed(&switch(5_000_000, 0, 0, 11, 0)); // waits 2 ms behind 11
+        a.feed(&switch(7_000_000, 0, 11, 10, 0)); // runs 2 ms
+        a.feed(&switch(9_000_000, 0, 10, 11, F_PREV_RUNNABLE)); // preempted: waits 1 ms
+        a.feed(&switch(10_000_000, 0, 11, 10, 0)); // runs, still at the end
+        a.finish(12_000_000);
+        let g = &a.report(&|t| t.to_string())[0];
+        let th = &g.threads[0];
+        assert_eq!(
+            (th.on_cpu_ns, th.sleep_ns, th.run_delay_ns),
+            (5_000_000, 3_000_000, 3_000_000)
+        );
+        let s = g.time_shares;
+        assert_eq!(s.wall_ns, 11_000_000, "observed from its first event to the end");
+        assert!((s.run_pct + s.idle_pct + s.steal_pct - 100.0).abs() < 1e-9);
+        assert!((s.steal_pct - 300.0 / 11.0).abs() < 1e-9, "{s:?}");
+        assert!((s.idle_pct - 300.0 / 11.0).abs() < 1e-9, "{s:?}");
+        assert!(
+            (g.wait_share_pct - 300.0 / 8.0).abs() < 1e-9,
+            "3 ms waited of 8 ms wanted"
+        );
     }
 
     /// A garbage timestamp (a corrupt recording) is left out and counted,
