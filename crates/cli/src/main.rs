@@ -121,6 +121,7 @@ mod tests {
             policy: Policy::Fifo { priority: 50 },
             timeout_ns: Some(500_000_000),
             work_per_poll_ns: Some(1_400_000),
+            work_tail: Some(1.5),
             hlog: Some("/tmp/t0.hlog".into()),
             result: Some("/tmp/t0.json".into()),
             dma_latency: false,

@@ -89,7 +89,7 @@ pub struct EngineSetup {
     pub report_interval_ns: u64,
     /// CPU time spent processing each answered poll (the crawler's parse,
     /// convert and store work), burned on this thread.
-    pub work_per_poll_ns: u64,
+    pub work: crate::work::WorkModel,
     /// Send a poll again when its connection closes before any
     /// answer (see `close`).
     pub resend: bool,
@@ -171,6 +171,8 @@ struct Engine<C: Clock = SystemClock> {
     schedule: BinaryHeap<Reverse<(u64, u32, u64)>>,
     trackers: Vec<IntervalTracker>,
     metrics: Box<Metrics>,
+    /// Draws each answered poll's work.
+    work: crate::work::WorkSampler,
     /// Longest request of any stream: each connection's buffer size.
     max_request: usize,
     next_report: u64,
@@ -234,6 +236,7 @@ impl<C: Clock> Engine<C> {
         let metrics = s.spares.try_recv().unwrap_or_default();
         let mut e = Engine {
             clock,
+            work: s.work.sampler(0x6f6e_7469_6d65 ^ s.thread as u64),
             max_request: s.streams.iter().map(|st| st.request.len()).max().unwrap_or(0),
             trackers: vec![IntervalTracker::default(); s.streams.len()],
             next_report: u64::MAX,
@@ -553,7 +556,10 @@ impl<C: Clock> Engine<C> {
         }
         while c.written < req.len() {
             match c.sock.write(&req[c.written..]) {
-                Ok(n) => c.written += n,
+                Ok(n) => {
+                    c.written += n;
+                    self.metrics.traffic.tx_bytes += n as u64;
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(_) => {
@@ -619,6 +625,7 @@ impl<C: Clock> Engine<C> {
                 }
                 Ok(n) => {
                     c.rlen += n;
+                    self.metrics.traffic.rx_bytes += n as u64;
                     if !self.consume(slot) {
                         return;
                     }
@@ -698,8 +705,8 @@ impl<C: Clock> Engine<C> {
             c.rlen -= len;
             c.poll = None;
             self.finish(p, done, outcome, recv, status);
-            if outcome == Outcome::Ok && self.s.work_per_poll_ns > 0 {
-                burn_cpu(self.s.work_per_poll_ns);
+            if outcome == Outcome::Ok && self.s.work.mean_ns > 0 {
+                burn_cpu(self.work.next_ns());
             }
             if close || outcome == Outcome::Malformed {
                 self.close(slot, Outcome::ConnectionLost);
@@ -896,7 +903,7 @@ mod tests {
             warm,
             start,
             report_interval_ns: 1_000 * MS,
-            work_per_poll_ns: 0,
+            work: Default::default(),
             resend: true,
             flags: Arc::new(StopFlags::default()),
             reports: reports_tx,

@@ -14,6 +14,7 @@ pub mod engine;
 pub mod http;
 pub mod metrics;
 pub mod sink;
+pub mod work;
 
 use anyhow::Result;
 use config::{CrawlConfig, Phase};
@@ -45,7 +46,7 @@ pub struct RunOptions {
     /// Length of one interval in the histogram log and progress.
     pub report_interval_ns: u64,
     /// CPU time burned per answered poll (models the crawler's processing).
-    pub work_per_poll_ns: u64,
+    pub work: work::WorkModel,
     /// Resend a poll once when the server closed its connection before any
     /// answer (`--no-resend` turns it off).
     pub resend: bool,
@@ -71,7 +72,11 @@ pub struct CrawlResult {
     pub config: CrawlConfig,
     pub vcpus: usize,
     pub thread_settings: ThreadSettings,
+    /// Mean work set per answered poll.
     pub work_per_poll_ns: u64,
+    /// Pareto shape of the per-poll work, when heavy-tailed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_tail: Option<f64>,
     pub planned_polls_per_second: f64,
     pub streams: usize,
     /// How long polls were planned for: the requested length, or up to the
@@ -90,10 +95,59 @@ pub struct CrawlResult {
     /// CPU time of the vCPU threads, and of the whole process.
     pub vcpu_cpu_ns: u64,
     pub process_cpu_ns: u64,
+    /// What the crawl used, measured (document 000, finding 1).
+    #[serde(default)]
+    pub resources: Resources,
     /// Per-poll or store records lost because the writer fell behind.
     pub records_dropped: u64,
     pub sink: sink::SinkStats,
     pub warnings: Vec<String>,
+}
+
+/// What a crawl used, measured on the run: CPU per poll (document 000's
+/// figure 4: CPU linear in rate), network, memory and storage (finding 1:
+/// small; 600 kbit/s at 1000 polls/s).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Resources {
+    /// vCPU-thread CPU time per answered poll, the set work included.
+    pub cpu_per_poll_ns: Option<u64>,
+    pub traffic: metrics::Traffic,
+    /// Both directions over the run's length, kbit/s.
+    pub net_kbit_per_s: f64,
+    /// Peak resident memory of the process (getrusage).
+    pub max_rss_bytes: u64,
+    /// Storage the process read and wrote (/proc/self/io; None where the
+    /// kernel does not account it).
+    pub disk_read_bytes: Option<u64>,
+    pub disk_write_bytes: Option<u64>,
+}
+
+impl Resources {
+    fn measure(totals: &Metrics, vcpu_cpu_ns: u64, duration_ns: u64) -> Resources {
+        let ok = totals.outcomes.ok;
+        // SAFETY: rusage is plain data; getrusage fills it.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: valid out pointer.
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+        let io = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
+        let field = |name: &str| {
+            io.lines()
+                .find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok())
+        };
+        let t = totals.traffic;
+        Resources {
+            cpu_per_poll_ns: (ok > 0).then(|| vcpu_cpu_ns / ok),
+            traffic: t,
+            net_kbit_per_s: if duration_ns > 0 {
+                (t.tx_bytes + t.rx_bytes) as f64 * 8.0 / 1e3 / (duration_ns as f64 / 1e9)
+            } else {
+                0.0
+            },
+            max_rss_bytes: (ru.ru_maxrss.max(0) as u64) * 1024,
+            disk_read_bytes: field("read_bytes:"),
+            disk_write_bytes: field("write_bytes:"),
+        }
+    }
 }
 
 /// Splits every gateway's points into streams of N and lays out phases.
@@ -212,12 +266,15 @@ pub fn run(
     } else {
         opts.duration_ns
     };
+    let resources = Resources::measure(&totals, vcpu_cpu_ns, duration_ns);
     Ok(CrawlResult {
+        resources,
         planned_polls_per_second: cfg.polls_per_second(),
         streams: n_streams,
         vcpus: k,
         thread_settings: opts.thread.clone(),
-        work_per_poll_ns: opts.work_per_poll_ns,
+        work_per_poll_ns: opts.work.mean_ns,
+        work_tail: opts.work.tail,
         duration_ns,
         planned_duration_ns: opts.duration_ns,
         interrupted,
@@ -317,7 +374,7 @@ fn start_vcpu_threads(
             warm: warm_tx.clone(),
             start,
             report_interval_ns: opts.report_interval_ns,
-            work_per_poll_ns: opts.work_per_poll_ns,
+            work: opts.work,
             resend: opts.resend,
             flags: flags.clone(),
             reports: report_tx.clone(),
@@ -522,6 +579,17 @@ impl ontime_core::export::TextReport for CrawlResult {
             self.vcpu_cpu_ns as f64 / 1e9 / secs * 100.0,
             self.process_cpu_ns as f64 / 1e9 / secs * 100.0
         ));
+        let r = &self.resources;
+        s.push_str(&format!(
+            "resources: cpu per answered poll {}, network {:.0} kbit/s ({} B sent, {} B received), peak memory {:.1} MiB, disk read {} B, written {} B\n",
+            r.cpu_per_poll_ns.map_or("n/a".into(), format_ns),
+            r.net_kbit_per_s,
+            r.traffic.tx_bytes,
+            r.traffic.rx_bytes,
+            r.max_rss_bytes as f64 / 1048576.0,
+            r.disk_read_bytes.map_or("n/a".into(), |b| b.to_string()),
+            r.disk_write_bytes.map_or("n/a".into(), |b| b.to_string()),
+        ));
         if self.interval_error.count < 100_000 {
             s.push_str("note: percentiles the sample count cannot support are n/a (p99.999 needs >= 100000 samples)\n");
         }
@@ -548,6 +616,7 @@ pub struct CrawlProbe {
     pub policy: ontime_core::rt::Policy,
     pub timeout_ns: Option<u64>,
     pub work_per_poll_ns: Option<u64>,
+    pub work_tail: Option<f64>,
     pub hlog: Option<PathBuf>,
     pub result: Option<PathBuf>,
     /// Hold /dev/cpu_dma_latency (false when the caller holds it already).
@@ -583,6 +652,9 @@ impl CrawlProbe {
         }
         if let Some(w) = self.work_per_poll_ns {
             a.extend(["--work-per-poll".into(), ns(w).into()]);
+        }
+        if let Some(t) = self.work_tail {
+            a.extend(["--work-tail".into(), t.to_string().into()]);
         }
         if let Some(p) = &self.hlog {
             a.extend(["--hlog".into(), p.into()]);

@@ -52,6 +52,14 @@ impl Outcomes {
     }
 }
 
+/// Bytes the crawler's sockets carried (HTTP requests and answers, not
+/// TCP/IP headers).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Traffic {
+    pub tx_bytes: u64,
+    pub rx_bytes: u64,
+}
+
 /// One reporting interval's measurements from one thread (or merged).
 #[derive(Clone, Debug, Default)]
 pub struct Metrics {
@@ -59,6 +67,7 @@ pub struct Metrics {
     pub response_time: LatencyHistogram,
     pub interval_error: LatencyHistogram,
     pub outcomes: Outcomes,
+    pub traffic: Traffic,
 }
 
 impl Metrics {
@@ -67,6 +76,8 @@ impl Metrics {
         self.response_time.add(&o.response_time);
         self.interval_error.add(&o.interval_error);
         self.outcomes.add(&o.outcomes);
+        self.traffic.tx_bytes += o.traffic.tx_bytes;
+        self.traffic.rx_bytes += o.traffic.rx_bytes;
     }
 
     pub fn reset(&mut self) {
@@ -74,6 +85,7 @@ impl Metrics {
         self.response_time.reset();
         self.interval_error.reset();
         self.outcomes = Outcomes::default();
+        self.traffic = Traffic::default();
     }
 }
 

@@ -524,6 +524,7 @@ fn start_probes(
                     policy: t.policy,
                     timeout_ns: cr.timeout,
                     work_per_poll_ns: cr.work_per_poll,
+                    work_tail: cr.work_tail,
                     hlog: Some(dir.join(format!("t{i}.hlog"))),
                     result: None,
                     dma_latency: false,

@@ -185,6 +185,10 @@ pub struct CrawlWorkload {
     /// CPU time per answered poll (`ontime crawl --work-per-poll`).
     #[serde(default, with = "ontime_core::duration::opt_text_ns")]
     pub work_per_poll: Option<u64>,
+    /// Pareto shape of the per-poll work, same mean (`--work-tail`): the
+    /// crawler's own sub-second bursts (document 000, finding 3).
+    #[serde(default)]
+    pub work_tail: Option<f64>,
 }
 
 fn default_period() -> u64 {
@@ -634,6 +638,12 @@ fn validate(c: &RunConfig) -> Result<()> {
             if cr.period < 1_000_000 {
                 bail!("tenant.crawl.period must be at least 1ms");
             }
+            ontime_crawl::work::WorkModel {
+                mean_ns: cr.work_per_poll.unwrap_or(0),
+                tail: cr.work_tail,
+            }
+            .validate()
+            .map_err(|e| anyhow!("tenant.crawl.work_tail: {e}"))?;
         }
         (None, Some(cy)) => {
             if cy.interval < 10_000 {
