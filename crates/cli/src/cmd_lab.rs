@@ -181,13 +181,21 @@ fn clean(a: CleanArgs) -> anyhow::Result<()> {
     }
     let verb = if a.dry_run { "would remove" } else { "removed" };
     crate::outln!(
-        "ontime lab clean: {verb} {} namespace(s), {} link(s), {} cgroup(s), {} process(es)",
+        "ontime lab clean: {verb} {} namespace(s), {} link(s), {} cgroup(s), {} process(es); {} {} kernel setting(s)",
         found.netns.len(),
         found.links.len(),
         found.cgroups.len(),
-        found.processes.len()
+        found.processes.len(),
+        if a.dry_run { "would restore" } else { "restored" },
+        found.settings.len()
     );
-    for n in found.netns.iter().chain(&found.links).chain(&found.cgroups) {
+    for n in found
+        .netns
+        .iter()
+        .chain(&found.links)
+        .chain(&found.cgroups)
+        .chain(&found.settings)
+    {
         crate::outln!("  {n}");
     }
     Ok(())

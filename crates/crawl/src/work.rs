@@ -7,8 +7,9 @@
 //! and that burst, not the mean, produced ~300 ms interval errors (finding
 //! 3). A fixed cost per poll with spread phases cannot burst, so the work
 //! can also be heavy-tailed: Pareto with shape `tail` and the same mean.
-//! At shape 1.5, about 6 % of 100 ms windows of 100 polls need more than
-//! twice the mean (a quick simulation; `observe` measures what a run did).
+//! At shape 1.5, a few percent of 100-poll windows need more than 10/7 of
+//! the mean, document 000's 200 % against a 140 % mean (the unit test
+//! draws 2000 windows; `observe` measures what a run did).
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -95,8 +96,8 @@ mod tests {
     }
 
     /// The heavy tail keeps the mean (less the cap's share) and bursts:
-    /// some 100-poll windows need well over twice the mean, as document
-    /// 000's figure 7 shows, while a fixed cost never does.
+    /// some 100-poll windows need more than 200/140 of the mean, as
+    /// document 000's figure 7 shows, while a fixed cost never does.
     #[test]
     fn a_pareto_tail_keeps_the_mean_and_bursts() {
         let m = WorkModel {
@@ -108,8 +109,11 @@ mod tests {
         let windows: Vec<u64> = (0..2000).map(|_| (0..100).map(|_| s.next_ns()).sum()).collect();
         let mean = windows.iter().sum::<u64>() as f64 / (2000.0 * 100.0);
         assert!((850_000.0..1_100_000.0).contains(&mean), "mean {mean}");
-        let above = windows.iter().filter(|&&w| w > 200 * 1_000_000).count();
-        assert!(above >= 20, "{above} of 2000 windows above twice the mean");
+        // A window of 100 polls at a 140 % mean peaking above 200 %.
+        let peak = 100 * 1_000_000 * 200 / 140;
+        let above = windows.iter().filter(|&&w| w > peak).count();
+        eprintln!("{above} of 2000 windows above 200/140 of the mean");
+        assert!(above >= 40, "{above} of 2000 windows above 200/140 of the mean");
         assert!(
             windows.iter().all(|&w| w >= 100 * 1_000_000 / 3),
             "x_m = mean / 3 is the floor"

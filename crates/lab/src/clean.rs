@@ -1,7 +1,7 @@
 //! `ontime lab clean`: finds and removes everything of the lab's that
 //! escaped a teardown (for example after the runner was SIGKILLed):
 //! processes in lab cgroups or namespaces, the cgroups, the namespaces and
-//! the host-side links. Everything is found by the common name prefix.
+//! the host-side links, and kernel settings it left changed. Everything is found by the common name prefix.
 
 use crate::cgroup;
 use crate::names::PREFIX;
@@ -15,6 +15,8 @@ pub struct Leftovers {
     pub links: Vec<String>,
     pub cgroups: Vec<String>,
     pub processes: Vec<i32>,
+    /// Kernel settings a killed run left changed ("path = original").
+    pub settings: Vec<String>,
 }
 
 impl Leftovers {
@@ -56,6 +58,7 @@ pub fn find() -> Result<Leftovers> {
         links,
         cgroups: dirs.iter().map(|d| d.display().to_string()).collect(),
         processes,
+        settings: crate::sysctl::leftovers(),
     })
 }
 
@@ -75,5 +78,6 @@ pub fn clean() -> Result<Leftovers> {
         // Deleting one end of a veth removes its peer too; ignore "not found".
         let _ = ip(&["link", "del", l]);
     }
+    crate::sysctl::restore_leftovers()?;
     Ok(found)
 }

@@ -3,7 +3,7 @@
 //! [`sandbox`], [`cgroup`]), a host relay that carries every packet with WAN
 //! delay and stands for Dom0 / vhost (ontime-net's relay), loads, scenario files with
 //! sweeps ([`scenario`]), the runner that streams results to a directory
-//! ([`runner`]), the scheduler recording of each run ([`observe`]), the clean-up of anything that escaped ([`clean`]) and the
+//! ([`runner`]), the scheduler recording of each run ([`observe`]), the clean-up of anything that escaped ([`clean`]), kernel settings changed for a run and put back even after a kill ([`sysctl`]) and the
 //! report ([`report`]).
 //!
 //! Sandboxes model host scheduling and the host I/O path, not instruction
@@ -21,3 +21,4 @@ pub mod runner;
 pub mod sandbox;
 pub mod scenario;
 pub mod sys;
+pub mod sysctl;

@@ -61,6 +61,10 @@ pub struct Environment {
     pub netem: bool,
     pub wan_delay_by: WanDelayBy,
     pub model_note: String,
+    /// The SCHED_RR time slice in force during the run, read back from the
+    /// kernel, when the scenario set one (`host.rr_timeslice`).
+    #[serde(default)]
+    pub rr_timeslice_ms: Option<u64>,
 }
 
 /// Who added the WAN delay in a run.
@@ -175,6 +179,10 @@ pub fn run_plan(
     );
     // Before anything is created: a second lab would collide with this one.
     let _lock = crate::lock::LabLock::acquire()?;
+    // A run killed before it could put a kernel setting back: do it now.
+    for s in crate::sysctl::restore_leftovers()? {
+        eprintln!("ontime lab: restored {s}, left changed by a run that was killed");
+    }
     std::fs::create_dir_all(opts.results.join("runs"))
         .with_context(|| format!("cannot create {}", opts.results.display()))?;
     write_atomic(&opts.results.join("scenario.toml"), scenario_text.as_bytes())?;
@@ -231,6 +239,7 @@ pub fn run_plan(
                 netem: false,
                 wan_delay_by: WanDelayBy::Relay,
                 model_note: MODEL_NOTE.into(),
+                rr_timeslice_ms: None,
             },
             relay: None,
             gateway: None,
@@ -270,6 +279,14 @@ fn one_run(
 ) -> Result<()> {
     let c = &run.config;
     let native = c.tenant.backend == Backend::Native;
+    let _rr = match c.host.rr_timeslice {
+        Some(ns) => {
+            let g = crate::sysctl::SysctlGuard::set(crate::sysctl::RR_TIMESLICE, &(ns / 1_000_000).to_string())?;
+            rec.environment.rr_timeslice_ms = g.current()?.parse().ok();
+            Some(g)
+        }
+        None => None,
+    };
     let (mut lab, use_netem) = start_lab(c, rec)?;
     // Held once for the run, as cyclictest does; probes are told not to.
     let _dma = ontime_core::rt::DmaLatencyGuard::hold(0).ok();
@@ -524,7 +541,7 @@ fn start_probes(
                     policy: t.policy,
                     timeout_ns: cr.timeout,
                     work_per_poll_ns: cr.work_per_poll,
-                    work_tail: cr.work_tail,
+                    work_tail: cr.work_tail.filter(|&t| t != 0.0),
                     hlog: Some(dir.join(format!("t{i}.hlog"))),
                     result: None,
                     dma_latency: false,
@@ -534,7 +551,10 @@ fn start_probes(
         } else if let Some(cy) = &t.cyclic {
             cmd.args(
                 ontime_cyclic::CyclicProbe {
-                    threads: vcpus,
+                    // The same program natively and in a tenant (document
+                    // 001's native baseline): its thread count does not
+                    // grow with the host as a crawler's vCPUs do.
+                    threads: t.vcpus,
                     interval_ns: cy.interval,
                     duration_ns: c.duration,
                     policy: t.policy,

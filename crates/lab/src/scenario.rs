@@ -54,6 +54,11 @@ pub struct HostSpec {
     /// arrivals with the kernel's receive time.
     #[serde(default = "default_gateway_policy", with = "ontime_core::rt::policy_text")]
     pub gateway_policy: Policy,
+    /// SCHED_RR time slice for the run (`sched_rr_timeslice_ms`, whole ms;
+    /// put back afterwards, also after a kill): Linux's nearest knob to Xen
+    /// credit's 30 ms slice (document 000, finding 5).
+    #[serde(default, with = "ontime_core::duration::opt_text_ns")]
+    pub rr_timeslice: Option<u64>,
     /// Link rate per direction and tenant, Mbit/s.
     #[serde(default)]
     pub relay_rate_mbit: Option<f64>,
@@ -144,6 +149,7 @@ impl Default for HostSpec {
             relay_policy: Policy::Other,
             relay_affinity: None,
             gateway_policy: default_gateway_policy(),
+            rr_timeslice: None,
             relay_rate_mbit: None,
             wan_delay: WanDelay::Auto,
         }
@@ -186,7 +192,8 @@ pub struct CrawlWorkload {
     #[serde(default, with = "ontime_core::duration::opt_text_ns")]
     pub work_per_poll: Option<u64>,
     /// Pareto shape of the per-poll work, same mean (`--work-tail`): the
-    /// crawler's own sub-second bursts (document 000, finding 3).
+    /// crawler's own sub-second bursts (document 000, finding 3). 0 is a
+    /// fixed cost per poll, so a sweep can compare the two.
     #[serde(default)]
     pub work_tail: Option<f64>,
 }
@@ -460,6 +467,23 @@ pub fn load(path: &Path) -> Result<Plan> {
         Some(toml::Value::Table(t)) => t,
         Some(_) => bail!("{origin}: [sweep] must be a table of \"key\" = [values]"),
     };
+    // Named sets of settings that change together ("mitigated" = relay
+    // and vCPU threads at real-time priority), swept as "variant".
+    let variants = match table.remove("variants") {
+        None => toml::Table::new(),
+        Some(toml::Value::Table(t)) => t,
+        Some(_) => bail!("{origin}: [variants] must be a table of name = {{ \"key\" = value, ... }}"),
+    };
+    for (name, settings) in &variants {
+        let Some(settings) = settings.as_table() else {
+            bail!("{origin}: variants.{name} must be a table of \"key\" = value");
+        };
+        for k in settings.keys() {
+            if k == "variant" || (get_path(&root, k).is_none() && !optional_path(k)) {
+                bail!("{origin}: variants.{name}.\"{k}\": no such key in the scenario (declare it first, e.g. under [tenant])");
+            }
+        }
+    }
     let mut keys = Vec::new();
     let mut values: Vec<Vec<toml::Value>> = Vec::new();
     for (k, v) in sweep {
@@ -469,7 +493,17 @@ pub fn load(path: &Path) -> Result<Plan> {
         if list.is_empty() {
             bail!("{origin}: sweep.\"{k}\" is empty");
         }
-        if get_path(&root, &k).is_none() && !optional_path(&k) {
+        if k == "variant" {
+            for v in &list {
+                let known = v.as_str().is_some_and(|n| variants.contains_key(n));
+                if !known {
+                    bail!(
+                        "{origin}: sweep.\"variant\": no variant {v}: declare it under [variants] (known: {})",
+                        variants.keys().cloned().collect::<Vec<_>>().join(", ")
+                    );
+                }
+            }
+        } else if get_path(&root, &k).is_none() && !optional_path(&k) {
             bail!("{origin}: sweep.\"{k}\": no such key in the scenario (declare it first, e.g. under [tenant])");
         }
         keys.push(k);
@@ -495,7 +529,14 @@ pub fn load(path: &Path) -> Result<Plan> {
         let mut v = root.clone();
         let mut vars = Vec::new();
         for (k, val) in keys.iter().zip(combo) {
-            set_path(&mut v, k, val.clone()).map_err(|e| anyhow!("{origin}: sweep.\"{k}\": {e}"))?;
+            if k == "variant" {
+                let name = value_text(&val);
+                for (vk, vv) in variants[&name].as_table().into_iter().flatten() {
+                    set_path(&mut v, vk, vv.clone()).map_err(|e| anyhow!("{origin}: variants.{name}.\"{vk}\": {e}"))?;
+                }
+            } else {
+                set_path(&mut v, k, val.clone()).map_err(|e| anyhow!("{origin}: sweep.\"{k}\": {e}"))?;
+            }
             vars.push((k.clone(), value_text(&val)));
         }
         let where_ = if vars.is_empty() {
@@ -613,6 +654,11 @@ fn validate(c: &RunConfig) -> Result<()> {
             bail!("tenant.cpu_quota = {q}: give a number of CPUs above 0 (e.g. 0.5 or 2)");
         }
     }
+    if let Some(s) = c.host.rr_timeslice {
+        if !(1_000_000..=1_000_000_000).contains(&s) || s % 1_000_000 != 0 {
+            bail!("host.rr_timeslice must be whole milliseconds from 1ms to 1s (the kernel's unit)");
+        }
+    }
     if c.host.relay_threads == 0 {
         bail!("host.relay_threads must be at least 1");
     }
@@ -640,7 +686,7 @@ fn validate(c: &RunConfig) -> Result<()> {
             }
             ontime_crawl::work::WorkModel {
                 mean_ns: cr.work_per_poll.unwrap_or(0),
-                tail: cr.work_tail,
+                tail: cr.work_tail.filter(|&t| t != 0.0),
             }
             .validate()
             .map_err(|e| anyhow!("tenant.crawl.work_tail: {e}"))?;
@@ -733,6 +779,23 @@ mod tests {
         assert_eq!(p.runs[1].vars[1].1, "fifo:90");
         assert_eq!(p.runs[2].config.tenant.count, 2);
         assert!(p.runs[3].dir_name().starts_with("003-count=2-relay_policy=fifo_90"));
+    }
+
+    #[test]
+    fn a_variant_sets_its_keys_together() {
+        let p = plan(&format!(
+            "{BASE}[variants]\nplain = {{}}\nmitigated = {{ \"tenant.policy\" = \"fifo:80\", \"host.relay_policy\" = \"fifo:90\" }}\n[sweep]\n\"variant\" = [\"plain\", \"mitigated\"]\n"
+        ))
+        .unwrap();
+        assert_eq!(p.runs.len(), 2);
+        assert_eq!(p.runs[0].config.tenant.policy, Policy::Other);
+        assert_eq!(p.runs[1].config.tenant.policy, Policy::Fifo { priority: 80 });
+        assert_eq!(p.runs[1].config.host.relay_policy, Policy::Fifo { priority: 90 });
+        assert_eq!(p.runs[1].vars, vec![("variant".to_string(), "mitigated".to_string())]);
+        let e = err(&format!("{BASE}[variants]\na = {{}}\n[sweep]\n\"variant\" = [\"b\"]\n"));
+        assert!(e.contains("no variant \"b\"") && e.contains("known: a"), "{e}");
+        let e = err(&format!("{BASE}[variants]\na = {{ \"tenant.nope\" = 1 }}\n"));
+        assert!(e.contains("variants.a.\"tenant.nope\""), "{e}");
     }
 
     fn err(text: &str) -> String {
