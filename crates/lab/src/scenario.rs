@@ -798,6 +798,36 @@ mod tests {
         assert!(e.contains("variants.a.\"tenant.nope\""), "{e}");
     }
 
+    /// Every scenario shipped in scenarios/ plans without error (and the
+    /// gateway and crawler configurations there parse).
+    #[test]
+    fn shipped_scenarios_plan() {
+        if ontime_core::limits::online_cpus() < 2 {
+            ontime_core::testing::skip("shipped scenarios pin tenants to CPU 1: needs 2 CPUs");
+            return;
+        }
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_none_or(|x| x != "toml") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).unwrap();
+            let name = p.display();
+            if text.contains("[tenant]") {
+                let plan = load(&p).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+                assert!(!plan.runs.is_empty(), "{name}");
+            } else if text.contains("ontime gateway --config") {
+                ontime_gateway::GatewayConfig::from_file(&p).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+            } else {
+                ontime_crawl::config::CrawlFile::from_file(&p).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+            }
+            n += 1;
+        }
+        assert!(n >= 10, "only {n} scenarios found in {}", dir.display());
+    }
+
     fn err(text: &str) -> String {
         format!("{:#}", plan(text).unwrap_err())
     }
