@@ -150,6 +150,17 @@ fn crawl_counts_add_up_and_interval_error_matches_gateway_log() {
         "one send-lag sample per planned poll"
     );
     assert_eq!(u(&r["missed"]), 0, "idle loopback should miss nothing: {polls}");
+    // Our gateway says who stamped every receive time the interval error
+    // comes from (the kernel once its stamping is on, else the handler).
+    let st = &r["receive_stamps"];
+    assert_eq!(u(&st["kernel"]) + u(&st["user"]), u(&polls["ok"]), "{st}");
+    assert_eq!(u(&st["unknown"]), 0, "{st}");
+    assert!(u(&st["kernel"]) > 0, "kernel stamps on loopback: {st}");
+    let res = &r["resources"];
+    assert!(
+        u(&res["traffic"]["tx_bytes"]) > 0 && u(&res["traffic"]["rx_bytes"]) > 0,
+        "{res}"
+    );
     // Every poll after each stream's first is an interval sample.
     assert_eq!(u(&r["interval_error"]["count"]), planned - 20);
 

@@ -693,9 +693,10 @@ impl<C: Clock> Engine<C> {
                     }
                 });
                 match parsed {
-                    Ok(recv) => {
+                    Ok(r) => {
                         self.metrics.outcomes.point_faults += faults;
-                        (Outcome::Ok, recv)
+                        self.metrics.stamps.count(r.stamp);
+                        (Outcome::Ok, r.recv_ns)
                     }
                     Err(_) => (Outcome::Malformed, 0),
                 }

@@ -7,7 +7,7 @@
 //! is parsed with a serde `DeserializeSeed` that streams each point to a
 //! callback instead of building a `Vec`.
 
-use ontime_gateway::wire::PointStatus;
+use ontime_gateway::wire::{PointStatus, ReceiveStamp};
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::fmt;
 
@@ -261,10 +261,18 @@ pub struct PointReading {
     pub status: PointStatus,
 }
 
+/// The receive time of an answer, and who stamped it (None: the gateway
+/// did not say, as gateways before the kernel stamp and other servers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Received {
+    pub recv_ns: u64,
+    pub stamp: Option<ReceiveStamp>,
+}
+
 /// Parses a getValues body, calling `on_point` for each point; returns the
 /// gateway's receive time. Fields may come in any order: when `values`
 /// precedes `recv_ns`, the body is read twice (no allocation either way).
-pub fn parse_body<F: FnMut(PointReading)>(body: &[u8], on_point: &mut F) -> Result<u64, serde_json::Error> {
+pub fn parse_body<F: FnMut(PointReading)>(body: &[u8], on_point: &mut F) -> Result<Received, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let first = ResponseSeed {
         on_point: &mut *on_point,
@@ -273,24 +281,24 @@ pub fn parse_body<F: FnMut(PointReading)>(body: &[u8], on_point: &mut F) -> Resu
     .deserialize(&mut de)?;
     de.end()?;
     match first {
-        Read::Done(recv) => Ok(recv),
-        Read::ValuesFirst(recv) => {
+        Read::Done(r) => Ok(r),
+        Read::ValuesFirst(r) => {
             let mut de = serde_json::Deserializer::from_slice(body);
             ResponseSeed {
                 on_point,
-                known_recv: Some(recv),
+                known_recv: Some(r.recv_ns),
             }
             .deserialize(&mut de)?;
-            Ok(recv)
+            Ok(r)
         }
     }
 }
 
 enum Read {
     /// Every point was passed on with the receive time.
-    Done(u64),
+    Done(Received),
     /// `values` came before `recv_ns` and was skipped: read again.
-    ValuesFirst(u64),
+    ValuesFirst(Received),
 }
 
 struct ResponseSeed<'a, F> {
@@ -313,11 +321,13 @@ impl<'de, F: FnMut(PointReading)> Visitor<'de> for ResponseSeed<'_, F> {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Read, A::Error> {
         let mut recv = self.known_recv;
+        let mut stamp = None;
         let mut values = false;
         let mut skipped = false;
         while let Some(key) = map.next_key::<Key>()? {
             match key {
                 Key::RecvNs => recv = Some(map.next_value::<u64>()?),
+                Key::Stamp => stamp = map.next_value::<StampField>()?.0,
                 Key::Values => {
                     match recv {
                         Some(r) => map.next_value_seed(ValuesSeed {
@@ -339,12 +349,9 @@ impl<'de, F: FnMut(PointReading)> Visitor<'de> for ResponseSeed<'_, F> {
         if !values {
             return Err(de::Error::missing_field("values"));
         }
-        let recv = recv.ok_or_else(|| de::Error::missing_field("recv_ns"))?;
-        Ok(if skipped {
-            Read::ValuesFirst(recv)
-        } else {
-            Read::Done(recv)
-        })
+        let recv_ns = recv.ok_or_else(|| de::Error::missing_field("recv_ns"))?;
+        let r = Received { recv_ns, stamp };
+        Ok(if skipped { Read::ValuesFirst(r) } else { Read::Done(r) })
     }
 }
 
@@ -385,9 +392,37 @@ struct PointRaw {
     status: PointStatus,
 }
 
+/// The `stamp` field; a kind this crawler does not know (a newer
+/// gateway's) reads as None, not as a malformed answer.
+struct StampField(Option<ReceiveStamp>);
+
+impl<'de> de::Deserialize<'de> for StampField {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<StampField, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = StampField;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a receive-stamp kind")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<StampField, E> {
+                Ok(StampField(match s {
+                    "kernel" => Some(ReceiveStamp::Kernel),
+                    "user" => Some(ReceiveStamp::User),
+                    _ => None,
+                }))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<StampField, E> {
+                Ok(StampField(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// Field names of the response, matched without allocating.
 enum Key {
     RecvNs,
+    Stamp,
     Values,
     Other,
 }
@@ -403,6 +438,7 @@ impl<'de> de::Deserialize<'de> for Key {
             fn visit_str<E: de::Error>(self, s: &str) -> Result<Key, E> {
                 Ok(match s {
                     "recv_ns" => Key::RecvNs,
+                    "stamp" => Key::Stamp,
                     "values" => Key::Values,
                     _ => Key::Other,
                 })
@@ -436,7 +472,13 @@ mod tests {
         assert_eq!(len, raw.len() - 12);
         let mut seen = Vec::new();
         let recv = parse_body(&raw[a..b], &mut |p| seen.push(p)).unwrap();
-        assert_eq!(recv, 42);
+        assert_eq!(
+            recv,
+            Received {
+                recv_ns: 42,
+                stamp: None
+            }
+        );
         assert_eq!(seen.len(), 2);
         assert_eq!(seen[1].status, PointStatus::Fault);
     }
@@ -479,7 +521,7 @@ mod tests {
         };
         assert_eq!(len, wire);
         let mut seen = Vec::new();
-        assert_eq!(parse_body(&raw[a..b], &mut |p| seen.push(p)).unwrap(), 7);
+        assert_eq!(parse_body(&raw[a..b], &mut |p| seen.push(p)).unwrap().recv_ns, 7);
         assert_eq!(seen.len(), 1);
         assert_eq!(seen[0].recv_ns, 7);
         let mut bad = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n".to_vec();
@@ -492,9 +534,32 @@ mod tests {
     fn fields_may_come_in_any_order() {
         let body = br#"{"values":[{"status":"ok","value":2.5,"id":3}],"extra":{"a":[1]},"recv_ns":9}"#;
         let mut seen = Vec::new();
-        assert_eq!(parse_body(body, &mut |p| seen.push(p)).unwrap(), 9);
+        assert_eq!(parse_body(body, &mut |p| seen.push(p)).unwrap().recv_ns, 9);
         assert_eq!(seen.len(), 1);
         assert_eq!((seen[0].recv_ns, seen[0].id, seen[0].value), (9, 3, Some(2.5)));
+    }
+
+    /// The gateway says who stamped the receive time, before or after the
+    /// values; a kind this crawler does not know is not a malformed answer.
+    #[test]
+    fn the_receive_stamp_kind_is_read_in_any_position() {
+        let kernel = br#"{"recv_ns":5,"stamp":"kernel","values":[{"id":1,"value":1.0,"status":"ok"}]}"#;
+        let late = br#"{"values":[{"id":1,"value":1.0,"status":"ok"}],"recv_ns":5,"stamp":"user"}"#;
+        let newer = br#"{"recv_ns":5,"stamp":"nic","values":[]}"#;
+        let mut n = 0;
+        assert_eq!(
+            parse_body(kernel, &mut |_| n += 1).unwrap(),
+            Received {
+                recv_ns: 5,
+                stamp: Some(ReceiveStamp::Kernel)
+            }
+        );
+        assert_eq!(
+            parse_body(late, &mut |_| n += 1).unwrap().stamp,
+            Some(ReceiveStamp::User)
+        );
+        assert_eq!(parse_body(newer, &mut |_| n += 1).unwrap().stamp, None);
+        assert_eq!(n, 2, "every point passed on once");
     }
 
     #[test]
@@ -587,7 +652,7 @@ mod props {
                 format!(r#"{{"recv_ns":{recv},"values":{values}}}"#)
             };
             let mut seen = Vec::new();
-            prop_assert_eq!(parse_body(body.as_bytes(), &mut |p| seen.push((p.recv_ns, p.id))).unwrap(), recv);
+            prop_assert_eq!(parse_body(body.as_bytes(), &mut |p| seen.push((p.recv_ns, p.id))).unwrap().recv_ns, recv);
             let want: Vec<(u64, u32)> = ids.iter().map(|&i| (recv, i)).collect();
             prop_assert_eq!(seen, want);
         }

@@ -95,6 +95,10 @@ pub struct CrawlResult {
     /// CPU time of the vCPU threads, and of the whole process.
     pub vcpu_cpu_ns: u64,
     pub process_cpu_ns: u64,
+    /// Who stamped the receive times the interval error comes from (per
+    /// answered poll): the gateway's kernel, its handler, or unknown.
+    #[serde(default)]
+    pub receive_stamps: metrics::StampCounts,
     /// What the crawl used, measured (document 000, finding 1).
     #[serde(default)]
     pub resources: Resources,
@@ -269,6 +273,7 @@ pub fn run(
     let resources = Resources::measure(&totals, vcpu_cpu_ns, duration_ns);
     Ok(CrawlResult {
         resources,
+        receive_stamps: totals.stamps,
         planned_polls_per_second: cfg.polls_per_second(),
         streams: n_streams,
         vcpus: k,
@@ -578,6 +583,11 @@ impl ontime_core::export::TextReport for CrawlResult {
             "cpu: vCPU threads {:.1}% of one core, process {:.1}%\n",
             self.vcpu_cpu_ns as f64 / 1e9 / secs * 100.0,
             self.process_cpu_ns as f64 / 1e9 / secs * 100.0
+        ));
+        let st = &self.receive_stamps;
+        s.push_str(&format!(
+            "interval error from gateway receive stamps: kernel {}, handler {}, unknown {}\n",
+            st.kernel, st.user, st.unknown
         ));
         let r = &self.resources;
         s.push_str(&format!(

@@ -60,6 +60,34 @@ pub struct Traffic {
     pub rx_bytes: u64,
 }
 
+/// Who stamped the receive times the interval error was computed from, per
+/// answered poll: the gateway's kernel stamp (untouched by the gateway's
+/// own scheduling), its handler, or unknown (a gateway that does not say).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct StampCounts {
+    pub kernel: u64,
+    pub user: u64,
+    pub unknown: u64,
+}
+
+impl StampCounts {
+    #[inline]
+    pub fn count(&mut self, s: Option<ontime_gateway::wire::ReceiveStamp>) {
+        use ontime_gateway::wire::ReceiveStamp;
+        match s {
+            Some(ReceiveStamp::Kernel) => self.kernel += 1,
+            Some(ReceiveStamp::User) => self.user += 1,
+            None => self.unknown += 1,
+        }
+    }
+
+    fn add(&mut self, o: &StampCounts) {
+        self.kernel += o.kernel;
+        self.user += o.user;
+        self.unknown += o.unknown;
+    }
+}
+
 /// One reporting interval's measurements from one thread (or merged).
 #[derive(Clone, Debug, Default)]
 pub struct Metrics {
@@ -68,6 +96,7 @@ pub struct Metrics {
     pub interval_error: LatencyHistogram,
     pub outcomes: Outcomes,
     pub traffic: Traffic,
+    pub stamps: StampCounts,
 }
 
 impl Metrics {
@@ -78,6 +107,7 @@ impl Metrics {
         self.outcomes.add(&o.outcomes);
         self.traffic.tx_bytes += o.traffic.tx_bytes;
         self.traffic.rx_bytes += o.traffic.rx_bytes;
+        self.stamps.add(&o.stamps);
     }
 
     pub fn reset(&mut self) {
@@ -86,6 +116,7 @@ impl Metrics {
         self.interval_error.reset();
         self.outcomes = Outcomes::default();
         self.traffic = Traffic::default();
+        self.stamps = StampCounts::default();
     }
 }
 
