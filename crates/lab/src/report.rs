@@ -647,6 +647,34 @@ fn environment_section(runs: &[RunResults]) -> String {
     h
 }
 
+/// What the crawlers of a run used, over its tenants: CPU per answered
+/// poll (document 000's figure 4), network, peak memory, disk writes
+/// (finding 1: a crawler is CPU-bound).
+fn crawler_resources_line(r: &RunResults) -> Option<String> {
+    let res: Vec<&ontime_crawl::Resources> = r
+        .tenants
+        .iter()
+        .filter_map(|(_, p)| match p {
+            crate::results::ProbeResult::Crawl(c) => Some(&c.resources),
+            _ => None,
+        })
+        .collect();
+    if res.is_empty() {
+        return None;
+    }
+    let n = res.len() as f64;
+    let cpu: Vec<u64> = res.iter().filter_map(|x| x.cpu_per_poll_ns).collect();
+    let mean_cpu = (!cpu.is_empty()).then(|| cpu.iter().sum::<u64>() / cpu.len() as u64);
+    Some(format!(
+        "CPU per answered poll {} (mean over {} tenant(s)); network {:.0} kbit/s per tenant; peak memory {:.1} MiB; disk written {} B in all",
+        cell(mean_cpu),
+        res.len(),
+        res.iter().map(|x| x.net_kbit_per_s).sum::<f64>() / n,
+        res.iter().map(|x| x.max_rss_bytes).max().unwrap_or(0) as f64 / 1048576.0,
+        res.iter().filter_map(|x| x.disk_write_bytes).sum::<u64>()
+    ))
+}
+
 /// Who stamped the gateway's receive times (interval error comes from
 /// them) and how far the handler's own stamp came after the kernel's: the
 /// error a user-space stamp would have added.
@@ -763,6 +791,9 @@ fn runs_section(runs: &[RunResults], crawl: bool) -> String {
         );
         if let Some(g) = &r.record.gateway {
             let _ = write!(h, "<p>gateway: {}</p>", esc(&stamp_line(g)));
+        }
+        if let Some(line) = crawler_resources_line(r) {
+            let _ = write!(h, "<p>crawlers (measured): {}</p>", esc(&line));
         }
         if let Some(relay) = &r.record.relay {
             let d = &relay.delay;
