@@ -171,31 +171,12 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
         }
     }
     let stats = gw.stop()?;
-    crate::outln!("ontime gateway: stopped; {}", stamp_text(&stats.stamps));
+    crate::outln!("ontime gateway: stopped; {}", stats.stamps.text());
     crate::outln!("ontime gateway: {}", serde_json::to_string(&stats)?);
     if let Some(p) = &a.result {
         ontime_core::fsio::write_atomic(p, &serde_json::to_vec_pretty(&stats)?)?;
     }
     Ok(())
-}
-
-/// One line on who stamped the receive times and what the handler's own
-/// stamp would have added.
-fn stamp_text(s: &ontime_gateway::server::StampStats) -> String {
-    let g = &s.user_minus_kernel;
-    let f = |v: Option<u64>| v.map_or("n/a".into(), ontime_core::duration::format_ns);
-    let mut t = format!("receive stamps: {} by the kernel, {} by the handler", s.kernel, s.user);
-    if s.kernel > 0 {
-        t += &format!(
-            "; handler minus kernel p99 {} max {}",
-            f(g.percentile(99.0)),
-            f(g.max_ns)
-        );
-    }
-    if let Some(u) = &s.unavailable {
-        t += &format!(" (kernel stamps unavailable: {u})");
-    }
-    t
 }
 
 fn analyze(a: AnalyzeArgs) -> anyhow::Result<()> {

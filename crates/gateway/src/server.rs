@@ -57,6 +57,30 @@ pub struct StampStats {
     pub user_minus_kernel: Summary,
 }
 
+impl StampStats {
+    /// One line: who stamped the receive times and how far the handler's
+    /// own stamp came after the kernel's.
+    pub fn text(&self) -> String {
+        let f = |v: Option<u64>| v.map_or("n/a".into(), ontime_core::duration::format_ns);
+        let mut t = format!(
+            "receive time stamped by the kernel for {} request(s), by the handler for {}",
+            self.kernel, self.user
+        );
+        if self.kernel > 0 {
+            let g = &self.user_minus_kernel;
+            t += &format!(
+                "; handler stamp minus kernel stamp p99 {} max {}",
+                f(g.percentile(99.0)),
+                f(g.max_ns)
+            );
+        }
+        if let Some(u) = &self.unavailable {
+            t += &format!(" (no kernel stamps: {u})");
+        }
+        t
+    }
+}
+
 #[derive(Default)]
 struct StampTally {
     kernel: AtomicU64,

@@ -679,23 +679,7 @@ fn crawler_resources_line(r: &RunResults) -> Option<String> {
 /// them) and how far the handler's own stamp came after the kernel's: the
 /// error a user-space stamp would have added.
 fn stamp_line(g: &ontime_gateway::server::GatewayStats) -> String {
-    let st = &g.stamps;
-    let mut t = format!(
-        "{} requests, receive time stamped by the kernel for {}, by the handler for {}",
-        g.requests, st.kernel, st.user
-    );
-    if st.kernel > 0 {
-        let d = &st.user_minus_kernel;
-        t += &format!(
-            "; handler stamp minus kernel stamp p99 {} max {}",
-            cell(d.percentile(99.0)),
-            cell(d.max_ns)
-        );
-    }
-    if let Some(u) = &st.unavailable {
-        t += &format!(" (no kernel stamps: {u})");
-    }
-    t
+    format!("{} requests, {}", g.requests, g.stamps.text())
 }
 
 /// Where the sample count does not support a percentile.
