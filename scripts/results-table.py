@@ -5,8 +5,9 @@ polls or overruns, the relay's measured delay p99, and the figures that explain
 them: from observe.json the worst tenant's 100 ms peak and 1 s mean CPU, its
 steal (share of vCPU time), contention p99 and the host I/O path's 100 ms
 minimum; for crawl runs the gateway's handler-minus-kernel stamp p99 and the
-crawler's measured CPU per poll and network rate. Used for docs/results.md:
-    scripts/results-table.py results/doc-001
+crawler's measured CPU per poll and network rate. With --tail also p99.99 and
+p99.999 (runs long enough to support them). Used for docs/results.md:
+    scripts/results-table.py results/doc-001 [--tail]
 """
 import json
 import os
@@ -38,7 +39,9 @@ def scheduler(run_dir, rec):
         a = json.load(open(os.path.join(run_dir, o["analysis"])))
     except OSError:
         return None
-    tenants = [g for g in a["groups"] if g["kind"] == "tenant"]
+    # A native run has no tenant cgroup to record: no scheduler view.
+    tenants = [g for g in a["groups"] if g["kind"] == "tenant" and g.get("on_cpu_ns")]
+    if not tenants: return None
     host = [g for g in a["groups"] if g["kind"] == "host-io"]
     peak = max((usage(g, 100_000_000).get("max") or 0 for g in tenants), default=None)
     mean = max((usage(g, 1_000_000_000).get("mean") or 0 for g in tenants), default=None)
@@ -48,13 +51,14 @@ def scheduler(run_dir, rec):
     return peak, mean, steal, cont, hmin
 
 
-def table(d):
+def table(d, tail):
     runs = sorted(os.listdir(os.path.join(d, "runs")))
     out = []
     first = json.load(open(os.path.join(d, "runs", runs[0], "run.json")))
     crawl = first["workload"] == "crawl"
     keys = [k for k, _ in first["vars"]]
-    head = keys + ["worst tenant p99", "p99.9", "max", "missed" if crawl else "overruns", "relay delay p99",
+    tails = ["p99.99", "p99.999"] if tail else []
+    head = keys + ["worst tenant p99", "p99.9"] + tails + ["max", "missed" if crawl else "overruns", "relay delay p99",
                    "peak 100 ms (CPUs)", "mean 1 s", "steal", "contention p99", "host I/O min"]
     if crawl:
         head += ["stamp gap p99", "CPU/poll", "net kbit/s"]
@@ -64,6 +68,7 @@ def table(d):
         run_dir = os.path.join(d, "runs", r)
         rec = json.load(open(os.path.join(run_dir, "run.json")))
         p99 = p999 = mx = 0; miss = 0; any999 = True; cpp = []; net = []
+        worst_tail = {n: 0 for n in tails}
         for t in rec["tenants"]:
             if not t["result"]: continue
             v = json.load(open(os.path.join(run_dir, t["result"])))
@@ -73,13 +78,16 @@ def table(d):
             if x is None: any999 = False
             else: p999 = max(p999, x)
             mx = max(mx, s["max_ns"] or 0)
+            for n in tails:
+                v_ = pct(s, n)
+                worst_tail[n] = None if v_ is None or worst_tail[n] is None else max(worst_tail[n], v_)
             miss += v.get("missed", v.get("overruns", 0))
             res = v.get("resources") or {}
             if res.get("cpu_per_poll_ns"): cpp.append(res["cpu_per_poll_ns"])
             if res.get("net_kbit_per_s"): net.append(res["net_kbit_per_s"])
         relay = pct(rec["relay"]["delay"], "p99") if rec.get("relay") else None
         vals = [v for _, v in rec["vars"]]
-        row = vals + [fmt(p99), fmt(p999) if any999 else "n/a", fmt(mx), str(miss), fmt(relay)]
+        row = vals + [fmt(p99), fmt(p999) if any999 else "n/a"] + [fmt(worst_tail[n]) for n in tails] + [fmt(mx), str(miss), fmt(relay)]
         sch = scheduler(run_dir, rec)
         if sch:
             peak, mean, steal, cont, hmin = sch
@@ -95,4 +103,4 @@ def table(d):
     return "\n".join(out)
 
 
-print(table(sys.argv[1]))
+print(table(sys.argv[1], "--tail" in sys.argv[2:]))
