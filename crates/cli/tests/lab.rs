@@ -73,6 +73,13 @@ fn run_lab(text: &str) -> (tempfile::TempDir, std::path::PathBuf, std::path::Pat
     (dir, sc, results)
 }
 
+fn rr_timeslice() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/sched_rr_timeslice_ms")
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
 fn read_json(p: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
@@ -112,6 +119,17 @@ fn short_crawl_scenario_produces_a_report() {
         let rec = read_json(&results.join("runs").join(run).join("run.json"));
         assert_eq!(rec["complete"], true, "{run}: {rec}");
     }
+    // Every crawl run reports its gateway's receive stamps, kernel vs
+    // handler, and the report shows them.
+    let rec = read_json(&results.join("runs/001-count=2-rep1/run.json"));
+    let st = &rec["gateway"]["stamps"];
+    assert_eq!(
+        st["kernel"].as_u64().unwrap() + st["user"].as_u64().unwrap(),
+        rec["gateway"]["requests"].as_u64().unwrap(),
+        "{st}"
+    );
+    assert!(st["kernel"].as_u64().unwrap() > 0, "kernel stamps on veth: {st}");
+    assert!(html.contains("gateway receive stamps"));
     let t1 = read_json(&results.join("runs/001-count=2-rep1/t1.json"));
     assert_eq!(t1["polls"]["planned"], 150);
     assert_eq!(t1["missed"], 0, "{}", t1["polls"]);
@@ -153,9 +171,15 @@ fn short_cyclic_scenario_plots_a_histogram() {
         return;
     }
     let _clean = CleanOnDrop;
-    let (_dir, _sc, results) = run_lab(
-        "name = 'cyc'\nduration = '2s'\n[tenant]\ncount = 1\npolicy = 'fifo:80'\n[tenant.cyclic]\ninterval = '1ms'\n",
-    );
+    let rr_before = rr_timeslice();
+    let changed = if rr_before == "7" { 9 } else { 7 };
+    let (_dir, _sc, results) = run_lab(&format!(
+        "name = 'cyc'\nduration = '2s'\n[host]\nrr_timeslice = '{changed}ms'\n[tenant]\ncount = 1\npolicy = 'fifo:80'\n[tenant.cyclic]\ninterval = '1ms'\n"
+    ));
+    // The RR time slice was in force for the run and is back after it.
+    let rec = read_json(&results.join("runs/000-rep1/run.json"));
+    assert_eq!(rec["environment"]["rr_timeslice_ms"], changed, "{}", rec["environment"]);
+    assert_eq!(rr_timeslice(), rr_before);
     let html = std::fs::read_to_string(results.join("report/report.html")).unwrap();
     assert!(html.contains("Wake-up latency histogram"));
     let t0 = read_json(&results.join("runs/000-rep1/t0.json"));
@@ -173,11 +197,15 @@ fn sigkilled_runner_leaves_what_clean_removes() {
         return;
     }
     let _clean = CleanOnDrop;
+    // The run changes the RR time slice; killed, it cannot put it back:
+    // `lab clean` must.
+    let rr_before = rr_timeslice();
+    let changed = if rr_before == "7" { 9 } else { 7 };
     let dir = tempfile::tempdir().unwrap();
     let sc = write(
         dir.path(),
         "long.toml",
-        "name = 'long'\nduration = '60s'\n[tenant]\ncount = 2\nmemory = '128M'\n[tenant.crawl]\nrate = 20\n[[load]]\nprofile = 'net'\nplace = 'tenants'\n",
+        &format!("name = 'long'\nduration = '60s'\n[host]\nrr_timeslice = '{changed}ms'\n[tenant]\ncount = 2\nmemory = '128M'\n[tenant.crawl]\nrate = 20\n[[load]]\nprofile = 'net'\nplace = 'tenants'\n"),
     );
     let mut runner = ontime()
         .args(["lab", "run"])
@@ -220,8 +248,11 @@ fn sigkilled_runner_leaves_what_clean_removes() {
         before.contains("would remove"),
         "a SIGKILLed runner should leave namespaces behind: {before}"
     );
+    assert_eq!(rr_timeslice(), changed.to_string(), "the run set the RR time slice");
+    assert!(before.contains("sched_rr_timeslice_ms"), "{before}");
     let out = ontime().args(["lab", "clean"]).output().unwrap();
     assert!(out.status.success());
+    assert_eq!(rr_timeslice(), rr_before, "lab clean puts the RR time slice back");
     assert!(leftovers().contains("nothing of the lab's is left"), "{}", leftovers());
     let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
     assert!(!String::from_utf8_lossy(&ns.stdout).contains("ontime"));
