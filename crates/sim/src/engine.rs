@@ -17,6 +17,8 @@ pub struct TaskOutcome {
     /// the end past it).
     pub deadline_misses: u64,
     pub worst_response_ns: u64,
+    /// CPU time its jobs received.
+    pub cpu_ns: u64,
     /// Response time (completion - release) of every completed job.
     pub response: LatencyHistogram,
 }
@@ -37,7 +39,13 @@ pub struct SimOutcome {
 /// Runs `tasks` on `cpus` CPUs under `sched` until `horizon_ns` (jobs
 /// released before it; the run ends at the horizon). `seed` drives the
 /// release jitter.
-pub fn simulate(tasks: &[PeriodicTask], cpus: usize, sched: &dyn Scheduler, horizon_ns: u64, seed: u64) -> SimOutcome {
+pub fn simulate(
+    tasks: &[PeriodicTask],
+    cpus: usize,
+    sched: &mut dyn Scheduler,
+    horizon_ns: u64,
+    seed: u64,
+) -> SimOutcome {
     assert!(cpus >= 1, "at least one CPU");
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut next_release: Vec<u64> = tasks.iter().map(|t| t.offset_ns).collect();
@@ -48,8 +56,8 @@ pub fn simulate(tasks: &[PeriodicTask], cpus: usize, sched: &dyn Scheduler, hori
     let mut running: Vec<Option<(Job, u64)>> = vec![None; cpus];
     let (mut seq, mut busy, mut preemptions) = (0u64, 0u64, 0u64);
     let mut now = 0u64;
-    let slice = sched.slice_ns();
     loop {
+        let slice = sched.slice_ns(ready.len() + running.iter().flatten().count());
         // The next event: a release, a completion or a slice's end.
         let mut next = u64::MAX;
         for (release, j) in next_release.iter().zip(&jitter) {
@@ -71,6 +79,8 @@ pub fn simulate(tasks: &[PeriodicTask], cpus: usize, sched: &dyn Scheduler, hori
         for (j, _) in running.iter_mut().flatten() {
             j.remaining_ns -= dt.min(j.remaining_ns);
             busy += dt;
+            out[j.task].cpu_ns += dt;
+            sched.charge(j, dt);
         }
         now = next;
         // Completions and slice ends.
@@ -98,14 +108,16 @@ pub fn simulate(tasks: &[PeriodicTask], cpus: usize, sched: &dyn Scheduler, hori
             while next_release[i] < horizon_ns && next_release[i] + jitter[i] <= now {
                 let release = next_release[i] + jitter[i];
                 seq += 1;
-                ready.push(Job {
+                let job = Job {
                     task: i,
                     release_ns: release,
                     abs_deadline_ns: next_release[i] + t.deadline_ns,
                     priority: t.priority,
                     remaining_ns: t.wcet_ns,
                     queued_seq: seq,
-                });
+                };
+                sched.wake(&job);
+                ready.push(job);
                 out[i].released += 1;
                 next_release[i] += t.period_ns;
                 jitter[i] = draw(&mut rng, t.jitter_ns);
@@ -182,7 +194,7 @@ fn dispatch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sched::{Edf, FixedPriority, RoundRobin};
+    use crate::sched::{Cfs, Edf, FixedPriority, RoundRobin};
     use crate::task::{hyperperiod, response_time};
 
     const MS: u64 = 1_000_000;
@@ -201,7 +213,7 @@ mod tests {
     #[test]
     fn fixed_priority_responses_equal_response_time_analysis() {
         let ts = set(&[(1, 4), (2, 6), (3, 12)]);
-        let o = simulate(&ts, 1, &FixedPriority, 10 * hyperperiod(&ts), 1);
+        let o = simulate(&ts, 1, &mut FixedPriority, 10 * hyperperiod(&ts), 1);
         for (i, t) in o.tasks.iter().enumerate() {
             assert_eq!(Some(t.worst_response_ns), response_time(&ts, i), "task {i}");
             assert_eq!(t.deadline_misses, 0);
@@ -217,11 +229,11 @@ mod tests {
         let u: f64 = full.iter().map(|t| t.utilisation()).sum();
         assert!((u - 1.0).abs() < 1e-12);
         let h = 20 * hyperperiod(&full);
-        let o = simulate(&full, 1, &Edf, h, 1);
+        let o = simulate(&full, 1, &mut Edf, h, 1);
         assert!(o.tasks.iter().all(|t| t.deadline_misses == 0), "{:?}", o.tasks);
         assert_eq!(o.busy_ns, h, "U = 1 keeps the CPU busy all along");
         let over = set(&[(1, 4), (2, 6), (6, 12)]);
-        let o = simulate(&over, 1, &Edf, h, 1);
+        let o = simulate(&over, 1, &mut Edf, h, 1);
         assert!(o.tasks.iter().map(|t| t.deadline_misses).sum::<u64>() > 0);
     }
 
@@ -233,10 +245,10 @@ mod tests {
             PeriodicTask::new("a", 30 * MS, 1000 * MS, 1),
             PeriodicTask::new("b", 30 * MS, 1000 * MS, 1),
         ];
-        let rr = simulate(&two, 1, &RoundRobin { slice_ns: 10 * MS }, 1000 * MS, 1);
+        let rr = simulate(&two, 1, &mut RoundRobin { slice_ns: 10 * MS }, 1000 * MS, 1);
         let done: Vec<u64> = rr.tasks.iter().map(|t| t.worst_response_ns).collect();
         assert_eq!(done, vec![50 * MS, 60 * MS], "a, b, a, b, a (done), b (done)");
-        let fifo = simulate(&two, 1, &FixedPriority, 1000 * MS, 1);
+        let fifo = simulate(&two, 1, &mut FixedPriority, 1000 * MS, 1);
         let done: Vec<u64> = fifo.tasks.iter().map(|t| t.worst_response_ns).collect();
         assert_eq!(done, vec![30 * MS, 60 * MS]);
     }
@@ -246,10 +258,30 @@ mod tests {
     #[test]
     fn global_scheduling_uses_every_cpu() {
         let ts = set(&[(4, 10), (4, 10), (4, 10)]);
-        let o = simulate(&ts, 2, &FixedPriority, 100 * MS, 1);
+        let o = simulate(&ts, 2, &mut FixedPriority, 100 * MS, 1);
         assert!(o.tasks.iter().all(|t| t.deadline_misses == 0));
         assert_eq!(o.busy_ns, 3 * 4 * MS * 10);
         assert_eq!(o.tasks[2].worst_response_ns, 8 * MS, "the third waits for a CPU");
+    }
+
+    /// CFS shares a CPU by weight: two always-runnable tasks of weight
+    /// 1024 and 2048 get a third and two thirds of it.
+    #[test]
+    fn cfs_shares_a_cpu_by_weight() {
+        let hog = |name: &str| PeriodicTask::new(name, 10_000 * MS, 10_000 * MS, 0);
+        let ts = vec![hog("light"), hog("heavy")];
+        let mut cfs = Cfs::new(vec![1024, 2048]);
+        let o = simulate(&ts, 1, &mut cfs, 3_000 * MS, 1);
+        let (a, b) = (o.tasks[0].cpu_ns as f64, o.tasks[1].cpu_ns as f64);
+        assert_eq!(o.busy_ns, 3_000 * MS);
+        assert!((b / (a + b) - 2.0 / 3.0).abs() < 0.01, "heavy got {:.4}", b / (a + b));
+        // Equal weights on two CPUs with three tasks: a third of 2 CPUs each.
+        let ts = vec![hog("x"), hog("y"), hog("z")];
+        let o = simulate(&ts, 2, &mut Cfs::new(vec![1024; 3]), 3_000 * MS, 1);
+        for t in &o.tasks {
+            let share = t.cpu_ns as f64 / (3_000 * MS) as f64;
+            assert!((share - 2.0 / 3.0).abs() < 0.02, "{share}");
+        }
     }
 
     /// Same seed, same run; another seed moves the jittered releases.
@@ -265,9 +297,9 @@ mod tests {
                 .map(|t| (t.completed, t.worst_response_ns, t.response.max()))
                 .collect()
         };
-        let a = simulate(&ts, 1, &FixedPriority, 1200 * MS, 7);
-        let b = simulate(&ts, 1, &FixedPriority, 1200 * MS, 7);
-        let c = simulate(&ts, 1, &FixedPriority, 1200 * MS, 8);
+        let a = simulate(&ts, 1, &mut FixedPriority, 1200 * MS, 7);
+        let b = simulate(&ts, 1, &mut FixedPriority, 1200 * MS, 7);
+        let c = simulate(&ts, 1, &mut FixedPriority, 1200 * MS, 8);
         assert_eq!(key(&a), key(&b));
         assert_eq!(a.busy_ns, b.busy_ns);
         let sum = |o: &SimOutcome| o.tasks.iter().map(|t| t.response.inner().mean()).sum::<f64>();
