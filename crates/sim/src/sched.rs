@@ -32,6 +32,13 @@ pub trait Scheduler {
     fn wake(&mut self, _job: &Job) {}
     /// `ran_ns` of CPU went to `job` (virtual runtime, credit).
     fn charge(&mut self, _job: &Job, _ran_ns: u64) {}
+    /// When the model wants [`Scheduler::on_timer`] called (its accounting
+    /// period), if ever.
+    fn next_timer_ns(&self) -> Option<u64> {
+        None
+    }
+    /// Its timer fired at `now`.
+    fn on_timer(&mut self, _now: u64) {}
 }
 
 /// SCHED_FIFO: the highest priority runs, first come first served within
@@ -149,5 +156,99 @@ impl Scheduler for Cfs {
         // The least virtual runtime only moves forward.
         let least = self.vruntime.iter().copied().min().unwrap_or(0);
         self.min_vruntime = self.min_vruntime.max(least);
+    }
+}
+
+/// Xen's credit scheduler (credit1, Xen 4.x), reduced to its defining
+/// rules: every accounting period (30 ms) each vCPU earns credit in
+/// proportion to its weight (a period's worth of every pCPU in all), and
+/// is charged what it runs; credit above one period's worth is discarded
+/// (credit1 does not bank it, credit2 does). A vCPU with credit left is
+/// UNDER, one without is OVER; UNDER runs before OVER, first come first
+/// served within a level, for at most a time slice (`tslice`, 30 ms by
+/// default, 1 ms the document's tuned value). A vCPU that wakes UNDER is
+/// BOOSTed above both and preempts, for its first tick (10 ms) of running.
+/// Leaves out: the rate limit (a vCPU runs 1 ms before BOOST may preempt
+/// it), caps, per-pCPU run queues with work stealing, and credit debited
+/// in whole ticks (here to the nanosecond).
+#[derive(Clone, Debug)]
+pub struct Credit {
+    pub weights: Vec<u64>,
+    pub tslice_ns: u64,
+    pub cpus: usize,
+    credit: Vec<i64>,
+    /// Running time left at BOOST per vCPU (0: not boosted).
+    boost_left: Vec<u64>,
+    next_acct: u64,
+}
+
+/// Credit's accounting period and tick.
+pub const CREDIT_ACCT_NS: u64 = 30_000_000;
+pub const CREDIT_TICK_NS: u64 = 10_000_000;
+
+impl Credit {
+    pub fn new(weights: Vec<u64>, cpus: usize, tslice_ns: u64) -> Credit {
+        let n = weights.len();
+        Credit {
+            weights,
+            tslice_ns,
+            cpus,
+            credit: vec![0; n],
+            boost_left: vec![0; n],
+            next_acct: 0,
+        }
+    }
+
+    /// 0 BOOST, 1 UNDER, 2 OVER.
+    fn level(&self, task: usize) -> u8 {
+        if self.boost_left[task] > 0 {
+            0
+        } else if self.credit[task] > 0 {
+            1
+        } else {
+            2
+        }
+    }
+
+    pub fn credit_ns(&self, task: usize) -> i64 {
+        self.credit[task]
+    }
+}
+
+impl Scheduler for Credit {
+    fn name(&self) -> &'static str {
+        "credit"
+    }
+    fn order(&self, a: &Job, b: &Job) -> Ordering {
+        self.level(a.task)
+            .cmp(&self.level(b.task))
+            .then(a.queued_seq.cmp(&b.queued_seq))
+    }
+    fn slice_ns(&self, _runnable: usize) -> Option<u64> {
+        Some(self.tslice_ns)
+    }
+    fn wake(&mut self, job: &Job) {
+        if self.credit[job.task] > 0 {
+            self.boost_left[job.task] = CREDIT_TICK_NS;
+        }
+    }
+    fn charge(&mut self, job: &Job, ran_ns: u64) {
+        let t = job.task;
+        self.credit[t] -= ran_ns as i64;
+        self.boost_left[t] = self.boost_left[t].saturating_sub(ran_ns);
+    }
+    fn next_timer_ns(&self) -> Option<u64> {
+        Some(self.next_acct)
+    }
+    fn on_timer(&mut self, now: u64) {
+        while self.next_acct <= now {
+            let total: u64 = self.weights.iter().sum::<u64>().max(1);
+            let pool = (CREDIT_ACCT_NS * self.cpus as u64) as i64;
+            let cap = CREDIT_ACCT_NS as i64;
+            for (c, w) in self.credit.iter_mut().zip(&self.weights) {
+                *c = (*c + pool * *w as i64 / total as i64).clamp(-cap, cap);
+            }
+            self.next_acct += CREDIT_ACCT_NS;
+        }
     }
 }
