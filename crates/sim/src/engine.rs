@@ -52,12 +52,11 @@ pub fn simulate(
     let mut jitter: Vec<u64> = tasks.iter().map(|t| draw(&mut rng, t.jitter_ns)).collect();
     let mut out: Vec<TaskOutcome> = tasks.iter().map(|_| TaskOutcome::default()).collect();
     let mut ready: Vec<Job> = Vec::new();
-    // Per CPU: the job it runs and when its current slice began.
-    let mut running: Vec<Option<(Job, u64)>> = vec![None; cpus];
+    // Per CPU: the job it runs and when its current slice ends.
+    let mut running: Vec<Option<Slot>> = vec![None; cpus];
     let (mut seq, mut busy, mut preemptions) = (0u64, 0u64, 0u64);
     let mut now = 0u64;
     loop {
-        let slice = sched.slice_ns(ready.len() + running.iter().flatten().count());
         // The next event: a release, a completion or a slice's end.
         let mut next = u64::MAX;
         for (release, j) in next_release.iter().zip(&jitter) {
@@ -66,23 +65,22 @@ pub fn simulate(
             }
         }
         let timer = sched.next_timer_ns();
-        for (j, since) in running.iter().flatten() {
-            next = next.min(now + j.remaining_ns);
-            if let Some(s) = slice {
-                next = next.min(since + s);
+        for s in running.iter().flatten() {
+            next = next.min(now + s.job.remaining_ns);
+            if let Some(end) = s.slice_end {
+                next = next.min(end);
             }
+        }
+        // A model's own timer: accounting, budget replenishment.
+        if let Some(t) = timer {
+            next = next.min(t.max(now));
         }
         if next == u64::MAX || next > horizon_ns {
             break;
         }
-        // A model's own timer (accounting) only matters while there is
-        // something to run or release.
-        if let Some(t) = timer {
-            next = next.min(t.max(now));
-        }
         // Run every CPU up to the event.
         let dt = next - now;
-        for (j, _) in running.iter_mut().flatten() {
+        for Slot { job: j, .. } in running.iter_mut().flatten() {
             j.remaining_ns -= dt.min(j.remaining_ns);
             busy += dt;
             out[j.task].cpu_ns += dt;
@@ -94,7 +92,9 @@ pub fn simulate(
         }
         // Completions and slice ends.
         for slot in running.iter_mut() {
-            let Some((j, since)) = *slot else { continue };
+            let Some(Slot { job: j, slice_end }) = *slot else {
+                continue;
+            };
             if j.remaining_ns == 0 {
                 let o = &mut out[j.task];
                 let r = now - j.release_ns;
@@ -105,7 +105,7 @@ pub fn simulate(
                     o.deadline_misses += 1;
                 }
                 *slot = None;
-            } else if slice.is_some_and(|s| now >= since + s) {
+            } else if slice_end.is_some_and(|end| now >= end) {
                 // Back of its level; the dispatch below may pick it again.
                 seq += 1;
                 ready.push(Job { queued_seq: seq, ..j });
@@ -132,10 +132,10 @@ pub fn simulate(
                 jitter[i] = draw(&mut rng, t.jitter_ns);
             }
         }
-        dispatch(sched, &mut ready, &mut running, now, &mut preemptions);
+        dispatch(&mut *sched, &mut ready, &mut running, now, &mut preemptions);
     }
     // Jobs still unfinished past their deadline at the end are misses.
-    for j in ready.iter().chain(running.iter().flatten().map(|(j, _)| j)) {
+    for j in ready.iter().chain(running.iter().flatten().map(|s| &s.job)) {
         if j.abs_deadline_ns < horizon_ns {
             out[j.task].deadline_misses += 1;
         }
@@ -158,38 +158,61 @@ fn draw(rng: &mut SmallRng, upto: u64) -> u64 {
     }
 }
 
-/// The first m jobs of the scheduler's order run. A running job that stays
-/// among them keeps its CPU (no needless migration); one that falls out is
-/// preempted and waits in the queue with its place kept.
+/// A CPU's current job and when its slice ends (None: no slice).
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    job: Job,
+    slice_end: Option<u64>,
+}
+
+/// The first m eligible jobs of the scheduler's order run. A running job
+/// that stays among them keeps its CPU and its slice (no needless
+/// migration); one that falls out is preempted and waits in the queue with
+/// its place kept. A newly dispatched job gets a fresh slice.
 fn dispatch(
-    sched: &dyn Scheduler,
+    sched: &mut dyn Scheduler,
     ready: &mut Vec<Job>,
-    running: &mut [Option<(Job, u64)>],
+    running: &mut [Option<Slot>],
     now: u64,
     preemptions: &mut u64,
 ) {
     let m = running.len();
-    let mut all: Vec<(Job, Option<(usize, u64)>)> = ready.drain(..).map(|j| (j, None)).collect();
+    let mut all: Vec<(Job, Option<(usize, Option<u64>)>)> = ready.drain(..).map(|j| (j, None)).collect();
     for (cpu, slot) in running.iter_mut().enumerate() {
-        if let Some((j, since)) = slot.take() {
-            all.push((j, Some((cpu, since))));
+        if let Some(s) = slot.take() {
+            all.push((s.job, Some((cpu, s.slice_end))));
         }
     }
-    all.sort_by(|a, b| sched.order(&a.0, &b.0));
-    let chosen = all.len().min(m);
-    let mut free: Vec<usize> = Vec::new();
+    let jobs: Vec<Job> = all.iter().map(|(j, _)| *j).collect();
+    sched.before_dispatch(&jobs);
+    let n = all.len();
+    let sched_ro: &dyn Scheduler = sched;
+    // Eligible jobs first, each group in the scheduler's order.
+    all.sort_by(|a, b| {
+        sched_ro
+            .eligible(&b.0)
+            .cmp(&sched_ro.eligible(&a.0))
+            .then(sched_ro.order(&a.0, &b.0))
+    });
+    let chosen = all.iter().take(m).filter(|(j, _)| sched_ro.eligible(j)).count();
     let mut taken = vec![false; m];
     for (j, was) in &all[..chosen] {
-        if let Some((cpu, since)) = was {
-            running[*cpu] = Some((*j, *since));
+        if let Some((cpu, end)) = was {
+            running[*cpu] = Some(Slot {
+                job: *j,
+                slice_end: *end,
+            });
             taken[*cpu] = true;
         }
     }
-    free.extend((0..m).filter(|c| !taken[*c]).rev());
+    let mut free: Vec<usize> = (0..m).filter(|c| !taken[*c]).rev().collect();
     for (j, was) in &all[..chosen] {
         if was.is_none() {
             let cpu = free.pop().expect("as many free CPUs as newly chosen jobs");
-            running[cpu] = Some((*j, now));
+            running[cpu] = Some(Slot {
+                job: *j,
+                slice_end: sched_ro.slice_ns(j, n).map(|s| now + s),
+            });
         }
     }
     for (j, was) in all.drain(chosen..) {
@@ -203,7 +226,7 @@ fn dispatch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sched::{Cfs, Credit, Edf, FixedPriority, RoundRobin};
+    use crate::sched::{Cfs, Credit, Credit2, Edf, FixedPriority, RoundRobin, Rtds};
     use crate::task::{hyperperiod, response_time};
 
     const MS: u64 = 1_000_000;
@@ -328,6 +351,42 @@ mod tests {
         let (s30, s1) = (&slow.tasks[0], &fast.tasks[0]);
         assert!(s30.worst_response_ns > 20 * MS && s30.deadline_misses >= 1, "{s30:?}");
         assert!(s1.worst_response_ns < 10 * MS && s1.deadline_misses == 0, "{s1:?}");
+    }
+
+    /// credit2 shares by weight without discarding credit, and a waking
+    /// vCPU with more credit than a hog runs at once.
+    #[test]
+    fn credit2_shares_by_weight_and_runs_the_richer_vcpu_first() {
+        let hog = |name: &str| PeriodicTask::new(name, 10_000 * MS, 10_000 * MS, 0);
+        let o = simulate(
+            &[hog("a"), hog("b")],
+            1,
+            &mut Credit2::new(vec![256, 512]),
+            3_000 * MS,
+            1,
+        );
+        let (a, b) = (o.tasks[0].cpu_ns as f64, o.tasks[1].cpu_ns as f64);
+        assert!((b / (a + b) - 2.0 / 3.0).abs() < 0.03, "b got {:.4}", b / (a + b));
+        let ts = vec![PeriodicTask::new("light", MS, 20 * MS, 0), hog("hog")];
+        let o = simulate(&ts, 1, &mut Credit2::new(vec![256, 256]), 3_000 * MS, 1);
+        assert_eq!(o.tasks[0].deadline_misses, 0);
+        assert!(
+            o.tasks[0].worst_response_ns <= 2 * MS,
+            "{}",
+            o.tasks[0].worst_response_ns
+        );
+    }
+
+    /// RTDS gives a busy vCPU exactly its budget per period, even with the
+    /// CPU otherwise idle, and runs the earliest deadline first.
+    #[test]
+    fn rtds_gives_each_vcpu_its_budget_per_period() {
+        let hog = |name: &str| PeriodicTask::new(name, 10_000 * MS, 10_000 * MS, 0);
+        let mut r = Rtds::new(vec![(2 * MS, 10 * MS), (3 * MS, 5 * MS)]);
+        let o = simulate(&[hog("a"), hog("b")], 1, &mut r, 1_000 * MS, 1);
+        assert_eq!(o.tasks[0].cpu_ns, 200 * MS, "2 ms every 10 ms");
+        assert_eq!(o.tasks[1].cpu_ns, 600 * MS, "3 ms every 5 ms");
+        assert_eq!(o.busy_ns, 800 * MS, "no extra time: 20 % of the CPU idles");
     }
 
     /// Same seed, same run; another seed moves the jittered releases.

@@ -22,12 +22,19 @@ pub trait Scheduler {
     fn name(&self) -> &'static str;
     /// Which of two runnable jobs runs first.
     fn order(&self, a: &Job, b: &Job) -> Ordering;
-    /// How long a job may run before it goes to the back of its level
-    /// (None: until it completes or is preempted), with `runnable` jobs
-    /// runnable or running.
-    fn slice_ns(&self, _runnable: usize) -> Option<u64> {
+    /// How long `job`, being dispatched, may run before it goes to the
+    /// back of its level (None: until it completes or is preempted), with
+    /// `runnable` jobs runnable or running.
+    fn slice_ns(&self, _job: &Job, _runnable: usize) -> Option<u64> {
         None
     }
+    /// Whether `job` may run now at all (a depleted RTDS budget may not).
+    fn eligible(&self, _job: &Job) -> bool {
+        true
+    }
+    /// Called with every runnable or running job before they are ordered
+    /// (credit2 resets credits here).
+    fn before_dispatch(&mut self, _runnable: &[Job]) {}
     /// A job of `job.task` was released (the task woke up).
     fn wake(&mut self, _job: &Job) {}
     /// `ran_ns` of CPU went to `job` (virtual runtime, credit).
@@ -72,7 +79,7 @@ impl Scheduler for RoundRobin {
     fn order(&self, a: &Job, b: &Job) -> Ordering {
         FixedPriority.order(a, b)
     }
-    fn slice_ns(&self, _runnable: usize) -> Option<u64> {
+    fn slice_ns(&self, _job: &Job, _runnable: usize) -> Option<u64> {
         Some(self.slice_ns)
     }
 }
@@ -142,7 +149,7 @@ impl Scheduler for Cfs {
             .cmp(&self.vruntime[b.task])
             .then(a.queued_seq.cmp(&b.queued_seq))
     }
-    fn slice_ns(&self, runnable: usize) -> Option<u64> {
+    fn slice_ns(&self, _job: &Job, runnable: usize) -> Option<u64> {
         Some((CFS_PERIOD_NS / runnable.max(1) as u64).max(CFS_MIN_SLICE_NS))
     }
     fn wake(&mut self, job: &Job) {
@@ -224,7 +231,7 @@ impl Scheduler for Credit {
             .cmp(&self.level(b.task))
             .then(a.queued_seq.cmp(&b.queued_seq))
     }
-    fn slice_ns(&self, _runnable: usize) -> Option<u64> {
+    fn slice_ns(&self, _job: &Job, _runnable: usize) -> Option<u64> {
         Some(self.tslice_ns)
     }
     fn wake(&mut self, job: &Job) {
@@ -249,6 +256,129 @@ impl Scheduler for Credit {
                 *c = (*c + pool * *w as i64 / total as i64).clamp(-cap, cap);
             }
             self.next_acct += CREDIT_ACCT_NS;
+        }
+    }
+}
+
+/// Xen's credit2, reduced to its defining rules: vCPUs run in order of
+/// credit left (most first); running burns credit faster the lower the
+/// weight (at the rate max weight / weight); when the vCPU about to run has
+/// none left, every vCPU gets a fresh allowance (credit is not discarded
+/// below it, unlike credit1); a slice lasts as long as the runner's credit
+/// (credit2 ends it where the runner would fall below the next vCPU),
+/// between 0.5 ms and 10 ms. A waking vCPU with more credit than a running
+/// one preempts it.
+/// Leaves out: the rate limit, migration resistance and load balancing
+/// between run queues (one global queue here), and credit2's cap on what a
+/// reset may carry over (here credit is topped up to the allowance).
+#[derive(Clone, Debug)]
+pub struct Credit2 {
+    pub weights: Vec<u64>,
+    credit: Vec<i64>,
+}
+
+/// credit2's allowance per reset and its slice bounds.
+pub const CREDIT2_INIT_NS: i64 = 10_000_000;
+pub const CREDIT2_MIN_SLICE_NS: u64 = 500_000;
+pub const CREDIT2_MAX_SLICE_NS: u64 = 10_000_000;
+
+impl Credit2 {
+    pub fn new(weights: Vec<u64>) -> Credit2 {
+        let n = weights.len();
+        Credit2 {
+            weights,
+            credit: vec![CREDIT2_INIT_NS; n],
+        }
+    }
+
+    fn burn_rate(&self, task: usize) -> u64 {
+        let max = self.weights.iter().copied().max().unwrap_or(1).max(1);
+        max * 1024 / self.weights[task].max(1)
+    }
+}
+
+impl Scheduler for Credit2 {
+    fn name(&self) -> &'static str {
+        "credit2"
+    }
+    fn order(&self, a: &Job, b: &Job) -> Ordering {
+        self.credit[b.task]
+            .cmp(&self.credit[a.task])
+            .then(a.queued_seq.cmp(&b.queued_seq))
+    }
+    fn slice_ns(&self, job: &Job, _runnable: usize) -> Option<u64> {
+        // As long as its credit lasts (credit2: until it would fall below
+        // the next vCPU's), within the bounds.
+        let own = self.credit[job.task].max(0) as u64 * 1024 / self.burn_rate(job.task);
+        Some(own.clamp(CREDIT2_MIN_SLICE_NS, CREDIT2_MAX_SLICE_NS))
+    }
+    fn charge(&mut self, job: &Job, ran_ns: u64) {
+        let burn = ran_ns * self.burn_rate(job.task) / 1024;
+        self.credit[job.task] -= burn as i64;
+    }
+    fn before_dispatch(&mut self, runnable: &[Job]) {
+        let best = runnable.iter().map(|j| self.credit[j.task]).max();
+        if best.is_some_and(|c| c <= 0) {
+            for c in &mut self.credit {
+                *c = (*c + CREDIT2_INIT_NS).min(CREDIT2_INIT_NS);
+            }
+        }
+    }
+}
+
+/// Xen's RTDS (and, per task, Linux SCHED_DEADLINE's server): each vCPU
+/// has a budget per period; vCPUs with budget left run by earliest current
+/// deadline (the end of their period); a vCPU that used its budget waits
+/// for the next period even if a CPU is idle (no extra time).
+/// Leaves out: RTDS's extratime flag, its 10 us accounting granularity and
+/// per-CPU run queues.
+#[derive(Clone, Debug)]
+pub struct Rtds {
+    /// (budget, period) per task.
+    pub servers: Vec<(u64, u64)>,
+    left: Vec<u64>,
+    deadline: Vec<u64>,
+}
+
+impl Rtds {
+    pub fn new(servers: Vec<(u64, u64)>) -> Rtds {
+        let left = servers.iter().map(|s| s.0).collect();
+        let deadline = servers.iter().map(|s| s.1).collect();
+        Rtds {
+            servers,
+            left,
+            deadline,
+        }
+    }
+}
+
+impl Scheduler for Rtds {
+    fn name(&self) -> &'static str {
+        "rtds"
+    }
+    fn order(&self, a: &Job, b: &Job) -> Ordering {
+        self.deadline[a.task]
+            .cmp(&self.deadline[b.task])
+            .then(a.queued_seq.cmp(&b.queued_seq))
+    }
+    fn slice_ns(&self, job: &Job, _runnable: usize) -> Option<u64> {
+        Some(self.left[job.task])
+    }
+    fn eligible(&self, job: &Job) -> bool {
+        self.left[job.task] > 0
+    }
+    fn charge(&mut self, job: &Job, ran_ns: u64) {
+        self.left[job.task] = self.left[job.task].saturating_sub(ran_ns);
+    }
+    fn next_timer_ns(&self) -> Option<u64> {
+        self.deadline.iter().copied().min()
+    }
+    fn on_timer(&mut self, now: u64) {
+        for (i, &(budget, period)) in self.servers.iter().enumerate() {
+            while self.deadline[i] <= now {
+                self.deadline[i] += period;
+                self.left[i] = budget;
+            }
         }
     }
 }
