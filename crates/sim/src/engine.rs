@@ -187,14 +187,17 @@ fn dispatch(
     sched.before_dispatch(&jobs);
     let n = all.len();
     let sched_ro: &dyn Scheduler = sched;
-    // Eligible jobs first, each group in the scheduler's order.
-    all.sort_by(|a, b| {
-        sched_ro
-            .eligible(&b.0)
-            .cmp(&sched_ro.eligible(&a.0))
-            .then(sched_ro.order(&a.0, &b.0))
-    });
-    let chosen = all.iter().take(m).filter(|(j, _)| sched_ro.eligible(j)).count();
+    // A task is one thread (a vCPU): its jobs run one at a time, in release
+    // order. Only each task's oldest job may run; the rest wait behind it.
+    let mut oldest: std::collections::HashMap<usize, (u64, u64)> = std::collections::HashMap::new();
+    for (j, _) in &all {
+        let key = (j.release_ns, j.queued_seq);
+        oldest.entry(j.task).and_modify(|k| *k = (*k).min(key)).or_insert(key);
+    }
+    let runnable = |j: &Job| oldest[&j.task] == (j.release_ns, j.queued_seq) && sched_ro.eligible(j);
+    // Runnable jobs first, each group in the scheduler's order.
+    all.sort_by(|a, b| runnable(&b.0).cmp(&runnable(&a.0)).then(sched_ro.order(&a.0, &b.0)));
+    let chosen = all.iter().take(m).filter(|(j, _)| runnable(j)).count();
     let mut taken = vec![false; m];
     for (j, was) in &all[..chosen] {
         if let Some((cpu, end)) = was {
@@ -387,6 +390,17 @@ mod tests {
         assert_eq!(o.tasks[0].cpu_ns, 200 * MS, "2 ms every 10 ms");
         assert_eq!(o.tasks[1].cpu_ns, 600 * MS, "3 ms every 5 ms");
         assert_eq!(o.busy_ns, 800 * MS, "no extra time: 20 % of the CPU idles");
+    }
+
+    /// A task is one thread: when its jobs pile up (it needs 150 % of a
+    /// CPU) they run one after another, never on two CPUs at once, so it
+    /// gets at most one CPU while the other idles.
+    #[test]
+    fn the_jobs_of_one_task_never_run_in_parallel() {
+        let ts = vec![PeriodicTask::new("over", 15 * MS, 10 * MS, 1)];
+        let o = simulate(&ts, 2, &mut FixedPriority, 1_000 * MS, 1);
+        assert!(o.busy_ns <= 1_000 * MS, "{} ns busy on 2 CPUs in 1 s", o.busy_ns);
+        assert!(o.tasks[0].deadline_misses > 0);
     }
 
     /// Same seed, same run; another seed moves the jittered releases.
