@@ -24,5 +24,6 @@ pub mod rt;
 pub mod stats;
 pub mod testing;
 pub mod time;
+pub mod work;
 
 pub use time::MonoNs;

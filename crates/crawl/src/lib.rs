@@ -14,7 +14,8 @@ pub mod engine;
 pub mod http;
 pub mod metrics;
 pub mod sink;
-pub mod work;
+/// The per-poll work model, shared with the simulator (ontime-core).
+pub use ontime_core::work;
 
 use anyhow::Result;
 use config::{CrawlConfig, Phase};

@@ -1,5 +1,6 @@
 //! The CPU work a crawler spends on each answered poll (parse, convert,
-//! store), burned on the vCPU thread that received the answer.
+//! store): burned on the vCPU thread that received the answer by `ontime
+//! crawl`, drawn the same way by the simulator.
 //!
 //! Document 000's crawler "may temporarily consume a large amount of CPU
 //! over periods shorter than 1 s": at 1000 polls/s on 2 vCPUs its 100 ms
