@@ -1,6 +1,8 @@
-//! The event engine: releases jobs of periodic tasks, runs the first m of
-//! the scheduler's order on m CPUs, preempts, rotates on slice expiry and
-//! scores every job's response time against its deadline.
+//! The event engine: takes work items from a [`Workload`] into per-thread
+//! queues, runs the first m of the scheduler's order on m CPUs (a thread's
+//! items one at a time), preempts, rotates on slice expiry, tells the
+//! workload what completed and scores every item's response time against
+//! its deadline.
 
 use crate::sched::{Job, Scheduler};
 use crate::task::PeriodicTask;
@@ -36,6 +38,69 @@ pub struct SimOutcome {
     pub preemptions: u64,
 }
 
+/// One piece of work for a thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Item {
+    pub thread: usize,
+    pub release_ns: u64,
+    pub abs_deadline_ns: u64,
+    pub priority: u32,
+    pub cpu_ns: u64,
+    /// The workload's own name for it, handed back on completion.
+    pub tag: u64,
+}
+
+/// A source of work for the engine's threads (periodic tasks, crawlers).
+pub trait Workload {
+    /// Threads it drives, numbered 0..threads.
+    fn threads(&self) -> usize;
+    /// When it next pushes work by itself (None: not before a completion).
+    fn next_arrival(&self) -> Option<u64>;
+    /// Pushes every item due at or before `now`.
+    fn arrive(&mut self, now: u64, push: &mut dyn FnMut(Item));
+    /// An item completed at `now`.
+    fn completed(&mut self, _now: u64, _item: &Item) {}
+}
+
+/// Periodic tasks as a workload: task i is thread i.
+struct Periodic<'a> {
+    tasks: &'a [PeriodicTask],
+    next_release: Vec<u64>,
+    jitter: Vec<u64>,
+    rng: SmallRng,
+    horizon_ns: u64,
+}
+
+impl Workload for Periodic<'_> {
+    fn threads(&self) -> usize {
+        self.tasks.len()
+    }
+    fn next_arrival(&self) -> Option<u64> {
+        self.next_release
+            .iter()
+            .zip(&self.jitter)
+            .filter(|(r, _)| **r < self.horizon_ns)
+            .map(|(r, j)| r + j)
+            .min()
+    }
+    fn arrive(&mut self, now: u64, push: &mut dyn FnMut(Item)) {
+        for (i, t) in self.tasks.iter().enumerate() {
+            while self.next_release[i] < self.horizon_ns && self.next_release[i] + self.jitter[i] <= now {
+                push(Item {
+                    thread: i,
+                    release_ns: self.next_release[i] + self.jitter[i],
+                    abs_deadline_ns: self.next_release[i] + t.deadline_ns,
+                    priority: t.priority,
+                    cpu_ns: t.wcet_ns,
+                    tag: 0,
+                });
+                self.next_release[i] += t.period_ns;
+                self.jitter[i] = draw(&mut self.rng, t.jitter_ns);
+            }
+        }
+    }
+}
+
 /// Runs `tasks` on `cpus` CPUs under `sched` until `horizon_ns` (jobs
 /// released before it; the run ends at the horizon). `seed` drives the
 /// release jitter.
@@ -46,11 +111,22 @@ pub fn simulate(
     horizon_ns: u64,
     seed: u64,
 ) -> SimOutcome {
-    assert!(cpus >= 1, "at least one CPU");
     let mut rng = SmallRng::seed_from_u64(seed);
-    let mut next_release: Vec<u64> = tasks.iter().map(|t| t.offset_ns).collect();
-    let mut jitter: Vec<u64> = tasks.iter().map(|t| draw(&mut rng, t.jitter_ns)).collect();
-    let mut out: Vec<TaskOutcome> = tasks.iter().map(|_| TaskOutcome::default()).collect();
+    let jitter = tasks.iter().map(|t| draw(&mut rng, t.jitter_ns)).collect();
+    let mut w = Periodic {
+        tasks,
+        next_release: tasks.iter().map(|t| t.offset_ns).collect(),
+        jitter,
+        rng,
+        horizon_ns,
+    };
+    run(&mut w, cpus, sched, horizon_ns)
+}
+
+/// Runs `workload` on `cpus` CPUs under `sched` until `horizon_ns`.
+pub fn run(workload: &mut dyn Workload, cpus: usize, sched: &mut dyn Scheduler, horizon_ns: u64) -> SimOutcome {
+    assert!(cpus >= 1, "at least one CPU");
+    let mut out: Vec<TaskOutcome> = (0..workload.threads()).map(|_| TaskOutcome::default()).collect();
     let mut ready: Vec<Job> = Vec::new();
     // Per CPU: the job it runs and when its current slice ends.
     let mut running: Vec<Option<Slot>> = vec![None; cpus];
@@ -58,12 +134,7 @@ pub fn simulate(
     let mut now = 0u64;
     loop {
         // The next event: a release, a completion or a slice's end.
-        let mut next = u64::MAX;
-        for (release, j) in next_release.iter().zip(&jitter) {
-            if *release < horizon_ns {
-                next = next.min(release + j);
-            }
-        }
+        let mut next = workload.next_arrival().map_or(u64::MAX, |t| t.max(now));
         let timer = sched.next_timer_ns();
         for s in running.iter().flatten() {
             next = next.min(now + s.job.remaining_ns);
@@ -96,6 +167,17 @@ pub fn simulate(
                 continue;
             };
             if j.remaining_ns == 0 {
+                workload.completed(
+                    now,
+                    &Item {
+                        thread: j.task,
+                        release_ns: j.release_ns,
+                        abs_deadline_ns: j.abs_deadline_ns,
+                        priority: j.priority,
+                        cpu_ns: 0,
+                        tag: j.tag,
+                    },
+                );
                 let o = &mut out[j.task];
                 let r = now - j.release_ns;
                 o.completed += 1;
@@ -112,26 +194,22 @@ pub fn simulate(
                 *slot = None;
             }
         }
-        // Releases due now.
-        for (i, t) in tasks.iter().enumerate() {
-            while next_release[i] < horizon_ns && next_release[i] + jitter[i] <= now {
-                let release = next_release[i] + jitter[i];
-                seq += 1;
-                let job = Job {
-                    task: i,
-                    release_ns: release,
-                    abs_deadline_ns: next_release[i] + t.deadline_ns,
-                    priority: t.priority,
-                    remaining_ns: t.wcet_ns,
-                    queued_seq: seq,
-                };
-                sched.wake(&job);
-                ready.push(job);
-                out[i].released += 1;
-                next_release[i] += t.period_ns;
-                jitter[i] = draw(&mut rng, t.jitter_ns);
-            }
-        }
+        // Work due now.
+        workload.arrive(now, &mut |it: Item| {
+            seq += 1;
+            let job = Job {
+                task: it.thread,
+                release_ns: it.release_ns,
+                abs_deadline_ns: it.abs_deadline_ns,
+                priority: it.priority,
+                remaining_ns: it.cpu_ns,
+                queued_seq: seq,
+                tag: it.tag,
+            };
+            sched.wake(&job);
+            ready.push(job);
+            out[it.thread].released += 1;
+        });
         dispatch(&mut *sched, &mut ready, &mut running, now, &mut preemptions);
     }
     // Jobs still unfinished past their deadline at the end are misses.

@@ -15,6 +15,8 @@ pub struct Job {
     /// Position in the run queue: set when the job is released and again
     /// when its time slice runs out (it goes to the back of its level).
     pub queued_seq: u64,
+    /// The workload's name for it.
+    pub tag: u64,
 }
 
 /// A scheduling policy over a global run queue.
