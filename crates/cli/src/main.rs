@@ -7,6 +7,7 @@ mod cmd_cyclic;
 mod cmd_gateway;
 mod cmd_lab;
 mod cmd_observe;
+mod cmd_sim;
 mod cmd_top;
 mod output;
 mod signals;
@@ -38,6 +39,8 @@ enum Verb {
     Lab(cmd_lab::LabArgs),
     /// Who used the CPU, at which millisecond, and who waited (scheduler events by BPF)
     Observe(cmd_observe::ObserveArgs),
+    /// Run a lab scenario in the scheduling simulator (crawler tenants)
+    Sim(cmd_sim::SimArgs),
 }
 
 /// An error caused by the user's input: exit code 2.
@@ -94,6 +97,7 @@ fn main() {
         Verb::Cyclic(a) => cmd_cyclic::run(a),
         Verb::Lab(a) => cmd_lab::run(a),
         Verb::Observe(a) => cmd_observe::run(a),
+        Verb::Sim(a) => cmd_sim::run(a),
     };
     if let Err(e) = result {
         let code = if e.downcast_ref::<UsageError>().is_some() { 2 } else { 1 };

@@ -805,3 +805,44 @@ fn crawlers_against_nginx_lose_no_poll() {
         assert_eq!(u(&polls["ok"]) + u(&polls["timeout"]), 1000, "{polls}");
     }
 }
+
+/// `ontime sim` runs a lab scenario in the simulator: document 000's
+/// finding 3 (doc-000-bursts) shows there as in the lab, and bad input is
+/// refused in one line with exit 2.
+#[test]
+fn sim_runs_a_lab_scenario_and_refuses_what_it_cannot_model() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios");
+    let out = ontime()
+        .args(["sim", &format!("{dir}/doc-000-bursts.toml"), "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p999 = |i: usize| -> u64 {
+        runs[i]["tenants"][0]["interval_error"]["percentiles_ns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "p99.9")
+            .and_then(|p| p["value_ns"].as_u64())
+            .unwrap()
+    };
+    assert_eq!(runs.as_array().unwrap().len(), 8);
+    assert_eq!(runs[0]["simulated"], true);
+    assert!(p999(0) < 5_000_000, "fixed work alone: {}", p999(0));
+    assert!(p999(2) > 50_000_000, "bursty work alone: {}", p999(2));
+    for bad in [
+        vec!["sim".to_string(), format!("{dir}/doc-001.toml")],
+        vec![
+            "sim".to_string(),
+            format!("{dir}/doc-000-bursts.toml"),
+            "--model".into(),
+            "bogus".into(),
+        ],
+    ] {
+        let out = ontime().args(&bad).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}

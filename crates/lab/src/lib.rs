@@ -20,5 +20,6 @@ pub mod results;
 pub mod runner;
 pub mod sandbox;
 pub mod scenario;
+pub mod simulate;
 pub mod sys;
 pub mod sysctl;

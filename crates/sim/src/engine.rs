@@ -236,6 +236,9 @@ fn draw(rng: &mut SmallRng, upto: u64) -> u64 {
     }
 }
 
+/// Where a running job was: its CPU and its slice's end.
+type Held = (usize, Option<u64>);
+
 /// A CPU's current job and when its slice ends (None: no slice).
 #[derive(Clone, Copy, Debug)]
 struct Slot {
@@ -255,7 +258,7 @@ fn dispatch(
     preemptions: &mut u64,
 ) {
     let m = running.len();
-    let mut all: Vec<(Job, Option<(usize, Option<u64>)>)> = ready.drain(..).map(|j| (j, None)).collect();
+    let mut all: Vec<(Job, Option<Held>)> = ready.drain(..).map(|j| (j, None)).collect();
     for (cpu, slot) in running.iter_mut().enumerate() {
         if let Some(s) = slot.take() {
             all.push((s.job, Some((cpu, s.slice_end))));
