@@ -26,6 +26,11 @@ pub struct SimArgs {
     budget: Option<u64>,
     #[arg(long, value_parser = parse_ns)]
     period: Option<u64>,
+    /// Model the host I/O path as a thread forwarding every request and
+    /// answer at this CPU cost per packet, e.g. 50us (default: a constant
+    /// WAN delay only)
+    #[arg(long, value_parser = parse_ns)]
+    io_cost: Option<u64>,
     /// Seed of the simulated work draws
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -69,6 +74,7 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         model: model(&a)?,
         seed: a.seed,
         send_cost_ns: 10_000,
+        io_cost_ns: a.io_cost,
     };
     let runs = simulate_plan(&plan, &opts).map_err(|e| usage(format!("{e:#}")))?;
     let mut text = format!(

@@ -5,15 +5,16 @@
 //! `host.rr_timeslice` or Linux's 100 ms, EDF for `deadline`) or a model
 //! named on the command line (Xen credit, credit2, RTDS).
 //!
-//! What it does not model yet is in ontime-sim's docs: the host I/O path as
-//! a thread, host noise, connection pools and timeouts; cyclic tenants.
+//! With `io_cost_ns` the host I/O path is one more thread (the last) that
+//! forwards every request and answer. What it does not model yet: host
+//! noise, connection pools and timeouts, cyclic tenants.
 
 use crate::scenario::{Backend, Plan, PlannedRun};
 use anyhow::{bail, Result};
 use ontime_core::rt::{parse_cpu_list, Policy};
 use ontime_core::stats::Summary;
 use ontime_core::work::WorkModel;
-use ontime_sim::crawl::{CrawlTenant, CrawlWorkload};
+use ontime_sim::crawl::{CrawlTenant, CrawlWorkload, HostIo};
 use ontime_sim::engine::run;
 use ontime_sim::sched::{Cfs, Credit, Credit2, Edf, FixedPriority, RoundRobin, Rtds, Scheduler};
 use serde::Serialize;
@@ -47,6 +48,9 @@ pub struct SimOptions {
     pub seed: u64,
     /// CPU per request sent (the crawler's own work besides the answer's).
     pub send_cost_ns: u64,
+    /// The host I/O path as a thread with this CPU cost per packet (None:
+    /// a constant one-way delay only).
+    pub io_cost_ns: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -98,7 +102,8 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         send_cost_ns: opts.send_cost_ns,
         one_way_ns: c.host.relay_delay,
     };
-    let threads = t.count * vcpus;
+    let io = opts.io_cost_ns.map(|c| HostIo { cost_per_packet_ns: c });
+    let threads = t.count * vcpus + usize::from(io.is_some());
     // Every tenant's threads share one policy, so FIFO and RR priorities
     // are equal among them: order within a level is arrival order.
     let model = opts.model.unwrap_or(match t.policy {
@@ -118,7 +123,7 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         Model::Credit2 => Box::new(Credit2::new(vec![256; threads])),
         Model::Rtds { budget_ns, period_ns } => Box::new(Rtds::new(vec![(budget_ns, period_ns); threads])),
     };
-    let mut w = CrawlWorkload::new(vec![tenant; t.count], c.duration, opts.seed ^ run_.index as u64);
+    let mut w = CrawlWorkload::new(vec![tenant; t.count], io, c.duration, opts.seed ^ run_.index as u64);
     // Let the last polls' answers finish.
     let o = run(&mut w, cpus, sched.as_mut(), c.duration + cr.period);
     Ok(SimRun {

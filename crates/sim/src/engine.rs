@@ -269,37 +269,49 @@ fn dispatch(
     let n = all.len();
     let sched_ro: &dyn Scheduler = sched;
     // A task is one thread (a vCPU): its jobs run one at a time, in release
-    // order. Only each task's oldest job may run; the rest wait behind it.
-    let mut oldest: std::collections::HashMap<usize, (u64, u64)> = std::collections::HashMap::new();
-    for (j, _) in &all {
+    // order. Only each task's oldest job is a candidate; the rest wait
+    // behind it and need no ordering.
+    let mut oldest: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+    for (i, (j, _)) in all.iter().enumerate() {
         let key = (j.release_ns, j.queued_seq);
-        oldest.entry(j.task).and_modify(|k| *k = (*k).min(key)).or_insert(key);
+        oldest
+            .entry(j.task)
+            .and_modify(|o| {
+                let (oj, _) = &all[*o];
+                if key < (oj.release_ns, oj.queued_seq) {
+                    *o = i;
+                }
+            })
+            .or_insert(i);
     }
-    let runnable = |j: &Job| oldest[&j.task] == (j.release_ns, j.queued_seq) && sched_ro.eligible(j);
-    // Runnable jobs first, each group in the scheduler's order.
-    all.sort_by(|a, b| runnable(&b.0).cmp(&runnable(&a.0)).then(sched_ro.order(&a.0, &b.0)));
-    let chosen = all.iter().take(m).filter(|(j, _)| runnable(j)).count();
+    let mut cand: Vec<usize> = oldest.into_values().filter(|&i| sched_ro.eligible(&all[i].0)).collect();
+    cand.sort_by(|&a, &b| sched_ro.order(&all[a].0, &all[b].0));
+    cand.truncate(m);
+    let mut chosen = vec![false; all.len()];
+    for &i in &cand {
+        chosen[i] = true;
+    }
     let mut taken = vec![false; m];
-    for (j, was) in &all[..chosen] {
-        if let Some((cpu, end)) = was {
-            running[*cpu] = Some(Slot {
-                job: *j,
-                slice_end: *end,
-            });
-            taken[*cpu] = true;
+    for &i in &cand {
+        if let (j, Some((cpu, end))) = all[i] {
+            running[cpu] = Some(Slot { job: j, slice_end: end });
+            taken[cpu] = true;
         }
     }
     let mut free: Vec<usize> = (0..m).filter(|c| !taken[*c]).rev().collect();
-    for (j, was) in &all[..chosen] {
-        if was.is_none() {
+    for &i in &cand {
+        if let (j, None) = all[i] {
             let cpu = free.pop().expect("as many free CPUs as newly chosen jobs");
             running[cpu] = Some(Slot {
-                job: *j,
-                slice_end: sched_ro.slice_ns(j, n).map(|s| now + s),
+                job: j,
+                slice_end: sched_ro.slice_ns(&j, n).map(|s| now + s),
             });
         }
     }
-    for (j, was) in all.drain(chosen..) {
+    for (i, (j, was)) in all.into_iter().enumerate() {
+        if chosen[i] {
+            continue;
+        }
         if was.is_some() {
             *preemptions += 1;
         }
