@@ -21,9 +21,10 @@ pub struct SimArgs {
     /// Time slice of rr and credit [default: 100ms for rr, 30ms for credit]
     #[arg(long, value_parser = parse_ns)]
     tslice: Option<u64>,
-    /// RTDS budget and period per vCPU [default: 4ms per 10ms]
+    /// RTDS budget per vCPU and period [default: 4ms]
     #[arg(long, value_parser = parse_ns)]
     budget: Option<u64>,
+    /// RTDS period of every vCPU's budget [default: 10ms]
     #[arg(long, value_parser = parse_ns)]
     period: Option<u64>,
     /// Model the host I/O path as a thread forwarding every request and
