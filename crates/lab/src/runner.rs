@@ -541,7 +541,7 @@ fn start_probes(
                     policy: t.policy,
                     timeout_ns: cr.timeout,
                     work_per_poll_ns: cr.work_per_poll,
-                    work_tail: cr.work_tail.filter(|&t| t != 0.0),
+                    work_tail: cr.work_model().tail,
                     hlog: Some(dir.join(format!("t{i}.hlog"))),
                     result: None,
                     dma_latency: false,

@@ -198,6 +198,17 @@ pub struct CrawlWorkload {
     pub work_tail: Option<f64>,
 }
 
+impl CrawlWorkload {
+    /// The per-poll work this tenant's crawler does (`work_tail = 0`: a
+    /// fixed cost), as `ontime crawl` and the simulator take it.
+    pub fn work_model(&self) -> ontime_core::work::WorkModel {
+        ontime_core::work::WorkModel {
+            mean_ns: self.work_per_poll.unwrap_or(0),
+            tail: self.work_tail.filter(|&t| t != 0.0),
+        }
+    }
+}
+
 fn default_period() -> u64 {
     1_000_000_000
 }
@@ -684,12 +695,9 @@ fn validate(c: &RunConfig) -> Result<()> {
             if cr.period < 1_000_000 {
                 bail!("tenant.crawl.period must be at least 1ms");
             }
-            ontime_crawl::work::WorkModel {
-                mean_ns: cr.work_per_poll.unwrap_or(0),
-                tail: cr.work_tail.filter(|&t| t != 0.0),
-            }
-            .validate()
-            .map_err(|e| anyhow!("tenant.crawl.work_tail: {e}"))?;
+            cr.work_model()
+                .validate()
+                .map_err(|e| anyhow!("tenant.crawl.work_tail: {e}"))?;
         }
         (None, Some(cy)) => {
             if cy.interval < 10_000 {

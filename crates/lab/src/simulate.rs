@@ -13,7 +13,6 @@ use crate::scenario::{Backend, Plan, PlannedRun};
 use anyhow::{bail, Result};
 use ontime_core::rt::{parse_cpu_list, Policy};
 use ontime_core::stats::Summary;
-use ontime_core::work::WorkModel;
 use ontime_sim::crawl::{CrawlTenant, CrawlWorkload, HostIo};
 use ontime_sim::engine::run;
 use ontime_sim::sched::{Cfs, Credit, Credit2, Edf, FixedPriority, RoundRobin, Rtds, Scheduler};
@@ -95,10 +94,7 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         vcpus,
         rate: cr.rate,
         period_ns: cr.period,
-        work: WorkModel {
-            mean_ns: cr.work_per_poll.unwrap_or(0),
-            tail: cr.work_tail.filter(|&x| x != 0.0),
-        },
+        work: cr.work_model(),
         send_cost_ns: opts.send_cost_ns,
         one_way_ns: c.host.relay_delay,
     };

@@ -26,6 +26,12 @@ pub struct SysctlGuard {
     restored: bool,
 }
 
+/// The setting whose original value a file under the state directory
+/// holds (the inverse of [`saved_path`]).
+fn setting_of(saved_name: &std::ffi::OsStr) -> PathBuf {
+    PathBuf::from(format!("/{}", saved_name.to_string_lossy().replace('%', "/")))
+}
+
 /// The file under `state_dir` that holds `setting`'s original value.
 fn saved_path(state_dir: &Path, setting: &Path) -> PathBuf {
     let name = setting.to_string_lossy().trim_start_matches('/').replace('/', "%");
@@ -105,7 +111,7 @@ pub fn leftovers() -> Vec<String> {
         .flatten()
         .map(|e| {
             let v = std::fs::read_to_string(e.path()).unwrap_or_default();
-            format!("/{} = {}", e.file_name().to_string_lossy().replace('%', "/"), v.trim())
+            format!("{} = {}", setting_of(&e.file_name()).display(), v.trim())
         })
         .collect()
 }
@@ -123,7 +129,7 @@ pub fn restore_leftovers_in(state_dir: &Path) -> Result<Vec<String>> {
         return Ok(done);
     };
     for e in entries.flatten() {
-        let setting = PathBuf::from(format!("/{}", e.file_name().to_string_lossy().replace('%', "/")));
+        let setting = setting_of(&e.file_name());
         let value = std::fs::read_to_string(e.path()).with_context(|| format!("cannot read {}", e.path().display()))?;
         std::fs::write(&setting, value.trim())
             .with_context(|| format!("cannot restore {} from {}", setting.display(), e.path().display()))?;

@@ -136,10 +136,6 @@ impl Cfs {
             min_vruntime: 0,
         }
     }
-
-    pub fn vruntime(&self, task: usize) -> u64 {
-        self.vruntime[task]
-    }
 }
 
 impl Scheduler for Cfs {
@@ -217,10 +213,6 @@ impl Credit {
         } else {
             2
         }
-    }
-
-    pub fn credit_ns(&self, task: usize) -> i64 {
-        self.credit[task]
     }
 }
 
