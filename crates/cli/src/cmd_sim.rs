@@ -1,15 +1,28 @@
 //! `ontime sim SCENARIO`: a lab scenario run in the simulator.
 
 use crate::usage;
-use clap::Args;
+use clap::{Args, Subcommand};
 use ontime_core::duration::{format_ns, parse_ns};
 use ontime_lab::simulate::{simulate_plan, Model, SimOptions};
 use std::path::PathBuf;
 
 #[derive(Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct SimArgs {
+    #[command(subcommand)]
+    cmd: Option<SimCmd>,
     /// A lab scenario file (crawler tenants; see docs/scenarios.md)
-    scenario: PathBuf,
+    #[arg(required = true)]
+    scenario: Option<PathBuf>,
+    /// This host's calibration, fitted from its lab runs by `ontime sim
+    /// calibrate` (host noise, CPU per poll, the I/O path's cost)
+    #[arg(long, value_name = "FILE")]
+    calibration: Option<PathBuf>,
+    /// Also write the runs into this lab results directory, marked
+    /// simulated, beside measured runs of the same scenario; `ontime lab
+    /// report DIR` then draws both
+    #[arg(long, value_name = "DIR")]
+    into: Option<PathBuf>,
     /// CPUs of the simulated host (a tenant's cpuset, when it has one, wins)
     /// [default: this host's]
     #[arg(long)]
@@ -39,33 +52,73 @@ pub struct SimArgs {
     out: crate::output::OutputFlags,
 }
 
+#[derive(Subcommand)]
+enum SimCmd {
+    /// Fit this host's noise, the crawler's CPU per poll and the host I/O
+    /// path's cost per packet from lab results (writes a calibration file)
+    Calibrate(CalibrateArgs),
+}
+
+#[derive(Args)]
+struct CalibrateArgs {
+    /// A lab results directory with measured crawler runs (`ontime lab run`)
+    results: PathBuf,
+    /// Where to write the calibration [default: RESULTS/calibration.json]
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    #[command(flatten)]
+    out: crate::output::OutputFlags,
+}
+
+fn calibrate(a: CalibrateArgs) -> anyhow::Result<()> {
+    use ontime_core::export::TextReport;
+    let cal = ontime_lab::calibrate::calibrate(&a.results).map_err(|e| usage(format!("{e:#}")))?;
+    let path = a.output.unwrap_or_else(|| a.results.join("calibration.json"));
+    ontime_core::fsio::write_atomic(&path, serde_json::to_string_pretty(&cal)?.as_bytes())?;
+    let text = format!("{}written: {}\n", cal.text(), path.display());
+    a.out.emit(&cal, &text)
+}
+
 fn model(a: &SimArgs) -> anyhow::Result<Option<Model>> {
     let Some(m) = a.model.as_deref() else { return Ok(None) };
-    Ok(Some(match m {
-        "cfs" => Model::Cfs,
-        "fifo" => Model::Fifo,
-        "rr" => Model::Rr {
-            slice_ns: a.tslice.unwrap_or(100_000_000),
-        },
-        "edf" => Model::Edf,
-        "credit" => Model::Credit {
-            tslice_ns: a.tslice.unwrap_or(30_000_000),
-        },
-        "credit2" => Model::Credit2,
-        "rtds" => Model::Rtds {
-            budget_ns: a.budget.unwrap_or(4_000_000),
-            period_ns: a.period.unwrap_or(10_000_000),
-        },
-        other => {
-            return Err(usage(format!(
-                "--model {other}: use cfs, fifo, rr, edf, credit, credit2 or rtds"
-            )))
-        }
-    }))
+    Model::from_name(m, a.tslice, a.budget, a.period)
+        .map(Some)
+        .map_err(|e| usage(format!("--model {e}")))
 }
 
 pub fn run(a: SimArgs) -> anyhow::Result<()> {
-    let plan = ontime_lab::scenario::load(&a.scenario).map_err(|e| usage(format!("{e:#}")))?;
+    if let Some(SimCmd::Calibrate(c)) = a.cmd {
+        return calibrate(c);
+    }
+    let Some(scenario) = a.scenario.as_deref() else {
+        return Err(usage(
+            "give a scenario file: ontime sim SCENARIO (or ontime sim calibrate RESULTS)",
+        ));
+    };
+    let plan = ontime_lab::scenario::load(scenario).map_err(|e| usage(format!("{e:#}")))?;
+    let calibration = match &a.calibration {
+        Some(p) => Some((
+            p.clone(),
+            ontime_lab::calibrate::read(p).map_err(|e| usage(format!("{e:#}")))?,
+        )),
+        None => None,
+    };
+    if let Some(dir) = &a.into {
+        // Only beside runs of the same scenario: a report of two scenarios
+        // would compare unlike settings.
+        if let Ok(dirs) = ontime_lab::results::run_dirs(dir) {
+            if let Some(d) = dirs.first() {
+                let other = ontime_lab::results::read_record(d)?.config.name;
+                if other != plan.name {
+                    return Err(usage(format!(
+                        "{} holds runs of scenario '{other}', not '{}': give another --into",
+                        dir.display(),
+                        plan.name
+                    )));
+                }
+            }
+        }
+    }
     if a.tslice.is_some_and(|t| t == 0) || a.period.is_some_and(|p| p == 0) || a.cpus == Some(0) {
         return Err(usage("--tslice, --period and --cpus must be above 0"));
     }
@@ -76,6 +129,7 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         seed: a.seed,
         send_cost_ns: 10_000,
         io_cost_ns: a.io_cost,
+        calibration,
     };
     let runs = simulate_plan(&plan, &opts).map_err(|e| usage(format!("{e:#}")))?;
     let mut text = format!(
@@ -94,14 +148,15 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
     let f = |v: Option<u64>| v.map_or("n/a".into(), format_ns);
     for r in &runs {
         let worst = |p: f64| r.tenants.iter().filter_map(|t| t.interval_error.percentile(p)).max();
+        let s = &r.simulated;
         let _ = std::fmt::Write::write_fmt(
             &mut text,
             format_args!(
                 "{:<56} {:>8} {:>4} {:>6.2} {:>10} {:>10} {:>10} {:>10}\n",
                 r.name,
-                r.model,
-                r.cpus,
-                r.busy_cpus,
+                s.model,
+                s.cpus,
+                s.busy_cpus,
                 f(worst(99.0)),
                 f(worst(99.9)),
                 f(worst(99.999)),
@@ -110,5 +165,14 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         );
     }
     text.push_str("interval error of the worst tenant per run; percentiles the sample count cannot support are n/a\n");
+    if let Some(dir) = &a.into {
+        let written = ontime_lab::simulate::write_runs(dir, &runs)?;
+        text.push_str(&format!(
+            "wrote {} simulated run(s) into {}/runs; draw them beside the measured ones: ontime lab report {}\n",
+            written.len(),
+            dir.display(),
+            dir.display()
+        ));
+    }
     a.out.emit(&runs, &text)
 }

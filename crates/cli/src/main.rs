@@ -7,6 +7,7 @@ mod cmd_cyclic;
 mod cmd_gateway;
 mod cmd_lab;
 mod cmd_observe;
+mod cmd_plan;
 mod cmd_sim;
 mod cmd_top;
 mod output;
@@ -41,6 +42,8 @@ enum Verb {
     Observe(cmd_observe::ObserveArgs),
     /// Run a lab scenario in the scheduling simulator (crawler tenants)
     Sim(cmd_sim::SimArgs),
+    /// Place tenants onto hosts so every one keeps its target; predict a placement
+    Plan(cmd_plan::PlanArgs),
 }
 
 /// An error caused by the user's input: exit code 2.
@@ -98,6 +101,7 @@ fn main() {
         Verb::Lab(a) => cmd_lab::run(a),
         Verb::Observe(a) => cmd_observe::run(a),
         Verb::Sim(a) => cmd_sim::run(a),
+        Verb::Plan(a) => cmd_plan::run(a),
     };
     if let Err(e) = result {
         let code = if e.downcast_ref::<UsageError>().is_some() { 2 } else { 1 };

@@ -828,7 +828,7 @@ fn sim_runs_a_lab_scenario_and_refuses_what_it_cannot_model() {
             .unwrap()
     };
     assert_eq!(runs.as_array().unwrap().len(), 8);
-    assert_eq!(runs[0]["simulated"], true);
+    assert_eq!(runs[0]["simulated"]["model"], "linux");
     assert!(p999(0) < 5_000_000, "fixed work alone: {}", p999(0));
     assert!(p999(2) > 50_000_000, "bursty work alone: {}", p999(2));
     for bad in [
@@ -843,6 +843,59 @@ fn sim_runs_a_lab_scenario_and_refuses_what_it_cannot_model() {
         let out = ontime().args(&bad).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{bad:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}
+
+/// `ontime plan` places small tenants by document 000's rules, verified
+/// by the simulator, writes a placement `plan check` reads back, compares
+/// with packing by mean CPU, and refuses bad input with exit 2.
+#[test]
+fn plan_places_and_checks_small_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.toml");
+    std::fs::write(
+        &input,
+        "[[host]]\nname = 'h'\ncores = 4\n[[tenant]]\nname = 't'\ncount = 10\nrate = 500\ncpu_per_poll = '1.4ms'\ntarget = '5ms'\npercentile = 'p99.9'\n",
+    )
+    .unwrap();
+    let placed = dir.path().join("placed.toml");
+    let mean = dir.path().join("mean.toml");
+    let out = ontime()
+        .arg("plan")
+        .arg(&input)
+        .arg("-o")
+        .arg(&placed)
+        .arg("--mean-cpu-output")
+        .arg(&mean)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // 3 vCPUs + the I/O path per 4-core host: 10 tenants need 4 hosts;
+    // 1 s means (0.7 CPU each) would pack them onto 2.
+    assert_eq!(r["hosts"].as_array().unwrap().len(), 4, "{}", r["placement"]);
+    assert_eq!(r["mean_cpu_packing"]["hosts"], 2);
+    assert_eq!(r["mean_cpu_packing"]["broken_by_rules"], 2);
+    let out = ontime().args(["plan", "check"]).arg(&placed).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("every placed tenant keeps its target"), "{text}");
+    let out = ontime().args(["plan", "check"]).arg(&mean).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("misses: t-") && text.contains("vCPUs over pCPUs"),
+        "{text}"
+    );
+    std::fs::write(&input, "[[host]]\nname = 'h'\ncores = 0\n").unwrap();
+    for args in [
+        vec!["plan".into(), input.display().to_string()],
+        vec!["plan".into(), "check".into(), input.display().to_string()],
+    ] {
+        let out = ontime().args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert_eq!(err.lines().count(), 1, "{err}");
     }
 }

@@ -145,6 +145,37 @@ fn short_crawl_scenario_produces_a_report() {
     assert!(String::from_utf8_lossy(&again.stderr).contains("0 run(s) done, 2 skipped"));
     assert!(leftovers().contains("nothing of the lab's is left"), "{}", leftovers());
 
+    // Calibrate the simulator from these measured runs, simulate the same
+    // scenario into the results, and the report draws both side by side.
+    let cal = results.join("calibration.json");
+    let out = ontime().args(["sim", "calibrate"]).arg(&results).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let c = read_json(&cal);
+    assert_eq!(c["quiet_runs"].as_array().unwrap().len(), 2, "{c}");
+    assert!(c["noise_samples"].as_u64().unwrap() >= 200, "{c}");
+    assert!(c["host_noise"]["points"].as_array().unwrap().len() >= 3, "{c}");
+    assert!(c["cpu_per_poll_overhead_ns"].as_u64().unwrap() > 0, "{c}");
+    let out = ontime()
+        .arg("sim")
+        .arg(&sc)
+        .arg("--calibration")
+        .arg(&cal)
+        .arg("--into")
+        .arg(&results)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rec = read_json(&results.join("runs/sim-linux-001-count=2-rep1/run.json"));
+    assert_eq!(rec["simulated"]["host_noise"], true, "{rec}");
+    let t1 = read_json(&results.join("runs/sim-linux-001-count=2-rep1/t1.json"));
+    assert!(t1["polls"].as_u64().unwrap() >= 140, "{t1}");
+    let out = ontime().args(["lab", "report"]).arg(&results).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let html = std::fs::read_to_string(results.join("report/report.html")).unwrap();
+    assert!(html.contains("source=sim:linux") && html.contains("source=lab"));
+    assert!(html.contains("Simulated, not measured"));
+    assert!(html.contains("2 of 4 runs were simulated"), "no note on simulated runs");
+
     // A record with a field of the wrong type is refused, naming the file,
     // instead of reported as zero samples.
     let rec_path = results.join("runs/000-count=1-rep1/run.json");

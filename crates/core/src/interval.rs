@@ -21,21 +21,26 @@ pub struct IntervalTracker {
 }
 
 impl IntervalTracker {
-    /// A measurement of poll `index` taken at `t_ns`.
+    /// A measurement of poll `index` taken at `t_ns`; returns the interval
+    /// error it recorded (None for a stream's first measurement).
     #[inline]
-    pub fn measured(&mut self, index: u64, t_ns: u64, period_ns: u64, hist: &mut LatencyHistogram) {
+    pub fn measured(&mut self, index: u64, t_ns: u64, period_ns: u64, hist: &mut LatencyHistogram) -> Option<u64> {
         match self.last {
             Some((li, lt)) => {
                 let m = index as i128 - li as i128;
-                let err = (t_ns as i128 - lt as i128) - m * period_ns as i128;
-                hist.record(err.unsigned_abs() as u64);
+                let err = ((t_ns as i128 - lt as i128) - m * period_ns as i128).unsigned_abs() as u64;
+                hist.record(err);
                 // Responses can complete out of order across connections:
                 // keep the newest poll as the reference.
                 if index > li {
                     self.last = Some((index, t_ns));
                 }
+                Some(err)
             }
-            None => self.last = Some((index, t_ns)),
+            None => {
+                self.last = Some((index, t_ns));
+                None
+            }
         }
     }
 

@@ -819,7 +819,7 @@ impl<C: Clock> Engine<C> {
         let st = &self.s.streams[p.stream as usize];
         let tracker = &mut self.trackers[p.stream as usize];
         if outcome == Outcome::Ok {
-            tracker.measured(p.index, recv, st.period_ns, &mut m.interval_error);
+            let _ = tracker.measured(p.index, recv, st.period_ns, &mut m.interval_error);
         } else {
             tracker.missed(p.index, st.period_ns, &mut m.interval_error);
         }

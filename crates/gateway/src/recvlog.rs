@@ -278,7 +278,7 @@ fn by_poll_number(rs: &mut [Reception], period_ns: u64, timeout_ns: u64, hist: &
             missed += 1;
             late += 1;
         } else {
-            tracker.measured(k, r.recv_ns, period_ns, hist);
+            let _ = tracker.measured(k, r.recv_ns, period_ns, hist);
         }
     }
     (missed, late)

@@ -10,6 +10,7 @@
 //! emulation. Does not own the probes themselves (ontime-crawl,
 //! ontime-cyclic): tenants run the `ontime` binary's probe verbs.
 
+pub mod calibrate;
 pub mod cgroup;
 pub mod clean;
 pub mod lock;

@@ -32,11 +32,24 @@ pub struct Written {
     pub runs: usize,
 }
 
+/// Every run; when some were simulated, each run's settings gain a
+/// `source` (lab, or sim:<model>) so figures draw them as separate series
+/// side by side.
 fn load_runs(dir: &Path) -> Result<Vec<RunResults>> {
-    crate::results::run_dirs(dir)?
+    let mut runs: Vec<RunResults> = crate::results::run_dirs(dir)?
         .iter()
         .map(|d| crate::results::read_run(d))
-        .collect()
+        .collect::<Result<_>>()?;
+    if runs.iter().any(|r| r.record.simulated.is_some()) {
+        for r in &mut runs {
+            let source = match &r.record.simulated {
+                Some(s) => format!("sim:{}", s.model),
+                None => "lab".into(),
+            };
+            r.record.vars.push(("source".into(), source));
+        }
+    }
+    Ok(runs)
 }
 
 fn capitalise(s: &str) -> String {
@@ -109,6 +122,19 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
     let mut groups: BTreeMap<Vars, LatencyHistogram> = BTreeMap::new();
     for r in &runs {
         groups.entry(r.record.vars.clone()).or_default().add(&r.pooled);
+    }
+    let simulated: Vec<&RunResults> = runs.iter().filter(|r| r.record.simulated.is_some()).collect();
+    if let Some(s) = simulated.first().and_then(|r| r.record.simulated.as_ref()) {
+        notes.push(format!(
+            "{} of {} runs were simulated by ontime sim, not measured (source=sim:..., run names sim-...; first: model {}, {} CPUs, I/O path {}, host noise {}{}); docs/sim.md says what the models leave out",
+            simulated.len(),
+            runs.len(),
+            s.model,
+            s.cpus,
+            s.io_cost_per_packet_ns.map_or("not modelled".into(), |c| format!("{} per packet", format_ns(c))),
+            if s.host_noise { "calibrated" } else { "none" },
+            s.calibration.as_deref().map(|c| format!(", calibration {c}")).unwrap_or_default(),
+        ));
     }
     if runs.iter().any(|r| r.pooled_from_bins) {
         notes.push(
@@ -487,6 +513,7 @@ the worst {metric} per run is below.</p><table><tr><th>run</th><th>setting</th><
             _ => "-".into(),
         };
         let why = match &r.record.observe {
+            None if r.record.simulated.is_some() => "simulated".into(),
             Some(_) => match &r.analysis {
                 Some(a) => {
                     let t = a.tenant_summary(100_000_000);
@@ -737,6 +764,23 @@ fn runs_section(runs: &[RunResults], crawl: bool) -> String {
             },
             esc(&vars_label(&r.record.vars))
         );
+        if let Some(s) = &r.record.simulated {
+            let _ = write!(
+                h,
+                "<p class=model>Simulated, not measured: model {}, {} CPUs, {:.2} CPUs busy, {} CPU hog(s), I/O path {}, host noise {}.{}</p>",
+                esc(&s.model),
+                s.cpus,
+                s.busy_cpus,
+                s.cpu_hogs,
+                s.io_cost_per_packet_ns.map_or("not modelled".into(), |c| format!("{} per packet", format_ns(c))),
+                if s.host_noise { "from the calibration" } else { "none" },
+                if s.left_out.is_empty() {
+                    String::new()
+                } else {
+                    format!(" Left out: {}.", esc(&s.left_out.join("; ")))
+                }
+            );
+        }
         if let Some(e) = &r.record.error {
             let _ = write!(h, "<p class=na>error: {}</p>", esc(e));
         }

@@ -48,6 +48,8 @@ pub fn read_record(run_dir: &Path) -> Result<RunRecord> {
 pub enum ProbeResult {
     Crawl(Box<CrawlResult>),
     Cyclic(Box<CyclicResult>),
+    /// A crawler tenant as `ontime sim` scored it.
+    Simulated(Box<crate::simulate::SimTenant>),
 }
 
 impl ProbeResult {
@@ -64,6 +66,7 @@ impl ProbeResult {
         match self {
             ProbeResult::Crawl(c) => &c.interval_error,
             ProbeResult::Cyclic(c) => &c.latency,
+            ProbeResult::Simulated(s) => &s.interval_error,
         }
     }
 
@@ -72,12 +75,14 @@ impl ProbeResult {
         match self {
             ProbeResult::Crawl(c) => c.missed,
             ProbeResult::Cyclic(c) => c.overruns,
+            ProbeResult::Simulated(s) => s.missed,
         }
     }
 
     pub fn send_lag(&self) -> Option<&Summary> {
         match self {
             ProbeResult::Crawl(c) => Some(&c.send_lag),
+            ProbeResult::Simulated(s) => Some(&s.send_lag),
             ProbeResult::Cyclic(_) => None,
         }
     }
@@ -116,7 +121,11 @@ pub fn read_run(dir: &Path) -> Result<RunResults> {
     let mut pooled_from_bins = false;
     for t in &record.tenants {
         let Some(f) = &t.result else { continue };
-        let result = ProbeResult::read(&dir.join(f), record.workload)?;
+        let result = if record.simulated.is_some() {
+            ProbeResult::Simulated(Box::new(read_json(&dir.join(f), "simulated tenant")?))
+        } else {
+            ProbeResult::read(&dir.join(f), record.workload)?
+        };
         let hlog = dir.join(format!("t{}.hlog", t.index));
         if hlog.exists() {
             pooled.add(&ontime_core::hlog::read_merged(&hlog, hlog_tag(record.workload))?);

@@ -73,6 +73,7 @@ pub struct Environment {
 pub enum WanDelayBy {
     Relay,
     Netem,
+    Simulator,
 }
 
 impl WanDelayBy {
@@ -80,6 +81,7 @@ impl WanDelayBy {
         match self {
             WanDelayBy::Relay => "relay",
             WanDelayBy::Netem => "netem",
+            WanDelayBy::Simulator => "simulator",
         }
     }
 }
@@ -140,6 +142,9 @@ pub struct RunRecord {
     pub started_utc: String,
     pub finished_utc: String,
     pub error: Option<String>,
+    /// Set when `ontime sim` made this run instead of the lab.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simulated: Option<crate::simulate::Simulated>,
 }
 
 fn netem_available(dev: &str) -> bool {
@@ -248,6 +253,7 @@ pub fn run_plan(
             started_utc: started,
             finished_utc: String::new(),
             error: None,
+            simulated: None,
         };
         let outcome = one_run(run, &dir, opts, &mut record, on);
         record.finished_utc = ontime_core::manifest::utc_now();

@@ -1,43 +1,39 @@
 //! A scenario run in the simulator (`ontime sim`, issue 12): the same
 //! scenario file as `lab run`, each run's crawler tenants as simulated
-//! threads on the host's CPUs (the tenant's cpuset, else all), under the
-//! model of the tenants' policy (CFS for `other`, FIFO, RR with
-//! `host.rr_timeslice` or Linux's 100 ms, EDF for `deadline`) or a model
-//! named on the command line (Xen credit, credit2, RTDS).
+//! threads on the host's CPUs (the tenant's cpuset, else all), with the
+//! host I/O path as a thread when its cost per packet is known, the
+//! scenario's `cpu` loads as CPU hogs and, from a calibration, this
+//! host's own noise.
 //!
-//! With `io_cost_ns` the host I/O path is one more thread (the last) that
-//! forwards every request and answer. What it does not model yet: host
-//! noise, connection pools and timeouts, cyclic tenants.
+//! Without a model named on the command line every thread keeps the class
+//! the lab gives it ([`Linux`]: the tenants' policy, the relay's policy for
+//! the I/O path, SCHED_OTHER for hogs). A named model (CFS, FIFO, RR, EDF,
+//! Xen credit, credit2, RTDS) schedules every thread alike, as a
+//! hypervisor schedules vCPUs and Dom0.
+//!
+//! [`write_runs`] writes the runs in the lab's results layout (run.json,
+//! per-tenant results and histogram logs, marked simulated), so `ontime
+//! lab report` draws them beside measured runs of the same scenario.
 
-use crate::scenario::{Backend, Plan, PlannedRun};
-use anyhow::{bail, Result};
+use crate::calibrate::Calibration;
+use crate::runner::{Environment, RunRecord, TenantOutcome, WanDelayBy, Workload};
+use crate::scenario::{Backend, LoadKind, Place, Plan, PlannedRun};
+use anyhow::{bail, Context, Result};
+use ontime_core::caps::Capabilities;
+use ontime_core::manifest::Manifest;
 use ontime_core::rt::{parse_cpu_list, Policy};
-use ontime_core::stats::Summary;
+use ontime_core::stats::{LatencyHistogram, Summary};
 use ontime_sim::crawl::{CrawlTenant, CrawlWorkload, HostIo};
 use ontime_sim::engine::run;
-use ontime_sim::sched::{Cfs, Credit, Credit2, Edf, FixedPriority, RoundRobin, Rtds, Scheduler};
-use serde::Serialize;
+use ontime_sim::sched::{Linux, LinuxClass, Scheduler};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 
-/// A scheduler model chosen on the command line instead of the policy's.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Model {
-    Cfs,
-    Fifo,
-    Rr {
-        slice_ns: u64,
-    },
-    Edf,
-    /// Xen credit with its time slice (30 ms by default).
-    Credit {
-        tslice_ns: u64,
-    },
-    Credit2,
-    /// Every vCPU with this budget per period.
-    Rtds {
-        budget_ns: u64,
-        period_ns: u64,
-    },
-}
+/// A scheduler model for every thread alike, chosen on the command line
+/// instead of the lab's classes.
+pub use ontime_sim::sched::Model;
 
 #[derive(Clone, Debug)]
 pub struct SimOptions {
@@ -48,32 +44,72 @@ pub struct SimOptions {
     /// CPU per request sent (the crawler's own work besides the answer's).
     pub send_cost_ns: u64,
     /// The host I/O path as a thread with this CPU cost per packet (None:
-    /// a constant one-way delay only).
+    /// the calibration's, else a constant one-way delay only).
     pub io_cost_ns: Option<u64>,
+    pub calibration: Option<(PathBuf, Calibration)>,
 }
 
-#[derive(Debug, Serialize)]
+/// How a run was simulated (`run.json`'s `simulated`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Simulated {
+    /// `linux` (the lab's own classes) or the named model.
+    pub model: String,
+    pub cpus: usize,
+    pub seed: u64,
+    pub calibration: Option<String>,
+    pub io_cost_per_packet_ns: Option<u64>,
+    pub host_noise: bool,
+    pub cpu_hogs: usize,
+    /// CPU busy over the run, CPUs.
+    pub busy_cpus: f64,
+    /// What the scenario asks that the simulator left out.
+    pub left_out: Vec<String>,
+}
+
+/// One simulated crawler tenant, scored as the crawler scores itself.
+#[derive(Debug, Serialize, Deserialize)]
 pub struct SimTenant {
     pub polls: u64,
+    /// Polls answered after the crawler's timeout.
+    pub missed: u64,
     pub interval_error: Summary,
     pub send_lag: Summary,
+    /// CPU its vCPU threads received.
+    pub cpu_ns: u64,
+    #[serde(skip)]
+    pub histogram: LatencyHistogram,
 }
 
 #[derive(Debug, Serialize)]
 pub struct SimRun {
     pub name: String,
     pub vars: Vec<(String, String)>,
-    pub model: String,
-    pub cpus: usize,
-    pub simulated: bool,
+    pub simulated: Simulated,
     pub tenants: Vec<SimTenant>,
-    /// CPU busy over the run, CPUs.
-    pub busy_cpus: f64,
+    #[serde(skip)]
+    planned: PlannedRun,
 }
 
 /// Simulates every run of `plan`.
 pub fn simulate_plan(plan: &Plan, opts: &SimOptions) -> Result<Vec<SimRun>> {
     plan.runs.iter().map(|r| simulate_run(r, opts)).collect()
+}
+
+fn class_of(p: Policy, rr_slice_ns: u64) -> LinuxClass {
+    match p {
+        Policy::Other => LinuxClass::Fair { weight: 1024 },
+        Policy::Fifo { priority } => LinuxClass::RealTime {
+            priority: priority.into(),
+            slice_ns: None,
+        },
+        Policy::Rr { priority } => LinuxClass::RealTime {
+            priority: priority.into(),
+            slice_ns: Some(rr_slice_ns),
+        },
+        Policy::Deadline {
+            runtime_ns, period_ns, ..
+        } => LinuxClass::Deadline { runtime_ns, period_ns },
+    }
 }
 
 fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
@@ -85,58 +121,191 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
             run_.dir_name()
         );
     };
+    let cal = opts.calibration.as_ref().map(|(_, c)| c);
     let cpus = match (&t.cpuset, t.backend) {
         (Some(s), Backend::Sandbox) => parse_cpu_list(s).map_err(anyhow::Error::msg)?.len().max(1),
         _ => opts.cpus.max(1),
     };
     let vcpus = if t.backend == Backend::Native { cpus } else { t.vcpus };
+    let mut work = cr.work_model();
+    if let Some(o) = cal.and_then(|c| c.cpu_per_poll_overhead_ns) {
+        work.mean_ns += o;
+    }
     let tenant = CrawlTenant {
         vcpus,
         rate: cr.rate,
         period_ns: cr.period,
-        work: cr.work_model(),
+        work,
         send_cost_ns: opts.send_cost_ns,
         one_way_ns: c.host.relay_delay,
+        offset_ns: 0,
+        timeout_ns: cr.timeout.unwrap_or(cr.period),
     };
-    let io = opts.io_cost_ns.map(|c| HostIo { cost_per_packet_ns: c });
-    let threads = t.count * vcpus + usize::from(io.is_some());
-    // Every tenant's threads share one policy, so FIFO and RR priorities
-    // are equal among them: order within a level is arrival order.
-    let model = opts.model.unwrap_or(match t.policy {
-        Policy::Other => Model::Cfs,
-        Policy::Fifo { .. } => Model::Fifo,
-        Policy::Rr { .. } => Model::Rr {
-            slice_ns: c.host.rr_timeslice.unwrap_or(100_000_000),
-        },
-        Policy::Deadline { .. } => Model::Edf,
-    });
-    let mut sched: Box<dyn Scheduler> = match model {
-        Model::Cfs => Box::new(Cfs::new(vec![1024; threads])),
-        Model::Fifo => Box::new(FixedPriority),
-        Model::Rr { slice_ns } => Box::new(RoundRobin { slice_ns }),
-        Model::Edf => Box::new(Edf),
-        Model::Credit { tslice_ns } => Box::new(Credit::new(vec![256; threads], cpus, tslice_ns)),
-        Model::Credit2 => Box::new(Credit2::new(vec![256; threads])),
-        Model::Rtds { budget_ns, period_ns } => Box::new(Rtds::new(vec![(budget_ns, period_ns); threads])),
+    let mut left_out = Vec::new();
+    let (mut hogs, mut hogs_in_tenants) = (0, 0);
+    // Host hogs first, then those in tenants (the thread order below).
+    let loads = c.effective_loads();
+    for l in loads
+        .iter()
+        .filter(|l| l.place == Place::Host)
+        .chain(loads.iter().filter(|l| l.place == Place::Tenants))
+    {
+        match &l.profile {
+            LoadKind::Stress(ontime_load::LoadProfile::Cpu) => {
+                let n = l.workers * if l.place == Place::Tenants { t.count } else { 1 };
+                hogs += n;
+                if l.place == Place::Tenants {
+                    hogs_in_tenants += n;
+                }
+            }
+            LoadKind::None => {}
+            other => left_out.push(format!("load {other:?} (only cpu loads are modelled, as hogs)")),
+        }
+    }
+    if t.cpuset.is_some() && hogs > 0 {
+        left_out.push("cpusets: hogs share the tenants' CPUs".into());
+    }
+    let io_cost = opts.io_cost_ns.or(cal.and_then(|c| c.io_cost_per_packet_ns));
+    let io = io_cost.map(|c| HostIo { cost_per_packet_ns: c });
+    let seed = opts.seed ^ run_.index as u64;
+    // The last tenant may start a period late; then its last answers.
+    let horizon = c.duration + 2 * cr.period;
+    // Each lab crawler starts on its own after warming its connections:
+    // the tenants' plans are out of phase by a random offset.
+    let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let tenants: Vec<CrawlTenant> = (0..t.count)
+        .map(|_| CrawlTenant {
+            offset_ns: rng.gen_range(0..cr.period.max(1)),
+            ..tenant.clone()
+        })
+        .collect();
+    let mut w = CrawlWorkload::new(tenants, io, c.duration, seed).with_hogs(hogs);
+    let noise = cal.and_then(|c| c.host_noise.clone());
+    if let Some(q) = noise.clone() {
+        w = w.with_host_noise(q, seed.wrapping_add(0x5eed));
+    }
+    let threads = t.count * vcpus + usize::from(io.is_some()) + hogs;
+    let rr_slice = c.host.rr_timeslice.unwrap_or(100_000_000);
+    let mut sched: Box<dyn Scheduler + Send> = match opts.model {
+        None => {
+            let mut classes = vec![class_of(t.policy, rr_slice); t.count * vcpus];
+            if io.is_some() {
+                classes.push(class_of(c.host.relay_policy, rr_slice));
+            }
+            classes.resize(classes.len() + hogs, LinuxClass::Fair { weight: 1024 });
+            // Sandboxed tenants share the lab's parent cgroup (one entity
+            // at the root beside host loads and the I/O path); a tenant's
+            // own cgroup below it is left out. Loads placed in tenants
+            // join them there.
+            let in_lab = t.backend == Backend::Sandbox;
+            let tenant_hogs = if in_lab { hogs_in_tenants } else { 0 };
+            let mut group = vec![in_lab.then_some(0); t.count * vcpus];
+            group.resize(group.len() + usize::from(io.is_some()) + hogs - tenant_hogs, None);
+            group.resize(group.len() + tenant_hogs, Some(0));
+            Box::new(Linux::new(classes, cpus).with_groups(group, &[1024]))
+        }
+        Some(m) => m.build(threads, cpus),
     };
-    let mut w = CrawlWorkload::new(vec![tenant; t.count], io, c.duration, opts.seed ^ run_.index as u64);
     // Let the last polls' answers finish.
-    let o = run(&mut w, cpus, sched.as_mut(), c.duration + cr.period);
+    let o = run(&mut w, cpus, sched.as_mut(), horizon);
+    let model = opts.model.map_or_else(|| sched.name().to_string(), |m| m.label());
     Ok(SimRun {
-        name: run_.dir_name(),
+        name: format!("sim-{model}-{}", run_.dir_name()),
         vars: run_.vars.clone(),
-        model: sched.name().into(),
-        cpus,
-        simulated: true,
+        simulated: Simulated {
+            model,
+            cpus,
+            seed,
+            calibration: opts.calibration.as_ref().map(|(p, _)| p.display().to_string()),
+            io_cost_per_packet_ns: io_cost,
+            host_noise: noise.is_some(),
+            cpu_hogs: hogs,
+            busy_cpus: o.busy_ns as f64 / horizon.max(1) as f64,
+            left_out,
+        },
         tenants: w
             .measures
             .iter()
-            .map(|m| SimTenant {
+            .enumerate()
+            .map(|(i, m)| SimTenant {
                 polls: m.polls,
+                missed: m.missed,
                 interval_error: m.interval_error.summary(None),
                 send_lag: m.send_lag.summary(None),
+                cpu_ns: o.tasks[i * vcpus..(i + 1) * vcpus].iter().map(|x| x.cpu_ns).sum(),
+                histogram: m.interval_error.clone(),
             })
             .collect(),
-        busy_cpus: o.busy_ns as f64 / (c.duration + cr.period).max(1) as f64,
+        planned: run_.clone(),
     })
+}
+
+/// Writes `runs` into `results/runs/<run name>/` in the lab's layout, each
+/// marked simulated; returns the directories written. An existing
+/// simulated run of the same name is replaced, a measured one never.
+pub fn write_runs(results: &Path, runs: &[SimRun]) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for r in runs {
+        let dir = results.join("runs").join(&r.name);
+        if dir.join("run.json").exists() {
+            let old = crate::results::read_record(&dir)?;
+            anyhow::ensure!(
+                old.simulated.is_some(),
+                "{} holds a measured run: not overwriting it",
+                dir.display()
+            );
+        }
+        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let now = ontime_core::manifest::utc_now();
+        let mut tenants = Vec::new();
+        for (i, t) in r.tenants.iter().enumerate() {
+            let name = format!("t{i}.json");
+            ontime_core::fsio::write_atomic(&dir.join(&name), serde_json::to_string_pretty(t)?.as_bytes())?;
+            let mut h = ontime_core::hlog::HlogFile::create(
+                &dir.join(format!("t{i}.hlog")),
+                "ontime sim: simulated interval error",
+                std::time::SystemTime::now(),
+            )?;
+            let len = std::time::Duration::from_nanos(r.planned.config.duration);
+            h.write("interval_error", &t.histogram, std::time::Duration::ZERO, len)?;
+            h.flush()?;
+            tenants.push(TenantOutcome {
+                index: i,
+                result: Some(name),
+                exit: None,
+            });
+        }
+        let mut manifest = Manifest::start("simulated", Capabilities::default());
+        manifest.finish();
+        let record = RunRecord {
+            complete: true,
+            index: r.planned.index,
+            repetition: r.planned.repetition,
+            vars: r.vars.clone(),
+            config: r.planned.config.clone(),
+            workload: Workload::Crawl,
+            environment: Environment {
+                manifest,
+                cgroup_version: None,
+                netem: false,
+                wan_delay_by: WanDelayBy::Simulator,
+                model_note: format!(
+                    "Simulated by ontime sim (model {}), not measured: see docs/sim.md for what the model leaves out.",
+                    r.simulated.model
+                ),
+                rr_timeslice_ms: r.planned.config.host.rr_timeslice.map(|n| n / 1_000_000),
+            },
+            relay: None,
+            gateway: None,
+            observe: None,
+            tenants,
+            started_utc: now.clone(),
+            finished_utc: now,
+            error: None,
+            simulated: Some(r.simulated.clone()),
+        };
+        ontime_core::fsio::write_atomic(&dir.join("run.json"), serde_json::to_string_pretty(&record)?.as_bytes())?;
+        out.push(dir);
+    }
+    Ok(out)
 }

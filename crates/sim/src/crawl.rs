@@ -13,9 +13,14 @@
 //! relay), at a CPU cost per packet, competing for the same CPUs: a starved
 //! I/O path delays every tenant (document 000, finding 4).
 //!
+//! Around them: CPU hogs (always-runnable threads, the lab's `cpu` loads)
+//! and the host's own noise ([`crate::noise`]), a delay drawn for every
+//! send as a quiet host's timer wake-ups are late.
+//!
 //! Leaves out (for now): connection pools, timeouts and missed polls.
 
 use crate::engine::{Item, Workload};
+use crate::noise::{NoiseSampler, Quantiles};
 use ontime_core::interval::IntervalTracker;
 use ontime_core::stats::LatencyHistogram;
 use ontime_core::work::{WorkModel, WorkSampler};
@@ -34,6 +39,12 @@ pub struct CrawlTenant {
     pub send_cost_ns: u64,
     /// One way between the crawler and the gateway.
     pub one_way_ns: u64,
+    /// When its plan starts: crawlers started one by one are not in
+    /// phase with each other.
+    pub offset_ns: u64,
+    /// A poll whose answer is not back this long after its planned time
+    /// is missed (the crawler's timeout, by default its period).
+    pub timeout_ns: u64,
 }
 
 /// The host's I/O path: one thread that forwards every packet.
@@ -48,6 +59,14 @@ pub struct CrawlMeasures {
     pub interval_error: LatencyHistogram,
     pub send_lag: LatencyHistogram,
     pub polls: u64,
+    /// Polls whose answer came after the timeout; each counts a period of
+    /// interval error, as the crawler counts it.
+    pub missed: u64,
+    /// Interval errors above `limit_ns` (see [`CrawlWorkload::stop_when_decided`]).
+    pub above_limit: u64,
+    pub limit_ns: u64,
+    /// How many may be above the limit before the verdict is decided.
+    pub allowed_above: u64,
 }
 
 struct Stream {
@@ -56,6 +75,11 @@ struct Stream {
     phase_ns: u64,
     period_ns: u64,
     next: u64,
+    /// Planned sends from here on are past the tenant's run.
+    end_ns: u64,
+    /// Polls received by the gateway whose answer is on its way:
+    /// (poll, receive time).
+    pending: std::collections::VecDeque<(u64, u64)>,
     tracker: IntervalTracker,
 }
 
@@ -71,11 +95,21 @@ pub struct CrawlWorkload {
     answers: BinaryHeap<Reverse<(u64, usize, u64)>>,
     pub measures: Vec<CrawlMeasures>,
     threads: usize,
-    horizon_ns: u64,
     io: Option<HostIo>,
     /// Packets waiting for the I/O thread: (arrival, tag).
     io_queue: BinaryHeap<Reverse<(u64, u64)>>,
+    /// How late a send starts on a quiet host.
+    noise: Option<NoiseSampler>,
+    /// Always-runnable threads after the I/O path's; not yet started.
+    hogs: usize,
+    hogs_started: bool,
+    /// Stop once a tenant missed a poll or exceeded its allowance above
+    /// its limit (a verdict needs no more).
+    stop_when_decided: bool,
 }
+
+/// The tag of a CPU hog's one endless item.
+const HOG_TAG: u64 = u64::MAX;
 
 /// What an item is, from its tag's low two bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,8 +140,13 @@ fn untag(t: u64) -> (usize, u64, Kind) {
 
 impl CrawlWorkload {
     /// Tenants' threads are numbered tenant by tenant; the host I/O path,
-    /// if any, is the last thread.
+    /// if any, is the last thread. Each tenant plans polls for
+    /// `horizon_ns` from its offset.
     pub fn new(tenants: Vec<CrawlTenant>, io: Option<HostIo>, horizon_ns: u64, seed: u64) -> CrawlWorkload {
+        let unlimited = CrawlMeasures {
+            limit_ns: u64::MAX,
+            ..Default::default()
+        };
         let mut streams = Vec::new();
         let mut first_thread = 0;
         for (ti, t) in tenants.iter().enumerate() {
@@ -116,15 +155,17 @@ impl CrawlWorkload {
                 streams.push(Stream {
                     tenant: ti,
                     thread: first_thread + s % t.vcpus.max(1),
-                    phase_ns: t.period_ns * s as u64 / n as u64,
+                    phase_ns: t.offset_ns + t.period_ns * s as u64 / n as u64,
                     period_ns: t.period_ns,
                     next: 0,
+                    end_ns: t.offset_ns + horizon_ns,
+                    pending: std::collections::VecDeque::new(),
                     tracker: IntervalTracker::default(),
                 });
             }
             first_thread += t.vcpus.max(1);
         }
-        let sends = streams
+        let sends: BinaryHeap<Reverse<(u64, usize)>> = streams
             .iter()
             .enumerate()
             .map(|(i, s)| Reverse((s.phase_ns, i)))
@@ -135,17 +176,59 @@ impl CrawlWorkload {
             tenants[ti].work.sampler(seed ^ (th as u64).wrapping_mul(0x9e37_79b9))
         });
         CrawlWorkload {
-            measures: vec![CrawlMeasures::default(); tenants.len()],
+            measures: vec![unlimited; tenants.len()],
             samplers: samplers.collect(),
             tenants,
             streams,
             sends,
             answers: BinaryHeap::new(),
             threads: first_thread + usize::from(io.is_some()),
-            horizon_ns,
             io,
             io_queue: BinaryHeap::new(),
+            noise: None,
+            hogs: 0,
+            hogs_started: false,
+            stop_when_decided: false,
         }
+    }
+
+    /// Delays every send by a draw from `q` (the host's own noise).
+    pub fn with_host_noise(mut self, q: Quantiles, seed: u64) -> CrawlWorkload {
+        self.noise = Some(NoiseSampler::new(q, seed));
+        self
+    }
+
+    /// Adds `n` CPU hogs as the last threads (after the I/O path's).
+    pub fn with_hogs(mut self, n: usize) -> CrawlWorkload {
+        self.threads += n;
+        self.hogs = n;
+        self
+    }
+
+    /// Ends the run once its verdict is decided: a tenant missed a poll,
+    /// or more of its interval errors than allowed exceeded its limit
+    /// (`limits` per tenant: limit, allowed count above it). Enough to
+    /// know a placement fails; an overloaded host would otherwise pile up
+    /// work for nothing.
+    pub fn stop_when_decided(mut self, limits: &[(u64, u64)]) -> CrawlWorkload {
+        for (m, &(limit, allowed)) in self.measures.iter_mut().zip(limits) {
+            m.limit_ns = limit;
+            m.allowed_above = allowed;
+        }
+        self.stop_when_decided = true;
+        self
+    }
+
+    /// The thread of the host I/O path, if any.
+    pub fn io_thread(&self) -> Option<usize> {
+        self.io.map(|_| self.threads - self.hogs - 1)
+    }
+
+    /// When stream `si`'s poll `k` is due: its planned time plus the
+    /// host's noise.
+    fn due(&mut self, si: usize, k: u64) -> u64 {
+        let s = &self.streams[si];
+        s.phase_ns + k * s.period_ns + self.noise.as_mut().map_or(0, |n| n.next_ns())
     }
 }
 
@@ -160,27 +243,70 @@ fn tenant_of(tenants: &[CrawlTenant], thread: usize) -> usize {
     tenants.len() - 1
 }
 
+/// Poll `k`'s receive time at the gateway, taken off the stream's list.
+fn take_pending(pending: &mut std::collections::VecDeque<(u64, u64)>, k: u64) -> Option<u64> {
+    while pending.front().is_some_and(|&(pk, _)| pk < k) {
+        pending.pop_front();
+    }
+    match pending.front() {
+        Some(&(pk, recv)) if pk == k => {
+            pending.pop_front();
+            Some(recv)
+        }
+        _ => None,
+    }
+}
+
 impl Workload for CrawlWorkload {
     fn threads(&self) -> usize {
         self.threads
     }
 
+    fn finished(&self) -> bool {
+        self.stop_when_decided
+            && self
+                .measures
+                .iter()
+                .any(|m| m.missed > 0 || m.above_limit > m.allowed_above)
+    }
+
     fn next_arrival(&self) -> Option<u64> {
-        let send = self.sends.peek().map(|r| r.0 .0).filter(|&t| t < self.horizon_ns);
+        if self.hogs > 0 && !self.hogs_started {
+            return Some(0);
+        }
+        let send = self.sends.peek().map(|r| r.0 .0);
         let answer = self.answers.peek().map(|r| r.0 .0);
         let io = self.io_queue.peek().map(|r| r.0 .0);
         [send, answer, io].into_iter().flatten().min()
     }
 
     fn arrive(&mut self, now: u64, push: &mut dyn FnMut(Item)) {
+        if !self.hogs_started {
+            self.hogs_started = true;
+            for th in self.threads - self.hogs..self.threads {
+                push(Item {
+                    thread: th,
+                    release_ns: 0,
+                    abs_deadline_ns: u64::MAX,
+                    priority: 0,
+                    cpu_ns: u64::MAX / 4,
+                    tag: HOG_TAG,
+                    within: 0,
+                });
+            }
+        }
         while let Some(&Reverse((t, si))) = self.sends.peek() {
-            if t > now || t >= self.horizon_ns {
+            if t > now {
                 break;
             }
             self.sends.pop();
             let s = &mut self.streams[si];
             let k = s.next;
+            if s.phase_ns + k * s.period_ns >= s.end_ns {
+                continue;
+            }
             s.next += 1;
+            let next = s.next;
             push(Item {
                 thread: s.thread,
                 release_ns: t,
@@ -188,15 +314,26 @@ impl Workload for CrawlWorkload {
                 priority: 0,
                 cpu_ns: self.tenants[s.tenant].send_cost_ns,
                 tag: tag(si, k, Kind::Send),
+                within: 0,
             });
-            self.sends.push(Reverse((s.phase_ns + s.next * s.period_ns, si)));
+            let due = self.due(si, next);
+            self.sends.push(Reverse((due, si)));
         }
         while let Some(&Reverse((t, si, k))) = self.answers.peek() {
             if t > now {
                 break;
             }
             self.answers.pop();
-            let s = &self.streams[si];
+            let s = &mut self.streams[si];
+            let m = &mut self.measures[s.tenant];
+            let planned = s.phase_ns + k * s.period_ns;
+            if t > planned + self.tenants[s.tenant].timeout_ns {
+                // Back after the timeout: the crawler gave up on it.
+                take_pending(&mut s.pending, k);
+                m.missed += 1;
+                s.tracker.missed(k, s.period_ns, &mut m.interval_error);
+                continue;
+            }
             let work = self.samplers[s.thread].next_ns();
             push(Item {
                 thread: s.thread,
@@ -205,10 +342,11 @@ impl Workload for CrawlWorkload {
                 priority: 0,
                 cpu_ns: work.max(1),
                 tag: tag(si, k, Kind::Answer),
+                // Sends first: a due poll does not wait behind answers.
+                within: 1,
             });
         }
-        if let Some(io) = self.io {
-            let io_thread = self.threads - 1;
+        if let (Some(io), Some(io_thread)) = (self.io, self.io_thread()) {
             while let Some(&Reverse((t, tg))) = self.io_queue.peek() {
                 if t > now {
                     break;
@@ -221,17 +359,39 @@ impl Workload for CrawlWorkload {
                     priority: 0,
                     cpu_ns: io.cost_per_packet_ns.max(1),
                     tag: tg,
+                    within: 0,
                 });
             }
         }
     }
 
     fn completed(&mut self, now: u64, item: &Item) {
+        if item.tag == HOG_TAG {
+            return;
+        }
         let (si, k, kind) = untag(item.tag);
         let s = &mut self.streams[si];
         let one_way = self.tenants[s.tenant].one_way_ns;
         match kind {
-            Kind::Answer => {}
+            Kind::Answer => {
+                // Read and processed: measured, unless the crawler's
+                // timeout came first.
+                let planned = s.phase_ns + k * s.period_ns;
+                let m = &mut self.measures[s.tenant];
+                match take_pending(&mut s.pending, k) {
+                    Some(_) if now > planned + self.tenants[s.tenant].timeout_ns => {
+                        m.missed += 1;
+                        s.tracker.missed(k, s.period_ns, &mut m.interval_error);
+                    }
+                    Some(recv) => {
+                        let err = s.tracker.measured(k, recv, s.period_ns, &mut m.interval_error);
+                        if err.is_some_and(|e| e > m.limit_ns) {
+                            m.above_limit += 1;
+                        }
+                    }
+                    None => {}
+                }
+            }
             Kind::Send => {
                 let planned = s.phase_ns + k * s.period_ns;
                 let m = &mut self.measures[s.tenant];
@@ -241,7 +401,7 @@ impl Workload for CrawlWorkload {
                     self.io_queue.push(Reverse((now, tag(si, k, Kind::IoRequest))));
                 } else {
                     let recv = now + one_way;
-                    s.tracker.measured(k, recv, s.period_ns, &mut m.interval_error);
+                    s.pending.push_back((k, recv));
                     self.answers.push(Reverse((recv + one_way, si, k)));
                 }
             }
@@ -249,8 +409,7 @@ impl Workload for CrawlWorkload {
                 // Forwarded: it reaches the gateway one way later, and the
                 // answer is back at the host one way after that.
                 let recv = now + one_way;
-                let m = &mut self.measures[s.tenant];
-                s.tracker.measured(k, recv, s.period_ns, &mut m.interval_error);
+                s.pending.push_back((k, recv));
                 self.io_queue
                     .push(Reverse((recv + one_way, tag(si, k, Kind::IoAnswer))));
             }
@@ -278,6 +437,8 @@ mod tests {
             },
             send_cost_ns: 10_000,
             one_way_ns: 10 * MS,
+            offset_ns: 0,
+            timeout_ns: 1_000 * MS,
         }
     }
 

@@ -9,6 +9,7 @@ use crate::task::PeriodicTask;
 use ontime_core::stats::LatencyHistogram;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use std::collections::BinaryHeap;
 
 /// What happened to one task's jobs.
 #[derive(Clone, Debug, Default)]
@@ -48,6 +49,9 @@ pub struct Item {
     pub cpu_ns: u64,
     /// The workload's own name for it, handed back on completion.
     pub tag: u64,
+    /// Order among the thread's ready items (lower first), before release
+    /// order.
+    pub within: u8,
 }
 
 /// A source of work for the engine's threads (periodic tasks, crawlers).
@@ -60,6 +64,10 @@ pub trait Workload {
     fn arrive(&mut self, now: u64, push: &mut dyn FnMut(Item));
     /// An item completed at `now`.
     fn completed(&mut self, _now: u64, _item: &Item) {}
+    /// True when the run can stop early (its outcome is decided).
+    fn finished(&self) -> bool {
+        false
+    }
 }
 
 /// Periodic tasks as a workload: task i is thread i.
@@ -93,6 +101,7 @@ impl Workload for Periodic<'_> {
                     priority: t.priority,
                     cpu_ns: t.wcet_ns,
                     tag: 0,
+                    within: 0,
                 });
                 self.next_release[i] += t.period_ns;
                 self.jitter[i] = draw(&mut self.rng, t.jitter_ns);
@@ -123,16 +132,23 @@ pub fn simulate(
     run(&mut w, cpus, sched, horizon_ns)
 }
 
-/// Runs `workload` on `cpus` CPUs under `sched` until `horizon_ns`.
+/// Runs `workload` on `cpus` CPUs under `sched` until `horizon_ns`, or
+/// until the workload says it is [`Workload::finished`].
 pub fn run(workload: &mut dyn Workload, cpus: usize, sched: &mut dyn Scheduler, horizon_ns: u64) -> SimOutcome {
     assert!(cpus >= 1, "at least one CPU");
-    let mut out: Vec<TaskOutcome> = (0..workload.threads()).map(|_| TaskOutcome::default()).collect();
-    let mut ready: Vec<Job> = Vec::new();
+    let threads = workload.threads();
+    let mut out: Vec<TaskOutcome> = (0..threads).map(|_| TaskOutcome::default()).collect();
+    // Per thread, its jobs waiting (not running), first to run on top.
+    let mut queues: Vec<BinaryHeap<Queued>> = (0..threads).map(|_| BinaryHeap::new()).collect();
     // Per CPU: the job it runs and when its current slice ends.
     let mut running: Vec<Option<Slot>> = vec![None; cpus];
-    let (mut seq, mut busy, mut preemptions) = (0u64, 0u64, 0u64);
+    let mut d = Dispatcher::default();
+    let (mut seq, mut busy) = (0u64, 0u64);
     let mut now = 0u64;
     loop {
+        if workload.finished() {
+            break;
+        }
         // The next event: a release, a completion or a slice's end.
         let mut next = workload.next_arrival().map_or(u64::MAX, |t| t.max(now));
         let timer = sched.next_timer_ns();
@@ -176,6 +192,7 @@ pub fn run(workload: &mut dyn Workload, cpus: usize, sched: &mut dyn Scheduler, 
                         priority: j.priority,
                         cpu_ns: 0,
                         tag: j.tag,
+                        within: j.within,
                     },
                 );
                 let o = &mut out[j.task];
@@ -190,7 +207,7 @@ pub fn run(workload: &mut dyn Workload, cpus: usize, sched: &mut dyn Scheduler, 
             } else if slice_end.is_some_and(|end| now >= end) {
                 // Back of its level; the dispatch below may pick it again.
                 seq += 1;
-                ready.push(Job { queued_seq: seq, ..j });
+                queues[j.task].push(Queued(Job { queued_seq: seq, ..j }));
                 *slot = None;
             }
         }
@@ -205,15 +222,21 @@ pub fn run(workload: &mut dyn Workload, cpus: usize, sched: &mut dyn Scheduler, 
                 remaining_ns: it.cpu_ns,
                 queued_seq: seq,
                 tag: it.tag,
+                within: it.within,
+                started: false,
             };
             sched.wake(&job);
-            ready.push(job);
+            queues[it.thread].push(Queued(job));
             out[it.thread].released += 1;
         });
-        dispatch(&mut *sched, &mut ready, &mut running, now, &mut preemptions);
+        d.dispatch(&mut *sched, &mut queues, &mut running, now);
     }
     // Jobs still unfinished past their deadline at the end are misses.
-    for j in ready.iter().chain(running.iter().flatten().map(|s| &s.job)) {
+    for j in queues
+        .iter()
+        .flat_map(|q| q.iter().map(|x| &x.0))
+        .chain(running.iter().flatten().map(|s| &s.job))
+    {
         if j.abs_deadline_ns < horizon_ns {
             out[j.task].deadline_misses += 1;
         }
@@ -224,7 +247,7 @@ pub fn run(workload: &mut dyn Workload, cpus: usize, sched: &mut dyn Scheduler, 
         horizon_ns,
         tasks: out,
         busy_ns: busy,
-        preemptions,
+        preemptions: d.preemptions,
     }
 }
 
@@ -236,9 +259,6 @@ fn draw(rng: &mut SmallRng, upto: u64) -> u64 {
     }
 }
 
-/// Where a running job was: its CPU and its slice's end.
-type Held = (usize, Option<u64>);
-
 /// A CPU's current job and when its slice ends (None: no slice).
 #[derive(Clone, Copy, Debug)]
 struct Slot {
@@ -246,83 +266,164 @@ struct Slot {
     slice_end: Option<u64>,
 }
 
-/// The first m eligible jobs of the scheduler's order run. A running job
-/// that stays among them keeps its CPU and its slice (no needless
-/// migration); one that falls out is preempted and waits in the queue with
-/// its place kept. A newly dispatched job gets a fresh slice.
-fn dispatch(
-    sched: &mut dyn Scheduler,
-    ready: &mut Vec<Job>,
-    running: &mut [Option<Slot>],
-    now: u64,
-    preemptions: &mut u64,
-) {
-    let m = running.len();
-    let mut all: Vec<(Job, Option<Held>)> = ready.drain(..).map(|j| (j, None)).collect();
-    for (cpu, slot) in running.iter_mut().enumerate() {
-        if let Some(s) = slot.take() {
-            all.push((s.job, Some((cpu, s.slice_end))));
+/// A waiting job in its thread's queue. A thread runs its jobs one at a
+/// time: work it started first, then by the workload's order within the
+/// thread, then in release order.
+#[derive(Clone, Copy, Debug)]
+struct Queued(Job);
+
+impl Queued {
+    fn key(&self) -> (bool, u8, u64, u64) {
+        let j = &self.0;
+        (!j.started, j.within, j.release_ns, j.queued_seq)
+    }
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, o: &Self) -> bool {
+        self.key() == o.key()
+    }
+}
+impl Eq for Queued {}
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Queued {
+    /// The first to run is the greatest (top of the max-heap).
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        o.key().cmp(&self.key())
+    }
+}
+
+/// A candidate for a CPU: a running job (its CPU and slice end) or the
+/// head of a waiting thread's queue.
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    job: Job,
+    held: Option<(usize, Option<u64>)>,
+}
+
+/// The dispatch step, with its buffers kept between events so that it
+/// does not allocate per event.
+#[derive(Default)]
+struct Dispatcher {
+    cand: Vec<Candidate>,
+    jobs: Vec<Job>,
+    order: Vec<usize>,
+    taken: Vec<bool>,
+    free: Vec<usize>,
+    preemptions: u64,
+}
+
+impl Dispatcher {
+    /// The first m eligible candidates in the scheduler's order run. Only
+    /// each thread's first job is a candidate (its running job, else the
+    /// head of its queue); the rest wait behind it and need no ordering. A
+    /// running job that stays among the first m keeps its CPU and slice
+    /// (no needless migration); one that falls out is preempted and waits
+    /// with its place kept. A newly dispatched job gets a fresh slice.
+    fn dispatch(
+        &mut self,
+        sched: &mut dyn Scheduler,
+        queues: &mut [BinaryHeap<Queued>],
+        running: &mut [Option<Slot>],
+        now: u64,
+    ) {
+        let m = running.len();
+        self.cand.clear();
+        for (cpu, slot) in running.iter_mut().enumerate() {
+            if let Some(s) = slot.take() {
+                self.cand.push(Candidate {
+                    job: s.job,
+                    held: Some((cpu, s.slice_end)),
+                });
+            }
         }
-    }
-    let jobs: Vec<Job> = all.iter().map(|(j, _)| *j).collect();
-    sched.before_dispatch(&jobs);
-    let n = all.len();
-    let sched_ro: &dyn Scheduler = sched;
-    // A task is one thread (a vCPU): its jobs run one at a time, in release
-    // order. Only each task's oldest job is a candidate; the rest wait
-    // behind it and need no ordering.
-    let mut oldest: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
-    for (i, (j, _)) in all.iter().enumerate() {
-        let key = (j.release_ns, j.queued_seq);
-        oldest
-            .entry(j.task)
-            .and_modify(|o| {
-                let (oj, _) = &all[*o];
-                if key < (oj.release_ns, oj.queued_seq) {
-                    *o = i;
-                }
-            })
-            .or_insert(i);
-    }
-    let mut cand: Vec<usize> = oldest.into_values().filter(|&i| sched_ro.eligible(&all[i].0)).collect();
-    cand.sort_by(|&a, &b| sched_ro.order(&all[a].0, &all[b].0));
-    cand.truncate(m);
-    let mut chosen = vec![false; all.len()];
-    for &i in &cand {
-        chosen[i] = true;
-    }
-    let mut taken = vec![false; m];
-    for &i in &cand {
-        if let (j, Some((cpu, end))) = all[i] {
-            running[cpu] = Some(Slot { job: j, slice_end: end });
-            taken[cpu] = true;
-        }
-    }
-    let mut free: Vec<usize> = (0..m).filter(|c| !taken[*c]).rev().collect();
-    for &i in &cand {
-        if let (j, None) = all[i] {
-            let cpu = free.pop().expect("as many free CPUs as newly chosen jobs");
-            running[cpu] = Some(Slot {
-                job: j,
-                slice_end: sched_ro.slice_ns(&j, n).map(|s| now + s),
+        let held_threads = self.cand.len();
+        for (t, q) in queues.iter().enumerate() {
+            let Some(head) = q.peek() else { continue };
+            if self.cand[..held_threads].iter().any(|c| c.job.task == t) {
+                continue;
+            }
+            self.cand.push(Candidate {
+                job: head.0,
+                held: None,
             });
         }
-    }
-    for (i, (j, was)) in all.into_iter().enumerate() {
-        if chosen[i] {
-            continue;
+        // Runnable = waiting or running jobs, as the models count them.
+        let runnable: usize = queues.iter().map(BinaryHeap::len).sum::<usize>() + held_threads;
+        self.jobs.clear();
+        self.jobs.extend(self.cand.iter().map(|c| c.job));
+        sched.before_dispatch(&self.jobs);
+        let sched_ro: &dyn Scheduler = sched;
+        let cand = &self.cand;
+        self.order.clear();
+        self.order
+            .extend((0..cand.len()).filter(|&i| sched_ro.eligible(&cand[i].job)));
+        self.order.sort_by(|&a, &b| sched_ro.order(&cand[a].job, &cand[b].job));
+        // A running job the model protects (within its slice, against this
+        // newcomer) keeps its CPU: it swaps places with the last newcomer
+        // that would have displaced it.
+        let order = &mut self.order;
+        for r in m..order.len() {
+            let ri = order[r];
+            if cand[ri].held.is_none() {
+                continue;
+            }
+            if let Some(pos) = (0..m.min(order.len())).rev().find(|&p| cand[order[p]].held.is_none()) {
+                if !sched_ro.preempts(&cand[order[pos]].job, &cand[ri].job) {
+                    order.swap(pos, r);
+                }
+            }
         }
-        if was.is_some() {
-            *preemptions += 1;
+        let chosen = m.min(order.len());
+        self.taken.clear();
+        self.taken.resize(m, false);
+        for &i in &order[..chosen] {
+            if let Some((cpu, end)) = cand[i].held {
+                running[cpu] = Some(Slot {
+                    job: cand[i].job,
+                    slice_end: end,
+                });
+                self.taken[cpu] = true;
+            }
         }
-        ready.push(j);
+        self.free.clear();
+        self.free.extend((0..m).filter(|c| !self.taken[*c]).rev());
+        for &i in &order[..chosen] {
+            if cand[i].held.is_none() {
+                let j = cand[i].job;
+                queues[j.task].pop();
+                let cpu = self.free.pop().expect("as many free CPUs as newly chosen jobs");
+                running[cpu] = Some(Slot {
+                    job: Job { started: true, ..j },
+                    slice_end: sched_ro.slice_ns(&j, runnable).map(|s| now + s),
+                });
+            }
+        }
+        // Running jobs not chosen go back to their queues, preempted.
+        for &i in &order[chosen..] {
+            if cand[i].held.is_some() {
+                self.preemptions += 1;
+                queues[cand[i].job.task].push(Queued(cand[i].job));
+            }
+        }
+        // Ineligible running jobs (a depleted budget) wait too.
+        for c in cand.iter() {
+            if c.held.is_some() && !sched_ro.eligible(&c.job) {
+                self.preemptions += 1;
+                queues[c.job.task].push(Queued(c.job));
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sched::{Cfs, Credit, Credit2, Edf, FixedPriority, RoundRobin, Rtds};
+    use crate::sched::{Cfs, Credit, Credit2, Edf, FixedPriority, Linux, LinuxClass, RoundRobin, Rtds};
     use crate::task::{hyperperiod, response_time};
 
     const MS: u64 = 1_000_000;
@@ -483,6 +584,101 @@ mod tests {
         assert_eq!(o.tasks[0].cpu_ns, 200 * MS, "2 ms every 10 ms");
         assert_eq!(o.tasks[1].cpu_ns, 600 * MS, "3 ms every 5 ms");
         assert_eq!(o.busy_ns, 800 * MS, "no extra time: 20 % of the CPU idles");
+    }
+
+    /// SCHED_DEADLINE as a constant bandwidth server: a thread that always
+    /// wants the CPU gets exactly its runtime per period (throttled the
+    /// rest, the fair hog beside it gets the remainder), and a deadline
+    /// thread that overruns its runtime cannot make another miss
+    /// (bandwidth isolation), where plain EDF lets it.
+    #[test]
+    fn linux_deadline_threads_get_their_bandwidth_and_no_more() {
+        let hog = |name: &str| PeriodicTask::new(name, 10_000 * MS, 10_000 * MS, 0);
+        let dl = LinuxClass::Deadline {
+            runtime_ns: 2 * MS,
+            period_ns: 10 * MS,
+        };
+        let mut l = Linux::new(vec![dl, LinuxClass::Fair { weight: 1024 }], 1);
+        let o = simulate(&[hog("dl"), hog("fair")], 1, &mut l, 1_000 * MS, 1);
+        assert_eq!(o.tasks[0].cpu_ns, 200 * MS, "2 ms every 10 ms");
+        assert_eq!(o.tasks[1].cpu_ns, 800 * MS);
+        // A asks 8 ms per 10 ms with a 3 ms runtime; B 5 ms with 5 ms.
+        let ts = vec![
+            PeriodicTask::new("a", 8 * MS, 10 * MS, 0),
+            PeriodicTask::new("b", 5 * MS, 10 * MS, 0),
+        ];
+        let server = |r| LinuxClass::Deadline {
+            runtime_ns: r * MS,
+            period_ns: 10 * MS,
+        };
+        let o = simulate(&ts, 1, &mut Linux::new(vec![server(3), server(5)], 1), 1_000 * MS, 1);
+        assert_eq!(o.tasks[1].deadline_misses, 0, "{:?}", o.tasks[1]);
+        assert!(o.tasks[0].deadline_misses > 0);
+        let edf = simulate(&ts, 1, &mut Edf, 1_000 * MS, 1);
+        assert!(
+            edf.tasks[1].deadline_misses > 0,
+            "without servers the overrun spills over"
+        );
+    }
+
+    /// The classes run in the kernel's order: a deadline thread before a
+    /// real-time one before a fair one, whatever their arrival.
+    #[test]
+    fn linux_classes_run_deadline_then_real_time_then_fair() {
+        let t = |n: &str, c: u64| PeriodicTask::new(n, c * MS, 100 * MS, 0);
+        let ts = vec![t("fair", 10), t("rt", 10), t("dl", 10)];
+        let classes = vec![
+            LinuxClass::Fair { weight: 1024 },
+            LinuxClass::RealTime {
+                priority: 50,
+                slice_ns: None,
+            },
+            LinuxClass::Deadline {
+                runtime_ns: 10 * MS,
+                period_ns: 100 * MS,
+            },
+        ];
+        let o = simulate(&ts, 1, &mut Linux::new(classes, 1), 100 * MS, 1);
+        let done: Vec<u64> = o.tasks.iter().map(|t| t.worst_response_ns).collect();
+        assert_eq!(done, vec![30 * MS, 20 * MS, 10 * MS]);
+    }
+
+    /// EEVDF's run to parity: a waking fair thread waits for the running
+    /// fair thread's slice (1.5 ms with 2 CPUs' scaling) to end; a
+    /// real-time thread takes the CPU at once.
+    #[test]
+    fn linux_fair_threads_run_to_parity_and_real_time_preempts() {
+        let mut light = PeriodicTask::new("light", MS, 100 * MS, 0);
+        light.offset_ns = MS / 5;
+        let ts = vec![PeriodicTask::new("hog", 10_000 * MS, 10_000 * MS, 0), light];
+        let fair = LinuxClass::Fair { weight: 1024 };
+        let mut l = Linux::new(vec![fair, fair], 2);
+        assert_eq!(l.fair_slice_ns, 1_500_000);
+        let o = simulate(&ts, 1, &mut l, 100 * MS, 1);
+        assert_eq!(o.tasks[1].worst_response_ns, 1_500_000 - MS / 5 + MS);
+        let rt = LinuxClass::RealTime {
+            priority: 1,
+            slice_ns: None,
+        };
+        let o = simulate(&ts, 1, &mut Linux::new(vec![fair, rt], 2), 100 * MS, 1);
+        assert_eq!(o.tasks[1].worst_response_ns, MS);
+    }
+
+    /// A cgroup is one entity at the root: three hogs in a group beside
+    /// one hog at the root get half the CPU together, the lone hog the
+    /// other half.
+    #[test]
+    fn linux_cgroups_share_as_one_entity() {
+        let hog = |name: &str| PeriodicTask::new(name, 10_000 * MS, 10_000 * MS, 0);
+        let ts = vec![hog("a"), hog("b"), hog("c"), hog("root")];
+        let fair = LinuxClass::Fair { weight: 1024 };
+        let mut l = Linux::new(vec![fair; 4], 1).with_groups(vec![Some(0), Some(0), Some(0), None], &[1024]);
+        let o = simulate(&ts, 1, &mut l, 3_000 * MS, 1);
+        let share = |i: usize| o.tasks[i].cpu_ns as f64 / (3_000 * MS) as f64;
+        assert!((share(3) - 0.5).abs() < 0.02, "root hog {}", share(3));
+        for i in 0..3 {
+            assert!((share(i) - 1.0 / 6.0).abs() < 0.02, "grouped hog {i}: {}", share(i));
+        }
     }
 
     /// A task is one thread: when its jobs pile up (it needs 150 % of a

@@ -16,5 +16,6 @@
 
 pub mod crawl;
 pub mod engine;
+pub mod noise;
 pub mod sched;
 pub mod task;

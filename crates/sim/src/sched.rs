@@ -2,7 +2,106 @@
 //! a global run queue (the first m run on m CPUs) and may give them a time
 //! slice; the engine does the rest. Each model says what it leaves out.
 
+use ontime_core::duration::format_ns;
+use serde::Serialize;
 use std::cmp::Ordering;
+
+/// A model that schedules every thread alike, as a hypervisor schedules
+/// vCPUs and its I/O domain: chosen by name with its settings (`ontime sim
+/// --model`, a plan's host `scheduler`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(tag = "model", rename_all = "lowercase")]
+pub enum Model {
+    Cfs,
+    Fifo,
+    Rr {
+        slice_ns: u64,
+    },
+    Edf,
+    /// Xen credit with its time slice (30 ms by default).
+    Credit {
+        tslice_ns: u64,
+    },
+    Credit2,
+    /// Every thread with this budget per period.
+    Rtds {
+        budget_ns: u64,
+        period_ns: u64,
+    },
+}
+
+impl Model {
+    /// The model `name` with its settings: the slice of rr (100 ms by
+    /// default) and credit (30 ms), the budget and period of rtds (4 ms
+    /// every 10 ms).
+    pub fn from_name(
+        name: &str,
+        slice_ns: Option<u64>,
+        budget_ns: Option<u64>,
+        period_ns: Option<u64>,
+    ) -> Result<Model, String> {
+        Ok(match name {
+            "cfs" => Model::Cfs,
+            "fifo" => Model::Fifo,
+            "rr" => Model::Rr {
+                slice_ns: slice_ns.unwrap_or(100_000_000),
+            },
+            "edf" => Model::Edf,
+            "credit" => Model::Credit {
+                tslice_ns: slice_ns.unwrap_or(30_000_000),
+            },
+            "credit2" => Model::Credit2,
+            "rtds" => Model::Rtds {
+                budget_ns: budget_ns.unwrap_or(4_000_000),
+                period_ns: period_ns.unwrap_or(10_000_000),
+            },
+            other => return Err(format!("{other}: use cfs, fifo, rr, edf, credit, credit2 or rtds")),
+        })
+    }
+
+    /// The model for `threads` threads on `cpus` CPUs, equal weights.
+    pub fn build(&self, threads: usize, cpus: usize) -> Box<dyn Scheduler + Send> {
+        match *self {
+            Model::Cfs => Box::new(Cfs::new(vec![1024; threads])),
+            Model::Fifo => Box::new(FixedPriority),
+            Model::Rr { slice_ns } => Box::new(RoundRobin { slice_ns }),
+            Model::Edf => Box::new(Edf),
+            Model::Credit { tslice_ns } => Box::new(Credit::new(vec![256; threads], cpus, tslice_ns)),
+            Model::Credit2 => Box::new(Credit2::new(vec![256; threads])),
+            Model::Rtds { budget_ns, period_ns } => Box::new(Rtds::new(vec![(budget_ns, period_ns); threads])),
+        }
+    }
+
+    /// A short name for run directories.
+    pub fn label(&self) -> String {
+        match self {
+            Model::Rr { slice_ns } => format!("rr-{}", format_ns(*slice_ns).replace(' ', "")),
+            Model::Credit { tslice_ns } => format!("credit-{}", format_ns(*tslice_ns).replace(' ', "")),
+            Model::Rtds { budget_ns, period_ns } => format!(
+                "rtds-{}-{}",
+                format_ns(*budget_ns).replace(' ', ""),
+                format_ns(*period_ns).replace(' ', "")
+            ),
+            other => other.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Model::Cfs => write!(f, "cfs"),
+            Model::Fifo => write!(f, "fifo"),
+            Model::Rr { slice_ns } => write!(f, "rr (slice {})", format_ns(*slice_ns)),
+            Model::Edf => write!(f, "edf"),
+            Model::Credit { tslice_ns } => write!(f, "credit (tslice {})", format_ns(*tslice_ns)),
+            Model::Credit2 => write!(f, "credit2"),
+            Model::Rtds { budget_ns, period_ns } => {
+                write!(f, "rtds ({} / {})", format_ns(*budget_ns), format_ns(*period_ns))
+            }
+        }
+    }
+}
 
 /// A released job as a scheduler sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,6 +116,12 @@ pub struct Job {
     pub queued_seq: u64,
     /// The workload's name for it.
     pub tag: u64,
+    /// Order among its thread's ready jobs (lower first), before release
+    /// order: the crawler sends due polls before it reads answers.
+    pub within: u8,
+    /// It has had a CPU: a thread does not leave work it started for
+    /// another of its jobs.
+    pub started: bool,
 }
 
 /// A scheduling policy over a global run queue.
@@ -32,6 +137,12 @@ pub trait Scheduler {
     }
     /// Whether `job` may run now at all (a depleted RTDS budget may not).
     fn eligible(&self, _job: &Job) -> bool {
+        true
+    }
+    /// Whether `newcomer`, ahead in the order, may take the CPU of
+    /// `running` before `running`'s slice ends (EEVDF's run-to-parity
+    /// says no between fair tasks).
+    fn preempts(&self, _newcomer: &Job, _running: &Job) -> bool {
         true
     }
     /// Called with every runnable or running job before they are ordered
@@ -158,9 +269,237 @@ impl Scheduler for Cfs {
     fn charge(&mut self, job: &Job, ran_ns: u64) {
         let w = self.weights[job.task].max(1);
         self.vruntime[job.task] += ran_ns * 1024 / w;
-        // The least virtual runtime only moves forward.
-        let least = self.vruntime.iter().copied().min().unwrap_or(0);
-        self.min_vruntime = self.min_vruntime.max(least);
+    }
+    fn before_dispatch(&mut self, runnable: &[Job]) {
+        // The least virtual runtime of the runnable tasks, and it only
+        // moves forward: a sleeper cannot bank CPU time it did not use.
+        if let Some(least) = runnable.iter().map(|j| self.vruntime[j.task]).min() {
+            self.min_vruntime = self.min_vruntime.max(least);
+        }
+    }
+}
+
+/// A thread's scheduling class on a Linux host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinuxClass {
+    /// SCHED_DEADLINE: `runtime_ns` every `period_ns` (relative deadline =
+    /// period).
+    Deadline { runtime_ns: u64, period_ns: u64 },
+    /// SCHED_FIFO (no slice) or SCHED_RR (with one), priority 1..99.
+    RealTime { priority: u32, slice_ns: Option<u64> },
+    /// SCHED_OTHER with a CFS weight (1024 = nice 0).
+    Fair { weight: u64 },
+}
+
+impl LinuxClass {
+    fn rank(&self) -> u8 {
+        match self {
+            LinuxClass::Deadline { .. } => 0,
+            LinuxClass::RealTime { .. } => 1,
+            LinuxClass::Fair { .. } => 2,
+        }
+    }
+}
+
+/// A Linux host as the lab runs it: every thread in its own class, the
+/// classes in the kernel's order (deadline before real-time before fair).
+/// SCHED_DEADLINE threads are constant bandwidth servers: a thread waking
+/// with more budget left than its bandwidth allows by its deadline gets a
+/// fresh budget and deadline (now + period); one that has used its budget
+/// is throttled until its deadline, then replenished; among those with
+/// budget the earliest deadline runs. Real-time threads run by priority
+/// (RR rotating at its slice). Fair threads share as [`Cfs`] but with
+/// EEVDF's slice (`base_slice_ns`, 0.75 ms scaled by 1 + log2 of the CPUs
+/// up to 8: 1.5 ms on 2 CPUs, 3 ms on 8) and its run-to-parity rule: a
+/// waking fair thread does not preempt a fair thread within its slice; a
+/// higher class always preempts.
+/// Fair threads may sit in cgroups one level below the root
+/// ([`Linux::with_groups`]): the group competes as one entity.
+/// Leaves out: real-time throttling (`sched_rt_runtime_us`, 95 %), the
+/// deadline class's admission control and GRUB reclaiming, deeper cgroup
+/// levels, per-CPU shares of a group's weight, EEVDF's lag
+/// (a waking thread is placed as in CFS), per-CPU run queues (push/pull,
+/// load balancing) and everything [`Cfs`] leaves out.
+#[derive(Clone, Debug)]
+pub struct Linux {
+    pub classes: Vec<LinuxClass>,
+    /// EEVDF's slice of a fair thread.
+    pub fair_slice_ns: u64,
+    fair: Cfs,
+    /// Per thread, the cgroup it shares in (None: the root).
+    group: Vec<Option<usize>>,
+    /// The root's fair entities: threads 0..n, then groups n..
+    top: Cfs,
+    scratch_top: Vec<Job>,
+    /// Per deadline thread: budget left and current absolute deadline.
+    dl_left: Vec<u64>,
+    dl_deadline: Vec<u64>,
+    scratch: Vec<Job>,
+}
+
+/// EEVDF's base slice before scaling by the CPU count.
+pub const EEVDF_BASE_SLICE_NS: u64 = 750_000;
+
+impl Linux {
+    /// `cpus` scales the fair slice as the kernel does.
+    pub fn new(classes: Vec<LinuxClass>, cpus: usize) -> Linux {
+        let factor = 1 + cpus.clamp(1, 8).ilog2() as u64;
+        let weights: Vec<u64> = classes
+            .iter()
+            .map(|c| match c {
+                LinuxClass::Fair { weight } => *weight,
+                _ => 1024,
+            })
+            .collect();
+        let n = classes.len();
+        Linux {
+            top: Cfs::new(weights.clone()),
+            fair: Cfs::new(weights),
+            group: vec![None; n],
+            scratch_top: Vec::new(),
+            fair_slice_ns: EEVDF_BASE_SLICE_NS * factor,
+            classes,
+            dl_left: vec![0; n],
+            dl_deadline: vec![0; n],
+            scratch: Vec::new(),
+        }
+    }
+}
+
+impl Linux {
+    /// Puts fair threads into cgroups one level below the root: `group`
+    /// per thread (None: the root), `weights` per group (1024 = the
+    /// default cpu.shares / cpu.weight 100). At the root a group is one
+    /// entity beside the root's threads; its threads share what it gets.
+    pub fn with_groups(mut self, group: Vec<Option<usize>>, weights: &[u64]) -> Linux {
+        let mut top: Vec<u64> = self.fair.weights.clone();
+        top.extend_from_slice(weights);
+        self.top = Cfs::new(top);
+        self.group = group;
+        self
+    }
+
+    /// The thread's entity at the root.
+    fn entity(&self, j: &Job) -> Job {
+        match self.group[j.task] {
+            Some(g) => Job {
+                task: self.classes.len() + g,
+                ..*j
+            },
+            None => *j,
+        }
+    }
+}
+
+impl Scheduler for Linux {
+    fn name(&self) -> &'static str {
+        "linux"
+    }
+    fn order(&self, a: &Job, b: &Job) -> Ordering {
+        let (ca, cb) = (&self.classes[a.task], &self.classes[b.task]);
+        ca.rank().cmp(&cb.rank()).then_with(|| match (ca, cb) {
+            (LinuxClass::Deadline { .. }, _) => self.dl_deadline[a.task]
+                .cmp(&self.dl_deadline[b.task])
+                .then(a.queued_seq.cmp(&b.queued_seq)),
+            (LinuxClass::RealTime { priority: pa, .. }, LinuxClass::RealTime { priority: pb, .. }) => {
+                pb.cmp(pa).then(a.queued_seq.cmp(&b.queued_seq))
+            }
+            _ => {
+                let (ea, eb) = (self.entity(a), self.entity(b));
+                if ea.task == eb.task {
+                    self.fair.order(a, b)
+                } else {
+                    self.top.order(&ea, &eb)
+                }
+            }
+        })
+    }
+    fn slice_ns(&self, job: &Job, runnable: usize) -> Option<u64> {
+        match self.classes[job.task] {
+            LinuxClass::Deadline { .. } => Some(self.dl_left[job.task]),
+            LinuxClass::RealTime { slice_ns, .. } => slice_ns,
+            LinuxClass::Fair { .. } => {
+                let _ = runnable;
+                Some(self.fair_slice_ns)
+            }
+        }
+    }
+    fn preempts(&self, newcomer: &Job, running: &Job) -> bool {
+        let fair = |j: &Job| matches!(self.classes[j.task], LinuxClass::Fair { .. });
+        !(fair(newcomer) && fair(running))
+    }
+    fn eligible(&self, job: &Job) -> bool {
+        !matches!(self.classes[job.task], LinuxClass::Deadline { .. }) || self.dl_left[job.task] > 0
+    }
+    fn before_dispatch(&mut self, runnable: &[Job]) {
+        self.scratch.clear();
+        self.scratch.extend(
+            runnable
+                .iter()
+                .filter(|j| matches!(self.classes[j.task], LinuxClass::Fair { .. })),
+        );
+        self.fair.before_dispatch(&self.scratch);
+        let mut top = std::mem::take(&mut self.scratch_top);
+        top.clear();
+        top.extend(self.scratch.iter().map(|j| self.entity(j)));
+        self.top.before_dispatch(&top);
+        self.scratch_top = top;
+    }
+    fn wake(&mut self, job: &Job) {
+        match self.classes[job.task] {
+            LinuxClass::Deadline { runtime_ns, period_ns } => {
+                // CBS wake-up rule: keep (budget, deadline) only if the
+                // budget fits the bandwidth in the time left.
+                let now = job.release_ns;
+                let (left, dl) = (self.dl_left[job.task], self.dl_deadline[job.task]);
+                let overflow =
+                    dl <= now || (left as u128) * (period_ns as u128) > ((dl - now) as u128) * (runtime_ns as u128);
+                if overflow {
+                    self.dl_left[job.task] = runtime_ns;
+                    self.dl_deadline[job.task] = now + period_ns;
+                }
+            }
+            LinuxClass::Fair { .. } => {
+                self.fair.wake(job);
+                let e = self.entity(job);
+                self.top.wake(&e);
+            }
+            LinuxClass::RealTime { .. } => {}
+        }
+    }
+    fn charge(&mut self, job: &Job, ran_ns: u64) {
+        match self.classes[job.task] {
+            LinuxClass::Deadline { .. } => self.dl_left[job.task] = self.dl_left[job.task].saturating_sub(ran_ns),
+            LinuxClass::Fair { .. } => {
+                self.fair.charge(job, ran_ns);
+                let e = self.entity(job);
+                self.top.charge(&e, ran_ns);
+            }
+            LinuxClass::RealTime { .. } => {}
+        }
+    }
+    fn next_timer_ns(&self) -> Option<u64> {
+        // Replenishment of throttled deadline threads.
+        self.classes
+            .iter()
+            .enumerate()
+            .filter(|(i, c)| {
+                matches!(c, LinuxClass::Deadline { .. }) && self.dl_left[*i] == 0 && self.dl_deadline[*i] > 0
+            })
+            .map(|(i, _)| self.dl_deadline[i])
+            .min()
+    }
+    fn on_timer(&mut self, now: u64) {
+        for (i, c) in self.classes.iter().enumerate() {
+            if let LinuxClass::Deadline { runtime_ns, period_ns } = *c {
+                if self.dl_left[i] == 0 && self.dl_deadline[i] > 0 && self.dl_deadline[i] <= now {
+                    while self.dl_deadline[i] <= now {
+                        self.dl_deadline[i] += period_ns;
+                    }
+                    self.dl_left[i] = runtime_ns;
+                }
+            }
+        }
     }
 }
 

@@ -1,0 +1,198 @@
+//! `ontime sim calibrate RESULTS`: fits what the simulator cannot know
+//! from a scenario file out of recorded lab runs of this host.
+//!
+//! - the host's own noise: the send lag of the quiet runs (no load, the
+//!   crawlers using at most a quarter of the CPUs), merged from their
+//!   histogram logs, as quantiles; the simulator delays every send by a
+//!   draw from it;
+//! - the crawler's CPU per poll beyond the work the scenario asked for
+//!   (HTTP, JSON, the kernel's network stack): measured CPU per answered
+//!   poll minus `work_per_poll`, the median over runs. Only the mean is
+//!   fitted: the shape of the per-poll distribution stays the scenario's
+//!   work model, because neither the crawler's result nor the scheduler
+//!   recording resolves single polls;
+//! - the host I/O path's CPU per packet: the relay's on-CPU time in the
+//!   run's scheduler recording over two packets per poll, the median over
+//!   runs that recorded it.
+
+use crate::results::{read_run, run_dirs, ProbeResult, RunResults};
+use anyhow::{Context, Result};
+use ontime_sim::noise::Quantiles;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// What `ontime sim --calibration FILE` reads.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    pub format: String,
+    /// The results directory it was fitted from.
+    pub from: String,
+    /// The runs the host noise came from (the least loaded).
+    pub quiet_runs: Vec<String>,
+    /// How late a send starts on this host with little else to do.
+    pub host_noise: Option<Quantiles>,
+    /// Sends the noise was fitted from.
+    pub noise_samples: u64,
+    /// Measured CPU per answered poll minus the scenario's work per poll.
+    pub cpu_per_poll_overhead_ns: Option<u64>,
+    /// Runs (tenants) the overhead is the median of.
+    pub cpu_per_poll_samples: usize,
+    /// The host I/O path's CPU per packet (two packets per poll).
+    pub io_cost_per_packet_ns: Option<u64>,
+    pub io_cost_samples: usize,
+    pub notes: Vec<String>,
+}
+
+pub const FORMAT: &str = "ontime-sim-calibration/1";
+
+fn median(mut v: Vec<u64>) -> Option<u64> {
+    v.sort_unstable();
+    (!v.is_empty()).then(|| v[v.len() / 2])
+}
+
+/// Fits a calibration from the measured crawler runs under `dir`.
+pub fn calibrate(dir: &Path) -> Result<Calibration> {
+    let mut runs: Vec<RunResults> = Vec::new();
+    for d in run_dirs(dir)? {
+        let r = read_run(&d).with_context(|| format!("cannot read {}", d.display()))?;
+        if r.record.simulated.is_none() && r.record.complete {
+            runs.push(r);
+        }
+    }
+    let crawl: Vec<&RunResults> = runs
+        .iter()
+        .filter(|r| r.tenants.iter().any(|(_, t)| matches!(t, ProbeResult::Crawl(_))))
+        .collect();
+    anyhow::ensure!(
+        !crawl.is_empty(),
+        "{} has no complete measured crawler run to calibrate from: run a crawler scenario with `ontime lab run` first",
+        dir.display()
+    );
+    let mut notes = Vec::new();
+    let mut overhead = Vec::new();
+    let mut io_cost = Vec::new();
+    for r in &crawl {
+        let asked = r
+            .record
+            .config
+            .tenant
+            .crawl
+            .as_ref()
+            .and_then(|c| c.work_per_poll)
+            .unwrap_or(0);
+        let mut polls = 0u64;
+        for (_, t) in &r.tenants {
+            if let ProbeResult::Crawl(c) = t {
+                polls += c.polls.ok;
+                if let Some(cpu) = c.resources.cpu_per_poll_ns {
+                    overhead.push(cpu.saturating_sub(asked));
+                }
+            }
+        }
+        let io = r.analysis.as_ref().and_then(|a| a.host_io()).map(|g| g.on_cpu_ns);
+        if let (Some(io), true) = (io, polls > 0) {
+            io_cost.push(io / (2 * polls));
+        }
+    }
+    if io_cost.is_empty() {
+        notes.push("no run recorded the host I/O path ([observe] in the scenario): no I/O cost fitted".into());
+    }
+    // Quiet runs: no load, the crawlers' mean CPU at most a quarter of
+    // the host's CPUs (else only the least loaded). Their send lags are
+    // merged exactly from the histogram logs: rare stalls need samples.
+    let demand = |r: &RunResults| {
+        let t = &r.record.config.tenant;
+        let per_poll = t.crawl.as_ref().and_then(|c| c.work_per_poll).unwrap_or(0) as f64 / 1e9;
+        t.count as f64 * t.crawl.as_ref().map_or(0.0, |c| c.rate) * per_poll
+    };
+    let unloaded: Vec<&&RunResults> = crawl
+        .iter()
+        .filter(|r| r.record.config.effective_loads().is_empty())
+        .collect();
+    let cpus = |r: &RunResults| r.record.environment.manifest.cpus_online.max(1) as f64;
+    let mut quiet: Vec<&&RunResults> = unloaded
+        .iter()
+        .copied()
+        .filter(|r| demand(r) <= cpus(r) / 4.0)
+        .collect();
+    if quiet.is_empty() {
+        let least = unloaded.iter().map(|r| demand(r)).min_by(f64::total_cmp);
+        quiet = unloaded.iter().copied().filter(|r| Some(demand(r)) == least).collect();
+    }
+    let mut lag = ontime_core::stats::LatencyHistogram::new();
+    for r in &quiet {
+        for t in &r.record.tenants {
+            let hlog = r.dir.join(format!("t{}.hlog", t.index));
+            if hlog.exists() {
+                lag.add(&ontime_core::hlog::read_merged(&hlog, "send_lag")?);
+            }
+        }
+    }
+    let host_noise = Quantiles::from_summary(&lag.summary(None));
+    if quiet.is_empty() {
+        notes.push("every run had a load: no quiet run to fit the host noise from".into());
+    } else if host_noise.is_none() {
+        notes.push("the quiet runs have no histogram logs (t<i>.hlog): no host noise fitted".into());
+    }
+    let noise_samples = lag.len();
+    Ok(Calibration {
+        format: FORMAT.into(),
+        from: dir.display().to_string(),
+        quiet_runs: quiet.iter().map(|r| r.name.clone()).collect(),
+        noise_samples,
+        host_noise,
+        cpu_per_poll_samples: overhead.len(),
+        cpu_per_poll_overhead_ns: median(overhead),
+        io_cost_samples: io_cost.len(),
+        io_cost_per_packet_ns: median(io_cost),
+        notes,
+    })
+}
+
+/// Reads a calibration file.
+pub fn read(path: &Path) -> Result<Calibration> {
+    let c: Calibration = crate::results::read_json(path, "simulator calibration")?;
+    anyhow::ensure!(
+        c.format == FORMAT,
+        "{}: format {} is not {FORMAT}: make it again with `ontime sim calibrate`",
+        path.display(),
+        c.format
+    );
+    Ok(c)
+}
+
+impl ontime_core::export::TextReport for Calibration {
+    fn text(&self) -> String {
+        use ontime_core::duration::format_ns;
+        let f = |v: Option<u64>| v.map_or("not fitted".into(), format_ns);
+        let mut s = format!("ontime sim calibrate: from {}\n", self.from);
+        s += &format!(
+            "  host noise (send lag of {} sends in {} quiet run(s)): {}\n",
+            self.noise_samples,
+            self.quiet_runs.len(),
+            match &self.host_noise {
+                Some(q) => format!(
+                    "p50 {} p99 {} max {}",
+                    format_ns(q.at(0.5)),
+                    format_ns(q.at(0.99)),
+                    format_ns(q.at(1.0))
+                ),
+                None => "not fitted".into(),
+            }
+        );
+        s += &format!(
+            "  CPU per poll beyond the work asked: {} (median of {})\n",
+            f(self.cpu_per_poll_overhead_ns),
+            self.cpu_per_poll_samples
+        );
+        s += &format!(
+            "  host I/O path CPU per packet: {} (median of {} runs)\n",
+            f(self.io_cost_per_packet_ns),
+            self.io_cost_samples
+        );
+        for n in &self.notes {
+            s += &format!("  note: {n}\n");
+        }
+        s
+    }
+}

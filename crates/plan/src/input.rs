@@ -1,0 +1,240 @@
+//! The planning input, read from TOML:
+//!
+//! ```toml
+//! [[host]]                   # a kind of host
+//! name = "r8"                # instances are r8-1, r8-2, ...
+//! cores = 8
+//! scheduler = "credit"       # credit (tslice), credit2, cfs, rr (tslice), fifo, edf, rtds (budget/period)
+//! tslice = "30ms"
+//! io_cost = "50us"           # host I/O path CPU per packet (two per poll)
+//! io_cpus = 1.0              # CPU the I/O path may take; counts as vCPUs in rule 1
+//! count = 40                 # instances available (default: as many as needed)
+//!
+//! [[tenant]]
+//! name = "bms"
+//! count = 20                 # bms-1 ... bms-20
+//! vcpus = 1
+//! rate = 200                 # polls per second
+//! points = 10                # points per request (informational)
+//! cpu_per_poll = "1.4ms"     # mean CPU per answered poll
+//! work_tail = 1.5            # Pareto shape of the per-poll CPU (omit: fixed)
+//! one_way = "10ms"           # WAN delay each way
+//! target = "100ms"           # interval error at `percentile` at most this
+//! percentile = "p99.999"
+//!
+//! [placement]                # only for `plan check`: instance -> tenants
+//! "r8-1" = ["bms-1", "bms-2"]
+//! ```
+
+use anyhow::{bail, Context, Result};
+use ontime_core::duration::{opt_text_ns, text_ns};
+use ontime_core::work::WorkModel;
+use ontime_sim::sched::Model;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanInput {
+    #[serde(rename = "host")]
+    pub hosts: Vec<HostSpec>,
+    #[serde(rename = "tenant")]
+    pub tenants: Vec<TenantSpec>,
+    /// Host instance -> tenant names (a placement to check).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub placement: BTreeMap<String, Vec<String>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSpec {
+    pub name: String,
+    pub cores: usize,
+    #[serde(default = "default_scheduler")]
+    pub scheduler: String,
+    #[serde(default, with = "opt_text_ns", skip_serializing_if = "Option::is_none")]
+    pub tslice: Option<u64>,
+    #[serde(default, with = "opt_text_ns", skip_serializing_if = "Option::is_none")]
+    pub budget: Option<u64>,
+    #[serde(default, with = "opt_text_ns", skip_serializing_if = "Option::is_none")]
+    pub period: Option<u64>,
+    #[serde(default = "default_io_cost", with = "text_ns")]
+    pub io_cost: u64,
+    #[serde(default = "one")]
+    pub io_cpus: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<usize>,
+}
+
+fn default_scheduler() -> String {
+    "credit".into()
+}
+fn default_io_cost() -> u64 {
+    50_000
+}
+fn one() -> f64 {
+    1.0
+}
+fn one_usize() -> usize {
+    1
+}
+fn default_period() -> u64 {
+    1_000_000_000
+}
+fn default_one_way() -> u64 {
+    10_000_000
+}
+fn default_percentile() -> String {
+    "p99.999".into()
+}
+
+impl HostSpec {
+    pub fn scheduler(&self) -> Result<Model> {
+        Model::from_name(&self.scheduler, self.tslice, self.budget, self.period)
+            .map_err(|e| anyhow::anyhow!("host {}: scheduler = {e}", self.name))
+    }
+
+    /// Whole cores the I/O path holds for rule 1.
+    pub fn io_vcpus(&self) -> usize {
+        self.io_cpus.ceil() as usize
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantSpec {
+    pub name: String,
+    #[serde(default = "one_usize")]
+    pub count: usize,
+    #[serde(default = "one_usize")]
+    pub vcpus: usize,
+    pub rate: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub points: Option<u32>,
+    #[serde(with = "text_ns")]
+    pub cpu_per_poll: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_tail: Option<f64>,
+    #[serde(default = "default_period", with = "text_ns")]
+    pub period: u64,
+    #[serde(default = "default_one_way", with = "text_ns")]
+    pub one_way: u64,
+    #[serde(with = "text_ns")]
+    pub target: u64,
+    #[serde(default = "default_percentile")]
+    pub percentile: String,
+}
+
+impl TenantSpec {
+    pub fn work(&self) -> WorkModel {
+        WorkModel {
+            mean_ns: self.cpu_per_poll,
+            tail: self.work_tail.filter(|&t| t != 0.0),
+        }
+    }
+    /// Mean CPU over a second, in CPUs.
+    pub fn mean_cpu(&self) -> f64 {
+        self.rate * self.cpu_per_poll as f64 / 1e9
+    }
+    /// The percentile of the target, 0..100 (None for "max").
+    pub fn target_percentile(&self) -> Result<Option<f64>> {
+        if self.percentile == "max" {
+            return Ok(None);
+        }
+        let p: f64 = self
+            .percentile
+            .strip_prefix('p')
+            .and_then(|s| s.parse().ok())
+            .filter(|p| (0.0..100.0).contains(p))
+            .with_context(|| {
+                format!(
+                    "tenant {}: percentile = \"{}\": use e.g. p99.999 or max",
+                    self.name, self.percentile
+                )
+            })?;
+        Ok(Some(p))
+    }
+}
+
+/// One tenant after `count` is expanded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tenant {
+    pub name: String,
+    pub spec: TenantSpec,
+}
+
+impl PlanInput {
+    pub fn read(path: &Path) -> Result<PlanInput> {
+        let input: PlanInput = ontime_core::config::read_toml(path, "plan input")?;
+        input.validate().with_context(|| format!("in {}", path.display()))?;
+        Ok(input)
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if self.hosts.is_empty() {
+            bail!("no [[host]]: describe at least one kind of host");
+        }
+        if self.tenants.is_empty() {
+            bail!("no [[tenant]]: describe the tenants to place");
+        }
+        for h in &self.hosts {
+            h.scheduler()?;
+            if h.cores == 0 {
+                bail!("host {}: cores must be above 0", h.name);
+            }
+            if h.io_cpus.is_nan() || h.io_cpus < 0.0 {
+                bail!("host {}: io_cpus must be 0 or more", h.name);
+            }
+        }
+        for t in &self.tenants {
+            if t.vcpus == 0 || t.rate.is_nan() || t.rate <= 0.0 || t.period == 0 {
+                bail!("tenant {}: vcpus, rate and period must be above 0", t.name);
+            }
+            t.work()
+                .validate()
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("tenant {}", t.name))?;
+            t.target_percentile()?;
+        }
+        let names = self.expanded();
+        let mut seen = std::collections::HashSet::new();
+        for t in &names {
+            if !seen.insert(&t.name) {
+                bail!(
+                    "tenant name {} appears twice: names must be unique after expansion",
+                    t.name
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Every tenant, `count` copies named name-1 ... name-N (a count of 1
+    /// keeps the name).
+    pub fn expanded(&self) -> Vec<Tenant> {
+        let mut v = Vec::new();
+        for t in &self.tenants {
+            for i in 1..=t.count {
+                v.push(Tenant {
+                    name: if t.count == 1 {
+                        t.name.clone()
+                    } else {
+                        format!("{}-{i}", t.name)
+                    },
+                    spec: t.clone(),
+                });
+            }
+        }
+        v
+    }
+
+    /// The kind of host an instance name belongs to: "r8-3" -> "r8".
+    pub fn host_of(&self, instance: &str) -> Option<&HostSpec> {
+        self.hosts.iter().find(|h| h.name == instance).or_else(|| {
+            let (kind, n) = instance.rsplit_once('-')?;
+            n.parse::<usize>().ok()?;
+            self.hosts.iter().find(|h| h.name == kind)
+        })
+    }
+}

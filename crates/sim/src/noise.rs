@@ -1,0 +1,114 @@
+//! The host's own noise: how late a thread starts on a host with nothing
+//! else to do (timer slack, interrupts, the hypervisor under a VM). The
+//! simulator has no such noise of its own; calibration fits it from a
+//! quiet lab run's send lag and the crawler workload delays every send by
+//! a draw from it.
+
+use ontime_core::stats::{Summary, PERCENTILES};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+/// A delay distribution given by points of its quantile function
+/// (probability 0..=1, ns), drawn by inverse transform, interpolating
+/// between the points geometrically: latency tails are closer to straight
+/// on a log scale, and a linear fill between p99 and p99.9 would spread
+/// a few outliers' size over the whole 0.9 %.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Quantiles {
+    pub points: Vec<(f64, u64)>,
+}
+
+impl Quantiles {
+    /// From a measured summary: its minimum, every percentile it supports
+    /// and its maximum. None when it has no samples.
+    pub fn from_summary(s: &Summary) -> Option<Quantiles> {
+        let mut points = vec![(0.0, s.min_ns?)];
+        for (name, p) in PERCENTILES {
+            if let Some(v) = s.get(name) {
+                points.push((p / 100.0, v));
+            }
+        }
+        points.push((1.0, s.max_ns?));
+        // Percentiles come from histogram buckets and may overshoot the
+        // maximum; the quantile function must not decrease.
+        for i in 1..points.len() {
+            points[i].1 = points[i].1.max(points[i - 1].1);
+        }
+        let last = points.len() - 1;
+        points[last].1 = points[last].1.max(points[last - 1].1);
+        Some(Quantiles { points })
+    }
+
+    /// The value at probability `u` (0..=1).
+    pub fn at(&self, u: f64) -> u64 {
+        let Some(&(_, first)) = self.points.first() else {
+            return 0;
+        };
+        let mut prev = (0.0, first);
+        for &(q, v) in &self.points {
+            if u <= q {
+                if q <= prev.0 {
+                    return v;
+                }
+                let f = (u - prev.0) / (q - prev.0);
+                if prev.1 == 0 {
+                    return (v as f64 * f) as u64;
+                }
+                return (prev.1 as f64 * (v as f64 / prev.1 as f64).powf(f)) as u64;
+            }
+            prev = (q, v);
+        }
+        prev.1
+    }
+}
+
+/// Draws from [`Quantiles`] with its own seeded generator.
+#[derive(Clone, Debug)]
+pub struct NoiseSampler {
+    q: Quantiles,
+    rng: SmallRng,
+}
+
+impl NoiseSampler {
+    pub fn new(q: Quantiles, seed: u64) -> NoiseSampler {
+        NoiseSampler {
+            q,
+            rng: SmallRng::seed_from_u64(seed),
+        }
+    }
+    pub fn next_ns(&mut self) -> u64 {
+        let u: f64 = self.rng.gen();
+        self.q.at(u)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ontime_core::stats::LatencyHistogram;
+
+    /// Drawn samples reproduce the summary they were fitted from: the
+    /// median and p99 of 200 000 draws within the histogram's resolution.
+    #[test]
+    fn draws_follow_the_fitted_quantiles() {
+        let mut h = LatencyHistogram::new();
+        for i in 0..100_000u64 {
+            // 10 us .. ~1 ms, skewed.
+            h.record(10_000 + (i * i) / 10_000_000);
+        }
+        let q = Quantiles::from_summary(&h.summary(None)).unwrap();
+        assert_eq!(Some(q.at(0.0)), h.summary(None).min_ns);
+        assert_eq!(q.at(1.0), h.max());
+        let mut s = NoiseSampler::new(q, 1);
+        let mut d = LatencyHistogram::new();
+        for _ in 0..200_000 {
+            d.record(s.next_ns());
+        }
+        for p in [50.0, 99.0] {
+            let (a, b) = (h.percentile(p).unwrap() as f64, d.percentile(p).unwrap() as f64);
+            assert!((a / b - 1.0).abs() < 0.03, "p{p}: fitted {a}, drawn {b}");
+        }
+        assert!(d.max() <= h.max());
+    }
+}
