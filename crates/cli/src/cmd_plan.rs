@@ -28,6 +28,10 @@ pub struct PlanArgs {
 
 #[derive(Args)]
 struct Common {
+    /// The hosts' own noise, fitted from lab runs by `ontime sim calibrate`
+    /// (without it the simulated hosts have none)
+    #[arg(long, value_name = "FILE")]
+    calibration: Option<PathBuf>,
     /// Seed of the simulated work draws and start offsets
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -60,6 +64,11 @@ fn options(c: &Common) -> anyhow::Result<PlanOptions> {
         seed: c.seed,
         ..Default::default()
     };
+    if let Some(p) = &c.calibration {
+        let cal = ontime_lab::calibrate::read(p).map_err(|e| usage(format!("{e:#}")))?;
+        o.host_noise = cal.host_noise;
+        o.host_stalls = cal.host_stalls;
+    }
     if let Some(j) = c.jobs {
         o.jobs = j;
     }
@@ -161,12 +170,25 @@ fn plan_text(r: &PlanReport) -> String {
             format!(": {}", m.broken_hosts.join(", "))
         }
     );
-    let _ = writeln!(
-        s,
-        "keeping every target needs {} hosts ({:+} against the mean-CPU packing)",
-        r.hosts.len(),
-        r.hosts.len() as i64 - m.hosts as i64
-    );
+    match r.hosts_needed_without_limit {
+        Some(n) => {
+            let _ = writeln!(
+                s,
+                "keeping every target needs {n} hosts ({:+} against the mean-CPU packing); the input allows {}, so {} tenants stay unplaced",
+                n as i64 - m.hosts as i64,
+                r.hosts.len(),
+                r.unplaced.len()
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "keeping every target needs {} hosts ({:+} against the mean-CPU packing)",
+                r.hosts.len(),
+                r.hosts.len() as i64 - m.hosts as i64
+            );
+        }
+    }
     s
 }
 

@@ -3,8 +3,9 @@
 //!
 //! - the host's own noise: the send lag of the quiet runs (no load, the
 //!   crawlers using at most a quarter of the CPUs), merged from their
-//!   histogram logs, as quantiles; the simulator delays every send by a
-//!   draw from it;
+//!   histogram logs; lags up to 0.5 ms as wake-up jitter (quantiles, a
+//!   draw delays every send), longer ones as stalls of the whole host (a
+//!   rate and durations; the simulator stops every CPU for them);
 //! - the crawler's CPU per poll beyond the work the scenario asked for
 //!   (HTTP, JSON, the kernel's network stack): measured CPU per answered
 //!   poll minus `work_per_poll`, the median over runs. Only the mean is
@@ -17,7 +18,8 @@
 
 use crate::results::{read_run, run_dirs, ProbeResult, RunResults};
 use anyhow::{Context, Result};
-use ontime_sim::noise::Quantiles;
+use ontime_core::stats::LatencyHistogram;
+use ontime_sim::noise::{Quantiles, Stalls};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -33,6 +35,9 @@ pub struct Calibration {
     pub host_noise: Option<Quantiles>,
     /// Sends the noise was fitted from.
     pub noise_samples: u64,
+    /// Send lags above this were taken as stalls of the whole host.
+    pub stall_threshold_ns: u64,
+    pub host_stalls: Option<Stalls>,
     /// Measured CPU per answered poll minus the scenario's work per poll.
     pub cpu_per_poll_overhead_ns: Option<u64>,
     /// Runs (tenants) the overhead is the median of.
@@ -43,7 +48,10 @@ pub struct Calibration {
     pub notes: Vec<String>,
 }
 
-pub const FORMAT: &str = "ontime-sim-calibration/1";
+pub const FORMAT: &str = "ontime-sim-calibration/2";
+
+/// Send lags longer than this are stalls of the host, not wake-up jitter.
+pub const STALL_THRESHOLD_NS: u64 = 500_000;
 
 fn median(mut v: Vec<u64>) -> Option<u64> {
     v.sort_unstable();
@@ -119,7 +127,7 @@ pub fn calibrate(dir: &Path) -> Result<Calibration> {
         let least = unloaded.iter().map(|r| demand(r)).min_by(f64::total_cmp);
         quiet = unloaded.iter().copied().filter(|r| Some(demand(r)) == least).collect();
     }
-    let mut lag = ontime_core::stats::LatencyHistogram::new();
+    let mut lag = LatencyHistogram::new();
     for r in &quiet {
         for t in &r.record.tenants {
             let hlog = r.dir.join(format!("t{}.hlog", t.index));
@@ -128,7 +136,29 @@ pub fn calibrate(dir: &Path) -> Result<Calibration> {
             }
         }
     }
-    let host_noise = Quantiles::from_summary(&lag.summary(None));
+    // Lags up to the threshold are jitter of single wake-ups; longer ones
+    // are taken as the host stalling as a whole (a VM descheduled), each
+    // such lag one stall of about that length (crude: a stall seen twice
+    // counts twice, one no send fell into is not seen at all).
+    let (mut jitter, mut long) = (LatencyHistogram::new(), LatencyHistogram::new());
+    for v in lag.inner().iter_recorded() {
+        let ns = lag.inner().highest_equivalent(v.value_iterated_to());
+        let n = v.count_at_value();
+        if ns <= STALL_THRESHOLD_NS {
+            jitter.record_n(ns, n);
+        } else {
+            long.record_n(ns, n);
+        }
+    }
+    let host_noise = Quantiles::from_summary(&jitter.summary(None));
+    let observed_s: f64 = quiet
+        .iter()
+        .map(|r| r.record.tenants.len() as f64 * r.record.config.duration as f64 / 1e9)
+        .sum();
+    let host_stalls = Quantiles::from_summary(&long.summary(None)).map(|durations| Stalls {
+        per_second: long.len() as f64 / observed_s.max(1e-9),
+        durations,
+    });
     if quiet.is_empty() {
         notes.push("every run had a load: no quiet run to fit the host noise from".into());
     } else if host_noise.is_none() {
@@ -141,6 +171,8 @@ pub fn calibrate(dir: &Path) -> Result<Calibration> {
         quiet_runs: quiet.iter().map(|r| r.name.clone()).collect(),
         noise_samples,
         host_noise,
+        stall_threshold_ns: STALL_THRESHOLD_NS,
+        host_stalls,
         cpu_per_poll_samples: overhead.len(),
         cpu_per_poll_overhead_ns: median(overhead),
         io_cost_samples: io_cost.len(),
@@ -178,6 +210,19 @@ impl ontime_core::export::TextReport for Calibration {
                     format_ns(q.at(1.0))
                 ),
                 None => "not fitted".into(),
+            }
+        );
+        s += &format!(
+            "  host stalls (send lags above {}): {}\n",
+            ontime_core::duration::format_ns(self.stall_threshold_ns),
+            match &self.host_stalls {
+                Some(st) => format!(
+                    "{:.2} per second, p50 {} max {}",
+                    st.per_second,
+                    ontime_core::duration::format_ns(st.durations.at(0.5)),
+                    ontime_core::duration::format_ns(st.durations.at(1.0))
+                ),
+                None => "none seen".into(),
             }
         );
         s += &format!(

@@ -22,6 +22,9 @@ use std::path::{Path, PathBuf};
 /// Swept (key, value) pairs of a run.
 type Vars = Vec<(String, String)>;
 
+/// One series of a figure: (x value, pooled histogram) per point.
+type Points<'a> = Vec<(String, &'a LatencyHistogram)>;
+
 use crate::results::RunResults;
 use crate::runner::Workload;
 
@@ -195,6 +198,42 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
             v.sort_by(|a, b| a.0.total_cmp(&b.0));
             v
         };
+        // Simulated beside measured: per setting of the other swept keys,
+        // one figure with p99 and p99.9 of each source.
+        if !simulated.is_empty() {
+            let mut pairs: BTreeMap<Vars, Vec<(String, &Points)>> = BTreeMap::new();
+            for (rest, pts) in &series {
+                let source = rest
+                    .iter()
+                    .find(|(k, _)| k == "source")
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default();
+                let others: Vars = rest.iter().filter(|(k, _)| k != "source").cloned().collect();
+                pairs.entry(others).or_default().push((source, pts));
+            }
+            for (others, sources) in &pairs {
+                let mut lines = Vec::new();
+                for (source, pts) in sources {
+                    for (name, p) in [("p99", 99.0), ("p99.9", 99.9)] {
+                        lines.push((format!("{source} {name}"), line(pts, Some(p))));
+                    }
+                }
+                lines.retain(|l: &(String, Vec<(f64, f64)>)| !l.1.is_empty());
+                let title = if others.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", vars_label(others))
+                };
+                charts.push(lab_chart(
+                    format!("Simulated vs measured {metric} vs {xk}{title}"),
+                    xk,
+                    format!("{metric} (ms)"),
+                    Some(cats.clone()),
+                    lines,
+                    Scale::Linear,
+                ));
+            }
+        }
         // With several series, first one figure that sets them side by side
         // (p99 and max), then one figure per series.
         if series.len() > 1 {

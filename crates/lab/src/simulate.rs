@@ -24,7 +24,8 @@ use ontime_core::manifest::Manifest;
 use ontime_core::rt::{parse_cpu_list, Policy};
 use ontime_core::stats::{LatencyHistogram, Summary};
 use ontime_sim::crawl::{CrawlTenant, CrawlWorkload, HostIo};
-use ontime_sim::engine::run;
+use ontime_sim::engine::run_with_stalls;
+use ontime_sim::noise::StallSampler;
 use ontime_sim::sched::{Linux, LinuxClass, Scheduler};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -59,6 +60,9 @@ pub struct Simulated {
     pub calibration: Option<String>,
     pub io_cost_per_packet_ns: Option<u64>,
     pub host_noise: bool,
+    /// Stalls of the whole host per second, from the calibration.
+    #[serde(default)]
+    pub host_stalls: Option<f64>,
     pub cpu_hogs: usize,
     /// CPU busy over the run, CPUs.
     pub busy_cpus: f64,
@@ -207,7 +211,10 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         Some(m) => m.build(threads, cpus),
     };
     // Let the last polls' answers finish.
-    let o = run(&mut w, cpus, sched.as_mut(), horizon);
+    let mut stalls = cal
+        .and_then(|c| c.host_stalls.clone())
+        .map(|st| StallSampler::new(st, seed.wrapping_add(0x57a11)));
+    let o = run_with_stalls(&mut w, cpus, sched.as_mut(), horizon, stalls.as_mut());
     let model = opts.model.map_or_else(|| sched.name().to_string(), |m| m.label());
     Ok(SimRun {
         name: format!("sim-{model}-{}", run_.dir_name()),
@@ -219,6 +226,7 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
             calibration: opts.calibration.as_ref().map(|(p, _)| p.display().to_string()),
             io_cost_per_packet_ns: io_cost,
             host_noise: noise.is_some(),
+            host_stalls: cal.and_then(|c| c.host_stalls.as_ref()).map(|s| s.per_second),
             cpu_hogs: hogs,
             busy_cpus: o.busy_ns as f64 / horizon.max(1) as f64,
             left_out,

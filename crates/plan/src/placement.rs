@@ -7,6 +7,7 @@
 use crate::input::{HostSpec, PlanInput, Tenant};
 use crate::predict::{peak_cpu, predict_host, rule_violations, HostPrediction};
 use anyhow::{bail, Result};
+use ontime_sim::noise::{Quantiles, Stalls};
 use ontime_sim::sched::Model;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -16,6 +17,10 @@ pub struct PlanOptions {
     pub seed: u64,
     /// Verify hosts on this many threads at once.
     pub jobs: usize,
+    /// The hosts' own noise (`ontime sim calibrate`): wake-up jitter drawn
+    /// for every send, and stalls of the whole host.
+    pub host_noise: Option<Quantiles>,
+    pub host_stalls: Option<Stalls>,
 }
 
 impl Default for PlanOptions {
@@ -23,6 +28,8 @@ impl Default for PlanOptions {
         PlanOptions {
             seed: 1,
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            host_noise: None,
+            host_stalls: None,
         }
     }
 }
@@ -51,6 +58,9 @@ pub struct PlanReport {
     /// Tenants no host kind can keep, with why.
     pub unplaced: Vec<(String, String)>,
     pub placement: BTreeMap<String, Vec<String>>,
+    /// When hosts ran out (`count`): the hosts keeping every placeable
+    /// tenant's target would take without that limit.
+    pub hosts_needed_without_limit: Option<usize>,
     pub mean_cpu_packing: MeanCpuPacking,
     pub elapsed_s: f64,
 }
@@ -64,6 +74,8 @@ pub struct CheckReport {
     pub not_placed: Vec<String>,
 }
 
+const NO_INSTANCE_LEFT: &str = "no instance left";
+
 struct OpenHost<'a> {
     instance: String,
     kind: &'a HostSpec,
@@ -72,9 +84,9 @@ struct OpenHost<'a> {
 }
 
 /// Predicts every host on `jobs` threads.
-fn predict_all(jobs: usize, hosts: &[(String, &HostSpec, Model, Vec<&Tenant>)], seed: u64) -> Vec<HostPrediction> {
+fn predict_all(hosts: &[(String, &HostSpec, Model, Vec<&Tenant>)], opts: &PlanOptions) -> Vec<HostPrediction> {
     let mut out: Vec<Option<HostPrediction>> = vec![None; hosts.len()];
-    let jobs = jobs.max(1);
+    let jobs = opts.jobs.max(1);
     std::thread::scope(|s| {
         let chunks: Vec<_> = out.chunks_mut(hosts.len().div_ceil(jobs).max(1)).collect();
         let mut start = 0;
@@ -84,7 +96,7 @@ fn predict_all(jobs: usize, hosts: &[(String, &HostSpec, Model, Vec<&Tenant>)], 
             start += n;
             s.spawn(move || {
                 for (slot, (inst, h, sched, ts)) in chunk.iter_mut().zip(mine) {
-                    *slot = Some(predict_host(inst, h, *sched, ts, seed));
+                    *slot = Some(predict_host(inst, h, *sched, ts, opts));
                 }
             });
         }
@@ -115,10 +127,10 @@ pub fn plan(input: &PlanInput, opts: &PlanOptions) -> Result<PlanReport> {
         let mut fits = false;
         for k in &input.hosts {
             let sched = k.scheduler()?;
-            let p = predict_host(&k.name, k, sched, &[t], opts.seed);
+            let p = predict_host(&k.name, k, sched, &[t], opts);
             let ok = p.meets
                 || matches!(sched, Model::Credit { tslice_ns } if tslice_ns > 1_000_000
-                    && predict_host(&k.name, k, Model::Credit { tslice_ns: 1_000_000 }, &[t], opts.seed).meets);
+                    && predict_host(&k.name, k, Model::Credit { tslice_ns: 1_000_000 }, &[t], opts).meets);
             if ok {
                 fits = true;
                 break;
@@ -183,7 +195,7 @@ pub fn plan(input: &PlanInput, opts: &PlanOptions) -> Result<PlanReport> {
                         .map(|k| {
                             let v = rule_violations(k, &[&tenants[ti]], &[peaks[ti]]);
                             if v.is_empty() {
-                                format!("{}: no instance left", k.name)
+                                format!("{}: {NO_INSTANCE_LEFT}", k.name)
                             } else {
                                 format!("{}: {}", k.name, v.join("; "))
                             }
@@ -207,7 +219,7 @@ pub fn plan(input: &PlanInput, opts: &PlanOptions) -> Result<PlanReport> {
                 )
             })
             .collect();
-        let preds = predict_all(opts.jobs, &batch, opts.seed);
+        let preds = predict_all(&batch, opts);
         // Settle each host: kept, kept at a 1 ms credit slice, or shrunk.
         let mut still_open: Vec<OpenHost> = Vec::new();
         for (mut h, p) in open.into_iter().zip(preds) {
@@ -219,7 +231,7 @@ pub fn plan(input: &PlanInput, opts: &PlanOptions) -> Result<PlanReport> {
                 if tslice_ns > 1_000_000 {
                     let ts: Vec<&Tenant> = h.tenants.iter().map(|&i| &tenants[i]).collect();
                     let fast = Model::Credit { tslice_ns: 1_000_000 };
-                    let p1 = predict_host(&h.instance, h.kind, fast, &ts, opts.seed);
+                    let p1 = predict_host(&h.instance, h.kind, fast, &ts, opts);
                     if p1.meets {
                         done.push(p1);
                         continue;
@@ -258,11 +270,21 @@ pub fn plan(input: &PlanInput, opts: &PlanOptions) -> Result<PlanReport> {
         .map(|h| (h.instance.clone(), h.tenants.iter().map(|t| t.tenant.clone()).collect()))
         .collect();
     let mean_cpu_packing = mean_cpu_packing(input, &tenants, opts)?;
+    let hosts_needed_without_limit = if unplaced.iter().any(|(_, why)| why.contains(NO_INSTANCE_LEFT)) {
+        let mut unlimited = input.clone();
+        for h in &mut unlimited.hosts {
+            h.count = None;
+        }
+        Some(plan(&unlimited, opts)?.hosts.len())
+    } else {
+        None
+    };
     Ok(PlanReport {
         tenants: tenants.len(),
         hosts: done,
         unplaced,
         placement,
+        hosts_needed_without_limit,
         mean_cpu_packing,
         elapsed_s: started.elapsed().as_secs_f64(),
     })
@@ -320,7 +342,7 @@ fn mean_cpu_packing(input: &PlanInput, tenants: &[Tenant], opts: &PlanOptions) -
             )
         })
         .collect();
-    let predictions = predict_all(opts.jobs, &batch, opts.seed);
+    let predictions = predict_all(&batch, opts);
     Ok(MeanCpuPacking {
         rule: format!("sum of 1 s mean CPU <= {} cores per {} host", kind.cores, kind.name),
         hosts: predictions.len(),
@@ -373,7 +395,7 @@ pub fn check(input: &PlanInput, opts: &PlanOptions) -> Result<CheckReport> {
         }
         batch.push((inst.clone(), kind, kind.scheduler()?, ts));
     }
-    let hosts = predict_all(opts.jobs, &batch, opts.seed);
+    let hosts = predict_all(&batch, opts);
     let missing = hosts
         .iter()
         .flat_map(|h| {
@@ -408,7 +430,12 @@ mod tests {
     const HOST4: &str = "[[host]]\nname = \"h\"\ncores = 4\nscheduler = \"credit\"\n";
 
     fn opts() -> PlanOptions {
-        PlanOptions { seed: 1, jobs: 2 }
+        PlanOptions {
+            seed: 1,
+            jobs: 2,
+            host_noise: None,
+            host_stalls: None,
+        }
     }
 
     /// Seven light 1-vCPU tenants on 4-core hosts: document 000's vCPU

@@ -6,7 +6,8 @@ use crate::input::{HostSpec, Tenant};
 use ontime_core::duration::format_ns;
 use ontime_core::work::WorkModel;
 use ontime_sim::crawl::{CrawlTenant, CrawlWorkload, HostIo};
-use ontime_sim::engine::run;
+use ontime_sim::engine::run_with_stalls;
+use ontime_sim::noise::StallSampler;
 use ontime_sim::sched::Model;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -177,7 +178,14 @@ pub fn horizon_ns(tenants: &[&Tenant]) -> u64 {
 }
 
 /// Predicts `tenants` on one instance of `host` under `sched`.
-pub fn predict_host(instance: &str, host: &HostSpec, sched: Model, tenants: &[&Tenant], seed: u64) -> HostPrediction {
+pub fn predict_host(
+    instance: &str,
+    host: &HostSpec,
+    sched: Model,
+    tenants: &[&Tenant],
+    opts: &crate::placement::PlanOptions,
+) -> HostPrediction {
+    let seed = opts.seed;
     let peaks: Vec<f64> = tenants
         .iter()
         .enumerate()
@@ -215,6 +223,9 @@ pub fn predict_host(instance: &str, host: &HostSpec, sched: Model, tenants: &[&T
         })
         .collect();
     let mut w = CrawlWorkload::new(crawl, io, horizon, seed).stop_when_decided(&limits);
+    if let Some(q) = &opts.host_noise {
+        w = w.with_host_noise(q.clone(), seed.wrapping_add(0x5eed));
+    }
     let threads = w_threads(&w);
     let mut model = sched.build(threads, host.cores);
     let max_period = tenants.iter().map(|t| t.spec.period).max().unwrap_or(0);
@@ -222,7 +233,17 @@ pub fn predict_host(instance: &str, host: &HostSpec, sched: Model, tenants: &[&T
     let o = if tenants.is_empty() {
         None
     } else {
-        Some(run(&mut w, host.cores, model.as_mut(), end))
+        let mut stalls = opts
+            .host_stalls
+            .clone()
+            .map(|st| StallSampler::new(st, seed.wrapping_add(0x57a11)));
+        Some(run_with_stalls(
+            &mut w,
+            host.cores,
+            model.as_mut(),
+            end,
+            stalls.as_mut(),
+        ))
     };
     let mut preds = Vec::new();
     for (i, (t, m)) in tenants.iter().zip(&w.measures).enumerate() {

@@ -90,7 +90,10 @@ pub struct CrawlWorkload {
     streams: Vec<Stream>,
     samplers: Vec<WorkSampler>,
     /// Next planned send per stream: (time, stream).
-    sends: BinaryHeap<Reverse<(u64, usize)>>,
+    /// Planned sends: (due time with the host's noise, stream, poll).
+    sends: BinaryHeap<Reverse<(u64, usize, u64)>>,
+    /// Streams per vCPU thread.
+    thread_streams: Vec<Vec<usize>>,
     /// Answers on their way back: (arrival, stream, poll index).
     answers: BinaryHeap<Reverse<(u64, usize, u64)>>,
     pub measures: Vec<CrawlMeasures>,
@@ -165,11 +168,15 @@ impl CrawlWorkload {
             }
             first_thread += t.vcpus.max(1);
         }
-        let sends: BinaryHeap<Reverse<(u64, usize)>> = streams
+        let sends: BinaryHeap<Reverse<(u64, usize, u64)>> = streams
             .iter()
             .enumerate()
-            .map(|(i, s)| Reverse((s.phase_ns, i)))
+            .map(|(i, s)| Reverse((s.phase_ns, i, 0)))
             .collect();
+        let mut thread_streams = vec![Vec::new(); first_thread];
+        for (i, s) in streams.iter().enumerate() {
+            thread_streams[s.thread].push(i);
+        }
         let vcpu_threads = first_thread;
         let samplers = (0..vcpu_threads).map(|th| {
             let ti = tenant_of(&tenants, th);
@@ -181,6 +188,7 @@ impl CrawlWorkload {
             tenants,
             streams,
             sends,
+            thread_streams,
             answers: BinaryHeap::new(),
             threads: first_thread + usize::from(io.is_some()),
             io,
@@ -222,6 +230,28 @@ impl CrawlWorkload {
     /// The thread of the host I/O path, if any.
     pub fn io_thread(&self) -> Option<usize> {
         self.io.map(|_| self.threads - self.hogs - 1)
+    }
+
+    /// Pushes stream `si`'s next poll's send at `at` and plans the one
+    /// after it.
+    fn release_send(&mut self, si: usize, at: u64, push: &mut dyn FnMut(Item)) {
+        let s = &mut self.streams[si];
+        let k = s.next;
+        if s.phase_ns + k * s.period_ns >= s.end_ns {
+            return;
+        }
+        s.next += 1;
+        push(Item {
+            thread: s.thread,
+            release_ns: at,
+            abs_deadline_ns: at + s.period_ns,
+            priority: 0,
+            cpu_ns: self.tenants[s.tenant].send_cost_ns,
+            tag: tag(si, k, Kind::Send),
+            within: 0,
+        });
+        let due = self.due(si, k + 1);
+        self.sends.push(Reverse((due, si, k + 1)));
     }
 
     /// When stream `si`'s poll `k` is due: its planned time plus the
@@ -295,29 +325,16 @@ impl Workload for CrawlWorkload {
                 });
             }
         }
-        while let Some(&Reverse((t, si))) = self.sends.peek() {
+        while let Some(&Reverse((t, si, k))) = self.sends.peek() {
             if t > now {
                 break;
             }
             self.sends.pop();
-            let s = &mut self.streams[si];
-            let k = s.next;
-            if s.phase_ns + k * s.period_ns >= s.end_ns {
-                continue;
+            // Stale: the poll went out early, with an answer that woke
+            // its thread.
+            if k == self.streams[si].next {
+                self.release_send(si, t, push);
             }
-            s.next += 1;
-            let next = s.next;
-            push(Item {
-                thread: s.thread,
-                release_ns: t,
-                abs_deadline_ns: t + s.period_ns,
-                priority: 0,
-                cpu_ns: self.tenants[s.tenant].send_cost_ns,
-                tag: tag(si, k, Kind::Send),
-                within: 0,
-            });
-            let due = self.due(si, next);
-            self.sends.push(Reverse((due, si)));
         }
         while let Some(&Reverse((t, si, k))) = self.answers.peek() {
             if t > now {
@@ -334,6 +351,18 @@ impl Workload for CrawlWorkload {
                 s.tracker.missed(k, s.period_ns, &mut m.interval_error);
                 continue;
             }
+            // The answer wakes the thread, and the crawler sends what is
+            // due before it reads answers: a send the host's noise would
+            // have delayed goes now.
+            let th = s.thread;
+            for i in 0..self.thread_streams[th].len() {
+                let sj = self.thread_streams[th][i];
+                let o = &self.streams[sj];
+                if o.phase_ns + o.next * o.period_ns <= t {
+                    self.release_send(sj, t, push);
+                }
+            }
+            let s = &self.streams[si];
             let work = self.samplers[s.thread].next_ns();
             push(Item {
                 thread: s.thread,

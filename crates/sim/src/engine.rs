@@ -135,6 +135,19 @@ pub fn simulate(
 /// Runs `workload` on `cpus` CPUs under `sched` until `horizon_ns`, or
 /// until the workload says it is [`Workload::finished`].
 pub fn run(workload: &mut dyn Workload, cpus: usize, sched: &mut dyn Scheduler, horizon_ns: u64) -> SimOutcome {
+    run_with_stalls(workload, cpus, sched, horizon_ns, None)
+}
+
+/// [`run`] on a host that stalls now and then as a whole (a VM whose
+/// vCPUs its hypervisor deschedules): during a stall no CPU makes
+/// progress, and work that falls due waits for its end.
+pub fn run_with_stalls(
+    workload: &mut dyn Workload,
+    cpus: usize,
+    sched: &mut dyn Scheduler,
+    horizon_ns: u64,
+    mut stalls: Option<&mut crate::noise::StallSampler>,
+) -> SimOutcome {
     assert!(cpus >= 1, "at least one CPU");
     let threads = workload.threads();
     let mut out: Vec<TaskOutcome> = (0..threads).map(|_| TaskOutcome::default()).collect();
@@ -145,6 +158,7 @@ pub fn run(workload: &mut dyn Workload, cpus: usize, sched: &mut dyn Scheduler, 
     let mut d = Dispatcher::default();
     let (mut seq, mut busy) = (0u64, 0u64);
     let mut now = 0u64;
+    let mut next_stall = stalls.as_mut().map(|s| s.next_after(0));
     loop {
         if workload.finished() {
             break;
@@ -165,15 +179,23 @@ pub fn run(workload: &mut dyn Workload, cpus: usize, sched: &mut dyn Scheduler, 
         if next == u64::MAX || next > horizon_ns {
             break;
         }
+        // A stall before the event: the CPUs run up to its start, then
+        // time jumps to its end with nothing done.
+        let stall = next_stall.filter(|&(start, _)| start < next);
+        let run_to = stall.map_or(next, |(start, _)| start.max(now));
         // Run every CPU up to the event.
-        let dt = next - now;
+        let dt = run_to - now;
         for Slot { job: j, .. } in running.iter_mut().flatten() {
             j.remaining_ns -= dt.min(j.remaining_ns);
             busy += dt;
             out[j.task].cpu_ns += dt;
             sched.charge(j, dt);
         }
-        now = next;
+        now = run_to;
+        if let Some((_, end)) = stall {
+            now = end.max(now);
+            next_stall = stalls.as_mut().map(|s| s.next_after(now));
+        }
         if timer.is_some_and(|t| t <= now) {
             sched.on_timer(now);
         }

@@ -1,8 +1,9 @@
-//! The host's own noise: how late a thread starts on a host with nothing
-//! else to do (timer slack, interrupts, the hypervisor under a VM). The
-//! simulator has no such noise of its own; calibration fits it from a
-//! quiet lab run's send lag and the crawler workload delays every send by
-//! a draw from it.
+//! The host's own noise, which the simulator has none of, fitted by
+//! calibration from quiet lab runs' send lag: small jitter in how late a
+//! thread wakes (timer slack, interrupts), drawn per send, and stalls of
+//! the whole host (a VM's vCPUs descheduled by its hypervisor: every
+//! thread stops at once), drawn as a Poisson process that the engine
+//! runs ([`crate::engine::run_with_stalls`]).
 
 use ontime_core::stats::{Summary, PERCENTILES};
 use rand::rngs::SmallRng;
@@ -83,6 +84,42 @@ impl NoiseSampler {
     }
 }
 
+/// Stalls of the whole host as a Poisson process: `per_second` on
+/// average, each lasting a draw from `durations`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stalls {
+    pub per_second: f64,
+    pub durations: Quantiles,
+}
+
+/// Draws the stalls one after another.
+#[derive(Clone, Debug)]
+pub struct StallSampler {
+    stalls: Stalls,
+    rng: SmallRng,
+}
+
+impl StallSampler {
+    pub fn new(stalls: Stalls, seed: u64) -> StallSampler {
+        StallSampler {
+            stalls,
+            rng: SmallRng::seed_from_u64(seed),
+        }
+    }
+
+    /// The next stall starting after `t`: (start, end).
+    pub fn next_after(&mut self, t: u64) -> (u64, u64) {
+        if self.stalls.per_second <= 0.0 {
+            return (u64::MAX, u64::MAX);
+        }
+        let u: f64 = self.rng.gen::<f64>().max(f64::MIN_POSITIVE);
+        let gap = (-u.ln() / self.stalls.per_second * 1e9) as u64;
+        let start = t.saturating_add(gap.max(1));
+        let d: f64 = self.rng.gen();
+        (start, start.saturating_add(self.stalls.durations.at(d)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,5 +147,30 @@ mod tests {
             assert!((a / b - 1.0).abs() < 0.03, "p{p}: fitted {a}, drawn {b}");
         }
         assert!(d.max() <= h.max());
+    }
+
+    /// Stalls come at the fitted rate, each from the fitted durations.
+    #[test]
+    fn stalls_follow_their_rate_and_durations() {
+        let q = Quantiles {
+            points: vec![(0.0, 1_000_000), (1.0, 3_000_000)],
+        };
+        let mut s = NoiseSampler::new(q.clone(), 1);
+        let _ = s.next_ns();
+        let mut st = StallSampler::new(
+            Stalls {
+                per_second: 2.0,
+                durations: q,
+            },
+            3,
+        );
+        let (mut t, mut n) = (0u64, 0u64);
+        while t < 1_000_000_000_000 {
+            let (start, end) = st.next_after(t);
+            assert!(start > t && (1_000_000..=3_000_000).contains(&(end - start)));
+            t = end;
+            n += 1;
+        }
+        assert!((1900..2100).contains(&n), "{n} stalls in 1000 s at 2/s");
     }
 }

@@ -2,7 +2,7 @@
 //! a global run queue (the first m run on m CPUs) and may give them a time
 //! slice; the engine does the rest. Each model says what it leaves out.
 
-use ontime_core::duration::format_ns;
+use ontime_core::duration::format_exact;
 use serde::Serialize;
 use std::cmp::Ordering;
 
@@ -75,13 +75,11 @@ impl Model {
     /// A short name for run directories.
     pub fn label(&self) -> String {
         match self {
-            Model::Rr { slice_ns } => format!("rr-{}", format_ns(*slice_ns).replace(' ', "")),
-            Model::Credit { tslice_ns } => format!("credit-{}", format_ns(*tslice_ns).replace(' ', "")),
-            Model::Rtds { budget_ns, period_ns } => format!(
-                "rtds-{}-{}",
-                format_ns(*budget_ns).replace(' ', ""),
-                format_ns(*period_ns).replace(' ', "")
-            ),
+            Model::Rr { slice_ns } => format!("rr-{}", format_exact(*slice_ns)),
+            Model::Credit { tslice_ns } => format!("credit-{}", format_exact(*tslice_ns)),
+            Model::Rtds { budget_ns, period_ns } => {
+                format!("rtds-{}-{}", format_exact(*budget_ns), format_exact(*period_ns))
+            }
             other => other.to_string(),
         }
     }
@@ -92,12 +90,12 @@ impl std::fmt::Display for Model {
         match self {
             Model::Cfs => write!(f, "cfs"),
             Model::Fifo => write!(f, "fifo"),
-            Model::Rr { slice_ns } => write!(f, "rr (slice {})", format_ns(*slice_ns)),
+            Model::Rr { slice_ns } => write!(f, "rr (slice {})", format_exact(*slice_ns)),
             Model::Edf => write!(f, "edf"),
-            Model::Credit { tslice_ns } => write!(f, "credit (tslice {})", format_ns(*tslice_ns)),
+            Model::Credit { tslice_ns } => write!(f, "credit (tslice {})", format_exact(*tslice_ns)),
             Model::Credit2 => write!(f, "credit2"),
             Model::Rtds { budget_ns, period_ns } => {
-                write!(f, "rtds ({} / {})", format_ns(*budget_ns), format_ns(*period_ns))
+                write!(f, "rtds ({} / {})", format_exact(*budget_ns), format_exact(*period_ns))
             }
         }
     }
