@@ -67,6 +67,8 @@ def table(d, tail):
     for r in runs:
         run_dir = os.path.join(d, "runs", r)
         rec = json.load(open(os.path.join(run_dir, "run.json")))
+        if rec.get("simulated"):
+            continue  # measured runs only: scripts/sim-vs-lab.py compares
         p99 = p999 = mx = 0; miss = 0; any999 = True; cpp = []; net = []
         worst_tail = {n: 0 for n in tails}
         for t in rec["tenants"]:
