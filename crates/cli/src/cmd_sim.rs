@@ -61,9 +61,10 @@ enum SimCmd {
 
 #[derive(Args)]
 struct CalibrateArgs {
-    /// A lab results directory with measured crawler runs (`ontime lab run`)
-    results: PathBuf,
-    /// Where to write the calibration [default: RESULTS/calibration.json]
+    /// Lab results directories with measured crawler runs (`ontime lab run`)
+    #[arg(required = true)]
+    results: Vec<PathBuf>,
+    /// Where to write the calibration [default: the first RESULTS/calibration.json]
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
     #[command(flatten)]
@@ -72,8 +73,9 @@ struct CalibrateArgs {
 
 fn calibrate(a: CalibrateArgs) -> anyhow::Result<()> {
     use ontime_core::export::TextReport;
-    let cal = ontime_lab::calibrate::calibrate(&a.results).map_err(|e| usage(format!("{e:#}")))?;
-    let path = a.output.unwrap_or_else(|| a.results.join("calibration.json"));
+    let dirs: Vec<&std::path::Path> = a.results.iter().map(PathBuf::as_path).collect();
+    let cal = ontime_lab::calibrate::calibrate(&dirs).map_err(|e| usage(format!("{e:#}")))?;
+    let path = a.output.unwrap_or_else(|| a.results[0].join("calibration.json"));
     ontime_core::fsio::write_atomic(&path, serde_json::to_string_pretty(&cal)?.as_bytes())?;
     let text = format!("{}written: {}\n", cal.text(), path.display());
     a.out.emit(&cal, &text)

@@ -155,6 +155,13 @@ fn short_crawl_scenario_produces_a_report() {
     assert!(c["noise_samples"].as_u64().unwrap() >= 200, "{c}");
     assert!(c["host_noise"]["points"].as_array().unwrap().len() >= 3, "{c}");
     assert!(c["cpu_per_poll_overhead_ns"].as_u64().unwrap() > 0, "{c}");
+    // Runs record the host's CPU: with the scheduler view, the host's
+    // other work per poll is fitted too.
+    let rec = read_json(&results.join("runs/000-count=1-rep1/run.json"));
+    assert!(rec["host_cpu"]["wall_ns"].as_u64().unwrap() > 2_000_000_000, "{rec}");
+    if c["io_cost_samples"].as_u64().unwrap() > 0 {
+        assert_eq!(c["host_work_samples"], 2, "{c}");
+    }
     let out = ontime()
         .arg("sim")
         .arg(&sc)

@@ -14,7 +14,11 @@
 //!   recording resolves single polls;
 //! - the host I/O path's CPU per packet: the relay's on-CPU time in the
 //!   run's scheduler recording over two packets per poll, the median over
-//!   runs that recorded it.
+//!   runs that recorded it;
+//! - the host's other work per poll (the gateway, softirq network work,
+//!   the recorder): the host's busy time from /proc/stat minus the
+//!   tenants' and the relay's on-CPU time, over the polls, the median over
+//!   unloaded runs.
 
 use crate::results::{read_run, run_dirs, ProbeResult, RunResults};
 use anyhow::{Context, Result};
@@ -27,7 +31,7 @@ use std::path::Path;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Calibration {
     pub format: String,
-    /// The results directory it was fitted from.
+    /// The results directories it was fitted from.
     pub from: String,
     /// The runs the host noise came from (the least loaded).
     pub quiet_runs: Vec<String>,
@@ -45,6 +49,13 @@ pub struct Calibration {
     /// The host I/O path's CPU per packet (two packets per poll).
     pub io_cost_per_packet_ns: Option<u64>,
     pub io_cost_samples: usize,
+    /// The host's CPU per poll outside the tenants and the I/O path (the
+    /// gateway, softirq network work, the recorder): busy time from
+    /// /proc/stat minus the tracked threads' on-CPU time.
+    #[serde(default)]
+    pub host_work_per_poll_ns: Option<u64>,
+    #[serde(default)]
+    pub host_work_samples: usize,
     pub notes: Vec<String>,
 }
 
@@ -58,10 +69,23 @@ fn median(mut v: Vec<u64>) -> Option<u64> {
     (!v.is_empty()).then(|| v[v.len() / 2])
 }
 
-/// Fits a calibration from the measured crawler runs under `dir`.
-pub fn calibrate(dir: &Path) -> Result<Calibration> {
+/// Fits a calibration from the measured crawler runs under `dirs` (more
+/// runs, made at different times, give a steadier picture of a host whose
+/// noise comes and goes).
+pub fn calibrate(dirs: &[&Path]) -> Result<Calibration> {
+    let from = dirs
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
     let mut runs: Vec<RunResults> = Vec::new();
-    for d in run_dirs(dir)? {
+    for d in dirs
+        .iter()
+        .map(|d| run_dirs(d))
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .flatten()
+    {
         let r = read_run(&d).with_context(|| format!("cannot read {}", d.display()))?;
         if r.record.simulated.is_none() && r.record.complete {
             runs.push(r);
@@ -74,11 +98,12 @@ pub fn calibrate(dir: &Path) -> Result<Calibration> {
     anyhow::ensure!(
         !crawl.is_empty(),
         "{} has no complete measured crawler run to calibrate from: run a crawler scenario with `ontime lab run` first",
-        dir.display()
+        from
     );
     let mut notes = Vec::new();
     let mut overhead = Vec::new();
     let mut io_cost = Vec::new();
+    let mut host_work = Vec::new();
     for r in &crawl {
         let asked = r
             .record
@@ -101,6 +126,18 @@ pub fn calibrate(dir: &Path) -> Result<Calibration> {
         if let (Some(io), true) = (io, polls > 0) {
             io_cost.push(io / (2 * polls));
         }
+        // The host's CPU no tracked thread accounts for (the gateway,
+        // softirq network work, the recorder), per poll; only without
+        // loads, whose CPU nothing here tracks.
+        if let (Some(h), Some(a), true) = (&r.record.host_cpu, &r.analysis, polls > 0) {
+            if r.record.config.effective_loads().is_empty() {
+                let tracked: u64 = a.tenants().map(|g| g.on_cpu_ns).sum::<u64>() + io.unwrap_or(0);
+                host_work.push(h.busy_ns().saturating_sub(tracked) / polls);
+            }
+        }
+    }
+    if host_work.is_empty() {
+        notes.push("no unloaded run recorded the host's CPU and the scheduler view: no host work fitted (runs made before session 6 lack host_cpu)".into());
     }
     if io_cost.is_empty() {
         notes.push("no run recorded the host I/O path ([observe] in the scenario): no I/O cost fitted".into());
@@ -167,7 +204,7 @@ pub fn calibrate(dir: &Path) -> Result<Calibration> {
     let noise_samples = lag.len();
     Ok(Calibration {
         format: FORMAT.into(),
-        from: dir.display().to_string(),
+        from,
         quiet_runs: quiet.iter().map(|r| r.name.clone()).collect(),
         noise_samples,
         host_noise,
@@ -177,6 +214,8 @@ pub fn calibrate(dir: &Path) -> Result<Calibration> {
         cpu_per_poll_overhead_ns: median(overhead),
         io_cost_samples: io_cost.len(),
         io_cost_per_packet_ns: median(io_cost),
+        host_work_samples: host_work.len(),
+        host_work_per_poll_ns: median(host_work),
         notes,
     })
 }
@@ -234,6 +273,11 @@ impl ontime_core::export::TextReport for Calibration {
             "  host I/O path CPU per packet: {} (median of {} runs)\n",
             f(self.io_cost_per_packet_ns),
             self.io_cost_samples
+        );
+        s += &format!(
+            "  host CPU per poll outside tenants and I/O path: {} (median of {} runs)\n",
+            f(self.host_work_per_poll_ns),
+            self.host_work_samples
         );
         for n in &self.notes {
             s += &format!("  note: {n}\n");

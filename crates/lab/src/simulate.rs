@@ -63,6 +63,10 @@ pub struct Simulated {
     /// Stalls of the whole host per second, from the calibration.
     #[serde(default)]
     pub host_stalls: Option<f64>,
+    /// The host's other work per poll (gateway, softirq), from the
+    /// calibration, on its own thread at the gateway's policy.
+    #[serde(default)]
+    pub host_work_per_poll_ns: Option<u64>,
     pub cpu_hogs: usize,
     /// CPU busy over the run, CPUs.
     pub busy_cpus: f64,
@@ -183,18 +187,28 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
             ..tenant.clone()
         })
         .collect();
-    let mut w = CrawlWorkload::new(tenants, io, c.duration, seed).with_hogs(hogs);
+    let host_work = cal.and_then(|c| c.host_work_per_poll_ns);
+    let mut w = CrawlWorkload::new(tenants, io, c.duration, seed);
+    if let Some(ns) = host_work {
+        w = w.with_host_work(ns);
+    }
+    let mut w = w.with_hogs(hogs);
     let noise = cal.and_then(|c| c.host_noise.clone());
     if let Some(q) = noise.clone() {
         w = w.with_host_noise(q, seed.wrapping_add(0x5eed));
     }
-    let threads = t.count * vcpus + usize::from(io.is_some()) + hogs;
+    let threads = t.count * vcpus + usize::from(io.is_some()) + usize::from(host_work.is_some()) + hogs;
     let rr_slice = c.host.rr_timeslice.unwrap_or(100_000_000);
     let mut sched: Box<dyn Scheduler + Send> = match opts.model {
         None => {
             let mut classes = vec![class_of(t.policy, rr_slice); t.count * vcpus];
             if io.is_some() {
                 classes.push(class_of(c.host.relay_policy, rr_slice));
+            }
+            // The gateway is most of the host's other work (it runs at
+            // `host.gateway_policy`); softirq work would run above it.
+            if host_work.is_some() {
+                classes.push(class_of(c.host.gateway_policy, rr_slice));
             }
             classes.resize(classes.len() + hogs, LinuxClass::Fair { weight: 1024 });
             // Sandboxed tenants share the lab's parent cgroup (one entity
@@ -204,7 +218,10 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
             let in_lab = t.backend == Backend::Sandbox;
             let tenant_hogs = if in_lab { hogs_in_tenants } else { 0 };
             let mut group = vec![in_lab.then_some(0); t.count * vcpus];
-            group.resize(group.len() + usize::from(io.is_some()) + hogs - tenant_hogs, None);
+            group.resize(
+                group.len() + usize::from(io.is_some()) + usize::from(host_work.is_some()) + hogs - tenant_hogs,
+                None,
+            );
             group.resize(group.len() + tenant_hogs, Some(0));
             Box::new(Linux::new(classes, cpus).with_groups(group, &[1024]))
         }
@@ -227,6 +244,7 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
             io_cost_per_packet_ns: io_cost,
             host_noise: noise.is_some(),
             host_stalls: cal.and_then(|c| c.host_stalls.as_ref()).map(|s| s.per_second),
+            host_work_per_poll_ns: host_work,
             cpu_hogs: hogs,
             busy_cpus: o.busy_ns as f64 / horizon.max(1) as f64,
             left_out,
@@ -311,6 +329,7 @@ pub fn write_runs(results: &Path, runs: &[SimRun]) -> Result<Vec<PathBuf>> {
             finished_utc: now,
             error: None,
             simulated: Some(r.simulated.clone()),
+            host_cpu: None,
         };
         ontime_core::fsio::write_atomic(&dir.join("run.json"), serde_json::to_string_pretty(&record)?.as_bytes())?;
         out.push(dir);

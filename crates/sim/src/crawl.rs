@@ -101,9 +101,14 @@ pub struct CrawlWorkload {
     io: Option<HostIo>,
     /// Packets waiting for the I/O thread: (arrival, tag).
     io_queue: BinaryHeap<Reverse<(u64, u64)>>,
+    /// Requests whose host work is due: arrival.
+    host_queue: BinaryHeap<Reverse<u64>>,
     /// How late a send starts on a quiet host.
     noise: Option<NoiseSampler>,
-    /// Always-runnable threads after the I/O path's; not yet started.
+    /// The host's other work per poll (gateway, softirq): CPU on its own
+    /// thread (after the I/O path's) when the gateway receives a request.
+    host_work_ns: Option<u64>,
+    /// Always-runnable threads after the host work's; not yet started.
     hogs: usize,
     hogs_started: bool,
     /// Stop once a tenant missed a poll or exceeded its allowance above
@@ -113,6 +118,8 @@ pub struct CrawlWorkload {
 
 /// The tag of a CPU hog's one endless item.
 const HOG_TAG: u64 = u64::MAX;
+/// The tag of the host's other work for a poll.
+const HOST_WORK_TAG: u64 = u64::MAX - 1;
 
 /// What an item is, from its tag's low two bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,7 +200,9 @@ impl CrawlWorkload {
             threads: first_thread + usize::from(io.is_some()),
             io,
             io_queue: BinaryHeap::new(),
+            host_queue: BinaryHeap::new(),
             noise: None,
+            host_work_ns: None,
             hogs: 0,
             hogs_started: false,
             stop_when_decided: false,
@@ -206,11 +215,33 @@ impl CrawlWorkload {
         self
     }
 
-    /// Adds `n` CPU hogs as the last threads (after the I/O path's).
+    /// Adds `n` CPU hogs as the last threads.
     pub fn with_hogs(mut self, n: usize) -> CrawlWorkload {
         self.threads += n;
         self.hogs = n;
         self
+    }
+
+    /// Adds the host's other work: `ns` of CPU per poll on one more thread
+    /// (after the I/O path's, before the hogs), when the gateway receives
+    /// the request. Call before [`CrawlWorkload::with_hogs`].
+    pub fn with_host_work(mut self, ns: u64) -> CrawlWorkload {
+        assert_eq!(self.hogs, 0, "host work before hogs");
+        self.host_work_ns = Some(ns);
+        self.threads += 1;
+        self
+    }
+
+    /// The thread of the host's other work, if any.
+    pub fn host_work_thread(&self) -> Option<usize> {
+        self.host_work_ns.map(|_| self.threads - self.hogs - 1)
+    }
+
+    /// Queues the host's work for a request the gateway received at `at`.
+    fn host_work_at(&mut self, at: u64) {
+        if self.host_work_ns.is_some() {
+            self.host_queue.push(Reverse(at));
+        }
     }
 
     /// Ends the run once its verdict is decided: a tenant missed a poll,
@@ -229,7 +260,8 @@ impl CrawlWorkload {
 
     /// The thread of the host I/O path, if any.
     pub fn io_thread(&self) -> Option<usize> {
-        self.io.map(|_| self.threads - self.hogs - 1)
+        self.io
+            .map(|_| self.threads - self.hogs - usize::from(self.host_work_ns.is_some()) - 1)
     }
 
     /// Pushes stream `si`'s next poll's send at `at` and plans the one
@@ -307,7 +339,8 @@ impl Workload for CrawlWorkload {
         let send = self.sends.peek().map(|r| r.0 .0);
         let answer = self.answers.peek().map(|r| r.0 .0);
         let io = self.io_queue.peek().map(|r| r.0 .0);
-        [send, answer, io].into_iter().flatten().min()
+        let host = self.host_queue.peek().map(|r| r.0);
+        [send, answer, io, host].into_iter().flatten().min()
     }
 
     fn arrive(&mut self, now: u64, push: &mut dyn FnMut(Item)) {
@@ -375,6 +408,23 @@ impl Workload for CrawlWorkload {
                 within: 1,
             });
         }
+        if let (Some(ns), Some(th)) = (self.host_work_ns, self.host_work_thread()) {
+            while let Some(&Reverse(t)) = self.host_queue.peek() {
+                if t > now {
+                    break;
+                }
+                self.host_queue.pop();
+                push(Item {
+                    thread: th,
+                    release_ns: t,
+                    abs_deadline_ns: u64::MAX,
+                    priority: 0,
+                    cpu_ns: ns.max(1),
+                    tag: HOST_WORK_TAG,
+                    within: 0,
+                });
+            }
+        }
         if let (Some(io), Some(io_thread)) = (self.io, self.io_thread()) {
             while let Some(&Reverse((t, tg))) = self.io_queue.peek() {
                 if t > now {
@@ -395,7 +445,7 @@ impl Workload for CrawlWorkload {
     }
 
     fn completed(&mut self, now: u64, item: &Item) {
-        if item.tag == HOG_TAG {
+        if item.tag == HOG_TAG || item.tag == HOST_WORK_TAG {
             return;
         }
         let (si, k, kind) = untag(item.tag);
@@ -432,6 +482,7 @@ impl Workload for CrawlWorkload {
                     let recv = now + one_way;
                     s.pending.push_back((k, recv));
                     self.answers.push(Reverse((recv + one_way, si, k)));
+                    self.host_work_at(recv);
                 }
             }
             Kind::IoRequest => {
@@ -439,6 +490,7 @@ impl Workload for CrawlWorkload {
                 // answer is back at the host one way after that.
                 let recv = now + one_way;
                 s.pending.push_back((k, recv));
+                self.host_work_at(recv);
                 self.io_queue
                     .push(Reverse((recv + one_way, tag(si, k, Kind::IoAnswer))));
             }
@@ -558,6 +610,33 @@ mod tests {
             worst(&w2) / 1000
         );
         assert!(worst(&w2) <= shared, "{} > {}", worst(&w2), shared);
+    }
+
+    /// The host's other work runs once per poll on its own thread, after
+    /// the I/O path's and before the hogs, and takes CPU from the tenants.
+    #[test]
+    fn host_work_is_a_thread_working_once_per_poll() {
+        let horizon = 5_000 * MS;
+        let io = HostIo {
+            cost_per_packet_ns: 20_000,
+        };
+        let mut w = CrawlWorkload::new(vec![tenant(None)], Some(io), horizon, 1)
+            .with_host_work(100_000)
+            .with_hogs(1);
+        assert_eq!(
+            (w.threads(), w.io_thread(), w.host_work_thread()),
+            (4, Some(1), Some(2))
+        );
+        let o = run(&mut w, 2, &mut Cfs::new(vec![1024; 4]), horizon + 100 * MS);
+        let polls = w.measures[0].polls;
+        assert!(polls >= 2_400, "{polls} polls");
+        let host = &o.tasks[2];
+        assert!(
+            host.completed + 5 >= polls && host.completed <= polls,
+            "{} for {polls}",
+            host.completed
+        );
+        assert!(host.cpu_ns >= 100_000 * host.completed);
     }
 
     /// FIFO with the host I/O thread (the last) first.
