@@ -132,6 +132,7 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         send_cost_ns: 10_000,
         io_cost_ns: a.io_cost,
         calibration,
+        scheduler_view: a.into.is_some(),
     };
     let runs = simulate_plan(&plan, &opts).map_err(|e| usage(format!("{e:#}")))?;
     let mut text = format!(

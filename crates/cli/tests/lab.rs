@@ -176,6 +176,12 @@ fn short_crawl_scenario_produces_a_report() {
     assert_eq!(rec["simulated"]["host_noise"], true, "{rec}");
     let t1 = read_json(&results.join("runs/sim-linux-001-count=2-rep1/t1.json"));
     assert!(t1["polls"].as_u64().unwrap() >= 140, "{t1}");
+    // The scheduler view of a simulated run comes from the engine's
+    // switches through the same analysis as a recording's.
+    let view = read_json(&results.join("runs/sim-linux-001-count=2-rep1/observe.json"));
+    let groups = view["groups"].as_array().unwrap();
+    assert_eq!(groups.iter().filter(|g| g["kind"] == "tenant").count(), 2, "{view}");
+    assert!(groups[0]["on_cpu_ns"].as_u64().unwrap() > 0, "{view}");
     let out = ontime().args(["lab", "report"]).arg(&results).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let html = std::fs::read_to_string(results.join("report/report.html")).unwrap();

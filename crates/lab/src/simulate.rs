@@ -48,6 +48,9 @@ pub struct SimOptions {
     /// the calibration's, else a constant one-way delay only).
     pub io_cost_ns: Option<u64>,
     pub calibration: Option<(PathBuf, Calibration)>,
+    /// Record the engine's scheduling as scheduler events and analyse them
+    /// as `ontime observe` does (the scheduler view of a simulated run).
+    pub scheduler_view: bool,
 }
 
 /// How a run was simulated (`run.json`'s `simulated`).
@@ -96,6 +99,129 @@ pub struct SimRun {
     pub tenants: Vec<SimTenant>,
     #[serde(skip)]
     planned: PlannedRun,
+    /// What `ontime observe` would have computed from the run.
+    #[serde(skip)]
+    analysis: Option<ontime_sched::Analysis>,
+}
+
+/// The engine's scheduling as the scheduler events `ontime observe`
+/// records: thread i is tid 1000 + i.
+#[derive(Default)]
+struct EventTracer {
+    events: Vec<ontime_trace::event::Event>,
+}
+
+const SIM_TID_BASE: u32 = 1000;
+
+fn sim_tid(thread: usize) -> u32 {
+    SIM_TID_BASE + thread as u32
+}
+
+impl ontime_sim::engine::Tracer for EventTracer {
+    fn wakeup(&mut self, ts: u64, thread: usize) {
+        use ontime_trace::event::{kind, Event};
+        self.events.push(Event {
+            ts,
+            a: sim_tid(thread),
+            b: 0,
+            c: 0,
+            cpu: 0,
+            kind: kind::WAKEUP,
+            flags: 0,
+        });
+    }
+    fn switch(&mut self, ts: u64, cpu: usize, prev: Option<usize>, next: Option<usize>, prev_runnable: bool) {
+        use ontime_trace::event::{kind, Event, F_PREEMPT, F_PREV_RUNNABLE};
+        self.events.push(Event {
+            ts,
+            a: prev.map_or(0, sim_tid),
+            b: next.map_or(0, sim_tid),
+            // TASK_INTERRUPTIBLE: asleep by choice.
+            c: u32::from(!prev_runnable),
+            cpu: cpu as u16,
+            kind: kind::SWITCH,
+            flags: if prev_runnable { F_PREV_RUNNABLE | F_PREEMPT } else { 0 },
+        });
+    }
+}
+
+/// Analyses a simulated run's events with the scheduler view's own code:
+/// a group per tenant (its vCPU threads) and the host I/O path.
+fn scheduler_view(
+    events: Vec<ontime_trace::event::Event>,
+    tenants: usize,
+    vcpus: usize,
+    io_thread: Option<usize>,
+    cpus: usize,
+    end_ns: u64,
+) -> ontime_sched::Analysis {
+    use ontime_trace::recording::{End, Group, GroupKind, Meta, Recording, ThreadInfo};
+    let mut groups: Vec<Group> = (0..tenants)
+        .map(|i| Group {
+            name: format!("t{i}"),
+            kind: GroupKind::Tenant,
+            source: vec!["simulated".into()],
+            vcpu_names: false,
+        })
+        .collect();
+    let mut threads = std::collections::HashMap::new();
+    for th in 0..tenants * vcpus {
+        let tid = sim_tid(th);
+        threads.insert(
+            tid,
+            ThreadInfo {
+                tid,
+                tgid: sim_tid(th - th % vcpus),
+                comm: format!("crawl-vcpu{}", th % vcpus),
+                group: Some((th / vcpus) as u32),
+            },
+        );
+    }
+    if let Some(io) = io_thread {
+        groups.push(Group {
+            name: "host-io".into(),
+            kind: GroupKind::HostIo,
+            source: vec!["simulated".into()],
+            vcpu_names: false,
+        });
+        let tid = sim_tid(io);
+        threads.insert(
+            tid,
+            ThreadInfo {
+                tid,
+                tgid: tid,
+                comm: "relay".into(),
+                group: Some(tenants as u32),
+            },
+        );
+    }
+    let n = events.len() as u64;
+    let rec = Recording {
+        meta: Meta {
+            version: 1,
+            mechanism: "sim".into(),
+            start_ns: 0,
+            start_realtime_ns: 0,
+            cpus,
+            kernel: "simulated".into(),
+            hostname: "ontime sim".into(),
+            groups,
+            track_all: false,
+            unavailable: vec![],
+            command_line: vec![],
+            ontime_version: env!("CARGO_PKG_VERSION").into(),
+            clocksource: "simulated".into(),
+        },
+        threads,
+        events,
+        end: Some(End {
+            end_ns,
+            events: n,
+            lost: 0,
+        }),
+        truncated_bytes: 0,
+    };
+    ontime_sched::analyze(&rec, &ontime_sched::analyze::AnalysisOptions::default())
 }
 
 /// Simulates every run of `plan`.
@@ -231,7 +357,20 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
     let mut stalls = cal
         .and_then(|c| c.host_stalls.clone())
         .map(|st| StallSampler::new(st, seed.wrapping_add(0x57a11)));
-    let o = run_with_stalls(&mut w, cpus, sched.as_mut(), horizon, stalls.as_mut());
+    let mut tracer = EventTracer::default();
+    let io_thread = w.io_thread();
+    let o = run_with_stalls(
+        &mut w,
+        cpus,
+        sched.as_mut(),
+        horizon,
+        stalls.as_mut(),
+        opts.scheduler_view
+            .then_some(&mut tracer as &mut dyn ontime_sim::engine::Tracer),
+    );
+    let analysis = opts
+        .scheduler_view
+        .then(|| scheduler_view(tracer.events, t.count, vcpus, io_thread, cpus, horizon));
     let model = opts.model.map_or_else(|| sched.name().to_string(), |m| m.label());
     Ok(SimRun {
         name: format!("sim-{model}-{}", run_.dir_name()),
@@ -263,6 +402,7 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
             })
             .collect(),
         planned: run_.clone(),
+        analysis,
     })
 }
 
@@ -301,6 +441,23 @@ pub fn write_runs(results: &Path, runs: &[SimRun]) -> Result<Vec<PathBuf>> {
                 exit: None,
             });
         }
+        let observe = match &r.analysis {
+            Some(a) => {
+                ontime_core::fsio::write_atomic(
+                    &dir.join("observe.json"),
+                    serde_json::to_string_pretty(a)?.as_bytes(),
+                )?;
+                Some(crate::observe::ObserveOutcome {
+                    recorder: "sim".into(),
+                    analysis: Some("observe.json".into()),
+                    span_ns: a.recording.duration_ns,
+                    events: Some(a.recording.events),
+                    lost: Some(0),
+                    ..Default::default()
+                })
+            }
+            None => None,
+        };
         let mut manifest = Manifest::start("simulated", Capabilities::default());
         manifest.finish();
         let record = RunRecord {
@@ -323,7 +480,7 @@ pub fn write_runs(results: &Path, runs: &[SimRun]) -> Result<Vec<PathBuf>> {
             },
             relay: None,
             gateway: None,
-            observe: None,
+            observe,
             tenants,
             started_utc: now.clone(),
             finished_utc: now,

@@ -243,6 +243,7 @@ pub fn predict_host(
             model.as_mut(),
             end,
             stalls.as_mut(),
+            None,
         ))
     };
     let mut preds = Vec::new();

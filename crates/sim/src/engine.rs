@@ -135,7 +135,18 @@ pub fn simulate(
 /// Runs `workload` on `cpus` CPUs under `sched` until `horizon_ns`, or
 /// until the workload says it is [`Workload::finished`].
 pub fn run(workload: &mut dyn Workload, cpus: usize, sched: &mut dyn Scheduler, horizon_ns: u64) -> SimOutcome {
-    run_with_stalls(workload, cpus, sched, horizon_ns, None)
+    run_with_stalls(workload, cpus, sched, horizon_ns, None, None)
+}
+
+/// Hears the engine's scheduling as a kernel tracer would: threads woken
+/// and switched on each CPU (the lab turns these into the scheduler
+/// events `ontime observe` records, so the same analysis reads them).
+pub trait Tracer {
+    /// `thread` became runnable at `ts` (it had nothing to do before).
+    fn wakeup(&mut self, ts: u64, thread: usize);
+    /// At `ts` CPU `cpu` switched from `prev` to `next` (None: idle);
+    /// `prev_runnable`: `prev` still has work (preempted), not asleep.
+    fn switch(&mut self, ts: u64, cpu: usize, prev: Option<usize>, next: Option<usize>, prev_runnable: bool);
 }
 
 /// [`run`] on a host that stalls now and then as a whole (a VM whose
@@ -147,6 +158,7 @@ pub fn run_with_stalls(
     sched: &mut dyn Scheduler,
     horizon_ns: u64,
     mut stalls: Option<&mut crate::noise::StallSampler>,
+    mut tracer: Option<&mut dyn Tracer>,
 ) -> SimOutcome {
     assert!(cpus >= 1, "at least one CPU");
     let threads = workload.threads();
@@ -199,6 +211,11 @@ pub fn run_with_stalls(
         if timer.is_some_and(|t| t <= now) {
             sched.on_timer(now);
         }
+        let before: Vec<Option<usize>> = if tracer.is_some() {
+            running.iter().map(|s| s.map(|s| s.job.task)).collect()
+        } else {
+            Vec::new()
+        };
         // Completions and slice ends.
         for slot in running.iter_mut() {
             let Some(Slot { job: j, slice_end }) = *slot else {
@@ -234,7 +251,12 @@ pub fn run_with_stalls(
             }
         }
         // Work due now.
+        let mut woken: Vec<usize> = Vec::new();
+        let tracing = tracer.is_some();
         workload.arrive(now, &mut |it: Item| {
+            if tracing && queues[it.thread].is_empty() && !running.iter().flatten().any(|s| s.job.task == it.thread) {
+                woken.push(it.thread);
+            }
             seq += 1;
             let job = Job {
                 task: it.thread,
@@ -252,6 +274,19 @@ pub fn run_with_stalls(
             out[it.thread].released += 1;
         });
         d.dispatch(&mut *sched, &mut queues, &mut running, now);
+        if let Some(t) = tracer.as_deref_mut() {
+            for &th in &woken {
+                t.wakeup(now, th);
+            }
+            for (cpu, (was, slot)) in before.iter().zip(&running).enumerate() {
+                let is = slot.map(|s| s.job.task);
+                if *was != is {
+                    let runnable =
+                        was.is_some_and(|p| !queues[p].is_empty() || running.iter().flatten().any(|s| s.job.task == p));
+                    t.switch(now, cpu, *was, is, runnable);
+                }
+            }
+        }
     }
     // Jobs still unfinished past their deadline at the end are misses.
     for j in queues
@@ -502,6 +537,53 @@ mod tests {
         let fifo = simulate(&two, 1, &mut FixedPriority, 1000 * MS, 1);
         let done: Vec<u64> = fifo.tasks.iter().map(|t| t.worst_response_ns).collect();
         assert_eq!(done, vec![30 * MS, 60 * MS]);
+    }
+
+    /// The tracer hears what a kernel tracer would: both tasks wake at 0,
+    /// then every hand-over at a slice end is a switch with the previous
+    /// task still runnable, and the last completion leaves the CPU idle.
+    #[test]
+    fn the_tracer_hears_wakeups_and_switches() {
+        #[derive(Default)]
+        struct Log(Vec<(u64, Option<usize>, Option<usize>, bool)>, Vec<(u64, usize)>);
+        impl Tracer for Log {
+            fn wakeup(&mut self, ts: u64, thread: usize) {
+                self.1.push((ts, thread));
+            }
+            fn switch(&mut self, ts: u64, _cpu: usize, prev: Option<usize>, next: Option<usize>, runnable: bool) {
+                self.0.push((ts, prev, next, runnable));
+            }
+        }
+        let two = vec![
+            PeriodicTask::new("a", 30 * MS, 1000 * MS, 1),
+            PeriodicTask::new("b", 30 * MS, 1000 * MS, 1),
+        ];
+        let mut log = Log::default();
+        run_with_stalls(
+            &mut Periodic {
+                tasks: &two,
+                next_release: vec![0, 0],
+                jitter: vec![0, 0],
+                rng: SmallRng::seed_from_u64(1),
+                horizon_ns: 500 * MS,
+            },
+            1,
+            &mut RoundRobin { slice_ns: 10 * MS },
+            500 * MS,
+            None,
+            Some(&mut log),
+        );
+        assert_eq!(log.1, vec![(0, 0), (0, 1)]);
+        let expect = vec![
+            (0, None, Some(0), false),
+            (10 * MS, Some(0), Some(1), true),
+            (20 * MS, Some(1), Some(0), true),
+            (30 * MS, Some(0), Some(1), true),
+            (40 * MS, Some(1), Some(0), true),
+            (50 * MS, Some(0), Some(1), false),
+            (60 * MS, Some(1), None, false),
+        ];
+        assert_eq!(log.0, expect);
     }
 
     /// On two CPUs the two highest-priority jobs run at once: three equal
