@@ -150,7 +150,7 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
     );
     let f = |v: Option<u64>| v.map_or("n/a".into(), format_ns);
     for r in &runs {
-        let worst = |p: f64| r.tenants.iter().filter_map(|t| t.interval_error.percentile(p)).max();
+        let worst = |p: f64| r.tenants.iter().filter_map(|t| t.headline().percentile(p)).max();
         let s = &r.simulated;
         let _ = std::fmt::Write::write_fmt(
             &mut text,
@@ -163,11 +163,11 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
                 f(worst(99.0)),
                 f(worst(99.9)),
                 f(worst(99.999)),
-                f(r.tenants.iter().filter_map(|t| t.interval_error.max_ns).max())
+                f(r.tenants.iter().filter_map(|t| t.headline().max_ns).max())
             ),
         );
     }
-    text.push_str("interval error of the worst tenant per run; percentiles the sample count cannot support are n/a\n");
+    text.push_str("interval error (crawlers) or wake-up latency (probes) of the worst tenant per run; percentiles the sample count cannot support are n/a\n");
     if let Some(dir) = &a.into {
         let written = ontime_lab::simulate::write_runs(dir, &runs)?;
         text.push_str(&format!(

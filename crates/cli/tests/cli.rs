@@ -807,8 +807,10 @@ fn crawlers_against_nginx_lose_no_poll() {
 }
 
 /// `ontime sim` runs a lab scenario in the simulator: document 000's
-/// finding 3 (doc-000-bursts) shows there as in the lab, and bad input is
-/// refused in one line with exit 2.
+/// finding 3 (doc-000-bursts) shows there as in the lab, document 001's
+/// probe runs are judged by wake-up latency, and bad input (a crawl
+/// configuration instead of a scenario, an unknown model) is refused in
+/// one line with exit 2.
 #[test]
 fn sim_runs_a_lab_scenario_and_refuses_what_it_cannot_model() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios");
@@ -831,8 +833,21 @@ fn sim_runs_a_lab_scenario_and_refuses_what_it_cannot_model() {
     assert_eq!(runs[0]["simulated"]["model"], "linux");
     assert!(p999(0) < 5_000_000, "fixed work alone: {}", p999(0));
     assert!(p999(2) > 50_000_000, "bursty work alone: {}", p999(2));
+    // Wake-up probe tenants run too: document 001's twelve runs, judged
+    // by wake-up latency.
+    let out = ontime()
+        .args(["sim", &format!("{dir}/doc-001.toml"), "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(runs.as_array().unwrap().len(), 12);
+    let t = &runs[0]["tenants"][0];
+    assert!(t["polls"].as_u64().unwrap() >= 19_900, "{t}");
+    assert!(t["latency"]["count"].as_u64().unwrap() >= 19_900, "{t}");
+    assert!(t.get("interval_error").is_none(), "{t}");
     for bad in [
-        vec!["sim".to_string(), format!("{dir}/doc-001.toml")],
+        vec!["sim".to_string(), format!("{dir}/crawl-default.toml")],
         vec![
             "sim".to_string(),
             format!("{dir}/doc-000-bursts.toml"),

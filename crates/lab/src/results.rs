@@ -66,7 +66,7 @@ impl ProbeResult {
         match self {
             ProbeResult::Crawl(c) => &c.interval_error,
             ProbeResult::Cyclic(c) => &c.latency,
-            ProbeResult::Simulated(s) => &s.interval_error,
+            ProbeResult::Simulated(s) => s.headline(),
         }
     }
 
@@ -82,7 +82,7 @@ impl ProbeResult {
     pub fn send_lag(&self) -> Option<&Summary> {
         match self {
             ProbeResult::Crawl(c) => Some(&c.send_lag),
-            ProbeResult::Simulated(s) => Some(&s.send_lag),
+            ProbeResult::Simulated(s) => s.send_lag.as_ref(),
             ProbeResult::Cyclic(_) => None,
         }
     }

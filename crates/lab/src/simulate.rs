@@ -11,6 +11,10 @@
 //! Xen credit, credit2, RTDS) schedules every thread alike, as a
 //! hypervisor schedules vCPUs and Dom0.
 //!
+//! Wake-up probe tenants (`[tenant.cyclic]`) run as probe threads at the
+//! tenant's policy with the host's jitter and stalls; their loads are
+//! left out.
+//!
 //! [`write_runs`] writes the runs in the lab's results layout (run.json,
 //! per-tenant results and histogram logs, marked simulated), so `ontime
 //! lab report` draws them beside measured runs of the same scenario.
@@ -80,11 +84,18 @@ pub struct Simulated {
 /// One simulated crawler tenant, scored as the crawler scores itself.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct SimTenant {
+    /// Polls sent, or the probe's wake-ups.
     pub polls: u64,
-    /// Polls answered after the crawler's timeout.
+    /// Polls answered after the crawler's timeout, or the probe's overruns.
     pub missed: u64,
-    pub interval_error: Summary,
-    pub send_lag: Summary,
+    /// A crawler's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_error: Option<Summary>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_lag: Option<Summary>,
+    /// A wake-up probe's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<Summary>,
     /// CPU its vCPU threads received.
     pub cpu_ns: u64,
     #[serde(skip)]
@@ -246,20 +257,23 @@ fn class_of(p: Policy, rr_slice_ns: u64) -> LinuxClass {
     }
 }
 
+/// The simulated host's CPUs (the tenant's cpuset, else all) for a run.
+fn host_cpus(run_: &PlannedRun, opts: &SimOptions) -> Result<usize> {
+    let t = &run_.config.tenant;
+    Ok(match (&t.cpuset, t.backend) {
+        (Some(s), Backend::Sandbox) => parse_cpu_list(s).map_err(anyhow::Error::msg)?.len().max(1),
+        _ => opts.cpus.max(1),
+    })
+}
+
 fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
     let c = &run_.config;
     let t = &c.tenant;
     let Some(cr) = &t.crawl else {
-        bail!(
-            "{}: the simulator models crawler tenants only so far (this run is cyclic)",
-            run_.dir_name()
-        );
+        return simulate_cyclic(run_, opts);
     };
     let cal = opts.calibration.as_ref().map(|(_, c)| c);
-    let cpus = match (&t.cpuset, t.backend) {
-        (Some(s), Backend::Sandbox) => parse_cpu_list(s).map_err(anyhow::Error::msg)?.len().max(1),
-        _ => opts.cpus.max(1),
-    };
+    let cpus = host_cpus(run_, opts)?;
     let vcpus = if t.backend == Backend::Native { cpus } else { t.vcpus };
     let mut work = cr.work_model();
     if let Some(o) = cal.and_then(|c| c.cpu_per_poll_overhead_ns) {
@@ -395,10 +409,115 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
             .map(|(i, m)| SimTenant {
                 polls: m.polls,
                 missed: m.missed,
-                interval_error: m.interval_error.summary(None),
-                send_lag: m.send_lag.summary(None),
+                interval_error: Some(m.interval_error.summary(None)),
+                send_lag: Some(m.send_lag.summary(None)),
+                latency: None,
                 cpu_ns: o.tasks[i * vcpus..(i + 1) * vcpus].iter().map(|x| x.cpu_ns).sum(),
                 histogram: m.interval_error.clone(),
+            })
+            .collect(),
+        planned: run_.clone(),
+        analysis,
+    })
+}
+
+impl SimTenant {
+    /// What the run is judged by: interval error, or wake-up latency.
+    pub fn headline(&self) -> &Summary {
+        static NONE: std::sync::OnceLock<Summary> = std::sync::OnceLock::new();
+        self.latency
+            .as_ref()
+            .or(self.interval_error.as_ref())
+            .unwrap_or_else(|| NONE.get_or_init(Summary::default))
+    }
+}
+
+/// A cyclic (wake-up probe) run: `vcpus` probe threads per tenant at the
+/// tenant's policy, the host's jitter and stalls; loads are left out.
+fn simulate_cyclic(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
+    use ontime_sim::cyclic::{CyclicTenant, CyclicWorkload};
+    let c = &run_.config;
+    let t = &c.tenant;
+    let Some(cz) = &t.cyclic else {
+        bail!("{}: the tenant has neither a crawler nor a probe", run_.dir_name());
+    };
+    let cal = opts.calibration.as_ref().map(|(_, c)| c);
+    let cpus = host_cpus(run_, opts)?;
+    // The probe keeps its thread count natively too.
+    let threads = t.vcpus.max(1);
+    let seed = opts.seed ^ run_.index as u64;
+    let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let tenants: Vec<CyclicTenant> = (0..t.count)
+        .map(|_| CyclicTenant {
+            threads,
+            interval_ns: cz.interval,
+            cpu_ns: 5_000,
+            offset_ns: rng.gen_range(0..cz.interval.max(1)),
+        })
+        .collect();
+    let mut w = CyclicWorkload::new(tenants, c.duration);
+    let noise = cal.and_then(|c| c.host_noise.clone());
+    if let Some(q) = noise.clone() {
+        w = w.with_host_noise(q, seed.wrapping_add(0x5eed));
+    }
+    let left_out: Vec<String> = c
+        .effective_loads()
+        .iter()
+        .filter(|l| l.profile != LoadKind::None)
+        .map(|l| format!("load {:?} (not modelled with a wake-up probe)", l.profile))
+        .collect();
+    let n = t.count * threads;
+    let rr_slice = c.host.rr_timeslice.unwrap_or(100_000_000);
+    let mut sched: Box<dyn Scheduler + Send> = match opts.model {
+        None => Box::new(Linux::new(vec![class_of(t.policy, rr_slice); n], cpus)),
+        Some(m) => m.build(n, cpus),
+    };
+    let horizon = c.duration + 2 * cz.interval;
+    let mut stalls = cal
+        .and_then(|c| c.host_stalls.clone())
+        .map(|st| StallSampler::new(st, seed.wrapping_add(0x57a11)));
+    let mut tracer = EventTracer::default();
+    let o = run_with_stalls(
+        &mut w,
+        cpus,
+        sched.as_mut(),
+        horizon,
+        stalls.as_mut(),
+        opts.scheduler_view
+            .then_some(&mut tracer as &mut dyn ontime_sim::engine::Tracer),
+    );
+    let analysis = opts
+        .scheduler_view
+        .then(|| scheduler_view(tracer.events, t.count, threads, None, cpus, horizon));
+    let model = opts.model.map_or_else(|| sched.name().to_string(), |m| m.label());
+    Ok(SimRun {
+        name: format!("sim-{model}-{}", run_.dir_name()),
+        vars: run_.vars.clone(),
+        simulated: Simulated {
+            model,
+            cpus,
+            seed,
+            calibration: opts.calibration.as_ref().map(|(p, _)| p.display().to_string()),
+            io_cost_per_packet_ns: None,
+            host_noise: noise.is_some(),
+            host_stalls: cal.and_then(|c| c.host_stalls.as_ref()).map(|s| s.per_second),
+            host_work_per_poll_ns: None,
+            cpu_hogs: 0,
+            busy_cpus: o.busy_ns as f64 / horizon.max(1) as f64,
+            left_out,
+        },
+        tenants: w
+            .measures
+            .iter()
+            .enumerate()
+            .map(|(i, m)| SimTenant {
+                polls: m.wakeups,
+                missed: m.overruns,
+                interval_error: None,
+                send_lag: None,
+                latency: Some(m.latency.summary(None)),
+                cpu_ns: o.tasks[i * threads..(i + 1) * threads].iter().map(|x| x.cpu_ns).sum(),
+                histogram: m.latency.clone(),
             })
             .collect(),
         planned: run_.clone(),
@@ -429,11 +548,16 @@ pub fn write_runs(results: &Path, runs: &[SimRun]) -> Result<Vec<PathBuf>> {
             ontime_core::fsio::write_atomic(&dir.join(&name), serde_json::to_string_pretty(t)?.as_bytes())?;
             let mut h = ontime_core::hlog::HlogFile::create(
                 &dir.join(format!("t{i}.hlog")),
-                "ontime sim: simulated interval error",
+                "ontime sim: simulated headline metric",
                 std::time::SystemTime::now(),
             )?;
             let len = std::time::Duration::from_nanos(r.planned.config.duration);
-            h.write("interval_error", &t.histogram, std::time::Duration::ZERO, len)?;
+            let tag = if t.latency.is_some() {
+                "latency"
+            } else {
+                "interval_error"
+            };
+            h.write(tag, &t.histogram, std::time::Duration::ZERO, len)?;
             h.flush()?;
             tenants.push(TenantOutcome {
                 index: i,
@@ -466,7 +590,11 @@ pub fn write_runs(results: &Path, runs: &[SimRun]) -> Result<Vec<PathBuf>> {
             repetition: r.planned.repetition,
             vars: r.vars.clone(),
             config: r.planned.config.clone(),
-            workload: Workload::Crawl,
+            workload: if r.planned.config.tenant.cyclic.is_some() {
+                Workload::Cyclic
+            } else {
+                Workload::Crawl
+            },
             environment: Environment {
                 manifest,
                 cgroup_version: None,

@@ -14,6 +14,7 @@
 //! placement in `ontime-plan`.
 
 pub mod crawl;
+pub mod cyclic;
 pub mod engine;
 pub mod noise;
 pub mod sched;
