@@ -157,6 +157,9 @@ where
                 None => format!("{v}"),
             };
             mesh.x_label_formatter(&fmt);
+            // Log axes put ticks at values like 0.30000000000000004.
+            let yfmt = |v: &f64| tick_label(*v);
+            mesh.y_label_formatter(&yfmt);
             if let Some(l) = &c.x_labels {
                 // Two ticks per category so every category gets one.
                 mesh.x_labels(l.len() * 2 + 1);
@@ -235,5 +238,32 @@ mod tests {
         }
         // Nothing to draw is not an error.
         assert!(Chart::new("e", "empty", "x", "y").svg().is_ok());
+    }
+}
+
+/// A tick value with at most 3 significant digits and no float noise
+/// (log axes put ticks at values like 0.30000000000000004).
+fn tick_label(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let digits = (2 - v.abs().log10().floor() as i32).max(0) as usize;
+    let s = format!("{v:.digits$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+#[cfg(test)]
+mod tick_tests {
+    #[test]
+    fn tick_labels_have_no_float_noise() {
+        assert_eq!(super::tick_label(0.30000000000000004), "0.3");
+        assert_eq!(super::tick_label(0.6000000000000001), "0.6");
+        assert_eq!(super::tick_label(1000.0), "1000");
+        assert_eq!(super::tick_label(0.125), "0.125");
+        assert_eq!(super::tick_label(20.0), "20");
     }
 }
