@@ -324,6 +324,18 @@ impl Workload for CrawlWorkload {
         self.threads
     }
 
+    fn starting(&mut self, now: u64, item: &Item) -> Option<u64> {
+        // An answer read after the timeout: the crawler has closed the
+        // connection and spends nothing on it (completion counts it missed).
+        if item.tag == HOG_TAG || item.tag == HOST_WORK_TAG {
+            return None;
+        }
+        let (si, k, kind) = untag(item.tag);
+        let s = &self.streams[si];
+        let late = now > s.phase_ns + k * s.period_ns + self.tenants[s.tenant].timeout_ns;
+        (kind == Kind::Answer && late).then_some(1)
+    }
+
     fn finished(&self) -> bool {
         self.stop_when_decided
             && self

@@ -68,6 +68,24 @@ pub trait Workload {
     fn finished(&self) -> bool {
         false
     }
+    /// `item` gets a CPU for the first time at `now`; Some(ns) changes
+    /// the CPU it needs (a crawler drops an answer it has given up on).
+    fn starting(&mut self, _now: u64, _item: &Item) -> Option<u64> {
+        None
+    }
+}
+
+/// The workload's view of a job.
+fn item_of(j: &Job) -> Item {
+    Item {
+        thread: j.task,
+        release_ns: j.release_ns,
+        abs_deadline_ns: j.abs_deadline_ns,
+        priority: j.priority,
+        cpu_ns: j.remaining_ns,
+        tag: j.tag,
+        within: j.within,
+    }
 }
 
 /// Periodic tasks as a workload: task i is thread i.
@@ -225,13 +243,8 @@ pub fn run_with_stalls(
                 workload.completed(
                     now,
                     &Item {
-                        thread: j.task,
-                        release_ns: j.release_ns,
-                        abs_deadline_ns: j.abs_deadline_ns,
-                        priority: j.priority,
                         cpu_ns: 0,
-                        tag: j.tag,
-                        within: j.within,
+                        ..item_of(&j)
                     },
                 );
                 let o = &mut out[j.task];
@@ -273,7 +286,7 @@ pub fn run_with_stalls(
             queues[it.thread].push(Queued(job));
             out[it.thread].released += 1;
         });
-        d.dispatch(&mut *sched, &mut queues, &mut running, now);
+        d.dispatch(&mut *sched, &mut queues, &mut running, now, workload);
         if let Some(t) = tracer.as_deref_mut() {
             for &th in &woken {
                 t.wakeup(now, th);
@@ -387,6 +400,7 @@ impl Dispatcher {
         queues: &mut [BinaryHeap<Queued>],
         running: &mut [Option<Slot>],
         now: u64,
+        workload: &mut dyn Workload,
     ) {
         let m = running.len();
         self.cand.clear();
@@ -451,8 +465,13 @@ impl Dispatcher {
         self.free.extend((0..m).filter(|c| !self.taken[*c]).rev());
         for &i in &order[..chosen] {
             if cand[i].held.is_none() {
-                let j = cand[i].job;
+                let mut j = cand[i].job;
                 queues[j.task].pop();
+                if !j.started {
+                    if let Some(ns) = workload.starting(now, &item_of(&j)) {
+                        j.remaining_ns = ns.max(1);
+                    }
+                }
                 let cpu = self.free.pop().expect("as many free CPUs as newly chosen jobs");
                 running[cpu] = Some(Slot {
                     job: Job { started: true, ..j },
