@@ -16,7 +16,8 @@
 //! vcpus = 1
 //! rate = 200                 # polls per second
 //! points = 10                # points per request (informational)
-//! cpu_per_poll = "1.4ms"     # mean CPU per answered poll
+//! cpu_per_poll = "1.4ms"     # mean CPU per answered poll, or measured:
+//! # cpu_per_poll_from = "results/doc-000/runs/000-rate=100-rep1/t0.json"
 //! work_tail = 1.5            # Pareto shape of the per-poll CPU (omit: fixed)
 //! one_way = "10ms"           # WAN delay each way
 //! target = "100ms"           # interval error at `percentile` at most this
@@ -112,8 +113,14 @@ pub struct TenantSpec {
     pub rate: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub points: Option<u32>,
-    #[serde(with = "text_ns")]
-    pub cpu_per_poll: u64,
+    /// Mean CPU per answered poll; or `cpu_per_poll_from`.
+    #[serde(default, with = "opt_text_ns", skip_serializing_if = "Option::is_none")]
+    pub cpu_per_poll: Option<u64>,
+    /// A crawler's measured result (`ontime crawl --result`, or a lab
+    /// run's `t<i>.json`), relative to the input file: its CPU per
+    /// answered poll is used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_per_poll_from: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub work_tail: Option<f64>,
     #[serde(default = "default_period", with = "text_ns")]
@@ -129,13 +136,13 @@ pub struct TenantSpec {
 impl TenantSpec {
     pub fn work(&self) -> WorkModel {
         WorkModel {
-            mean_ns: self.cpu_per_poll,
+            mean_ns: self.cpu_per_poll.unwrap_or(0),
             tail: self.work_tail.filter(|&t| t != 0.0),
         }
     }
     /// Mean CPU over a second, in CPUs.
     pub fn mean_cpu(&self) -> f64 {
-        self.rate * self.cpu_per_poll as f64 / 1e9
+        self.rate * self.cpu_per_poll.unwrap_or(0) as f64 / 1e9
     }
     /// The percentile of the target, 0..100 (None for "max").
     pub fn target_percentile(&self) -> Result<Option<f64>> {
@@ -157,6 +164,22 @@ impl TenantSpec {
     }
 }
 
+/// CPU per answered poll from a crawler's JSON result (`resources`).
+fn measured_cpu_per_poll(path: &Path) -> Result<u64> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    v.pointer("/resources/cpu_per_poll_ns")
+        .and_then(serde_json::Value::as_u64)
+        .filter(|&n| n > 0)
+        .with_context(|| {
+            format!(
+                "{} has no resources.cpu_per_poll_ns: give a crawler's result (ontime crawl --result, or a lab run's t<i>.json)",
+                path.display()
+            )
+        })
+}
+
 /// One tenant after `count` is expanded.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tenant {
@@ -166,7 +189,16 @@ pub struct Tenant {
 
 impl PlanInput {
     pub fn read(path: &Path) -> Result<PlanInput> {
-        let input: PlanInput = ontime_core::config::read_toml(path, "plan input")?;
+        let mut input: PlanInput = ontime_core::config::read_toml(path, "plan input")?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        for t in &mut input.tenants {
+            if let (Some(from), None) = (&t.cpu_per_poll_from, t.cpu_per_poll) {
+                t.cpu_per_poll = Some(
+                    measured_cpu_per_poll(&base.join(from))
+                        .with_context(|| format!("tenant {}: cpu_per_poll_from = \"{from}\"", t.name))?,
+                );
+            }
+        }
         input.validate().with_context(|| format!("in {}", path.display()))?;
         Ok(input)
     }
@@ -188,6 +220,14 @@ impl PlanInput {
             }
         }
         for t in &self.tenants {
+            match (t.cpu_per_poll, &t.cpu_per_poll_from) {
+                (None, None) => bail!(
+                    "tenant {}: give cpu_per_poll (e.g. \"1.4ms\") or cpu_per_poll_from (a crawler's result)",
+                    t.name
+                ),
+                (Some(0), _) => bail!("tenant {}: cpu_per_poll must be above 0", t.name),
+                _ => {}
+            }
             if t.vcpus == 0 || t.rate.is_nan() || t.rate <= 0.0 || t.period == 0 {
                 bail!("tenant {}: vcpus, rate and period must be above 0", t.name);
             }
@@ -236,5 +276,37 @@ impl PlanInput {
             n.parse::<usize>().ok()?;
             self.hosts.iter().find(|h| h.name == kind)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tenant's CPU per poll can come from a crawler's measured result,
+    /// relative to the input file; a result without it is refused.
+    #[test]
+    fn cpu_per_poll_from_a_crawl_result() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("t0.json"),
+            r#"{"polls": {"ok": 10}, "resources": {"cpu_per_poll_ns": 1428272}}"#,
+        )
+        .unwrap();
+        let input = dir.path().join("in.toml");
+        let text = "[[host]]\nname = 'h'\ncores = 4\n[[tenant]]\nname = 't'\nrate = 100\ncpu_per_poll_from = 't0.json'\ntarget = '10ms'\n";
+        std::fs::write(&input, text).unwrap();
+        let p = PlanInput::read(&input).unwrap();
+        assert_eq!(p.tenants[0].cpu_per_poll, Some(1_428_272));
+        assert!((p.tenants[0].mean_cpu() - 0.1428).abs() < 1e-3);
+        std::fs::write(dir.path().join("t0.json"), r#"{"polls": {}}"#).unwrap();
+        let e = format!("{:#}", PlanInput::read(&input).unwrap_err());
+        assert!(
+            e.contains("cpu_per_poll_from") && e.contains("resources.cpu_per_poll_ns"),
+            "{e}"
+        );
+        std::fs::write(&input, text.replace("cpu_per_poll_from = 't0.json'\n", "")).unwrap();
+        let e = format!("{:#}", PlanInput::read(&input).unwrap_err());
+        assert!(e.contains("give cpu_per_poll"), "{e}");
     }
 }
