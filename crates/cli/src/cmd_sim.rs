@@ -19,8 +19,9 @@ pub struct SimArgs {
     #[arg(long, value_name = "FILE")]
     calibration: Option<PathBuf>,
     /// Also write the runs into this lab results directory, marked
-    /// simulated, beside measured runs of the same scenario; `ontime lab
-    /// report DIR` then draws both
+    /// simulated, beside measured runs of the same scenario (each with the
+    /// measured run's tenant start times); `ontime lab report DIR` then
+    /// draws both
     #[arg(long, value_name = "DIR")]
     into: Option<PathBuf>,
     /// CPUs of the simulated host (a tenant's cpuset, when it has one, wins)
@@ -133,6 +134,7 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         io_cost_ns: a.io_cost,
         calibration,
         scheduler_view: a.into.is_some(),
+        starts_from: a.into.clone(),
     };
     let runs = simulate_plan(&plan, &opts).map_err(|e| usage(format!("{e:#}")))?;
     let mut text = format!(

@@ -174,6 +174,7 @@ fn short_crawl_scenario_produces_a_report() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let rec = read_json(&results.join("runs/sim-linux-001-count=2-rep1/run.json"));
     assert_eq!(rec["simulated"]["host_noise"], true, "{rec}");
+    assert_eq!(rec["simulated"]["starts_measured"], true, "{rec}");
     let t1 = read_json(&results.join("runs/sim-linux-001-count=2-rep1/t1.json"));
     assert!(t1["polls"].as_u64().unwrap() >= 140, "{t1}");
     // The scheduler view of a simulated run comes from the engine's

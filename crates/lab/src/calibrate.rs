@@ -15,6 +15,9 @@
 //! - the host I/O path's CPU per packet: the relay's on-CPU time in the
 //!   run's scheduler recording over two packets per poll, the median over
 //!   runs that recorded it;
+//! - when lab tenants start against each other (the histogram logs'
+//!   start times, modulo the period): they start within a few ms, so their
+//!   polls nearly coincide;
 //! - the host's other work per poll (the gateway, softirq network work,
 //!   the recorder): the host's busy time from /proc/stat minus the
 //!   tenants' and the relay's on-CPU time, over the polls, the median over
@@ -42,6 +45,11 @@ pub struct Calibration {
     /// Send lags above this were taken as stalls of the whole host.
     pub stall_threshold_ns: u64,
     pub host_stalls: Option<Stalls>,
+    /// When each tenant's crawler starts after the run's first, as a phase
+    /// of its poll spacing (1 / rate) in millionths, from the histogram
+    /// logs' start times (1 ms resolution).
+    #[serde(default)]
+    pub start_offsets: Option<Quantiles>,
     /// Measured CPU per answered poll minus the scenario's work per poll.
     pub cpu_per_poll_overhead_ns: Option<u64>,
     /// Runs (tenants) the overhead is the median of.
@@ -60,6 +68,9 @@ pub struct Calibration {
 }
 
 pub const FORMAT: &str = "ontime-sim-calibration/2";
+
+/// The scale of a start phase: millionths of the poll spacing.
+pub const PHASE_SCALE: u64 = 1_000_000;
 
 /// Send lags longer than this are stalls of the host, not wake-up jitter.
 pub const STALL_THRESHOLD_NS: u64 = 500_000;
@@ -202,6 +213,32 @@ pub fn calibrate(dirs: &[&Path]) -> Result<Calibration> {
         notes.push("the quiet runs have no histogram logs (t<i>.hlog): no host noise fitted".into());
     }
     let noise_samples = lag.len();
+    // When each tenant's crawler started against the first, as a phase of
+    // the spacing between its polls (1 / rate): what decides whether the
+    // tenants' polls coincide. Lab tenants start within a few ms of each
+    // other, so they nearly do; the simulator would otherwise spread them.
+    let mut offsets = LatencyHistogram::new();
+    for r in &crawl {
+        let Some(rate) = r.record.config.tenant.crawl.as_ref().map(|c| c.rate) else {
+            continue;
+        };
+        let spacing = (1e9 / rate.max(1e-9)) as u64;
+        let starts: Vec<u64> = r
+            .record
+            .tenants
+            .iter()
+            .filter_map(|t| hlog_start_ns(&r.dir.join(format!("t{}.hlog", t.index))))
+            .collect();
+        if starts.len() < 2 || spacing == 0 {
+            continue;
+        }
+        let first = starts.iter().copied().min().unwrap_or(0);
+        for s in &starts {
+            let phase = (s - first) % spacing;
+            offsets.record((phase as u128 * PHASE_SCALE as u128 / spacing as u128) as u64);
+        }
+    }
+    let start_offsets = Quantiles::from_summary(&offsets.summary(None));
     Ok(Calibration {
         format: FORMAT.into(),
         from,
@@ -210,6 +247,7 @@ pub fn calibrate(dirs: &[&Path]) -> Result<Calibration> {
         host_noise,
         stall_threshold_ns: STALL_THRESHOLD_NS,
         host_stalls,
+        start_offsets,
         cpu_per_poll_samples: overhead.len(),
         cpu_per_poll_overhead_ns: median(overhead),
         io_cost_samples: io_cost.len(),
@@ -218,6 +256,14 @@ pub fn calibrate(dirs: &[&Path]) -> Result<Calibration> {
         host_work_per_poll_ns: median(host_work),
         notes,
     })
+}
+
+/// The start time in a histogram log's header, ns since the epoch.
+pub(crate) fn hlog_start_ns(path: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let at = text.find("[StartTime: ")? + "[StartTime: ".len();
+    let secs: f64 = text[at..].split_whitespace().next()?.parse().ok()?;
+    Some((secs * 1e9) as u64)
 }
 
 /// Reads a calibration file.
@@ -262,6 +308,17 @@ impl ontime_core::export::TextReport for Calibration {
                     ontime_core::duration::format_ns(st.durations.at(1.0))
                 ),
                 None => "none seen".into(),
+            }
+        );
+        s += &format!(
+            "  tenants' start offsets: {}\n",
+            match &self.start_offsets {
+                Some(q) => format!(
+                    "phase of the poll spacing p50 {:.2}, p90 {:.2}",
+                    q.at(0.5) as f64 / PHASE_SCALE as f64,
+                    q.at(0.9) as f64 / PHASE_SCALE as f64
+                ),
+                None => "not seen (single-tenant runs only): drawn uniformly over the period".into(),
             }
         );
         s += &format!(

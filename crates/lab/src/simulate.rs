@@ -55,6 +55,23 @@ pub struct SimOptions {
     /// Record the engine's scheduling as scheduler events and analyse them
     /// as `ontime observe` does (the scheduler view of a simulated run).
     pub scheduler_view: bool,
+    /// A lab results directory whose measured runs of the same scenario
+    /// give each simulated run its tenants' start times (the histogram
+    /// logs' headers), so a run is simulated under the conditions it was
+    /// measured in.
+    pub starts_from: Option<PathBuf>,
+}
+
+/// The start offsets of a measured run's tenants against its first, if
+/// every tenant's histogram log has one (1 ms resolution).
+fn measured_starts(results: &Path, run_: &PlannedRun, tenants: usize, period: u64) -> Option<Vec<u64>> {
+    let dir = results.join("runs").join(run_.dir_name());
+    let starts: Option<Vec<u64>> = (0..tenants)
+        .map(|i| crate::calibrate::hlog_start_ns(&dir.join(format!("t{i}.hlog"))))
+        .collect();
+    let starts = starts?;
+    let first = *starts.iter().min()?;
+    Some(starts.iter().map(|s| (s - first) % period.max(1)).collect())
 }
 
 /// How a run was simulated (`run.json`'s `simulated`).
@@ -74,6 +91,9 @@ pub struct Simulated {
     /// calibration, on its own thread at the gateway's policy.
     #[serde(default)]
     pub host_work_per_poll_ns: Option<u64>,
+    /// The tenants started when the measured run's did (`--into`).
+    #[serde(default)]
+    pub starts_measured: bool,
     pub cpu_hogs: usize,
     /// CPU busy over the run, CPUs.
     pub busy_cpus: f64,
@@ -318,12 +338,27 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
     let seed = opts.seed ^ run_.index as u64;
     // The last tenant may start a period late; then its last answers.
     let horizon = c.duration + 2 * cr.period;
-    // Each lab crawler starts on its own after warming its connections:
-    // the tenants' plans are out of phase by a random offset.
     let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    // Each tenant's start: as the lab's tenants started against each other
+    // when the calibration saw it, else anywhere in the period.
+    let mut offsets = cal
+        .and_then(|c| c.start_offsets.clone())
+        .map(|q| ontime_sim::noise::NoiseSampler::new(q, seed.wrapping_add(0x0ff5)));
+    let measured = opts
+        .starts_from
+        .as_deref()
+        .and_then(|d| measured_starts(d, run_, t.count, cr.period));
     let tenants: Vec<CrawlTenant> = (0..t.count)
-        .map(|_| CrawlTenant {
-            offset_ns: rng.gen_range(0..cr.period.max(1)),
+        .map(|i| CrawlTenant {
+            offset_ns: match (&measured, offsets.as_mut()) {
+                (Some(m), _) => m[i],
+                (None, Some(o)) => {
+                    let spacing = (1e9 / cr.rate.max(1e-9)) as u64;
+                    (o.next_ns().min(crate::calibrate::PHASE_SCALE) as u128 * spacing as u128
+                        / crate::calibrate::PHASE_SCALE as u128) as u64
+                }
+                (None, None) => rng.gen_range(0..cr.period.max(1)),
+            },
             ..tenant.clone()
         })
         .collect();
@@ -398,6 +433,7 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
             host_noise: noise.is_some(),
             host_stalls: cal.and_then(|c| c.host_stalls.as_ref()).map(|s| s.per_second),
             host_work_per_poll_ns: host_work,
+            starts_measured: measured.is_some(),
             cpu_hogs: hogs,
             busy_cpus: o.busy_ns as f64 / horizon.max(1) as f64,
             left_out,
@@ -502,6 +538,7 @@ fn simulate_cyclic(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
             host_noise: noise.is_some(),
             host_stalls: cal.and_then(|c| c.host_stalls.as_ref()).map(|s| s.per_second),
             host_work_per_poll_ns: None,
+            starts_measured: false,
             cpu_hogs: 0,
             busy_cpus: o.busy_ns as f64 / horizon.max(1) as f64,
             left_out,
