@@ -101,6 +101,27 @@ pub struct Simulated {
     pub left_out: Vec<String>,
 }
 
+impl Simulated {
+    /// What every simulated run records; the workload adds the rest.
+    fn of(model: String, cpus: usize, seed: u64, opts: &SimOptions, busy_cpus: f64) -> Simulated {
+        let cal = opts.calibration.as_ref();
+        Simulated {
+            model,
+            cpus,
+            seed,
+            calibration: cal.map(|(p, _)| p.display().to_string()),
+            io_cost_per_packet_ns: None,
+            host_noise: cal.is_some_and(|(_, c)| c.host_noise.is_some()),
+            host_stalls: cal.and_then(|(_, c)| c.host_stalls.as_ref()).map(|s| s.per_second),
+            host_work_per_poll_ns: None,
+            starts_measured: false,
+            cpu_hogs: 0,
+            busy_cpus,
+            left_out: Vec::new(),
+        }
+    }
+}
+
 /// One simulated crawler tenant, scored as the crawler scores itself.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct SimTenant {
@@ -176,16 +197,56 @@ impl ontime_sim::engine::Tracer for EventTracer {
     }
 }
 
-/// Analyses a simulated run's events with the scheduler view's own code:
-/// a group per tenant (its vCPU threads) and the host I/O path.
-fn scheduler_view(
-    events: Vec<ontime_trace::event::Event>,
+/// Where a simulated run's threads belong: `vcpus` per tenant, then the
+/// host I/O path's.
+#[derive(Clone, Copy)]
+struct ViewShape {
     tenants: usize,
     vcpus: usize,
     io_thread: Option<usize>,
     cpus: usize,
-    end_ns: u64,
-) -> ontime_sched::Analysis {
+}
+
+/// Runs `w` on the shape's CPUs with the calibration's host stalls, and
+/// the scheduler view when the options ask for it.
+fn run_simulated(
+    w: &mut dyn ontime_sim::engine::Workload,
+    sched: &mut dyn Scheduler,
+    horizon: u64,
+    seed: u64,
+    opts: &SimOptions,
+    shape: &ViewShape,
+) -> (ontime_sim::engine::SimOutcome, Option<ontime_sched::Analysis>) {
+    let mut stalls = opts
+        .calibration
+        .as_ref()
+        .and_then(|(_, c)| c.host_stalls.clone())
+        .map(|st| StallSampler::new(st, seed.wrapping_add(0x57a11)));
+    let mut tracer = EventTracer::default();
+    let o = run_with_stalls(
+        w,
+        shape.cpus,
+        sched,
+        horizon,
+        stalls.as_mut(),
+        opts.scheduler_view
+            .then_some(&mut tracer as &mut dyn ontime_sim::engine::Tracer),
+    );
+    let analysis = opts
+        .scheduler_view
+        .then(|| scheduler_view(tracer.events, shape, horizon));
+    (o, analysis)
+}
+
+/// Analyses a simulated run's events with the scheduler view's own code:
+/// a group per tenant (its vCPU threads) and the host I/O path.
+fn scheduler_view(events: Vec<ontime_trace::event::Event>, shape: &ViewShape, end_ns: u64) -> ontime_sched::Analysis {
+    let ViewShape {
+        tenants,
+        vcpus,
+        io_thread,
+        cpus,
+    } = *shape;
     use ontime_trace::recording::{End, Group, GroupKind, Meta, Recording, ThreadInfo};
     let mut groups: Vec<Group> = (0..tenants)
         .map(|i| Group {
@@ -402,41 +463,25 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         }
         Some(m) => m.build(threads, cpus),
     };
-    // Let the last polls' answers finish.
-    let mut stalls = cal
-        .and_then(|c| c.host_stalls.clone())
-        .map(|st| StallSampler::new(st, seed.wrapping_add(0x57a11)));
-    let mut tracer = EventTracer::default();
     let io_thread = w.io_thread();
-    let o = run_with_stalls(
-        &mut w,
+    let shape = ViewShape {
+        tenants: t.count,
+        vcpus,
+        io_thread,
         cpus,
-        sched.as_mut(),
-        horizon,
-        stalls.as_mut(),
-        opts.scheduler_view
-            .then_some(&mut tracer as &mut dyn ontime_sim::engine::Tracer),
-    );
-    let analysis = opts
-        .scheduler_view
-        .then(|| scheduler_view(tracer.events, t.count, vcpus, io_thread, cpus, horizon));
+    };
+    let (o, analysis) = run_simulated(&mut w, sched.as_mut(), horizon, seed, opts, &shape);
     let model = opts.model.map_or_else(|| sched.name().to_string(), |m| m.label());
     Ok(SimRun {
         name: format!("sim-{model}-{}", run_.dir_name()),
         vars: run_.vars.clone(),
         simulated: Simulated {
-            model,
-            cpus,
-            seed,
-            calibration: opts.calibration.as_ref().map(|(p, _)| p.display().to_string()),
             io_cost_per_packet_ns: io_cost,
-            host_noise: noise.is_some(),
-            host_stalls: cal.and_then(|c| c.host_stalls.as_ref()).map(|s| s.per_second),
             host_work_per_poll_ns: host_work,
             starts_measured: measured.is_some(),
             cpu_hogs: hogs,
-            busy_cpus: o.busy_ns as f64 / horizon.max(1) as f64,
             left_out,
+            ..Simulated::of(model, cpus, seed, opts, o.busy_ns as f64 / horizon.max(1) as f64)
         },
         tenants: w
             .measures
@@ -509,39 +554,20 @@ fn simulate_cyclic(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         Some(m) => m.build(n, cpus),
     };
     let horizon = c.duration + 2 * cz.interval;
-    let mut stalls = cal
-        .and_then(|c| c.host_stalls.clone())
-        .map(|st| StallSampler::new(st, seed.wrapping_add(0x57a11)));
-    let mut tracer = EventTracer::default();
-    let o = run_with_stalls(
-        &mut w,
+    let shape = ViewShape {
+        tenants: t.count,
+        vcpus: threads,
+        io_thread: None,
         cpus,
-        sched.as_mut(),
-        horizon,
-        stalls.as_mut(),
-        opts.scheduler_view
-            .then_some(&mut tracer as &mut dyn ontime_sim::engine::Tracer),
-    );
-    let analysis = opts
-        .scheduler_view
-        .then(|| scheduler_view(tracer.events, t.count, threads, None, cpus, horizon));
+    };
+    let (o, analysis) = run_simulated(&mut w, sched.as_mut(), horizon, seed, opts, &shape);
     let model = opts.model.map_or_else(|| sched.name().to_string(), |m| m.label());
     Ok(SimRun {
         name: format!("sim-{model}-{}", run_.dir_name()),
         vars: run_.vars.clone(),
         simulated: Simulated {
-            model,
-            cpus,
-            seed,
-            calibration: opts.calibration.as_ref().map(|(p, _)| p.display().to_string()),
-            io_cost_per_packet_ns: None,
-            host_noise: noise.is_some(),
-            host_stalls: cal.and_then(|c| c.host_stalls.as_ref()).map(|s| s.per_second),
-            host_work_per_poll_ns: None,
-            starts_measured: false,
-            cpu_hogs: 0,
-            busy_cpus: o.busy_ns as f64 / horizon.max(1) as f64,
             left_out,
+            ..Simulated::of(model, cpus, seed, opts, o.busy_ns as f64 / horizon.max(1) as f64)
         },
         tenants: w
             .measures
