@@ -11,6 +11,7 @@
 pub mod caps;
 pub mod cgroup;
 pub mod config;
+pub mod cputime;
 pub mod duration;
 pub mod export;
 pub mod fsio;

@@ -74,20 +74,9 @@ pub enum Observer {
     },
 }
 
-/// Busy (non-idle, non-iowait) time of all CPUs, ns.
+/// Busy (non-idle, non-iowait) time of all CPUs, steal included, ns.
 fn host_busy_ns() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = stat.lines().next()?;
-    let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
-    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    // user nice system idle iowait irq softirq steal
-    let busy: u64 = v
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != 3 && *i != 4 && *i < 8)
-        .map(|(_, x)| x)
-        .sum();
-    Some(busy * 1_000_000_000 / tick)
+    ontime_core::cputime::CpuTimes::now().map(|c| c.busy_ns() + c.steal_ns)
 }
 
 /// Starts the recorder chosen by `observe.recorder` once the lab, its relay

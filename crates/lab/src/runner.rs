@@ -150,43 +150,27 @@ pub struct RunRecord {
     pub host_cpu: Option<HostCpu>,
 }
 
-/// The whole host's CPU time over a stretch, from /proc/stat (all CPUs
-/// summed, in ns; the kernel counts in ticks of 10 ms): what no tracked
-/// thread accounts for (the gateway, softirq network work, the recorder)
-/// is the busy time minus the tenants' and the relay's.
+/// The whole host's CPU time over a stretch (`core::cputime`): what no
+/// tracked thread accounts for (the gateway, softirq network work, the
+/// recorder) is the busy time minus the tenants' and the relay's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct HostCpu {
     pub wall_ns: u64,
-    pub user_ns: u64,
-    pub system_ns: u64,
-    pub irq_ns: u64,
-    pub softirq_ns: u64,
-    pub steal_ns: u64,
-    pub idle_ns: u64,
+    #[serde(flatten)]
+    pub cpu: ontime_core::cputime::CpuTimes,
 }
 
 impl HostCpu {
     /// CPU time spent running anything (user, system, interrupts).
     pub fn busy_ns(&self) -> u64 {
-        self.user_ns + self.system_ns + self.irq_ns + self.softirq_ns
+        self.cpu.busy_ns()
     }
 
-    /// The "cpu" line of /proc/stat now (wall_ns: CLOCK_MONOTONIC).
+    /// Now (wall_ns: CLOCK_MONOTONIC).
     pub fn now() -> Option<HostCpu> {
-        let text = std::fs::read_to_string("/proc/stat").ok()?;
-        let line = text.lines().find(|l| l.starts_with("cpu "))?;
-        let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-        let ns = |i: usize| v.get(i).copied().unwrap_or(0) * (1_000_000_000 / hz);
         Some(HostCpu {
             wall_ns: ontime_core::time::MonoNs::now().0,
-            user_ns: ns(0) + ns(1),
-            system_ns: ns(2),
-            idle_ns: ns(3) + ns(4),
-            irq_ns: ns(5),
-            softirq_ns: ns(6),
-            steal_ns: ns(7),
+            cpu: ontime_core::cputime::CpuTimes::now()?,
         })
     }
 
@@ -194,12 +178,7 @@ impl HostCpu {
     pub fn until(&self, later: &HostCpu) -> HostCpu {
         HostCpu {
             wall_ns: later.wall_ns.saturating_sub(self.wall_ns),
-            user_ns: later.user_ns.saturating_sub(self.user_ns),
-            system_ns: later.system_ns.saturating_sub(self.system_ns),
-            irq_ns: later.irq_ns.saturating_sub(self.irq_ns),
-            softirq_ns: later.softirq_ns.saturating_sub(self.softirq_ns),
-            steal_ns: later.steal_ns.saturating_sub(self.steal_ns),
-            idle_ns: later.idle_ns.saturating_sub(self.idle_ns),
+            cpu: self.cpu.until(&later.cpu),
         }
     }
 }

@@ -51,16 +51,7 @@ fn schedstat(pid: u32) -> (u64, u64) {
 
 /// Time the hypervisor stole from all CPUs so far (/proc/stat), ns.
 fn host_steal_ns() -> u64 {
-    let s = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
-    let ticks: u64 = s
-        .lines()
-        .next()
-        .and_then(|l| l.split_whitespace().nth(8))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    ticks * 1_000_000_000 / hz
+    ontime_core::cputime::CpuTimes::now().expect("/proc/stat").steal_ns
 }
 
 /// `ours` is within `rel` of `theirs`, plus `bound_ns` (what the analysis

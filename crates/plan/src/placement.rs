@@ -5,7 +5,7 @@
 //! comparison.
 
 use crate::input::{HostSpec, PlanInput, Tenant};
-use crate::predict::{peak_cpu, predict_host, rule_violations, HostPrediction};
+use crate::predict::{at_short_credit_slice, predict_host, rule_violations, tenant_peak, HostPrediction};
 use anyhow::{bail, Result};
 use ontime_sim::noise::{Quantiles, Stalls};
 use ontime_sim::sched::Model;
@@ -109,11 +109,7 @@ pub fn plan(input: &PlanInput, opts: &PlanOptions) -> Result<PlanReport> {
     let started = std::time::Instant::now();
     input.validate()?;
     let tenants = input.expanded();
-    let peaks: Vec<f64> = tenants
-        .iter()
-        .enumerate()
-        .map(|(i, t)| peak_cpu(t.spec.rate, &t.spec.work(), t.spec.vcpus, opts.seed ^ i as u64))
-        .collect();
+    let peaks: Vec<f64> = tenants.iter().map(|t| tenant_peak(t, opts.seed)).collect();
     let mut unplaced: Vec<(String, String)> = Vec::new();
     // A tenant that misses its target alone on every kind of host cannot
     // be placed: find out once per distinct tenant description.
@@ -128,10 +124,7 @@ pub fn plan(input: &PlanInput, opts: &PlanOptions) -> Result<PlanReport> {
         for k in &input.hosts {
             let sched = k.scheduler()?;
             let p = predict_host(&k.name, k, sched, &[t], opts);
-            let ok = p.meets
-                || matches!(sched, Model::Credit { tslice_ns } if tslice_ns > 1_000_000
-                    && predict_host(&k.name, k, Model::Credit { tslice_ns: 1_000_000 }, &[t], opts).meets);
-            if ok {
+            if p.meets || at_short_credit_slice(&k.name, k, sched, &[t], opts).is_some() {
                 fits = true;
                 break;
             }
@@ -227,16 +220,10 @@ pub fn plan(input: &PlanInput, opts: &PlanOptions) -> Result<PlanReport> {
                 done.push(p);
                 continue;
             }
-            if let Model::Credit { tslice_ns } = h.sched {
-                if tslice_ns > 1_000_000 {
-                    let ts: Vec<&Tenant> = h.tenants.iter().map(|&i| &tenants[i]).collect();
-                    let fast = Model::Credit { tslice_ns: 1_000_000 };
-                    let p1 = predict_host(&h.instance, h.kind, fast, &ts, opts);
-                    if p1.meets {
-                        done.push(p1);
-                        continue;
-                    }
-                }
+            let ts: Vec<&Tenant> = h.tenants.iter().map(|&i| &tenants[i]).collect();
+            if let Some(p1) = at_short_credit_slice(&h.instance, h.kind, h.sched, &ts, opts) {
+                done.push(p1);
+                continue;
             }
             if h.tenants.len() == 1 {
                 let t = &tenants[h.tenants[0]];

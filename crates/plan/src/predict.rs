@@ -6,7 +6,7 @@ use crate::input::{HostSpec, Tenant};
 use ontime_core::duration::format_ns;
 use ontime_core::work::WorkModel;
 use ontime_sim::crawl::{CrawlTenant, CrawlWorkload, HostIo};
-use ontime_sim::engine::run_with_stalls;
+use ontime_sim::engine::{run_with_stalls, Workload};
 use ontime_sim::noise::StallSampler;
 use ontime_sim::sched::Model;
 use rand::rngs::SmallRng;
@@ -28,6 +28,31 @@ pub fn peak_cpu(rate: f64, work: &WorkModel, vcpus: usize, seed: u64) -> f64 {
     sums.sort_unstable();
     let p = sums[(sums.len() * 999 / 1000).min(sums.len() - 1)];
     (p as f64 / PEAK_WINDOW_NS as f64).min(vcpus as f64)
+}
+
+/// A tenant's 100 ms peak; the same for every tenant of one description,
+/// so the planner's screening and a host's prediction agree.
+pub fn tenant_peak(t: &Tenant, seed: u64) -> f64 {
+    peak_cpu(t.spec.rate, &t.spec.work(), t.spec.vcpus, seed)
+}
+
+/// `tenants` on a credit host at a 1 ms slice (document 000's tuning), if
+/// the host runs credit at a longer one and that keeps every target.
+pub fn at_short_credit_slice(
+    instance: &str,
+    host: &HostSpec,
+    sched: Model,
+    tenants: &[&Tenant],
+    opts: &crate::placement::PlanOptions,
+) -> Option<HostPrediction> {
+    let Model::Credit { tslice_ns } = sched else {
+        return None;
+    };
+    if tslice_ns <= 1_000_000 {
+        return None;
+    }
+    let p = predict_host(instance, host, Model::Credit { tslice_ns: 1_000_000 }, tenants, opts);
+    p.meets.then_some(p)
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -186,11 +211,7 @@ pub fn predict_host(
     opts: &crate::placement::PlanOptions,
 ) -> HostPrediction {
     let seed = opts.seed;
-    let peaks: Vec<f64> = tenants
-        .iter()
-        .enumerate()
-        .map(|(i, t)| peak_cpu(t.spec.rate, &t.spec.work(), t.spec.vcpus, seed ^ i as u64))
-        .collect();
+    let peaks: Vec<f64> = tenants.iter().map(|t| tenant_peak(t, seed)).collect();
     let horizon = horizon_ns(tenants);
     let mut rng = SmallRng::seed_from_u64(seed);
     let crawl: Vec<CrawlTenant> = tenants
@@ -226,7 +247,7 @@ pub fn predict_host(
     if let Some(q) = &opts.host_noise {
         w = w.with_host_noise(q.clone(), seed.wrapping_add(0x5eed));
     }
-    let threads = w_threads(&w);
+    let threads = w.threads();
     let mut model = sched.build(threads, host.cores);
     let max_period = tenants.iter().map(|t| t.spec.period).max().unwrap_or(0);
     let end = horizon + 2 * max_period;
@@ -289,9 +310,4 @@ pub fn predict_host(
         simulated_s: end as f64 / 1e9,
         busy_cpus: o.map_or(0.0, |o| o.busy_ns as f64 / end.max(1) as f64),
     }
-}
-
-fn w_threads(w: &CrawlWorkload) -> usize {
-    use ontime_sim::engine::Workload;
-    w.threads()
 }

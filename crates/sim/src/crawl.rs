@@ -83,13 +83,19 @@ struct Stream {
     tracker: IntervalTracker,
 }
 
+impl Stream {
+    /// When poll `k` is planned.
+    fn planned(&self, k: u64) -> u64 {
+        self.phase_ns + k * self.period_ns
+    }
+}
+
 /// Every tenant's crawler on one host: threads are numbered tenant by
 /// tenant (tenant 0's vCPUs first).
 pub struct CrawlWorkload {
     tenants: Vec<CrawlTenant>,
     streams: Vec<Stream>,
     samplers: Vec<WorkSampler>,
-    /// Next planned send per stream: (time, stream).
     /// Planned sends: (due time with the host's noise, stream, poll).
     sends: BinaryHeap<Reverse<(u64, usize, u64)>>,
     /// Streams per vCPU thread.
@@ -97,7 +103,9 @@ pub struct CrawlWorkload {
     /// Answers on their way back: (arrival, stream, poll index).
     answers: BinaryHeap<Reverse<(u64, usize, u64)>>,
     pub measures: Vec<CrawlMeasures>,
-    threads: usize,
+    /// The tenants' vCPU threads come first; then the I/O path's, the
+    /// host work's and the hogs' threads, each if present.
+    vcpu_threads: usize,
     io: Option<HostIo>,
     /// Packets waiting for the I/O thread: (arrival, tag).
     io_queue: BinaryHeap<Reverse<(u64, u64)>>,
@@ -197,7 +205,7 @@ impl CrawlWorkload {
             sends,
             thread_streams,
             answers: BinaryHeap::new(),
-            threads: first_thread + usize::from(io.is_some()),
+            vcpu_threads: first_thread,
             io,
             io_queue: BinaryHeap::new(),
             host_queue: BinaryHeap::new(),
@@ -217,24 +225,27 @@ impl CrawlWorkload {
 
     /// Adds `n` CPU hogs as the last threads.
     pub fn with_hogs(mut self, n: usize) -> CrawlWorkload {
-        self.threads += n;
         self.hogs = n;
         self
     }
 
     /// Adds the host's other work: `ns` of CPU per poll on one more thread
     /// (after the I/O path's, before the hogs), when the gateway receives
-    /// the request. Call before [`CrawlWorkload::with_hogs`].
+    /// the request.
     pub fn with_host_work(mut self, ns: u64) -> CrawlWorkload {
-        assert_eq!(self.hogs, 0, "host work before hogs");
         self.host_work_ns = Some(ns);
-        self.threads += 1;
         self
     }
 
     /// The thread of the host's other work, if any.
     pub fn host_work_thread(&self) -> Option<usize> {
-        self.host_work_ns.map(|_| self.threads - self.hogs - 1)
+        self.host_work_ns
+            .map(|_| self.vcpu_threads + usize::from(self.io.is_some()))
+    }
+
+    /// The first hog's thread.
+    fn first_hog(&self) -> usize {
+        self.vcpu_threads + usize::from(self.io.is_some()) + usize::from(self.host_work_ns.is_some())
     }
 
     /// Queues the host's work for a request the gateway received at `at`.
@@ -260,8 +271,7 @@ impl CrawlWorkload {
 
     /// The thread of the host I/O path, if any.
     pub fn io_thread(&self) -> Option<usize> {
-        self.io
-            .map(|_| self.threads - self.hogs - usize::from(self.host_work_ns.is_some()) - 1)
+        self.io.map(|_| self.vcpu_threads)
     }
 
     /// Pushes stream `si`'s next poll's send at `at` and plans the one
@@ -269,7 +279,7 @@ impl CrawlWorkload {
     fn release_send(&mut self, si: usize, at: u64, push: &mut dyn FnMut(Item)) {
         let s = &mut self.streams[si];
         let k = s.next;
-        if s.phase_ns + k * s.period_ns >= s.end_ns {
+        if s.planned(k) >= s.end_ns {
             return;
         }
         s.next += 1;
@@ -290,7 +300,7 @@ impl CrawlWorkload {
     /// host's noise.
     fn due(&mut self, si: usize, k: u64) -> u64 {
         let s = &self.streams[si];
-        s.phase_ns + k * s.period_ns + self.noise.as_mut().map_or(0, |n| n.next_ns())
+        s.planned(k) + self.noise.as_mut().map_or(0, |n| n.next_ns())
     }
 }
 
@@ -303,6 +313,20 @@ fn tenant_of(tenants: &[CrawlTenant], thread: usize) -> usize {
         }
     }
     tenants.len() - 1
+}
+
+/// Work of a host thread (the I/O path, the host's other work, a hog):
+/// no deadline of its own.
+fn host_item(thread: usize, release_ns: u64, cpu_ns: u64, tag: u64) -> Item {
+    Item {
+        thread,
+        release_ns,
+        abs_deadline_ns: u64::MAX,
+        priority: 0,
+        cpu_ns: cpu_ns.max(1),
+        tag,
+        within: 0,
+    }
 }
 
 /// Poll `k`'s receive time at the gateway, taken off the stream's list.
@@ -321,7 +345,7 @@ fn take_pending(pending: &mut std::collections::VecDeque<(u64, u64)>, k: u64) ->
 
 impl Workload for CrawlWorkload {
     fn threads(&self) -> usize {
-        self.threads
+        self.first_hog() + self.hogs
     }
 
     fn starting(&mut self, now: u64, item: &Item) -> Option<u64> {
@@ -336,7 +360,7 @@ impl Workload for CrawlWorkload {
         // follows), else the poll was already given up, the connection
         // closed, and reading it costs nothing.
         let s = &mut self.streams[si];
-        let planned = s.phase_ns + k * s.period_ns;
+        let planned = s.planned(k);
         let m = &mut self.measures[s.tenant];
         let recv = take_pending(&mut s.pending, k)?;
         if now > planned + self.tenants[s.tenant].timeout_ns {
@@ -373,16 +397,9 @@ impl Workload for CrawlWorkload {
     fn arrive(&mut self, now: u64, push: &mut dyn FnMut(Item)) {
         if !self.hogs_started {
             self.hogs_started = true;
-            for th in self.threads - self.hogs..self.threads {
-                push(Item {
-                    thread: th,
-                    release_ns: 0,
-                    abs_deadline_ns: u64::MAX,
-                    priority: 0,
-                    cpu_ns: u64::MAX / 4,
-                    tag: HOG_TAG,
-                    within: 0,
-                });
+            let first = self.first_hog();
+            for th in first..first + self.hogs {
+                push(host_item(th, 0, u64::MAX / 4, HOG_TAG));
             }
         }
         while let Some(&Reverse((t, si, k))) = self.sends.peek() {
@@ -403,7 +420,7 @@ impl Workload for CrawlWorkload {
             self.answers.pop();
             let s = &mut self.streams[si];
             let m = &mut self.measures[s.tenant];
-            let planned = s.phase_ns + k * s.period_ns;
+            let planned = s.planned(k);
             if t > planned + self.tenants[s.tenant].timeout_ns {
                 // Back after the timeout: the crawler gave up on it.
                 take_pending(&mut s.pending, k);
@@ -418,7 +435,7 @@ impl Workload for CrawlWorkload {
             for i in 0..self.thread_streams[th].len() {
                 let sj = self.thread_streams[th][i];
                 let o = &self.streams[sj];
-                if o.phase_ns + o.next * o.period_ns <= t {
+                if o.planned(o.next) <= t {
                     self.release_send(sj, t, push);
                 }
             }
@@ -441,15 +458,7 @@ impl Workload for CrawlWorkload {
                     break;
                 }
                 self.host_queue.pop();
-                push(Item {
-                    thread: th,
-                    release_ns: t,
-                    abs_deadline_ns: u64::MAX,
-                    priority: 0,
-                    cpu_ns: ns.max(1),
-                    tag: HOST_WORK_TAG,
-                    within: 0,
-                });
+                push(host_item(th, t, ns, HOST_WORK_TAG));
             }
         }
         if let (Some(io), Some(io_thread)) = (self.io, self.io_thread()) {
@@ -458,15 +467,7 @@ impl Workload for CrawlWorkload {
                     break;
                 }
                 self.io_queue.pop();
-                push(Item {
-                    thread: io_thread,
-                    release_ns: t,
-                    abs_deadline_ns: u64::MAX,
-                    priority: 0,
-                    cpu_ns: io.cost_per_packet_ns.max(1),
-                    tag: tg,
-                    within: 0,
-                });
+                push(host_item(io_thread, t, io.cost_per_packet_ns, tg));
             }
         }
     }
@@ -482,7 +483,7 @@ impl Workload for CrawlWorkload {
             // Measured (or dropped) when its thread read it: `starting`.
             Kind::Answer => {}
             Kind::Send => {
-                let planned = s.phase_ns + k * s.period_ns;
+                let planned = s.planned(k);
                 let m = &mut self.measures[s.tenant];
                 m.polls += 1;
                 m.send_lag.record(now.saturating_sub(planned));

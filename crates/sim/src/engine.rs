@@ -75,6 +75,26 @@ pub trait Workload {
     }
 }
 
+/// A workload's item as a job, `seq`-th in the run queue.
+fn job_of(it: &Item, seq: u64) -> Job {
+    Job {
+        task: it.thread,
+        release_ns: it.release_ns,
+        abs_deadline_ns: it.abs_deadline_ns,
+        priority: it.priority,
+        remaining_ns: it.cpu_ns,
+        queued_seq: seq,
+        tag: it.tag,
+        within: it.within,
+        started: false,
+    }
+}
+
+/// Whether `thread` holds a CPU.
+fn is_running(running: &[Option<Slot>], thread: usize) -> bool {
+    running.iter().flatten().any(|s| s.job.task == thread)
+}
+
 /// The workload's view of a job.
 fn item_of(j: &Job) -> Item {
     Item {
@@ -189,6 +209,8 @@ pub fn run_with_stalls(
     let (mut seq, mut busy) = (0u64, 0u64);
     let mut now = 0u64;
     let mut next_stall = stalls.as_mut().map(|s| s.next_after(0));
+    // What the tracer needs per event, kept between events.
+    let (mut before, mut woken): (Vec<Option<usize>>, Vec<usize>) = (Vec::new(), Vec::new());
     loop {
         if workload.finished() {
             break;
@@ -229,11 +251,12 @@ pub fn run_with_stalls(
         if timer.is_some_and(|t| t <= now) {
             sched.on_timer(now);
         }
-        let before: Vec<Option<usize>> = if tracer.is_some() {
-            running.iter().map(|s| s.map(|s| s.job.task)).collect()
-        } else {
-            Vec::new()
-        };
+        let tracing = tracer.is_some();
+        before.clear();
+        woken.clear();
+        if tracing {
+            before.extend(running.iter().map(|s| s.map(|s| s.job.task)));
+        }
         // Completions and slice ends.
         for slot in running.iter_mut() {
             let Some(Slot { job: j, slice_end }) = *slot else {
@@ -264,24 +287,12 @@ pub fn run_with_stalls(
             }
         }
         // Work due now.
-        let mut woken: Vec<usize> = Vec::new();
-        let tracing = tracer.is_some();
         workload.arrive(now, &mut |it: Item| {
-            if tracing && queues[it.thread].is_empty() && !running.iter().flatten().any(|s| s.job.task == it.thread) {
+            if tracing && queues[it.thread].is_empty() && !is_running(&running, it.thread) {
                 woken.push(it.thread);
             }
             seq += 1;
-            let job = Job {
-                task: it.thread,
-                release_ns: it.release_ns,
-                abs_deadline_ns: it.abs_deadline_ns,
-                priority: it.priority,
-                remaining_ns: it.cpu_ns,
-                queued_seq: seq,
-                tag: it.tag,
-                within: it.within,
-                started: false,
-            };
+            let job = job_of(&it, seq);
             sched.wake(&job);
             queues[it.thread].push(Queued(job));
             out[it.thread].released += 1;
@@ -294,8 +305,7 @@ pub fn run_with_stalls(
             for (cpu, (was, slot)) in before.iter().zip(&running).enumerate() {
                 let is = slot.map(|s| s.job.task);
                 if *was != is {
-                    let runnable =
-                        was.is_some_and(|p| !queues[p].is_empty() || running.iter().flatten().any(|s| s.job.task == p));
+                    let runnable = was.is_some_and(|p| !queues[p].is_empty() || is_running(&running, p));
                     t.switch(now, cpu, *was, is, runnable);
                 }
             }

@@ -155,8 +155,6 @@ mod tests {
         let q = Quantiles {
             points: vec![(0.0, 1_000_000), (1.0, 3_000_000)],
         };
-        let mut s = NoiseSampler::new(q.clone(), 1);
-        let _ = s.next_ns();
         let mut st = StallSampler::new(
             Stalls {
                 per_second: 2.0,

@@ -412,14 +412,12 @@ impl Scheduler for Linux {
             }
         })
     }
-    fn slice_ns(&self, job: &Job, runnable: usize) -> Option<u64> {
+    fn slice_ns(&self, job: &Job, _runnable: usize) -> Option<u64> {
+        // EEVDF's slice does not shrink with the runnable count (CFS's did).
         match self.classes[job.task] {
             LinuxClass::Deadline { .. } => Some(self.dl_left[job.task]),
             LinuxClass::RealTime { slice_ns, .. } => slice_ns,
-            LinuxClass::Fair { .. } => {
-                let _ = runnable;
-                Some(self.fair_slice_ns)
-            }
+            LinuxClass::Fair { .. } => Some(self.fair_slice_ns),
         }
     }
     fn preempts(&self, newcomer: &Job, running: &Job) -> bool {
