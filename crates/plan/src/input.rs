@@ -18,6 +18,10 @@
 //! points = 10                # points per request (informational)
 //! cpu_per_poll = "1.4ms"     # mean CPU per answered poll, or measured:
 //! # cpu_per_poll_from = "results/doc-000/runs/000-rate=100-rep1/t0.json"
+//! # or from an observe analysis (`ontime observe report --json`, a lab
+//! # run's observe.json): the group's CPU over rate x observed time
+//! # cpu_per_poll_from = "results/doc-000/runs/000-rate=100-rep1/observe.json"
+//! # observe_group = "t0"     # which group (needed when there are several)
 //! work_tail = 1.5            # Pareto shape of the per-poll CPU (omit: fixed)
 //! one_way = "10ms"           # WAN delay each way
 //! target = "100ms"           # interval error at `percentile` at most this
@@ -121,6 +125,10 @@ pub struct TenantSpec {
     /// answered poll is used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_per_poll_from: Option<String>,
+    /// With `cpu_per_poll_from` naming an observe analysis: the group
+    /// (tenant, cgroup, process) whose CPU this tenant's polls cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observe_group: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub work_tail: Option<f64>,
     #[serde(default = "default_period", with = "text_ns")]
@@ -164,20 +172,67 @@ impl TenantSpec {
     }
 }
 
-/// CPU per answered poll from a crawler's JSON result (`resources`).
-fn measured_cpu_per_poll(path: &Path) -> Result<u64> {
+/// CPU per answered poll from a crawler's JSON result (`resources`), or
+/// from an observe analysis: the group's on-CPU time divided by the polls
+/// the tenant's rate makes in the observed time (the recording is taken to
+/// cover steady polling).
+fn measured_cpu_per_poll(path: &Path, rate: f64, group: Option<&str>) -> Result<u64> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let v: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    if let Some(groups) = v.get("groups").and_then(serde_json::Value::as_array) {
+        return observed_cpu_per_poll(path, groups, rate, group);
+    }
     v.pointer("/resources/cpu_per_poll_ns")
         .and_then(serde_json::Value::as_u64)
         .filter(|&n| n > 0)
         .with_context(|| {
             format!(
-                "{} has no resources.cpu_per_poll_ns: give a crawler's result (ontime crawl --result, or a lab run's t<i>.json)",
+                "{} has no resources.cpu_per_poll_ns: give a crawler's result (ontime crawl --result, or a lab run's t<i>.json) or an observe analysis (ontime observe report --json)",
                 path.display()
             )
         })
+}
+
+fn observed_cpu_per_poll(path: &Path, groups: &[serde_json::Value], rate: f64, group: Option<&str>) -> Result<u64> {
+    let name_of = |g: &serde_json::Value| {
+        g.get("name")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let names: Vec<String> = groups.iter().map(name_of).collect();
+    let chosen = match group {
+        Some(want) => groups.iter().find(|g| name_of(g) == want).with_context(|| {
+            format!(
+                "{} has no group \"{want}\" (it has: {})",
+                path.display(),
+                names.join(", ")
+            )
+        })?,
+        None if groups.len() == 1 => &groups[0],
+        None => bail!(
+            "{} is an observe analysis of {} groups: say which with observe_group = \"...\" (one of: {})",
+            path.display(),
+            groups.len(),
+            names.join(", ")
+        ),
+    };
+    let on_cpu = chosen.get("on_cpu_ns").and_then(serde_json::Value::as_u64);
+    let wall = chosen
+        .pointer("/time_shares/wall_ns")
+        .and_then(serde_json::Value::as_u64);
+    match (on_cpu, wall) {
+        (Some(cpu), Some(wall)) if cpu > 0 && wall > 0 => {
+            let polls = rate * wall as f64 / 1e9;
+            Ok((cpu as f64 / polls).round() as u64)
+        }
+        _ => bail!(
+            "{}: group \"{}\" has no on-CPU time over an observed wall time (on_cpu_ns, time_shares.wall_ns)",
+            path.display(),
+            name_of(chosen)
+        ),
+    }
 }
 
 /// One tenant after `count` is expanded.
@@ -194,7 +249,7 @@ impl PlanInput {
         for t in &mut input.tenants {
             if let (Some(from), None) = (&t.cpu_per_poll_from, t.cpu_per_poll) {
                 t.cpu_per_poll = Some(
-                    measured_cpu_per_poll(&base.join(from))
+                    measured_cpu_per_poll(&base.join(from), t.rate, t.observe_group.as_deref())
                         .with_context(|| format!("tenant {}: cpu_per_poll_from = \"{from}\"", t.name))?,
                 );
             }
@@ -308,5 +363,38 @@ mod tests {
         std::fs::write(&input, text.replace("cpu_per_poll_from = 't0.json'\n", "")).unwrap();
         let e = format!("{:#}", PlanInput::read(&input).unwrap_err());
         assert!(e.contains("give cpu_per_poll"), "{e}");
+    }
+
+    /// From an observe analysis: the named group's CPU over the polls its
+    /// rate makes in the observed time; several groups need a name.
+    #[test]
+    fn cpu_per_poll_from_an_observe_analysis() {
+        let dir = tempfile::tempdir().unwrap();
+        let group = |name: &str, cpu: u64| {
+            format!(r#"{{"name": "{name}", "on_cpu_ns": {cpu}, "time_shares": {{"wall_ns": 10000000000}}}}"#)
+        };
+        std::fs::write(
+            dir.path().join("observe.json"),
+            format!(
+                r#"{{"groups": [{}, {}]}}"#,
+                group("t0", 2_000_000_000),
+                group("host", 5)
+            ),
+        )
+        .unwrap();
+        let input = dir.path().join("in.toml");
+        let text = "[[host]]\nname = 'h'\ncores = 4\n[[tenant]]\nname = 't'\nrate = 100\ncpu_per_poll_from = 'observe.json'\nobserve_group = 't0'\ntarget = '10ms'\n";
+        std::fs::write(&input, text).unwrap();
+        // 2 s of CPU over 10 s at 100 polls/s: 2 ms per poll.
+        assert_eq!(
+            PlanInput::read(&input).unwrap().tenants[0].cpu_per_poll,
+            Some(2_000_000)
+        );
+        std::fs::write(&input, text.replace("observe_group = 't0'\n", "")).unwrap();
+        let e = format!("{:#}", PlanInput::read(&input).unwrap_err());
+        assert!(e.contains("observe_group") && e.contains("t0, host"), "{e}");
+        std::fs::write(&input, text.replace("'t0'", "'t9'")).unwrap();
+        let e = format!("{:#}", PlanInput::read(&input).unwrap_err());
+        assert!(e.contains("no group \"t9\""), "{e}");
     }
 }
