@@ -152,6 +152,15 @@ pub fn text(a: &Analysis, vcpus: bool) -> String {
             .collect();
         let _ = writeln!(out, "  {:<22} {}", g.name, top.join(", "));
     }
+    if let Some(w) = a.work_conservation.as_ref().filter(|w| w.queued_ns > 0) {
+        let _ = writeln!(
+            out,
+            "  of {} vCPU time queued behind a busy CPU, {} ({:.0}%) passed while another CPU idled (per-CPU run queues balanced late)",
+            format_ns(w.queued_ns),
+            format_ns(w.queued_while_idle_ns),
+            w.while_idle_pct()
+        );
+    }
     if let Some(h) = a.host_io() {
         let _ = writeln!(
             out,

@@ -38,6 +38,30 @@ pub struct Analysis {
     /// missing (0 when none did).
     #[serde(default)]
     pub error_bound_ns: u64,
+    /// Whether the host kept its CPUs busy while vCPUs waited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_conservation: Option<WorkConservation>,
+}
+
+/// vCPU time spent runnable behind a busy CPU, and how much of it passed
+/// while another CPU was idle: Linux (and Xen's credit) keep a run queue
+/// per CPU and balance them late, so a waiting vCPU can sit behind a busy
+/// CPU while another idles. A global run queue never does that.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkConservation {
+    pub queued_ns: u64,
+    pub queued_while_idle_ns: u64,
+}
+
+impl WorkConservation {
+    /// Share of the queued time during which a CPU idled, 0..100.
+    pub fn while_idle_pct(&self) -> f64 {
+        if self.queued_ns == 0 {
+            0.0
+        } else {
+            100.0 * self.queued_while_idle_ns as f64 / self.queued_ns as f64
+        }
+    }
 }
 
 impl Analysis {
@@ -203,5 +227,9 @@ pub fn analyze(rec: &Recording, opts: &AnalysisOptions) -> Analysis {
         groups: a.report(&name_of),
         notes,
         error_bound_ns: a.uncertain_ns + a.vanished_ns,
+        work_conservation: Some(WorkConservation {
+            queued_ns: a.queued_ns,
+            queued_while_idle_ns: a.queued_while_idle_ns,
+        }),
     }
 }

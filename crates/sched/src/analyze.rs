@@ -150,6 +150,9 @@ struct GroupState {
     preempted_by: HashMap<u32, u64>,
 }
 
+/// The idle task's tid on every CPU (swapper).
+const IDLE_TID: u32 = 0;
+
 /// Streams events into window usage, run delay and contention.
 pub struct Analyzer {
     /// Receives every closed interval of every tracked thread's time line.
@@ -198,6 +201,14 @@ pub struct Analyzer {
     /// appears elsewhere is credited here up to then): with `vanished_ns`,
     /// the most the on-CPU figures can be off by.
     pub uncertain_ns: u64,
+    /// vCPU time spent waiting behind a busy CPU, since `stats_from`.
+    pub queued_ns: u64,
+    /// Of that, while another CPU was idle: the host's scheduler did not
+    /// conserve work (per-CPU run queues balance late). A simulator with
+    /// one global run queue has none of it.
+    pub queued_while_idle_ns: u64,
+    /// Up to where `queued_ns` is accounted.
+    queued_at: u64,
 }
 
 impl Analyzer {
@@ -238,6 +249,9 @@ impl Analyzer {
             rejected: 0,
             anomalies: 0,
             vanished: 0,
+            queued_ns: 0,
+            queued_while_idle_ns: 0,
+            queued_at: 0,
             vanished_ns: 0,
             uncertain_ns: 0,
             intervals: None,
@@ -336,6 +350,7 @@ impl Analyzer {
             self.do_tick(at);
             self.next_tick += self.tick;
         }
+        self.account_queued(t);
         let cpu = (e.cpu as usize).min(self.cpus - 1);
         match e.kind {
             kind::SWITCH => self.on_switch(
@@ -350,6 +365,30 @@ impl Analyzer {
             kind::WAKEUP | kind::WAKEUP_NEW => self.on_wakeup(t, e.a, (e.c as usize).min(self.cpus - 1)),
             kind::MIGRATE => self.on_migrate(t, e.a, (e.c as usize).min(self.cpus - 1)),
             _ => {}
+        }
+    }
+
+    /// vCPU waits behind busy CPUs up to `t`, and those while a CPU idled
+    /// (the state is constant between events, so this runs before each).
+    fn account_queued(&mut self, t: u64) {
+        let dt = t.saturating_sub(self.queued_at);
+        self.queued_at = self.queued_at.max(t);
+        if dt == 0 {
+            return;
+        }
+        let behind_busy: u64 = self
+            .queued
+            .iter()
+            .zip(&self.occupant)
+            .filter(|(_, &occ)| occ != IDLE_TID)
+            .map(|(q, _)| q.iter().map(|&(_, n)| n as u64).sum::<u64>())
+            .sum();
+        if behind_busy == 0 {
+            return;
+        }
+        self.queued_ns += dt * behind_busy;
+        if self.occupant.contains(&IDLE_TID) {
+            self.queued_while_idle_ns += dt * behind_busy;
         }
     }
 
@@ -681,6 +720,7 @@ impl Analyzer {
         if t >= 1_000_000_000 {
             self.cpus_unseen = 0;
         }
+        self.account_queued(t);
         while t >= self.next_tick {
             let at = self.next_tick;
             self.do_tick(at);
@@ -709,6 +749,8 @@ impl Analyzer {
     /// Starts a new interval for the live view: totals, window statistics,
     /// episodes and preemptors restart; thread states carry on.
     pub fn reset_stats(&mut self) {
+        self.queued_ns = 0;
+        self.queued_while_idle_ns = 0;
         for e in &mut self.entities {
             e.reset_stats();
         }
@@ -799,7 +841,7 @@ impl Analyzer {
             let mut by_name: HashMap<(String, &'static str), u64> = HashMap::new();
             let total_pre: u64 = g.preempted_by.values().sum();
             for (&occ, &ns) in &g.preempted_by {
-                let key = if occ == 0 {
+                let key = if occ == IDLE_TID {
                     ("idle (wake-up latency)".to_string(), "idle")
                 } else if occ == u32::MAX {
                     ("unknown".to_string(), "thread")
@@ -1166,6 +1208,20 @@ mod tests {
             (g.wait_share_pct - 300.0 / 8.0).abs() < 1e-9,
             "3 ms waited of 8 ms wanted"
         );
+    }
+
+    /// A vCPU preempted on CPU 0 waits there 2 ms; CPU 1 idles for the
+    /// first of them (work not conserved), then runs another task.
+    #[test]
+    fn waits_behind_a_busy_cpu_while_another_idles_are_counted() {
+        let mut a = analyzer_on(2);
+        a.feed(&switch(1_000_000, 1, 99, 0, 0)); // CPU 1 idle
+        a.feed(&switch(1_000_000, 0, 0, 10, 0)); // vCPU runs on CPU 0
+        a.feed(&switch(2_000_000, 0, 10, 11, F_PREV_RUNNABLE)); // preempted: waits
+        a.feed(&switch(3_000_000, 1, 0, 12, 0)); // CPU 1 busy from 3 ms
+        a.feed(&switch(4_000_000, 0, 11, 10, 0)); // runs again
+        a.finish(5_000_000);
+        assert_eq!((a.queued_ns, a.queued_while_idle_ns), (2_000_000, 1_000_000));
     }
 
     /// A garbage timestamp (a corrupt recording) is left out and counted,
