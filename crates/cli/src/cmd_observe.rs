@@ -213,6 +213,7 @@ fn record(a: RecordArgs) -> anyhow::Result<()> {
         drain_every: Duration::from_nanos(a.drain_every),
         measure_overhead: a.overhead_stats,
         mechanism: a.mechanism.mechanism,
+        sample_hz: None,
     };
     let names: Vec<&str> = targets.groups.iter().map(|g| g.name.as_str()).collect();
     let summary = recorder::record(

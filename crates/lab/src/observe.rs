@@ -138,6 +138,7 @@ pub fn start(recorder: Recorder, lab: &Lab, dir: &Path) -> Result<Observer> {
                 drain_every: Duration::from_millis(100),
                 measure_overhead: true,
                 mechanism: Mechanism::Auto,
+                sample_hz: None,
             };
             let stop = Arc::new(AtomicBool::new(false));
             let (tx, rx) = std::sync::mpsc::channel();

@@ -306,6 +306,8 @@ fn scheduler_view(events: Vec<ontime_trace::event::Event>, shape: &ViewShape, en
         },
         threads,
         events,
+        samples: Default::default(),
+        maps: Default::default(),
         end: Some(End {
             end_ns,
             events: n,

@@ -361,6 +361,7 @@ pub fn run(targets: Targets, opts: TopOptions, stop: &AtomicBool, show: &mut dyn
         drain_every: Duration::from_millis(100),
         measure_overhead: false,
         mechanism: opts.mechanism,
+        sample_hz: None,
     };
     let start = MonoNs::now().0;
     let mut live = Live {

@@ -145,6 +145,7 @@ fn on_cpu_and_run_delay_match_schedstat(mechanism: Mechanism) {
         drain_every: Duration::from_millis(100),
         measure_overhead: false,
         mechanism,
+        sample_hz: None,
     };
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {

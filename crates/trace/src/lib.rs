@@ -20,7 +20,9 @@ pub mod skel {
 #[cfg(feature = "bpf")]
 mod bpf;
 pub mod event;
+pub mod maps;
 mod perf;
 pub mod recorder;
 pub mod recording;
+pub mod sampler;
 pub mod targets;

@@ -215,7 +215,7 @@ struct Decoder {
 }
 
 /// One CPU's perf buffer and the events that write into it.
-struct CpuRing {
+pub(crate) struct CpuRing {
     /// fds[0] owns the buffer; the others are redirected into it.
     fds: Vec<OwnedFd>,
     base: *mut u8,
@@ -232,13 +232,68 @@ impl Drop for CpuRing {
 }
 
 impl CpuRing {
+    /// Maps a buffer of `pages` pages (a power of two) for `fds[0]` and
+    /// redirects the other events on this CPU into it.
+    pub(crate) fn map(fds: Vec<OwnedFd>, cpu: usize, pages: usize, page: usize) -> Result<CpuRing> {
+        let leader = fds.first().context("no perf events to map")?;
+        let map_len = (pages + 1) * page;
+        // SAFETY: mapping a perf fd as the perf_event_open(2) page describes.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                leader.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            bail!(
+                "mapping the perf buffer of CPU {cpu} ({} KiB) failed: {}; raise `ulimit -l` or kernel.perf_event_mlock_kb",
+                map_len / 1024,
+                std::io::Error::last_os_error()
+            );
+        }
+        // The kernel redirects only into an event that has its buffer mapped.
+        for fd in &fds[1..] {
+            // SAFETY: both fds are perf events on the same CPU with the same clock.
+            let rc = unsafe { sys::ioctls::SET_OUTPUT(fd.as_raw_fd(), leader.as_raw_fd()) };
+            if rc != 0 {
+                let err = std::io::Error::last_os_error();
+                // SAFETY: unmapping what we just mapped.
+                unsafe { libc::munmap(base, map_len) };
+                bail!("redirecting perf output on CPU {cpu} failed: {err}");
+            }
+        }
+        let mut ring = CpuRing {
+            fds,
+            base: base.cast(),
+            map_len,
+            data_offset: page,
+            data_size: pages * page,
+        };
+        // SAFETY: the header page is mapped; these fields exist since Linux 4.1.
+        let (off, size) = unsafe { ((*ring.header()).data_offset, (*ring.header()).data_size) };
+        if size != 0 {
+            ring.data_offset = off as usize;
+            ring.data_size = size as usize;
+        }
+        Ok(ring)
+    }
+
+    /// The fd that owns the buffer (poll it, enable and disable through it).
+    pub(crate) fn leader_fd(&self) -> i32 {
+        self.fds[0].as_raw_fd()
+    }
+
     fn header(&self) -> *mut sys::bindings::perf_event_mmap_page {
         self.base.cast()
     }
 
     /// Calls `f` with each record written since the last call. Returns the
     /// bytes skipped because the ring lost record alignment (0 normally).
-    fn read(&mut self, scratch: &mut [u8], mut f: impl FnMut(&[u8])) -> u64 {
+    pub(crate) fn read(&mut self, scratch: &mut [u8], mut f: impl FnMut(&[u8])) -> u64 {
         let hdr = self.header();
         // SAFETY: data_head/data_tail are naturally aligned u64 in the shared
         // header page; the kernel publishes data_head with a release store and
@@ -445,51 +500,7 @@ impl PerfSource {
             // SAFETY: a fresh fd from the kernel.
             fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
         }
-        let leader = fds.first().context("no tracepoints to open")?;
-        let map_len = (RING_PAGES + 1) * page;
-        // SAFETY: mapping a perf fd as the perf_event_open(2) page describes.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                leader.as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            bail!(
-                "mapping the perf buffer of CPU {cpu} ({} KiB) failed: {}; raise `ulimit -l` or kernel.perf_event_mlock_kb",
-                map_len / 1024,
-                std::io::Error::last_os_error()
-            );
-        }
-        // The kernel redirects only into an event that has its buffer mapped.
-        for fd in &fds[1..] {
-            // SAFETY: both fds are perf events on the same CPU with the same clock.
-            let rc = unsafe { sys::ioctls::SET_OUTPUT(fd.as_raw_fd(), leader.as_raw_fd()) };
-            if rc != 0 {
-                let err = std::io::Error::last_os_error();
-                // SAFETY: unmapping what we just mapped.
-                unsafe { libc::munmap(base, map_len) };
-                bail!("redirecting perf tracepoint output on CPU {cpu} failed: {err}");
-            }
-        }
-        let mut ring = CpuRing {
-            fds,
-            base: base.cast(),
-            map_len,
-            data_offset: page,
-            data_size,
-        };
-        // SAFETY: the header page is mapped; these fields exist since Linux 4.1.
-        let (off, size) = unsafe { ((*ring.header()).data_offset, (*ring.header()).data_size) };
-        if size != 0 {
-            ring.data_offset = off as usize;
-            ring.data_size = size as usize;
-        }
-        Ok(ring)
+        CpuRing::map(fds, cpu, RING_PAGES, page)
     }
 
     fn decode(&self, record: &[u8]) -> Option<Pending> {

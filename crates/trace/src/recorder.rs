@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use ontime_core::time::{realtime_ns, MonoNs};
 
 #[cfg(feature = "bpf")]
@@ -53,6 +53,9 @@ pub struct RecordOptions {
     /// what the probes cost in the kernel (adds two clock reads per event).
     pub measure_overhead: bool,
     pub mechanism: Mechanism,
+    /// Also sample the tracked threads' stacks at this rate (Hz) on every
+    /// CPU (`ontime profile record`).
+    pub sample_hz: Option<u32>,
 }
 
 impl Default for RecordOptions {
@@ -63,6 +66,7 @@ impl Default for RecordOptions {
             drain_every: Duration::from_millis(100),
             measure_overhead: true,
             mechanism: Mechanism::Auto,
+            sample_hz: None,
         }
     }
 }
@@ -84,6 +88,11 @@ pub struct RecordSummary {
     pub bpf_runs: Option<u64>,
     pub output: Option<PathBuf>,
     pub unavailable: Vec<String>,
+    /// Stack samples of tracked threads kept, and those the kernel dropped.
+    #[serde(default)]
+    pub samples: u64,
+    #[serde(default)]
+    pub samples_lost: u64,
 }
 
 impl RecordSummary {
@@ -270,7 +279,14 @@ pub fn record(
     let mut source = open_source(opts, &mut object, cgroup_root.as_ref(), &mut unavailable)?;
     let host_io_group = targets.groups.len() as u32;
 
+    let mut sampler = opts
+        .sample_hz
+        .map(|hz| crate::sampler::Sampler::open(hz).context("opening the stack sampler"))
+        .transpose()?;
     source.attach()?;
+    if let Some(s) = sampler.as_mut() {
+        s.enable()?;
+    }
     let start = MonoNs::now();
     let until = duration.map(|d| start.add_ns(d.as_nanos() as u64));
 
@@ -311,11 +327,17 @@ pub fn record(
     let mut lost = 0u64;
     let mut batch: Vec<Event> = Vec::with_capacity(1 << 16);
     let mut comms: Vec<(u32, String)> = Vec::new();
+    let mut samples = crate::sampler::SampleBatch::default();
+    let mut sampled = SampledThreads::default();
+    let mut samples_total = 0u64;
     loop {
         let finishing = stop.load(Ordering::Relaxed) || until.is_some_and(|u| MonoNs::now() >= u);
         if finishing {
             // Detach first so nothing arrives after the last drain.
             source.detach();
+            if let Some(s) = sampler.as_mut() {
+                s.disable();
+            }
         } else {
             let wait = until
                 .map(|u| Duration::from_nanos(u.0.saturating_sub(MonoNs::now().0)))
@@ -336,11 +358,22 @@ pub fn record(
             }
         }
         resolve_threads(&batch, &mut threads, source.as_mut(), host_io_group, &targets.host_io);
+        let mut new_maps = Vec::new();
+        if let Some(s) = sampler.as_mut() {
+            samples.clear();
+            s.drain(&mut samples, &mut |pid, tid| {
+                sampled.keep(pid, tid, targets.everything, &mut threads, source.as_mut())
+            });
+            samples_total += samples.len() as u64;
+            sampled.maps_needed(&samples, &mut new_maps);
+        }
         if let Some(w) = writer.as_mut() {
             for e in &batch {
                 w.event(e)?;
             }
             w.threads(&threads.take_pending())?;
+            w.samples(&samples)?;
+            w.maps(&new_maps)?;
             w.flush()?;
         } else {
             threads.pending.clear();
@@ -357,6 +390,8 @@ pub fn record(
             last_rescan = now;
             source.rescan()?;
             regroup(&mut threads, source.as_mut());
+            // A thread moved into a target cgroup is sampled from now on.
+            sampled.forget_untracked();
             lost = source.lost();
         }
     }
@@ -397,7 +432,79 @@ pub fn record(
         bpf_runs: cost.kernel_runs,
         output: opts.output.clone(),
         unavailable,
+        samples: samples_total,
+        samples_lost: sampler.as_ref().map_or(0, |s| s.lost),
     })
+}
+
+/// Which sampled threads are tracked, and the mappings written so far.
+#[derive(Default)]
+struct SampledThreads {
+    tracked: HashMap<u32, bool>,
+    maps: HashMap<u32, crate::maps::ProcessMaps>,
+}
+
+impl SampledThreads {
+    /// Whether a sample of `tid` is kept: a thread of a target (asked of
+    /// the source once), or any thread when recording everything. A kept
+    /// thread the table does not know yet is added to it.
+    fn keep(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        everything: bool,
+        threads: &mut ThreadTable,
+        source: &mut dyn EventSource,
+    ) -> bool {
+        if let Some(&k) = self.tracked.get(&tid) {
+            return k;
+        }
+        let group = threads.get(tid).and_then(|t| t.group).or_else(|| source.group_of(tid));
+        let keep = everything || group.is_some();
+        if keep && threads.get(tid).map_or(true, |t| t.tgid == 0) {
+            let (comm, tgid) = targets::thread_identity(tid).unwrap_or_else(|| (format!("tid {tid}"), pid));
+            threads.set(ThreadInfo { tid, tgid, comm, group });
+        }
+        self.tracked.insert(tid, keep);
+        keep
+    }
+
+    fn forget_untracked(&mut self) {
+        self.tracked.retain(|_, k| *k);
+    }
+
+    /// Mappings to write: a process sampled for the first time, or whose
+    /// user leaf lies outside what was read (it mapped a library since).
+    fn maps_needed(&mut self, batch: &crate::sampler::SampleBatch, out: &mut Vec<crate::maps::ProcessMaps>) {
+        for s in &batch.samples {
+            let leaf = batch.user_frames(s).first().copied();
+            let known = self.maps.get(&s.pid);
+            let stale = match (known, leaf) {
+                (None, _) => true,
+                (Some(m), Some(ip)) => m.find(ip).is_none(),
+                (Some(_), None) => false,
+            };
+            if !stale || out.iter().any(|m| m.pid == s.pid) {
+                continue;
+            }
+            if let Some(m) = crate::maps::read_maps(s.pid) {
+                if known != Some(&m) {
+                    out.push(m.clone());
+                }
+                self.maps.insert(s.pid, m);
+            } else if known.is_none() {
+                // Gone before we looked: remember that, do not retry.
+                self.maps.insert(
+                    s.pid,
+                    crate::maps::ProcessMaps {
+                        pid: s.pid,
+                        comm: String::new(),
+                        maps: Vec::new(),
+                    },
+                );
+            }
+        }
+    }
 }
 
 fn host_io_match(comm: &str, patterns: &[String]) -> bool {

@@ -9,7 +9,11 @@
 //!   EVENTS  length/24 events (event.rs layout, little endian)
 //!   THREADS JSON [ThreadInfo] (new or renamed threads since the last one)
 //!   END     JSON End (last block of a recording that stopped cleanly)
+//!   SAMPLES stack samples (sampler.rs layout; `ontime profile record`)
+//!   MAPS    JSON [ProcessMaps] (executable mappings of sampled processes)
 //! ```
+//! Readers skip block kinds they do not know, so older recordings read
+//! and an older ontime reads newer ones without the blocks it lacks.
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
@@ -19,6 +23,8 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::event::{Event, EVENT_SIZE};
+use crate::maps::ProcessMaps;
+use crate::sampler::SampleBatch;
 
 const MAGIC: &[u8; 6] = b"OTREC\0";
 const VERSION: u16 = 1;
@@ -26,6 +32,8 @@ const BLOCK_META: u32 = 1;
 const BLOCK_EVENTS: u32 = 2;
 const BLOCK_THREADS: u32 = 3;
 const BLOCK_END: u32 = 4;
+const BLOCK_SAMPLES: u32 = 5;
+const BLOCK_MAPS: u32 = 6;
 /// A block larger than this is corruption, not data.
 const MAX_BLOCK: u32 = 256 << 20;
 
@@ -105,6 +113,7 @@ pub struct Writer {
     out: BufWriter<File>,
     path: PathBuf,
     events: Vec<u8>,
+    scratch: Vec<u8>,
     pub events_written: u64,
 }
 
@@ -121,6 +130,7 @@ impl Writer {
             out,
             path: path.to_path_buf(),
             events: Vec::with_capacity(EVENT_BLOCK),
+            scratch: Vec::new(),
             events_written: 0,
         };
         w.json_block(BLOCK_META, meta)?;
@@ -134,6 +144,27 @@ impl Writer {
             self.flush_events()?;
         }
         Ok(())
+    }
+
+    /// Writes a drain's stack samples as one block (split to stay under
+    /// the block limit).
+    pub fn samples(&mut self, batch: &SampleBatch) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let mut bytes = std::mem::take(&mut self.scratch);
+        bytes.clear();
+        batch.encode(&mut bytes);
+        let r = self.block(BLOCK_SAMPLES, &bytes);
+        self.scratch = bytes;
+        r
+    }
+
+    pub fn maps(&mut self, maps: &[ProcessMaps]) -> Result<()> {
+        if maps.is_empty() {
+            return Ok(());
+        }
+        self.json_block(BLOCK_MAPS, &maps)
     }
 
     pub fn threads(&mut self, threads: &[ThreadInfo]) -> Result<()> {
@@ -195,6 +226,11 @@ pub struct Recording {
     pub meta: Meta,
     pub threads: HashMap<u32, ThreadInfo>,
     pub events: Vec<Event>,
+    /// Stack samples, in time order (empty unless profiled).
+    pub samples: SampleBatch,
+    /// Executable mappings of sampled processes, by pid (the last block
+    /// for a pid wins).
+    pub maps: HashMap<u32, ProcessMaps>,
     /// None when the recording was cut short.
     pub end: Option<End>,
     /// Bytes after the last complete block (a cut-short recording).
@@ -224,6 +260,8 @@ impl Recording {
         let mut meta: Option<Meta> = None;
         let mut threads = HashMap::new();
         let mut events = Vec::new();
+        let mut samples = SampleBatch::default();
+        let mut maps = HashMap::new();
         let mut end = None;
         let mut truncated_bytes = 0u64;
         let mut payload = Vec::new();
@@ -272,6 +310,14 @@ impl Recording {
                         threads.insert(t.tid, ThreadInfo { group, ..t });
                     }
                 }
+                BLOCK_SAMPLES => samples.decode(&payload),
+                BLOCK_MAPS => {
+                    let list: Vec<ProcessMaps> = serde_json::from_slice(&payload)
+                        .with_context(|| format!("{}: corrupt MAPS block", path.display()))?;
+                    for m in list {
+                        maps.insert(m.pid, m);
+                    }
+                }
                 BLOCK_END => {
                     end = Some(
                         serde_json::from_slice(&payload)
@@ -284,10 +330,13 @@ impl Recording {
         let meta = meta.with_context(|| format!("{}: no META block; the recording is empty", path.display()))?;
         // Per-CPU rings interleave slightly; the analysis needs one time order.
         events.sort_by_key(|e| e.ts);
+        samples.sort_by_time();
         Ok(Recording {
             meta,
             threads,
             events,
+            samples,
+            maps,
             end,
             truncated_bytes,
         })
