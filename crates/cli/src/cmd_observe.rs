@@ -138,13 +138,14 @@ pub struct MechanismFlag {
     pub mechanism: Mechanism,
 }
 
+/// `record`'s arguments, shared with `profile record`.
 #[derive(Args)]
-struct RecordArgs {
+pub struct RecordArgs {
     #[command(flatten)]
     targets: TargetArgs,
-    /// The recording file
-    #[arg(short = 'o', long, default_value = "observe.otrec")]
-    output: PathBuf,
+    /// The recording file [default: observe.otrec; profile.otrec for profile]
+    #[arg(short = 'o', long)]
+    output: Option<PathBuf>,
     /// How long to record, e.g. 30s [default: until Ctrl-C]
     #[arg(short = 'D', visible_short_alias = 'd', long, value_parser = parse_ns)]
     duration: Option<u64>,
@@ -184,13 +185,16 @@ struct ReportArgs {
 
 pub fn run(args: ObserveArgs) -> anyhow::Result<()> {
     match args.action {
-        ObserveAction::Record(a) => record(a),
+        ObserveAction::Record(a) => record(a, "observe.otrec", None),
         ObserveAction::Report(a) => report(a),
         ObserveAction::Top(a) => crate::cmd_top::run(a),
     }
 }
 
-fn record(a: RecordArgs) -> anyhow::Result<()> {
+/// Records the targets' scheduler events, and their stacks at
+/// `sample_hz` when given, to `-o` (default `default_output`).
+pub fn record(a: RecordArgs, default_output: &str, sample_hz: Option<u32>) -> anyhow::Result<()> {
+    let output = a.output.clone().unwrap_or_else(|| PathBuf::from(default_output));
     let targets = a.targets.resolve()?;
     if let Some(d) = a.duration {
         ontime_core::limits::duration(
@@ -204,16 +208,16 @@ fn record(a: RecordArgs) -> anyhow::Result<()> {
     if a.drain_every < 1_000_000 || a.drain_every > 10_000_000_000 {
         return Err(usage("--drain-every must be between 1ms and 10s"));
     }
-    crate::output::check_outputs(&[("-o", Some(&a.output)), ("--result", a.out.result.as_deref())])?;
+    crate::output::check_outputs(&[("-o", Some(&output)), ("--result", a.out.result.as_deref())])?;
     let stop = Arc::new(AtomicBool::new(false));
     crate::signals::install_flag(stop.clone())?;
     let opts = RecordOptions {
         targets: targets.clone(),
-        output: Some(a.output.clone()),
+        output: Some(output.clone()),
         drain_every: Duration::from_nanos(a.drain_every),
         measure_overhead: a.overhead_stats,
         mechanism: a.mechanism.mechanism,
-        sample_hz: None,
+        sample_hz,
     };
     let names: Vec<&str> = targets.groups.iter().map(|g| g.name.as_str()).collect();
     let summary = recorder::record(
@@ -223,7 +227,12 @@ fn record(a: RecordArgs) -> anyhow::Result<()> {
         &mut NoSink,
         &mut |_| {
             eprintln!(
-                "ontime: recording {}{} to {} {}",
+                "ontime: recording {}{}{} to {} {}",
+                if sample_hz.is_some() {
+                    "stacks and scheduler events of "
+                } else {
+                    ""
+                },
                 if names.is_empty() {
                     "everything".to_string()
                 } else {
@@ -234,7 +243,7 @@ fn record(a: RecordArgs) -> anyhow::Result<()> {
                 } else {
                     ""
                 },
-                a.output.display(),
+                output.display(),
                 a.duration
                     .map(|d| format!("for {}", format_ns(d)))
                     .unwrap_or_else(|| "until Ctrl-C".into())
@@ -242,13 +251,20 @@ fn record(a: RecordArgs) -> anyhow::Result<()> {
         },
     );
     let summary = summary?;
+    let samples = match sample_hz {
+        Some(_) => format!(
+            "recorded {} stack samples ({} lost by the kernel)\n",
+            summary.samples, summary.samples_lost
+        ),
+        None => String::new(),
+    };
     let text = format!(
-        "recorded {} events in {} ({} lost) with {} to {}\nrecorder cost: {:.3}% of one core (reader {} + kernel probes {}{})\n{}",
+        "{samples}recorded {} events in {} ({} lost) with {} to {}\nrecorder cost: {:.3}% of one core (reader {} + kernel probes {}{})\n{}",
         summary.events,
         format_ns(summary.end_ns - summary.start_ns),
         summary.lost,
         summary.mechanism,
-        a.output.display(),
+        output.display(),
         summary.overhead_pct(),
         format_ns(summary.reader_cpu_ns),
         summary

@@ -8,6 +8,7 @@ mod cmd_gateway;
 mod cmd_lab;
 mod cmd_observe;
 mod cmd_plan;
+mod cmd_profile;
 mod cmd_sim;
 mod cmd_top;
 mod output;
@@ -40,6 +41,8 @@ enum Verb {
     Lab(cmd_lab::LabArgs),
     /// Who used the CPU, at which millisecond, and who waited (scheduler events by BPF)
     Observe(cmd_observe::ObserveArgs),
+    /// Stacks joined with the scheduler's time line: steal and I/O wait charged to functions (document 002)
+    Profile(cmd_profile::ProfileArgs),
     /// Run a lab scenario in the scheduling simulator (crawler tenants)
     Sim(cmd_sim::SimArgs),
     /// Place tenants onto hosts so every one keeps its target; predict a placement
@@ -100,6 +103,7 @@ fn main() {
         Verb::Cyclic(a) => cmd_cyclic::run(a),
         Verb::Lab(a) => cmd_lab::run(a),
         Verb::Observe(a) => cmd_observe::run(a),
+        Verb::Profile(a) => cmd_profile::run(a),
         Verb::Sim(a) => cmd_sim::run(a),
         Verb::Plan(a) => cmd_plan::run(a),
     };

@@ -303,6 +303,7 @@ fn scheduler_view(events: Vec<ontime_trace::event::Event>, shape: &ViewShape, en
             command_line: vec![],
             ontime_version: env!("CARGO_PKG_VERSION").into(),
             clocksource: "simulated".into(),
+            sample_period_ns: None,
         },
         threads,
         events,

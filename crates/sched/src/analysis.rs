@@ -151,8 +151,21 @@ fn effective_groups(rec: &Recording) -> (Vec<Group>, HashMap<u32, u32>) {
 }
 
 pub fn analyze(rec: &Recording, opts: &AnalysisOptions) -> Analysis {
+    analyze_with(rec, opts, None)
+}
+
+/// [`analyze`], handing every closed interval of every tracked thread's
+/// time line to `intervals` as well (profile joins stacks to them).
+pub fn analyze_with(
+    rec: &Recording,
+    opts: &AnalysisOptions,
+    intervals: Option<crate::analyze::IntervalSink>,
+) -> Analysis {
     let (groups, group_of) = effective_groups(rec);
     let mut a = Analyzer::new(rec.meta.start_ns, rec.meta.cpus, &groups, opts);
+    if let Some(sink) = intervals {
+        a.on_interval(sink);
+    }
     let comm_of = |tid: &u32| rec.threads.get(tid).map(|t| t.comm.as_str()).unwrap_or("");
     let named: HashSet<u32> = group_of
         .iter()

@@ -50,7 +50,7 @@ pub struct Interval {
 }
 
 /// What [`Analyzer::on_interval`] calls.
-type IntervalSink = Box<dyn FnMut(&Interval)>;
+pub type IntervalSink = Box<dyn FnMut(&Interval)>;
 
 /// Longest gap between consecutive events (or to the end) the analysis
 /// accepts. A recording has scheduler events every few milliseconds; an
@@ -778,6 +778,37 @@ impl Analyzer {
     pub fn finish(&mut self, end_ns: u64) {
         self.cpus_unseen = 0;
         self.advance(end_ns);
+        // The interval sink gets each thread's last, still open stretch.
+        let t = self.last_ts;
+        if let Some(sink) = self.intervals.as_mut() {
+            let mut open: Vec<Interval> = Vec::new();
+            for (&tid, th) in self.threads.iter_mut() {
+                let place = match th.st {
+                    St::Running => Place::Running { cpu: th.cpu },
+                    St::Waiting => Place::Waiting {
+                        cpu: th.cpu,
+                        behind: self.occupant.get(th.cpu as usize).copied().unwrap_or(u32::MAX),
+                    },
+                    St::Sleeping => Place::Sleeping,
+                    St::Blocked => Place::Blocked,
+                    St::Unknown | St::Dead => continue,
+                };
+                if t > th.entered {
+                    open.push(Interval {
+                        tid,
+                        group: th.group,
+                        place,
+                        start_ns: th.entered,
+                        end_ns: t,
+                    });
+                    th.entered = t;
+                }
+            }
+            open.sort_by_key(|i| i.tid);
+            for i in &open {
+                sink(i);
+            }
+        }
     }
 
     /// Relative time of the last event or advance.

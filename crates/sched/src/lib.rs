@@ -9,4 +9,4 @@ pub mod analysis;
 pub mod analyze;
 pub mod window;
 
-pub use analysis::{analyze, Analysis};
+pub use analysis::{analyze, analyze_with, Analysis};

@@ -313,6 +313,7 @@ pub fn record(
             .unwrap_or_default()
             .trim()
             .to_string(),
+        sample_period_ns: sampler.as_ref().map(|s| s.period_ns),
     };
     let mut writer = match &opts.output {
         Some(p) => Some(Writer::create(p, &meta)?),
@@ -461,7 +462,7 @@ impl SampledThreads {
         }
         let group = threads.get(tid).and_then(|t| t.group).or_else(|| source.group_of(tid));
         let keep = everything || group.is_some();
-        if keep && threads.get(tid).map_or(true, |t| t.tgid == 0) {
+        if keep && !matches!(threads.get(tid), Some(t) if t.tgid != 0) {
             let (comm, tgid) = targets::thread_identity(tid).unwrap_or_else(|| (format!("tid {tid}"), pid));
             threads.set(ThreadInfo { tid, tgid, comm, group });
         }

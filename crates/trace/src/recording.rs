@@ -88,6 +88,9 @@ pub struct Meta {
     pub ontime_version: String,
     #[serde(default)]
     pub clocksource: String,
+    /// Stack sampling period (ns) on every CPU, when stacks were sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_period_ns: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -385,6 +388,7 @@ mod tests {
             command_line: vec!["ontime".into()],
             ontime_version: "test".into(),
             clocksource: "tsc".into(),
+            sample_period_ns: None,
         }
     }
 

@@ -1,0 +1,310 @@
+//! The join: every tracked thread's time line (from the scheduler events,
+//! exact) split into document 002's classes, and stack samples charged
+//! with on-CPU time, steal and blocked time.
+//!
+//! Classes, summing to the thread's observed wall time:
+//! run (on a CPU), idle (asleep by its own choice: for a QEMU vCPU thread
+//! the guest halted), steal: runqueue (runnable while another task ran on
+//! its CPU, split by who: another tenant, its own tenant's other threads,
+//! the host I/O path, other host work, or an idle CPU waking up), steal:
+//! host (VM exits other than HLT; needs KVM) and I/O wait (blocked,
+//! uninterruptible).
+//!
+//! Attribution (document 002): a blank interval (steal or I/O wait) is
+//! charged to the stack sampled just before it when the sample just after
+//! it is the same thread in the same leaf function; otherwise it is left
+//! uncharged and counted as such. Scheduler events make the intervals
+//! exact, where document 002 counted missing samples. A thread's on-CPU
+//! time (exact) is spread evenly over its samples; a thread that ran but
+//! was never sampled shows as `[unsampled]`.
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use ontime_sched::analyze::{AnalysisOptions, Interval, Place};
+use ontime_trace::recording::{GroupKind, Recording};
+use serde::Serialize;
+
+use crate::symbols::Symbols;
+
+/// Who ran while a thread waited.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StealBy {
+    /// Another tenant's threads.
+    pub other_tenant_ns: u64,
+    /// The thread's own tenant (its other threads).
+    pub own_tenant_ns: u64,
+    /// The host I/O path (relay, vhost, ksoftirqd).
+    pub host_io_ns: u64,
+    /// Any other host task.
+    pub other_host_ns: u64,
+    /// Nobody: the CPU was idle and waking up (wake-up latency).
+    pub wakeup_ns: u64,
+}
+
+impl StealBy {
+    pub fn total(&self) -> u64 {
+        self.other_tenant_ns + self.own_tenant_ns + self.host_io_ns + self.other_host_ns + self.wakeup_ns
+    }
+    fn add(&mut self, o: &StealBy) {
+        self.other_tenant_ns += o.other_tenant_ns;
+        self.own_tenant_ns += o.own_tenant_ns;
+        self.host_io_ns += o.host_io_ns;
+        self.other_host_ns += o.other_host_ns;
+        self.wakeup_ns += o.wakeup_ns;
+    }
+}
+
+/// One program's time line in classes: a thread (a vCPU), or a tenant (the
+/// sum over its threads, in thread-time).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Classes {
+    pub name: String,
+    /// The tenant (group) it belongs to.
+    pub tenant: String,
+    #[serde(skip)]
+    pub tenant_index: u32,
+    pub tid: Option<u32>,
+    pub threads: u32,
+    /// Apparent time: the wall time observed (for a tenant, summed over
+    /// its threads).
+    pub apparent_ns: u64,
+    pub run_ns: u64,
+    pub idle_ns: u64,
+    pub io_wait_ns: u64,
+    pub steal_runqueue_ns: u64,
+    pub steal_by: StealBy,
+    /// Time in VM exits other than HLT: None where KVM's exit events are
+    /// not recorded (no KVM on the host, or not a guest).
+    pub steal_host_ns: Option<u64>,
+    /// Apparent minus steal.
+    pub corrected_ns: u64,
+    /// Steal charged to a function, and left uncharged (the samples around
+    /// it disagree or are missing).
+    pub steal_charged_ns: u64,
+    pub steal_uncharged_ns: u64,
+    pub samples: u64,
+}
+
+/// Time charged to one stack of one thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Charge {
+    pub samples: u64,
+    pub on_cpu_ns: u64,
+    pub steal_ns: u64,
+    pub blocked_ns: u64,
+}
+
+/// The joined profile, before presentation.
+#[derive(Debug, Default)]
+pub struct Joined {
+    /// Per tracked thread, then per tenant.
+    pub threads: Vec<Classes>,
+    pub tenants: Vec<Classes>,
+    /// (tenant index, tid, stack id) -> charge; stack id `u32::MAX` is
+    /// `[unsampled]` on-CPU time.
+    pub charges: HashMap<(u32, u32, u32), Charge>,
+    pub tenant_names: Vec<String>,
+    pub thread_names: HashMap<u32, String>,
+    pub duration_ns: u64,
+    pub notes: Vec<String>,
+}
+
+/// Stack id standing for on-CPU time no sample saw.
+pub const UNSAMPLED: u32 = u32::MAX;
+
+/// Joins `rec`'s scheduler time lines with its samples (symbolised as
+/// `syms`).
+pub fn join(rec: &Recording, syms: &Symbols) -> Joined {
+    let collected: Rc<RefCell<Vec<Interval>>> = Rc::default();
+    let sink = collected.clone();
+    let analysis = ontime_sched::analyze_with(
+        rec,
+        &AnalysisOptions {
+            windows: vec![1_000_000_000],
+            series: false,
+        },
+        Some(Box::new(move |iv: &Interval| sink.borrow_mut().push(*iv))),
+    );
+    let mut intervals = std::mem::take(&mut *collected.borrow_mut());
+    intervals.sort_by_key(|iv| (iv.tid, iv.start_ns));
+    let group_kind = |g: u32| rec.meta.groups.get(g as usize).map(|g| g.kind);
+    let group_of = |tid: u32| rec.threads.get(&tid).and_then(|t| t.group);
+    let start = rec.meta.start_ns;
+
+    // Samples per thread, in time order, with their index.
+    let mut samples_of: HashMap<u32, Vec<usize>> = HashMap::new();
+    for (i, s) in rec.samples.samples.iter().enumerate() {
+        samples_of.entry(s.tid).or_default().push(i);
+    }
+    let rel = |i: usize| rec.samples.samples[i].ts.saturating_sub(start);
+
+    let mut out = Joined {
+        tenant_names: analysis.groups.iter().map(|g| g.name.clone()).collect(),
+        duration_ns: analysis.recording.duration_ns,
+        ..Joined::default()
+    };
+    for line in intervals.chunk_by(|a, b| a.tid == b.tid) {
+        let tid = line[0].tid;
+        let tenant = line[0].group;
+        let tenant_name = out.tenant_names.get(tenant as usize).cloned().unwrap_or_default();
+        let name = rec
+            .threads
+            .get(&tid)
+            .map(|t| t.comm.clone())
+            .unwrap_or_else(|| format!("tid {tid}"));
+        out.thread_names.insert(tid, name.clone());
+        let mut c = Classes {
+            name,
+            tenant: tenant_name,
+            tenant_index: tenant,
+            tid: Some(tid),
+            threads: 1,
+            ..Classes::default()
+        };
+        let empty = Vec::new();
+        let samples = samples_of.get(&tid).unwrap_or(&empty);
+        c.samples = samples.len() as u64;
+        for iv in line {
+            let d = iv.end_ns - iv.start_ns;
+            c.apparent_ns += d;
+            match iv.place {
+                Place::Running { .. } => c.run_ns += d,
+                Place::Sleeping => c.idle_ns += d,
+                Place::Blocked => {
+                    c.io_wait_ns += d;
+                    if let Some(stack) = charged_stack(samples, &rel, syms, iv) {
+                        out.charges.entry((tenant, tid, stack)).or_default().blocked_ns += d;
+                    }
+                }
+                Place::Waiting { behind, .. } => {
+                    c.steal_runqueue_ns += d;
+                    let who = if behind == 0 {
+                        &mut c.steal_by.wakeup_ns
+                    } else {
+                        match group_of(behind) {
+                            Some(g) if g == tenant => &mut c.steal_by.own_tenant_ns,
+                            Some(g) if group_kind(g) == Some(GroupKind::HostIo) => &mut c.steal_by.host_io_ns,
+                            Some(_) => &mut c.steal_by.other_tenant_ns,
+                            None => &mut c.steal_by.other_host_ns,
+                        }
+                    };
+                    *who += d;
+                    match charged_stack(samples, &rel, syms, iv) {
+                        Some(stack) => {
+                            c.steal_charged_ns += d;
+                            out.charges.entry((tenant, tid, stack)).or_default().steal_ns += d;
+                        }
+                        None => c.steal_uncharged_ns += d,
+                    }
+                }
+            }
+        }
+        c.corrected_ns = c.apparent_ns - c.steal_runqueue_ns;
+        // On-CPU time, exact per thread, spread over its samples.
+        if samples.is_empty() {
+            if c.run_ns > 0 {
+                out.charges.entry((tenant, tid, UNSAMPLED)).or_default().on_cpu_ns += c.run_ns;
+            }
+        } else {
+            let n = samples.len() as u64;
+            for (k, &i) in samples.iter().enumerate() {
+                // Spread the remainder over the first samples: sums stay exact.
+                let share = c.run_ns / n + u64::from((k as u64) < c.run_ns % n);
+                let e = out.charges.entry((tenant, tid, syms.sample_stack[i])).or_default();
+                e.samples += 1;
+                e.on_cpu_ns += share;
+            }
+        }
+        out.threads.push(c);
+    }
+    // Threads sampled but never switched while recorded (alone on a CPU
+    // throughout): no time line, so their run time comes from the samples.
+    let period = rec.meta.sample_period_ns.unwrap_or(0);
+    let mut lone: Vec<(&u32, &Vec<usize>)> = samples_of
+        .iter()
+        .filter(|(tid, _)| !out.thread_names.contains_key(tid))
+        .collect();
+    lone.sort_by_key(|(tid, _)| **tid);
+    for (&tid, samples) in lone {
+        let Some(tenant) = group_of(tid).filter(|&g| (g as usize) < out.tenant_names.len()) else {
+            continue;
+        };
+        let run = samples.len() as u64 * period;
+        let name = rec
+            .threads
+            .get(&tid)
+            .map(|t| t.comm.clone())
+            .unwrap_or_else(|| format!("tid {tid}"));
+        out.notes.push(format!(
+            "{name} [{tid}] never switched while recorded: its run time ({} samples) is estimated from the samples",
+            samples.len()
+        ));
+        out.thread_names.insert(tid, name.clone());
+        for &i in samples {
+            let e = out.charges.entry((tenant, tid, syms.sample_stack[i])).or_default();
+            e.samples += 1;
+            e.on_cpu_ns += period;
+        }
+        out.threads.push(Classes {
+            name,
+            tenant: out.tenant_names[tenant as usize].clone(),
+            tenant_index: tenant,
+            tid: Some(tid),
+            threads: 1,
+            apparent_ns: run,
+            run_ns: run,
+            corrected_ns: run,
+            samples: samples.len() as u64,
+            ..Classes::default()
+        });
+    }
+    // Tenants: sums over their threads.
+    let mut tenants: Vec<Classes> = out
+        .tenant_names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| Classes {
+            name: n.clone(),
+            tenant: n.clone(),
+            tenant_index: i as u32,
+            ..Classes::default()
+        })
+        .collect();
+    for c in &out.threads {
+        if let Some(s) = tenants.get_mut(c.tenant_index as usize) {
+            s.threads += 1;
+            s.apparent_ns += c.apparent_ns;
+            s.run_ns += c.run_ns;
+            s.idle_ns += c.idle_ns;
+            s.io_wait_ns += c.io_wait_ns;
+            s.steal_runqueue_ns += c.steal_runqueue_ns;
+            s.steal_by.add(&c.steal_by);
+            s.corrected_ns += c.corrected_ns;
+            s.steal_charged_ns += c.steal_charged_ns;
+            s.steal_uncharged_ns += c.steal_uncharged_ns;
+            s.samples += c.samples;
+        }
+    }
+    out.tenants = tenants.into_iter().filter(|t| t.threads > 0).collect();
+    out
+}
+
+/// The stack a blank interval is charged to: the thread's sample just
+/// before it, when the sample just after it is in the same leaf function.
+fn charged_stack(samples: &[usize], rel: &dyn Fn(usize) -> u64, syms: &Symbols, iv: &Interval) -> Option<u32> {
+    // First sample at or after the interval's end.
+    let after = samples.partition_point(|&i| rel(i) < iv.end_ns);
+    if after == 0 || after >= samples.len() {
+        return None;
+    }
+    let before = samples[after - 1];
+    if rel(before) > iv.start_ns {
+        // A sample inside a blank interval: the thread was not on a CPU,
+        // so the time line and the samples disagree; charge nothing.
+        return None;
+    }
+    let (sb, sa) = (syms.sample_stack[before], syms.sample_stack[samples[after]]);
+    let (lb, la) = (syms.leaf(sb)?, syms.leaf(sa)?);
+    (syms.frames[lb as usize].function == syms.frames[la as usize].function).then_some(sb)
+}

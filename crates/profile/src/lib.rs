@@ -1,0 +1,420 @@
+//! ontime-profile: document 002's host-side profiler on Linux. It owns the
+//! join of stack samples (recorded by ontime-trace's sampler beside the
+//! scheduler events, one clock) with each thread's time line (rebuilt by
+//! ontime-sched): the blank-time classes (run, idle/halt, steal by
+//! runqueue with the preemptor's class, steal by the host, I/O wait),
+//! steal and blocked time charged to functions, apparent and corrected
+//! times, symbols ([`symbols`], blazesym), and the outputs: text, JSON,
+//! pprof ([`pprof`]) and flame graphs (inferno).
+//!
+//! Recording is `ontime profile record` (the observe recorder with
+//! sampling switched on); it does not write a second recorder.
+
+pub mod attribute;
+pub mod pprof;
+pub mod symbols;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use ontime_core::duration::format_ns;
+use ontime_trace::event::kind;
+use ontime_trace::recording::Recording;
+use serde::Serialize;
+
+pub use attribute::{Classes, Joined, StealBy};
+pub use symbols::Symbols;
+
+/// Time charged to a function.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Times {
+    pub samples: u64,
+    pub on_cpu_ns: u64,
+    /// Steal charged to it (document 002's rule).
+    pub steal_ns: u64,
+    /// Blocked (I/O wait) time charged to it by the same rule.
+    pub blocked_ns: u64,
+    /// on-CPU + steal + blocked.
+    pub apparent_ns: u64,
+    /// Apparent minus steal.
+    pub corrected_ns: u64,
+}
+
+impl Times {
+    fn add(&mut self, c: &attribute::Charge) {
+        self.samples += c.samples;
+        self.on_cpu_ns += c.on_cpu_ns;
+        self.steal_ns += c.steal_ns;
+        self.blocked_ns += c.blocked_ns;
+        self.apparent_ns = self.on_cpu_ns + self.steal_ns + self.blocked_ns;
+        self.corrected_ns = self.on_cpu_ns + self.blocked_ns;
+    }
+}
+
+/// One function of one tenant: its own time (as the leaf of a stack) and
+/// its inclusive time (anywhere on the stack, its callees included).
+#[derive(Clone, Debug, Serialize)]
+pub struct FunctionRow {
+    pub tenant: String,
+    pub function: String,
+    pub module: String,
+    pub own: Times,
+    pub inclusive: Times,
+    /// Own and inclusive apparent time, of the tenant's apparent time less
+    /// its idle time.
+    pub share_pct: f64,
+    pub inclusive_share_pct: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ProfileInfo {
+    pub duration_ns: u64,
+    pub cpus: usize,
+    pub sample_period_ns: u64,
+    pub samples: u64,
+    /// Samples whose user chain stopped at the leaf (no frame pointers).
+    pub truncated_samples: u64,
+    pub unnamed_frames: u64,
+    /// Why steal by the host (VM exits) is or is not measured.
+    pub steal_host: String,
+}
+
+/// What `ontime profile report` prints.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProfileReport {
+    pub profile: ProfileInfo,
+    pub tenants: Vec<Classes>,
+    pub threads: Vec<Classes>,
+    pub functions: Vec<FunctionRow>,
+    pub notes: Vec<String>,
+}
+
+/// Everything `report` derives from a recording.
+pub struct Profiled {
+    pub report: ProfileReport,
+    pub joined: Joined,
+    pub symbols: Symbols,
+    pub start_realtime_ns: u64,
+}
+
+/// Symbolises and joins a recording made with stack samples.
+pub fn profile(rec: &Recording) -> Result<Profiled> {
+    let period = rec.meta.sample_period_ns.context(
+        "this recording has no stack samples: make it with `ontime profile record` (observe record does not sample)",
+    )?;
+    let symbols = symbols::symbolize(rec);
+    let joined = attribute::join(rec, &symbols);
+    let kvm = rec
+        .events
+        .iter()
+        .any(|e| e.kind == kind::KVM_EXIT || e.kind == kind::KVM_ENTRY);
+    let steal_host = if kvm {
+        "recorded kvm_exit/kvm_entry events, not yet classed by exit reason".to_string()
+    } else {
+        "unavailable: no kvm_exit/kvm_entry events (no KVM guest on this host)".to_string()
+    };
+    let mut notes = symbols.notes.clone();
+    notes.extend(joined.notes.iter().cloned());
+    if let Some(end) = &rec.end {
+        if end.lost > 0 {
+            notes.push(format!(
+                "{} scheduler events were lost: time lines are approximate",
+                end.lost
+            ));
+        }
+    } else {
+        notes.push("the recording was cut short; analysed up to its last block".into());
+    }
+    let samples = rec.samples.len() as u64;
+    if samples > 0 && symbols.truncated * 10 > samples {
+        notes.push(format!(
+            "{:.0} % of samples have a one-frame user stack: those binaries keep no frame pointers, so callers are missing (leaf functions are exact)",
+            100.0 * symbols.truncated as f64 / samples as f64
+        ));
+    }
+    let functions = function_rows(&joined, &symbols);
+    let report = ProfileReport {
+        profile: ProfileInfo {
+            duration_ns: joined.duration_ns,
+            cpus: rec.meta.cpus,
+            sample_period_ns: period,
+            samples,
+            truncated_samples: symbols.truncated,
+            unnamed_frames: symbols.unnamed,
+            steal_host,
+        },
+        tenants: joined.tenants.clone(),
+        threads: joined.threads.clone(),
+        functions,
+        notes,
+    };
+    Ok(Profiled {
+        report,
+        joined,
+        symbols,
+        start_realtime_ns: rec.meta.start_realtime_ns,
+    })
+}
+
+/// Pseudo frames for function rows: on-CPU time no sample saw, and
+/// samples without any frame.
+const UNSAMPLED_FRAME: u32 = u32::MAX;
+const NO_STACK: u32 = u32::MAX - 1;
+
+fn function_row<'a>(
+    rows: &'a mut std::collections::HashMap<(u32, u32), FunctionRow>,
+    tenant: u32,
+    frame: u32,
+    j: &Joined,
+    syms: &Symbols,
+) -> &'a mut FunctionRow {
+    rows.entry((tenant, frame)).or_insert_with(|| {
+        let (function, module) = match frame {
+            UNSAMPLED_FRAME => ("[unsampled]".to_string(), String::new()),
+            NO_STACK => ("[no stack]".to_string(), String::new()),
+            f => {
+                let fr = &syms.frames[f as usize];
+                (fr.function.clone(), fr.module.clone())
+            }
+        };
+        FunctionRow {
+            tenant: j.tenant_names.get(tenant as usize).cloned().unwrap_or_default(),
+            function,
+            module,
+            own: Times::default(),
+            inclusive: Times::default(),
+            share_pct: 0.0,
+            inclusive_share_pct: 0.0,
+        }
+    })
+}
+
+fn function_rows(j: &Joined, syms: &Symbols) -> Vec<FunctionRow> {
+    let mut rows = std::collections::HashMap::new();
+    let mut counted: Vec<u32> = Vec::new();
+    for (&(tenant, _tid, stack), c) in &j.charges {
+        let frames: &[u32] = if stack == attribute::UNSAMPLED {
+            &[UNSAMPLED_FRAME]
+        } else {
+            match syms.stacks[stack as usize].as_slice() {
+                [] => &[NO_STACK],
+                f => f,
+            }
+        };
+        function_row(&mut rows, tenant, frames[0], j, syms).own.add(c);
+        // A recursive function counts once per stack.
+        counted.clear();
+        for &f in frames {
+            if !counted.contains(&f) {
+                counted.push(f);
+                function_row(&mut rows, tenant, f, j, syms).inclusive.add(c);
+            }
+        }
+    }
+    let mut out: Vec<FunctionRow> = rows.into_values().collect();
+    for r in &mut out {
+        let busy = j
+            .tenants
+            .iter()
+            .find(|t| t.name == r.tenant)
+            .map(|t| t.apparent_ns - t.idle_ns)
+            .unwrap_or(0);
+        let share = |ns: u64| if busy > 0 { 100.0 * ns as f64 / busy as f64 } else { 0.0 };
+        r.share_pct = share(r.own.apparent_ns);
+        r.inclusive_share_pct = share(r.inclusive.apparent_ns);
+    }
+    out.sort_by(|a, b| {
+        b.own
+            .apparent_ns
+            .cmp(&a.own.apparent_ns)
+            .then_with(|| b.inclusive.apparent_ns.cmp(&a.inclusive.apparent_ns))
+            .then_with(|| a.function.cmp(&b.function))
+    });
+    out
+}
+
+fn pct(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", 100.0 * part as f64 / whole as f64)
+    }
+}
+
+/// The text report: classes per tenant and per thread, then the top
+/// functions by their own time (or, with `inclusive`, with callees).
+pub fn text(r: &ProfileReport, top: usize, inclusive: bool) -> String {
+    let mut out = String::new();
+    let p = &r.profile;
+    let _ = writeln!(
+        out,
+        "profile: {} on {} CPUs, {} samples at {} ({} with a one-frame user stack), steal by host: {}",
+        format_ns(p.duration_ns),
+        p.cpus,
+        p.samples,
+        format_ns(p.sample_period_ns),
+        p.truncated_samples,
+        p.steal_host
+    );
+    let _ = writeln!(
+        out,
+        "\nTime classes (run + idle + steal + I/O wait = apparent; corrected = apparent - steal):"
+    );
+    let _ = writeln!(
+        out,
+        "  {:<26} {:>11} {:>7} {:>7} {:>7} {:>7} {:>11}   steal by: {:>7} {:>7} {:>7} {:>7} {:>7}  {:>9}",
+        "program",
+        "apparent",
+        "run",
+        "idle",
+        "steal",
+        "I/O",
+        "corrected",
+        "tenants",
+        "own",
+        "host-io",
+        "host",
+        "wake-up",
+        "uncharged"
+    );
+    let row = |out: &mut String, name: &str, c: &Classes| {
+        let a = c.apparent_ns;
+        let s = &c.steal_by;
+        let _ = writeln!(
+            out,
+            "  {:<26} {:>11} {:>7} {:>7} {:>7} {:>7} {:>11}             {:>7} {:>7} {:>7} {:>7} {:>7}  {:>9}",
+            name,
+            format_ns(a),
+            pct(c.run_ns, a),
+            pct(c.idle_ns, a),
+            pct(c.steal_runqueue_ns, a),
+            pct(c.io_wait_ns, a),
+            format_ns(c.corrected_ns),
+            pct(s.other_tenant_ns, a),
+            pct(s.own_tenant_ns, a),
+            pct(s.host_io_ns, a),
+            pct(s.other_host_ns, a),
+            pct(s.wakeup_ns, a),
+            pct(c.steal_uncharged_ns, c.steal_runqueue_ns)
+        );
+    };
+    for t in &r.tenants {
+        row(&mut out, &format!("{} ({} threads)", t.name, t.threads), t);
+        for th in r.threads.iter().filter(|th| th.tenant == t.name) {
+            row(&mut out, &format!("  {} [{}]", th.name, th.tid.unwrap_or(0)), th);
+        }
+    }
+    let _ = writeln!(
+        out,
+        "  uncharged = steal no function could be charged with (the samples around it disagree or are missing)"
+    );
+    let _ = writeln!(
+        out,
+        "\nTop functions ({}; steal and I/O wait charged by document 002's rule):",
+        if inclusive { "with their callees" } else { "own time" }
+    );
+    let _ = writeln!(
+        out,
+        "  {:<14} {:<40} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6}",
+        "tenant", "function", "on-CPU", "steal", "I/O wait", "apparent", "corrected", "share"
+    );
+    let mut shown: Vec<&FunctionRow> = r.functions.iter().collect();
+    if inclusive {
+        shown.sort_by(|a, b| {
+            b.inclusive
+                .apparent_ns
+                .cmp(&a.inclusive.apparent_ns)
+                .then_with(|| a.function.cmp(&b.function))
+        });
+    }
+    for f in shown.into_iter().take(top) {
+        let t = if inclusive { &f.inclusive } else { &f.own };
+        let name: String = if f.function.chars().count() > 40 {
+            f.function.chars().take(39).chain(std::iter::once('~')).collect()
+        } else {
+            f.function.clone()
+        };
+        let _ = writeln!(
+            out,
+            "  {:<14} {:<40} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5.1}%",
+            f.tenant,
+            name,
+            format_ns(t.on_cpu_ns),
+            format_ns(t.steal_ns),
+            format_ns(t.blocked_ns),
+            format_ns(t.apparent_ns),
+            format_ns(t.corrected_ns),
+            if inclusive { f.inclusive_share_pct } else { f.share_pct }
+        );
+    }
+    for n in &r.notes {
+        let _ = writeln!(out, "\nnote: {n}");
+    }
+    out
+}
+
+/// Folded stacks (`tenant;thread;root;...;leaf value`) of one value, in
+/// microseconds, the input of inferno's flame graphs.
+pub fn folded(j: &Joined, syms: &Symbols, value: impl Fn(&attribute::Charge) -> u64) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut keys: Vec<&(u32, u32, u32)> = j.charges.keys().collect();
+    keys.sort();
+    for key in keys {
+        let v = value(&j.charges[key]) / 1000;
+        if v == 0 {
+            continue;
+        }
+        let (tenant, tid, stack) = *key;
+        let mut parts = vec![
+            j.tenant_names.get(tenant as usize).cloned().unwrap_or_default(),
+            format!(
+                "{} [{tid}]",
+                j.thread_names.get(&tid).map(String::as_str).unwrap_or("?")
+            ),
+        ];
+        if stack == attribute::UNSAMPLED {
+            parts.push("[unsampled]".into());
+        } else {
+            parts.extend(
+                syms.stacks[stack as usize]
+                    .iter()
+                    .rev()
+                    .map(|&f| syms.frames[f as usize].function.replace(';', ":")),
+            );
+        }
+        lines.push(format!("{} {v}", parts.join(";")));
+    }
+    lines
+}
+
+/// Writes on-CPU and steal flame graphs (SVG) into `dir`.
+pub fn flame_graphs(j: &Joined, syms: &Symbols, dir: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut written = Vec::new();
+    for (name, title, lines) in [
+        ("on-cpu.svg", "On-CPU time (us)", folded(j, syms, |c| c.on_cpu_ns)),
+        (
+            "steal.svg",
+            "Steal charged to functions (us)",
+            folded(j, syms, |c| c.steal_ns),
+        ),
+    ] {
+        let path = dir.join(name);
+        if lines.is_empty() {
+            continue;
+        }
+        let mut opts = inferno::flamegraph::Options::default();
+        opts.title = title.to_string();
+        opts.count_name = "us".to_string();
+        let file = std::fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+        inferno::flamegraph::from_lines(
+            &mut opts,
+            lines.iter().map(String::as_str),
+            std::io::BufWriter::new(file),
+        )
+        .with_context(|| format!("writing {}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}
