@@ -20,6 +20,8 @@ need_root() {
 # nginx-light is the real web server the crawler is tested against.
 pkgs=(stress-ng rt-tests sqlite3 iproute2 ethtool iperf3 fonts-dejavu-core procps build-essential pkg-config
   clang llvm libbpf-dev libelf-dev zlib1g-dev linux-perf nginx-light)
+# go tool pprof reads the profiles `ontime profile report --pprof` writes.
+command -v go >/dev/null 2>&1 || pkgs+=(golang-go)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

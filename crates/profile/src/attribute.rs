@@ -107,6 +107,10 @@ pub struct Joined {
     pub tenant_names: Vec<String>,
     pub thread_names: HashMap<u32, String>,
     pub duration_ns: u64,
+    /// The most the time lines can be off by, from scheduler events that
+    /// never reached the recorder (ontime-sched places that time by
+    /// inference).
+    pub error_bound_ns: u64,
     pub notes: Vec<String>,
 }
 
@@ -142,6 +146,8 @@ pub fn join(rec: &Recording, syms: &Symbols) -> Joined {
     let mut out = Joined {
         tenant_names: analysis.groups.iter().map(|g| g.name.clone()).collect(),
         duration_ns: analysis.recording.duration_ns,
+        error_bound_ns: analysis.error_bound_ns,
+        notes: analysis.notes.clone(),
         ..Joined::default()
     };
     for line in intervals.chunk_by(|a, b| a.tid == b.tid) {

@@ -76,6 +76,9 @@ pub struct ProfileInfo {
     /// Samples whose user chain stopped at the leaf (no frame pointers).
     pub truncated_samples: u64,
     pub unnamed_frames: u64,
+    /// The most any thread's time line can be off by (scheduler events that
+    /// never reached the recorder; 0 when none went missing).
+    pub error_bound_ns: u64,
     /// Why steal by the host (VM exits) is or is not measured.
     pub steal_host: String,
 }
@@ -142,6 +145,7 @@ pub fn profile(rec: &Recording) -> Result<Profiled> {
             samples,
             truncated_samples: symbols.truncated,
             unnamed_frames: symbols.unnamed,
+            error_bound_ns: joined.error_bound_ns,
             steal_host,
         },
         tenants: joined.tenants.clone(),

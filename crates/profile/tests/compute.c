@@ -1,8 +1,10 @@
 /* A compute program with two known functions, timing itself, for
  * `ontime profile`'s validation (document 002's check): it alternates
  * compute_a (2 units) and compute_b (1 unit) of pure CPU work for the
- * given number of rounds and prints its elapsed (apparent) time in ns.
- * Built with frame pointers so stacks are complete. */
+ * given number of rounds and prints its elapsed (apparent) time in ns,
+ * then its own on-CPU time and run delay from /proc/self/schedstat (the
+ * kernel's accounting, read before it exits). Built at -O0 with frame
+ * pointers so that every function keeps its frame. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -21,6 +23,11 @@ __attribute__((noinline)) void compute_b(unsigned long n) { spin(n); }
 int main(int argc, char **argv) {
     unsigned long rounds = argc > 1 ? strtoul(argv[1], 0, 10) : 100;
     unsigned long unit = argc > 2 ? strtoul(argv[2], 0, 10) : 1000000;
+    /* "wait": start when a byte arrives on stdin (a recorder is ready). */
+    if (argc > 3 && argv[3][0] == 'w') {
+        char c;
+        if (fread(&c, 1, 1, stdin) != 1) return 1;
+    }
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
     for (unsigned long r = 0; r < rounds; r++) {
@@ -28,6 +35,13 @@ int main(int argc, char **argv) {
         compute_b(unit);
     }
     clock_gettime(CLOCK_MONOTONIC, &b);
-    printf("%lld\n", (long long)(b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec));
+    unsigned long long on_cpu = 0, run_delay = 0;
+    FILE *f = fopen("/proc/self/schedstat", "r");
+    if (f) {
+        if (fscanf(f, "%llu %llu", &on_cpu, &run_delay) != 2) on_cpu = run_delay = 0;
+        fclose(f);
+    }
+    printf("%lld %llu %llu\n", (long long)(b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec),
+           on_cpu, run_delay);
     return 0;
 }
