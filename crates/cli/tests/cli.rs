@@ -321,6 +321,11 @@ fn bad_input_gives_one_error_line_and_exit_2() {
         words("cyclic -D 1s --result /no/such/dir/x.json"),
         words("observe record -d 0s --all"),
         words("observe report /nonexistent.otrec --windows 0s"),
+        words("profile record --rate 0 --all"),
+        words("profile record --rate 20000 --all -d 1s"),
+        words("profile record"),
+        words("profile report /nonexistent.otrec"),
+        words(&format!("profile report {log}")),
     ]);
     for args in cases {
         let out = ontime().args(&args).output().unwrap();
@@ -913,4 +918,55 @@ fn plan_places_and_checks_small_inputs() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert_eq!(err.lines().count(), 1, "{err}");
     }
+}
+
+/// A new user's profile: record a busy process by pid, then the report's
+/// JSON, its pprof and flame graphs.
+#[test]
+fn profile_records_a_process_and_reports_text_json_pprof_and_flame_graphs() {
+    if !is_root() {
+        ontime_core::testing::skip("needs root (BPF recorder and perf sampling)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut busy = Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
+    let rec = dir.path().join("p.otrec");
+    let out = ontime()
+        .args(["profile", "record", "--pid"])
+        .arg(format!("busy={}", busy.id()))
+        .args(["-d", "1s", "-F", "400", "-o"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let _ = busy.kill();
+    let _ = busy.wait();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("stack samples"));
+    let (pb, fg, json) = (
+        dir.path().join("p.pb.gz"),
+        dir.path().join("fg"),
+        dir.path().join("p.json"),
+    );
+    let out = ontime()
+        .args(["profile", "report"])
+        .arg(&rec)
+        .arg("--pprof")
+        .arg(&pb)
+        .arg("--flame-graphs")
+        .arg(&fg)
+        .arg("--result")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Time classes") && text.contains("busy"), "{text}");
+    let v = read_json(&json);
+    let t = &v["tenants"][0];
+    assert_eq!(t["name"], "busy");
+    let (apparent, run) = (u(&t["apparent_ns"]), u(&t["run_ns"]));
+    assert!(run > 0 && run <= apparent, "{t}");
+    assert_eq!(v["profile"]["sample_period_ns"], 2_500_000);
+    assert!(u(&v["profile"]["samples"]) > 100, "{}", v["profile"]);
+    assert!(pb.exists() && fg.join("on-cpu.svg").exists());
 }
