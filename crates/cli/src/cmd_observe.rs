@@ -185,15 +185,21 @@ struct ReportArgs {
 
 pub fn run(args: ObserveArgs) -> anyhow::Result<()> {
     match args.action {
-        ObserveAction::Record(a) => record(a, "observe.otrec", None),
+        ObserveAction::Record(a) => record(a, "observe.otrec", None, None),
         ObserveAction::Report(a) => report(a),
         ObserveAction::Top(a) => crate::cmd_top::run(a),
     }
 }
 
 /// Records the targets' scheduler events, and their stacks at
-/// `sample_hz` when given, to `-o` (default `default_output`).
-pub fn record(a: RecordArgs, default_output: &str, sample_hz: Option<u32>) -> anyhow::Result<()> {
+/// `sample_hz` when given, to `-o` (default `default_output`); with
+/// `window`, `-o` is a directory of back-to-back windows.
+pub fn record(
+    a: RecordArgs,
+    default_output: &str,
+    sample_hz: Option<u32>,
+    window: Option<Duration>,
+) -> anyhow::Result<()> {
     let output = a.output.clone().unwrap_or_else(|| PathBuf::from(default_output));
     let targets = a.targets.resolve()?;
     if let Some(d) = a.duration {
@@ -208,7 +214,17 @@ pub fn record(a: RecordArgs, default_output: &str, sample_hz: Option<u32>) -> an
     if a.drain_every < 1_000_000 || a.drain_every > 10_000_000_000 {
         return Err(usage("--drain-every must be between 1ms and 10s"));
     }
-    crate::output::check_outputs(&[("-o", Some(&output)), ("--result", a.out.result.as_deref())])?;
+    if window.is_some() {
+        if output.exists() && !output.is_dir() {
+            return Err(usage(format!(
+                "-o {}: is a file; continuous recording writes windows into a directory",
+                output.display()
+            )));
+        }
+        crate::output::check_outputs(&[("--result", a.out.result.as_deref())])?;
+    } else {
+        crate::output::check_outputs(&[("-o", Some(&output)), ("--result", a.out.result.as_deref())])?;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     crate::signals::install_flag(stop.clone())?;
     let opts = RecordOptions {
@@ -218,6 +234,7 @@ pub fn record(a: RecordArgs, default_output: &str, sample_hz: Option<u32>) -> an
         measure_overhead: a.overhead_stats,
         mechanism: a.mechanism.mechanism,
         sample_hz,
+        window,
     };
     let names: Vec<&str> = targets.groups.iter().map(|g| g.name.as_str()).collect();
     let summary = recorder::record(

@@ -5,8 +5,10 @@ use crate::cmd_observe::RecordArgs;
 use crate::output;
 use crate::usage;
 use clap::{Args, Subcommand};
+use ontime_core::duration::parse_ns;
 use ontime_trace::recording::Recording;
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(Args)]
 pub struct ProfileArgs {
@@ -27,14 +29,26 @@ struct ProfileRecordArgs {
     /// Samples per second on every CPU (cpu-clock; 1 to 10000)
     #[arg(short = 'F', long, default_value_t = 1000)]
     rate: u32,
+    /// Record continuously in back-to-back windows, each a whole recording
+    /// in the directory -o (default profile.d); collection never pauses
+    /// while a window is stored
+    #[arg(long)]
+    continuous: bool,
+    /// Window length with --continuous
+    #[arg(long, default_value = "30s", value_parser = parse_ns)]
+    window: u64,
     #[command(flatten)]
     record: RecordArgs,
 }
 
 #[derive(Args)]
 struct ProfileReportArgs {
-    /// A recording made by `ontime profile record`
+    /// A recording made by `ontime profile record`, or the directory of a
+    /// continuous one (every window, analysed in parallel)
     recording: PathBuf,
+    /// Windows analysed at once (a directory; default: the CPUs)
+    #[arg(long)]
+    jobs: Option<usize>,
     /// Functions shown in the text table
     #[arg(long, default_value_t = 20)]
     top: usize,
@@ -58,7 +72,19 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<()> {
             if !(1..=10_000).contains(&a.rate) {
                 return Err(usage(format!("--rate {}: use 1 to 10000 samples per second", a.rate)));
             }
-            crate::cmd_observe::record(a.record, "profile.otrec", Some(a.rate))
+            if a.continuous {
+                if !(1_000_000_000..=3_600_000_000_000).contains(&a.window) {
+                    return Err(usage("--window: use 1s to 1h"));
+                }
+                crate::cmd_observe::record(
+                    a.record,
+                    "profile.d",
+                    Some(a.rate),
+                    Some(Duration::from_nanos(a.window)),
+                )
+            } else {
+                crate::cmd_observe::record(a.record, "profile.otrec", Some(a.rate), None)
+            }
         }
         ProfileAction::Report(a) => report(a),
     }
@@ -66,6 +92,24 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<()> {
 
 fn report(a: ProfileReportArgs) -> anyhow::Result<()> {
     crate::output::check_outputs(&[("--result", a.out.result.as_deref()), ("--pprof", a.pprof.as_deref())])?;
+    if a.recording.is_dir() {
+        if a.pprof.is_some() || a.flame_graphs.is_some() {
+            return Err(usage(
+                "--pprof and --flame-graphs take one recording: give a window file of the directory",
+            ));
+        }
+        let files = ontime_trace::store::window_files(&a.recording).map_err(|e| usage(format!("{e:#}")))?;
+        if files.is_empty() {
+            return Err(usage(format!(
+                "{}: no window files (made by `ontime profile record --continuous -o DIR`)",
+                a.recording.display()
+            )));
+        }
+        let jobs = a.jobs.unwrap_or_else(ontime_core::limits::online_cpus);
+        let r = ontime_profile::profile_windows(&files, a.top, jobs)?;
+        let text = ontime_profile::windows_text(&r);
+        return a.out.emit(&r, &text);
+    }
     let rec = Recording::read(&a.recording).map_err(|e| usage(format!("{e:#}")))?;
     let p = ontime_profile::profile(&rec).map_err(|e| usage(format!("{}: {e:#}", a.recording.display())))?;
     if let Some(path) = &a.pprof {

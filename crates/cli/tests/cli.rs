@@ -970,3 +970,79 @@ fn profile_records_a_process_and_reports_text_json_pprof_and_flame_graphs() {
     assert!(u(&v["profile"]["samples"]) > 100, "{}", v["profile"]);
     assert!(pb.exists() && fg.join("on-cpu.svg").exists());
 }
+
+/// Continuous profiling: windows tile the time line (no gap, no overlap,
+/// every event inside its window), a SIGKILL leaves every finished window
+/// whole and the rest readable, and `profile report DIR` reads them all.
+#[test]
+fn continuous_profile_windows_tile_and_survive_a_kill() {
+    if !is_root() {
+        ontime_core::testing::skip("needs root (BPF recorder and perf sampling)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("windows");
+    let mut busy = Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
+    let rec = Proc::spawn(
+        ontime()
+            .args([
+                "profile",
+                "record",
+                "--continuous",
+                "--window",
+                "1s",
+                "-F",
+                "200",
+                "--pid",
+            ])
+            .arg(format!("busy={}", busy.id()))
+            .arg("-o")
+            .arg(&out),
+    );
+    std::thread::sleep(Duration::from_millis(3700));
+    rec.signal(libc::SIGKILL);
+    let _ = rec.wait_output(Duration::from_secs(10));
+    let _ = busy.kill();
+    let _ = busy.wait();
+    let files = ontime_trace::store::window_files(&out).unwrap();
+    assert!(files.len() >= 3, "{files:?}");
+    let recs: Vec<ontime_trace::recording::Recording> = files
+        .iter()
+        .map(|f| ontime_trace::recording::Recording::read(f).unwrap())
+        .collect();
+    let whole = recs.iter().take_while(|r| r.end.is_some()).count();
+    assert!(whole >= files.len() - 2, "finished windows: {whole} of {}", files.len());
+    assert!(
+        recs[whole..].iter().all(|r| r.end.is_none()),
+        "only the last windows are open"
+    );
+    for (i, r) in recs.iter().enumerate() {
+        let start = r.meta.start_ns;
+        let end = r.end.as_ref().map(|e| e.end_ns).unwrap_or(u64::MAX);
+        assert!(
+            r.events.iter().all(|e| e.ts >= start && e.ts < end),
+            "window {i}: an event outside [{start}, {end})"
+        );
+        assert!(
+            r.samples.samples.iter().all(|s| s.ts >= start && s.ts < end),
+            "window {i}: a sample outside"
+        );
+        if let (Some(e), Some(next)) = (&r.end, recs.get(i + 1)) {
+            assert_eq!(e.end_ns, next.meta.start_ns, "window {i} and the next meet exactly");
+            assert_eq!(e.end_ns - start, 1_000_000_000);
+        }
+    }
+    let json = dir.path().join("w.json");
+    let o = ontime()
+        .args(["profile", "report"])
+        .arg(&out)
+        .arg("--result")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = read_json(&json);
+    assert_eq!(v["windows"].as_array().unwrap().len(), files.len());
+    assert_eq!(v["seams_not_tiling"], 0);
+    assert!(u(&v["hosts_per_analyser"]) >= 1, "{v}");
+}

@@ -139,6 +139,7 @@ pub fn start(recorder: Recorder, lab: &Lab, dir: &Path) -> Result<Observer> {
                 measure_overhead: true,
                 mechanism: Mechanism::Auto,
                 sample_hz: None,
+                window: None,
             };
             let stop = Arc::new(AtomicBool::new(false));
             let (tx, rx) = std::sync::mpsc::channel();

@@ -313,6 +313,7 @@ fn scheduler_view(events: Vec<ontime_trace::event::Event>, shape: &ViewShape, en
             end_ns,
             events: n,
             lost: 0,
+            store_ns: None,
         }),
         truncated_bytes: 0,
     };

@@ -362,6 +362,7 @@ pub fn run(targets: Targets, opts: TopOptions, stop: &AtomicBool, show: &mut dyn
         measure_overhead: false,
         mechanism: opts.mechanism,
         sample_hz: None,
+        window: None,
     };
     let start = MonoNs::now().0;
     let mut live = Live {

@@ -146,6 +146,7 @@ fn on_cpu_and_run_delay_match_schedstat(mechanism: Mechanism) {
         measure_overhead: false,
         mechanism,
         sample_hz: None,
+        window: None,
     };
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {

@@ -314,3 +314,130 @@ fn charged_stack(samples: &[usize], rel: &dyn Fn(usize) -> u64, syms: &Symbols, 
     let (lb, la) = (syms.leaf(sb)?, syms.leaf(sa)?);
     (syms.frames[lb as usize].function == syms.frames[la as usize].function).then_some(sb)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ontime_trace::event::{kind, Event, F_PREV_RUNNABLE};
+    use ontime_trace::recording::{End, Group, Meta, ThreadInfo};
+    use ontime_trace::sampler::SampleBatch;
+
+    const MS: u64 = 1_000_000;
+
+    fn switch(ms: u64, prev: u32, next: u32, flags: u8, state: u32) -> Event {
+        Event {
+            ts: ms * MS,
+            a: prev,
+            b: next,
+            c: state,
+            cpu: 0,
+            kind: kind::SWITCH,
+            flags,
+        }
+    }
+
+    /// Tenant t (thread 10) and tenant u (thread 11) share one CPU. Thread
+    /// 10 waits twice behind 11: the first wait sits between two samples in
+    /// f (charged to f's stack), the second between g and f (uncharged).
+    fn recording() -> Recording {
+        let group = |name: &str| Group {
+            name: name.into(),
+            kind: GroupKind::Tenant,
+            source: vec![],
+            vcpu_names: false,
+        };
+        let mut samples = SampleBatch::default();
+        for (ms10, tid, ip) in [(25, 10, 1), (55, 10, 1), (65, 10, 2), (95, 10, 1), (40, 11, 3)] {
+            samples.push(ms10 * MS / 10, 1, tid, 0, &[], &[ip]);
+        }
+        samples.sort_by_time();
+        let mut threads = std::collections::HashMap::new();
+        for (tid, g) in [(10, 0), (11, 1)] {
+            threads.insert(
+                tid,
+                ThreadInfo {
+                    tid,
+                    tgid: tid,
+                    comm: format!("w{tid}"),
+                    group: Some(g),
+                },
+            );
+        }
+        Recording {
+            meta: Meta {
+                version: 1,
+                mechanism: "bpf".into(),
+                start_ns: 0,
+                start_realtime_ns: 0,
+                cpus: 1,
+                kernel: "test".into(),
+                hostname: "h".into(),
+                groups: vec![group("t"), group("u")],
+                track_all: false,
+                unavailable: vec![],
+                command_line: vec![],
+                ontime_version: "test".into(),
+                clocksource: "tsc".into(),
+                sample_period_ns: Some(MS),
+            },
+            threads,
+            events: vec![
+                switch(1, 0, 10, 0, 0),
+                switch(3, 10, 11, F_PREV_RUNNABLE, 0),
+                switch(5, 11, 10, F_PREV_RUNNABLE, 0),
+                switch(7, 10, 11, F_PREV_RUNNABLE, 0),
+                switch(9, 11, 10, F_PREV_RUNNABLE, 0),
+                switch(10, 10, 0, 0, 1),
+            ],
+            samples,
+            maps: Default::default(),
+            end: Some(End {
+                end_ns: 12 * MS,
+                events: 6,
+                lost: 0,
+                store_ns: None,
+            }),
+            truncated_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn steal_between_samples_in_one_function_is_charged_to_it_and_the_rest_is_not() {
+        let rec = recording();
+        // Frames: 0 = f, 1 = g, 2 = h; sample order (by time): 10@2.5 f,
+        // 11@4 h, 10@5.5 f, 10@6.5 g, 10@9.5 f.
+        let syms = Symbols::by_hand(&["f", "g", "h"], &[&[0], &[1], &[2]], &[0, 2, 0, 1, 0]);
+        let j = join(&rec, &syms);
+        let t = j.threads.iter().find(|c| c.tid == Some(10)).expect("thread 10");
+        assert_eq!(t.steal_runqueue_ns, 4 * MS);
+        assert_eq!((t.steal_charged_ns, t.steal_uncharged_ns), (2 * MS, 2 * MS));
+        assert_eq!(t.steal_by.other_tenant_ns, 4 * MS, "behind tenant u");
+        assert_eq!(t.run_ns, 5 * MS);
+        assert_eq!(t.idle_ns, 2 * MS, "asleep from 10 ms to the end");
+        assert_eq!(t.apparent_ns, t.run_ns + t.idle_ns + t.steal_runqueue_ns + t.io_wait_ns);
+        assert_eq!(t.corrected_ns, t.apparent_ns - t.steal_runqueue_ns);
+        // f's stack got the charged steal; on-CPU time is spread exactly.
+        let f = j.charges[&(0, 10, 0)];
+        assert_eq!((f.steal_ns, f.samples), (2 * MS, 3));
+        let on_cpu: u64 = j
+            .charges
+            .iter()
+            .filter(|(k, _)| k.1 == 10)
+            .map(|(_, c)| c.on_cpu_ns)
+            .sum();
+        assert_eq!(on_cpu, t.run_ns);
+    }
+
+    /// A thread that never switched while recorded has no time line; its
+    /// run time comes from its samples and a note says so.
+    #[test]
+    fn a_thread_seen_only_in_samples_is_estimated_from_them() {
+        let mut rec = recording();
+        rec.events.clear();
+        let syms = Symbols::by_hand(&["f", "g", "h"], &[&[0], &[1], &[2]], &[0, 2, 0, 1, 0]);
+        let j = join(&rec, &syms);
+        let t = j.threads.iter().find(|c| c.tid == Some(10)).expect("thread 10");
+        assert_eq!(t.run_ns, 4 * MS, "four samples of 1 ms");
+        assert!(j.notes.iter().any(|n| n.contains("never switched")), "{:?}", j.notes);
+    }
+}

@@ -422,3 +422,190 @@ pub fn flame_graphs(j: &Joined, syms: &Symbols, dir: &Path) -> Result<Vec<PathBu
     }
     Ok(written)
 }
+
+/// One window of a continuous recording, analysed.
+#[derive(Clone, Debug, Serialize)]
+pub struct WindowReport {
+    pub file: PathBuf,
+    /// Start, ns after the first window's start.
+    pub offset_ns: u64,
+    /// Collection time (document 002's t1): the window's length.
+    pub collect_ns: u64,
+    /// Store time (t0): spent writing it, beside collection.
+    pub store_ns: Option<u64>,
+    /// Analysis time (t2): reading, symbolising and joining it here.
+    pub analysis_ns: u64,
+    pub samples: u64,
+    pub events: u64,
+    pub lost: u64,
+    /// Read whole (its END block present).
+    pub complete: bool,
+    pub tenants: Vec<Classes>,
+    /// The top functions by own time.
+    pub functions: Vec<FunctionRow>,
+    pub notes: Vec<String>,
+}
+
+/// A continuous recording: every window, and what one analyser keeps up
+/// with.
+#[derive(Clone, Debug, Serialize)]
+pub struct WindowsReport {
+    pub windows: Vec<WindowReport>,
+    /// Medians over the whole windows.
+    pub median_collect_ns: u64,
+    pub median_store_ns: u64,
+    pub median_analysis_ns: u64,
+    /// Document 002's rule: one analyser keeps up with n hosts while
+    /// t0 + t1 > (t0 + t2) x n.
+    pub hosts_per_analyser: u64,
+    /// Gaps or overlaps between consecutive windows (0 expected).
+    pub seams_not_tiling: u64,
+}
+
+/// Analyses every window of a continuous recording, `jobs` at a time.
+pub fn profile_windows(files: &[PathBuf], top: usize, jobs: usize) -> Result<WindowsReport> {
+    let jobs = jobs.max(1);
+    let mut results: Vec<Option<Result<(WindowReport, u64, u64)>>> = (0..files.len()).map(|_| None).collect();
+    std::thread::scope(|s| {
+        for (chunk_files, chunk_out) in files
+            .chunks(files.len().div_ceil(jobs).max(1))
+            .zip(results.chunks_mut(files.len().div_ceil(jobs).max(1)))
+        {
+            s.spawn(move || {
+                for (f, out) in chunk_files.iter().zip(chunk_out.iter_mut()) {
+                    *out = Some(one_window(f, top));
+                }
+            });
+        }
+    });
+    let mut windows = Vec::new();
+    let mut bounds = Vec::new();
+    for r in results.into_iter().flatten() {
+        let (w, start, end) = r?;
+        bounds.push((start, end));
+        windows.push(w);
+    }
+    let first = bounds.first().map(|b| b.0).unwrap_or(0);
+    for (w, b) in windows.iter_mut().zip(&bounds) {
+        w.offset_ns = b.0 - first;
+    }
+    let seams_not_tiling = bounds.windows(2).filter(|p| p[0].1 != p[1].0).count() as u64;
+    let whole: Vec<&WindowReport> = windows.iter().filter(|w| w.complete).collect();
+    let median = |mut v: Vec<u64>| {
+        v.sort_unstable();
+        v.get(v.len() / 2).copied().unwrap_or(0)
+    };
+    let t1 = median(whole.iter().map(|w| w.collect_ns).collect());
+    let t0 = median(whole.iter().filter_map(|w| w.store_ns).collect());
+    let t2 = median(whole.iter().map(|w| w.analysis_ns).collect());
+    // The largest n with (t0 + t2) x n < t0 + t1.
+    let hosts = (t0 + t1).saturating_sub(1).checked_div(t0 + t2).unwrap_or(0);
+    Ok(WindowsReport {
+        windows,
+        median_collect_ns: t1,
+        median_store_ns: t0,
+        median_analysis_ns: t2,
+        hosts_per_analyser: hosts,
+        seams_not_tiling,
+    })
+}
+
+fn one_window(file: &Path, top: usize) -> Result<(WindowReport, u64, u64)> {
+    let t = std::time::Instant::now();
+    let rec = Recording::read(file)?;
+    let p = profile(&rec).with_context(|| file.display().to_string())?;
+    let analysis_ns = t.elapsed().as_nanos() as u64;
+    let end = rec.end.as_ref();
+    let end_ns = end
+        .map(|e| e.end_ns)
+        .unwrap_or_else(|| rec.meta.start_ns + p.joined.duration_ns);
+    let r = p.report;
+    Ok((
+        WindowReport {
+            file: file.to_path_buf(),
+            offset_ns: 0,
+            collect_ns: end_ns.saturating_sub(rec.meta.start_ns),
+            store_ns: end.and_then(|e| e.store_ns),
+            analysis_ns,
+            samples: r.profile.samples,
+            events: rec.events.len() as u64,
+            lost: end.map(|e| e.lost).unwrap_or(0),
+            complete: end.is_some(),
+            tenants: r.tenants,
+            functions: r.functions.into_iter().take(top).collect(),
+            notes: r.notes,
+        },
+        rec.meta.start_ns,
+        end_ns,
+    ))
+}
+
+/// The text for a continuous recording: a row per window and tenant.
+pub fn windows_text(r: &WindowsReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} windows; per window t1 (collect), t0 (store, beside collecting), t2 (analysis here):",
+        r.windows.len()
+    );
+    let _ = writeln!(
+        out,
+        "  {:<22} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6}  {:<14} {:>6} {:>6} {:>6}  top function",
+        "window", "offset", "t1", "t0", "t2", "samples", "lost", "tenant", "run", "steal", "idle"
+    );
+    for w in &r.windows {
+        let name = w
+            .file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let head = format!(
+            "  {:<22} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6}",
+            format!("{name}{}", if w.complete { "" } else { " (cut)" }),
+            format_ns(w.offset_ns),
+            format_ns(w.collect_ns),
+            w.store_ns.map(format_ns).unwrap_or_else(|| "n/a".into()),
+            format_ns(w.analysis_ns),
+            w.samples,
+            w.lost
+        );
+        if w.tenants.is_empty() {
+            let _ = writeln!(out, "{head}  (no tracked thread ran)");
+        }
+        for (i, t) in w.tenants.iter().enumerate() {
+            let top = w
+                .functions
+                .iter()
+                .find(|f| f.tenant == t.name)
+                .map(|f| f.function.as_str())
+                .unwrap_or("-");
+            let a = t.apparent_ns;
+            let _ = writeln!(
+                out,
+                "{}  {:<14} {:>6} {:>6} {:>6}  {}",
+                if i == 0 { head.clone() } else { " ".repeat(head.len()) },
+                t.name,
+                pct(t.run_ns, a),
+                pct(t.steal_runqueue_ns, a),
+                pct(t.idle_ns, a),
+                top
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nmedians: t1 {}, t0 {}, t2 {}: one analyser keeps up with {} hosts (document 002: t0 + t1 > (t0 + t2) x n)",
+        format_ns(r.median_collect_ns),
+        format_ns(r.median_store_ns),
+        format_ns(r.median_analysis_ns),
+        r.hosts_per_analyser
+    );
+    if r.seams_not_tiling > 0 {
+        let _ = writeln!(
+            out,
+            "note: {} seams between windows leave a gap or an overlap",
+            r.seams_not_tiling
+        );
+    }
+    out
+}

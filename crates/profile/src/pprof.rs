@@ -270,3 +270,44 @@ pub fn write(p: &Profile, path: &std::path::Path) -> Result<()> {
         .and_then(|_| gz.finish().map(|_| ()))
         .with_context(|| format!("writing {}", path.display()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribute::Charge;
+
+    /// The profile decodes back, names its four value types, and each
+    /// sample's stack ends in its thread and tenant.
+    #[test]
+    fn a_built_profile_decodes_with_its_values_and_root_frames() {
+        let syms = Symbols::by_hand(&["leaf", "caller"], &[&[0, 1]], &[0]);
+        let mut j = Joined {
+            tenant_names: vec!["db".into()],
+            duration_ns: 5,
+            ..Joined::default()
+        };
+        j.thread_names.insert(7, "worker".into());
+        j.charges.insert(
+            (0, 7, 0),
+            Charge {
+                samples: 3,
+                on_cpu_ns: 300,
+                steal_ns: 600,
+                blocked_ns: 0,
+            },
+        );
+        let p = build(&j, &syms, 1, 1_000_000);
+        let back = Profile::decode(p.encode_to_vec().as_slice()).expect("decodes");
+        let s = &back.string_table;
+        let types: Vec<&str> = back.sample_type.iter().map(|t| s[t.r#type as usize].as_str()).collect();
+        assert_eq!(types, ["samples", "on_cpu", "steal", "blocked"]);
+        assert_eq!(back.sample[0].value, [3, 300, 600, 0]);
+        let name = |loc: u64| {
+            let l = &back.location[loc as usize - 1];
+            let f = &back.function[l.line[0].function_id as usize - 1];
+            s[f.name as usize].clone()
+        };
+        let stack: Vec<String> = back.sample[0].location_id.iter().map(|&l| name(l)).collect();
+        assert_eq!(stack, ["leaf", "caller", "worker [7]", "db"]);
+    }
+}

@@ -62,6 +62,26 @@ impl Symbols {
         id
     }
 
+    /// Symbols made by hand: user functions `names`, `stacks` of their
+    /// indices (leaf first), and each sample's stack.
+    #[cfg(test)]
+    pub(crate) fn by_hand(names: &[&str], stacks: &[&[u32]], sample_stack: &[u32]) -> Symbols {
+        let mut s = Symbols::default();
+        for n in names {
+            s.frame(Frame {
+                function: n.to_string(),
+                module: "/bin/x".into(),
+                kernel: false,
+                named: true,
+            });
+        }
+        for st in stacks {
+            s.stack(st.to_vec());
+        }
+        s.sample_stack = sample_stack.to_vec();
+        s
+    }
+
     /// The leaf frame of a stack (None for an empty one).
     pub fn leaf(&self, stack: u32) -> Option<u32> {
         self.stacks.get(stack as usize).and_then(|s| s.first().copied())

@@ -131,6 +131,7 @@ fn three_tenants_on_one_cpu_steal_two_thirds_and_correct_to_the_time_alone() {
         measure_overhead: false,
         mechanism: Mechanism::Auto,
         sample_hz: Some(1000),
+        window: None,
     };
     let stop = AtomicBool::new(false);
     // The kernel's accounting when the recording starts: the programs wait

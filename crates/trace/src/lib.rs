@@ -25,4 +25,5 @@ mod perf;
 pub mod recorder;
 pub mod recording;
 pub mod sampler;
+pub mod store;
 pub mod targets;

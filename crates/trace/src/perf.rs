@@ -121,6 +121,48 @@ impl Field {
     }
 }
 
+/// A disabled sampling event: every sample carries the thread, a
+/// CLOCK_MONOTONIC stamp (the clock of bpf_ktime_get_ns and the rest of
+/// ontime) and the CPU, plus `extra` sample fields; the reader is woken
+/// only when half of its `ring_bytes` buffer is used (it drains on a timer).
+pub(crate) fn sample_attr(
+    type_: u32,
+    config: u64,
+    period: u64,
+    extra: u64,
+    ring_bytes: usize,
+) -> sys::bindings::perf_event_attr {
+    // SAFETY: perf_event_attr is plain data; all-zero is its default.
+    let mut attr: sys::bindings::perf_event_attr = unsafe { std::mem::zeroed() };
+    attr.type_ = type_;
+    attr.size = std::mem::size_of::<sys::bindings::perf_event_attr>() as u32;
+    attr.config = config;
+    attr.__bindgen_anon_1.sample_period = period;
+    attr.sample_type =
+        (sys::bindings::PERF_SAMPLE_TID | sys::bindings::PERF_SAMPLE_TIME | sys::bindings::PERF_SAMPLE_CPU) as u64
+            | extra;
+    attr.set_disabled(1);
+    attr.set_watermark(1);
+    attr.__bindgen_anon_2.wakeup_watermark = (ring_bytes / 2) as u32;
+    attr.set_use_clockid(1);
+    attr.clockid = libc::CLOCK_MONOTONIC;
+    attr
+}
+
+/// Opens `attr` on one CPU for every task; `what` names it in the error.
+pub(crate) fn open_on_cpu(attr: &mut sys::bindings::perf_event_attr, cpu: usize, what: &str) -> Result<OwnedFd> {
+    // SAFETY: attr is initialised; the result is an fd we own.
+    let fd = unsafe { sys::perf_event_open(attr, -1, cpu as i32, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as _) };
+    if fd < 0 {
+        let err = std::io::Error::last_os_error();
+        bail!(
+            "perf_event_open ({what}) on CPU {cpu} failed: {err}. It needs root or CAP_PERFMON (or kernel.perf_event_paranoid = -1)"
+        );
+    }
+    // SAFETY: a fresh fd from the kernel.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// A tracepoint's id and field layout, as tracefs `format` gives them.
 #[derive(Debug)]
 struct Format {
@@ -469,36 +511,14 @@ impl PerfSource {
         let data_size = RING_PAGES * page;
         let mut fds: Vec<OwnedFd> = Vec::new();
         for d in &self.decoders {
-            // SAFETY: perf_event_attr is plain data; all-zero is its default.
-            let mut attr: sys::bindings::perf_event_attr = unsafe { std::mem::zeroed() };
-            attr.type_ = sys::bindings::PERF_TYPE_TRACEPOINT;
-            attr.size = std::mem::size_of::<sys::bindings::perf_event_attr>() as u32;
-            attr.config = d.id as u64;
-            attr.__bindgen_anon_1.sample_period = 1;
-            attr.sample_type = (sys::bindings::PERF_SAMPLE_TID
-                | sys::bindings::PERF_SAMPLE_TIME
-                | sys::bindings::PERF_SAMPLE_CPU
-                | sys::bindings::PERF_SAMPLE_RAW) as u64;
-            attr.set_disabled(1);
-            // Wake the reader only when half the buffer is used; it drains on a timer.
-            attr.set_watermark(1);
-            attr.__bindgen_anon_2.wakeup_watermark = (data_size / 2) as u32;
-            // The same clock as bpf_ktime_get_ns and the rest of ontime.
-            attr.set_use_clockid(1);
-            attr.clockid = libc::CLOCK_MONOTONIC;
-            // SAFETY: attr is initialised above; the result is an fd we own.
-            let fd = unsafe {
-                sys::perf_event_open(&mut attr, -1, cpu as i32, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as _)
-            };
-            if fd < 0 {
-                let err = std::io::Error::last_os_error();
-                bail!(
-                    "perf_event_open on tracepoint {:?} for CPU {cpu} failed: {err}. It needs root or CAP_PERFMON (or kernel.perf_event_paranoid = -1)",
-                    d.tp
-                );
-            }
-            // SAFETY: a fresh fd from the kernel.
-            fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+            let mut attr = sample_attr(
+                sys::bindings::PERF_TYPE_TRACEPOINT,
+                d.id as u64,
+                1,
+                sys::bindings::PERF_SAMPLE_RAW as u64,
+                data_size,
+            );
+            fds.push(open_on_cpu(&mut attr, cpu, &format!("tracepoint {:?}", d.tp))?);
         }
         CpuRing::map(fds, cpu, RING_PAGES, page)
     }

@@ -14,6 +14,7 @@ use crate::bpf::BpfSource;
 use crate::event::{kind, Event};
 use crate::perf::PerfSource;
 use crate::recording::{End, Group, GroupKind, Meta, ThreadInfo, Writer};
+use crate::store::{Store, WindowStore};
 use crate::targets::{self, CgroupRoot, Targets};
 
 /// How scheduler events are taken from the kernel.
@@ -56,6 +57,9 @@ pub struct RecordOptions {
     /// Also sample the tracked threads' stacks at this rate (Hz) on every
     /// CPU (`ontime profile record`).
     pub sample_hz: Option<u32>,
+    /// Continuous recording: `output` is a directory of back-to-back
+    /// windows of this length, each a whole recording (`crate::store`).
+    pub window: Option<Duration>,
 }
 
 impl Default for RecordOptions {
@@ -67,6 +71,7 @@ impl Default for RecordOptions {
             measure_overhead: true,
             mechanism: Mechanism::Auto,
             sample_hz: None,
+            window: None,
         }
     }
 }
@@ -315,9 +320,10 @@ pub fn record(
             .to_string(),
         sample_period_ns: sampler.as_ref().map(|s| s.period_ns),
     };
-    let mut writer = match &opts.output {
-        Some(p) => Some(Writer::create(p, &meta)?),
-        None => None,
+    let mut store = match (&opts.output, opts.window) {
+        (Some(dir), Some(window)) => Store::Windows(WindowStore::start(dir, meta, window.as_nanos() as u64)?),
+        (Some(p), None) => Store::File(Writer::create(p, &meta)?),
+        (None, _) => Store::Nothing,
     };
     let rusage_before = thread_cpu_ns();
     ready(start.0);
@@ -368,17 +374,14 @@ pub fn record(
             samples_total += samples.len() as u64;
             sampled.maps_needed(&samples, &mut new_maps);
         }
-        if let Some(w) = writer.as_mut() {
-            for e in &batch {
-                w.event(e)?;
-            }
-            w.threads(&threads.take_pending())?;
-            w.samples(&samples)?;
-            w.maps(&new_maps)?;
-            w.flush()?;
-        } else {
-            threads.pending.clear();
-        }
+        store.drained(
+            &batch,
+            threads.take_pending(),
+            &samples,
+            new_maps,
+            MonoNs::now().0,
+            lost,
+        )?;
         sink.events(&batch, &threads);
         events_total += batch.len() as u64;
         batch.clear();
@@ -414,14 +417,13 @@ pub fn record(
     let reader_cpu_ns = thread_cpu_ns().saturating_sub(rusage_before);
     let cost = source.cost();
     lost += cost.extra_lost;
-    if let Some(mut w) = writer {
-        w.threads(&threads.take_pending())?;
-        w.finish(&End {
-            end_ns: end.0,
-            events: events_total,
-            lost,
-        })?;
-    }
+    store.drained(&[], threads.take_pending(), &samples_none(), Vec::new(), end.0, lost)?;
+    store.finish(&End {
+        end_ns: end.0,
+        events: events_total,
+        lost,
+        store_ns: None,
+    })?;
     Ok(RecordSummary {
         start_ns: start.0,
         end_ns: end.0,
@@ -436,6 +438,10 @@ pub fn record(
         samples: samples_total,
         samples_lost: sampler.as_ref().map_or(0, |s| s.lost),
     })
+}
+
+fn samples_none() -> crate::sampler::SampleBatch {
+    crate::sampler::SampleBatch::default()
 }
 
 /// Which sampled threads are tracked, and the mappings written so far.

@@ -109,6 +109,10 @@ pub struct End {
     /// Events dropped because the ring was full; non-zero makes the
     /// analysis approximate and the report says so.
     pub lost: u64,
+    /// Time spent storing this file (a window of a continuous recording:
+    /// document 002's t0), when measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_ns: Option<u64>,
 }
 
 /// Streams a recording to disk.
@@ -442,6 +446,7 @@ mod tests {
             end_ns: 2000,
             events: 1000,
             lost: 0,
+            store_ns: None,
         })
         .unwrap();
         let r = Recording::read(&path).unwrap();

@@ -6,12 +6,10 @@
 //!
 //! Samples are decoded into one flat, reused buffer ([`SampleBatch`]): no
 //! allocation per sample once the buffer has grown.
-use std::os::fd::{FromRawFd, OwnedFd};
-
 use anyhow::{bail, Context, Result};
 use perf_event_open_sys as sys;
 
-use crate::perf::CpuRing;
+use crate::perf::{open_on_cpu, sample_attr, CpuRing};
 
 /// Ring per CPU, in pages: 256 KiB hold ~1 s of 1 kHz samples with deep
 /// stacks, against a 100 ms drain.
@@ -185,34 +183,15 @@ impl Sampler {
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
         let mut rings = Vec::new();
         for cpu in cpus {
-            // SAFETY: perf_event_attr is plain data; all-zero is its default.
-            let mut attr: sys::bindings::perf_event_attr = unsafe { std::mem::zeroed() };
-            attr.type_ = sys::bindings::PERF_TYPE_SOFTWARE;
-            attr.size = std::mem::size_of::<sys::bindings::perf_event_attr>() as u32;
-            attr.config = sys::bindings::PERF_COUNT_SW_CPU_CLOCK as u64;
-            attr.__bindgen_anon_1.sample_period = period_ns;
-            attr.sample_type = (sys::bindings::PERF_SAMPLE_TID
-                | sys::bindings::PERF_SAMPLE_TIME
-                | sys::bindings::PERF_SAMPLE_CPU
-                | sys::bindings::PERF_SAMPLE_CALLCHAIN) as u64;
-            attr.set_disabled(1);
-            attr.set_watermark(1);
-            attr.__bindgen_anon_2.wakeup_watermark = (RING_PAGES * page / 2) as u32;
-            attr.set_use_clockid(1);
-            attr.clockid = libc::CLOCK_MONOTONIC;
+            let mut attr = sample_attr(
+                sys::bindings::PERF_TYPE_SOFTWARE,
+                sys::bindings::PERF_COUNT_SW_CPU_CLOCK as u64,
+                period_ns,
+                sys::bindings::PERF_SAMPLE_CALLCHAIN as u64,
+                RING_PAGES * page,
+            );
             attr.sample_max_stack = MAX_FRAMES as u16;
-            // SAFETY: attr is initialised above; the result is an fd we own.
-            let fd = unsafe {
-                sys::perf_event_open(&mut attr, -1, cpu as i32, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as _)
-            };
-            if fd < 0 {
-                let err = std::io::Error::last_os_error();
-                bail!(
-                    "perf_event_open (cpu-clock sampling) on CPU {cpu} failed: {err}. It needs root or CAP_PERFMON (or kernel.perf_event_paranoid <= 0)"
-                );
-            }
-            // SAFETY: a fresh fd from the kernel.
-            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            let fd = open_on_cpu(&mut attr, cpu, "cpu-clock sampling")?;
             rings.push(CpuRing::map(vec![fd], cpu, RING_PAGES, page)?);
         }
         Ok(Sampler {
