@@ -52,16 +52,21 @@ struct ProfileReportArgs {
     /// Functions shown in the text table
     #[arg(long, default_value_t = 20)]
     top: usize,
-    /// Rank functions by their time with callees (default: own time)
-    #[arg(long)]
+    /// Rank functions by their time with callees (default: the program's
+    /// own innermost function, its innermost user-space frame)
+    #[arg(long, conflicts_with = "leaf")]
     inclusive: bool,
+    /// Rank functions by the leaf frame, kernel functions included
+    #[arg(long)]
+    leaf: bool,
     /// Also write the profile in pprof format (gzipped protobuf: go tool
     /// pprof, Pyroscope, Parca); values: samples, on_cpu, steal, blocked
     #[arg(long, value_name = "FILE")]
     pprof: Option<PathBuf>,
-    /// Write flame graphs (on-cpu.svg, steal.svg) into this directory
+    /// Write figures into this directory: flame graphs (on-cpu.svg,
+    /// steal.svg) and each tenant's time classes over time (classes-*.svg/png)
     #[arg(long, value_name = "DIR")]
-    flame_graphs: Option<PathBuf>,
+    figures: Option<PathBuf>,
     #[command(flatten)]
     out: output::OutputFlags,
 }
@@ -93,9 +98,9 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<()> {
 fn report(a: ProfileReportArgs) -> anyhow::Result<()> {
     crate::output::check_outputs(&[("--result", a.out.result.as_deref()), ("--pprof", a.pprof.as_deref())])?;
     if a.recording.is_dir() {
-        if a.pprof.is_some() || a.flame_graphs.is_some() {
+        if a.pprof.is_some() || a.figures.is_some() {
             return Err(usage(
-                "--pprof and --flame-graphs take one recording: give a window file of the directory",
+                "--pprof and --figures take one recording: give a window file of the directory",
             ));
         }
         let files = ontime_trace::store::window_files(&a.recording).map_err(|e| usage(format!("{e:#}")))?;
@@ -126,10 +131,20 @@ fn report(a: ProfileReportArgs) -> anyhow::Result<()> {
             path.display()
         );
     }
-    if let Some(dir) = &a.flame_graphs {
-        let files = ontime_profile::flame_graphs(&p.joined, &p.symbols, dir)?;
-        eprintln!("ontime: wrote {} flame graphs to {}", files.len(), dir.display());
+    if let Some(dir) = &a.figures {
+        let files = ontime_profile::figures(&p.joined, &p.symbols, dir)?;
+        eprintln!("ontime: wrote {} figures to {}", files.len(), dir.display());
     }
-    let text = ontime_profile::text(&p.report, a.top, a.inclusive);
+    let text = ontime_profile::text(
+        &p.report,
+        a.top,
+        if a.inclusive {
+            ontime_profile::FunctionView::Inclusive
+        } else if a.leaf {
+            ontime_profile::FunctionView::Leaf
+        } else {
+            ontime_profile::FunctionView::Program
+        },
+    );
     a.out.emit(&p.report, &text)
 }

@@ -952,7 +952,7 @@ fn profile_records_a_process_and_reports_text_json_pprof_and_flame_graphs() {
         .arg(&rec)
         .arg("--pprof")
         .arg(&pb)
-        .arg("--flame-graphs")
+        .arg("--figures")
         .arg(&fg)
         .arg("--result")
         .arg(&json)

@@ -92,8 +92,16 @@ fn short_crawl_scenario_produces_a_report() {
     }
     let _clean = CleanOnDrop;
     let (_dir, sc, results) = run_lab(
-        "name = 'short'\nduration = '3s'\n[tenant]\ncount = 1\n[tenant.crawl]\nrate = 50\n[sweep]\n\"tenant.count\" = [1, 2]\n[targets]\nmax = '10s'\n\"p99\" = '1ns'\n",
+        "name = 'short'\nduration = '3s'\n[tenant]\ncount = 1\n[tenant.crawl]\nrate = 50\n[observe]\nprofile = 500\n[sweep]\n\"tenant.count\" = [1, 2]\n[targets]\nmax = '10s'\n\"p99\" = '1ns'\n",
     );
+    // Stacks were sampled: each run has its profile, and the report says
+    // where the worst run's tenants' time went.
+    for run in ["000-count=1-rep1", "001-count=2-rep1"] {
+        let p = read_json(&results.join("runs").join(run).join("profile.json"));
+        assert_eq!(p["profile"]["sample_period_ns"], 2_000_000, "{run}");
+        assert!(p["tenants"].as_array().is_some_and(|t| !t.is_empty()), "{run}: {p}");
+        assert!(results.join("runs").join(run).join("profile.pb.gz").exists());
+    }
     let html = std::fs::read_to_string(results.join("report/report.html")).unwrap();
     // The verdict comes first: a 1 ns p99 target is missed by every run,
     // and the worst miss names a tenant and its measured value.
@@ -130,6 +138,7 @@ fn short_crawl_scenario_produces_a_report() {
     );
     assert!(st["kernel"].as_u64().unwrap() > 0, "kernel stamps on veth: {st}");
     assert!(html.contains("gateway receive stamps"));
+    assert!(html.contains("Where the tenants' time went"), "no profile section");
     let t1 = read_json(&results.join("runs/001-count=2-rep1/t1.json"));
     assert_eq!(t1["polls"]["planned"], 150);
     assert_eq!(t1["missed"], 0, "{}", t1["polls"]);

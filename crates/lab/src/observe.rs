@@ -44,6 +44,10 @@ pub struct ObserveOutcome {
     pub bytes: Option<u64>,
     /// All CPUs' busy time over the span, % of one core (from /proc/stat).
     pub host_busy_pct: Option<f64>,
+    /// With stacks sampled (`[observe] profile`): the profile report
+    /// (profile.json), its pprof (profile.pb.gz) and figures (profile/).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
     pub error: Option<String>,
 }
 
@@ -81,7 +85,7 @@ fn host_busy_ns() -> Option<u64> {
 
 /// Starts the recorder chosen by `observe.recorder` once the lab, its relay
 /// and gateway exist and before loads and probes start.
-pub fn start(recorder: Recorder, lab: &Lab, dir: &Path) -> Result<Observer> {
+pub fn start(recorder: Recorder, sample_hz: Option<u32>, lab: &Lab, dir: &Path) -> Result<Observer> {
     let busy0 = host_busy_ns();
     match recorder {
         Recorder::Off => Ok(Observer::Off {
@@ -138,7 +142,7 @@ pub fn start(recorder: Recorder, lab: &Lab, dir: &Path) -> Result<Observer> {
                 drain_every: Duration::from_millis(100),
                 measure_overhead: true,
                 mechanism: Mechanism::Auto,
-                sample_hz: None,
+                sample_hz,
                 window: None,
             };
             let stop = Arc::new(AtomicBool::new(false));
@@ -241,7 +245,10 @@ impl Observer {
                 out.lost = Some(summary.lost);
                 out.bytes = std::fs::metadata(&file).map(|m| m.len()).ok();
                 match analyse(&file, dir) {
-                    Ok(()) => out.analysis = Some("observe.json".into()),
+                    Ok(sampled) => {
+                        out.analysis = Some("observe.json".into());
+                        out.profile = sampled.then(|| "profile.json".into());
+                    }
                     Err(e) => out.error = Some(format!("analysis: {e:#}")),
                 }
                 out
@@ -250,7 +257,9 @@ impl Observer {
     }
 }
 
-fn analyse(file: &Path, dir: &Path) -> Result<()> {
+/// observe.json and observe.txt; with stack samples also profile.json,
+/// profile.pb.gz and profile/ (figures). True when it profiled.
+fn analyse(file: &Path, dir: &Path) -> Result<bool> {
     let rec = Recording::read(file)?;
     let mut a = ontime_sched::analyze(
         &rec,
@@ -271,5 +280,22 @@ fn analyse(file: &Path, dir: &Path) -> Result<()> {
         &dir.join("observe.txt"),
         ontime_observe::report::text(&a, true).as_bytes(),
     )?;
-    Ok(())
+    if rec.meta.sample_period_ns.is_none() {
+        return Ok(false);
+    }
+    let p = ontime_profile::profile(&rec)?;
+    ontime_core::fsio::write_atomic(&dir.join("profile.json"), &serde_json::to_vec(&p.report)?)?;
+    ontime_core::fsio::write_atomic(
+        &dir.join("profile.txt"),
+        ontime_profile::text(&p.report, 30, ontime_profile::FunctionView::Program).as_bytes(),
+    )?;
+    let pb = ontime_profile::pprof::build(
+        &p.joined,
+        &p.symbols,
+        p.start_realtime_ns,
+        p.report.profile.sample_period_ns,
+    );
+    ontime_profile::pprof::write(&pb, &dir.join("profile.pb.gz"))?;
+    ontime_profile::figures(&p.joined, &p.symbols, &dir.join("profile"))?;
+    Ok(true)
 }

@@ -428,8 +428,111 @@ host I/O = relay, vhost and ksoftirqd threads, CPU per 100 ms window.</p>\
             pngs.push(png);
         }
         let _ = write!(h, "<p>Full tables: runs/{}/observe.txt</p>", esc(&r.name));
+        profile_section(r, out, &mut h, &mut pngs)?;
     }
     Ok((h, pngs))
+}
+
+/// "Where the tenants' time went": for the run with the largest error,
+/// when the scenario sampled stacks (`[observe] profile`), each tenant's
+/// time classes, who stole from it and the functions the steal is charged
+/// to, its class figures and links to the flame graphs.
+fn profile_section(r: &RunResults, out: &Path, h: &mut String, pngs: &mut Vec<PathBuf>) -> Result<()> {
+    let Some(file) = r.record.observe.as_ref().and_then(|o| o.profile.as_ref()) else {
+        return Ok(());
+    };
+    let text = std::fs::read_to_string(r.dir.join(file)).with_context(|| format!("reading runs/{}/{file}", r.name))?;
+    let p: ontime_profile::ProfileReport =
+        serde_json::from_str(&text).with_context(|| format!("runs/{}/{file}", r.name))?;
+    let pct = |part: u64, whole: u64| {
+        if whole == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.1}%", 100.0 * part as f64 / whole as f64)
+        }
+    };
+    let _ = write!(
+        h,
+        "<h3>Where the tenants' time went (ontime profile, {} stack samples at {})</h3>\
+<p>Each tenant's threads' time in classes that add up to it: run, idle (asleep by choice), steal (runnable while another task ran on its CPU, split by who ran) and I/O wait. \
+Steal is charged to the function sampled before it when the sample after it is in the same function (document 002); the rest is uncharged. \
+Steal by the host (VM exits): {}.</p>\
+Figures per tenant sum its vCPU threads. Steal after a wake-up is scheduling latency (the thread had slept); the rest is preemption.</p>\
+<table><tr><th>tenant</th><th>vCPU threads</th><th>run</th><th>idle</th><th>steal</th><th>of it after wake-up</th><th>by tenants</th><th>by host I/O</th><th>by other host work</th><th>I/O wait</th><th>uncharged steal</th><th>most steal charged to</th></tr>",
+        p.profile.samples,
+        format_ns(p.profile.sample_period_ns),
+        esc(&p.profile.steal_host)
+    );
+    for t in &p.tenants {
+        let a = t.apparent_ns;
+        let top = p
+            .functions
+            .iter()
+            .filter(|f| f.tenant == t.name && f.program.steal_ns > 0)
+            .max_by_key(|f| f.program.steal_ns)
+            .map(|f| format!("{} ({})", f.function, format_ns(f.program.steal_ns)))
+            .unwrap_or_else(|| "-".into());
+        let _ = write!(
+            h,
+            "<tr><td class=l>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=l>{}</td></tr>",
+            esc(&t.name),
+            t.threads,
+            pct(t.run_ns, a),
+            pct(t.idle_ns, a),
+            pct(t.steal_runqueue_ns, a),
+            pct(t.steal_after_wakeup_ns, t.steal_runqueue_ns),
+            pct(t.steal_by.other_tenant_ns + t.steal_by.own_tenant_ns, a),
+            pct(t.steal_by.host_io_ns, a),
+            pct(t.steal_by.other_host_ns + t.steal_by.wakeup_ns, a),
+            pct(t.io_wait_ns, a),
+            pct(t.steal_uncharged_ns, t.steal_runqueue_ns),
+            esc(&top)
+        );
+    }
+    h.push_str("</table>");
+    let figs = r.dir.join("profile");
+    let mut classes: Vec<PathBuf> = std::fs::read_dir(&figs)
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.extension().is_some_and(|x| x == "png")
+                        && p.file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with("classes-"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    classes.sort();
+    for (i, png) in classes.iter().take(4).enumerate() {
+        let name = format!("profile-{}.png", i + 1);
+        let dest = out.join(&name);
+        std::fs::copy(png, &dest).with_context(|| format!("copying {}", png.display()))?;
+        let svg = std::fs::read_to_string(png.with_extension("svg")).unwrap_or_default();
+        let _ = write!(h, "<figure>{svg}<figcaption>{name}</figcaption></figure>");
+        pngs.push(dest);
+    }
+    for f in ["on-cpu.svg", "steal.svg"] {
+        let src = figs.join(f);
+        if src.exists() {
+            let name = format!("profile-{f}");
+            std::fs::copy(&src, out.join(&name)).with_context(|| format!("copying {}", src.display()))?;
+            let _ = write!(
+                h,
+                "<p><a href=\"{name}\">Flame graph: {}</a></p>",
+                if f == "steal.svg" {
+                    "steal charged to functions"
+                } else {
+                    "on-CPU time"
+                }
+            );
+        }
+    }
+    let _ = write!(
+        h,
+        "<p>Full tables: runs/{0}/profile.txt; pprof: runs/{0}/profile.pb.gz (<code>go tool pprof -sample_index=steal</code>)</p>",
+        esc(&r.name)
+    );
+    Ok(())
 }
 
 /// One tenant against the scenario's targets.

@@ -492,7 +492,7 @@ fn start_recorder(
     dir: &Path,
     rec: &mut RunRecord,
 ) -> Option<crate::observe::Observer> {
-    match crate::observe::start(c.observe.recorder, lab, dir) {
+    match crate::observe::start(c.observe.recorder, c.observe.profile, lab, dir) {
         Ok(o) => Some(o),
         Err(e) => {
             rec.observe = Some(crate::observe::ObserveOutcome {

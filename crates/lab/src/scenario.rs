@@ -398,18 +398,23 @@ fn one_u32() -> u32 {
 /// default) records tenants and the host I/O path with BPF and the report
 /// shows their per-window CPU, contention and host-path minimum; "perf" runs
 /// `perf sched record -a` instead (the overhead benchmark's peer); "off"
-/// records nothing.
+/// records nothing. `profile = 1000` also samples the tenants' stacks at
+/// that rate (Hz) and the report shows where their time went (`ontime
+/// profile`: steal by whom and by function).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ObserveSpec {
     #[serde(default)]
     pub recorder: Recorder,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<u32>,
 }
 
 impl Default for ObserveSpec {
     fn default() -> Self {
         ObserveSpec {
             recorder: Recorder::Ontime,
+            profile: None,
         }
     }
 }
@@ -640,6 +645,14 @@ fn validate(c: &RunConfig) -> Result<()> {
     )
     .map_err(anyhow::Error::msg)?;
     ontime_core::limits::count("repetitions", c.repetitions as u64, 1, 10_000).map_err(anyhow::Error::msg)?;
+    if let Some(hz) = c.observe.profile {
+        if !(1..=10_000).contains(&hz) {
+            bail!("observe.profile = {hz}: give stack samples per second, 1 to 10000 (e.g. 1000)");
+        }
+        if c.observe.recorder != Recorder::Ontime {
+            bail!("observe.profile needs observe.recorder = \"ontime\" (stacks are sampled by ontime's recorder)");
+        }
+    }
     let t = &c.tenant;
     if t.count == 0 || t.count > 200 {
         bail!("tenant.count = {}: must be 1..200", t.count);

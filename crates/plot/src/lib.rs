@@ -59,6 +59,10 @@ pub struct Chart {
     /// A dashed horizontal line (e.g. the host's CPU count).
     pub limit: Option<(String, f64)>,
     pub size: (u32, u32),
+    /// Series stacked as filled areas, each on top of the ones before (all
+    /// series on the same x values): shares that add up, such as a
+    /// thread's time classes.
+    pub stacked: bool,
 }
 
 impl Chart {
@@ -76,6 +80,7 @@ impl Chart {
             y_scale: Scale::Linear,
             limit: None,
             size: (900, 420),
+            stacked: false,
         }
     }
 
@@ -108,7 +113,32 @@ where
 {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow::anyhow!("plot: {e:?}");
     root.fill(&WHITE).map_err(e)?;
-    let pts: Vec<(f64, f64)> = c.series.iter().flat_map(|s| s.1.iter().copied()).collect();
+    // Stacked: each series becomes its band (lower, upper) over the ones
+    // before it.
+    let bands: Vec<Vec<(f64, f64, f64)>> = if c.stacked {
+        let mut below: Vec<f64> = Vec::new();
+        c.series
+            .iter()
+            .map(|(_, pts)| {
+                below.resize(below.len().max(pts.len()), 0.0);
+                pts.iter()
+                    .enumerate()
+                    .map(|(i, &(x, y))| {
+                        let lo = below[i];
+                        below[i] += y;
+                        (x, lo, below[i])
+                    })
+                    .collect()
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let pts: Vec<(f64, f64)> = if c.stacked {
+        bands.iter().flat_map(|b| b.iter().map(|&(x, _, hi)| (x, hi))).collect()
+    } else {
+        c.series.iter().flat_map(|s| s.1.iter().copied()).collect()
+    };
     if pts.is_empty() {
         return Ok(());
     }
@@ -178,7 +208,20 @@ where
                     .label(name.as_str())
                     .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK.stroke_width(1)));
             }
-            for (i, (name, points)) in c.series.iter().enumerate() {
+            for (i, (name, band)) in c.series.iter().zip(&bands).enumerate() {
+                let col = COLORS[i % COLORS.len()];
+                let outline: Vec<(f64, f64)> = band
+                    .iter()
+                    .map(|&(x, _, hi)| (x, hi))
+                    .chain(band.iter().rev().map(|&(x, lo, _)| (x, lo)))
+                    .collect();
+                chart
+                    .draw_series(std::iter::once(Polygon::new(outline, col.mix(0.75).filled())))
+                    .map_err(e)?
+                    .label(name.0.as_str())
+                    .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 18, y + 5)], col.mix(0.75).filled()));
+            }
+            for (i, (name, points)) in c.series.iter().enumerate().filter(|_| !c.stacked) {
                 let col = COLORS[i % COLORS.len()];
                 chart
                     .draw_series(LineSeries::new(points.iter().copied(), col.stroke_width(2)))
@@ -236,6 +279,11 @@ mod tests {
             let svg = c.svg().expect("draws");
             assert!(svg.contains("<svg"), "{xs:?}/{ys:?}");
         }
+        let mut c = Chart::new("s", "stacked", "x", "share");
+        c.stacked = true;
+        c.series.push(("run".into(), vec![(0.0, 30.0), (1.0, 50.0)]));
+        c.series.push(("steal".into(), vec![(0.0, 70.0), (1.0, 50.0)]));
+        assert!(c.svg().expect("draws stacked").contains("<polygon"));
         // Nothing to draw is not an error.
         assert!(Chart::new("e", "empty", "x", "y").svg().is_ok());
     }

@@ -12,8 +12,11 @@
 //!
 //! Attribution (document 002): a blank interval (steal or I/O wait) is
 //! charged to the stack sampled just before it when the sample just after
-//! it is the same thread in the same leaf function; otherwise it is left
-//! uncharged and counted as such. Scheduler events make the intervals
+//! it is the same thread in the same function; otherwise it is left
+//! uncharged and counted as such. "The same function" is the program's
+//! own innermost function (its innermost user-space frame: a sample taken
+//! inside a system call or an interrupt has kernel frames on top that
+//! differ from sample to sample), or the kernel leaf for kernel threads. Scheduler events make the intervals
 //! exact, where document 002 counted missing samples. A thread's on-CPU
 //! time (exact) is spread evenly over its samples; a thread that ran but
 //! was never sampled shows as `[unsampled]`.
@@ -23,12 +26,12 @@ use std::rc::Rc;
 
 use ontime_sched::analyze::{AnalysisOptions, Interval, Place};
 use ontime_trace::recording::{GroupKind, Recording};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::symbols::Symbols;
 
 /// Who ran while a thread waited.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StealBy {
     /// Another tenant's threads.
     pub other_tenant_ns: u64,
@@ -57,7 +60,7 @@ impl StealBy {
 
 /// One program's time line in classes: a thread (a vCPU), or a tenant (the
 /// sum over its threads, in thread-time).
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Classes {
     pub name: String,
     /// The tenant (group) it belongs to.
@@ -65,6 +68,11 @@ pub struct Classes {
     #[serde(skip)]
     pub tenant_index: u32,
     pub tid: Option<u32>,
+    /// A vCPU thread (`CPU n/KVM`, `crawl-vcpu<k>`, `cyclic<k>`, or every
+    /// thread of a tenant without such names): a tenant's figures sum its
+    /// vCPU threads, as observe's do.
+    #[serde(default)]
+    pub vcpu: bool,
     pub threads: u32,
     /// Apparent time: the wall time observed (for a tenant, summed over
     /// its threads).
@@ -83,6 +91,11 @@ pub struct Classes {
     /// it disagree or are missing).
     pub steal_charged_ns: u64,
     pub steal_uncharged_ns: u64,
+    /// Steal right after a wake-up (scheduling latency: the thread was
+    /// asleep, then runnable but not yet running) and steal while
+    /// preempted (it was running); they add up to `steal_runqueue_ns`.
+    pub steal_after_wakeup_ns: u64,
+    pub steal_preempted_ns: u64,
     pub samples: u64,
 }
 
@@ -112,6 +125,24 @@ pub struct Joined {
     /// inference).
     pub error_bound_ns: u64,
     pub notes: Vec<String>,
+    /// Per tenant (index as `tenant_names`), its threads' time per bin of
+    /// `bin_ns` from the recording's start: [run, idle, steal, I/O wait].
+    pub series: Vec<Vec<[u64; 4]>>,
+    pub bin_ns: u64,
+}
+
+/// Adds `[start, end)` to the bins it covers, in class `class`.
+fn add_to_bins(bins: &mut Vec<[u64; 4]>, bin_ns: u64, start: u64, end: u64, class: usize) {
+    let mut t = start;
+    while t < end {
+        let i = (t / bin_ns) as usize;
+        let edge = ((i as u64 + 1) * bin_ns).min(end);
+        if bins.len() <= i {
+            bins.resize(i + 1, [0; 4]);
+        }
+        bins[i][class] += edge - t;
+        t = edge;
+    }
 }
 
 /// Stack id standing for on-CPU time no sample saw.
@@ -131,6 +162,11 @@ pub fn join(rec: &Recording, syms: &Symbols) -> Joined {
         Some(Box::new(move |iv: &Interval| sink.borrow_mut().push(*iv))),
     );
     let mut intervals = std::mem::take(&mut *collected.borrow_mut());
+    let vcpu_of: HashMap<u32, bool> = analysis
+        .groups
+        .iter()
+        .flat_map(|g| g.threads.iter().map(|t| (t.tid, t.vcpu)))
+        .collect();
     intervals.sort_by_key(|iv| (iv.tid, iv.start_ns));
     let group_kind = |g: u32| rec.meta.groups.get(g as usize).map(|g| g.kind);
     let group_of = |tid: u32| rec.threads.get(&tid).and_then(|t| t.group);
@@ -148,6 +184,13 @@ pub fn join(rec: &Recording, syms: &Symbols) -> Joined {
         duration_ns: analysis.recording.duration_ns,
         error_bound_ns: analysis.error_bound_ns,
         notes: analysis.notes.clone(),
+        series: vec![Vec::new(); analysis.groups.len()],
+        // About 15 to 60 bars: 1 s bins for runs of 15 s or more.
+        bin_ns: if analysis.recording.duration_ns >= 15_000_000_000 {
+            1_000_000_000
+        } else {
+            100_000_000
+        },
         ..Joined::default()
     };
     for line in intervals.chunk_by(|a, b| a.tid == b.tid) {
@@ -165,19 +208,39 @@ pub fn join(rec: &Recording, syms: &Symbols) -> Joined {
             tenant: tenant_name,
             tenant_index: tenant,
             tid: Some(tid),
+            vcpu: vcpu_of.get(&tid).copied().unwrap_or(true),
             threads: 1,
             ..Classes::default()
         };
         let empty = Vec::new();
         let samples = samples_of.get(&tid).unwrap_or(&empty);
         c.samples = samples.len() as u64;
+        // Whether the thread last ran (preempted) or slept (woken) before
+        // the current wait.
+        let mut woken = true;
         for iv in line {
             let d = iv.end_ns - iv.start_ns;
             c.apparent_ns += d;
+            let class = match iv.place {
+                Place::Running { .. } => 0,
+                Place::Sleeping => 1,
+                Place::Waiting { .. } => 2,
+                Place::Blocked => 3,
+            };
+            if let Some(bins) = out.series.get_mut(tenant as usize) {
+                add_to_bins(bins, out.bin_ns, iv.start_ns, iv.end_ns, class);
+            }
             match iv.place {
-                Place::Running { .. } => c.run_ns += d,
-                Place::Sleeping => c.idle_ns += d,
+                Place::Running { .. } => {
+                    c.run_ns += d;
+                    woken = false;
+                }
+                Place::Sleeping => {
+                    c.idle_ns += d;
+                    woken = true;
+                }
                 Place::Blocked => {
+                    woken = true;
                     c.io_wait_ns += d;
                     if let Some(stack) = charged_stack(samples, &rel, syms, iv) {
                         out.charges.entry((tenant, tid, stack)).or_default().blocked_ns += d;
@@ -185,6 +248,11 @@ pub fn join(rec: &Recording, syms: &Symbols) -> Joined {
                 }
                 Place::Waiting { behind, .. } => {
                     c.steal_runqueue_ns += d;
+                    if woken {
+                        c.steal_after_wakeup_ns += d;
+                    } else {
+                        c.steal_preempted_ns += d;
+                    }
                     let who = if behind == 0 {
                         &mut c.steal_by.wakeup_ns
                     } else {
@@ -257,6 +325,7 @@ pub fn join(rec: &Recording, syms: &Symbols) -> Joined {
             tenant: out.tenant_names[tenant as usize].clone(),
             tenant_index: tenant,
             tid: Some(tid),
+            vcpu: true,
             threads: 1,
             apparent_ns: run,
             run_ns: run,
@@ -277,7 +346,13 @@ pub fn join(rec: &Recording, syms: &Symbols) -> Joined {
             ..Classes::default()
         })
         .collect();
+    let has_vcpu: Vec<bool> = (0..tenants.len())
+        .map(|t| out.threads.iter().any(|c| c.tenant_index as usize == t && c.vcpu))
+        .collect();
     for c in &out.threads {
+        if has_vcpu.get(c.tenant_index as usize) == Some(&true) && !c.vcpu {
+            continue;
+        }
         if let Some(s) = tenants.get_mut(c.tenant_index as usize) {
             s.threads += 1;
             s.apparent_ns += c.apparent_ns;
@@ -289,6 +364,8 @@ pub fn join(rec: &Recording, syms: &Symbols) -> Joined {
             s.corrected_ns += c.corrected_ns;
             s.steal_charged_ns += c.steal_charged_ns;
             s.steal_uncharged_ns += c.steal_uncharged_ns;
+            s.steal_after_wakeup_ns += c.steal_after_wakeup_ns;
+            s.steal_preempted_ns += c.steal_preempted_ns;
             s.samples += c.samples;
         }
     }
@@ -311,8 +388,8 @@ fn charged_stack(samples: &[usize], rel: &dyn Fn(usize) -> u64, syms: &Symbols, 
         return None;
     }
     let (sb, sa) = (syms.sample_stack[before], syms.sample_stack[samples[after]]);
-    let (lb, la) = (syms.leaf(sb)?, syms.leaf(sa)?);
-    (syms.frames[lb as usize].function == syms.frames[la as usize].function).then_some(sb)
+    let (fb, fa) = (syms.program_frame(sb)?, syms.program_frame(sa)?);
+    (syms.frames[fb as usize].function == syms.frames[fa as usize].function).then_some(sb)
 }
 
 #[cfg(test)]
@@ -426,10 +503,26 @@ mod tests {
             .map(|(_, c)| c.on_cpu_ns)
             .sum();
         assert_eq!(on_cpu, t.run_ns);
+        // The time series holds the same time, bin by bin.
+        let bins = &j.series[0];
+        let sum = |k: usize| bins.iter().map(|b| b[k]).sum::<u64>();
+        assert_eq!((sum(0), sum(1), sum(2)), (t.run_ns, t.idle_ns, t.steal_runqueue_ns));
+        assert_eq!(
+            (j.bin_ns, bins.len()),
+            (100 * MS, 1),
+            "a 12 ms recording is one 100 ms bin"
+        );
     }
 
     /// A thread that never switched while recorded has no time line; its
     /// run time comes from its samples and a note says so.
+    #[test]
+    fn time_is_split_at_bin_edges() {
+        let mut bins = Vec::new();
+        add_to_bins(&mut bins, 10, 5, 27, 2);
+        assert_eq!(bins, [[0, 0, 5, 0], [0, 0, 10, 0], [0, 0, 7, 0]]);
+    }
+
     #[test]
     fn a_thread_seen_only_in_samples_is_estimated_from_them() {
         let mut rec = recording();

@@ -21,13 +21,13 @@ use anyhow::{Context, Result};
 use ontime_core::duration::format_ns;
 use ontime_trace::event::kind;
 use ontime_trace::recording::Recording;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use attribute::{Classes, Joined, StealBy};
 pub use symbols::Symbols;
 
 /// Time charged to a function.
-#[derive(Clone, Copy, Debug, Default, Serialize)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
 pub struct Times {
     pub samples: u64,
     pub on_cpu_ns: u64,
@@ -54,20 +54,26 @@ impl Times {
 
 /// One function of one tenant: its own time (as the leaf of a stack) and
 /// its inclusive time (anywhere on the stack, its callees included).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FunctionRow {
     pub tenant: String,
     pub function: String,
     pub module: String,
     pub own: Times,
     pub inclusive: Times,
+    /// As the program's own innermost function (its innermost user-space
+    /// frame, kernel frames above it folded in): where a program's time
+    /// went in its own code.
+    pub program: Times,
     /// Own and inclusive apparent time, of the tenant's apparent time less
     /// its idle time.
     pub share_pct: f64,
     pub inclusive_share_pct: f64,
+    #[serde(default)]
+    pub program_share_pct: f64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ProfileInfo {
     pub duration_ns: u64,
     pub cpus: usize,
@@ -84,7 +90,7 @@ pub struct ProfileInfo {
 }
 
 /// What `ontime profile report` prints.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ProfileReport {
     pub profile: ProfileInfo,
     pub tenants: Vec<Classes>,
@@ -188,8 +194,10 @@ fn function_row<'a>(
             module,
             own: Times::default(),
             inclusive: Times::default(),
+            program: Times::default(),
             share_pct: 0.0,
             inclusive_share_pct: 0.0,
+            program_share_pct: 0.0,
         }
     })
 }
@@ -207,6 +215,14 @@ fn function_rows(j: &Joined, syms: &Symbols) -> Vec<FunctionRow> {
             }
         };
         function_row(&mut rows, tenant, frames[0], j, syms).own.add(c);
+        let program = if stack == attribute::UNSAMPLED {
+            None
+        } else {
+            syms.program_frame(stack)
+        };
+        function_row(&mut rows, tenant, program.unwrap_or(frames[0]), j, syms)
+            .program
+            .add(c);
         // A recursive function counts once per stack.
         counted.clear();
         for &f in frames {
@@ -227,6 +243,7 @@ fn function_rows(j: &Joined, syms: &Symbols) -> Vec<FunctionRow> {
         let share = |ns: u64| if busy > 0 { 100.0 * ns as f64 / busy as f64 } else { 0.0 };
         r.share_pct = share(r.own.apparent_ns);
         r.inclusive_share_pct = share(r.inclusive.apparent_ns);
+        r.program_share_pct = share(r.program.apparent_ns);
     }
     out.sort_by(|a, b| {
         b.own
@@ -246,9 +263,31 @@ fn pct(part: u64, whole: u64) -> String {
     }
 }
 
+/// How the function table ranks and counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FunctionView {
+    /// The program's own innermost function (innermost user frame).
+    #[default]
+    Program,
+    /// The leaf frame, kernel frames included.
+    Leaf,
+    /// With callees: anywhere on the stack.
+    Inclusive,
+}
+
+impl FunctionView {
+    fn times(self, f: &FunctionRow) -> &Times {
+        match self {
+            FunctionView::Program => &f.program,
+            FunctionView::Leaf => &f.own,
+            FunctionView::Inclusive => &f.inclusive,
+        }
+    }
+}
+
 /// The text report: classes per tenant and per thread, then the top
-/// functions by their own time (or, with `inclusive`, with callees).
-pub fn text(r: &ProfileReport, top: usize, inclusive: bool) -> String {
+/// functions as `view` counts them.
+pub fn text(r: &ProfileReport, top: usize, view: FunctionView) -> String {
     let mut out = String::new();
     let p = &r.profile;
     let _ = writeln!(
@@ -287,7 +326,7 @@ pub fn text(r: &ProfileReport, top: usize, inclusive: bool) -> String {
         let s = &c.steal_by;
         let _ = writeln!(
             out,
-            "  {:<26} {:>11} {:>7} {:>7} {:>7} {:>7} {:>11}             {:>7} {:>7} {:>7} {:>7} {:>7}  {:>9}",
+            "  {:<26} {:>11} {:>7} {:>7} {:>7} {:>7} {:>11}             {:>7} {:>7} {:>7} {:>7} {:>7}  {:>9} {:>8}",
             name,
             format_ns(a),
             pct(c.run_ns, a),
@@ -300,40 +339,43 @@ pub fn text(r: &ProfileReport, top: usize, inclusive: bool) -> String {
             pct(s.host_io_ns, a),
             pct(s.other_host_ns, a),
             pct(s.wakeup_ns, a),
-            pct(c.steal_uncharged_ns, c.steal_runqueue_ns)
+            pct(c.steal_uncharged_ns, c.steal_runqueue_ns),
+            pct(c.steal_after_wakeup_ns, c.steal_runqueue_ns)
         );
     };
     for t in &r.tenants {
-        row(&mut out, &format!("{} ({} threads)", t.name, t.threads), t);
+        row(&mut out, &format!("{} ({} vCPU threads)", t.name, t.threads), t);
         for th in r.threads.iter().filter(|th| th.tenant == t.name) {
             row(&mut out, &format!("  {} [{}]", th.name, th.tid.unwrap_or(0)), th);
         }
     }
     let _ = writeln!(
         out,
-        "  uncharged = steal no function could be charged with (the samples around it disagree or are missing)"
+        "  a tenant sums its vCPU threads; uncharged = steal no function could be charged with (the samples around it disagree or are missing);\n  woken = steal right after a wake-up (scheduling latency), the rest is preemption"
     );
     let _ = writeln!(
         out,
         "\nTop functions ({}; steal and I/O wait charged by document 002's rule):",
-        if inclusive { "with their callees" } else { "own time" }
+        match view {
+            FunctionView::Program => "the program's own innermost function",
+            FunctionView::Leaf => "leaf frame, kernel included",
+            FunctionView::Inclusive => "with their callees",
+        }
     );
     let _ = writeln!(
         out,
         "  {:<14} {:<40} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6}",
         "tenant", "function", "on-CPU", "steal", "I/O wait", "apparent", "corrected", "share"
     );
-    let mut shown: Vec<&FunctionRow> = r.functions.iter().collect();
-    if inclusive {
-        shown.sort_by(|a, b| {
-            b.inclusive
-                .apparent_ns
-                .cmp(&a.inclusive.apparent_ns)
-                .then_with(|| a.function.cmp(&b.function))
-        });
-    }
+    let mut shown: Vec<&FunctionRow> = r.functions.iter().filter(|f| view.times(f).apparent_ns > 0).collect();
+    shown.sort_by(|a, b| {
+        view.times(b)
+            .apparent_ns
+            .cmp(&view.times(a).apparent_ns)
+            .then_with(|| a.function.cmp(&b.function))
+    });
     for f in shown.into_iter().take(top) {
-        let t = if inclusive { &f.inclusive } else { &f.own };
+        let t = view.times(f);
         let name: String = if f.function.chars().count() > 40 {
             f.function.chars().take(39).chain(std::iter::once('~')).collect()
         } else {
@@ -349,7 +391,11 @@ pub fn text(r: &ProfileReport, top: usize, inclusive: bool) -> String {
             format_ns(t.blocked_ns),
             format_ns(t.apparent_ns),
             format_ns(t.corrected_ns),
-            if inclusive { f.inclusive_share_pct } else { f.share_pct }
+            match view {
+                FunctionView::Inclusive => f.inclusive_share_pct,
+                FunctionView::Leaf => f.share_pct,
+                FunctionView::Program => f.program_share_pct,
+            }
         );
     }
     for n in &r.notes {
@@ -392,6 +438,68 @@ pub fn folded(j: &Joined, syms: &Symbols, value: impl Fn(&attribute::Charge) -> 
     lines
 }
 
+/// Per tenant, its time classes over the recording as stacked shares
+/// (run, steal, I/O wait, idle: 100 % = its threads' observed time in the
+/// bin). At most 8 tenants, the most stolen from first.
+pub fn class_charts(j: &Joined) -> Vec<ontime_plot::Chart> {
+    let mut order: Vec<usize> = (0..j.series.len()).filter(|&t| !j.series[t].is_empty()).collect();
+    let steal = |t: usize| j.series[t].iter().map(|b| b[2]).sum::<u64>();
+    order.sort_by_key(|&t| std::cmp::Reverse(steal(t)));
+    order.truncate(8);
+    order
+        .into_iter()
+        .map(|t| {
+            let name = j.tenant_names.get(t).cloned().unwrap_or_default();
+            let slug: String = name
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .collect();
+            let mut c = ontime_plot::Chart::new(
+                &format!("classes-{slug}"),
+                format!("{name}: where its threads' time went"),
+                "time (s)",
+                "share of its threads' time (%)",
+            );
+            c.stacked = true;
+            let bin_s = j.bin_ns as f64 / 1e9;
+            // Demand at the bottom (run, then steal), idle on top.
+            for (k, class) in [(0, "run"), (2, "steal"), (3, "I/O wait"), (1, "idle")] {
+                let pts = j.series[t]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| {
+                        let total: u64 = b.iter().sum();
+                        let share = if total == 0 {
+                            0.0
+                        } else {
+                            100.0 * b[k] as f64 / total as f64
+                        };
+                        ((i as f64 + 0.5) * bin_s, share)
+                    })
+                    .collect();
+                c.series.push((class.to_string(), pts));
+            }
+            c
+        })
+        .collect()
+}
+
+/// Writes the flame graphs (`on-cpu.svg`, `steal.svg`) and each tenant's
+/// time classes (`classes-<tenant>.svg` and `.png`) into `dir`.
+pub fn figures(j: &Joined, syms: &Symbols, dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut written = flame_graphs(j, syms, dir)?;
+    ontime_plot::register_font()?;
+    for c in class_charts(j) {
+        let svg = dir.join(format!("{}.svg", c.name));
+        std::fs::write(&svg, c.svg()?).with_context(|| format!("writing {}", svg.display()))?;
+        let png = dir.join(format!("{}.png", c.name));
+        c.png(&png)?;
+        written.push(svg);
+        written.push(png);
+    }
+    Ok(written)
+}
+
 /// Writes on-CPU and steal flame graphs (SVG) into `dir`.
 pub fn flame_graphs(j: &Joined, syms: &Symbols, dir: &Path) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -424,7 +532,7 @@ pub fn flame_graphs(j: &Joined, syms: &Symbols, dir: &Path) -> Result<Vec<PathBu
 }
 
 /// One window of a continuous recording, analysed.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WindowReport {
     pub file: PathBuf,
     /// Start, ns after the first window's start.
@@ -448,7 +556,7 @@ pub struct WindowReport {
 
 /// A continuous recording: every window, and what one analyser keeps up
 /// with.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WindowsReport {
     pub windows: Vec<WindowReport>,
     /// Medians over the whole windows.

@@ -86,6 +86,17 @@ impl Symbols {
     pub fn leaf(&self, stack: u32) -> Option<u32> {
         self.stacks.get(stack as usize).and_then(|s| s.first().copied())
     }
+
+    /// The program's own function in a stack: its innermost user-space
+    /// frame (a sample taken in a system call or an interrupt has kernel
+    /// frames on top), or the kernel leaf for a kernel thread.
+    pub fn program_frame(&self, stack: u32) -> Option<u32> {
+        let s = self.stacks.get(stack as usize)?;
+        s.iter()
+            .copied()
+            .find(|&f| !self.frames[f as usize].kernel)
+            .or_else(|| s.first().copied())
+    }
 }
 
 /// A mapped file: path and inode.
