@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use ontime_sched::analyze::{AnalysisOptions, Interval, Place};
+use ontime_trace::event::kind;
 use ontime_trace::recording::{GroupKind, Recording};
 use serde::{Deserialize, Serialize};
 
@@ -82,8 +83,11 @@ pub struct Classes {
     pub io_wait_ns: u64,
     pub steal_runqueue_ns: u64,
     pub steal_by: StealBy,
-    /// Time in VM exits other than HLT: None where KVM's exit events are
-    /// not recorded (no KVM on the host, or not a guest).
+    /// Time on a CPU inside VM exits (kvm_exit to kvm_entry: the host's
+    /// code, not the guest's; part of `run_ns`): None where KVM's exit
+    /// events are not recorded (no KVM on the host, or not a vCPU). An
+    /// exit that ends in a halt leaves the CPU, so halts are idle, not
+    /// host steal.
     pub steal_host_ns: Option<u64>,
     /// Apparent minus steal.
     pub corrected_ns: u64,
@@ -172,6 +176,27 @@ pub fn join(rec: &Recording, syms: &Symbols) -> Joined {
     let group_of = |tid: u32| rec.threads.get(&tid).and_then(|t| t.group);
     let start = rec.meta.start_ns;
 
+    // VM exits per thread: (exit, entry) pairs, relative ns. A vCPU
+    // thread in an exit is on a CPU but runs the host's code, not the
+    // guest's (document 002's host steal).
+    let mut exits: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
+    {
+        let mut open: HashMap<u32, u64> = HashMap::new();
+        for e in &rec.events {
+            let t = e.ts.saturating_sub(rec.meta.start_ns);
+            match e.kind {
+                kind::KVM_EXIT => {
+                    open.insert(e.a, t);
+                }
+                kind::KVM_ENTRY => {
+                    if let Some(x) = open.remove(&e.a) {
+                        exits.entry(e.a).or_default().push((x, t));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
     // Samples per thread, in time order, with their index.
     let mut samples_of: HashMap<u32, Vec<usize>> = HashMap::new();
     for (i, s) in rec.samples.samples.iter().enumerate() {
@@ -218,9 +243,17 @@ pub fn join(rec: &Recording, syms: &Symbols) -> Joined {
         // Whether the thread last ran (preempted) or slept (woken) before
         // the current wait.
         let mut woken = true;
+        let thread_exits = exits.get(&tid);
+        if thread_exits.is_some() {
+            c.steal_host_ns = Some(0);
+        }
         for iv in line {
             let d = iv.end_ns - iv.start_ns;
             c.apparent_ns += d;
+            if let (Some(x), Place::Running { .. }) = (thread_exits, iv.place) {
+                let in_exits = overlap(x, iv.start_ns, iv.end_ns);
+                c.steal_host_ns = c.steal_host_ns.map(|h| h + in_exits);
+            }
             let class = match iv.place {
                 Place::Running { .. } => 0,
                 Place::Sleeping => 1,
@@ -274,7 +307,7 @@ pub fn join(rec: &Recording, syms: &Symbols) -> Joined {
                 }
             }
         }
-        c.corrected_ns = c.apparent_ns - c.steal_runqueue_ns;
+        c.corrected_ns = c.apparent_ns - c.steal_runqueue_ns - c.steal_host_ns.unwrap_or(0);
         // On-CPU time, exact per thread, spread over its samples.
         if samples.is_empty() {
             if c.run_ns > 0 {
@@ -362,6 +395,9 @@ pub fn join(rec: &Recording, syms: &Symbols) -> Joined {
             s.steal_runqueue_ns += c.steal_runqueue_ns;
             s.steal_by.add(&c.steal_by);
             s.corrected_ns += c.corrected_ns;
+            if let Some(h) = c.steal_host_ns {
+                s.steal_host_ns = Some(s.steal_host_ns.unwrap_or(0) + h);
+            }
             s.steal_charged_ns += c.steal_charged_ns;
             s.steal_uncharged_ns += c.steal_uncharged_ns;
             s.steal_after_wakeup_ns += c.steal_after_wakeup_ns;
@@ -371,6 +407,16 @@ pub fn join(rec: &Recording, syms: &Symbols) -> Joined {
     }
     out.tenants = tenants.into_iter().filter(|t| t.threads > 0).collect();
     out
+}
+
+/// Time the sorted, disjoint `spans` cover within `[a, b)`.
+fn overlap(spans: &[(u64, u64)], a: u64, b: u64) -> u64 {
+    let first = spans.partition_point(|s| s.1 <= a);
+    spans[first..]
+        .iter()
+        .take_while(|s| s.0 < b)
+        .map(|s| s.1.min(b).saturating_sub(s.0.max(a)))
+        .sum()
 }
 
 /// The stack a blank interval is charged to: the thread's sample just
@@ -516,6 +562,41 @@ mod tests {
 
     /// A thread that never switched while recorded has no time line; its
     /// run time comes from its samples and a note says so.
+    /// A vCPU thread's time inside VM exits (kvm_exit to kvm_entry while it
+    /// holds its CPU) is host steal, out of its run time and its corrected
+    /// time.
+    #[test]
+    fn time_in_vm_exits_is_host_steal() {
+        let mut rec = recording();
+        let kvm = |ms10: u64, k: u8| Event {
+            ts: ms10 * MS / 10,
+            a: 10,
+            b: 0,
+            c: 0,
+            cpu: 0,
+            kind: k,
+            flags: 0,
+        };
+        // Running 1-3 ms: an exit 1.5-2 ms; 5-7 ms: an exit 6-6.5 ms; an
+        // exit from 2.9 ms lasts past its switch-out at 3 ms (0.1 ms on CPU).
+        rec.events.extend([
+            kvm(15, kind::KVM_EXIT),
+            kvm(20, kind::KVM_ENTRY),
+            kvm(29, kind::KVM_EXIT),
+            kvm(50, kind::KVM_ENTRY),
+            kvm(60, kind::KVM_EXIT),
+            kvm(65, kind::KVM_ENTRY),
+        ]);
+        rec.events.sort_by_key(|e| e.ts);
+        let syms = Symbols::by_hand(&["f", "g", "h"], &[&[0], &[1], &[2]], &[0, 2, 0, 1, 0]);
+        let j = join(&rec, &syms);
+        let t = j.threads.iter().find(|c| c.tid == Some(10)).expect("thread 10");
+        assert_eq!(t.steal_host_ns, Some(MS + MS / 10));
+        assert_eq!(t.corrected_ns, t.apparent_ns - t.steal_runqueue_ns - MS - MS / 10);
+        let other = j.threads.iter().find(|c| c.tid == Some(11)).expect("thread 11");
+        assert_eq!(other.steal_host_ns, None, "no exits recorded for it");
+    }
+
     #[test]
     fn time_is_split_at_bin_edges() {
         let mut bins = Vec::new();

@@ -119,7 +119,7 @@ pub fn profile(rec: &Recording) -> Result<Profiled> {
         .iter()
         .any(|e| e.kind == kind::KVM_EXIT || e.kind == kind::KVM_ENTRY);
     let steal_host = if kvm {
-        "recorded kvm_exit/kvm_entry events, not yet classed by exit reason".to_string()
+        "time inside VM exits (kvm_exit to kvm_entry on a CPU); exit reasons not recorded".to_string()
     } else {
         "unavailable: no kvm_exit/kvm_entry events (no KVM guest on this host)".to_string()
     };
@@ -326,7 +326,7 @@ pub fn text(r: &ProfileReport, top: usize, view: FunctionView) -> String {
         let s = &c.steal_by;
         let _ = writeln!(
             out,
-            "  {:<26} {:>11} {:>7} {:>7} {:>7} {:>7} {:>11}             {:>7} {:>7} {:>7} {:>7} {:>7}  {:>9} {:>8}",
+            "  {:<26} {:>11} {:>7} {:>7} {:>7} {:>7} {:>11}             {:>7} {:>7} {:>7} {:>7} {:>7}  {:>9} {:>8} {:>8}",
             name,
             format_ns(a),
             pct(c.run_ns, a),
@@ -340,7 +340,8 @@ pub fn text(r: &ProfileReport, top: usize, view: FunctionView) -> String {
             pct(s.other_host_ns, a),
             pct(s.wakeup_ns, a),
             pct(c.steal_uncharged_ns, c.steal_runqueue_ns),
-            pct(c.steal_after_wakeup_ns, c.steal_runqueue_ns)
+            pct(c.steal_after_wakeup_ns, c.steal_runqueue_ns),
+            c.steal_host_ns.map(|h| pct(h, a)).unwrap_or_else(|| "n/a".into())
         );
     };
     for t in &r.tenants {
@@ -351,7 +352,7 @@ pub fn text(r: &ProfileReport, top: usize, view: FunctionView) -> String {
     }
     let _ = writeln!(
         out,
-        "  a tenant sums its vCPU threads; uncharged = steal no function could be charged with (the samples around it disagree or are missing);\n  woken = steal right after a wake-up (scheduling latency), the rest is preemption"
+        "  a tenant sums its vCPU threads; uncharged = steal no function could be charged with (the samples around it disagree or are missing);\n  woken = steal right after a wake-up (scheduling latency), the rest is preemption; VM exits = steal by the host inside KVM exits (part of run; n/a without KVM)"
     );
     let _ = writeln!(
         out,

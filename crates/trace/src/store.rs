@@ -272,17 +272,26 @@ impl Windows {
         // to the oldest open one and shows as a stamp outside its window.
         let oldest = self.open.keys().next().copied().unwrap_or(1);
         for e in &d.events {
+            // The probes attach a moment before the recording's start is
+            // read: the few events of that moment are stamped at the start
+            // (their order and what they say are kept) so the first window
+            // holds only its own time.
+            let e = Event {
+                ts: e.ts.max(self.meta.start_ns),
+                ..*e
+            };
             let i = self.index_of(e.ts).max(oldest);
             self.open_upto(i)?;
             if let Some(w) = self.open.get_mut(&i) {
-                w.writer.event(e)?;
+                w.writer.event(&e)?;
             }
         }
         let mut per: BTreeMap<u64, SampleBatch> = BTreeMap::new();
         for s in &d.samples.samples {
-            let i = self.index_of(s.ts).max(oldest);
+            let ts = s.ts.max(self.meta.start_ns);
+            let i = self.index_of(ts).max(oldest);
             per.entry(i).or_default().push(
-                s.ts,
+                ts,
                 s.pid,
                 s.tid,
                 s.cpu,
