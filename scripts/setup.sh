@@ -17,9 +17,10 @@ need_root() {
 # fonts-dejavu-core (report figures), build tools; clang, libbpf-dev,
 # libelf-dev and zlib1g-dev build `observe`'s BPF program and libbpf;
 # linux-perf is the peer of the observe benchmark (perf sched record);
-# nginx-light is the real web server the crawler is tested against.
+# nginx-light is the real web server the crawler is tested against;
+# qemu-system-x86 and cpio boot the guests of profile's guest test (TCG).
 pkgs=(stress-ng rt-tests sqlite3 iproute2 ethtool iperf3 fonts-dejavu-core procps build-essential pkg-config
-  clang llvm libbpf-dev libelf-dev zlib1g-dev linux-perf nginx-light)
+  clang llvm libbpf-dev libelf-dev zlib1g-dev linux-perf nginx-light qemu-system-x86 cpio)
 # go tool pprof reads the profiles `ontime profile report --pprof` writes.
 command -v go >/dev/null 2>&1 || pkgs+=(golang-go)
 missing=()
@@ -31,6 +32,12 @@ if [ "${#missing[@]}" -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# The guest kit (a Debian cloud kernel and a busybox initramfs) for
+# profile's guest test; fetched once.
+if [ "$(id -u)" = 0 ]; then
+  ./scripts/guest-kit.sh || echo "setup: no guest kit (profile's guest test will skip)" >&2
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

@@ -313,6 +313,9 @@ fn a_guest_is_found_by_name_and_its_vcpu_threads_by_theirs() {
     // The interpreter itself: a wrapper (pyenv's shim) would exec it again
     // and lose the argv[0] we set.
     let python = run_text("python3", &["-c", "import sys; print(sys.executable)"]);
+    // Named qemu-system-x86_64, Python looks for its library beside the
+    // real QEMU when one is installed: tell it where its own is.
+    let prefix = run_text("python3", &["-c", "import sys; print(sys.prefix)"]);
     let guest = Busy(
         Command::new("bash")
             .args([
@@ -322,11 +325,18 @@ fn a_guest_is_found_by_name_and_its_vcpu_threads_by_theirs() {
                 &name,
                 python.trim(),
             ])
+            .env("PYTHONHOME", prefix.trim())
             .process_group(0)
             .stdin(Stdio::null())
             .spawn()
             .expect("spawn the stand-in guest"),
     );
+    // Wait for the stand-in to exec under its QEMU name (slow on a loaded
+    // host), then give its threads a moment to start.
+    let started = std::time::Instant::now();
+    while ontime_trace::targets::find_guest(&name).is_err() && started.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     std::thread::sleep(Duration::from_millis(800));
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("guest.otrec");

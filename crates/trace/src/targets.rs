@@ -36,7 +36,7 @@ pub struct Targets {
 pub const DEFAULT_HOST_IO: &[&str] = &["relay*", "ontime-relay*", "vhost-*", "ksoftirqd/*"];
 
 /// Thread names of vCPUs: QEMU/KVM's, and the lab probes' (crawl, cyclic).
-pub const VCPU_PATTERNS: &[&str] = &["CPU */KVM", "crawl-vcpu*", "cyclic*"];
+pub const VCPU_PATTERNS: &[&str] = &["CPU */KVM", "CPU */TCG", "crawl-vcpu*", "cyclic*"];
 
 /// Glob with `*` standing for any run of characters.
 pub fn matches(pattern: &str, name: &str) -> bool {

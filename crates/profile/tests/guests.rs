@@ -1,0 +1,188 @@
+//! Document 002's check with real QEMU guests: three TCG guests (Debian's
+//! cloud kernel, a busybox initramfs spinning in its init; the kit is built
+//! by scripts/guest-kit.sh) pinned to one CPU each steal about two thirds of
+//! their vCPU's time, and an idle guest's blank time is halt (idle), not
+//! steal. TCG has no VM exits, so this checks halt against runqueue steal;
+//! exit-based steal is tested on synthetic events (attribute.rs). Needs
+//! root, qemu-system-x86_64 and the kit; skips elsewhere with the reason.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use ontime_core::testing::skip;
+use ontime_trace::recorder::{record, Mechanism, NoSink, RecordOptions};
+use ontime_trace::recording::Recording;
+use ontime_trace::targets::{find_guest, Targets};
+
+fn kit() -> PathBuf {
+    std::env::var_os("ONTIME_GUEST_KIT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/ontime/guest-kit"))
+}
+
+/// QEMU guests, killed when dropped (also when the test fails).
+struct Guests(Vec<Child>);
+impl Drop for Guests {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn boot(kit: &Path, name: &str, work: &str, log: &Path) -> Child {
+    Command::new("qemu-system-x86_64")
+        .args(["-name", &format!("guest={name},debug-threads=on")])
+        .args([
+            "-machine",
+            "q35",
+            "-accel",
+            "tcg",
+            "-smp",
+            "1",
+            "-m",
+            "128",
+            "-nodefaults",
+        ])
+        .args(["-display", "none", "-monitor", "none"])
+        .arg("-kernel")
+        .arg(kit.join("vmlinuz"))
+        .arg("-initrd")
+        .arg(kit.join("initrd.gz"))
+        .args(["-append", &format!("console=ttyS0 quiet ontime.work={work}")])
+        .arg("-serial")
+        .arg(format!("file:{}", log.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start qemu-system-x86_64")
+}
+
+/// Pins every thread of `pid` to `cpu`.
+fn pin_all_threads(pid: u32, cpu: usize) {
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("threads")
+        .flatten()
+    {
+        let tid: i32 = t.file_name().to_string_lossy().parse().expect("tid");
+        // SAFETY: a zeroed cpu_set_t with one CPU set, passed by pointer.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
+}
+
+#[test]
+fn tcg_guests_on_one_cpu_steal_two_thirds_and_an_idle_guest_halts() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        skip("needs root (BPF recorder and perf sampling)");
+        return;
+    }
+    if Command::new("qemu-system-x86_64").arg("--version").output().is_err() {
+        skip("qemu-system-x86_64 not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let kit = kit();
+    if !kit.join("vmlinuz").exists() || !kit.join("initrd.gz").exists() {
+        skip("no guest kit: run scripts/guest-kit.sh (scripts/setup.sh does)");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tag = std::process::id();
+    let specs: Vec<(String, &str)> = (0..4)
+        .map(|i| (format!("ontime-g{i}-{tag}"), if i < 3 { "busy" } else { "idle" }))
+        .collect();
+    let logs: Vec<PathBuf> = (0..4).map(|i| dir.path().join(format!("g{i}.log"))).collect();
+    let guests = Guests(
+        specs
+            .iter()
+            .zip(&logs)
+            .map(|((name, work), log)| boot(&kit, name, work, log))
+            .collect(),
+    );
+    // Boot on every CPU, then pin: booting four guests on one CPU is slow.
+    let start = Instant::now();
+    while !logs.iter().all(|l| {
+        std::fs::read_to_string(l)
+            .map(|t| t.contains("ontime-guest-ready"))
+            .unwrap_or(false)
+    }) {
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "guests did not boot in 180 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let cpu = ontime_core::limits::online_cpus().max(1) - 1;
+    for g in &guests.0 {
+        pin_all_threads(g.id(), cpu);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+
+    let groups = specs
+        .iter()
+        .map(|(n, _)| find_guest(n).expect("guest found by name"))
+        .collect();
+    let file = dir.path().join("g.otrec");
+    let opts = RecordOptions {
+        targets: Targets {
+            groups,
+            everything: false,
+            host_io: vec![],
+        },
+        output: Some(file.clone()),
+        drain_every: Duration::from_millis(100),
+        measure_overhead: false,
+        mechanism: Mechanism::Auto,
+        sample_hz: Some(1000),
+        window: None,
+    };
+    record(
+        &opts,
+        &AtomicBool::new(false),
+        Some(Duration::from_secs(4)),
+        &mut NoSink,
+        &mut |_| {},
+    )
+    .expect("recording");
+    drop(guests);
+
+    let rec = Recording::read(&file).expect("read recording");
+    let p = ontime_profile::profile(&rec).expect("profile");
+    eprintln!(
+        "{}",
+        ontime_profile::text(&p.report, 8, ontime_profile::FunctionView::Program)
+    );
+    for (name, work) in &specs {
+        let vcpu = p
+            .report
+            .threads
+            .iter()
+            .find(|t| &t.tenant == name && t.name == "CPU 0/TCG")
+            .unwrap_or_else(|| panic!("{name}: no CPU 0/TCG thread in the profile"));
+        let a = vcpu.apparent_ns as f64;
+        let (steal, idle) = (vcpu.steal_runqueue_ns as f64 / a, vcpu.idle_ns as f64 / a);
+        eprintln!("{name} ({work}): steal {steal:.3} idle {idle:.3}");
+        if *work == "busy" {
+            assert!(
+                (0.55..0.75).contains(&steal),
+                "{name}: steal share {steal:.3}, about 2/3 expected"
+            );
+        } else {
+            assert!(
+                idle > 0.9 && steal < 0.1,
+                "{name}: an idle guest halts: idle {idle:.3} steal {steal:.3}"
+            );
+        }
+        let tenant = p.report.tenants.iter().find(|t| &t.name == name).expect("tenant");
+        assert_eq!(tenant.threads, 1, "{name}: its one vCPU thread is what the tenant sums");
+        assert_eq!(tenant.steal_host_ns, None, "TCG has no VM exits");
+    }
+}
