@@ -22,6 +22,26 @@ enum ProfileAction {
     Record(ProfileRecordArgs),
     /// Run, idle, steal (by whom) and I/O wait per tenant and thread; steal charged to functions; pprof and flame graphs
     Report(ProfileReportArgs),
+    /// Print the in-guest agent (POSIX sh): run it in a guest as root; it dumps kernel symbols and process mappings
+    Agent,
+    /// Name guest addresses with an agent's dump (a file or a serial console log holding one)
+    Guest(GuestArgs),
+}
+
+#[derive(Args)]
+struct GuestArgs {
+    /// The agent's output (or a console log that contains it)
+    dump: PathBuf,
+    /// Guest addresses, hex (0x...)
+    #[arg(required = true)]
+    addresses: Vec<String>,
+    /// The guest process the user-space addresses belong to
+    #[arg(long)]
+    pid: Option<u32>,
+    /// The guest's root file system, readable here (e.g. the mounted
+    /// image): user addresses are then named by their files' symbols
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -92,7 +112,46 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<()> {
             }
         }
         ProfileAction::Report(a) => report(a),
+        ProfileAction::Agent => {
+            print!("{}", ontime_profile::guest::AGENT);
+            Ok(())
+        }
+        ProfileAction::Guest(a) => guest(a),
     }
+}
+
+fn guest(a: GuestArgs) -> anyhow::Result<()> {
+    let dump = ontime_profile::guest::GuestDump::read(&a.dump).map_err(|e| usage(format!("{e:#}")))?;
+    if let Some(r) = &a.root {
+        if !r.is_dir() {
+            return Err(usage(format!("--root {}: not a directory", r.display())));
+        }
+    }
+    let mut pcs = Vec::new();
+    for s in &a.addresses {
+        let hex = s.trim_start_matches("0x");
+        let pc = u64::from_str_radix(hex, 16).map_err(|_| usage(format!("{s}: not a hex address")))?;
+        pcs.push(pc);
+    }
+    if let Some(pid) = a.pid {
+        if !dump.processes.contains_key(&pid) {
+            return Err(usage(format!("--pid {pid}: the dump has no process {pid}")));
+        }
+    }
+    eprintln!(
+        "ontime: guest kernel {}, {} processes, {} kernel symbols{}{}",
+        dump.kernel,
+        dump.processes.len(),
+        dump.kallsyms.len(),
+        dump.cr3.as_deref().map(|c| format!("; cr3 {c}")).unwrap_or_default(),
+        if dump.complete { "" } else { "; the dump is cut short" }
+    );
+    let g = ontime_profile::guest::GuestSymbols::new(dump, a.root);
+    for pc in pcs {
+        let f = g.frame(a.pid, pc);
+        println!("{pc:#x} {} {}", f.function, f.module);
+    }
+    Ok(())
 }
 
 fn report(a: ProfileReportArgs) -> anyhow::Result<()> {

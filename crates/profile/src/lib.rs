@@ -11,6 +11,7 @@
 //! sampling switched on); it does not write a second recorder.
 
 pub mod attribute;
+pub mod guest;
 pub mod pprof;
 pub mod symbols;
 

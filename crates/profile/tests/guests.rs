@@ -186,3 +186,69 @@ fn tcg_guests_on_one_cpu_steal_two_thirds_and_an_idle_guest_halts() {
         assert_eq!(tenant.steal_host_ns, None, "TCG has no VM exits");
     }
 }
+
+/// The in-guest agent in a real guest: its dump (over the serial console)
+/// names guest kernel addresses by the guest's own symbols, and user
+/// addresses by the process's mappings and the guest's files. Guest PCs
+/// need KVM to be recorded; here they are taken from the dump itself (the
+/// symbol's own address, a mapped address), so what is tested is the join.
+#[test]
+fn the_agents_dump_names_guest_addresses() {
+    if Command::new("qemu-system-x86_64").arg("--version").output().is_err() {
+        skip("qemu-system-x86_64 not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let kit = kit();
+    if !kit.join("root/bin/ontime-guest-agent").exists() {
+        skip("no guest kit with the agent: run scripts/guest-kit.sh (scripts/setup.sh does)");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("agent.log");
+    let name = format!("ontime-agent-{}", std::process::id());
+    let _guest = Guests(vec![boot(&kit, &name, "agent", &log)]);
+    let start = Instant::now();
+    let text = loop {
+        let t = std::fs::read_to_string(&log).unwrap_or_default();
+        if t.contains("ontime-guest-dump end") {
+            break t;
+        }
+        assert!(start.elapsed() < Duration::from_secs(240), "no complete dump in 240 s");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let dump = ontime_profile::guest::GuestDump::parse(&text).expect("a dump");
+    assert!(dump.complete && dump.kernel.contains("cloud-amd64"), "{}", dump.kernel);
+    assert!(
+        dump.kallsyms.len() > 10_000,
+        "guest kernel symbols: {}",
+        dump.kallsyms.len()
+    );
+    let schedule = dump
+        .kallsyms
+        .iter()
+        .find(|(_, n)| n == "schedule")
+        .map(|(a, _)| *a)
+        .expect("the guest's schedule()");
+    // The shell running the agent, and its busybox mapping.
+    let (pid, text_map) = dump
+        .processes
+        .values()
+        .find_map(|p| {
+            p.maps
+                .iter()
+                .find(|m| m.path == "/bin/busybox")
+                .map(|m| (p.pid, m.clone()))
+        })
+        .expect("a process mapping /bin/busybox");
+    let g = ontime_profile::guest::GuestSymbols::new(dump, Some(kit.join("root")));
+    let k = g.frame(None, schedule + 4);
+    assert_eq!((k.function.as_str(), k.named), ("schedule", true));
+    let u = g.frame(Some(pid), text_map.start + 0x10);
+    assert!(u.module.contains("/bin/busybox"), "{u:?}");
+    // busybox-static is stripped: the file names no function, so the frame
+    // keeps file and offset rather than a guess.
+    if !u.named {
+        assert!(u.function.starts_with("busybox+0x"), "{u:?}");
+    }
+    assert!(!g.frame(None, text_map.start).named, "no process given: no name");
+}
