@@ -141,18 +141,16 @@ impl GuestSymbols {
         if let Some(root) = &self.root {
             if m.path.starts_with('/') {
                 let file = root.join(m.path.trim_start_matches('/'));
-                if let Ok(r) = self
+                if let Ok(Symbolized::Sym(s)) = self
                     .sym
                     .symbolize_single(&Source::Elf(Elf::new(&file)), Input::FileOffset(off))
                 {
-                    if let Symbolized::Sym(s) = r {
-                        return Frame {
-                            function: s.name.to_string(),
-                            module: format!("[guest] {}", m.path),
-                            kernel: false,
-                            named: true,
-                        };
-                    }
+                    return Frame {
+                        function: s.name.to_string(),
+                        module: format!("[guest] {}", m.path),
+                        kernel: false,
+                        named: true,
+                    };
                 }
             }
         }
