@@ -117,8 +117,38 @@ pub fn symbolize(rec: &Recording) -> Symbols {
     let mut user_names: HashMap<(u32, u64), Frame> = HashMap::new();
     let mut by_file: HashMap<FileId, Vec<UserAddr>> = HashMap::new();
     let mut kernel_ips: Vec<u64> = Vec::new();
+    // A process forked without exec has its parent's mappings, and the
+    // kernel reports no new ones: look them up through the fork events.
+    let parent: HashMap<u32, u32> = rec
+        .events
+        .iter()
+        .filter(|e| e.kind == ontime_trace::event::kind::FORK && e.b == e.c)
+        .map(|e| {
+            (
+                e.b,
+                rec.threads
+                    .get(&e.a)
+                    .map(|t| t.tgid)
+                    .filter(|&t| t != 0 && t != u32::MAX)
+                    .unwrap_or(e.a),
+            )
+        })
+        .collect();
+    let maps_of = |pid: u32| -> &ProcessMaps {
+        let mut p = pid;
+        for _ in 0..8 {
+            match rec.maps.get(&p) {
+                Some(m) if !m.maps.is_empty() => return m,
+                _ => match parent.get(&p) {
+                    Some(&q) if q != p => p = q,
+                    _ => break,
+                },
+            }
+        }
+        &empty
+    };
     for s in &rec.samples.samples {
-        let maps = rec.maps.get(&s.pid).unwrap_or(&empty);
+        let maps = maps_of(s.pid);
         for &ip in rec.samples.user_frames(s) {
             if user_names.contains_key(&(s.pid, ip)) {
                 continue;

@@ -265,3 +265,100 @@ fn three_tenants_on_one_cpu_steal_two_thirds_and_correct_to_the_time_alone() {
         Err(_) => skip("go tool pprof not installed (scripts/setup.sh installs golang-go)"),
     }
 }
+
+/// Processes that live shorter than a drain (100 ms) are symbolised from
+/// the mappings the kernel reported when they mapped their files.
+#[test]
+fn short_lived_processes_are_still_named() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        skip("needs root (BPF recorder and perf sampling)");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(bin) = build_compute(dir.path()) else {
+        skip("no C compiler (cc) to build the compute program");
+        return;
+    };
+    // A shell that waits for a byte, then runs forty 5 ms computations.
+    let script = format!(
+        "read _; for i in $(seq 40); do {} 2 1000000 >/dev/null; done",
+        bin.display()
+    );
+    let mut reaper = Reaper(vec![Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("spawn sh")]);
+    let mut stdin = reaper.0[0].stdin.take().expect("stdin");
+    let file = dir.path().join("short.otrec");
+    let opts = RecordOptions {
+        targets: Targets {
+            groups: vec![TargetGroup {
+                name: "loop".into(),
+                cgroups: vec![],
+                pids: vec![reaper.0[0].id()],
+                source: vec![],
+                vcpu_names: false,
+            }],
+            everything: false,
+            host_io: vec![],
+        },
+        output: Some(file.clone()),
+        drain_every: Duration::from_millis(100),
+        measure_overhead: false,
+        mechanism: Mechanism::Auto,
+        sample_hz: Some(1000),
+        window: None,
+    };
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let rec = s.spawn(|| {
+            record(&opts, &stop, Some(Duration::from_secs(30)), &mut NoSink, &mut |_| {
+                let _ = stdin.write_all(b"\n");
+            })
+        });
+        let sh = &mut reaper.0[0];
+        while sh.try_wait().ok().flatten().is_none() && !rec.is_finished() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        rec.join().expect("recorder").expect("recording");
+    });
+    let rec = Recording::read(&file).expect("read");
+    let pids: std::collections::HashSet<u32> = rec.samples.samples.iter().map(|s| s.pid).collect();
+    assert!(pids.len() > 10, "samples of many short processes: {}", pids.len());
+    // Most were gone before the recorder could read /proc: their mappings
+    // are the kernel's reports (a recorded process without a comm).
+    let mapped = pids
+        .iter()
+        .filter(|p| rec.maps.get(p).is_some_and(|m| !m.maps.is_empty()))
+        .count();
+    let reported = pids
+        .iter()
+        .filter(|p| rec.maps.get(p).is_some_and(|m| m.comm.is_empty() && !m.maps.is_empty()))
+        .count();
+    eprintln!(
+        "{} sampled processes, {mapped} with mappings, {reported} from the kernel's reports",
+        pids.len()
+    );
+    // A process forked without exec (the shell's $(...)) has none of its
+    // own: its parent's are used, through the fork events.
+    assert!(
+        mapped + 2 >= pids.len() && reported > 10,
+        "mappings of most sampled processes"
+    );
+    let p = ontime_profile::profile(&rec).expect("profile");
+    let named = |f: &str| {
+        p.report
+            .functions
+            .iter()
+            .any(|r| r.function == f && r.inclusive.samples > 0)
+    };
+    assert!(
+        named("compute_a") && named("compute_b"),
+        "{:?}",
+        p.report.functions.iter().map(|r| &r.function).collect::<Vec<_>>()
+    );
+}

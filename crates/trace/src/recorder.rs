@@ -336,6 +336,7 @@ pub fn record(
     let mut comms: Vec<(u32, String)> = Vec::new();
     let mut samples = crate::sampler::SampleBatch::default();
     let mut sampled = SampledThreads::default();
+    let mut mapped: Vec<(u32, crate::maps::Mapping)> = Vec::new();
     let mut samples_total = 0u64;
     loop {
         let finishing = stop.load(Ordering::Relaxed) || until.is_some_and(|u| MonoNs::now() >= u);
@@ -368,10 +369,12 @@ pub fn record(
         let mut new_maps = Vec::new();
         if let Some(s) = sampler.as_mut() {
             samples.clear();
-            s.drain(&mut samples, &mut |pid, tid| {
+            mapped.clear();
+            s.drain(&mut samples, &mut mapped, &mut |pid, tid| {
                 sampled.keep(pid, tid, targets.everything, &mut threads, source.as_mut())
             });
             samples_total += samples.len() as u64;
+            sampled.mapped(&mapped, &mut new_maps);
             sampled.maps_needed(&samples, &mut new_maps);
         }
         store.drained(
@@ -444,11 +447,13 @@ fn samples_none() -> crate::sampler::SampleBatch {
     crate::sampler::SampleBatch::default()
 }
 
-/// Which sampled threads are tracked, and the mappings written so far.
+/// Which sampled threads are tracked, the mappings written so far, and
+/// the mappings the kernel reported for processes not sampled yet.
 #[derive(Default)]
 struct SampledThreads {
     tracked: HashMap<u32, bool>,
     maps: HashMap<u32, crate::maps::ProcessMaps>,
+    reported: HashMap<u32, Vec<crate::maps::Mapping>>,
 }
 
 impl SampledThreads {
@@ -478,6 +483,27 @@ impl SampledThreads {
 
     fn forget_untracked(&mut self) {
         self.tracked.retain(|_, k| *k);
+        // Mappings of processes gone and never sampled are not needed.
+        self.reported
+            .retain(|pid, _| std::path::Path::new(&format!("/proc/{pid}")).exists());
+    }
+
+    /// Mappings the kernel reported: a process already written gets them
+    /// added (and written again); others are kept until it is sampled.
+    fn mapped(&mut self, mapped: &[(u32, crate::maps::Mapping)], out: &mut Vec<crate::maps::ProcessMaps>) {
+        for (pid, m) in mapped {
+            match self.maps.get_mut(pid) {
+                Some(pm) => {
+                    if !pm.maps.contains(m) {
+                        pm.maps.retain(|o| o.end <= m.start || o.start >= m.end);
+                        pm.maps.push(m.clone());
+                        out.retain(|o| o.pid != *pid);
+                        out.push(pm.clone());
+                    }
+                }
+                None => self.reported.entry(*pid).or_default().push(m.clone()),
+            }
+        }
     }
 
     /// Mappings to write: a process sampled for the first time, or whose
@@ -498,6 +524,16 @@ impl SampledThreads {
                 if known != Some(&m) {
                     out.push(m.clone());
                 }
+                self.reported.remove(&s.pid);
+                self.maps.insert(s.pid, m);
+            } else if let Some(reported) = self.reported.remove(&s.pid) {
+                // Gone already: what the kernel reported of its mappings.
+                let m = crate::maps::ProcessMaps {
+                    pid: s.pid,
+                    comm: String::new(),
+                    maps: reported,
+                };
+                out.push(m.clone());
                 self.maps.insert(s.pid, m);
             } else if known.is_none() {
                 // Gone before we looked: remember that, do not retry.

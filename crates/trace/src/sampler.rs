@@ -154,6 +154,30 @@ pub fn split_chain(chain: &[u64], kernel: &mut Vec<u64>, user: &mut Vec<u64>) {
     }
 }
 
+/// A PERF_RECORD_MMAP2 record (without build ids): header(8) pid(4) tid(4)
+/// addr(8) len(8) pgoff(8) maj(4) min(4) ino(8) ino_generation(8) prot(4)
+/// flags(4) filename (NUL-terminated, padded).
+fn parse_mmap2(rec: &[u8]) -> Option<(u32, crate::maps::Mapping)> {
+    let u32_at = |i: usize| rec.get(i..i + 4).map(|b| u32::from_ne_bytes(b.try_into().expect("4")));
+    let u64_at = |i: usize| rec.get(i..i + 8).map(|b| u64::from_ne_bytes(b.try_into().expect("8")));
+    let pid = u32_at(8)?;
+    let (addr, len, pgoff) = (u64_at(16)?, u64_at(24)?, u64_at(32)?);
+    let (maj, min, ino) = (u32_at(40)?, u32_at(44)?, u64_at(48)?);
+    let name = rec.get(72..)?;
+    let end = name.iter().position(|&c| c == 0).unwrap_or(name.len());
+    Some((
+        pid,
+        crate::maps::Mapping {
+            start: addr,
+            end: addr.checked_add(len)?,
+            offset: pgoff,
+            path: String::from_utf8_lossy(&name[..end]).into_owned(),
+            dev: format!("{maj:02x}:{min:02x}"),
+            inode: ino,
+        },
+    ))
+}
+
 /// The sampling events, one per online CPU.
 pub struct Sampler {
     rings: Vec<CpuRing>,
@@ -191,6 +215,11 @@ impl Sampler {
                 RING_PAGES * page,
             );
             attr.sample_max_stack = MAX_FRAMES as u16;
+            // The kernel reports every executable mapping made from now on
+            // (perf's way): a process that lives shorter than a drain is
+            // still symbolised.
+            attr.set_mmap(1);
+            attr.set_mmap2(1);
             let fd = open_on_cpu(&mut attr, cpu, "cpu-clock sampling")?;
             rings.push(CpuRing::map(vec![fd], cpu, RING_PAGES, page)?);
         }
@@ -224,8 +253,14 @@ impl Sampler {
     }
 
     /// Appends every sample delivered since the last drain for which
-    /// `keep(pid, tid)` holds (the idle task is never kept).
-    pub fn drain(&mut self, out: &mut SampleBatch, keep: &mut dyn FnMut(u32, u32) -> bool) {
+    /// `keep(pid, tid)` holds (the idle task is never kept), and every
+    /// executable mapping made since, with its process, to `mapped`.
+    pub fn drain(
+        &mut self,
+        out: &mut SampleBatch,
+        mapped: &mut Vec<(u32, crate::maps::Mapping)>,
+        keep: &mut dyn FnMut(u32, u32) -> bool,
+    ) {
         let Sampler {
             rings,
             scratch,
@@ -243,6 +278,12 @@ impl Sampler {
                     // header(8) id(8) lost(8)
                     if let Some(b) = rec.get(16..24) {
                         *lost += u64::from_ne_bytes(b.try_into().expect("8 bytes"));
+                    }
+                    return;
+                }
+                if ty == sys::bindings::PERF_RECORD_MMAP2 {
+                    if let Some(m) = parse_mmap2(rec) {
+                        mapped.push(m);
                     }
                     return;
                 }
@@ -290,6 +331,31 @@ mod tests {
         split_chain(&chain, &mut k, &mut u);
         assert_eq!(k, [0xffff_8000_0000_1000, 0xffff_8000_0000_2000]);
         assert_eq!(u, [0x401000, 0x402000]);
+    }
+
+    #[test]
+    fn an_mmap2_record_gives_the_mapping_and_its_file() {
+        let mut rec = vec![0u8; 8];
+        rec.extend_from_slice(&42u32.to_ne_bytes());
+        rec.extend_from_slice(&43u32.to_ne_bytes());
+        for v in [0x7f00_0000_0000u64, 0x2000, 0x1000] {
+            rec.extend_from_slice(&v.to_ne_bytes());
+        }
+        rec.extend_from_slice(&0xfeu32.to_ne_bytes());
+        rec.extend_from_slice(&1u32.to_ne_bytes());
+        rec.extend_from_slice(&777u64.to_ne_bytes());
+        rec.extend_from_slice(&0u64.to_ne_bytes());
+        rec.extend_from_slice(&5u32.to_ne_bytes());
+        rec.extend_from_slice(&2u32.to_ne_bytes());
+        rec.extend_from_slice(b"/usr/lib/libx.so\0\0\0\0\0\0\0\0");
+        let (pid, m) = parse_mmap2(&rec).expect("parses");
+        assert_eq!(pid, 42);
+        assert_eq!(
+            (m.start, m.end, m.offset, m.inode),
+            (0x7f00_0000_0000, 0x7f00_0000_2000, 0x1000, 777)
+        );
+        assert_eq!((m.path.as_str(), m.dev.as_str()), ("/usr/lib/libx.so", "fe:01"));
+        assert!(parse_mmap2(&rec[..30]).is_none(), "a torn record is skipped");
     }
 
     #[test]
