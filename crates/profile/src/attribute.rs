@@ -89,6 +89,10 @@ pub struct Classes {
     /// exit that ends in a halt leaves the CPU, so halts are idle, not
     /// host steal.
     pub steal_host_ns: Option<u64>,
+    /// Host steal by exit reason, largest first (where the recorder saw
+    /// reasons: the perf recorder does, the BPF one not yet).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steal_host_by_reason: Vec<(String, u64)>,
     /// Apparent minus steal.
     pub corrected_ns: u64,
     /// Steal charged to a function, and left uncharged (the samples around
@@ -179,18 +183,23 @@ pub fn join(rec: &Recording, syms: &Symbols) -> Joined {
     // VM exits per thread: (exit, entry) pairs, relative ns. A vCPU
     // thread in an exit is on a CPU but runs the host's code, not the
     // guest's (document 002's host steal).
-    let mut exits: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
+    let mut exits: HashMap<u32, Vec<Exit>> = HashMap::new();
     {
-        let mut open: HashMap<u32, u64> = HashMap::new();
+        let mut open: HashMap<u32, (u64, u32, u8)> = HashMap::new();
         for e in &rec.events {
             let t = e.ts.saturating_sub(rec.meta.start_ns);
             match e.kind {
                 kind::KVM_EXIT => {
-                    open.insert(e.a, t);
+                    open.insert(e.a, (t, e.c, e.flags));
                 }
                 kind::KVM_ENTRY => {
-                    if let Some(x) = open.remove(&e.a) {
-                        exits.entry(e.a).or_default().push((x, t));
+                    if let Some((x, reason, isa)) = open.remove(&e.a) {
+                        exits.entry(e.a).or_default().push(Exit {
+                            start: x,
+                            end: t,
+                            reason,
+                            isa,
+                        });
                     }
                 }
                 _ => {}
@@ -247,11 +256,16 @@ pub fn join(rec: &Recording, syms: &Symbols) -> Joined {
         if thread_exits.is_some() {
             c.steal_host_ns = Some(0);
         }
+        let mut by_reason: HashMap<String, u64> = HashMap::new();
         for iv in line {
             let d = iv.end_ns - iv.start_ns;
             c.apparent_ns += d;
             if let (Some(x), Place::Running { .. }) = (thread_exits, iv.place) {
-                let in_exits = overlap(x, iv.start_ns, iv.end_ns);
+                let mut in_exits = 0;
+                for (exit, ns) in overlaps(x, iv.start_ns, iv.end_ns) {
+                    in_exits += ns;
+                    *by_reason.entry(exit_reason_name(exit.reason, exit.isa)).or_default() += ns;
+                }
                 c.steal_host_ns = c.steal_host_ns.map(|h| h + in_exits);
             }
             let class = match iv.place {
@@ -308,6 +322,9 @@ pub fn join(rec: &Recording, syms: &Symbols) -> Joined {
             }
         }
         c.corrected_ns = c.apparent_ns - c.steal_runqueue_ns - c.steal_host_ns.unwrap_or(0);
+        c.steal_host_by_reason = by_reason.into_iter().filter(|(_, ns)| *ns > 0).collect();
+        c.steal_host_by_reason
+            .sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         // On-CPU time, exact per thread, spread over its samples.
         if samples.is_empty() {
             if c.run_ns > 0 {
@@ -398,6 +415,12 @@ pub fn join(rec: &Recording, syms: &Symbols) -> Joined {
             if let Some(h) = c.steal_host_ns {
                 s.steal_host_ns = Some(s.steal_host_ns.unwrap_or(0) + h);
             }
+            for (r, ns) in &c.steal_host_by_reason {
+                match s.steal_host_by_reason.iter_mut().find(|x| &x.0 == r) {
+                    Some(x) => x.1 += ns,
+                    None => s.steal_host_by_reason.push((r.clone(), *ns)),
+                }
+            }
             s.steal_charged_ns += c.steal_charged_ns;
             s.steal_uncharged_ns += c.steal_uncharged_ns;
             s.steal_after_wakeup_ns += c.steal_after_wakeup_ns;
@@ -409,14 +432,66 @@ pub fn join(rec: &Recording, syms: &Symbols) -> Joined {
     out
 }
 
-/// Time the sorted, disjoint `spans` cover within `[a, b)`.
-fn overlap(spans: &[(u64, u64)], a: u64, b: u64) -> u64 {
-    let first = spans.partition_point(|s| s.1 <= a);
+/// One VM exit of a vCPU thread: kvm_exit to kvm_entry, relative ns, with
+/// its reason in the numbering of `isa` (1 VMX, 2 SVM; 0 not recorded).
+#[derive(Clone, Copy, Debug)]
+struct Exit {
+    start: u64,
+    end: u64,
+    reason: u32,
+    isa: u8,
+}
+
+/// The exits that overlap `[a, b)` (sorted, disjoint), with how much.
+fn overlaps(spans: &[Exit], a: u64, b: u64) -> impl Iterator<Item = (&Exit, u64)> {
+    let first = spans.partition_point(|s| s.end <= a);
     spans[first..]
         .iter()
-        .take_while(|s| s.0 < b)
-        .map(|s| s.1.min(b).saturating_sub(s.0.max(a)))
-        .sum()
+        .take_while(move |s| s.start < b)
+        .map(move |s| (s, s.end.min(b).saturating_sub(s.start.max(a))))
+}
+
+/// A VM exit reason's name (the kernel's own, for the common ones).
+fn exit_reason_name(reason: u32, isa: u8) -> String {
+    let vmx = |r: u32| match r {
+        0 => Some("EXCEPTION_NMI"),
+        1 => Some("EXTERNAL_INTERRUPT"),
+        7 => Some("INTERRUPT_WINDOW"),
+        10 => Some("CPUID"),
+        12 => Some("HLT"),
+        18 => Some("VMCALL"),
+        28 => Some("CR_ACCESS"),
+        30 => Some("IO_INSTRUCTION"),
+        31 => Some("MSR_READ"),
+        32 => Some("MSR_WRITE"),
+        40 => Some("PAUSE_INSTRUCTION"),
+        44 => Some("APIC_ACCESS"),
+        48 => Some("EPT_VIOLATION"),
+        49 => Some("EPT_MISCONFIG"),
+        52 => Some("PREEMPTION_TIMER"),
+        56 => Some("APIC_WRITE"),
+        _ => None,
+    };
+    let svm = |r: u32| match r {
+        0x060 => Some("interrupt"),
+        0x072 => Some("cpuid"),
+        0x077 => Some("pause"),
+        0x078 => Some("hlt"),
+        0x07b => Some("io"),
+        0x07c => Some("msr"),
+        0x081 => Some("hypercall"),
+        0x400 => Some("npf"),
+        _ => None,
+    };
+    match isa {
+        1 => vmx(reason & 0xffff)
+            .map(String::from)
+            .unwrap_or_else(|| format!("VMX {reason}")),
+        2 => svm(reason)
+            .map(String::from)
+            .unwrap_or_else(|| format!("SVM {reason:#x}")),
+        _ => "reason not recorded".into(),
+    }
 }
 
 /// The stack a blank interval is charged to: the thread's sample just
@@ -568,14 +643,16 @@ mod tests {
     #[test]
     fn time_in_vm_exits_is_host_steal() {
         let mut rec = recording();
+        // Exits carry VMX reasons (isa 1): 30 IO_INSTRUCTION, 48
+        // EPT_VIOLATION.
         let kvm = |ms10: u64, k: u8| Event {
             ts: ms10 * MS / 10,
             a: 10,
             b: 0,
-            c: 0,
+            c: if ms10 == 60 { 48 } else { 30 },
             cpu: 0,
             kind: k,
-            flags: 0,
+            flags: 1,
         };
         // Running 1-3 ms: an exit 1.5-2 ms; 5-7 ms: an exit 6-6.5 ms; an
         // exit from 2.9 ms lasts past its switch-out at 3 ms (0.1 ms on CPU).
@@ -592,6 +669,13 @@ mod tests {
         let j = join(&rec, &syms);
         let t = j.threads.iter().find(|c| c.tid == Some(10)).expect("thread 10");
         assert_eq!(t.steal_host_ns, Some(MS + MS / 10));
+        assert_eq!(
+            t.steal_host_by_reason,
+            [
+                ("IO_INSTRUCTION".to_string(), 6 * MS / 10),
+                ("EPT_VIOLATION".to_string(), MS / 2)
+            ]
+        );
         assert_eq!(t.corrected_ns, t.apparent_ns - t.steal_runqueue_ns - MS - MS / 10);
         let other = j.threads.iter().find(|c| c.tid == Some(11)).expect("thread 11");
         assert_eq!(other.steal_host_ns, None, "no exits recorded for it");

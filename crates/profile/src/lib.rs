@@ -355,6 +355,15 @@ pub fn text(r: &ProfileReport, top: usize, view: FunctionView) -> String {
         out,
         "  a tenant sums its vCPU threads; uncharged = steal no function could be charged with (the samples around it disagree or are missing);\n  woken = steal right after a wake-up (scheduling latency), the rest is preemption; VM exits = steal by the host inside KVM exits (part of run; n/a without KVM)"
     );
+    for t in r.tenants.iter().filter(|t| !t.steal_host_by_reason.is_empty()) {
+        let parts: Vec<String> = t
+            .steal_host_by_reason
+            .iter()
+            .take(6)
+            .map(|(reason, ns)| format!("{reason} {}", format_ns(*ns)))
+            .collect();
+        let _ = writeln!(out, "  VM exits of {}: {}", t.name, parts.join(", "));
+    }
     let _ = writeln!(
         out,
         "\nTop functions ({}; steal and I/O wait charged by document 002's rule):",

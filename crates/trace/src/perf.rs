@@ -82,7 +82,12 @@ const TRACEPOINTS: [(Tracepoint, &str, [&str; 3], bool); 9] = [
         true,
     ),
     (Tracepoint::KvmEntry, "kvm/kvm_entry", ["vcpu_id", "", ""], false),
-    (Tracepoint::KvmExit, "kvm/kvm_exit", ["vcpu_id", "", ""], false),
+    (
+        Tracepoint::KvmExit,
+        "kvm/kvm_exit",
+        ["vcpu_id", "exit_reason", "isa"],
+        false,
+    ),
 ];
 
 /// Where a field sits in a tracepoint's raw record; size 0 when absent.
@@ -468,7 +473,7 @@ impl PerfSource {
                 }
                 match format.fields.get(name) {
                     Some(f) => *slot = *f,
-                    None if tp == Tracepoint::KvmExit => unavailable.push("vCPU id on kvm_exit (older kernel)".into()),
+                    None if tp == Tracepoint::KvmExit => unavailable.push(format!("{name} on kvm_exit (older kernel)")),
                     None => bail!("tracepoint {path} has no field {name}; this kernel's layout is not supported"),
                 }
             }
@@ -611,6 +616,12 @@ impl PerfSource {
                 };
                 event.a = tid;
                 event.b = f0.int(raw) as u32;
+                if d.tp == Tracepoint::KvmExit {
+                    // The reason, and whose numbering it is in (isa: 1 VMX,
+                    // 2 SVM); 0 where the kernel does not say.
+                    event.c = f1.int(raw) as u32;
+                    event.flags = f2.int(raw) as u8;
+                }
             }
         }
         Some(Pending { event, comm })
