@@ -185,7 +185,7 @@ struct ReportArgs {
 
 pub fn run(args: ObserveArgs) -> anyhow::Result<()> {
     match args.action {
-        ObserveAction::Record(a) => record(a, "observe.otrec", None, None),
+        ObserveAction::Record(a) => record(a, "observe.otrec", None, None).map(|_| ()),
         ObserveAction::Report(a) => report(a),
         ObserveAction::Top(a) => crate::cmd_top::run(a),
     }
@@ -199,7 +199,7 @@ pub fn record(
     default_output: &str,
     sample_hz: Option<u32>,
     window: Option<Duration>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<PathBuf> {
     let output = a.output.clone().unwrap_or_else(|| PathBuf::from(default_output));
     let targets = a.targets.resolve()?;
     if let Some(d) = a.duration {
@@ -295,7 +295,8 @@ pub fn record(
             .map(|u| format!("not recorded: {u}\n"))
             .collect::<String>(),
     );
-    a.out.emit(&summary, &text)
+    a.out.emit(&summary, &text)?;
+    Ok(output)
 }
 
 fn report(a: ReportArgs) -> anyhow::Result<()> {

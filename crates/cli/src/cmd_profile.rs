@@ -6,8 +6,9 @@ use crate::output;
 use crate::usage;
 use clap::{Args, Subcommand};
 use ontime_core::duration::parse_ns;
+use ontime_profile::FunctionView;
 use ontime_trace::recording::Recording;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(Args)]
@@ -57,6 +58,11 @@ struct ProfileRecordArgs {
     /// Window length with --continuous
     #[arg(long, default_value = "30s", value_parser = parse_ns)]
     window: u64,
+    /// Then report it: the text on stderr, the pprof beside the
+    /// recording (<name>.pb.gz) and the figures in <name>-figures/ (a
+    /// continuous recording: the windows' table)
+    #[arg(long)]
+    report: bool,
     #[command(flatten)]
     record: RecordArgs,
 }
@@ -97,7 +103,7 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<()> {
             if !(1..=10_000).contains(&a.rate) {
                 return Err(usage(format!("--rate {}: use 1 to 10000 samples per second", a.rate)));
             }
-            if a.continuous {
+            let output = if a.continuous {
                 if !(1_000_000_000..=3_600_000_000_000).contains(&a.window) {
                     return Err(usage("--window: use 1s to 1h"));
                 }
@@ -106,10 +112,32 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<()> {
                     "profile.d",
                     Some(a.rate),
                     Some(Duration::from_nanos(a.window)),
-                )
+                )?
             } else {
-                crate::cmd_observe::record(a.record, "profile.otrec", Some(a.rate), None)
+                crate::cmd_observe::record(a.record, "profile.otrec", Some(a.rate), None)?
+            };
+            if a.report {
+                let (pprof, figures) = if output.is_dir() {
+                    (None, None)
+                } else {
+                    let stem = output.with_extension("");
+                    (
+                        Some(output.with_extension("pb.gz")),
+                        Some(PathBuf::from(format!("{}-figures", stem.display()))),
+                    )
+                };
+                let text = analyse(
+                    &output,
+                    None,
+                    20,
+                    FunctionView::Program,
+                    pprof.as_deref(),
+                    figures.as_deref(),
+                )?
+                .1;
+                eprint!("{text}");
             }
+            Ok(())
         }
         ProfileAction::Report(a) => report(a),
         ProfileAction::Agent => {
@@ -156,27 +184,54 @@ fn guest(a: GuestArgs) -> anyhow::Result<()> {
 
 fn report(a: ProfileReportArgs) -> anyhow::Result<()> {
     crate::output::check_outputs(&[("--result", a.out.result.as_deref()), ("--pprof", a.pprof.as_deref())])?;
-    if a.recording.is_dir() {
-        if a.pprof.is_some() || a.figures.is_some() {
+    let view = if a.inclusive {
+        FunctionView::Inclusive
+    } else if a.leaf {
+        FunctionView::Leaf
+    } else {
+        FunctionView::Program
+    };
+    let (json, text) = analyse(
+        &a.recording,
+        a.jobs,
+        a.top,
+        view,
+        a.pprof.as_deref(),
+        a.figures.as_deref(),
+    )?;
+    a.out.emit(&json, &text)
+}
+
+/// Reports a recording (or a continuous recording's directory): its JSON
+/// and text, writing the pprof and figures when asked.
+fn analyse(
+    recording: &Path,
+    jobs: Option<usize>,
+    top: usize,
+    view: FunctionView,
+    pprof: Option<&Path>,
+    figures: Option<&Path>,
+) -> anyhow::Result<(serde_json::Value, String)> {
+    if recording.is_dir() {
+        if pprof.is_some() || figures.is_some() {
             return Err(usage(
                 "--pprof and --figures take one recording: give a window file of the directory",
             ));
         }
-        let files = ontime_trace::store::window_files(&a.recording).map_err(|e| usage(format!("{e:#}")))?;
+        let files = ontime_trace::store::window_files(recording).map_err(|e| usage(format!("{e:#}")))?;
         if files.is_empty() {
             return Err(usage(format!(
                 "{}: no window files (made by `ontime profile record --continuous -o DIR`)",
-                a.recording.display()
+                recording.display()
             )));
         }
-        let jobs = a.jobs.unwrap_or_else(ontime_core::limits::online_cpus);
-        let r = ontime_profile::profile_windows(&files, a.top, jobs)?;
-        let text = ontime_profile::windows_text(&r);
-        return a.out.emit(&r, &text);
+        let jobs = jobs.unwrap_or_else(ontime_core::limits::online_cpus);
+        let r = ontime_profile::profile_windows(&files, top, jobs)?;
+        return Ok((serde_json::to_value(&r)?, ontime_profile::windows_text(&r)));
     }
-    let rec = Recording::read(&a.recording).map_err(|e| usage(format!("{e:#}")))?;
-    let p = ontime_profile::profile(&rec).map_err(|e| usage(format!("{}: {e:#}", a.recording.display())))?;
-    if let Some(path) = &a.pprof {
+    let rec = Recording::read(recording).map_err(|e| usage(format!("{e:#}")))?;
+    let p = ontime_profile::profile(&rec).map_err(|e| usage(format!("{}: {e:#}", recording.display())))?;
+    if let Some(path) = pprof {
         let prof = ontime_profile::pprof::build(
             &p.joined,
             &p.symbols,
@@ -190,20 +245,10 @@ fn report(a: ProfileReportArgs) -> anyhow::Result<()> {
             path.display()
         );
     }
-    if let Some(dir) = &a.figures {
+    if let Some(dir) = figures {
         let files = ontime_profile::figures(&p.joined, &p.symbols, dir)?;
         eprintln!("ontime: wrote {} figures to {}", files.len(), dir.display());
     }
-    let text = ontime_profile::text(
-        &p.report,
-        a.top,
-        if a.inclusive {
-            ontime_profile::FunctionView::Inclusive
-        } else if a.leaf {
-            ontime_profile::FunctionView::Leaf
-        } else {
-            ontime_profile::FunctionView::Program
-        },
-    );
-    a.out.emit(&p.report, &text)
+    let text = ontime_profile::text(&p.report, top, view);
+    Ok((serde_json::to_value(&p.report)?, text))
 }

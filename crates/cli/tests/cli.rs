@@ -969,6 +969,21 @@ fn profile_records_a_process_and_reports_text_json_pprof_and_flame_graphs() {
     assert_eq!(v["profile"]["sample_period_ns"], 2_500_000);
     assert!(u(&v["profile"]["samples"]) > 100, "{}", v["profile"]);
     assert!(pb.exists() && fg.join("on-cpu.svg").exists());
+    // One command: record, then the report with its pprof and figures.
+    let mut busy = Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
+    let one = dir.path().join("one.otrec");
+    let out = ontime()
+        .args(["profile", "record", "--report", "-d", "1s", "--pid"])
+        .arg(format!("busy={}", busy.id()))
+        .arg("-o")
+        .arg(&one)
+        .output()
+        .unwrap();
+    let _ = busy.kill();
+    let _ = busy.wait();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Time classes"));
+    assert!(dir.path().join("one.pb.gz").exists() && dir.path().join("one-figures/on-cpu.svg").exists());
 }
 
 /// Continuous profiling: windows tile the time line (no gap, no overlap,
