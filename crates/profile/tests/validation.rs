@@ -103,10 +103,14 @@ fn three_tenants_on_one_cpu_steal_two_thirds_and_correct_to_the_time_alone() {
         return;
     };
     let cpu = last_cpu();
-    // Reference: alone on the CPU; the least disturbed of three runs (the
-    // host's other work and the hypervisor can slow any one of them).
+    // Reference: alone on the CPU; the least disturbed of three runs, less
+    // the time the host's other work kept it waiting (its own run delay):
+    // a busy host must not pass for the profiler's error.
     let alone_ns = (0..3)
-        .map(|_| outcome(spawn_pinned(&bin, cpu, false)).0)
+        .map(|_| {
+            let (elapsed, _, run_delay) = outcome(spawn_pinned(&bin, cpu, false));
+            elapsed.saturating_sub(run_delay)
+        })
         .min()
         .expect("three runs");
 
@@ -134,7 +138,10 @@ fn three_tenants_on_one_cpu_steal_two_thirds_and_correct_to_the_time_alone() {
         drain_every: Duration::from_millis(100),
         measure_overhead: false,
         mechanism: Mechanism::Auto,
-        sample_hz: Some(1000),
+        // Each sample costs ~20 us on this VM (bench/results.md): at 1 kHz
+        // that is 2 % more CPU than the unsampled reference run alone, so
+        // sample at 250 Hz (0.5 %).
+        sample_hz: Some(250),
         window: None,
     };
     let stop = AtomicBool::new(false);
@@ -164,7 +171,7 @@ fn three_tenants_on_one_cpu_steal_two_thirds_and_correct_to_the_time_alone() {
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         rec.join().expect("recorder thread").expect("recording works")
     });
-    assert!(summary.samples > 100, "samples: {summary:?}");
+    assert!(summary.samples > 300, "samples: {summary:?}");
     // (elapsed, on-CPU and run delay while recorded).
     let ran: Vec<(u64, u64, u64)> = std::mem::take(&mut reaper.0)
         .into_iter()
