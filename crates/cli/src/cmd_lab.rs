@@ -181,11 +181,14 @@ fn clean(a: CleanArgs) -> anyhow::Result<()> {
     }
     let verb = if a.dry_run { "would remove" } else { "removed" };
     crate::outln!(
-        "ontime lab clean: {verb} {} namespace(s), {} link(s), {} cgroup(s), {} process(es); {} {} kernel setting(s)",
+        "ontime lab clean: {verb} {} namespace(s), {} link(s), {} cgroup(s), {} process(es), {} disk(s) ({} loop device(s), {} mount namespace(s)); {} {} kernel setting(s)",
         found.netns.len(),
         found.links.len(),
         found.cgroups.len(),
         found.processes.len(),
+        found.disks.images.len(),
+        found.disks.loop_devices.len(),
+        found.disks.mount_namespaces.len(),
         if a.dry_run { "would restore" } else { "restored" },
         found.settings.len()
     );
@@ -194,6 +197,9 @@ fn clean(a: CleanArgs) -> anyhow::Result<()> {
         .iter()
         .chain(&found.links)
         .chain(&found.cgroups)
+        .chain(&found.disks.mount_namespaces)
+        .chain(&found.disks.loop_devices)
+        .chain(&found.disks.images)
         .chain(&found.settings)
     {
         crate::outln!("  {n}");

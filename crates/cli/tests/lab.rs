@@ -343,3 +343,84 @@ fn bad_scenarios_are_refused_before_anything_is_made() {
     let out = ontime().args(["lab", "run", "/nonexistent.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// A tenant's disk (document 004): an image through a loop device, ext4,
+/// mounted only in the tenant's mount namespace; what the tenant writes
+/// reaches the loop device; teardown leaves nothing, and neither does
+/// `lab clean` after a lab that was never torn down (a kill).
+#[test]
+fn a_tenant_disk_is_mounted_only_inside_the_tenant_and_removed_after() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root_or_skip() {
+        return;
+    }
+    let _clean = CleanOnDrop;
+    use ontime_lab::disk::DiskSpec;
+    use ontime_lab::sandbox::{Lab, TenantSpec};
+    let spec = TenantSpec {
+        disk: Some(DiskSpec {
+            size: 64 << 20,
+            direct: false,
+        }),
+        ..Default::default()
+    };
+    let lab = Lab::create(&[spec.clone()]).expect("a lab with a disk");
+    let t = &lab.tenants[0];
+    let disk = t.disk.clone().expect("the tenant has its disk");
+    let mut cmd = Command::new("sh");
+    cmd.args([
+        "-c",
+        "dd if=/dev/zero of=/mnt/ontime-disk/f bs=1M count=8 conv=fsync 2>/dev/null && grep -c ' /mnt/ontime-disk ' /proc/self/mountinfo",
+    ])
+    .stdout(Stdio::piped());
+    let mut child = t
+        .spawn(&mut cmd, false, Default::default())
+        .expect("spawn in the tenant");
+    let out = child.child_mut().and_then(|c| c.stdout.take()).expect("stdout");
+    let text = std::io::read_to_string(out).unwrap_or_default();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait() {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "dd in the tenant did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "dd in the tenant failed: {text}");
+    assert_eq!(text.trim(), "1", "mounted inside the tenant");
+    let host = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!host.contains(" /mnt/ontime-disk "), "not mounted on the host");
+    let stat = std::fs::read_to_string(format!("/sys/block/{}/stat", disk.block_name())).unwrap();
+    let sectors_written: u64 = stat.split_whitespace().nth(6).and_then(|v| v.parse().ok()).unwrap_or(0);
+    assert!(
+        sectors_written >= 8 << 11,
+        "8 MiB reached the loop device: {sectors_written} sectors"
+    );
+    drop(child);
+    lab.destroy();
+    assert!(!disk.image.exists(), "image removed");
+    assert!(
+        !std::fs::read_to_string(format!("/sys/block/{}/loop/backing_file", disk.block_name()))
+            .unwrap_or_default()
+            .contains("ontime"),
+        "loop device detached"
+    );
+    assert!(leftovers().contains("nothing of the lab's is left"), "{}", leftovers());
+
+    // Never torn down (as after a SIGKILL): lab clean finds and removes it.
+    let lab = Lab::create(&[spec]).expect("a lab with a disk");
+    std::mem::forget(lab);
+    let found = leftovers();
+    assert!(
+        found.contains("1 disk(s) (1 loop device(s), 1 mount namespace(s))"),
+        "{found}"
+    );
+    let out = ontime().args(["lab", "clean"]).output().unwrap();
+    assert!(out.status.success());
+    assert!(leftovers().contains("nothing of the lab's is left"), "{}", leftovers());
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(ontime_core::names::MNTNS_DIR), "no mount left behind");
+}

@@ -30,6 +30,24 @@ pub fn building_veth() -> (String, String) {
 pub const LAB_CGROUP: &str = PREFIX;
 
 /// The cgroup (relative to a controller's root) of tenant `i`.
+/// Where the lab keeps tenants' disk images (on the host's file system, so
+/// the host page cache holds them: document 004's "host cache").
+pub const DISK_DIR: &str = "/var/lib/ontime-lab/disks";
+/// Where tenants' mount namespaces are pinned (files, like /run/netns).
+pub const MNTNS_DIR: &str = "/run/ontime-lab/mntns";
+/// Where a tenant's disk is mounted inside its mount namespace.
+pub const DISK_MOUNT: &str = "/mnt/ontime-disk";
+
+/// Tenant i's disk image file.
+pub fn tenant_disk_image(i: usize) -> String {
+    format!("{DISK_DIR}/{PREFIX}-t{i}.img")
+}
+
+/// Tenant i's pinned mount namespace.
+pub fn tenant_mntns(i: usize) -> String {
+    format!("{MNTNS_DIR}/{PREFIX}-t{i}")
+}
+
 pub fn tenant_cgroup(i: usize) -> String {
     format!("{LAB_CGROUP}/{}", tenant_name(i))
 }

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 pub struct SpawnOptions {
     /// A network namespace file (`/run/netns/NAME`) to enter.
     pub netns: Option<PathBuf>,
+    /// A mount namespace file (a pinned `/proc/PID/ns/mnt`) to enter.
+    pub mntns: Option<PathBuf>,
     /// `cgroup.procs` files to join (one per controller hierarchy on v1).
     pub cgroup_procs: Vec<PathBuf>,
     /// Its own process group, so a stop reaches its children too.
@@ -35,6 +37,7 @@ impl Default for SpawnOptions {
     fn default() -> Self {
         SpawnOptions {
             netns: None,
+            mntns: None,
             cgroup_procs: Vec::new(),
             own_group: false,
             death_signal: libc::SIGKILL,
@@ -61,6 +64,12 @@ impl ChildProcess {
             }
             None => None,
         };
+        let mnt = match &opts.mntns {
+            Some(p) => {
+                Some(std::fs::File::open(p).with_context(|| format!("{what}: no mount namespace {}", p.display()))?)
+            }
+            None => None,
+        };
         let mut procs = Vec::new();
         for f in &opts.cgroup_procs {
             procs.push(
@@ -71,6 +80,7 @@ impl ChildProcess {
             );
         }
         let ns_fd = ns.as_ref().map(|f| f.as_raw_fd());
+        let mnt_fd = mnt.as_ref().map(|f| f.as_raw_fd());
         let proc_fds: Vec<i32> = procs.iter().map(|f| f.as_raw_fd()).collect();
         let (group, death) = (opts.own_group, opts.death_signal);
         // SAFETY: only async-signal-safe syscalls between fork and exec; the
@@ -84,6 +94,11 @@ impl ChildProcess {
                 libc::prctl(libc::PR_SET_PDEATHSIG, death);
                 if let Some(fd) = ns_fd {
                     if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                if let Some(fd) = mnt_fd {
+                    if libc::setns(fd, libc::CLONE_NEWNS) != 0 {
                         return Err(std::io::Error::last_os_error());
                     }
                 }

@@ -1,7 +1,8 @@
 //! `ontime lab clean`: finds and removes everything of the lab's that
 //! escaped a teardown (for example after the runner was SIGKILLed):
 //! processes in lab cgroups or namespaces, the cgroups, the namespaces and
-//! the host-side links, and kernel settings it left changed. Everything is found by the common name prefix.
+//! the host-side links, tenants' disks (mount namespaces, loop devices,
+//! images), and kernel settings it left changed. Everything is found by the common name prefix.
 
 use crate::cgroup;
 use crate::names::PREFIX;
@@ -17,6 +18,8 @@ pub struct Leftovers {
     pub processes: Vec<i32>,
     /// Kernel settings a killed run left changed ("path = original").
     pub settings: Vec<String>,
+    /// Tenants' disks: loop devices, mount namespaces, images.
+    pub disks: crate::disk::DiskLeftovers,
 }
 
 impl Leftovers {
@@ -59,6 +62,7 @@ pub fn find() -> Result<Leftovers> {
         cgroups: dirs.iter().map(|d| d.display().to_string()).collect(),
         processes,
         settings: crate::sysctl::leftovers(),
+        disks: crate::disk::leftovers(),
     })
 }
 
@@ -78,6 +82,7 @@ pub fn clean() -> Result<Leftovers> {
         // Deleting one end of a veth removes its peer too; ignore "not found".
         let _ = ip(&["link", "del", l]);
     }
+    crate::disk::remove_leftovers(&found.disks);
     crate::sysctl::restore_leftovers()?;
     Ok(found)
 }

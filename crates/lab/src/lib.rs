@@ -13,6 +13,7 @@
 pub mod calibrate;
 pub mod cgroup;
 pub mod clean;
+pub mod disk;
 pub mod lock;
 pub use ontime_core::names;
 pub mod observe;

@@ -397,7 +397,14 @@ fn start_lab(c: &crate::scenario::RunConfig, rec: &mut RunRecord) -> Result<(Lab
             .map_err(anyhow::Error::msg)?,
         rt_runtime_us: None,
     };
-    let specs = vec![TenantSpec { limits }; t.count];
+    let disk = match &t.disk {
+        Some(d) => Some(crate::disk::DiskSpec {
+            size: parse_bytes(&d.size).map_err(anyhow::Error::msg)?,
+            direct: d.direct,
+        }),
+        None => None,
+    };
+    let specs = vec![TenantSpec { limits, disk }; t.count];
     let lab = Lab::create(&specs)?;
     rec.environment.netem = netem_available(&lab.building.host_if);
     let use_netem = match c.host.wan_delay {
@@ -530,12 +537,7 @@ fn start_loads(c: &crate::scenario::RunConfig, lab: &Lab, native: bool) -> Resul
             Place::Tenants => {
                 for tn in &lab.tenants {
                     let (mut cmd, temp) = ontime_load::command(profile, l.workers, max)?;
-                    let child = crate::sandbox::spawn_with(
-                        &mut cmd,
-                        &tn.net.netns,
-                        if native { None } else { tn.cgroup.as_ref() },
-                        ontime_load::spawn_options(),
-                    )?;
+                    let child = tn.spawn(&mut cmd, native, ontime_load::spawn_options())?;
                     loads.push(LoadGuard::adopt(child, profile, temp)?);
                 }
             }
@@ -565,13 +567,8 @@ fn start_probes(
     let online = ontime_core::limits::online_cpus();
     let vcpus = if native { online } else { t.vcpus };
     let mut probes = Vec::new();
-    let tenants: Vec<(usize, String, Option<crate::cgroup::Cgroup>)> = lab
-        .tenants
-        .iter()
-        .map(|t| (t.index, t.net.netns.clone(), t.cgroup.clone()))
-        .collect();
-    for (i, netns, cgroup) in &tenants {
-        let i = *i;
+    for tn in &lab.tenants {
+        let i = tn.index;
         let result = dir.join(format!("t{i}.json"));
         let mut cmd = Command::new(exe);
         // Results after the extra arguments, as before: a scenario may not
@@ -624,7 +621,7 @@ fn start_probes(
             .arg(&result)
             .stdout(std::fs::File::create(dir.join(format!("t{i}.out")))?)
             .stderr(std::fs::File::create(dir.join(format!("t{i}.err")))?);
-        let child = spawn_in(&mut cmd, netns, if native { None } else { cgroup.as_ref() })?;
+        let child = tn.spawn(&mut cmd, native, Default::default())?;
         probes.push((i, child));
     }
 
@@ -708,11 +705,7 @@ fn start_wan(lab: &Lab, rate_mbit: f64, duration_ns: u64, native: bool) -> Resul
         .args(["-b", &format!("{rate_mbit}M"), "-t", &secs])
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-        out.push(spawn_in(
-            &mut cli,
-            &tn.net.netns,
-            if native { None } else { tn.cgroup.as_ref() },
-        )?);
+        out.push(tn.spawn(&mut cli, native, Default::default())?);
     }
     Ok(out)
 }

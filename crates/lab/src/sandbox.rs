@@ -69,12 +69,31 @@ impl Endpoint {
 #[derive(Clone, Debug, Default)]
 pub struct TenantSpec {
     pub limits: Limits,
+    /// A virtual disk (document 004), mounted in its own mount namespace.
+    pub disk: Option<crate::disk::DiskSpec>,
 }
 
 pub struct Tenant {
     pub index: usize,
     pub net: Endpoint,
     pub cgroup: Option<Cgroup>,
+    pub disk: Option<crate::disk::Disk>,
+}
+
+impl Tenant {
+    /// Spawns `cmd` inside the tenant: its network namespace, its mount
+    /// namespace when it has a disk, and its cgroup unless `native`.
+    pub fn spawn(&self, cmd: &mut Command, native: bool, opts: SpawnOptions) -> Result<ChildProcess> {
+        spawn_with(
+            cmd,
+            &self.net.netns,
+            if native { None } else { self.cgroup.as_ref() },
+            SpawnOptions {
+                mntns: self.disk.as_ref().map(|d| d.mntns.clone()),
+                ..opts
+            },
+        )
+    }
 }
 
 /// The whole lab on this host: building side plus tenants. Dropping it
@@ -247,10 +266,17 @@ impl Lab {
                 }
                 None => None,
             };
+            let disk = match &spec.disk {
+                Some(d) => Some(
+                    crate::disk::create(&mut undo, i, d).with_context(|| format!("cannot give tenant {i} its disk"))?,
+                ),
+                None => None,
+            };
             out.push(Tenant {
                 index: i,
                 net,
                 cgroup: cg,
+                disk,
             });
         }
         Ok(Lab {

@@ -236,6 +236,11 @@ pub struct TenantTemplate {
     /// Memory limit, e.g. "512M" or "2G".
     #[serde(default)]
     pub memory: Option<String>,
+    /// A virtual disk per tenant (document 004): an image file on the
+    /// host through a loop device, ext4, mounted at /mnt/ontime-disk in the
+    /// tenant's own mount namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<DiskConfig>,
     #[serde(default)]
     pub cpu_quota: Option<f64>,
     #[serde(default)]
@@ -392,6 +397,16 @@ impl RunConfig {
 
 fn one_u32() -> u32 {
     1
+}
+
+/// `[tenant.disk]`: size = "1G" (sparse image), direct = false (the loop
+/// device through the host page cache; true bypasses it).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DiskConfig {
+    pub size: String,
+    #[serde(default)]
+    pub direct: bool,
 }
 
 /// `[observe]`: which recorder watches the run's scheduler. "ontime" (the
@@ -672,6 +687,12 @@ fn validate(c: &RunConfig) -> Result<()> {
     }
     if let Some(m) = &t.memory {
         parse_bytes(m).map_err(|e| anyhow!("tenant.memory: {e}"))?;
+    }
+    if let Some(d) = &t.disk {
+        let size = parse_bytes(&d.size).map_err(|e| anyhow!("tenant.disk.size: {e}"))?;
+        if !(16 << 20..=1 << 40).contains(&size) {
+            bail!("tenant.disk.size = {}: give 16M to 1T", d.size);
+        }
     }
     if let Some(q) = t.cpu_quota {
         if !q.is_finite() || q <= 0.0 || q > 4096.0 {
