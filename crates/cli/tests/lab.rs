@@ -364,7 +364,7 @@ fn a_tenant_disk_is_mounted_only_inside_the_tenant_and_removed_after() {
         }),
         ..Default::default()
     };
-    let lab = Lab::create(&[spec.clone()]).expect("a lab with a disk");
+    let lab = Lab::create(std::slice::from_ref(&spec)).expect("a lab with a disk");
     let t = &lab.tenants[0];
     let disk = t.disk.clone().expect("the tenant has its disk");
     let mut cmd = Command::new("sh");
