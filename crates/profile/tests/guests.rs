@@ -12,7 +12,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use ontime_core::testing::skip;
-use ontime_trace::recorder::{record, Mechanism, NoSink, RecordOptions};
+use ontime_trace::recorder::{record, NoSink, RecordOptions};
 use ontime_trace::recording::Recording;
 use ontime_trace::targets::{find_guest, Targets};
 
@@ -138,11 +138,9 @@ fn tcg_guests_on_one_cpu_steal_two_thirds_and_an_idle_guest_halts() {
             host_io: vec![],
         },
         output: Some(file.clone()),
-        drain_every: Duration::from_millis(100),
-        measure_overhead: false,
-        mechanism: Mechanism::Auto,
         sample_hz: Some(1000),
-        window: None,
+        measure_overhead: false,
+        ..Default::default()
     };
     record(
         &opts,

@@ -11,7 +11,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use ontime_core::testing::skip;
-use ontime_trace::recorder::{record, Mechanism, NoSink, RecordOptions};
+use ontime_trace::recorder::{record, NoSink, RecordOptions};
 use ontime_trace::recording::Recording;
 use ontime_trace::targets::{TargetGroup, Targets};
 
@@ -135,14 +135,12 @@ fn three_tenants_on_one_cpu_steal_two_thirds_and_correct_to_the_time_alone() {
             host_io: vec![],
         },
         output: Some(file.clone()),
-        drain_every: Duration::from_millis(100),
-        measure_overhead: false,
-        mechanism: Mechanism::Auto,
         // Each sample costs ~20 us on this VM (bench/results.md): at 1 kHz
         // that is 2 % more CPU than the unsampled reference run alone, so
         // sample at 250 Hz (0.5 %).
         sample_hz: Some(250),
-        window: None,
+        measure_overhead: false,
+        ..Default::default()
     };
     let stop = AtomicBool::new(false);
     // The kernel's accounting when the recording starts: the programs wait
@@ -312,11 +310,9 @@ fn short_lived_processes_are_still_named() {
             host_io: vec![],
         },
         output: Some(file.clone()),
-        drain_every: Duration::from_millis(100),
-        measure_overhead: false,
-        mechanism: Mechanism::Auto,
         sample_hz: Some(1000),
-        window: None,
+        measure_overhead: false,
+        ..Default::default()
     };
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
