@@ -36,9 +36,18 @@ fn create_and_destroy_leave_nothing() {
         cpu_quota: Some(0.5),
         ..Default::default()
     };
-    let lab = Lab::create(&[TenantSpec { limits: limits.clone() }, TenantSpec { limits }])
-        .map_err(|e| format!("{e:#}"))
-        .unwrap();
+    let lab = Lab::create(&[
+        TenantSpec {
+            limits: limits.clone(),
+            ..Default::default()
+        },
+        TenantSpec {
+            limits,
+            ..Default::default()
+        },
+    ])
+    .map_err(|e| format!("{e:#}"))
+    .unwrap();
     let found = clean::find().unwrap();
     assert_eq!(found.netns.len(), 3, "{found:?}");
     assert_eq!(found.links.len(), 3, "{found:?}");
@@ -66,7 +75,13 @@ fn a_failure_half_way_removes_what_was_made() {
         cpuset: vec![4095],
         ..Default::default()
     };
-    let r = Lab::create(&[TenantSpec::default(), TenantSpec { limits: bad }]);
+    let r = Lab::create(&[
+        TenantSpec::default(),
+        TenantSpec {
+            limits: bad,
+            ..Default::default()
+        },
+    ]);
     assert!(r.is_err());
     let after = clean::find().unwrap();
     assert!(after.is_empty(), "left behind: {after:?}");

@@ -361,7 +361,7 @@ mod tests {
     #[test]
     fn samples_round_trip_through_a_block_and_a_torn_tail_is_dropped() {
         let mut b = SampleBatch::default();
-        b.push(10, 1, 2, 0, &[0xffff_1], &[0x40, 0x41]);
+        b.push(10, 1, 2, 0, &[0xffff_0001], &[0x40, 0x41]);
         b.push(20, 1, 3, 1, &[], &[0x50]);
         let mut bytes = Vec::new();
         b.encode(&mut bytes);
