@@ -169,7 +169,8 @@ fn three_tenants_on_one_cpu_steal_two_thirds_and_correct_to_the_time_alone() {
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         rec.join().expect("recorder thread").expect("recording works")
     });
-    assert!(summary.samples > 300, "samples: {summary:?}");
+    // About 1.2 s of the busy CPU at 250 Hz: some 300 samples.
+    assert!(summary.samples > 150, "samples: {summary:?}");
     // (elapsed, on-CPU and run delay while recorded).
     let ran: Vec<(u64, u64, u64)> = std::mem::take(&mut reaper.0)
         .into_iter()
