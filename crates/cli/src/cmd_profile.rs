@@ -232,13 +232,7 @@ fn analyse(
     let rec = Recording::read(recording).map_err(|e| usage(format!("{e:#}")))?;
     let p = ontime_profile::profile(&rec).map_err(|e| usage(format!("{}: {e:#}", recording.display())))?;
     if let Some(path) = pprof {
-        let prof = ontime_profile::pprof::build(
-            &p.joined,
-            &p.symbols,
-            p.start_realtime_ns,
-            p.report.profile.sample_period_ns,
-        );
-        ontime_profile::pprof::write(&prof, path)?;
+        p.write_pprof(path)?;
         eprintln!(
             "ontime: wrote {} (go tool pprof -sample_index=steal {})",
             path.display(),
@@ -246,7 +240,7 @@ fn analyse(
         );
     }
     if let Some(dir) = figures {
-        let files = ontime_profile::figures(&p.joined, &p.symbols, dir)?;
+        let files = p.write_figures(dir)?;
         eprintln!("ontime: wrote {} figures to {}", files.len(), dir.display());
     }
     let text = ontime_profile::text(&p.report, top, view);

@@ -289,13 +289,7 @@ fn analyse(file: &Path, dir: &Path) -> Result<bool> {
         &dir.join("profile.txt"),
         ontime_profile::text(&p.report, 30, ontime_profile::FunctionView::Program).as_bytes(),
     )?;
-    let pb = ontime_profile::pprof::build(
-        &p.joined,
-        &p.symbols,
-        p.start_realtime_ns,
-        p.report.profile.sample_period_ns,
-    );
-    ontime_profile::pprof::write(&pb, &dir.join("profile.pb.gz"))?;
-    ontime_profile::figures(&p.joined, &p.symbols, &dir.join("profile"))?;
+    p.write_pprof(&dir.join("profile.pb.gz"))?;
+    p.write_figures(&dir.join("profile"))?;
     Ok(true)
 }

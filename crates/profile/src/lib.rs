@@ -108,6 +108,24 @@ pub struct Profiled {
     pub start_realtime_ns: u64,
 }
 
+impl Profiled {
+    /// Writes the pprof file (gzipped profile.proto) to `path`.
+    pub fn write_pprof(&self, path: &Path) -> Result<()> {
+        let p = pprof::build(
+            &self.joined,
+            &self.symbols,
+            self.start_realtime_ns,
+            self.report.profile.sample_period_ns,
+        );
+        pprof::write(&p, path)
+    }
+
+    /// Writes the flame graphs and the tenants' class figures into `dir`.
+    pub fn write_figures(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        figures(&self.joined, &self.symbols, dir)
+    }
+}
+
 /// Symbolises and joins a recording made with stack samples.
 pub fn profile(rec: &Recording) -> Result<Profiled> {
     let period = rec.meta.sample_period_ns.context(

@@ -132,11 +132,7 @@ fn tcg_guests_on_one_cpu_steal_two_thirds_and_an_idle_guest_halts() {
         .collect();
     let file = dir.path().join("g.otrec");
     let opts = RecordOptions {
-        targets: Targets {
-            groups,
-            everything: false,
-            host_io: vec![],
-        },
+        targets: Targets::of(groups),
         output: Some(file.clone()),
         sample_hz: Some(1000),
         measure_overhead: false,

@@ -119,21 +119,11 @@ fn three_tenants_on_one_cpu_steal_two_thirds_and_correct_to_the_time_alone() {
         .0
         .iter()
         .enumerate()
-        .map(|(i, c)| TargetGroup {
-            name: format!("t{i}"),
-            cgroups: vec![],
-            pids: vec![c.id()],
-            source: vec![],
-            vcpu_names: false,
-        })
+        .map(|(i, c)| TargetGroup::process(&format!("t{i}"), c.id()))
         .collect();
     let file = dir.path().join("p.otrec");
     let opts = RecordOptions {
-        targets: Targets {
-            groups,
-            everything: false,
-            host_io: vec![],
-        },
+        targets: Targets::of(groups),
         output: Some(file.clone()),
         // Each sample costs ~20 us on this VM (bench/results.md): at 1 kHz
         // that is 2 % more CPU than the unsampled reference run alone, so
@@ -256,8 +246,7 @@ fn three_tenants_on_one_cpu_steal_two_thirds_and_correct_to_the_time_alone() {
 
     // The pprof opens in go tool pprof and shows steal by function.
     let pb = dir.path().join("p.pb.gz");
-    let prof = ontime_profile::pprof::build(&p.joined, &p.symbols, p.start_realtime_ns, 1_000_000);
-    ontime_profile::pprof::write(&prof, &pb).expect("write pprof");
+    p.write_pprof(&pb).expect("write pprof");
     match Command::new("go")
         .args(["tool", "pprof", "-top", "-sample_index=steal"])
         .arg(&pb)
@@ -299,17 +288,7 @@ fn short_lived_processes_are_still_named() {
     let mut stdin = reaper.0[0].stdin.take().expect("stdin");
     let file = dir.path().join("short.otrec");
     let opts = RecordOptions {
-        targets: Targets {
-            groups: vec![TargetGroup {
-                name: "loop".into(),
-                cgroups: vec![],
-                pids: vec![reaper.0[0].id()],
-                source: vec![],
-                vcpu_names: false,
-            }],
-            everything: false,
-            host_io: vec![],
-        },
+        targets: Targets::of(vec![TargetGroup::process("loop", reaper.0[0].id())]),
         output: Some(file.clone()),
         sample_hz: Some(1000),
         measure_overhead: false,

@@ -154,6 +154,17 @@ pub(crate) fn sample_attr(
     attr
 }
 
+/// The online CPUs (one perf buffer each) and the page size (the buffer's
+/// unit).
+pub(crate) fn cpus_and_page() -> Result<(Vec<usize>, usize)> {
+    let cpus =
+        std::fs::read_to_string("/sys/devices/system/cpu/online").context("reading /sys/devices/system/cpu/online")?;
+    let cpus = ontime_core::rt::parse_cpu_list(cpus.trim()).map_err(|e| anyhow::anyhow!("online CPUs: {e}"))?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+    Ok((cpus, page))
+}
+
 /// Opens `attr` on one CPU for every task; `what` names it in the error.
 pub(crate) fn open_on_cpu(attr: &mut sys::bindings::perf_event_attr, cpu: usize, what: &str) -> Result<OwnedFd> {
     // SAFETY: attr is initialised; the result is an fd we own.
@@ -487,11 +498,7 @@ impl PerfSource {
         }
         unavailable.push("kernel-side cost of the perf mechanism (only the reader's CPU is counted)".into());
 
-        let cpus = std::fs::read_to_string("/sys/devices/system/cpu/online")
-            .context("reading /sys/devices/system/cpu/online")?;
-        let cpus = ontime_core::rt::parse_cpu_list(cpus.trim()).map_err(|e| anyhow::anyhow!("online CPUs: {e}"))?;
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let (cpus, page) = cpus_and_page()?;
         for cpu in cpus {
             let ring = source.open_cpu(cpu, page)?;
             source.pollfds.push(libc::pollfd {

@@ -420,7 +420,14 @@ pub fn record(
     let reader_cpu_ns = thread_cpu_ns().saturating_sub(rusage_before);
     let cost = source.cost();
     lost += cost.extra_lost;
-    store.drained(&[], threads.take_pending(), &samples_none(), Vec::new(), end.0, lost)?;
+    store.drained(
+        &[],
+        threads.take_pending(),
+        &crate::sampler::SampleBatch::default(),
+        Vec::new(),
+        end.0,
+        lost,
+    )?;
     store.finish(&End {
         end_ns: end.0,
         events: events_total,
@@ -441,10 +448,6 @@ pub fn record(
         samples: samples_total,
         samples_lost: sampler.as_ref().map_or(0, |s| s.lost),
     })
-}
-
-fn samples_none() -> crate::sampler::SampleBatch {
-    crate::sampler::SampleBatch::default()
 }
 
 /// Which sampled threads are tracked, the mappings written so far, and

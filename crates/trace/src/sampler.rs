@@ -6,10 +6,10 @@
 //!
 //! Samples are decoded into one flat, reused buffer ([`SampleBatch`]): no
 //! allocation per sample once the buffer has grown.
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use perf_event_open_sys as sys;
 
-use crate::perf::{open_on_cpu, sample_attr, CpuRing};
+use crate::perf::{cpus_and_page, open_on_cpu, sample_attr, CpuRing};
 
 /// Ring per CPU, in pages: 256 KiB hold ~1 s of 1 kHz samples with deep
 /// stacks, against a 100 ms drain.
@@ -200,11 +200,7 @@ impl Sampler {
             bail!("sampling rate {rate_hz} Hz: use 1 to 100000 (default 1000)");
         }
         let period_ns = 1_000_000_000 / rate_hz as u64;
-        let cpus = std::fs::read_to_string("/sys/devices/system/cpu/online")
-            .context("reading /sys/devices/system/cpu/online")?;
-        let cpus = ontime_core::rt::parse_cpu_list(cpus.trim()).map_err(|e| anyhow::anyhow!("online CPUs: {e}"))?;
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let (cpus, page) = cpus_and_page()?;
         let mut rings = Vec::new();
         for cpu in cpus {
             let mut attr = sample_attr(

@@ -31,6 +31,29 @@ pub struct Targets {
     pub host_io: Vec<String>,
 }
 
+impl TargetGroup {
+    /// A process (all its threads and later children) as one tenant.
+    pub fn process(name: &str, pid: u32) -> TargetGroup {
+        TargetGroup {
+            name: name.to_string(),
+            cgroups: vec![],
+            pids: vec![pid],
+            source: vec![format!("pid {pid}")],
+            vcpu_names: false,
+        }
+    }
+}
+
+impl Targets {
+    /// Just these groups: no host I/O path, no other task.
+    pub fn of(groups: Vec<TargetGroup>) -> Targets {
+        Targets {
+            groups,
+            ..Targets::default()
+        }
+    }
+}
+
 /// The lab's relay threads, KVM's vhost workers and softirq threads carry
 /// every tenant's I/O.
 pub const DEFAULT_HOST_IO: &[&str] = &["relay*", "ontime-relay*", "vhost-*", "ksoftirqd/*"];
