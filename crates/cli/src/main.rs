@@ -5,6 +5,7 @@
 mod cmd_crawl;
 mod cmd_cyclic;
 mod cmd_gateway;
+mod cmd_io;
 mod cmd_lab;
 mod cmd_observe;
 mod cmd_plan;
@@ -43,6 +44,8 @@ enum Verb {
     Observe(cmd_observe::ObserveArgs),
     /// Stacks joined with the scheduler's time line: steal and I/O wait charged to functions (document 002)
     Profile(cmd_profile::ProfileArgs),
+    /// I/O at the application, virtual-disk and physical-disk layers: which cache absorbed what (document 004)
+    Io(cmd_io::IoArgs),
     /// Run a lab scenario in the scheduling simulator (crawler tenants)
     Sim(cmd_sim::SimArgs),
     /// Place tenants onto hosts so every one keeps its target; predict a placement
@@ -104,6 +107,7 @@ fn main() {
         Verb::Lab(a) => cmd_lab::run(a),
         Verb::Observe(a) => cmd_observe::run(a),
         Verb::Profile(a) => cmd_profile::run(a),
+        Verb::Io(a) => cmd_io::run(a),
         Verb::Sim(a) => cmd_sim::run(a),
         Verb::Plan(a) => cmd_plan::run(a),
     };

@@ -304,6 +304,7 @@ fn scheduler_view(events: Vec<ontime_trace::event::Event>, shape: &ViewShape, en
             ontime_version: env!("CARGO_PKG_VERSION").into(),
             clocksource: "simulated".into(),
             sample_period_ns: None,
+            io: None,
         },
         threads,
         events,
@@ -316,6 +317,10 @@ fn scheduler_view(events: Vec<ontime_trace::event::Event>, shape: &ViewShape, en
             store_ns: None,
         }),
         truncated_bytes: 0,
+        io_events: vec![],
+        io_files: vec![],
+        io_states: vec![],
+        io_layout: None,
     };
     ontime_sched::analyze(&rec, &ontime_sched::analyze::AnalysisOptions::default())
 }

@@ -577,6 +577,7 @@ mod tests {
                 ontime_version: "test".into(),
                 clocksource: "tsc".into(),
                 sample_period_ns: Some(MS),
+                io: None,
             },
             threads,
             events: vec![
@@ -596,6 +597,10 @@ mod tests {
                 store_ns: None,
             }),
             truncated_bytes: 0,
+            io_events: vec![],
+            io_files: vec![],
+            io_states: vec![],
+            io_layout: None,
         }
     }
 

@@ -18,8 +18,15 @@ pub mod skel {
 }
 
 #[cfg(feature = "bpf")]
+pub mod io_skel {
+    #![allow(clippy::all, clippy::pedantic, missing_docs)]
+    include!(concat!(env!("OUT_DIR"), "/io.skel.rs"));
+}
+
+#[cfg(feature = "bpf")]
 mod bpf;
 pub mod event;
+pub mod io;
 pub mod maps;
 mod perf;
 pub mod recorder;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use ontime_core::time::{realtime_ns, MonoNs};
+use ontime_core::time::MonoNs;
 
 #[cfg(feature = "bpf")]
 use crate::bpf::BpfSource;
@@ -296,29 +296,10 @@ pub fn record(
     let until = duration.map(|d| start.add_ns(d.as_nanos() as u64));
 
     let meta = Meta {
-        version: 1,
-        mechanism: source.mechanism().into(),
-        start_ns: start.0,
-        start_realtime_ns: realtime_ns(),
-        cpus: online_cpus(),
-        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
-            .unwrap_or_default()
-            .trim()
-            .to_string(),
-        hostname: std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .unwrap_or_default()
-            .trim()
-            .to_string(),
-        groups: groups_of(targets),
         track_all: targets.everything,
         unavailable: unavailable.clone(),
-        command_line: std::env::args().collect(),
-        ontime_version: env!("CARGO_PKG_VERSION").into(),
-        clocksource: std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-            .unwrap_or_default()
-            .trim()
-            .to_string(),
         sample_period_ns: sampler.as_ref().map(|s| s.period_ns),
+        ..Meta::of_this_host(source.mechanism(), start.0, groups_of(targets))
     };
     let mut store = match (&opts.output, opts.window) {
         (Some(dir), Some(window)) => Store::Windows(WindowStore::start(dir, meta, window.as_nanos() as u64)?),

@@ -11,6 +11,10 @@
 //!   END     JSON End (last block of a recording that stopped cleanly)
 //!   SAMPLES stack samples (sampler.rs layout; `ontime profile record`)
 //!   MAPS    JSON [ProcessMaps] (executable mappings of sampled processes)
+//!   IO_EVENTS  length/72 I/O events (io.rs layout; `ontime io record`)
+//!   IO_FILES   JSON [IoFile] (files opened by the tenants, by device+inode)
+//!   IO_STATE   JSON [IoState] (cache and memory samples, block counters)
+//!   IO_LAYOUT  JSON IoLayout (where the images lie on the disk, at the end)
 //! ```
 //! Readers skip block kinds they do not know, so older recordings read
 //! and an older ontime reads newer ones without the blocks it lacks.
@@ -23,6 +27,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::event::{Event, EVENT_SIZE};
+use crate::io::{IoEvent, IoFile, IoLayout, IoState, IO_EVENT_SIZE};
 use crate::maps::ProcessMaps;
 use crate::sampler::SampleBatch;
 
@@ -34,6 +39,10 @@ const BLOCK_THREADS: u32 = 3;
 const BLOCK_END: u32 = 4;
 const BLOCK_SAMPLES: u32 = 5;
 const BLOCK_MAPS: u32 = 6;
+const BLOCK_IO_EVENTS: u32 = 7;
+const BLOCK_IO_FILES: u32 = 8;
+const BLOCK_IO_STATE: u32 = 9;
+const BLOCK_IO_LAYOUT: u32 = 10;
 /// A block larger than this is corruption, not data.
 const MAX_BLOCK: u32 = 256 << 20;
 
@@ -91,6 +100,33 @@ pub struct Meta {
     /// Stack sampling period (ns) on every CPU, when stacks were sampled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample_period_ns: Option<u64>,
+    /// What an I/O recording (`ontime io record`) watched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<crate::io::IoMeta>,
+}
+
+impl Meta {
+    /// A recording that starts now on this host, made by this command.
+    pub fn of_this_host(mechanism: &str, start_ns: u64, groups: Vec<Group>) -> Meta {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default().trim().to_string();
+        Meta {
+            version: VERSION,
+            mechanism: mechanism.into(),
+            start_ns,
+            start_realtime_ns: ontime_core::time::realtime_ns(),
+            cpus: ontime_core::limits::online_cpus(),
+            kernel: read("/proc/sys/kernel/osrelease"),
+            hostname: read("/proc/sys/kernel/hostname"),
+            groups,
+            track_all: false,
+            unavailable: vec![],
+            command_line: std::env::args().collect(),
+            ontime_version: env!("CARGO_PKG_VERSION").into(),
+            clocksource: read("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
+            sample_period_ns: None,
+            io: None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -174,6 +210,32 @@ impl Writer {
         self.json_block(BLOCK_MAPS, &maps)
     }
 
+    /// A drain's I/O events (already in the recording's layout).
+    pub fn io_events(&mut self, bytes: &[u8]) -> Result<()> {
+        for chunk in bytes.chunks(EVENT_BLOCK - EVENT_BLOCK % IO_EVENT_SIZE) {
+            self.block(BLOCK_IO_EVENTS, chunk)?;
+        }
+        Ok(())
+    }
+
+    pub fn io_files(&mut self, files: &[IoFile]) -> Result<()> {
+        if files.is_empty() {
+            return Ok(());
+        }
+        self.json_block(BLOCK_IO_FILES, &files)
+    }
+
+    pub fn io_state(&mut self, states: &[IoState]) -> Result<()> {
+        if states.is_empty() {
+            return Ok(());
+        }
+        self.json_block(BLOCK_IO_STATE, &states)
+    }
+
+    pub fn io_layout(&mut self, layout: &IoLayout) -> Result<()> {
+        self.json_block(BLOCK_IO_LAYOUT, layout)
+    }
+
     pub fn threads(&mut self, threads: &[ThreadInfo]) -> Result<()> {
         if threads.is_empty() {
             return Ok(());
@@ -238,6 +300,11 @@ pub struct Recording {
     /// Executable mappings of sampled processes, by pid (the last block
     /// for a pid wins).
     pub maps: HashMap<u32, ProcessMaps>,
+    /// I/O events in the order they were drained (`ontime io record`).
+    pub io_events: Vec<IoEvent>,
+    pub io_files: Vec<IoFile>,
+    pub io_states: Vec<IoState>,
+    pub io_layout: Option<IoLayout>,
     /// None when the recording was cut short.
     pub end: Option<End>,
     /// Bytes after the last complete block (a cut-short recording).
@@ -271,6 +338,7 @@ impl Recording {
         let mut maps = HashMap::new();
         let mut end = None;
         let mut truncated_bytes = 0u64;
+        let (mut io_events, mut io_files, mut io_states, mut io_layout) = (Vec::new(), Vec::new(), Vec::new(), None);
         let mut payload = Vec::new();
         loop {
             let mut hdr = [0u8; 8];
@@ -295,6 +363,10 @@ impl Recording {
                 if kind == BLOCK_EVENTS {
                     push_events(&mut events, &payload[..got - got % EVENT_SIZE]);
                 }
+                if kind == BLOCK_IO_EVENTS {
+                    let whole = &payload[..got - got % IO_EVENT_SIZE];
+                    io_events.extend(whole.chunks_exact(IO_EVENT_SIZE).filter_map(IoEvent::from_bytes));
+                }
                 break;
             }
             match kind {
@@ -318,6 +390,23 @@ impl Recording {
                     }
                 }
                 BLOCK_SAMPLES => samples.decode(&payload),
+                BLOCK_IO_EVENTS => {
+                    io_events.extend(payload.chunks_exact(IO_EVENT_SIZE).filter_map(IoEvent::from_bytes))
+                }
+                BLOCK_IO_FILES => io_files.extend(
+                    serde_json::from_slice::<Vec<IoFile>>(&payload)
+                        .with_context(|| format!("{}: corrupt IO_FILES block", path.display()))?,
+                ),
+                BLOCK_IO_STATE => io_states.extend(
+                    serde_json::from_slice::<Vec<IoState>>(&payload)
+                        .with_context(|| format!("{}: corrupt IO_STATE block", path.display()))?,
+                ),
+                BLOCK_IO_LAYOUT => {
+                    io_layout = Some(
+                        serde_json::from_slice(&payload)
+                            .with_context(|| format!("{}: corrupt IO_LAYOUT block", path.display()))?,
+                    )
+                }
                 BLOCK_MAPS => {
                     let list: Vec<ProcessMaps> = serde_json::from_slice(&payload)
                         .with_context(|| format!("{}: corrupt MAPS block", path.display()))?;
@@ -344,6 +433,10 @@ impl Recording {
             events,
             samples,
             maps,
+            io_events,
+            io_files,
+            io_states,
+            io_layout,
             end,
             truncated_bytes,
         })
@@ -393,6 +486,7 @@ mod tests {
             ontime_version: "test".into(),
             clocksource: "tsc".into(),
             sample_period_ns: None,
+            io: None,
         }
     }
 

@@ -1,0 +1,200 @@
+//! `ontime io record|report`: each I/O of chosen tenants at the application,
+//! virtual-disk and physical-disk layers, and which cache absorbed what
+//! (document 004).
+
+use crate::cmd_observe::TargetArgs;
+use crate::output;
+use crate::usage;
+use clap::{Args, Subcommand};
+use ontime_core::duration::{format_ns, parse_ns};
+use ontime_trace::io::IoRecordOptions;
+use ontime_trace::recording::Recording;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct IoArgs {
+    #[command(subcommand)]
+    action: IoAction,
+}
+
+#[derive(Subcommand)]
+enum IoAction {
+    /// Record the tenants' file I/O (syscall tracepoints, filtered by cgroup in
+    /// the kernel), their virtual disks' and the physical disk's block requests,
+    /// and the guest and host caches, on one clock
+    Record(IoRecordArgs),
+    /// Per tenant and layer: operations, bytes, sizes, latency; what the guest
+    /// and the host cache absorbed; splits and merges
+    Report(IoReportArgs),
+}
+
+#[derive(Args)]
+struct IoRecordArgs {
+    #[command(flatten)]
+    targets: TargetArgs,
+    /// A tenant's virtual disk: NAME=IMAGE, the image file attached to a loop
+    /// device and mounted in the tenant (lab tenants' disks are found
+    /// without it); repeatable
+    #[arg(long, value_name = "NAME=IMAGE")]
+    disk: Vec<String>,
+    /// The recording file
+    #[arg(short = 'o', long, default_value = "io.otrec")]
+    output: PathBuf,
+    /// How long to record, e.g. 30s [default: until Ctrl-C]
+    #[arg(short = 'D', visible_short_alias = 'd', long, value_parser = parse_ns)]
+    duration: Option<u64>,
+    /// How often the ring is drained to the file
+    #[arg(long, default_value = "100ms", value_parser = parse_ns)]
+    drain_every: u64,
+    /// How often the caches' sizes and the memory cgroups are sampled
+    #[arg(long, default_value = "250ms", value_parser = parse_ns)]
+    state_every: u64,
+    /// Print the report when the recording ends
+    #[arg(long)]
+    report: bool,
+    #[command(flatten)]
+    out: output::OutputFlags,
+}
+
+#[derive(Args)]
+struct IoReportArgs {
+    /// A recording made by `ontime io record`
+    recording: PathBuf,
+    /// Write figures (bytes per second at each layer, SVG and PNG) here
+    #[arg(long, value_name = "DIR")]
+    figures: Option<PathBuf>,
+    /// Include the time series in the JSON
+    #[arg(long)]
+    series: bool,
+    #[command(flatten)]
+    out: output::OutputFlags,
+}
+
+pub fn run(args: IoArgs) -> anyhow::Result<()> {
+    match args.action {
+        IoAction::Record(a) => record(a),
+        IoAction::Report(a) => report(&a.recording, a.figures.as_deref(), a.series, &a.out),
+    }
+}
+
+fn record(a: IoRecordArgs) -> anyhow::Result<()> {
+    let targets = a.targets.resolve()?;
+    if targets.everything {
+        return Err(usage(
+            "io record watches named tenants; --all is not supported (name them with --lab, --cgroup or --pid)",
+        ));
+    }
+    if !a.targets.guest.is_empty() {
+        return Err(usage(
+            "io record: QEMU guests are not supported yet; give the tenant's cgroup or pid",
+        ));
+    }
+    if let Some(d) = a.duration {
+        ontime_core::limits::duration(
+            "-D",
+            d,
+            ontime_core::limits::MIN_DURATION_NS,
+            ontime_core::limits::MAX_DURATION_NS,
+        )
+        .map_err(usage)?;
+    }
+    if !(1_000_000..=10_000_000_000).contains(&a.drain_every) {
+        return Err(usage("--drain-every must be between 1ms and 10s"));
+    }
+    if !(10_000_000..=60_000_000_000).contains(&a.state_every) {
+        return Err(usage("--state-every must be between 10ms and 60s"));
+    }
+    output::check_outputs(&[("-o", Some(&a.output)), ("--result", a.out.result.as_deref())])?;
+    let mut images: Vec<(u32, PathBuf)> = Vec::new();
+    for spec in &a.disk {
+        let Some((name, image)) = spec.split_once('=') else {
+            return Err(usage(format!("--disk {spec}: expected NAME=IMAGE")));
+        };
+        let Some(g) = targets.groups.iter().position(|g| g.name == name) else {
+            return Err(usage(format!(
+                "--disk {spec}: no tenant named {name} (tenants: {})",
+                targets
+                    .groups
+                    .iter()
+                    .map(|g| g.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        };
+        if !Path::new(image).is_file() {
+            return Err(usage(format!("--disk {spec}: {image} is not a file")));
+        }
+        images.push((g as u32, PathBuf::from(image)));
+    }
+    // Lab tenants' disks, by the lab's naming.
+    for (g, group) in targets.groups.iter().enumerate() {
+        if images.iter().any(|(i, _)| *i == g as u32) {
+            continue;
+        }
+        if let Some(i) = ontime_core::names::tenant_index(&group.name) {
+            let image = PathBuf::from(ontime_core::names::tenant_disk_image(i));
+            if image.is_file() && ontime_trace::io::loop_device_of(&image).is_some() {
+                images.push((g as u32, image));
+            }
+        }
+    }
+    let opts = IoRecordOptions {
+        targets: targets.clone(),
+        images,
+        output: a.output.clone(),
+        drain_every: Duration::from_nanos(a.drain_every),
+        state_every: Duration::from_nanos(a.state_every),
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    crate::signals::install_flag(stop.clone())?;
+    let names: Vec<&str> = targets.groups.iter().map(|g| g.name.as_str()).collect();
+    let summary = ontime_trace::io::record(&opts, &stop, a.duration.map(Duration::from_nanos), &mut |_| {
+        eprintln!(
+            "ontime: recording the I/O of {} ({} virtual disk(s)) to {} {}",
+            names.join(", "),
+            opts.images.len(),
+            a.output.display(),
+            a.duration
+                .map(|d| format!("for {}", format_ns(d)))
+                .unwrap_or_else(|| "until Ctrl-C".into())
+        );
+    })?;
+    let text = format!(
+        "recorded {} I/O events in {} ({} lost, {} starts not remembered) to {}\nrecorder cost: {:.3}% of one core (reader only)\n{}",
+        summary.events,
+        format_ns(summary.end_ns - summary.start_ns),
+        summary.lost,
+        summary.unpaired_lost,
+        a.output.display(),
+        summary.reader_cpu_ns as f64 / (summary.end_ns - summary.start_ns).max(1) as f64 * 100.0,
+        summary
+            .unavailable
+            .iter()
+            .map(|u| format!("not recorded: {u}\n"))
+            .collect::<String>()
+    );
+    if a.report {
+        eprint!("{text}");
+        return report(&a.output, None, false, &a.out);
+    }
+    a.out.emit(&summary, &text)
+}
+
+fn report(path: &Path, figures: Option<&Path>, series: bool, out: &output::OutputFlags) -> anyhow::Result<()> {
+    output::check_outputs(&[("--result", out.result.as_deref())])?;
+    let rec = Recording::read(path).map_err(|e| usage(format!("{e:#}")))?;
+    let mut analysis = ontime_io::analyze(&rec, path).map_err(|e| usage(format!("{e:#}")))?;
+    if let Some(dir) = figures {
+        let files = ontime_io::figures(&analysis, dir)?;
+        eprintln!("ontime: wrote {} figures to {}", files.len(), dir.display());
+    }
+    if !series {
+        for t in &mut analysis.tenants {
+            t.series.clear();
+        }
+    }
+    out.emit(&analysis, &ontime_io::text(&analysis))
+}

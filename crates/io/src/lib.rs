@@ -1,0 +1,788 @@
+//! ontime-io: the layered view of document 004 from an I/O recording. Per
+//! tenant and layer (application, virtual disk, physical disk): operations,
+//! bytes, request sizes and latency, reads and writes apart; how much of
+//! each layer's traffic the cache below it absorbed (guest cache between the
+//! application and the virtual disk, host cache between the virtual disk
+//! and the physical disk); requests split or merged on the way down; time
+//! series and the cache sizes beside them. The recording is ontime-trace's
+//! ([`ontime_trace::io`]).
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use ontime_core::duration::format_ns;
+use ontime_core::stats::{LatencyHistogram, Summary};
+use ontime_trace::io::{IoEvent, IoOp, TenantDisk, NO_GROUP};
+use ontime_trace::recording::Recording;
+use serde::{Deserialize, Serialize};
+
+/// Page size cachestat counts in.
+const PAGE: u64 = 4096;
+
+/// Reads or writes at one layer.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct OpStats {
+    pub ops: u64,
+    pub bytes: u64,
+    /// Requests by size: (upper bound in bytes, count), powers of two.
+    pub sizes: Vec<(u64, u64)>,
+    pub latency: Option<Summary>,
+}
+
+/// One layer of one tenant.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct LayerStats {
+    pub read: OpStats,
+    pub write: OpStats,
+    /// fsync/fdatasync calls, or flush requests.
+    pub syncs: u64,
+    /// Discards (block layers).
+    pub discards: u64,
+}
+
+/// Share of a layer's bytes that never reached the layer below.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Absorbed {
+    /// 1 - below/above, clamped at 0; None when nothing moved above.
+    pub share: Option<f64>,
+    /// below/above when the layer below moved more (read-ahead, metadata,
+    /// whole blocks for partial writes).
+    pub amplification: Option<f64>,
+}
+
+impl Absorbed {
+    fn of(above: u64, below: u64) -> Absorbed {
+        if above == 0 {
+            return Absorbed {
+                share: None,
+                amplification: (below > 0).then_some(f64::INFINITY),
+            };
+        }
+        let ratio = below as f64 / above as f64;
+        Absorbed {
+            share: Some((1.0 - ratio).max(0.0)),
+            amplification: (ratio > 1.0).then_some(ratio),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Absorption {
+    /// Application -> virtual disk.
+    pub guest_cache_reads: Absorbed,
+    pub guest_cache_writes: Absorbed,
+    /// Virtual disk -> physical disk.
+    pub host_cache_reads: Absorbed,
+    pub host_cache_writes: Absorbed,
+}
+
+/// Cache and memory at the start, the end and the largest seen, bytes.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Span {
+    pub start: u64,
+    pub end: u64,
+    pub max: u64,
+}
+
+impl Span {
+    fn push(&mut self, first: bool, v: u64) {
+        if first {
+            *self = Span {
+                start: v,
+                end: v,
+                max: v,
+            };
+        } else {
+            self.end = v;
+            self.max = self.max.max(v);
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct CacheState {
+    /// The tenant's page cache (memory cgroup `file`/`cache`).
+    pub guest_cache: Option<Span>,
+    /// The image file's pages in the host page cache (cachestat).
+    pub host_cache: Option<Span>,
+    /// Image pages dirty in the host cache at the end (written by the
+    /// tenant, not yet on the physical disk).
+    pub host_dirty_end: Option<u64>,
+    pub guest_dirty_end: Option<u64>,
+    pub swap: Option<Span>,
+    pub memory_limit: Option<u64>,
+}
+
+/// Bios queued, merged and split on a device during the recording.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct BlockCounters {
+    pub device: String,
+    pub bios: u64,
+    pub bio_bytes: u64,
+    pub merges: u64,
+    pub splits: u64,
+    /// Requests completed (from the events).
+    pub requests: u64,
+}
+
+/// Bytes per second at each layer in one bin of the time series.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SeriesPoint {
+    /// Seconds since the recording began (bin start).
+    pub t: f64,
+    pub app_read: f64,
+    pub app_write: f64,
+    pub virtual_read: f64,
+    pub virtual_write: f64,
+    pub physical_read: f64,
+    pub physical_write: f64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct FileIo {
+    pub path: String,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub direct: bool,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct TenantIo {
+    pub name: String,
+    pub disk: Option<TenantDisk>,
+    /// Calls on files of the tenant's disk.
+    pub application: LayerStats,
+    /// Calls on regular files elsewhere (not counted in absorption).
+    pub application_elsewhere: LayerStats,
+    /// The loop device.
+    pub virtual_disk: LayerStats,
+    /// Requests of the disk under the image that touch the image's extents.
+    pub physical_disk: LayerStats,
+    pub absorption: Absorption,
+    /// Share of application bytes moved with O_DIRECT.
+    pub direct_share: Option<f64>,
+    pub cache: CacheState,
+    pub virtual_counters: Option<BlockCounters>,
+    pub files: Vec<FileIo>,
+    pub series_bin_s: f64,
+    pub series: Vec<SeriesPoint>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct IoAnalysis {
+    pub recording: PathBuf,
+    pub duration_ns: u64,
+    pub events: u64,
+    /// Events the kernel side had no room for; non-zero makes every count
+    /// a lower bound.
+    pub lost: u64,
+    /// Block requests that completed without their issue (issued before
+    /// the recording, or the issue map was full).
+    pub unpaired_requests: u64,
+    /// The recording was cut short (no END block).
+    pub truncated: bool,
+    pub tenants: Vec<TenantIo>,
+    /// Physical requests outside every image (the host's own I/O, the
+    /// host file system's journal and metadata for the images).
+    pub physical_other: LayerStats,
+    pub physical_counters: Vec<BlockCounters>,
+    pub unavailable: Vec<String>,
+}
+
+/// Accumulates one layer.
+#[derive(Default)]
+struct LayerAcc {
+    stats: LayerStats,
+    read_lat: LatencyHistogram,
+    write_lat: LatencyHistogram,
+    read_sizes: HashMap<u64, u64>,
+    write_sizes: HashMap<u64, u64>,
+}
+
+fn size_bucket(bytes: u64) -> u64 {
+    bytes.max(512).next_power_of_two()
+}
+
+impl LayerAcc {
+    fn add(&mut self, e: &IoEvent) {
+        let (op, lat, sizes) = match e.op() {
+            IoOp::Read => (&mut self.stats.read, &mut self.read_lat, &mut self.read_sizes),
+            IoOp::Write => (&mut self.stats.write, &mut self.write_lat, &mut self.write_sizes),
+            IoOp::Sync => {
+                self.stats.syncs += 1;
+                return;
+            }
+            IoOp::Discard => {
+                self.stats.discards += 1;
+                return;
+            }
+            _ => return,
+        };
+        let moved = e.moved();
+        op.ops += 1;
+        op.bytes += moved;
+        *sizes.entry(size_bucket(moved)).or_default() += 1;
+        if e.latency > 0 {
+            lat.record(e.latency);
+        }
+    }
+
+    fn finish(mut self) -> LayerStats {
+        let sorted = |m: HashMap<u64, u64>| {
+            let mut v: Vec<(u64, u64)> = m.into_iter().collect();
+            v.sort();
+            v
+        };
+        self.stats.read.sizes = sorted(self.read_sizes);
+        self.stats.write.sizes = sorted(self.write_sizes);
+        self.stats.read.latency = (!self.read_lat.is_empty()).then(|| self.read_lat.summary(None));
+        self.stats.write.latency = (!self.write_lat.is_empty()).then(|| self.write_lat.summary(None));
+        self.stats
+    }
+}
+
+/// The layered analysis of an I/O recording.
+pub fn analyze(rec: &Recording, path: &Path) -> Result<IoAnalysis> {
+    let io = rec.meta.io.clone().with_context(|| {
+        format!(
+            "{} holds no I/O recording (it was made by `ontime {}`); record with `ontime io record`",
+            path.display(),
+            if rec.meta.sample_period_ns.is_some() {
+                "profile record"
+            } else {
+                "observe record"
+            }
+        )
+    })?;
+    let start = rec.meta.start_ns;
+    let end = rec
+        .end
+        .as_ref()
+        .map(|e| e.end_ns)
+        .or_else(|| rec.io_events.iter().map(|e| e.ts).max())
+        .unwrap_or(start);
+    let duration_ns = end.saturating_sub(start);
+    let n = rec.meta.groups.len();
+    let bin_ns = series_bin(duration_ns);
+    let bins = (duration_ns / bin_ns + 1) as usize;
+    let layout = rec.io_layout.clone().unwrap_or_default();
+
+    let disk_of: HashMap<u32, &TenantDisk> = io.disks.iter().map(|d| (d.group, d)).collect();
+    let loop_owner: HashMap<u32, u32> = io.disks.iter().map(|d| (d.loop_device.dev, d.group)).collect();
+    let physical_devs: Vec<u32> = io
+        .disks
+        .iter()
+        .filter_map(|d| d.physical.as_ref().map(|p| p.dev))
+        .collect();
+
+    let mut app = (0..n).map(|_| LayerAcc::default()).collect::<Vec<_>>();
+    let mut elsewhere = (0..n).map(|_| LayerAcc::default()).collect::<Vec<_>>();
+    let mut virt = (0..n).map(|_| LayerAcc::default()).collect::<Vec<_>>();
+    let mut phys = (0..n).map(|_| LayerAcc::default()).collect::<Vec<_>>();
+    let mut phys_other = LayerAcc::default();
+    let mut series = vec![vec![SeriesPoint::default(); bins]; n];
+    let mut direct_bytes = vec![0u64; n];
+    let mut requests_per_dev: HashMap<u32, u64> = HashMap::new();
+    let mut unpaired = 0u64;
+    let names: HashMap<(u32, u64), &str> = rec.io_files.iter().map(|f| ((f.dev, f.ino), f.path.as_str())).collect();
+    let mut files: Vec<HashMap<(u32, u64), FileIo>> = vec![HashMap::new(); n];
+
+    for e in &rec.io_events {
+        let bin = (e.ts.saturating_sub(start) / bin_ns) as usize;
+        let op = e.op();
+        let moved = e.moved() as f64;
+        if e.is_block() {
+            *requests_per_dev.entry(e.dev).or_default() += 1;
+            if e.flags & ontime_trace::io::F_UNPAIRED != 0 {
+                unpaired += 1;
+            }
+            if let Some(&g) = loop_owner.get(&e.dev) {
+                let g = g as usize;
+                if g < n {
+                    virt[g].add(e);
+                    if let Some(p) = series[g].get_mut(bin) {
+                        match op {
+                            IoOp::Read => p.virtual_read += moved,
+                            IoOp::Write => p.virtual_write += moved,
+                            _ => {}
+                        }
+                    }
+                }
+            } else if physical_devs.contains(&e.dev) {
+                match layout.owner(&io, e.dev, e.offset).map(|g| g as usize) {
+                    Some(g) if g < n => {
+                        phys[g].add(e);
+                        if let Some(p) = series[g].get_mut(bin) {
+                            match op {
+                                IoOp::Read => p.physical_read += moved,
+                                IoOp::Write => p.physical_write += moved,
+                                _ => {}
+                            }
+                        }
+                    }
+                    _ => phys_other.add(e),
+                }
+            }
+            continue;
+        }
+        if e.group == NO_GROUP || e.group as usize >= n || op == IoOp::Open {
+            continue;
+        }
+        let g = e.group as usize;
+        let on_disk = disk_of.get(&e.group).is_some_and(|d| d.loop_device.dev == e.dev);
+        if !on_disk && disk_of.contains_key(&e.group) {
+            elsewhere[g].add(e);
+            continue;
+        }
+        app[g].add(e);
+        if e.flags & ontime_trace::io::F_DIRECT != 0 && matches!(op, IoOp::Read | IoOp::Write) {
+            direct_bytes[g] += e.moved();
+        }
+        if let Some(p) = series[g].get_mut(bin) {
+            match op {
+                IoOp::Read => p.app_read += moved,
+                IoOp::Write => p.app_write += moved,
+                _ => {}
+            }
+        }
+        if matches!(op, IoOp::Read | IoOp::Write) {
+            let f = files[g].entry((e.dev, e.ino)).or_insert_with(|| FileIo {
+                path: names
+                    .get(&(e.dev, e.ino))
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| format!("inode {} on {}:{}", e.ino, e.dev >> 20, e.dev & 0xfffff)),
+                ..Default::default()
+            });
+            if op == IoOp::Read {
+                f.read_bytes += e.moved();
+            } else {
+                f.write_bytes += e.moved();
+            }
+            f.direct |= e.flags & ontime_trace::io::F_DIRECT != 0;
+        }
+    }
+
+    let bin_s = bin_ns as f64 / 1e9;
+    let mut tenants = Vec::with_capacity(n);
+    let mut accs = app
+        .into_iter()
+        .zip(elsewhere)
+        .zip(virt)
+        .zip(phys)
+        .map(|(((a, b), c), d)| (a, b, c, d));
+    for (g, group) in rec.meta.groups.iter().enumerate() {
+        let Some((a, b, c, d)) = accs.next() else { break };
+        let (application, application_elsewhere, virtual_disk, physical_disk) =
+            (a.finish(), b.finish(), c.finish(), d.finish());
+        let absorption = Absorption {
+            guest_cache_reads: Absorbed::of(application.read.bytes, virtual_disk.read.bytes),
+            guest_cache_writes: Absorbed::of(application.write.bytes, virtual_disk.write.bytes),
+            host_cache_reads: Absorbed::of(virtual_disk.read.bytes, physical_disk.read.bytes),
+            host_cache_writes: Absorbed::of(virtual_disk.write.bytes, physical_disk.write.bytes),
+        };
+        let app_bytes = application.read.bytes + application.write.bytes;
+        let disk = disk_of.get(&(g as u32)).map(|d| (*d).clone());
+        let virtual_counters = disk
+            .as_ref()
+            .map(|d| counters(rec, d.loop_device.dev, &d.loop_device.name, &requests_per_dev));
+        let mut tenant_files: Vec<FileIo> = files[g].drain().map(|(_, f)| f).collect();
+        tenant_files.sort_by_key(|f| std::cmp::Reverse(f.read_bytes + f.write_bytes));
+        tenant_files.truncate(10);
+        let mut points = std::mem::take(&mut series[g]);
+        for (i, p) in points.iter_mut().enumerate() {
+            p.t = i as f64 * bin_s;
+            for v in [
+                &mut p.app_read,
+                &mut p.app_write,
+                &mut p.virtual_read,
+                &mut p.virtual_write,
+                &mut p.physical_read,
+                &mut p.physical_write,
+            ] {
+                *v /= bin_s;
+            }
+        }
+        tenants.push(TenantIo {
+            name: group.name.clone(),
+            cache: cache_state(rec, g as u32),
+            disk,
+            direct_share: (app_bytes > 0).then(|| direct_bytes[g] as f64 / app_bytes as f64),
+            application,
+            application_elsewhere,
+            virtual_disk,
+            physical_disk,
+            absorption,
+            virtual_counters,
+            files: tenant_files,
+            series_bin_s: bin_s,
+            series: points,
+        });
+    }
+    let mut physical_counters = Vec::new();
+    let mut seen = Vec::new();
+    for d in &io.disks {
+        if let Some(p) = &d.physical {
+            if !seen.contains(&p.dev) {
+                seen.push(p.dev);
+                physical_counters.push(counters(rec, p.dev, &p.name, &requests_per_dev));
+            }
+        }
+    }
+    Ok(IoAnalysis {
+        recording: path.to_path_buf(),
+        duration_ns,
+        events: rec.io_events.len() as u64,
+        lost: rec.end.as_ref().map(|e| e.lost).unwrap_or(0),
+        unpaired_requests: unpaired,
+        truncated: rec.end.is_none(),
+        tenants,
+        physical_other: phys_other.finish(),
+        physical_counters,
+        unavailable: rec.meta.unavailable.clone(),
+    })
+}
+
+/// A bin of about a sixtieth of the recording, at least 100 ms, rounded to 1-2-5.
+fn series_bin(duration_ns: u64) -> u64 {
+    let want = (duration_ns / 60).max(100_000_000);
+    let mut step = 100_000_000u64;
+    loop {
+        for m in [1, 2, 5] {
+            if step * m >= want {
+                return step * m;
+            }
+        }
+        step *= 10;
+    }
+}
+
+fn counters(rec: &Recording, dev: u32, name: &str, requests: &HashMap<u32, u64>) -> BlockCounters {
+    let first = rec
+        .io_states
+        .first()
+        .and_then(|s| s.devices.iter().find(|c| c.dev == dev));
+    let last = rec
+        .io_states
+        .last()
+        .and_then(|s| s.devices.iter().find(|c| c.dev == dev));
+    let d = |f: fn(&ontime_trace::io::DeviceCounters) -> u64| match (first, last) {
+        (Some(a), Some(b)) => f(b).saturating_sub(f(a)),
+        (None, Some(b)) => f(b),
+        _ => 0,
+    };
+    BlockCounters {
+        device: name.to_string(),
+        bios: d(|c| c.bios),
+        bio_bytes: d(|c| c.bio_bytes),
+        merges: d(|c| c.merges),
+        splits: d(|c| c.splits),
+        requests: requests.get(&dev).copied().unwrap_or(0),
+    }
+}
+
+fn cache_state(rec: &Recording, group: u32) -> CacheState {
+    let mut c = CacheState::default();
+    for s in &rec.io_states {
+        if let Some(m) = s.memory.iter().find(|m| m.group == group) {
+            let first = c.guest_cache.is_none();
+            c.guest_cache.get_or_insert_with(Span::default).push(first, m.file);
+            let first = c.swap.is_none();
+            c.swap.get_or_insert_with(Span::default).push(first, m.swap);
+            c.guest_dirty_end = Some(m.dirty + m.writeback);
+            c.memory_limit = m.limit;
+        }
+        if let Some(i) = s.images.iter().find(|i| i.group == group) {
+            let first = c.host_cache.is_none();
+            c.host_cache
+                .get_or_insert_with(Span::default)
+                .push(first, i.cache * PAGE);
+            c.host_dirty_end = Some((i.dirty + i.writeback) * PAGE);
+        }
+    }
+    c
+}
+
+pub fn format_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn pct(a: &Absorbed) -> String {
+    match (a.share, a.amplification) {
+        (None, Some(_)) => "- (nothing above, traffic below)".into(),
+        (None, None) => "-".into(),
+        (Some(_), Some(x)) if x.is_finite() && x >= 1.01 => format!("0 % (below moved {x:.2}x as much)"),
+        (Some(_), Some(x)) if x.is_finite() => format!("0 % (below moved {:.1} % more)", (x - 1.0) * 100.0),
+        (Some(s), _) => format!("{:.1} %", s * 100.0),
+    }
+}
+
+fn lat(s: &Option<Summary>) -> String {
+    let Some(s) = s else { return "-".into() };
+    let p = |name: &str| {
+        s.percentiles_ns
+            .iter()
+            .find(|p| p.name == name)
+            .and_then(|p| p.value_ns)
+            .map(format_ns)
+            .unwrap_or_else(|| "-".into())
+    };
+    format!(
+        "{}/{}/{}",
+        p("p50"),
+        p("p99"),
+        s.max_ns.map(format_ns).unwrap_or_default()
+    )
+}
+
+fn layer_line(name: &str, l: &LayerStats) -> String {
+    format!(
+        "  {:<15} {:>9} {:>11} {:>22} {:>9} {:>11} {:>22} {:>6}\n",
+        name,
+        l.read.ops,
+        format_bytes(l.read.bytes),
+        lat(&l.read.latency),
+        l.write.ops,
+        format_bytes(l.write.bytes),
+        lat(&l.write.latency),
+        l.syncs
+    )
+}
+
+fn span(s: &Option<Span>) -> String {
+    match s {
+        Some(s) => format!(
+            "{} -> {} (max {})",
+            format_bytes(s.start),
+            format_bytes(s.end),
+            format_bytes(s.max)
+        ),
+        None => "not measured".into(),
+    }
+}
+
+/// The report as text.
+pub fn text(a: &IoAnalysis) -> String {
+    let mut s = format!(
+        "I/O of {} tenant(s) over {} ({} events, {} lost{})\n",
+        a.tenants.len(),
+        format_ns(a.duration_ns),
+        a.events,
+        a.lost,
+        if a.truncated { "; recording cut short" } else { "" }
+    );
+    if a.lost > 0 {
+        s.push_str("WARNING: events were lost; every count below is a lower bound\n");
+    }
+    for u in &a.unavailable {
+        s.push_str(&format!("not recorded: {u}\n"));
+    }
+    for t in &a.tenants {
+        s.push('\n');
+        match &t.disk {
+            Some(d) => s.push_str(&format!(
+                "{}: disk {} ({} loop; image {}{})",
+                t.name,
+                d.loop_device.name,
+                if d.direct { "direct-I/O" } else { "buffered" },
+                d.image.display(),
+                d.physical
+                    .as_ref()
+                    .map(|p| format!(" on {}", p.name))
+                    .unwrap_or_default()
+            )),
+            None => s.push_str(&format!("{}: no virtual disk (application layer only)", t.name)),
+        }
+        if let Some(l) = t.cache.memory_limit {
+            s.push_str(&format!(", memory limit {}", format_bytes(l)));
+        }
+        s.push('\n');
+        s.push_str(&format!(
+            "  {:<15} {:>9} {:>11} {:>22} {:>9} {:>11} {:>22} {:>6}\n",
+            "layer", "reads", "read bytes", "read p50/p99/max", "writes", "written", "write p50/p99/max", "syncs"
+        ));
+        s.push_str(&layer_line("application", &t.application));
+        if t.disk.is_some() {
+            s.push_str(&layer_line("virtual disk", &t.virtual_disk));
+            s.push_str(&layer_line("physical disk", &t.physical_disk));
+        }
+        let other = &t.application_elsewhere;
+        if other.read.ops + other.write.ops > 0 {
+            s.push_str(&format!(
+                "  (also {} read and {} written on files outside its disk, not counted above)\n",
+                format_bytes(other.read.bytes),
+                format_bytes(other.write.bytes)
+            ));
+        }
+        if t.disk.is_some() {
+            let ab = &t.absorption;
+            s.push_str(&format!(
+                "  absorbed by the guest cache: reads {}, writes {}\n  absorbed by the host cache:  reads {}, writes {}\n",
+                pct(&ab.guest_cache_reads),
+                pct(&ab.guest_cache_writes),
+                pct(&ab.host_cache_reads),
+                pct(&ab.host_cache_writes)
+            ));
+            let per = |a: u64, b: u64| {
+                if b == 0 {
+                    "-".to_string()
+                } else {
+                    format!("{:.2}", a as f64 / b as f64)
+                }
+            };
+            s.push_str(&format!(
+                "  requests: {} calls -> {} virtual-disk requests -> {} physical requests (calls per virtual request {}, virtual per physical {})\n",
+                t.application.read.ops + t.application.write.ops,
+                t.virtual_disk.read.ops + t.virtual_disk.write.ops,
+                t.physical_disk.read.ops + t.physical_disk.write.ops,
+                per(
+                    t.application.read.ops + t.application.write.ops,
+                    t.virtual_disk.read.ops + t.virtual_disk.write.ops
+                ),
+                per(
+                    t.virtual_disk.read.ops + t.virtual_disk.write.ops,
+                    t.physical_disk.read.ops + t.physical_disk.write.ops
+                ),
+            ));
+            if let Some(c) = &t.virtual_counters {
+                s.push_str(&format!(
+                    "  {}: {} bios merged into {} requests ({} merges, {} splits)\n",
+                    c.device, c.bios, c.requests, c.merges, c.splits
+                ));
+            }
+        }
+        if let Some(d) = t.direct_share {
+            if d > 0.0 {
+                s.push_str(&format!("  O_DIRECT: {:.1} % of its bytes\n", d * 100.0));
+            }
+        }
+        s.push_str(&format!(
+            "  guest cache {}; host cache {}; swap {}\n",
+            span(&t.cache.guest_cache),
+            span(&t.cache.host_cache),
+            span(&t.cache.swap)
+        ));
+        if let Some(dirty) = t.cache.host_dirty_end.filter(|&d| d > 0) {
+            s.push_str(&format!(
+                "  {} of the image still dirty in the host cache at the end (written later; counted as absorbed)\n",
+                format_bytes(dirty)
+            ));
+        }
+        if let Some(dirty) = t.cache.guest_dirty_end.filter(|&d| d > 0) {
+            s.push_str(&format!(
+                "  {} dirty in the guest cache at the end (written later; counted as absorbed)\n",
+                format_bytes(dirty)
+            ));
+        }
+        for f in t.files.iter().take(5) {
+            s.push_str(&format!(
+                "  file {}: read {}, written {}{}\n",
+                f.path,
+                format_bytes(f.read_bytes),
+                format_bytes(f.write_bytes),
+                if f.direct { " (O_DIRECT)" } else { "" }
+            ));
+        }
+    }
+    let o = &a.physical_other;
+    if o.read.ops + o.write.ops > 0 {
+        s.push_str(&format!(
+            "\nphysical disk outside the images (host I/O, its file system's journal and metadata): {} reads {}, {} writes {}\n",
+            o.read.ops,
+            format_bytes(o.read.bytes),
+            o.write.ops,
+            format_bytes(o.write.bytes)
+        ));
+    }
+    for c in &a.physical_counters {
+        s.push_str(&format!(
+            "{}: {} bios, {} requests ({} merges, {} splits)\n",
+            c.device, c.bios, c.requests, c.merges, c.splits
+        ));
+    }
+    s
+}
+
+type Pick = fn(&SeriesPoint) -> f64;
+
+/// Writes one figure per tenant with a disk (bytes per second at each
+/// layer) as SVG and PNG; returns the files.
+pub fn figures(a: &IoAnalysis, dir: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut out = Vec::new();
+    for t in &a.tenants {
+        if t.series.is_empty() {
+            continue;
+        }
+        let mut c = ontime_plot::Chart::new(
+            &format!("io-{}", t.name),
+            format!("{}: bytes per second at each layer", t.name),
+            "time (s)",
+            "MiB/s",
+        );
+        let pick: [(&str, Pick); 6] = [
+            ("application read", |p| p.app_read),
+            ("virtual disk read", |p| p.virtual_read),
+            ("physical disk read", |p| p.physical_read),
+            ("application write", |p| p.app_write),
+            ("virtual disk write", |p| p.virtual_write),
+            ("physical disk write", |p| p.physical_write),
+        ];
+        for (name, f) in pick {
+            let pts: Vec<(f64, f64)> = t.series.iter().map(|p| (p.t, f(p) / 1048576.0)).collect();
+            if pts.iter().any(|p| p.1 > 0.0) {
+                c.series.push((name.to_string(), pts));
+            }
+        }
+        if c.series.is_empty() {
+            continue;
+        }
+        let svg = dir.join(format!("io-{}.svg", t.name));
+        std::fs::write(&svg, c.svg()?).with_context(|| format!("writing {}", svg.display()))?;
+        let png = dir.join(format!("io-{}.png", t.name));
+        c.png(&png)?;
+        out.push(svg);
+        out.push(png);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absorption_is_the_share_that_stayed_above() {
+        let a = Absorbed::of(1000, 250);
+        assert_eq!(a.share, Some(0.75));
+        assert_eq!(a.amplification, None);
+        let b = Absorbed::of(1000, 4000);
+        assert_eq!(b.share, Some(0.0));
+        assert_eq!(b.amplification, Some(4.0));
+        assert_eq!(Absorbed::of(0, 0).share, None);
+    }
+
+    #[test]
+    fn bins_follow_1_2_5() {
+        assert_eq!(series_bin(1_000_000_000), 100_000_000);
+        assert_eq!(series_bin(30_000_000_000), 500_000_000);
+        assert_eq!(series_bin(100_000_000_000), 2_000_000_000);
+    }
+
+    #[test]
+    fn sizes_bucket_by_powers_of_two() {
+        assert_eq!(size_bucket(0), 512);
+        assert_eq!(size_bucket(4096), 4096);
+        assert_eq!(size_bucket(4097), 8192);
+    }
+}

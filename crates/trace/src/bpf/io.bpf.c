@@ -1,0 +1,521 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+// I/O at three layers for `ontime io record` (document 004).
+//
+// Application layer: the read/write family, fsync and openat through the
+// syscall tracepoints, for tasks whose cgroup (the cpu controller's on
+// cgroup v1, the unified one on v2) is in `tracked_cgroups` or whose tgid is
+// in `tracked_tgids`; only regular files, so pipes, sockets and terminals
+// cost one lookup and nothing else. Enter and exit are paired here, per
+// thread, so one event carries the call's latency.
+//
+// Block layer: requests on the devices in `devices` (the tenants' loop
+// devices and the disks under their image files), paired issue ->
+// complete by (device, sector); bios queued, merged and split on those
+// devices are counted per device, not streamed.
+//
+// Kernel types are declared with only the fields read (CO-RE), as in
+// sched.bpf.c.
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <stdbool.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+struct kernfs_node { __u64 id; } __attribute__((preserve_access_index));
+struct cgroup { struct kernfs_node *kn; } __attribute__((preserve_access_index));
+struct cgroup_subsys_state { struct cgroup *cgroup; } __attribute__((preserve_access_index));
+struct css_set {
+    struct cgroup_subsys_state *subsys[16];
+    struct cgroup *dfl_cgrp;
+} __attribute__((preserve_access_index));
+struct super_block { __u32 s_dev; } __attribute__((preserve_access_index));
+struct inode {
+    unsigned short i_mode;
+    unsigned long i_ino;
+    struct super_block *i_sb;
+} __attribute__((preserve_access_index));
+struct file {
+    struct inode *f_inode;
+    unsigned int f_flags;
+    long long f_pos;
+} __attribute__((preserve_access_index));
+struct fdtable {
+    unsigned int max_fds;
+    struct file **fd;
+} __attribute__((preserve_access_index));
+struct files_struct { struct fdtable *fdt; } __attribute__((preserve_access_index));
+struct task_struct {
+    int pid;
+    int tgid;
+    struct css_set *cgroups;
+    struct files_struct *files;
+} __attribute__((preserve_access_index));
+
+enum cgroup_subsys_id { cpu_cgrp_id = 0 };
+
+#include "io_event.h"
+
+#define S_IFMT 00170000
+#define S_IFREG 0100000
+#define O_DIRECT_X86 00040000
+
+const volatile bool cgroup_v1 = true;
+/* Cleared by the reader to stop at once: detaching two dozen tracepoint
+ * links waits for RCU grace periods, over a second in all. */
+volatile bool enabled = true;
+const volatile __u64 wakeup_threshold = 1 << 20;
+
+struct {
+    __uint(type, BPF_MAP_TYPE_RINGBUF);
+    __uint(max_entries, 16 << 20);
+} events SEC(".maps");
+
+/* cgroup id -> group */
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 4096);
+    __type(key, __u64);
+    __type(value, __u32);
+} tracked_cgroups SEC(".maps");
+
+/* tgid -> group */
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 4096);
+    __type(key, __u32);
+    __type(value, __u32);
+} tracked_tgids SEC(".maps");
+
+/* dev_t (kernel encoding, major << 20 | minor) -> layer (IO_LAYER_*) */
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 256);
+    __type(key, __u32);
+    __type(value, __u32);
+} devices SEC(".maps");
+
+/* A system call between enter and exit, per thread. */
+struct pending_call {
+    struct io_event ev;
+    char path[IO_PATH_MAX];
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 16384);
+    __type(key, __u32);
+    __type(value, struct pending_call);
+} pending SEC(".maps");
+
+/* Room to build a pending call (too large for the BPF stack). */
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct pending_call);
+} scratch SEC(".maps");
+
+struct rq_key {
+    __u64 sector;
+    __u32 dev;
+    __u32 pad;
+};
+
+struct rq_issue {
+    __u64 ts;
+    __u32 bytes;
+    __u32 tid;
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 65536);
+    __type(key, struct rq_key);
+    __type(value, struct rq_issue);
+} issued SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+    __uint(max_entries, 256);
+    __type(key, __u32);
+    __type(value, struct dev_counts);
+} dev_counts SEC(".maps");
+
+/* [0] events lost because the ring was full, [1] calls or requests whose
+ * start could not be remembered (map full). */
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 2);
+    __type(key, __u32);
+    __type(value, __u64);
+} lost SEC(".maps");
+
+static __always_inline void count_lost(__u32 which)
+{
+    __u64 *n = bpf_map_lookup_elem(&lost, &which);
+    if (n)
+        *n += 1;
+}
+
+static __always_inline __u64 submit_flags(void)
+{
+    return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > wakeup_threshold ? BPF_RB_FORCE_WAKEUP
+                                                                             : BPF_RB_NO_WAKEUP;
+}
+
+static __always_inline __u64 task_cgroup_id(struct task_struct *t)
+{
+    struct cgroup *cg;
+    if (cgroup_v1) {
+        int idx = bpf_core_enum_value(enum cgroup_subsys_id, cpu_cgrp_id);
+        if (idx < 0 || idx >= 16)
+            return 0;
+        cg = BPF_CORE_READ(t, cgroups, subsys[idx], cgroup);
+    } else {
+        cg = BPF_CORE_READ(t, cgroups, dfl_cgrp);
+    }
+    if (!cg)
+        return 0;
+    return BPF_CORE_READ(cg, kn, id);
+}
+
+/* The group of the current task, or IO_NO_GROUP. */
+static __always_inline __u32 current_group(struct task_struct *t)
+{
+    __u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    __u32 *g = bpf_map_lookup_elem(&tracked_tgids, &tgid);
+    if (g)
+        return *g;
+    __u64 cg = task_cgroup_id(t);
+    g = bpf_map_lookup_elem(&tracked_cgroups, &cg);
+    return g ? *g : IO_NO_GROUP;
+}
+
+static __always_inline struct file *fd_file(struct task_struct *t, __u64 fd)
+{
+    struct fdtable *fdt = BPF_CORE_READ(t, files, fdt);
+    if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+        return 0;
+    struct file **fds = BPF_CORE_READ(fdt, fd);
+    struct file *f = 0;
+    bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
+    return f;
+}
+
+/* Fills the file's identity; false when it is not a regular file. */
+static __always_inline bool file_identity(struct file *f, struct io_event *ev)
+{
+    if (!f)
+        return false;
+    unsigned short mode = BPF_CORE_READ(f, f_inode, i_mode);
+    if ((mode & S_IFMT) != S_IFREG)
+        return false;
+    ev->ino = BPF_CORE_READ(f, f_inode, i_ino);
+    ev->dev = BPF_CORE_READ(f, f_inode, i_sb, s_dev);
+    ev->offset = BPF_CORE_READ(f, f_pos);
+    if (BPF_CORE_READ(f, f_flags) & O_DIRECT_X86)
+        ev->flags |= IO_F_DIRECT;
+    return true;
+}
+
+struct sys_enter_ctx {
+    __u64 common;
+    __s32 nr;
+    __u32 pad;
+    __u64 args[6];
+};
+
+struct sys_exit_ctx {
+    __u64 common;
+    __s32 nr;
+    __u32 pad;
+    __s64 ret;
+};
+
+/* A call on a file descriptor: fd in args[0], count in args[2]; `pos_arg`
+ * says args[3] is the offset (pread64/pwrite64). */
+static __always_inline void enter_fd_call(struct sys_enter_ctx *ctx, __u8 kind, bool pos_arg)
+{
+    struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+    __u32 group = current_group(t);
+    if (group == IO_NO_GROUP)
+        return;
+    __u32 zero = 0;
+    struct pending_call *p = bpf_map_lookup_elem(&scratch, &zero);
+    if (!p)
+        return;
+    __builtin_memset(&p->ev, 0, sizeof(p->ev));
+    if (!file_identity(fd_file(t, ctx->args[0]), &p->ev))
+        return;
+    if (pos_arg)
+        p->ev.offset = ctx->args[3];
+    p->ev.ts = bpf_ktime_get_ns();
+    p->ev.fd = ctx->args[0];
+    p->ev.bytes = kind == IO_FSYNC || kind == IO_FDATASYNC ? 0 : ctx->args[2];
+    p->ev.group = group;
+    p->ev.kind = kind;
+    p->ev.tid = (__u32)bpf_get_current_pid_tgid();
+    p->path[0] = 0;
+    if (bpf_map_update_elem(&pending, &p->ev.tid, p, BPF_ANY))
+        count_lost(1);
+}
+
+static __always_inline void exit_call(struct sys_exit_ctx *ctx)
+{
+    __u32 tid = (__u32)bpf_get_current_pid_tgid();
+    struct pending_call *p = bpf_map_lookup_elem(&pending, &tid);
+    if (!p)
+        return;
+    __u64 now = bpf_ktime_get_ns();
+    struct io_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+    if (!e) {
+        count_lost(0);
+        bpf_map_delete_elem(&pending, &tid);
+        return;
+    }
+    __builtin_memcpy(e, &p->ev, sizeof(*e));
+    e->latency = now - p->ev.ts;
+    e->ts = now;
+    e->ret = ctx->ret;
+    e->cpu = bpf_get_smp_processor_id();
+    bpf_ringbuf_submit(e, submit_flags());
+    bpf_map_delete_elem(&pending, &tid);
+}
+
+/* Only opens of regular files are worth a record; it names the file. */
+static __always_inline void exit_open(struct sys_exit_ctx *ctx)
+{
+    __u32 tid = (__u32)bpf_get_current_pid_tgid();
+    struct pending_call *p = bpf_map_lookup_elem(&pending, &tid);
+    if (!p)
+        return;
+    struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+    if (ctx->ret < 0 || !file_identity(fd_file(t, ctx->ret), &p->ev)) {
+        bpf_map_delete_elem(&pending, &tid);
+        return;
+    }
+    __u64 now = bpf_ktime_get_ns();
+    struct io_open_event *o = bpf_ringbuf_reserve(&events, sizeof(*o), 0);
+    if (!o) {
+        count_lost(0);
+        bpf_map_delete_elem(&pending, &tid);
+        return;
+    }
+    __builtin_memcpy(&o->ev, &p->ev, sizeof(o->ev));
+    __builtin_memcpy(o->path, p->path, IO_PATH_MAX);
+    o->ev.fd = ctx->ret;
+    o->ev.latency = now - p->ev.ts;
+    o->ev.ts = now;
+    o->ev.ret = ctx->ret;
+    o->ev.cpu = bpf_get_smp_processor_id();
+    bpf_ringbuf_submit(o, submit_flags());
+    bpf_map_delete_elem(&pending, &tid);
+}
+
+SEC("tracepoint/syscalls/sys_enter_read")
+int enter_read(struct sys_enter_ctx *ctx) { if (!enabled) return 0; enter_fd_call(ctx, IO_READ, false); return 0; }
+SEC("tracepoint/syscalls/sys_enter_write")
+int enter_write(struct sys_enter_ctx *ctx) { if (!enabled) return 0; enter_fd_call(ctx, IO_WRITE, false); return 0; }
+SEC("tracepoint/syscalls/sys_enter_pread64")
+int enter_pread(struct sys_enter_ctx *ctx) { if (!enabled) return 0; enter_fd_call(ctx, IO_PREAD, true); return 0; }
+SEC("tracepoint/syscalls/sys_enter_pwrite64")
+int enter_pwrite(struct sys_enter_ctx *ctx) { if (!enabled) return 0; enter_fd_call(ctx, IO_PWRITE, true); return 0; }
+/* readv/writev: args[2] is the vector count; the bytes come from ret. */
+SEC("tracepoint/syscalls/sys_enter_readv")
+int enter_readv(struct sys_enter_ctx *ctx) { if (!enabled) return 0; enter_fd_call(ctx, IO_READV, false); return 0; }
+SEC("tracepoint/syscalls/sys_enter_writev")
+int enter_writev(struct sys_enter_ctx *ctx) { if (!enabled) return 0; enter_fd_call(ctx, IO_WRITEV, false); return 0; }
+SEC("tracepoint/syscalls/sys_enter_fsync")
+int enter_fsync(struct sys_enter_ctx *ctx) { if (!enabled) return 0; enter_fd_call(ctx, IO_FSYNC, false); return 0; }
+SEC("tracepoint/syscalls/sys_enter_fdatasync")
+int enter_fdatasync(struct sys_enter_ctx *ctx) { if (!enabled) return 0; enter_fd_call(ctx, IO_FDATASYNC, false); return 0; }
+
+SEC("tracepoint/syscalls/sys_enter_openat")
+int enter_openat(struct sys_enter_ctx *ctx)
+{
+    if (!enabled)
+        return 0;
+    struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+    __u32 group = current_group(t);
+    if (group == IO_NO_GROUP)
+        return 0;
+    __u32 zero = 0;
+    struct pending_call *p = bpf_map_lookup_elem(&scratch, &zero);
+    if (!p)
+        return 0;
+    __builtin_memset(&p->ev, 0, sizeof(p->ev));
+    p->ev.ts = bpf_ktime_get_ns();
+    p->ev.group = group;
+    p->ev.kind = IO_OPENAT;
+    p->ev.tid = (__u32)bpf_get_current_pid_tgid();
+    bpf_probe_read_user_str(p->path, sizeof(p->path), (const char *)ctx->args[1]);
+    if (bpf_map_update_elem(&pending, &p->ev.tid, p, BPF_ANY))
+        count_lost(1);
+    return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_read")
+int exit_read(struct sys_exit_ctx *ctx) { if (!enabled) return 0; exit_call(ctx); return 0; }
+SEC("tracepoint/syscalls/sys_exit_write")
+int exit_write(struct sys_exit_ctx *ctx) { if (!enabled) return 0; exit_call(ctx); return 0; }
+SEC("tracepoint/syscalls/sys_exit_pread64")
+int exit_pread(struct sys_exit_ctx *ctx) { if (!enabled) return 0; exit_call(ctx); return 0; }
+SEC("tracepoint/syscalls/sys_exit_pwrite64")
+int exit_pwrite(struct sys_exit_ctx *ctx) { if (!enabled) return 0; exit_call(ctx); return 0; }
+SEC("tracepoint/syscalls/sys_exit_readv")
+int exit_readv(struct sys_exit_ctx *ctx) { if (!enabled) return 0; exit_call(ctx); return 0; }
+SEC("tracepoint/syscalls/sys_exit_writev")
+int exit_writev(struct sys_exit_ctx *ctx) { if (!enabled) return 0; exit_call(ctx); return 0; }
+SEC("tracepoint/syscalls/sys_exit_fsync")
+int exit_fsync(struct sys_exit_ctx *ctx) { if (!enabled) return 0; exit_call(ctx); return 0; }
+SEC("tracepoint/syscalls/sys_exit_fdatasync")
+int exit_fdatasync(struct sys_exit_ctx *ctx) { if (!enabled) return 0; exit_call(ctx); return 0; }
+SEC("tracepoint/syscalls/sys_exit_openat")
+int exit_openat(struct sys_exit_ctx *ctx) { if (!enabled) return 0; exit_open(ctx); return 0; }
+
+/* block_rq_issue and block_rq_complete as tracefs lays them out (the
+ * format files under events/block/): dev at 8, sector at 16, nr_sector at
+ * 24, then bytes (issue) or error (complete) at 28, rwbs at 34. */
+struct rq_ctx {
+    __u64 common;
+    __u32 dev;
+    __u32 pad;
+    __u64 sector;
+    __u32 nr_sector;
+    __s32 bytes_or_error;
+    __u16 ioprio;
+    char rwbs[8];
+};
+
+SEC("tracepoint/block/block_rq_issue")
+int rq_issue(struct rq_ctx *ctx)
+{
+    if (!enabled)
+        return 0;
+    __u32 dev = ctx->dev;
+    if (!bpf_map_lookup_elem(&devices, &dev))
+        return 0;
+    struct rq_key key = { .sector = ctx->sector, .dev = dev };
+    struct rq_issue v = {
+        .ts = bpf_ktime_get_ns(),
+        .bytes = (__u32)ctx->bytes_or_error,
+        .tid = (__u32)bpf_get_current_pid_tgid(),
+    };
+    if (bpf_map_update_elem(&issued, &key, &v, BPF_ANY))
+        count_lost(1);
+    return 0;
+}
+
+SEC("tracepoint/block/block_rq_complete")
+int rq_complete(struct rq_ctx *ctx)
+{
+    if (!enabled)
+        return 0;
+    __u32 dev = ctx->dev;
+    __u32 *layer = bpf_map_lookup_elem(&devices, &dev);
+    if (!layer)
+        return 0;
+    struct rq_key key = { .sector = ctx->sector, .dev = dev };
+    struct rq_issue *v = bpf_map_lookup_elem(&issued, &key);
+    __u64 now = bpf_ktime_get_ns();
+    struct io_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+    if (!e) {
+        count_lost(0);
+        if (v)
+            bpf_map_delete_elem(&issued, &key);
+        return 0;
+    }
+    __builtin_memset(e, 0, sizeof(*e));
+    e->ts = now;
+    e->offset = ctx->sector << 9;
+    e->dev = dev;
+    e->group = IO_NO_GROUP;
+    e->ret = ctx->bytes_or_error;
+    e->kind = IO_BLOCK;
+    e->cpu = bpf_get_smp_processor_id();
+    __builtin_memcpy(e->rwbs, ctx->rwbs, sizeof(e->rwbs));
+    if (v) {
+        e->latency = now - v->ts;
+        e->bytes = v->bytes;
+        e->tid = v->tid;
+    } else {
+        /* Issued before recording began (or its start was lost). */
+        e->bytes = ctx->nr_sector << 9;
+        e->flags |= IO_F_UNPAIRED;
+    }
+    bpf_ringbuf_submit(e, submit_flags());
+    if (v)
+        bpf_map_delete_elem(&issued, &key);
+    return 0;
+}
+
+/* block_bio_queue/backmerge/frontmerge: dev at 8, sector 16, nr_sector 24;
+ * block_split: dev at 8. */
+struct bio_ctx {
+    __u64 common;
+    __u32 dev;
+    __u32 pad;
+    __u64 sector;
+    __u32 nr_sector;
+};
+
+static __always_inline struct dev_counts *counts_of(__u32 dev)
+{
+    if (!bpf_map_lookup_elem(&devices, &dev))
+        return 0;
+    struct dev_counts *c = bpf_map_lookup_elem(&dev_counts, &dev);
+    if (c)
+        return c;
+    struct dev_counts fresh = {};
+    bpf_map_update_elem(&dev_counts, &dev, &fresh, BPF_NOEXIST);
+    return bpf_map_lookup_elem(&dev_counts, &dev);
+}
+
+SEC("tracepoint/block/block_bio_queue")
+int bio_queue(struct bio_ctx *ctx)
+{
+    if (!enabled)
+        return 0;
+    struct dev_counts *c = counts_of(ctx->dev);
+    if (c) {
+        c->bios += 1;
+        c->bio_bytes += (__u64)ctx->nr_sector << 9;
+    }
+    return 0;
+}
+
+SEC("tracepoint/block/block_bio_backmerge")
+int bio_backmerge(struct bio_ctx *ctx)
+{
+    if (!enabled)
+        return 0;
+    struct dev_counts *c = counts_of(ctx->dev);
+    if (c)
+        c->merges += 1;
+    return 0;
+}
+
+SEC("tracepoint/block/block_bio_frontmerge")
+int bio_frontmerge(struct bio_ctx *ctx)
+{
+    if (!enabled)
+        return 0;
+    struct dev_counts *c = counts_of(ctx->dev);
+    if (c)
+        c->merges += 1;
+    return 0;
+}
+
+SEC("tracepoint/block/block_split")
+int bio_split(struct bio_ctx *ctx)
+{
+    if (!enabled)
+        return 0;
+    struct dev_counts *c = counts_of(ctx->dev);
+    if (c)
+        c->splits += 1;
+    return 0;
+}
