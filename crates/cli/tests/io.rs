@@ -1,0 +1,296 @@
+//! `ontime io` end to end against the kernel: a tenant (a cgroup with a
+//! memory limit) with an image-file disk on a loop device, known dd
+//! workloads, and the per-layer byte counts and absorption they must give.
+//! Root tests skip elsewhere with a reason; they share the page cache (and
+//! drop it), so they run one at a time.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+const MIB: u64 = 1 << 20;
+/// What ext4 may add below the application on a 16 MiB file: the journal
+/// commit, inode, bitmaps and directory blocks of one file (measured here:
+/// 16-20 KiB, 0.1 %; the bound leaves room for a journal checkpoint).
+const METADATA: u64 = 2 * MIB;
+
+fn ontime() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ontime"))
+}
+
+fn root_or_skip() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        ontime_core::testing::skip("io recording and loop devices need root");
+        return false;
+    }
+    true
+}
+
+fn sh(cmd: &str) -> String {
+    let out = Command::new("sh").args(["-c", cmd]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A tenant with a disk: cgroup (cpu + memory), image, loop device, ext4,
+/// mounted. Everything is removed on drop, also when the test fails.
+struct Rig {
+    name: String,
+    cgroups: Vec<PathBuf>,
+    image: PathBuf,
+    loop_dev: Option<String>,
+    mount: PathBuf,
+    mounted: bool,
+}
+
+impl Rig {
+    fn new(name: &str, direct_loop: bool) -> Rig {
+        let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+        let cgroups: Vec<PathBuf> = if v2 {
+            vec![PathBuf::from(format!("/sys/fs/cgroup/{name}"))]
+        } else {
+            vec![
+                PathBuf::from(format!("/sys/fs/cgroup/cpu/{name}")),
+                PathBuf::from(format!("/sys/fs/cgroup/memory/{name}")),
+            ]
+        };
+        // A disk-backed directory: the physical layer needs a block device.
+        let image = PathBuf::from(format!("/var/tmp/{name}.img"));
+        let mount = PathBuf::from(format!("/mnt/{name}"));
+        let mut rig = Rig {
+            name: name.into(),
+            cgroups,
+            image,
+            loop_dev: None,
+            mount,
+            mounted: false,
+        };
+        for c in &rig.cgroups {
+            std::fs::create_dir_all(c).unwrap();
+        }
+        let mem = rig.cgroups.last().unwrap();
+        let limit = (256 * MIB).to_string();
+        if v2 {
+            std::fs::write(mem.join("memory.max"), &limit).unwrap();
+        } else {
+            std::fs::write(mem.join("memory.limit_in_bytes"), &limit).unwrap();
+        }
+        sh(&format!("truncate -s 256M {}", rig.image.display()));
+        sh(&format!(
+            "mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 {}",
+            rig.image.display()
+        ));
+        rig.loop_dev = Some(sh(&format!(
+            "losetup --find --show --direct-io={} {}",
+            if direct_loop { "on" } else { "off" },
+            rig.image.display()
+        )));
+        std::fs::create_dir_all(&rig.mount).unwrap();
+        sh(&format!("mount {} {}", rig.loop_dev.as_ref().unwrap(), rig.mount.display()));
+        rig.mounted = true;
+        rig
+    }
+
+    /// Runs `cmd` inside the tenant's cgroups.
+    fn run_in(&self, cmd: &str) {
+        let join: String = self
+            .cgroups
+            .iter()
+            .map(|c| {
+                let f = if c.join("cgroup.procs").exists() { "cgroup.procs" } else { "tasks" };
+                format!("echo $$ > {}/{f}; ", c.display())
+            })
+            .collect();
+        sh(&format!("{join}{cmd}"));
+    }
+
+    /// Drops the tenant's page cache only (the guest cache); the image's
+    /// pages in the host cache stay.
+    fn drop_guest_cache(&self) {
+        let mem = self.cgroups.last().unwrap();
+        if mem.join("memory.force_empty").exists() {
+            std::fs::write(mem.join("memory.force_empty"), "1").unwrap();
+        } else {
+            let _ = std::fs::write(mem.join("memory.reclaim"), "1G");
+        }
+    }
+
+    fn record(&self, out: &Path) -> Child {
+        let mut child = ontime()
+            .args(["io", "record", "--cgroup"])
+            .arg(format!("{}={}", self.name, self.cgroups[0].display()))
+            .arg("--disk")
+            .arg(format!("{}={}", self.name, self.image.display()))
+            .arg("-o")
+            .arg(out)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Attached once it says so.
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        loop {
+            let line = lines.next().expect("io record ended before recording").unwrap();
+            if line.contains("ontime: recording") {
+                break;
+            }
+            assert!(!line.contains("error"), "{line}");
+        }
+        std::thread::spawn(move || for _ in lines {});
+        child
+    }
+
+    /// Records `cmd` run in the tenant; returns the tenant's report (JSON).
+    fn layers_of(&self, dir: &Path, label: &str, cmd: &str) -> serde_json::Value {
+        let out = dir.join(format!("{label}.otrec"));
+        let mut rec = self.record(&out);
+        self.run_in(cmd);
+        // SAFETY: plain kill(2) on our child.
+        unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+        assert!(rec.wait().unwrap().success(), "{label}: io record failed");
+        let report = ontime().args(["io", "report", "--json"]).arg(&out).output().unwrap();
+        assert!(report.status.success(), "{}", String::from_utf8_lossy(&report.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+        assert_eq!(v["lost"], 0, "{label}: events lost");
+        let text = ontime().args(["io", "report"]).arg(&out).output().unwrap();
+        println!("--- {label}\n{}", String::from_utf8_lossy(&text.stdout));
+        v["tenants"][0].clone()
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = Command::new("umount").arg(&self.mount).status();
+        }
+        let _ = std::fs::remove_dir(&self.mount);
+        if let Some(l) = &self.loop_dev {
+            let _ = Command::new("losetup").args(["-d", l]).status();
+        }
+        let _ = std::fs::remove_file(&self.image);
+        for c in self.cgroups.iter().rev() {
+            let _ = std::fs::remove_dir(c);
+        }
+    }
+}
+
+fn bytes(t: &serde_json::Value, layer: &str, op: &str) -> u64 {
+    t[layer][op]["bytes"].as_u64().unwrap()
+}
+
+fn share(t: &serde_json::Value, which: &str) -> f64 {
+    t["absorption"][which]["share"].as_f64().unwrap_or(f64::NAN)
+}
+
+fn drop_all_caches() {
+    sh("sync; echo 3 > /proc/sys/vm/drop_caches");
+}
+
+#[test]
+fn buffered_disk_layers_match_the_workload_and_absorption_flips_with_the_caches() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rig = Rig::new("ontime-iotest-b", false);
+    let f = rig.mount.join("f");
+    let f = f.display();
+
+    // 16 MiB written and synced: the application layer counts exactly what
+    // dd wrote; below it, the data plus the file system's metadata.
+    let t = rig.layers_of(
+        dir.path(),
+        "write",
+        &format!("dd if=/dev/zero of={f} bs=1M count=16 conv=fsync status=none"),
+    );
+    assert_eq!(bytes(&t, "application", "write"), 16 * MIB);
+    assert_eq!(t["application"]["write"]["ops"], 16);
+    let v = bytes(&t, "virtual_disk", "write");
+    assert!((16 * MIB..=16 * MIB + METADATA).contains(&v), "virtual disk wrote {v}");
+    let p = bytes(&t, "physical_disk", "write");
+    assert!((16 * MIB..=v + METADATA).contains(&p), "physical disk wrote {p} (virtual {v})");
+
+    // Cold: every byte comes from the physical disk.
+    drop_all_caches();
+    let t = rig.layers_of(dir.path(), "cold", &format!("cat {f} > /dev/null"));
+    assert_eq!(bytes(&t, "application", "read"), 16 * MIB);
+    let v = bytes(&t, "virtual_disk", "read");
+    assert!((16 * MIB..=16 * MIB + METADATA).contains(&v), "virtual disk read {v}");
+    let p = bytes(&t, "physical_disk", "read");
+    assert!((16 * MIB..=v + METADATA).contains(&p), "physical disk read {p}");
+    assert!(share(&t, "guest_cache_reads") < 0.01, "{t}");
+    assert!(share(&t, "host_cache_reads") < 0.01, "{t}");
+
+    // Warm: the guest cache serves it.
+    let t = rig.layers_of(dir.path(), "warm", &format!("cat {f} > /dev/null"));
+    assert_eq!(bytes(&t, "application", "read"), 16 * MIB);
+    assert!(share(&t, "guest_cache_reads") > 0.9, "{t}");
+
+    // Guest cache dropped, host cache kept: the host cache serves it.
+    rig.drop_guest_cache();
+    let t = rig.layers_of(dir.path(), "host-warm", &format!("cat {f} > /dev/null"));
+    assert!(share(&t, "guest_cache_reads") < 0.1, "{t}");
+    assert!(share(&t, "host_cache_reads") > 0.5, "{t}");
+
+    // O_DIRECT in the tenant: the guest cache is bypassed even when warm.
+    rig.run_in(&format!("cat {f} > /dev/null"));
+    let t = rig.layers_of(
+        dir.path(),
+        "direct",
+        &format!("dd if={f} of=/dev/null bs=1M iflag=direct status=none"),
+    );
+    assert_eq!(bytes(&t, "application", "read"), 16 * MIB);
+    assert_eq!(bytes(&t, "virtual_disk", "read"), 16 * MIB);
+    assert_eq!(t["direct_share"].as_f64(), Some(1.0));
+    assert!(share(&t, "guest_cache_reads") < 0.01, "{t}");
+}
+
+#[test]
+fn a_direct_io_loop_device_bypasses_the_host_cache() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rig = Rig::new("ontime-iotest-d", true);
+    let f = rig.mount.join("f");
+    let f = f.display();
+    rig.run_in(&format!("dd if=/dev/zero of={f} bs=1M count=16 conv=fsync status=none"));
+    rig.run_in(&format!("cat {f} > /dev/null"));
+    rig.drop_guest_cache();
+    let t = rig.layers_of(dir.path(), "loop-direct", &format!("cat {f} > /dev/null"));
+    assert_eq!(t["disk"]["direct"], true);
+    assert!(share(&t, "guest_cache_reads") < 0.1, "{t}");
+    let v = bytes(&t, "virtual_disk", "read");
+    let p = bytes(&t, "physical_disk", "read");
+    assert!(v >= 15 * MIB && p >= v - MIB, "virtual {v}, physical {p}: the host cache absorbed reads");
+}
+
+#[test]
+fn bad_input_gets_a_clear_error() {
+    let out = ontime().args(["io", "record"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to observe"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.otrec");
+    std::fs::write(&junk, b"not a recording at all").unwrap();
+    let out = ontime().args(["io", "report"]).arg(&junk).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not an ontime recording"));
+
+    let out = ontime()
+        .args(["io", "record", "--pid", &std::process::id().to_string(), "--disk", "nobody=/x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no tenant named nobody"));
+}
