@@ -18,9 +18,12 @@ need_root() {
 # libelf-dev and zlib1g-dev build `observe`'s BPF program and libbpf;
 # linux-perf is the peer of the observe benchmark (perf sched record);
 # nginx-light is the real web server the crawler is tested against;
-# qemu-system-x86 and cpio boot the guests of profile's guest test (TCG).
+# qemu-system-x86 and cpio boot the guests of profile's guest test (TCG);
+# fio and postmark are document 004's I/O workloads (`ontime io workload`,
+# the doc-004 sweep), e2fsprogs and util-linux format and attach tenant disks.
 pkgs=(stress-ng rt-tests sqlite3 iproute2 ethtool iperf3 fonts-dejavu-core procps build-essential pkg-config
-  clang llvm libbpf-dev libelf-dev zlib1g-dev linux-perf nginx-light qemu-system-x86 cpio)
+  clang llvm libbpf-dev libelf-dev zlib1g-dev linux-perf nginx-light qemu-system-x86 cpio
+  fio postmark e2fsprogs util-linux)
 # go tool pprof reads the profiles `ontime profile report --pprof` writes.
 command -v go >/dev/null 2>&1 || pkgs+=(golang-go)
 missing=()

@@ -29,6 +29,9 @@ enum IoAction {
     /// Per tenant and layer: operations, bytes, sizes, latency; what the guest
     /// and the host cache absorbed; splits and merges
     Report(IoReportArgs),
+    /// Run fio, dd or Postmark in a directory (a tenant's disk) and report
+    /// throughput and latency; the lab's I/O tenants run this
+    Workload(IoWorkloadArgs),
 }
 
 #[derive(Args)]
@@ -77,6 +80,7 @@ pub fn run(args: IoArgs) -> anyhow::Result<()> {
     match args.action {
         IoAction::Record(a) => record(a),
         IoAction::Report(a) => report(&a.recording, a.figures.as_deref(), a.series, &a.out),
+        IoAction::Workload(a) => workload(a),
     }
 }
 
@@ -197,4 +201,52 @@ fn report(path: &Path, figures: Option<&Path>, series: bool, out: &output::Outpu
         }
     }
     out.emit(&analysis, &ontime_io::text(&analysis))
+}
+
+#[derive(Args)]
+struct IoWorkloadArgs {
+    /// fio (sequential or random I/O), dd (one sequential pass) or postmark (small files)
+    #[arg(long, default_value = "fio")]
+    tool: ontime_io::workload::Tool,
+    /// read, write, randread, randwrite, randrw (fio); read, write (dd)
+    #[arg(long, default_value = "randread")]
+    rw: String,
+    /// The data set, e.g. 256M
+    #[arg(long, default_value = "256M")]
+    size: String,
+    /// Request size, e.g. 4k or 1M
+    #[arg(long, default_value = "4k")]
+    bs: String,
+    /// O_DIRECT (fio, dd)
+    #[arg(long)]
+    direct: bool,
+    /// Where the data goes (a tenant's disk is mounted at /mnt/ontime-disk)
+    #[arg(long, default_value = ontime_core::names::DISK_MOUNT)]
+    dir: PathBuf,
+    /// How long fio runs; Postmark is sized to about this long; dd makes one pass
+    #[arg(short = 'D', visible_short_alias = 'd', long, default_value = "10s", value_parser = parse_ns)]
+    duration: u64,
+    /// Keep the tool's own output here
+    #[arg(long, value_name = "FILE")]
+    log: Option<PathBuf>,
+    #[command(flatten)]
+    out: output::OutputFlags,
+}
+
+fn workload(a: IoWorkloadArgs) -> anyhow::Result<()> {
+    output::check_outputs(&[("--result", a.out.result.as_deref()), ("--log", a.log.as_deref())])?;
+    let spec = ontime_io::workload::WorkloadSpec {
+        tool: a.tool,
+        rw: a.rw,
+        size: a.size,
+        bs: a.bs,
+        direct: a.direct,
+    };
+    spec.validate().map_err(usage)?;
+    if !(1_000_000_000..=86_400_000_000_000).contains(&a.duration) {
+        return Err(usage("-D must be between 1s and 24h"));
+    }
+    let r = ontime_io::workload::run(&spec, &a.dir, a.duration / 1_000_000_000, a.log.as_deref())?;
+    let text = ontime_io::workload::text(&r);
+    a.out.emit(&r, &text)
 }

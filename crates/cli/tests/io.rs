@@ -31,11 +31,7 @@ fn root_or_skip() -> bool {
 
 fn sh(cmd: &str) -> String {
     let out = Command::new("sh").args(["-c", cmd]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -93,7 +89,11 @@ impl Rig {
             rig.image.display()
         )));
         std::fs::create_dir_all(&rig.mount).unwrap();
-        sh(&format!("mount {} {}", rig.loop_dev.as_ref().unwrap(), rig.mount.display()));
+        sh(&format!(
+            "mount {} {}",
+            rig.loop_dev.as_ref().unwrap(),
+            rig.mount.display()
+        ));
         rig.mounted = true;
         rig
     }
@@ -104,7 +104,11 @@ impl Rig {
             .cgroups
             .iter()
             .map(|c| {
-                let f = if c.join("cgroup.procs").exists() { "cgroup.procs" } else { "tasks" };
+                let f = if c.join("cgroup.procs").exists() {
+                    "cgroup.procs"
+                } else {
+                    "tasks"
+                };
                 format!("echo $$ > {}/{f}; ", c.display())
             })
             .collect();
@@ -216,7 +220,10 @@ fn buffered_disk_layers_match_the_workload_and_absorption_flips_with_the_caches(
     let v = bytes(&t, "virtual_disk", "write");
     assert!((16 * MIB..=16 * MIB + METADATA).contains(&v), "virtual disk wrote {v}");
     let p = bytes(&t, "physical_disk", "write");
-    assert!((16 * MIB..=v + METADATA).contains(&p), "physical disk wrote {p} (virtual {v})");
+    assert!(
+        (16 * MIB..=v + METADATA).contains(&p),
+        "physical disk wrote {p} (virtual {v})"
+    );
 
     // Cold: every byte comes from the physical disk.
     drop_all_caches();
@@ -271,7 +278,10 @@ fn a_direct_io_loop_device_bypasses_the_host_cache() {
     assert!(share(&t, "guest_cache_reads") < 0.1, "{t}");
     let v = bytes(&t, "virtual_disk", "read");
     let p = bytes(&t, "physical_disk", "read");
-    assert!(v >= 15 * MIB && p >= v - MIB, "virtual {v}, physical {p}: the host cache absorbed reads");
+    assert!(
+        v >= 15 * MIB && p >= v - MIB,
+        "virtual {v}, physical {p}: the host cache absorbed reads"
+    );
 }
 
 #[test]
@@ -288,7 +298,14 @@ fn bad_input_gets_a_clear_error() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("not an ontime recording"));
 
     let out = ontime()
-        .args(["io", "record", "--pid", &std::process::id().to_string(), "--disk", "nobody=/x"])
+        .args([
+            "io",
+            "record",
+            "--pid",
+            &std::process::id().to_string(),
+            "--disk",
+            "nobody=/x",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));

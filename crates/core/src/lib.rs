@@ -22,6 +22,7 @@ pub mod manifest;
 pub mod names;
 pub mod proc;
 pub mod rt;
+pub mod size;
 pub mod stats;
 pub mod testing;
 pub mod time;

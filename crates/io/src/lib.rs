@@ -19,6 +19,8 @@ use serde::{Deserialize, Serialize};
 /// Page size cachestat counts in.
 const PAGE: u64 = 4096;
 
+pub mod workload;
+
 /// Reads or writes at one layer.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct OpStats {
