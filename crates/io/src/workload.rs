@@ -80,7 +80,7 @@ impl WorkloadSpec {
         if size < 1 << 20 {
             return Err(format!("io.size {} is below 1M", self.size));
         }
-        if bs < 512 || bs > 64 << 20 || bs % 512 != 0 {
+        if !(512..=64 << 20).contains(&bs) || bs % 512 != 0 {
             return Err(format!(
                 "io.bs {} must be a multiple of 512 between 512 and 64M",
                 self.bs
