@@ -32,6 +32,18 @@ enum IoAction {
     /// Run fio, dd or Postmark in a directory (a tenant's disk) and report
     /// throughput and latency; the lab's I/O tenants run this
     Workload(IoWorkloadArgs),
+    /// From a document-004 sweep (a lab results directory): per workload and
+    /// data size, the memory, direct/buffered and swap setting that measured
+    /// best, its margin, and which of document 004's findings this host reproduced
+    Advise(IoAdviseArgs),
+}
+
+#[derive(Args)]
+struct IoAdviseArgs {
+    /// A lab results directory (ontime lab run -o DIR) of I/O tenants
+    results: PathBuf,
+    #[command(flatten)]
+    out: output::OutputFlags,
 }
 
 #[derive(Args)]
@@ -81,6 +93,7 @@ pub fn run(args: IoArgs) -> anyhow::Result<()> {
         IoAction::Record(a) => record(a),
         IoAction::Report(a) => report(&a.recording, a.figures.as_deref(), a.series, &a.out),
         IoAction::Workload(a) => workload(a),
+        IoAction::Advise(a) => advise(a),
     }
 }
 
@@ -249,4 +262,24 @@ fn workload(a: IoWorkloadArgs) -> anyhow::Result<()> {
     let r = ontime_io::workload::run(&spec, &a.dir, a.duration / 1_000_000_000, a.log.as_deref())?;
     let text = ontime_io::workload::text(&r);
     a.out.emit(&r, &text)
+}
+
+fn advise(a: IoAdviseArgs) -> anyhow::Result<()> {
+    output::check_outputs(&[("--result", a.out.result.as_deref())])?;
+    let dirs = ontime_lab::results::run_dirs(&a.results).map_err(|e| usage(format!("{e:#}")))?;
+    let mut runs = Vec::new();
+    for d in dirs {
+        match ontime_lab::results::read_run(&d) {
+            Ok(r) => runs.push(r),
+            Err(e) => eprintln!("ontime: skipping {}: {e:#}", d.display()),
+        }
+    }
+    let report = ontime_lab::iocells::advice(&runs);
+    if report.cells == 0 {
+        return Err(usage(format!(
+            "{} has no finished run of I/O tenants ([tenant.io] with tenant.memory); run e.g. scenarios/doc-004.toml",
+            a.results.display()
+        )));
+    }
+    a.out.emit(&report, &ontime_io::advise::text(&report))
 }

@@ -361,6 +361,7 @@ fn a_tenant_disk_is_mounted_only_inside_the_tenant_and_removed_after() {
         disk: Some(DiskSpec {
             size: 64 << 20,
             direct: false,
+            swap: None,
         }),
         ..Default::default()
     };

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 /// Page size cachestat counts in.
 const PAGE: u64 = 4096;
 
+pub mod advise;
 pub mod workload;
 
 /// Reads or writes at one layer.
@@ -720,6 +721,7 @@ type Pick = fn(&SeriesPoint) -> f64;
 /// Writes one figure per tenant with a disk (bytes per second at each
 /// layer) as SVG and PNG; returns the files.
 pub fn figures(a: &IoAnalysis, dir: &Path) -> Result<Vec<PathBuf>> {
+    ontime_plot::register_font()?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut out = Vec::new();
     for t in &a.tenants {

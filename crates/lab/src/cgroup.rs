@@ -19,6 +19,11 @@ pub struct Limits {
     /// CPUs the tenant may use; empty = all.
     pub cpuset: Vec<usize>,
     pub memory_bytes: Option<u64>,
+    /// Swap the tenant may use beyond `memory_bytes` (document 004's swap
+    /// size): v1 memory+swap (`memory.memsw.limit_in_bytes`, where the kernel
+    /// accounts swap), v2 `memory.swap.max`. None leaves the host's default.
+    #[serde(default)]
+    pub swap_bytes: Option<u64>,
     /// Real-time runtime per second the group may use (v1 with RT group
     /// scheduling only; needed for SCHED_FIFO inside the group).
     pub rt_runtime_us: Option<u64>,
@@ -176,6 +181,18 @@ impl Cgroup {
                 if let Some(m) = l.memory_bytes {
                     sys::write(&mem.join("memory.limit_in_bytes"), &m.to_string())?;
                 }
+                if let Some(sw) = l.swap_bytes {
+                    let Some(m) = l.memory_bytes else {
+                        bail!("a swap limit needs a memory limit (tenant.memory)");
+                    };
+                    let f = mem.join("memory.memsw.limit_in_bytes");
+                    if !f.exists() {
+                        bail!(
+                            "this kernel does not account swap per cgroup (no memory.memsw.limit_in_bytes; boot with swapaccount=1): tenant.swap cannot be enforced"
+                        );
+                    }
+                    sys::write(&f, &(m + sw).to_string())?;
+                }
             }
             Version::V2 => {
                 let d = &self.dirs[0];
@@ -196,6 +213,15 @@ impl Cgroup {
                 }
                 if let Some(m) = l.memory_bytes {
                     sys::write(&d.join("memory.max"), &m.to_string())?;
+                }
+                if let Some(sw) = l.swap_bytes {
+                    let f = d.join("memory.swap.max");
+                    if !f.exists() {
+                        bail!(
+                            "this kernel has no memory.swap.max (no swap accounting): tenant.swap cannot be enforced"
+                        );
+                    }
+                    sys::write(&f, &sw.to_string())?;
                 }
             }
         }

@@ -23,6 +23,15 @@ pub struct DiskSpec {
     pub size: u64,
     /// Loop device in direct I/O: the host page cache is bypassed.
     pub direct: bool,
+    /// A swap file of this size on the disk, switched on (document 004's
+    /// guest swap). Linux swap is host-wide: every tenant's cgroup limit
+    /// decides how much it may swap, not which file it swaps to.
+    pub swap: Option<u64>,
+}
+
+/// Where a tenant's swap file lives, inside its mount namespace.
+pub fn swap_file() -> PathBuf {
+    Path::new(names::DISK_MOUNT).join("swapfile")
 }
 
 /// A tenant's disk, attached and mounted.
@@ -151,6 +160,27 @@ pub fn create(undo: &mut Undo, index: usize, spec: &DiskSpec) -> Result<Disk> {
             .arg(&device)
             .arg(names::DISK_MOUNT),
     )?;
+    if let Some(bytes) = spec.swap.filter(|&b| b > 0) {
+        let sf = swap_file();
+        let script = format!(
+            "fallocate -l {bytes} {f} && chmod 600 {f} && mkswap -q {f} && swapon {f}",
+            f = sf.display()
+        );
+        run(
+            "swap file (in the tenant's namespace)",
+            Command::new("nsenter")
+                .arg(format!("--mount={}", mntns.display()))
+                .args(["sh", "-c", &script]),
+        )?;
+        let ns = mntns.clone();
+        undo.push(format!("swapoff {} (tenant {index})", sf.display()), move || {
+            let _ = Command::new("nsenter")
+                .arg(format!("--mount={}", ns.display()))
+                .arg("swapoff")
+                .arg(swap_file())
+                .output();
+        });
+    }
     Ok(Disk {
         image,
         device,
@@ -206,6 +236,13 @@ pub fn leftovers() -> DiskLeftovers {
 /// devices, then images.
 pub fn remove_leftovers(l: &DiskLeftovers) {
     for ns in &l.mount_namespaces {
+        // A swap file still on holds the disk's file system (and so the
+        // loop device) after the namespace goes.
+        let _ = Command::new("nsenter")
+            .arg(format!("--mount={ns}"))
+            .arg("swapoff")
+            .arg(swap_file())
+            .output();
         let _ = Command::new("umount").arg(ns).output();
         let _ = std::fs::remove_file(ns);
     }

@@ -3,7 +3,7 @@
 //! [`sandbox`], [`cgroup`]), a host relay that carries every packet with WAN
 //! delay and stands for Dom0 / vhost (ontime-net's relay), loads, scenario files with
 //! sweeps ([`scenario`]), the runner that streams results to a directory
-//! ([`runner`]), the scheduler recording of each run ([`observe`]), the clean-up of anything that escaped ([`clean`]), kernel settings changed for a run and put back even after a kill ([`sysctl`]) and the
+//! ([`runner`]), the scheduler recording of each run ([`observe`]), tenant disks and the I/O recording of a run ([`disk`], [`iorec`]), the clean-up of anything that escaped ([`clean`]), kernel settings changed for a run and put back even after a kill ([`sysctl`]) and the
 //! report ([`report`]).
 //!
 //! Sandboxes model host scheduling and the host I/O path, not instruction
@@ -14,6 +14,8 @@ pub mod calibrate;
 pub mod cgroup;
 pub mod clean;
 pub mod disk;
+pub mod iocells;
+pub mod iorec;
 pub mod lock;
 pub use ontime_core::names;
 pub mod observe;

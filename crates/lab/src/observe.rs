@@ -52,7 +52,7 @@ pub struct ObserveOutcome {
 }
 
 /// Stops the recorder if a run fails before `finish`.
-pub struct StopOnDrop(Arc<AtomicBool>);
+pub struct StopOnDrop(pub Arc<AtomicBool>);
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
         self.0.store(true, Ordering::Relaxed);

@@ -95,6 +95,71 @@ fn lab_chart(
     c
 }
 
+/// I/O runs: mean throughput of the tenants against the x key, a line per
+/// setting of the other swept keys (log scale: the caches make decades).
+fn io_charts(runs: &[RunResults], x_key: Option<&str>, charts: &mut Vec<Chart>) {
+    let Some(xk) = x_key else { return };
+    let mut series: BTreeMap<Vars, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
+    for c in crate::iocells::cells(runs) {
+        let Some(r) = runs.iter().find(|r| r.name == c.run) else {
+            continue;
+        };
+        let xv = r
+            .record
+            .vars
+            .iter()
+            .find(|(k, _)| k == xk)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        let rest: Vars = r.record.vars.iter().filter(|(k, _)| k != xk).cloned().collect();
+        series
+            .entry(rest)
+            .or_default()
+            .entry(xv)
+            .or_default()
+            .push(c.throughput_bps / 1048576.0);
+    }
+    let mut cats: Vec<String> = series.values().flat_map(|m| m.keys().cloned()).collect();
+    cats.sort_by(|a, b| match (a.parse::<f64>(), b.parse::<f64>()) {
+        (Ok(x), Ok(y)) => x.total_cmp(&y),
+        _ => a.cmp(b),
+    });
+    cats.dedup();
+    let lines: Vec<(String, Vec<(f64, f64)>)> = series
+        .iter()
+        .map(|(rest, pts)| {
+            let mut v: Vec<(f64, f64)> = pts
+                .iter()
+                .map(|(x, t)| {
+                    (
+                        cats.iter().position(|c| c == x).unwrap_or(0) as f64,
+                        t.iter().sum::<f64>() / t.len().max(1) as f64,
+                    )
+                })
+                .collect();
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            (
+                if rest.is_empty() {
+                    "throughput".into()
+                } else {
+                    vars_label(rest)
+                },
+                v,
+            )
+        })
+        .collect();
+    if lines.iter().any(|l| !l.1.is_empty()) {
+        charts.push(lab_chart(
+            format!("Throughput vs {xk} (mean of the tenants)"),
+            xk,
+            "MiB/s".into(),
+            Some(cats),
+            lines,
+            Scale::Linear,
+        ));
+    }
+}
+
 /// Writes `report.html` and PNGs into `out` (default `DIR/report`).
 pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
     ontime_plot::register_font()?;
@@ -120,7 +185,7 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
 
     let mut charts: Vec<Chart> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
-    let metric = if crawl { "interval error" } else { "wake-up latency" };
+    let metric = runs[0].record.workload.metric();
     // Pool repetitions: group by all swept values.
     let mut groups: BTreeMap<Vars, LatencyHistogram> = BTreeMap::new();
     for r in &runs {
@@ -145,6 +210,12 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
                 .into(),
         );
     }
+    let io = runs[0].record.workload == Workload::Io;
+    if io {
+        // The tools report summaries, not histograms: nothing to pool.
+        groups.clear();
+        io_charts(&runs, x_key.as_deref(), &mut charts);
+    }
     for (vars, h) in &groups {
         if h.percentile(99.999).is_none() {
             notes.push(format!(
@@ -160,7 +231,7 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
             ));
         }
     }
-    if let Some(xk) = &x_key {
+    if let Some(xk) = x_key.as_ref().filter(|_| !io) {
         // Series: the other swept keys' values; x: one tick per swept value,
         // in numeric order when the values are numbers.
         let mut series: BTreeMap<Vars, Vec<(String, &LatencyHistogram)>> = BTreeMap::new();
@@ -275,7 +346,7 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
             ));
         }
     }
-    if !crawl {
+    if runs[0].record.workload == Workload::Cyclic {
         // Histograms (document 001 figures 3 and 4): one figure per value of
         // the first swept key, a line per combination of the others.
         let mut by_x: BTreeMap<String, Vec<(String, &LatencyHistogram)>> = BTreeMap::new();
@@ -328,8 +399,11 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
         svgs.push(c.svg()?);
     }
 
-    let (observe_html, observe_pngs) = observe_section(&runs, &out)?;
+    let (mut observe_html, observe_pngs) = observe_section(&runs, &out)?;
     pngs.extend(observe_pngs);
+    let (io_html, io_pngs) = crate::iocells::section(&runs, &out)?;
+    observe_html.insert_str(0, &io_html);
+    pngs.extend(io_pngs);
     let page = ReportPage {
         name: &scenario_name,
         crawl,
@@ -807,7 +881,7 @@ fn environment_section(runs: &[RunResults]) -> String {
         env.wan_delay_by.as_str(),
         esc(&relay_delays.join("<br>")).replace("&lt;br&gt;", "<br>"),
         if stamps.is_empty() {
-            "no gateway (cyclic runs)".into()
+            "no gateway (cyclic or I/O runs)".into()
         } else {
             esc(&stamps.join("<br>")).replace("&lt;br&gt;", "<br>")
         },
@@ -887,7 +961,7 @@ fn figures_section(charts: &[Chart], svgs: &[String]) -> String {
 fn runs_section(runs: &[RunResults], crawl: bool) -> String {
     let mut h = String::new();
     h.push_str("<h2>Runs</h2>");
-    let metric = if crawl { "interval error" } else { "wake-up latency" };
+    let metric = runs[0].record.workload.metric();
     let _ = write!(
         h,
         "<p>Per tenant: {metric}. Pooled = all tenants of the run together.</p>"

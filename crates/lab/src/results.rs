@@ -48,6 +48,8 @@ pub fn read_record(run_dir: &Path) -> Result<RunRecord> {
 pub enum ProbeResult {
     Crawl(Box<CrawlResult>),
     Cyclic(Box<CyclicResult>),
+    /// fio, dd or Postmark (`ontime io workload`).
+    Io(Box<ontime_io::workload::WorkloadResult>),
     /// A crawler tenant as `ontime sim` scored it.
     Simulated(Box<crate::simulate::SimTenant>),
 }
@@ -57,6 +59,7 @@ impl ProbeResult {
         Ok(match workload {
             Workload::Crawl => ProbeResult::Crawl(Box::new(read_json(path, "crawl result")?)),
             Workload::Cyclic => ProbeResult::Cyclic(Box::new(read_json(path, "cyclic result")?)),
+            Workload::Io => ProbeResult::Io(Box::new(read_json(path, "I/O workload result")?)),
         })
     }
 
@@ -66,6 +69,7 @@ impl ProbeResult {
         match self {
             ProbeResult::Crawl(c) => &c.interval_error,
             ProbeResult::Cyclic(c) => &c.latency,
+            ProbeResult::Io(r) => &r.latency,
             ProbeResult::Simulated(s) => s.headline(),
         }
     }
@@ -75,6 +79,8 @@ impl ProbeResult {
         match self {
             ProbeResult::Crawl(c) => c.missed,
             ProbeResult::Cyclic(c) => c.overruns,
+            // The tools stop at an error; a result was written, so none.
+            ProbeResult::Io(_) => 0,
             ProbeResult::Simulated(s) => s.missed,
         }
     }
@@ -83,7 +89,7 @@ impl ProbeResult {
         match self {
             ProbeResult::Crawl(c) => Some(&c.send_lag),
             ProbeResult::Simulated(s) => s.send_lag.as_ref(),
-            ProbeResult::Cyclic(_) => None,
+            ProbeResult::Cyclic(_) | ProbeResult::Io(_) => None,
         }
     }
 }
@@ -110,7 +116,7 @@ pub struct RunResults {
 fn hlog_tag(w: Workload) -> &'static str {
     match w {
         Workload::Crawl => "interval_error",
-        Workload::Cyclic => "latency",
+        Workload::Cyclic | Workload::Io => "latency",
     }
 }
 

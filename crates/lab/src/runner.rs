@@ -65,6 +65,9 @@ pub struct Environment {
     /// kernel, when the scenario set one (`host.rr_timeslice`).
     #[serde(default)]
     pub rr_timeslice_ms: Option<u64>,
+    /// What the run did to the host beyond the lab (dropped caches ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// Who added the WAN delay in a run.
@@ -92,6 +95,8 @@ impl WanDelayBy {
 pub enum Workload {
     Crawl,
     Cyclic,
+    /// fio, dd or Postmark on the tenant's disk (document 004).
+    Io,
 }
 
 impl Workload {
@@ -100,6 +105,7 @@ impl Workload {
         match self {
             Workload::Crawl => "interval error",
             Workload::Cyclic => "wake-up latency",
+            Workload::Io => "I/O latency",
         }
     }
 
@@ -108,6 +114,7 @@ impl Workload {
         match self {
             Workload::Crawl => "missed",
             Workload::Cyclic => "overruns",
+            Workload::Io => "errors",
         }
     }
 }
@@ -138,6 +145,9 @@ pub struct RunRecord {
     pub gateway: Option<ontime_gateway::server::GatewayStats>,
     /// The scheduler recorder of the run (`[observe]`).
     pub observe: Option<crate::observe::ObserveOutcome>,
+    /// The I/O recorder of the run (`[observe] io = true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<crate::iorec::IoOutcome>,
     pub tenants: Vec<TenantOutcome>,
     pub started_utc: String,
     pub finished_utc: String,
@@ -265,6 +275,8 @@ pub fn run_plan(
             config: run.config.clone(),
             workload: if run.config.tenant.crawl.is_some() {
                 Workload::Crawl
+            } else if run.config.tenant.io.is_some() {
+                Workload::Io
             } else {
                 Workload::Cyclic
             },
@@ -281,10 +293,12 @@ pub fn run_plan(
                 wan_delay_by: WanDelayBy::Relay,
                 model_note: MODEL_NOTE.into(),
                 rr_timeslice_ms: None,
+                notes: Vec::new(),
             },
             relay: None,
             gateway: None,
             observe: None,
+            io: None,
             tenants: Vec::new(),
             started_utc: started,
             finished_utc: String::new(),
@@ -337,6 +351,28 @@ fn one_run(
     start_gateway(c, &mut lab, dir, &opts.exe)?;
     // The scheduler recorder watches loads and probes from their start.
     let observer = start_recorder(c, &lab, dir, rec);
+    if c.tenant.io.is_some() {
+        // Every cell starts from cold caches, guest and host (document 004
+        // rebooted its VMs); this drops the whole host's page cache.
+        drop_caches()?;
+        rec.environment
+            .notes
+            .push("page cache dropped before the run (host-wide)".into());
+    }
+    let io_observer = if c.observe.io {
+        match crate::iorec::start(&lab, dir) {
+            Ok(o) => Some(o),
+            Err(e) => {
+                rec.io = Some(crate::iorec::IoOutcome {
+                    error: Some(format!("{e:#}")),
+                    ..Default::default()
+                });
+                None
+            }
+        }
+    } else {
+        None
+    };
     let loads = start_loads(c, &lab, native)?;
     let cpu_before = HostCpu::now();
     let mut probes = start_probes(c, &lab, dir, &opts.exe, native)?;
@@ -345,6 +381,9 @@ fn one_run(
         rec.host_cpu = Some(a.until(&b));
     }
 
+    if let Some(o) = io_observer {
+        rec.io = Some(o.finish(dir));
+    }
     if let Some(o) = observer {
         rec.observe = Some(o.finish(dir));
     }
@@ -374,6 +413,14 @@ fn one_run(
     Ok(())
 }
 
+/// Writes back dirty pages and drops the page cache, dentries and inodes.
+fn drop_caches() -> Result<()> {
+    // SAFETY: sync(2) has no preconditions.
+    unsafe { libc::sync() };
+    std::fs::write("/proc/sys/vm/drop_caches", "3")
+        .context("cannot drop the page cache (/proc/sys/vm/drop_caches): I/O tenants need root")
+}
+
 /// The gateway's counters and receive-stamp figures in a run directory.
 pub const GATEWAY_RESULT: &str = "gateway.json";
 
@@ -395,12 +442,14 @@ fn start_lab(c: &crate::scenario::RunConfig, rec: &mut RunRecord) -> Result<(Lab
             .map(parse_bytes)
             .transpose()
             .map_err(anyhow::Error::msg)?,
+        swap_bytes: t.swap_bytes().map_err(anyhow::Error::msg)?,
         rt_runtime_us: None,
     };
     let disk = match &t.disk {
         Some(d) => Some(crate::disk::DiskSpec {
             size: parse_bytes(&d.size).map_err(anyhow::Error::msg)?,
             direct: d.direct,
+            swap: t.swap_bytes().map_err(anyhow::Error::msg)?,
         }),
         None => None,
     };
@@ -592,6 +641,17 @@ fn start_probes(
                 }
                 .args(),
             );
+        } else if let Some(io) = &t.io {
+            cmd.args(["io", "workload", "--tool", io.tool.program(), "--rw", &io.rw])
+                .args(["--size", &io.size, "--bs", &io.bs])
+                .args(["--dir", names::DISK_MOUNT])
+                .arg("-D")
+                .arg(format!("{}s", (c.duration / 1_000_000_000).max(1)))
+                .arg("--log")
+                .arg(dir.join(format!("t{i}.tool.log")));
+            if io.direct {
+                cmd.arg("--direct");
+            }
         } else if let Some(cy) = &t.cyclic {
             cmd.args(
                 ontime_cyclic::CyclicProbe {

@@ -241,6 +241,11 @@ pub struct TenantTemplate {
     /// tenant's own mount namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk: Option<DiskConfig>,
+    /// Swap beyond `memory` (document 004): "none" (the tenant never
+    /// swaps), "memory" (as much as its memory) or a size; a swap file of
+    /// that size on its disk is switched on. Absent: the host's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swap: Option<String>,
     #[serde(default)]
     pub cpu_quota: Option<f64>,
     #[serde(default)]
@@ -258,6 +263,27 @@ pub struct TenantTemplate {
     pub crawl: Option<CrawlWorkload>,
     #[serde(default)]
     pub cyclic: Option<CyclicWorkload>,
+    /// An I/O workload on the tenant's disk (document 004): fio, dd or
+    /// Postmark (`ontime io workload`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<ontime_io::workload::WorkloadSpec>,
+}
+
+impl TenantTemplate {
+    /// Swap in bytes the tenant may use: None = host default, Some(0) = none.
+    pub fn swap_bytes(&self) -> Result<Option<u64>, String> {
+        match self.swap.as_deref() {
+            None => Ok(None),
+            Some("none") => Ok(Some(0)),
+            Some("memory") => match self.memory.as_deref() {
+                Some(m) => parse_bytes(m).map(Some),
+                None => Err("tenant.swap = \"memory\" needs tenant.memory".into()),
+            },
+            Some(size) => parse_bytes(size)
+                .map(Some)
+                .map_err(|e| format!("tenant.swap: {e} (or none, memory)")),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Default)]
@@ -415,7 +441,8 @@ pub struct DiskConfig {
 /// `perf sched record -a` instead (the overhead benchmark's peer); "off"
 /// records nothing. `profile = 1000` also samples the tenants' stacks at
 /// that rate (Hz) and the report shows where their time went (`ontime
-/// profile`: steal by whom and by function).
+/// profile`: steal by whom and by function). `io = true` records the
+/// tenants' I/O per layer (`ontime io`).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ObserveSpec {
@@ -423,6 +450,11 @@ pub struct ObserveSpec {
     pub recorder: Recorder,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<u32>,
+    /// Also record the tenants' I/O at the application, virtual-disk and
+    /// physical-disk layers (`ontime io record`); the report shows what
+    /// each cache absorbed.
+    #[serde(default)]
+    pub io: bool,
 }
 
 impl Default for ObserveSpec {
@@ -430,6 +462,7 @@ impl Default for ObserveSpec {
         ObserveSpec {
             recorder: Recorder::Ontime,
             profile: None,
+            io: false,
         }
     }
 }
@@ -710,9 +743,34 @@ fn validate(c: &RunConfig) -> Result<()> {
     if c.host.relay_delay > 10_000_000_000 {
         bail!("host.relay_delay must be at most 10s");
     }
+    let swap = t.swap_bytes().map_err(anyhow::Error::msg)?;
+    if swap.is_some() && t.memory.is_none() {
+        bail!("tenant.swap needs tenant.memory (the swap limit is memory + swap)");
+    }
+    if swap.is_some_and(|s| s > 0) && t.disk.is_none() {
+        bail!("tenant.swap: the swap file lives on the tenant's disk: add [tenant.disk]");
+    }
+    if c.observe.io && t.disk.is_none() {
+        bail!("observe.io records the tenants' disks: add [tenant.disk] (size = \"1G\")");
+    }
+    if let Some(io) = &t.io {
+        io.validate().map_err(|e| anyhow!("tenant.{e}"))?;
+        if t.disk.is_none() {
+            bail!("tenant.io runs on the tenant's disk: add [tenant.disk] (size = \"1G\")");
+        }
+        if t.crawl.is_some() || t.cyclic.is_some() {
+            bail!("tenant: give one workload: [tenant.io], [tenant.crawl] or [tenant.cyclic]");
+        }
+        if t.backend == Backend::Native {
+            bail!(
+                "tenant.io runs in sandbox tenants (their disks and memory limits); backend = \"native\" has neither"
+            );
+        }
+        return validate_loads(c);
+    }
     match (&t.crawl, &t.cyclic) {
         (Some(_), Some(_)) => bail!("tenant: give either [tenant.crawl] or [tenant.cyclic], not both"),
-        (None, None) => bail!("tenant: needs a workload, [tenant.crawl] (rate = ...) or [tenant.cyclic]"),
+        (None, None) => bail!("tenant: needs a workload, [tenant.crawl] (rate = ...), [tenant.cyclic] or [tenant.io]"),
         (Some(cr), None) => {
             ontime_core::limits::rate("tenant.crawl.rate", cr.rate, ontime_core::limits::MAX_POLLS_PER_SECOND)
                 .map_err(anyhow::Error::msg)?;
@@ -739,6 +797,10 @@ fn validate(c: &RunConfig) -> Result<()> {
             }
         }
     }
+    validate_loads(c)
+}
+
+fn validate_loads(c: &RunConfig) -> Result<()> {
     if let Some(set) = c.load_set.as_deref().filter(|s| *s != "none") {
         if !c.load_sets.contains_key(set) {
             let known: Vec<&str> = c.load_sets.keys().map(String::as_str).collect();

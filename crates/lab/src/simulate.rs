@@ -327,6 +327,9 @@ fn scheduler_view(events: Vec<ontime_trace::event::Event>, shape: &ViewShape, en
 
 /// Simulates every run of `plan`.
 pub fn simulate_plan(plan: &Plan, opts: &SimOptions) -> Result<Vec<SimRun>> {
+    if plan.runs.iter().any(|r| r.config.tenant.io.is_some()) {
+        anyhow::bail!("the simulator models CPU scheduling; I/O tenants ([tenant.io]) run only in the lab");
+    }
     plan.runs.iter().map(|r| simulate_run(r, opts)).collect()
 }
 
@@ -677,10 +680,12 @@ pub fn write_runs(results: &Path, runs: &[SimRun]) -> Result<Vec<PathBuf>> {
                     r.simulated.model
                 ),
                 rr_timeslice_ms: r.planned.config.host.rr_timeslice.map(|n| n / 1_000_000),
+                notes: Vec::new(),
             },
             relay: None,
             gateway: None,
             observe,
+            io: None,
             tenants,
             started_utc: now.clone(),
             finished_utc: now,

@@ -1,0 +1,123 @@
+//! The I/O recorder of a run (`[observe] io = true`): `ontime io record` on
+//! the tenants' cgroups and disks while the workloads run, then the layered
+//! analysis (io.json, io.txt, figures in io/).
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::Result;
+use ontime_trace::io::{IoRecordOptions, IoRecordSummary};
+use ontime_trace::recording::Recording;
+use ontime_trace::targets::{CgroupRoot, TargetGroup, Targets};
+use serde::{Deserialize, Serialize};
+
+use crate::names;
+use crate::observe::StopOnDrop;
+use crate::sandbox::Lab;
+
+/// What the run's I/O recorder did.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct IoOutcome {
+    /// io.otrec, io.json (the analysis), io/ (figures).
+    pub file: Option<String>,
+    pub analysis: Option<String>,
+    pub events: Option<u64>,
+    pub lost: Option<u64>,
+    pub reader_cpu_ns: Option<u64>,
+    pub error: Option<String>,
+}
+
+pub struct IoObserver {
+    stop: StopOnDrop,
+    handle: JoinHandle<Result<IoRecordSummary>>,
+}
+
+pub fn start(lab: &Lab, dir: &Path) -> Result<IoObserver> {
+    let root = CgroupRoot::detect()?;
+    let mut groups = Vec::new();
+    let mut images = Vec::new();
+    for t in lab.tenants.iter().filter(|t| t.cgroup.is_some()) {
+        let path = root.resolve(&names::tenant_cgroup(t.index))?;
+        if let Some(d) = &t.disk {
+            images.push((groups.len() as u32, d.image.clone()));
+        }
+        groups.push(TargetGroup {
+            name: format!("t{}", t.index),
+            source: vec![format!("cgroup {}", path.display())],
+            cgroups: vec![path],
+            pids: vec![],
+            vcpu_names: false,
+        });
+    }
+    let opts = IoRecordOptions {
+        targets: Targets {
+            groups,
+            everything: false,
+            host_io: vec![],
+        },
+        images,
+        output: dir.join("io.otrec"),
+        drain_every: Duration::from_millis(100),
+        state_every: Duration::from_millis(250),
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stop2 = stop.clone();
+    let handle = std::thread::Builder::new().name("io-record".into()).spawn(move || {
+        ontime_trace::io::record(&opts, &stop2, None, &mut |_| {
+            let _ = tx.send(());
+        })
+    })?;
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(()) => Ok(IoObserver {
+            stop: StopOnDrop(stop),
+            handle,
+        }),
+        Err(_) => {
+            stop.store(true, Ordering::Relaxed);
+            let err = match handle.join() {
+                Ok(Err(e)) => format!("{e:#}"),
+                _ => "the I/O recorder did not start within 20 s".into(),
+            };
+            anyhow::bail!("{err}")
+        }
+    }
+}
+
+impl IoObserver {
+    pub fn finish(self, dir: &Path) -> IoOutcome {
+        self.stop.0.store(true, Ordering::Relaxed);
+        let mut out = IoOutcome::default();
+        let summary = match self.handle.join() {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                out.error = Some(format!("{e:#}"));
+                return out;
+            }
+            Err(_) => {
+                out.error = Some("the I/O recorder thread panicked".into());
+                return out;
+            }
+        };
+        out.file = Some("io.otrec".into());
+        out.events = Some(summary.events);
+        out.lost = Some(summary.lost);
+        out.reader_cpu_ns = Some(summary.reader_cpu_ns);
+        match analyse(&dir.join("io.otrec"), dir) {
+            Ok(()) => out.analysis = Some("io.json".into()),
+            Err(e) => out.error = Some(format!("analysis: {e:#}")),
+        }
+        out
+    }
+}
+
+fn analyse(file: &Path, dir: &Path) -> Result<()> {
+    let rec = Recording::read(file)?;
+    let a = ontime_io::analyze(&rec, file)?;
+    ontime_io::figures(&a, &dir.join("io"))?;
+    ontime_core::fsio::write_atomic(&dir.join("io.json"), &serde_json::to_vec(&a)?)?;
+    ontime_core::fsio::write_atomic(&dir.join("io.txt"), ontime_io::text(&a).as_bytes())?;
+    Ok(())
+}
