@@ -29,9 +29,11 @@ pub struct DiskSpec {
     pub swap: Option<u64>,
 }
 
-/// Where a tenant's swap file lives, inside its mount namespace.
-pub fn swap_file() -> PathBuf {
-    Path::new(names::DISK_MOUNT).join("swapfile")
+/// Where tenant `index`'s swap file lives, inside its mount namespace. The
+/// name carries the index: swap is listed host-wide (/proc/swaps) by path,
+/// and mkswap refuses a path that is already swapping somewhere.
+pub fn swap_file(index: usize) -> PathBuf {
+    Path::new(names::DISK_MOUNT).join(format!("swapfile-t{index}"))
 }
 
 /// A tenant's disk, attached and mounted.
@@ -161,7 +163,7 @@ pub fn create(undo: &mut Undo, index: usize, spec: &DiskSpec) -> Result<Disk> {
             .arg(names::DISK_MOUNT),
     )?;
     if let Some(bytes) = spec.swap.filter(|&b| b > 0) {
-        let sf = swap_file();
+        let sf = swap_file(index);
         let script = format!(
             "fallocate -l {bytes} {f} && chmod 600 {f} && mkswap -q {f} && swapon {f}",
             f = sf.display()
@@ -177,7 +179,7 @@ pub fn create(undo: &mut Undo, index: usize, spec: &DiskSpec) -> Result<Disk> {
             let _ = Command::new("nsenter")
                 .arg(format!("--mount={}", ns.display()))
                 .arg("swapoff")
-                .arg(swap_file())
+                .arg(swap_file(index))
                 .output();
         });
     }
@@ -238,10 +240,11 @@ pub fn remove_leftovers(l: &DiskLeftovers) {
     for ns in &l.mount_namespaces {
         // A swap file still on holds the disk's file system (and so the
         // loop device) after the namespace goes.
+        let index = ns.rsplit("-t").next().and_then(|i| i.parse().ok()).unwrap_or(0);
         let _ = Command::new("nsenter")
             .arg(format!("--mount={ns}"))
             .arg("swapoff")
-            .arg(swap_file())
+            .arg(swap_file(index))
             .output();
         let _ = Command::new("umount").arg(ns).output();
         let _ = std::fs::remove_file(ns);

@@ -775,6 +775,23 @@ fn summarize(dir: &Path, rec: &RunRecord) -> String {
     if let Some(e) = &rec.error {
         return format!("failed: {e}");
     }
+    if rec.workload == Workload::Io {
+        let results: Vec<ontime_io::workload::WorkloadResult> = rec
+            .tenants
+            .iter()
+            .filter_map(|t| t.result.as_ref())
+            .filter_map(|f| crate::results::read_json(&dir.join(f), "I/O workload result").ok())
+            .collect();
+        let mean = results.iter().map(|r| r.throughput_bps).sum::<f64>() / results.len().max(1) as f64;
+        let p99 = results.iter().filter_map(|r| r.latency.percentile(99.0)).max();
+        return format!(
+            "{} tenant(s), {:.1} MiB/s mean{}",
+            results.len(),
+            mean / 1048576.0,
+            p99.map(|v| format!(", worst p99 {}", ontime_core::duration::format_ns(v)))
+                .unwrap_or_default()
+        );
+    }
     let mut worst_p = None::<u64>;
     let mut worst_max = 0u64;
     let mut missed = 0u64;
