@@ -246,7 +246,10 @@ pub fn run_plan(
         if opts.stop.load(Ordering::Relaxed) {
             break;
         }
-        let dir = run_dir(&opts.results, run);
+        // Absolute: a tenant with a disk runs in its own mount namespace,
+        // where entering resets the working directory to /.
+        let dir = std::path::absolute(run_dir(&opts.results, run))
+            .with_context(|| format!("cannot resolve {}", opts.results.display()))?;
         if opts.resume && is_complete(&dir) {
             on(Event::Skipped { run });
             skipped += 1;
