@@ -311,3 +311,50 @@ fn bad_input_gets_a_clear_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no tenant named nobody"));
 }
+
+#[test]
+fn io_workload_runs_the_real_tools_and_reports_what_they_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| -> serde_json::Value {
+        let out = ontime()
+            .args(["io", "workload", "--json", "--dir"])
+            .arg(dir.path())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let w = run(&["--tool", "dd", "--rw", "write", "--size", "4M", "--bs", "1M"]);
+    assert_eq!(w["write_bytes"], 4 * MIB);
+    assert_eq!(w["ops"], 4);
+    let r = run(&["--tool", "dd", "--rw", "read", "--size", "4M", "--bs", "1M"]);
+    assert_eq!(r["read_bytes"], 4 * MIB);
+    assert!(r["throughput_bps"].as_f64().unwrap() > 0.0);
+    if Command::new("sh")
+        .args(["-c", "command -v fio"])
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        let f = run(&[
+            "--tool", "fio", "--rw", "randread", "--size", "4M", "--bs", "4k", "-D", "1s",
+        ]);
+        assert_eq!(f["class"], "fio randread");
+        let n = f["latency"]["count"].as_u64().unwrap();
+        assert_eq!(n, f["ops"].as_u64().unwrap(), "every fio read has a latency");
+        assert_eq!(f["read_bytes"].as_u64().unwrap(), n * 4096);
+    } else {
+        ontime_core::testing::skip("fio is not installed (scripts/setup.sh installs it)");
+    }
+    let out = ontime()
+        .args(["io", "workload", "--tool", "dd", "--rw", "randread", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("use one of read, write"));
+}

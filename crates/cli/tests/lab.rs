@@ -342,6 +342,97 @@ fn bad_scenarios_are_refused_before_anything_is_made() {
     assert!(err.contains("bad.toml") && err.contains("tenant.crawl.rate"), "{err}");
     let out = ontime().args(["lab", "run", "/nonexistent.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+    // I/O tenants: each mistake named before anything is made.
+    for (text, says) in [
+        ("[tenant.io]\nsize = '64M'\n", "add [tenant.disk]"),
+        (
+            "[tenant.disk]\nsize = '1G'\n[tenant.io]\nsize = '64M'\ntool = 'dd'\nrw = 'randread'\n",
+            "use one of read, write",
+        ),
+        (
+            "swap = 'memory'\n[tenant.disk]\nsize = '1G'\n[tenant.io]\nsize = '64M'\n",
+            "needs tenant.memory",
+        ),
+        ("[tenant.disk]\nsize = '1G'\n[tenant.io]\nsize = 'lots'\n", "io.size"),
+    ] {
+        let sc = write(
+            dir.path(),
+            "io.toml",
+            &format!("name = 'bad'\nduration = '3s'\n[tenant]\ncount = 1\n{text}"),
+        );
+        let out = ontime().args(["lab", "run"]).arg(&sc).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{text}: {err}");
+        assert!(err.contains(says), "{text}: {err}");
+    }
+}
+
+/// Document 004 in small: two I/O tenants (fio on their disks, a memory
+/// limit, a swap file), buffered and direct; every run has the tool's
+/// result and the layered analysis; direct I/O bypasses the guest cache;
+/// the report and `io advise` show the sweep; nothing is left after.
+#[test]
+fn io_tenants_run_fio_on_their_disks_with_the_layers_recorded() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root_or_skip() {
+        return;
+    }
+    if !Command::new("sh")
+        .args(["-c", "command -v fio"])
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        ontime_core::testing::skip("fio is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let (_dir, _sc, results) = run_lab(
+        "name = 'io'\nduration = '2s'\n[tenant]\ncount = 2\nmemory = '96M'\nswap = '16M'\n[tenant.disk]\nsize = '256M'\n\
+[tenant.io]\ntool = 'fio'\nrw = 'randread'\nsize = '32M'\nbs = '4k'\ndirect = false\n[observe]\nrecorder = 'off'\nio = true\n\
+[sweep]\n\"tenant.io.direct\" = [false, true]\n",
+    );
+    for (run, direct) in [("000-direct=false-rep1", false), ("001-direct=true-rep1", true)] {
+        let d = results.join("runs").join(run);
+        let rec = read_json(&d.join("run.json"));
+        assert_eq!(rec["complete"], true, "{run}: {rec}");
+        for i in 0..2 {
+            let t = read_json(&d.join(format!("t{i}.json")));
+            assert_eq!(t["class"], "fio randread", "{run}");
+            assert!(t["throughput_bps"].as_f64().unwrap() > 0.0, "{run}: {t}");
+            assert!(t["latency"]["count"].as_u64().unwrap() > 0, "{run}: {t}");
+        }
+        let io = read_json(&d.join("io.json"));
+        assert_eq!(io["lost"], 0, "{run}");
+        let tenants = io["tenants"].as_array().unwrap();
+        assert_eq!(tenants.len(), 2, "{run}");
+        for t in tenants {
+            let app = t["application"]["read"]["bytes"].as_u64().unwrap();
+            let virt = t["virtual_disk"]["read"]["bytes"].as_u64().unwrap();
+            assert!(app > 0, "{run}: {t}");
+            let guest = t["absorption"]["guest_cache_reads"]["share"].as_f64().unwrap();
+            if direct {
+                // O_DIRECT: every byte read crosses the virtual disk.
+                assert!(virt >= app * 99 / 100, "{run}: virtual {virt} < application {app}");
+                assert!(guest < 0.05, "{run}: {guest}");
+            } else {
+                // 32 MiB in 96 MiB of memory, laid out through the cache.
+                assert!(guest > 0.5, "{run}: the guest cache absorbed only {guest}");
+            }
+            assert_eq!(t["cache"]["memory_limit"], 96 << 20, "{run}");
+        }
+        assert!(d.join("io/io-t0.png").exists(), "{run}: no figure");
+    }
+    let html = std::fs::read_to_string(results.join("report/report.html")).unwrap();
+    assert!(html.contains("I/O (document 004)") && html.contains("Advice (ontime io advise)"));
+    assert!(html.contains("Throughput vs tenant.io.direct"));
+    let out = ontime().args(["io", "advise"]).arg(&results).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("fio randread") && text.contains("buffered"), "{text}");
+    // The swap files went with the disks.
+    let swaps = std::fs::read_to_string("/proc/swaps").unwrap();
+    assert!(!swaps.contains("ontime-disk"), "{swaps}");
+    assert!(leftovers().contains("nothing"), "{}", leftovers());
 }
 
 /// A tenant's disk (document 004): an image through a loop device, ext4,
