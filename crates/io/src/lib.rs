@@ -627,6 +627,25 @@ pub fn text(a: &IoAnalysis) -> String {
                 format_bytes(other.write.bytes)
             ));
         }
+        let common = |o: &OpStats| -> Option<String> {
+            let (size, n) = o.sizes.iter().max_by_key(|(_, n)| *n)?;
+            Some(format!("{} ({:.0} %)", format_bytes(*size), *n as f64 * 100.0 / o.ops.max(1) as f64))
+        };
+        let mut sizes = Vec::new();
+        for (name, l) in [
+            ("application", &t.application),
+            ("virtual disk", &t.virtual_disk),
+            ("physical disk", &t.physical_disk),
+        ] {
+            for (dir, o) in [("reads", &l.read), ("writes", &l.write)] {
+                if let Some(c) = common(o) {
+                    sizes.push(format!("{name} {dir} {c}"));
+                }
+            }
+        }
+        if !sizes.is_empty() {
+            s.push_str(&format!("  most common size (up to): {}\n", sizes.join(", ")));
+        }
         if t.disk.is_some() {
             let ab = &t.absorption;
             s.push_str(&format!(
