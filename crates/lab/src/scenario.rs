@@ -754,9 +754,20 @@ fn validate(c: &RunConfig) -> Result<()> {
         bail!("observe.io records the tenants' disks: add [tenant.disk] (size = \"1G\")");
     }
     if let Some(io) = &t.io {
-        io.validate().map_err(|e| anyhow!("tenant.{e}"))?;
-        if t.disk.is_none() {
+        let (data, _) = io.validate().map_err(|e| anyhow!("tenant.{e}"))?;
+        let Some(disk) = &t.disk else {
             bail!("tenant.io runs on the tenant's disk: add [tenant.disk] (size = \"1G\")");
+        };
+        // ext4 keeps about 5 % (journal, inode tables, reserve) of a disk.
+        let room = parse_bytes(&disk.size).map_err(|e| anyhow!("tenant.disk.size: {e}"))? / 100 * 90;
+        let need = data + swap.unwrap_or(0);
+        if need > room {
+            bail!(
+                "tenant.disk.size = {} is too small for tenant.io.size + tenant.swap ({} MiB); give at least {} MiB",
+                disk.size,
+                need >> 20,
+                (need / 90 * 100) >> 20
+            );
         }
         if t.crawl.is_some() || t.cyclic.is_some() {
             bail!("tenant: give one workload: [tenant.io], [tenant.crawl] or [tenant.cyclic]");
