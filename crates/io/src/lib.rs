@@ -629,7 +629,11 @@ pub fn text(a: &IoAnalysis) -> String {
         }
         let common = |o: &OpStats| -> Option<String> {
             let (size, n) = o.sizes.iter().max_by_key(|(_, n)| *n)?;
-            Some(format!("{} ({:.0} %)", format_bytes(*size), *n as f64 * 100.0 / o.ops.max(1) as f64))
+            Some(format!(
+                "{} ({:.0} %)",
+                format_bytes(*size),
+                *n as f64 * 100.0 / o.ops.max(1) as f64
+            ))
         };
         let mut sizes = Vec::new();
         for (name, l) in [
