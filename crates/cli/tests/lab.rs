@@ -424,7 +424,7 @@ fn io_tenants_run_fio_on_their_disks_with_the_layers_recorded() {
     }
     let html = std::fs::read_to_string(results.join("report/report.html")).unwrap();
     assert!(html.contains("I/O (document 004)") && html.contains("Advice (ontime io advise)"));
-    assert!(html.contains("Throughput vs tenant.io.direct"));
+    assert!(html.contains("fio randread: throughput vs tenant.io.direct"));
     let out = ontime().args(["io", "advise"]).arg(&results).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

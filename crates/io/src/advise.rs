@@ -26,6 +26,11 @@ pub struct Cell {
     /// the run's I/O recording), and of virtual-disk reads the host cache did.
     pub guest_absorbed: Option<f64>,
     pub host_absorbed: Option<f64>,
+    /// The same for written bytes.
+    #[serde(default)]
+    pub guest_absorbed_writes: Option<f64>,
+    #[serde(default)]
+    pub host_absorbed_writes: Option<f64>,
     /// The run directory's name.
     pub run: String,
 }
@@ -346,6 +351,8 @@ mod tests {
             p99_ns: None,
             guest_absorbed: None,
             host_absorbed: None,
+            guest_absorbed_writes: None,
+            host_absorbed_writes: None,
             run: String::new(),
         }
     }

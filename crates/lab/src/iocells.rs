@@ -60,6 +60,8 @@ pub fn cells(runs: &[RunResults]) -> Vec<Cell> {
             p99_ns: results.iter().filter_map(|w| w.latency.percentile(99.0)).max(),
             guest_absorbed: mean(&|t| t.absorption.guest_cache_reads.share),
             host_absorbed: mean(&|t| t.absorption.host_cache_reads.share),
+            guest_absorbed_writes: mean(&|t| t.absorption.guest_cache_writes.share),
+            host_absorbed_writes: mean(&|t| t.absorption.host_cache_writes.share),
             run: r.name.clone(),
         });
     }
@@ -88,10 +90,11 @@ pub fn section(runs: &[RunResults], out: &Path) -> Result<(String, Vec<PathBuf>)
     h.push_str(
         "<h2 id=io>I/O (document 004)</h2><p>Each tenant ran the workload on its own disk (an image file on the host through a loop device, ext4, \
 its memory limit = the guest cache). Throughput = the tool's bytes over its measured time, mean of the tenants; latency = the tool's per-operation \
-completion latency (fio only), worst tenant. Absorbed = share of application read bytes the guest cache served (never reached the virtual disk), \
-and of virtual-disk read bytes the host cache served (never reached the physical disk), from the run's I/O recording (ontime io). The host's page cache \
-was dropped before every run.</p><table><tr><th>run</th><th>workload</th><th>data</th><th>setting</th><th>MiB/s</th><th>p99</th>\
-<th>guest cache absorbed (reads)</th><th>host cache absorbed (reads)</th></tr>",
+completion latency (fio only), worst tenant. Absorbed = share of application bytes the guest cache kept from the virtual disk, \
+and of virtual-disk bytes the host cache kept from the physical disk, reads and writes apart, from the run's I/O recording (ontime io); writes still dirty \
+at the end count as absorbed. The host's page cache was dropped before every run. One repetition per cell: differences of a few per cent are within this \
+host's run-to-run noise.</p><table><tr><th>run</th><th>workload</th><th>data</th><th>setting</th><th>MiB/s</th><th>p99</th>\
+<th>guest cache absorbed (reads / writes)</th><th>host cache absorbed (reads / writes)</th></tr>",
     );
     for c in &cells {
         let _ = write!(
@@ -107,8 +110,8 @@ was dropped before every run.</p><table><tr><th>run</th><th>workload</th><th>dat
             })),
             c.throughput_bps / 1048576.0,
             c.p99_ns.map(format_ns).unwrap_or_else(|| "-".into()),
-            pct(c.guest_absorbed),
-            pct(c.host_absorbed)
+            format!("{} / {}", pct(c.guest_absorbed), pct(c.guest_absorbed_writes)),
+            format!("{} / {}", pct(c.host_absorbed), pct(c.host_absorbed_writes))
         );
     }
     h.push_str("</table>");

@@ -95,11 +95,14 @@ fn lab_chart(
     c
 }
 
-/// I/O runs: mean throughput of the tenants against the x key, a line per
-/// setting of the other swept keys (log scale: the caches make decades).
+/// I/O runs: mean throughput of the tenants against the x key, one figure
+/// per workload class, a line per setting of the other swept keys with
+/// repetitions and swap settings pooled (swap moved these workloads least;
+/// the table below has every cell).
 fn io_charts(runs: &[RunResults], x_key: Option<&str>, charts: &mut Vec<Chart>) {
     let Some(xk) = x_key else { return };
-    let mut series: BTreeMap<Vars, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
+    type Lines = BTreeMap<Vars, BTreeMap<String, Vec<f64>>>;
+    let mut by_class: BTreeMap<String, Lines> = BTreeMap::new();
     for c in crate::iocells::cells(runs) {
         let Some(r) = runs.iter().find(|r| r.name == c.run) else {
             continue;
@@ -111,52 +114,68 @@ fn io_charts(runs: &[RunResults], x_key: Option<&str>, charts: &mut Vec<Chart>) 
             .find(|(k, _)| k == xk)
             .map(|(_, v)| v.clone())
             .unwrap_or_default();
-        let rest: Vars = r.record.vars.iter().filter(|(k, _)| k != xk).cloned().collect();
-        series
+        let rest: Vars = r
+            .record
+            .vars
+            .iter()
+            .filter(|(k, _)| k != xk && k != "variant" && k != "tenant.swap")
+            .cloned()
+            .collect();
+        by_class
+            .entry(c.class.clone())
+            .or_default()
             .entry(rest)
             .or_default()
             .entry(xv)
             .or_default()
             .push(c.throughput_bps / 1048576.0);
     }
-    let mut cats: Vec<String> = series.values().flat_map(|m| m.keys().cloned()).collect();
-    cats.sort_by(|a, b| match (a.parse::<f64>(), b.parse::<f64>()) {
-        (Ok(x), Ok(y)) => x.total_cmp(&y),
-        _ => a.cmp(b),
-    });
-    cats.dedup();
-    let lines: Vec<(String, Vec<(f64, f64)>)> = series
-        .iter()
-        .map(|(rest, pts)| {
-            let mut v: Vec<(f64, f64)> = pts
-                .iter()
-                .map(|(x, t)| {
-                    (
-                        cats.iter().position(|c| c == x).unwrap_or(0) as f64,
-                        t.iter().sum::<f64>() / t.len().max(1) as f64,
-                    )
-                })
-                .collect();
-            v.sort_by(|a, b| a.0.total_cmp(&b.0));
-            (
-                if rest.is_empty() {
-                    "throughput".into()
-                } else {
-                    vars_label(rest)
-                },
-                v,
-            )
-        })
-        .collect();
-    if lines.iter().any(|l| !l.1.is_empty()) {
-        charts.push(lab_chart(
-            format!("Throughput vs {xk} (mean of the tenants)"),
-            xk,
-            "MiB/s".into(),
-            Some(cats),
-            lines,
-            Scale::Linear,
-        ));
+    // Sizes and numbers in their order, other values as text.
+    let key = |v: &str| {
+        v.parse::<f64>()
+            .ok()
+            .or_else(|| crate::scenario::parse_bytes(v).ok().map(|b| b as f64))
+    };
+    for (class, series) in by_class {
+        let mut cats: Vec<String> = series.values().flat_map(|m| m.keys().cloned()).collect();
+        cats.sort_by(|a, b| match (key(a), key(b)) {
+            (Some(x), Some(y)) => x.total_cmp(&y),
+            _ => a.cmp(b),
+        });
+        cats.dedup();
+        let lines: Vec<(String, Vec<(f64, f64)>)> = series
+            .iter()
+            .map(|(rest, pts)| {
+                let mut v: Vec<(f64, f64)> = pts
+                    .iter()
+                    .map(|(x, t)| {
+                        (
+                            cats.iter().position(|c| c == x).unwrap_or(0) as f64,
+                            t.iter().sum::<f64>() / t.len().max(1) as f64,
+                        )
+                    })
+                    .collect();
+                v.sort_by(|a, b| a.0.total_cmp(&b.0));
+                (
+                    if rest.is_empty() {
+                        "throughput".into()
+                    } else {
+                        vars_label(rest)
+                    },
+                    v,
+                )
+            })
+            .collect();
+        if lines.iter().any(|l| !l.1.is_empty()) {
+            charts.push(lab_chart(
+                format!("{class}: throughput vs {xk} (mean of the tenants)"),
+                xk,
+                "MiB/s".into(),
+                Some(cats),
+                lines,
+                Scale::Linear,
+            ));
+        }
     }
 }
 
