@@ -99,7 +99,7 @@ host's run-to-run noise.</p><table><tr><th>run</th><th>workload</th><th>data</th
     for c in &cells {
         let _ = write!(
             h,
-            "<tr><td class=l>{}</td><td class=l>{}</td><td>{} MiB</td><td class=l>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td class=l>{}</td><td class=l>{}</td><td>{} MiB</td><td class=l>{}</td><td>{:.1}</td><td>{}</td><td>{} / {}</td><td>{} / {}</td></tr>",
             esc(&c.run),
             esc(&c.class),
             c.data_bytes >> 20,
@@ -110,8 +110,10 @@ host's run-to-run noise.</p><table><tr><th>run</th><th>workload</th><th>data</th
             })),
             c.throughput_bps / 1048576.0,
             c.p99_ns.map(format_ns).unwrap_or_else(|| "-".into()),
-            format!("{} / {}", pct(c.guest_absorbed), pct(c.guest_absorbed_writes)),
-            format!("{} / {}", pct(c.host_absorbed), pct(c.host_absorbed_writes))
+            pct(c.guest_absorbed),
+            pct(c.guest_absorbed_writes),
+            pct(c.host_absorbed),
+            pct(c.host_absorbed_writes)
         );
     }
     h.push_str("</table>");
