@@ -187,19 +187,7 @@ impl EventSource for BpfSource<'_> {
     }
 
     fn lost(&mut self) -> u64 {
-        self.skel
-            .maps
-            .lost
-            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-            .ok()
-            .flatten()
-            .map(|per_cpu| {
-                per_cpu
-                    .iter()
-                    .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes))
-                    .sum()
-            })
-            .unwrap_or(0)
+        percpu_sum(&self.skel.maps.lost, 0)
     }
 
     fn cost(&mut self) -> SourceCost {
@@ -227,6 +215,21 @@ impl BpfSource<'_> {
             data.generation = data.generation.wrapping_add(1).max(1);
         }
     }
+}
+
+/// A u64 counter of a per-CPU array at `index`, summed over the CPUs (0
+/// when it cannot be read).
+pub(crate) fn percpu_sum(map: &impl MapCore, index: u32) -> u64 {
+    map.lookup_percpu(&index.to_ne_bytes(), MapFlags::ANY)
+        .ok()
+        .flatten()
+        .map(|per_cpu| {
+            per_cpu
+                .iter()
+                .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes))
+                .sum()
+        })
+        .unwrap_or(0)
 }
 
 /// (run_time_ns, run_cnt, recursion_misses) summed over the loaded programs.

@@ -590,21 +590,6 @@ mod bpf_record {
     /// Events (bytes in the recording's layout) and opened files.
     type Staged = (Vec<u8>, Vec<IoFile>);
 
-    fn percpu_sum(skel: &IoSkel, index: u32) -> u64 {
-        skel.maps
-            .lost
-            .lookup_percpu(&index.to_ne_bytes(), MapFlags::ANY)
-            .ok()
-            .flatten()
-            .map(|per_cpu| {
-                per_cpu
-                    .iter()
-                    .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes))
-                    .sum()
-            })
-            .unwrap_or(0)
-    }
-
     fn device_counters(skel: &IoSkel, devs: &[u32]) -> Vec<DeviceCounters> {
         let mut out = Vec::new();
         for &dev in devs {
@@ -859,8 +844,8 @@ mod bpf_record {
                 .collect(),
         };
         writer.io_layout(&layout)?;
-        let lost = percpu_sum(&skel, 0);
-        let unpaired_lost = percpu_sum(&skel, 1);
+        let lost = crate::bpf::percpu_sum(&skel.maps.lost, 0);
+        let unpaired_lost = crate::bpf::percpu_sum(&skel.maps.lost, 1);
         writer.finish(&End {
             end_ns: end.0,
             events,

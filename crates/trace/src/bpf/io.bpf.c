@@ -24,13 +24,7 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-struct kernfs_node { __u64 id; } __attribute__((preserve_access_index));
-struct cgroup { struct kernfs_node *kn; } __attribute__((preserve_access_index));
-struct cgroup_subsys_state { struct cgroup *cgroup; } __attribute__((preserve_access_index));
-struct css_set {
-    struct cgroup_subsys_state *subsys[16];
-    struct cgroup *dfl_cgrp;
-} __attribute__((preserve_access_index));
+#include "cgroup_id.h"
 struct super_block { __u32 s_dev; } __attribute__((preserve_access_index));
 struct inode {
     unsigned short i_mode;
@@ -53,8 +47,6 @@ struct task_struct {
     struct css_set *cgroups;
     struct files_struct *files;
 } __attribute__((preserve_access_index));
-
-enum cgroup_subsys_id { cpu_cgrp_id = 0 };
 
 #include "io_event.h"
 
@@ -168,18 +160,7 @@ static __always_inline __u64 submit_flags(void)
 
 static __always_inline __u64 task_cgroup_id(struct task_struct *t)
 {
-    struct cgroup *cg;
-    if (cgroup_v1) {
-        int idx = bpf_core_enum_value(enum cgroup_subsys_id, cpu_cgrp_id);
-        if (idx < 0 || idx >= 16)
-            return 0;
-        cg = BPF_CORE_READ(t, cgroups, subsys[idx], cgroup);
-    } else {
-        cg = BPF_CORE_READ(t, cgroups, dfl_cgrp);
-    }
-    if (!cg)
-        return 0;
-    return BPF_CORE_READ(cg, kn, id);
+    return css_set_cgroup_id(BPF_CORE_READ(t, cgroups), cgroup_v1);
 }
 
 /* The group of the current task, or IO_NO_GROUP. */
