@@ -4,7 +4,7 @@
 //!
 //! [`DelayLine`] is the WAN of the lab: every frame leaves a fixed delay
 //! after it arrived, behind the frames ahead of it on a rate-limited link.
-//! Document 003's EDF and WFQ are further implementations of [`Discipline`].
+//! Document 003's EDF and WFQ are [`crate::edf::ChannelScheduler`].
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -18,6 +18,8 @@ pub struct Queued {
     pub len: usize,
     /// Interface index it leaves by.
     pub egress: i32,
+    /// Its real-time channel, if the sender stamped one (document 003).
+    pub class: crate::edf::FrameClass,
 }
 
 /// The order and time at which queued frames leave.
@@ -55,6 +57,9 @@ struct QueuedKey {
     len: usize,
     egress: i32,
 }
+
+/// DelayLine keeps every frame's class as best effort: it does not look at it.
+const UNCLASSED: crate::edf::FrameClass = crate::edf::FrameClass::BestEffort;
 
 impl DelayLine {
     /// `capacity` frames can be queued without the heap growing.
@@ -113,6 +118,7 @@ impl Discipline for DelayLine {
             arrived_ns: k.arrived_ns,
             len: k.len,
             egress: k.egress,
+            class: UNCLASSED,
         })
     }
 
@@ -131,6 +137,7 @@ mod tests {
             arrived_ns,
             len,
             egress,
+            class: Default::default(),
         }
     }
 

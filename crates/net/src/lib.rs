@@ -5,10 +5,16 @@
 //! 003 are further implementations of the same trait) and [`relay`] (the
 //! threads that carry frames: the lab's Dom0 / vhost, the host I/O path).
 //!
-//! It does not own the interfaces themselves (the lab's sandbox makes them)
-//! nor channel admission (document 003's verb, to come).
+//! [`channel`] holds document 003's real-time channel arithmetic (the
+//! deadline label, EDF and guaranteed-service admission) and [`edf`] the
+//! scheduler at the bottleneck link (WFQ, EDF, best effort); the data path and
+//! controller that use it are issue 13's work in progress.
+//!
+//! It does not own the interfaces themselves (the lab's sandbox makes them).
 
+pub mod channel;
 pub mod discipline;
+pub mod edf;
 pub mod port;
 pub mod relay;
 

@@ -341,6 +341,8 @@ fn take_in(
             arrived_ns,
             len: n,
             egress: to,
+            // Channel frames are not classified yet (issue 13).
+            class: Default::default(),
         });
     }
 }
