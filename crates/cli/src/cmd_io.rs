@@ -218,7 +218,8 @@ fn report(path: &Path, figures: Option<&Path>, series: bool, out: &output::Outpu
 
 #[derive(Args)]
 struct IoWorkloadArgs {
-    /// fio (sequential or random I/O), dd (one sequential pass) or postmark (small files)
+    /// fio (sequential or random I/O), dd (one sequential pass), postmark
+    /// (small files) or command (your own program, after --)
     #[arg(long, default_value = "fio")]
     tool: ontime_io::workload::Tool,
     /// read, write, randread, randwrite, randrw (fio); read, write (dd)
@@ -244,6 +245,9 @@ struct IoWorkloadArgs {
     log: Option<PathBuf>,
     #[command(flatten)]
     out: output::OutputFlags,
+    /// With --tool command: the program and its arguments
+    #[arg(last = true, value_name = "PROGRAM")]
+    command: Vec<String>,
 }
 
 fn workload(a: IoWorkloadArgs) -> anyhow::Result<()> {
@@ -254,6 +258,7 @@ fn workload(a: IoWorkloadArgs) -> anyhow::Result<()> {
         size: a.size,
         bs: a.bs,
         direct: a.direct,
+        command: a.command,
     };
     spec.validate().map_err(usage)?;
     if !(1_000_000_000..=86_400_000_000_000).contains(&a.duration) {

@@ -350,6 +350,17 @@ fn io_workload_runs_the_real_tools_and_reports_what_they_moved() {
     } else {
         ontime_core::testing::skip("fio is not installed (scripts/setup.sh installs it)");
     }
+    // A user's own program: run in the directory, timed.
+    let c = run(&["--tool", "command", "--", "sh", "-c", "echo x > own.txt"]);
+    assert_eq!(c["class"], "command sh");
+    assert!(dir.path().join("own.txt").exists());
+    let out = ontime()
+        .args(["io", "workload", "--tool", "command", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs the program"));
     let out = ontime()
         .args(["io", "workload", "--tool", "dd", "--rw", "randread", "--dir"])
         .arg(dir.path())

@@ -21,6 +21,9 @@ pub enum Tool {
     /// Postmark: small files created, read, appended and deleted (a mail
     /// or news server).
     Postmark,
+    /// The user's own program (`command`), run in the directory; its bytes
+    /// are what the I/O recording sees, the tool reports only its time.
+    Command,
 }
 
 impl std::str::FromStr for Tool {
@@ -30,7 +33,8 @@ impl std::str::FromStr for Tool {
             "fio" => Ok(Tool::Fio),
             "dd" => Ok(Tool::Dd),
             "postmark" => Ok(Tool::Postmark),
-            o => Err(format!("unknown tool {o:?}; use fio, dd or postmark")),
+            "command" => Ok(Tool::Command),
+            o => Err(format!("unknown tool {o:?}; use fio, dd, postmark or command")),
         }
     }
 }
@@ -41,6 +45,7 @@ impl Tool {
             Tool::Fio => "fio",
             Tool::Dd => "dd",
             Tool::Postmark => "postmark",
+            Tool::Command => "command",
         }
     }
 }
@@ -63,6 +68,10 @@ pub struct WorkloadSpec {
     /// O_DIRECT in the tenant (fio, dd; Postmark has no such option).
     #[serde(default)]
     pub direct: bool,
+    /// tool = "command": the program and its arguments, run in the
+    /// tenant's disk directory, e.g. ["sh", "-c", "tar xf /data/x.tar"].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
 }
 
 fn default_rw() -> String {
@@ -89,8 +98,19 @@ impl WorkloadSpec {
         let ok: &[&str] = match self.tool {
             Tool::Fio => &["read", "write", "randread", "randwrite", "randrw"],
             Tool::Dd => &["read", "write"],
-            Tool::Postmark => &["read", "write", "randread", "randwrite", "randrw", "mixed"],
+            Tool::Postmark | Tool::Command => &["read", "write", "randread", "randwrite", "randrw", "mixed"],
         };
+        if (self.tool == Tool::Command) == self.command.is_empty() {
+            return Err(if self.command.is_empty() {
+                "io.command: tool = \"command\" needs the program to run, e.g. command = [\"sh\", \"-c\", \"...\"]"
+                    .into()
+            } else {
+                format!(
+                    "io.command is only for tool = \"command\" (tool is {})",
+                    self.tool.program()
+                )
+            });
+        }
         if !ok.contains(&self.rw.as_str()) {
             return Err(format!(
                 "io.rw {:?} for {}: use one of {}",
@@ -106,6 +126,7 @@ impl WorkloadSpec {
     pub fn class(&self) -> String {
         match self.tool {
             Tool::Postmark => "postmark".into(),
+            Tool::Command => format!("command {}", self.command.first().map(String::as_str).unwrap_or("")),
             t => format!("{} {}", t.program(), self.rw),
         }
     }
@@ -142,7 +163,7 @@ pub fn run(spec: &WorkloadSpec, dir: &Path, duration_s: u64, log: Option<&Path>)
             dir.display()
         );
     }
-    if ontime_core::caps::which(spec.tool.program()).is_none() {
+    if spec.tool != Tool::Command && ontime_core::caps::which(spec.tool.program()).is_none() {
         bail!(
             "{} is not installed: run scripts/setup.sh or apt-get install {}",
             spec.tool.program(),
@@ -153,6 +174,7 @@ pub fn run(spec: &WorkloadSpec, dir: &Path, duration_s: u64, log: Option<&Path>)
         Tool::Fio => fio(spec, dir, size, bs, duration_s, log)?,
         Tool::Dd => dd(spec, dir, size, bs, log)?,
         Tool::Postmark => postmark(dir, size, duration_s, log)?,
+        Tool::Command => command(spec, dir, log)?,
     };
     r.class = spec.class();
     r.spec = Some(spec.clone());
@@ -371,6 +393,20 @@ fn postmark(dir: &Path, size: u64, duration_s: u64, log: Option<&Path>) -> Resul
     })
 }
 
+fn command(spec: &WorkloadSpec, dir: &Path, log: Option<&Path>) -> Result<WorkloadResult> {
+    let mut cmd = Command::new(&spec.command[0]);
+    cmd.args(&spec.command[1..]).current_dir(dir);
+    let command = command_line(&cmd);
+    let t0 = Instant::now();
+    output(&mut cmd, log)?;
+    Ok(WorkloadResult {
+        command,
+        elapsed_ns: t0.elapsed().as_nanos() as u64,
+        note: Some("a user's command: its bytes are in the run's I/O recording ([observe] io = true), not here".into()),
+        ..Default::default()
+    })
+}
+
 /// (megabytes read, megabytes written) from Postmark's report ("39.04
 /// megabytes read").
 fn postmark_data(out: &str) -> Option<(f64, f64)> {
@@ -436,8 +472,20 @@ mod tests {
             size: "64M".into(),
             bs: "4k".into(),
             direct: false,
+            command: vec![],
         };
         assert_eq!(ok.validate(), Ok((64 << 20, 4096)));
+        let own = WorkloadSpec {
+            tool: Tool::Command,
+            ..ok.clone()
+        };
+        assert!(own.validate().unwrap_err().contains("needs the program"));
+        let own = WorkloadSpec {
+            command: vec!["sh".into()],
+            ..own
+        };
+        assert!(own.validate().is_ok());
+        assert_eq!(own.class(), "command sh");
         assert_eq!(ok.class(), "fio randread");
         let bad = WorkloadSpec {
             tool: Tool::Dd,

@@ -680,9 +680,12 @@ fn start_probes(
                     .replace("{i}", &i.to_string()),
             );
         }
-        cmd.arg("--result")
-            .arg(&result)
-            .stdout(std::fs::File::create(dir.join(format!("t{i}.out")))?)
+        cmd.arg("--result").arg(&result);
+        // A user's own program comes last, after `--`.
+        if let Some(io) = t.io.as_ref().filter(|io| !io.command.is_empty()) {
+            cmd.arg("--").args(&io.command);
+        }
+        cmd.stdout(std::fs::File::create(dir.join(format!("t{i}.out")))?)
             .stderr(std::fs::File::create(dir.join(format!("t{i}.err")))?);
         let child = tn.spawn(&mut cmd, native, Default::default())?;
         probes.push((i, child));
@@ -791,6 +794,14 @@ fn summarize(dir: &Path, rec: &RunRecord) -> String {
             .collect();
         let mean = results.iter().map(|r| r.throughput_bps).sum::<f64>() / results.len().max(1) as f64;
         let p99 = results.iter().filter_map(|r| r.latency.percentile(99.0)).max();
+        if rec.config.tenant.io.as_ref().is_some_and(|io| !io.command.is_empty()) {
+            let longest = results.iter().map(|r| r.elapsed_ns).max().unwrap_or(0);
+            return format!(
+                "{} tenant(s) ran the command, the longest for {} (bytes per layer in io.txt)",
+                results.len(),
+                ontime_core::duration::format_ns(longest)
+            );
+        }
         return format!(
             "{} tenant(s), {:.1} MiB/s mean{}",
             results.len(),
