@@ -13,6 +13,8 @@
 //! It does not own the interfaces themselves (the lab's sandbox makes them).
 
 pub mod channel;
+#[cfg(feature = "bpf")]
+pub mod datapath;
 pub mod discipline;
 pub mod edf;
 pub mod port;

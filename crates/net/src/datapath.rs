@@ -1,0 +1,246 @@
+//! Document 003's data path in the kernel (`src/bpf/channel.bpf.c`): the
+//! stamp (tc egress on a sending tenant's veth, inside its network
+//! namespace) and the check (XDP on a receiving veth), their shared maps
+//! (channel table, per-channel counters, the misses ring) and their
+//! attachment into named network namespaces. Hooks are removed when the
+//! [`DataPath`] drops; deleting the namespace removes them too.
+use std::mem::MaybeUninit;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, OpenObject, RingBufferBuilder, TcHookBuilder, Xdp, XdpFlags, TC_EGRESS};
+
+mod skel {
+    #![allow(clippy::all, clippy::pedantic, missing_docs)]
+    include!(concat!(env!("OUT_DIR"), "/channel.skel.rs"));
+}
+use skel::{ChannelSkel, ChannelSkelBuilder};
+
+/// Which packets a channel carries: IPv4 source and destination, and a
+/// destination port (any when None).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowMatch {
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub dport: Option<u16>,
+}
+
+/// A channel's counters, summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChannelCounts {
+    pub stamped: u64,
+    pub on_time: u64,
+    pub missed: u64,
+    pub max_overrun_ns: u64,
+}
+
+/// One missed deadline, as the check reported it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Miss {
+    pub channel: u8,
+    pub overrun_ns: u64,
+    pub ip_id: u16,
+}
+
+/// Runs `f` with this thread in the network namespace `netns` (a file
+/// such as /run/netns/NAME), then puts the thread back.
+fn in_netns<T>(netns: &Path, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let own = std::fs::File::open("/proc/thread-self/ns/net").context("opening this thread's network namespace")?;
+    let target = std::fs::File::open(netns).with_context(|| format!("no network namespace {}", netns.display()))?;
+    // SAFETY: setns on valid namespace fds; the thread is put back below.
+    if unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error()).with_context(|| format!("entering {}", netns.display()));
+    }
+    let r = f();
+    // SAFETY: as above.
+    if unsafe { libc::setns(own.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        // The thread cannot go home: nothing it does after is safe.
+        panic!(
+            "cannot return to the original network namespace: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    r
+}
+
+fn ifindex(name: &str) -> Result<i32> {
+    let c = std::ffi::CString::new(name).context("interface name")?;
+    // SAFETY: a valid C string.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if i == 0 {
+        bail!("no interface {name} in this namespace");
+    }
+    Ok(i as i32)
+}
+
+pub struct DataPath<'obj> {
+    skel: ChannelSkel<'obj>,
+    stamps: Vec<(PathBuf, i32)>,
+    checks: Vec<(PathBuf, i32)>,
+}
+
+impl<'obj> DataPath<'obj> {
+    /// Loads the programs and their maps; nothing is attached yet.
+    pub fn load(object: &'obj mut MaybeUninit<OpenObject>) -> Result<DataPath<'obj>> {
+        let open = ChannelSkelBuilder::default()
+            .open(object)
+            .context("opening the channel programs failed")?;
+        let skel = open.load().map_err(|e| {
+            anyhow::anyhow!("loading the channel programs failed: {e}. They need root (CAP_BPF, CAP_NET_ADMIN)")
+        })?;
+        Ok(DataPath {
+            skel,
+            stamps: Vec::new(),
+            checks: Vec::new(),
+        })
+    }
+
+    /// Puts a channel in the table the stamp reads: packets of `flow` get
+    /// DSCP `id` (1..63), traffic class `tc` and the deadline now + `deadline_ns`.
+    pub fn set_channel(&self, flow: FlowMatch, id: u8, tc: u8, deadline_ns: u64) -> Result<()> {
+        if !(1..64).contains(&id) {
+            bail!("channel id {id}: give 1..63 (it is the DSCP)");
+        }
+        let mut key = [0u8; 12];
+        key[0..4].copy_from_slice(&flow.src.octets());
+        key[4..8].copy_from_slice(&flow.dst.octets());
+        key[8..10].copy_from_slice(&flow.dport.unwrap_or(0).to_be_bytes());
+        let mut val = [0u8; 16];
+        val[0..4].copy_from_slice(&(id as u32).to_ne_bytes());
+        val[4..8].copy_from_slice(&(tc as u32).to_ne_bytes());
+        val[8..16].copy_from_slice(&deadline_ns.to_ne_bytes());
+        self.skel
+            .maps
+            .channels
+            .update(&key, &val, MapFlags::ANY)
+            .context("adding a channel to the stamp's table")
+    }
+
+    /// The stamp on `ifname`'s egress in network namespace `netns`.
+    pub fn stamp_on(&mut self, netns: &Path, ifname: &str) -> Result<()> {
+        let fd = self.skel.progs.stamp.as_fd();
+        let idx = in_netns(netns, || {
+            let idx = ifindex(ifname)?;
+            let mut hook = TcHookBuilder::new(fd)
+                .ifindex(idx)
+                .replace(true)
+                .handle(1)
+                .priority(1)
+                .hook(TC_EGRESS);
+            hook.create().context("tc clsact qdisc")?;
+            hook.attach()
+                .with_context(|| format!("attaching the stamp to {ifname}"))?;
+            Ok(idx)
+        })?;
+        self.stamps.push((netns.to_path_buf(), idx));
+        Ok(())
+    }
+
+    /// The check (XDP) on `ifname` in network namespace `netns`.
+    pub fn check_on(&mut self, netns: &Path, ifname: &str) -> Result<()> {
+        let fd = self.skel.progs.check.as_fd();
+        let idx = in_netns(netns, || {
+            let idx = ifindex(ifname)?;
+            Xdp::new(fd)
+                .attach(idx, XdpFlags::NONE)
+                .with_context(|| format!("attaching the check (XDP) to {ifname}"))?;
+            Ok(idx)
+        })?;
+        self.checks.push((netns.to_path_buf(), idx));
+        Ok(())
+    }
+
+    pub fn counts(&self, channel: u8) -> ChannelCounts {
+        let mut c = ChannelCounts::default();
+        let Ok(Some(per_cpu)) = self
+            .skel
+            .maps
+            .stats
+            .lookup_percpu(&(channel as u32).to_ne_bytes(), MapFlags::ANY)
+        else {
+            return c;
+        };
+        let at = |v: &[u8], i: usize| {
+            v.get(i * 8..i * 8 + 8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_ne_bytes)
+        };
+        for v in per_cpu {
+            c.stamped += at(&v, 0).unwrap_or(0);
+            c.on_time += at(&v, 1).unwrap_or(0);
+            c.missed += at(&v, 2).unwrap_or(0);
+            c.max_overrun_ns = c.max_overrun_ns.max(at(&v, 3).unwrap_or(0));
+        }
+        c
+    }
+
+    /// (malformed or foreign MPLS frames dropped by the check, stamp failures).
+    pub fn errors(&self) -> (u64, u64) {
+        let sum = |i: u32| {
+            self.skel
+                .maps
+                .errors
+                .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
+                .ok()
+                .flatten()
+                .map(|v| {
+                    v.iter()
+                        .filter_map(|b| b.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes))
+                        .sum()
+                })
+                .unwrap_or(0)
+        };
+        (sum(0), sum(1))
+    }
+
+    /// The misses reported since the last call.
+    pub fn misses(&self) -> Result<Vec<Miss>> {
+        let out = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let sink = out.clone();
+        let mut rb = RingBufferBuilder::new();
+        rb.add(&self.skel.maps.misses, move |d: &[u8]| {
+            if d.len() >= 14 {
+                let overrun_ns = u64::from_ne_bytes(d[0..8].try_into().unwrap_or([0; 8]));
+                let channel = u32::from_ne_bytes(d[8..12].try_into().unwrap_or([0; 4])) as u8;
+                let ip_id = u16::from_ne_bytes([d[12], d[13]]);
+                sink.borrow_mut().push(Miss {
+                    channel,
+                    overrun_ns,
+                    ip_id,
+                });
+            }
+            0
+        })?;
+        rb.build()?.consume().context("reading the misses")?;
+        let v = out.borrow().clone();
+        Ok(v)
+    }
+}
+
+impl Drop for DataPath<'_> {
+    fn drop(&mut self) {
+        let stamp = self.skel.progs.stamp.as_fd();
+        for (ns, idx) in &self.stamps {
+            let _ = in_netns(ns, || {
+                let mut hook = TcHookBuilder::new(stamp)
+                    .ifindex(*idx)
+                    .handle(1)
+                    .priority(1)
+                    .hook(TC_EGRESS);
+                let _ = hook.detach();
+                let _ = hook.destroy();
+                Ok(())
+            });
+        }
+        let check = self.skel.progs.check.as_fd();
+        for (ns, idx) in &self.checks {
+            let _ = in_netns(ns, || {
+                let _ = Xdp::new(check).detach(*idx, XdpFlags::NONE);
+                Ok(())
+            });
+        }
+    }
+}
