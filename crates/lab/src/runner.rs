@@ -501,6 +501,8 @@ fn start_relay(c: &crate::scenario::RunConfig, lab: &Lab, use_netem: bool) -> Re
             },
             timer_slack_ns: Some(1),
         },
+        // Document 003's scheduler: not in scenarios yet (issue 13).
+        channels: None,
     };
     let ports: Vec<_> = lab.tenants.iter().map(|t| t.net.port()).collect();
     Relay::start(lab.building.port(), &ports, relay_settings)

@@ -25,6 +25,33 @@ pub enum FrameClass {
     Reservation { channel: u8 },
 }
 
+/// A frame's class from its bytes: an MPLS frame (EtherType 0x8847, one
+/// label, IPv4 inside) is a channel's, numbered by its DSCP; TC 2 marks a
+/// reservation channel, anything else a deadline channel whose deadline is
+/// the label's (decoded against `now_ns`, the clock the stamp used). Every
+/// other frame is best effort.
+pub fn classify(frame: &[u8], now_ns: u64) -> FrameClass {
+    let Some(&[t0, t1, m0, m1, m2, m3, v, tos]) = frame.get(12..20) else {
+        return FrameClass::BestEffort;
+    };
+    if u16::from_be_bytes([t0, t1]) != 0x8847 || v >> 4 != 4 {
+        return FrameClass::BestEffort;
+    }
+    let mpls = u32::from_be_bytes([m0, m1, m2, m3]);
+    let (label, tc, bottom) = (mpls >> 12, (mpls >> 9) & 7, mpls & (1 << 8) != 0);
+    let channel = tos >> 2;
+    if !bottom || channel == 0 {
+        return FrameClass::BestEffort;
+    }
+    if tc == 2 {
+        return FrameClass::Reservation { channel };
+    }
+    match crate::channel::decode_deadline(label, now_ns) {
+        Some(deadline_ns) => FrameClass::Deadline { channel, deadline_ns },
+        None => FrameClass::BestEffort,
+    }
+}
+
 /// Counters a report reads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EdfStats {
@@ -240,6 +267,34 @@ mod tests {
             out.push((t, f.slot));
         }
         out
+    }
+
+    #[test]
+    fn frames_are_classified_by_their_label_and_dscp() {
+        let now = 5_000_000_000u64;
+        let mut f = vec![0u8; 60];
+        f[12..14].copy_from_slice(&0x8847u16.to_be_bytes());
+        let label = crate::channel::encode_deadline(now + 7_000_000);
+        let mpls = (label << 12) | (1 << 9) | (1 << 8) | 64;
+        f[14..18].copy_from_slice(&mpls.to_be_bytes());
+        f[18] = 0x45;
+        f[19] = 5 << 2;
+        assert_eq!(
+            classify(&f, now),
+            FrameClass::Deadline {
+                channel: 5,
+                deadline_ns: now + 7_000_000
+            }
+        );
+        let res = (label << 12) | (2 << 9) | (1 << 8) | 64;
+        f[14..18].copy_from_slice(&res.to_be_bytes());
+        assert_eq!(classify(&f, now), FrameClass::Reservation { channel: 5 });
+        // Not bottom of stack, plain IPv4, or too short: best effort.
+        f[14..18].copy_from_slice(&((label << 12) | 64).to_be_bytes());
+        assert_eq!(classify(&f, now), FrameClass::BestEffort);
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        assert_eq!(classify(&f, now), FrameClass::BestEffort);
+        assert_eq!(classify(&f[..15], now), FrameClass::BestEffort);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! the discipline's queue and the histogram are sized at start.
 
 use crate::discipline::{DelayLine, Discipline, Queued};
+use crate::edf::{classify, ChannelScheduler};
 use crate::port::{PacketPort, PortId, Received};
 use anyhow::{Context, Result};
 use mio::unix::SourceFd;
@@ -33,6 +34,20 @@ pub struct RelaySettings {
     pub rate_bps: Option<u64>,
     pub threads: usize,
     pub thread: ThreadSettings,
+    /// Document 003's scheduler instead of the plain delay line: one
+    /// bottleneck link of `rate_bps` (both directions share it), reservation
+    /// channels by WFQ, deadline channels by EDF, best effort last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channels: Option<ChannelLink>,
+}
+
+/// The relay's bottleneck when channels are scheduled.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ChannelLink {
+    pub rate_bps: u64,
+    /// (channel, reserved bits/s) of the reservation channels.
+    #[serde(default)]
+    pub reservations: Vec<(u8, u64)>,
 }
 
 impl Default for RelaySettings {
@@ -42,14 +57,57 @@ impl Default for RelaySettings {
             rate_bps: None,
             threads: 1,
             thread: ThreadSettings::default(),
+            channels: None,
+        }
+    }
+}
+
+/// The discipline a relay thread runs, chosen by the settings.
+enum RelayDiscipline {
+    Delay(DelayLine),
+    Channels(Box<ChannelScheduler>),
+}
+
+impl Discipline for RelayDiscipline {
+    fn enqueue(&mut self, q: Queued) {
+        match self {
+            RelayDiscipline::Delay(d) => d.enqueue(q),
+            RelayDiscipline::Channels(c) => c.enqueue(q),
+        }
+    }
+    fn next_release_ns(&self) -> Option<u64> {
+        match self {
+            RelayDiscipline::Delay(d) => d.next_release_ns(),
+            RelayDiscipline::Channels(c) => c.next_release_ns(),
+        }
+    }
+    fn dequeue(&mut self, now_ns: u64) -> Option<Queued> {
+        match self {
+            RelayDiscipline::Delay(d) => d.dequeue(now_ns),
+            RelayDiscipline::Channels(c) => c.dequeue(now_ns),
+        }
+    }
+    fn len(&self) -> usize {
+        match self {
+            RelayDiscipline::Delay(d) => d.len(),
+            RelayDiscipline::Channels(c) => c.len(),
         }
     }
 }
 
 impl RelaySettings {
     /// The discipline each relay thread runs.
-    fn discipline(&self) -> DelayLine {
-        DelayLine::new(self.delay_ns, self.rate_bps, SLOTS)
+    fn discipline(&self) -> RelayDiscipline {
+        match &self.channels {
+            None => RelayDiscipline::Delay(DelayLine::new(self.delay_ns, self.rate_bps, SLOTS)),
+            Some(link) => {
+                let mut s = ChannelScheduler::new(link.rate_bps, self.delay_ns, SLOTS);
+                for &(channel, bps) in &link.reservations {
+                    s.set_reservation(channel, bps);
+                }
+                RelayDiscipline::Channels(Box::new(s))
+            }
+        }
     }
 }
 
@@ -341,8 +399,7 @@ fn take_in(
             arrived_ns,
             len: n,
             egress: to,
-            // Channel frames are not classified yet (issue 13).
-            class: Default::default(),
+            class: classify(&frames.bufs[slot][..n], arrived_ns),
         });
     }
 }
