@@ -116,14 +116,32 @@ impl Rig {
     }
 
     /// Drops the tenant's page cache only (the guest cache); the image's
-    /// pages in the host cache stay.
+    /// pages in the host cache stay. The kernel reclaims what it can in one
+    /// go and may leave some (pages under writeback, just referenced), so
+    /// it is asked again until under 512 KiB are left.
     fn drop_guest_cache(&self) {
         let mem = self.cgroups.last().unwrap();
-        if mem.join("memory.force_empty").exists() {
-            std::fs::write(mem.join("memory.force_empty"), "1").unwrap();
-        } else {
-            let _ = std::fs::write(mem.join("memory.reclaim"), "1G");
+        let cached = || -> u64 {
+            let stat = std::fs::read_to_string(mem.join("memory.stat")).unwrap_or_default();
+            stat.lines()
+                .find_map(|l| match l.split_once(' ') {
+                    Some(("cache" | "file", v)) => v.trim().parse().ok(),
+                    _ => None,
+                })
+                .unwrap_or(0)
+        };
+        for _ in 0..50 {
+            if mem.join("memory.force_empty").exists() {
+                let _ = std::fs::write(mem.join("memory.force_empty"), "1");
+            } else {
+                let _ = std::fs::write(mem.join("memory.reclaim"), "1G");
+            }
+            if cached() < 512 << 10 {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
         }
+        panic!("the tenant's page cache did not empty: {} bytes left", cached());
     }
 
     fn record(&self, out: &Path) -> Child {
