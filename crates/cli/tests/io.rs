@@ -254,10 +254,12 @@ fn buffered_disk_layers_match_the_workload_and_absorption_flips_with_the_caches(
     assert!(share(&t, "guest_cache_reads") < 0.01, "{t}");
     assert!(share(&t, "host_cache_reads") < 0.01, "{t}");
 
-    // Warm: the guest cache serves it.
+    // Warm: the guest cache serves it. Not all of it: this VM's page cache
+    // shrinks by itself (the hypervisor reclaims it: 280 MiB fell to
+    // 161 MiB in 20 s, idle, 23 GiB free), and a CI run saw 75 %.
     let t = rig.layers_of(dir.path(), "warm", &format!("cat {f} > /dev/null"));
     assert_eq!(bytes(&t, "application", "read"), 16 * MIB);
-    assert!(share(&t, "guest_cache_reads") > 0.9, "{t}");
+    assert!(share(&t, "guest_cache_reads") > 0.5, "{t}");
 
     // Guest cache dropped, host cache kept: the host cache serves it.
     rig.drop_guest_cache();
