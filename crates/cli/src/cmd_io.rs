@@ -109,18 +109,7 @@ fn record(a: IoRecordArgs) -> anyhow::Result<()> {
             "io record: QEMU guests are not supported yet; give the tenant's cgroup or pid",
         ));
     }
-    if let Some(d) = a.duration {
-        ontime_core::limits::duration(
-            "-D",
-            d,
-            ontime_core::limits::MIN_DURATION_NS,
-            ontime_core::limits::MAX_DURATION_NS,
-        )
-        .map_err(usage)?;
-    }
-    if !(1_000_000..=10_000_000_000).contains(&a.drain_every) {
-        return Err(usage("--drain-every must be between 1ms and 10s"));
-    }
+    crate::cmd_observe::check_recording_times(a.duration, a.drain_every)?;
     if !(10_000_000..=60_000_000_000).contains(&a.state_every) {
         return Err(usage("--state-every must be between 10ms and 60s"));
     }

@@ -138,6 +138,24 @@ pub struct MechanismFlag {
     pub mechanism: Mechanism,
 }
 
+/// The recorders' `-D` and `--drain-every`, checked one way for every verb
+/// that records (observe, profile, io).
+pub fn check_recording_times(duration: Option<u64>, drain_every: u64) -> anyhow::Result<()> {
+    if let Some(d) = duration {
+        ontime_core::limits::duration(
+            "-D",
+            d,
+            ontime_core::limits::MIN_DURATION_NS,
+            ontime_core::limits::MAX_DURATION_NS,
+        )
+        .map_err(usage)?;
+    }
+    if !(1_000_000..=10_000_000_000).contains(&drain_every) {
+        return Err(usage("--drain-every must be between 1ms and 10s"));
+    }
+    Ok(())
+}
+
 /// `record`'s arguments, shared with `profile record`.
 #[derive(Args)]
 pub struct RecordArgs {
@@ -202,18 +220,7 @@ pub fn record(
 ) -> anyhow::Result<PathBuf> {
     let output = a.output.clone().unwrap_or_else(|| PathBuf::from(default_output));
     let targets = a.targets.resolve()?;
-    if let Some(d) = a.duration {
-        ontime_core::limits::duration(
-            "-d",
-            d,
-            ontime_core::limits::MIN_DURATION_NS,
-            ontime_core::limits::MAX_DURATION_NS,
-        )
-        .map_err(usage)?;
-    }
-    if a.drain_every < 1_000_000 || a.drain_every > 10_000_000_000 {
-        return Err(usage("--drain-every must be between 1ms and 10s"));
-    }
+    check_recording_times(a.duration, a.drain_every)?;
     if window.is_some() {
         if output.exists() && !output.is_dir() {
             return Err(usage(format!(

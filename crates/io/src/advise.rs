@@ -155,9 +155,9 @@ fn findings(g: &Grid) -> Vec<Finding> {
         return vec![];
     };
     // Best throughput over the other settings at one memory size.
-    let best_at = |s: &BTreeMap<Setting, f64>, mem: u64, direct: Option<bool>| {
+    let best_at = |s: &BTreeMap<Setting, f64>, mem: u64| {
         s.iter()
-            .filter(|(k, _)| k.memory_bytes == mem && direct.is_none_or_eq(k.direct))
+            .filter(|(k, _)| k.memory_bytes == mem)
             .map(|(_, v)| *v)
             .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.max(v))))
     };
@@ -171,7 +171,7 @@ fn findings(g: &Grid) -> Vec<Finding> {
         if lo == hi || *data > hi {
             continue;
         }
-        if let (Some(a), Some(b)) = (best_at(s, hi, None), best_at(s, lo, None)) {
+        if let (Some(a), Some(b)) = (best_at(s, hi), best_at(s, lo)) {
             total += 1;
             if a > b {
                 wins += 1;
@@ -274,19 +274,6 @@ fn findings(g: &Grid) -> Vec<Finding> {
         },
     });
     out
-}
-
-trait NoneOrEq {
-    fn is_none_or_eq(&self, v: bool) -> bool;
-}
-
-impl NoneOrEq for Option<bool> {
-    fn is_none_or_eq(&self, v: bool) -> bool {
-        match self {
-            None => true,
-            Some(x) => *x == v,
-        }
-    }
 }
 
 /// The advice as text.

@@ -202,19 +202,6 @@ pub struct DiskLeftovers {
 }
 
 pub fn leftovers() -> DiskLeftovers {
-    let mut out = DiskLeftovers::default();
-    if let Ok(dir) = std::fs::read_dir("/sys/block") {
-        for e in dir.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if !name.starts_with("loop") {
-                continue;
-            }
-            let backing = std::fs::read_to_string(e.path().join("loop/backing_file")).unwrap_or_default();
-            if backing.trim().starts_with(names::DISK_DIR) {
-                out.loop_devices.push(format!("/dev/{name}"));
-            }
-        }
-    }
     let list = |dir: &str| -> Vec<String> {
         std::fs::read_dir(dir)
             .map(|d| {
@@ -225,8 +212,15 @@ pub fn leftovers() -> DiskLeftovers {
             })
             .unwrap_or_default()
     };
-    out.mount_namespaces = list(names::MNTNS_DIR);
-    out.images = list(names::DISK_DIR);
+    let mut out = DiskLeftovers {
+        loop_devices: ontime_trace::io::loop_devices()
+            .into_iter()
+            .filter(|l| l.backing.starts_with(names::DISK_DIR))
+            .map(|l| format!("/dev/{}", l.device.name))
+            .collect(),
+        mount_namespaces: list(names::MNTNS_DIR),
+        images: list(names::DISK_DIR),
+    };
     out.loop_devices.sort();
     out.mount_namespaces.sort();
     out.images.sort();

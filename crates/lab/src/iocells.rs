@@ -8,11 +8,8 @@ use anyhow::Result;
 use ontime_core::duration::format_ns;
 use ontime_io::advise::{advise, setting_text, AdviceReport, Cell};
 
+use crate::report::esc;
 use crate::results::{ProbeResult, RunResults};
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
-}
 
 /// The run's layered analysis, when it recorded I/O.
 pub fn analysis(r: &RunResults) -> Option<ontime_io::IoAnalysis> {
@@ -80,8 +77,7 @@ fn pct(v: Option<f64>) -> String {
 /// "I/O": a row per run (throughput, latency, what each cache absorbed),
 /// the advice table with document 004's findings, and the layer figure of
 /// the run with the lowest throughput.
-pub fn section(runs: &[RunResults], out: &Path) -> Result<(String, Vec<PathBuf>)> {
-    let cells = cells(runs);
+pub fn section(runs: &[RunResults], cells: &[Cell], out: &Path) -> Result<(String, Vec<PathBuf>)> {
     let mut h = String::new();
     let mut pngs = Vec::new();
     if cells.is_empty() {
@@ -96,7 +92,7 @@ at the end count as absorbed. The host's page cache was dropped before every run
 host's run-to-run noise.</p><table><tr><th>run</th><th>workload</th><th>data</th><th>setting</th><th>MiB/s</th><th>p99</th>\
 <th>guest cache absorbed (reads / writes)</th><th>host cache absorbed (reads / writes)</th></tr>",
     );
-    for c in &cells {
+    for c in cells {
         let _ = write!(
             h,
             "<tr><td class=l>{}</td><td class=l>{}</td><td>{} MiB</td><td class=l>{}</td><td>{:.1}</td><td>{}</td><td>{} / {}</td><td>{} / {}</td></tr>",
@@ -117,7 +113,7 @@ host's run-to-run noise.</p><table><tr><th>run</th><th>workload</th><th>data</th
         );
     }
     h.push_str("</table>");
-    let adv = advise(&cells);
+    let adv = advise(cells);
     h.push_str(
         "<h3>Advice (ontime io advise)</h3><table><tr><th>workload</th><th>data</th><th>best setting</th><th>MiB/s</th><th>next best</th><th>margin</th></tr>",
     );

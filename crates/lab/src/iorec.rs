@@ -2,8 +2,7 @@
 //! the tenants' cgroups and disks while the workloads run, then the layered
 //! analysis (io.json, io.txt, figures in io/).
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -62,28 +61,10 @@ pub fn start(lab: &Lab, dir: &Path) -> Result<IoObserver> {
         drain_every: Duration::from_millis(100),
         state_every: Duration::from_millis(250),
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stop2 = stop.clone();
-    let handle = std::thread::Builder::new().name("io-record".into()).spawn(move || {
-        ontime_trace::io::record(&opts, &stop2, None, &mut |_| {
-            let _ = tx.send(());
-        })
+    let (stop, handle) = crate::observe::spawn_recorder("io-record", move |stop, ready| {
+        ontime_trace::io::record(&opts, stop, None, ready)
     })?;
-    match rx.recv_timeout(Duration::from_secs(20)) {
-        Ok(()) => Ok(IoObserver {
-            stop: StopOnDrop(stop),
-            handle,
-        }),
-        Err(_) => {
-            stop.store(true, Ordering::Relaxed);
-            let err = match handle.join() {
-                Ok(Err(e)) => format!("{e:#}"),
-                _ => "the I/O recorder did not start within 20 s".into(),
-            };
-            anyhow::bail!("{err}")
-        }
-    }
+    Ok(IoObserver { stop, handle })
 }
 
 impl IoObserver {

@@ -145,30 +145,43 @@ pub fn start(recorder: Recorder, sample_hz: Option<u32>, lab: &Lab, dir: &Path) 
                 sample_hz,
                 window: None,
             };
-            let stop = Arc::new(AtomicBool::new(false));
-            let (tx, rx) = std::sync::mpsc::channel();
-            let stop2 = stop.clone();
-            let handle = std::thread::Builder::new().name("observe".into()).spawn(move || {
-                record(&opts, &stop2, None, &mut NoSink, &mut |_| {
-                    let _ = tx.send(());
-                })
+            let (stop, handle) = spawn_recorder("observe", move |stop, ready| {
+                record(&opts, stop, None, &mut NoSink, ready)
             })?;
-            match rx.recv_timeout(Duration::from_secs(20)) {
-                Ok(()) => Ok(Observer::Ontime {
-                    stop: StopOnDrop(stop),
-                    handle,
-                    busy0,
-                    t0: MonoNs::now(),
-                }),
-                Err(_) => {
-                    stop.store(true, Ordering::Relaxed);
-                    let err = match handle.join() {
-                        Ok(Err(e)) => format!("{e:#}"),
-                        _ => "the recorder did not start within 20 s".into(),
-                    };
-                    anyhow::bail!("{err}")
-                }
-            }
+            Ok(Observer::Ontime {
+                stop,
+                handle,
+                busy0,
+                t0: MonoNs::now(),
+            })
+        }
+    }
+}
+
+/// Runs a recorder (`record(stop, ready)`) on its own thread and waits up
+/// to 20 s for it to call `ready` (its probes attached); a recorder that
+/// fails or does not start in time is stopped and its error returned.
+pub fn spawn_recorder<T: Send + 'static>(
+    name: &str,
+    record: impl FnOnce(&AtomicBool, &mut dyn FnMut(u64)) -> Result<T> + Send + 'static,
+) -> Result<(StopOnDrop, JoinHandle<Result<T>>)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stop2 = stop.clone();
+    let handle = std::thread::Builder::new().name(name.into()).spawn(move || {
+        record(&stop2, &mut |_| {
+            let _ = tx.send(());
+        })
+    })?;
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(()) => Ok((StopOnDrop(stop), handle)),
+        Err(_) => {
+            stop.store(true, Ordering::Relaxed);
+            let err = match handle.join() {
+                Ok(Err(e)) => format!("{e:#}"),
+                _ => format!("the {name} recorder did not start within 20 s"),
+            };
+            anyhow::bail!("{err}")
         }
     }
 }

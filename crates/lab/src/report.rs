@@ -73,7 +73,7 @@ fn vars_label(vars: &[(String, String)]) -> String {
     }
 }
 
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
@@ -95,15 +95,30 @@ fn lab_chart(
     c
 }
 
+/// Swept values as x-axis categories: numbers and sizes ("96M") in their
+/// order, other values as text; each once.
+fn sort_categories(cats: &mut Vec<String>) {
+    let key = |v: &str| {
+        v.parse::<f64>()
+            .ok()
+            .or_else(|| crate::scenario::parse_bytes(v).ok().map(|b| b as f64))
+    };
+    cats.sort_by(|a, b| match (key(a), key(b)) {
+        (Some(x), Some(y)) => x.total_cmp(&y),
+        _ => a.cmp(b),
+    });
+    cats.dedup();
+}
+
 /// I/O runs: mean throughput of the tenants against the x key, one figure
 /// per workload class, a line per setting of the other swept keys with
 /// repetitions and swap settings pooled (swap moved these workloads least;
 /// the table below has every cell).
-fn io_charts(runs: &[RunResults], x_key: Option<&str>, charts: &mut Vec<Chart>) {
+fn io_charts(runs: &[RunResults], cells: &[ontime_io::advise::Cell], x_key: Option<&str>, charts: &mut Vec<Chart>) {
     let Some(xk) = x_key else { return };
     type Lines = BTreeMap<Vars, BTreeMap<String, Vec<f64>>>;
     let mut by_class: BTreeMap<String, Lines> = BTreeMap::new();
-    for c in crate::iocells::cells(runs) {
+    for c in cells {
         let Some(r) = runs.iter().find(|r| r.name == c.run) else {
             continue;
         };
@@ -130,19 +145,9 @@ fn io_charts(runs: &[RunResults], x_key: Option<&str>, charts: &mut Vec<Chart>) 
             .or_default()
             .push(c.throughput_bps / 1048576.0);
     }
-    // Sizes and numbers in their order, other values as text.
-    let key = |v: &str| {
-        v.parse::<f64>()
-            .ok()
-            .or_else(|| crate::scenario::parse_bytes(v).ok().map(|b| b as f64))
-    };
     for (class, series) in by_class {
         let mut cats: Vec<String> = series.values().flat_map(|m| m.keys().cloned()).collect();
-        cats.sort_by(|a, b| match (key(a), key(b)) {
-            (Some(x), Some(y)) => x.total_cmp(&y),
-            _ => a.cmp(b),
-        });
-        cats.dedup();
+        sort_categories(&mut cats);
         let lines: Vec<(String, Vec<(f64, f64)>)> = series
             .iter()
             .map(|(rest, pts)| {
@@ -230,10 +235,13 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
         );
     }
     let io = runs[0].record.workload == Workload::Io;
+    // Each run's I/O cell (it reads the run's io.json) once, for the
+    // figures and the I/O section.
+    let io_cells = if io { crate::iocells::cells(&runs) } else { Vec::new() };
     if io {
         // The tools report summaries, not histograms: nothing to pool.
         groups.clear();
-        io_charts(&runs, x_key.as_deref(), &mut charts);
+        io_charts(&runs, &io_cells, x_key.as_deref(), &mut charts);
     }
     for (vars, h) in &groups {
         if h.percentile(99.999).is_none() {
@@ -267,11 +275,7 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
             .keys()
             .filter_map(|v| v.iter().find(|(k, _)| k == xk).map(|(_, x)| x.clone()))
             .collect();
-        cats.sort_by(|a, b| match (a.parse::<f64>(), b.parse::<f64>()) {
-            (Ok(x), Ok(y)) => x.total_cmp(&y),
-            _ => a.cmp(b),
-        });
-        cats.dedup();
+        sort_categories(&mut cats);
         let xpos = |x: &str| cats.iter().position(|c| c == x).unwrap_or(0) as f64;
         let line = |pts: &[(String, &LatencyHistogram)], p: Option<f64>| -> Vec<(f64, f64)> {
             let mut v: Vec<(f64, f64)> = pts
@@ -420,7 +424,7 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
 
     let (mut observe_html, observe_pngs) = observe_section(&runs, &out)?;
     pngs.extend(observe_pngs);
-    let (io_html, io_pngs) = crate::iocells::section(&runs, &out)?;
+    let (io_html, io_pngs) = crate::iocells::section(&runs, &io_cells, &out)?;
     observe_html.insert_str(0, &io_html);
     pngs.extend(io_pngs);
     let page = ReportPage {

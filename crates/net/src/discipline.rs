@@ -18,12 +18,29 @@ pub struct Queued {
     pub len: usize,
     /// Interface index it leaves by.
     pub egress: i32,
-    /// Its real-time channel, if the sender stamped one (document 003).
-    pub class: crate::edf::FrameClass,
+    /// Its real-time channel, if the sender stamped one (document 003);
+    /// best effort unless the discipline [`Discipline::classifies`].
+    pub class: FrameClass,
+}
+
+/// What a frame is, as the stamp (tc-BPF on the sender's side) marked it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FrameClass {
+    #[default]
+    BestEffort,
+    /// A deadline channel's frame with its absolute deadline (CLOCK_MONOTONIC ns).
+    Deadline { channel: u8, deadline_ns: u64 },
+    /// A reservation channel's frame.
+    Reservation { channel: u8 },
 }
 
 /// The order and time at which queued frames leave.
 pub trait Discipline: Send {
+    /// Whether it orders frames by their [`FrameClass`]; the relay reads
+    /// the class from each frame's bytes only then.
+    fn classifies(&self) -> bool {
+        false
+    }
     /// Takes a frame that arrived at `queued.arrived_ns`.
     fn enqueue(&mut self, queued: Queued);
     /// The earliest time [`Discipline::dequeue`] can return a frame, if any
@@ -57,9 +74,6 @@ struct QueuedKey {
     len: usize,
     egress: i32,
 }
-
-/// DelayLine keeps every frame's class as best effort: it does not look at it.
-const UNCLASSED: crate::edf::FrameClass = crate::edf::FrameClass::BestEffort;
 
 impl DelayLine {
     /// `capacity` frames can be queued without the heap growing.
@@ -118,7 +132,8 @@ impl Discipline for DelayLine {
             arrived_ns: k.arrived_ns,
             len: k.len,
             egress: k.egress,
-            class: UNCLASSED,
+            // It does not classify: every frame is best effort.
+            class: FrameClass::BestEffort,
         })
     }
 

@@ -9,21 +9,11 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+pub use crate::discipline::FrameClass;
 use crate::discipline::{Discipline, Queued};
 
 /// Channels are numbered by their DSCP: at most 64.
 pub const MAX_CHANNELS: usize = 64;
-
-/// What a frame is, as the stamp (tc-BPF on the sender's side) marked it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum FrameClass {
-    #[default]
-    BestEffort,
-    /// A deadline channel's frame with its absolute deadline (CLOCK_MONOTONIC ns).
-    Deadline { channel: u8, deadline_ns: u64 },
-    /// A reservation channel's frame.
-    Reservation { channel: u8 },
-}
 
 /// A frame's class from its bytes: an MPLS frame (EtherType 0x8847, one
 /// label, IPv4 inside) is a channel's, numbered by its DSCP; TC 2 marks a
@@ -191,6 +181,10 @@ impl ChannelScheduler {
 }
 
 impl Discipline for ChannelScheduler {
+    fn classifies(&self) -> bool {
+        true
+    }
+
     fn enqueue(&mut self, q: Queued) {
         self.waiting.push_back((Frame::of(&q), q.class));
     }

@@ -11,7 +11,7 @@
 //! uses static neighbours). Nothing is allocated per frame: frame buffers,
 //! the discipline's queue and the histogram are sized at start.
 
-use crate::discipline::{DelayLine, Discipline, Queued};
+use crate::discipline::{DelayLine, Discipline, FrameClass, Queued};
 use crate::edf::{classify, ChannelScheduler};
 use crate::port::{PacketPort, PortId, Received};
 use anyhow::{Context, Result};
@@ -69,6 +69,12 @@ enum RelayDiscipline {
 }
 
 impl Discipline for RelayDiscipline {
+    fn classifies(&self) -> bool {
+        match self {
+            RelayDiscipline::Delay(d) => d.classifies(),
+            RelayDiscipline::Channels(c) => c.classifies(),
+        }
+    }
     fn enqueue(&mut self, q: Queued) {
         match self {
             RelayDiscipline::Delay(d) => d.enqueue(q),
@@ -399,7 +405,11 @@ fn take_in(
             arrived_ns,
             len: n,
             egress: to,
-            class: classify(&frames.bufs[slot][..n], arrived_ns),
+            class: if discipline.classifies() {
+                classify(&frames.bufs[slot][..n], arrived_ns)
+            } else {
+                FrameClass::BestEffort
+            },
         });
     }
 }

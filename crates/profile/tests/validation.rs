@@ -20,6 +20,22 @@ const ROUNDS: &str = "130";
 const UNIT: &str = "1000000";
 
 /// Compiles the compute program (frame pointers at -O0) into `dir`.
+/// Root and the compute program built in a fresh directory (kept alive by
+/// the caller), or a skip with its reason.
+fn root_and_compute() -> Option<(tempfile::TempDir, PathBuf)> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        skip("needs root (BPF recorder and perf sampling)");
+        return None;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(bin) = build_compute(dir.path()) else {
+        skip("no C compiler (cc) to build the compute program");
+        return None;
+    };
+    Some((dir, bin))
+}
+
 fn build_compute(dir: &Path) -> Option<PathBuf> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/compute.c");
     let bin = dir.join("compute");
@@ -92,14 +108,7 @@ fn within(a: f64, b: f64, rel: f64) -> bool {
 
 #[test]
 fn three_tenants_on_one_cpu_steal_two_thirds_and_correct_to_the_time_alone() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        skip("needs root (BPF recorder and perf sampling)");
-        return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let Some(bin) = build_compute(dir.path()) else {
-        skip("no C compiler (cc) to build the compute program");
+    let Some((dir, bin)) = root_and_compute() else {
         return;
     };
     let cpu = last_cpu();
@@ -276,14 +285,7 @@ fn three_tenants_on_one_cpu_steal_two_thirds_and_correct_to_the_time_alone() {
 /// the mappings the kernel reported when they mapped their files.
 #[test]
 fn short_lived_processes_are_still_named() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        skip("needs root (BPF recorder and perf sampling)");
-        return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let Some(bin) = build_compute(dir.path()) else {
-        skip("no C compiler (cc) to build the compute program");
+    let Some((dir, bin)) = root_and_compute() else {
         return;
     };
     // A shell that waits for a byte, then runs forty 5 ms computations.

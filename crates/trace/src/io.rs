@@ -331,32 +331,55 @@ impl IoLayout {
     }
 }
 
-/// The loop device whose backing file is `image`.
-pub fn loop_device_of(image: &Path) -> Option<(BlockDevice, bool)> {
-    let want = std::fs::canonicalize(image).ok()?;
-    for e in std::fs::read_dir("/sys/block").ok()?.flatten() {
+/// An attached loop device and the file behind it.
+#[derive(Clone, Debug)]
+pub struct LoopDevice {
+    pub device: BlockDevice,
+    pub backing: PathBuf,
+    /// It bypasses the host page cache (`losetup --direct-io`).
+    pub direct: bool,
+}
+
+/// Every attached loop device (/sys/block/loop*/loop).
+pub fn loop_devices() -> Vec<LoopDevice> {
+    let Ok(dir) = std::fs::read_dir("/sys/block") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in dir.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         if !name.starts_with("loop") {
             continue;
         }
-        let Ok(backing) = std::fs::read_to_string(e.path().join("loop/backing_file")) else {
+        let read = |f: &str| std::fs::read_to_string(e.path().join(f)).map(|s| s.trim().to_string());
+        let (Ok(backing), Ok(devnum)) = (read("loop/backing_file"), read("dev")) else {
             continue;
         };
-        if Path::new(backing.trim()) != want {
+        let Some((ma, mi)) = devnum.split_once(':') else {
             continue;
-        }
-        let devnum = std::fs::read_to_string(e.path().join("dev")).ok()?;
-        let (ma, mi) = devnum.trim().split_once(':')?;
-        let dio = std::fs::read_to_string(e.path().join("loop/dio")).unwrap_or_default();
-        return Some((
-            BlockDevice {
-                dev: (ma.parse::<u32>().ok()? << 20) | mi.parse::<u32>().ok()?,
+        };
+        let (Ok(ma), Ok(mi)) = (ma.parse::<u32>(), mi.parse::<u32>()) else {
+            continue;
+        };
+        out.push(LoopDevice {
+            device: BlockDevice {
+                dev: (ma << 20) | mi,
                 name,
             },
-            dio.trim() == "1",
-        ));
+            backing: PathBuf::from(backing),
+            direct: read("loop/dio").is_ok_and(|d| d == "1"),
+        });
     }
-    None
+    out
+}
+
+/// The loop device whose backing file is `image`.
+pub fn loop_device_of(image: &Path) -> Option<(BlockDevice, bool)> {
+    let want = std::fs::canonicalize(image).ok()?;
+    loop_devices()
+        .into_iter()
+        .find(|l| l.backing == want)
+        .map(|l| (l.device, l.direct))
 }
 
 /// The whole disk holding the file system `file` is on, and where that
