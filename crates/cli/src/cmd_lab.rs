@@ -89,18 +89,30 @@ fn run_scenario(a: RunArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    execute(&plan, &text, results, a.resume, a.report)
+}
+
+/// Runs a plan with a progress bar and the stop handling of `lab run`
+/// (`ontime net controller` runs one this way too).
+pub fn execute(
+    plan: &ontime_lab::scenario::Plan,
+    text: &str,
+    results: PathBuf,
+    resume: bool,
+    with_report: bool,
+) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     crate::signals::install_flag(stop.clone())?;
     let opts = RunnerOptions {
         results: results.clone(),
-        resume: a.resume,
+        resume,
         exe: std::env::current_exe()?,
         stop: stop.clone(),
     };
     let pb = crate::output::progress_bar(0);
     let mut total = plan.runs.len();
     let mut current = String::new();
-    let outcome = runner::run_plan(&plan, &text, &opts, &mut |ev| match ev {
+    let outcome = runner::run_plan(plan, text, &opts, &mut |ev| match ev {
         Event::Skipped { run } => eprintln!(
             "ontime lab: [{}/{total}] {} already complete, skipped",
             run.index + 1,
@@ -142,7 +154,7 @@ fn run_scenario(a: RunArgs) -> anyhow::Result<()> {
             results.display()
         );
     }
-    if a.report {
+    if with_report {
         report(ReportArgs {
             dir: results,
             out: None,

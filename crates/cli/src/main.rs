@@ -7,6 +7,7 @@ mod cmd_cyclic;
 mod cmd_gateway;
 mod cmd_io;
 mod cmd_lab;
+mod cmd_net;
 mod cmd_observe;
 mod cmd_plan;
 mod cmd_profile;
@@ -46,6 +47,8 @@ enum Verb {
     Profile(cmd_profile::ProfileArgs),
     /// I/O at the application, virtual-disk and physical-disk layers: which cache absorbed what (document 004)
     Io(cmd_io::IoArgs),
+    /// Real-time channels between tenants: controller, channels, misses, measured flows (document 003)
+    Net(cmd_net::NetArgs),
     /// Run a lab scenario in the scheduling simulator (crawler tenants)
     Sim(cmd_sim::SimArgs),
     /// Place tenants onto hosts so every one keeps its target; predict a placement
@@ -108,6 +111,7 @@ fn main() {
         Verb::Observe(a) => cmd_observe::run(a),
         Verb::Profile(a) => cmd_profile::run(a),
         Verb::Io(a) => cmd_io::run(a),
+        Verb::Net(a) => cmd_net::run(a),
         Verb::Sim(a) => cmd_sim::run(a),
         Verb::Plan(a) => cmd_plan::run(a),
     };

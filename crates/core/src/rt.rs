@@ -147,6 +147,12 @@ const SCHED_DEADLINE: u32 = 6;
 
 /// Applies `policy` to the calling thread.
 pub fn set_policy(policy: Policy) -> Result<()> {
+    set_policy_of(0, policy)
+}
+
+/// Applies `policy` to thread `tid` (0: the calling thread), e.g. a
+/// tenant's vCPU thread that a controller makes real-time.
+pub fn set_policy_of(tid: i32, policy: Policy) -> Result<()> {
     let mut attr = SchedAttr {
         size: std::mem::size_of::<SchedAttr>() as u32,
         ..Default::default()
@@ -172,9 +178,9 @@ pub fn set_policy(policy: Policy) -> Result<()> {
             attr.sched_period = period_ns;
         }
     }
-    // SAFETY: sched_setattr(2) with pid 0 (this thread) reads a correctly
-    // sized, initialised sched_attr and writes nothing.
-    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
+    // SAFETY: sched_setattr(2) reads a correctly sized, initialised
+    // sched_attr and writes nothing.
+    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, tid, &attr as *const SchedAttr, 0) };
     if rc != 0 {
         let err = std::io::Error::last_os_error();
         let hint = match err.raw_os_error() {

@@ -229,6 +229,16 @@ impl Cgroup {
     }
 
     /// The files a new process writes its pid into to join the group.
+    /// The file listing its threads (v1: `tasks` of the first hierarchy;
+    /// v2: `cgroup.threads`).
+    pub fn threads_file(&self) -> Option<PathBuf> {
+        let d = self.dirs.first()?;
+        Some(match self.version {
+            Version::V1 => d.join("tasks"),
+            Version::V2 => d.join("cgroup.threads"),
+        })
+    }
+
     pub fn procs_files(&self) -> Vec<PathBuf> {
         self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
     }

@@ -17,6 +17,7 @@ pub mod disk;
 pub mod iocells;
 pub mod iorec;
 pub mod lock;
+pub mod netlab;
 pub use ontime_core::names;
 pub mod observe;
 pub mod report;

@@ -50,6 +50,8 @@ pub enum ProbeResult {
     Cyclic(Box<CyclicResult>),
     /// fio, dd or Postmark (`ontime io workload`).
     Io(Box<ontime_io::workload::WorkloadResult>),
+    /// A measured flow's receiver (document 003), for its sending tenant.
+    Flow(Box<ontime_net::flow::FlowResult>),
     /// A crawler tenant as `ontime sim` scored it.
     Simulated(Box<crate::simulate::SimTenant>),
 }
@@ -60,6 +62,7 @@ impl ProbeResult {
             Workload::Crawl => ProbeResult::Crawl(Box::new(read_json(path, "crawl result")?)),
             Workload::Cyclic => ProbeResult::Cyclic(Box::new(read_json(path, "cyclic result")?)),
             Workload::Io => ProbeResult::Io(Box::new(read_json(path, "I/O workload result")?)),
+            Workload::Net => ProbeResult::Flow(Box::new(read_json(path, "flow result")?)),
         })
     }
 
@@ -70,6 +73,7 @@ impl ProbeResult {
             ProbeResult::Crawl(c) => &c.interval_error,
             ProbeResult::Cyclic(c) => &c.latency,
             ProbeResult::Io(r) => &r.latency,
+            ProbeResult::Flow(f) => &f.delay,
             ProbeResult::Simulated(s) => s.headline(),
         }
     }
@@ -81,6 +85,7 @@ impl ProbeResult {
             ProbeResult::Cyclic(c) => c.overruns,
             // The tools stop at an error; a result was written, so none.
             ProbeResult::Io(_) => 0,
+            ProbeResult::Flow(f) => f.misses,
             ProbeResult::Simulated(s) => s.missed,
         }
     }
@@ -89,7 +94,7 @@ impl ProbeResult {
         match self {
             ProbeResult::Crawl(c) => Some(&c.send_lag),
             ProbeResult::Simulated(s) => s.send_lag.as_ref(),
-            ProbeResult::Cyclic(_) | ProbeResult::Io(_) => None,
+            ProbeResult::Cyclic(_) | ProbeResult::Io(_) | ProbeResult::Flow(_) => None,
         }
     }
 }
@@ -116,7 +121,7 @@ pub struct RunResults {
 fn hlog_tag(w: Workload) -> &'static str {
     match w {
         Workload::Crawl => "interval_error",
-        Workload::Cyclic | Workload::Io => "latency",
+        Workload::Cyclic | Workload::Io | Workload::Net => "latency",
     }
 }
 

@@ -97,6 +97,8 @@ pub enum Workload {
     Cyclic,
     /// fio, dd or Postmark on the tenant's disk (document 004).
     Io,
+    /// Measured UDP flows through the bottleneck (document 003).
+    Net,
 }
 
 impl Workload {
@@ -106,6 +108,7 @@ impl Workload {
             Workload::Crawl => "interval error",
             Workload::Cyclic => "wake-up latency",
             Workload::Io => "I/O latency",
+            Workload::Net => "end-to-end delay",
         }
     }
 
@@ -115,6 +118,7 @@ impl Workload {
             Workload::Crawl => "missed",
             Workload::Cyclic => "overruns",
             Workload::Io => "errors",
+            Workload::Net => "deadline misses",
         }
     }
 }
@@ -148,6 +152,9 @@ pub struct RunRecord {
     /// The I/O recorder of the run (`[observe] io = true`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub io: Option<crate::iorec::IoOutcome>,
+    /// Document 003's flows and controller (`[net]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net: Option<crate::netlab::NetOutcome>,
     pub tenants: Vec<TenantOutcome>,
     pub started_utc: String,
     pub finished_utc: String,
@@ -278,6 +285,8 @@ pub fn run_plan(
             config: run.config.clone(),
             workload: if run.config.tenant.crawl.is_some() {
                 Workload::Crawl
+            } else if run.config.net.is_some() {
+                Workload::Net
             } else if run.config.tenant.io.is_some() {
                 Workload::Io
             } else {
@@ -302,6 +311,7 @@ pub fn run_plan(
             gateway: None,
             observe: None,
             io: None,
+            net: None,
             tenants: Vec::new(),
             started_utc: started,
             finished_utc: String::new(),
@@ -348,10 +358,17 @@ fn one_run(
         None => None,
     };
     let (mut lab, use_netem) = start_lab(c, rec)?;
+    if let Some(n) = &c.net {
+        crate::netlab::prepare(n, &lab)?;
+    }
     // Held once for the run, as cyclictest does; probes are told not to.
     let _dma = ontime_core::rt::DmaLatencyGuard::hold(0).ok();
     let relay = start_relay(c, &lab, use_netem)?;
     start_gateway(c, &mut lab, dir, &opts.exe)?;
+    let net = match &c.net {
+        Some(_) => Some(crate::netlab::start(c, &lab, &relay, dir, &opts.exe)?),
+        None => None,
+    };
     // The scheduler recorder watches loads and probes from their start.
     let observer = start_recorder(c, &lab, dir, rec);
     if c.tenant.io.is_some() {
@@ -378,8 +395,18 @@ fn one_run(
     };
     let loads = start_loads(c, &lab, native)?;
     let cpu_before = HostCpu::now();
-    let mut probes = start_probes(c, &lab, dir, &opts.exe, native)?;
-    let exits = wait_for_probes(run, &mut probes, opts, on)?;
+    let mut probes = if c.net.is_some() {
+        crate::netlab::start_senders(c, &lab, dir, &opts.exe)?
+    } else {
+        start_probes(c, &lab, dir, &opts.exe, native)?
+    };
+    let exits = if probes.is_empty() && c.net.is_some() {
+        // A controller to talk to and no flows of its own (`ontime net controller`).
+        hold_for(run, opts, on);
+        Vec::new()
+    } else {
+        wait_for_probes(run, &mut probes, opts, on)?
+    };
     if let (Some(a), Some(b)) = (cpu_before, HostCpu::now()) {
         rec.host_cpu = Some(a.until(&b));
     }
@@ -390,6 +417,18 @@ fn one_run(
     if let Some(o) = observer {
         rec.observe = Some(o.finish(dir));
     }
+    if let Some(n) = net {
+        let outcome = n.finish(dir);
+        // A flow's receiver result stands for its sending tenant.
+        for (k, f) in outcome.flows.iter().enumerate() {
+            rec.tenants.push(TenantOutcome {
+                index: f.from,
+                result: f.result.clone(),
+                exit: exits.get(k).copied().flatten(),
+            });
+        }
+        rec.net = Some(outcome);
+    }
     // stress-ng groups, iperf3 clients and servers stop as their guards go.
     drop(loads);
     let report = relay.stop()?;
@@ -398,7 +437,7 @@ fn one_run(
         serde_json::to_string_pretty(&report)?.as_bytes(),
     )?;
     rec.relay = Some(report);
-    for (k, (i, _)) in probes.iter().enumerate() {
+    for (k, (i, _)) in probes.iter().enumerate().filter(|_| c.net.is_none()) {
         let result = dir.join(format!("t{i}.json"));
         rec.tenants.push(TenantOutcome {
             index: *i,
@@ -501,8 +540,12 @@ fn start_relay(c: &crate::scenario::RunConfig, lab: &Lab, use_netem: bool) -> Re
             },
             timer_slack_ns: Some(1),
         },
-        // Document 003's scheduler: not in scenarios yet (issue 13).
-        channels: None,
+        // Document 003's bottleneck: EDF/WFQ on one link.
+        channels: c.net.as_ref().map(|n| ontime_net::relay::ChannelLink {
+            rate_bps: (n.link_mbit * 1e6) as u64,
+            best_effort_buffer_bytes: n.buffer.as_deref().and_then(|b| parse_bytes(b).ok()),
+        }),
+        between_tenants: c.net.as_ref().is_some_and(crate::netlab::between_tenants),
     };
     let ports: Vec<_> = lab.tenants.iter().map(|t| t.net.port()).collect();
     Relay::start(lab.building.port(), &ports, relay_settings)
@@ -694,6 +737,19 @@ fn start_probes(
     }
 
     Ok(probes)
+}
+
+/// A run without probes (a controller for people to use): waits out the
+/// duration or a stop request.
+fn hold_for(run: &PlannedRun, opts: &RunnerOptions, on: &mut dyn FnMut(Event)) {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_nanos(run.config.duration) && !opts.stop.load(Ordering::Relaxed) {
+        on(Event::Tick {
+            run,
+            elapsed_ns: t0.elapsed().as_nanos() as u64,
+        });
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// Stage 7: waits for every probe to exit; a stop request (Ctrl-C) is

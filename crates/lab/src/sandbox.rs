@@ -288,6 +288,26 @@ impl Lab {
         })
     }
 
+    /// Lets every other tenant reach tenant `receiver` directly through the
+    /// relay (static neighbours both ways), for flows between tenants.
+    pub fn link_tenants(&self, receiver: usize) -> Result<()> {
+        let r = &self.tenants[receiver].net;
+        for s in self.tenants.iter().filter(|t| t.index != receiver) {
+            static_neighbour(&s.net, r.addr, &r.mac)?;
+            static_neighbour(r, s.net.addr, &s.net.mac)?;
+        }
+        Ok(())
+    }
+
+    /// Sets every tenant's interface MTU (channel tenants: 4 bytes below
+    /// the link's, room for the deadline label).
+    pub fn set_tenant_mtu(&self, mtu: u32) -> Result<()> {
+        for t in &self.tenants {
+            ip(&["-n", &t.net.netns, "link", "set", &t.net.ns_if, "mtu", &mtu.to_string()])?;
+        }
+        Ok(())
+    }
+
     /// Processes that live as long as the lab (killed at teardown).
     pub fn children(&mut self) -> &mut Vec<ChildProcess> {
         &mut self.children

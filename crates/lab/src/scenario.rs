@@ -346,6 +346,210 @@ pub struct RunConfig {
     /// What each tenant must meet; the report opens with the verdict.
     #[serde(default)]
     pub targets: Targets,
+    /// Document 003's real-time channels: the bottleneck link, the
+    /// controller and the measured flows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net: Option<NetSpec>,
+}
+
+/// Document 003's experiment (`[net]`): the relay becomes one bottleneck
+/// link scheduled by EDF/WFQ, the controller runs (its API on
+/// /run/ontime/net-controller.sock), measured UDP flows run between
+/// tenants (or to the building side), best effort fills the link.
+///
+/// ```toml
+/// [net]
+/// link_mbit = 100            # the bottleneck, both directions share it
+/// buffer = "170K"            # best-effort buffer at the bottleneck
+/// channels = "deadline"      # none, deadline, reservation or declared (each flow's kind)
+/// best_effort_mbit = 110     # UDP (iperf3) from the tenants that send no flow
+/// [[net.flow]]
+/// name = "A"
+/// from = 0                   # tenant index
+/// to = "building"            # or "t3" (the same-host case)
+/// port = 5001
+/// rate_mbit = 2
+/// size = 500                 # UDP payload bytes
+/// deadline = "5ms"
+/// ```
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NetSpec {
+    pub link_mbit: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffer: Option<String>,
+    #[serde(default)]
+    pub channels: ChannelMode,
+    /// Share of the link channels may use together.
+    #[serde(default = "default_max_share")]
+    pub max_share: f64,
+    #[serde(default)]
+    pub best_effort_mbit: f64,
+    #[serde(default = "building_name")]
+    pub best_effort_to: String,
+    /// Escalate on misses (deadline: priority; reservation: a larger R).
+    #[serde(default = "yes")]
+    pub escalate: bool,
+    /// Real-time policy the controller gives channel senders' threads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcpu_policy: Option<String>,
+    /// Also serve the API on this TCP address (e.g. "127.0.0.1:7733").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    #[serde(default, rename = "flow")]
+    pub flows: Vec<FlowSpec>,
+}
+
+/// How a scenario's flows ask for channels.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ChannelMode {
+    /// No channels: every flow is best effort (document 003's "without").
+    None,
+    #[default]
+    Deadline,
+    Reservation,
+    /// Each flow's own `kind`.
+    Declared,
+}
+
+/// One measured flow: a paced UDP sender in tenant `from`, a receiver that
+/// times every datagram at `to`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FlowSpec {
+    pub name: String,
+    pub from: usize,
+    #[serde(default = "building_name")]
+    pub to: String,
+    pub port: u16,
+    /// What it sends, Mbit/s of UDP payload.
+    pub rate_mbit: f64,
+    /// What its channel declares (default: `rate_mbit`); a flow that sends
+    /// more than it declared is how a misbehaving channel is modelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declared_rate_mbit: Option<f64>,
+    #[serde(default = "default_flow_size")]
+    pub size: usize,
+    /// Datagrams sent back to back each time.
+    #[serde(default = "one_u32")]
+    pub burst: u32,
+    #[serde(with = "ontime_core::duration::text_ns")]
+    pub deadline: u64,
+    /// When it starts after the run does.
+    #[serde(default, with = "ontime_core::duration::text_ns")]
+    pub start: u64,
+    /// Ask for a channel (false: it stays best effort whatever `net.channels` says).
+    #[serde(default = "yes")]
+    pub channel: bool,
+    /// With `net.channels = "declared"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<ontime_net::channel::ChannelKind>,
+}
+
+fn default_max_share() -> f64 {
+    0.9
+}
+
+fn building_name() -> String {
+    "building".into()
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_flow_size() -> usize {
+    1000
+}
+
+impl NetSpec {
+    /// Tenants that send no flow (where best effort comes from).
+    pub fn best_effort_tenants(&self, count: usize) -> Vec<usize> {
+        (0..count).filter(|i| self.flows.iter().all(|f| f.from != *i)).collect()
+    }
+
+    fn validate(&self, count: usize, duration: u64) -> Result<()> {
+        if !(self.link_mbit.is_finite() && self.link_mbit >= 1.0 && self.link_mbit <= 10_000.0) {
+            bail!("net.link_mbit = {}: give 1 to 10000", self.link_mbit);
+        }
+        if !(self.max_share > 0.0 && self.max_share <= 1.0) {
+            bail!("net.max_share = {}: give a share above 0, at most 1", self.max_share);
+        }
+        if let Some(b) = &self.buffer {
+            let n = parse_bytes(b).map_err(|e| anyhow!("net.buffer: {e}"))?;
+            if n < 1518 {
+                bail!("net.buffer = {b}: smaller than one frame (1518 bytes)");
+            }
+        }
+        if !(self.best_effort_mbit.is_finite() && (0.0..=10_000.0).contains(&self.best_effort_mbit)) {
+            bail!("net.best_effort_mbit = {}: give 0 to 10000", self.best_effort_mbit);
+        }
+        let endpoint = |name: &str, what: &str| -> Result<()> {
+            if name == "building" || ontime_core::names::tenant_index(name).is_some_and(|i| i < count) {
+                Ok(())
+            } else {
+                bail!("{what} = \"{name}\": give \"building\" or a tenant t0..t{}", count - 1)
+            }
+        };
+        endpoint(&self.best_effort_to, "net.best_effort_to")?;
+        if self.best_effort_mbit > 0.0 {
+            let be = self.best_effort_tenants(count);
+            let to = ontime_core::names::tenant_index(&self.best_effort_to);
+            if be.iter().all(|i| Some(*i) == to) {
+                bail!("net.best_effort_mbit: every tenant sends a flow or receives the best effort; raise tenant.count");
+            }
+        }
+        if let Some(p) = &self.vcpu_policy {
+            let p: Policy = p.parse().map_err(|e| anyhow!("net.vcpu_policy: {e}"))?;
+            if !matches!(p, Policy::Fifo { .. } | Policy::Rr { .. }) {
+                bail!("net.vcpu_policy: give fifo:PRIO or rr:PRIO (the controller sets it on running threads)");
+            }
+        }
+        if let Some(l) = &self.listen {
+            l.parse::<std::net::SocketAddr>()
+                .map_err(|e| anyhow!("net.listen = \"{l}\": {e} (give ADDRESS:PORT)"))?;
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (k, f) in self.flows.iter().enumerate() {
+            let at = format!("net.flow[{k}] ({})", f.name);
+            if f.name.is_empty() || !f.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                bail!("{at}: name must be letters, digits, - or _");
+            }
+            if !seen.insert((f.to.clone(), f.port)) {
+                bail!("{at}: another flow already goes to {} port {}", f.to, f.port);
+            }
+            if f.from >= count {
+                bail!("{at}: from = {}: there are {count} tenants (0..{})", f.from, count - 1);
+            }
+            endpoint(&f.to, &format!("{at}.to"))?;
+            if ontime_core::names::tenant_index(&f.to) == Some(f.from) {
+                bail!("{at}: from and to are the same tenant");
+            }
+            if !(f.rate_mbit.is_finite() && f.rate_mbit > 0.0 && f.rate_mbit <= 10_000.0) {
+                bail!("{at}: rate_mbit must be above 0 (at most 10000)");
+            }
+            if f.declared_rate_mbit.is_some_and(|d| !(d.is_finite() && d > 0.0)) {
+                bail!("{at}: declared_rate_mbit must be above 0");
+            }
+            if !(20..=1400).contains(&f.size) {
+                bail!("{at}: size = {}: give 20 to 1400 bytes (the channel MTU leaves room for the label)", f.size);
+            }
+            if f.burst == 0 || f.burst > 1000 {
+                bail!("{at}: burst must be 1..1000");
+            }
+            if f.deadline == 0 {
+                bail!("{at}: deadline must be above 0");
+            }
+            if f.start >= duration {
+                bail!("{at}: start is not before the end of the run");
+            }
+            if self.channels == ChannelMode::Declared && f.channel && f.kind.is_none() {
+                bail!("{at}: net.channels = \"declared\" needs each flow's kind (deadline or reservation)");
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Timeliness targets of a scenario, on each tenant's headline metric
@@ -521,6 +725,12 @@ pub const RUN_OVERHEAD_NS: u64 = 3_000_000_000;
 /// Reads and expands a scenario file; every error names the file and key.
 pub fn load(path: &Path) -> Result<Plan> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read scenario {}", path.display()))?;
+    load_str(&text, path)
+}
+
+/// [`load`] of a scenario's text; `path` names it in errors.
+pub fn load_str(text: &str, path: &Path) -> Result<Plan> {
+    let text = text.to_string();
     let origin = path.display().to_string();
     let mut root: toml::Value = ontime_core::config::parse_toml(&text, &origin)?;
     let table = root
@@ -656,6 +866,7 @@ fn optional_path(k: &str) -> bool {
             k,
             "tenant.count" | "tenant.vcpus" | "tenant.policy" | "tenant.backend" | "load_set"
         )
+        || (k.starts_with("net.") && !k.starts_with("net.flow"))
 }
 
 fn value_text(v: &toml::Value) -> String {
@@ -749,6 +960,16 @@ fn validate(c: &RunConfig) -> Result<()> {
     }
     if swap.is_some_and(|s| s > 0) && t.disk.is_none() {
         bail!("tenant.swap: the swap file lives on the tenant's disk: add [tenant.disk]");
+    }
+    if let Some(n) = &c.net {
+        n.validate(t.count, c.duration)?;
+        if t.crawl.is_some() || t.cyclic.is_some() || t.io.is_some() {
+            bail!("[net] flows are the tenants' workload: drop [tenant.crawl], [tenant.cyclic] or [tenant.io]");
+        }
+        if t.backend == Backend::Native {
+            bail!("[net] needs sandbox tenants (their network namespaces carry the stamp and the check)");
+        }
+        return validate_loads(c);
     }
     if c.observe.io && t.disk.is_none() {
         bail!("observe.io records the tenants' disks: add [tenant.disk] (size = \"1G\")");

@@ -686,6 +686,7 @@ pub fn write_runs(results: &Path, runs: &[SimRun]) -> Result<Vec<PathBuf>> {
             gateway: None,
             observe,
             io: None,
+            net: None,
             tenants,
             started_utc: now.clone(),
             finished_utc: now,

@@ -5,7 +5,6 @@
 //! attachment into named network namespaces. Hooks are removed when the
 //! [`DataPath`] drops; deleting the namespace removes them too.
 use std::mem::MaybeUninit;
-use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 
@@ -19,31 +18,7 @@ mod skel {
 }
 use skel::{ChannelSkel, ChannelSkelBuilder};
 
-/// Which packets a channel carries: IPv4 source and destination, and a
-/// destination port (any when None).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FlowMatch {
-    pub src: Ipv4Addr,
-    pub dst: Ipv4Addr,
-    pub dport: Option<u16>,
-}
-
-/// A channel's counters, summed over CPUs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ChannelCounts {
-    pub stamped: u64,
-    pub on_time: u64,
-    pub missed: u64,
-    pub max_overrun_ns: u64,
-}
-
-/// One missed deadline, as the check reported it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Miss {
-    pub channel: u8,
-    pub overrun_ns: u64,
-    pub ip_id: u16,
-}
+pub use crate::controller::{ChannelCounts, FlowMatch, Miss};
 
 /// Runs `f` with this thread in the network namespace `netns` (a file
 /// such as /run/netns/NAME), then puts the thread back.
@@ -64,6 +39,14 @@ fn in_netns<T>(netns: &Path, f: impl FnOnce() -> Result<T>) -> Result<T> {
         );
     }
     r
+}
+
+fn flow_key(flow: FlowMatch) -> [u8; 12] {
+    let mut key = [0u8; 12];
+    key[0..4].copy_from_slice(&flow.src.octets());
+    key[4..8].copy_from_slice(&flow.dst.octets());
+    key[8..10].copy_from_slice(&flow.dport.unwrap_or(0).to_be_bytes());
+    key
 }
 
 fn ifindex(name: &str) -> Result<i32> {
@@ -104,10 +87,12 @@ impl<'obj> DataPath<'obj> {
         if !(1..64).contains(&id) {
             bail!("channel id {id}: give 1..63 (it is the DSCP)");
         }
-        let mut key = [0u8; 12];
-        key[0..4].copy_from_slice(&flow.src.octets());
-        key[4..8].copy_from_slice(&flow.dst.octets());
-        key[8..10].copy_from_slice(&flow.dport.unwrap_or(0).to_be_bytes());
+        self.skel
+            .maps
+            .relative
+            .update(&(id as u32).to_ne_bytes(), &deadline_ns.to_ne_bytes(), MapFlags::ANY)
+            .context("setting the channel's relative deadline for the check")?;
+        let key = flow_key(flow);
         let mut val = [0u8; 16];
         val[0..4].copy_from_slice(&(id as u32).to_ne_bytes());
         val[4..8].copy_from_slice(&(tc as u32).to_ne_bytes());
@@ -117,6 +102,15 @@ impl<'obj> DataPath<'obj> {
             .channels
             .update(&key, &val, MapFlags::ANY)
             .context("adding a channel to the stamp's table")
+    }
+
+    /// Takes a channel out of the stamp's table (its packets pass untouched).
+    pub fn remove_channel(&self, flow: FlowMatch) -> Result<()> {
+        self.skel
+            .maps
+            .channels
+            .delete(&flow_key(flow))
+            .context("removing a channel from the stamp's table")
     }
 
     /// The stamp on `ifname`'s egress in network namespace `netns`.
@@ -173,6 +167,9 @@ impl<'obj> DataPath<'obj> {
             c.on_time += at(&v, 1).unwrap_or(0);
             c.missed += at(&v, 2).unwrap_or(0);
             c.max_overrun_ns = c.max_overrun_ns.max(at(&v, 3).unwrap_or(0));
+            c.delay_sum_ns += at(&v, 4).unwrap_or(0);
+            c.delay_max_ns = c.delay_max_ns.max(at(&v, 5).unwrap_or(0));
+            c.delay_count += at(&v, 6).unwrap_or(0);
         }
         c
     }
@@ -243,4 +240,71 @@ impl Drop for DataPath<'_> {
             });
         }
     }
+}
+
+/// The controller's [`crate::controller::Plane`] on this data path: the
+/// stamp on every sender's interface, the check on every receiver's.
+pub struct BpfPlane {
+    dp: DataPath<'static>,
+}
+
+impl BpfPlane {
+    /// Loads the programs and attaches them: stamps on `senders`, checks on
+    /// `receivers` (network namespace file, interface name).
+    pub fn attach(senders: &[(PathBuf, String)], receivers: &[(PathBuf, String)]) -> Result<BpfPlane> {
+        // The skeleton borrows its object for as long as it lives, and the
+        // plane lives as long as its controller: the object (a few hundred
+        // bytes) is leaked once per controller.
+        let object: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+        let mut dp = DataPath::load(object)?;
+        for (ns, ifname) in senders {
+            dp.stamp_on(ns, ifname)?;
+        }
+        for (ns, ifname) in receivers {
+            dp.check_on(ns, ifname)?;
+        }
+        Ok(BpfPlane { dp })
+    }
+}
+
+impl crate::controller::Plane for BpfPlane {
+    fn install(&mut self, id: u8, flow: FlowMatch, tc: u8, deadline_ns: u64) -> Result<()> {
+        self.dp.set_channel(flow, id, tc, deadline_ns)
+    }
+    fn remove(&mut self, flow: FlowMatch) -> Result<()> {
+        self.dp.remove_channel(flow)
+    }
+    fn counts(&self, id: u8) -> ChannelCounts {
+        self.dp.counts(id)
+    }
+    fn misses(&mut self) -> Vec<Miss> {
+        self.dp.misses().unwrap_or_default()
+    }
+    fn errors(&self) -> (u64, u64) {
+        self.dp.errors()
+    }
+    fn cost(&self) -> Option<crate::controller::PlaneCost> {
+        let (stamp_runs, stamp_ns) = run_stats(self.dp.skel.progs.stamp.as_fd());
+        let (check_runs, check_ns) = run_stats(self.dp.skel.progs.check.as_fd());
+        // Zero time for packets that ran: the kernel is not measuring.
+        (stamp_ns + check_ns > 0).then_some(crate::controller::PlaneCost {
+            stamp_runs,
+            stamp_ns,
+            check_runs,
+            check_ns,
+        })
+    }
+}
+
+/// (runs, total ns) of a program, as the kernel counts them while
+/// kernel.bpf_stats_enabled is set.
+fn run_stats(fd: std::os::fd::BorrowedFd<'_>) -> (u64, u64) {
+    let mut info = libbpf_sys::bpf_prog_info::default();
+    let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+    // SAFETY: a valid program fd and an info struct of the stated size.
+    let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) };
+    if rc != 0 {
+        return (0, 0);
+    }
+    (info.run_cnt, info.run_time_ns)
 }

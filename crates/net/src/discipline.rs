@@ -41,8 +41,9 @@ pub trait Discipline: Send {
     fn classifies(&self) -> bool {
         false
     }
-    /// Takes a frame that arrived at `queued.arrived_ns`.
-    fn enqueue(&mut self, queued: Queued);
+    /// Takes a frame that arrived at `queued.arrived_ns`, or gives it back
+    /// when its queue is full (the relay frees its buffer and counts a drop).
+    fn enqueue(&mut self, queued: Queued) -> Result<(), Queued>;
     /// The earliest time [`Discipline::dequeue`] can return a frame, if any
     /// is queued.
     fn next_release_ns(&self) -> Option<u64>;
@@ -100,7 +101,7 @@ impl DelayLine {
 }
 
 impl Discipline for DelayLine {
-    fn enqueue(&mut self, q: Queued) {
+    fn enqueue(&mut self, q: Queued) -> Result<(), Queued> {
         let mut release = q.arrived_ns + self.delay_ns;
         if let Some(rate) = self.rate_bps {
             let busy = self.link_busy_until(q.egress);
@@ -115,6 +116,7 @@ impl Discipline for DelayLine {
             egress: q.egress,
         };
         self.heap.push(Reverse((release, self.seq, key)));
+        Ok(())
     }
 
     fn next_release_ns(&self) -> Option<u64> {
@@ -159,7 +161,7 @@ mod tests {
     #[test]
     fn a_frame_leaves_exactly_the_delay_after_it_arrived() {
         let mut d = DelayLine::new(10_000_000, None, 8);
-        d.enqueue(q(0, 1_000, 100, 1));
+        d.enqueue(q(0, 1_000, 100, 1)).unwrap();
         assert_eq!(d.next_release_ns(), Some(10_001_000));
         assert_eq!(d.dequeue(10_000_999), None);
         assert_eq!(d.dequeue(10_001_000).map(|f| f.slot), Some(0));
@@ -170,7 +172,7 @@ mod tests {
     fn frames_with_the_same_release_leave_in_arrival_order() {
         let mut d = DelayLine::new(0, None, 8);
         for s in [5, 2, 7] {
-            d.enqueue(q(s, 100, 60, 1));
+            d.enqueue(q(s, 100, 60, 1)).unwrap();
         }
         let order: Vec<usize> = std::iter::from_fn(|| d.dequeue(100)).map(|f| f.slot).collect();
         assert_eq!(order, vec![5, 2, 7]);
@@ -180,9 +182,9 @@ mod tests {
     fn a_rate_limited_link_serialises_frames_but_links_are_independent() {
         // 1000 bytes at 8 Mbit/s take 1 ms on the wire.
         let mut d = DelayLine::new(0, Some(8_000_000), 8);
-        d.enqueue(q(0, 0, 1000, 1));
-        d.enqueue(q(1, 0, 1000, 1));
-        d.enqueue(q(2, 0, 1000, 2));
+        d.enqueue(q(0, 0, 1000, 1)).unwrap();
+        d.enqueue(q(1, 0, 1000, 1)).unwrap();
+        d.enqueue(q(2, 0, 1000, 2)).unwrap();
         let mut out = Vec::new();
         for now in [0, 999_999, 1_000_000] {
             while let Some(f) = d.dequeue(now) {

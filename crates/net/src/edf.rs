@@ -6,8 +6,14 @@
 //! becomes eligible a fixed delay after it arrived (the WAN). Frames are
 //! slot numbers into the relay's buffers; the queues are sized once, so
 //! nothing is allocated per frame up to `capacity`.
+//!
+//! What the controller programs into this "switch" while it runs (reserved
+//! rates, channels raised to priority on escalation) lives in a
+//! [`SwitchTable`] shared with it and read per frame.
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 pub use crate::discipline::FrameClass;
 use crate::discipline::{Discipline, Queued};
@@ -42,14 +48,84 @@ pub fn classify(frame: &[u8], now_ns: u64) -> FrameClass {
     }
 }
 
+/// The switch's per-DSCP programme, written by the controller while frames
+/// flow: the rate reserved for each reservation channel (WFQ weights) and
+/// whether a deadline channel was raised to priority (escalation: its
+/// frames then go before other deadline frames and best effort never goes
+/// ahead of them). Relaxed atomics: a change applies from the next frame.
+pub struct SwitchTable {
+    reserved_bps: [AtomicU64; MAX_CHANNELS],
+    priority: [AtomicBool; MAX_CHANNELS],
+}
+
+impl SwitchTable {
+    pub fn new() -> Arc<SwitchTable> {
+        Arc::new(SwitchTable {
+            reserved_bps: std::array::from_fn(|_| AtomicU64::new(0)),
+            priority: std::array::from_fn(|_| AtomicBool::new(false)),
+        })
+    }
+
+    /// Sets (or, on escalation, raises) a reservation channel's rate.
+    pub fn set_reservation(&self, channel: u8, bps: u64) {
+        if let Some(r) = self.reserved_bps.get(channel as usize) {
+            r.store(bps, Ordering::Relaxed);
+        }
+    }
+
+    pub fn reservation(&self, channel: u8) -> u64 {
+        self.reserved_bps
+            .get(channel as usize)
+            .map_or(0, |r| r.load(Ordering::Relaxed))
+    }
+
+    /// Raises (or lowers) a deadline channel to priority.
+    pub fn set_priority(&self, channel: u8, on: bool) {
+        if let Some(p) = self.priority.get(channel as usize) {
+            p.store(on, Ordering::Relaxed);
+        }
+    }
+
+    pub fn priority(&self, channel: u8) -> bool {
+        self.priority
+            .get(channel as usize)
+            .is_some_and(|p| p.load(Ordering::Relaxed))
+    }
+
+    /// Forgets a removed channel.
+    pub fn clear(&self, channel: u8) {
+        self.set_reservation(channel, 0);
+        self.set_priority(channel, false);
+    }
+}
+
 /// Counters a report reads.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EdfStats {
+    /// Frames sent: best effort, deadline, reservation.
     pub sent: [u64; 3],
+    /// Bytes sent, in the same order.
+    #[serde(default)]
+    pub sent_bytes: [u64; 3],
     /// Deadline frames that left the link after their deadline.
     pub late: u64,
     /// Best-effort frames sent ahead of waiting deadline frames (slack allowed it).
     pub best_effort_ahead: u64,
+    /// Best-effort frames dropped because the best-effort buffer was full.
+    #[serde(default)]
+    pub best_effort_dropped: u64,
+}
+
+impl EdfStats {
+    pub fn add(&mut self, o: &EdfStats) {
+        for k in 0..3 {
+            self.sent[k] += o.sent[k];
+            self.sent_bytes[k] += o.sent_bytes[k];
+        }
+        self.late += o.late;
+        self.best_effort_ahead += o.best_effort_ahead;
+        self.best_effort_dropped += o.best_effort_dropped;
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -86,13 +162,16 @@ pub struct ChannelScheduler {
     delay_ns: u64,
     /// Frames not yet eligible (arrived less than `delay_ns` ago), in arrival order.
     waiting: VecDeque<(Frame, FrameClass)>,
-    /// (deadline, seq) -> frame.
-    edf: BinaryHeap<Reverse<(u64, u64, Frame, u8)>>,
+    /// (0 for a channel raised to priority else 1, deadline, seq) -> frame.
+    edf: BinaryHeap<Reverse<(u8, u64, u64, Frame, u8)>>,
     /// (virtual finish tag, seq) -> frame.
     wfq: BinaryHeap<Reverse<(u64, u64, Frame, u8)>>,
     best_effort: VecDeque<Frame>,
-    /// Bits per second reserved per channel (0: none set, served at 1 bit/s).
-    reserved_bps: [u64; MAX_CHANNELS],
+    best_effort_bytes: u64,
+    /// The best-effort buffer (a switch port's): frames beyond it are dropped.
+    best_effort_limit_bytes: u64,
+    /// Reserved rates (0: none set, served at 1 bit/s) and priorities.
+    table: Arc<SwitchTable>,
     /// Last finish tag per channel, and the tag of the frame last served
     /// (SCFQ's virtual clock); a frame's tag advances by its wire time at
     /// its channel's reserved rate.
@@ -106,7 +185,16 @@ pub struct ChannelScheduler {
 }
 
 impl ChannelScheduler {
-    pub fn new(rate_bps: u64, delay_ns: u64, capacity: usize) -> ChannelScheduler {
+    /// A link of `rate_bps` after a fixed `delay_ns`, room for `capacity`
+    /// frames, a best-effort buffer of `best_effort_limit_bytes` (None:
+    /// only `capacity` bounds it) and the controller's `table`.
+    pub fn new(
+        rate_bps: u64,
+        delay_ns: u64,
+        capacity: usize,
+        best_effort_limit_bytes: Option<u64>,
+        table: Arc<SwitchTable>,
+    ) -> ChannelScheduler {
         ChannelScheduler {
             rate_bps: rate_bps.max(1),
             delay_ns,
@@ -114,20 +202,15 @@ impl ChannelScheduler {
             edf: BinaryHeap::with_capacity(capacity),
             wfq: BinaryHeap::with_capacity(capacity),
             best_effort: VecDeque::with_capacity(capacity),
-            reserved_bps: [0; MAX_CHANNELS],
+            best_effort_bytes: 0,
+            best_effort_limit_bytes: best_effort_limit_bytes.unwrap_or(u64::MAX),
+            table,
             last_tag: [0; MAX_CHANNELS],
             virtual_now: 0,
             deadline_backlog_ns: 0,
             busy_until: 0,
             seq: 0,
             stats: EdfStats::default(),
-        }
-    }
-
-    /// Sets (or, on escalation, raises) a reservation channel's rate.
-    pub fn set_reservation(&mut self, channel: u8, bps: u64) {
-        if let Some(r) = self.reserved_bps.get_mut(channel as usize) {
-            *r = bps;
         }
     }
 
@@ -147,11 +230,12 @@ impl ChannelScheduler {
                 FrameClass::BestEffort => self.best_effort.push_back(f),
                 FrameClass::Deadline { channel, deadline_ns } => {
                     self.deadline_backlog_ns += self.wire_ns(f.len);
-                    self.edf.push(Reverse((deadline_ns, self.seq, f, channel)));
+                    let rank = if self.table.priority(channel) { 0 } else { 1 };
+                    self.edf.push(Reverse((rank, deadline_ns, self.seq, f, channel)));
                 }
                 FrameClass::Reservation { channel } => {
                     let c = (channel as usize).min(MAX_CHANNELS - 1);
-                    let rate = self.reserved_bps[c].max(1);
+                    let rate = self.table.reservation(c as u8).max(1);
                     // Tag in ns of service at the channel's own rate.
                     let start = self.last_tag[c].max(self.virtual_now);
                     let tag = start + f.len as u64 * 8 * 1_000_000_000 / rate;
@@ -176,6 +260,7 @@ impl ChannelScheduler {
             FrameClass::Reservation { .. } => 2,
         };
         self.stats.sent[k] += 1;
+        self.stats.sent_bytes[k] += f.len as u64;
         f.queued(class)
     }
 }
@@ -185,8 +270,18 @@ impl Discipline for ChannelScheduler {
         true
     }
 
-    fn enqueue(&mut self, q: Queued) {
+    fn enqueue(&mut self, q: Queued) -> Result<(), Queued> {
+        if q.class == FrameClass::BestEffort {
+            // Tail drop, as a switch port's buffer does; counted at arrival
+            // so the delay line in front does not hide the queue.
+            if self.best_effort_bytes + q.len as u64 > self.best_effort_limit_bytes {
+                self.stats.best_effort_dropped += 1;
+                return Err(q);
+            }
+            self.best_effort_bytes += q.len as u64;
+        }
         self.waiting.push_back((Frame::of(&q), q.class));
+        Ok(())
     }
 
     fn next_release_ns(&self) -> Option<u64> {
@@ -208,21 +303,24 @@ impl Discipline for ChannelScheduler {
             self.virtual_now = tag;
             return Some(self.send(f, FrameClass::Reservation { channel }, now_ns));
         }
-        let earliest = self.edf.peek().map(|Reverse((d, _, _, _))| *d);
+        let earliest = self.edf.peek().map(|Reverse((rank, d, _, _, _))| (*rank, *d));
         if let Some(&b) = self.best_effort.front() {
             // Best effort first while every queued deadline frame would
             // still leave in time behind it (all of them, in EDF order,
-            // finish by the earliest deadline: a safe test).
-            let safe = earliest.is_none_or(|d| now_ns + self.wire_ns(b.len) + self.deadline_backlog_ns <= d);
+            // finish by the earliest deadline: a safe test), never ahead of
+            // a channel raised to priority.
+            let safe = earliest
+                .is_none_or(|(rank, d)| rank > 0 && now_ns + self.wire_ns(b.len) + self.deadline_backlog_ns <= d);
             if safe {
                 self.best_effort.pop_front();
+                self.best_effort_bytes -= b.len as u64;
                 if earliest.is_some() {
                     self.stats.best_effort_ahead += 1;
                 }
                 return Some(self.send(b, FrameClass::BestEffort, now_ns));
             }
         }
-        let Reverse((deadline_ns, _, f, channel)) = self.edf.pop()?;
+        let Reverse((_, deadline_ns, _, f, channel)) = self.edf.pop()?;
         self.deadline_backlog_ns = self.deadline_backlog_ns.saturating_sub(self.wire_ns(f.len));
         Some(self.send(f, FrameClass::Deadline { channel, deadline_ns }, now_ns))
     }
@@ -247,6 +345,10 @@ mod tests {
             egress: 1,
             class,
         }
+    }
+
+    fn sched(delay_ns: u64, capacity: usize) -> ChannelScheduler {
+        ChannelScheduler::new(8_000_000, delay_ns, capacity, None, SwitchTable::new())
     }
 
     fn dl(channel: u8, deadline_ns: u64) -> FrameClass {
@@ -293,10 +395,10 @@ mod tests {
 
     #[test]
     fn deadline_frames_leave_in_deadline_order() {
-        let mut s = ChannelScheduler::new(8_000_000, 0, 16);
-        s.enqueue(q(0, 0, dl(1, 9 * MS)));
-        s.enqueue(q(1, 0, dl(2, 3 * MS)));
-        s.enqueue(q(2, 0, dl(1, 6 * MS)));
+        let mut s = sched(0, 16);
+        s.enqueue(q(0, 0, dl(1, 9 * MS))).unwrap();
+        s.enqueue(q(1, 0, dl(2, 3 * MS))).unwrap();
+        s.enqueue(q(2, 0, dl(1, 6 * MS))).unwrap();
         let order: Vec<usize> = drain(&mut s).into_iter().map(|(_, slot)| slot).collect();
         assert_eq!(order, vec![1, 2, 0]);
         assert_eq!(s.stats.late, 0);
@@ -305,10 +407,10 @@ mod tests {
     #[test]
     fn best_effort_goes_first_only_while_no_deadline_is_at_risk() {
         // Deadline frame due at 3 ms; two best-effort frames queued before it.
-        let mut s = ChannelScheduler::new(8_000_000, 0, 16);
-        s.enqueue(q(10, 0, FrameClass::BestEffort));
-        s.enqueue(q(11, 0, FrameClass::BestEffort));
-        s.enqueue(q(1, 0, dl(1, 3 * MS)));
+        let mut s = sched(0, 16);
+        s.enqueue(q(10, 0, FrameClass::BestEffort)).unwrap();
+        s.enqueue(q(11, 0, FrameClass::BestEffort)).unwrap();
+        s.enqueue(q(1, 0, dl(1, 3 * MS))).unwrap();
         // 0 ms: BE (ends 1 ms, deadline frame would end 2 ms <= 3): BE.
         // 1 ms: BE again would push the deadline frame to 3 ms: still in
         // time, so BE. 2 ms: the deadline frame.
@@ -317,31 +419,65 @@ mod tests {
         assert_eq!(s.stats.late, 0);
 
         // With the deadline at 2 ms only one BE frame fits ahead.
-        let mut s = ChannelScheduler::new(8_000_000, 0, 16);
-        s.enqueue(q(10, 0, FrameClass::BestEffort));
-        s.enqueue(q(11, 0, FrameClass::BestEffort));
-        s.enqueue(q(1, 0, dl(1, 2 * MS)));
+        let mut s = sched(0, 16);
+        s.enqueue(q(10, 0, FrameClass::BestEffort)).unwrap();
+        s.enqueue(q(11, 0, FrameClass::BestEffort)).unwrap();
+        s.enqueue(q(1, 0, dl(1, 2 * MS))).unwrap();
         assert_eq!(drain(&mut s), vec![(0, 10), (MS, 1), (2 * MS, 11)]);
         assert_eq!(s.stats.late, 0);
     }
 
     #[test]
+    fn a_channel_raised_to_priority_goes_first_and_best_effort_waits() {
+        let mut s = sched(0, 16);
+        s.table.set_priority(2, true);
+        s.enqueue(q(10, 0, FrameClass::BestEffort)).unwrap();
+        s.enqueue(q(1, 0, dl(1, 3 * MS))).unwrap();
+        s.enqueue(q(2, 0, dl(2, 9 * MS))).unwrap();
+        // Channel 2's later deadline goes first, and best effort does not
+        // go ahead of it although its slack would allow (without priority
+        // the order is 10, 1, 2); behind it slack lets best effort ahead of
+        // channel 1 again.
+        let order: Vec<usize> = drain(&mut s).into_iter().map(|(_, slot)| slot).collect();
+        assert_eq!(order, vec![2, 10, 1]);
+        let mut s = sched(0, 16);
+        s.enqueue(q(10, 0, FrameClass::BestEffort)).unwrap();
+        s.enqueue(q(1, 0, dl(1, 3 * MS))).unwrap();
+        s.enqueue(q(2, 0, dl(2, 9 * MS))).unwrap();
+        let order: Vec<usize> = drain(&mut s).into_iter().map(|(_, slot)| slot).collect();
+        assert_eq!(order, vec![10, 1, 2]);
+    }
+
+    #[test]
+    fn a_full_best_effort_buffer_drops_best_effort_only() {
+        let mut s = ChannelScheduler::new(8_000_000, 0, 16, Some(2500), SwitchTable::new());
+        s.enqueue(q(10, 0, FrameClass::BestEffort)).unwrap();
+        s.enqueue(q(11, 0, FrameClass::BestEffort)).unwrap();
+        assert!(s.enqueue(q(12, 0, FrameClass::BestEffort)).is_err());
+        s.enqueue(q(1, 0, dl(1, 9 * MS))).unwrap();
+        assert_eq!(s.stats.best_effort_dropped, 1);
+        assert_eq!(drain(&mut s).len(), 3);
+        // Sent frames free the buffer.
+        s.enqueue(q(12, 0, FrameClass::BestEffort)).unwrap();
+    }
+
+    #[test]
     fn a_missed_deadline_is_counted() {
-        let mut s = ChannelScheduler::new(8_000_000, 0, 16);
-        s.enqueue(q(0, 0, dl(1, MS / 2)));
+        let mut s = sched(0, 16);
+        s.enqueue(q(0, 0, dl(1, MS / 2))).unwrap();
         drain(&mut s);
         assert_eq!(s.stats.late, 1);
     }
 
     #[test]
     fn reservations_go_first_and_share_by_their_rates() {
-        let mut s = ChannelScheduler::new(8_000_000, 0, 64);
-        s.set_reservation(1, 3_000_000);
-        s.set_reservation(2, 1_000_000);
-        s.enqueue(q(100, 0, dl(5, 100 * MS)));
+        let mut s = sched(0, 64);
+        s.table.set_reservation(1, 3_000_000);
+        s.table.set_reservation(2, 1_000_000);
+        s.enqueue(q(100, 0, dl(5, 100 * MS))).unwrap();
         for i in 0..8 {
-            s.enqueue(q(i, 0, FrameClass::Reservation { channel: 1 }));
-            s.enqueue(q(10 + i, 0, FrameClass::Reservation { channel: 2 }));
+            s.enqueue(q(i, 0, FrameClass::Reservation { channel: 1 })).unwrap();
+            s.enqueue(q(10 + i, 0, FrameClass::Reservation { channel: 2 })).unwrap();
         }
         let order: Vec<usize> = drain(&mut s).into_iter().map(|(_, slot)| slot).collect();
         // Of the first 8 frames, channel 1 (3x the rate) sends 6, channel 2 sends 2.
@@ -353,9 +489,9 @@ mod tests {
 
     #[test]
     fn frames_wait_for_the_delay_and_the_link() {
-        let mut s = ChannelScheduler::new(8_000_000, 10 * MS, 16);
-        s.enqueue(q(0, 0, FrameClass::BestEffort));
-        s.enqueue(q(1, 0, FrameClass::BestEffort));
+        let mut s = sched(10 * MS, 16);
+        s.enqueue(q(0, 0, FrameClass::BestEffort)).unwrap();
+        s.enqueue(q(1, 0, FrameClass::BestEffort)).unwrap();
         assert_eq!(s.next_release_ns(), Some(10 * MS));
         assert_eq!(s.dequeue(10 * MS - 1), None);
         assert_eq!(drain(&mut s), vec![(10 * MS, 0), (11 * MS, 1)]);

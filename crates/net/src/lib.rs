@@ -5,18 +5,24 @@
 //! 003 are further implementations of the same trait) and [`relay`] (the
 //! threads that carry frames: the lab's Dom0 / vhost, the host I/O path).
 //!
-//! [`channel`] holds document 003's real-time channel arithmetic (the
-//! deadline label, EDF and guaranteed-service admission) and [`edf`] the
-//! scheduler at the bottleneck link (WFQ, EDF, best effort); the data path and
-//! controller that use it are issue 13's work in progress.
+//! Document 003's real-time channels: [`channel`] (the deadline label, EDF
+//! and guaranteed-service admission), [`edf`] (the scheduler at the
+//! bottleneck link: WFQ, EDF, best effort, and the switch table the
+//! controller programs), [`datapath`] (the stamp and check in BPF),
+//! [`controller`] (admission, installation, escalation, misses), [`api`]
+//! (its HTTP/JSON API and client) and [`flow`] (the measured flows: a paced
+//! UDP sender and a receiver that times every datagram).
 //!
 //! It does not own the interfaces themselves (the lab's sandbox makes them).
 
+pub mod api;
 pub mod channel;
+pub mod controller;
 #[cfg(feature = "bpf")]
 pub mod datapath;
 pub mod discipline;
 pub mod edf;
+pub mod flow;
 pub mod port;
 pub mod relay;
 

@@ -12,7 +12,7 @@
 //! the discipline's queue and the histogram are sized at start.
 
 use crate::discipline::{DelayLine, Discipline, FrameClass, Queued};
-use crate::edf::{classify, ChannelScheduler};
+use crate::edf::{classify, ChannelScheduler, EdfStats, SwitchTable};
 use crate::port::{PacketPort, PortId, Received};
 use anyhow::{Context, Result};
 use mio::unix::SourceFd;
@@ -39,15 +39,21 @@ pub struct RelaySettings {
     /// channels by WFQ, deadline channels by EDF, best effort last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channels: Option<ChannelLink>,
+    /// Tenant frames addressed to another tenant's MAC go to that tenant
+    /// (document 003's same-host case) instead of the building side.
+    #[serde(default)]
+    pub between_tenants: bool,
 }
 
-/// The relay's bottleneck when channels are scheduled.
+/// The relay's bottleneck when channels are scheduled; what the controller
+/// programs (reserved rates, priorities) is the relay's [`SwitchTable`].
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct ChannelLink {
     pub rate_bps: u64,
-    /// (channel, reserved bits/s) of the reservation channels.
+    /// The best-effort buffer, bytes (a switch port's; None: only the
+    /// relay's frame buffers bound it).
     #[serde(default)]
-    pub reservations: Vec<(u8, u64)>,
+    pub best_effort_buffer_bytes: Option<u64>,
 }
 
 impl Default for RelaySettings {
@@ -58,6 +64,7 @@ impl Default for RelaySettings {
             threads: 1,
             thread: ThreadSettings::default(),
             channels: None,
+            between_tenants: false,
         }
     }
 }
@@ -75,7 +82,7 @@ impl Discipline for RelayDiscipline {
             RelayDiscipline::Channels(c) => c.classifies(),
         }
     }
-    fn enqueue(&mut self, q: Queued) {
+    fn enqueue(&mut self, q: Queued) -> Result<(), Queued> {
         match self {
             RelayDiscipline::Delay(d) => d.enqueue(q),
             RelayDiscipline::Channels(c) => c.enqueue(q),
@@ -101,20 +108,41 @@ impl Discipline for RelayDiscipline {
     }
 }
 
-impl RelaySettings {
-    /// The discipline each relay thread runs.
-    fn discipline(&self) -> RelayDiscipline {
-        match &self.channels {
-            None => RelayDiscipline::Delay(DelayLine::new(self.delay_ns, self.rate_bps, SLOTS)),
-            Some(link) => {
-                let mut s = ChannelScheduler::new(link.rate_bps, self.delay_ns, SLOTS);
-                for &(channel, bps) in &link.reservations {
-                    s.set_reservation(channel, bps);
-                }
-                RelayDiscipline::Channels(Box::new(s))
-            }
+impl RelayDiscipline {
+    fn channel_stats(&self) -> Option<EdfStats> {
+        match self {
+            RelayDiscipline::Delay(_) => None,
+            RelayDiscipline::Channels(c) => Some(c.stats),
         }
     }
+}
+
+impl RelaySettings {
+    /// The discipline each relay thread runs.
+    fn discipline(&self, table: &Arc<SwitchTable>) -> RelayDiscipline {
+        match &self.channels {
+            None => RelayDiscipline::Delay(DelayLine::new(self.delay_ns, self.rate_bps, SLOTS)),
+            Some(link) => RelayDiscipline::Channels(Box::new(ChannelScheduler::new(
+                link.rate_bps,
+                self.delay_ns,
+                SLOTS,
+                link.best_effort_buffer_bytes,
+                table.clone(),
+            ))),
+        }
+    }
+}
+
+/// What the channel scheduler did (document 003), when it ran.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct ChannelReport {
+    pub stats: EdfStats,
+    /// Time from arrival at the relay to departure, per class: "best
+    /// effort" and "channel N" (N: the DSCP); the relay's fixed delay is
+    /// included (`settings.delay_ns`), the rest is queueing.
+    pub delay_by_class: std::collections::BTreeMap<String, Summary>,
+    /// Mean time spent in the scheduler's enqueue and dequeue per frame sent, ns.
+    pub scheduler_ns_per_frame: f64,
 }
 
 /// What the relay did and the delay it gave.
@@ -133,6 +161,8 @@ pub struct RelayReport {
     pub delay: Summary,
     #[serde(skip)]
     pub delay_histogram: LatencyHistogram,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channels: Option<ChannelReport>,
 }
 
 const FRAME: usize = 2048;
@@ -149,6 +179,26 @@ struct ThreadTotals {
     dropped: u64,
     unaddressed: u64,
     delay: LatencyHistogram,
+    /// With channels: the delay per class (0: best effort, else the
+    /// channel), each allocated at its class's first frame.
+    by_class: Vec<Option<Box<LatencyHistogram>>>,
+    scheduler_ns: u64,
+    edf: Option<EdfStats>,
+}
+
+impl ThreadTotals {
+    fn record_class(&mut self, class: FrameClass, delay_ns: u64) {
+        let k = match class {
+            FrameClass::BestEffort => 0,
+            FrameClass::Deadline { channel, .. } | FrameClass::Reservation { channel } => channel as usize,
+        };
+        if self.by_class.len() <= k {
+            self.by_class.resize_with(crate::edf::MAX_CHANNELS, || None);
+        }
+        if let Some(h) = self.by_class.get_mut(k) {
+            h.get_or_insert_with(|| Box::new(LatencyHistogram::new())).record(delay_ns);
+        }
+    }
 }
 
 /// A running relay; [`Relay::stop`] ends it and returns the report. Its
@@ -156,6 +206,7 @@ struct ThreadTotals {
 pub struct Relay {
     threads: ontime_core::rt::ThreadGroup<ThreadTotals>,
     settings: RelaySettings,
+    table: Arc<SwitchTable>,
 }
 
 /// One interface a relay thread reads.
@@ -163,6 +214,8 @@ struct Ingress {
     ifindex: i32,
     /// Where frames arriving here go; None: by destination MAC.
     to: Option<i32>,
+    /// A known destination MAC first, `to` otherwise (between tenants).
+    by_mac_first: bool,
 }
 
 impl Relay {
@@ -175,6 +228,7 @@ impl Relay {
         let by_mac: Vec<([u8; 6], i32)> = tenants.iter().map(|t| (t.mac, t.ifindex)).collect();
         let fanout_id = std::process::id() & 0xffff;
         let stopper = stop.clone();
+        let table = SwitchTable::new();
         let mut threads = ontime_core::rt::ThreadGroup::new(move || stopper.store(true, Ordering::Relaxed));
         for j in 0..settings.threads {
             let mut ingress: Vec<Ingress> = tenants
@@ -184,13 +238,20 @@ impl Relay {
                 .map(|(_, t)| Ingress {
                     ifindex: t.ifindex,
                     to: Some(building.ifindex),
+                    by_mac_first: false,
                 })
                 .collect();
             ingress.push(Ingress {
                 ifindex: building.ifindex,
                 to: None,
+                by_mac_first: false,
             });
-            let (by_mac, stop, discipline) = (by_mac.clone(), stop.clone(), settings.discipline());
+            if settings.between_tenants {
+                for g in ingress.iter_mut().filter(|g| g.to.is_some()) {
+                    g.by_mac_first = true;
+                }
+            }
+            let (by_mac, stop, discipline) = (by_mac.clone(), stop.clone(), settings.discipline(&table));
             let fan = (settings.threads > 1).then_some(fanout_id);
             threads.spawn(
                 &ontime_core::names::relay_thread(j),
@@ -201,13 +262,23 @@ impl Relay {
         threads
             .await_ready(std::time::Duration::from_secs(5))
             .map_err(|e| anyhow::anyhow!("relay thread settings: {e}"))?;
-        Ok(Relay { threads, settings })
+        Ok(Relay {
+            threads,
+            settings,
+            table,
+        })
+    }
+
+    /// What the controller programs while the relay runs (channels only).
+    pub fn switch_table(&self) -> Arc<SwitchTable> {
+        self.table.clone()
     }
 
     /// Stops the threads and returns what they measured.
     pub fn stop(self) -> Result<RelayReport> {
         self.threads.stop();
         let mut all = ThreadTotals::default();
+        let mut by_class: Vec<Option<LatencyHistogram>> = vec![None; crate::edf::MAX_CHANNELS];
         for t in self.threads.join() {
             let t = t?;
             all.frames += t.frames;
@@ -215,7 +286,28 @@ impl Relay {
             all.dropped += t.dropped;
             all.unaddressed += t.unaddressed;
             all.delay.add(&t.delay);
+            all.scheduler_ns += t.scheduler_ns;
+            if let Some(e) = t.edf {
+                all.edf.get_or_insert_with(EdfStats::default).add(&e);
+            }
+            for (k, h) in t.by_class.iter().enumerate() {
+                if let Some(h) = h {
+                    by_class[k].get_or_insert_with(LatencyHistogram::new).add(h);
+                }
+            }
         }
+        let channels = all.edf.map(|stats| ChannelReport {
+            stats,
+            delay_by_class: by_class
+                .iter()
+                .enumerate()
+                .filter_map(|(k, h)| {
+                    let name = if k == 0 { "best effort".to_string() } else { format!("channel {k}") };
+                    h.as_ref().map(|h| (name, h.summary(None)))
+                })
+                .collect(),
+            scheduler_ns_per_frame: all.scheduler_ns as f64 / (all.frames.max(1)) as f64,
+        });
         Ok(RelayReport {
             settings: self.settings,
             frames: all.frames,
@@ -224,6 +316,7 @@ impl Relay {
             unaddressed: all.unaddressed,
             delay: all.delay.summary(None),
             delay_histogram: all.delay,
+            channels,
         })
     }
 }
@@ -263,13 +356,17 @@ struct Routes {
 impl Routes {
     /// The egress interface of a frame read on port `i`, if any.
     fn egress(&self, i: usize, frame: &[u8]) -> Option<i32> {
-        match self.ingress[i].to {
-            Some(b) => Some(b),
-            None => self
-                .by_mac
+        let by_mac = || {
+            self.by_mac
                 .iter()
                 .find(|(mac, _)| mac[..] == frame[..6])
-                .map(|&(_, to)| to),
+                .map(|&(_, to)| to)
+        };
+        let g = &self.ingress[i];
+        match g.to {
+            Some(b) if g.by_mac_first => by_mac().or(Some(b)),
+            Some(b) => Some(b),
+            None => by_mac(),
         }
     }
 }
@@ -280,7 +377,7 @@ fn run_thread(
     ingress: Vec<Ingress>,
     by_mac: Vec<([u8; 6], i32)>,
     fanout: Option<u32>,
-    mut discipline: impl Discipline,
+    mut discipline: RelayDiscipline,
     stop: &AtomicBool,
 ) -> Result<ThreadTotals> {
     let mut poll = Poll::new()?;
@@ -307,10 +404,11 @@ fn run_thread(
         free: (0..SLOTS).rev().collect(),
     };
     let mut t = ThreadTotals::default();
+    let timed = discipline.classifies();
     let mut events = Events::with_capacity(256);
     while !stop.load(Ordering::Relaxed) {
         let now = MonoNs::now().0;
-        send_released(&mut discipline, &egress, &mut frames, now, &mut t);
+        send_released(&mut discipline, &egress, &mut frames, now, &mut t, timed);
         let next = discipline.next_release_ns().unwrap_or(u64::MAX).min(now + IDLE_WAKE_NS);
         arm_at(&timer, next);
         if let Err(e) = poll.poll(&mut events, None) {
@@ -327,27 +425,39 @@ fn run_thread(
                 continue;
             }
             let i = ev.token().0;
-            take_in(i, &ports[i], &routes, &mut discipline, &mut frames, &mut t);
+            take_in(i, &ports[i], &routes, &mut discipline, &mut frames, &mut t, timed);
         }
     }
+    t.edf = discipline.channel_stats();
     Ok(t)
 }
 
 /// Sends every frame the discipline releases by `now`, measuring the delay
-/// each was given.
+/// each was given (and, when `timed`, the scheduler's own time).
 fn send_released(
     discipline: &mut impl Discipline,
     egress: &PacketPort,
     frames: &mut Frames,
     now: u64,
     t: &mut ThreadTotals,
+    timed: bool,
 ) {
-    while let Some(f) = discipline.dequeue(now) {
+    loop {
+        let t0 = if timed { MonoNs::now().0 } else { 0 };
+        let next = discipline.dequeue(now);
+        if timed {
+            t.scheduler_ns += MonoNs::now().0 - t0;
+        }
+        let Some(f) = next else { break };
         match egress.send(f.egress, &frames.bufs[f.slot][..f.len]) {
             Ok(()) => {
                 t.frames += 1;
                 t.bytes += f.len as u64;
-                t.delay.record(MonoNs::now().0.saturating_sub(f.arrived_ns));
+                let delay = MonoNs::now().0.saturating_sub(f.arrived_ns);
+                t.delay.record(delay);
+                if timed {
+                    t.record_class(f.class, delay);
+                }
             }
             Err(_) => t.dropped += 1,
         }
@@ -364,6 +474,7 @@ fn take_in(
     discipline: &mut impl Discipline,
     frames: &mut Frames,
     t: &mut ThreadTotals,
+    timed: bool,
 ) {
     loop {
         let Some(slot) = frames.free.pop() else {
@@ -400,16 +511,25 @@ fn take_in(
             frames.free.push(slot);
             continue;
         };
-        discipline.enqueue(Queued {
+        let class = if timed {
+            classify(&frames.bufs[slot][..n], arrived_ns)
+        } else {
+            FrameClass::BestEffort
+        };
+        let t0 = if timed { MonoNs::now().0 } else { 0 };
+        let refused = discipline.enqueue(Queued {
             slot,
             arrived_ns,
             len: n,
             egress: to,
-            class: if discipline.classifies() {
-                classify(&frames.bufs[slot][..n], arrived_ns)
-            } else {
-                FrameClass::BestEffort
-            },
+            class,
         });
+        if timed {
+            t.scheduler_ns += MonoNs::now().0 - t0;
+        }
+        if let Err(q) = refused {
+            t.dropped += 1;
+            frames.free.push(q.slot);
+        }
     }
 }

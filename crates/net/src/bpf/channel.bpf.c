@@ -40,6 +40,10 @@ struct chan_stats {
     __u64 on_time;
     __u64 missed;
     __u64 max_overrun_ns;
+    /* stamp to check, where the channel's relative deadline is known */
+    __u64 delay_sum_ns;
+    __u64 delay_max_ns;
+    __u64 delay_count;
 };
 
 struct miss {
@@ -62,6 +66,15 @@ struct {
     __type(key, __u32);
     __type(value, struct chan_stats);
 } stats SEC(".maps");
+
+/* Each channel's relative deadline (by DSCP), so the check can tell when a
+ * packet was stamped: deadline - relative (to the label's 10 us). */
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, MAX_CHANNELS);
+    __type(key, __u32);
+    __type(value, __u64);
+} relative SEC(".maps");
 
 /* [0] malformed or foreign MPLS frames dropped, [1] stamp failures */
 struct {
@@ -195,6 +208,14 @@ int check(struct xdp_md *ctx)
         }
     } else if (st) {
         st->on_time += 1;
+    }
+    __u64 *rel = bpf_map_lookup_elem(&relative, &channel);
+    if (st && rel && *rel && deadline >= *rel && now >= deadline - *rel) {
+        __u64 delay = now - (deadline - *rel);
+        st->delay_sum_ns += delay;
+        st->delay_count += 1;
+        if (delay > st->delay_max_ns)
+            st->delay_max_ns = delay;
     }
     /* Pop: move the MAC addresses 4 bytes on, IPv4 EtherType, drop the head. */
     struct ethhdr copy;

@@ -1,0 +1,457 @@
+//! `ontime net controller|channel|misses|actions|send|receive`: document
+//! 003's real-time channels between lab tenants. The controller runs inside
+//! a lab run (it needs the tenants and the relay's switch); the channel
+//! verbs are its clients over the HTTP/JSON API.
+
+use crate::usage;
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand, ValueEnum};
+use hyper::Method;
+use ontime_core::duration::{format_ns, parse_ns};
+use ontime_net::api::{self, Client, Target};
+use ontime_net::channel::ChannelKind;
+use ontime_net::controller::{Action, ChannelRequest, ChannelState, MissEvent};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// The controller scenario used when none is given: three tenants behind
+/// a 100 Mbit/s bottleneck, no flows of its own.
+const DEFAULT_SCENARIO: &str = include_str!("../../../scenarios/net-controller.toml");
+
+#[derive(Args)]
+pub struct NetArgs {
+    #[command(subcommand)]
+    action: NetAction,
+}
+
+#[derive(Subcommand)]
+enum NetAction {
+    /// Run the lab's tenants, the bottleneck and the channel controller until
+    /// interrupted (or -D), for `ontime net channel` to use
+    Controller(ControllerArgs),
+    /// Add, list, remove channels, or show their counters
+    Channel(ChannelArgs),
+    /// Follow missed deadlines as the receivers' checks report them
+    Misses(MissesArgs),
+    /// What the controller did: admissions, refusals, escalations
+    Actions(ClientArgs),
+    /// Send a paced UDP flow that carries its send times (a measured flow)
+    Send(SendArgs),
+    /// Receive a measured flow and time every datagram end to end
+    Receive(ReceiveArgs),
+}
+
+#[derive(Args)]
+struct ControllerArgs {
+    /// A lab scenario with [net] [default: scenarios/net-controller.toml, built in]
+    scenario: Option<PathBuf>,
+    /// How long to serve
+    #[arg(short = 'D', long, default_value = "1h", value_parser = parse_ns)]
+    duration: u64,
+    /// Results directory (channels, actions, relay counters)
+    #[arg(short = 'o', long, default_value = "results/net-controller")]
+    results: PathBuf,
+}
+
+#[derive(Args, Clone)]
+struct ClientArgs {
+    /// The controller's Unix socket
+    #[arg(long, default_value = api::DEFAULT_SOCKET)]
+    socket: PathBuf,
+    /// Reach it over TCP instead (ADDRESS:PORT, see [net] listen)
+    #[arg(long)]
+    tcp: Option<String>,
+    /// The file holding the bearer token (mode 0600)
+    #[arg(long, default_value = api::DEFAULT_TOKEN)]
+    token: PathBuf,
+    /// Print JSON instead of text
+    #[arg(long)]
+    json: bool,
+}
+
+impl ClientArgs {
+    fn client(&self) -> anyhow::Result<Client> {
+        let token = api::read_token_file(&self.token)?;
+        let target = match &self.tcp {
+            Some(a) => Target::Tcp(a.clone()),
+            None => Target::Socket(self.socket.clone()),
+        };
+        Client::new(target, token)
+    }
+}
+
+#[derive(Args)]
+struct ChannelArgs {
+    #[command(subcommand)]
+    action: ChannelAction,
+}
+
+#[derive(Subcommand)]
+enum ChannelAction {
+    /// Ask for a channel: admitted (its number is printed) or refused with the reason
+    Add(AddArgs),
+    /// The channels and their counters
+    List(ClientArgs),
+    /// The channels' counters: stamped, on time, missed, delay
+    Stats(ClientArgs),
+    /// Remove a channel: its packets go best effort again
+    Rm(RmArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Kind {
+    /// EDF, soft: best effort goes first while no deadline is at risk
+    Deadline,
+    /// WFQ with a reserved rate, hard: admitted by the delay bound
+    Reservation,
+}
+
+#[derive(Args)]
+struct AddArgs {
+    /// Sending tenant (t0, t1, ...)
+    #[arg(long)]
+    from: String,
+    /// Receiving tenant or "building"
+    #[arg(long, default_value = "building")]
+    to: String,
+    /// Destination port [default: any]
+    #[arg(long)]
+    port: Option<u16>,
+    #[arg(long, value_enum, default_value = "deadline")]
+    kind: Kind,
+    /// Token rate, Mbit/s on the wire
+    #[arg(long)]
+    rate_mbit: f64,
+    /// Bucket depth, bytes [default: one largest packet]
+    #[arg(long)]
+    burst: Option<f64>,
+    /// Largest packet, bytes on the wire [default: the link's MTU]
+    #[arg(long)]
+    max_packet: Option<f64>,
+    /// Deadline, one way (e.g. 5ms)
+    #[arg(long, value_parser = parse_ns)]
+    deadline: u64,
+    /// Real-time policy for the sender's vCPU threads (fifo:70, rr:50)
+    #[arg(long)]
+    vcpu_policy: Option<String>,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+#[derive(Args)]
+struct RmArgs {
+    /// The channel number (as `add` printed it)
+    id: u8,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+#[derive(Args)]
+struct MissesArgs {
+    /// Only this sender's channels
+    #[arg(long)]
+    from: Option<String>,
+    /// Stop after this many misses
+    #[arg(long)]
+    count: Option<u64>,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+#[derive(Args)]
+struct SendArgs {
+    /// Destination ADDRESS:PORT
+    #[arg(long)]
+    to: std::net::SocketAddr,
+    /// UDP payload rate, Mbit/s
+    #[arg(long)]
+    rate_mbit: f64,
+    /// UDP payload bytes per datagram
+    #[arg(long, default_value_t = 1000)]
+    size: usize,
+    /// Datagrams sent back to back each time
+    #[arg(long, default_value_t = 1)]
+    burst: u32,
+    #[arg(short = 'D', long, default_value = "10s", value_parser = parse_ns)]
+    duration: u64,
+    /// Wait this long before sending
+    #[arg(long, default_value = "0s", value_parser = parse_ns)]
+    start_after: u64,
+    /// Write the sender's counters here (JSON)
+    #[arg(long)]
+    result: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct ReceiveArgs {
+    /// ADDRESS:PORT to receive on
+    #[arg(long)]
+    listen: std::net::SocketAddr,
+    /// Datagrams later than this count as misses
+    #[arg(long, value_parser = parse_ns)]
+    deadline: Option<u64>,
+    /// Time-series bin width
+    #[arg(long, default_value = "100ms", value_parser = parse_ns)]
+    bin: u64,
+    /// Write the result here (JSON) when stopped (SIGINT/SIGTERM)
+    #[arg(long)]
+    result: Option<PathBuf>,
+}
+
+pub fn run(a: NetArgs) -> anyhow::Result<()> {
+    match a.action {
+        NetAction::Controller(c) => controller(c),
+        NetAction::Channel(c) => match c.action {
+            ChannelAction::Add(a) => add(a),
+            ChannelAction::List(c) | ChannelAction::Stats(c) => list(c),
+            ChannelAction::Rm(r) => rm(r),
+        },
+        NetAction::Misses(m) => misses(m),
+        NetAction::Actions(c) => actions(c),
+        NetAction::Send(s) => send(s),
+        NetAction::Receive(r) => receive(r),
+    }
+}
+
+fn controller(a: ControllerArgs) -> anyhow::Result<()> {
+    let (text, origin) = match &a.scenario {
+        Some(p) => (
+            std::fs::read_to_string(p).map_err(|e| usage(format!("cannot read {}: {e}", p.display())))?,
+            p.clone(),
+        ),
+        None => (DEFAULT_SCENARIO.to_string(), PathBuf::from("net-controller.toml (built in)")),
+    };
+    let mut plan = ontime_lab::scenario::load_str(&text, &origin).map_err(|e| usage(format!("{e:#}")))?;
+    let Some(first) = plan.runs.first_mut() else {
+        return Err(usage("the scenario has no runs"));
+    };
+    if first.config.net.is_none() {
+        return Err(usage(format!(
+            "{}: the controller needs a [net] section (see scenarios/net-controller.toml)",
+            origin.display()
+        )));
+    }
+    first.config.duration = a.duration;
+    plan.runs.truncate(1);
+    eprintln!(
+        "ontime net controller: API on {} (token in {}); add channels with\n  ontime net channel add --from t0 --to building --port 5000 --rate-mbit 2 --deadline 5ms\nCtrl-C stops it.",
+        api::DEFAULT_SOCKET,
+        api::DEFAULT_TOKEN
+    );
+    crate::cmd_lab::execute(&plan, &text, a.results, false, false)
+}
+
+/// The answer's body as T, or the controller's error as ours.
+fn answer<T: serde::de::DeserializeOwned>(status: u16, body: &[u8], ok: u16) -> anyhow::Result<T> {
+    if status != ok {
+        let text = api::error_text(status, body);
+        if (400..500).contains(&status) && status != 401 {
+            return Err(usage(text));
+        }
+        bail!("{text}");
+    }
+    serde_json::from_slice(body).context("the controller's answer is not what this version expects")
+}
+
+fn add(a: AddArgs) -> anyhow::Result<()> {
+    let c = a.client.client()?;
+    let req = ChannelRequest {
+        from: a.from,
+        to: a.to,
+        port: a.port,
+        kind: match a.kind {
+            Kind::Deadline => ChannelKind::Deadline,
+            Kind::Reservation => ChannelKind::Reservation,
+        },
+        rate_bps: a.rate_mbit * 1e6,
+        burst_bytes: a.burst.or(a.max_packet).unwrap_or(1514.0),
+        max_packet_bytes: a.max_packet,
+        peak_bps: None,
+        deadline_ns: a.deadline,
+        vcpu_policy: a.vcpu_policy,
+    };
+    let (status, body) = c.call(Method::POST, "/v1/channels", Some(serde_json::to_vec(&req)?))?;
+    let s: ChannelState = answer(status, &body, 201)?;
+    if a.client.json {
+        crate::outln!("{}", serde_json::to_string_pretty(&s)?);
+    } else {
+        let r = s
+            .reserved_bps
+            .map(|b| format!(", reserved {:.3} Mbit/s", b / 1e6))
+            .unwrap_or_default();
+        crate::outln!(
+            "admitted: channel {} ({} -> {} port {}, deadline {}{r})",
+            s.id,
+            s.from,
+            s.to,
+            s.port.map(|p| p.to_string()).unwrap_or_else(|| "any".into()),
+            format_ns(s.spec.deadline_ns)
+        );
+    }
+    Ok(())
+}
+
+fn list(a: ClientArgs) -> anyhow::Result<()> {
+    let c = a.client()?;
+    let (status, body) = c.call(Method::GET, "/v1/channels", None)?;
+    let l: Vec<ChannelState> = answer(status, &body, 200)?;
+    if a.json {
+        crate::outln!("{}", serde_json::to_string_pretty(&l)?);
+        return Ok(());
+    }
+    if l.is_empty() {
+        crate::outln!("no channels");
+        return Ok(());
+    }
+    crate::outln!(
+        "{:>3} {:<12} {:<24} {:>9} {:>9} {:>9} {:>8} {:>8} {:>10} {:>10}  state",
+        "id",
+        "kind",
+        "flow",
+        "deadline",
+        "stamped",
+        "on time",
+        "missed",
+        "lost",
+        "mean delay",
+        "max delay"
+    );
+    for s in l {
+        let k = &s.counts;
+        let mean = (k.delay_count > 0).then(|| k.delay_sum_ns / k.delay_count);
+        let state = match (s.priority, s.reserved_bps) {
+            (true, _) => "priority (escalated)".to_string(),
+            (false, Some(r)) => format!("R {:.3} Mbit/s", r / 1e6),
+            _ => "normal".into(),
+        };
+        crate::outln!(
+            "{:>3} {:<12} {:<24} {:>9} {:>9} {:>9} {:>8} {:>8} {:>10} {:>10}  {state}",
+            s.id,
+            format!("{:?}", s.spec.kind).to_lowercase(),
+            format!(
+                "{}->{}:{}",
+                s.from,
+                s.to,
+                s.port.map(|p| p.to_string()).unwrap_or_else(|| "*".into())
+            ),
+            format_ns(s.spec.deadline_ns),
+            k.stamped,
+            k.on_time,
+            k.missed,
+            k.stamped.saturating_sub(k.on_time + k.missed),
+            mean.map(format_ns).unwrap_or_else(|| "-".into()),
+            (k.delay_count > 0)
+                .then(|| format_ns(k.delay_max_ns))
+                .unwrap_or_else(|| "-".into()),
+        );
+    }
+    Ok(())
+}
+
+fn rm(a: RmArgs) -> anyhow::Result<()> {
+    let c = a.client.client()?;
+    let (status, body) = c.call(Method::DELETE, &format!("/v1/channels/{}", a.id), None)?;
+    let s: ChannelState = answer(status, &body, 200)?;
+    crate::outln!(
+        "removed channel {}: {} stamped, {} on time, {} missed",
+        s.id,
+        s.counts.stamped,
+        s.counts.on_time,
+        s.counts.missed
+    );
+    Ok(())
+}
+
+fn actions(a: ClientArgs) -> anyhow::Result<()> {
+    let c = a.client()?;
+    let (status, body) = c.call(Method::GET, "/v1/actions", None)?;
+    let l: Vec<Action> = answer(status, &body, 200)?;
+    if a.json {
+        crate::outln!("{}", serde_json::to_string_pretty(&l)?);
+        return Ok(());
+    }
+    for x in l {
+        crate::outln!("{:>10.3} s  {:<16} {}", x.at_ns as f64 / 1e9, x.kind, x.message);
+    }
+    Ok(())
+}
+
+fn misses(a: MissesArgs) -> anyhow::Result<()> {
+    let c = a.client.client()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    crate::signals::install_flag(stop.clone())?;
+    let path = match &a.from {
+        Some(f) => format!("/v1/misses?from={f}"),
+        None => "/v1/misses".into(),
+    };
+    let mut n = 0u64;
+    let json = a.client.json;
+    c.stream(&path, &stop, |line| {
+        if json {
+            crate::outln!("{}", String::from_utf8_lossy(line));
+        } else if let Ok(m) = serde_json::from_slice::<MissEvent>(line) {
+            crate::outln!(
+                "{:>10.3} s  channel {:>2} from {:<4} late by {:>10}  (IP id {})",
+                m.at_ns as f64 / 1e9,
+                m.channel,
+                m.from,
+                format_ns(m.overrun_ns),
+                m.ip_id
+            );
+        }
+        n += 1;
+        a.count.is_none_or(|c| n < c)
+    })
+}
+
+fn send(a: SendArgs) -> anyhow::Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    crate::signals::install_flag(stop.clone())?;
+    if let Some(r) = &a.result {
+        ontime_core::fsio::check_output_path("--result", r).map_err(usage)?;
+    }
+    let report = ontime_net::flow::send(
+        &ontime_net::flow::SendSettings {
+            to: a.to,
+            rate_bps: a.rate_mbit * 1e6,
+            size: a.size,
+            duration_ns: a.duration,
+            start_after_ns: a.start_after,
+            burst: a.burst,
+        },
+        &stop,
+    )
+    .map_err(|e| usage(format!("{e:#}")))?;
+    let text = serde_json::to_string_pretty(&report)?;
+    match &a.result {
+        Some(p) => ontime_core::fsio::write_atomic(p, text.as_bytes())?,
+        None => crate::outln!("{text}"),
+    }
+    Ok(())
+}
+
+fn receive(a: ReceiveArgs) -> anyhow::Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    crate::signals::install_flag(stop.clone())?;
+    if let Some(r) = &a.result {
+        ontime_core::fsio::check_output_path("--result", r).map_err(usage)?;
+    }
+    let r = ontime_net::flow::receive(
+        &ontime_net::flow::ReceiveSettings {
+            listen: a.listen,
+            deadline_ns: a.deadline,
+            bin_ns: a.bin,
+        },
+        &stop,
+    )?;
+    let text = serde_json::to_string_pretty(&r)?;
+    match &a.result {
+        Some(p) => ontime_core::fsio::write_atomic(p, text.as_bytes())?,
+        None => crate::outln!("{text}"),
+    }
+    if !stop.load(Ordering::Relaxed) {
+        eprintln!("ontime net receive: stopped");
+    }
+    Ok(())
+}

@@ -1,0 +1,360 @@
+//! The lab's side of document 003 (`[net]`): tenants get a channel MTU,
+//! the controller runs on the relay's switch table with the BPF data path
+//! (stamps on every tenant, checks on every receiver), its API listens on
+//! the default socket with a fresh token, the flows' receivers and the
+//! best-effort load start, and the scenario's channels are requested (at
+//! their flows' start times). The senders are the run's probes.
+use crate::sandbox::{spawn_in, Lab};
+use crate::scenario::{ChannelMode, FlowSpec, NetSpec, RunConfig};
+use anyhow::{Context, Result};
+use ontime_core::proc::ChildProcess;
+use ontime_net::api::{self, ApiServer};
+use ontime_net::channel::{ChannelKind, Link};
+use ontime_net::controller::{ChannelRequest, Controller, ControllerConfig, ControllerReport, Endpoint};
+use ontime_net::Relay;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// The deadline label's 4 bytes come off the tenants' MTU.
+pub const CHANNEL_MTU: u32 = 1496;
+/// Largest frame on the link: Ethernet header, label, a full IP packet.
+const MAX_FRAME: f64 = 14.0 + 4.0 + 1496.0;
+/// Bytes a datagram of `size` payload bytes takes on the link: Ethernet
+/// (14), label (4), IPv4 (20), UDP (8).
+fn frame_bytes(size: usize) -> f64 {
+    size as f64 + 46.0
+}
+
+/// What `run.json` says of the flows.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct NetOutcome {
+    pub flows: Vec<FlowOutcome>,
+    /// The controller's report (`net.json`), when it ran.
+    pub controller: Option<String>,
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FlowOutcome {
+    pub name: String,
+    pub from: usize,
+    pub to: String,
+    pub deadline_ns: u64,
+    /// The channel it got (its DSCP), or why not.
+    pub channel: Option<u8>,
+    pub refused: Option<String>,
+    /// The receiver's measurements (`flow-NAME.json`) and the sender's.
+    pub result: Option<String>,
+    pub sender: Option<String>,
+}
+
+/// The channel a flow asks for.
+pub fn request_for(n: &NetSpec, f: &FlowSpec) -> Option<ChannelRequest> {
+    let kind = match (n.channels, f.channel) {
+        (ChannelMode::None, _) | (_, false) => return None,
+        (ChannelMode::Deadline, _) => ChannelKind::Deadline,
+        (ChannelMode::Reservation, _) => ChannelKind::Reservation,
+        (ChannelMode::Declared, _) => f.kind.unwrap_or(ChannelKind::Deadline),
+    };
+    let on_wire = frame_bytes(f.size) / f.size as f64;
+    Some(ChannelRequest {
+        from: ontime_core::names::tenant_name(f.from),
+        to: f.to.clone(),
+        port: Some(f.port),
+        kind,
+        rate_bps: f.declared_rate_mbit.unwrap_or(f.rate_mbit) * 1e6 * on_wire,
+        burst_bytes: f.burst as f64 * frame_bytes(f.size),
+        max_packet_bytes: Some(frame_bytes(f.size)),
+        peak_bps: None,
+        deadline_ns: f.deadline,
+        vcpu_policy: n.vcpu_policy.clone(),
+    })
+}
+
+/// The controller's link: the relay's bottleneck; RFC 2212's error terms
+/// are one largest frame in service and the relay's fixed delay.
+pub fn link_of(n: &NetSpec, relay_delay_ns: u64) -> Link {
+    Link {
+        rate_bps: n.link_mbit * 1e6,
+        mtu_bytes: MAX_FRAME,
+        c_tot_bytes: MAX_FRAME,
+        d_tot_ns: relay_delay_ns as f64,
+        max_share: n.max_share,
+    }
+}
+
+/// Everything a net run started, stopped in reverse by [`NetRun::finish`]
+/// (or on drop).
+pub struct NetRun {
+    controller: Option<Controller>,
+    _api: ApiServer,
+    receivers: Vec<ChildProcess>,
+    best_effort: Vec<ChildProcess>,
+    adder: Option<std::thread::JoinHandle<Vec<(String, Result<u8, String>)>>>,
+    outcome: NetOutcome,
+    _bpf_stats: Option<crate::sysctl::SysctlGuard>,
+}
+
+fn endpoint_of<'a>(lab: &'a Lab, name: &str) -> Result<&'a crate::sandbox::Endpoint> {
+    if name == "building" {
+        return Ok(&lab.building);
+    }
+    ontime_core::names::tenant_index(name)
+        .and_then(|i| lab.tenants.get(i))
+        .map(|t| &t.net)
+        .with_context(|| format!("no endpoint {name} in this lab"))
+}
+
+/// Stage 2b: before the relay starts: channel MTU and routes between tenants.
+pub fn prepare(n: &NetSpec, lab: &Lab) -> Result<()> {
+    lab.set_tenant_mtu(CHANNEL_MTU)?;
+    let mut receivers: Vec<usize> = n
+        .flows
+        .iter()
+        .filter_map(|f| ontime_core::names::tenant_index(&f.to))
+        .collect();
+    receivers.extend(ontime_core::names::tenant_index(&n.best_effort_to));
+    receivers.sort_unstable();
+    receivers.dedup();
+    for r in receivers {
+        lab.link_tenants(r)?;
+    }
+    Ok(())
+}
+
+/// Whether flows go between tenants (the relay then routes by MAC).
+pub fn between_tenants(n: &NetSpec) -> bool {
+    n.flows.iter().any(|f| f.to != "building") || n.best_effort_to != "building"
+}
+
+/// Stage 3b: controller, API, receivers, best effort, the channels of the
+/// flows that start with the run.
+pub fn start(c: &RunConfig, lab: &Lab, relay: &Relay, dir: &Path, exe: &Path) -> Result<NetRun> {
+    let Some(n) = &c.net else {
+        anyhow::bail!("no [net] in this run");
+    };
+    // The kernel measures the stamp's and the check's run time only while asked.
+    let bpf_stats = crate::sysctl::SysctlGuard::set("/proc/sys/kernel/bpf_stats_enabled", "1").ok();
+    let mut endpoints = vec![Endpoint {
+        name: "building".into(),
+        addr: lab.building.addr,
+        threads_file: None,
+    }];
+    let mut senders = Vec::new();
+    for t in &lab.tenants {
+        endpoints.push(Endpoint {
+            name: ontime_core::names::tenant_name(t.index),
+            addr: t.net.addr,
+            threads_file: t.cgroup.as_ref().and_then(|cg| cg.threads_file()),
+        });
+        senders.push((PathBuf::from(format!("/run/netns/{}", t.net.netns)), t.net.ns_if.clone()));
+    }
+    // Every endpoint checks what it receives: a channel may go anywhere.
+    let receivers: Vec<(PathBuf, String)> = std::iter::once(&lab.building)
+        .chain(lab.tenants.iter().map(|t| &t.net))
+        .map(|e| (PathBuf::from(format!("/run/netns/{}", e.netns)), e.ns_if.clone()))
+        .collect();
+    let config = ControllerConfig {
+        link: link_of(n, c.host.relay_delay),
+        endpoints,
+        escalate_after: if n.escalate { 1 } else { u64::MAX },
+        hold_ns: 1_000_000_000,
+        log: Some(dir.join("net-actions.jsonl")),
+        echo: false,
+    };
+    let controller = Controller::start(config, Some(relay.switch_table()), move || {
+        Ok(Box::new(ontime_net::datapath::BpfPlane::attach(&senders, &receivers)?) as Box<dyn ontime_net::controller::Plane>)
+    })?;
+    let token = api::create_token_file(Path::new(api::DEFAULT_TOKEN))?;
+    let listen = api::Listen {
+        socket: api::DEFAULT_SOCKET.into(),
+        tcp: n.listen.as_deref().map(str::parse).transpose().context("net.listen")?,
+    };
+    let api_server = api::serve(&listen, token, controller.handle())?;
+
+    let mut rx = Vec::new();
+    for f in &n.flows {
+        let to = endpoint_of(lab, &f.to)?;
+        let mut cmd = Command::new(exe);
+        cmd.args(["net", "receive", "--listen", &format!("{}:{}", to.addr, f.port)])
+            .arg("--deadline")
+            .arg(ontime_core::duration::format_exact(f.deadline))
+            .arg("--result")
+            .arg(dir.join(format!("flow-{}.json", f.name)))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join(format!("flow-{}.err", f.name)))?);
+        rx.push(spawn_in(&mut cmd, &to.netns, None)?);
+    }
+    let best_effort = start_best_effort(n, lab, c.duration)?;
+    // Receivers bound before anyone sends.
+    std::thread::sleep(Duration::from_millis(300));
+
+    let mut outcome = NetOutcome {
+        controller: None,
+        error: None,
+        flows: n
+            .flows
+            .iter()
+            .map(|f| FlowOutcome {
+                name: f.name.clone(),
+                from: f.from,
+                to: f.to.clone(),
+                deadline_ns: f.deadline,
+                channel: None,
+                refused: None,
+                result: None,
+                sender: None,
+            })
+            .collect(),
+    };
+    let handle = controller.handle();
+    let now: Vec<_> = n.flows.iter().filter(|f| f.start == 0).collect();
+    for f in now {
+        if let Some(r) = request_for(n, f) {
+            record(&mut outcome, &f.name, handle.add_blocking(r).map(|s| s.id).map_err(|e| e.message));
+        }
+    }
+    let later: Vec<(u64, String, ChannelRequest)> = n
+        .flows
+        .iter()
+        .filter(|f| f.start > 0)
+        .filter_map(|f| request_for(n, f).map(|r| (f.start, f.name.clone(), r)))
+        .collect();
+    let adder = (!later.is_empty())
+        .then(|| {
+            let t0 = std::time::Instant::now();
+            std::thread::Builder::new()
+                .name("ontime-netadd".into())
+                .spawn(move || {
+                    let mut out = Vec::new();
+                    for (at, name, r) in later {
+                        let wait = Duration::from_nanos(at).saturating_sub(t0.elapsed());
+                        std::thread::sleep(wait);
+                        out.push((name, handle.add_blocking(r).map(|s| s.id).map_err(|e| e.message)));
+                    }
+                    out
+                })
+        })
+        .transpose()
+        .context("cannot start the channel requests' thread")?;
+    Ok(NetRun {
+        controller: Some(controller),
+        _api: api_server,
+        receivers: rx,
+        best_effort,
+        adder,
+        outcome,
+        _bpf_stats: bpf_stats,
+    })
+}
+
+fn record(o: &mut NetOutcome, name: &str, r: Result<u8, String>) {
+    if let Some(f) = o.flows.iter_mut().find(|f| f.name == name) {
+        match r {
+            Ok(id) => f.channel = Some(id),
+            Err(e) => f.refused = Some(e),
+        }
+    }
+}
+
+/// iperf3 UDP servers at the best-effort receiver, one client per tenant
+/// that sends no flow, the rate split between them.
+fn start_best_effort(n: &NetSpec, lab: &Lab, duration_ns: u64) -> Result<Vec<ChildProcess>> {
+    if n.best_effort_mbit <= 0.0 {
+        return Ok(Vec::new());
+    }
+    anyhow::ensure!(
+        ontime_core::caps::which("iperf3").is_some(),
+        "net.best_effort_mbit needs iperf3: run scripts/setup.sh or apt-get install iperf3"
+    );
+    let to = endpoint_of(lab, &n.best_effort_to)?;
+    let to_index = ontime_core::names::tenant_index(&n.best_effort_to);
+    let from: Vec<usize> = n
+        .best_effort_tenants(lab.tenants.len())
+        .into_iter()
+        .filter(|i| Some(*i) != to_index)
+        .collect();
+    let each = n.best_effort_mbit / from.len().max(1) as f64;
+    let secs = (duration_ns / 1_000_000_000 + 5).to_string();
+    let mut out = Vec::new();
+    for &i in &from {
+        let port = (5201 + i).to_string();
+        let mut srv = Command::new("iperf3");
+        srv.args(["-s", "-p", &port, "-B", &to.addr.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        out.push(spawn_in(&mut srv, &to.netns, None)?);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    for &i in &from {
+        let port = (5201 + i).to_string();
+        let mut cli = Command::new("iperf3");
+        cli.args(["-c", &to.addr.to_string(), "-p", &port, "-u", "-l", "1200"])
+            .args(["-b", &format!("{each}M"), "-t", &secs])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        out.push(lab.tenants[i].spawn(&mut cli, false, Default::default())?);
+    }
+    Ok(out)
+}
+
+/// Stage 6 for net runs: one sender per flow, in its tenant (namespace and
+/// cgroup): (tenant index, process).
+pub fn start_senders(c: &RunConfig, lab: &Lab, dir: &Path, exe: &Path) -> Result<Vec<(usize, ChildProcess)>> {
+    let Some(n) = &c.net else { return Ok(Vec::new()) };
+    let mut out = Vec::new();
+    for f in &n.flows {
+        let to = endpoint_of(lab, &f.to)?;
+        let mut cmd = Command::new(exe);
+        cmd.args(["net", "send", "--to", &format!("{}:{}", to.addr, f.port)])
+            .args(["--rate-mbit", &f.rate_mbit.to_string()])
+            .args(["--size", &f.size.to_string(), "--burst", &f.burst.to_string()])
+            .arg("-D")
+            .arg(ontime_core::duration::format_exact(c.duration))
+            .arg("--start-after")
+            .arg(ontime_core::duration::format_exact(f.start))
+            .arg("--result")
+            .arg(dir.join(format!("flow-{}.send.json", f.name)))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join(format!("flow-{}.send.err", f.name)))?);
+        let tn = &lab.tenants[f.from];
+        out.push((f.from, tn.spawn(&mut cmd, false, Default::default())?));
+    }
+    Ok(out)
+}
+
+impl NetRun {
+    /// Stops receivers (they write their results), the best effort and the
+    /// controller (its report goes to `net.json`).
+    pub fn finish(mut self, dir: &Path) -> NetOutcome {
+        if let Some(a) = self.adder.take() {
+            if let Ok(list) = a.join() {
+                for (name, r) in list {
+                    record(&mut self.outcome, &name, r);
+                }
+            }
+        }
+        for r in &mut self.receivers {
+            r.stop();
+        }
+        self.best_effort.clear();
+        let report: Result<ControllerReport> = match self.controller.take() {
+            Some(c) => c.stop(),
+            None => Ok(ControllerReport::default()),
+        };
+        match report.and_then(|r| {
+            ontime_core::fsio::write_atomic(&dir.join("net.json"), serde_json::to_string_pretty(&r)?.as_bytes())
+        }) {
+            Ok(()) => self.outcome.controller = Some("net.json".into()),
+            Err(e) => self.outcome.error = Some(format!("{e:#}")),
+        }
+        for f in &mut self.outcome.flows {
+            let (r, s) = (format!("flow-{}.json", f.name), format!("flow-{}.send.json", f.name));
+            f.result = dir.join(&r).exists().then_some(r);
+            f.sender = dir.join(&s).exists().then_some(s);
+        }
+        self.outcome.clone()
+    }
+}

@@ -1,0 +1,433 @@
+//! The controller's HTTP/JSON API and its client. It listens on a Unix
+//! socket (reachable from every network namespace, so a tenant's
+//! application can subscribe to its misses) and optionally on TCP. Every
+//! request needs `Authorization: Bearer <token>`, the token being the
+//! contents of a file created with mode 0600; without it, or with another,
+//! the answer is 401 and nothing changes.
+//!
+//! | method and path | what |
+//! |---|---|
+//! | `GET /v1/status` | link, endpoints, totals |
+//! | `GET /v1/channels` | channels with their counters |
+//! | `POST /v1/channels` | add ([`ChannelRequest`]): 201, or 400/404/409 with the reason |
+//! | `DELETE /v1/channels/N` | remove channel N |
+//! | `GET /v1/actions` | the controller's log |
+//! | `GET /v1/misses[?from=t0]` | misses as they happen, one JSON per line (streamed) |
+use crate::controller::{ApiError, ChannelRequest, ControllerHandle};
+use anyhow::{bail, Context, Result};
+use bytes::Bytes;
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use hyper::body::Frame;
+use hyper::{Method, Request, Response, StatusCode};
+use serde::Serialize;
+use std::convert::Infallible;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_stream::StreamExt;
+
+/// Where the controller of a running lab listens, by default.
+pub const DEFAULT_SOCKET: &str = "/run/ontime/net-controller.sock";
+/// Its token, by default.
+pub const DEFAULT_TOKEN: &str = "/run/ontime/net-controller.token";
+/// Largest request body.
+const MAX_BODY: usize = 64 * 1024;
+
+/// Creates a fresh random token in `path` (mode 0600, replacing an old one)
+/// and returns it.
+pub fn create_token_file(path: &Path) -> Result<String> {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut raw = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut raw))
+        .context("cannot read /dev/urandom for the controller's token")?;
+    let token: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let _ = std::fs::remove_file(path);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot create the token file {}", path.display()))?;
+    f.write_all(token.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(token)
+}
+
+/// Reads a token file, refusing one others may read.
+pub fn read_token_file(path: &Path) -> Result<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).with_context(|| {
+        format!(
+            "no token file {}: is a controller running (`ontime net controller` or a lab run with [net])? Give --token FILE otherwise",
+            path.display()
+        )
+    })?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        bail!(
+            "{} is readable by others (mode {:o}): chmod 600 it",
+            path.display(),
+            meta.permissions().mode() & 0o777
+        );
+    }
+    let t = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(t.trim().to_string())
+}
+
+/// Where the API listens.
+#[derive(Clone, Debug)]
+pub struct Listen {
+    pub socket: PathBuf,
+    pub tcp: Option<std::net::SocketAddr>,
+}
+
+/// The API's server thread; stops (and removes its socket) on drop.
+pub struct ApiServer {
+    stop: Option<tokio::sync::watch::Sender<bool>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    socket: PathBuf,
+    pub tcp: Option<std::net::SocketAddr>,
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(true);
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+struct Shared {
+    token: String,
+    controller: ControllerHandle,
+}
+
+/// Serves the API for `controller`; `token` is what requests must carry.
+pub fn serve(listen: &Listen, token: String, controller: ControllerHandle) -> Result<ApiServer> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the API's runtime")?;
+    if let Some(dir) = listen.socket.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let _ = std::fs::remove_file(&listen.socket);
+    let (unix, tcp) = runtime.block_on(async {
+        let unix = tokio::net::UnixListener::bind(&listen.socket)
+            .with_context(|| format!("cannot listen on {}", listen.socket.display()))?;
+        let tcp = match listen.tcp {
+            Some(a) => Some(
+                tokio::net::TcpListener::bind(a)
+                    .await
+                    .with_context(|| format!("cannot listen on {a}"))?,
+            ),
+            None => None,
+        };
+        anyhow::Ok((unix, tcp))
+    })?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        // The token guards it; the socket itself is for root and the lab's tenants.
+        let _ = std::fs::set_permissions(&listen.socket, std::fs::Permissions::from_mode(0o600));
+    }
+    let tcp_addr = tcp.as_ref().and_then(|l| l.local_addr().ok());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let shared = Arc::new(Shared { token, controller });
+    let thread = std::thread::Builder::new()
+        .name("ontime-netapi".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let mut tasks = Vec::new();
+                let (s1, mut r1) = (shared.clone(), stop_rx.clone());
+                tasks.push(tokio::spawn(async move {
+                    loop {
+                        tokio::select! {
+                            r = unix.accept() => if let Ok((s, _)) = r { connection(s, s1.clone()) },
+                            _ = r1.changed() => return,
+                        }
+                    }
+                }));
+                if let Some(tcp) = tcp {
+                    let (s2, mut r2) = (shared.clone(), stop_rx.clone());
+                    tasks.push(tokio::spawn(async move {
+                        loop {
+                            tokio::select! {
+                                r = tcp.accept() => if let Ok((s, _)) = r { connection(s, s2.clone()) },
+                                _ = r2.changed() => return,
+                            }
+                        }
+                    }));
+                }
+                for t in tasks {
+                    let _ = t.await;
+                }
+            });
+            runtime.shutdown_timeout(Duration::from_millis(200));
+        })
+        .context("cannot start the API thread")?;
+    Ok(ApiServer {
+        stop: Some(stop_tx),
+        thread: Some(thread),
+        socket: listen.socket.clone(),
+        tcp: tcp_addr,
+    })
+}
+
+fn connection<S>(stream: S, shared: Arc<Shared>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        let io = hyper_util::rt::TokioIo::new(stream);
+        let svc = hyper::service::service_fn(move |req| handle(req, shared.clone()));
+        // Errors are clients going away or speaking bad HTTP: the
+        // connection ends, the server goes on.
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(io, svc)
+            .await;
+    });
+}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: &'a str,
+}
+
+fn json<T: Serialize>(status: StatusCode, body: &T) -> Response<Body> {
+    let mut bytes = serde_json::to_vec_pretty(body).unwrap_or_else(|_| b"{}".to_vec());
+    bytes.push(b'\n');
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(bytes)).boxed())
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+}
+
+fn error(status: u16, message: &str) -> Response<Body> {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut r = json(status, &ErrorBody { error: message });
+    if status == StatusCode::UNAUTHORIZED {
+        r.headers_mut()
+            .insert("www-authenticate", hyper::header::HeaderValue::from_static("Bearer"));
+    }
+    r
+}
+
+fn api_error(e: ApiError) -> Response<Body> {
+    error(e.status, &e.message)
+}
+
+/// Compares in time independent of where the strings differ.
+fn same_token(given: &[u8], token: &[u8]) -> bool {
+    given.len() == token.len() && given.iter().zip(token).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
+}
+
+async fn handle(req: Request<hyper::body::Incoming>, shared: Arc<Shared>) -> Result<Response<Body>, Infallible> {
+    let given = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    match given {
+        None => return Ok(error(401, "missing bearer token (Authorization: Bearer <token file contents>)")),
+        Some(t) if !same_token(t.as_bytes(), shared.token.as_bytes()) => {
+            return Ok(error(401, "wrong token"));
+        }
+        Some(_) => {}
+    }
+    let c = &shared.controller;
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
+    let method = req.method().clone();
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    Ok(match (&method, parts.as_slice()) {
+        (&Method::GET, ["v1", "status"]) => match c.status().await {
+            Ok(s) => json(StatusCode::OK, &s),
+            Err(e) => api_error(e),
+        },
+        (&Method::GET, ["v1", "channels"]) => match c.list().await {
+            Ok(l) => json(StatusCode::OK, &l),
+            Err(e) => api_error(e),
+        },
+        (&Method::POST, ["v1", "channels"]) => {
+            let body = match http_body_util::Limited::new(req.into_body(), MAX_BODY).collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(_) => return Ok(error(413, "request body too large or broken")),
+            };
+            let r: ChannelRequest = match serde_json::from_slice(&body) {
+                Ok(r) => r,
+                Err(e) => return Ok(error(400, &format!("bad channel request: {e}"))),
+            };
+            match c.add(r).await {
+                Ok(s) => json(StatusCode::CREATED, &s),
+                Err(e) => api_error(e),
+            }
+        }
+        (&Method::DELETE, ["v1", "channels", id]) => match id.parse::<u8>() {
+            Ok(id) => match c.remove(id).await {
+                Ok(s) => json(StatusCode::OK, &s),
+                Err(e) => api_error(e),
+            },
+            Err(_) => error(400, &format!("'{id}' is not a channel number")),
+        },
+        (&Method::GET, ["v1", "actions"]) => match c.actions().await {
+            Ok(a) => json(StatusCode::OK, &a),
+            Err(e) => api_error(e),
+        },
+        (&Method::GET, ["v1", "misses"]) => {
+            let from = query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("from="))
+                .map(str::to_string);
+            let stream = tokio_stream::wrappers::BroadcastStream::new(c.subscribe()).filter_map(move |m| {
+                let m = m.ok()?;
+                if from.as_ref().is_some_and(|f| *f != m.from) {
+                    return None;
+                }
+                let mut line = serde_json::to_vec(&m).ok()?;
+                line.push(b'\n');
+                Some(Ok::<_, Infallible>(Frame::data(Bytes::from(line))))
+            });
+            Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "application/x-ndjson")
+                .body(BodyExt::boxed(StreamBody::new(stream)))
+                .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+        }
+        (_, ["v1", "channels"]) | (_, ["v1", "channels", _]) | (_, ["v1", _]) => {
+            error(405, &format!("{method} is not allowed on {path}"))
+        }
+        _ => error(404, &format!("no such endpoint {path}: see GET /v1/status, /v1/channels, /v1/actions, /v1/misses")),
+    })
+}
+
+/// Where a client finds the controller.
+#[derive(Clone, Debug)]
+pub enum Target {
+    Socket(PathBuf),
+    Tcp(String),
+}
+
+/// The API's client (the `ontime net channel` verbs).
+pub struct Client {
+    target: Target,
+    token: String,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Client {
+    pub fn new(target: Target, token: String) -> Result<Client> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start the client's runtime")?;
+        Ok(Client { target, token, runtime })
+    }
+
+    async fn send(&self, req: Request<Full<Bytes>>) -> Result<Response<hyper::body::Incoming>> {
+        macro_rules! over {
+            ($stream:expr) => {{
+                let io = hyper_util::rt::TokioIo::new($stream);
+                let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+                    .await
+                    .context("HTTP handshake with the controller")?;
+                tokio::spawn(conn);
+                sender.send_request(req).await.context("request to the controller")
+            }};
+        }
+        match &self.target {
+            Target::Socket(p) => over!(tokio::net::UnixStream::connect(p).await.with_context(|| format!(
+                "cannot reach the controller at {}: is one running (`ontime net controller`, or a lab run with [net])?",
+                p.display()
+            ))?),
+            Target::Tcp(a) => over!(tokio::net::TcpStream::connect(a.as_str())
+                .await
+                .with_context(|| format!("cannot reach the controller at {a}"))?),
+        }
+    }
+
+    fn build(&self, method: Method, path: &str, body: Option<Vec<u8>>) -> Result<Request<Full<Bytes>>> {
+        Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "ontime-controller")
+            .header("authorization", format!("Bearer {}", self.token))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .context("building the request")
+    }
+
+    /// One request; (status, body).
+    pub fn call(&self, method: Method, path: &str, body: Option<Vec<u8>>) -> Result<(u16, Vec<u8>)> {
+        let req = self.build(method, path, body)?;
+        self.runtime.block_on(async {
+            let resp = self.send(req).await?;
+            let status = resp.status().as_u16();
+            let bytes = resp
+                .into_body()
+                .collect()
+                .await
+                .context("reading the controller's answer")?
+                .to_bytes();
+            Ok((status, bytes.to_vec()))
+        })
+    }
+
+    /// A streamed GET: `line` gets each line until it returns false, the
+    /// stream ends or `stop` is set.
+    pub fn stream(
+        &self,
+        path: &str,
+        stop: &std::sync::atomic::AtomicBool,
+        mut line: impl FnMut(&[u8]) -> bool,
+    ) -> Result<()> {
+        let req = self.build(Method::GET, path, None)?;
+        self.runtime.block_on(async {
+            let resp = self.send(req).await?;
+            let status = resp.status().as_u16();
+            let mut body = resp.into_body();
+            if status != 200 {
+                let b = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                bail!("{}", error_text(status, &b));
+            }
+            let mut buf = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let frame = match tokio::time::timeout(Duration::from_millis(200), body.frame()).await {
+                    Err(_) => continue,
+                    Ok(None) => break,
+                    Ok(Some(f)) => f.context("reading the stream")?,
+                };
+                if let Ok(data) = frame.into_data() {
+                    buf.extend_from_slice(&data);
+                    while let Some(n) = buf.iter().position(|&b| b == b'\n') {
+                        let l: Vec<u8> = buf.drain(..=n).collect();
+                        if !line(&l[..n]) {
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+/// An error answer as one line for people.
+pub fn error_text(status: u16, body: &[u8]) -> String {
+    let msg = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
+        .unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_string());
+    format!("{status}: {msg}")
+}

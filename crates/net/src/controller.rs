@@ -1,0 +1,1096 @@
+//! Document 003's controller: it holds the real-time channels, admits them
+//! (existing channels win; a refusal says why), programs the data path (the
+//! stamp's channel table on the sender, the check's deadlines on the
+//! receiver: a [`Plane`]) and the switch (the relay's [`SwitchTable`]:
+//! reserved rates, priorities), reads every miss the checks report, passes
+//! it to the sender's subscribers and escalates: a deadline channel that
+//! misses is raised to priority, a reservation channel gets a larger R
+//! within what admission allows. It can also give a channel tenant's vCPU
+//! threads a real-time policy (document 003's EDF run queue for real-time
+//! VMs). Every action is logged.
+//!
+//! It runs as one thread that owns the plane (BPF objects are not `Send`);
+//! the HTTP API ([`crate::api`]) talks to it through [`ControllerHandle`].
+use crate::channel::{self, Admitted, ChannelKind, ChannelSpec, Link, Refusal};
+use crate::edf::{SwitchTable, MAX_CHANNELS};
+use anyhow::{Context, Result};
+use ontime_core::rt::Policy;
+use ontime_core::MonoNs;
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Which packets a channel carries: IPv4 source and destination, and a
+/// destination port (any when None).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowMatch {
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub dport: Option<u16>,
+}
+
+/// A channel's counters from the data path, summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelCounts {
+    /// Packets the sender's stamp labelled.
+    pub stamped: u64,
+    /// Packets the receiver's check found in time, and late.
+    pub on_time: u64,
+    pub missed: u64,
+    pub max_overrun_ns: u64,
+    /// Stamp-to-check delay (to the label's 10 us resolution).
+    pub delay_sum_ns: u64,
+    pub delay_max_ns: u64,
+    pub delay_count: u64,
+}
+
+impl ChannelCounts {
+    /// What was counted since `base` (a channel number reused after a removal).
+    fn since(&self, base: &ChannelCounts) -> ChannelCounts {
+        ChannelCounts {
+            stamped: self.stamped.saturating_sub(base.stamped),
+            on_time: self.on_time.saturating_sub(base.on_time),
+            missed: self.missed.saturating_sub(base.missed),
+            max_overrun_ns: self.max_overrun_ns,
+            delay_sum_ns: self.delay_sum_ns.saturating_sub(base.delay_sum_ns),
+            delay_max_ns: self.delay_max_ns,
+            delay_count: self.delay_count.saturating_sub(base.delay_count),
+        }
+    }
+}
+
+/// One missed deadline, as a receiver's check reported it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Miss {
+    pub channel: u8,
+    pub overrun_ns: u64,
+    pub ip_id: u16,
+}
+
+/// What the controller programs on the hosts: the stamp and the check.
+/// The BPF data path implements it ([`crate::datapath`]); tests use a fake.
+pub trait Plane {
+    /// Puts a channel into the sender's stamp (and its relative deadline
+    /// into the receivers' checks).
+    fn install(&mut self, id: u8, flow: FlowMatch, tc: u8, deadline_ns: u64) -> Result<()>;
+    fn remove(&mut self, flow: FlowMatch) -> Result<()>;
+    fn counts(&self, id: u8) -> ChannelCounts;
+    /// Misses reported since the last call.
+    fn misses(&mut self) -> Vec<Miss>;
+    /// (malformed or foreign MPLS frames dropped, stamp failures).
+    fn errors(&self) -> (u64, u64);
+    /// What the stamp and the check cost per packet, where the kernel
+    /// measures it (kernel.bpf_stats_enabled).
+    fn cost(&self) -> Option<PlaneCost> {
+        None
+    }
+}
+
+/// Run counts and total run time of the data path's programs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PlaneCost {
+    pub stamp_runs: u64,
+    pub stamp_ns: u64,
+    pub check_runs: u64,
+    pub check_ns: u64,
+}
+
+impl PlaneCost {
+    pub fn stamp_ns_per_packet(&self) -> Option<f64> {
+        (self.stamp_runs > 0).then(|| self.stamp_ns as f64 / self.stamp_runs as f64)
+    }
+    pub fn check_ns_per_packet(&self) -> Option<f64> {
+        (self.check_runs > 0).then(|| self.check_ns as f64 / self.check_runs as f64)
+    }
+}
+
+/// A tenant (or the building side) the controller knows: where its
+/// packets come from and, for vCPU scheduling, its threads.
+#[derive(Clone, Debug, Serialize)]
+pub struct Endpoint {
+    pub name: String,
+    pub addr: Ipv4Addr,
+    /// The file listing its threads (cgroup `tasks` / `cgroup.threads`).
+    #[serde(skip)]
+    pub threads_file: Option<PathBuf>,
+}
+
+/// What a tenant asks for (the API's request body). Rates in bit/s, sizes
+/// in bytes, times in ns.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelRequest {
+    /// Sending tenant ("t0").
+    pub from: String,
+    /// Receiving tenant or "building".
+    pub to: String,
+    /// Destination port; any when absent.
+    #[serde(default)]
+    pub port: Option<u16>,
+    #[serde(default = "default_kind")]
+    pub kind: ChannelKind,
+    pub rate_bps: f64,
+    pub burst_bytes: f64,
+    /// Largest packet, label included (default: the MTU).
+    #[serde(default)]
+    pub max_packet_bytes: Option<f64>,
+    #[serde(default)]
+    pub peak_bps: Option<f64>,
+    pub deadline_ns: u64,
+    /// A real-time policy for the sender's vCPU threads ("fifo:70", "rr:50").
+    #[serde(default)]
+    pub vcpu_policy: Option<String>,
+}
+
+fn default_kind() -> ChannelKind {
+    ChannelKind::Deadline
+}
+
+/// A channel the controller holds, with what happened to it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ChannelState {
+    /// The channel number: its DSCP, 1..63.
+    pub id: u8,
+    pub from: String,
+    pub to: String,
+    pub port: Option<u16>,
+    pub spec: ChannelSpec,
+    /// The rate reserved now (reservation channels; raised on escalation).
+    pub reserved_bps: Option<f64>,
+    /// Raised to priority at the switch (deadline channels, on escalation).
+    pub priority: bool,
+    pub vcpu_policy: Option<String>,
+    /// When it was admitted and (if so) removed, ns since the controller started.
+    pub added_ns: u64,
+    #[serde(default)]
+    pub removed_ns: Option<u64>,
+    pub counts: ChannelCounts,
+    pub escalations: u32,
+}
+
+/// One thing the controller did, for the log and the report.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Action {
+    /// ns since the controller started.
+    pub at_ns: u64,
+    pub channel: Option<u8>,
+    /// "admitted", "refused", "removed", "escalated", "cannot escalate", "vcpu".
+    pub kind: String,
+    pub message: String,
+}
+
+/// A miss as the sender's subscribers see it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MissEvent {
+    pub at_ns: u64,
+    pub channel: u8,
+    /// The sending tenant.
+    pub from: String,
+    pub overrun_ns: u64,
+    pub ip_id: u16,
+}
+
+/// An answer the API turns into an HTTP status.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApiError {
+    pub status: u16,
+    pub message: String,
+}
+
+impl ApiError {
+    fn new(status: u16, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+/// How the controller runs.
+#[derive(Clone, Debug)]
+pub struct ControllerConfig {
+    pub link: Link,
+    pub endpoints: Vec<Endpoint>,
+    /// Misses in one tick that make the controller escalate a channel.
+    pub escalate_after: u64,
+    /// Time after an escalation before the same channel escalates again.
+    pub hold_ns: u64,
+    /// Where every action is appended (JSON lines), if anywhere.
+    pub log: Option<PathBuf>,
+    /// Print actions on standard error as they happen.
+    pub echo: bool,
+}
+
+/// What the controller did, when it stops.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ControllerReport {
+    pub link: Option<Link>,
+    /// Every channel ever admitted, with its counts at removal or stop.
+    pub channels: Vec<ChannelState>,
+    pub actions: Vec<Action>,
+    /// Misses read from the checks' ring (per channel in `channels`).
+    pub misses_reported: u64,
+    pub malformed_dropped: u64,
+    pub stamp_failures: u64,
+    /// Per-packet cost of the stamp and the check (None: not measured).
+    #[serde(default)]
+    pub cost: Option<PlaneCost>,
+}
+
+/// Status for `GET /v1/status`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Status {
+    pub link: Link,
+    pub endpoints: Vec<String>,
+    pub channels: usize,
+    pub reserved_bps: f64,
+    pub deadline_rate_bps: f64,
+    pub malformed_dropped: u64,
+    pub stamp_failures: u64,
+    pub uptime_ns: u64,
+}
+
+type Reply<T> = tokio::sync::oneshot::Sender<T>;
+
+enum Command {
+    Add(ChannelRequest, Reply<Result<ChannelState, ApiError>>),
+    Remove(u8, Reply<Result<ChannelState, ApiError>>),
+    List(Reply<Vec<ChannelState>>),
+    Actions(Reply<Vec<Action>>),
+    Status(Reply<Status>),
+}
+
+/// The API's way in: commands to the controller thread, and its misses.
+#[derive(Clone)]
+pub struct ControllerHandle {
+    tx: mpsc::Sender<Command>,
+    misses: tokio::sync::broadcast::Sender<MissEvent>,
+}
+
+impl ControllerHandle {
+    async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, ApiError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.tx
+            .send(make(tx))
+            .map_err(|_| ApiError::new(503, "the controller has stopped"))?;
+        rx.await.map_err(|_| ApiError::new(503, "the controller has stopped"))
+    }
+
+    pub async fn add(&self, r: ChannelRequest) -> Result<ChannelState, ApiError> {
+        self.ask(|tx| Command::Add(r, tx)).await?
+    }
+
+    pub async fn remove(&self, id: u8) -> Result<ChannelState, ApiError> {
+        self.ask(|tx| Command::Remove(id, tx)).await?
+    }
+
+    pub async fn list(&self) -> Result<Vec<ChannelState>, ApiError> {
+        self.ask(Command::List).await
+    }
+
+    pub async fn actions(&self) -> Result<Vec<Action>, ApiError> {
+        self.ask(Command::Actions).await
+    }
+
+    pub async fn status(&self) -> Result<Status, ApiError> {
+        self.ask(Command::Status).await
+    }
+
+    /// Every miss from now on (a lagging subscriber loses the oldest).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<MissEvent> {
+        self.misses.subscribe()
+    }
+
+    /// Blocking variant of [`ControllerHandle::add`] for callers outside
+    /// an async runtime (the lab adds a scenario's channels with it).
+    pub fn add_blocking(&self, r: ChannelRequest) -> Result<ChannelState, ApiError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.tx
+            .send(Command::Add(r, tx))
+            .map_err(|_| ApiError::new(503, "the controller has stopped"))?;
+        rx.blocking_recv()
+            .map_err(|_| ApiError::new(503, "the controller has stopped"))?
+    }
+}
+
+/// The running controller thread.
+pub struct Controller {
+    handle: ControllerHandle,
+    thread: Option<std::thread::JoinHandle<Result<ControllerReport>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// How often misses are read and escalation decided.
+const TICK: Duration = Duration::from_millis(50);
+/// How often vCPU policies are (re)applied to new threads.
+const VCPU_EVERY_NS: u64 = 1_000_000_000;
+
+impl Controller {
+    /// Starts the controller thread; `plane` is built on it (so BPF objects
+    /// stay on one thread). Returns once the plane is ready.
+    pub fn start(
+        config: ControllerConfig,
+        switch: Option<Arc<SwitchTable>>,
+        plane: impl FnOnce() -> Result<Box<dyn Plane>> + Send + 'static,
+    ) -> Result<Controller> {
+        let (tx, rx) = mpsc::channel();
+        let (misses, _) = tokio::sync::broadcast::channel(4096);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (m2, s2) = (misses.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("ontime-netctl".into())
+            .spawn(move || {
+                let plane = match plane() {
+                    Ok(p) => {
+                        let _ = ready_tx.send(Ok(()));
+                        p
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(format!("{e:#}")));
+                        return Err(e);
+                    }
+                };
+                let mut state = State::new(config, switch, plane, m2)?;
+                state.run(rx, &s2)
+            })
+            .context("cannot start the controller thread")?;
+        match ready_rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => anyhow::bail!("the controller cannot start: {e}"),
+            Err(_) => anyhow::bail!("the controller did not start within 30 s"),
+        }
+        Ok(Controller {
+            handle: ControllerHandle { tx, misses },
+            thread: Some(thread),
+            stop,
+        })
+    }
+
+    pub fn handle(&self) -> ControllerHandle {
+        self.handle.clone()
+    }
+
+    /// Stops the thread (the plane's hooks go with it) and returns the report.
+    pub fn stop(mut self) -> Result<ControllerReport> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .map_err(|_| anyhow::anyhow!("the controller thread panicked"))?,
+            None => Ok(ControllerReport::default()),
+        }
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One channel the controller holds, with its escalation state.
+struct Held {
+    state: ChannelState,
+    flow: FlowMatch,
+    /// Counters of this channel number before it was admitted.
+    base: ChannelCounts,
+    missed_seen: u64,
+    last_escalation_ns: Option<u64>,
+    vcpu: Option<Policy>,
+}
+
+struct State {
+    cfg: ControllerConfig,
+    switch: Option<Arc<SwitchTable>>,
+    plane: Box<dyn Plane>,
+    misses: tokio::sync::broadcast::Sender<MissEvent>,
+    held: Vec<Held>,
+    gone: Vec<ChannelState>,
+    actions: Vec<Action>,
+    log: Option<std::fs::File>,
+    start_ns: u64,
+    misses_reported: u64,
+    last_vcpu_ns: u64,
+}
+
+impl State {
+    fn new(
+        cfg: ControllerConfig,
+        switch: Option<Arc<SwitchTable>>,
+        plane: Box<dyn Plane>,
+        misses: tokio::sync::broadcast::Sender<MissEvent>,
+    ) -> Result<State> {
+        let log = match &cfg.log {
+            Some(p) => Some(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)
+                    .with_context(|| format!("cannot open the controller log {}", p.display()))?,
+            ),
+            None => None,
+        };
+        Ok(State {
+            cfg,
+            switch,
+            plane,
+            misses,
+            held: Vec::new(),
+            gone: Vec::new(),
+            actions: Vec::new(),
+            log,
+            start_ns: MonoNs::now().0,
+            misses_reported: 0,
+            last_vcpu_ns: 0,
+        })
+    }
+
+    fn now(&self) -> u64 {
+        MonoNs::now().0.saturating_sub(self.start_ns)
+    }
+
+    fn act(&mut self, channel: Option<u8>, kind: &str, message: String) {
+        let a = Action {
+            at_ns: self.now(),
+            channel,
+            kind: kind.into(),
+            message,
+        };
+        if self.cfg.echo {
+            eprintln!("ontime net controller: {:.3} s {}: {}", a.at_ns as f64 / 1e9, a.kind, a.message);
+        }
+        if let Some(f) = &mut self.log {
+            if let Ok(line) = serde_json::to_string(&a) {
+                // A full disk must not stop the controller: the report keeps them too.
+                let _ = writeln!(f, "{line}");
+            }
+        }
+        self.actions.push(a);
+    }
+
+    fn run(&mut self, rx: mpsc::Receiver<Command>, stop: &std::sync::atomic::AtomicBool) -> Result<ControllerReport> {
+        let mut next_tick = MonoNs::now().0 + TICK.as_nanos() as u64;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let wait = next_tick.saturating_sub(MonoNs::now().0);
+            match rx.recv_timeout(Duration::from_nanos(wait)) {
+                Ok(cmd) => self.command(cmd),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                // Every handle gone: keep watching until told to stop.
+                Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(Duration::from_nanos(wait)),
+            }
+            if MonoNs::now().0 >= next_tick {
+                self.tick();
+                next_tick += TICK.as_nanos() as u64;
+            }
+        }
+        self.tick();
+        Ok(self.report())
+    }
+
+    fn report(&mut self) -> ControllerReport {
+        let mut channels = self.gone.clone();
+        for h in &self.held {
+            let mut s = h.state.clone();
+            s.counts = self.plane.counts(h.state.id).since(&h.base);
+            channels.push(s);
+        }
+        channels.sort_by_key(|c| c.added_ns);
+        let (malformed_dropped, stamp_failures) = self.plane.errors();
+        ControllerReport {
+            link: Some(self.cfg.link),
+            channels,
+            actions: self.actions.clone(),
+            misses_reported: self.misses_reported,
+            malformed_dropped,
+            stamp_failures,
+            cost: self.plane.cost(),
+        }
+    }
+
+    fn command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Add(r, reply) => {
+                let out = self.add(r);
+                let _ = reply.send(out);
+            }
+            Command::Remove(id, reply) => {
+                let out = self.remove(id);
+                let _ = reply.send(out);
+            }
+            Command::List(reply) => {
+                let _ = reply.send(self.list());
+            }
+            Command::Actions(reply) => {
+                let _ = reply.send(self.actions.clone());
+            }
+            Command::Status(reply) => {
+                let (malformed_dropped, stamp_failures) = self.plane.errors();
+                let _ = reply.send(Status {
+                    link: self.cfg.link,
+                    endpoints: self.cfg.endpoints.iter().map(|e| e.name.clone()).collect(),
+                    channels: self.held.len(),
+                    reserved_bps: self.held.iter().filter_map(|h| h.state.reserved_bps).sum(),
+                    deadline_rate_bps: self
+                        .held
+                        .iter()
+                        .filter(|h| h.state.spec.kind == ChannelKind::Deadline)
+                        .map(|h| h.state.spec.rate_bps)
+                        .sum(),
+                    malformed_dropped,
+                    stamp_failures,
+                    uptime_ns: self.now(),
+                });
+            }
+        }
+    }
+
+    fn list(&self) -> Vec<ChannelState> {
+        self.held
+            .iter()
+            .map(|h| {
+                let mut s = h.state.clone();
+                s.counts = self.plane.counts(h.state.id).since(&h.base);
+                s
+            })
+            .collect()
+    }
+
+    fn endpoint(&self, name: &str, what: &str) -> Result<&Endpoint, ApiError> {
+        self.cfg.endpoints.iter().find(|e| e.name == name).ok_or_else(|| {
+            let known: Vec<&str> = self.cfg.endpoints.iter().map(|e| e.name.as_str()).collect();
+            ApiError::new(
+                404,
+                format!("unknown {what} '{name}': this lab has {}", known.join(", ")),
+            )
+        })
+    }
+
+    fn add(&mut self, r: ChannelRequest) -> Result<ChannelState, ApiError> {
+        let from = self.endpoint(&r.from, "sender")?.addr;
+        let to = self.endpoint(&r.to, "receiver")?.addr;
+        if r.from == r.to {
+            return Err(ApiError::new(400, "from and to are the same endpoint"));
+        }
+        if r.from == "building" {
+            return Err(ApiError::new(
+                400,
+                "channels are sent by tenants (the stamp sits at a tenant's VMM boundary); 'building' can only receive",
+            ));
+        }
+        let vcpu = match &r.vcpu_policy {
+            Some(p) => {
+                let p: Policy = p
+                    .parse()
+                    .map_err(|e| ApiError::new(400, format!("vcpu_policy: {e}")))?;
+                if !p.is_realtime() {
+                    return Err(ApiError::new(400, "vcpu_policy must be real-time (fifo:N, rr:N)"));
+                }
+                Some(p)
+            }
+            None => None,
+        };
+        let flow = FlowMatch {
+            src: from,
+            dst: to,
+            dport: r.port,
+        };
+        if let Some(h) = self.held.iter().find(|h| h.flow == flow) {
+            return Err(ApiError::new(
+                409,
+                format!(
+                    "duplicate: channel {} already carries {} -> {} port {}",
+                    h.state.id,
+                    r.from,
+                    r.to,
+                    port_text(r.port)
+                ),
+            ));
+        }
+        let spec = ChannelSpec {
+            kind: r.kind,
+            rate_bps: r.rate_bps,
+            burst_bytes: r.burst_bytes,
+            max_packet_bytes: r.max_packet_bytes.unwrap_or(self.cfg.link.mtu_bytes),
+            peak_bps: r.peak_bps,
+            deadline_ns: r.deadline_ns,
+        };
+        let Some(id) = (1..MAX_CHANNELS as u8).find(|i| self.held.iter().all(|h| h.state.id != *i)) else {
+            return Err(ApiError::new(409, "all 63 channel numbers (DSCPs) are in use"));
+        };
+        let existing: Vec<Admitted> = self
+            .held
+            .iter()
+            .map(|h| Admitted {
+                id: h.state.id as u32,
+                spec: h.state.spec.clone(),
+                reserved_bps: h.state.reserved_bps,
+            })
+            .collect();
+        let what = format!(
+            "{} {} -> {} port {} ({:.3} Mbit/s, burst {} B, deadline {:.3} ms)",
+            kind_text(r.kind),
+            r.from,
+            r.to,
+            port_text(r.port),
+            r.rate_bps / 1e6,
+            r.burst_bytes,
+            r.deadline_ns as f64 / 1e6
+        );
+        let admitted = match channel::admit(&existing, &spec, &self.cfg.link, id as u32) {
+            Ok(a) => a,
+            Err(Refusal::Invalid(m)) => return Err(ApiError::new(400, m)),
+            Err(e) => {
+                self.act(None, "refused", format!("{what}: {e}"));
+                return Err(ApiError::new(409, format!("refused: {e}")));
+            }
+        };
+        let tc = match r.kind {
+            ChannelKind::Deadline => 1,
+            ChannelKind::Reservation => 2,
+        };
+        let base = self.plane.counts(id);
+        if let Err(e) = self.plane.install(id, flow, tc, r.deadline_ns) {
+            return Err(ApiError::new(500, format!("cannot install the channel: {e:#}")));
+        }
+        if let (Some(sw), Some(bps)) = (&self.switch, admitted.reserved_bps) {
+            sw.set_reservation(id, bps.ceil() as u64);
+        }
+        let state = ChannelState {
+            id,
+            from: r.from.clone(),
+            to: r.to.clone(),
+            port: r.port,
+            spec,
+            reserved_bps: admitted.reserved_bps,
+            priority: false,
+            vcpu_policy: r.vcpu_policy.clone(),
+            added_ns: self.now(),
+            removed_ns: None,
+            counts: ChannelCounts::default(),
+            escalations: 0,
+        };
+        let reserved = admitted
+            .reserved_bps
+            .map(|b| format!(", R = {:.3} Mbit/s", b / 1e6))
+            .unwrap_or_default();
+        self.act(Some(id), "admitted", format!("channel {id}: {what}{reserved}"));
+        self.held.push(Held {
+            state: state.clone(),
+            flow,
+            base,
+            missed_seen: 0,
+            last_escalation_ns: None,
+            vcpu,
+        });
+        if vcpu.is_some() {
+            self.apply_vcpu_policies();
+        }
+        Ok(state)
+    }
+
+    fn remove(&mut self, id: u8) -> Result<ChannelState, ApiError> {
+        let Some(k) = self.held.iter().position(|h| h.state.id == id) else {
+            return Err(ApiError::new(404, format!("no channel {id}")));
+        };
+        let h = self.held.remove(k);
+        if let Err(e) = self.plane.remove(h.flow) {
+            self.act(Some(id), "error", format!("removing channel {id} from the stamp: {e:#}"));
+        }
+        if let Some(sw) = &self.switch {
+            sw.clear(id);
+        }
+        let mut s = h.state;
+        s.counts = self.plane.counts(id).since(&h.base);
+        s.removed_ns = Some(self.now());
+        self.act(
+            Some(id),
+            "removed",
+            format!("channel {id} ({} -> {}) removed", s.from, s.to),
+        );
+        self.gone.push(s.clone());
+        Ok(s)
+    }
+
+    /// Misses to subscribers, then escalation, then vCPU policies.
+    fn tick(&mut self) {
+        let now = self.now();
+        for m in self.plane.misses() {
+            self.misses_reported += 1;
+            let from = self
+                .held
+                .iter()
+                .find(|h| h.state.id == m.channel)
+                .map(|h| h.state.from.clone())
+                .unwrap_or_default();
+            let _ = self.misses.send(MissEvent {
+                at_ns: now,
+                channel: m.channel,
+                from,
+                overrun_ns: m.overrun_ns,
+                ip_id: m.ip_id,
+            });
+        }
+        for k in 0..self.held.len() {
+            let counts = self.plane.counts(self.held[k].state.id).since(&self.held[k].base);
+            let h = &mut self.held[k];
+            let new = counts.missed.saturating_sub(h.missed_seen);
+            h.missed_seen = counts.missed;
+            let held_off = h
+                .last_escalation_ns
+                .is_some_and(|t| now.saturating_sub(t) < self.cfg.hold_ns);
+            if new >= self.cfg.escalate_after.max(1) && !held_off {
+                self.escalate(k, new, counts.max_overrun_ns);
+            }
+        }
+        if now.saturating_sub(self.last_vcpu_ns) >= VCPU_EVERY_NS {
+            self.apply_vcpu_policies();
+        }
+    }
+
+    /// Document 003's escalation: a deadline channel is raised to priority;
+    /// a reservation channel's R grows to what meets a tighter deadline
+    /// (3/4 of the last target each time), within what admission leaves.
+    fn escalate(&mut self, k: usize, new_misses: u64, max_overrun_ns: u64) {
+        let now = self.now();
+        let id = self.held[k].state.id;
+        let why = format!(
+            "{new_misses} misses in {} ms (largest overrun so far {:.3} ms)",
+            TICK.as_millis(),
+            max_overrun_ns as f64 / 1e6
+        );
+        self.held[k].last_escalation_ns = Some(now);
+        match self.held[k].state.spec.kind {
+            ChannelKind::Deadline => {
+                if self.held[k].state.priority {
+                    self.act(
+                        Some(id),
+                        "cannot escalate",
+                        format!("channel {id}: {why}; it already has priority"),
+                    );
+                    return;
+                }
+                if let Some(sw) = &self.switch {
+                    sw.set_priority(id, true);
+                }
+                let h = &mut self.held[k];
+                h.state.priority = true;
+                h.state.escalations += 1;
+                self.act(
+                    Some(id),
+                    "escalated",
+                    format!("channel {id}: {why}; raised to priority at the switch"),
+                );
+            }
+            ChannelKind::Reservation => {
+                let link = self.cfg.link;
+                let others: f64 = self
+                    .held
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| *j != k)
+                    .map(|(_, h)| h.state.reserved_bps.unwrap_or(h.state.spec.rate_bps))
+                    .sum();
+                let room = link.rate_bps * link.max_share - others;
+                let h = &self.held[k];
+                let current = h.state.reserved_bps.unwrap_or(0.0);
+                let mut tighter = h.state.spec.clone();
+                tighter.deadline_ns = (tighter.deadline_ns as f64 * 0.75f64.powi(h.state.escalations as i32 + 1)) as u64;
+                let target = channel::rate_for_deadline(&tighter, &link, room).unwrap_or(room);
+                if target <= current + 1.0 {
+                    self.act(
+                        Some(id),
+                        "cannot escalate",
+                        format!(
+                            "channel {id}: {why}; R = {:.3} Mbit/s is all admission leaves",
+                            current / 1e6
+                        ),
+                    );
+                    return;
+                }
+                if let Some(sw) = &self.switch {
+                    sw.set_reservation(id, target.ceil() as u64);
+                }
+                let h = &mut self.held[k];
+                h.state.reserved_bps = Some(target);
+                h.state.escalations += 1;
+                self.act(
+                    Some(id),
+                    "escalated",
+                    format!(
+                        "channel {id}: {why}; R raised {:.3} -> {:.3} Mbit/s",
+                        current / 1e6,
+                        target / 1e6
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Gives every thread of a channel sender's tenant the channel's vCPU
+    /// policy (threads started since are caught on the next pass).
+    fn apply_vcpu_policies(&mut self) {
+        self.last_vcpu_ns = self.now();
+        let mut done = Vec::new();
+        for h in &self.held {
+            let Some(policy) = h.vcpu else { continue };
+            let Some(file) = self
+                .cfg
+                .endpoints
+                .iter()
+                .find(|e| e.name == h.state.from)
+                .and_then(|e| e.threads_file.clone())
+            else {
+                continue;
+            };
+            let Ok(text) = std::fs::read_to_string(&file) else {
+                continue;
+            };
+            let mut changed = 0;
+            for tid in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                if current_policy(tid) != Some(policy_number(policy)) && ontime_core::rt::set_policy_of(tid, policy).is_ok() {
+                    changed += 1;
+                }
+            }
+            if changed > 0 {
+                done.push((h.state.id, h.state.from.clone(), policy, changed));
+            }
+        }
+        for (id, from, policy, n) in done {
+            self.act(
+                Some(id),
+                "vcpu",
+                format!("channel {id}: {n} thread(s) of {from} set to {policy}"),
+            );
+        }
+    }
+}
+
+fn policy_number(p: Policy) -> i32 {
+    match p {
+        Policy::Other => libc::SCHED_OTHER,
+        Policy::Fifo { .. } => libc::SCHED_FIFO,
+        Policy::Rr { .. } => libc::SCHED_RR,
+        Policy::Deadline { .. } => 6,
+    }
+}
+
+fn current_policy(tid: i32) -> Option<i32> {
+    // SAFETY: sched_getscheduler takes a pid and returns a number or -1.
+    let p = unsafe { libc::sched_getscheduler(tid) };
+    (p >= 0).then_some(p)
+}
+
+fn port_text(p: Option<u16>) -> String {
+    p.map(|p| p.to_string()).unwrap_or_else(|| "any".into())
+}
+
+fn kind_text(k: ChannelKind) -> &'static str {
+    match k {
+        ChannelKind::Deadline => "deadline",
+        ChannelKind::Reservation => "reservation",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// A plane that remembers what it was told; misses are injected.
+    struct FakeState {
+        installed: Vec<(u8, FlowMatch, u8, u64)>,
+        counts: [ChannelCounts; MAX_CHANNELS],
+        misses: Vec<Miss>,
+    }
+
+    impl Default for FakeState {
+        fn default() -> Self {
+            FakeState {
+                installed: Vec::new(),
+                counts: [ChannelCounts::default(); MAX_CHANNELS],
+                misses: Vec::new(),
+            }
+        }
+    }
+    struct Fake(Arc<Mutex<FakeState>>);
+
+    impl Plane for Fake {
+        fn install(&mut self, id: u8, flow: FlowMatch, tc: u8, deadline_ns: u64) -> Result<()> {
+            self.0.lock().unwrap().installed.push((id, flow, tc, deadline_ns));
+            Ok(())
+        }
+        fn remove(&mut self, flow: FlowMatch) -> Result<()> {
+            self.0.lock().unwrap().installed.retain(|i| i.1 != flow);
+            Ok(())
+        }
+        fn counts(&self, id: u8) -> ChannelCounts {
+            self.0.lock().unwrap().counts[id as usize]
+        }
+        fn misses(&mut self) -> Vec<Miss> {
+            std::mem::take(&mut self.0.lock().unwrap().misses)
+        }
+        fn errors(&self) -> (u64, u64) {
+            (0, 0)
+        }
+    }
+
+    pub(crate) fn lab_config() -> ControllerConfig {
+        let ep = |name: &str, last: u8| Endpoint {
+            name: name.into(),
+            addr: Ipv4Addr::new(10, 77, 1, last),
+            threads_file: None,
+        };
+        ControllerConfig {
+            link: Link {
+                rate_bps: 100e6,
+                mtu_bytes: 1500.0,
+                c_tot_bytes: 1500.0,
+                d_tot_ns: 0.0,
+                max_share: 0.9,
+            },
+            endpoints: vec![ep("t0", 1), ep("t1", 2), ep("building", 100)],
+            escalate_after: 1,
+            hold_ns: 0,
+            log: None,
+            echo: false,
+        }
+    }
+
+    pub(crate) fn request(from: &str, deadline_ms: u64) -> ChannelRequest {
+        ChannelRequest {
+            from: from.into(),
+            to: "building".into(),
+            port: Some(5000),
+            kind: ChannelKind::Deadline,
+            rate_bps: 2e6,
+            burst_bytes: 3000.0,
+            max_packet_bytes: None,
+            peak_bps: None,
+            deadline_ns: deadline_ms * 1_000_000,
+            vcpu_policy: None,
+        }
+    }
+
+    fn started() -> (Controller, Arc<Mutex<FakeState>>, Arc<SwitchTable>) {
+        let fake = Arc::new(Mutex::new(FakeState::default()));
+        let f2 = fake.clone();
+        let sw = SwitchTable::new();
+        let c = Controller::start(lab_config(), Some(sw.clone()), move || Ok(Box::new(Fake(f2)) as Box<dyn Plane>))
+            .unwrap();
+        (c, fake, sw)
+    }
+
+    #[test]
+    fn admits_installs_and_refuses_with_reasons() {
+        let (c, fake, _) = started();
+        let h = c.handle();
+        let a = h.add_blocking(request("t0", 5)).unwrap();
+        assert_eq!(a.id, 1);
+        let installed = fake.lock().unwrap().installed.clone();
+        assert_eq!(installed.len(), 1);
+        assert_eq!(installed[0].2, 1, "deadline channels carry TC 1");
+        assert_eq!(installed[0].3, 5_000_000);
+        // Same flow again: duplicate.
+        let e = h.add_blocking(request("t0", 5)).unwrap_err();
+        assert_eq!(e.status, 409);
+        assert!(e.message.contains("duplicate"), "{}", e.message);
+        // Unknown tenant, deadline 0, negative rate, from the building.
+        assert_eq!(h.add_blocking(request("t9", 5)).unwrap_err().status, 404);
+        let e = h.add_blocking(request("t1", 0)).unwrap_err();
+        assert_eq!((e.status, e.message.as_str()), (400, "deadline must be above 0"));
+        let mut neg = request("t1", 5);
+        neg.rate_bps = -1.0;
+        assert_eq!(h.add_blocking(neg).unwrap_err().status, 400);
+        let mut b = request("building", 5);
+        b.to = "t0".into();
+        assert_eq!(h.add_blocking(b).unwrap_err().status, 400);
+        // Beyond capacity: 90 of 100 Mbit/s may be used; 2 are.
+        let mut big = request("t1", 50);
+        big.rate_bps = 89e6;
+        let e = h.add_blocking(big).unwrap_err();
+        assert_eq!(e.status, 409);
+        assert!(e.message.contains("link capacity"), "{}", e.message);
+        // Nothing of the refused ones was installed; the first keeps its place.
+        assert_eq!(fake.lock().unwrap().installed.len(), 1);
+        let report = c.stop().unwrap();
+        assert_eq!(report.channels.len(), 1);
+        assert!(report.actions.iter().any(|a| a.kind == "refused"));
+    }
+
+    #[test]
+    fn misses_escalate_a_deadline_channel_to_priority_once() {
+        let (c, fake, sw) = started();
+        let h = c.handle();
+        let mut sub = h.subscribe();
+        let a = h.add_blocking(request("t0", 5)).unwrap();
+        {
+            let mut f = fake.lock().unwrap();
+            f.counts[a.id as usize].missed = 3;
+            f.counts[a.id as usize].max_overrun_ns = 700_000;
+            f.misses.push(Miss {
+                channel: a.id,
+                overrun_ns: 700_000,
+                ip_id: 42,
+            });
+        }
+        let t0 = std::time::Instant::now();
+        while !sw.priority(a.id) && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(sw.priority(a.id), "the switch gives the channel priority");
+        let m = sub.blocking_recv().unwrap();
+        assert_eq!((m.channel, m.from.as_str(), m.ip_id), (a.id, "t0", 42));
+        let report = c.stop().unwrap();
+        let esc: Vec<_> = report.actions.iter().filter(|a| a.kind == "escalated").collect();
+        assert_eq!(esc.len(), 1, "{:?}", report.actions);
+        assert!(esc[0].message.contains("3 misses"), "{}", esc[0].message);
+        assert!(report.channels[0].priority);
+    }
+
+    #[test]
+    fn misses_raise_a_reservation_channels_rate_within_the_link() {
+        let (c, fake, sw) = started();
+        let h = c.handle();
+        let mut r = request("t0", 5);
+        r.kind = ChannelKind::Reservation;
+        let a = h.add_blocking(r).unwrap();
+        let r0 = a.reserved_bps.unwrap();
+        assert_eq!(sw.reservation(a.id), r0.ceil() as u64);
+        assert_eq!(fake.lock().unwrap().installed[0].2, 2, "reservation channels carry TC 2");
+        fake.lock().unwrap().counts[a.id as usize].missed = 1;
+        let t0 = std::time::Instant::now();
+        while sw.reservation(a.id) == r0.ceil() as u64 && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let r1 = sw.reservation(a.id) as f64;
+        assert!(r1 > r0 && r1 <= 90e6, "R {r0} -> {r1}");
+        let report = c.stop().unwrap();
+        assert_eq!(report.channels[0].escalations, 1);
+    }
+
+    #[test]
+    fn removal_frees_the_number_and_the_switch() {
+        let (c, fake, sw) = started();
+        let h = c.handle();
+        let mut r = request("t0", 5);
+        r.kind = ChannelKind::Reservation;
+        let a = h.add_blocking(r).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let gone = rt.block_on(h.remove(a.id)).unwrap();
+        assert!(gone.removed_ns.is_some());
+        assert_eq!(sw.reservation(a.id), 0);
+        assert!(fake.lock().unwrap().installed.is_empty());
+        assert_eq!(rt.block_on(h.remove(a.id)).unwrap_err().status, 404);
+        assert!(rt.block_on(h.list()).unwrap().is_empty());
+        let report = c.stop().unwrap();
+        assert_eq!(report.channels.len(), 1, "removed channels stay in the report");
+    }
+}

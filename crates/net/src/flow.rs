@@ -1,0 +1,261 @@
+//! The measured flows of document 003's experiment: a paced UDP sender
+//! (fixed-size datagrams at a rate, each carrying its sequence number and
+//! send time) and a receiver that times every datagram end to end. Sender
+//! and receiver share one host's CLOCK_MONOTONIC (they run in tenants'
+//! network namespaces on the same host), so the one-way delay is exact to
+//! the clock. The sender sleeps to absolute times and never skips a
+//! datagram: when it falls behind it sends what is due at once and counts
+//! how late it was.
+use anyhow::{bail, Context, Result};
+use ontime_core::stats::{LatencyHistogram, Summary};
+use ontime_core::MonoNs;
+use serde::{Deserialize, Serialize};
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+const MAGIC: u32 = 0x6f6e_7464; // "ontd"
+const HEADER: usize = 20;
+
+/// What `ontime net send` does.
+#[derive(Clone, Debug)]
+pub struct SendSettings {
+    pub to: SocketAddr,
+    pub rate_bps: f64,
+    /// UDP payload bytes per datagram (at least 20).
+    pub size: usize,
+    pub duration_ns: u64,
+    /// Wait this long before the first datagram.
+    pub start_after_ns: u64,
+    /// Datagrams sent back to back each time (a bursty source): the
+    /// period grows so the rate stays.
+    pub burst: u32,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SendReport {
+    pub sent: u64,
+    pub send_errors: u64,
+    /// Largest lag of a send behind its scheduled time.
+    pub max_lag_ns: u64,
+}
+
+/// Sends until the duration ends or `stop` is set.
+pub fn send(s: &SendSettings, stop: &AtomicBool) -> Result<SendReport> {
+    if s.size < HEADER || s.size > 65_507 {
+        bail!("datagram size {} B: give {HEADER} to 65507", s.size);
+    }
+    if !(s.rate_bps.is_finite() && s.rate_bps > 0.0) {
+        bail!("rate must be above 0");
+    }
+    let burst = s.burst.max(1) as u64;
+    let sock = UdpSocket::bind("0.0.0.0:0").context("cannot open a UDP socket")?;
+    sock.connect(s.to).with_context(|| format!("cannot address {}", s.to))?;
+    let _ = ontime_core::rt::set_timer_slack_ns(1);
+    let period_ns = ((s.size as f64 * 8.0 * burst as f64) / s.rate_bps * 1e9).max(1.0) as u64;
+    let mut buf = vec![0u8; s.size];
+    buf[0..4].copy_from_slice(&MAGIC.to_be_bytes());
+    let mut r = SendReport::default();
+    let t0 = MonoNs::now().0 + s.start_after_ns;
+    let end = t0 + s.duration_ns.saturating_sub(s.start_after_ns);
+    let mut next = t0;
+    let mut seq: u64 = 0;
+    while next < end && !stop.load(Ordering::Relaxed) {
+        ontime_core::time::sleep_until(MonoNs(next));
+        let now = MonoNs::now().0;
+        r.max_lag_ns = r.max_lag_ns.max(now.saturating_sub(next));
+        for _ in 0..burst {
+            buf[4..12].copy_from_slice(&seq.to_be_bytes());
+            buf[12..20].copy_from_slice(&MonoNs::now().0.to_be_bytes());
+            match sock.send(&buf) {
+                Ok(_) => r.sent += 1,
+                // A full socket buffer or no route yet: counted, not retried.
+                Err(_) => r.send_errors += 1,
+            }
+            seq += 1;
+        }
+        next += period_ns;
+    }
+    Ok(r)
+}
+
+/// What `ontime net receive` does.
+#[derive(Clone, Debug)]
+pub struct ReceiveSettings {
+    pub listen: SocketAddr,
+    /// The flow's deadline: datagrams later than this count as misses.
+    pub deadline_ns: Option<u64>,
+    /// Width of a time-series bin.
+    pub bin_ns: u64,
+}
+
+/// One time-series bin.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct FlowBin {
+    /// Start of the bin, ns since the receiver started.
+    pub t_ns: u64,
+    pub packets: u64,
+    pub max_delay_ns: u64,
+    pub misses: u64,
+}
+
+/// What a receiver measured.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct FlowResult {
+    pub listen: String,
+    pub deadline_ns: Option<u64>,
+    pub received: u64,
+    /// Sequence numbers never seen below the highest seen.
+    pub lost: u64,
+    /// Datagrams seen out of order or twice.
+    pub reordered: u64,
+    /// End-to-end one-way delay: the sender's send call to the receiver's
+    /// return from recv.
+    pub delay: Summary,
+    /// Datagrams later than the deadline.
+    pub misses: u64,
+    /// Delay between consecutive arrivals minus the sender's spacing is not
+    /// known here; jitter is the spread of the delay: max - min.
+    pub jitter_ns: u64,
+    pub series: Vec<FlowBin>,
+    pub started_utc: String,
+}
+
+/// Receives until `stop` is set; the result covers every datagram seen.
+pub fn receive(s: &ReceiveSettings, stop: &AtomicBool) -> Result<FlowResult> {
+    let sock = UdpSocket::bind(s.listen).with_context(|| format!("cannot listen on {}", s.listen))?;
+    sock.set_read_timeout(Some(Duration::from_millis(100)))?;
+    // Room for bursts while this thread is off the CPU.
+    let _ = set_rcvbuf(&sock, 4 << 20);
+    let start = MonoNs::now().0;
+    let bin_ns = s.bin_ns.max(1_000_000);
+    // Sized for an hour at the bin width up front; beyond that bins grow.
+    let mut series: Vec<FlowBin> = Vec::with_capacity((3_600_000_000_000 / bin_ns).min(100_000) as usize);
+    let mut hist = LatencyHistogram::new();
+    let mut r = FlowResult {
+        listen: s.listen.to_string(),
+        deadline_ns: s.deadline_ns,
+        started_utc: ontime_core::manifest::utc_now(),
+        ..Default::default()
+    };
+    let mut highest: Option<u64> = None;
+    let mut buf = [0u8; 65_536];
+    while !stop.load(Ordering::Relaxed) {
+        let n = match sock.recv(&mut buf) {
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e).context("receiving"),
+        };
+        let now = MonoNs::now().0;
+        if n < HEADER || buf[0..4] != MAGIC.to_be_bytes() {
+            continue;
+        }
+        let seq = u64::from_be_bytes(buf[4..12].try_into().unwrap_or([0; 8]));
+        let sent = u64::from_be_bytes(buf[12..20].try_into().unwrap_or([0; 8]));
+        let delay = now.saturating_sub(sent);
+        hist.record(delay);
+        r.received += 1;
+        match highest {
+            Some(h) if seq <= h => r.reordered += 1,
+            _ => {
+                if let Some(h) = highest {
+                    r.lost += seq - h - 1;
+                }
+                highest = Some(seq);
+            }
+        }
+        let missed = s.deadline_ns.is_some_and(|d| delay > d);
+        if missed {
+            r.misses += 1;
+        }
+        let k = ((now - start) / bin_ns) as usize;
+        while series.len() <= k {
+            let t_ns = series.len() as u64 * bin_ns;
+            series.push(FlowBin {
+                t_ns,
+                ..Default::default()
+            });
+        }
+        let b = &mut series[k];
+        b.packets += 1;
+        b.max_delay_ns = b.max_delay_ns.max(delay);
+        b.misses += missed as u64;
+    }
+    // Out-of-order arrivals filled gaps counted as lost.
+    r.lost = r.lost.saturating_sub(r.reordered);
+    r.delay = hist.summary(s.deadline_ns);
+    r.jitter_ns = match (r.delay.max_ns, r.delay.min_ns) {
+        (Some(a), Some(b)) => a - b,
+        _ => 0,
+    };
+    r.series = series;
+    Ok(r)
+}
+
+fn set_rcvbuf(sock: &UdpSocket, bytes: i32) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: setsockopt with a valid fd and an int option.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&bytes as *const i32).cast(),
+            std::mem::size_of::<i32>() as u32,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_paced_flow_arrives_whole_and_timed() {
+        let stop = AtomicBool::new(false);
+        let rx = ReceiveSettings {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            deadline_ns: Some(1_000_000_000),
+            bin_ns: 100_000_000,
+        };
+        // Bind first to learn the port, then hand it over.
+        let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = probe.local_addr().unwrap().port();
+        drop(probe);
+        let rx = ReceiveSettings {
+            listen: format!("127.0.0.1:{port}").parse().unwrap(),
+            ..rx
+        };
+        std::thread::scope(|s| {
+            let h = s.spawn(|| receive(&rx, &stop));
+            std::thread::sleep(Duration::from_millis(100));
+            let sent = send(
+                &SendSettings {
+                    to: rx.listen,
+                    rate_bps: 800_000.0,
+                    size: 1000,
+                    duration_ns: 300_000_000,
+                    start_after_ns: 0,
+                    burst: 2,
+                },
+                &AtomicBool::new(false),
+            )
+            .unwrap();
+            std::thread::sleep(Duration::from_millis(200));
+            stop.store(true, Ordering::Relaxed);
+            let r = h.join().unwrap().unwrap();
+            // 0.8 Mbit/s of 1000-byte datagrams for 0.3 s: 30, in pairs.
+            assert_eq!(sent.sent, 30);
+            assert_eq!(r.received, 30);
+            assert_eq!((r.lost, r.reordered, r.misses), (0, 0, 0));
+            assert_eq!(r.series.iter().map(|b| b.packets).sum::<u64>(), 30);
+            assert!(r.delay.max_ns.unwrap() < 1_000_000_000);
+        });
+    }
+}
