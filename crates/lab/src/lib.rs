@@ -18,6 +18,7 @@ pub mod iocells;
 pub mod iorec;
 pub mod lock;
 pub mod netlab;
+pub mod netreport;
 pub use ontime_core::names;
 pub mod observe;
 pub mod report;

@@ -243,6 +243,12 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
         groups.clear();
         io_charts(&runs, &io_cells, x_key.as_deref(), &mut charts);
     }
+    let net_views = crate::netreport::views(&runs);
+    if !net_views.is_empty() {
+        // Flows are judged per flow, against their own deadlines.
+        groups.clear();
+        crate::netreport::charts(&net_views, &mut charts);
+    }
     for (vars, h) in &groups {
         if h.percentile(99.999).is_none() {
             notes.push(format!(
@@ -258,7 +264,7 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
             ));
         }
     }
-    if let Some(xk) = x_key.as_ref().filter(|_| !io) {
+    if let Some(xk) = x_key.as_ref().filter(|_| !io && net_views.is_empty()) {
         // Series: the other swept keys' values; x: one tick per swept value,
         // in numeric order when the values are numbers.
         let mut series: BTreeMap<Vars, Vec<(String, &LatencyHistogram)>> = BTreeMap::new();
@@ -427,6 +433,9 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
     let (io_html, io_pngs) = crate::iocells::section(&runs, &io_cells, &out)?;
     observe_html.insert_str(0, &io_html);
     pngs.extend(io_pngs);
+    let (net_html, net_pngs) = crate::netreport::section(&net_views, &out)?;
+    observe_html.insert_str(0, &net_html);
+    pngs.extend(net_pngs);
     let page = ReportPage {
         name: &scenario_name,
         crawl,

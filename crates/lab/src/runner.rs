@@ -544,6 +544,7 @@ fn start_relay(c: &crate::scenario::RunConfig, lab: &Lab, use_netem: bool) -> Re
         channels: c.net.as_ref().map(|n| ontime_net::relay::ChannelLink {
             rate_bps: (n.link_mbit * 1e6) as u64,
             best_effort_buffer_bytes: n.buffer.as_deref().and_then(|b| parse_bytes(b).ok()),
+            edf_guard: n.edf_guard,
         }),
         between_tenants: c.net.as_ref().is_some_and(crate::netlab::between_tenants),
     };

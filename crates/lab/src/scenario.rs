@@ -383,6 +383,11 @@ pub struct NetSpec {
     /// Share of the link channels may use together.
     #[serde(default = "default_max_share")]
     pub max_share: f64,
+    /// Share of each deadline packet's budget best effort may not take
+    /// (0: document 003's soft EDF, best effort ahead while the deadline
+    /// itself is safe; 0.5: while half the budget remains).
+    #[serde(default)]
+    pub edf_guard: f64,
     #[serde(default)]
     pub best_effort_mbit: f64,
     #[serde(default = "building_name")]
@@ -472,6 +477,9 @@ impl NetSpec {
     fn validate(&self, count: usize, duration: u64) -> Result<()> {
         if !(self.link_mbit.is_finite() && self.link_mbit >= 1.0 && self.link_mbit <= 10_000.0) {
             bail!("net.link_mbit = {}: give 1 to 10000", self.link_mbit);
+        }
+        if !(0.0..1.0).contains(&self.edf_guard) {
+            bail!("net.edf_guard = {}: give a share from 0 up to (not including) 1", self.edf_guard);
         }
         if !(self.max_share > 0.0 && self.max_share <= 1.0) {
             bail!("net.max_share = {}: give a share above 0, at most 1", self.max_share);

@@ -46,6 +46,8 @@ pub struct ChannelCounts {
     pub delay_sum_ns: u64,
     pub delay_max_ns: u64,
     pub delay_count: u64,
+    #[serde(default)]
+    pub stamped_bytes: u64,
 }
 
 impl ChannelCounts {
@@ -59,6 +61,7 @@ impl ChannelCounts {
             delay_sum_ns: self.delay_sum_ns.saturating_sub(base.delay_sum_ns),
             delay_max_ns: self.delay_max_ns,
             delay_count: self.delay_count.saturating_sub(base.delay_count),
+            stamped_bytes: self.stamped_bytes.saturating_sub(base.stamped_bytes),
         }
     }
 }
@@ -405,6 +408,10 @@ struct Held {
     missed_seen: u64,
     last_escalation_ns: Option<u64>,
     vcpu: Option<Policy>,
+    /// Bytes stamped at the last tick, and when the channel last sent more
+    /// than its token bucket allows (r per tick plus b, 10 % slack).
+    bytes_seen: u64,
+    exceeded_ns: Option<u64>,
 }
 
 struct State {
@@ -689,6 +696,8 @@ impl State {
             missed_seen: 0,
             last_escalation_ns: None,
             vcpu,
+            bytes_seen: 0,
+            exceeded_ns: None,
         });
         if vcpu.is_some() {
             self.apply_vcpu_policies();
@@ -743,10 +752,31 @@ impl State {
             let h = &mut self.held[k];
             let new = counts.missed.saturating_sub(h.missed_seen);
             h.missed_seen = counts.missed;
+            let sent = counts.stamped_bytes.saturating_sub(h.bytes_seen) as f64;
+            h.bytes_seen = counts.stamped_bytes;
+            let allowed = h.state.spec.rate_bps / 8.0 * TICK.as_secs_f64() + h.state.spec.burst_bytes;
+            if sent > allowed * 1.1 {
+                if h.exceeded_ns.is_none() {
+                    let msg = format!(
+                        "channel {}: sends {:.3} Mbit/s, more than the {:.3} Mbit/s it declared; it will not be escalated while it does",
+                        h.state.id,
+                        sent * 8.0 / TICK.as_secs_f64() / 1e6,
+                        h.state.spec.rate_bps / 1e6
+                    );
+                    h.exceeded_ns = Some(now);
+                    let id = h.state.id;
+                    self.act(Some(id), "exceeds", msg);
+                }
+                self.held[k].exceeded_ns = Some(now);
+            }
+            let h = &self.held[k];
             let held_off = h
                 .last_escalation_ns
                 .is_some_and(|t| now.saturating_sub(t) < self.cfg.hold_ns);
-            if new >= self.cfg.escalate_after.max(1) && !held_off {
+            // A channel that sends beyond its declaration causes its own
+            // misses: escalating it would take from the channels that keep theirs.
+            let conforming = h.exceeded_ns.is_none_or(|t| now.saturating_sub(t) >= 1_000_000_000);
+            if new >= self.cfg.escalate_after.max(1) && !held_off && conforming {
                 self.escalate(k, new, counts.max_overrun_ns);
             }
         }

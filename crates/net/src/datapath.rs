@@ -170,6 +170,7 @@ impl<'obj> DataPath<'obj> {
             c.delay_sum_ns += at(&v, 4).unwrap_or(0);
             c.delay_max_ns = c.delay_max_ns.max(at(&v, 5).unwrap_or(0));
             c.delay_count += at(&v, 6).unwrap_or(0);
+            c.stamped_bytes += at(&v, 7).unwrap_or(0);
         }
         c
     }

@@ -114,6 +114,9 @@ pub struct EdfStats {
     /// Best-effort frames dropped because the best-effort buffer was full.
     #[serde(default)]
     pub best_effort_dropped: u64,
+    /// Channel frames dropped because their channel's buffer was full.
+    #[serde(default)]
+    pub channel_dropped: u64,
 }
 
 impl EdfStats {
@@ -125,6 +128,7 @@ impl EdfStats {
         self.late += o.late;
         self.best_effort_ahead += o.best_effort_ahead;
         self.best_effort_dropped += o.best_effort_dropped;
+        self.channel_dropped += o.channel_dropped;
     }
 }
 
@@ -168,10 +172,17 @@ pub struct ChannelScheduler {
     wfq: BinaryHeap<Reverse<(u64, u64, Frame, u8)>>,
     best_effort: VecDeque<Frame>,
     best_effort_bytes: u64,
-    /// The best-effort buffer (a switch port's): frames beyond it are dropped.
+    /// The buffer (a switch port's) of best effort and of each channel:
+    /// frames beyond it are dropped, so a channel that sends more than it
+    /// declared fills its own queue, not the others'.
     best_effort_limit_bytes: u64,
+    channel_bytes: [u64; MAX_CHANNELS],
     /// Reserved rates (0: none set, served at 1 bit/s) and priorities.
     table: Arc<SwitchTable>,
+    /// Share of a deadline frame's budget (deadline - arrival) best effort
+    /// may not eat into: 0 is document 003's soft EDF (best effort ahead
+    /// while the deadline itself is safe).
+    guard: f64,
     /// Last finish tag per channel, and the tag of the frame last served
     /// (SCFQ's virtual clock); a frame's tag advances by its wire time at
     /// its channel's reserved rate.
@@ -204,7 +215,9 @@ impl ChannelScheduler {
             best_effort: VecDeque::with_capacity(capacity),
             best_effort_bytes: 0,
             best_effort_limit_bytes: best_effort_limit_bytes.unwrap_or(u64::MAX),
+            channel_bytes: [0; MAX_CHANNELS],
             table,
+            guard: 0.0,
             last_tag: [0; MAX_CHANNELS],
             virtual_now: 0,
             deadline_backlog_ns: 0,
@@ -212,6 +225,13 @@ impl ChannelScheduler {
             seq: 0,
             stats: EdfStats::default(),
         }
+    }
+
+    /// Keeps `share` (0..1) of every deadline frame's budget from best
+    /// effort (see `guard`).
+    pub fn with_guard(mut self, share: f64) -> ChannelScheduler {
+        self.guard = share.clamp(0.0, 1.0);
+        self
     }
 
     fn wire_ns(&self, len: usize) -> u64 {
@@ -247,6 +267,10 @@ impl ChannelScheduler {
     }
 
     fn send(&mut self, f: Frame, class: FrameClass, now_ns: u64) -> Queued {
+        if let FrameClass::Deadline { channel, .. } | FrameClass::Reservation { channel } = class {
+            let held = &mut self.channel_bytes[(channel as usize).min(MAX_CHANNELS - 1)];
+            *held = held.saturating_sub(f.len as u64);
+        }
         let start = now_ns.max(self.busy_until);
         self.busy_until = start + self.wire_ns(f.len);
         let k = match class {
@@ -271,14 +295,26 @@ impl Discipline for ChannelScheduler {
     }
 
     fn enqueue(&mut self, q: Queued) -> Result<(), Queued> {
-        if q.class == FrameClass::BestEffort {
-            // Tail drop, as a switch port's buffer does; counted at arrival
-            // so the delay line in front does not hide the queue.
-            if self.best_effort_bytes + q.len as u64 > self.best_effort_limit_bytes {
-                self.stats.best_effort_dropped += 1;
-                return Err(q);
+        // Tail drop, as a switch port's buffer does; counted at arrival
+        // so the delay line in front does not hide the queue.
+        let limit = self.best_effort_limit_bytes;
+        let len = q.len as u64;
+        match q.class {
+            FrameClass::BestEffort => {
+                if self.best_effort_bytes + len > limit {
+                    self.stats.best_effort_dropped += 1;
+                    return Err(q);
+                }
+                self.best_effort_bytes += len;
             }
-            self.best_effort_bytes += q.len as u64;
+            FrameClass::Deadline { channel, .. } | FrameClass::Reservation { channel } => {
+                let held = &mut self.channel_bytes[(channel as usize).min(MAX_CHANNELS - 1)];
+                if *held + len > limit {
+                    self.stats.channel_dropped += 1;
+                    return Err(q);
+                }
+                *held += len;
+            }
         }
         self.waiting.push_back((Frame::of(&q), q.class));
         Ok(())
@@ -303,7 +339,10 @@ impl Discipline for ChannelScheduler {
             self.virtual_now = tag;
             return Some(self.send(f, FrameClass::Reservation { channel }, now_ns));
         }
-        let earliest = self.edf.peek().map(|Reverse((rank, d, _, _, _))| (*rank, *d));
+        let guard = self.guard;
+        let earliest = self.edf.peek().map(|Reverse((rank, d, _, f, _))| {
+            (*rank, d - (guard * d.saturating_sub(f.arrived_ns) as f64) as u64)
+        });
         if let Some(&b) = self.best_effort.front() {
             // Best effort first while every queued deadline frame would
             // still leave in time behind it (all of them, in EDF order,
@@ -449,16 +488,31 @@ mod tests {
     }
 
     #[test]
-    fn a_full_best_effort_buffer_drops_best_effort_only() {
+    fn each_class_fills_its_own_buffer() {
         let mut s = ChannelScheduler::new(8_000_000, 0, 16, Some(2500), SwitchTable::new());
         s.enqueue(q(10, 0, FrameClass::BestEffort)).unwrap();
         s.enqueue(q(11, 0, FrameClass::BestEffort)).unwrap();
         assert!(s.enqueue(q(12, 0, FrameClass::BestEffort)).is_err());
+        // Channel 1 floods its own buffer; channel 2 still gets in.
         s.enqueue(q(1, 0, dl(1, 9 * MS))).unwrap();
-        assert_eq!(s.stats.best_effort_dropped, 1);
-        assert_eq!(drain(&mut s).len(), 3);
+        s.enqueue(q(2, 0, dl(1, 9 * MS))).unwrap();
+        assert!(s.enqueue(q(3, 0, dl(1, 9 * MS))).is_err());
+        s.enqueue(q(4, 0, dl(2, 9 * MS))).unwrap();
+        assert_eq!((s.stats.best_effort_dropped, s.stats.channel_dropped), (1, 1));
+        assert_eq!(drain(&mut s).len(), 5);
         // Sent frames free the buffer.
         s.enqueue(q(12, 0, FrameClass::BestEffort)).unwrap();
+    }
+
+    #[test]
+    fn a_guard_keeps_part_of_the_budget_from_best_effort() {
+        // Deadline 4 ms after arrival; a guard of half keeps 2 ms: one BE
+        // frame fits ahead (deadline frame done by 2 ms), not two.
+        let mut s = sched(0, 16).with_guard(0.5);
+        s.enqueue(q(10, 0, FrameClass::BestEffort)).unwrap();
+        s.enqueue(q(11, 0, FrameClass::BestEffort)).unwrap();
+        s.enqueue(q(1, 0, dl(1, 4 * MS))).unwrap();
+        assert_eq!(drain(&mut s), vec![(0, 10), (MS, 1), (2 * MS, 11)]);
     }
 
     #[test]

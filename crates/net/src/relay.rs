@@ -54,6 +54,10 @@ pub struct ChannelLink {
     /// relay's frame buffers bound it).
     #[serde(default)]
     pub best_effort_buffer_bytes: Option<u64>,
+    /// Share of each deadline frame's budget kept from best effort (0:
+    /// document 003's soft EDF).
+    #[serde(default)]
+    pub edf_guard: f64,
 }
 
 impl Default for RelaySettings {
@@ -128,13 +132,14 @@ impl RelaySettings {
                 SLOTS,
                 link.best_effort_buffer_bytes,
                 table.clone(),
-            ))),
+            )
+            .with_guard(link.edf_guard))),
         }
     }
 }
 
 /// What the channel scheduler did (document 003), when it ran.
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ChannelReport {
     pub stats: EdfStats,
     /// Time from arrival at the relay to departure, per class: "best

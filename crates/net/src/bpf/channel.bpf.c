@@ -44,6 +44,8 @@ struct chan_stats {
     __u64 delay_sum_ns;
     __u64 delay_max_ns;
     __u64 delay_count;
+    /* bytes the stamp labelled (the frame with its label) */
+    __u64 stamped_bytes;
 };
 
 struct miss {
@@ -144,8 +146,10 @@ int stamp(struct __sk_buff *skb)
     }
     __u32 idx = id;
     struct chan_stats *st = bpf_map_lookup_elem(&stats, &idx);
-    if (st)
+    if (st) {
         st->stamped += 1;
+        st->stamped_bytes += skb->len;
+    }
     return TC_ACT_OK;
 }
 
