@@ -20,10 +20,11 @@ need_root() {
 # nginx-light is the real web server the crawler is tested against;
 # qemu-system-x86 and cpio boot the guests of profile's guest test (TCG);
 # fio and postmark are document 004's I/O workloads (`ontime io workload`,
-# the doc-004 sweep), e2fsprogs and util-linux format and attach tenant disks.
+# the doc-004 sweep), e2fsprogs and util-linux format and attach tenant disks;
+# bpftool lists loaded BPF programs (the net tests check none is left).
 pkgs=(stress-ng rt-tests sqlite3 iproute2 ethtool iperf3 fonts-dejavu-core procps build-essential pkg-config
   clang llvm libbpf-dev libelf-dev zlib1g-dev linux-perf nginx-light qemu-system-x86 cpio
-  fio postmark e2fsprogs util-linux)
+  fio postmark e2fsprogs util-linux bpftool)
 # go tool pprof reads the profiles `ontime profile report --pprof` writes.
 command -v go >/dev/null 2>&1 || pkgs+=(golang-go)
 missing=()

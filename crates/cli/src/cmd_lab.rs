@@ -193,7 +193,7 @@ fn clean(a: CleanArgs) -> anyhow::Result<()> {
     }
     let verb = if a.dry_run { "would remove" } else { "removed" };
     crate::outln!(
-        "ontime lab clean: {verb} {} namespace(s), {} link(s), {} cgroup(s), {} process(es), {} disk(s) ({} loop device(s), {} mount namespace(s)); {} {} kernel setting(s)",
+        "ontime lab clean: {verb} {} namespace(s), {} link(s), {} cgroup(s), {} process(es), {} disk(s) ({} loop device(s), {} mount namespace(s)), {} controller file(s); {} {} kernel setting(s)",
         found.netns.len(),
         found.links.len(),
         found.cgroups.len(),
@@ -201,6 +201,7 @@ fn clean(a: CleanArgs) -> anyhow::Result<()> {
         found.disks.images.len(),
         found.disks.loop_devices.len(),
         found.disks.mount_namespaces.len(),
+        found.files.len(),
         if a.dry_run { "would restore" } else { "restored" },
         found.settings.len()
     );
@@ -212,6 +213,7 @@ fn clean(a: CleanArgs) -> anyhow::Result<()> {
         .chain(&found.disks.mount_namespaces)
         .chain(&found.disks.loop_devices)
         .chain(&found.disks.images)
+        .chain(&found.files)
         .chain(&found.settings)
     {
         crate::outln!("  {n}");

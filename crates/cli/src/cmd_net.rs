@@ -220,7 +220,10 @@ fn controller(a: ControllerArgs) -> anyhow::Result<()> {
             std::fs::read_to_string(p).map_err(|e| usage(format!("cannot read {}: {e}", p.display())))?,
             p.clone(),
         ),
-        None => (DEFAULT_SCENARIO.to_string(), PathBuf::from("net-controller.toml (built in)")),
+        None => (
+            DEFAULT_SCENARIO.to_string(),
+            PathBuf::from("net-controller.toml (built in)"),
+        ),
     };
     let mut plan = ontime_lab::scenario::load_str(&text, &origin).map_err(|e| usage(format!("{e:#}")))?;
     let Some(first) = plan.runs.first_mut() else {
@@ -341,9 +344,11 @@ fn list(a: ClientArgs) -> anyhow::Result<()> {
             k.missed,
             k.stamped.saturating_sub(k.on_time + k.missed),
             mean.map(format_ns).unwrap_or_else(|| "-".into()),
-            (k.delay_count > 0)
-                .then(|| format_ns(k.delay_max_ns))
-                .unwrap_or_else(|| "-".into()),
+            if k.delay_count > 0 {
+                format_ns(k.delay_max_ns)
+            } else {
+                "-".into()
+            },
         );
     }
     Ok(())

@@ -2,7 +2,8 @@
 //! escaped a teardown (for example after the runner was SIGKILLed):
 //! processes in lab cgroups or namespaces, the cgroups, the namespaces and
 //! the host-side links, tenants' disks (mount namespaces, loop devices,
-//! images), and kernel settings it left changed. Everything is found by the common name prefix.
+//! images), kernel settings it left changed, and the channel controller's
+//! socket and token (its BPF programs go with the namespaces). Everything is found by the common name prefix.
 
 use crate::cgroup;
 use crate::names::PREFIX;
@@ -20,6 +21,9 @@ pub struct Leftovers {
     pub settings: Vec<String>,
     /// Tenants' disks: loop devices, mount namespaces, images.
     pub disks: crate::disk::DiskLeftovers,
+    /// The channel controller's socket and token file.
+    #[serde(default)]
+    pub files: Vec<String>,
 }
 
 impl Leftovers {
@@ -63,6 +67,11 @@ pub fn find() -> Result<Leftovers> {
         processes,
         settings: crate::sysctl::leftovers(),
         disks: crate::disk::leftovers(),
+        files: [ontime_net::api::DEFAULT_SOCKET, ontime_net::api::DEFAULT_TOKEN]
+            .iter()
+            .filter(|f| std::path::Path::new(f).exists())
+            .map(|f| f.to_string())
+            .collect(),
     })
 }
 
@@ -83,6 +92,9 @@ pub fn clean() -> Result<Leftovers> {
         let _ = ip(&["link", "del", l]);
     }
     crate::disk::remove_leftovers(&found.disks);
+    for f in &found.files {
+        let _ = std::fs::remove_file(f);
+    }
     crate::sysctl::restore_leftovers()?;
     Ok(found)
 }

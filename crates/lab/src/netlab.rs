@@ -85,6 +85,9 @@ pub fn link_of(n: &NetSpec, relay_delay_ns: u64) -> Link {
     }
 }
 
+/// A flow's channel request and its answer: the channel number or why not.
+type Requested = (String, Result<u8, String>);
+
 /// Everything a net run started, stopped in reverse by [`NetRun::finish`]
 /// (or on drop).
 pub struct NetRun {
@@ -92,7 +95,7 @@ pub struct NetRun {
     _api: ApiServer,
     receivers: Vec<ChildProcess>,
     best_effort: Vec<ChildProcess>,
-    adder: Option<std::thread::JoinHandle<Vec<(String, Result<u8, String>)>>>,
+    adder: Option<std::thread::JoinHandle<Vec<Requested>>>,
     outcome: NetOutcome,
     _bpf_stats: Option<crate::sysctl::SysctlGuard>,
 }
@@ -149,7 +152,10 @@ pub fn start(c: &RunConfig, lab: &Lab, relay: &Relay, dir: &Path, exe: &Path) ->
             addr: t.net.addr,
             threads_file: t.cgroup.as_ref().and_then(|cg| cg.threads_file()),
         });
-        senders.push((PathBuf::from(format!("/run/netns/{}", t.net.netns)), t.net.ns_if.clone()));
+        senders.push((
+            PathBuf::from(format!("/run/netns/{}", t.net.netns)),
+            t.net.ns_if.clone(),
+        ));
     }
     // Every endpoint checks what it receives: a channel may go anywhere.
     let receivers: Vec<(PathBuf, String)> = std::iter::once(&lab.building)
@@ -165,14 +171,16 @@ pub fn start(c: &RunConfig, lab: &Lab, relay: &Relay, dir: &Path, exe: &Path) ->
         echo: false,
     };
     let controller = Controller::start(config, Some(relay.switch_table()), move || {
-        Ok(Box::new(ontime_net::datapath::BpfPlane::attach(&senders, &receivers)?) as Box<dyn ontime_net::controller::Plane>)
+        Ok(Box::new(ontime_net::datapath::BpfPlane::attach(&senders, &receivers)?)
+            as Box<dyn ontime_net::controller::Plane>)
     })?;
     let token = api::create_token_file(Path::new(api::DEFAULT_TOKEN))?;
     let listen = api::Listen {
         socket: api::DEFAULT_SOCKET.into(),
         tcp: n.listen.as_deref().map(str::parse).transpose().context("net.listen")?,
     };
-    let api_server = api::serve(&listen, token, controller.handle())?;
+    let mut api_server = api::serve(&listen, token, controller.handle())?;
+    api_server.owns_token_file(Path::new(api::DEFAULT_TOKEN));
 
     let mut rx = Vec::new();
     for f in &n.flows {
@@ -213,7 +221,11 @@ pub fn start(c: &RunConfig, lab: &Lab, relay: &Relay, dir: &Path, exe: &Path) ->
     let now: Vec<_> = n.flows.iter().filter(|f| f.start == 0).collect();
     for f in now {
         if let Some(r) = request_for(n, f) {
-            record(&mut outcome, &f.name, handle.add_blocking(r).map(|s| s.id).map_err(|e| e.message));
+            record(
+                &mut outcome,
+                &f.name,
+                handle.add_blocking(r).map(|s| s.id).map_err(|e| e.message),
+            );
         }
     }
     let later: Vec<(u64, String, ChannelRequest)> = n
@@ -225,17 +237,15 @@ pub fn start(c: &RunConfig, lab: &Lab, relay: &Relay, dir: &Path, exe: &Path) ->
     let adder = (!later.is_empty())
         .then(|| {
             let t0 = std::time::Instant::now();
-            std::thread::Builder::new()
-                .name("ontime-netadd".into())
-                .spawn(move || {
-                    let mut out = Vec::new();
-                    for (at, name, r) in later {
-                        let wait = Duration::from_nanos(at).saturating_sub(t0.elapsed());
-                        std::thread::sleep(wait);
-                        out.push((name, handle.add_blocking(r).map(|s| s.id).map_err(|e| e.message)));
-                    }
-                    out
-                })
+            std::thread::Builder::new().name("ontime-netadd".into()).spawn(move || {
+                let mut out = Vec::new();
+                for (at, name, r) in later {
+                    let wait = Duration::from_nanos(at).saturating_sub(t0.elapsed());
+                    std::thread::sleep(wait);
+                    out.push((name, handle.add_blocking(r).map(|s| s.id).map_err(|e| e.message)));
+                }
+                out
+            })
         })
         .transpose()
         .context("cannot start the channel requests' thread")?;

@@ -35,9 +35,10 @@ pub fn views(runs: &[RunResults]) -> Vec<NetRunView> {
                 .flows
                 .iter()
                 .map(|f| {
-                    let res = f.result.as_ref().and_then(|p| {
-                        crate::results::read_json::<FlowResult>(&r.dir.join(p), "flow result").ok()
-                    });
+                    let res = f
+                        .result
+                        .as_ref()
+                        .and_then(|p| crate::results::read_json::<FlowResult>(&r.dir.join(p), "flow result").ok());
                     (f.clone(), res)
                 })
                 .collect();
@@ -85,7 +86,12 @@ pub fn charts(views: &[NetRunView], charts: &mut Vec<Chart>) {
     for name in &names {
         let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
         let mut deadline = None;
-        for (pname, p) in [("p50", Some(50.0)), ("p99", Some(99.0)), ("p99.9", Some(99.9)), ("max", None)] {
+        for (pname, p) in [
+            ("p50", Some(50.0)),
+            ("p99", Some(99.0)),
+            ("p99.9", Some(99.9)),
+            ("max", None),
+        ] {
             let mut pts = Vec::new();
             for (x, label) in labels.iter().enumerate() {
                 let worst = views
@@ -140,10 +146,7 @@ fn timeline(v: &NetRunView) -> Option<Chart> {
             .filter(|b| b.packets > 0)
             .map(|b| (b.t_ns as f64 / 1e9, b.max_delay_ns.max(1) as f64 / 1e6))
             .collect();
-        series.push((
-            format!("{} (deadline {})", f.name, format_ns(f.deadline_ns)),
-            pts,
-        ));
+        series.push((format!("{} (deadline {})", f.name, format_ns(f.deadline_ns)), pts));
     }
     if series.is_empty() {
         return None;
@@ -160,7 +163,11 @@ fn timeline(v: &NetRunView) -> Option<Chart> {
         format!(
             "{}: worst delay per 100 ms; escalations at {}",
             v.run,
-            if escalations.is_empty() { "none".into() } else { escalations.join(", ") }
+            if escalations.is_empty() {
+                "none".into()
+            } else {
+                escalations.join(", ")
+            }
         ),
         "time since the receivers started (s)",
         "worst one-way delay in the bin (ms)",
@@ -194,7 +201,11 @@ a worst delay of 3.6 ms for flow A (5 ms deadline) and 8.7 ms for B (10 ms) with
                     let kind = v
                         .controller
                         .as_ref()
-                        .and_then(|c| c.channels.iter().find(|c| c.id == id && c.from == crate::names::tenant_name(f.from)))
+                        .and_then(|c| {
+                            c.channels
+                                .iter()
+                                .find(|c| c.id == id && c.from == crate::names::tenant_name(f.from))
+                        })
                         .map(|c| {
                             let esc = if c.priority { ", escalated" } else { "" };
                             match c.reserved_bps {
@@ -316,7 +327,11 @@ per frame sent, clock reads included; stamp and check are the kernel's own run-t
         if notable.is_empty() {
             continue;
         }
-        let _ = write!(h, "<h3>Controller log: {}</h3><table><tr><th>time</th><th>action</th><th>what</th></tr>", esc(&v.label));
+        let _ = write!(
+            h,
+            "<h3>Controller log: {}</h3><table><tr><th>time</th><th>action</th><th>what</th></tr>",
+            esc(&v.label)
+        );
         for a in notable {
             let _ = write!(
                 h,

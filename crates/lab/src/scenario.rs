@@ -479,7 +479,10 @@ impl NetSpec {
             bail!("net.link_mbit = {}: give 1 to 10000", self.link_mbit);
         }
         if !(0.0..1.0).contains(&self.edf_guard) {
-            bail!("net.edf_guard = {}: give a share from 0 up to (not including) 1", self.edf_guard);
+            bail!(
+                "net.edf_guard = {}: give a share from 0 up to (not including) 1",
+                self.edf_guard
+            );
         }
         if !(self.max_share > 0.0 && self.max_share <= 1.0) {
             bail!("net.max_share = {}: give a share above 0, at most 1", self.max_share);
@@ -505,7 +508,9 @@ impl NetSpec {
             let be = self.best_effort_tenants(count);
             let to = ontime_core::names::tenant_index(&self.best_effort_to);
             if be.iter().all(|i| Some(*i) == to) {
-                bail!("net.best_effort_mbit: every tenant sends a flow or receives the best effort; raise tenant.count");
+                bail!(
+                    "net.best_effort_mbit: every tenant sends a flow or receives the best effort; raise tenant.count"
+                );
             }
         }
         if let Some(p) = &self.vcpu_policy {
@@ -521,7 +526,12 @@ impl NetSpec {
         let mut seen = std::collections::BTreeSet::new();
         for (k, f) in self.flows.iter().enumerate() {
             let at = format!("net.flow[{k}] ({})", f.name);
-            if f.name.is_empty() || !f.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            if f.name.is_empty()
+                || !f
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
                 bail!("{at}: name must be letters, digits, - or _");
             }
             if !seen.insert((f.to.clone(), f.port)) {
@@ -540,8 +550,12 @@ impl NetSpec {
             if f.declared_rate_mbit.is_some_and(|d| !(d.is_finite() && d > 0.0)) {
                 bail!("{at}: declared_rate_mbit must be above 0");
             }
-            if !(20..=1400).contains(&f.size) {
-                bail!("{at}: size = {}: give 20 to 1400 bytes (the channel MTU leaves room for the label)", f.size);
+            // The channel MTU (1496, room for the label) less IPv4 and UDP headers.
+            if !(20..=1468).contains(&f.size) {
+                bail!(
+                    "{at}: size = {}: give 20 to 1468 bytes (the tenants' MTU is 1496, room for the label)",
+                    f.size
+                );
             }
             if f.burst == 0 || f.burst > 1000 {
                 bail!("{at}: burst must be 1..1000");

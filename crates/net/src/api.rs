@@ -91,6 +91,15 @@ pub struct ApiServer {
     thread: Option<std::thread::JoinHandle<()>>,
     socket: PathBuf,
     pub tcp: Option<std::net::SocketAddr>,
+    token_file: Option<PathBuf>,
+}
+
+impl ApiServer {
+    /// Removes the token file too when the server stops (the token is
+    /// good for this server only).
+    pub fn owns_token_file(&mut self, path: &Path) {
+        self.token_file = Some(path.to_path_buf());
+    }
 }
 
 impl Drop for ApiServer {
@@ -102,6 +111,9 @@ impl Drop for ApiServer {
             let _ = t.join();
         }
         let _ = std::fs::remove_file(&self.socket);
+        if let Some(t) = &self.token_file {
+            let _ = std::fs::remove_file(t);
+        }
     }
 }
 
@@ -178,6 +190,7 @@ pub fn serve(listen: &Listen, token: String, controller: ControllerHandle) -> Re
         thread: Some(thread),
         socket: listen.socket.clone(),
         tcp: tcp_addr,
+        token_file: None,
     })
 }
 
@@ -240,7 +253,12 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Arc<Shared>) -> Res
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
     match given {
-        None => return Ok(error(401, "missing bearer token (Authorization: Bearer <token file contents>)")),
+        None => {
+            return Ok(error(
+                401,
+                "missing bearer token (Authorization: Bearer <token file contents>)",
+            ))
+        }
         Some(t) if !same_token(t.as_bytes(), shared.token.as_bytes()) => {
             return Ok(error(401, "wrong token"));
         }
@@ -265,9 +283,18 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Arc<Shared>) -> Res
                 Ok(b) => b.to_bytes(),
                 Err(_) => return Ok(error(413, "request body too large or broken")),
             };
-            let r: ChannelRequest = match serde_json::from_slice(&body) {
+            let de = &mut serde_json::Deserializer::from_slice(&body);
+            let r: ChannelRequest = match serde_path_to_error::deserialize(de) {
                 Ok(r) => r,
-                Err(e) => return Ok(error(400, &format!("bad channel request: {e}"))),
+                Err(e) => {
+                    let field = e.path().to_string();
+                    let msg = if field == "." {
+                        format!("bad channel request: {}", e.into_inner())
+                    } else {
+                        format!("bad channel request: {field}: {}", e.into_inner())
+                    };
+                    return Ok(error(400, &msg));
+                }
             };
             match c.add(r).await {
                 Ok(s) => json(StatusCode::CREATED, &s),
@@ -308,7 +335,10 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Arc<Shared>) -> Res
         (_, ["v1", "channels"]) | (_, ["v1", "channels", _]) | (_, ["v1", _]) => {
             error(405, &format!("{method} is not allowed on {path}"))
         }
-        _ => error(404, &format!("no such endpoint {path}: see GET /v1/status, /v1/channels, /v1/actions, /v1/misses")),
+        _ => error(
+            404,
+            &format!("no such endpoint {path}: see GET /v1/status, /v1/channels, /v1/actions, /v1/misses"),
+        ),
     })
 }
 
@@ -343,7 +373,10 @@ impl Client {
                     .await
                     .context("HTTP handshake with the controller")?;
                 tokio::spawn(conn);
-                sender.send_request(req).await.context("request to the controller")
+                sender
+                    .send_request(req)
+                    .await
+                    .context("request to the controller")
             }};
         }
         match &self.target {

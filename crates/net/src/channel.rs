@@ -114,6 +114,8 @@ pub enum Refusal {
     /// No reserved rate within the link's remaining capacity meets the
     /// deadline.
     Bound { bound_ns: f64, deadline_ns: u64 },
+    /// The path's fixed delay alone reaches the deadline.
+    FixedDelay { delay_ns: u64, deadline_ns: u64 },
     /// EDF could not meet every deadline channel's deadline with this one
     /// added: at `at_ns` after a busy period starts the demand passes the link.
     Edf {
@@ -140,6 +142,12 @@ impl std::fmt::Display for Refusal {
                 f,
                 "delay bound: even with the remaining capacity reserved the bound is {:.3} ms, over the deadline of {:.3} ms",
                 bound_ns / 1e6,
+                *deadline_ns as f64 / 1e6
+            ),
+            Refusal::FixedDelay { delay_ns, deadline_ns } => write!(
+                f,
+                "fixed delay: the path alone takes {:.3} ms, the deadline is {:.3} ms",
+                *delay_ns as f64 / 1e6,
                 *deadline_ns as f64 / 1e6
             ),
             Refusal::Edf {
@@ -197,6 +205,22 @@ pub fn edf_check(deadline: &[&ChannelSpec], link: &Link, reserved_bps: f64) -> R
         });
     }
     let blocking = link.mtu_bytes * 8.0;
+    // The link's fixed delay (Dtot) comes off every deadline: what is left
+    // is the time the scheduler has.
+    let fixed = link.d_tot_ns.max(0.0) as u64;
+    if let Some(s) = deadline.iter().find(|s| s.deadline_ns <= fixed) {
+        return Err(Refusal::FixedDelay {
+            delay_ns: fixed,
+            deadline_ns: s.deadline_ns,
+        });
+    }
+    let deadline: Vec<ChannelSpec> = deadline
+        .iter()
+        .map(|s| ChannelSpec {
+            deadline_ns: s.deadline_ns - fixed,
+            ..(*s).clone()
+        })
+        .collect();
     // Earliest first, so a refusal names the first instant that fails.
     let mut points: Vec<u64> = deadline.iter().map(|s| s.deadline_ns).collect();
     points.sort_unstable();
@@ -464,5 +488,37 @@ mod tests {
         }
         assert_eq!(decode_deadline(3, 0), None, "reserved label");
         assert_eq!(decode_deadline(1 << 20, 0), None);
+    }
+
+    #[test]
+    fn the_fixed_delay_comes_off_every_deadline() {
+        let link = Link {
+            rate_bps: 100e6,
+            mtu_bytes: 1500.0,
+            c_tot_bytes: 1500.0,
+            d_tot_ns: 2_000_000.0,
+            max_share: 0.9,
+        };
+        let mut s = ChannelSpec {
+            kind: ChannelKind::Deadline,
+            rate_bps: 1e6,
+            burst_bytes: 1500.0,
+            max_packet_bytes: 1500.0,
+            peak_bps: None,
+            deadline_ns: 2_000_000,
+        };
+        assert_eq!(
+            admit(&[], &s, &link, 1),
+            Err(Refusal::FixedDelay {
+                delay_ns: 2_000_000,
+                deadline_ns: 2_000_000
+            })
+        );
+        // 2.2 ms leaves 200 us: one MTU in service plus the 1500-byte burst
+        // take 240 us at 100 Mbit/s: refused; 2.3 ms leaves 300 us: admitted.
+        s.deadline_ns = 2_200_000;
+        assert!(matches!(admit(&[], &s, &link, 1), Err(Refusal::Edf { .. })));
+        s.deadline_ns = 2_300_000;
+        assert!(admit(&[], &s, &link, 1).is_ok());
     }
 }

@@ -472,7 +472,12 @@ impl State {
             message,
         };
         if self.cfg.echo {
-            eprintln!("ontime net controller: {:.3} s {}: {}", a.at_ns as f64 / 1e9, a.kind, a.message);
+            eprintln!(
+                "ontime net controller: {:.3} s {}: {}",
+                a.at_ns as f64 / 1e9,
+                a.kind,
+                a.message
+            );
         }
         if let Some(f) = &mut self.log {
             if let Ok(line) = serde_json::to_string(&a) {
@@ -594,9 +599,7 @@ impl State {
         }
         let vcpu = match &r.vcpu_policy {
             Some(p) => {
-                let p: Policy = p
-                    .parse()
-                    .map_err(|e| ApiError::new(400, format!("vcpu_policy: {e}")))?;
+                let p: Policy = p.parse().map_err(|e| ApiError::new(400, format!("vcpu_policy: {e}")))?;
                 if !p.is_realtime() {
                     return Err(ApiError::new(400, "vcpu_policy must be real-time (fifo:N, rr:N)"));
                 }
@@ -711,7 +714,11 @@ impl State {
         };
         let h = self.held.remove(k);
         if let Err(e) = self.plane.remove(h.flow) {
-            self.act(Some(id), "error", format!("removing channel {id} from the stamp: {e:#}"));
+            self.act(
+                Some(id),
+                "error",
+                format!("removing channel {id} from the stamp: {e:#}"),
+            );
         }
         if let Some(sw) = &self.switch {
             sw.clear(id);
@@ -832,7 +839,8 @@ impl State {
                 let h = &self.held[k];
                 let current = h.state.reserved_bps.unwrap_or(0.0);
                 let mut tighter = h.state.spec.clone();
-                tighter.deadline_ns = (tighter.deadline_ns as f64 * 0.75f64.powi(h.state.escalations as i32 + 1)) as u64;
+                tighter.deadline_ns =
+                    (tighter.deadline_ns as f64 * 0.75f64.powi(h.state.escalations as i32 + 1)) as u64;
                 let target = channel::rate_for_deadline(&tighter, &link, room).unwrap_or(room);
                 if target <= current + 1.0 {
                     self.act(
@@ -885,7 +893,9 @@ impl State {
             };
             let mut changed = 0;
             for tid in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                if current_policy(tid) != Some(policy_number(policy)) && ontime_core::rt::set_policy_of(tid, policy).is_ok() {
+                if current_policy(tid) != Some(policy_number(policy))
+                    && ontime_core::rt::set_policy_of(tid, policy).is_ok()
+                {
                     changed += 1;
                 }
             }
@@ -1013,8 +1023,10 @@ mod tests {
         let fake = Arc::new(Mutex::new(FakeState::default()));
         let f2 = fake.clone();
         let sw = SwitchTable::new();
-        let c = Controller::start(lab_config(), Some(sw.clone()), move || Ok(Box::new(Fake(f2)) as Box<dyn Plane>))
-            .unwrap();
+        let c = Controller::start(lab_config(), Some(sw.clone()), move || {
+            Ok(Box::new(Fake(f2)) as Box<dyn Plane>)
+        })
+        .unwrap();
         (c, fake, sw)
     }
 
@@ -1094,7 +1106,11 @@ mod tests {
         let a = h.add_blocking(r).unwrap();
         let r0 = a.reserved_bps.unwrap();
         assert_eq!(sw.reservation(a.id), r0.ceil() as u64);
-        assert_eq!(fake.lock().unwrap().installed[0].2, 2, "reservation channels carry TC 2");
+        assert_eq!(
+            fake.lock().unwrap().installed[0].2,
+            2,
+            "reservation channels carry TC 2"
+        );
         fake.lock().unwrap().counts[a.id as usize].missed = 1;
         let t0 = std::time::Instant::now();
         while sw.reservation(a.id) == r0.ceil() as u64 && t0.elapsed() < Duration::from_secs(5) {

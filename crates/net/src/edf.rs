@@ -161,13 +161,15 @@ impl Frame {
     }
 }
 
+/// (0 for a channel raised to priority else 1, deadline, seq, frame, channel).
+type EdfKey = (u8, u64, u64, Frame, u8);
+
 pub struct ChannelScheduler {
     rate_bps: u64,
     delay_ns: u64,
     /// Frames not yet eligible (arrived less than `delay_ns` ago), in arrival order.
     waiting: VecDeque<(Frame, FrameClass)>,
-    /// (0 for a channel raised to priority else 1, deadline, seq) -> frame.
-    edf: BinaryHeap<Reverse<(u8, u64, u64, Frame, u8)>>,
+    edf: BinaryHeap<Reverse<EdfKey>>,
     /// (virtual finish tag, seq) -> frame.
     wfq: BinaryHeap<Reverse<(u64, u64, Frame, u8)>>,
     best_effort: VecDeque<Frame>,
@@ -340,9 +342,10 @@ impl Discipline for ChannelScheduler {
             return Some(self.send(f, FrameClass::Reservation { channel }, now_ns));
         }
         let guard = self.guard;
-        let earliest = self.edf.peek().map(|Reverse((rank, d, _, f, _))| {
-            (*rank, d - (guard * d.saturating_sub(f.arrived_ns) as f64) as u64)
-        });
+        let earliest = self
+            .edf
+            .peek()
+            .map(|Reverse((rank, d, _, f, _))| (*rank, d - (guard * d.saturating_sub(f.arrived_ns) as f64) as u64));
         if let Some(&b) = self.best_effort.front() {
             // Best effort first while every queued deadline frame would
             // still leave in time behind it (all of them, in EDF order,

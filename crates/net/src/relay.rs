@@ -126,14 +126,16 @@ impl RelaySettings {
     fn discipline(&self, table: &Arc<SwitchTable>) -> RelayDiscipline {
         match &self.channels {
             None => RelayDiscipline::Delay(DelayLine::new(self.delay_ns, self.rate_bps, SLOTS)),
-            Some(link) => RelayDiscipline::Channels(Box::new(ChannelScheduler::new(
-                link.rate_bps,
-                self.delay_ns,
-                SLOTS,
-                link.best_effort_buffer_bytes,
-                table.clone(),
-            )
-            .with_guard(link.edf_guard))),
+            Some(link) => RelayDiscipline::Channels(Box::new(
+                ChannelScheduler::new(
+                    link.rate_bps,
+                    self.delay_ns,
+                    SLOTS,
+                    link.best_effort_buffer_bytes,
+                    table.clone(),
+                )
+                .with_guard(link.edf_guard),
+            )),
         }
     }
 }
@@ -201,7 +203,8 @@ impl ThreadTotals {
             self.by_class.resize_with(crate::edf::MAX_CHANNELS, || None);
         }
         if let Some(h) = self.by_class.get_mut(k) {
-            h.get_or_insert_with(|| Box::new(LatencyHistogram::new())).record(delay_ns);
+            h.get_or_insert_with(|| Box::new(LatencyHistogram::new()))
+                .record(delay_ns);
         }
     }
 }
@@ -307,7 +310,11 @@ impl Relay {
                 .iter()
                 .enumerate()
                 .filter_map(|(k, h)| {
-                    let name = if k == 0 { "best effort".to_string() } else { format!("channel {k}") };
+                    let name = if k == 0 {
+                        "best effort".to_string()
+                    } else {
+                        format!("channel {k}")
+                    };
                     h.as_ref().map(|h| (name, h.summary(None)))
                 })
                 .collect(),

@@ -1,0 +1,285 @@
+//! `ontime net` end to end, as root: a lab run with channels between
+//! tenants and to the building side, the `net channel` client against its
+//! controller while it runs (admitted, refused with the reason, removed), a
+//! sending tenant following its misses from inside its own namespace, the
+//! results and the report; and a SIGKILLed controller whose leftovers (BPF
+//! programs, namespaces, socket, token) `lab clean` removes. Root tests
+//! skip elsewhere with a reason.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+const SOCKET: &str = "/run/ontime/net-controller.sock";
+
+fn ontime() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ontime"))
+}
+
+fn root_or_skip() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        ontime_core::testing::skip("the lab needs root");
+        return false;
+    }
+    for tool in ["ethtool", "ip", "iperf3"] {
+        if ontime_core::caps::which(tool).is_none() {
+            ontime_core::testing::skip(&format!("{tool} is not installed (scripts/setup.sh installs it)"));
+            return false;
+        }
+    }
+    true
+}
+
+struct CleanOnDrop;
+
+impl Drop for CleanOnDrop {
+    fn drop(&mut self) {
+        let _ = ontime().args(["lab", "clean"]).stdout(Stdio::null()).status();
+    }
+}
+
+fn wait_for_socket() {
+    let t0 = Instant::now();
+    while !Path::new(SOCKET).exists() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the controller did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// BPF programs named like the data path's, loaded now.
+fn channel_programs() -> Vec<String> {
+    let out = Command::new("bpftool").args(["prog", "show"]).output();
+    let Ok(out) = out else { return Vec::new() };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(" name stamp ") || l.contains(" name check "))
+        .map(str::to_string)
+        .collect()
+}
+
+fn json(p: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()
+}
+
+#[test]
+fn channels_between_tenants_end_to_end() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root_or_skip() {
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let dir = tempfile::tempdir().unwrap();
+    let sc = dir.path().join("net.toml");
+    // A: to the building side; F: between tenants at the channel MTU
+    // (1468 + 28 = 1496 bytes of IP); M: declares 0.1 Mbit/s, sends 60 on a
+    // 50 Mbit/s link, so its own buffer (16 ms) makes it miss its 2 ms, and
+    // its earlier deadlines hold A and F back past theirs until the
+    // controller raises them to priority.
+    std::fs::write(
+        &sc,
+        "name = 'net-e2e'\nduration = '8s'\n[host]\nrelay_delay = '0ms'\n[tenant]\ncount = 4\n\
+[net]\nlink_mbit = 50\nbuffer = '100K'\nbest_effort_mbit = 10\n\
+[[net.flow]]\nname = 'A'\nfrom = 0\nport = 5001\nrate_mbit = 1\nsize = 500\ndeadline = '50ms'\n\
+[[net.flow]]\nname = 'F'\nfrom = 1\nto = 't2'\nport = 5002\nrate_mbit = 1\nsize = 1468\ndeadline = '50ms'\n\
+[[net.flow]]\nname = 'M'\nfrom = 0\nport = 5003\nrate_mbit = 60\ndeclared_rate_mbit = 0.1\nsize = 1000\nburst = 10\ndeadline = '2ms'\n",
+    )
+    .unwrap();
+    let results = dir.path().join("r");
+    let runner = ontime()
+        .args(["lab", "run", "--report"])
+        .arg(&sc)
+        .arg("-o")
+        .arg(&results)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_socket();
+    std::thread::sleep(Duration::from_millis(700));
+
+    // The sending tenant follows its misses from inside its namespace.
+    let follower = Command::new("ip")
+        .args(["netns", "exec", "ontime-t0"])
+        .arg(env!("CARGO_BIN_EXE_ontime"))
+        .args(["net", "misses", "--from", "t0", "--count", "3", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    let add = ontime()
+        .args([
+            "net", "channel", "add", "--from", "t3", "--to", "building", "--port", "6000",
+        ])
+        .args(["--rate-mbit", "1", "--deadline", "20ms"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&add.stdout);
+    assert!(add.status.success(), "{out} {}", String::from_utf8_lossy(&add.stderr));
+    assert!(
+        out.starts_with("admitted: channel 4 (t3 -> building port 6000"),
+        "{out}"
+    );
+    let refused = ontime()
+        .args(["net", "channel", "add", "--from", "t3", "--port", "6001"])
+        .args(["--rate-mbit", "60", "--deadline", "20ms"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    assert!(err.contains("refused: link capacity"), "{err}");
+    let unknown = ontime()
+        .args([
+            "net",
+            "channel",
+            "add",
+            "--from",
+            "t9",
+            "--rate-mbit",
+            "1",
+            "--deadline",
+            "20ms",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("unknown sender 't9'"));
+    let list = ontime().args(["net", "channel", "list"]).output().unwrap();
+    let l = String::from_utf8_lossy(&list.stdout);
+    assert!(list.status.success());
+    assert!(l.contains("t1->t2:5002") && l.contains("t3->building:6000"), "{l}");
+    let rm = ontime().args(["net", "channel", "rm", "4"]).output().unwrap();
+    assert!(rm.status.success(), "{}", String::from_utf8_lossy(&rm.stderr));
+
+    let f = follower.wait_with_output().unwrap();
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&f.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(f.status.success(), "{}", String::from_utf8_lossy(&f.stderr));
+    assert_eq!(lines.len(), 3);
+    assert!(
+        lines.iter().all(|m| m["from"] == "t0" && m["channel"] == 3),
+        "{lines:?}"
+    );
+
+    let st = runner.wait_with_output().unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    let run = results.join("runs/000-rep1");
+    let rec = json(&run.join("run.json"));
+    assert_eq!(rec["workload"], "net");
+    let net = json(&run.join("net.json"));
+    let chan = |id: u64| {
+        net["channels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    let actions: Vec<String> = net["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| format!("{} {}", a["kind"].as_str().unwrap(), a["message"].as_str().unwrap()))
+        .collect();
+    for (name, id) in [("A", 1), ("F", 2)] {
+        let r = json(&run.join(format!("flow-{name}.json")));
+        let s = json(&run.join(format!("flow-{name}.send.json")));
+        let c = chan(id);
+        assert_eq!(r["received"], s["sent"], "{name} arrives whole");
+        assert_eq!(r["lost"], 0);
+        // Every datagram was stamped, and checked on time or late.
+        let k = &c["counts"];
+        assert_eq!(k["stamped"], s["sent"], "{name}: {c}");
+        assert_eq!(
+            k["on_time"].as_u64().unwrap() + k["missed"].as_u64().unwrap(),
+            s["sent"].as_u64().unwrap(),
+            "{name}: {c}"
+        );
+        // The receiver's clock and the check agree on which were late.
+        assert_eq!(r["misses"], k["missed"], "{name}: {c}");
+        assert!(
+            k["missed"].as_u64().unwrap() > 0,
+            "{name} waits behind M's earlier deadlines: {c}"
+        );
+        assert!(
+            actions
+                .iter()
+                .any(|a| a.starts_with(&format!("escalated channel {id}:"))),
+            "{name} is raised to priority: {actions:?}"
+        );
+        assert_eq!(c["priority"], true);
+    }
+    let m = chan(3);
+    assert!(m["counts"]["missed"].as_u64().unwrap() > 0, "{m}");
+    assert!(
+        actions.iter().any(|a| a.starts_with("exceeds channel 3")),
+        "{actions:?}"
+    );
+    assert!(
+        !actions.iter().any(|a| a.starts_with("escalated channel 3")),
+        "a channel beyond its declaration is not escalated: {actions:?}"
+    );
+    assert!(actions.iter().any(|a| a.starts_with("refused")), "{actions:?}");
+    assert_eq!(net["malformed_dropped"], 0);
+    assert_eq!(net["stamp_failures"], 0);
+    let html = std::fs::read_to_string(results.join("report/report.html")).unwrap();
+    assert!(html.contains("Real-time channels (document 003)"));
+    // Nothing left: namespaces, programs, the controller's files.
+    let left = ontime().args(["lab", "clean", "--dry-run"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&left.stdout).contains("nothing of the lab's is left"));
+    assert!(channel_programs().is_empty(), "{:?}", channel_programs());
+    assert!(!Path::new(SOCKET).exists());
+}
+
+#[test]
+fn a_killed_controller_leaves_what_clean_removes() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root_or_skip() {
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let dir = tempfile::tempdir().unwrap();
+    let mut ctl = ontime()
+        .args(["net", "controller", "-D", "60s", "-o"])
+        .arg(dir.path().join("r"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_socket();
+    std::thread::sleep(Duration::from_millis(500));
+    let add = ontime()
+        .args(["net", "channel", "add", "--from", "t0", "--port", "5000"])
+        .args(["--rate-mbit", "2", "--deadline", "5ms"])
+        .output()
+        .unwrap();
+    assert!(add.status.success(), "{}", String::from_utf8_lossy(&add.stderr));
+    assert_eq!(channel_programs().len(), 2, "stamp and check loaded");
+    ctl.kill().unwrap();
+    ctl.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let before =
+        String::from_utf8_lossy(&ontime().args(["lab", "clean", "--dry-run"]).output().unwrap().stdout).into_owned();
+    assert!(before.contains("ontime-t0"), "{before}");
+    assert!(before.contains(SOCKET), "{before}");
+    let clean = ontime().args(["lab", "clean"]).output().unwrap();
+    assert!(clean.status.success());
+    let after =
+        String::from_utf8_lossy(&ontime().args(["lab", "clean", "--dry-run"]).output().unwrap().stdout).into_owned();
+    assert!(after.contains("nothing of the lab's is left"), "{after}");
+    let t0 = Instant::now();
+    // Programs go when their last link does (the namespaces' devices).
+    while !channel_programs().is_empty() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(channel_programs().is_empty(), "{:?}", channel_programs());
+    assert!(!Path::new(SOCKET).exists() && !Path::new("/run/ontime/net-controller.token").exists());
+    let procs = Command::new("pgrep").args(["-f", "net controller"]).output().unwrap();
+    assert!(procs.stdout.is_empty(), "{}", String::from_utf8_lossy(&procs.stdout));
+}

@@ -1,0 +1,243 @@
+//! The controller's HTTP API over its Unix socket, with a plane that only
+//! remembers what it was told (no root needed): the token file's mode,
+//! 401 without or with a wrong token (and nothing changes), 4xx with a
+//! clear message for bad requests, admission refusals, removal, and the
+//! misses stream a sender subscribes to.
+use hyper::Method;
+use ontime_net::api::{self, Client, Listen, Target};
+use ontime_net::channel::Link;
+use ontime_net::controller::{
+    ChannelCounts, Controller, ControllerConfig, Endpoint, FlowMatch, Miss, MissEvent, Plane,
+};
+use ontime_net::edf::SwitchTable;
+use std::net::Ipv4Addr;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Default)]
+struct Seen {
+    installed: Vec<u8>,
+    misses: Vec<Miss>,
+    missed: u64,
+}
+
+struct Fake(Arc<Mutex<Seen>>);
+
+impl Plane for Fake {
+    fn install(&mut self, id: u8, _: FlowMatch, _: u8, _: u64) -> anyhow::Result<()> {
+        self.0.lock().unwrap().installed.push(id);
+        Ok(())
+    }
+    fn remove(&mut self, _: FlowMatch) -> anyhow::Result<()> {
+        Ok(())
+    }
+    fn counts(&self, _: u8) -> ChannelCounts {
+        ChannelCounts {
+            missed: self.0.lock().unwrap().missed,
+            ..Default::default()
+        }
+    }
+    fn misses(&mut self) -> Vec<Miss> {
+        std::mem::take(&mut self.0.lock().unwrap().misses)
+    }
+    fn errors(&self) -> (u64, u64) {
+        (0, 0)
+    }
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    socket: std::path::PathBuf,
+    token: String,
+    seen: Arc<Mutex<Seen>>,
+    _server: api::ApiServer,
+    _controller: Controller,
+}
+
+fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let ep = |name: &str, last: u8| Endpoint {
+        name: name.into(),
+        addr: Ipv4Addr::new(10, 77, 1, last),
+        threads_file: None,
+    };
+    let config = ControllerConfig {
+        link: Link {
+            rate_bps: 100e6,
+            mtu_bytes: 1514.0,
+            c_tot_bytes: 1514.0,
+            d_tot_ns: 0.0,
+            max_share: 0.9,
+        },
+        endpoints: vec![ep("building", 100), ep("t0", 1), ep("t1", 2)],
+        escalate_after: 1,
+        hold_ns: 1_000_000_000,
+        log: None,
+        echo: false,
+    };
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let s2 = seen.clone();
+    let controller = Controller::start(config, Some(SwitchTable::new()), move || {
+        Ok(Box::new(Fake(s2)) as Box<dyn Plane>)
+    })
+    .unwrap();
+    let token_file = dir.path().join("token");
+    let token = api::create_token_file(&token_file).unwrap();
+    let mode = std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the token file is for its owner only");
+    assert_eq!(api::read_token_file(&token_file).unwrap(), token);
+    let socket = dir.path().join("c.sock");
+    let server = api::serve(
+        &Listen {
+            socket: socket.clone(),
+            tcp: None,
+        },
+        token.clone(),
+        controller.handle(),
+    )
+    .unwrap();
+    Setup {
+        _dir: dir,
+        socket,
+        token,
+        seen,
+        _server: server,
+        _controller: controller,
+    }
+}
+
+fn body(v: serde_json::Value) -> Option<Vec<u8>> {
+    Some(serde_json::to_vec(&v).unwrap())
+}
+
+fn channel(from: &str, port: u16, rate_bps: f64, deadline_ns: i64) -> serde_json::Value {
+    serde_json::json!({
+        "from": from, "to": "building", "port": port, "kind": "deadline",
+        "rate_bps": rate_bps, "burst_bytes": 2000.0, "deadline_ns": deadline_ns
+    })
+}
+
+fn error_of(b: &[u8]) -> String {
+    let v: serde_json::Value = serde_json::from_slice(b).unwrap();
+    v["error"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn requests_need_the_token_and_change_nothing_without_it() {
+    let s = setup();
+    let wrong = Client::new(Target::Socket(s.socket.clone()), "0".repeat(64)).unwrap();
+    let (st, b) = wrong
+        .call(Method::POST, "/v1/channels", body(channel("t0", 5000, 2e6, 5_000_000)))
+        .unwrap();
+    assert_eq!(st, 401, "{}", String::from_utf8_lossy(&b));
+    assert_eq!(error_of(&b), "wrong token");
+    let (st, _) = wrong.call(Method::GET, "/v1/channels", None).unwrap();
+    assert_eq!(st, 401);
+    // No Authorization header at all.
+    let none = Client::new(Target::Socket(s.socket.clone()), String::new()).unwrap();
+    let (st, b) = none.call(Method::GET, "/v1/status", None).unwrap();
+    assert_eq!(st, 401);
+    assert!(error_of(&b).contains("bearer token"), "{}", error_of(&b));
+    assert!(s.seen.lock().unwrap().installed.is_empty(), "nothing was installed");
+    let good = Client::new(Target::Socket(s.socket.clone()), s.token.clone()).unwrap();
+    let (st, b) = good.call(Method::GET, "/v1/channels", None).unwrap();
+    assert_eq!((st, b.as_slice()), (200, b"[]\n".as_slice()));
+}
+
+#[test]
+fn bad_requests_get_a_4xx_with_the_reason() {
+    let s = setup();
+    let c = Client::new(Target::Socket(s.socket.clone()), s.token.clone()).unwrap();
+    let post = |v: serde_json::Value| c.call(Method::POST, "/v1/channels", body(v)).unwrap();
+    let (st, b) = post(channel("t0", 5000, -1.0, 5_000_000));
+    assert_eq!((st, error_of(&b).as_str()), (400, "rate must be above 0"));
+    let (st, b) = post(channel("t0", 5000, 2e6, 0));
+    assert_eq!((st, error_of(&b).as_str()), (400, "deadline must be above 0"));
+    let (st, b) = post(channel("t0", 5000, 2e6, -5));
+    assert_eq!(st, 400);
+    assert!(error_of(&b).contains("deadline_ns"), "{}", error_of(&b));
+    let (st, b) = post(channel("t7", 5000, 2e6, 5_000_000));
+    assert_eq!(st, 404);
+    assert!(error_of(&b).contains("unknown sender 't7'"), "{}", error_of(&b));
+    let (st, b) = c
+        .call(Method::POST, "/v1/channels", Some(b"{not json".to_vec()))
+        .unwrap();
+    assert_eq!(st, 400);
+    assert!(error_of(&b).starts_with("bad channel request"), "{}", error_of(&b));
+    let mut extra = channel("t0", 5000, 2e6, 5_000_000);
+    extra["colour"] = "red".into();
+    assert_eq!(post(extra).0, 400, "unknown fields are refused");
+    // Admitted, then the same flow again is a duplicate.
+    let (st, b) = post(channel("t0", 5000, 2e6, 5_000_000));
+    assert_eq!(st, 201, "{}", String::from_utf8_lossy(&b));
+    let (st, b) = post(channel("t0", 5000, 2e6, 5_000_000));
+    assert_eq!(st, 409);
+    assert!(error_of(&b).starts_with("duplicate"), "{}", error_of(&b));
+    // Beyond the link: refused with the numbers.
+    let (st, b) = post(channel("t1", 5001, 95e6, 50_000_000));
+    assert_eq!(st, 409);
+    assert!(
+        error_of(&b).contains("link capacity: the channels would need 97.000 Mbit/s, 90.000 Mbit/s may be reserved"),
+        "{}",
+        error_of(&b)
+    );
+    assert_eq!(s.seen.lock().unwrap().installed, vec![1], "only the admitted channel");
+    let (st, _) = c.call(Method::DELETE, "/v1/channels/9", None).unwrap();
+    assert_eq!(st, 404);
+    let (st, _) = c.call(Method::DELETE, "/v1/channels/x", None).unwrap();
+    assert_eq!(st, 400);
+    let (st, _) = c.call(Method::PUT, "/v1/channels", None).unwrap();
+    assert_eq!(st, 405);
+    let (st, _) = c.call(Method::GET, "/nowhere", None).unwrap();
+    assert_eq!(st, 404);
+    let (st, _) = c.call(Method::DELETE, "/v1/channels/1", None).unwrap();
+    assert_eq!(st, 200);
+    let (st, b) = c.call(Method::GET, "/v1/actions", None).unwrap();
+    assert_eq!(st, 200);
+    let kinds: Vec<String> = serde_json::from_slice::<Vec<serde_json::Value>>(&b)
+        .unwrap()
+        .iter()
+        .map(|a| a["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(kinds, vec!["admitted", "refused", "removed"]);
+}
+
+#[test]
+fn a_sender_follows_its_misses() {
+    let s = setup();
+    let c = Client::new(Target::Socket(s.socket.clone()), s.token.clone()).unwrap();
+    let (st, _) = c
+        .call(Method::POST, "/v1/channels", body(channel("t0", 5000, 2e6, 5_000_000)))
+        .unwrap();
+    assert_eq!(st, 201);
+    let seen = s.seen.clone();
+    std::thread::spawn(move || {
+        // After the subscription is up: three misses of channel 1.
+        std::thread::sleep(Duration::from_millis(300));
+        let mut g = seen.lock().unwrap();
+        g.missed = 3;
+        for ip_id in 0..3 {
+            g.misses.push(Miss {
+                channel: 1,
+                overrun_ns: 1_000_000,
+                ip_id,
+            });
+        }
+    });
+    let mut got: Vec<MissEvent> = Vec::new();
+    let stop = AtomicBool::new(false);
+    c.stream("/v1/misses?from=t0", &stop, |line| {
+        got.push(serde_json::from_slice(line).unwrap());
+        got.len() < 3
+    })
+    .unwrap();
+    assert_eq!(got.iter().map(|m| m.ip_id).collect::<Vec<_>>(), vec![0, 1, 2]);
+    assert!(got.iter().all(|m| m.from == "t0" && m.channel == 1));
+    // The misses made the controller raise the channel's priority.
+    std::thread::sleep(Duration::from_millis(200));
+    let (_, b) = c.call(Method::GET, "/v1/channels", None).unwrap();
+    let l: Vec<serde_json::Value> = serde_json::from_slice(&b).unwrap();
+    assert_eq!(l[0]["priority"], true);
+}
