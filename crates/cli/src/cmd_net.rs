@@ -36,6 +36,10 @@ enum NetAction {
     Misses(MissesArgs),
     /// What the controller did: admissions, refusals, escalations
     Actions(ClientArgs),
+    /// Attach the stamp and the check to interfaces by hand (no lab, no
+    /// controller): channels from the command line, counters and per-packet
+    /// cost at the end
+    Datapath(DatapathArgs),
     /// Send a paced UDP flow that carries its send times (a measured flow)
     Send(SendArgs),
     /// Receive a measured flow and time every datagram end to end
@@ -160,6 +164,26 @@ struct MissesArgs {
 }
 
 #[derive(Args)]
+struct DatapathArgs {
+    /// Stamp what NETNS:INTERFACE sends (tc egress); repeatable
+    #[arg(long)]
+    stamp: Vec<String>,
+    /// Check what NETNS:INTERFACE receives (XDP); repeatable
+    #[arg(long)]
+    check: Vec<String>,
+    /// A channel: ID,SOURCE,DESTINATION[:PORT],DEADLINE[,reservation], e.g.
+    /// 1,10.0.0.1,10.0.0.2:5000,5ms (ID 1..63 is its DSCP); repeatable
+    #[arg(long)]
+    channel: Vec<String>,
+    /// How long to stay attached [default: until Ctrl-C]
+    #[arg(short = 'D', long, value_parser = parse_ns)]
+    duration: Option<u64>,
+    /// Write the counters and the per-packet cost here (JSON) at the end
+    #[arg(long)]
+    result: Option<PathBuf>,
+}
+
+#[derive(Args)]
 struct SendArgs {
     /// Destination ADDRESS:PORT
     #[arg(long)]
@@ -209,6 +233,7 @@ pub fn run(a: NetArgs) -> anyhow::Result<()> {
         },
         NetAction::Misses(m) => misses(m),
         NetAction::Actions(c) => actions(c),
+        NetAction::Datapath(d) => datapath(d),
         NetAction::Send(s) => send(s),
         NetAction::Receive(r) => receive(r),
     }
@@ -457,6 +482,97 @@ fn receive(a: ReceiveArgs) -> anyhow::Result<()> {
     }
     if !stop.load(Ordering::Relaxed) {
         eprintln!("ontime net receive: stopped");
+    }
+    Ok(())
+}
+
+/// NETNS:INTERFACE as (namespace file, interface).
+fn ns_if(text: &str) -> anyhow::Result<(PathBuf, String)> {
+    let (ns, ifname) = text
+        .split_once(':')
+        .ok_or_else(|| usage(format!("'{text}': give NETNS:INTERFACE (a namespace from `ip netns list`)")))?;
+    let file = PathBuf::from(format!("/run/netns/{ns}"));
+    if !file.exists() {
+        return Err(usage(format!("no network namespace '{ns}' (see `ip netns list`)")));
+    }
+    Ok((file, ifname.to_string()))
+}
+
+/// ID,SOURCE,DESTINATION[:PORT],DEADLINE[,reservation].
+fn channel_arg(text: &str) -> anyhow::Result<(u8, ontime_net::controller::FlowMatch, u8, u64)> {
+    let bad = |why: &str| usage(format!("--channel '{text}': {why} (give ID,SOURCE,DESTINATION[:PORT],DEADLINE[,reservation])"));
+    let parts: Vec<&str> = text.split(',').collect();
+    if !(4..=5).contains(&parts.len()) {
+        return Err(bad("four or five fields"));
+    }
+    let id: u8 = parts[0].parse().map_err(|_| bad("ID is a number"))?;
+    if !(1..64).contains(&id) {
+        return Err(bad("ID must be 1..63"));
+    }
+    let src = parts[1].parse().map_err(|_| bad("SOURCE is an IPv4 address"))?;
+    let (dst, dport) = match parts[2].split_once(':') {
+        Some((a, p)) => (a, Some(p.parse::<u16>().map_err(|_| bad("PORT is a number"))?)),
+        None => (parts[2], None),
+    };
+    let dst = dst.parse().map_err(|_| bad("DESTINATION is an IPv4 address"))?;
+    let deadline = parse_ns(parts[3]).map_err(|e| bad(&e))?;
+    if deadline == 0 {
+        return Err(bad("the deadline must be above 0"));
+    }
+    let tc = match parts.get(4) {
+        None | Some(&"deadline") => 1,
+        Some(&"reservation") => 2,
+        Some(_) => return Err(bad("the kind is deadline or reservation")),
+    };
+    Ok((id, ontime_net::controller::FlowMatch { src, dst, dport }, tc, deadline))
+}
+
+fn datapath(a: DatapathArgs) -> anyhow::Result<()> {
+    use ontime_net::controller::Plane;
+    if a.stamp.is_empty() && a.check.is_empty() {
+        return Err(usage("give at least one --stamp or --check NETNS:INTERFACE"));
+    }
+    let stamps = a.stamp.iter().map(|s| ns_if(s)).collect::<anyhow::Result<Vec<_>>>()?;
+    let checks = a.check.iter().map(|s| ns_if(s)).collect::<anyhow::Result<Vec<_>>>()?;
+    let channels = a.channel.iter().map(|c| channel_arg(c)).collect::<anyhow::Result<Vec<_>>>()?;
+    if let Some(r) = &a.result {
+        ontime_core::fsio::check_output_path("--result", r).map_err(usage)?;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    crate::signals::install_flag(stop.clone())?;
+    // The kernel times BPF programs only while asked; put back at the end.
+    let _stats = ontime_lab::sysctl::SysctlGuard::set("/proc/sys/kernel/bpf_stats_enabled", "1").ok();
+    let mut plane = ontime_net::datapath::BpfPlane::attach(&stamps, &checks)?;
+    for (id, flow, tc, deadline) in &channels {
+        plane.install(*id, *flow, *tc, *deadline)?;
+    }
+    eprintln!(
+        "ontime net datapath: {} stamp(s), {} check(s), {} channel(s); Ctrl-C stops",
+        stamps.len(),
+        checks.len(),
+        channels.len()
+    );
+    let t0 = std::time::Instant::now();
+    let mut missed = 0u64;
+    while !stop.load(Ordering::Relaxed) && a.duration.is_none_or(|d| t0.elapsed().as_nanos() < d as u128) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        missed += plane.misses().len() as u64;
+    }
+    let (malformed, stamp_failures) = plane.errors();
+    let cost = plane.cost();
+    let report = serde_json::json!({
+        "channels": channels.iter().map(|(id, _, _, _)| serde_json::json!({"id": id, "counts": plane.counts(*id)})).collect::<Vec<_>>(),
+        "misses_reported": missed,
+        "malformed_dropped": malformed,
+        "stamp_failures": stamp_failures,
+        "cost": cost,
+        "stamp_ns_per_packet": cost.and_then(|c| c.stamp_ns_per_packet()),
+        "check_ns_per_packet": cost.and_then(|c| c.check_ns_per_packet()),
+    });
+    let text = serde_json::to_string_pretty(&report)?;
+    match &a.result {
+        Some(p) => ontime_core::fsio::write_atomic(p, text.as_bytes())?,
+        None => crate::outln!("{text}"),
     }
     Ok(())
 }

@@ -81,7 +81,7 @@ fn channels_between_tenants_end_to_end() {
     std::fs::write(
         &sc,
         "name = 'net-e2e'\nduration = '8s'\n[host]\nrelay_delay = '0ms'\n[tenant]\ncount = 4\n\
-[net]\nlink_mbit = 50\nbuffer = '100K'\nbest_effort_mbit = 10\n\
+[net]\nlink_mbit = 50\nbuffer = '100K'\nbest_effort_mbit = 10\nvcpu_policy = 'fifo:10'\n\
 [[net.flow]]\nname = 'A'\nfrom = 0\nport = 5001\nrate_mbit = 1\nsize = 500\ndeadline = '50ms'\n\
 [[net.flow]]\nname = 'F'\nfrom = 1\nto = 't2'\nport = 5002\nrate_mbit = 1\nsize = 1468\ndeadline = '50ms'\n\
 [[net.flow]]\nname = 'M'\nfrom = 0\nport = 5003\nrate_mbit = 60\ndeclared_rate_mbit = 0.1\nsize = 1000\nburst = 10\ndeadline = '2ms'\n",
@@ -226,6 +226,12 @@ fn channels_between_tenants_end_to_end() {
         "a channel beyond its declaration is not escalated: {actions:?}"
     );
     assert!(actions.iter().any(|a| a.starts_with("refused")), "{actions:?}");
+    // The channel senders' threads were made real-time (document 003's
+    // real-time VMs).
+    assert!(
+        actions.iter().any(|a| a.starts_with("vcpu channel 1:") && a.ends_with("of t0 set to fifo:10")),
+        "{actions:?}"
+    );
     assert_eq!(net["malformed_dropped"], 0);
     assert_eq!(net["stamp_failures"], 0);
     let html = std::fs::read_to_string(results.join("report/report.html")).unwrap();
