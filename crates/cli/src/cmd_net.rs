@@ -136,7 +136,7 @@ struct AddArgs {
     /// Deadline, one way (e.g. 5ms)
     #[arg(long, value_parser = parse_ns)]
     deadline: u64,
-    /// Real-time policy for the sender's vCPU threads (fifo:70, rr:50)
+    /// Real-time policy for the sender's vCPU threads (fifo:70, rr:50, deadline:1ms/10ms)
     #[arg(long)]
     vcpu_policy: Option<String>,
     #[command(flatten)]
@@ -488,9 +488,11 @@ fn receive(a: ReceiveArgs) -> anyhow::Result<()> {
 
 /// NETNS:INTERFACE as (namespace file, interface).
 fn ns_if(text: &str) -> anyhow::Result<(PathBuf, String)> {
-    let (ns, ifname) = text
-        .split_once(':')
-        .ok_or_else(|| usage(format!("'{text}': give NETNS:INTERFACE (a namespace from `ip netns list`)")))?;
+    let (ns, ifname) = text.split_once(':').ok_or_else(|| {
+        usage(format!(
+            "'{text}': give NETNS:INTERFACE (a namespace from `ip netns list`)"
+        ))
+    })?;
     let file = PathBuf::from(format!("/run/netns/{ns}"));
     if !file.exists() {
         return Err(usage(format!("no network namespace '{ns}' (see `ip netns list`)")));
@@ -500,7 +502,11 @@ fn ns_if(text: &str) -> anyhow::Result<(PathBuf, String)> {
 
 /// ID,SOURCE,DESTINATION[:PORT],DEADLINE[,reservation].
 fn channel_arg(text: &str) -> anyhow::Result<(u8, ontime_net::controller::FlowMatch, u8, u64)> {
-    let bad = |why: &str| usage(format!("--channel '{text}': {why} (give ID,SOURCE,DESTINATION[:PORT],DEADLINE[,reservation])"));
+    let bad = |why: &str| {
+        usage(format!(
+            "--channel '{text}': {why} (give ID,SOURCE,DESTINATION[:PORT],DEADLINE[,reservation])"
+        ))
+    };
     let parts: Vec<&str> = text.split(',').collect();
     if !(4..=5).contains(&parts.len()) {
         return Err(bad("four or five fields"));
@@ -534,7 +540,11 @@ fn datapath(a: DatapathArgs) -> anyhow::Result<()> {
     }
     let stamps = a.stamp.iter().map(|s| ns_if(s)).collect::<anyhow::Result<Vec<_>>>()?;
     let checks = a.check.iter().map(|s| ns_if(s)).collect::<anyhow::Result<Vec<_>>>()?;
-    let channels = a.channel.iter().map(|c| channel_arg(c)).collect::<anyhow::Result<Vec<_>>>()?;
+    let channels = a
+        .channel
+        .iter()
+        .map(|c| channel_arg(c))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     if let Some(r) = &a.result {
         ontime_core::fsio::check_output_path("--result", r).map_err(usage)?;
     }

@@ -10,43 +10,11 @@ use std::time::{Duration, Instant};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn ontime() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ontime"))
-}
+mod common;
+use common::{leftovers, ontime, CleanOnDrop};
 
 fn root_or_skip() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        ontime_core::testing::skip("the lab needs root");
-        return false;
-    }
-    for tool in ["ethtool", "ip"] {
-        if !Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(Stdio::null())
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false)
-        {
-            ontime_core::testing::skip("{tool} is not installed (scripts/setup.sh installs it)");
-            return false;
-        }
-    }
-    true
-}
-
-/// Removes whatever a failed test left, and says whether anything was left.
-struct CleanOnDrop;
-
-impl Drop for CleanOnDrop {
-    fn drop(&mut self) {
-        let _ = ontime().args(["lab", "clean"]).stdout(Stdio::null()).status();
-    }
-}
-
-fn leftovers() -> String {
-    let out = ontime().args(["lab", "clean", "--dry-run"]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    common::lab_root_or_skip(&[])
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {

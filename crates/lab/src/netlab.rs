@@ -33,6 +33,9 @@ pub struct NetOutcome {
     pub flows: Vec<FlowOutcome>,
     /// The controller's report (`net.json`), when it ran.
     pub controller: Option<String>,
+    /// iperf3's own results of the best-effort clients (`best-effort-tN.json`).
+    #[serde(default)]
+    pub best_effort: Vec<String>,
     pub error: Option<String>,
 }
 
@@ -195,12 +198,13 @@ pub fn start(c: &RunConfig, lab: &Lab, relay: &Relay, dir: &Path, exe: &Path) ->
             .stderr(std::fs::File::create(dir.join(format!("flow-{}.err", f.name)))?);
         rx.push(spawn_in(&mut cmd, &to.netns, None)?);
     }
-    let best_effort = start_best_effort(n, lab, c.duration)?;
+    let best_effort = start_best_effort(n, lab, c.duration, dir)?;
     // Receivers bound before anyone sends.
     std::thread::sleep(Duration::from_millis(300));
 
     let mut outcome = NetOutcome {
         controller: None,
+        best_effort: Vec::new(),
         error: None,
         flows: n
             .flows
@@ -271,7 +275,7 @@ fn record(o: &mut NetOutcome, name: &str, r: Result<u8, String>) {
 
 /// iperf3 UDP servers at the best-effort receiver, one client per tenant
 /// that sends no flow, the rate split between them.
-fn start_best_effort(n: &NetSpec, lab: &Lab, duration_ns: u64) -> Result<Vec<ChildProcess>> {
+fn start_best_effort(n: &NetSpec, lab: &Lab, duration_ns: u64, dir: &Path) -> Result<Vec<ChildProcess>> {
     if n.best_effort_mbit <= 0.0 {
         return Ok(Vec::new());
     }
@@ -287,12 +291,14 @@ fn start_best_effort(n: &NetSpec, lab: &Lab, duration_ns: u64) -> Result<Vec<Chi
         .filter(|i| Some(*i) != to_index)
         .collect();
     let each = n.best_effort_mbit / from.len().max(1) as f64;
-    let secs = (duration_ns / 1_000_000_000 + 5).to_string();
+    // As long as the flows: its own result (what the server received) is
+    // then the run's.
+    let secs = (duration_ns / 1_000_000_000).max(1).to_string();
     let mut out = Vec::new();
     for &i in &from {
         let port = (5201 + i).to_string();
         let mut srv = Command::new("iperf3");
-        srv.args(["-s", "-p", &port, "-B", &to.addr.to_string()])
+        srv.args(["-s", "-1", "-p", &port, "-B", &to.addr.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         out.push(spawn_in(&mut srv, &to.netns, None)?);
@@ -302,7 +308,8 @@ fn start_best_effort(n: &NetSpec, lab: &Lab, duration_ns: u64) -> Result<Vec<Chi
         let port = (5201 + i).to_string();
         let mut cli = Command::new("iperf3");
         cli.args(["-c", &to.addr.to_string(), "-p", &port, "-u", "-l", "1200"])
-            .args(["-b", &format!("{each}M"), "-t", &secs])
+            .args(["-b", &format!("{each}M"), "-t", &secs, "-J", "--logfile"])
+            .arg(dir.join(format!("best-effort-t{i}.json")))
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         out.push(lab.tenants[i].spawn(&mut cli, false, Default::default())?);
@@ -349,7 +356,23 @@ impl NetRun {
         for r in &mut self.receivers {
             r.stop();
         }
+        // The clients end with the flows; a moment for their last report.
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < Duration::from_secs(5) && self.best_effort.iter_mut().any(|c| c.try_wait().is_none()) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         self.best_effort.clear();
+        self.outcome.best_effort = std::fs::read_dir(dir)
+            .map(|d| {
+                let mut v: Vec<String> = d
+                    .flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("best-effort-t") && n.ends_with(".json"))
+                    .collect();
+                v.sort();
+                v
+            })
+            .unwrap_or_default();
         let report: Result<ControllerReport> = match self.controller.take() {
             Some(c) => c.stop(),
             None => Ok(ControllerReport::default()),

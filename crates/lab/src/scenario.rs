@@ -515,8 +515,8 @@ impl NetSpec {
         }
         if let Some(p) = &self.vcpu_policy {
             let p: Policy = p.parse().map_err(|e| anyhow!("net.vcpu_policy: {e}"))?;
-            if !matches!(p, Policy::Fifo { .. } | Policy::Rr { .. }) {
-                bail!("net.vcpu_policy: give fifo:PRIO or rr:PRIO (the controller sets it on running threads)");
+            if !p.is_realtime() {
+                bail!("net.vcpu_policy: give a real-time policy: fifo:PRIO, rr:PRIO or deadline:RUNTIME/PERIOD");
             }
         }
         if let Some(l) = &self.listen {

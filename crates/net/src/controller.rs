@@ -144,7 +144,8 @@ pub struct ChannelRequest {
     #[serde(default)]
     pub peak_bps: Option<f64>,
     pub deadline_ns: u64,
-    /// A real-time policy for the sender's vCPU threads ("fifo:70", "rr:50").
+    /// A real-time policy for the sender's vCPU threads ("fifo:70", "rr:50",
+    /// "deadline:1ms/10ms").
     #[serde(default)]
     pub vcpu_policy: Option<String>,
 }
@@ -330,7 +331,7 @@ pub struct Controller {
 /// How often misses are read and escalation decided.
 const TICK: Duration = Duration::from_millis(50);
 /// How often vCPU policies are (re)applied to new threads.
-const VCPU_EVERY_NS: u64 = 1_000_000_000;
+const VCPU_EVERY_NS: u64 = 200_000_000;
 
 impl Controller {
     /// Starts the controller thread; `plane` is built on it (so BPF objects
@@ -408,6 +409,8 @@ struct Held {
     missed_seen: u64,
     last_escalation_ns: Option<u64>,
     vcpu: Option<Policy>,
+    /// The kernel refused the vCPU policy (said once in the log).
+    vcpu_refused: bool,
     /// Bytes stamped at the last tick, and when the channel last sent more
     /// than its token bucket allows (r per tick plus b, 10 % slack).
     bytes_seen: u64,
@@ -601,7 +604,10 @@ impl State {
             Some(p) => {
                 let p: Policy = p.parse().map_err(|e| ApiError::new(400, format!("vcpu_policy: {e}")))?;
                 if !p.is_realtime() {
-                    return Err(ApiError::new(400, "vcpu_policy must be real-time (fifo:N, rr:N)"));
+                    return Err(ApiError::new(
+                        400,
+                        "vcpu_policy must be real-time (fifo:N, rr:N, deadline:RUNTIME/PERIOD)",
+                    ));
                 }
                 Some(p)
             }
@@ -699,6 +705,7 @@ impl State {
             missed_seen: 0,
             last_escalation_ns: None,
             vcpu,
+            vcpu_refused: false,
             bytes_seen: 0,
             exceeded_ns: None,
         });
@@ -877,7 +884,8 @@ impl State {
     fn apply_vcpu_policies(&mut self) {
         self.last_vcpu_ns = self.now();
         let mut done = Vec::new();
-        for h in &self.held {
+        let mut refused = Vec::new();
+        for h in &mut self.held {
             let Some(policy) = h.vcpu else { continue };
             let Some(file) = self
                 .cfg
@@ -893,15 +901,24 @@ impl State {
             };
             let mut changed = 0;
             for tid in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                if current_policy(tid) != Some(policy_number(policy))
-                    && ontime_core::rt::set_policy_of(tid, policy).is_ok()
-                {
-                    changed += 1;
+                if current_policy(tid) == Some(policy_number(policy)) {
+                    continue;
+                }
+                match ontime_core::rt::set_policy_of(tid, policy) {
+                    Ok(()) => changed += 1,
+                    Err(e) if !h.vcpu_refused => {
+                        h.vcpu_refused = true;
+                        refused.push((h.state.id, h.state.from.clone(), format!("{e:#}")));
+                    }
+                    Err(_) => {}
                 }
             }
             if changed > 0 {
                 done.push((h.state.id, h.state.from.clone(), policy, changed));
             }
+        }
+        for (id, from, why) in refused {
+            self.act(Some(id), "vcpu", format!("channel {id}: threads of {from}: {why}"));
         }
         for (id, from, policy, n) in done {
             self.act(
@@ -1095,6 +1112,25 @@ mod tests {
         assert_eq!(esc.len(), 1, "{:?}", report.actions);
         assert!(esc[0].message.contains("3 misses"), "{}", esc[0].message);
         assert!(report.channels[0].priority);
+    }
+
+    #[test]
+    fn a_channel_beyond_its_declaration_is_not_escalated() {
+        let (c, fake, sw) = started();
+        let h = c.handle();
+        let a = h.add_blocking(request("t0", 5)).unwrap();
+        // 2 Mbit/s declared, burst 3000 B: 12.5 KB per 50 ms tick plus the
+        // burst is allowed; 1 MB in one tick is far beyond.
+        {
+            let mut f = fake.lock().unwrap();
+            f.counts[a.id as usize].stamped_bytes = 1_000_000;
+            f.counts[a.id as usize].missed = 5;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!sw.priority(a.id));
+        let report = c.stop().unwrap();
+        let kinds: Vec<&str> = report.actions.iter().map(|a| a.kind.as_str()).collect();
+        assert_eq!(kinds, vec!["admitted", "exceeds"], "{:?}", report.actions);
     }
 
     #[test]

@@ -185,6 +185,10 @@ pub struct ChannelScheduler {
     /// may not eat into: 0 is document 003's soft EDF (best effort ahead
     /// while the deadline itself is safe).
     guard: f64,
+    /// How far ahead of the link a frame may be handed over (a NIC's
+    /// transmit queue): the relay thread wakes late, and without it the
+    /// link would idle for every late wake-up.
+    tx_ahead_ns: u64,
     /// Last finish tag per channel, and the tag of the frame last served
     /// (SCFQ's virtual clock); a frame's tag advances by its wire time at
     /// its channel's reserved rate.
@@ -220,6 +224,7 @@ impl ChannelScheduler {
             channel_bytes: [0; MAX_CHANNELS],
             table,
             guard: 0.0,
+            tx_ahead_ns: 0,
             last_tag: [0; MAX_CHANNELS],
             virtual_now: 0,
             deadline_backlog_ns: 0,
@@ -234,6 +239,18 @@ impl ChannelScheduler {
     pub fn with_guard(mut self, share: f64) -> ChannelScheduler {
         self.guard = share.clamp(0.0, 1.0);
         self
+    }
+
+    /// Lets frames be handed over up to `ns` before the link is free (the
+    /// relay uses two largest frames' wire time).
+    pub fn with_tx_queue(mut self, ns: u64) -> ChannelScheduler {
+        self.tx_ahead_ns = ns;
+        self
+    }
+
+    /// Wire time of a largest frame (1518 bytes) on this link.
+    pub fn mtu_wire_ns(&self) -> u64 {
+        self.wire_ns(1518)
     }
 
     fn wire_ns(&self, len: usize) -> u64 {
@@ -329,11 +346,11 @@ impl Discipline for ChannelScheduler {
         } else {
             self.waiting.front().map(|(f, _)| f.arrived_ns + self.delay_ns)
         };
-        eligible_at.map(|t| t.max(self.busy_until))
+        eligible_at.map(|t| t.max(self.busy_until.saturating_sub(self.tx_ahead_ns)))
     }
 
     fn dequeue(&mut self, now_ns: u64) -> Option<Queued> {
-        if self.busy_until > now_ns {
+        if self.busy_until > now_ns + self.tx_ahead_ns {
             return None;
         }
         self.admit_eligible(now_ns);
@@ -351,8 +368,9 @@ impl Discipline for ChannelScheduler {
             // still leave in time behind it (all of them, in EDF order,
             // finish by the earliest deadline: a safe test), never ahead of
             // a channel raised to priority.
+            let starts = now_ns.max(self.busy_until);
             let safe = earliest
-                .is_none_or(|(rank, d)| rank > 0 && now_ns + self.wire_ns(b.len) + self.deadline_backlog_ns <= d);
+                .is_none_or(|(rank, d)| rank > 0 && starts + self.wire_ns(b.len) + self.deadline_backlog_ns <= d);
             if safe {
                 self.best_effort.pop_front();
                 self.best_effort_bytes -= b.len as u64;
@@ -516,6 +534,26 @@ mod tests {
         s.enqueue(q(11, 0, FrameClass::BestEffort)).unwrap();
         s.enqueue(q(1, 0, dl(1, 4 * MS))).unwrap();
         assert_eq!(drain(&mut s), vec![(0, 10), (MS, 1), (2 * MS, 11)]);
+    }
+
+    #[test]
+    fn a_transmit_queue_keeps_the_link_busy_through_late_wake_ups() {
+        // Two frames of 1 ms each; the relay looks again only at 1.5 ms.
+        // Without a queue the second frame leaves at 1.5 ms (0.5 ms idle);
+        // with 1 ms of queue it was handed over at 0 and ends at 2 ms.
+        let mut s = sched(0, 16).with_tx_queue(MS);
+        s.enqueue(q(0, 0, FrameClass::BestEffort)).unwrap();
+        s.enqueue(q(1, 0, FrameClass::BestEffort)).unwrap();
+        assert!(s.dequeue(0).is_some());
+        assert!(s.dequeue(0).is_some(), "the second frame goes into the queue");
+        assert_eq!(s.busy_until, 2 * MS);
+        let mut s = sched(0, 16);
+        s.enqueue(q(0, 0, FrameClass::BestEffort)).unwrap();
+        s.enqueue(q(1, 0, FrameClass::BestEffort)).unwrap();
+        assert!(s.dequeue(0).is_some());
+        assert!(s.dequeue(0).is_none());
+        assert!(s.dequeue(3 * MS / 2).is_some());
+        assert_eq!(s.busy_until, 5 * MS / 2);
     }
 
     #[test]

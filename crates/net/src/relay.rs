@@ -126,16 +126,18 @@ impl RelaySettings {
     fn discipline(&self, table: &Arc<SwitchTable>) -> RelayDiscipline {
         match &self.channels {
             None => RelayDiscipline::Delay(DelayLine::new(self.delay_ns, self.rate_bps, SLOTS)),
-            Some(link) => RelayDiscipline::Channels(Box::new(
-                ChannelScheduler::new(
+            Some(link) => {
+                let s = ChannelScheduler::new(
                     link.rate_bps,
                     self.delay_ns,
                     SLOTS,
                     link.best_effort_buffer_bytes,
                     table.clone(),
                 )
-                .with_guard(link.edf_guard),
-            )),
+                .with_guard(link.edf_guard);
+                let ahead = 2 * s.mtu_wire_ns();
+                RelayDiscipline::Channels(Box::new(s.with_tx_queue(ahead)))
+            }
         }
     }
 }

@@ -1,0 +1,43 @@
+//! What the lab's end-to-end tests share: the binary, the root check with
+//! the tools the lab needs, and the clean-up that runs also when a test fails.
+#![allow(dead_code)]
+
+use std::process::{Command, Stdio};
+
+pub fn ontime() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ontime"))
+}
+
+/// Root and the lab's tools (ip, ethtool) plus `more`; else a visible skip.
+pub fn lab_root_or_skip(more: &[&str]) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        ontime_core::testing::skip("the lab needs root");
+        return false;
+    }
+    for tool in ["ethtool", "ip"].iter().chain(more) {
+        if ontime_core::caps::which(tool).is_none() {
+            ontime_core::testing::skip(&format!("{tool} is not installed (scripts/setup.sh installs it)"));
+            return false;
+        }
+    }
+    true
+}
+
+/// Removes whatever a failed test left (`lab clean`), on drop.
+pub struct CleanOnDrop;
+
+impl Drop for CleanOnDrop {
+    fn drop(&mut self) {
+        let _ = ontime().args(["lab", "clean"]).stdout(Stdio::null()).status();
+    }
+}
+
+/// What `lab clean --dry-run` says is left.
+pub fn leftovers() -> String {
+    let out = ontime()
+        .args(["lab", "clean", "--dry-run"])
+        .output()
+        .expect("running ontime lab clean");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
