@@ -320,14 +320,21 @@ fn add(a: AddArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn list(a: ClientArgs) -> anyhow::Result<()> {
-    let c = a.client()?;
-    let (status, body) = c.call(Method::GET, "/v1/channels", None)?;
-    let l: Vec<ChannelState> = answer(status, &body, 200)?;
+/// GET `path`: with --json printed as it came (None), else the value.
+fn get<T: serde::de::DeserializeOwned + serde::Serialize>(a: &ClientArgs, path: &str) -> anyhow::Result<Option<T>> {
+    let (status, body) = a.client()?.call(Method::GET, path, None)?;
+    let v: T = answer(status, &body, 200)?;
     if a.json {
-        crate::outln!("{}", serde_json::to_string_pretty(&l)?);
-        return Ok(());
+        crate::outln!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(None);
     }
+    Ok(Some(v))
+}
+
+fn list(a: ClientArgs) -> anyhow::Result<()> {
+    let Some(l) = get::<Vec<ChannelState>>(&a, "/v1/channels")? else {
+        return Ok(());
+    };
     if l.is_empty() {
         crate::outln!("no channels");
         return Ok(());
@@ -394,13 +401,9 @@ fn rm(a: RmArgs) -> anyhow::Result<()> {
 }
 
 fn actions(a: ClientArgs) -> anyhow::Result<()> {
-    let c = a.client()?;
-    let (status, body) = c.call(Method::GET, "/v1/actions", None)?;
-    let l: Vec<Action> = answer(status, &body, 200)?;
-    if a.json {
-        crate::outln!("{}", serde_json::to_string_pretty(&l)?);
+    let Some(l) = get::<Vec<Action>>(&a, "/v1/actions")? else {
         return Ok(());
-    }
+    };
     for x in l {
         crate::outln!("{:>10.3} s  {:<16} {}", x.at_ns as f64 / 1e9, x.kind, x.message);
     }

@@ -618,6 +618,17 @@ impl State {
             dst: to,
             dport: r.port,
         };
+        let spec = ChannelSpec {
+            kind: r.kind,
+            rate_bps: r.rate_bps,
+            burst_bytes: r.burst_bytes,
+            max_packet_bytes: r.max_packet_bytes.unwrap_or(self.cfg.link.mtu_bytes),
+            peak_bps: r.peak_bps,
+            deadline_ns: r.deadline_ns,
+        };
+        if let Err(Refusal::Invalid(m)) = channel::validate(&spec) {
+            return Err(ApiError::new(400, m));
+        }
         if let Some(h) = self.held.iter().find(|h| h.flow == flow) {
             return Err(ApiError::new(
                 409,
@@ -630,14 +641,6 @@ impl State {
                 ),
             ));
         }
-        let spec = ChannelSpec {
-            kind: r.kind,
-            rate_bps: r.rate_bps,
-            burst_bytes: r.burst_bytes,
-            max_packet_bytes: r.max_packet_bytes.unwrap_or(self.cfg.link.mtu_bytes),
-            peak_bps: r.peak_bps,
-            deadline_ns: r.deadline_ns,
-        };
         let Some(id) = (1..MAX_CHANNELS as u8).find(|i| self.held.iter().all(|h| h.state.id != *i)) else {
             return Err(ApiError::new(409, "all 63 channel numbers (DSCPs) are in use"));
         };
