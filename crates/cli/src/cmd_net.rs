@@ -438,12 +438,26 @@ fn misses(a: MissesArgs) -> anyhow::Result<()> {
     })
 }
 
-fn send(a: SendArgs) -> anyhow::Result<()> {
+/// A verb's JSON result: to `file` (whole or not at all) or to stdout.
+fn put_result<T: serde::Serialize>(value: &T, file: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    match file {
+        Some(p) => ontime_core::fsio::write_atomic(p, text.as_bytes())?,
+        None => crate::outln!("{text}"),
+    }
+    Ok(())
+}
+
+/// A stop flag set by Ctrl-C or SIGTERM, once `--result` is known writable.
+fn stop_flag(result: Option<&std::path::Path>) -> anyhow::Result<Arc<AtomicBool>> {
+    crate::output::check_outputs(&[("--result", result)])?;
     let stop = Arc::new(AtomicBool::new(false));
     crate::signals::install_flag(stop.clone())?;
-    if let Some(r) = &a.result {
-        ontime_core::fsio::check_output_path("--result", r).map_err(usage)?;
-    }
+    Ok(stop)
+}
+
+fn send(a: SendArgs) -> anyhow::Result<()> {
+    let stop = stop_flag(a.result.as_deref())?;
     let report = ontime_net::flow::send(
         &ontime_net::flow::SendSettings {
             to: a.to,
@@ -456,20 +470,11 @@ fn send(a: SendArgs) -> anyhow::Result<()> {
         &stop,
     )
     .map_err(|e| usage(format!("{e:#}")))?;
-    let text = serde_json::to_string_pretty(&report)?;
-    match &a.result {
-        Some(p) => ontime_core::fsio::write_atomic(p, text.as_bytes())?,
-        None => crate::outln!("{text}"),
-    }
-    Ok(())
+    put_result(&report, a.result.as_deref())
 }
 
 fn receive(a: ReceiveArgs) -> anyhow::Result<()> {
-    let stop = Arc::new(AtomicBool::new(false));
-    crate::signals::install_flag(stop.clone())?;
-    if let Some(r) = &a.result {
-        ontime_core::fsio::check_output_path("--result", r).map_err(usage)?;
-    }
+    let stop = stop_flag(a.result.as_deref())?;
     let r = ontime_net::flow::receive(
         &ontime_net::flow::ReceiveSettings {
             listen: a.listen,
@@ -478,15 +483,7 @@ fn receive(a: ReceiveArgs) -> anyhow::Result<()> {
         },
         &stop,
     )?;
-    let text = serde_json::to_string_pretty(&r)?;
-    match &a.result {
-        Some(p) => ontime_core::fsio::write_atomic(p, text.as_bytes())?,
-        None => crate::outln!("{text}"),
-    }
-    if !stop.load(Ordering::Relaxed) {
-        eprintln!("ontime net receive: stopped");
-    }
-    Ok(())
+    put_result(&r, a.result.as_deref())
 }
 
 /// NETNS:INTERFACE as (namespace file, interface).
@@ -496,7 +493,7 @@ fn ns_if(text: &str) -> anyhow::Result<(PathBuf, String)> {
             "'{text}': give NETNS:INTERFACE (a namespace from `ip netns list`)"
         ))
     })?;
-    let file = PathBuf::from(format!("/run/netns/{ns}"));
+    let file = ontime_core::names::netns_file(ns);
     if !file.exists() {
         return Err(usage(format!("no network namespace '{ns}' (see `ip netns list`)")));
     }
@@ -548,11 +545,7 @@ fn datapath(a: DatapathArgs) -> anyhow::Result<()> {
         .iter()
         .map(|c| channel_arg(c))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    if let Some(r) = &a.result {
-        ontime_core::fsio::check_output_path("--result", r).map_err(usage)?;
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    crate::signals::install_flag(stop.clone())?;
+    let stop = stop_flag(a.result.as_deref())?;
     // The kernel times BPF programs only while asked; put back at the end.
     let _stats = ontime_lab::sysctl::SysctlGuard::set("/proc/sys/kernel/bpf_stats_enabled", "1").ok();
     let mut plane = ontime_net::datapath::BpfPlane::attach(&stamps, &checks)?;
@@ -582,10 +575,5 @@ fn datapath(a: DatapathArgs) -> anyhow::Result<()> {
         "stamp_ns_per_packet": cost.and_then(|c| c.stamp_ns_per_packet()),
         "check_ns_per_packet": cost.and_then(|c| c.check_ns_per_packet()),
     });
-    let text = serde_json::to_string_pretty(&report)?;
-    match &a.result {
-        Some(p) => ontime_core::fsio::write_atomic(p, text.as_bytes())?,
-        None => crate::outln!("{text}"),
-    }
-    Ok(())
+    put_result(&report, a.result.as_deref())
 }

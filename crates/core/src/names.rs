@@ -12,6 +12,12 @@ pub fn building_netns() -> String {
     format!("{PREFIX}-bldg")
 }
 
+/// The file `ip netns` keeps for network namespace `name` (what setns and
+/// spawning into a namespace open).
+pub fn netns_file(name: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("/run/netns/{name}"))
+}
+
 pub fn tenant_netns(i: usize) -> String {
     format!("{PREFIX}-t{i}")
 }

@@ -155,15 +155,12 @@ pub fn start(c: &RunConfig, lab: &Lab, relay: &Relay, dir: &Path, exe: &Path) ->
             addr: t.net.addr,
             threads_file: t.cgroup.as_ref().and_then(|cg| cg.threads_file()),
         });
-        senders.push((
-            PathBuf::from(format!("/run/netns/{}", t.net.netns)),
-            t.net.ns_if.clone(),
-        ));
+        senders.push((crate::names::netns_file(&t.net.netns), t.net.ns_if.clone()));
     }
     // Every endpoint checks what it receives: a channel may go anywhere.
     let receivers: Vec<(PathBuf, String)> = std::iter::once(&lab.building)
         .chain(lab.tenants.iter().map(|t| &t.net))
-        .map(|e| (PathBuf::from(format!("/run/netns/{}", e.netns)), e.ns_if.clone()))
+        .map(|e| (crate::names::netns_file(&e.netns), e.ns_if.clone()))
         .collect();
     let config = ControllerConfig {
         link: link_of(n, c.host.relay_delay),

@@ -344,7 +344,7 @@ pub fn spawn_with(cmd: &mut Command, netns: &str, cgroup: Option<&Cgroup>, opts:
         &format!("{what} in the lab ({netns})"),
         cmd,
         SpawnOptions {
-            netns: Some(format!("/run/netns/{netns}").into()),
+            netns: Some(crate::names::netns_file(netns)),
             cgroup_procs: cgroup.map(|cg| cg.procs_files()).unwrap_or_default(),
             ..opts
         },

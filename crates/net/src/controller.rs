@@ -512,11 +512,7 @@ impl State {
 
     fn report(&mut self) -> ControllerReport {
         let mut channels = self.gone.clone();
-        for h in &self.held {
-            let mut s = h.state.clone();
-            s.counts = self.plane.counts(h.state.id).since(&h.base);
-            channels.push(s);
-        }
+        channels.extend(self.list());
         channels.sort_by_key(|c| c.added_ns);
         let (malformed_dropped, stamp_failures) = self.plane.errors();
         ControllerReport {
@@ -567,13 +563,17 @@ impl State {
         }
     }
 
+    /// A held channel's counters since it was admitted.
+    fn counts_of(&self, h: &Held) -> ChannelCounts {
+        self.plane.counts(h.state.id).since(&h.base)
+    }
+
     fn list(&self) -> Vec<ChannelState> {
         self.held
             .iter()
-            .map(|h| {
-                let mut s = h.state.clone();
-                s.counts = self.plane.counts(h.state.id).since(&h.base);
-                s
+            .map(|h| ChannelState {
+                counts: self.counts_of(h),
+                ..h.state.clone()
             })
             .collect()
     }
@@ -733,8 +733,9 @@ impl State {
         if let Some(sw) = &self.switch {
             sw.clear(id);
         }
+        let counts = self.counts_of(&h);
         let mut s = h.state;
-        s.counts = self.plane.counts(id).since(&h.base);
+        s.counts = counts;
         s.removed_ns = Some(self.now());
         self.act(
             Some(id),
@@ -765,7 +766,7 @@ impl State {
             });
         }
         for k in 0..self.held.len() {
-            let counts = self.plane.counts(self.held[k].state.id).since(&self.held[k].base);
+            let counts = self.counts_of(&self.held[k]);
             let h = &mut self.held[k];
             let new = counts.missed.saturating_sub(h.missed_seen);
             h.missed_seen = counts.missed;

@@ -224,8 +224,6 @@ struct Ingress {
     ifindex: i32,
     /// Where frames arriving here go; None: by destination MAC.
     to: Option<i32>,
-    /// A known destination MAC first, `to` otherwise (between tenants).
-    by_mac_first: bool,
 }
 
 impl Relay {
@@ -248,25 +246,23 @@ impl Relay {
                 .map(|(_, t)| Ingress {
                     ifindex: t.ifindex,
                     to: Some(building.ifindex),
-                    by_mac_first: false,
                 })
                 .collect();
             ingress.push(Ingress {
                 ifindex: building.ifindex,
                 to: None,
-                by_mac_first: false,
             });
-            if settings.between_tenants {
-                for g in ingress.iter_mut().filter(|g| g.to.is_some()) {
-                    g.by_mac_first = true;
-                }
-            }
-            let (by_mac, stop, discipline) = (by_mac.clone(), stop.clone(), settings.discipline(&table));
+            let routes = Routes {
+                ingress,
+                by_mac: by_mac.clone(),
+                between_tenants: settings.between_tenants,
+            };
+            let (stop, discipline) = (stop.clone(), settings.discipline(&table));
             let fan = (settings.threads > 1).then_some(fanout_id);
             threads.spawn(
                 &ontime_core::names::relay_thread(j),
                 settings.thread.clone(),
-                move || run_thread(ingress, by_mac, fan, discipline, &stop),
+                move || run_thread(routes, fan, discipline, &stop),
             )?;
         }
         threads
@@ -365,6 +361,8 @@ struct Frames {
 struct Routes {
     ingress: Vec<Ingress>,
     by_mac: Vec<([u8; 6], i32)>,
+    /// Tenant frames to a known tenant MAC go there, not to the building.
+    between_tenants: bool,
 }
 
 impl Routes {
@@ -378,7 +376,7 @@ impl Routes {
         };
         let g = &self.ingress[i];
         match g.to {
-            Some(b) if g.by_mac_first => by_mac().or(Some(b)),
+            Some(b) if self.between_tenants => by_mac().or(Some(b)),
             Some(b) => Some(b),
             None => by_mac(),
         }
@@ -388,15 +386,14 @@ impl Routes {
 /// One relay thread: opens its ports, then loops: send what the discipline
 /// releases -> sleep until the next release or a frame -> take in frames.
 fn run_thread(
-    ingress: Vec<Ingress>,
-    by_mac: Vec<([u8; 6], i32)>,
+    routes: Routes,
     fanout: Option<u32>,
     mut discipline: RelayDiscipline,
     stop: &AtomicBool,
 ) -> Result<ThreadTotals> {
     let mut poll = Poll::new()?;
     let mut ports = Vec::new();
-    for (i, p) in ingress.iter().enumerate() {
+    for (i, p) in routes.ingress.iter().enumerate() {
         let port = PacketPort::bind(p.ifindex)?;
         if p.to.is_none() {
             if let Some(id) = fanout {
@@ -407,7 +404,6 @@ fn run_thread(
             .register(&mut SourceFd(&port.as_raw_fd()), Token(i), Interest::READABLE)?;
         ports.push(port);
     }
-    let routes = Routes { ingress, by_mac };
     let egress = PacketPort::unbound()?;
     let timer = timer_fd()?;
     poll.registry()
