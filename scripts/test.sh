@@ -8,13 +8,20 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh --no-build
 export PATH="$HOME/.cargo/bin:$PATH"
 skips="$(mktemp)"
-trap 'rm -f "$skips"' EXIT
+log="$(mktemp)"
+trap 'rm -f "$skips" "$log"' EXIT
+./scripts/module-cycles.py
 rc=0
-ONTIME_TEST_SKIPS="$skips" cargo test --workspace --locked 2>&1 || rc=$?
+# --no-fail-fast: one failing test binary must not hide the others.
+ONTIME_TEST_SKIPS="$skips" cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log" || rc=$?
 if [ -s "$skips" ]; then
   echo "test.sh: $(wc -l <"$skips") test(s) skipped, not run:"
   sed 's/^/  /' "$skips"
 else
   echo "test.sh: no test skipped"
+fi
+if [ "$rc" != 0 ]; then
+  echo "test.sh: FAILED:"
+  grep -E '^test .* \.\.\. FAILED$|^error: test failed, to rerun pass' "$log" | sed 's/^/  /' || true
 fi
 exit "$rc"

@@ -3,9 +3,10 @@
 //! Every process a test starts is owned by a guard that kills it on drop,
 //! so a failing test leaves nothing running.
 
+use ontime_testkit::{free_port, is_root, KillOnDrop as Proc};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn ontime() -> Command {
@@ -25,59 +26,12 @@ fn crawl_with_gateway(port: u16) -> Command {
     c
 }
 
-/// A free loopback port (bound then released; tests use distinct ones).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A child process that is stopped (SIGCONT, then SIGKILL) on drop.
-struct Proc(Child);
-
-impl Proc {
-    fn spawn(cmd: &mut Command) -> Proc {
-        Proc(
-            cmd.stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn ontime"),
-        )
-    }
-    fn signal(&self, sig: i32) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.0.id() as i32, sig) };
-    }
-    /// After `after`, stops the process (SIGSTOP) for `length`, then resumes it.
-    fn pause_after(&self, after: Duration, length: Duration) {
-        std::thread::sleep(after);
-        self.signal(libc::SIGSTOP);
-        std::thread::sleep(length);
-        self.signal(libc::SIGCONT);
-    }
-
-    fn wait_output(mut self, limit: Duration) -> Output {
-        let t0 = Instant::now();
-        while t0.elapsed() < limit {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                let child = std::mem::replace(&mut self.0, Command::new("true").spawn().unwrap());
-                return child.wait_with_output().unwrap();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("process did not exit within {limit:?}");
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.signal(libc::SIGCONT);
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// After `after`, stops the process (SIGSTOP) for `length`, then resumes it.
+fn pause_after(p: &Proc, after: Duration, length: Duration) {
+    std::thread::sleep(after);
+    p.signal(libc::SIGSTOP);
+    std::thread::sleep(length);
+    p.signal(libc::SIGCONT);
 }
 
 fn wait_listening(port: u16) {
@@ -107,11 +61,6 @@ fn pct(summary: &Value, name: &str) -> Option<u64> {
 
 fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
 }
 
 #[test]
@@ -225,7 +174,7 @@ fn stalled_gateway_shows_missed_polls_with_their_errors() {
             .arg("--result")
             .arg(&result),
     );
-    gw.pause_after(Duration::from_millis(1500), Duration::from_secs(2));
+    pause_after(&gw, Duration::from_millis(1500), Duration::from_secs(2));
     let out = crawl.wait_output(Duration::from_secs(20));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r = read_json(&result);
@@ -401,7 +350,7 @@ fn cyclic_counts_overruns_when_the_probe_is_blocked() {
             .arg("--hlog")
             .arg(&hlog),
     );
-    p.pause_after(Duration::from_millis(1200), Duration::from_millis(300));
+    pause_after(&p, Duration::from_millis(1200), Duration::from_millis(300));
     let out = p.wait_output(Duration::from_secs(20));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r = read_json(&result);
@@ -426,11 +375,11 @@ fn cyclic_counts_overruns_when_the_probe_is_blocked() {
 #[test]
 fn cyclic_runs_with_fifo_and_load_when_root() {
     if !is_root() {
-        ontime_core::testing::skip("SCHED_FIFO needs root");
+        ontime_testkit::skip("SCHED_FIFO needs root");
         return;
     }
     if ontime_core_which("stress-ng").is_none() {
-        ontime_core::testing::skip("stress-ng is not installed (scripts/setup.sh installs it)");
+        ontime_testkit::skip("stress-ng is not installed (scripts/setup.sh installs it)");
         return;
     }
     let out = ontime()
@@ -638,11 +587,11 @@ impl Drop for SmallFs {
 #[test]
 fn a_full_disk_under_the_gateway_log_fails_the_crawl_and_names_the_file() {
     if !is_root() {
-        ontime_core::testing::skip("mounting a small tmpfs needs root");
+        ontime_testkit::skip("mounting a small tmpfs needs root");
         return;
     }
     let Some(fs) = SmallFs::mount("16k") else {
-        ontime_core::testing::skip("cannot mount tmpfs here");
+        ontime_testkit::skip("cannot mount tmpfs here");
         return;
     };
     let log = fs.path().join("recv.log");
@@ -770,7 +719,7 @@ fn crawlers_against_nginx_lose_no_poll() {
     let port = free_port();
     let body = r#"{"values":[{"id":0,"value":21.5,"status":"ok"}],"recv_ns":1}"#;
     let Some(_nginx) = Nginx::start(port, body) else {
-        ontime_core::testing::skip("nginx is not installed (scripts/setup.sh installs nginx-light)");
+        ontime_testkit::skip("nginx is not installed (scripts/setup.sh installs nginx-light)");
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -925,7 +874,7 @@ fn plan_places_and_checks_small_inputs() {
 #[test]
 fn profile_records_a_process_and_reports_text_json_pprof_and_flame_graphs() {
     if !is_root() {
-        ontime_core::testing::skip("needs root (BPF recorder and perf sampling)");
+        ontime_testkit::skip("needs root (BPF recorder and perf sampling)");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -992,7 +941,7 @@ fn profile_records_a_process_and_reports_text_json_pprof_and_flame_graphs() {
 #[test]
 fn continuous_profile_windows_tile_and_survive_a_kill() {
     if !is_root() {
-        ontime_core::testing::skip("needs root (BPF recorder and perf sampling)");
+        ontime_testkit::skip("needs root (BPF recorder and perf sampling)");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

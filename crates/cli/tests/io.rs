@@ -20,15 +20,6 @@ fn ontime() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ontime"))
 }
 
-fn root_or_skip() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        ontime_core::testing::skip("io recording and loop devices need root");
-        return false;
-    }
-    true
-}
-
 fn sh(cmd: &str) -> String {
     let out = Command::new("sh").args(["-c", cmd]).output().unwrap();
     assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
@@ -218,7 +209,7 @@ fn drop_all_caches() {
 #[test]
 fn buffered_disk_layers_match_the_workload_and_absorption_flips_with_the_caches() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root_or_skip() {
+    if !ontime_testkit::root_or_skip("io recording and loop devices") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -283,7 +274,7 @@ fn buffered_disk_layers_match_the_workload_and_absorption_flips_with_the_caches(
 #[test]
 fn a_direct_io_loop_device_bypasses_the_host_cache() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root_or_skip() {
+    if !ontime_testkit::root_or_skip("io recording and loop devices") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -368,7 +359,7 @@ fn io_workload_runs_the_real_tools_and_reports_what_they_moved() {
         assert_eq!(n, f["ops"].as_u64().unwrap(), "every fio read has a latency");
         assert_eq!(f["read_bytes"].as_u64().unwrap(), n * 4096);
     } else {
-        ontime_core::testing::skip("fio is not installed (scripts/setup.sh installs it)");
+        ontime_testkit::skip("fio is not installed (scripts/setup.sh installs it)");
     }
     // A user's own program: run in the directory, timed.
     let c = run(&["--tool", "command", "--", "sh", "-c", "echo x > own.txt"]);

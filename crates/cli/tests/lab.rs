@@ -350,7 +350,7 @@ fn io_tenants_run_fio_on_their_disks_with_the_layers_recorded() {
         .status()
         .is_ok_and(|s| s.success())
     {
-        ontime_core::testing::skip("fio is not installed (scripts/setup.sh installs it)");
+        ontime_testkit::skip("fio is not installed (scripts/setup.sh installs it)");
         return;
     }
     let _clean = CleanOnDrop;

@@ -14,11 +14,6 @@ fn ontime() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ontime"))
 }
 
-fn is_root() -> bool {
-    // SAFETY: no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// The root tests take turns: each workload needs the CPUs to itself.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -201,8 +196,8 @@ fn record_and_report(mechanism: &str, dir: &Path) {
 
 #[test]
 fn record_then_report_with_bpf_and_with_perf() {
-    if !is_root() {
-        ontime_core::testing::skip("needs root (BPF, perf tracepoints)");
+    if !ontime_testkit::is_root() {
+        ontime_testkit::skip("needs root (BPF, perf tracepoints)");
         return;
     }
     let _turn = turn();
@@ -213,8 +208,8 @@ fn record_then_report_with_bpf_and_with_perf() {
 
 #[test]
 fn top_serves_prometheus_metrics() {
-    if !is_root() {
-        ontime_core::testing::skip("needs root (BPF)");
+    if !ontime_testkit::is_root() {
+        ontime_testkit::skip("needs root (BPF)");
         return;
     }
     let _turn = turn();
@@ -304,8 +299,8 @@ time.sleep(30)
 
 #[test]
 fn a_guest_is_found_by_name_and_its_vcpu_threads_by_theirs() {
-    if !is_root() {
-        ontime_core::testing::skip("needs root (BPF)");
+    if !ontime_testkit::is_root() {
+        ontime_testkit::skip("needs root (BPF)");
         return;
     }
     let _turn = turn();

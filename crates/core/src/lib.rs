@@ -24,7 +24,6 @@ pub mod proc;
 pub mod rt;
 pub mod size;
 pub mod stats;
-pub mod testing;
 pub mod time;
 pub mod work;
 

@@ -8,7 +8,7 @@ use crate::cgroup::Limits;
 use crate::sandbox::{spawn_in, Lab, TenantSpec};
 use crate::scenario::{parse_bytes, Backend, LoadKind, Place, Plan, PlannedRun, WanDelay};
 use crate::{names, sys};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use ontime_core::caps::Capabilities;
 use ontime_core::fsio::write_atomic;
 use ontime_core::manifest::Manifest;
@@ -319,7 +319,7 @@ pub fn run_plan(
             simulated: None,
             host_cpu: None,
         };
-        let outcome = one_run(run, &dir, opts, &mut record, on);
+        let outcome = one_run(run, &dir, opts, &mut record, on).and_then(|()| recorders_worked(&record));
         record.finished_utc = ontime_core::manifest::utc_now();
         record.environment.manifest.finish();
         let interrupted = opts.stop.load(Ordering::Relaxed);
@@ -334,6 +334,19 @@ pub fn run_plan(
         done += 1;
     }
     Ok((done, skipped))
+}
+
+/// A recorder the scenario asked for that failed fails the run: its
+/// figures would be missing from the report, and a run that only says so
+/// in run.json passes for a good one.
+fn recorders_worked(rec: &RunRecord) -> Result<()> {
+    if let Some(e) = rec.io.as_ref().and_then(|o| o.error.as_ref()) {
+        bail!("the I/O recorder ([observe] io) failed: {e}");
+    }
+    if let Some(e) = rec.observe.as_ref().and_then(|o| o.error.as_ref()) {
+        bail!("the scheduler recorder ([observe] recorder) failed: {e}");
+    }
+    Ok(())
 }
 
 /// One run, as stages that each own what they start: lab (tenants and the
@@ -590,7 +603,8 @@ fn start_gateway(c: &crate::scenario::RunConfig, lab: &mut Lab, dir: &Path, exe:
 }
 
 /// Stage 4: the scheduler recorder; a recorder that cannot start is noted
-/// in the record, not a failed run.
+/// in the record and fails the run once its probes are done
+/// ([`recorders_worked`]).
 fn start_recorder(
     c: &crate::scenario::RunConfig,
     lab: &Lab,

@@ -1147,7 +1147,7 @@ mod tests {
     #[test]
     fn shipped_scenarios_plan() {
         if ontime_core::limits::online_cpus() < 2 {
-            ontime_core::testing::skip("shipped scenarios pin tenants to CPU 1: needs 2 CPUs");
+            ontime_testkit::skip("shipped scenarios pin tenants to CPU 1: needs 2 CPUs");
             return;
         }
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");

@@ -183,7 +183,7 @@ mod tests {
     #[test]
     fn the_rr_time_slice_is_set_and_restored() {
         if unsafe { libc::geteuid() } != 0 || !Path::new(RR_TIMESLICE).exists() {
-            ontime_core::testing::skip("needs root and /proc/sys/kernel/sched_rr_timeslice_ms");
+            ontime_testkit::skip("needs root and /proc/sys/kernel/sched_rr_timeslice_ms");
             return;
         }
         let d = tempfile::tempdir().unwrap();

@@ -13,16 +13,7 @@ use std::time::{Duration, Instant};
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn root_or_skip() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        ontime_core::testing::skip("the lab needs root");
-        return false;
-    }
-    if ontime_core::caps::which("ethtool").is_none() {
-        ontime_core::testing::skip("ethtool is not installed (scripts/setup.sh installs it)");
-        return false;
-    }
-    true
+    ontime_testkit::root_or_skip("the lab") && ontime_testkit::tools_or_skip(&["ethtool", "ip"])
 }
 
 #[test]

@@ -206,7 +206,7 @@ mod tests {
     #[test]
     fn starts_and_stops_the_whole_group() {
         if ontime_core::caps::which("stress-ng").is_none() {
-            ontime_core::testing::skip("stress-ng is not installed");
+            ontime_testkit::skip("stress-ng is not installed");
             return;
         }
         let mut g = LoadGuard::start(LoadProfile::Net, 1, Duration::from_secs(30)).unwrap();

@@ -49,9 +49,7 @@ impl Drop for Netns {
 
 #[test]
 fn packets_are_stamped_checked_and_arrive_whole() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        ontime_core::testing::skip("the channel data path needs root (BPF, namespaces)");
+    if !ontime_testkit::root_or_skip("the channel data path") {
         return;
     }
     let _ns = Netns::new();

@@ -74,8 +74,7 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
 fn bpf_on_cpu_and_run_delay_match_schedstat() {
-    if unsafe { libc::geteuid() } != 0 {
-        ontime_core::testing::skip("needs root (BPF and cgroups)");
+    if !ontime_testkit::root_or_skip("BPF and cgroups") {
         return;
     }
     on_cpu_and_run_delay_match_schedstat(Mechanism::Bpf);
@@ -85,8 +84,7 @@ fn bpf_on_cpu_and_run_delay_match_schedstat() {
 /// kernel that has BPF too.
 #[test]
 fn perf_on_cpu_and_run_delay_match_schedstat() {
-    if unsafe { libc::geteuid() } != 0 {
-        ontime_core::testing::skip("needs root (perf tracepoints and cgroups)");
+    if !ontime_testkit::root_or_skip("perf tracepoints and cgroups") {
         return;
     }
     on_cpu_and_run_delay_match_schedstat(Mechanism::Perf);

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use ontime_core::testing::skip;
+use ontime_testkit::skip;
 use ontime_trace::recorder::{record, NoSink, RecordOptions};
 use ontime_trace::recording::Recording;
 use ontime_trace::targets::{find_guest, Targets};
@@ -80,9 +80,7 @@ fn pin_all_threads(pid: u32, cpu: usize) {
 
 #[test]
 fn tcg_guests_on_one_cpu_steal_two_thirds_and_an_idle_guest_halts() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        skip("needs root (BPF recorder and perf sampling)");
+    if !ontime_testkit::root_or_skip("BPF recorder and perf sampling") {
         return;
     }
     if Command::new("qemu-system-x86_64").arg("--version").output().is_err() {

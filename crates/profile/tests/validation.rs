@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use ontime_core::testing::skip;
+use ontime_testkit::skip;
 use ontime_trace::recorder::{record, NoSink, RecordOptions};
 use ontime_trace::recording::Recording;
 use ontime_trace::targets::{TargetGroup, Targets};
@@ -23,9 +23,7 @@ const UNIT: &str = "1000000";
 /// Root and the compute program built in a fresh directory (kept alive by
 /// the caller), or a skip with its reason.
 fn root_and_compute() -> Option<(tempfile::TempDir, PathBuf)> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        skip("needs root (BPF recorder and perf sampling)");
+    if !ontime_testkit::root_or_skip("BPF recorder and perf sampling") {
         return None;
     }
     let dir = tempfile::tempdir().expect("tempdir");

@@ -751,6 +751,12 @@ mod bpf_record {
             .map(|d| extents_of(&d.image, d.partition_start).unwrap_or_default())
             .collect();
 
+        // libbpf attaches tracepoint programs through tracefs event ids.
+        let _tracefs = crate::tracefs::Tracefs::ensure(
+            "syscalls/sys_enter_read",
+            "the syscall tracepoints (CONFIG_FTRACE_SYSCALLS)",
+        )?;
+        crate::tracefs::Tracefs::ensure("block/block_rq_issue", "the block tracepoints (CONFIG_BLOCK)")?;
         let mut skel = skel;
         skel.attach()
             .context("attaching the BPF I/O probes to the syscall and block tracepoints failed")?;

@@ -34,3 +34,4 @@ pub mod recording;
 pub mod sampler;
 pub mod store;
 pub mod targets;
+pub mod tracefs;

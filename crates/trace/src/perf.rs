@@ -6,7 +6,6 @@
 //! side is not measured (only the reader's CPU is).
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
 use std::ptr::addr_of_mut;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -18,6 +17,7 @@ use perf_event_open_sys as sys;
 use crate::event::{kind, Event, F_PREEMPT, F_PREV_RUNNABLE, TASK_DEAD};
 use crate::recorder::{EventSource, SourceCost};
 use crate::targets::{self, CgroupRoot, Targets};
+use crate::tracefs::Tracefs;
 
 /// Buffer per CPU, in pages (plus the header page). 4 MiB holds about 40 000
 /// switches, 0.4 s of a busy CPU, against a 100 ms drain.
@@ -235,35 +235,6 @@ fn preempt_bit(print_fmt: &str) -> Option<u64> {
     (mask != 0 && expr.contains("<< 1")).then_some((mask + 1) << 1)
 }
 
-/// Finds tracefs, mounting it at /sys/kernel/tracing when nothing is
-/// mounted (the second value says we did, so it is unmounted afterwards).
-fn tracefs() -> Result<(PathBuf, bool)> {
-    for p in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
-        if Path::new(p).join("events/sched/sched_switch/id").exists() {
-            return Ok((p.into(), false));
-        }
-    }
-    let target = "/sys/kernel/tracing";
-    // SAFETY: constant NUL-terminated strings; no data argument.
-    let rc = unsafe {
-        libc::mount(
-            c"nodev".as_ptr(),
-            c"/sys/kernel/tracing".as_ptr(),
-            c"tracefs".as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 {
-        let err = std::io::Error::last_os_error();
-        bail!("the sched tracepoints are not visible and mounting tracefs at {target} failed ({err}); mount it as root: mount -t tracefs nodev {target}");
-    }
-    if !Path::new(target).join("events/sched/sched_switch/id").exists() {
-        bail!("tracefs mounted at {target} has no sched tracepoints (kernel without CONFIG_TRACEPOINTS?)");
-    }
-    Ok((target.into(), true))
-}
-
 /// A tracepoint ready to decode: its id and the fields we read.
 #[derive(Clone, Copy, Debug)]
 struct Decoder {
@@ -420,18 +391,13 @@ pub(crate) struct PerfSource {
     /// Threads found outside the targets; forgotten at each rescan, since a
     /// thread can be moved into a target cgroup later.
     untracked: HashSet<u32>,
-    unmount: Option<PathBuf>,
+    /// Held while the source lives (a mount of ours is undone after).
+    _tracefs: Option<Tracefs>,
 }
 
 impl Drop for PerfSource {
     fn drop(&mut self) {
         self.rings.clear();
-        if let Some(p) = &self.unmount {
-            if let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) {
-                // SAFETY: a valid path string.
-                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-            }
-        }
     }
 }
 
@@ -441,7 +407,8 @@ impl PerfSource {
         cgroup_root: Option<&CgroupRoot>,
         unavailable: &mut Vec<String>,
     ) -> Result<PerfSource> {
-        let (tracefs, mounted) = tracefs()?;
+        let held = Tracefs::ensure("sched/sched_switch", "the scheduler tracepoints (CONFIG_TRACEPOINTS)")?;
+        let tracefs = held.path().to_path_buf();
         let mut source = PerfSource {
             decoders: Vec::new(),
             rings: Vec::new(),
@@ -456,7 +423,7 @@ impl PerfSource {
             cgroup_ids: HashMap::new(),
             tracked: HashMap::new(),
             untracked: HashSet::new(),
-            unmount: mounted.then(|| tracefs.clone()),
+            _tracefs: Some(held),
         };
         for (tp, path, names, required) in TRACEPOINTS {
             let file = tracefs.join("events").join(path).join("format");
@@ -882,7 +849,7 @@ print fmt: "prev_comm=%s prev_pid=%d prev_prio=%d prev_state=%s%s ==> next_comm=
             cgroup_ids: HashMap::new(),
             tracked: HashMap::new(),
             untracked: HashSet::new(),
-            unmount: None,
+            _tracefs: None,
         };
         let decode = |state| {
             source

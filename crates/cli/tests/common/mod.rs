@@ -10,18 +10,9 @@ pub fn ontime() -> Command {
 
 /// Root and the lab's tools (ip, ethtool) plus `more`; else a visible skip.
 pub fn lab_root_or_skip(more: &[&str]) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        ontime_core::testing::skip("the lab needs root");
-        return false;
-    }
-    for tool in ["ethtool", "ip"].iter().chain(more) {
-        if ontime_core::caps::which(tool).is_none() {
-            ontime_core::testing::skip(&format!("{tool} is not installed (scripts/setup.sh installs it)"));
-            return false;
-        }
-    }
-    true
+    ontime_testkit::root_or_skip("the lab")
+        && ontime_testkit::tools_or_skip(&["ethtool", "ip"])
+        && ontime_testkit::tools_or_skip(more)
 }
 
 /// Removes whatever a failed test left (`lab clean`), on drop.

@@ -1,0 +1,113 @@
+//! ontime-testkit: what the tests of every crate share, so none keeps its
+//! own copy: a skip that is seen ([`skip`]: the reason goes to stderr and,
+//! when `ONTIME_TEST_SKIPS` names a file, as scripts/test.sh sets it, is
+//! appended there, so the suite's summary lists every skip instead of
+//! showing a skipped test as a silent pass), the root and tool checks that
+//! skip with a reason, a free TCP port, and a child process that is killed
+//! when the test ends, also when it fails.
+//!
+//! Nothing here waits a fixed time to let something happen: tests wait for
+//! a signal of readiness ([`wait_until`] polls a condition with a limit
+//! that only bounds a hang).
+
+use std::io::Write;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Records that the calling test skipped, and why.
+pub fn skip(reason: &str) {
+    let test = std::thread::current().name().unwrap_or("?").to_string();
+    eprintln!("skipped: {reason}");
+    if let Some(path) = std::env::var_os("ONTIME_TEST_SKIPS") {
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = writeln!(f, "{test}: {reason}");
+        }
+    }
+}
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// True as root; else a visible skip saying what needed root.
+pub fn root_or_skip(needs: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    skip(&format!("{needs}: needs root"));
+    false
+}
+
+/// True when every tool is on PATH; else a visible skip naming the first
+/// missing one.
+pub fn tools_or_skip(tools: &[&str]) -> bool {
+    for tool in tools {
+        if ontime_core::caps::which(tool).is_none() {
+            skip(&format!("{tool} is not installed (scripts/setup.sh installs it)"));
+            return false;
+        }
+    }
+    true
+}
+
+/// A TCP port on 127.0.0.1 that nothing listened on a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("binding 127.0.0.1:0 for a free port")
+}
+
+/// Polls `ready` every 10 ms until it holds; panics with `what` after
+/// `limit` (a bound on a hang, not a timing the test depends on).
+pub fn wait_until(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !ready() {
+        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A child process that is resumed and killed when dropped, so a failing
+/// test leaves no process behind.
+pub struct KillOnDrop(pub Child);
+
+impl KillOnDrop {
+    /// Spawns `cmd` with stdin closed and stdout/stderr captured.
+    pub fn spawn(cmd: &mut Command) -> KillOnDrop {
+        KillOnDrop(
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}")),
+        )
+    }
+
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Sends `sig` to the child.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: signalling our own child, which has not been reaped.
+        unsafe { libc::kill(self.0.id() as i32, sig) };
+    }
+
+    /// Waits up to `limit` for the child to exit and returns its output.
+    pub fn wait_output(mut self, limit: Duration) -> Output {
+        wait_until("process exit", limit, || matches!(self.0.try_wait(), Ok(Some(_))));
+        let child = std::mem::replace(&mut self.0, Command::new("true").spawn().expect("spawn true"));
+        child.wait_with_output().expect("collecting the output")
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        self.signal(libc::SIGCONT);
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
