@@ -1008,5 +1008,6 @@ fn continuous_profile_windows_tile_and_survive_a_kill() {
     let v = read_json(&json);
     assert_eq!(v["windows"].as_array().unwrap().len(), files.len());
     assert_eq!(v["seams_not_tiling"], 0);
-    assert!(u(&v["hosts_per_analyser"]) >= 1, "{v}");
+    // A speed: reported, not judged here (bench/profile_analysis_speed.py).
+    assert!(v["hosts_per_analyser"].is_u64(), "{v}");
 }

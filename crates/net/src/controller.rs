@@ -309,15 +309,30 @@ impl ControllerHandle {
         self.misses.subscribe()
     }
 
+    /// Subscribers to the misses now (a caller can know its subscription
+    /// is up before it makes misses happen).
+    pub fn subscribers(&self) -> usize {
+        self.misses.receiver_count()
+    }
+
+    fn ask_blocking<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, ApiError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.tx
+            .send(make(tx))
+            .map_err(|_| ApiError::new(503, "the controller has stopped"))?;
+        rx.blocking_recv()
+            .map_err(|_| ApiError::new(503, "the controller has stopped"))
+    }
+
     /// Blocking variant of [`ControllerHandle::add`] for callers outside
     /// an async runtime (the lab adds a scenario's channels with it).
     pub fn add_blocking(&self, r: ChannelRequest) -> Result<ChannelState, ApiError> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.tx
-            .send(Command::Add(r, tx))
-            .map_err(|_| ApiError::new(503, "the controller has stopped"))?;
-        rx.blocking_recv()
-            .map_err(|_| ApiError::new(503, "the controller has stopped"))?
+        self.ask_blocking(|tx| Command::Add(r, tx))?
+    }
+
+    /// Blocking variant of [`ControllerHandle::actions`].
+    pub fn actions_blocking(&self) -> Result<Vec<Action>, ApiError> {
+        self.ask_blocking(Command::Actions)
     }
 }
 
@@ -1130,7 +1145,12 @@ mod tests {
             f.counts[a.id as usize].stamped_bytes = 1_000_000;
             f.counts[a.id as usize].missed = 5;
         }
-        std::thread::sleep(Duration::from_millis(300));
+        // Escalation is decided in the tick that logs "exceeds".
+        let limit = std::time::Instant::now() + Duration::from_secs(30);
+        while !h.actions_blocking().unwrap().iter().any(|a| a.kind == "exceeds") {
+            assert!(std::time::Instant::now() < limit, "no tick logged the excess");
+            std::thread::sleep(Duration::from_millis(10));
+        }
         assert!(!sw.priority(a.id));
         let report = c.stop().unwrap();
         let kinds: Vec<&str> = report.actions.iter().map(|a| a.kind.as_str()).collect();

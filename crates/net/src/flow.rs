@@ -124,6 +124,13 @@ pub struct FlowResult {
 /// Receives until `stop` is set; the result covers every datagram seen.
 pub fn receive(s: &ReceiveSettings, stop: &AtomicBool) -> Result<FlowResult> {
     let sock = UdpSocket::bind(s.listen).with_context(|| format!("cannot listen on {}", s.listen))?;
+    receive_on(sock, s, stop)
+}
+
+/// [`receive`] on a socket already bound (the caller knows it listens
+/// before it starts the sender). Once `stop` is set, what has already
+/// arrived is still counted, then it returns.
+pub fn receive_on(sock: UdpSocket, s: &ReceiveSettings, stop: &AtomicBool) -> Result<FlowResult> {
     sock.set_read_timeout(Some(Duration::from_millis(100)))?;
     // Room for bursts while this thread is off the CPU.
     let _ = set_rcvbuf(&sock, 4 << 20);
@@ -140,9 +147,15 @@ pub fn receive(s: &ReceiveSettings, stop: &AtomicBool) -> Result<FlowResult> {
     };
     let mut highest: Option<u64> = None;
     let mut buf = [0u8; 65_536];
-    while !stop.load(Ordering::Relaxed) {
+    let mut draining = false;
+    loop {
+        if !draining && stop.load(Ordering::Relaxed) {
+            draining = true;
+            sock.set_nonblocking(true)?;
+        }
         let n = match sock.recv(&mut buf) {
             Ok(n) => n,
+            Err(e) if draining && e.kind() == std::io::ErrorKind::WouldBlock => break,
             Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e).context("receiving"),
@@ -224,17 +237,14 @@ mod tests {
             deadline_ns: Some(1_000_000_000),
             bin_ns: 100_000_000,
         };
-        // Bind first to learn the port, then hand it over.
-        let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let port = probe.local_addr().unwrap().port();
-        drop(probe);
+        // Bound before the sender starts: nothing is sent to a port not yet listened on.
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
         let rx = ReceiveSettings {
-            listen: format!("127.0.0.1:{port}").parse().unwrap(),
+            listen: sock.local_addr().unwrap(),
             ..rx
         };
         std::thread::scope(|s| {
-            let h = s.spawn(|| receive(&rx, &stop));
-            std::thread::sleep(Duration::from_millis(100));
+            let h = s.spawn(|| receive_on(sock, &rx, &stop));
             let sent = send(
                 &SendSettings {
                     to: rx.listen,
@@ -247,7 +257,8 @@ mod tests {
                 &AtomicBool::new(false),
             )
             .unwrap();
-            std::thread::sleep(Duration::from_millis(200));
+            // Loopback delivers each datagram within its send call; the
+            // receiver counts what is queued before it returns.
             stop.store(true, Ordering::Relaxed);
             let r = h.join().unwrap().unwrap();
             // 0.8 Mbit/s of 1000-byte datagrams for 0.3 s: 30, in pairs.

@@ -10,6 +10,7 @@ use ontime_net::controller::{
     ChannelCounts, Controller, ControllerConfig, Endpoint, FlowMatch, Miss, MissEvent, Plane,
 };
 use ontime_net::edf::SwitchTable;
+use ontime_testkit::wait_until;
 use std::net::Ipv4Addr;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::AtomicBool;
@@ -213,9 +214,12 @@ fn a_sender_follows_its_misses() {
         .unwrap();
     assert_eq!(st, 201);
     let seen = s.seen.clone();
+    let handle = s._controller.handle();
     std::thread::spawn(move || {
-        // After the subscription is up: three misses of channel 1.
-        std::thread::sleep(Duration::from_millis(300));
+        // Once the subscription is up: three misses of channel 1.
+        wait_until("the miss subscription", Duration::from_secs(30), || {
+            handle.subscribers() > 0
+        });
         let mut g = seen.lock().unwrap();
         g.missed = 3;
         for ip_id in 0..3 {
@@ -235,9 +239,11 @@ fn a_sender_follows_its_misses() {
     .unwrap();
     assert_eq!(got.iter().map(|m| m.ip_id).collect::<Vec<_>>(), vec![0, 1, 2]);
     assert!(got.iter().all(|m| m.from == "t0" && m.channel == 1));
-    // The misses made the controller raise the channel's priority.
-    std::thread::sleep(Duration::from_millis(200));
-    let (_, b) = c.call(Method::GET, "/v1/channels", None).unwrap();
-    let l: Vec<serde_json::Value> = serde_json::from_slice(&b).unwrap();
-    assert_eq!(l[0]["priority"], true);
+    // The misses made the controller raise the channel's priority (in the
+    // tick that sent them, or the next).
+    wait_until("the escalation", Duration::from_secs(30), || {
+        let (_, b) = c.call(Method::GET, "/v1/channels", None).unwrap();
+        let l: Vec<serde_json::Value> = serde_json::from_slice(&b).unwrap();
+        l[0]["priority"] == true
+    });
 }
