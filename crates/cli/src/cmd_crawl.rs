@@ -251,7 +251,7 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
         store: a.store.clone(),
     };
     if !a.out.json {
-        eprintln!(
+        ontime_core::errln!(
             "ontime crawl: {:.0} polls/s to {} gateway(s) for {} on {} vCPU thread(s)",
             cfg.polls_per_second(),
             cfg.gateways.len(),

@@ -157,7 +157,7 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
                 Duration::from_nanos(expected_ns) + Duration::from_secs(30),
             )?;
             if !a.out.json {
-                eprintln!(
+                ontime_core::errln!(
                     "ontime cyclic: load '{profile}' running (stress-ng pid {})",
                     g.pid().unwrap_or(0)
                 );
@@ -199,7 +199,7 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
     }
     a.out.emit(&result, &text)?;
     if stop.load(Ordering::Relaxed) {
-        eprintln!("ontime cyclic: interrupted; results cover the run so far");
+        ontime_core::errln!("ontime cyclic: interrupted; results cover the run so far");
     }
     Ok(())
 }

@@ -105,8 +105,19 @@ impl ServeArgs {
         let mut cfg = match &self.config {
             Some(p) => GatewayConfig::from_file(p).map_err(|e| usage(format!("{e:#}")))?,
             None => {
-                if self.buildings == 0 || self.points == 0 {
-                    return Err(usage("--buildings and --points must be at least 1"));
+                // Before anything is made: the buildings are built in memory.
+                GatewayConfig::check_size(
+                    self.buildings as u64,
+                    self.buildings as u64 * self.points as u64,
+                    self.threads.unwrap_or(1) as u64,
+                )
+                .map_err(|e| usage(format!("{e:#}")))?;
+                if self.port_per_building && self.listen.port() as u64 + self.buildings as u64 - 1 > 65535 {
+                    return Err(usage(format!(
+                        "--port-per-building: {} buildings from port {} go past port 65535",
+                        self.buildings,
+                        self.listen.port()
+                    )));
                 }
                 GatewayConfig::generated(self.listen, self.buildings, self.points, self.port_per_building)
             }

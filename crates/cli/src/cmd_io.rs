@@ -158,7 +158,7 @@ fn record(a: IoRecordArgs) -> anyhow::Result<()> {
     crate::signals::install_flag(stop.clone())?;
     let names: Vec<&str> = targets.groups.iter().map(|g| g.name.as_str()).collect();
     let summary = ontime_trace::io::record(&opts, &stop, a.duration.map(Duration::from_nanos), &mut |_| {
-        eprintln!(
+        ontime_core::errln!(
             "ontime: recording the I/O of {} ({} virtual disk(s)) to {} {}",
             names.join(", "),
             opts.images.len(),
@@ -183,7 +183,7 @@ fn record(a: IoRecordArgs) -> anyhow::Result<()> {
             .collect::<String>()
     );
     if a.report {
-        eprint!("{text}");
+        ontime_core::err!("{text}");
         return report(&a.output, None, false, &a.out);
     }
     a.out.emit(&summary, &text)
@@ -195,7 +195,7 @@ fn report(path: &Path, figures: Option<&Path>, series: bool, out: &output::Outpu
     let mut analysis = ontime_io::analyze(&rec, path).map_err(|e| usage(format!("{e:#}")))?;
     if let Some(dir) = figures {
         let files = ontime_io::figures(&analysis, dir)?;
-        eprintln!("ontime: wrote {} figures to {}", files.len(), dir.display());
+        ontime_core::errln!("ontime: wrote {} figures to {}", files.len(), dir.display());
     }
     if !series {
         for t in &mut analysis.tenants {
@@ -265,7 +265,7 @@ fn advise(a: IoAdviseArgs) -> anyhow::Result<()> {
     for d in dirs {
         match ontime_lab::results::read_run(&d) {
             Ok(r) => runs.push(r),
-            Err(e) => eprintln!("ontime: skipping {}: {e:#}", d.display()),
+            Err(e) => ontime_core::errln!("ontime: skipping {}: {e:#}", d.display()),
         }
     }
     let report = ontime_lab::iocells::advice(&runs);

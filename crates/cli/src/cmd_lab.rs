@@ -76,7 +76,7 @@ fn run_scenario(a: RunArgs) -> anyhow::Result<()> {
         .results
         .clone()
         .unwrap_or_else(|| PathBuf::from("results").join(&plan.name));
-    eprintln!(
+    ontime_core::errln!(
         "ontime lab: scenario '{}': {} run(s), about {} in all; results in {}",
         plan.name,
         plan.runs.len(),
@@ -113,7 +113,7 @@ pub fn execute(
     let mut total = plan.runs.len();
     let mut current = String::new();
     let outcome = runner::run_plan(plan, text, &opts, &mut |ev| match ev {
-        Event::Skipped { run } => eprintln!(
+        Event::Skipped { run } => ontime_core::errln!(
             "ontime lab: [{}/{total}] {} already complete, skipped",
             run.index + 1,
             run.dir_name()
@@ -127,7 +127,7 @@ pub fn execute(
             current = run.dir_name();
             pb.set_length(run.config.duration.div_ceil(1_000_000_000));
             pb.set_position(0);
-            eprintln!(
+            ontime_core::errln!(
                 "ontime lab: [{}/{t}] {}  (about {} left)",
                 run.index + 1,
                 ontime_lab::scenario::vars_text(&run.vars),
@@ -139,17 +139,17 @@ pub fn execute(
             pb.set_message(current.clone());
         }
         Event::Finished { run, summary } => {
-            pb.suspend(|| eprintln!("ontime lab: [{}/{total}] done: {summary}", run.index + 1));
+            pb.suspend(|| ontime_core::errln!("ontime lab: [{}/{total}] done: {summary}", run.index + 1));
         }
     });
     pb.finish_and_clear();
     let (done, skipped) = outcome?;
-    eprintln!(
+    ontime_core::errln!(
         "ontime lab: {done} run(s) done, {skipped} skipped; results in {}",
         results.display()
     );
     if stop.load(Ordering::Relaxed) {
-        eprintln!(
+        ontime_core::errln!(
             "ontime lab: interrupted; finished runs are in {} (--resume continues)",
             results.display()
         );

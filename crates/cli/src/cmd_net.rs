@@ -262,7 +262,7 @@ fn controller(a: ControllerArgs) -> anyhow::Result<()> {
     }
     first.config.duration = a.duration;
     plan.runs.truncate(1);
-    eprintln!(
+    ontime_core::errln!(
         "ontime net controller: API on {} (token in {}); add channels with\n  ontime net channel add --from t0 --to building --port 5000 --rate-mbit 2 --deadline 5ms\nCtrl-C stops it.",
         api::DEFAULT_SOCKET,
         api::DEFAULT_TOKEN
@@ -552,7 +552,7 @@ fn datapath(a: DatapathArgs) -> anyhow::Result<()> {
     for (id, flow, tc, deadline) in &channels {
         plane.install(*id, *flow, *tc, *deadline)?;
     }
-    eprintln!(
+    ontime_core::errln!(
         "ontime net datapath: {} stamp(s), {} check(s), {} channel(s); Ctrl-C stops",
         stamps.len(),
         checks.len(),

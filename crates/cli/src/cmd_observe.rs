@@ -250,7 +250,7 @@ pub fn record(
         a.duration.map(Duration::from_nanos),
         &mut NoSink,
         &mut |_| {
-            eprintln!(
+            ontime_core::errln!(
                 "ontime: recording {}{}{} to {} {}",
                 if sample_hz.is_some() {
                     "stacks and scheduler events of "
@@ -321,7 +321,7 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
     );
     if let Some(dir) = &a.plots {
         let files = ontime_observe::plots::write_all(&analysis, dir)?;
-        eprintln!("ontime: wrote {} figures to {}", files.len(), dir.display());
+        ontime_core::errln!("ontime: wrote {} figures to {}", files.len(), dir.display());
     }
     let mut shown = analysis.clone();
     if !a.series {

@@ -135,13 +135,13 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<()> {
                     figures.as_deref(),
                 )?
                 .1;
-                eprint!("{text}");
+                ontime_core::err!("{text}");
             }
             Ok(())
         }
         ProfileAction::Report(a) => report(a),
         ProfileAction::Agent => {
-            print!("{}", ontime_profile::guest::AGENT);
+            crate::out!("{}", ontime_profile::guest::AGENT);
             Ok(())
         }
         ProfileAction::Guest(a) => guest(a),
@@ -166,7 +166,7 @@ fn guest(a: GuestArgs) -> anyhow::Result<()> {
             return Err(usage(format!("--pid {pid}: the dump has no process {pid}")));
         }
     }
-    eprintln!(
+    ontime_core::errln!(
         "ontime: guest kernel {}, {} processes, {} kernel symbols{}{}",
         dump.kernel,
         dump.processes.len(),
@@ -177,7 +177,7 @@ fn guest(a: GuestArgs) -> anyhow::Result<()> {
     let g = ontime_profile::guest::GuestSymbols::new(dump, a.root);
     for pc in pcs {
         let f = g.frame(a.pid, pc);
-        println!("{pc:#x} {} {}", f.function, f.module);
+        crate::outln!("{pc:#x} {} {}", f.function, f.module);
     }
     Ok(())
 }
@@ -233,7 +233,7 @@ fn analyse(
     let p = ontime_profile::profile(&rec).map_err(|e| usage(format!("{}: {e:#}", recording.display())))?;
     if let Some(path) = pprof {
         p.write_pprof(path)?;
-        eprintln!(
+        ontime_core::errln!(
             "ontime: wrote {} (go tool pprof -sample_index=steal {})",
             path.display(),
             path.display()
@@ -241,7 +241,7 @@ fn analyse(
     }
     if let Some(dir) = figures {
         let files = p.write_figures(dir)?;
-        eprintln!("ontime: wrote {} figures to {}", files.len(), dir.display());
+        ontime_core::errln!("ontime: wrote {} figures to {}", files.len(), dir.display());
     }
     let text = ontime_profile::text(&p.report, top, view);
     Ok((serde_json::to_value(&p.report)?, text))

@@ -86,7 +86,7 @@ fn model(a: &SimArgs) -> anyhow::Result<Option<Model>> {
     let Some(m) = a.model.as_deref() else { return Ok(None) };
     Model::from_name(m, a.tslice, a.budget, a.period)
         .map(Some)
-        .map_err(|e| usage(format!("--model {e}")))
+        .map_err(usage)
 }
 
 pub fn run(a: SimArgs) -> anyhow::Result<()> {
@@ -122,8 +122,8 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
             }
         }
     }
-    if a.tslice.is_some_and(|t| t == 0) || a.period.is_some_and(|p| p == 0) || a.cpus == Some(0) {
-        return Err(usage("--tslice, --period and --cpus must be above 0"));
+    if let Some(c) = a.cpus {
+        ontime_core::limits::count("--cpus", c as u64, 1, ontime_core::limits::MAX_SIM_CPUS).map_err(usage)?;
     }
     crate::output::check_outputs(&[("--result", a.out.result.as_deref())])?;
     let opts = SimOptions {
@@ -136,11 +136,10 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         scheduler_view: a.into.is_some(),
         starts_from: a.into.clone(),
     };
-    let runs = simulate_plan(&plan, &opts).map_err(|e| usage(format!("{e:#}")))?;
     let mut text = format!(
         "ontime sim: scenario '{}', {} run(s), simulated (not measured)\n{:<56} {:>8} {:>4} {:>6} {:>10} {:>10} {:>10} {:>10}\n",
         plan.name,
-        runs.len(),
+        plan.runs.len(),
         "run",
         "model",
         "CPUs",
@@ -151,33 +150,43 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         "max"
     );
     let f = |v: Option<u64>| v.map_or("n/a".into(), format_ns);
-    for r in &runs {
+    // Each run is summarised (and written --into) as it is done; only the
+    // summaries (percentiles, no histograms) are kept for --json/--result.
+    let mut summaries: Vec<serde_json::Value> = Vec::new();
+    let mut written = 0usize;
+    let total = plan.runs.len();
+    simulate_plan(&plan, &opts, &mut |r| {
         let worst = |p: f64| r.tenants.iter().filter_map(|t| t.headline().percentile(p)).max();
         let s = &r.simulated;
-        let _ = std::fmt::Write::write_fmt(
-            &mut text,
-            format_args!(
-                "{:<56} {:>8} {:>4} {:>6.2} {:>10} {:>10} {:>10} {:>10}\n",
-                r.name,
-                s.model,
-                s.cpus,
-                s.busy_cpus,
-                f(worst(99.0)),
-                f(worst(99.9)),
-                f(worst(99.999)),
-                f(r.tenants.iter().filter_map(|t| t.headline().max_ns).max())
-            ),
+        let line = format!(
+            "{:<56} {:>8} {:>4} {:>6.2} {:>10} {:>10} {:>10} {:>10}\n",
+            r.name,
+            s.model,
+            s.cpus,
+            s.busy_cpus,
+            f(worst(99.0)),
+            f(worst(99.9)),
+            f(worst(99.999)),
+            f(r.tenants.iter().filter_map(|t| t.headline().max_ns).max())
         );
-    }
+        if total > 1 {
+            ontime_core::errln!("ontime sim: [{}/{total}] {}", summaries.len() + 1, line.trim_end());
+        }
+        text.push_str(&line);
+        if let Some(dir) = &a.into {
+            written += ontime_lab::simulate::write_runs(dir, std::slice::from_ref(&r))?.len();
+        }
+        summaries.push(serde_json::to_value(&r)?);
+        Ok(())
+    })
+    .map_err(|e| usage(format!("{e:#}")))?;
     text.push_str("interval error (crawlers) or wake-up latency (probes) of the worst tenant per run; percentiles the sample count cannot support are n/a\n");
     if let Some(dir) = &a.into {
-        let written = ontime_lab::simulate::write_runs(dir, &runs)?;
         text.push_str(&format!(
-            "wrote {} simulated run(s) into {}/runs; draw them beside the measured ones: ontime lab report {}\n",
-            written.len(),
+            "wrote {written} simulated run(s) into {}/runs; draw them beside the measured ones: ontime lab report {}\n",
             dir.display(),
             dir.display()
         ));
     }
-    a.out.emit(&runs, &text)
+    a.out.emit(&summaries, &text)
 }

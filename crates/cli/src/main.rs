@@ -95,7 +95,7 @@ fn parse() -> Cli {
                 .map(|l| l.trim_start_matches("error: ").to_string())
                 .collect();
             parts.push("see --help".into());
-            eprintln!("ontime: error: {}", parts.join("; "));
+            ontime_core::errln!("ontime: error: {}", parts.join("; "));
             std::process::exit(2);
         }
     }
@@ -117,7 +117,7 @@ fn main() {
     };
     if let Err(e) = result {
         let code = if e.downcast_ref::<UsageError>().is_some() { 2 } else { 1 };
-        eprintln!("ontime: error: {e:#}");
+        ontime_core::errln!("ontime: error: {e:#}");
         std::process::exit(code);
     }
 }

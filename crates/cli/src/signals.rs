@@ -15,11 +15,11 @@ pub fn install(on_first: impl Fn() + Send + 'static, on_second: impl Fn() + Send
             n += 1;
             match n {
                 1 => {
-                    eprintln!("\nontime: stopping; finishing what is in flight (Ctrl-C again to abandon it)");
+                    ontime_core::errln!("\nontime: stopping; finishing what is in flight (Ctrl-C again to abandon it)");
                     on_first()
                 }
                 2 => {
-                    eprintln!("\nontime: abandoning what is in flight; writing results");
+                    ontime_core::errln!("\nontime: abandoning what is in flight; writing results");
                     on_second()
                 }
                 _ => std::process::exit(130),

@@ -28,3 +28,26 @@ pub mod time;
 pub mod work;
 
 pub use time::MonoNs;
+
+/// Standard error that may be closed (`ontime ... 2>&1 | head -1`): a
+/// message that cannot be written is dropped. `eprintln!` panics there, and
+/// a panic in the signal thread or half-way through a sweep would leave the
+/// work unstopped or unfinished.
+pub fn stderr(args: std::fmt::Arguments) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_fmt(args);
+}
+
+/// `eprintln!` through [`stderr`]: never panics.
+#[macro_export]
+macro_rules! errln {
+    () => { $crate::stderr(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::stderr(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+/// `eprint!` through [`stderr`]: never panics.
+#[macro_export]
+macro_rules! err {
+    ($($arg:tt)*) => { $crate::stderr(format_args!($($arg)*)) };
+}

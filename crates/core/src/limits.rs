@@ -22,7 +22,17 @@ pub fn online_cpus() -> usize {
 pub const MAX_POLLS_PER_SECOND: f64 = 1_000_000.0;
 /// Points one gateway may carry (the plan holds each id).
 pub const MAX_POINTS: u64 = 10_000_000;
-/// Threads a probe may run as vCPUs or probe threads.
+/// CPUs of a simulated or planned host. The engine's work per event grows
+/// with them; 256 is beyond any host the documents consolidate onto.
+pub const MAX_SIM_CPUS: u64 = 256;
+/// Tenants one plan places (after `count` is expanded), and hosts of one kind.
+pub const MAX_TENANTS: u64 = 10_000;
+/// Runs one scenario plans (sweep combinations times repetitions): each
+/// is held planned in memory, and at a minute each, 10 000 is a week.
+pub const MAX_RUNS: u64 = 10_000;
+/// Buildings one gateway process serves.
+pub const MAX_BUILDINGS: u64 = 10_000;
+/// Threads a probe may run as vCPUs or probe threads, or a server as workers.
 pub const MAX_THREADS: u64 = 1024;
 /// Shortest period of a crawler point or gateway analysis.
 pub const MIN_PERIOD_NS: u64 = 1_000_000;

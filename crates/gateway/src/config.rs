@@ -110,7 +110,9 @@ impl GatewayConfig {
                 analog_percent: default_analog_percent(),
                 listen: port_per_building.then(|| {
                     let mut a = listen;
-                    a.set_port(listen.port() + i as u16);
+                    // Past 65535 the port wraps; validate() refuses the
+                    // duplicate addresses that makes.
+                    a.set_port(listen.port().wrapping_add(i as u16));
                     a
                 }),
             })
@@ -131,13 +133,23 @@ impl GatewayConfig {
         Ok(cfg)
     }
 
+    /// The one range check of a gateway's size, for flags (before the
+    /// buildings are made) and files alike: every building's points are
+    /// held in memory, and each worker is a thread.
+    pub fn check_size(buildings: u64, total_points: u64, threads: u64) -> Result<()> {
+        use ontime_core::limits::{count, MAX_BUILDINGS, MAX_POINTS, MAX_THREADS};
+        count("buildings", buildings, 1, MAX_BUILDINGS).map_err(anyhow::Error::msg)?;
+        count("points (all buildings)", total_points, 1, MAX_POINTS).map_err(anyhow::Error::msg)?;
+        count("threads", threads, 1, MAX_THREADS).map_err(anyhow::Error::msg)?;
+        Ok(())
+    }
+
     pub fn validate(&self) -> Result<()> {
         if self.buildings.is_empty() {
             bail!("no building: add at least one [[building]]");
         }
-        if self.threads == 0 {
-            bail!("threads must be at least 1");
-        }
+        let points: u64 = self.buildings.iter().map(|b| b.points as u64).sum();
+        Self::check_size(self.buildings.len() as u64, points.max(1), self.threads as u64)?;
         let mut seen = std::collections::HashSet::new();
         for b in &self.buildings {
             if b.name.is_empty() || b.name.contains('/') {

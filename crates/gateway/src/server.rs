@@ -317,7 +317,7 @@ pub fn start(cfg: GatewayConfig) -> Result<RunningGateway> {
                         let l = match tokio::net::TcpListener::from_std(l) {
                             Ok(l) => l,
                             Err(e) => {
-                                eprintln!("gateway: listener failed: {e}");
+                                ontime_core::errln!("gateway: listener failed: {e}");
                                 return;
                             }
                         };

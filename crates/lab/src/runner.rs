@@ -239,7 +239,7 @@ pub fn run_plan(
     let _lock = crate::lock::LabLock::acquire()?;
     // A run killed before it could put a kernel setting back: do it now.
     for s in crate::sysctl::restore_leftovers()? {
-        eprintln!("ontime lab: restored {s}, left changed by a run that was killed");
+        ontime_core::errln!("ontime lab: restored {s}, left changed by a run that was killed");
     }
     std::fs::create_dir_all(opts.results.join("runs"))
         .with_context(|| format!("cannot create {}", opts.results.display()))?;

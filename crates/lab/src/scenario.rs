@@ -805,7 +805,23 @@ pub fn load_str(text: &str, path: &Path) -> Result<Plan> {
         keys.push(k);
         values.push(list);
     }
-    let mut combos: Vec<Vec<toml::Value>> = vec![vec![]];
+    // Before any combination is made: a sweep's runs multiply.
+    let max_runs = ontime_core::limits::MAX_RUNS;
+    let combinations = values
+        .iter()
+        .try_fold(1u64, |n, l| n.checked_mul(l.len() as u64).filter(|&n| n <= max_runs));
+    let Some(combinations) = combinations else {
+        bail!(
+            "{origin}: the sweep's lists ({}) make more than {max_runs} combinations: sweep fewer values or split the scenario",
+            keys.iter()
+                .zip(&values)
+                .map(|(k, l)| format!("{} x {k}", l.len()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    };
+    let mut combos: Vec<Vec<toml::Value>> = Vec::with_capacity(combinations as usize);
+    combos.push(vec![]);
     for list in &values {
         combos = combos
             .into_iter()
@@ -863,6 +879,10 @@ pub fn load_str(text: &str, path: &Path) -> Result<Plan> {
     // Repetition-major order: every combination once, then again, so slow
     // drift of the host (thermal, page cache, other tenants of the machine)
     // spreads over all combinations instead of biasing the last ones.
+    let total: u64 = planned.iter().map(|(_, c)| c.repetitions as u64).sum();
+    if total > max_runs {
+        bail!("{origin}: {} combination(s) with their repetitions make {total} runs, more than {max_runs}: sweep fewer values or repeat less", planned.len());
+    }
     let most = planned.iter().map(|(_, c)| c.repetitions).max().unwrap_or(0);
     for rep in 1..=most {
         for (vars, cfg) in planned.iter().filter(|(_, c)| c.repetitions >= rep) {

@@ -325,12 +325,17 @@ fn scheduler_view(events: Vec<ontime_trace::event::Event>, shape: &ViewShape, en
     ontime_sched::analyze(&rec, &ontime_sched::analyze::AnalysisOptions::default())
 }
 
-/// Simulates every run of `plan`.
-pub fn simulate_plan(plan: &Plan, opts: &SimOptions) -> Result<Vec<SimRun>> {
+/// Simulates every run of `plan`, handing each to `on_run` as it is done
+/// (a run holds its histograms and scheduler view: a sweep's runs are
+/// never all in memory at once).
+pub fn simulate_plan(plan: &Plan, opts: &SimOptions, on_run: &mut dyn FnMut(SimRun) -> Result<()>) -> Result<()> {
     if plan.runs.iter().any(|r| r.config.tenant.io.is_some()) {
         anyhow::bail!("the simulator models CPU scheduling; I/O tenants ([tenant.io]) run only in the lab");
     }
-    plan.runs.iter().map(|r| simulate_run(r, opts)).collect()
+    for r in &plan.runs {
+        on_run(simulate_run(r, opts)?)?;
+    }
+    Ok(())
 }
 
 fn class_of(p: Policy, rr_slice_ns: u64) -> LinuxClass {

@@ -97,7 +97,7 @@ impl SysctlGuard {
 impl Drop for SysctlGuard {
     fn drop(&mut self) {
         if let Err(e) = self.restore() {
-            eprintln!("ontime lab: {e:#}");
+            ontime_core::errln!("ontime lab: {e:#}");
         }
     }
 }

@@ -120,10 +120,44 @@ impl Drop for ApiServer {
 struct Shared {
     token: String,
     controller: ControllerHandle,
+    idle: Duration,
 }
 
 /// Serves the API for `controller`; `token` is what requests must carry.
+/// What one API server lets its clients hold.
+#[derive(Clone, Copy, Debug)]
+pub struct ServeLimits {
+    /// Connections open at once, over the socket and TCP together; more
+    /// wait in the kernel's accept queue (no descriptor of ours), so the
+    /// controller's own descriptors (BPF maps, rings, the log) are never
+    /// starved by clients.
+    pub max_connections: usize,
+    /// A connection that does not send a request head within this is
+    /// closed (an idle keep-alive connection included; a miss stream
+    /// being answered is not idle).
+    pub idle: Duration,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        ServeLimits {
+            max_connections: 256,
+            idle: Duration::from_secs(30),
+        }
+    }
+}
+
 pub fn serve(listen: &Listen, token: String, controller: ControllerHandle) -> Result<ApiServer> {
+    serve_with(listen, token, controller, ServeLimits::default())
+}
+
+/// [`serve`] with chosen [`ServeLimits`].
+pub fn serve_with(
+    listen: &Listen,
+    token: String,
+    controller: ControllerHandle,
+    limits: ServeLimits,
+) -> Result<ApiServer> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -152,27 +186,41 @@ pub fn serve(listen: &Listen, token: String, controller: ControllerHandle) -> Re
     }
     let tcp_addr = tcp.as_ref().and_then(|l| l.local_addr().ok());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let shared = Arc::new(Shared { token, controller });
+    let shared = Arc::new(Shared {
+        token,
+        controller,
+        idle: limits.idle,
+    });
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
     let thread = std::thread::Builder::new()
         .name("ontime-netapi".into())
         .spawn(move || {
             runtime.block_on(async move {
                 let mut tasks = Vec::new();
-                let (s1, mut r1) = (shared.clone(), stop_rx.clone());
+                let (s1, mut r1, q1) = (shared.clone(), stop_rx.clone(), slots.clone());
                 tasks.push(tokio::spawn(async move {
                     loop {
+                        // A slot first: at the cap, clients wait in the accept queue.
+                        let slot = tokio::select! {
+                            p = q1.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+                            _ = r1.changed() => return,
+                        };
                         tokio::select! {
-                            r = unix.accept() => if let Ok((s, _)) = r { connection(s, s1.clone()) },
+                            r = unix.accept() => if let Ok((s, _)) = r { connection(s, s1.clone(), slot) },
                             _ = r1.changed() => return,
                         }
                     }
                 }));
                 if let Some(tcp) = tcp {
-                    let (s2, mut r2) = (shared.clone(), stop_rx.clone());
+                    let (s2, mut r2, q2) = (shared.clone(), stop_rx.clone(), slots.clone());
                     tasks.push(tokio::spawn(async move {
                         loop {
+                            let slot = tokio::select! {
+                                p = q2.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+                                _ = r2.changed() => return,
+                            };
                             tokio::select! {
-                                r = tcp.accept() => if let Ok((s, _)) = r { connection(s, s2.clone()) },
+                                r = tcp.accept() => if let Ok((s, _)) = r { connection(s, s2.clone(), slot) },
                                 _ = r2.changed() => return,
                             }
                         }
@@ -194,16 +242,20 @@ pub fn serve(listen: &Listen, token: String, controller: ControllerHandle) -> Re
     })
 }
 
-fn connection<S>(stream: S, shared: Arc<Shared>)
+fn connection<S>(stream: S, shared: Arc<Shared>, slot: tokio::sync::OwnedSemaphorePermit)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     tokio::spawn(async move {
+        let _slot = slot;
         let io = hyper_util::rt::TokioIo::new(stream);
+        let idle = shared.idle;
         let svc = hyper::service::service_fn(move |req| handle(req, shared.clone()));
-        // Errors are clients going away or speaking bad HTTP: the
-        // connection ends, the server goes on.
+        // Errors are clients going away, speaking bad HTTP or idling past
+        // the limit: the connection ends, the server goes on.
         let _ = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(idle)
             .serve_connection(io, svc)
             .await;
     });

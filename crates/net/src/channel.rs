@@ -180,6 +180,14 @@ pub fn validate(spec: &ChannelSpec) -> Result<(), Refusal> {
     if spec.deadline_ns == 0 {
         return bad("deadline must be above 0");
     }
+    if spec.deadline_ns > MAX_DEADLINE_NS {
+        return Err(Refusal::Invalid(format!(
+            "deadline {:.3} s is more than the label carries: at most {:.3} s (half the label's {:.2} s wrap)",
+            spec.deadline_ns as f64 / 1e9,
+            MAX_DEADLINE_NS as f64 / 1e9,
+            (LABEL_WRAP * LABEL_UNIT_NS) as f64 / 1e9
+        )));
+    }
     if let Some(p) = spec.peak_bps {
         if !(p.is_finite() && p >= spec.rate_bps) {
             return bad("peak rate must be at least the rate");
@@ -309,6 +317,10 @@ pub fn admit(existing: &[Admitted], spec: &ChannelSpec, link: &Link, id: u32) ->
 pub const LABEL_UNIT_NS: u64 = 10_000;
 /// Label values usable for deadlines: 2^20 - 16.
 pub const LABEL_WRAP: u64 = (1 << 20) - 16;
+/// The longest deadline a label carries unambiguously: a packet checked
+/// before its deadline decodes to the nearest instant only within half a
+/// wrap of the receiver's now.
+pub const MAX_DEADLINE_NS: u64 = LABEL_WRAP / 2 * LABEL_UNIT_NS;
 
 pub fn encode_deadline(deadline_ns: u64) -> u32 {
     (16 + (deadline_ns / LABEL_UNIT_NS) % LABEL_WRAP) as u32
@@ -461,6 +473,14 @@ mod tests {
         let mut s = flow(ChannelKind::Deadline, 2.0, 3000.0, 5);
         s.deadline_ns = 0;
         assert!(matches!(validate(&s), Err(Refusal::Invalid(m)) if m.contains("deadline")));
+        // Beyond half the label's wrap the receiver would decode another instant.
+        for d in [MAX_DEADLINE_NS + 1, 10_000_000_000, u64::MAX] {
+            s.deadline_ns = d;
+            let e = validate(&s).unwrap_err().to_string();
+            assert!(e.contains("at most 5.243 s"), "{e}");
+        }
+        s.deadline_ns = MAX_DEADLINE_NS;
+        assert!(validate(&s).is_ok());
     }
 
     #[test]

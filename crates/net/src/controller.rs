@@ -438,6 +438,10 @@ struct State {
     plane: Box<dyn Plane>,
     misses: tokio::sync::broadcast::Sender<MissEvent>,
     held: Vec<Held>,
+    /// Where the search for a free channel number starts: numbers are
+    /// handed out in turn, so a client holding a removed channel's number
+    /// cannot act on a new one that got it at once.
+    next_id: u8,
     gone: Vec<ChannelState>,
     actions: Vec<Action>,
     log: Option<std::fs::File>,
@@ -469,6 +473,7 @@ impl State {
             plane,
             misses,
             held: Vec::new(),
+            next_id: 1,
             gone: Vec::new(),
             actions: Vec::new(),
             log,
@@ -490,7 +495,7 @@ impl State {
             message,
         };
         if self.cfg.echo {
-            eprintln!(
+            ontime_core::errln!(
                 "ontime net controller: {:.3} s {}: {}",
                 a.at_ns as f64 / 1e9,
                 a.kind,
@@ -656,7 +661,11 @@ impl State {
                 ),
             ));
         }
-        let Some(id) = (1..MAX_CHANNELS as u8).find(|i| self.held.iter().all(|h| h.state.id != *i)) else {
+        let numbers = MAX_CHANNELS as u8 - 1;
+        let Some(id) = (0..numbers)
+            .map(|k| 1 + (self.next_id - 1 + k) % numbers)
+            .find(|i| self.held.iter().all(|h| h.state.id != *i))
+        else {
             return Err(ApiError::new(409, "all 63 channel numbers (DSCPs) are in use"));
         };
         let existing: Vec<Admitted> = self
@@ -716,6 +725,7 @@ impl State {
             .map(|b| format!(", R = {:.3} Mbit/s", b / 1e6))
             .unwrap_or_default();
         self.act(Some(id), "admitted", format!("channel {id}: {what}{reserved}"));
+        self.next_id = id % (MAX_CHANNELS as u8 - 1) + 1;
         self.held.push(Held {
             state: state.clone(),
             flow,
@@ -1131,6 +1141,21 @@ mod tests {
         assert_eq!(esc.len(), 1, "{:?}", report.actions);
         assert!(esc[0].message.contains("3 misses"), "{}", esc[0].message);
         assert!(report.channels[0].priority);
+    }
+
+    /// A client that removed channel 1 and removes "1" again (a retry, a
+    /// stale list) must not remove the channel added meanwhile.
+    #[test]
+    fn a_removed_channels_number_is_not_handed_out_at_once() {
+        let (c, _, _) = started();
+        let h = c.handle();
+        let a = h.add_blocking(request("t0", 5)).unwrap();
+        h.ask_blocking(|tx| Command::Remove(a.id, tx)).unwrap().unwrap();
+        let b = h.add_blocking(request("t0", 5)).unwrap();
+        assert_ne!(b.id, a.id, "the removed number was handed out again");
+        let stale = h.ask_blocking(|tx| Command::Remove(a.id, tx)).unwrap();
+        assert_eq!(stale.unwrap_err().status, 404);
+        c.stop().unwrap();
     }
 
     #[test]

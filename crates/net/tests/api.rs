@@ -58,6 +58,10 @@ struct Setup {
 }
 
 fn setup() -> Setup {
+    setup_with(api::ServeLimits::default())
+}
+
+fn setup_with(limits: api::ServeLimits) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let ep = |name: &str, last: u8| Endpoint {
         name: name.into(),
@@ -90,13 +94,14 @@ fn setup() -> Setup {
     assert_eq!(mode, 0o600, "the token file is for its owner only");
     assert_eq!(api::read_token_file(&token_file).unwrap(), token);
     let socket = dir.path().join("c.sock");
-    let server = api::serve(
+    let server = api::serve_with(
         &Listen {
             socket: socket.clone(),
             tcp: None,
         },
         token.clone(),
         controller.handle(),
+        limits,
     )
     .unwrap();
     Setup {
@@ -156,6 +161,15 @@ fn bad_requests_get_a_4xx_with_the_reason() {
     assert_eq!((st, error_of(&b).as_str()), (400, "rate must be above 0"));
     let (st, b) = post(channel("t0", 5000, 2e6, 0));
     assert_eq!((st, error_of(&b).as_str()), (400, "deadline must be above 0"));
+    // Deadlines the MPLS label cannot carry (defect 3: 201, then every
+    // packet counted missed and the channel escalated).
+    for d in [10_000_000_000u64, u64::MAX] {
+        let mut req = channel("t0", 5000, 2e6, 0);
+        req["deadline_ns"] = d.into();
+        let (st, b) = post(req);
+        assert_eq!(st, 400, "deadline_ns {d}: {}", error_of(&b));
+        assert!(error_of(&b).contains("at most 5.243 s"), "{}", error_of(&b));
+    }
     let (st, b) = post(channel("t0", 5000, 2e6, -5));
     assert_eq!(st, 400);
     assert!(error_of(&b).contains("deadline_ns"), "{}", error_of(&b));
@@ -246,4 +260,30 @@ fn a_sender_follows_its_misses() {
         let l: Vec<serde_json::Value> = serde_json::from_slice(&b).unwrap();
         l[0]["priority"] == true
     });
+}
+
+/// Defect 5: ~20 000 idle connections took every descriptor of the
+/// controller (its miss ring reads failed with EMFILE). Connections are
+/// capped and an idle one is closed, so the API keeps answering.
+#[test]
+fn idle_connections_are_capped_and_closed() {
+    use std::io::Read;
+    let s = setup_with(api::ServeLimits {
+        max_connections: 4,
+        idle: Duration::from_millis(300),
+    });
+    // More idle connections than the cap: the rest wait in the accept queue.
+    let idle: Vec<std::os::unix::net::UnixStream> = (0..10)
+        .map(|_| std::os::unix::net::UnixStream::connect(&s.socket).unwrap())
+        .collect();
+    let c = Client::new(Target::Socket(s.socket.clone()), s.token.clone()).unwrap();
+    let (st, _) = c.call(Method::GET, "/v1/channels", None).unwrap();
+    assert_eq!(st, 200, "the API answers while idle clients hold connections");
+    for mut conn in idle {
+        // 30 s bounds a hang; the server closes each after its idle time.
+        conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut buf = [0u8; 64];
+        let n = conn.read(&mut buf).expect("the server closes an idle connection");
+        assert_eq!(n, 0, "closed without an answer");
+    }
 }

@@ -348,7 +348,7 @@ pub fn run(targets: Targets, opts: TopOptions, stop: &AtomicBool, show: &mut dyn
         Some(addr) => {
             let m = Arc::new(Mutex::new(String::new()));
             serve(addr, m.clone())?;
-            eprintln!("ontime: Prometheus metrics on http://{addr}/metrics");
+            ontime_core::errln!("ontime: Prometheus metrics on http://{addr}/metrics");
             Some(m)
         }
         None => None,

@@ -265,13 +265,60 @@ impl PlanInput {
         if self.tenants.is_empty() {
             bail!("no [[tenant]]: describe the tenants to place");
         }
+        use ontime_core::limits::{self, MAX_DURATION_NS, MAX_POLLS_PER_SECOND, MAX_SIM_CPUS, MAX_TENANTS};
+        let msg = anyhow::Error::msg;
         for h in &self.hosts {
+            let host = || format!("host {}", h.name);
             h.scheduler()?;
-            if h.cores == 0 {
-                bail!("host {}: cores must be above 0", h.name);
+            limits::count("cores", h.cores as u64, 1, MAX_SIM_CPUS)
+                .map_err(msg)
+                .with_context(host)?;
+            if !(h.io_cpus.is_finite() && (0.0..=h.cores as f64).contains(&h.io_cpus)) {
+                bail!(
+                    "{}: io_cpus = {} is out of range: give 0 .. {} (its cores)",
+                    host(),
+                    h.io_cpus,
+                    h.cores
+                );
             }
-            if h.io_cpus.is_nan() || h.io_cpus < 0.0 {
-                bail!("host {}: io_cpus must be 0 or more", h.name);
+            if let Some(n) = h.count {
+                limits::count("count", n as u64, 1, MAX_TENANTS)
+                    .map_err(msg)
+                    .with_context(host)?;
+            }
+            limits::duration("io_cost", h.io_cost, 0, 1_000_000_000)
+                .map_err(msg)
+                .with_context(host)?;
+        }
+        let mut total = 0u64;
+        for t in &self.tenants {
+            let tenant = || format!("tenant {}", t.name);
+            limits::count("count", t.count as u64, 1, MAX_TENANTS)
+                .map_err(msg)
+                .with_context(tenant)?;
+            total += t.count as u64;
+            if total > MAX_TENANTS {
+                bail!("the tenants' counts add up to more than {MAX_TENANTS}: plan them in parts");
+            }
+            limits::count("vcpus", t.vcpus as u64, 1, MAX_SIM_CPUS)
+                .map_err(msg)
+                .with_context(tenant)?;
+            limits::rate("rate", t.rate, MAX_POLLS_PER_SECOND)
+                .map_err(msg)
+                .with_context(tenant)?;
+            limits::duration("period", t.period, limits::MIN_PERIOD_NS, MAX_DURATION_NS)
+                .map_err(msg)
+                .with_context(tenant)?;
+            limits::duration("target", t.target, 1_000, MAX_DURATION_NS)
+                .map_err(msg)
+                .with_context(tenant)?;
+            limits::duration("one_way", t.one_way, 0, 10_000_000_000)
+                .map_err(msg)
+                .with_context(tenant)?;
+            if let Some(c) = t.cpu_per_poll {
+                limits::duration("cpu_per_poll", c, 1, 1_000_000_000)
+                    .map_err(msg)
+                    .with_context(tenant)?;
             }
         }
         for t in &self.tenants {
@@ -280,11 +327,7 @@ impl PlanInput {
                     "tenant {}: give cpu_per_poll (e.g. \"1.4ms\") or cpu_per_poll_from (a crawler's result)",
                     t.name
                 ),
-                (Some(0), _) => bail!("tenant {}: cpu_per_poll must be above 0", t.name),
                 _ => {}
-            }
-            if t.vcpus == 0 || t.rate.is_nan() || t.rate <= 0.0 || t.period == 0 {
-                bail!("tenant {}: vcpus, rate and period must be above 0", t.name);
             }
             t.work()
                 .validate()

@@ -554,7 +554,7 @@ mod tests {
         };
         let fixed = p999(None);
         let bursty = p999(Some(1.5));
-        eprintln!(
+        ontime_core::errln!(
             "simulated p99.9: fixed {} us, bursty {} us",
             fixed / 1000,
             bursty / 1000
@@ -615,7 +615,7 @@ mod tests {
         let o2 = run(&mut w2, 1, &mut IoFirst, horizon + 1_000 * MS);
         let polls2: u64 = w2.measures.iter().map(|m| m.polls).sum();
         assert!(o2.tasks[3].completed + 3 * 150 >= 2 * polls2);
-        eprintln!(
+        ontime_core::errln!(
             "worst tenant p99: I/O path under CFS {} us, first {} us",
             shared / 1000,
             worst(&w2) / 1000

@@ -30,6 +30,9 @@ pub enum Model {
     },
 }
 
+/// A millisecond in ns.
+const MS: u64 = 1_000_000;
+
 impl Model {
     /// The model `name` with its settings: the slice of rr (100 ms by
     /// default) and credit (30 ms), the budget and period of rtds (4 ms
@@ -40,23 +43,42 @@ impl Model {
         budget_ns: Option<u64>,
         period_ns: Option<u64>,
     ) -> Result<Model, String> {
-        Ok(match name {
+        use ontime_core::limits::duration as range;
+        let model = match name {
             "cfs" => Model::Cfs,
             "fifo" => Model::Fifo,
+            // Linux's sched_rr_timeslice_ms: at least 1 ms.
             "rr" => Model::Rr {
-                slice_ns: slice_ns.unwrap_or(100_000_000),
+                slice_ns: range("--tslice", slice_ns.unwrap_or(100_000_000), MS, 10_000 * MS)?,
             },
             "edf" => Model::Edf,
+            // Xen's credit tslice_ms: 1 .. 1000 (XEN_SYSCTL_CSCHED_TSLICE_MIN/MAX).
             "credit" => Model::Credit {
-                tslice_ns: slice_ns.unwrap_or(30_000_000),
+                tslice_ns: range("--tslice", slice_ns.unwrap_or(30_000_000), MS, 1_000 * MS)?,
             },
             "credit2" => Model::Credit2,
-            "rtds" => Model::Rtds {
-                budget_ns: budget_ns.unwrap_or(4_000_000),
-                period_ns: period_ns.unwrap_or(10_000_000),
-            },
-            other => return Err(format!("{other}: use cfs, fifo, rr, edf, credit, credit2 or rtds")),
-        })
+            // Xen's RTDS: period and budget of at least 10 us
+            // (RTDS_MIN_PERIOD, RTDS_MIN_BUDGET), budget within the period.
+            "rtds" => {
+                let period_ns = range("--period", period_ns.unwrap_or(10_000_000), 10_000, 10_000 * MS)?;
+                let budget_ns = range("--budget", budget_ns.unwrap_or(4_000_000), 10_000, period_ns)?;
+                Model::Rtds { budget_ns, period_ns }
+            }
+            other => {
+                return Err(format!(
+                    "--model {other}: use cfs, fifo, rr, edf, credit, credit2 or rtds"
+                ))
+            }
+        };
+        let unused = match model {
+            Model::Rr { .. } | Model::Credit { .. } => [("--budget", budget_ns), ("--period", period_ns)],
+            Model::Rtds { .. } => [("--tslice", slice_ns), ("--tslice", None)],
+            _ => [("--tslice", slice_ns), ("--budget", budget_ns.or(period_ns))],
+        };
+        if let Some((flag, _)) = unused.iter().find(|(_, v)| v.is_some()) {
+            return Err(format!("{name}: {flag} does not apply to this model"));
+        }
+        Ok(model)
     }
 
     /// The model for `threads` threads on `cpus` CPUs, equal weights.
