@@ -113,7 +113,7 @@ mod tests {
         // A window of 100 polls at a 140 % mean peaking above 200 %.
         let peak = 100 * 1_000_000 * 200 / 140;
         let above = windows.iter().filter(|&&w| w > peak).count();
-        ontime_core::errln!("{above} of 2000 windows above 200/140 of the mean");
+        crate::errln!("{above} of 2000 windows above 200/140 of the mean");
         assert!(above >= 40, "{above} of 2000 windows above 200/140 of the mean");
         assert!(
             windows.iter().all(|&w| w >= 100 * 1_000_000 / 3),
