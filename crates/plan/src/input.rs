@@ -322,12 +322,11 @@ impl PlanInput {
             }
         }
         for t in &self.tenants {
-            match (t.cpu_per_poll, &t.cpu_per_poll_from) {
-                (None, None) => bail!(
+            if let (None, None) = (t.cpu_per_poll, &t.cpu_per_poll_from) {
+                bail!(
                     "tenant {}: give cpu_per_poll (e.g. \"1.4ms\") or cpu_per_poll_from (a crawler's result)",
                     t.name
-                ),
-                _ => {}
+                );
             }
             t.work()
                 .validate()
