@@ -201,8 +201,23 @@ fn analyze(a: AnalyzeArgs) -> anyhow::Result<()> {
         ontime_core::limits::MAX_DURATION_NS,
     )
     .map_err(usage)?;
+    if a.log.is_dir() {
+        return Err(usage(format!("{} is a directory, not a receive log", a.log.display())));
+    }
+    if let Some(t) = a.timeout {
+        ontime_core::limits::duration(
+            "--timeout",
+            t,
+            ontime_core::limits::MIN_PERIOD_NS,
+            ontime_core::limits::MAX_DURATION_NS,
+        )
+        .map_err(usage)?;
+    }
     crate::output::check_outputs(&[("--result", a.out.result.as_deref())])?;
-    let r = ontime_gateway::recvlog::analyze(&a.log, a.period, a.timeout.unwrap_or(a.period), a.threshold)?;
+    // The log is the user's input: a line that is not a receive-log line,
+    // or a count that cannot be true, is bad input (exit 2).
+    let r = ontime_gateway::recvlog::analyze(&a.log, a.period, a.timeout.unwrap_or(a.period), a.threshold)
+        .map_err(|e| usage(format!("{e:#}")))?;
     let text = format!(
         "ontime gateway analyze: {} lines, {} lead points, period {}, missed {} ({} arrived too late; by {})\n{}\n{}\n",
         r.lines,

@@ -240,6 +240,12 @@ struct IoWorkloadArgs {
 }
 
 fn workload(a: IoWorkloadArgs) -> anyhow::Result<()> {
+    if !a.dir.is_dir() {
+        return Err(usage(format!(
+            "--dir {}: no such directory (give the tenant disk's mount point)",
+            a.dir.display()
+        )));
+    }
     output::check_outputs(&[("--result", a.out.result.as_deref()), ("--log", a.log.as_deref())])?;
     let spec = ontime_io::workload::WorkloadSpec {
         tool: a.tool,

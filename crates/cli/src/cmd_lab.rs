@@ -56,6 +56,9 @@ struct CleanArgs {
     /// Only list what would be removed
     #[arg(long)]
     dry_run: bool,
+    /// Clean even while a lab runs (it is destroyed and its run fails)
+    #[arg(long)]
+    force: bool,
 }
 
 pub fn run(a: LabArgs) -> anyhow::Result<()> {
@@ -70,8 +73,8 @@ fn run_scenario(a: RunArgs) -> anyhow::Result<()> {
     if !a.scenario.exists() {
         return Err(usage(format!("no scenario file at {}", a.scenario.display())));
     }
-    let text = std::fs::read_to_string(&a.scenario)?;
-    let plan = ontime_lab::scenario::load(&a.scenario).map_err(|e| usage(format!("{e:#}")))?;
+    let text = ontime_core::fsio::read_text(&a.scenario, "scenario (TOML)").map_err(|e| usage(format!("{e:#}")))?;
+    let plan = ontime_lab::scenario::load_str(&text, &a.scenario).map_err(|e| usage(format!("{e:#}")))?;
     let results = a
         .results
         .clone()
@@ -185,7 +188,13 @@ fn clean(a: CleanArgs) -> anyhow::Result<()> {
     let found = if a.dry_run {
         ontime_lab::clean::find()?
     } else {
-        ontime_lab::clean::clean()?
+        ontime_lab::clean::clean(a.force).map_err(|e| {
+            if e.is::<ontime_lab::clean::LabRunning>() {
+                usage(format!("{e:#}"))
+            } else {
+                e
+            }
+        })?
     };
     if found.is_empty() {
         crate::outln!("ontime lab clean: nothing of the lab's is left on this host");

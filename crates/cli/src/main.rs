@@ -75,7 +75,21 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
 /// Parses the command line; a usage error becomes one line on stderr and
 /// exit code 2 (help and version print as usual).
 fn parse() -> Cli {
-    match Cli::try_parse() {
+    use clap::{CommandFactory, FromArgMatches};
+    // "--rate -5" is a value out of range, said as such by the verb's own
+    // check, not "unexpected argument '-5'".
+    fn negative_numbers_are_values(cmd: clap::Command) -> clap::Command {
+        let names: Vec<String> = cmd.get_subcommands().map(|c| c.get_name().to_string()).collect();
+        let mut cmd = cmd.allow_negative_numbers(true);
+        for n in names {
+            cmd = cmd.mut_subcommand(n, negative_numbers_are_values);
+        }
+        cmd
+    }
+    let parsed = negative_numbers_are_values(Cli::command())
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m));
+    match parsed {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind;
@@ -94,6 +108,16 @@ fn parse() -> Cli {
                 .filter(|l| !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information"))
                 .map(|l| l.trim_start_matches("error: ").to_string())
                 .collect();
+            if e.kind() == ErrorKind::UnknownArgument {
+                // "--delay -1s": a negative duration read as a flag.
+                let negative = std::env::args().any(|a| {
+                    a.strip_prefix('-')
+                        .is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit() || c == '.'))
+                });
+                if negative {
+                    parts.push("durations, rates and counts cannot be negative".into());
+                }
+            }
             parts.push("see --help".into());
             ontime_core::errln!("ontime: error: {}", parts.join("; "));
             std::process::exit(2);

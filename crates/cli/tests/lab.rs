@@ -295,6 +295,54 @@ fn sigkilled_runner_leaves_what_clean_removes() {
     );
 }
 
+/// Defect 4: `lab clean` while a lab ran destroyed it, and the victim
+/// printed "missed 0" and exited 0 with `complete: false, error: null`.
+#[test]
+fn lab_clean_refuses_while_a_lab_runs_and_a_destroyed_run_fails_loudly() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root_or_skip() {
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let dir = tempfile::tempdir().unwrap();
+    let sc = write(
+        dir.path(),
+        "victim.toml",
+        "name = 'victim'\nduration = '60s'\n[tenant]\ncount = 1\n[tenant.crawl]\nrate = 20\n",
+    );
+    let results = dir.path().join("r");
+    let runner = ontime_testkit::KillOnDrop::spawn(ontime().args(["lab", "run"]).arg(&sc).arg("-o").arg(&results));
+    // Ready once the tenant's probe runs.
+    ontime_testkit::wait_until("the victim's probe", Duration::from_secs(60), || {
+        Command::new("pgrep")
+            .args(["-f", "ontime crawl --url http://10.77"])
+            .output()
+            .is_ok_and(|o| !o.stdout.is_empty())
+    });
+    let refused = ontime().args(["lab", "clean"]).output().unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("a lab is running (pid {})", runner.id())) && err.contains("--force"),
+        "{err}"
+    );
+    assert!(
+        Path::new("/run/netns/ontime-t0").exists(),
+        "the refused clean left the lab standing"
+    );
+    let forced = ontime().args(["lab", "clean", "--force"]).output().unwrap();
+    assert!(forced.status.success(), "{}", String::from_utf8_lossy(&forced.stderr));
+    let out = runner.wait_output(Duration::from_secs(120));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the destroyed run exited 0: {err}");
+    assert!(err.contains("failed"), "{err}");
+    eprintln!("victim said: {err}");
+    let rec = read_json(&results.join("runs/000-rep1/run.json"));
+    assert_eq!(rec["complete"], false);
+    let e = rec["error"].as_str().unwrap_or_default();
+    assert!(e.contains("destroyed") || e.contains("wrote no result"), "{rec}");
+}
+
 #[test]
 fn bad_scenarios_are_refused_before_anything_is_made() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,13 +1,13 @@
 //! Reading TOML files with errors a user can act on: one line naming the
 //! file, line, column and the reason.
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use serde::de::DeserializeOwned;
 use std::path::Path;
 
 /// Reads and parses a TOML file into `T`.
 pub fn read_toml<T: DeserializeOwned>(path: &Path, what: &str) -> Result<T> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {what} {}", path.display()))?;
+    let text = crate::fsio::read_text(path, what)?;
     parse_toml(&text, &path.display().to_string())
 }
 

@@ -29,6 +29,23 @@ fn tmp_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// Reads a text file the user named (`what` says what it should be): the
+/// error names the file and what is wrong with it: missing, a directory,
+/// or bytes that are not text (a binary given by mistake).
+pub fn read_text(path: &Path, what: &str) -> Result<String> {
+    if path.is_dir() {
+        anyhow::bail!("{} is a directory, not a {what}", path.display());
+    }
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {what} {}", path.display()))?;
+    String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{} is not a {what}: byte {} is not UTF-8 text",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
 /// Checks, before a run starts, that `path` can be written: its directory
 /// exists and is a directory. `flag` names the option in the error. Nothing
 /// is created: a typo in a directory name is the user's to fix, not ours to

@@ -192,6 +192,9 @@ fn burn_cpu(ns: u64) {
     }
 }
 
+/// Polls one gateway's pool lets wait for a connection.
+const MAX_WAITING: usize = 4096;
+
 /// Runs one vCPU thread's share of the crawl until the end time or a stop.
 pub fn run(setup: EngineSetup) -> anyhow::Result<()> {
     let mut e = Engine::new(setup, SystemClock)?;
@@ -319,8 +322,10 @@ impl<C: Clock> Engine<C> {
                 break;
             }
             if scheduling && (self.s.flags.stop.load(Ordering::Relaxed) || now >= self.end) {
-                // Polls planned from here on are not part of this run.
+                // Polls planned from here on are not part of this run;
+                // those planned before that were never sent are missed.
                 scheduling = false;
+                self.miss_unsent(now.min(self.end), now);
             }
             if scheduling {
                 self.send_due(now);
@@ -407,11 +412,43 @@ impl<C: Clock> Engine<C> {
         };
     }
 
+    /// Every poll planned before `cutoff` and not yet sent: missed, each a
+    /// sample with its full error (an overloaded thread's backlog at the
+    /// end of the run, or at a stop).
+    fn miss_unsent(&mut self, cutoff: u64, now: u64) {
+        while let Some(Reverse((planned, stream, index))) = self.schedule.pop() {
+            let period = self.s.streams[stream as usize].period_ns.max(1);
+            let (mut at, mut k) = (planned, index);
+            while at < cutoff {
+                self.metrics.outcomes.planned += 1;
+                let p = InFlight {
+                    stream,
+                    index: k,
+                    planned: at,
+                    sent: 0,
+                    resent: false,
+                };
+                self.finish(p, now, Outcome::NotSent, 0, 0);
+                at += period;
+                k += 1;
+            }
+        }
+    }
+
     fn send_due(&mut self, now: u64) {
+        // An overloaded thread stays here while polls are due; it returns
+        // every SEND_BATCH sends to read answers, expire polls and report,
+        // and as soon as the run ends or is stopped.
+        const SEND_BATCH: u32 = 256;
+        let mut sent = 0u32;
         while let Some(&Reverse((planned, stream, index))) = self.schedule.peek() {
             if planned > now {
                 break;
             }
+            if sent == SEND_BATCH {
+                break;
+            }
+            sent += 1;
             self.schedule.pop();
             if planned >= self.end {
                 // Past the end of the run: do not plan it, and keep it out of
@@ -462,8 +499,13 @@ impl<C: Clock> Engine<C> {
                 Some(slot) => self.assign(slot, p),
                 None => self.finish(p, self.clock.now().0, Outcome::ConnectionLost, 0, 0),
             }
-        } else {
+        } else if self.pools[gw].waiting.len() < MAX_WAITING {
             self.pools[gw].waiting.push_back(p);
+        } else {
+            // Overloaded: a poll that would wait behind this many others
+            // will not be sent in time; it is missed now, and memory stays
+            // bounded however far the plan outruns the connections.
+            self.finish(p, self.clock.now().0, Outcome::NotSent, 0, 0);
         }
     }
 

@@ -27,7 +27,7 @@
 //! infers `m` from the gap, which is right only while jitter stays below
 //! half a period.
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use ontime_core::interval;
 use ontime_core::stats::{LatencyHistogram, Summary};
 use serde::Serialize;
@@ -227,12 +227,26 @@ pub fn analyze(path: &Path, period_ns: u64, timeout_ns: u64, threshold_ns: Optio
         }
         series.entry((b.to_string(), p)).or_default().push(r);
     }
+    // What cannot be true of one run's log is refused, not counted: a
+    // forged or corrupt stamp would otherwise become billions of misses.
+    let stamps = series.values().flatten().map(|r| r.recv_ns);
+    if let (Some(first), Some(last)) = (stamps.clone().min(), stamps.max()) {
+        if last - first > ontime_core::limits::MAX_DURATION_NS {
+            bail!(
+                "{}: receive times span {}, longer than any run (at most {}): a corrupt stamp, or logs of several runs joined",
+                path.display(),
+                ontime_core::duration::format_ns(last - first),
+                ontime_core::duration::format_ns(ontime_core::limits::MAX_DURATION_NS)
+            );
+        }
+    }
     let mut hist = LatencyHistogram::new();
-    let (mut missed, mut late) = (0, 0);
+    let (mut missed, mut late) = (0u64, 0u64);
     let exact = !series.is_empty() && series.values().flatten().all(|r| r.poll.is_some());
-    for rs in series.values_mut() {
+    for ((building, point), rs) in series.iter_mut() {
         if exact {
-            let (m, l) = by_poll_number(rs, period_ns, timeout_ns, &mut hist);
+            let (m, l) = by_poll_number(rs, period_ns, timeout_ns, &mut hist)
+                .map_err(|e| anyhow::anyhow!("{}: building {building} point {point}: {e}", path.display()))?;
             missed += m;
             late += l;
         } else {
@@ -256,11 +270,17 @@ pub fn analyze(path: &Path, period_ns: u64, timeout_ns: u64, threshold_ns: Optio
 
 /// The crawler's rule on one point's receptions, by poll number. Returns
 /// (missed, of which arrived late).
-fn by_poll_number(rs: &mut [Reception], period_ns: u64, timeout_ns: u64, hist: &mut LatencyHistogram) -> (u64, u64) {
+fn by_poll_number(
+    rs: &mut [Reception],
+    period_ns: u64,
+    timeout_ns: u64,
+    hist: &mut LatencyHistogram,
+) -> Result<(u64, u64)> {
     rs.sort_by_key(|r| (r.poll, r.recv_ns));
     let mut tracker = interval::IntervalTracker::default();
     let (mut missed, mut late) = (0u64, 0u64);
     let mut next: Option<u64> = None;
+    let mut previous: Option<(u64, u64)> = None;
     for r in rs.iter() {
         let k = r.poll.unwrap_or(0);
         // A poll received twice (a resend after a closed connection)
@@ -268,6 +288,25 @@ fn by_poll_number(rs: &mut [Reception], period_ns: u64, timeout_ns: u64, hist: &
         if next.is_some_and(|n| k < n) {
             continue;
         }
+        // Poll k is planned (k - j) periods after poll j: it cannot arrive
+        // much sooner than that after j did (j may have been late, by its
+        // timeout and a minute more at most).
+        if let Some((j, at)) = previous {
+            let ahead = (k - j).checked_mul(period_ns);
+            let room = r
+                .recv_ns
+                .saturating_sub(at)
+                .saturating_add(timeout_ns)
+                .saturating_add(60_000_000_000);
+            if ahead.is_none_or(|a| a > room) {
+                bail!(
+                    "poll numbers jump from {j} to {k} in {} of receive time: not possible at a period of {} (corrupt log?)",
+                    ontime_core::duration::format_ns(r.recv_ns.saturating_sub(at)),
+                    ontime_core::duration::format_ns(period_ns)
+                );
+            }
+        }
+        previous = Some((k, r.recv_ns));
         // Polls between the previous one and this never arrived.
         let gap = next.map_or(0, |n| k - n);
         hist.record_n(period_ns, gap);
@@ -281,12 +320,32 @@ fn by_poll_number(rs: &mut [Reception], period_ns: u64, timeout_ns: u64, hist: &
             let _ = tracker.measured(k, r.recv_ns, period_ns, hist);
         }
     }
-    (missed, late)
+    Ok((missed, late))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Defect 11: a crafted log gave "missed 18446744073709551614".
+    #[test]
+    fn what_cannot_be_true_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("recv.log");
+        let p = 1_000_000_000u64;
+        let analyze_text = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            analyze(&path, p, p, None).map(|a| a.missed)
+        };
+        // Poll numbers that jump further than the receive times allow.
+        let e = analyze_text("1000000000 b0 0 1 0 - -\n2000000000 b0 0 1 18446744073709551615 - -\n").unwrap_err();
+        assert!(format!("{e:#}").contains("poll numbers jump"), "{e:#}");
+        // Receive stamps spanning more than any run.
+        let e = analyze_text("0 b0 0 1\n18446744073709551615 b0 0 1\n").unwrap_err();
+        assert!(format!("{e:#}").contains("longer than any run"), "{e:#}");
+        // A true gap of two polls in two periods is counted.
+        assert_eq!(analyze_text("0 b0 0 1 0 - -\n3000000000 b0 0 1 3 - -\n").unwrap(), 2);
+    }
 
     #[test]
     fn writes_and_analyzes() {

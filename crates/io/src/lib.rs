@@ -775,7 +775,7 @@ pub fn figures(a: &IoAnalysis, dir: &Path) -> Result<Vec<PathBuf>> {
             continue;
         }
         let svg = dir.join(format!("io-{}.svg", t.name));
-        std::fs::write(&svg, c.svg()?).with_context(|| format!("writing {}", svg.display()))?;
+        ontime_core::fsio::write_atomic(&svg, c.svg()?.as_bytes())?;
         let png = dir.join(format!("io-{}.png", t.name));
         c.png(&png)?;
         out.push(svg);

@@ -75,9 +75,33 @@ pub fn find() -> Result<Leftovers> {
     })
 }
 
-/// Removes everything [`find`] reports; returns what it found.
-pub fn clean() -> Result<Leftovers> {
+/// `lab clean` found a lab still running: cleaning would destroy it.
+#[derive(Debug)]
+pub struct LabRunning(pub Option<u32>);
+
+impl std::fmt::Display for LabRunning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pid = self.0.map_or("unknown".into(), |p| p.to_string());
+        write!(
+            f,
+            "a lab is running (pid {pid}): cleaning would destroy it. Stop it first (kill {pid}), or give --force to destroy it anyway"
+        )
+    }
+}
+
+impl std::error::Error for LabRunning {}
+
+/// Removes everything [`find`] reports; returns what it found. While a
+/// live process holds the lab lock, refuses ([`LabRunning`]) unless
+/// `force`; otherwise holds the lock itself, so no lab starts half-way
+/// through the clean.
+pub fn clean(force: bool) -> Result<Leftovers> {
     anyhow::ensure!(crate::sys::is_root(), "lab clean needs root: run it with sudo");
+    let _lock = match crate::lock::LabLock::try_acquire()? {
+        Ok(lock) => Some(lock),
+        Err(pid) if !force => return Err(LabRunning(pid).into()),
+        Err(_) => None,
+    };
     let found = find()?;
     for &pid in &found.processes {
         // SAFETY: these processes are in the lab's cgroups or namespaces.

@@ -21,7 +21,24 @@ impl LabLock {
         LabLock::acquire_at(Path::new(LOCK_FILE))
     }
 
+    /// Takes the lock, or returns the pid of the live process holding it
+    /// (`Err(None)` when the holder left no pid).
+    pub fn try_acquire() -> Result<std::result::Result<LabLock, Option<u32>>> {
+        LabLock::try_acquire_at(Path::new(LOCK_FILE))
+    }
+
     fn acquire_at(path: &Path) -> Result<LabLock> {
+        match LabLock::try_acquire_at(path)? {
+            Ok(l) => Ok(l),
+            Err(pid) => anyhow::bail!(
+                "a lab is already running (pid {}); wait for it to finish or stop it (kill {0}); \
+                 `ontime lab clean` then removes what a killed lab left",
+                pid.map_or("unknown".into(), |p| p.to_string())
+            ),
+        }
+    }
+
+    fn try_acquire_at(path: &Path) -> Result<std::result::Result<LabLock, Option<u32>>> {
         let mut file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -33,17 +50,13 @@ impl LabLock {
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let mut pid = String::new();
             let _ = file.read_to_string(&mut pid);
-            let pid = pid.trim();
-            anyhow::bail!(
-                "a lab is already running (pid {}); wait for it to finish or run `ontime lab clean`",
-                if pid.is_empty() { "unknown" } else { pid }
-            );
+            return Ok(Err(pid.trim().parse().ok()));
         }
         file.set_len(0)?;
         file.rewind()?;
         write!(file, "{}", std::process::id())?;
         file.flush()?;
-        Ok(LabLock { _file: file })
+        Ok(Ok(LabLock { _file: file }))
     }
 }
 
@@ -59,6 +72,9 @@ mod tests {
         let e = LabLock::acquire_at(&p).err().expect("second lock must fail");
         let msg = format!("{e:#}");
         assert!(msg.contains(&format!("pid {}", std::process::id())), "{msg}");
+        // Defect 4: it used to tell the user to run `lab clean`, which
+        // destroys the running lab.
+        assert!(msg.contains("stop it (kill"), "{msg}");
         drop(first);
         LabLock::acquire_at(&p).unwrap();
     }

@@ -188,11 +188,11 @@ fn io_charts(runs: &[RunResults], cells: &[ontime_io::advise::Cell], x_key: Opti
 pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
     ontime_plot::register_font()?;
     let runs = load_runs(dir)?;
-    anyhow::ensure!(
-        !runs.is_empty(),
-        "{} holds no finished run yet",
-        dir.join("runs").display()
-    );
+    if runs.is_empty() {
+        return Err(
+            crate::results::BadResultFile(format!("{} holds no finished run yet", dir.join("runs").display())).into(),
+        );
+    }
     let out = out.map(Path::to_path_buf).unwrap_or_else(|| dir.join("report"));
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
     let scenario_name = runs[0].record.config.name.clone();

@@ -4,7 +4,7 @@
 //! error naming the file and the field, never a report of zero samples.
 
 use crate::runner::{RunRecord, Workload};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use ontime_core::stats::{LatencyHistogram, Summary};
 use ontime_crawl::CrawlResult;
 use ontime_cyclic::CyclicResult;
@@ -26,7 +26,7 @@ impl std::error::Error for BadResultFile {}
 
 /// Reads a JSON file as `T`; a wrong field names the file, line and field.
 pub fn read_json<T: DeserializeOwned>(path: &Path, what: &str) -> Result<T> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = ontime_core::fsio::read_text(path, what).map_err(|e| BadResultFile(format!("{e:#}")))?;
     let de = &mut serde_json::Deserializer::from_str(&text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let field = e.path().to_string();
@@ -171,11 +171,11 @@ pub fn read_run(dir: &Path) -> Result<RunResults> {
 pub fn run_dirs(results: &Path) -> Result<Vec<PathBuf>> {
     let runs_dir = results.join("runs");
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&runs_dir)
-        .with_context(|| {
-            format!(
-                "{} has no runs/ directory: is it a lab results directory?",
+        .map_err(|_| {
+            BadResultFile(format!(
+                "{} has no runs/ directory: is it a lab results directory (ontime lab run -o DIR)?",
                 results.display()
-            )
+            ))
         })?
         .flatten()
         .map(|e| e.path())

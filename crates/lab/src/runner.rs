@@ -323,8 +323,29 @@ pub fn run_plan(
         record.finished_utc = ontime_core::manifest::utc_now();
         record.environment.manifest.finish();
         let interrupted = opts.stop.load(Ordering::Relaxed);
+        // A run that ended without an error, uninterrupted, yet without
+        // every tenant's result is a failure, said so.
+        let outcome = outcome.and_then(|()| {
+            let missing: Vec<String> = record
+                .tenants
+                .iter()
+                .filter(|t| t.result.is_none())
+                .map(|t| {
+                    format!(
+                        "t{} (exit {})",
+                        t.index,
+                        t.exit.map_or("unknown".into(), |c| c.to_string())
+                    )
+                })
+                .collect();
+            if interrupted || missing.is_empty() {
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!("tenant(s) {} wrote no result", missing.join(", ")))
+            }
+        });
         match &outcome {
-            Ok(()) => record.complete = !interrupted && record.tenants.iter().all(|t| t.result.is_some()),
+            Ok(()) => record.complete = !interrupted,
             Err(e) => record.error = Some(format!("{e:#}")),
         }
         write_atomic(&dir.join("run.json"), serde_json::to_string_pretty(&record)?.as_bytes())?;
@@ -422,6 +443,13 @@ fn one_run(
     };
     if let (Some(a), Some(b)) = (cpu_before, HostCpu::now()) {
         rec.host_cpu = Some(a.until(&b));
+    }
+    let gone = lab.vanished();
+    if !gone.is_empty() {
+        bail!(
+            "the lab was destroyed under the run ({} gone; `ontime lab clean --force`?): its results are not valid",
+            gone.join(", ")
+        );
     }
 
     if let Some(o) = io_observer {

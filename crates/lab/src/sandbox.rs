@@ -106,6 +106,31 @@ pub struct Lab {
     undo: Undo,
 }
 
+impl Lab {
+    /// What of the lab is gone while it should exist (namespaces, cgroups,
+    /// host-side links): something outside the run removed it, e.g.
+    /// `ontime lab clean --force`.
+    pub fn vanished(&self) -> Vec<String> {
+        let mut gone = Vec::new();
+        for e in std::iter::once(&self.building).chain(self.tenants.iter().map(|t| &t.net)) {
+            if !crate::names::netns_file(&e.netns).exists() {
+                gone.push(format!("namespace {}", e.netns));
+            }
+            if !std::path::Path::new("/sys/class/net").join(&e.host_if).exists() {
+                gone.push(format!("link {}", e.host_if));
+            }
+        }
+        for t in &self.tenants {
+            for d in t.cgroup.iter().flat_map(|c| &c.dirs) {
+                if !d.exists() {
+                    gone.push(format!("cgroup {}", d.display()));
+                }
+            }
+        }
+        gone
+    }
+}
+
 fn mac_for(i: u32) -> [u8; 6] {
     // Locally administered, unicast.
     [0x02, 0x77, (i >> 24) as u8, (i >> 16) as u8, (i >> 8) as u8, i as u8]

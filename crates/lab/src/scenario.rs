@@ -31,7 +31,7 @@
 //! "host.relay_policy" = ["other", "fifo:90"]
 //! ```
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use ontime_core::rt::{parse_cpu_list, Policy};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -746,7 +746,7 @@ pub const RUN_OVERHEAD_NS: u64 = 3_000_000_000;
 
 /// Reads and expands a scenario file; every error names the file and key.
 pub fn load(path: &Path) -> Result<Plan> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read scenario {}", path.display()))?;
+    let text = ontime_core::fsio::read_text(path, "scenario (TOML)")?;
     load_str(&text, path)
 }
 

@@ -150,7 +150,7 @@ pub fn write_all(a: &Analysis, dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for c in charts(a, "") {
         let svg = dir.join(format!("{}.svg", c.name));
-        std::fs::write(&svg, c.svg()?).with_context(|| format!("cannot write {}", svg.display()))?;
+        ontime_core::fsio::write_atomic(&svg, c.svg()?.as_bytes())?;
         let png = dir.join(format!("{}.png", c.name));
         c.png(&png)?;
         out.push(png);

@@ -90,9 +90,20 @@ impl Chart {
         Ok(s)
     }
 
+    /// Writes the PNG whole or not at all (drawn beside it, then renamed):
+    /// a full disk leaves no 0-byte figure that looks like one.
     pub fn png(&self, path: &Path) -> Result<()> {
-        draw(BitMapBackend::new(path, self.size).into_drawing_area(), self)
-            .with_context(|| format!("drawing {}", path.display()))
+        // The encoder takes the format from the name: keep ".png" last.
+        let mut name = std::ffi::OsString::from(".");
+        name.push(path.file_name().unwrap_or_default());
+        name.push(".tmp.png");
+        let tmp = path.with_file_name(name);
+        let drawn = draw(BitMapBackend::new(&tmp, self.size).into_drawing_area(), self)
+            .and_then(|()| std::fs::rename(&tmp, path).map_err(anyhow::Error::from));
+        if drawn.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        drawn.with_context(|| format!("cannot write {}", path.display()))
     }
 }
 

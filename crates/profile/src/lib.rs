@@ -520,7 +520,7 @@ pub fn figures(j: &Joined, syms: &Symbols, dir: &Path) -> Result<Vec<PathBuf>> {
     ontime_plot::register_font()?;
     for c in class_charts(j) {
         let svg = dir.join(format!("{}.svg", c.name));
-        std::fs::write(&svg, c.svg()?).with_context(|| format!("writing {}", svg.display()))?;
+        ontime_core::fsio::write_atomic(&svg, c.svg()?.as_bytes())?;
         let png = dir.join(format!("{}.png", c.name));
         c.png(&png)?;
         written.push(svg);
@@ -548,13 +548,10 @@ pub fn flame_graphs(j: &Joined, syms: &Symbols, dir: &Path) -> Result<Vec<PathBu
         let mut opts = inferno::flamegraph::Options::default();
         opts.title = title.to_string();
         opts.count_name = "us".to_string();
-        let file = std::fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
-        inferno::flamegraph::from_lines(
-            &mut opts,
-            lines.iter().map(String::as_str),
-            std::io::BufWriter::new(file),
-        )
-        .with_context(|| format!("writing {}", path.display()))?;
+        let mut svg = Vec::new();
+        inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut svg)
+            .with_context(|| format!("drawing {}", path.display()))?;
+        ontime_core::fsio::write_atomic(&path, &svg)?;
         written.push(path);
     }
     Ok(written)

@@ -263,12 +263,12 @@ pub fn build(j: &Joined, syms: &Symbols, start_realtime_ns: u64, period_ns: u64)
 }
 
 /// Writes `p` gzipped to `path`.
+/// Whole or not at all: a full disk leaves no 0-byte profile behind.
 pub fn write(p: &Profile, path: &std::path::Path) -> Result<()> {
-    let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    let mut gz = flate2::write::GzEncoder::new(file, flate2::Compression::default());
-    gz.write_all(&p.encode_to_vec())
-        .and_then(|_| gz.finish().map(|_| ()))
-        .with_context(|| format!("writing {}", path.display()))
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&p.encode_to_vec()).context("compressing the profile")?;
+    let bytes = gz.finish().context("compressing the profile")?;
+    ontime_core::fsio::write_atomic(path, &bytes)
 }
 
 #[cfg(test)]

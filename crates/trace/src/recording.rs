@@ -424,6 +424,7 @@ impl Recording {
             }
         }
         let meta = meta.with_context(|| format!("{}: no META block; the recording is empty", path.display()))?;
+        check_times(path, &meta, end.as_ref(), &events, &samples, &io_events)?;
         // Per-CPU rings interleave slightly; the analysis needs one time order.
         events.sort_by_key(|e| e.ts);
         samples.sort_by_time();
@@ -441,6 +442,48 @@ impl Recording {
             truncated_bytes,
         })
     }
+}
+
+/// Every stamp lies within the recording (its start to its end, or a week
+/// after its start when it was cut short), give or take a second for
+/// per-CPU buffers read late: a forged or corrupt block is refused, not
+/// turned into a recording of 72 million seconds.
+fn check_times(
+    path: &Path,
+    meta: &Meta,
+    end: Option<&End>,
+    events: &[Event],
+    samples: &SampleBatch,
+    io_events: &[IoEvent],
+) -> Result<()> {
+    const SLACK_NS: u64 = 1_000_000_000;
+    let first = meta.start_ns.saturating_sub(SLACK_NS);
+    let last = end
+        .map_or(
+            meta.start_ns.saturating_add(ontime_core::limits::MAX_DURATION_NS),
+            |e| e.end_ns,
+        )
+        .saturating_add(SLACK_NS);
+    if end.is_some_and(|e| e.end_ns < meta.start_ns) {
+        bail!("{}: corrupt recording: it ends before it starts", path.display());
+    }
+    let stamps = events
+        .iter()
+        .map(|e| (e.ts, "scheduler event"))
+        .chain(samples.samples.iter().map(|s| (s.ts, "stack sample")))
+        .chain(io_events.iter().map(|e| (e.ts, "I/O event")));
+    for (ts, what) in stamps {
+        if !(first..=last).contains(&ts) {
+            bail!(
+                "{}: corrupt recording: a {what} at {} s lies outside the recording ({} .. {} s)",
+                path.display(),
+                ts as f64 / 1e9,
+                meta.start_ns as f64 / 1e9,
+                last.saturating_sub(SLACK_NS) as f64 / 1e9
+            );
+        }
+    }
+    Ok(())
 }
 
 fn push_events(events: &mut Vec<Event>, bytes: &[u8]) {
@@ -505,6 +548,34 @@ mod tests {
             std::fs::write(&path, &bytes).unwrap();
             let _ = Recording::read(&path);
         }
+    }
+
+    /// Defect 11: a forged EVENTS block gave a 72 337 616 s recording span.
+    #[test]
+    fn a_stamp_outside_the_recording_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.otrec");
+        let write = |ts: u64| {
+            let mut w = Writer::create(&path, &meta()).unwrap();
+            w.event(&Event {
+                ts,
+                kind: kind::SWITCH,
+                ..Default::default()
+            })
+            .unwrap();
+            w.finish(&End {
+                end_ns: 2000,
+                events: 1,
+                lost: 0,
+                store_ns: None,
+            })
+            .unwrap();
+        };
+        write(72_337_616 * 1_000_000_000);
+        let e = format!("{:#}", Recording::read(&path).unwrap_err());
+        assert!(e.contains("corrupt recording") && e.contains("outside"), "{e}");
+        write(1500);
+        assert_eq!(Recording::read(&path).unwrap().events.len(), 1);
     }
 
     #[test]

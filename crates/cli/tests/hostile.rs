@@ -1,0 +1,381 @@
+//! Regression tests of the defects a hostile test of the landed binary
+//! found (issue "Shape and trust", section 3): memory without bound from
+//! accepted input, a closed stderr, an overloaded crawler, nonsense plans,
+//! wrong exit codes, corrupt input accepted, and outputs left half-written.
+//! Each says which defect it guards. Bad input is exit 2 with one line that
+//! names the flag, key or file and what is allowed.
+
+use ontime_testkit::{free_port, is_root, skip, KillOnDrop};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+fn ontime() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ontime"))
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Runs `ontime ARGS` with a 120 s bound on a hang; returns its output.
+fn run(args: &[&str]) -> Output {
+    KillOnDrop::spawn(ontime().args(args)).wait_output(Duration::from_secs(120))
+}
+
+/// Exit 2 and a one-line error containing every one of `says`.
+fn refused(out: &Output, says: &[&str]) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    for s in says {
+        assert!(err.contains(s), "expected {s:?} in: {err}");
+    }
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// A tenant of two crawler tenants at 20 polls/s, 1 s long, for sweeps.
+const SMALL: &str = "name = 'small'\nduration = '1s'\n[tenant]\ncount = 2\n[tenant.crawl]\nrate = 20\n";
+
+/// Defect 1: 4 keys x 100 values reached 24 GB in `lab run --dry-run` and
+/// `sim` before anything ran.
+#[test]
+fn a_sweep_too_large_to_plan_is_refused_before_it_is_expanded() {
+    let dir = tempfile::tempdir().unwrap();
+    let values = (1..=100).map(|v| v.to_string()).collect::<Vec<_>>().join(", ");
+    let text = format!(
+        "{SMALL}[sweep]\n\"tenant.count\" = [{values}]\n\"tenant.crawl.rate\" = [{values}]\n\"tenant.vcpus\" = [{values}]\n\"duration\" = [{}]\n",
+        (1..=100).map(|v| format!("'{v}s'")).collect::<Vec<_>>().join(", ")
+    );
+    let sc = write(dir.path(), "huge.toml", &text);
+    refused(
+        &run(&["lab", "run", "--dry-run", p(&sc)]),
+        &["more than 10000 combinations"],
+    );
+    refused(&run(&["sim", p(&sc)]), &["more than 10000 combinations"]);
+    // Combinations within the bound, repetitions beyond it.
+    let reps = write(
+        dir.path(),
+        "reps.toml",
+        &format!(
+            "{}\n[sweep]\n\"tenant.crawl.rate\" = [{values}]\n",
+            SMALL.replace("duration = '1s'", "duration = '1s'\nrepetitions = 200")
+        ),
+    );
+    refused(
+        &run(&["lab", "run", "--dry-run", p(&reps)]),
+        &["20000 runs, more than 10000"],
+    );
+}
+
+/// Defects 1 and 7: plan inputs a machine cannot hold or that mean nothing.
+#[test]
+fn nonsense_plans_are_refused_with_the_key_and_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = |host: &str, tenant: &str| {
+        write(
+            dir.path(),
+            "in.toml",
+            &format!("[[host]]\nname = 'h'\n{host}\n[[tenant]]\nname = 't'\ncpu_per_poll = '1ms'\n{tenant}\n"),
+        )
+    };
+    let cases: [(&str, &str, &[&str]); 7] = [
+        ("cores = 4", "rate = 1e12\ntarget = '10ms'", &["rate", "at most"]),
+        (
+            "cores = 4",
+            "rate = 10\ncount = 1000000000000000\ntarget = '10ms'",
+            &["count", "out of range"],
+        ),
+        (
+            "cores = 100000000",
+            "rate = 10\ntarget = '10ms'",
+            &["cores", "1 .. 256"],
+        ),
+        (
+            "cores = 4\nio_cpus = 1e300",
+            "rate = 10\ntarget = '10ms'",
+            &["io_cpus", "0 .. 4"],
+        ),
+        (
+            "cores = 4\ncount = 0",
+            "rate = 10\ntarget = '10ms'",
+            &["count = 0", "out of range"],
+        ),
+        ("cores = 4", "rate = 10\ntarget = '0s'", &["target", "out of range"]),
+        (
+            "cores = 4",
+            "rate = 10\nvcpus = 0\ntarget = '10ms'",
+            &["vcpus", "out of range"],
+        ),
+    ];
+    for (host, tenant, says) in cases {
+        let f = plan(host, tenant);
+        refused(&run(&["plan", p(&f)]), says);
+        refused(&run(&["plan", "check", p(&f)]), says);
+    }
+}
+
+/// Defects 8 and 1: `gateway --threads 1000000` aborted (rc 134);
+/// `--buildings 100000000` grew 0.5 GB/s and ignored SIGINT.
+#[test]
+fn a_gateway_too_large_is_refused_before_it_is_built() {
+    refused(&run(&["gateway", "--threads", "1000000"]), &["threads", "1 .. 1024"]);
+    refused(
+        &run(&["gateway", "--buildings", "100000000"]),
+        &["buildings", "1 .. 10000"],
+    );
+    refused(
+        &run(&["gateway", "--buildings", "100", "--points", "1000000"]),
+        &["points", "out of range"],
+    );
+    refused(
+        &run(&[
+            "gateway",
+            "--buildings",
+            "100",
+            "--port-per-building",
+            "--listen",
+            "127.0.0.1:65500",
+        ]),
+        &["past port 65535"],
+    );
+}
+
+/// Defect 9: `sim --model rtds --budget 20ms --period 10ms` was accepted,
+/// `--budget 0s` gave rc 0 and every value n/a, `--cpus 100000` ran for
+/// minutes.
+#[test]
+fn simulator_settings_outside_the_models_ranges_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let sc = write(dir.path(), "s.toml", SMALL);
+    let sim = |more: &[&str]| {
+        let mut a = vec!["sim", p(&sc)];
+        a.extend_from_slice(more);
+        run(&a)
+    };
+    refused(
+        &sim(&["--model", "rtds", "--budget", "20ms", "--period", "10ms"]),
+        &["--budget", "out of range"],
+    );
+    refused(
+        &sim(&["--model", "rtds", "--budget", "0s"]),
+        &["--budget", "out of range"],
+    );
+    refused(&sim(&["--cpus", "100000"]), &["--cpus", "1 .. 256"]);
+    refused(
+        &sim(&["--model", "credit", "--tslice", "0s"]),
+        &["--tslice", "out of range"],
+    );
+    refused(
+        &sim(&["--model", "cfs", "--tslice", "5ms"]),
+        &["--tslice does not apply"],
+    );
+    let ok = sim(&["--model", "rtds", "--budget", "4ms", "--period", "10ms"]);
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+}
+
+/// Defect 2: with stderr closed (`2>&1 | head -1`), SIGINT did nothing
+/// (the signal thread's message panicked) and `lab run` exited 101.
+#[test]
+fn a_closed_stderr_neither_stops_the_stop_nor_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let result = dir.path().join("r.json");
+    let port = free_port();
+    let mut child = ontime()
+        .args([
+            "crawl",
+            "--with-gateway",
+            "--url",
+            &format!("http://127.0.0.1:{port}/b0"),
+        ])
+        .args(["--rate", "50", "-D", "60s", "--no-dma-latency", "--result"])
+        .arg(&result)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read the first line, then close both pipes as `head -1` does.
+    let mut first = [0u8; 1];
+    let mut err = child.stderr.take().unwrap();
+    err.read_exact(&mut first).unwrap();
+    drop(err);
+    drop(child.stdout.take());
+    let child = KillOnDrop(child);
+    child.signal(libc::SIGINT);
+    let out = child.wait_output(Duration::from_secs(60));
+    assert!(out.status.success(), "stopped crawl: {:?}", out.status);
+    assert!(
+        result.exists(),
+        "the result is written although nothing could be printed"
+    );
+
+    // lab run prints its plan on stderr first.
+    let sc = write(dir.path(), "s.toml", SMALL);
+    let mut lab = ontime()
+        .args(["lab", "run", "--dry-run"])
+        .arg(&sc)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(lab.stderr.take());
+    drop(lab.stdout.take());
+    let status = lab.wait().unwrap();
+    assert!(status.success(), "lab run with closed pipes: {status:?}");
+}
+
+/// Defect 6: `crawl --rate 1e6 -D 3s` ran ~105 s with 763 MB and reported
+/// 2743.9 % of one core on 2 CPUs. The run ends at its duration with every
+/// planned poll accounted (sent or missed), and the CPU shares are taken
+/// over the time it really took.
+#[test]
+fn an_overloaded_crawl_ends_at_its_duration_and_accounts_every_poll() {
+    let dir = tempfile::tempdir().unwrap();
+    let result = dir.path().join("r.json");
+    let port = free_port();
+    let out = KillOnDrop::spawn(
+        ontime()
+            .args([
+                "crawl",
+                "--with-gateway",
+                "--url",
+                &format!("http://127.0.0.1:{port}/b0"),
+            ])
+            .args(["--rate", "1e6", "-D", "2s", "--no-dma-latency", "--result"])
+            .arg(&result),
+    )
+    .wait_output(Duration::from_secs(300));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&result).unwrap()).unwrap();
+    let n = |k: &str| {
+        r.pointer(k)
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or_else(|| panic!("{k} in {r}"))
+    };
+    assert_eq!(n("/duration_ns"), 2_000_000_000);
+    assert_eq!(n("/polls/planned"), 2_000_000, "every poll of the plan is accounted");
+    assert_eq!(n("/polls/ok") + n("/missed"), n("/polls/planned"));
+    assert!(n("/polls/not_sent") > 0, "an overloaded thread misses polls: {r}");
+    let wall = n("/wall_ns") as f64;
+    let cpus = ontime_core::limits::online_cpus() as f64;
+    assert!(
+        n("/process_cpu_ns") as f64 <= wall * cpus * 1.05,
+        "CPU beyond the machine: {r}"
+    );
+}
+
+/// Defect 10: bad input exited 1, named no file, or said "unexpected
+/// argument".
+#[test]
+fn bad_input_is_exit_2_and_names_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = write(dir.path(), "t.txt", "hello\n");
+    let binary = dir.path().join("bin");
+    std::fs::write(&binary, [0x7f, b'E', b'L', b'F', 2, 1, 1, 0, 0xff, 0xfe, 0, 0]).unwrap();
+    let d = p(dir.path());
+    refused(&run(&["gateway", "analyze", d, "--period", "1s"]), &["is a directory"]);
+    refused(
+        &run(&["gateway", "analyze", p(&text), "--period", "1s"]),
+        &["t.txt:1", "not a receive-log line"],
+    );
+    refused(
+        &run(&["gateway", "analyze", p(&text), "--period", "1s", "--timeout", "0s"]),
+        &["--timeout", "out of range"],
+    );
+    refused(&run(&["lab", "run", d]), &["is a directory"]);
+    refused(&run(&["lab", "run", p(&binary)]), &["bin is not a scenario", "UTF-8"]);
+    refused(&run(&["lab", "report", d]), &["no runs/ directory"]);
+    std::fs::create_dir_all(dir.path().join("runs/000-rep1")).unwrap();
+    refused(&run(&["lab", "report", d]), &["holds no finished run"]);
+    std::fs::copy(&binary, dir.path().join("runs/000-rep1/run.json")).unwrap();
+    refused(&run(&["lab", "report", d]), &["run.json is not a lab run record"]);
+    let missing = dir.path().join("no-such-dir");
+    refused(
+        &run(&["io", "workload", "--tool", "dd", "--rw", "read", "--dir", p(&missing)]),
+        &["--dir", "no such directory"],
+    );
+    refused(
+        &run(&["crawl", "--url", "http://127.0.0.1:1/b0", "--rate", "-5"]),
+        &["--rate", "positive"],
+    );
+    refused(&run(&["gateway", "--delay", "-1s"]), &["cannot be negative"]);
+}
+
+/// Defect 11: a crafted receive log gave "missed 18446744073709551614"
+/// (the forged recording is the trace crate's unit test).
+#[test]
+fn a_crafted_receive_log_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = write(
+        dir.path(),
+        "recv.log",
+        "1000000000 b0 0 1 0 - -\n2000000000 b0 0 1 18446744073709551615 - -\n",
+    );
+    refused(
+        &run(&["gateway", "analyze", p(&log), "--period", "1s"]),
+        &["poll numbers jump"],
+    );
+}
+
+/// Defect 12: `--pprof` and `--figures` left 0-byte files after ENOSPC.
+#[test]
+fn a_full_disk_leaves_no_half_written_profile_or_figure() {
+    if !is_root() {
+        skip("recording a profile and mounting a small tmpfs need root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("p.otrec");
+    let busy = KillOnDrop::spawn(Command::new("sh").args(["-c", "while :; do :; done"]));
+    let out = run(&[
+        "profile",
+        "record",
+        "--pid",
+        &format!("busy={}", busy.id()),
+        "-D",
+        "2s",
+        "-F",
+        "200",
+        "-o",
+        p(&rec),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    drop(busy);
+    let full = tempfile::tempdir().unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4k", "ontime-test"])
+        .arg(full.path())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        skip("cannot mount tmpfs here");
+        return;
+    }
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _u = Unmount(full.path());
+    // Fill it, so even a small file cannot be written whole.
+    let _ = std::fs::write(full.path().join("filler"), vec![0u8; 64 << 10]);
+    let pprof = full.path().join("p.pb.gz");
+    let figures = full.path().join("figs");
+    let out = run(&["profile", "report", p(&rec), "--pprof", p(&pprof)]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!pprof.exists(), "a 0-byte pprof was left");
+    let out = run(&["profile", "report", p(&rec), "--figures", p(&figures)]);
+    assert_ne!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    for f in std::fs::read_dir(&figures).into_iter().flatten().flatten() {
+        let len = f.metadata().unwrap().len();
+        assert!(len > 0, "{} left empty", f.path().display());
+    }
+}
