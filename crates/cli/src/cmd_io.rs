@@ -2,7 +2,7 @@
 //! virtual-disk and physical-disk layers, and which cache absorbed what
 //! (document 004).
 
-use crate::cmd_observe::TargetArgs;
+use crate::flags::TargetArgs;
 use crate::output;
 use crate::usage;
 use clap::{Args, Subcommand};
@@ -266,15 +266,15 @@ fn workload(a: IoWorkloadArgs) -> anyhow::Result<()> {
 
 fn advise(a: IoAdviseArgs) -> anyhow::Result<()> {
     output::check_outputs(&[("--result", a.out.result.as_deref())])?;
-    let dirs = ontime_lab::results::run_dirs(&a.results).map_err(|e| usage(format!("{e:#}")))?;
+    let dirs = ontime_scenario::results::run_dirs(&a.results).map_err(|e| usage(format!("{e:#}")))?;
     let mut runs = Vec::new();
     for d in dirs {
-        match ontime_lab::results::read_run(&d) {
+        match ontime_scenario::results::read_run(&d) {
             Ok(r) => runs.push(r),
             Err(e) => ontime_core::errln!("ontime: skipping {}: {e:#}", d.display()),
         }
     }
-    let report = ontime_lab::iocells::advice(&runs);
+    let report = ontime_report::iocells::advice(&runs);
     if report.cells == 0 {
         return Err(usage(format!(
             "{} has no finished run of I/O tenants ([tenant.io] with tenant.memory); run e.g. scenarios/doc-004.toml",

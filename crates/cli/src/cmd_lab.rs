@@ -74,7 +74,7 @@ fn run_scenario(a: RunArgs) -> anyhow::Result<()> {
         return Err(usage(format!("no scenario file at {}", a.scenario.display())));
     }
     let text = ontime_core::fsio::read_text(&a.scenario, "scenario (TOML)").map_err(|e| usage(format!("{e:#}")))?;
-    let plan = ontime_lab::scenario::load_str(&text, &a.scenario).map_err(|e| usage(format!("{e:#}")))?;
+    let plan = ontime_scenario::scenario::load_str(&text, &a.scenario).map_err(|e| usage(format!("{e:#}")))?;
     let results = a
         .results
         .clone()
@@ -88,7 +88,7 @@ fn run_scenario(a: RunArgs) -> anyhow::Result<()> {
     );
     if a.dry_run {
         for r in &plan.runs {
-            crate::outln!("{}  {}", r.dir_name(), ontime_lab::scenario::vars_text(&r.vars));
+            crate::outln!("{}  {}", r.dir_name(), ontime_scenario::scenario::vars_text(&r.vars));
         }
         return Ok(());
     }
@@ -98,7 +98,7 @@ fn run_scenario(a: RunArgs) -> anyhow::Result<()> {
 /// Runs a plan with a progress bar and the stop handling of `lab run`
 /// (`ontime net controller` runs one this way too).
 pub fn execute(
-    plan: &ontime_lab::scenario::Plan,
+    plan: &ontime_scenario::scenario::Plan,
     text: &str,
     results: PathBuf,
     resume: bool,
@@ -133,7 +133,7 @@ pub fn execute(
             ontime_core::errln!(
                 "ontime lab: [{}/{t}] {}  (about {} left)",
                 run.index + 1,
-                ontime_lab::scenario::vars_text(&run.vars),
+                ontime_scenario::scenario::vars_text(&run.vars),
                 format_ns(remaining_ns)
             );
         }
@@ -170,9 +170,9 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
     if !a.dir.exists() {
         return Err(usage(format!("no results directory at {}", a.dir.display())));
     }
-    let w = ontime_lab::report::write(&a.dir, a.out.as_deref()).map_err(|e| {
+    let w = ontime_report::report::write(&a.dir, a.out.as_deref()).map_err(|e| {
         // A results file of the wrong shape is the user's input, not our failure.
-        match e.downcast_ref::<ontime_lab::results::BadResultFile>() {
+        match e.downcast_ref::<ontime_scenario::results::BadResultFile>() {
             Some(bad) => usage(bad.to_string()),
             None => e,
         }

@@ -250,7 +250,7 @@ fn controller(a: ControllerArgs) -> anyhow::Result<()> {
             PathBuf::from("net-controller.toml (built in)"),
         ),
     };
-    let mut plan = ontime_lab::scenario::load_str(&text, &origin).map_err(|e| usage(format!("{e:#}")))?;
+    let mut plan = ontime_scenario::scenario::load_str(&text, &origin).map_err(|e| usage(format!("{e:#}")))?;
     let Some(first) = plan.runs.first_mut() else {
         return Err(usage("the scenario has no runs"));
     };

@@ -1,14 +1,14 @@
 //! `ontime observe record|report|top`: who used the CPU, at which
 //! millisecond, and who waited.
 
+use crate::flags::{MechanismFlag, TargetArgs};
 use crate::output;
 use crate::usage;
 use clap::{Args, Subcommand};
 use ontime_core::duration::{format_ns, parse_ns};
 use ontime_sched::analyze::AnalysisOptions;
-use ontime_trace::recorder::{self, Mechanism, NoSink, RecordOptions};
+use ontime_trace::recorder::{self, NoSink, RecordOptions};
 use ontime_trace::recording::Recording;
-use ontime_trace::targets::{self, CgroupRoot, TargetGroup, Targets, DEFAULT_HOST_IO};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -28,114 +28,6 @@ enum ObserveAction {
     Report(ReportArgs),
     /// Live view, refreshed every second (optionally served to Prometheus)
     Top(crate::cmd_top::TopArgs),
-}
-
-/// What to observe; shared by `record` and `top`.
-#[derive(Args, Clone)]
-pub struct TargetArgs {
-    /// The running lab's tenants (cgroups ontime/t<i>)
-    #[arg(long)]
-    pub lab: bool,
-    /// A tenant as a cgroup: [NAME=]PATH, absolute or relative to the cpu
-    /// (v1) or unified (v2) hierarchy; repeatable
-    #[arg(long, value_name = "[NAME=]PATH")]
-    pub cgroup: Vec<String>,
-    /// A tenant as a process (all its threads and later children): [NAME=]PID; repeatable
-    #[arg(long, value_name = "[NAME=]PID")]
-    pub pid: Vec<String>,
-    /// A QEMU/KVM guest by its -name; vCPU threads are `CPU n/KVM`; repeatable
-    #[arg(long, value_name = "NAME")]
-    pub guest: Vec<String>,
-    /// Everything: every task's wake-ups; untargeted threads are grouped by process
-    #[arg(long)]
-    pub all: bool,
-    /// Thread names of the host I/O path (`*` = any suffix), added to
-    /// relay*, ontime-relay*, vhost-*, ksoftirqd/*; repeatable
-    #[arg(long, value_name = "PATTERN")]
-    pub host_io: Vec<String>,
-}
-
-impl TargetArgs {
-    pub fn resolve(&self) -> anyhow::Result<Targets> {
-        let mut groups: Vec<TargetGroup> = Vec::new();
-        if self.lab {
-            let root = CgroupRoot::detect().map_err(|e| usage(e.to_string()))?;
-            groups.extend(targets::lab_tenants(&root).map_err(|e| usage(format!("--lab: {e:#}")))?);
-        }
-        for spec in &self.cgroup {
-            let root = CgroupRoot::detect().map_err(|e| usage(e.to_string()))?;
-            let (name, path) = split_named(spec);
-            let dir = root
-                .resolve(path)
-                .map_err(|e| usage(format!("--cgroup {spec}: {e:#}")))?;
-            let name = name.map(str::to_string).unwrap_or_else(|| {
-                dir.file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| "root".into())
-            });
-            groups.push(TargetGroup {
-                name,
-                source: vec![format!("cgroup {}", dir.display())],
-                cgroups: vec![dir],
-                pids: vec![],
-                vcpu_names: false,
-            });
-        }
-        for spec in &self.pid {
-            let (name, pid) = split_named(spec);
-            let pid: u32 = pid
-                .parse()
-                .map_err(|_| usage(format!("--pid {spec}: '{pid}' is not a process id")))?;
-            let comm = targets::thread_identity(pid)
-                .map(|(c, _)| c)
-                .ok_or_else(|| usage(format!("--pid {spec}: no process {pid}")))?;
-            let name = name.map(str::to_string).unwrap_or_else(|| format!("{comm}[{pid}]"));
-            groups.push(TargetGroup {
-                name,
-                cgroups: vec![],
-                pids: vec![pid],
-                source: vec![format!("pid {pid} ({comm})")],
-                vcpu_names: false,
-            });
-        }
-        for g in &self.guest {
-            groups.push(targets::find_guest(g).map_err(|e| usage(format!("--guest {g}: {e:#}")))?);
-        }
-        if groups.is_empty() && !self.all {
-            return Err(usage(
-                "nothing to observe: name tenants with --lab, --cgroup, --pid or --guest, or use --all",
-            ));
-        }
-        let mut seen = std::collections::HashSet::new();
-        for g in &groups {
-            if !seen.insert(g.name.clone()) {
-                return Err(usage(format!("two tenants are named {}; name them with NAME=", g.name)));
-            }
-        }
-        let mut host_io: Vec<String> = DEFAULT_HOST_IO.iter().map(|s| s.to_string()).collect();
-        host_io.extend(self.host_io.iter().cloned());
-        Ok(Targets {
-            groups,
-            everything: self.all,
-            host_io,
-        })
-    }
-}
-
-fn split_named(spec: &str) -> (Option<&str>, &str) {
-    match spec.split_once('=') {
-        Some((n, v)) if !n.is_empty() => (Some(n), v),
-        _ => (None, spec),
-    }
-}
-
-/// `--mechanism`, declared once for record and top.
-#[derive(Args)]
-pub struct MechanismFlag {
-    /// How events leave the kernel: bpf (filtered in the kernel, cheapest),
-    /// perf (perf tracepoints, every event copied out), or auto (bpf, then perf)
-    #[arg(long, default_value = "auto")]
-    pub mechanism: Mechanism,
 }
 
 /// The recorders' `-D` and `--drain-every`, checked one way for every verb

@@ -65,7 +65,7 @@ fn options(c: &Common) -> anyhow::Result<PlanOptions> {
         ..Default::default()
     };
     if let Some(p) = &c.calibration {
-        let cal = ontime_lab::calibrate::read(p).map_err(|e| usage(format!("{e:#}")))?;
+        let cal = ontime_sim_lab::calibrate::read(p).map_err(|e| usage(format!("{e:#}")))?;
         o.host_noise = cal.host_noise;
         o.host_stalls = cal.host_stalls;
     }

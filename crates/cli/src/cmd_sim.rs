@@ -3,7 +3,7 @@
 use crate::usage;
 use clap::{Args, Subcommand};
 use ontime_core::duration::{format_ns, parse_ns};
-use ontime_lab::simulate::{simulate_plan, Model, SimOptions};
+use ontime_sim_lab::simulate::{simulate_plan, Model, SimOptions};
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -75,7 +75,7 @@ struct CalibrateArgs {
 fn calibrate(a: CalibrateArgs) -> anyhow::Result<()> {
     use ontime_core::export::TextReport;
     let dirs: Vec<&std::path::Path> = a.results.iter().map(PathBuf::as_path).collect();
-    let cal = ontime_lab::calibrate::calibrate(&dirs).map_err(|e| usage(format!("{e:#}")))?;
+    let cal = ontime_sim_lab::calibrate::calibrate(&dirs).map_err(|e| usage(format!("{e:#}")))?;
     let path = a.output.unwrap_or_else(|| a.results[0].join("calibration.json"));
     ontime_core::fsio::write_atomic(&path, serde_json::to_string_pretty(&cal)?.as_bytes())?;
     let text = format!("{}written: {}\n", cal.text(), path.display());
@@ -98,20 +98,20 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
             "give a scenario file: ontime sim SCENARIO (or ontime sim calibrate RESULTS)",
         ));
     };
-    let plan = ontime_lab::scenario::load(scenario).map_err(|e| usage(format!("{e:#}")))?;
+    let plan = ontime_scenario::scenario::load(scenario).map_err(|e| usage(format!("{e:#}")))?;
     let calibration = match &a.calibration {
         Some(p) => Some((
             p.clone(),
-            ontime_lab::calibrate::read(p).map_err(|e| usage(format!("{e:#}")))?,
+            ontime_sim_lab::calibrate::read(p).map_err(|e| usage(format!("{e:#}")))?,
         )),
         None => None,
     };
     if let Some(dir) = &a.into {
         // Only beside runs of the same scenario: a report of two scenarios
         // would compare unlike settings.
-        if let Ok(dirs) = ontime_lab::results::run_dirs(dir) {
+        if let Ok(dirs) = ontime_scenario::results::run_dirs(dir) {
             if let Some(d) = dirs.first() {
-                let other = ontime_lab::results::read_record(d)?.config.name;
+                let other = ontime_scenario::results::read_record(d)?.config.name;
                 if other != plan.name {
                     return Err(usage(format!(
                         "{} holds runs of scenario '{other}', not '{}': give another --into",
@@ -174,7 +174,7 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         }
         text.push_str(&line);
         if let Some(dir) = &a.into {
-            written += ontime_lab::simulate::write_runs(dir, std::slice::from_ref(&r))?.len();
+            written += ontime_sim_lab::simulate::write_runs(dir, std::slice::from_ref(&r))?.len();
         }
         summaries.push(serde_json::to_value(&r)?);
         Ok(())

@@ -1,7 +1,7 @@
 //! `ontime observe top`: arguments only; the live view and its Prometheus
 //! exposition are `ontime_observe::top`.
 
-use crate::cmd_observe::{MechanismFlag, TargetArgs};
+use crate::flags::{MechanismFlag, TargetArgs};
 use crate::usage;
 use clap::Args;
 use ontime_core::duration::parse_ns;

@@ -13,6 +13,7 @@ mod cmd_plan;
 mod cmd_profile;
 mod cmd_sim;
 mod cmd_top;
+mod flags;
 mod output;
 mod signals;
 

@@ -14,7 +14,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use ontime_core::names;
 
-use crate::sandbox::Undo;
+use crate::undo::Undo;
 
 /// What a tenant's disk is.
 #[derive(Clone, Debug, PartialEq)]

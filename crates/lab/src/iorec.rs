@@ -1,6 +1,7 @@
 //! The I/O recorder of a run (`[observe] io = true`): `ontime io record` on
 //! the tenants' cgroups and disks while the workloads run, then the layered
 //! analysis (io.json, io.txt, figures in io/).
+use ontime_scenario::record::IoOutcome;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
@@ -10,23 +11,10 @@ use anyhow::Result;
 use ontime_trace::io::{IoRecordOptions, IoRecordSummary};
 use ontime_trace::recording::Recording;
 use ontime_trace::targets::{CgroupRoot, TargetGroup, Targets};
-use serde::{Deserialize, Serialize};
 
 use crate::names;
 use crate::observe::StopOnDrop;
 use crate::sandbox::Lab;
-
-/// What the run's I/O recorder did.
-#[derive(Debug, Default, Serialize, Deserialize)]
-pub struct IoOutcome {
-    /// io.otrec, io.json (the analysis), io/ (figures).
-    pub file: Option<String>,
-    pub analysis: Option<String>,
-    pub events: Option<u64>,
-    pub lost: Option<u64>,
-    pub reader_cpu_ns: Option<u64>,
-    pub error: Option<String>,
-}
 
 pub struct IoObserver {
     stop: StopOnDrop,
@@ -42,13 +30,7 @@ pub fn start(lab: &Lab, dir: &Path) -> Result<IoObserver> {
         if let Some(d) = &t.disk {
             images.push((groups.len() as u32, d.image.clone()));
         }
-        groups.push(TargetGroup {
-            name: format!("t{}", t.index),
-            source: vec![format!("cgroup {}", path.display())],
-            cgroups: vec![path],
-            pids: vec![],
-            vcpu_names: false,
-        });
+        groups.push(TargetGroup::cgroup(&names::tenant_name(t.index), path, false));
     }
     let opts = IoRecordOptions {
         targets: Targets {

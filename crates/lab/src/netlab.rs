@@ -5,14 +5,14 @@
 //! best-effort load start, and the scenario's channels are requested (at
 //! their flows' start times). The senders are the run's probes.
 use crate::sandbox::{spawn_in, Lab};
-use crate::scenario::{ChannelMode, FlowSpec, NetSpec, RunConfig};
 use anyhow::{Context, Result};
 use ontime_core::proc::ChildProcess;
 use ontime_net::api::{self, ApiServer};
 use ontime_net::channel::{ChannelKind, Link};
 use ontime_net::controller::{ChannelRequest, Controller, ControllerConfig, ControllerReport, Endpoint};
 use ontime_net::Relay;
-use serde::{Deserialize, Serialize};
+use ontime_scenario::record::{FlowOutcome, NetOutcome};
+use ontime_scenario::scenario::{ChannelMode, FlowSpec, NetSpec, RunConfig};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -25,32 +25,6 @@ const MAX_FRAME: f64 = 14.0 + 4.0 + 1496.0;
 /// (14), label (4), IPv4 (20), UDP (8).
 fn frame_bytes(size: usize) -> f64 {
     size as f64 + 46.0
-}
-
-/// What `run.json` says of the flows.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct NetOutcome {
-    pub flows: Vec<FlowOutcome>,
-    /// The controller's report (`net.json`), when it ran.
-    pub controller: Option<String>,
-    /// iperf3's own results of the best-effort clients (`best-effort-tN.json`).
-    #[serde(default)]
-    pub best_effort: Vec<String>,
-    pub error: Option<String>,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct FlowOutcome {
-    pub name: String,
-    pub from: usize,
-    pub to: String,
-    pub deadline_ns: u64,
-    /// The channel it got (its DSCP), or why not.
-    pub channel: Option<u8>,
-    pub refused: Option<String>,
-    /// The receiver's measurements (`flow-NAME.json`) and the sender's.
-    pub result: Option<String>,
-    pub sender: Option<String>,
 }
 
 /// The channel a flow asks for.

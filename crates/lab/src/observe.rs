@@ -1,8 +1,9 @@
 //! The scheduler recorder of a run: `ontime observe` on the tenants'
 //! cgroups and the host I/O path (or `perf sched record`, the peer in the
 //! overhead benchmark), plus the host's busy CPU over the run.
-use crate::scenario::Recorder;
 use ontime_core::proc::{ChildProcess, SpawnOptions};
+use ontime_scenario::record::ObserveOutcome;
+use ontime_scenario::scenario::Recorder;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -15,7 +16,6 @@ use ontime_sched::analyze::AnalysisOptions;
 use ontime_trace::recorder::{record, Mechanism, NoSink, RecordOptions, RecordSummary};
 use ontime_trace::recording::Recording;
 use ontime_trace::targets::{CgroupRoot, TargetGroup, Targets, DEFAULT_HOST_IO};
-use serde::{Deserialize, Serialize};
 
 use crate::names;
 use crate::sandbox::Lab;
@@ -23,33 +23,6 @@ use crate::sandbox::Lab;
 /// Windows of the per-run analysis; the series kept is the 100 ms one.
 pub const WINDOWS: [u64; 4] = [1_000_000, 10_000_000, 100_000_000, 1_000_000_000];
 const SERIES_WINDOW: u64 = 100_000_000;
-
-/// What the run's recorder did and cost.
-#[derive(Debug, Default, Serialize, Deserialize)]
-pub struct ObserveOutcome {
-    /// "ontime", "perf" or "off".
-    pub recorder: String,
-    /// The recording (ontime: observe.otrec) and the analysis (observe.json).
-    pub file: Option<String>,
-    pub analysis: Option<String>,
-    pub span_ns: u64,
-    /// Recorder CPU: ontime's reader thread + its BPF programs; perf's
-    /// process (user + system).
-    pub cpu_ns: Option<u64>,
-    /// cpu_ns as % of one core over the span.
-    pub overhead_pct: Option<f64>,
-    pub events: Option<u64>,
-    pub lost: Option<u64>,
-    /// Bytes written by the recorder.
-    pub bytes: Option<u64>,
-    /// All CPUs' busy time over the span, % of one core (from /proc/stat).
-    pub host_busy_pct: Option<f64>,
-    /// With stacks sampled (`[observe] profile`): the profile report
-    /// (profile.json), its pprof (profile.pb.gz) and figures (profile/).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub profile: Option<String>,
-    pub error: Option<String>,
-}
 
 /// Stops the recorder if a run fails before `finish`.
 pub struct StopOnDrop(pub Arc<AtomicBool>);
@@ -123,13 +96,7 @@ pub fn start(recorder: Recorder, sample_hz: Option<u32>, lab: &Lab, dir: &Path) 
                 .filter(|t| t.cgroup.is_some())
                 .map(|t| -> Result<TargetGroup> {
                     let path = root.resolve(&names::tenant_cgroup(t.index))?;
-                    Ok(TargetGroup {
-                        name: format!("t{}", t.index),
-                        source: vec![format!("cgroup {}", path.display())],
-                        cgroups: vec![path],
-                        pids: vec![],
-                        vcpu_names: true,
-                    })
+                    Ok(TargetGroup::cgroup(&names::tenant_name(t.index), path, true))
                 })
                 .collect::<Result<Vec<_>>>()?;
             let opts = RecordOptions {

@@ -6,7 +6,6 @@
 
 use crate::cgroup::Limits;
 use crate::sandbox::{spawn_in, Lab, TenantSpec};
-use crate::scenario::{parse_bytes, Backend, LoadKind, Place, Plan, PlannedRun, WanDelay};
 use crate::{names, sys};
 use anyhow::{bail, Context, Result};
 use ontime_core::caps::Capabilities;
@@ -16,7 +15,10 @@ use ontime_core::proc::ChildProcess;
 use ontime_core::rt::{parse_cpu_list, ThreadSettings};
 use ontime_load::{LoadGuard, LoadProfile};
 use ontime_net::{Relay, RelaySettings};
-use serde::{Deserialize, Serialize};
+use ontime_scenario::record::{
+    Environment, HostCpu, RunRecord, TenantOutcome, WanDelayBy, Workload, GATEWAY_RESULT, MODEL_NOTE,
+};
+use ontime_scenario::scenario::{parse_bytes, Backend, LoadKind, Place, Plan, PlannedRun, WanDelay};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -52,154 +54,6 @@ pub enum Event<'a> {
     },
 }
 
-/// The environment a run was made in, as the report shows it.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Environment {
-    pub manifest: Manifest,
-    pub cgroup_version: Option<crate::cgroup::Version>,
-    /// Whether this kernel has the netem qdisc.
-    pub netem: bool,
-    pub wan_delay_by: WanDelayBy,
-    pub model_note: String,
-    /// The SCHED_RR time slice in force during the run, read back from the
-    /// kernel, when the scenario set one (`host.rr_timeslice`).
-    #[serde(default)]
-    pub rr_timeslice_ms: Option<u64>,
-    /// What the run did to the host beyond the lab (dropped caches ...).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub notes: Vec<String>,
-}
-
-/// Who added the WAN delay in a run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum WanDelayBy {
-    Relay,
-    Netem,
-    Simulator,
-}
-
-impl WanDelayBy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WanDelayBy::Relay => "relay",
-            WanDelayBy::Netem => "netem",
-            WanDelayBy::Simulator => "simulator",
-        }
-    }
-}
-
-/// What the tenants of a run ran.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Workload {
-    Crawl,
-    Cyclic,
-    /// fio, dd or Postmark on the tenant's disk (document 004).
-    Io,
-    /// Measured UDP flows through the bottleneck (document 003).
-    Net,
-}
-
-impl Workload {
-    /// The metric a run is judged by.
-    pub fn metric(self) -> &'static str {
-        match self {
-            Workload::Crawl => "interval error",
-            Workload::Cyclic => "wake-up latency",
-            Workload::Io => "I/O latency",
-            Workload::Net => "end-to-end delay",
-        }
-    }
-
-    /// What a lost period is called.
-    pub fn misses(self) -> &'static str {
-        match self {
-            Workload::Crawl => "missed",
-            Workload::Cyclic => "overruns",
-            Workload::Io => "errors",
-            Workload::Net => "deadline misses",
-        }
-    }
-}
-
-pub const MODEL_NOTE: &str = "Sandbox tenants model the host-scheduling side of virtualisation (vCPU threads compete on the host scheduler, I/O crosses a host path with WAN delay), not instruction emulation.";
-
-#[derive(Debug, Serialize, Deserialize)]
-pub struct TenantOutcome {
-    pub index: usize,
-    pub result: Option<String>,
-    pub exit: Option<i32>,
-}
-
-/// `run.json`.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct RunRecord {
-    pub complete: bool,
-    pub index: usize,
-    pub repetition: u32,
-    pub vars: Vec<(String, String)>,
-    pub config: crate::scenario::RunConfig,
-    pub workload: Workload,
-    pub environment: Environment,
-    pub relay: Option<ontime_net::RelayReport>,
-    /// The building gateway's counters and receive stamps (kernel vs
-    /// handler), from its `gateway.json`.
-    #[serde(default)]
-    pub gateway: Option<ontime_gateway::server::GatewayStats>,
-    /// The scheduler recorder of the run (`[observe]`).
-    pub observe: Option<crate::observe::ObserveOutcome>,
-    /// The I/O recorder of the run (`[observe] io = true`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub io: Option<crate::iorec::IoOutcome>,
-    /// Document 003's flows and controller (`[net]`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub net: Option<crate::netlab::NetOutcome>,
-    pub tenants: Vec<TenantOutcome>,
-    pub started_utc: String,
-    pub finished_utc: String,
-    pub error: Option<String>,
-    /// Set when `ontime sim` made this run instead of the lab.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub simulated: Option<crate::simulate::Simulated>,
-    /// The whole host's CPU time from /proc/stat while the probes ran.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host_cpu: Option<HostCpu>,
-}
-
-/// The whole host's CPU time over a stretch (`core::cputime`): what no
-/// tracked thread accounts for (the gateway, softirq network work, the
-/// recorder) is the busy time minus the tenants' and the relay's.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct HostCpu {
-    pub wall_ns: u64,
-    #[serde(flatten)]
-    pub cpu: ontime_core::cputime::CpuTimes,
-}
-
-impl HostCpu {
-    /// CPU time spent running anything (user, system, interrupts).
-    pub fn busy_ns(&self) -> u64 {
-        self.cpu.busy_ns()
-    }
-
-    /// Now (wall_ns: CLOCK_MONOTONIC).
-    pub fn now() -> Option<HostCpu> {
-        Some(HostCpu {
-            wall_ns: ontime_core::time::MonoNs::now().0,
-            cpu: ontime_core::cputime::CpuTimes::now()?,
-        })
-    }
-
-    /// What was spent between `self` (earlier) and `later`.
-    pub fn until(&self, later: &HostCpu) -> HostCpu {
-        HostCpu {
-            wall_ns: later.wall_ns.saturating_sub(self.wall_ns),
-            cpu: self.cpu.until(&later.cpu),
-        }
-    }
-}
-
 fn netem_available(dev: &str) -> bool {
     let ok = Command::new("tc")
         .args(["qdisc", "add", "dev", dev, "root", "netem", "delay", "1ms"])
@@ -221,7 +75,9 @@ pub fn run_dir(results: &Path, run: &PlannedRun) -> PathBuf {
 /// True when a run's record says it completed (an unreadable record is
 /// not complete: the run is made again).
 pub fn is_complete(dir: &Path) -> bool {
-    crate::results::read_record(dir).map(|r| r.complete).unwrap_or(false)
+    ontime_scenario::results::read_record(dir)
+        .map(|r| r.complete)
+        .unwrap_or(false)
 }
 
 /// Runs the whole plan. Returns (runs done, runs skipped).
@@ -265,7 +121,7 @@ pub fn run_plan(
         let remaining: u64 = plan.runs[i..]
             .iter()
             .filter(|r| !(opts.resume && is_complete(&run_dir(&opts.results, r))))
-            .map(|r| r.config.duration + crate::scenario::RUN_OVERHEAD_NS)
+            .map(|r| r.config.duration + ontime_scenario::scenario::RUN_OVERHEAD_NS)
             .sum();
         on(Event::Started {
             run,
@@ -417,7 +273,7 @@ fn one_run(
         match crate::iorec::start(&lab, dir) {
             Ok(o) => Some(o),
             Err(e) => {
-                rec.io = Some(crate::iorec::IoOutcome {
+                rec.io = Some(ontime_scenario::record::IoOutcome {
                     error: Some(format!("{e:#}")),
                     ..Default::default()
                 });
@@ -491,7 +347,7 @@ fn one_run(
     lab.destroy();
     let gw = dir.join(GATEWAY_RESULT);
     if gw.exists() {
-        rec.gateway = Some(crate::results::read_json(&gw, "gateway result")?);
+        rec.gateway = Some(ontime_scenario::results::read_json(&gw, "gateway result")?);
     }
     Ok(())
 }
@@ -504,13 +360,10 @@ fn drop_caches() -> Result<()> {
         .context("cannot drop the page cache (/proc/sys/vm/drop_caches): I/O tenants need root")
 }
 
-/// The gateway's counters and receive-stamp figures in a run directory.
-pub const GATEWAY_RESULT: &str = "gateway.json";
-
 /// Stage 1: the tenants' sandboxes and the building side, and who adds the
 /// WAN delay (netem on the host-side links where the kernel has it and the
 /// scenario allows it, else the relay).
-fn start_lab(c: &crate::scenario::RunConfig, rec: &mut RunRecord) -> Result<(Lab, bool)> {
+fn start_lab(c: &ontime_scenario::scenario::RunConfig, rec: &mut RunRecord) -> Result<(Lab, bool)> {
     let t = &c.tenant;
     let limits = Limits {
         cpu_quota: t.cpu_quota,
@@ -568,7 +421,7 @@ fn start_lab(c: &crate::scenario::RunConfig, rec: &mut RunRecord) -> Result<(Lab
 }
 
 /// Stage 2: the host I/O path.
-fn start_relay(c: &crate::scenario::RunConfig, lab: &Lab, use_netem: bool) -> Result<Relay> {
+fn start_relay(c: &ontime_scenario::scenario::RunConfig, lab: &Lab, use_netem: bool) -> Result<Relay> {
     let relay_settings = RelaySettings {
         delay_ns: if use_netem { 0 } else { c.host.relay_delay },
         rate_bps: c.host.relay_rate_mbit.map(|m| (m * 1e6) as u64),
@@ -595,7 +448,7 @@ fn start_relay(c: &crate::scenario::RunConfig, lab: &Lab, use_netem: bool) -> Re
 
 /// Stage 3: the building side: one gateway process with a building per
 /// tenant (crawl workloads only), owned by the lab.
-fn start_gateway(c: &crate::scenario::RunConfig, lab: &mut Lab, dir: &Path, exe: &Path) -> Result<()> {
+fn start_gateway(c: &ontime_scenario::scenario::RunConfig, lab: &mut Lab, dir: &Path, exe: &Path) -> Result<()> {
     let t = &c.tenant;
     if let Some(cr) = &t.crawl {
         let points = (cr.rate * cr.points_per_request as f64 * cr.period as f64 / 1e9)
@@ -634,7 +487,7 @@ fn start_gateway(c: &crate::scenario::RunConfig, lab: &mut Lab, dir: &Path, exe:
 /// in the record and fails the run once its probes are done
 /// ([`recorders_worked`]).
 fn start_recorder(
-    c: &crate::scenario::RunConfig,
+    c: &ontime_scenario::scenario::RunConfig,
     lab: &Lab,
     dir: &Path,
     rec: &mut RunRecord,
@@ -642,7 +495,7 @@ fn start_recorder(
     match crate::observe::start(c.observe.recorder, c.observe.profile, lab, dir) {
         Ok(o) => Some(o),
         Err(e) => {
-            rec.observe = Some(crate::observe::ObserveOutcome {
+            rec.observe = Some(ontime_scenario::record::ObserveOutcome {
                 recorder: c.observe.recorder.as_str().into(),
                 error: Some(format!("{e:#}")),
                 ..Default::default()
@@ -659,7 +512,7 @@ struct Loads {
 }
 
 /// Stage 5: stress-ng on the host or in every tenant, and the wan flows.
-fn start_loads(c: &crate::scenario::RunConfig, lab: &Lab, native: bool) -> Result<Loads> {
+fn start_loads(c: &ontime_scenario::scenario::RunConfig, lab: &Lab, native: bool) -> Result<Loads> {
     let mut loads: Vec<LoadGuard> = Vec::new();
     let mut wan: Vec<ChildProcess> = Vec::new();
     for l in &c.effective_loads() {
@@ -697,7 +550,7 @@ fn start_loads(c: &crate::scenario::RunConfig, lab: &Lab, native: bool) -> Resul
 /// (tenant index, process), stopped (SIGTERM: they write their results)
 /// when dropped.
 fn start_probes(
-    c: &crate::scenario::RunConfig,
+    c: &ontime_scenario::scenario::RunConfig,
     lab: &Lab,
     dir: &Path,
     exe: &Path,
@@ -891,7 +744,7 @@ fn summarize(dir: &Path, rec: &RunRecord) -> String {
             .tenants
             .iter()
             .filter_map(|t| t.result.as_ref())
-            .filter_map(|f| crate::results::read_json(&dir.join(f), "I/O workload result").ok())
+            .filter_map(|f| ontime_scenario::results::read_json(&dir.join(f), "I/O workload result").ok())
             .collect();
         let mean = results.iter().map(|r| r.throughput_bps).sum::<f64>() / results.len().max(1) as f64;
         let p99 = results.iter().filter_map(|r| r.latency.percentile(99.0)).max();
@@ -916,7 +769,7 @@ fn summarize(dir: &Path, rec: &RunRecord) -> String {
     let mut missed = 0u64;
     for t in &rec.tenants {
         let Some(f) = &t.result else { continue };
-        let Ok(r) = crate::results::ProbeResult::read(&dir.join(f), rec.workload) else {
+        let Ok(r) = ontime_scenario::results::ProbeResult::read(&dir.join(f), rec.workload) else {
             continue;
         };
         let s = r.headline();

@@ -13,33 +13,10 @@
 use crate::cgroup::{self, Cgroup, Limits};
 use crate::names;
 use crate::sys::ip;
+pub use crate::undo::Undo;
 use anyhow::{Context, Result};
 use ontime_core::proc::{ChildProcess, SpawnOptions};
 use std::process::Command;
-
-/// Undo actions, run in reverse order.
-#[derive(Default)]
-pub struct Undo {
-    steps: Vec<(String, Box<dyn FnOnce() + Send>)>,
-}
-
-impl Undo {
-    pub fn push(&mut self, what: impl Into<String>, f: impl FnOnce() + Send + 'static) {
-        self.steps.push((what.into(), Box::new(f)));
-    }
-
-    pub fn run(&mut self) {
-        while let Some((_what, f)) = self.steps.pop() {
-            f();
-        }
-    }
-}
-
-impl Drop for Undo {
-    fn drop(&mut self) {
-        self.run();
-    }
-}
 
 /// One side of the lab network: a namespace, its address and its veth.
 #[derive(Clone, Debug)]

@@ -34,6 +34,7 @@
 use anyhow::{bail, Context, Result};
 use ontime_core::duration::{opt_text_ns, text_ns};
 use ontime_core::work::WorkModel;
+use ontime_sim::noise::{Quantiles, Stalls};
 use ontime_sim::sched::Model;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -232,6 +233,29 @@ fn observed_cpu_per_poll(path: &Path, groups: &[serde_json::Value], rate: f64, g
             path.display(),
             name_of(chosen)
         ),
+    }
+}
+
+/// How a plan is made and verified.
+#[derive(Clone, Debug)]
+pub struct PlanOptions {
+    pub seed: u64,
+    /// Verify hosts on this many threads at once.
+    pub jobs: usize,
+    /// The hosts' own noise (`ontime sim calibrate`): wake-up jitter drawn
+    /// for every send, and stalls of the whole host.
+    pub host_noise: Option<Quantiles>,
+    pub host_stalls: Option<Stalls>,
+}
+
+impl Default for PlanOptions {
+    fn default() -> PlanOptions {
+        PlanOptions {
+            seed: 1,
+            jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            host_noise: None,
+            host_stalls: None,
+        }
     }
 }
 

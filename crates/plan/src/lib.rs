@@ -21,7 +21,8 @@ pub mod input;
 pub mod placement;
 pub mod predict;
 
+pub use input::PlanOptions;
 pub use input::{HostSpec, PlanInput, TenantSpec};
 pub use ontime_sim::sched::Model;
-pub use placement::{check, plan, CheckReport, PlanOptions, PlanReport};
+pub use placement::{check, plan, CheckReport, PlanReport};
 pub use predict::{peak_cpu, HostPrediction, TenantPrediction};

@@ -4,35 +4,12 @@
 //! tenant to a new host), and the same tenants packed by 1 s mean CPU for
 //! comparison.
 
-use crate::input::{HostSpec, PlanInput, Tenant};
+use crate::input::{HostSpec, PlanInput, PlanOptions, Tenant};
 use crate::predict::{at_short_credit_slice, predict_host, rule_violations, tenant_peak, HostPrediction};
 use anyhow::{bail, Result};
-use ontime_sim::noise::{Quantiles, Stalls};
 use ontime_sim::sched::Model;
 use serde::Serialize;
 use std::collections::BTreeMap;
-
-#[derive(Clone, Debug)]
-pub struct PlanOptions {
-    pub seed: u64,
-    /// Verify hosts on this many threads at once.
-    pub jobs: usize,
-    /// The hosts' own noise (`ontime sim calibrate`): wake-up jitter drawn
-    /// for every send, and stalls of the whole host.
-    pub host_noise: Option<Quantiles>,
-    pub host_stalls: Option<Stalls>,
-}
-
-impl Default for PlanOptions {
-    fn default() -> PlanOptions {
-        PlanOptions {
-            seed: 1,
-            jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            host_noise: None,
-            host_stalls: None,
-        }
-    }
-}
 
 /// The same tenants packed as the usual practice packs them.
 #[derive(Clone, Debug, Serialize)]

@@ -43,7 +43,7 @@ pub fn at_short_credit_slice(
     host: &HostSpec,
     sched: Model,
     tenants: &[&Tenant],
-    opts: &crate::placement::PlanOptions,
+    opts: &crate::input::PlanOptions,
 ) -> Option<HostPrediction> {
     let Model::Credit { tslice_ns } = sched else {
         return None;
@@ -208,7 +208,7 @@ pub fn predict_host(
     host: &HostSpec,
     sched: Model,
     tenants: &[&Tenant],
-    opts: &crate::placement::PlanOptions,
+    opts: &crate::input::PlanOptions,
 ) -> HostPrediction {
     let seed = opts.seed;
     let peaks: Vec<f64> = tenants.iter().map(|t| tenant_peak(t, seed)).collect();

@@ -12,9 +12,10 @@ use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
 
+use crate::bpfmap::percpu_sum;
 use crate::event::{kind, Event, COMM_EVENT_SIZE};
-use crate::recorder::{EventSource, SourceCost};
 use crate::skel::{SchedSkel, SchedSkelBuilder};
+use crate::source::{EventSource, SourceCost};
 use crate::targets::{self, CgroupRoot, Targets};
 
 /// Events and (tid, comm) pairs copied out of the ring by its callback.
@@ -215,21 +216,6 @@ impl BpfSource<'_> {
             data.generation = data.generation.wrapping_add(1).max(1);
         }
     }
-}
-
-/// A u64 counter of a per-CPU array at `index`, summed over the CPUs (0
-/// when it cannot be read).
-pub(crate) fn percpu_sum(map: &impl MapCore, index: u32) -> u64 {
-    map.lookup_percpu(&index.to_ne_bytes(), MapFlags::ANY)
-        .ok()
-        .flatten()
-        .map(|per_cpu| {
-            per_cpu
-                .iter()
-                .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes))
-                .sum()
-        })
-        .unwrap_or(0)
 }
 
 /// (run_time_ns, run_cnt, recursion_misses) summed over the loaded programs.

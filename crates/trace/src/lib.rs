@@ -25,13 +25,18 @@ pub mod io_skel {
 
 #[cfg(feature = "bpf")]
 mod bpf;
+#[cfg(feature = "bpf")]
+mod bpfmap;
 pub mod event;
 pub mod io;
+pub mod io_abi;
+pub mod io_layout;
 pub mod maps;
 mod perf;
 pub mod recorder;
 pub mod recording;
 pub mod sampler;
+mod source;
 pub mod store;
 pub mod targets;
 pub mod tracefs;

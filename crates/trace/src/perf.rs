@@ -15,7 +15,7 @@ use ontime_core::time::MonoNs;
 use perf_event_open_sys as sys;
 
 use crate::event::{kind, Event, F_PREEMPT, F_PREV_RUNNABLE, TASK_DEAD};
-use crate::recorder::{EventSource, SourceCost};
+use crate::source::{EventSource, SourceCost};
 use crate::targets::{self, CgroupRoot, Targets};
 use crate::tracefs::Tracefs;
 

@@ -14,6 +14,8 @@ use crate::bpf::BpfSource;
 use crate::event::{kind, Event};
 use crate::perf::PerfSource;
 use crate::recording::{End, Group, GroupKind, Meta, ThreadInfo, Writer};
+pub use crate::source::thread_cpu_ns;
+use crate::source::EventSource;
 use crate::store::{Store, WindowStore};
 use crate::targets::{self, CgroupRoot, Targets};
 
@@ -171,36 +173,6 @@ pub fn groups_of(targets: &Targets) -> Vec<Group> {
         vcpu_names: false,
     });
     groups
-}
-
-/// What the kernel side of a recording cost, read when it ends.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct SourceCost {
-    pub kernel_run_ns: Option<u64>,
-    pub kernel_runs: Option<u64>,
-    /// Events the kernel dropped without counting them as ring loss.
-    pub extra_lost: u64,
-}
-
-/// Where scheduler events come from: BPF programs, or perf tracepoint
-/// sampling where BPF cannot load.
-pub(crate) trait EventSource {
-    fn mechanism(&self) -> &'static str;
-    fn attach(&mut self) -> Result<()>;
-    /// Waits at most `timeout` for the kernel to report a filling buffer.
-    fn wait(&mut self, timeout: Duration);
-    /// Appends what the kernel delivered, in time order, and the comms
-    /// carried by forks and execs. After `detach`, returns everything left.
-    fn drain(&mut self, out: &mut Vec<Event>, comms: &mut Vec<(u32, String)>) -> Result<()>;
-    fn detach(&mut self);
-    /// The group of a tracked thread.
-    fn group_of(&mut self, tid: u32) -> Option<u32>;
-    /// Tracks `tid` from now on (wake-ups and migrations included).
-    fn track(&mut self, tid: u32, group: u32);
-    /// Picks up target cgroups created since the last call.
-    fn rescan(&mut self) -> Result<()>;
-    fn lost(&mut self) -> u64;
-    fn cost(&mut self) -> SourceCost;
 }
 
 /// Where libbpf keeps the opened BPF object while the source lives.
@@ -619,13 +591,6 @@ fn regroup(threads: &mut ThreadTable, source: &mut dyn EventSource) {
             }
         }
     }
-}
-
-pub fn thread_cpu_ns() -> u64 {
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage fills the struct we pass.
-    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-    ontime_core::time::rusage_cpu_ns(&ru)
 }
 
 pub use ontime_core::limits::online_cpus;

@@ -27,9 +27,11 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::event::{Event, EVENT_SIZE};
-use crate::io::{IoEvent, IoFile, IoLayout, IoState, IO_EVENT_SIZE};
+use crate::io_abi::{IoEvent, IO_EVENT_SIZE};
+use crate::io_layout::{IoFile, IoLayout, IoState};
 use crate::maps::ProcessMaps;
 use crate::sampler::SampleBatch;
+pub use crate::targets::{Group, GroupKind};
 
 const MAGIC: &[u8; 6] = b"OTREC\0";
 const VERSION: u16 = 1;
@@ -45,29 +47,6 @@ const BLOCK_IO_STATE: u32 = 9;
 const BLOCK_IO_LAYOUT: u32 = 10;
 /// A block larger than this is corruption, not data.
 const MAX_BLOCK: u32 = 256 << 20;
-
-/// What a group of threads stands for.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum GroupKind {
-    /// A lab tenant, a cgroup, a process or a QEMU guest: a tenant.
-    Tenant,
-    /// The host I/O path: relay threads, vhost, ksoftirqd.
-    HostIo,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Group {
-    pub name: String,
-    pub kind: GroupKind,
-    /// Where its threads come from (cgroup paths, pids, guest name).
-    #[serde(default)]
-    pub source: Vec<String>,
-    /// Its vCPU threads carry vCPU names (`CPU n/KVM`, `crawl-vcpu<k>`,
-    /// `cyclic<k>`); otherwise every thread counts as a vCPU.
-    #[serde(default)]
-    pub vcpu_names: bool,
-}
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Meta {
@@ -102,7 +81,7 @@ pub struct Meta {
     pub sample_period_ns: Option<u64>,
     /// What an I/O recording (`ontime io record`) watched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub io: Option<crate::io::IoMeta>,
+    pub io: Option<crate::io_layout::IoMeta>,
 }
 
 impl Meta {

@@ -5,7 +5,30 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use crate::recording::{Group, GroupKind};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Group {
+    pub name: String,
+    pub kind: GroupKind,
+    /// Where its threads come from (cgroup paths, pids, guest name).
+    #[serde(default)]
+    pub source: Vec<String>,
+    /// Its vCPU threads carry vCPU names (`CPU n/KVM`, `crawl-vcpu<k>`,
+    /// `cyclic<k>`); otherwise every thread counts as a vCPU.
+    #[serde(default)]
+    pub vcpu_names: bool,
+}
+
+/// What a group of threads stands for.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum GroupKind {
+    /// A lab tenant, a cgroup, a process or a QEMU guest: a tenant.
+    Tenant,
+    /// The host I/O path: relay threads, vhost, ksoftirqd.
+    HostIo,
+}
 
 /// One tenant to observe. Its threads are those in any of `cgroups` (and
 /// their sub-cgroups) and those of `pids` (all threads, and their children
@@ -32,6 +55,17 @@ pub struct Targets {
 }
 
 impl TargetGroup {
+    /// A cgroup directory (and its sub-cgroups) as one tenant.
+    pub fn cgroup(name: &str, dir: PathBuf, vcpu_names: bool) -> TargetGroup {
+        TargetGroup {
+            name: name.to_string(),
+            source: vec![format!("cgroup {}", dir.display())],
+            cgroups: vec![dir],
+            pids: vec![],
+            vcpu_names,
+        }
+    }
+
     /// A process (all its threads and later children) as one tenant.
     pub fn process(name: &str, pid: u32) -> TargetGroup {
         TargetGroup {
@@ -51,6 +85,99 @@ impl Targets {
             groups,
             ..Targets::default()
         }
+    }
+}
+
+/// What the user named to record, as written (`--lab`, `--cgroup
+/// [NAME=]PATH`, `--pid [NAME=]PID`, `--guest NAME`, `--all`,
+/// `--host-io PATTERN`): parsed into [`Targets`] here, once, for every
+/// verb that records and for the lab.
+#[derive(Clone, Debug, Default)]
+pub struct TargetSpecs {
+    pub lab: bool,
+    pub cgroups: Vec<String>,
+    pub pids: Vec<String>,
+    pub guests: Vec<String>,
+    pub all: bool,
+    pub host_io: Vec<String>,
+}
+
+/// A target the user named that does not exist or does not parse: bad
+/// input (the CLI exits 2), with the flag and value named.
+#[derive(Debug)]
+pub struct BadTarget(pub String);
+
+impl std::fmt::Display for BadTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadTarget {}
+
+fn split_named(spec: &str) -> (Option<&str>, &str) {
+    match spec.split_once('=') {
+        Some((n, v)) if !n.is_empty() => (Some(n), v),
+        _ => (None, spec),
+    }
+}
+
+impl TargetSpecs {
+    /// The groups to record; every failure is a [`BadTarget`].
+    pub fn resolve(&self) -> std::result::Result<Targets, BadTarget> {
+        let bad = |m: String| BadTarget(m);
+        let mut groups: Vec<TargetGroup> = Vec::new();
+        let root = || CgroupRoot::detect().map_err(|e| bad(format!("{e:#}")));
+        if self.lab {
+            groups.extend(lab_tenants(&root()?).map_err(|e| bad(format!("--lab: {e:#}")))?);
+        }
+        for spec in &self.cgroups {
+            let (name, path) = split_named(spec);
+            let dir = root()?
+                .resolve(path)
+                .map_err(|e| bad(format!("--cgroup {spec}: {e:#}")))?;
+            let name = name.map(str::to_string).unwrap_or_else(|| {
+                dir.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| "root".into())
+            });
+            groups.push(TargetGroup::cgroup(&name, dir, false));
+        }
+        for spec in &self.pids {
+            let (name, pid) = split_named(spec);
+            let pid: u32 = pid
+                .parse()
+                .map_err(|_| bad(format!("--pid {spec}: '{pid}' is not a process id")))?;
+            let comm = thread_identity(pid)
+                .map(|(c, _)| c)
+                .ok_or_else(|| bad(format!("--pid {spec}: no process {pid}")))?;
+            let name = name.map(str::to_string).unwrap_or_else(|| format!("{comm}[{pid}]"));
+            groups.push(TargetGroup {
+                source: vec![format!("pid {pid} ({comm})")],
+                ..TargetGroup::process(&name, pid)
+            });
+        }
+        for g in &self.guests {
+            groups.push(find_guest(g).map_err(|e| bad(format!("--guest {g}: {e:#}")))?);
+        }
+        if groups.is_empty() && !self.all {
+            return Err(bad(
+                "nothing to observe: name tenants with --lab, --cgroup, --pid or --guest, or use --all".into(),
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for g in &groups {
+            if !seen.insert(g.name.clone()) {
+                return Err(bad(format!("two tenants are named {}; name them with NAME=", g.name)));
+            }
+        }
+        let mut host_io: Vec<String> = DEFAULT_HOST_IO.iter().map(|s| s.to_string()).collect();
+        host_io.extend(self.host_io.iter().cloned());
+        Ok(Targets {
+            groups,
+            everything: self.all,
+            host_io,
+        })
     }
 }
 

@@ -8,13 +8,13 @@ use anyhow::Result;
 use ontime_core::duration::format_ns;
 use ontime_io::advise::{advise, setting_text, AdviceReport, Cell};
 
-use crate::report::esc;
-use crate::results::{ProbeResult, RunResults};
+use crate::html::esc;
+use ontime_scenario::results::{ProbeResult, RunResults};
 
 /// The run's layered analysis, when it recorded I/O.
 pub fn analysis(r: &RunResults) -> Option<ontime_io::IoAnalysis> {
     let f = r.record.io.as_ref()?.analysis.as_ref()?;
-    crate::results::read_json(&r.dir.join(f), "I/O analysis").ok()
+    ontime_scenario::results::read_json(&r.dir.join(f), "I/O analysis").ok()
 }
 
 /// One cell per run with I/O tenants.

@@ -7,13 +7,13 @@
 //! Figures: each flow's delay percentiles across the runs' settings, and
 //! for runs where the controller escalated, the time line of each flow's
 //! worst delay per 100 ms.
-use crate::report::esc;
-use crate::results::RunResults;
+use crate::html::esc;
 use anyhow::Result;
 use ontime_core::duration::format_ns;
 use ontime_net::controller::ControllerReport;
 use ontime_net::flow::FlowResult;
 use ontime_plot::{Chart, Scale};
+use ontime_scenario::results::RunResults;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -22,7 +22,7 @@ pub struct NetRunView {
     pub run: String,
     pub label: String,
     pub duration_ns: u64,
-    pub flows: Vec<(crate::netlab::FlowOutcome, Option<FlowResult>)>,
+    pub flows: Vec<(ontime_scenario::record::FlowOutcome, Option<FlowResult>)>,
     pub controller: Option<ControllerReport>,
     pub relay: Option<ontime_net::relay::ChannelReport>,
     /// Best effort received, Mbit/s, as iperf3 measured it (sum of clients).
@@ -33,7 +33,7 @@ pub struct NetRunView {
 fn best_effort_received(dir: &Path, files: &[String]) -> Option<f64> {
     let mut total = None;
     for f in files {
-        let v: serde_json::Value = crate::results::read_json(&dir.join(f), "iperf3 result").ok()?;
+        let v: serde_json::Value = ontime_scenario::results::read_json(&dir.join(f), "iperf3 result").ok()?;
         let s = v.get("end")?.get("sum")?;
         let bps = s.get("bits_per_second")?.as_f64()?;
         let lost = s.get("lost_percent").and_then(|l| l.as_f64()).unwrap_or(0.0);
@@ -50,20 +50,19 @@ pub fn views(runs: &[RunResults]) -> Vec<NetRunView> {
                 .flows
                 .iter()
                 .map(|f| {
-                    let res = f
-                        .result
-                        .as_ref()
-                        .and_then(|p| crate::results::read_json::<FlowResult>(&r.dir.join(p), "flow result").ok());
+                    let res = f.result.as_ref().and_then(|p| {
+                        ontime_scenario::results::read_json::<FlowResult>(&r.dir.join(p), "flow result").ok()
+                    });
                     (f.clone(), res)
                 })
                 .collect();
             let controller = net
                 .controller
                 .as_ref()
-                .and_then(|p| crate::results::read_json(&r.dir.join(p), "controller report").ok());
+                .and_then(|p| ontime_scenario::results::read_json(&r.dir.join(p), "controller report").ok());
             Some(NetRunView {
                 run: r.name.clone(),
-                label: crate::scenario::vars_text(&r.record.vars),
+                label: ontime_scenario::scenario::vars_text(&r.record.vars),
                 duration_ns: r.record.config.duration,
                 flows,
                 controller,
@@ -220,7 +219,7 @@ a worst delay of 3.6 ms for flow A (5 ms deadline) and 8.7 ms for B (10 ms) with
                         .and_then(|c| {
                             c.channels
                                 .iter()
-                                .find(|c| c.id == id && c.from == crate::names::tenant_name(f.from))
+                                .find(|c| c.id == id && c.from == ontime_core::names::tenant_name(f.from))
                         })
                         .map(|c| {
                             let esc = if c.priority { ", escalated" } else { "" };

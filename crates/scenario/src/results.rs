@@ -3,7 +3,7 @@
 //! run's pooled histogram. A file whose fields have the wrong types is an
 //! error naming the file and the field, never a report of zero samples.
 
-use crate::runner::{RunRecord, Workload};
+use crate::record::{RunRecord, Workload};
 use anyhow::Result;
 use ontime_core::stats::{LatencyHistogram, Summary};
 use ontime_crawl::CrawlResult;
@@ -53,7 +53,7 @@ pub enum ProbeResult {
     /// A measured flow's receiver (document 003), for its sending tenant.
     Flow(Box<ontime_net::flow::FlowResult>),
     /// A crawler tenant as `ontime sim` scored it.
-    Simulated(Box<crate::simulate::SimTenant>),
+    Simulated(Box<crate::record::SimTenant>),
 }
 
 impl ProbeResult {

@@ -20,20 +20,20 @@
 //! lab report` draws them beside measured runs of the same scenario.
 
 use crate::calibrate::Calibration;
-use crate::runner::{Environment, RunRecord, TenantOutcome, WanDelayBy, Workload};
-use crate::scenario::{Backend, LoadKind, Place, Plan, PlannedRun};
 use anyhow::{bail, Context, Result};
 use ontime_core::caps::Capabilities;
 use ontime_core::manifest::Manifest;
 use ontime_core::rt::{parse_cpu_list, Policy};
-use ontime_core::stats::{LatencyHistogram, Summary};
+use ontime_scenario::record::{Environment, RunRecord, SimTenant, Simulated, TenantOutcome, WanDelayBy, Workload};
+use ontime_scenario::scenario::{Backend, LoadKind, Place, Plan, PlannedRun};
+
 use ontime_sim::crawl::{CrawlTenant, CrawlWorkload, HostIo};
 use ontime_sim::engine::run_with_stalls;
 use ontime_sim::noise::StallSampler;
 use ontime_sim::sched::{Linux, LinuxClass, Scheduler};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 /// A scheduler model for every thread alike, chosen on the command line
@@ -72,75 +72,6 @@ fn measured_starts(results: &Path, run_: &PlannedRun, tenants: usize, period: u6
     let starts = starts?;
     let first = *starts.iter().min()?;
     Some(starts.iter().map(|s| (s - first) % period.max(1)).collect())
-}
-
-/// How a run was simulated (`run.json`'s `simulated`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Simulated {
-    /// `linux` (the lab's own classes) or the named model.
-    pub model: String,
-    pub cpus: usize,
-    pub seed: u64,
-    pub calibration: Option<String>,
-    pub io_cost_per_packet_ns: Option<u64>,
-    pub host_noise: bool,
-    /// Stalls of the whole host per second, from the calibration.
-    #[serde(default)]
-    pub host_stalls: Option<f64>,
-    /// The host's other work per poll (gateway, softirq), from the
-    /// calibration, on its own thread at the gateway's policy.
-    #[serde(default)]
-    pub host_work_per_poll_ns: Option<u64>,
-    /// The tenants started when the measured run's did (`--into`).
-    #[serde(default)]
-    pub starts_measured: bool,
-    pub cpu_hogs: usize,
-    /// CPU busy over the run, CPUs.
-    pub busy_cpus: f64,
-    /// What the scenario asks that the simulator left out.
-    pub left_out: Vec<String>,
-}
-
-impl Simulated {
-    /// What every simulated run records; the workload adds the rest.
-    fn of(model: String, cpus: usize, seed: u64, opts: &SimOptions, busy_cpus: f64) -> Simulated {
-        let cal = opts.calibration.as_ref();
-        Simulated {
-            model,
-            cpus,
-            seed,
-            calibration: cal.map(|(p, _)| p.display().to_string()),
-            io_cost_per_packet_ns: None,
-            host_noise: cal.is_some_and(|(_, c)| c.host_noise.is_some()),
-            host_stalls: cal.and_then(|(_, c)| c.host_stalls.as_ref()).map(|s| s.per_second),
-            host_work_per_poll_ns: None,
-            starts_measured: false,
-            cpu_hogs: 0,
-            busy_cpus,
-            left_out: Vec::new(),
-        }
-    }
-}
-
-/// One simulated crawler tenant, scored as the crawler scores itself.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct SimTenant {
-    /// Polls sent, or the probe's wake-ups.
-    pub polls: u64,
-    /// Polls answered after the crawler's timeout, or the probe's overruns.
-    pub missed: u64,
-    /// A crawler's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub interval_error: Option<Summary>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub send_lag: Option<Summary>,
-    /// A wake-up probe's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub latency: Option<Summary>,
-    /// CPU its vCPU threads received.
-    pub cpu_ns: u64,
-    #[serde(skip)]
-    pub histogram: LatencyHistogram,
 }
 
 #[derive(Debug, Serialize)]
@@ -325,6 +256,25 @@ fn scheduler_view(events: Vec<ontime_trace::event::Event>, shape: &ViewShape, en
     ontime_sched::analyze(&rec, &ontime_sched::analyze::AnalysisOptions::default())
 }
 
+/// What every simulated run records; the workload adds the rest.
+fn simulated_of(model: String, cpus: usize, seed: u64, opts: &SimOptions, busy_cpus: f64) -> Simulated {
+    let cal = opts.calibration.as_ref();
+    Simulated {
+        model,
+        cpus,
+        seed,
+        calibration: cal.map(|(p, _)| p.display().to_string()),
+        io_cost_per_packet_ns: None,
+        host_noise: cal.is_some_and(|(_, c)| c.host_noise.is_some()),
+        host_stalls: cal.and_then(|(_, c)| c.host_stalls.as_ref()).map(|s| s.per_second),
+        host_work_per_poll_ns: None,
+        starts_measured: false,
+        cpu_hogs: 0,
+        busy_cpus,
+        left_out: Vec::new(),
+    }
+}
+
 /// Simulates every run of `plan`, handing each to `on_run` as it is done
 /// (a run holds its histograms and scheduler view: a sweep's runs are
 /// never all in memory at once).
@@ -498,7 +448,7 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
             starts_measured: measured.is_some(),
             cpu_hogs: hogs,
             left_out,
-            ..Simulated::of(model, cpus, seed, opts, o.busy_ns as f64 / horizon.max(1) as f64)
+            ..simulated_of(model, cpus, seed, opts, o.busy_ns as f64 / horizon.max(1) as f64)
         },
         tenants: w
             .measures
@@ -517,17 +467,6 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         planned: run_.clone(),
         analysis,
     })
-}
-
-impl SimTenant {
-    /// What the run is judged by: interval error, or wake-up latency.
-    pub fn headline(&self) -> &Summary {
-        static NONE: std::sync::OnceLock<Summary> = std::sync::OnceLock::new();
-        self.latency
-            .as_ref()
-            .or(self.interval_error.as_ref())
-            .unwrap_or_else(|| NONE.get_or_init(Summary::default))
-    }
 }
 
 /// A cyclic (wake-up probe) run: `vcpus` probe threads per tenant at the
@@ -584,7 +523,7 @@ fn simulate_cyclic(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         vars: run_.vars.clone(),
         simulated: Simulated {
             left_out,
-            ..Simulated::of(model, cpus, seed, opts, o.busy_ns as f64 / horizon.max(1) as f64)
+            ..simulated_of(model, cpus, seed, opts, o.busy_ns as f64 / horizon.max(1) as f64)
         },
         tenants: w
             .measures
@@ -613,7 +552,7 @@ pub fn write_runs(results: &Path, runs: &[SimRun]) -> Result<Vec<PathBuf>> {
     for r in runs {
         let dir = results.join("runs").join(&r.name);
         if dir.join("run.json").exists() {
-            let old = crate::results::read_record(&dir)?;
+            let old = ontime_scenario::results::read_record(&dir)?;
             anyhow::ensure!(
                 old.simulated.is_some(),
                 "{} holds a measured run: not overwriting it",
@@ -651,7 +590,7 @@ pub fn write_runs(results: &Path, runs: &[SimRun]) -> Result<Vec<PathBuf>> {
                     &dir.join("observe.json"),
                     serde_json::to_string_pretty(a)?.as_bytes(),
                 )?;
-                Some(crate::observe::ObserveOutcome {
+                Some(ontime_scenario::record::ObserveOutcome {
                     recorder: "sim".into(),
                     analysis: Some("observe.json".into()),
                     span_ns: a.recording.duration_ns,

@@ -23,9 +23,9 @@
 //!   tenants' and the relay's on-CPU time, over the polls, the median over
 //!   unloaded runs.
 
-use crate::results::{read_run, run_dirs, ProbeResult, RunResults};
 use anyhow::{Context, Result};
 use ontime_core::stats::LatencyHistogram;
+use ontime_scenario::results::{read_run, run_dirs, ProbeResult, RunResults};
 use ontime_sim::noise::{Quantiles, Stalls};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -268,7 +268,7 @@ pub(crate) fn hlog_start_ns(path: &Path) -> Option<u64> {
 
 /// Reads a calibration file.
 pub fn read(path: &Path) -> Result<Calibration> {
-    let c: Calibration = crate::results::read_json(path, "simulator calibration")?;
+    let c: Calibration = ontime_scenario::results::read_json(path, "simulator calibration")?;
     anyhow::ensure!(
         c.format == FORMAT,
         "{}: format {} is not {FORMAT}: make it again with `ontime sim calibrate`",

@@ -25,8 +25,9 @@ type Vars = Vec<(String, String)>;
 /// One series of a figure: (x value, pooled histogram) per point.
 type Points<'a> = Vec<(String, &'a LatencyHistogram)>;
 
-use crate::results::RunResults;
-use crate::runner::Workload;
+use crate::html::esc;
+use ontime_scenario::record::Workload;
+use ontime_scenario::results::RunResults;
 
 /// What the report wrote.
 pub struct Written {
@@ -39,9 +40,9 @@ pub struct Written {
 /// `source` (lab, or sim:<model>) so figures draw them as separate series
 /// side by side.
 fn load_runs(dir: &Path) -> Result<Vec<RunResults>> {
-    let mut runs: Vec<RunResults> = crate::results::run_dirs(dir)?
+    let mut runs: Vec<RunResults> = ontime_scenario::results::run_dirs(dir)?
         .iter()
-        .map(|d| crate::results::read_run(d))
+        .map(|d| ontime_scenario::results::read_run(d))
         .collect::<Result<_>>()?;
     if runs.iter().any(|r| r.record.simulated.is_some()) {
         for r in &mut runs {
@@ -73,10 +74,6 @@ fn vars_label(vars: &[(String, String)]) -> String {
     }
 }
 
-pub(crate) fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
-}
-
 /// A lab chart: y (ms or counts) on a log axis, 1000 x 560.
 fn lab_chart(
     title: String,
@@ -101,7 +98,7 @@ fn sort_categories(cats: &mut Vec<String>) {
     let key = |v: &str| {
         v.parse::<f64>()
             .ok()
-            .or_else(|| crate::scenario::parse_bytes(v).ok().map(|b| b as f64))
+            .or_else(|| ontime_scenario::scenario::parse_bytes(v).ok().map(|b| b as f64))
     };
     cats.sort_by(|a, b| match (key(a), key(b)) {
         (Some(x), Some(y)) => x.total_cmp(&y),
@@ -189,9 +186,11 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
     ontime_plot::register_font()?;
     let runs = load_runs(dir)?;
     if runs.is_empty() {
-        return Err(
-            crate::results::BadResultFile(format!("{} holds no finished run yet", dir.join("runs").display())).into(),
-        );
+        return Err(ontime_scenario::results::BadResultFile(format!(
+            "{} holds no finished run yet",
+            dir.join("runs").display()
+        ))
+        .into());
     }
     let out = out.map(Path::to_path_buf).unwrap_or_else(|| dir.join("report"));
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
@@ -650,7 +649,7 @@ enum Judged {
     CannotTell(String),
 }
 
-fn judge(t: &crate::results::ProbeResult, targets: &crate::scenario::Targets) -> Judged {
+fn judge(t: &ontime_scenario::results::ProbeResult, targets: &ontime_scenario::scenario::Targets) -> Judged {
     let s = t.headline();
     let mut misses = Vec::new();
     for (name, at_most) in &targets.latency {
@@ -930,7 +929,7 @@ fn crawler_resources_line(r: &RunResults) -> Option<String> {
         .tenants
         .iter()
         .filter_map(|(_, p)| match p {
-            crate::results::ProbeResult::Crawl(c) => Some(&c.resources),
+            ontime_scenario::results::ProbeResult::Crawl(c) => Some(&c.resources),
             _ => None,
         })
         .collect();

@@ -1,0 +1,12 @@
+//! ontime-scenario: the lab's vocabulary, shared by the runner that makes
+//! runs, `ontime sim` that simulates them and the report that reads them
+//! back. It owns scenario files and sweeps ([`scenario`]: typed enums,
+//! ranges, `[targets]`, the plan of runs), the run record (`run.json`,
+//! [`record`]) and the typed read-back of a run directory ([`results`]).
+//!
+//! It makes nothing and links no sandbox: a scenario can be planned,
+//! simulated and reported on a machine where no lab could run.
+
+pub mod record;
+pub mod results;
+pub mod scenario;

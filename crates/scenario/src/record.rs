@@ -1,0 +1,282 @@
+//! `run.json`: what one lab run (or a simulated one) was and what it left
+//! in its directory. The runner writes it, `ontime sim` writes it for
+//! simulated runs, the report and the calibration read it back.
+
+use ontime_core::manifest::Manifest;
+use ontime_core::stats::{LatencyHistogram, Summary};
+use serde::{Deserialize, Serialize};
+
+/// The environment a run was made in, as the report shows it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Environment {
+    pub manifest: Manifest,
+    pub cgroup_version: Option<ontime_core::cgroup::Version>,
+    /// Whether this kernel has the netem qdisc.
+    pub netem: bool,
+    pub wan_delay_by: WanDelayBy,
+    pub model_note: String,
+    /// The SCHED_RR time slice in force during the run, read back from the
+    /// kernel, when the scenario set one (`host.rr_timeslice`).
+    #[serde(default)]
+    pub rr_timeslice_ms: Option<u64>,
+    /// What the run did to the host beyond the lab (dropped caches ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// Who added the WAN delay in a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WanDelayBy {
+    Relay,
+    Netem,
+    Simulator,
+}
+
+impl WanDelayBy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WanDelayBy::Relay => "relay",
+            WanDelayBy::Netem => "netem",
+            WanDelayBy::Simulator => "simulator",
+        }
+    }
+}
+
+/// What the tenants of a run ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    Crawl,
+    Cyclic,
+    /// fio, dd or Postmark on the tenant's disk (document 004).
+    Io,
+    /// Measured UDP flows through the bottleneck (document 003).
+    Net,
+}
+
+impl Workload {
+    /// The metric a run is judged by.
+    pub fn metric(self) -> &'static str {
+        match self {
+            Workload::Crawl => "interval error",
+            Workload::Cyclic => "wake-up latency",
+            Workload::Io => "I/O latency",
+            Workload::Net => "end-to-end delay",
+        }
+    }
+
+    /// What a lost period is called.
+    pub fn misses(self) -> &'static str {
+        match self {
+            Workload::Crawl => "missed",
+            Workload::Cyclic => "overruns",
+            Workload::Io => "errors",
+            Workload::Net => "deadline misses",
+        }
+    }
+}
+
+pub const MODEL_NOTE: &str = "Sandbox tenants model the host-scheduling side of virtualisation (vCPU threads compete on the host scheduler, I/O crosses a host path with WAN delay), not instruction emulation.";
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TenantOutcome {
+    pub index: usize,
+    pub result: Option<String>,
+    pub exit: Option<i32>,
+}
+
+/// `run.json`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub complete: bool,
+    pub index: usize,
+    pub repetition: u32,
+    pub vars: Vec<(String, String)>,
+    pub config: crate::scenario::RunConfig,
+    pub workload: Workload,
+    pub environment: Environment,
+    pub relay: Option<ontime_net::RelayReport>,
+    /// The building gateway's counters and receive stamps (kernel vs
+    /// handler), from its `gateway.json`.
+    #[serde(default)]
+    pub gateway: Option<ontime_gateway::server::GatewayStats>,
+    /// The scheduler recorder of the run (`[observe]`).
+    pub observe: Option<ObserveOutcome>,
+    /// The I/O recorder of the run (`[observe] io = true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoOutcome>,
+    /// Document 003's flows and controller (`[net]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net: Option<NetOutcome>,
+    pub tenants: Vec<TenantOutcome>,
+    pub started_utc: String,
+    pub finished_utc: String,
+    pub error: Option<String>,
+    /// Set when `ontime sim` made this run instead of the lab.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simulated: Option<Simulated>,
+    /// The whole host's CPU time from /proc/stat while the probes ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_cpu: Option<HostCpu>,
+}
+
+/// The whole host's CPU time over a stretch (`core::cputime`): what no
+/// tracked thread accounts for (the gateway, softirq network work, the
+/// recorder) is the busy time minus the tenants' and the relay's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostCpu {
+    pub wall_ns: u64,
+    #[serde(flatten)]
+    pub cpu: ontime_core::cputime::CpuTimes,
+}
+
+impl HostCpu {
+    /// CPU time spent running anything (user, system, interrupts).
+    pub fn busy_ns(&self) -> u64 {
+        self.cpu.busy_ns()
+    }
+
+    /// Now (wall_ns: CLOCK_MONOTONIC).
+    pub fn now() -> Option<HostCpu> {
+        Some(HostCpu {
+            wall_ns: ontime_core::time::MonoNs::now().0,
+            cpu: ontime_core::cputime::CpuTimes::now()?,
+        })
+    }
+
+    /// What was spent between `self` (earlier) and `later`.
+    pub fn until(&self, later: &HostCpu) -> HostCpu {
+        HostCpu {
+            wall_ns: later.wall_ns.saturating_sub(self.wall_ns),
+            cpu: self.cpu.until(&later.cpu),
+        }
+    }
+}
+
+/// The gateway's counters and receive-stamp figures in a run directory.
+pub const GATEWAY_RESULT: &str = "gateway.json";
+
+/// What the run's recorder did and cost.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct ObserveOutcome {
+    /// "ontime", "perf" or "off".
+    pub recorder: String,
+    /// The recording (ontime: observe.otrec) and the analysis (observe.json).
+    pub file: Option<String>,
+    pub analysis: Option<String>,
+    pub span_ns: u64,
+    /// Recorder CPU: ontime's reader thread + its BPF programs; perf's
+    /// process (user + system).
+    pub cpu_ns: Option<u64>,
+    /// cpu_ns as % of one core over the span.
+    pub overhead_pct: Option<f64>,
+    pub events: Option<u64>,
+    pub lost: Option<u64>,
+    /// Bytes written by the recorder.
+    pub bytes: Option<u64>,
+    /// All CPUs' busy time over the span, % of one core (from /proc/stat).
+    pub host_busy_pct: Option<f64>,
+    /// With stacks sampled (`[observe] profile`): the profile report
+    /// (profile.json), its pprof (profile.pb.gz) and figures (profile/).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    pub error: Option<String>,
+}
+
+/// What the run's I/O recorder did.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct IoOutcome {
+    /// io.otrec, io.json (the analysis), io/ (figures).
+    pub file: Option<String>,
+    pub analysis: Option<String>,
+    pub events: Option<u64>,
+    pub lost: Option<u64>,
+    pub reader_cpu_ns: Option<u64>,
+    pub error: Option<String>,
+}
+
+/// What `run.json` says of the flows.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct NetOutcome {
+    pub flows: Vec<FlowOutcome>,
+    /// The controller's report (`net.json`), when it ran.
+    pub controller: Option<String>,
+    /// iperf3's own results of the best-effort clients (`best-effort-tN.json`).
+    #[serde(default)]
+    pub best_effort: Vec<String>,
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FlowOutcome {
+    pub name: String,
+    pub from: usize,
+    pub to: String,
+    pub deadline_ns: u64,
+    /// The channel it got (its DSCP), or why not.
+    pub channel: Option<u8>,
+    pub refused: Option<String>,
+    /// The receiver's measurements (`flow-NAME.json`) and the sender's.
+    pub result: Option<String>,
+    pub sender: Option<String>,
+}
+
+/// How a run was simulated (`run.json`'s `simulated`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Simulated {
+    /// `linux` (the lab's own classes) or the named model.
+    pub model: String,
+    pub cpus: usize,
+    pub seed: u64,
+    pub calibration: Option<String>,
+    pub io_cost_per_packet_ns: Option<u64>,
+    pub host_noise: bool,
+    /// Stalls of the whole host per second, from the calibration.
+    #[serde(default)]
+    pub host_stalls: Option<f64>,
+    /// The host's other work per poll (gateway, softirq), from the
+    /// calibration, on its own thread at the gateway's policy.
+    #[serde(default)]
+    pub host_work_per_poll_ns: Option<u64>,
+    /// The tenants started when the measured run's did (`--into`).
+    #[serde(default)]
+    pub starts_measured: bool,
+    pub cpu_hogs: usize,
+    /// CPU busy over the run, CPUs.
+    pub busy_cpus: f64,
+    /// What the scenario asks that the simulator left out.
+    pub left_out: Vec<String>,
+}
+
+/// One simulated crawler tenant, scored as the crawler scores itself.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SimTenant {
+    /// Polls sent, or the probe's wake-ups.
+    pub polls: u64,
+    /// Polls answered after the crawler's timeout, or the probe's overruns.
+    pub missed: u64,
+    /// A crawler's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_error: Option<Summary>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_lag: Option<Summary>,
+    /// A wake-up probe's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<Summary>,
+    /// CPU its vCPU threads received.
+    pub cpu_ns: u64,
+    #[serde(skip)]
+    pub histogram: LatencyHistogram,
+}
+
+impl SimTenant {
+    /// What the run is judged by: interval error, or wake-up latency.
+    pub fn headline(&self) -> &Summary {
+        static NONE: std::sync::OnceLock<Summary> = std::sync::OnceLock::new();
+        self.latency
+            .as_ref()
+            .or(self.interval_error.as_ref())
+            .unwrap_or_else(|| NONE.get_or_init(Summary::default))
+    }
+}

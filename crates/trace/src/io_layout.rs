@@ -1,0 +1,354 @@
+//! What an I/O recording describes besides its events: the tenants' disks
+//! (image, loop device, the block device under it), their extents on it,
+//! the files opened, the caches' sizes over time, and how to find them on
+//! this host (loop devices, FIEMAP, cachestat, memory cgroups).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use std::os::fd::AsRawFd;
+
+/// A block device in the kernel's dev_t encoding (major << 20 | minor, as
+/// the block tracepoints and `s_dev` carry it).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct BlockDevice {
+    pub dev: u32,
+    /// Its name under /sys/block ("loop3", "vda").
+    pub name: String,
+}
+
+impl BlockDevice {
+    fn from_major_minor(major: u32, minor: u32) -> Option<BlockDevice> {
+        let dir = std::fs::canonicalize(format!("/sys/dev/block/{major}:{minor}")).ok()?;
+        let name = dir.file_name()?.to_string_lossy().into_owned();
+        Some(BlockDevice {
+            dev: (major << 20) | minor,
+            name,
+        })
+    }
+
+    pub fn major_minor(&self) -> (u32, u32) {
+        (self.dev >> 20, self.dev & 0xfffff)
+    }
+}
+
+/// A tenant's virtual disk: image file, loop device, the disk under it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TenantDisk {
+    pub group: u32,
+    pub image: PathBuf,
+    /// The virtual disk (the guest's block layer).
+    pub loop_device: BlockDevice,
+    /// The loop device bypasses the host page cache (`losetup --direct-io`).
+    pub direct: bool,
+    /// The whole disk under the image file; None when the image is on a
+    /// file system without one (tmpfs, overlay).
+    pub physical: Option<BlockDevice>,
+    /// Where the image's file system starts on `physical` (its partition), bytes.
+    pub partition_start: u64,
+}
+
+/// A tenant's memory cgroup: the "guest cache" is its page cache.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MemoryCgroup {
+    pub group: u32,
+    pub path: PathBuf,
+}
+
+/// What an I/O recording watched.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct IoMeta {
+    pub disks: Vec<TenantDisk>,
+    pub memory: Vec<MemoryCgroup>,
+    /// How often cache and memory state was sampled, ns.
+    pub state_every_ns: u64,
+    /// cachestat(2) worked on the images (Linux 6.5 and later).
+    pub cachestat: bool,
+}
+
+/// A file a tenant opened, named by the path it gave.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct IoFile {
+    pub dev: u32,
+    pub ino: u64,
+    pub path: String,
+    pub group: u32,
+}
+
+/// The host page cache's hold on one image (cachestat(2), in pages).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ImageCache {
+    pub group: u32,
+    pub cache: u64,
+    pub dirty: u64,
+    pub writeback: u64,
+    pub evicted: u64,
+    pub recently_evicted: u64,
+}
+
+/// A tenant's memory cgroup, bytes.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MemoryState {
+    pub group: u32,
+    /// Page cache (the guest cache).
+    pub file: u64,
+    pub anon: u64,
+    pub dirty: u64,
+    pub writeback: u64,
+    pub swap: u64,
+    /// Memory limit, when set.
+    #[serde(default)]
+    pub limit: Option<u64>,
+}
+
+/// Bios queued, merged and split on a device since recording began.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DeviceCounters {
+    pub dev: u32,
+    pub bios: u64,
+    pub bio_bytes: u64,
+    pub merges: u64,
+    pub splits: u64,
+}
+
+/// One sample of cache, memory and block counters.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct IoState {
+    pub ts: u64,
+    pub images: Vec<ImageCache>,
+    pub memory: Vec<MemoryState>,
+    pub devices: Vec<DeviceCounters>,
+}
+
+/// A run of an image file on its disk, bytes.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Extent {
+    pub logical: u64,
+    /// Byte address on the whole disk (partition start included).
+    pub physical: u64,
+    pub len: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ImageExtents {
+    pub group: u32,
+    pub extents: Vec<Extent>,
+}
+
+/// Where the images lie on their disks: the union of what FIEMAP said at
+/// the start and at the end of the recording.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct IoLayout {
+    pub images: Vec<ImageExtents>,
+}
+
+impl IoLayout {
+    /// The tenant whose image holds byte `addr` of `dev`, if any.
+    pub fn owner(&self, meta: &IoMeta, dev: u32, addr: u64) -> Option<u32> {
+        for img in &self.images {
+            let on_dev = meta
+                .disks
+                .iter()
+                .any(|d| d.group == img.group && d.physical.as_ref().is_some_and(|p| p.dev == dev));
+            if !on_dev {
+                continue;
+            }
+            let i = img.extents.partition_point(|e| e.physical + e.len <= addr);
+            if img.extents.get(i).is_some_and(|e| e.physical <= addr) {
+                return Some(img.group);
+            }
+        }
+        None
+    }
+}
+
+/// An attached loop device and the file behind it.
+#[derive(Clone, Debug)]
+pub struct LoopDevice {
+    pub device: BlockDevice,
+    pub backing: PathBuf,
+    /// It bypasses the host page cache (`losetup --direct-io`).
+    pub direct: bool,
+}
+
+/// Every attached loop device (/sys/block/loop*/loop).
+pub fn loop_devices() -> Vec<LoopDevice> {
+    let Ok(dir) = std::fs::read_dir("/sys/block") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("loop") {
+            continue;
+        }
+        let read = |f: &str| std::fs::read_to_string(e.path().join(f)).map(|s| s.trim().to_string());
+        let (Ok(backing), Ok(devnum)) = (read("loop/backing_file"), read("dev")) else {
+            continue;
+        };
+        let Some((ma, mi)) = devnum.split_once(':') else {
+            continue;
+        };
+        let (Ok(ma), Ok(mi)) = (ma.parse::<u32>(), mi.parse::<u32>()) else {
+            continue;
+        };
+        out.push(LoopDevice {
+            device: BlockDevice {
+                dev: (ma << 20) | mi,
+                name,
+            },
+            backing: PathBuf::from(backing),
+            direct: read("loop/dio").is_ok_and(|d| d == "1"),
+        });
+    }
+    out
+}
+
+/// The loop device whose backing file is `image`.
+pub fn loop_device_of(image: &Path) -> Option<(BlockDevice, bool)> {
+    let want = std::fs::canonicalize(image).ok()?;
+    loop_devices()
+        .into_iter()
+        .find(|l| l.backing == want)
+        .map(|l| (l.device, l.direct))
+}
+
+/// The whole disk holding the file system `file` is on, and where that
+/// file system's partition starts on it (bytes).
+pub fn disk_under(file: &Path) -> Option<(BlockDevice, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let st = std::fs::metadata(file).ok()?.dev();
+    let (major, minor) = (libc::major(st), libc::minor(st));
+    if major == 0 {
+        return None;
+    }
+    let dir = std::fs::canonicalize(format!("/sys/dev/block/{major}:{minor}")).ok()?;
+    if dir.join("partition").exists() {
+        let start: u64 = std::fs::read_to_string(dir.join("start")).ok()?.trim().parse().ok()?;
+        let parent = dir.parent()?;
+        let devnum = std::fs::read_to_string(parent.join("dev")).ok()?;
+        let (ma, mi) = devnum.trim().split_once(':')?;
+        let disk = BlockDevice::from_major_minor(ma.parse().ok()?, mi.parse().ok()?)?;
+        Some((disk, start * 512))
+    } else {
+        Some((BlockDevice::from_major_minor(major, minor)?, 0))
+    }
+}
+
+/// The extents of `path` by FIEMAP, physical addresses shifted by `base`.
+pub fn extents_of(path: &Path, base: u64) -> Result<Vec<Extent>> {
+    const FS_IOC_FIEMAP: libc::c_ulong = 0xC020_660B;
+    const BATCH: usize = 256;
+    const LAST: u32 = 1;
+    // struct fiemap (32 bytes) then BATCH struct fiemap_extent (56 bytes).
+    let f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut out = Vec::new();
+    let mut start = 0u64;
+    let mut buf = vec![0u64; (32 + BATCH * 56) / 8];
+    loop {
+        buf.iter_mut().for_each(|w| *w = 0);
+        buf[0] = start;
+        buf[1] = u64::MAX - start;
+        // fm_flags = 0, fm_mapped_extents = 0 | fm_extent_count = BATCH
+        buf[2] = 0;
+        buf[3] = BATCH as u64;
+        // SAFETY: buf is large enough for the header and BATCH extents.
+        let rc = unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_FIEMAP, buf.as_mut_ptr()) };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error()).with_context(|| format!("FIEMAP on {}", path.display()));
+        }
+        let mapped = (buf[2] >> 32) as usize;
+        if mapped == 0 {
+            break;
+        }
+        let mut done = false;
+        for i in 0..mapped.min(BATCH) {
+            let w = (32 + i * 56) / 8;
+            let (logical, physical, len) = (buf[w], buf[w + 1], buf[w + 2]);
+            let flags = (buf[w + 5] & 0xffff_ffff) as u32;
+            out.push(Extent {
+                logical,
+                physical: physical + base,
+                len,
+            });
+            start = logical + len;
+            done |= flags & LAST != 0;
+        }
+        if done {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Joins extents into sorted, non-overlapping runs of the disk.
+pub(crate) fn merge_extents(mut v: Vec<Extent>) -> Vec<Extent> {
+    v.sort_by_key(|e| e.physical);
+    let mut out: Vec<Extent> = Vec::with_capacity(v.len());
+    for e in v {
+        if let Some(last) = out.last_mut() {
+            if e.physical <= last.physical + last.len {
+                let end = (e.physical + e.len).max(last.physical + last.len);
+                last.len = end - last.physical;
+                continue;
+            }
+        }
+        out.push(e);
+    }
+    out
+}
+
+/// cachestat(2) over the whole file; None where the kernel lacks it.
+pub fn cachestat(file: &std::fs::File) -> Option<[u64; 5]> {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    {
+        const SYS_CACHESTAT: libc::c_long = 451;
+        let range = [0u64, 0u64];
+        let mut cs = [0u64; 5];
+        // SAFETY: range and cs match struct cachestat_range and struct cachestat.
+        let rc = unsafe { libc::syscall(SYS_CACHESTAT, file.as_raw_fd(), range.as_ptr(), cs.as_mut_ptr(), 0u32) };
+        (rc == 0).then_some(cs)
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        let _ = file;
+        None
+    }
+}
+
+/// A memory cgroup's page cache, anonymous memory, dirty, writeback and
+/// swap, from memory.stat (v1 or v2 names).
+pub fn memory_state(group: u32, dir: &Path) -> Option<MemoryState> {
+    let text = std::fs::read_to_string(dir.join("memory.stat")).ok()?;
+    let mut m = MemoryState {
+        group,
+        ..Default::default()
+    };
+    let mut v2_swap = None;
+    for line in text.lines() {
+        let Some((k, v)) = line.split_once(' ') else { continue };
+        let Ok(v) = v.trim().parse::<u64>() else { continue };
+        match k {
+            "cache" | "file" => m.file = v,
+            "rss" | "anon" => m.anon = v,
+            "dirty" | "file_dirty" => m.dirty = v,
+            "writeback" | "file_writeback" => m.writeback = v,
+            "swap" => m.swap = v,
+            _ => {}
+        }
+    }
+    if let Ok(s) = std::fs::read_to_string(dir.join("memory.swap.current")) {
+        v2_swap = s.trim().parse().ok();
+    }
+    if let Some(s) = v2_swap {
+        m.swap = s;
+    }
+    let limit = std::fs::read_to_string(dir.join("memory.limit_in_bytes"))
+        .or_else(|_| std::fs::read_to_string(dir.join("memory.max")))
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    // v1 reports "no limit" as a huge page-rounded number.
+    m.limit = limit.filter(|&l| l < (1u64 << 60));
+    Some(m)
+}
