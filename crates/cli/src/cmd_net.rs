@@ -4,13 +4,11 @@
 //! verbs are its clients over the HTTP/JSON API.
 
 use crate::usage;
-use anyhow::{bail, Context};
 use clap::{Args, Subcommand, ValueEnum};
-use hyper::Method;
 use ontime_core::duration::{format_ns, parse_ns};
 use ontime_net::api::{self, Client, Target};
 use ontime_net::channel::ChannelKind;
-use ontime_net::controller::{Action, ChannelRequest, ChannelState, MissEvent};
+use ontime_net::controller::{ChannelRequest, MissEvent};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -271,15 +269,12 @@ fn controller(a: ControllerArgs) -> anyhow::Result<()> {
 }
 
 /// The answer's body as T, or the controller's error as ours.
-fn answer<T: serde::de::DeserializeOwned>(status: u16, body: &[u8], ok: u16) -> anyhow::Result<T> {
-    if status != ok {
-        let text = api::error_text(status, body);
-        if (400..500).contains(&status) && status != 401 {
-            return Err(usage(text));
-        }
-        bail!("{text}");
+/// A request the controller refused for its own fault is bad input (exit 2).
+fn refused_is_usage(e: anyhow::Error) -> anyhow::Error {
+    match e.downcast_ref::<api::Refused>() {
+        Some(r) if r.is_bad_request() => usage(r.to_string()),
+        _ => e,
     }
-    serde_json::from_slice(body).context("the controller's answer is not what this version expects")
 }
 
 fn add(a: AddArgs) -> anyhow::Result<()> {
@@ -299,8 +294,7 @@ fn add(a: AddArgs) -> anyhow::Result<()> {
         deadline_ns: a.deadline,
         vcpu_policy: a.vcpu_policy,
     };
-    let (status, body) = c.call(Method::POST, "/v1/channels", Some(serde_json::to_vec(&req)?))?;
-    let s: ChannelState = answer(status, &body, 201)?;
+    let s = c.add_channel(&req).map_err(refused_is_usage)?;
     if a.client.json {
         crate::outln!("{}", serde_json::to_string_pretty(&s)?);
     } else {
@@ -320,10 +314,9 @@ fn add(a: AddArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// GET `path`: with --json printed as it came (None), else the value.
-fn get<T: serde::de::DeserializeOwned + serde::Serialize>(a: &ClientArgs, path: &str) -> anyhow::Result<Option<T>> {
-    let (status, body) = a.client()?.call(Method::GET, path, None)?;
-    let v: T = answer(status, &body, 200)?;
+/// With --json the value is printed as JSON (None), else handed back.
+fn shown<T: serde::Serialize>(a: &ClientArgs, v: anyhow::Result<T>) -> anyhow::Result<Option<T>> {
+    let v = v.map_err(refused_is_usage)?;
     if a.json {
         crate::outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(None);
@@ -332,7 +325,7 @@ fn get<T: serde::de::DeserializeOwned + serde::Serialize>(a: &ClientArgs, path: 
 }
 
 fn list(a: ClientArgs) -> anyhow::Result<()> {
-    let Some(l) = get::<Vec<ChannelState>>(&a, "/v1/channels")? else {
+    let Some(l) = shown(&a, a.client()?.channels())? else {
         return Ok(());
     };
     if l.is_empty() {
@@ -388,8 +381,7 @@ fn list(a: ClientArgs) -> anyhow::Result<()> {
 
 fn rm(a: RmArgs) -> anyhow::Result<()> {
     let c = a.client.client()?;
-    let (status, body) = c.call(Method::DELETE, &format!("/v1/channels/{}", a.id), None)?;
-    let s: ChannelState = answer(status, &body, 200)?;
+    let s = c.remove_channel(a.id).map_err(refused_is_usage)?;
     crate::outln!(
         "removed channel {}: {} stamped, {} on time, {} missed",
         s.id,
@@ -401,7 +393,7 @@ fn rm(a: RmArgs) -> anyhow::Result<()> {
 }
 
 fn actions(a: ClientArgs) -> anyhow::Result<()> {
-    let Some(l) = get::<Vec<Action>>(&a, "/v1/actions")? else {
+    let Some(l) = shown(&a, a.client()?.actions())? else {
         return Ok(());
     };
     for x in l {
@@ -414,13 +406,9 @@ fn misses(a: MissesArgs) -> anyhow::Result<()> {
     let c = a.client.client()?;
     let stop = Arc::new(AtomicBool::new(false));
     crate::signals::install_flag(stop.clone())?;
-    let path = match &a.from {
-        Some(f) => format!("/v1/misses?from={f}"),
-        None => "/v1/misses".into(),
-    };
     let mut n = 0u64;
     let json = a.client.json;
-    c.stream(&path, &stop, |line| {
+    c.follow_misses(a.from.as_deref(), &stop, |line| {
         if json {
             crate::outln!("{}", String::from_utf8_lossy(line));
         } else if let Ok(m) = serde_json::from_slice::<MissEvent>(line) {

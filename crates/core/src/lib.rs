@@ -25,6 +25,7 @@ pub mod rt;
 pub mod size;
 pub mod stats;
 pub mod time;
+pub mod wire;
 pub mod work;
 
 pub use time::MonoNs;

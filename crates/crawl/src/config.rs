@@ -159,10 +159,10 @@ impl CrawlConfig {
     /// Resolves and checks a config; errors name the key at fault.
     pub fn resolve(file: CrawlFile) -> Result<CrawlConfig> {
         let n = file.points_per_request.unwrap_or(DEFAULT_N);
-        if n == 0 || n > ontime_gateway::wire::MAX_POINTS_PER_REQUEST {
+        if n == 0 || n > ontime_core::wire::MAX_POINTS_PER_REQUEST {
             bail!(
                 "points_per_request = {n}: must be 1..{}",
-                ontime_gateway::wire::MAX_POINTS_PER_REQUEST
+                ontime_core::wire::MAX_POINTS_PER_REQUEST
             );
         }
         let default_period = file.period.unwrap_or(DEFAULT_PERIOD_NS);

@@ -7,7 +7,7 @@
 //! is parsed with a serde `DeserializeSeed` that streams each point to a
 //! callback instead of building a `Vec`.
 
-use ontime_gateway::wire::{PointStatus, ReceiveStamp};
+use ontime_core::wire::{PointStatus, ReceiveStamp};
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::fmt;
 
@@ -29,13 +29,13 @@ impl RequestTemplate {
     /// `boot_id`: this host's boot id (CLOCK_MONOTONIC is comparable only
     /// within one boot), or "" when unknown.
     pub fn new(host: &str, building: &str, points: &[u32], boot_id: &str) -> RequestTemplate {
-        let body = ontime_gateway::wire::request_body(points);
+        let body = ontime_core::wire::request_body(points);
         let zeros = "0".repeat(DIGITS);
         let head = format!(
             "POST /{building}/{} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{}: ",
-            ontime_gateway::wire::GET_VALUES,
+            ontime_core::wire::GET_VALUES,
             body.len(),
-            ontime_gateway::wire::POLL_HEADER,
+            ontime_core::wire::POLL_HEADER,
         );
         let index_at = head.len();
         let planned_at = index_at + DIGITS + 1;

@@ -161,7 +161,7 @@ impl Resources {
 
 /// Splits every gateway's points into streams of N and lays out phases.
 pub fn plan_streams(cfg: &CrawlConfig) -> Vec<Stream> {
-    let boot_id = ontime_gateway::wire::boot_id();
+    let boot_id = ontime_core::wire::boot_id();
     let per_gw: Vec<Vec<Stream>> = cfg
         .gateways
         .iter()

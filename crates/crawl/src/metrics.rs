@@ -72,8 +72,8 @@ pub struct StampCounts {
 
 impl StampCounts {
     #[inline]
-    pub fn count(&mut self, s: Option<ontime_gateway::wire::ReceiveStamp>) {
-        use ontime_gateway::wire::ReceiveStamp;
+    pub fn count(&mut self, s: Option<ontime_core::wire::ReceiveStamp>) {
+        use ontime_core::wire::ReceiveStamp;
         match s {
             Some(ReceiveStamp::Kernel) => self.kernel += 1,
             Some(ReceiveStamp::User) => self.user += 1,

@@ -14,6 +14,6 @@ pub mod kstamp;
 pub mod points;
 pub mod recvlog;
 pub mod server;
-pub mod wire;
+pub use ontime_core::wire;
 
 pub use config::{Building, Faults, GatewayConfig};

@@ -13,7 +13,7 @@
 //! | `DELETE /v1/channels/N` | remove channel N |
 //! | `GET /v1/actions` | the controller's log |
 //! | `GET /v1/misses[?from=t0]` | misses as they happen, one JSON per line (streamed) |
-use crate::controller::{ApiError, ChannelRequest, ControllerHandle};
+use crate::controller::{Action, ApiError, ChannelRequest, ChannelState, ControllerHandle};
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
@@ -505,6 +505,89 @@ impl Client {
             }
             Ok(())
         })
+    }
+}
+
+/// An answer other than the one asked for: the controller's status and
+/// its reason. A 4xx other than 401 is the request's fault (bad input, a
+/// refusal, an unknown channel); the CLI exits 2 for those.
+#[derive(Debug)]
+pub struct Refused {
+    pub status: u16,
+    pub message: String,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.status, self.message)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+impl Refused {
+    /// The request was at fault (not the token, not the controller).
+    pub fn is_bad_request(&self) -> bool {
+        (400..500).contains(&self.status) && self.status != 401
+    }
+}
+
+/// The API's routes, in one place for the client (the server matches the
+/// same segments).
+const CHANNELS: &str = "/v1/channels";
+const ACTIONS: &str = "/v1/actions";
+const MISSES: &str = "/v1/misses";
+
+impl Client {
+    fn typed<T: serde::de::DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        ok: u16,
+    ) -> Result<T> {
+        let (status, body) = self.call(method, path, body)?;
+        if status != ok {
+            let text = error_text(status, &body);
+            let message = text.split_once(": ").map_or(text.clone(), |(_, m)| m.to_string());
+            return Err(Refused { status, message }.into());
+        }
+        serde_json::from_slice(&body).context("the controller's answer is not what this version expects")
+    }
+
+    /// Asks for a channel: admitted (201), or [`Refused`] with the reason.
+    pub fn add_channel(&self, r: &ChannelRequest) -> Result<ChannelState> {
+        self.typed(Method::POST, CHANNELS, Some(serde_json::to_vec(r)?), 201)
+    }
+
+    /// Every channel held now, with its counters since admission.
+    pub fn channels(&self) -> Result<Vec<ChannelState>> {
+        self.typed(Method::GET, CHANNELS, None, 200)
+    }
+
+    /// Removes channel `id`; its final counters.
+    pub fn remove_channel(&self, id: u8) -> Result<ChannelState> {
+        self.typed(Method::DELETE, &format!("{CHANNELS}/{id}"), None, 200)
+    }
+
+    /// The controller's log: admissions, refusals, escalations.
+    pub fn actions(&self) -> Result<Vec<Action>> {
+        self.typed(Method::GET, ACTIONS, None, 200)
+    }
+
+    /// Every miss as it happens (of `from`'s channels, or all), one NDJSON
+    /// line each to `line`, until it returns false or `stop` is set.
+    pub fn follow_misses(
+        &self,
+        from: Option<&str>,
+        stop: &std::sync::atomic::AtomicBool,
+        line: impl FnMut(&[u8]) -> bool,
+    ) -> Result<()> {
+        let path = match from {
+            Some(f) => format!("{MISSES}?from={f}"),
+            None => MISSES.into(),
+        };
+        self.stream(&path, stop, line)
     }
 }
 

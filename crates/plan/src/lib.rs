@@ -21,6 +21,7 @@ pub mod input;
 pub mod placement;
 pub mod predict;
 
+mod text;
 pub use input::PlanOptions;
 pub use input::{HostSpec, PlanInput, TenantSpec};
 pub use ontime_sim::sched::Model;
