@@ -7,13 +7,15 @@ use anyhow::Context;
 use clap::Args;
 use ontime_core::caps::Capabilities;
 use ontime_core::duration::{format_ns, parse_ns};
-use ontime_core::limits;
 use ontime_core::manifest::Manifest;
 use ontime_core::proc::{ChildProcess, SpawnOptions};
 use ontime_core::rt::{CpuList, Policy, ThreadSettings};
-use ontime_crawl::config::{CrawlConfig, CrawlFile, GatewaySpec, Phase};
+use ontime_crawl::config::{CrawlConfig, CrawlFile, Phase};
 use ontime_crawl::engine::StopFlags;
+use ontime_crawl::CrawlProbe;
 use ontime_crawl::RunOptions;
+use ontime_gateway::config::{Building, Faults, GatewayConfig};
+use ontime_scenario::probe::{GatewayProbe, ProbeSpec};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
@@ -110,7 +112,8 @@ enum PhaseArg {
     Aligned,
 }
 
-fn build_config(a: &CrawlArgs) -> anyhow::Result<CrawlConfig> {
+/// The crawl's gateways and plan from --config or the flags.
+fn build_file(a: &CrawlArgs) -> anyhow::Result<CrawlFile> {
     let mut file = match &a.config {
         Some(p) => {
             if !a.url.is_empty() {
@@ -124,33 +127,14 @@ fn build_config(a: &CrawlArgs) -> anyhow::Result<CrawlConfig> {
                     "no gateway to poll: give --url http://HOST:PORT/BUILDING (repeatable) or --config FILE",
                 ));
             }
-            let urls = a.url.clone();
             let n = a.points_per_request.unwrap_or(ontime_crawl::config::DEFAULT_N);
             let period = a.period.unwrap_or(ontime_crawl::config::DEFAULT_PERIOD_NS);
-            let points = match (a.points, a.rate) {
-                (Some(p), _) => p,
+            match (a.points, a.rate) {
+                (Some(p), _) => CrawlFile::of_points(a.url.clone(), p, n, period),
                 (None, Some(r)) => {
-                    limits::rate("--rate", r, limits::MAX_POLLS_PER_SECOND).map_err(usage)?;
-                    let per_gw = r / urls.len() as f64 * n as f64 * period as f64 / 1e9;
-                    per_gw.round().max(1.0) as u32
+                    CrawlFile::for_rate(a.url.clone(), r, n, period).map_err(|e| usage(format!("--{e}")))?
                 }
-                (None, None) => 1000,
-            };
-            CrawlFile {
-                period: None,
-                points_per_request: None,
-                phase: None,
-                timeout: None,
-                max_connections: None,
-                gateways: urls
-                    .into_iter()
-                    .map(|url| GatewaySpec {
-                        url,
-                        points: Some(points),
-                        point_ids: None,
-                        period: None,
-                    })
-                    .collect(),
+                (None, None) => CrawlFile::of_points(a.url.clone(), 1000, n, period),
             }
         }
     };
@@ -176,45 +160,74 @@ fn build_config(a: &CrawlArgs) -> anyhow::Result<CrawlConfig> {
     if a.max_connections.is_some() {
         file.max_connections = a.max_connections;
     }
-    let where_ = a
-        .config
-        .as_ref()
-        .map(|p| format!("{}: ", p.display()))
-        .unwrap_or_default();
-    CrawlConfig::resolve(file).map_err(|e| usage(format!("{where_}{e:#}")))
+    Ok(file)
 }
 
 pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
-    let cfg = build_config(&a)?;
-    limits::count("--vcpus", a.vcpus as u64, 1, limits::MAX_THREADS).map_err(usage)?;
+    let probe = CrawlProbe {
+        crawl: build_file(&a)?,
+        run: RunOptions {
+            vcpus: a.vcpus,
+            duration_ns: a.duration,
+            thread: ThreadSettings {
+                policy: a.policy,
+                affinity: a.affinity.clone().map(|c| c.0).unwrap_or_default(),
+                timer_slack_ns: Some(a.timer_slack),
+            },
+            mlockall: a.mlockall,
+            threshold_ns: a.probe.threshold,
+            report_interval_ns: a.probe.hlog_interval,
+            work: ontime_crawl::work::WorkModel {
+                mean_ns: a.work_per_poll,
+                tail: a.work_tail,
+            },
+            resend: !a.no_resend,
+            hlog: a.probe.hlog.clone(),
+            polls_file: a.polls.clone(),
+            store: a.store.clone(),
+        },
+        result: a.out.result.clone(),
+        dma_latency: !a.probe.no_dma_latency,
+    };
+    let gateway = a.with_gateway.then(|| LocalGatewayOptions {
+        log: a.gateway_log.clone(),
+        delay_ns: a.gateway_delay,
+    });
+    execute(probe, gateway, &a.out, a.config.as_deref())
+}
+
+/// `--with-gateway`: a local gateway serving what the crawl polls.
+pub struct LocalGatewayOptions {
+    pub log: Option<PathBuf>,
+    pub delay_ns: Option<u64>,
+}
+
+/// Runs a crawl, whether its flags or a lab spec built it. `origin` names
+/// the crawl config file in errors.
+pub fn execute(
+    p: CrawlProbe,
+    gateway: Option<LocalGatewayOptions>,
+    out: &output::OutputFlags,
+    origin: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    p.validate().map_err(|e| usage(format!("--{e}")))?;
+    let where_ = origin.map(|f| format!("{}: ", f.display())).unwrap_or_default();
+    let cfg = p.config().map_err(|e| usage(format!("{where_}{e:#}")))?;
     output::check_outputs(&[
-        ("--result", a.out.result.as_deref()),
-        ("--hlog", a.probe.hlog.as_deref()),
-        ("--polls", a.polls.as_deref()),
-        ("--store", a.store.as_deref()),
-        ("--gateway-log", a.gateway_log.as_deref()),
+        ("--result", p.result.as_deref()),
+        ("--hlog", p.run.hlog.as_deref()),
+        ("--polls", p.run.polls_file.as_deref()),
+        ("--store", p.run.store.as_deref()),
+        ("--gateway-log", gateway.as_ref().and_then(|g| g.log.as_deref())),
     ])?;
-    limits::duration(
-        "--duration",
-        a.duration,
-        limits::MIN_DURATION_NS,
-        limits::MAX_DURATION_NS,
-    )
-    .map_err(usage)?;
-    let online = ontime_core::limits::online_cpus();
-    if let Some(bad) = a.affinity.iter().flat_map(|c| c.0.iter()).find(|&&c| c >= online) {
-        return Err(usage(format!("-a: CPU {bad} is not online (this host has {online})")));
-    }
-    a.probe.check()?;
-    let gateway = if a.with_gateway {
-        Some(LocalGateway::start(&cfg, &a)?)
-    } else {
-        None
+    let gateway = match gateway {
+        Some(g) => Some(LocalGateway::start(&cfg, &g)?),
+        None => None,
     };
     let caps = Capabilities::probe();
     let mut manifest = Manifest::start("native", caps);
     // Deep idle states add wake-up latency; hold them off as cyclictest does.
-    let _dma = if a.probe.no_dma_latency {
+    let _dma = if !p.dma_latency {
         None
     } else {
         match ontime_core::rt::DmaLatencyGuard::hold(0) {
@@ -233,46 +246,33 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
             move || f2.abort.store(true, Ordering::Relaxed),
         )?;
     }
-    let opts = RunOptions {
-        vcpus: a.vcpus,
-        duration_ns: a.duration,
-        thread: ThreadSettings {
-            policy: a.policy,
-            affinity: a.affinity.clone().map(|c| c.0).unwrap_or_default(),
-            timer_slack_ns: Some(a.timer_slack),
-        },
-        mlockall: a.mlockall,
-        threshold_ns: a.probe.threshold,
-        report_interval_ns: a.probe.hlog_interval,
-        work: work_model(a.work_per_poll, a.work_tail)?,
-        resend: !a.no_resend,
-        hlog: a.probe.hlog.clone(),
-        polls_file: a.polls.clone(),
-        store: a.store.clone(),
-    };
-    if !a.out.json {
+    let duration = p.run.duration_ns;
+    if !out.json {
         ontime_core::errln!(
             "ontime crawl: {:.0} polls/s to {} gateway(s) for {} on {} vCPU thread(s)",
             cfg.polls_per_second(),
             cfg.gateways.len(),
-            format_ns(a.duration),
-            a.vcpus
+            format_ns(duration),
+            p.run.vcpus
         );
     }
-    let pb = output::progress_bar(a.duration.div_ceil(1_000_000_000));
-    let result = ontime_crawl::run(cfg, opts, flags, manifest, &mut |p| {
-        pb.set_position(p.elapsed_ns / 1_000_000_000);
+    let pb = output::progress_bar(duration.div_ceil(1_000_000_000));
+    let result = ontime_crawl::run(cfg, p.run.clone(), flags, manifest, &mut |pr| {
+        pb.set_position(pr.elapsed_ns / 1_000_000_000);
         pb.set_message(format!(
             "polls {} missed {} | max send lag {} interval error {}",
-            p.outcomes.planned,
-            p.outcomes.missed(),
-            format_ns(p.send_lag_max_ns),
-            format_ns(p.interval_error_max_ns)
+            pr.outcomes.planned,
+            pr.outcomes.missed(),
+            format_ns(pr.send_lag_max_ns),
+            format_ns(pr.interval_error_max_ns)
         ));
     });
     pb.finish_and_clear();
     let result = result?;
-    a.out.emit_report(&result)?;
+    {
+        use ontime_core::export::{Exporter, Text};
+        output::emit(&result, &Text.export(&result)?, out.json, p.result.as_deref())?;
+    }
     // The gateway's receive log is a measurement too: if it could not be
     // stored, the run failed, loudly and naming the file.
     match gateway {
@@ -289,42 +289,46 @@ struct LocalGateway {
 }
 
 impl LocalGateway {
-    fn start(cfg: &CrawlConfig, a: &CrawlArgs) -> anyhow::Result<LocalGateway> {
-        let mut toml_text = String::new();
-        let first = cfg.gateways[0].addr;
-        toml_text.push_str(&format!("listen = \"{first}\"\n"));
-        if let Some(d) = a.gateway_delay {
-            toml_text.push_str(&format!("[faults]\ndelay = \"{d}ns\"\n"));
-        }
+    fn start(cfg: &CrawlConfig, g: &LocalGatewayOptions) -> anyhow::Result<LocalGateway> {
+        let mut buildings = Vec::new();
         let mut seen = std::collections::HashSet::new();
-        for g in &cfg.gateways {
-            if !g.addr.ip().is_loopback() {
+        for gw in &cfg.gateways {
+            if !gw.addr.ip().is_loopback() {
                 return Err(usage(format!(
                     "--with-gateway serves loopback addresses only, not {}",
-                    g.addr
+                    gw.addr
                 )));
             }
-            if !seen.insert((g.addr, g.building.clone())) {
+            if !seen.insert((gw.addr, gw.building.clone())) {
                 continue;
             }
-            let points = g.point_ids.iter().max().copied().unwrap_or(0) + 1;
-            toml_text.push_str(&format!(
-                "[[building]]\nname = \"{}\"\npoints = {}\nlisten = \"{}\"\n",
-                g.building, points, g.addr
-            ));
+            buildings.push(Building {
+                name: gw.building.clone(),
+                points: gw.point_ids.iter().max().copied().unwrap_or(0) + 1,
+                analog_percent: 70,
+                listen: Some(gw.addr),
+            });
         }
-        let mut file = tempfile::Builder::new()
+        let config = GatewayConfig {
+            listen: cfg.gateways[0].addr,
+            threads: 1,
+            policy: Policy::Other,
+            faults: Faults {
+                delay_ns: g.delay_ns.unwrap_or(0),
+                ..Faults::default()
+            },
+            log: g.log.clone(),
+            buildings,
+        };
+        config.validate().map_err(|e| usage(format!("--with-gateway: {e:#}")))?;
+        let file = tempfile::Builder::new()
             .prefix("ontime-gateway-")
-            .suffix(".toml")
+            .suffix(".json")
             .tempfile()?;
-        use std::io::Write;
-        file.write_all(toml_text.as_bytes())?;
+        ProbeSpec::Gateway(GatewayProbe { config, result: None }).write(file.path())?;
         let exe = std::env::current_exe().context("cannot find the ontime binary")?;
         let mut cmd = Command::new(exe);
-        cmd.arg("gateway").arg("--config").arg(file.path());
-        if let Some(l) = &a.gateway_log {
-            cmd.arg("--log").arg(l);
-        }
+        cmd.arg("probe").arg(file.path());
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
         let mut child = ChildProcess::spawn(
             "the local gateway",
@@ -361,16 +365,4 @@ impl LocalGateway {
             _ => Ok(()),
         }
     }
-}
-
-/// The per-poll work from its flags; a bad shape is a usage error.
-fn work_model(mean_ns: u64, tail: Option<f64>) -> anyhow::Result<ontime_crawl::work::WorkModel> {
-    let m = ontime_crawl::work::WorkModel { mean_ns, tail };
-    m.validate().map_err(|e| {
-        crate::usage(format!(
-            "--work-tail: {e} (with --work-per-poll {})",
-            format_ns(mean_ns)
-        ))
-    })?;
-    Ok(m)
 }

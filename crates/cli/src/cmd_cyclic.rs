@@ -6,10 +6,9 @@ use crate::usage;
 use clap::{ArgAction, Args};
 use ontime_core::caps::Capabilities;
 use ontime_core::duration::{format_ns, parse_ns};
-use ontime_core::limits;
 use ontime_core::manifest::Manifest;
 use ontime_core::rt::{CpuList, Policy};
-use ontime_cyclic::CyclicOptions;
+use ontime_cyclic::{CyclicOptions, CyclicProbe};
 use ontime_load::{LoadGuard, LoadProfile};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -97,66 +96,62 @@ fn resolve_policy(policy: Option<&str>, prio: Option<u8>) -> anyhow::Result<Poli
 
 pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
     let policy = resolve_policy(a.policy.as_deref(), a.priority)?;
-    if a.loops.is_none() && a.duration.is_none() {
-        return Err(usage("give a duration (-D 60s) or a loop count (-l 100000)"));
-    }
-    limits::count("-t", a.threads as u64, 1, limits::MAX_THREADS).map_err(usage)?;
-    output::check_outputs(&[
-        ("--result", a.out.result.as_deref()),
-        ("--histfile", a.histfile.as_deref()),
-        ("--histfile-woken", a.histfile_woken.as_deref()),
-        ("--hlog", a.probe.hlog.as_deref()),
-    ])?;
-    a.probe.check()?;
-    limits::duration("-i", a.interval, limits::MIN_INTERVAL_NS, limits::MAX_DURATION_NS).map_err(usage)?;
-    limits::duration("-d", a.distance, 0, limits::MAX_DURATION_NS).map_err(usage)?;
-    limits::count("-h", a.histogram as u64, 0, limits::MAX_HISTOGRAM_BINS).map_err(usage)?;
-    if let Some(l) = a.loops {
-        limits::count("-l", l, 1, limits::MAX_DURATION_NS / limits::MIN_INTERVAL_NS).map_err(usage)?;
-    }
-    if let Some(d) = a.duration {
-        limits::duration("-D", d, limits::MIN_DURATION_NS, limits::MAX_DURATION_NS).map_err(usage)?;
-    }
     let online = ontime_core::limits::online_cpus();
     let (threads, affinity) = if a.smp {
         (online, (0..online).collect())
     } else {
         (a.threads, a.affinity.clone().map(|c| c.0).unwrap_or_default())
     };
-    if let Some(bad) = affinity.iter().find(|&&c| c >= online) {
-        return Err(usage(format!("CPU {bad} is not online (this host has {online})")));
-    }
-    let opts = CyclicOptions {
-        threads,
-        affinity,
-        interval_ns: a.interval,
-        distance_ns: a.distance,
-        policy,
-        mlockall: a.mlockall,
-        loops: a.loops,
-        duration_ns: a.duration,
-        histogram_us: a.histogram,
-        threshold_ns: a.probe.threshold,
-        dma_latency: !a.probe.no_dma_latency,
+    let probe = CyclicProbe {
+        options: CyclicOptions {
+            threads,
+            affinity,
+            interval_ns: a.interval,
+            distance_ns: a.distance,
+            policy,
+            mlockall: a.mlockall,
+            loops: a.loops,
+            duration_ns: a.duration,
+            histogram_us: a.histogram,
+            threshold_ns: a.probe.threshold,
+            dma_latency: !a.probe.no_dma_latency,
+            load: a.load.map(|l| l.to_string()),
+            hlog: a.probe.hlog.clone(),
+            hlog_interval_ns: a.probe.hlog_interval,
+        },
         load: a.load.map(|l| l.to_string()),
-        hlog: a.probe.hlog.clone(),
-        hlog_interval_ns: a.probe.hlog_interval,
+        load_workers: a.load_workers,
+        histfile: a.histfile,
+        histfile_woken: a.histfile_woken,
+        result: a.out.result.clone(),
+    };
+    execute(probe, &a.out)
+}
+
+/// Runs a wake-up probe, whether its flags or a lab spec built it.
+pub fn execute(p: CyclicProbe, out: &output::OutputFlags) -> anyhow::Result<()> {
+    p.validate().map_err(usage)?;
+    output::check_outputs(&[
+        ("--result", p.result.as_deref()),
+        ("--histfile", p.histfile.as_deref()),
+        ("--histfile-woken", p.histfile_woken.as_deref()),
+        ("--hlog", p.options.hlog.as_deref()),
+    ])?;
+    let load: Option<LoadProfile> = match &p.load {
+        Some(l) => Some(l.parse().map_err(|e| usage(format!("--load {l}: {e}")))?),
+        None => None,
     };
     let stop = Arc::new(AtomicBool::new(false));
     crate::signals::install_flag(stop.clone())?;
-    let expected_ns = a.duration.unwrap_or_else(|| {
-        a.loops
-            .unwrap_or(0)
-            .saturating_mul(a.interval + a.distance * threads as u64)
-    });
-    let _load = match a.load {
+    let expected_ns = p.expected_ns();
+    let _load = match load {
         Some(profile) => {
             let g = LoadGuard::start(
                 profile,
-                a.load_workers,
+                p.load_workers,
                 Duration::from_nanos(expected_ns) + Duration::from_secs(30),
             )?;
-            if !a.out.json {
+            if !out.json {
                 ontime_core::errln!(
                     "ontime cyclic: load '{profile}' running (stress-ng pid {})",
                     g.pid().unwrap_or(0)
@@ -171,7 +166,7 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
     let manifest = Manifest::start("native", Capabilities::probe());
     let pb = output::progress_bar(expected_ns.div_ceil(1_000_000_000));
     let t0 = std::time::Instant::now();
-    let result = ontime_cyclic::run(opts, stop.clone(), manifest, &mut |lives| {
+    let result = ontime_cyclic::run(p.options.clone(), stop.clone(), manifest, &mut |lives| {
         let cycles: u64 = lives.iter().map(|l| l.cycles.load(Ordering::Relaxed)).sum();
         let max = lives
             .iter()
@@ -186,18 +181,18 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
     drop(_load);
     let result = result?;
     let mut text = ontime_core::export::TextReport::text(&result);
-    if let Some(p) = &a.histfile_woken {
-        ontime_core::fsio::write_atomic(p, result.cyclictest_histogram_woken().as_bytes())?;
+    if let Some(f) = &p.histfile_woken {
+        ontime_core::fsio::write_atomic(f, result.cyclictest_histogram_woken().as_bytes())?;
     }
-    if a.histogram > 0 {
+    if p.options.histogram_us > 0 {
         let hist = result.cyclictest_histogram();
-        match &a.histfile {
-            Some(p) => ontime_core::fsio::write_atomic(p, hist.as_bytes())?,
-            None if !a.out.json => text = format!("{hist}{text}"),
+        match &p.histfile {
+            Some(f) => ontime_core::fsio::write_atomic(f, hist.as_bytes())?,
+            None if !out.json => text = format!("{hist}{text}"),
             None => {}
         }
     }
-    a.out.emit(&result, &text)?;
+    output::emit(&result, &text, out.json, p.result.as_deref())?;
     if stop.load(Ordering::Relaxed) {
         ontime_core::errln!("ontime cyclic: interrupted; results cover the run so far");
     }

@@ -5,6 +5,7 @@ use crate::usage;
 use clap::{Args, Subcommand};
 use ontime_core::duration::parse_ns;
 use ontime_gateway::{Faults, GatewayConfig};
+use ontime_scenario::probe::GatewayProbe;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -154,8 +155,17 @@ pub fn run(a: GatewayArgs) -> anyhow::Result<()> {
 }
 
 fn serve(a: ServeArgs) -> anyhow::Result<()> {
-    let cfg = a.to_config()?;
-    crate::output::check_outputs(&[("--result", a.result.as_deref()), ("--log", cfg.log.as_deref())])?;
+    execute(GatewayProbe {
+        config: a.to_config()?,
+        result: a.result,
+    })
+}
+
+/// Serves a gateway until stopped, whether its flags or a spec built it.
+pub fn execute(p: GatewayProbe) -> anyhow::Result<()> {
+    let GatewayProbe { config: cfg, result } = p;
+    cfg.validate().map_err(|e| usage(format!("{e:#}")))?;
+    crate::output::check_outputs(&[("--result", result.as_deref()), ("--log", cfg.log.as_deref())])?;
     let summary: Vec<String> = cfg
         .buildings
         .iter()
@@ -184,7 +194,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let stats = gw.stop()?;
     crate::outln!("ontime gateway: stopped; {}", stats.stamps.text());
     crate::outln!("ontime gateway: {}", serde_json::to_string(&stats)?);
-    if let Some(p) = &a.result {
+    if let Some(p) = &result {
         ontime_core::fsio::write_atomic(p, &serde_json::to_vec_pretty(&stats)?)?;
     }
     Ok(())

@@ -7,6 +7,7 @@ use crate::output;
 use crate::usage;
 use clap::{Args, Subcommand};
 use ontime_core::duration::{format_ns, parse_ns};
+use ontime_scenario::probe::IoWorkloadProbe;
 use ontime_trace::io::IoRecordOptions;
 use ontime_trace::recording::Recording;
 use std::path::{Path, PathBuf};
@@ -240,28 +241,38 @@ struct IoWorkloadArgs {
 }
 
 fn workload(a: IoWorkloadArgs) -> anyhow::Result<()> {
-    if !a.dir.is_dir() {
+    execute_workload(
+        IoWorkloadProbe {
+            workload: ontime_io::workload::WorkloadSpec {
+                tool: a.tool,
+                rw: a.rw,
+                size: a.size,
+                bs: a.bs,
+                direct: a.direct,
+                command: a.command,
+            },
+            dir: a.dir,
+            duration_s: a.duration / 1_000_000_000,
+            log: a.log,
+            result: a.out.result.clone(),
+        },
+        &a.out,
+    )
+}
+
+/// An I/O workload, whether its flags or a lab spec built it.
+pub fn execute_workload(p: IoWorkloadProbe, out: &output::OutputFlags) -> anyhow::Result<()> {
+    if !p.dir.is_dir() {
         return Err(usage(format!(
             "--dir {}: no such directory (give the tenant disk's mount point)",
-            a.dir.display()
+            p.dir.display()
         )));
     }
-    output::check_outputs(&[("--result", a.out.result.as_deref()), ("--log", a.log.as_deref())])?;
-    let spec = ontime_io::workload::WorkloadSpec {
-        tool: a.tool,
-        rw: a.rw,
-        size: a.size,
-        bs: a.bs,
-        direct: a.direct,
-        command: a.command,
-    };
-    spec.validate().map_err(usage)?;
-    if !(1_000_000_000..=86_400_000_000_000).contains(&a.duration) {
-        return Err(usage("-D must be between 1s and 24h"));
-    }
-    let r = ontime_io::workload::run(&spec, &a.dir, a.duration / 1_000_000_000, a.log.as_deref())?;
+    output::check_outputs(&[("--result", p.result.as_deref()), ("--log", p.log.as_deref())])?;
+    p.validate().map_err(usage)?;
+    let r = ontime_io::workload::run(&p.workload, &p.dir, p.duration_s, p.log.as_deref())?;
     let text = ontime_io::workload::text(&r);
-    a.out.emit(&r, &text)
+    output::emit(&r, &text, out.json, p.result.as_deref())
 }
 
 fn advise(a: IoAdviseArgs) -> anyhow::Result<()> {

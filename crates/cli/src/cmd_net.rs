@@ -9,6 +9,7 @@ use ontime_core::duration::{format_ns, parse_ns};
 use ontime_net::api::{self, Client, Target};
 use ontime_net::channel::ChannelKind;
 use ontime_net::controller::{ChannelRequest, MissEvent};
+use ontime_scenario::probe::{FlowReceiveProbe, FlowSendProbe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -445,9 +446,8 @@ fn stop_flag(result: Option<&std::path::Path>) -> anyhow::Result<Arc<AtomicBool>
 }
 
 fn send(a: SendArgs) -> anyhow::Result<()> {
-    let stop = stop_flag(a.result.as_deref())?;
-    let report = ontime_net::flow::send(
-        &ontime_net::flow::SendSettings {
+    execute_send(FlowSendProbe {
+        send: ontime_net::flow::SendSettings {
             to: a.to,
             rate_bps: a.rate_mbit * 1e6,
             size: a.size,
@@ -455,23 +455,33 @@ fn send(a: SendArgs) -> anyhow::Result<()> {
             start_after_ns: a.start_after,
             burst: a.burst,
         },
-        &stop,
-    )
-    .map_err(|e| usage(format!("{e:#}")))?;
-    put_result(&report, a.result.as_deref())
+        result: a.result,
+    })
+}
+
+/// A paced flow, whether its flags or a lab spec built it.
+pub fn execute_send(p: FlowSendProbe) -> anyhow::Result<()> {
+    let stop = stop_flag(p.result.as_deref())?;
+    let report = ontime_net::flow::send(&p.send, &stop).map_err(|e| usage(format!("{e:#}")))?;
+    put_result(&report, p.result.as_deref())
 }
 
 fn receive(a: ReceiveArgs) -> anyhow::Result<()> {
-    let stop = stop_flag(a.result.as_deref())?;
-    let r = ontime_net::flow::receive(
-        &ontime_net::flow::ReceiveSettings {
+    execute_receive(FlowReceiveProbe {
+        receive: ontime_net::flow::ReceiveSettings {
             listen: a.listen,
             deadline_ns: a.deadline,
             bin_ns: a.bin,
         },
-        &stop,
-    )?;
-    put_result(&r, a.result.as_deref())
+        result: a.result,
+    })
+}
+
+/// A flow's receiver, whether its flags or a lab spec built it.
+pub fn execute_receive(p: FlowReceiveProbe) -> anyhow::Result<()> {
+    let stop = stop_flag(p.result.as_deref())?;
+    let r = ontime_net::flow::receive(&p.receive, &stop)?;
+    put_result(&r, p.result.as_deref())
 }
 
 /// NETNS:INTERFACE as (namespace file, interface).

@@ -21,12 +21,6 @@ impl OutputFlags {
     pub fn emit<T: Serialize>(&self, result: &T, text: &str) -> anyhow::Result<()> {
         emit(result, text, self.json, self.result.as_deref())
     }
-
-    /// [`OutputFlags::emit`] for a result with its own text form.
-    pub fn emit_report<T: Serialize + ontime_core::export::TextReport>(&self, result: &T) -> anyhow::Result<()> {
-        use ontime_core::export::{Exporter, Text};
-        self.emit(result, &Text.export(result)?)
-    }
 }
 
 /// The flags both probes (crawl and cyclic) take, declared once.
@@ -46,20 +40,6 @@ pub struct ProbeFlags {
     /// Interval of the histogram log (and of crawl's progress)
     #[arg(long, default_value = "1s", value_parser = ontime_core::duration::parse_ns)]
     pub hlog_interval: u64,
-}
-
-impl ProbeFlags {
-    /// Range checks, before anything starts.
-    pub fn check(&self) -> anyhow::Result<()> {
-        ontime_core::limits::duration(
-            "--hlog-interval",
-            self.hlog_interval,
-            10_000_000,
-            ontime_core::limits::MAX_DURATION_NS,
-        )
-        .map_err(crate::usage)?;
-        Ok(())
-    }
 }
 
 /// Checks every output file a verb will write, before it starts: a long run

@@ -279,7 +279,7 @@ fn sigkilled_runner_leaves_what_clean_removes() {
     let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
     assert!(!String::from_utf8_lossy(&ns.stdout).contains("ontime"));
     let ps = Command::new("pgrep")
-        .args(["-f", "ontime crawl --url http://10.77"])
+        .args(["-f", "ontime probe .*/t[0-9]*.probe.json"])
         .output()
         .unwrap();
     assert!(
@@ -315,7 +315,7 @@ fn lab_clean_refuses_while_a_lab_runs_and_a_destroyed_run_fails_loudly() {
     // Ready once the tenant's probe runs.
     ontime_testkit::wait_until("the victim's probe", Duration::from_secs(60), || {
         Command::new("pgrep")
-            .args(["-f", "ontime crawl --url http://10.77"])
+            .args(["-f", "ontime probe .*/t[0-9]*.probe.json"])
             .output()
             .is_ok_and(|o| !o.stdout.is_empty())
     });

@@ -17,7 +17,7 @@
 //! The poll rate follows: points / N / period.
 
 use anyhow::{anyhow, bail, Context, Result};
-use ontime_core::duration::deserialize_opt_ns;
+use ontime_core::duration::opt_text_ns;
 use serde::{Deserialize, Serialize};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::Path;
@@ -33,7 +33,7 @@ pub enum Phase {
     Aligned,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GatewaySpec {
     /// `http://HOST:PORT/BUILDING`.
@@ -44,20 +44,20 @@ pub struct GatewaySpec {
     /// Or poll exactly these point ids.
     #[serde(default)]
     pub point_ids: Option<Vec<u32>>,
-    #[serde(default, deserialize_with = "deserialize_opt_ns")]
+    #[serde(default, with = "opt_text_ns", skip_serializing_if = "Option::is_none")]
     pub period: Option<u64>,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CrawlFile {
-    #[serde(default, deserialize_with = "deserialize_opt_ns")]
+    #[serde(default, with = "opt_text_ns", skip_serializing_if = "Option::is_none")]
     pub period: Option<u64>,
     #[serde(default)]
     pub points_per_request: Option<usize>,
     #[serde(default)]
     pub phase: Option<Phase>,
-    #[serde(default, deserialize_with = "deserialize_opt_ns")]
+    #[serde(default, with = "opt_text_ns", skip_serializing_if = "Option::is_none")]
     pub timeout: Option<u64>,
     #[serde(default)]
     pub max_connections: Option<usize>,
@@ -68,6 +68,34 @@ pub struct CrawlFile {
 impl CrawlFile {
     pub fn from_file(path: &Path) -> Result<CrawlFile> {
         ontime_core::config::read_toml(path, "crawl config")
+    }
+
+    /// `rate` polls per second over `urls`, `n` points per request at
+    /// `period`: each gateway gets the points that make its share.
+    pub fn for_rate(urls: Vec<String>, rate: f64, n: usize, period_ns: u64) -> Result<CrawlFile, String> {
+        ontime_core::limits::rate("rate", rate, ontime_core::limits::MAX_POLLS_PER_SECOND)?;
+        let per_gw = rate / urls.len().max(1) as f64 * n as f64 * period_ns as f64 / 1e9;
+        Ok(CrawlFile::of_points(urls, per_gw.round().max(1.0) as u32, n, period_ns))
+    }
+
+    /// `points` on each of `urls`, `n` per request, every `period_ns`.
+    pub fn of_points(urls: Vec<String>, points: u32, n: usize, period_ns: u64) -> CrawlFile {
+        CrawlFile {
+            period: Some(period_ns),
+            points_per_request: Some(n),
+            phase: None,
+            timeout: None,
+            max_connections: None,
+            gateways: urls
+                .into_iter()
+                .map(|url| GatewaySpec {
+                    url,
+                    points: Some(points),
+                    point_ids: None,
+                    period: None,
+                })
+                .collect(),
+        }
     }
 }
 

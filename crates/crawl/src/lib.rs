@@ -35,7 +35,8 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 /// How to run a crawl (as opposed to what to crawl).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RunOptions {
     /// vCPU threads that do all the crawl's work.
     pub vcpus: usize,
@@ -626,68 +627,53 @@ impl ontime_core::export::TextReport for CrawlResult {
     }
 }
 
-/// The `ontime crawl` command line of one probe, for callers that start the
-/// crawler as a process of its own (the lab's tenants). It lives beside the
-/// crawler so the flags and what they mean change together; the CLI tests
-/// parse it with the real argument parser.
-#[derive(Clone, Debug)]
+/// One crawl, whole: what `ontime crawl` runs, whether its flags built it
+/// or the lab wrote it for a tenant (`ontime probe SPEC.json`). Typed end
+/// to end: no command line is assembled, and every range is checked in
+/// [`CrawlProbe::validate`], for flags and scenarios alike.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CrawlProbe {
-    pub url: String,
-    /// Polls per second.
-    pub rate: f64,
-    pub points_per_request: usize,
-    pub period_ns: u64,
-    pub duration_ns: u64,
-    pub vcpus: usize,
-    pub policy: ontime_core::rt::Policy,
-    pub timeout_ns: Option<u64>,
-    pub work_per_poll_ns: Option<u64>,
-    pub work_tail: Option<f64>,
-    pub hlog: Option<PathBuf>,
+    /// Gateways, points, period, N, phase, timeout, connections.
+    pub crawl: config::CrawlFile,
+    pub run: RunOptions,
+    /// Where the JSON result goes.
     pub result: Option<PathBuf>,
-    /// Hold /dev/cpu_dma_latency (false when the caller holds it already).
+    /// Hold /dev/cpu_dma_latency at 0 (false when the caller holds it).
     pub dma_latency: bool,
 }
 
 impl CrawlProbe {
-    /// The arguments after the binary's name, starting with `crawl`.
-    pub fn args(&self) -> Vec<std::ffi::OsString> {
-        let ns = |v: u64| format!("{v}ns");
-        let mut a: Vec<std::ffi::OsString> = vec![
-            "crawl".into(),
-            "--url".into(),
-            self.url.clone().into(),
-            "--rate".into(),
-            self.rate.to_string().into(),
-            "-N".into(),
-            self.points_per_request.to_string().into(),
-            "--period".into(),
-            ns(self.period_ns).into(),
-            "-D".into(),
-            ns(self.duration_ns).into(),
-            "--vcpus".into(),
-            self.vcpus.to_string().into(),
-            "--policy".into(),
-            self.policy.to_string().into(),
-        ];
-        if !self.dma_latency {
-            a.push("--no-dma-latency".into());
+    /// Every range of a crawl, declared once.
+    pub fn validate(&self) -> Result<(), String> {
+        use ontime_core::limits;
+        let r = &self.run;
+        limits::count("vcpus", r.vcpus as u64, 1, limits::MAX_THREADS)?;
+        limits::duration(
+            "duration",
+            r.duration_ns,
+            limits::MIN_DURATION_NS,
+            limits::MAX_DURATION_NS,
+        )?;
+        limits::duration(
+            "hlog-interval",
+            r.report_interval_ns,
+            10_000_000,
+            limits::MAX_DURATION_NS,
+        )?;
+        let online = limits::online_cpus();
+        if let Some(bad) = r.thread.affinity.iter().find(|&&c| c >= online) {
+            return Err(format!("affinity: CPU {bad} is not online (this host has {online})"));
         }
-        if let Some(t) = self.timeout_ns {
-            a.extend(["--timeout".into(), ns(t).into()]);
+        r.work.validate().map_err(|e| format!("work-tail: {e}"))?;
+        if let Some(p) = self.crawl.period {
+            limits::duration("period", p, limits::MIN_PERIOD_NS, limits::MAX_DURATION_NS)?;
         }
-        if let Some(w) = self.work_per_poll_ns {
-            a.extend(["--work-per-poll".into(), ns(w).into()]);
-        }
-        if let Some(t) = self.work_tail {
-            a.extend(["--work-tail".into(), t.to_string().into()]);
-        }
-        if let Some(p) = &self.hlog {
-            a.extend(["--hlog".into(), p.into()]);
-        }
-        if let Some(p) = &self.result {
-            a.extend(["--result".into(), p.into()]);
-        }
-        a
+        Ok(())
+    }
+
+    /// The plan of the crawl (URLs resolved, streams laid out; N checked).
+    pub fn config(&self) -> Result<CrawlConfig> {
+        CrawlConfig::resolve(self.crawl.clone())
     }
 }

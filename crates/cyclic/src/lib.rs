@@ -613,53 +613,65 @@ mod tests {
     }
 }
 
-/// The `ontime cyclic` command line of one probe, for callers that start it
-/// as a process of its own (the lab's tenants); see `CrawlProbe` in
-/// ontime-crawl for why it lives here.
-#[derive(Clone, Debug)]
+/// One wake-up probe run, whole: what `ontime cyclic` runs, whether its
+/// flags built it or the lab wrote it for a tenant (`ontime probe
+/// SPEC.json`); every range is checked in [`CyclicProbe::validate`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CyclicProbe {
-    pub threads: usize,
-    pub interval_ns: u64,
-    pub duration_ns: u64,
-    pub policy: Policy,
-    pub mlockall: bool,
-    /// 1-us bins of the cyclictest-layout histogram, and where it goes.
-    pub histogram: Option<(usize, std::path::PathBuf)>,
-    pub hlog: Option<std::path::PathBuf>,
+    pub options: CyclicOptions,
+    /// A stress-ng load beside the probe (`--load`), and its workers.
+    pub load: Option<String>,
+    pub load_workers: usize,
+    /// Where the cyclictest-layout histograms go (of every planned
+    /// wake-up, and of those that woke).
+    pub histfile: Option<std::path::PathBuf>,
+    pub histfile_woken: Option<std::path::PathBuf>,
     pub result: Option<std::path::PathBuf>,
-    pub dma_latency: bool,
 }
 
 impl CyclicProbe {
-    /// The arguments after the binary's name, starting with `cyclic`.
-    pub fn args(&self) -> Vec<std::ffi::OsString> {
-        let ns = |v: u64| format!("{v}ns");
-        let mut a: Vec<std::ffi::OsString> = vec![
-            "cyclic".into(),
-            "-t".into(),
-            self.threads.to_string().into(),
-            "-i".into(),
-            ns(self.interval_ns).into(),
-            "-D".into(),
-            ns(self.duration_ns).into(),
-            "--policy".into(),
-            self.policy.to_string().into(),
-        ];
-        if self.mlockall {
-            a.push("-m".into());
+    /// Every range of a wake-up probe, declared once (named by the
+    /// cyclictest flag that sets it).
+    pub fn validate(&self) -> Result<(), String> {
+        use ontime_core::limits;
+        let o = &self.options;
+        if o.loops.is_none() && o.duration_ns.is_none() {
+            return Err("give a duration (-D 60s) or a loop count (-l 100000)".into());
         }
-        if !self.dma_latency {
-            a.push("--no-dma-latency".into());
+        limits::count("-t", o.threads as u64, 1, limits::MAX_THREADS)?;
+        limits::duration("-i", o.interval_ns, limits::MIN_INTERVAL_NS, limits::MAX_DURATION_NS)?;
+        limits::duration("-d", o.distance_ns, 0, limits::MAX_DURATION_NS)?;
+        limits::count("-h", o.histogram_us as u64, 0, limits::MAX_HISTOGRAM_BINS)?;
+        limits::duration(
+            "--hlog-interval",
+            o.hlog_interval_ns,
+            10_000_000,
+            limits::MAX_DURATION_NS,
+        )?;
+        if let Some(l) = o.loops {
+            limits::count("-l", l, 1, limits::MAX_DURATION_NS / limits::MIN_INTERVAL_NS)?;
         }
-        if let Some((bins, file)) = &self.histogram {
-            a.extend(["-h".into(), bins.to_string().into(), "--histfile".into(), file.into()]);
+        if let Some(d) = o.duration_ns {
+            limits::duration("-D", d, limits::MIN_DURATION_NS, limits::MAX_DURATION_NS)?;
         }
-        if let Some(p) = &self.hlog {
-            a.extend(["--hlog".into(), p.into()]);
+        let online = limits::online_cpus();
+        if let Some(bad) = o.affinity.iter().find(|&&c| c >= online) {
+            return Err(format!("CPU {bad} is not online (this host has {online})"));
         }
-        if let Some(p) = &self.result {
-            a.extend(["--result".into(), p.into()]);
+        if (self.histfile.is_some() || self.histfile_woken.is_some()) && o.histogram_us == 0 {
+            return Err("a histogram file needs histogram bins (-h)".into());
         }
-        a
+        Ok(())
+    }
+
+    /// How long the run lasts, planned.
+    pub fn expected_ns(&self) -> u64 {
+        let o = &self.options;
+        o.duration_ns.unwrap_or_else(|| {
+            o.loops
+                .unwrap_or(0)
+                .saturating_mul(o.interval_ns + o.distance_ns * o.threads as u64)
+        })
     }
 }

@@ -3,13 +3,12 @@
 //! (`--config`) or built from command-line flags.
 
 use anyhow::{bail, Context, Result};
-use ontime_core::duration::deserialize_ns;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 /// One building's gateway.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Building {
     /// Path prefix without slashes: requests go to `/<name>/getValues`.
@@ -29,18 +28,18 @@ fn default_analog_percent() -> u8 {
 }
 
 /// Local-controller delay and fault injection, applied per request.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Faults {
     /// Fixed controller delay before answering.
-    #[serde(rename = "delay", deserialize_with = "deserialize_ns")]
+    #[serde(rename = "delay", with = "ontime_core::duration::text_ns")]
     pub delay_ns: u64,
     /// Uniformly random extra delay, 0..this.
-    #[serde(rename = "delay_random", deserialize_with = "deserialize_ns")]
+    #[serde(rename = "delay_random", with = "ontime_core::duration::text_ns")]
     pub delay_random_ns: u64,
     /// Probability of a delay spike, and its length.
     pub spike_probability: f64,
-    #[serde(rename = "spike", deserialize_with = "deserialize_ns")]
+    #[serde(rename = "spike", with = "ontime_core::duration::text_ns")]
     pub spike_ns: u64,
     /// Probability of answering 503 (no measurement taken).
     pub error_probability: f64,
@@ -69,7 +68,7 @@ impl Faults {
     }
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct GatewayConfig {
     /// Address shared by buildings without their own `listen`.

@@ -11,6 +11,7 @@ use ontime_net::api::{self, ApiServer};
 use ontime_net::channel::{ChannelKind, Link};
 use ontime_net::controller::{ChannelRequest, Controller, ControllerConfig, ControllerReport, Endpoint};
 use ontime_net::Relay;
+use ontime_scenario::probe::{FlowReceiveProbe, FlowSendProbe, ProbeSpec};
 use ontime_scenario::record::{FlowOutcome, NetOutcome};
 use ontime_scenario::scenario::{ChannelMode, FlowSpec, NetSpec, RunConfig};
 use std::path::{Path, PathBuf};
@@ -159,12 +160,19 @@ pub fn start(c: &RunConfig, lab: &Lab, relay: &Relay, dir: &Path, exe: &Path) ->
     let mut rx = Vec::new();
     for f in &n.flows {
         let to = endpoint_of(lab, &f.to)?;
+        let spec = ProbeSpec::FlowReceive(FlowReceiveProbe {
+            receive: ontime_net::flow::ReceiveSettings {
+                listen: std::net::SocketAddr::from((to.addr, f.port)),
+                deadline_ns: Some(f.deadline),
+                bin_ns: ontime_net::flow::BIN_NS,
+            },
+            result: Some(dir.join(format!("flow-{}.json", f.name))),
+        });
+        let spec_file = dir.join(format!("flow-{}.probe.json", f.name));
+        spec.write(&spec_file)?;
         let mut cmd = Command::new(exe);
-        cmd.args(["net", "receive", "--listen", &format!("{}:{}", to.addr, f.port)])
-            .arg("--deadline")
-            .arg(ontime_core::duration::format_exact(f.deadline))
-            .arg("--result")
-            .arg(dir.join(format!("flow-{}.json", f.name)))
+        cmd.arg("probe")
+            .arg(&spec_file)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join(format!("flow-{}.err", f.name)))?);
         rx.push(spawn_in(&mut cmd, &to.netns, None)?);
@@ -295,16 +303,22 @@ pub fn start_senders(c: &RunConfig, lab: &Lab, dir: &Path, exe: &Path) -> Result
     let mut out = Vec::new();
     for f in &n.flows {
         let to = endpoint_of(lab, &f.to)?;
+        let spec = ProbeSpec::FlowSend(FlowSendProbe {
+            send: ontime_net::flow::SendSettings {
+                to: std::net::SocketAddr::from((to.addr, f.port)),
+                rate_bps: f.rate_mbit * 1e6,
+                size: f.size,
+                duration_ns: c.duration,
+                start_after_ns: f.start,
+                burst: f.burst,
+            },
+            result: Some(dir.join(format!("flow-{}.send.json", f.name))),
+        });
+        let spec_file = dir.join(format!("flow-{}.send.probe.json", f.name));
+        spec.write(&spec_file)?;
         let mut cmd = Command::new(exe);
-        cmd.args(["net", "send", "--to", &format!("{}:{}", to.addr, f.port)])
-            .args(["--rate-mbit", &f.rate_mbit.to_string()])
-            .args(["--size", &f.size.to_string(), "--burst", &f.burst.to_string()])
-            .arg("-D")
-            .arg(ontime_core::duration::format_exact(c.duration))
-            .arg("--start-after")
-            .arg(ontime_core::duration::format_exact(f.start))
-            .arg("--result")
-            .arg(dir.join(format!("flow-{}.send.json", f.name)))
+        cmd.arg("probe")
+            .arg(&spec_file)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join(format!("flow-{}.send.err", f.name)))?);
         let tn = &lab.tenants[f.from];

@@ -15,6 +15,7 @@ use ontime_core::proc::ChildProcess;
 use ontime_core::rt::{parse_cpu_list, ThreadSettings};
 use ontime_load::{LoadGuard, LoadProfile};
 use ontime_net::{Relay, RelaySettings};
+use ontime_scenario::probe::{GatewayProbe, ProbeSpec};
 use ontime_scenario::record::{
     Environment, HostCpu, RunRecord, TenantOutcome, WanDelayBy, Workload, GATEWAY_RESULT, MODEL_NOTE,
 };
@@ -454,12 +455,22 @@ fn start_gateway(c: &ontime_scenario::scenario::RunConfig, lab: &mut Lab, dir: &
         let points = (cr.rate * cr.points_per_request as f64 * cr.period as f64 / 1e9)
             .ceil()
             .max(1.0) as u64;
+        let mut config = ontime_gateway::config::GatewayConfig::generated(
+            std::net::SocketAddr::from((names::building_addr(), 8080)),
+            t.count as u32,
+            points.min(u32::MAX as u64) as u32,
+            false,
+        );
+        config.policy = c.host.gateway_policy;
+        let spec = ProbeSpec::Gateway(GatewayProbe {
+            config,
+            result: Some(dir.join(GATEWAY_RESULT)),
+        });
+        let spec_file = dir.join("gateway.probe.json");
+        spec.write(&spec_file)?;
         let mut gw = Command::new(exe);
-        gw.args(["gateway", "--listen", &format!("{}:8080", names::building_addr())])
-            .args(["--buildings", &t.count.to_string(), "--points", &points.to_string()])
-            .args(["--policy", &c.host.gateway_policy.to_string()])
-            .arg("--result")
-            .arg(dir.join(GATEWAY_RESULT))
+        gw.arg("probe")
+            .arg(&spec_file)
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(dir.join("gateway.err"))?);
         let mut child = spawn_in(&mut gw, &lab.building.netns, None)?;
@@ -556,76 +567,20 @@ fn start_probes(
     exe: &Path,
     native: bool,
 ) -> Result<Vec<(usize, ChildProcess)>> {
-    let t = &c.tenant;
     let online = ontime_core::limits::online_cpus();
-    let vcpus = if native { online } else { t.vcpus };
+    let vcpus = if native { online } else { c.tenant.vcpus };
     let mut probes = Vec::new();
     for tn in &lab.tenants {
         let i = tn.index;
-        let result = dir.join(format!("t{i}.json"));
+        // The tenant's whole job as a typed spec beside its results: no
+        // command line is assembled (ontime-scenario::probe).
+        let Some(spec) = c.probe(i, vcpus, dir).map_err(anyhow::Error::msg)? else {
+            continue;
+        };
+        let spec_file = dir.join(format!("t{i}.probe.json"));
+        spec.write(&spec_file)?;
         let mut cmd = Command::new(exe);
-        // Results after the extra arguments, as before: a scenario may not
-        // redirect them.
-        if let Some(cr) = &t.crawl {
-            cmd.args(
-                ontime_crawl::CrawlProbe {
-                    url: format!("http://{}:8080/b{i}", names::building_addr()),
-                    rate: cr.rate,
-                    points_per_request: cr.points_per_request,
-                    period_ns: cr.period,
-                    duration_ns: c.duration,
-                    vcpus,
-                    policy: t.policy,
-                    timeout_ns: cr.timeout,
-                    work_per_poll_ns: cr.work_per_poll,
-                    work_tail: cr.work_model().tail,
-                    hlog: Some(dir.join(format!("t{i}.hlog"))),
-                    result: None,
-                    dma_latency: false,
-                }
-                .args(),
-            );
-        } else if let Some(io) = &t.io {
-            cmd.args(["io", "workload", "--tool", io.tool.program(), "--rw", &io.rw])
-                .args(["--size", &io.size, "--bs", &io.bs])
-                .args(["--dir", names::DISK_MOUNT])
-                .arg("-D")
-                .arg(format!("{}s", (c.duration / 1_000_000_000).max(1)))
-                .arg("--log")
-                .arg(dir.join(format!("t{i}.tool.log")));
-            if io.direct {
-                cmd.arg("--direct");
-            }
-        } else if let Some(cy) = &t.cyclic {
-            cmd.args(
-                ontime_cyclic::CyclicProbe {
-                    // The same program natively and in a tenant (document
-                    // 001's native baseline): its thread count does not
-                    // grow with the host as a crawler's vCPUs do.
-                    threads: t.vcpus,
-                    interval_ns: cy.interval,
-                    duration_ns: c.duration,
-                    policy: t.policy,
-                    mlockall: true,
-                    histogram: Some((20_000, dir.join(format!("t{i}.hist")))),
-                    hlog: Some(dir.join(format!("t{i}.hlog"))),
-                    result: None,
-                    dma_latency: false,
-                }
-                .args(),
-            );
-        }
-        for a in &t.extra_args {
-            cmd.arg(
-                a.replace("{dir}", &dir.display().to_string())
-                    .replace("{i}", &i.to_string()),
-            );
-        }
-        cmd.arg("--result").arg(&result);
-        // A user's own program comes last, after `--`.
-        if let Some(io) = t.io.as_ref().filter(|io| !io.command.is_empty()) {
-            cmd.arg("--").args(&io.command);
-        }
+        cmd.arg("probe").arg(&spec_file);
         cmd.stdout(std::fs::File::create(dir.join(format!("t{i}.out")))?)
             .stderr(std::fs::File::create(dir.join(format!("t{i}.err")))?);
         let child = tn.spawn(&mut cmd, native, Default::default())?;

@@ -18,7 +18,8 @@ const MAGIC: u32 = 0x6f6e_7464; // "ontd"
 const HEADER: usize = 20;
 
 /// What `ontime net send` does.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SendSettings {
     pub to: SocketAddr,
     pub rate_bps: f64,
@@ -79,8 +80,12 @@ pub fn send(s: &SendSettings, stop: &AtomicBool) -> Result<SendReport> {
     Ok(r)
 }
 
+/// The receiver's time-series bin unless told otherwise.
+pub const BIN_NS: u64 = 100_000_000;
+
 /// What `ontime net receive` does.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ReceiveSettings {
     pub listen: SocketAddr,
     /// The flow's deadline: datagrams later than this count as misses.

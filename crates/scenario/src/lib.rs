@@ -7,6 +7,7 @@
 //! It makes nothing and links no sandbox: a scenario can be planned,
 //! simulated and reported on a machine where no lab could run.
 
+pub mod probe;
 pub mod record;
 pub mod results;
 pub mod scenario;

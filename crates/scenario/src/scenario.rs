@@ -255,10 +255,6 @@ pub struct TenantTemplate {
     /// Policy of the vCPU threads.
     #[serde(default, with = "ontime_core::rt::policy_text")]
     pub policy: Policy,
-    /// Extra arguments for every tenant's probe command (`{dir}` = the run's
-    /// directory, `{i}` = the tenant index), e.g. ["--polls", "{dir}/t{i}.polls.csv"].
-    #[serde(default)]
-    pub extra_args: Vec<String>,
     #[serde(default)]
     pub crawl: Option<CrawlWorkload>,
     #[serde(default)]
@@ -995,6 +991,11 @@ fn validate(c: &RunConfig) -> Result<()> {
     }
     if c.host.relay_delay > 10_000_000_000 {
         bail!("host.relay_delay must be at most 10s");
+    }
+    // The probe's own ranges, declared once in its crate (the CLI's flags
+    // are checked by the same code).
+    if let Some(p) = c.probe(0, t.vcpus, Path::new("/")).map_err(anyhow::Error::msg)? {
+        p.validate().map_err(|e| anyhow!("tenant: {e}"))?;
     }
     let swap = t.swap_bytes().map_err(anyhow::Error::msg)?;
     if swap.is_some() && t.memory.is_none() {

@@ -1,0 +1,231 @@
+//! What a tenant runs, as one typed document: the lab writes a
+//! [`ProbeSpec`] into the run directory and starts `ontime probe FILE` in
+//! the tenant; `ontime crawl`, `cyclic`, `gateway`, `net send|receive` and
+//! `io workload` build the same types from their flags. No command line is
+//! assembled anywhere, so a flag renamed in the CLI cannot silently change
+//! what the lab's tenants run, and each probe's ranges are checked in one
+//! place (the probe type's `validate`), for flags and scenarios alike.
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// One probe process's whole job.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "probe", rename_all = "snake_case")]
+pub enum ProbeSpec {
+    Crawl(ontime_crawl::CrawlProbe),
+    Cyclic(ontime_cyclic::CyclicProbe),
+    Gateway(GatewayProbe),
+    IoWorkload(IoWorkloadProbe),
+    FlowSend(FlowSendProbe),
+    FlowReceive(FlowReceiveProbe),
+}
+
+/// A gateway serving buildings until stopped; its counters to `result`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayProbe {
+    pub config: ontime_gateway::config::GatewayConfig,
+    pub result: Option<PathBuf>,
+}
+
+/// fio, dd, Postmark or the user's program on a tenant's disk.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IoWorkloadProbe {
+    pub workload: ontime_io::workload::WorkloadSpec,
+    /// The directory it works in (the tenant disk's mount point).
+    pub dir: PathBuf,
+    pub duration_s: u64,
+    /// The tool's own output.
+    pub log: Option<PathBuf>,
+    pub result: Option<PathBuf>,
+}
+
+impl IoWorkloadProbe {
+    /// Every range, declared once.
+    pub fn validate(&self) -> Result<(), String> {
+        self.workload.validate().map(|_| ())?;
+        ontime_core::limits::count("duration (s)", self.duration_s, 1, 86_400)?;
+        Ok(())
+    }
+}
+
+/// A paced UDP flow (document 003's measured flows).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlowSendProbe {
+    pub send: ontime_net::flow::SendSettings,
+    pub result: Option<PathBuf>,
+}
+
+/// The receiver timing every datagram of a flow.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlowReceiveProbe {
+    pub receive: ontime_net::flow::ReceiveSettings,
+    pub result: Option<PathBuf>,
+}
+
+impl ProbeSpec {
+    /// Writes the spec whole (the probe reads it once it starts).
+    pub fn write(&self, path: &Path) -> Result<()> {
+        ontime_core::fsio::write_atomic(path, &serde_json::to_vec_pretty(self)?)
+    }
+
+    /// Reads a spec; a wrong field names the file and the field.
+    pub fn read(path: &Path) -> Result<ProbeSpec> {
+        let text = ontime_core::fsio::read_text(path, "probe spec (JSON)")?;
+        let de = &mut serde_json::Deserializer::from_str(&text);
+        serde_path_to_error::deserialize(de).with_context(|| format!("{} is not a probe spec", path.display()))
+    }
+}
+
+impl ProbeSpec {
+    /// Every range of the probe, declared once in its own crate.
+    pub fn validate(&self) -> Result<(), String> {
+        match self {
+            ProbeSpec::Crawl(p) => p.validate(),
+            ProbeSpec::Cyclic(p) => p.validate(),
+            ProbeSpec::Gateway(p) => p.config.validate().map_err(|e| format!("{e:#}")),
+            ProbeSpec::IoWorkload(p) => p.validate(),
+            ProbeSpec::FlowSend(_) | ProbeSpec::FlowReceive(_) => Ok(()),
+        }
+    }
+}
+
+impl crate::scenario::RunConfig {
+    /// What tenant `i` of this run runs (None: a `[net]` run, whose flows
+    /// are its tenants' work), its files in `dir`. `vcpus` is the crawler's
+    /// thread count (the host's CPUs for native runs).
+    pub fn probe(&self, i: usize, vcpus: usize, dir: &Path) -> Result<Option<ProbeSpec>, String> {
+        let t = &self.tenant;
+        let file = |suffix: &str| Some(dir.join(format!("t{i}.{suffix}")));
+        if let Some(cr) = &t.crawl {
+            let url = format!("http://{}:8080/b{i}", ontime_core::names::building_addr());
+            let mut crawl =
+                ontime_crawl::config::CrawlFile::for_rate(vec![url], cr.rate, cr.points_per_request, cr.period)
+                    .map_err(|e| format!("tenant.crawl.{e}"))?;
+            crawl.timeout = cr.timeout;
+            return Ok(Some(ProbeSpec::Crawl(ontime_crawl::CrawlProbe {
+                crawl,
+                run: ontime_crawl::RunOptions {
+                    vcpus,
+                    duration_ns: self.duration,
+                    thread: ontime_core::rt::ThreadSettings {
+                        policy: t.policy,
+                        affinity: vec![],
+                        timer_slack_ns: Some(1),
+                    },
+                    mlockall: false,
+                    threshold_ns: None,
+                    report_interval_ns: 1_000_000_000,
+                    work: cr.work_model(),
+                    resend: true,
+                    hlog: file("hlog"),
+                    polls_file: None,
+                    store: None,
+                },
+                result: file("json"),
+                // The runner holds /dev/cpu_dma_latency once for the run.
+                dma_latency: false,
+            })));
+        }
+        if let Some(io) = &t.io {
+            return Ok(Some(ProbeSpec::IoWorkload(IoWorkloadProbe {
+                workload: io.clone(),
+                dir: ontime_core::names::DISK_MOUNT.into(),
+                duration_s: (self.duration / 1_000_000_000).max(1),
+                log: file("tool.log"),
+                result: file("json"),
+            })));
+        }
+        if let Some(cy) = &t.cyclic {
+            return Ok(Some(ProbeSpec::Cyclic(ontime_cyclic::CyclicProbe {
+                options: ontime_cyclic::CyclicOptions {
+                    // The same program natively and in a tenant (document
+                    // 001's native baseline): its thread count does not
+                    // grow with the host as a crawler's vCPUs do.
+                    threads: t.vcpus,
+                    affinity: vec![],
+                    interval_ns: cy.interval,
+                    distance_ns: 0,
+                    policy: t.policy,
+                    mlockall: true,
+                    loops: None,
+                    duration_ns: Some(self.duration),
+                    histogram_us: 20_000,
+                    threshold_ns: None,
+                    dma_latency: false,
+                    load: None,
+                    hlog: file("hlog"),
+                    hlog_interval_ns: 1_000_000_000,
+                },
+                load: None,
+                load_workers: 1,
+                histfile: file("hist"),
+                histfile_woken: None,
+                result: file("json"),
+            })));
+        }
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every shipped scenario's tenants get a spec that reads back as it
+    /// was written and passes its probe's own checks (what `ontime probe`
+    /// does first).
+    #[test]
+    fn shipped_scenarios_give_specs_that_read_back_and_validate() {
+        let dir = tempfile::tempdir().unwrap();
+        let scenarios = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+        let mut seen = 0;
+        if ontime_core::limits::online_cpus() < 2 {
+            ontime_testkit::skip("shipped scenarios pin tenants to CPU 1: needs 2 CPUs");
+            return;
+        }
+        for f in std::fs::read_dir(&scenarios).unwrap().flatten() {
+            // Lab scenarios only (gateway and crawl configs sit beside them).
+            if !std::fs::read_to_string(f.path())
+                .unwrap_or_default()
+                .contains("[tenant]")
+            {
+                continue;
+            }
+            let plan = crate::scenario::load(&f.path()).unwrap_or_else(|e| panic!("{}: {e:#}", f.path().display()));
+            for run in plan.runs.iter().take(3) {
+                let Some(spec) = run.config.probe(0, run.config.tenant.vcpus, dir.path()).unwrap() else {
+                    continue;
+                };
+                let file = dir.path().join("t0.probe.json");
+                spec.write(&file).unwrap();
+                let back = ProbeSpec::read(&file).unwrap();
+                assert_eq!(
+                    serde_json::to_value(&back).unwrap(),
+                    serde_json::to_value(&spec).unwrap(),
+                    "{}",
+                    f.path().display()
+                );
+                back.validate()
+                    .unwrap_or_else(|e| panic!("{}: {e}", f.path().display()));
+                seen += 1;
+            }
+        }
+        assert!(seen > 10, "specs checked: {seen}");
+    }
+
+    /// A spec with a field this version does not know is refused, naming it.
+    #[test]
+    fn an_unknown_field_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bad.json");
+        std::fs::write(&file, r#"{"probe": "flow_send", "send": {"to": "127.0.0.1:1", "rate_bps": 1.0, "size": 100, "duration_ns": 1, "start_after_ns": 0, "burst": 1, "speed": 3}, "result": null}"#).unwrap();
+        let e = format!("{:#}", ProbeSpec::read(&file).unwrap_err());
+        assert!(e.contains("speed"), "{e}");
+    }
+}
