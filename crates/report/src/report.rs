@@ -30,6 +30,7 @@ use ontime_scenario::record::Workload;
 use ontime_scenario::results::RunResults;
 
 /// What the report wrote.
+#[derive(Debug)]
 pub struct Written {
     pub html: PathBuf,
     pub pngs: Vec<PathBuf>,
