@@ -16,6 +16,7 @@ mod skel {
     #![allow(clippy::all, clippy::pedantic, missing_docs)]
     include!(concat!(env!("OUT_DIR"), "/channel.skel.rs"));
 }
+use skel::types;
 use skel::{ChannelSkel, ChannelSkelBuilder};
 
 pub use crate::controller::{ChannelCounts, FlowMatch, Miss};
@@ -41,12 +42,28 @@ fn in_netns<T>(netns: &Path, f: impl FnOnce() -> Result<T>) -> Result<T> {
     r
 }
 
-fn flow_key(flow: FlowMatch) -> [u8; 12] {
-    let mut key = [0u8; 12];
-    key[0..4].copy_from_slice(&flow.src.octets());
-    key[4..8].copy_from_slice(&flow.dst.octets());
-    key[8..10].copy_from_slice(&flow.dport.unwrap_or(0).to_be_bytes());
-    key
+/// The bytes of a struct the skeleton generated from channel.bpf.c.
+fn bytes_of<T: Copy>(v: &T) -> &[u8] {
+    // SAFETY: T is one of the skeleton's #[repr(C)] plain-data structs
+    // (integers only, padding spelt out as fields), read as bytes.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
+}
+
+/// A skeleton struct from the bytes the kernel gave, if there are enough.
+fn read_as<T: Copy>(b: &[u8]) -> Option<T> {
+    // SAFETY: T is plain data (integers); the length is checked and the
+    // read is unaligned.
+    (b.len() >= std::mem::size_of::<T>()).then(|| unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
+}
+
+fn flow_key(flow: FlowMatch) -> types::chan_key {
+    types::chan_key {
+        // Network order in memory, as the packet carries them.
+        saddr: u32::from_ne_bytes(flow.src.octets()),
+        daddr: u32::from_ne_bytes(flow.dst.octets()),
+        dport: u16::from_ne_bytes(flow.dport.unwrap_or(0).to_be_bytes()),
+        pad: 0,
+    }
 }
 
 fn ifindex(name: &str) -> Result<i32> {
@@ -93,14 +110,15 @@ impl<'obj> DataPath<'obj> {
             .update(&(id as u32).to_ne_bytes(), &deadline_ns.to_ne_bytes(), MapFlags::ANY)
             .context("setting the channel's relative deadline for the check")?;
         let key = flow_key(flow);
-        let mut val = [0u8; 16];
-        val[0..4].copy_from_slice(&(id as u32).to_ne_bytes());
-        val[4..8].copy_from_slice(&(tc as u32).to_ne_bytes());
-        val[8..16].copy_from_slice(&deadline_ns.to_ne_bytes());
+        let val = types::chan_val {
+            id: id as u32,
+            tc: tc as u32,
+            deadline_ns,
+        };
         self.skel
             .maps
             .channels
-            .update(&key, &val, MapFlags::ANY)
+            .update(bytes_of(&key), bytes_of(&val), MapFlags::ANY)
             .context("adding a channel to the stamp's table")
     }
 
@@ -109,7 +127,7 @@ impl<'obj> DataPath<'obj> {
         self.skel
             .maps
             .channels
-            .delete(&flow_key(flow))
+            .delete(bytes_of(&flow_key(flow)))
             .context("removing a channel from the stamp's table")
     }
 
@@ -157,20 +175,15 @@ impl<'obj> DataPath<'obj> {
         else {
             return c;
         };
-        let at = |v: &[u8], i: usize| {
-            v.get(i * 8..i * 8 + 8)
-                .and_then(|b| b.try_into().ok())
-                .map(u64::from_ne_bytes)
-        };
-        for v in per_cpu {
-            c.stamped += at(&v, 0).unwrap_or(0);
-            c.on_time += at(&v, 1).unwrap_or(0);
-            c.missed += at(&v, 2).unwrap_or(0);
-            c.max_overrun_ns = c.max_overrun_ns.max(at(&v, 3).unwrap_or(0));
-            c.delay_sum_ns += at(&v, 4).unwrap_or(0);
-            c.delay_max_ns = c.delay_max_ns.max(at(&v, 5).unwrap_or(0));
-            c.delay_count += at(&v, 6).unwrap_or(0);
-            c.stamped_bytes += at(&v, 7).unwrap_or(0);
+        for s in per_cpu.iter().filter_map(|v| read_as::<types::chan_stats>(v)) {
+            c.stamped += s.stamped;
+            c.on_time += s.on_time;
+            c.missed += s.missed;
+            c.max_overrun_ns = c.max_overrun_ns.max(s.max_overrun_ns);
+            c.delay_sum_ns += s.delay_sum_ns;
+            c.delay_max_ns = c.delay_max_ns.max(s.delay_max_ns);
+            c.delay_count += s.delay_count;
+            c.stamped_bytes += s.stamped_bytes;
         }
         c
     }
@@ -200,14 +213,11 @@ impl<'obj> DataPath<'obj> {
         let sink = out.clone();
         let mut rb = RingBufferBuilder::new();
         rb.add(&self.skel.maps.misses, move |d: &[u8]| {
-            if d.len() >= 14 {
-                let overrun_ns = u64::from_ne_bytes(d[0..8].try_into().unwrap_or([0; 8]));
-                let channel = u32::from_ne_bytes(d[8..12].try_into().unwrap_or([0; 4])) as u8;
-                let ip_id = u16::from_ne_bytes([d[12], d[13]]);
+            if let Some(m) = read_as::<types::miss>(d) {
                 sink.borrow_mut().push(Miss {
-                    channel,
-                    overrun_ns,
-                    ip_id,
+                    channel: m.channel as u8,
+                    overrun_ns: m.overrun_ns,
+                    ip_id: m.ip_id,
                 });
             }
             0

@@ -55,6 +55,12 @@ struct miss {
     __u16 pad;
 };
 
+/* The ring carries `struct miss`, which no map names: this global puts it
+ * in the object's BTF, so the skeleton generates its Rust twin
+ * (skel::types::miss) as it does for the maps' keys and values. Every
+ * struct shared with Rust is generated from this file, never copied. */
+struct miss miss_layout;
+
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
     __uint(max_entries, 1024);
