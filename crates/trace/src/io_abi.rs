@@ -160,3 +160,36 @@ pub enum IoOp {
     Discard,
     Other,
 }
+
+/// The offsets `IoEvent::from_bytes` reads are the ones the compiler laid
+/// `struct io_event` out at (the skeleton's twin, generated from the BPF
+/// object's BTF): the C header and the Rust codec cannot drift apart.
+#[cfg(all(test, feature = "bpf"))]
+mod layout_tests {
+    use crate::io_skel::types::io_event as C;
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn the_codec_reads_the_compilers_layout() {
+        assert_eq!(size_of::<C>(), super::IO_EVENT_SIZE);
+        let at = [
+            (offset_of!(C, ts), 0),
+            (offset_of!(C, latency), 8),
+            (offset_of!(C, offset), 16),
+            (offset_of!(C, ino), 24),
+            (offset_of!(C, ret), 32),
+            (offset_of!(C, bytes), 40),
+            (offset_of!(C, tid), 44),
+            (offset_of!(C, dev), 48),
+            (offset_of!(C, group), 52),
+            (offset_of!(C, fd), 56),
+            (offset_of!(C, cpu), 60),
+            (offset_of!(C, kind), 62),
+            (offset_of!(C, flags), 63),
+            (offset_of!(C, rwbs), 64),
+        ];
+        for (compiled, read) in at {
+            assert_eq!(compiled, read);
+        }
+    }
+}

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 // The I/O event of io.bpf.c. Rust reads it by the offsets noted here
-// (crates/trace/src/io.rs, `IoEvent::from_bytes`); the recording stores
-// events in this layout, little-endian. Keep the two in step.
+// (crates/trace/src/io_abi.rs, `IoEvent::from_bytes`); the recording stores
+// events in this layout, little-endian. A unit test checks those offsets
+// against the layout the compiler gave this struct (the skeleton's twin).
 #ifndef ONTIME_IO_EVENT_H
 #define ONTIME_IO_EVENT_H
 
