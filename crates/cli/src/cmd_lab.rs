@@ -115,36 +115,42 @@ pub fn execute(
     let pb = crate::output::progress_bar(0);
     let mut total = plan.runs.len();
     let mut current = String::new();
-    let outcome = runner::run_plan(plan, text, &opts, &mut |ev| match ev {
-        Event::Skipped { run } => ontime_core::errln!(
-            "ontime lab: [{}/{total}] {} already complete, skipped",
-            run.index + 1,
-            run.dir_name()
-        ),
-        Event::Started {
-            run,
-            total: t,
-            remaining_ns,
-        } => {
-            total = t;
-            current = run.dir_name();
-            pb.set_length(run.config.duration.div_ceil(1_000_000_000));
-            pb.set_position(0);
-            ontime_core::errln!(
-                "ontime lab: [{}/{t}] {}  (about {} left)",
+    let outcome = runner::run_plan(
+        &mut ontime_lab::stages::Sandboxes,
+        plan,
+        text,
+        &opts,
+        &mut |ev| match ev {
+            Event::Skipped { run } => ontime_core::errln!(
+                "ontime lab: [{}/{total}] {} already complete, skipped",
                 run.index + 1,
-                ontime_scenario::scenario::vars_text(&run.vars),
-                format_ns(remaining_ns)
-            );
-        }
-        Event::Tick { elapsed_ns, .. } => {
-            pb.set_position(elapsed_ns / 1_000_000_000);
-            pb.set_message(current.clone());
-        }
-        Event::Finished { run, summary } => {
-            pb.suspend(|| ontime_core::errln!("ontime lab: [{}/{total}] done: {summary}", run.index + 1));
-        }
-    });
+                run.dir_name()
+            ),
+            Event::Started {
+                run,
+                total: t,
+                remaining_ns,
+            } => {
+                total = t;
+                current = run.dir_name();
+                pb.set_length(run.config.duration.div_ceil(1_000_000_000));
+                pb.set_position(0);
+                ontime_core::errln!(
+                    "ontime lab: [{}/{t}] {}  (about {} left)",
+                    run.index + 1,
+                    ontime_scenario::scenario::vars_text(&run.vars),
+                    format_ns(remaining_ns)
+                );
+            }
+            Event::Tick { elapsed_ns, .. } => {
+                pb.set_position(elapsed_ns / 1_000_000_000);
+                pb.set_message(current.clone());
+            }
+            Event::Finished { run, summary } => {
+                pb.suspend(|| ontime_core::errln!("ontime lab: [{}/{total}] done: {summary}", run.index + 1));
+            }
+        },
+    );
     pb.finish_and_clear();
     let (done, skipped) = outcome?;
     ontime_core::errln!(

@@ -26,6 +26,7 @@ pub use ontime_core::names;
 pub mod observe;
 pub mod runner;
 pub mod sandbox;
+pub mod stages;
 pub mod sys;
 pub mod sysctl;
 pub mod undo;

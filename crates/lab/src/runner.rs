@@ -4,28 +4,15 @@
 //! `run.json` (written last, with `complete`), the probes' JSON results,
 //! histogram logs and output, and the relay's measured delay.
 
-use crate::cgroup::Limits;
-use crate::sandbox::{spawn_in, Lab, TenantSpec};
-use crate::{names, sys};
 use anyhow::{bail, Context, Result};
 use ontime_core::caps::Capabilities;
 use ontime_core::fsio::write_atomic;
 use ontime_core::manifest::Manifest;
-use ontime_core::proc::ChildProcess;
-use ontime_core::rt::{parse_cpu_list, ThreadSettings};
-use ontime_load::{LoadGuard, LoadProfile};
-use ontime_net::{Relay, RelaySettings};
-use ontime_scenario::probe::{GatewayProbe, ProbeSpec};
-use ontime_scenario::record::{
-    Environment, HostCpu, RunRecord, TenantOutcome, WanDelayBy, Workload, GATEWAY_RESULT, MODEL_NOTE,
-};
-use ontime_scenario::scenario::{parse_bytes, Backend, LoadKind, Place, Plan, PlannedRun, WanDelay};
-use std::io::{BufRead, BufReader};
+use ontime_scenario::record::{Environment, RunRecord, WanDelayBy, Workload, MODEL_NOTE};
+use ontime_scenario::scenario::{Backend, Plan, PlannedRun};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 pub struct RunnerOptions {
     pub results: PathBuf,
@@ -55,18 +42,24 @@ pub enum Event<'a> {
     },
 }
 
-fn netem_available(dev: &str) -> bool {
-    let ok = Command::new("tc")
-        .args(["qdisc", "add", "dev", dev, "root", "netem", "delay", "1ms"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if ok {
-        let _ = Command::new("tc").args(["qdisc", "del", "dev", dev, "root"]).status();
-    }
-    ok
+/// What makes one run happen on this host. The lab's own is
+/// [`crate::stages::Sandboxes`] (namespaces, cgroups, the relay: root);
+/// tests give the orchestration below a host that writes results without
+/// any of that.
+pub trait RunHost {
+    /// Before the first run: what must hold for the whole sweep (the
+    /// sandboxes' root check and host-wide lab lock), released on drop.
+    fn prepare(&mut self) -> Result<Box<dyn std::any::Any>>;
+    /// One run into `dir`: the tenants' results there and `rec` filled in
+    /// (tenants, relay, recorders); `run.json` is the caller's.
+    fn run(
+        &mut self,
+        run: &PlannedRun,
+        dir: &Path,
+        opts: &RunnerOptions,
+        rec: &mut RunRecord,
+        on: &mut dyn FnMut(Event),
+    ) -> Result<()>;
 }
 
 pub fn run_dir(results: &Path, run: &PlannedRun) -> PathBuf {
@@ -83,21 +76,13 @@ pub fn is_complete(dir: &Path) -> bool {
 
 /// Runs the whole plan. Returns (runs done, runs skipped).
 pub fn run_plan(
+    host: &mut dyn RunHost,
     plan: &Plan,
     scenario_text: &str,
     opts: &RunnerOptions,
     on: &mut dyn FnMut(Event),
 ) -> Result<(usize, usize)> {
-    anyhow::ensure!(
-        sys::is_root(),
-        "the lab needs root (namespaces, cgroups, packet sockets): run it with sudo"
-    );
-    // Before anything is created: a second lab would collide with this one.
-    let _lock = crate::lock::LabLock::acquire()?;
-    // A run killed before it could put a kernel setting back: do it now.
-    for s in crate::sysctl::restore_leftovers()? {
-        ontime_core::errln!("ontime lab: restored {s}, left changed by a run that was killed");
-    }
+    let _held = host.prepare()?;
     std::fs::create_dir_all(opts.results.join("runs"))
         .with_context(|| format!("cannot create {}", opts.results.display()))?;
     write_atomic(&opts.results.join("scenario.toml"), scenario_text.as_bytes())?;
@@ -176,7 +161,9 @@ pub fn run_plan(
             simulated: None,
             host_cpu: None,
         };
-        let outcome = one_run(run, &dir, opts, &mut record, on).and_then(|()| recorders_worked(&record));
+        let outcome = host
+            .run(run, &dir, opts, &mut record, on)
+            .and_then(|()| recorders_worked(&record));
         record.finished_utc = ontime_core::manifest::utc_now();
         record.environment.manifest.finish();
         let interrupted = opts.stop.load(Ordering::Relaxed);
@@ -225,468 +212,6 @@ fn recorders_worked(rec: &RunRecord) -> Result<()> {
         bail!("the scheduler recorder ([observe] recorder) failed: {e}");
     }
     Ok(())
-}
-
-/// One run, as stages that each own what they start: lab (tenants and the
-/// WAN delay) -> relay -> gateway -> recorder -> loads -> probes -> wait ->
-/// results. Whatever fails, the guards of the stages already started undo
-/// them in reverse (the probes stop and write their results first).
-fn one_run(
-    run: &PlannedRun,
-    dir: &Path,
-    opts: &RunnerOptions,
-    rec: &mut RunRecord,
-    on: &mut dyn FnMut(Event),
-) -> Result<()> {
-    let c = &run.config;
-    let native = c.tenant.backend == Backend::Native;
-    let _rr = match c.host.rr_timeslice {
-        Some(ns) => {
-            let g = crate::sysctl::SysctlGuard::set(crate::sysctl::RR_TIMESLICE, &(ns / 1_000_000).to_string())?;
-            rec.environment.rr_timeslice_ms = g.current()?.parse().ok();
-            Some(g)
-        }
-        None => None,
-    };
-    let (mut lab, use_netem) = start_lab(c, rec)?;
-    if let Some(n) = &c.net {
-        crate::netlab::prepare(n, &lab)?;
-    }
-    // Held once for the run, as cyclictest does; probes are told not to.
-    let _dma = ontime_core::rt::DmaLatencyGuard::hold(0).ok();
-    let relay = start_relay(c, &lab, use_netem)?;
-    start_gateway(c, &mut lab, dir, &opts.exe)?;
-    let net = match &c.net {
-        Some(_) => Some(crate::netlab::start(c, &lab, &relay, dir, &opts.exe)?),
-        None => None,
-    };
-    // The scheduler recorder watches loads and probes from their start.
-    let observer = start_recorder(c, &lab, dir, rec);
-    if c.tenant.io.is_some() {
-        // Every cell starts from cold caches, guest and host (document 004
-        // rebooted its VMs); this drops the whole host's page cache.
-        drop_caches()?;
-        rec.environment
-            .notes
-            .push("page cache dropped before the run (host-wide)".into());
-    }
-    let io_observer = if c.observe.io {
-        match crate::iorec::start(&lab, dir) {
-            Ok(o) => Some(o),
-            Err(e) => {
-                rec.io = Some(ontime_scenario::record::IoOutcome {
-                    error: Some(format!("{e:#}")),
-                    ..Default::default()
-                });
-                None
-            }
-        }
-    } else {
-        None
-    };
-    let loads = start_loads(c, &lab, native)?;
-    let cpu_before = HostCpu::now();
-    let mut probes = if c.net.is_some() {
-        crate::netlab::start_senders(c, &lab, dir, &opts.exe)?
-    } else {
-        start_probes(c, &lab, dir, &opts.exe, native)?
-    };
-    let exits = if probes.is_empty() && c.net.is_some() {
-        // A controller to talk to and no flows of its own (`ontime net controller`).
-        hold_for(run, opts, on);
-        Vec::new()
-    } else {
-        wait_for_probes(run, &mut probes, opts, on)?
-    };
-    if let (Some(a), Some(b)) = (cpu_before, HostCpu::now()) {
-        rec.host_cpu = Some(a.until(&b));
-    }
-    let gone = lab.vanished();
-    if !gone.is_empty() {
-        bail!(
-            "the lab was destroyed under the run ({} gone; `ontime lab clean --force`?): its results are not valid",
-            gone.join(", ")
-        );
-    }
-
-    if let Some(o) = io_observer {
-        rec.io = Some(o.finish(dir));
-    }
-    if let Some(o) = observer {
-        rec.observe = Some(o.finish(dir));
-    }
-    if let Some(n) = net {
-        let outcome = n.finish(dir);
-        // A flow's receiver result stands for its sending tenant.
-        for (k, f) in outcome.flows.iter().enumerate() {
-            rec.tenants.push(TenantOutcome {
-                index: f.from,
-                result: f.result.clone(),
-                exit: exits.get(k).copied().flatten(),
-            });
-        }
-        rec.net = Some(outcome);
-    }
-    // stress-ng groups, iperf3 clients and servers stop as their guards go.
-    drop(loads);
-    let report = relay.stop()?;
-    write_atomic(
-        &dir.join("relay.json"),
-        serde_json::to_string_pretty(&report)?.as_bytes(),
-    )?;
-    rec.relay = Some(report);
-    for (k, (i, _)) in probes.iter().enumerate().filter(|_| c.net.is_none()) {
-        let result = dir.join(format!("t{i}.json"));
-        rec.tenants.push(TenantOutcome {
-            index: *i,
-            result: result.exists().then(|| format!("t{i}.json")),
-            exit: exits[k],
-        });
-    }
-    drop(probes);
-    // Stops the gateway, which writes its counters as it exits.
-    lab.destroy();
-    let gw = dir.join(GATEWAY_RESULT);
-    if gw.exists() {
-        rec.gateway = Some(ontime_scenario::results::read_json(&gw, "gateway result")?);
-    }
-    Ok(())
-}
-
-/// Writes back dirty pages and drops the page cache, dentries and inodes.
-fn drop_caches() -> Result<()> {
-    // SAFETY: sync(2) has no preconditions.
-    unsafe { libc::sync() };
-    std::fs::write("/proc/sys/vm/drop_caches", "3")
-        .context("cannot drop the page cache (/proc/sys/vm/drop_caches): I/O tenants need root")
-}
-
-/// Stage 1: the tenants' sandboxes and the building side, and who adds the
-/// WAN delay (netem on the host-side links where the kernel has it and the
-/// scenario allows it, else the relay).
-fn start_lab(c: &ontime_scenario::scenario::RunConfig, rec: &mut RunRecord) -> Result<(Lab, bool)> {
-    let t = &c.tenant;
-    let limits = Limits {
-        cpu_quota: t.cpu_quota,
-        cpu_shares: t.cpu_shares,
-        cpuset: match &t.cpuset {
-            Some(s) => parse_cpu_list(s).map_err(anyhow::Error::msg)?,
-            None => Vec::new(),
-        },
-        memory_bytes: t
-            .memory
-            .as_deref()
-            .map(parse_bytes)
-            .transpose()
-            .map_err(anyhow::Error::msg)?,
-        swap_bytes: t.swap_bytes().map_err(anyhow::Error::msg)?,
-        rt_runtime_us: None,
-    };
-    let disk = match &t.disk {
-        Some(d) => Some(crate::disk::DiskSpec {
-            size: parse_bytes(&d.size).map_err(anyhow::Error::msg)?,
-            direct: d.direct,
-            swap: t.swap_bytes().map_err(anyhow::Error::msg)?,
-        }),
-        None => None,
-    };
-    let specs = vec![TenantSpec { limits, disk }; t.count];
-    let lab = Lab::create(&specs)?;
-    rec.environment.netem = netem_available(&lab.building.host_if);
-    let use_netem = match c.host.wan_delay {
-        WanDelay::Netem if !rec.environment.netem => {
-            anyhow::bail!("host.wan_delay = \"netem\" but this kernel has no netem qdisc: use auto or relay")
-        }
-        WanDelay::Netem => true,
-        WanDelay::Auto => rec.environment.netem,
-        WanDelay::Relay => false,
-    };
-    if use_netem {
-        // netem on every host-side end delays each direction once: frames
-        // to the building leave through its host end, frames to a tenant
-        // through the tenant's. The relay then only forwards.
-        let us = format!("{}us", c.host.relay_delay / 1000);
-        let ends = std::iter::once(&lab.building).chain(lab.tenants.iter().map(|t| &t.net));
-        for e in ends {
-            let st = Command::new("tc")
-                .args([
-                    "qdisc", "add", "dev", &e.host_if, "root", "netem", "delay", &us, "limit", "100000",
-                ])
-                .status()
-                .context("cannot run tc")?;
-            anyhow::ensure!(st.success(), "tc qdisc add netem on {} failed", e.host_if);
-        }
-        rec.environment.wan_delay_by = WanDelayBy::Netem;
-    }
-    Ok((lab, use_netem))
-}
-
-/// Stage 2: the host I/O path.
-fn start_relay(c: &ontime_scenario::scenario::RunConfig, lab: &Lab, use_netem: bool) -> Result<Relay> {
-    let relay_settings = RelaySettings {
-        delay_ns: if use_netem { 0 } else { c.host.relay_delay },
-        rate_bps: c.host.relay_rate_mbit.map(|m| (m * 1e6) as u64),
-        threads: c.host.relay_threads,
-        thread: ThreadSettings {
-            policy: c.host.relay_policy,
-            affinity: match &c.host.relay_affinity {
-                Some(a) => parse_cpu_list(a).map_err(anyhow::Error::msg)?,
-                None => Vec::new(),
-            },
-            timer_slack_ns: Some(1),
-        },
-        // Document 003's bottleneck: EDF/WFQ on one link.
-        channels: c.net.as_ref().map(|n| ontime_net::relay::ChannelLink {
-            rate_bps: (n.link_mbit * 1e6) as u64,
-            best_effort_buffer_bytes: n.buffer.as_deref().and_then(|b| parse_bytes(b).ok()),
-            edf_guard: n.edf_guard,
-        }),
-        between_tenants: c.net.as_ref().is_some_and(crate::netlab::between_tenants),
-    };
-    let ports: Vec<_> = lab.tenants.iter().map(|t| t.net.port()).collect();
-    Relay::start(lab.building.port(), &ports, relay_settings)
-}
-
-/// Stage 3: the building side: one gateway process with a building per
-/// tenant (crawl workloads only), owned by the lab.
-fn start_gateway(c: &ontime_scenario::scenario::RunConfig, lab: &mut Lab, dir: &Path, exe: &Path) -> Result<()> {
-    let t = &c.tenant;
-    if let Some(cr) = &t.crawl {
-        let points = (cr.rate * cr.points_per_request as f64 * cr.period as f64 / 1e9)
-            .ceil()
-            .max(1.0) as u64;
-        let mut config = ontime_gateway::config::GatewayConfig::generated(
-            std::net::SocketAddr::from((names::building_addr(), 8080)),
-            t.count as u32,
-            points.min(u32::MAX as u64) as u32,
-            false,
-        );
-        config.policy = c.host.gateway_policy;
-        let spec = ProbeSpec::Gateway(GatewayProbe {
-            config,
-            result: Some(dir.join(GATEWAY_RESULT)),
-        });
-        let spec_file = dir.join("gateway.probe.json");
-        spec.write(&spec_file)?;
-        let mut gw = Command::new(exe);
-        gw.arg("probe")
-            .arg(&spec_file)
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(dir.join("gateway.err"))?);
-        let mut child = spawn_in(&mut gw, &lab.building.netns, None)?;
-        let stdout = child
-            .child_mut()
-            .and_then(|c| c.stdout.take())
-            .context("gateway stdout")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if line.contains("listening on") {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        lab.children().push(child);
-        rx.recv_timeout(Duration::from_secs(10))
-            .context("the gateway did not start listening within 10 s (see gateway.err)")?;
-    }
-
-    Ok(())
-}
-
-/// Stage 4: the scheduler recorder; a recorder that cannot start is noted
-/// in the record and fails the run once its probes are done
-/// ([`recorders_worked`]).
-fn start_recorder(
-    c: &ontime_scenario::scenario::RunConfig,
-    lab: &Lab,
-    dir: &Path,
-    rec: &mut RunRecord,
-) -> Option<crate::observe::Observer> {
-    match crate::observe::start(c.observe.recorder, c.observe.profile, lab, dir) {
-        Ok(o) => Some(o),
-        Err(e) => {
-            rec.observe = Some(ontime_scenario::record::ObserveOutcome {
-                recorder: c.observe.recorder.as_str().into(),
-                error: Some(format!("{e:#}")),
-                ..Default::default()
-            });
-            None
-        }
-    }
-}
-
-/// The loads of a run; dropping it stops them all.
-struct Loads {
-    _stress: Vec<LoadGuard>,
-    _wan: Vec<ChildProcess>,
-}
-
-/// Stage 5: stress-ng on the host or in every tenant, and the wan flows.
-fn start_loads(c: &ontime_scenario::scenario::RunConfig, lab: &Lab, native: bool) -> Result<Loads> {
-    let mut loads: Vec<LoadGuard> = Vec::new();
-    let mut wan: Vec<ChildProcess> = Vec::new();
-    for l in &c.effective_loads() {
-        let profile: LoadProfile = match l.profile {
-            LoadKind::None => continue,
-            LoadKind::Wan => {
-                wan.extend(start_wan(lab, l.rate_mbit, c.duration, native)?);
-                continue;
-            }
-            LoadKind::Stress(p) => p,
-        };
-        let max = Duration::from_nanos(c.duration) + Duration::from_secs(60);
-        match l.place {
-            Place::Host => loads.push(LoadGuard::start(profile, l.workers, max)?),
-            Place::Tenants => {
-                for tn in &lab.tenants {
-                    let (mut cmd, temp) = ontime_load::command(profile, l.workers, max)?;
-                    let child = tn.spawn(&mut cmd, native, ontime_load::spawn_options())?;
-                    loads.push(LoadGuard::adopt(child, profile, temp)?);
-                }
-            }
-        }
-    }
-    if !loads.is_empty() {
-        std::thread::sleep(Duration::from_millis(500));
-    }
-
-    Ok(Loads {
-        _stress: loads,
-        _wan: wan,
-    })
-}
-
-/// Stage 6: one probe process per tenant, in its namespace and cgroup:
-/// (tenant index, process), stopped (SIGTERM: they write their results)
-/// when dropped.
-fn start_probes(
-    c: &ontime_scenario::scenario::RunConfig,
-    lab: &Lab,
-    dir: &Path,
-    exe: &Path,
-    native: bool,
-) -> Result<Vec<(usize, ChildProcess)>> {
-    let online = ontime_core::limits::online_cpus();
-    let vcpus = if native { online } else { c.tenant.vcpus };
-    let mut probes = Vec::new();
-    for tn in &lab.tenants {
-        let i = tn.index;
-        // The tenant's whole job as a typed spec beside its results: no
-        // command line is assembled (ontime-scenario::probe).
-        let Some(spec) = c.probe(i, vcpus, dir).map_err(anyhow::Error::msg)? else {
-            continue;
-        };
-        let spec_file = dir.join(format!("t{i}.probe.json"));
-        spec.write(&spec_file)?;
-        let mut cmd = Command::new(exe);
-        cmd.arg("probe").arg(&spec_file);
-        cmd.stdout(std::fs::File::create(dir.join(format!("t{i}.out")))?)
-            .stderr(std::fs::File::create(dir.join(format!("t{i}.err")))?);
-        let child = tn.spawn(&mut cmd, native, Default::default())?;
-        probes.push((i, child));
-    }
-
-    Ok(probes)
-}
-
-/// A run without probes (a controller for people to use): waits out the
-/// duration or a stop request.
-fn hold_for(run: &PlannedRun, opts: &RunnerOptions, on: &mut dyn FnMut(Event)) {
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_nanos(run.config.duration) && !opts.stop.load(Ordering::Relaxed) {
-        on(Event::Tick {
-            run,
-            elapsed_ns: t0.elapsed().as_nanos() as u64,
-        });
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
-/// Stage 7: waits for every probe to exit; a stop request (Ctrl-C) is
-/// passed on to them so they write what they measured. Returns their exit
-/// codes in order.
-fn wait_for_probes(
-    run: &PlannedRun,
-    probes: &mut [(usize, ChildProcess)],
-    opts: &RunnerOptions,
-    on: &mut dyn FnMut(Event),
-) -> Result<Vec<Option<i32>>> {
-    let t0 = Instant::now();
-    let mut exits: Vec<Option<i32>> = vec![None; probes.len()];
-    let mut signalled = false;
-    loop {
-        let mut running = 0;
-        for (k, (_, child)) in probes.iter_mut().enumerate() {
-            if exits[k].is_some() {
-                continue;
-            }
-            match child.try_wait() {
-                Some(st) => exits[k] = Some(st.code().unwrap_or(-1)),
-                None => running += 1,
-            }
-        }
-        if running == 0 {
-            return Ok(exits);
-        }
-        if opts.stop.load(Ordering::Relaxed) && !signalled {
-            for (_, c) in probes.iter() {
-                c.signal(libc::SIGINT);
-            }
-            signalled = true;
-        }
-        // dd and Postmark make whole passes over their data, however long
-        // the tenant's memory and disk make them; fio and the probes stop
-        // at the duration.
-        let grace = if run.config.tenant.io.is_some() { 900 } else { 60 };
-        if t0.elapsed() > Duration::from_nanos(run.config.duration) + Duration::from_secs(grace) {
-            anyhow::bail!("probes did not finish within the duration + {grace} s (see t*.err)");
-        }
-        on(Event::Tick {
-            run,
-            elapsed_ns: t0.elapsed().as_nanos() as u64,
-        });
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
-/// The wan load: an iperf3 server per tenant on the building side and a UDP
-/// flow to it from every tenant (in its namespace and cgroup), so the host
-/// relay carries it (document 001's UDP between host and guest).
-fn start_wan(lab: &Lab, rate_mbit: f64, duration_ns: u64, native: bool) -> Result<Vec<ChildProcess>> {
-    anyhow::ensure!(
-        ontime_core::caps::which("iperf3").is_some(),
-        "the wan load needs iperf3: run scripts/setup.sh or apt-get install iperf3"
-    );
-    let mut out = Vec::new();
-    let secs = (duration_ns / 1_000_000_000 + 5).to_string();
-    for tn in &lab.tenants {
-        let port = (5201 + tn.index).to_string();
-        let mut srv = Command::new("iperf3");
-        srv.args(["-s", "-p", &port, "-B", &names::building_addr().to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        out.push(spawn_in(&mut srv, &lab.building.netns, None)?);
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    for tn in &lab.tenants {
-        let port = (5201 + tn.index).to_string();
-        let mut cli = Command::new("iperf3");
-        cli.args([
-            "-c",
-            &names::building_addr().to_string(),
-            "-p",
-            &port,
-            "-u",
-            "-l",
-            "1200",
-        ])
-        .args(["-b", &format!("{rate_mbit}M"), "-t", &secs])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-        out.push(tn.spawn(&mut cli, native, Default::default())?);
-    }
-    Ok(out)
 }
 
 /// One line about a finished run.
