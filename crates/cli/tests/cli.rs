@@ -555,33 +555,6 @@ fn work_per_poll_is_spent_on_the_vcpu_thread() {
     assert_eq!(u(&r["work_per_poll_ns"]), 2_000_000);
 }
 
-/// A small tmpfs, unmounted on drop (also when the test fails).
-struct SmallFs {
-    dir: tempfile::TempDir,
-}
-
-impl SmallFs {
-    fn mount(size: &str) -> Option<SmallFs> {
-        let dir = tempfile::tempdir().unwrap();
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "ontime-test"])
-            .arg(dir.path())
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        ok.then_some(SmallFs { dir })
-    }
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.dir.path()).status();
-    }
-}
-
 /// A receive log that cannot be stored fails the crawl loudly, naming the
 /// file; the crawl's own result is still written.
 #[test]
@@ -590,7 +563,7 @@ fn a_full_disk_under_the_gateway_log_fails_the_crawl_and_names_the_file() {
         ontime_testkit::skip("mounting a small tmpfs needs root");
         return;
     }
-    let Some(fs) = SmallFs::mount("16k") else {
+    let Some(fs) = ontime_testkit::SmallTmpfs::mount("16k") else {
         ontime_testkit::skip("cannot mount tmpfs here");
         return;
     };

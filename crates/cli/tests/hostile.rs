@@ -348,23 +348,10 @@ fn a_full_disk_leaves_no_half_written_profile_or_figure() {
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     drop(busy);
-    let full = tempfile::tempdir().unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=4k", "ontime-test"])
-        .arg(full.path())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
+    let Some(full) = ontime_testkit::SmallTmpfs::mount("4k") else {
         skip("cannot mount tmpfs here");
         return;
-    }
-    struct Unmount<'a>(&'a Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(self.0).status();
-        }
-    }
-    let _u = Unmount(full.path());
+    };
     // Fill it, so even a small file cannot be written whole.
     let _ = std::fs::write(full.path().join("filler"), vec![0u8; 64 << 10]);
     let pprof = full.path().join("p.pb.gz");

@@ -111,3 +111,32 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// A tmpfs of `size` (e.g. "16k") on a fresh directory, unmounted when
+/// dropped: a full disk for tests of what a write failure leaves behind.
+pub struct SmallTmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallTmpfs {
+    /// None where tmpfs cannot be mounted (not root, a container).
+    pub fn mount(size: &str) -> Option<SmallTmpfs> {
+        let dir = tempfile::tempdir().ok()?;
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "ontime-test"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(SmallTmpfs { dir })
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
