@@ -21,8 +21,17 @@ pub struct CpuTimes {
 impl CpuTimes {
     /// Now, or None where /proc/stat cannot be read.
     pub fn now() -> Option<CpuTimes> {
+        CpuTimes::of_line("cpu")
+    }
+
+    /// One CPU's times now (its `cpuN` line of /proc/stat).
+    pub fn of_cpu(cpu: usize) -> Option<CpuTimes> {
+        CpuTimes::of_line(&format!("cpu{cpu}"))
+    }
+
+    fn of_line(name: &str) -> Option<CpuTimes> {
         let text = std::fs::read_to_string("/proc/stat").ok()?;
-        let line = text.lines().find(|l| l.starts_with("cpu "))?;
+        let line = text.lines().find(|l| l.split_whitespace().next() == Some(name))?;
         let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
         // SAFETY: sysconf has no preconditions.
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;

@@ -8,7 +8,7 @@
 //! Interpretation (absorption per layer, splits and merges) is ontime-io's.
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -140,6 +140,115 @@ mod bpf_record {
         out
     }
 
+    /// The tenants' cgroups created since the last call, into the filter.
+    fn add_cgroups(skel: &IoSkel, targets: &Targets, known: &mut HashMap<u64, u32>) -> Result<()> {
+        for (id, group) in targets::new_cgroup_ids(targets, known) {
+            skel.maps
+                .tracked_cgroups
+                .update(&id.to_ne_bytes(), &group.to_ne_bytes(), MapFlags::ANY)
+                .context("adding a cgroup to the BPF filter")?;
+        }
+        Ok(())
+    }
+
+    /// I/O events, opened files and the caches' state as one capture of
+    /// the recording loop.
+    struct IoCapture<'a, 'obj> {
+        skel: IoSkel<'obj>,
+        ring: libbpf_rs::RingBuffer<'static>,
+        staged: Rc<RefCell<Staged>>,
+        writer: Writer,
+        targets: &'a Targets,
+        images: Vec<(u32, Option<std::fs::File>)>,
+        memory: Vec<MemoryCgroup>,
+        watched: Vec<u32>,
+        cgroup_ids: HashMap<u64, u32>,
+        files_seen: HashSet<(u32, u64)>,
+        new_files: Vec<IoFile>,
+        states: Vec<IoState>,
+        last_state: MonoNs,
+        state_every_ns: u64,
+        events: u64,
+    }
+
+    impl IoCapture<'_, '_> {
+        /// The caches and devices now.
+        fn state(&self) -> IoState {
+            IoState {
+                ts: MonoNs::now().0,
+                images: self
+                    .images
+                    .iter()
+                    .filter_map(|(g, f)| {
+                        let cs = f.as_ref().and_then(cachestat)?;
+                        Some(ImageCache {
+                            group: *g,
+                            cache: cs[0],
+                            dirty: cs[1],
+                            writeback: cs[2],
+                            evicted: cs[3],
+                            recently_evicted: cs[4],
+                        })
+                    })
+                    .collect(),
+                memory: self
+                    .memory
+                    .iter()
+                    .filter_map(|m| memory_state(m.group, &m.path))
+                    .collect(),
+                devices: device_counters(&self.skel, &self.watched),
+            }
+        }
+    }
+
+    impl crate::pipeline::Capture for IoCapture<'_, '_> {
+        fn wait(&mut self, timeout: Duration) {
+            let _ = self.ring.poll(timeout);
+        }
+
+        fn stop(&mut self) {
+            // Detaching two dozen tracepoint links takes over a second: a
+            // flag the programs check stops them at once.
+            if let Some(data) = self.skel.maps.data_data.as_deref_mut() {
+                data.enabled = false;
+            }
+            // A program past its check when the flag fell finishes within
+            // microseconds; let it land before the last drain.
+            std::thread::sleep(Duration::from_millis(2));
+        }
+
+        fn drain(&mut self, finishing: bool) -> Result<()> {
+            self.ring.consume().context("draining the BPF I/O ring")?;
+            {
+                let mut s = self.staged.borrow_mut();
+                self.events += (s.0.len() / IO_EVENT_SIZE) as u64;
+                self.writer.io_events(&s.0)?;
+                s.0.clear();
+                for f in s.1.drain(..) {
+                    if self.files_seen.insert((f.dev, f.ino)) {
+                        self.new_files.push(f);
+                    }
+                }
+            }
+            self.writer.io_files(&self.new_files)?;
+            self.new_files.clear();
+            let now = MonoNs::now();
+            if finishing || now.since(self.last_state) >= self.state_every_ns {
+                self.last_state = now;
+                let st = self.state();
+                self.states.push(st);
+                self.writer.io_state(&self.states)?;
+                self.states.clear();
+            }
+            self.writer.flush()?;
+            Ok(())
+        }
+
+        fn rescan(&mut self) -> Result<()> {
+            add_cgroups(&self.skel, self.targets, &mut self.cgroup_ids)
+        }
+    }
+
     /// Records until `stop` or `duration`; `ready` is called once attached.
     pub fn record(
         opts: &IoRecordOptions,
@@ -205,16 +314,7 @@ mod bpf_record {
             }
         }
         let mut cgroup_ids: HashMap<u64, u32> = HashMap::new();
-        let add_cgroups = |skel: &IoSkel, known: &mut HashMap<u64, u32>| -> Result<()> {
-            for (id, group) in targets::new_cgroup_ids(targets, known) {
-                skel.maps
-                    .tracked_cgroups
-                    .update(&id.to_ne_bytes(), &group.to_ne_bytes(), MapFlags::ANY)
-                    .context("adding a cgroup to the BPF filter")?;
-            }
-            Ok(())
-        };
-        add_cgroups(&skel, &mut cgroup_ids)?;
+        add_cgroups(&skel, targets, &mut cgroup_ids)?;
 
         let staged: Rc<RefCell<Staged>> = Rc::new(RefCell::new((Vec::with_capacity(1 << 20), Vec::new())));
         let staged_cb = staged.clone();
@@ -282,80 +382,37 @@ mod bpf_record {
             }),
             ..Meta::of_this_host("bpf", start.0, groups)
         };
-        let mut writer = Writer::create(&opts.output, &meta)?;
+        let writer = Writer::create(&opts.output, &meta)?;
         let cpu_before = crate::source::thread_cpu_ns();
         ready(start.0);
 
-        let sample_state = |skel: &IoSkel| IoState {
-            ts: MonoNs::now().0,
-            images: images
-                .iter()
-                .filter_map(|(g, f)| {
-                    let cs = f.as_ref().and_then(cachestat)?;
-                    Some(ImageCache {
-                        group: *g,
-                        cache: cs[0],
-                        dirty: cs[1],
-                        writeback: cs[2],
-                        evicted: cs[3],
-                        recently_evicted: cs[4],
-                    })
-                })
-                .collect(),
-            memory: memory.iter().filter_map(|m| memory_state(m.group, &m.path)).collect(),
-            devices: device_counters(skel, &watched),
+        let state_every_ns = opts.state_every.as_nanos() as u64;
+        let mut cap = IoCapture {
+            skel,
+            ring,
+            staged,
+            writer,
+            targets,
+            images,
+            memory,
+            watched,
+            cgroup_ids,
+            files_seen: HashSet::new(),
+            new_files: Vec::new(),
+            states: Vec::new(),
+            last_state: start,
+            state_every_ns,
+            events: 0,
         };
-        let mut events = 0u64;
-        let mut files_seen: HashSet<(u32, u64)> = HashSet::new();
-        let mut new_files: Vec<IoFile> = Vec::new();
-        let mut states = vec![sample_state(&skel)];
-        let mut last_state = start;
-        let mut last_rescan = start;
-        loop {
-            let finishing = stop.load(Ordering::Relaxed) || until.is_some_and(|u| MonoNs::now() >= u);
-            if finishing {
-                if let Some(data) = skel.maps.data_data.as_deref_mut() {
-                    data.enabled = false;
-                }
-                // A program past its check when the flag fell finishes
-                // within microseconds; let it land before the last drain.
-                std::thread::sleep(Duration::from_millis(2));
-            } else {
-                let wait = until
-                    .map(|u| Duration::from_nanos(u.0.saturating_sub(MonoNs::now().0)))
-                    .unwrap_or(opts.drain_every);
-                let _ = ring.poll(wait.min(opts.drain_every));
-            }
-            ring.consume().context("draining the BPF I/O ring")?;
-            {
-                let mut s = staged.borrow_mut();
-                events += (s.0.len() / IO_EVENT_SIZE) as u64;
-                writer.io_events(&s.0)?;
-                s.0.clear();
-                for f in s.1.drain(..) {
-                    if files_seen.insert((f.dev, f.ino)) {
-                        new_files.push(f);
-                    }
-                }
-            }
-            writer.io_files(&new_files)?;
-            new_files.clear();
-            let now = MonoNs::now();
-            if finishing || now.since(last_state) >= opts.state_every.as_nanos() as u64 {
-                last_state = now;
-                states.push(sample_state(&skel));
-                writer.io_state(&states)?;
-                states.clear();
-            }
-            writer.flush()?;
-            if finishing {
-                break;
-            }
-            if now.since(last_rescan) >= 1_000_000_000 {
-                last_rescan = now;
-                add_cgroups(&skel, &mut cgroup_ids)?;
-            }
-        }
+        let first = cap.state();
+        cap.states.push(first);
+        crate::pipeline::drive(&mut [&mut cap], stop, until, opts.drain_every)?;
+        let IoCapture {
+            mut skel,
+            mut writer,
+            events,
+            ..
+        } = cap;
         let end = MonoNs::now();
         let reader_cpu_ns = crate::source::thread_cpu_ns().saturating_sub(cpu_before);
         skel.links = Default::default();

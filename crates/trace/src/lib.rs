@@ -33,6 +33,7 @@ pub mod io_abi;
 pub mod io_layout;
 pub mod maps;
 mod perf;
+mod pipeline;
 pub mod recorder;
 pub mod recording;
 pub mod sampler;

@@ -3,7 +3,7 @@
 use std::collections::{HashMap, HashSet};
 use std::mem::MaybeUninit;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -273,7 +273,7 @@ pub fn record(
         sample_period_ns: sampler.as_ref().map(|s| s.period_ns),
         ..Meta::of_this_host(source.mechanism(), start.0, groups_of(targets))
     };
-    let mut store = match (&opts.output, opts.window) {
+    let store = match (&opts.output, opts.window) {
         (Some(dir), Some(window)) => Store::Windows(WindowStore::start(dir, meta, window.as_nanos() as u64)?),
         (Some(p), None) => Store::File(Writer::create(p, &meta)?),
         (None, _) => Store::Nothing,
@@ -281,80 +281,34 @@ pub fn record(
     let rusage_before = thread_cpu_ns();
     ready(start.0);
 
-    let mut threads = ThreadTable::default();
-    let mut last_rescan = start;
-    let mut events_total = 0u64;
-    let mut lost = 0u64;
-    let mut batch: Vec<Event> = Vec::with_capacity(1 << 16);
-    let mut comms: Vec<(u32, String)> = Vec::new();
-    let mut samples = crate::sampler::SampleBatch::default();
-    let mut sampled = SampledThreads::default();
-    let mut mapped: Vec<(u32, crate::maps::Mapping)> = Vec::new();
-    let mut samples_total = 0u64;
-    loop {
-        let finishing = stop.load(Ordering::Relaxed) || until.is_some_and(|u| MonoNs::now() >= u);
-        if finishing {
-            // Detach first so nothing arrives after the last drain.
-            source.detach();
-            if let Some(s) = sampler.as_mut() {
-                s.disable();
-            }
-        } else {
-            let wait = until
-                .map(|u| Duration::from_nanos(u.0.saturating_sub(MonoNs::now().0)))
-                .unwrap_or(opts.drain_every);
-            source.wait(wait.min(opts.drain_every));
-        }
-        source.drain(&mut batch, &mut comms)?;
-        for (tid, comm) in comms.drain(..) {
-            if let Some(t) = threads.infos.get(&tid).cloned() {
-                threads.set(ThreadInfo { comm, ..t });
-            } else {
-                threads.set(ThreadInfo {
-                    tid,
-                    tgid: 0,
-                    comm,
-                    group: None,
-                });
-            }
-        }
-        resolve_threads(&batch, &mut threads, source.as_mut(), host_io_group, &targets.host_io);
-        let mut new_maps = Vec::new();
-        if let Some(s) = sampler.as_mut() {
-            samples.clear();
-            mapped.clear();
-            s.drain(&mut samples, &mut mapped, &mut |pid, tid| {
-                sampled.keep(pid, tid, targets.everything, &mut threads, source.as_mut())
-            });
-            samples_total += samples.len() as u64;
-            sampled.mapped(&mapped, &mut new_maps);
-            sampled.maps_needed(&samples, &mut new_maps);
-        }
-        store.drained(
-            &batch,
-            threads.take_pending(),
-            &samples,
-            new_maps,
-            MonoNs::now().0,
-            lost,
-        )?;
-        sink.events(&batch, &threads);
-        events_total += batch.len() as u64;
-        batch.clear();
-
-        let now = MonoNs::now();
-        if finishing {
-            break;
-        }
-        if now.since(last_rescan) >= 1_000_000_000 {
-            last_rescan = now;
-            source.rescan()?;
-            regroup(&mut threads, source.as_mut());
-            // A thread moved into a target cgroup is sampled from now on.
-            sampled.forget_untracked();
-            lost = source.lost();
-        }
-    }
+    let mut cap = SchedCapture {
+        source,
+        sampler,
+        store,
+        sink,
+        targets,
+        host_io_group,
+        threads: ThreadTable::default(),
+        batch: Vec::with_capacity(1 << 16),
+        comms: Vec::new(),
+        samples: crate::sampler::SampleBatch::default(),
+        sampled: SampledThreads::default(),
+        mapped: Vec::new(),
+        events_total: 0,
+        samples_total: 0,
+        lost: 0,
+    };
+    crate::pipeline::drive(&mut [&mut cap], stop, until, opts.drain_every)?;
+    let SchedCapture {
+        mut source,
+        sampler,
+        mut store,
+        mut threads,
+        events_total,
+        samples_total,
+        mut lost,
+        ..
+    } = cap;
     let end = MonoNs::now();
     lost = lost.max(source.lost());
     // Names set after a thread's first event (pthread_setname_np) show now.
@@ -401,6 +355,97 @@ pub fn record(
         samples: samples_total,
         samples_lost: sampler.as_ref().map_or(0, |s| s.lost),
     })
+}
+
+/// Scheduler events (and, with a sample rate, stack samples) as one
+/// capture of the recording loop: drained into the store and handed to
+/// the sink, threads named and grouped as they appear.
+struct SchedCapture<'a, 'obj> {
+    source: Box<dyn EventSource + 'obj>,
+    sampler: Option<crate::sampler::Sampler>,
+    store: Store,
+    sink: &'a mut dyn Sink,
+    targets: &'a Targets,
+    host_io_group: u32,
+    threads: ThreadTable,
+    batch: Vec<Event>,
+    comms: Vec<(u32, String)>,
+    samples: crate::sampler::SampleBatch,
+    sampled: SampledThreads,
+    mapped: Vec<(u32, crate::maps::Mapping)>,
+    events_total: u64,
+    samples_total: u64,
+    lost: u64,
+}
+
+impl crate::pipeline::Capture for SchedCapture<'_, '_> {
+    fn wait(&mut self, timeout: Duration) {
+        self.source.wait(timeout);
+    }
+
+    fn stop(&mut self) {
+        self.source.detach();
+        if let Some(s) = self.sampler.as_mut() {
+            s.disable();
+        }
+    }
+
+    fn drain(&mut self, _finishing: bool) -> Result<()> {
+        let threads = &mut self.threads;
+        self.source.drain(&mut self.batch, &mut self.comms)?;
+        for (tid, comm) in self.comms.drain(..) {
+            if let Some(t) = threads.infos.get(&tid).cloned() {
+                threads.set(ThreadInfo { comm, ..t });
+            } else {
+                threads.set(ThreadInfo {
+                    tid,
+                    tgid: 0,
+                    comm,
+                    group: None,
+                });
+            }
+        }
+        resolve_threads(
+            &self.batch,
+            threads,
+            self.source.as_mut(),
+            self.host_io_group,
+            &self.targets.host_io,
+        );
+        let mut new_maps = Vec::new();
+        if let Some(s) = self.sampler.as_mut() {
+            self.samples.clear();
+            self.mapped.clear();
+            let (sampled, source, everything) = (&mut self.sampled, self.source.as_mut(), self.targets.everything);
+            s.drain(&mut self.samples, &mut self.mapped, &mut |pid, tid| {
+                sampled.keep(pid, tid, everything, threads, source)
+            });
+            self.samples_total += self.samples.len() as u64;
+            self.sampled.mapped(&self.mapped, &mut new_maps);
+            self.sampled.maps_needed(&self.samples, &mut new_maps);
+        }
+        self.store.drained(
+            &self.batch,
+            threads.take_pending(),
+            &self.samples,
+            new_maps,
+            MonoNs::now().0,
+            self.lost,
+        )?;
+        self.sink.events(&self.batch, threads);
+        self.events_total += self.batch.len() as u64;
+        self.batch.clear();
+        Ok(())
+    }
+
+    fn rescan(&mut self) -> Result<()> {
+        self.source.rescan()?;
+        regroup(&mut self.threads, self.source.as_mut());
+        // A thread moved into a target cgroup is sampled from now on.
+        self.sampled.forget_untracked();
+        self.lost = self.source.lost();
+        Ok(())
+    }
 }
 
 /// Which sampled threads are tracked, the mappings written so far, and
