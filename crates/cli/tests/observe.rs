@@ -272,14 +272,18 @@ fn top_serves_prometheus_metrics() {
         .rev()
         .find(|l| l.starts_with("busy "))
         .unwrap_or_else(|| panic!("a busy row in {text}"));
-    // mean over the stretch covered never exceeds the host's CPUs.
+    // The mean over the stretch covered stays within the host's CPUs, up
+    // to the analysis's own error: a switch event this VM's kernel drops
+    // leaves a thread counted running until the next switch on its CPU
+    // (`error_bound_ns` in a full analysis), which over the last, shortest
+    // refresh has been seen to reach 3 % (2.06 on 2 CPUs, 1 CI run in 5).
     let mean: f64 = row
         .split_whitespace()
         .nth(2)
         .and_then(|v| v.parse().ok())
         .expect("mean");
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
-    assert!(mean > 0.5 && mean <= cpus + 0.01, "{row}");
+    assert!(mean > 0.5 && mean <= cpus * 1.1, "{row}");
 }
 
 /// A stand-in for a QEMU guest: argv[0] says qemu, `-name guest=NAME`, and
