@@ -228,16 +228,6 @@ fn analyze(a: AnalyzeArgs) -> anyhow::Result<()> {
     // or a count that cannot be true, is bad input (exit 2).
     let r = ontime_gateway::recvlog::analyze(&a.log, a.period, a.timeout.unwrap_or(a.period), a.threshold)
         .map_err(|e| usage(format!("{e:#}")))?;
-    let text = format!(
-        "ontime gateway analyze: {} lines, {} lead points, period {}, missed {} ({} arrived too late; by {})\n{}\n{}\n",
-        r.lines,
-        r.points,
-        ontime_core::duration::format_ns(a.period),
-        r.missed,
-        r.arrived_late,
-        r.method,
-        ontime_core::stats::Summary::text_header(),
-        r.interval_error.text_row("interval error")
-    );
+    let text = ontime_core::export::TextReport::text(&r);
     a.out.emit(&r, &text)
 }

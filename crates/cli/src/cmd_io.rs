@@ -169,20 +169,7 @@ fn record(a: IoRecordArgs) -> anyhow::Result<()> {
                 .unwrap_or_else(|| "until Ctrl-C".into())
         );
     })?;
-    let text = format!(
-        "recorded {} I/O events in {} ({} lost, {} starts not remembered) to {}\nrecorder cost: {:.3}% of one core (reader only)\n{}",
-        summary.events,
-        format_ns(summary.end_ns - summary.start_ns),
-        summary.lost,
-        summary.unpaired_lost,
-        a.output.display(),
-        summary.reader_cpu_ns as f64 / (summary.end_ns - summary.start_ns).max(1) as f64 * 100.0,
-        summary
-            .unavailable
-            .iter()
-            .map(|u| format!("not recorded: {u}\n"))
-            .collect::<String>()
-    );
+    let text = ontime_core::export::TextReport::text(&summary);
     if a.report {
         ontime_core::err!("{text}");
         return report(&a.output, None, false, &a.out);
@@ -203,7 +190,7 @@ fn report(path: &Path, figures: Option<&Path>, series: bool, out: &output::Outpu
             t.series.clear();
         }
     }
-    out.emit(&analysis, &ontime_io::text(&analysis))
+    out.emit(&analysis, &ontime_core::export::TextReport::text(&analysis))
 }
 
 #[derive(Args)]
@@ -271,8 +258,12 @@ pub fn execute_workload(p: IoWorkloadProbe, out: &output::OutputFlags) -> anyhow
     output::check_outputs(&[("--result", p.result.as_deref()), ("--log", p.log.as_deref())])?;
     p.validate().map_err(usage)?;
     let r = ontime_io::workload::run(&p.workload, &p.dir, p.duration_s, p.log.as_deref())?;
-    let text = ontime_io::workload::text(&r);
-    output::emit(&r, &text, out.json, p.result.as_deref())
+    output::emit(
+        &r,
+        &ontime_core::export::TextReport::text(&r),
+        out.json,
+        p.result.as_deref(),
+    )
 }
 
 fn advise(a: IoAdviseArgs) -> anyhow::Result<()> {
@@ -292,5 +283,5 @@ fn advise(a: IoAdviseArgs) -> anyhow::Result<()> {
             a.results.display()
         )));
     }
-    a.out.emit(&report, &ontime_io::advise::text(&report))
+    a.out.emit(&report, &ontime_core::export::TextReport::text(&report))
 }

@@ -167,33 +167,7 @@ pub fn record(
         },
     );
     let summary = summary?;
-    let samples = match sample_hz {
-        Some(_) => format!(
-            "recorded {} stack samples ({} lost by the kernel)\n",
-            summary.samples, summary.samples_lost
-        ),
-        None => String::new(),
-    };
-    let text = format!(
-        "{samples}recorded {} events in {} ({} lost) with {} to {}\nrecorder cost: {:.3}% of one core (reader {} + kernel probes {}{})\n{}",
-        summary.events,
-        format_ns(summary.end_ns - summary.start_ns),
-        summary.lost,
-        summary.mechanism,
-        output.display(),
-        summary.overhead_pct(),
-        format_ns(summary.reader_cpu_ns),
-        summary
-            .bpf_run_ns
-            .map(format_ns)
-            .unwrap_or_else(|| "not measured (--overhead-stats)".into()),
-        summary.bpf_runs.map(|n| format!(" in {n} runs")).unwrap_or_default(),
-        summary
-            .unavailable
-            .iter()
-            .map(|u| format!("not recorded: {u}\n"))
-            .collect::<String>(),
-    );
+    let text = ontime_core::export::TextReport::text(&summary);
     a.out.emit(&summary, &text)?;
     Ok(output)
 }

@@ -2,8 +2,9 @@
 
 use crate::usage;
 use clap::{Args, Subcommand};
-use ontime_core::duration::{format_ns, parse_ns};
-use ontime_sim_lab::simulate::{simulate_plan, Model, SimOptions};
+use ontime_core::duration::parse_ns;
+use ontime_core::export::TextReport;
+use ontime_sim_lab::simulate::{simulate_plan, Model, SimLine, SimListing, SimOptions};
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -136,43 +137,25 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         scheduler_view: a.into.is_some(),
         starts_from: a.into.clone(),
     };
-    let mut text = format!(
-        "ontime sim: scenario '{}', {} run(s), simulated (not measured)\n{:<56} {:>8} {:>4} {:>6} {:>10} {:>10} {:>10} {:>10}\n",
-        plan.name,
-        plan.runs.len(),
-        "run",
-        "model",
-        "CPUs",
-        "busy",
-        "p99",
-        "p99.9",
-        "p99.999",
-        "max"
-    );
-    let f = |v: Option<u64>| v.map_or("n/a".into(), format_ns);
     // Each run is summarised (and written --into) as it is done; only the
     // summaries (percentiles, no histograms) are kept for --json/--result.
+    let mut listing = SimListing {
+        scenario: plan.name.clone(),
+        ..Default::default()
+    };
     let mut summaries: Vec<serde_json::Value> = Vec::new();
     let mut written = 0usize;
     let total = plan.runs.len();
     simulate_plan(&plan, &opts, &mut |r| {
-        let worst = |p: f64| r.tenants.iter().filter_map(|t| t.headline().percentile(p)).max();
-        let s = &r.simulated;
-        let line = format!(
-            "{:<56} {:>8} {:>4} {:>6.2} {:>10} {:>10} {:>10} {:>10}\n",
-            r.name,
-            s.model,
-            s.cpus,
-            s.busy_cpus,
-            f(worst(99.0)),
-            f(worst(99.9)),
-            f(worst(99.999)),
-            f(r.tenants.iter().filter_map(|t| t.headline().max_ns).max())
-        );
+        let line = SimLine::of(&r);
         if total > 1 {
-            ontime_core::errln!("ontime sim: [{}/{total}] {}", summaries.len() + 1, line.trim_end());
+            ontime_core::errln!(
+                "ontime sim: [{}/{total}] {}",
+                summaries.len() + 1,
+                line.text().trim_end()
+            );
         }
-        text.push_str(&line);
+        listing.lines.push(line);
         if let Some(dir) = &a.into {
             written += ontime_sim_lab::simulate::write_runs(dir, std::slice::from_ref(&r))?.len();
         }
@@ -180,13 +163,6 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         Ok(())
     })
     .map_err(|e| usage(format!("{e:#}")))?;
-    text.push_str("interval error (crawlers) or wake-up latency (probes) of the worst tenant per run; percentiles the sample count cannot support are n/a\n");
-    if let Some(dir) = &a.into {
-        text.push_str(&format!(
-            "wrote {written} simulated run(s) into {}/runs; draw them beside the measured ones: ontime lab report {}\n",
-            dir.display(),
-            dir.display()
-        ));
-    }
-    a.out.emit(&summaries, &text)
+    listing.written_into = a.into.clone().map(|d| (written, d));
+    a.out.emit(&summaries, &listing.text())
 }

@@ -178,6 +178,22 @@ pub struct LogAnalysis {
     pub histogram: LatencyHistogram,
 }
 
+impl ontime_core::export::TextReport for LogAnalysis {
+    fn text(&self) -> String {
+        format!(
+            "ontime gateway analyze: {} lines, {} lead points, period {}, missed {} ({} arrived too late; by {})\n{}\n{}\n",
+            self.lines,
+            self.points,
+            ontime_core::duration::format_ns(self.period_ns),
+            self.missed,
+            self.arrived_late,
+            self.method,
+            ontime_core::stats::Summary::text_header(),
+            self.interval_error.text_row("interval error")
+        )
+    }
+}
+
 /// One lead point's reception.
 #[derive(Clone, Copy)]
 struct Reception {

@@ -323,6 +323,12 @@ pub fn text(r: &AdviceReport) -> String {
     s
 }
 
+impl ontime_core::export::TextReport for AdviceReport {
+    fn text(&self) -> String {
+        text(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -376,3 +382,4 @@ mod tests {
         assert!(r.findings.iter().all(|f| f.reproduced.is_none()));
     }
 }
+

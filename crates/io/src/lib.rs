@@ -784,6 +784,12 @@ pub fn figures(a: &IoAnalysis, dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+impl ontime_core::export::TextReport for IoAnalysis {
+    fn text(&self) -> String {
+        text(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -813,3 +819,4 @@ mod tests {
         assert_eq!(size_bucket(4097), 8192);
     }
 }
+

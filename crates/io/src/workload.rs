@@ -460,6 +460,12 @@ pub fn result_file(dir: &Path, i: usize) -> PathBuf {
     dir.join(format!("t{i}.json"))
 }
 
+impl ontime_core::export::TextReport for WorkloadResult {
+    fn text(&self) -> String {
+        text(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -520,3 +526,4 @@ mod tests {
         assert_eq!(postmark_data(out), Some((39.04, 59.57)));
     }
 }
+

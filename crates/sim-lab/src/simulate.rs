@@ -643,3 +643,90 @@ pub fn write_runs(results: &Path, runs: &[SimRun]) -> Result<Vec<PathBuf>> {
     }
     Ok(out)
 }
+
+/// One simulated run as `ontime sim` lists it: the worst tenant's
+/// percentiles of what the run is judged by.
+#[derive(Clone, Debug, Serialize)]
+pub struct SimLine {
+    pub name: String,
+    pub model: String,
+    pub cpus: usize,
+    pub busy_cpus: f64,
+    pub p99_ns: Option<u64>,
+    pub p99_9_ns: Option<u64>,
+    pub p99_999_ns: Option<u64>,
+    pub max_ns: Option<u64>,
+}
+
+impl SimLine {
+    pub fn of(r: &SimRun) -> SimLine {
+        let worst = |p: f64| r.tenants.iter().filter_map(|t| t.headline().percentile(p)).max();
+        SimLine {
+            name: r.name.clone(),
+            model: r.simulated.model.clone(),
+            cpus: r.simulated.cpus,
+            busy_cpus: r.simulated.busy_cpus,
+            p99_ns: worst(99.0),
+            p99_9_ns: worst(99.9),
+            p99_999_ns: worst(99.999),
+            max_ns: r.tenants.iter().filter_map(|t| t.headline().max_ns).max(),
+        }
+    }
+}
+
+impl ontime_core::export::TextReport for SimLine {
+    fn text(&self) -> String {
+        let f = |v: Option<u64>| v.map_or("n/a".into(), ontime_core::duration::format_ns);
+        format!(
+            "{:<56} {:>8} {:>4} {:>6.2} {:>10} {:>10} {:>10} {:>10}\n",
+            self.name,
+            self.model,
+            self.cpus,
+            self.busy_cpus,
+            f(self.p99_ns),
+            f(self.p99_9_ns),
+            f(self.p99_999_ns),
+            f(self.max_ns)
+        )
+    }
+}
+
+/// What `ontime sim` shows of a scenario: a line per run, kept as the
+/// runs stream by, and where they were written.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SimListing {
+    pub scenario: String,
+    pub lines: Vec<SimLine>,
+    /// Runs written beside measured ones (`--into`), and where.
+    pub written_into: Option<(usize, PathBuf)>,
+}
+
+impl ontime_core::export::TextReport for SimListing {
+    fn text(&self) -> String {
+        let mut s = format!(
+            "ontime sim: scenario '{}', {} run(s), simulated (not measured)\n{:<56} {:>8} {:>4} {:>6} {:>10} {:>10} {:>10} {:>10}\n",
+            self.scenario,
+            self.lines.len(),
+            "run",
+            "model",
+            "CPUs",
+            "busy",
+            "p99",
+            "p99.9",
+            "p99.999",
+            "max"
+        );
+        for l in &self.lines {
+            s.push_str(&l.text());
+        }
+        s.push_str("interval error (crawlers) or wake-up latency (probes) of the worst tenant per run; percentiles the sample count cannot support are n/a\n");
+        if let Some((n, dir)) = &self.written_into {
+            s.push_str(&format!(
+                "wrote {n} simulated run(s) into {}/runs; draw them beside the measured ones: ontime lab report {}\n",
+                dir.display(),
+                dir.display()
+            ));
+        }
+        s
+    }
+}

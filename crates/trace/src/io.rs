@@ -60,6 +60,23 @@ pub struct IoRecordSummary {
     pub unavailable: Vec<String>,
 }
 
+impl ontime_core::export::TextReport for IoRecordSummary {
+    fn text(&self) -> String {
+        use ontime_core::duration::format_ns;
+        let span = self.end_ns.saturating_sub(self.start_ns);
+        format!(
+            "recorded {} I/O events in {} ({} lost, {} starts not remembered) to {}\nrecorder cost: {:.3}% of one core (reader only)\n{}",
+            self.events,
+            format_ns(span),
+            self.lost,
+            self.unpaired_lost,
+            self.output.display(),
+            self.reader_cpu_ns as f64 / span.max(1) as f64 * 100.0,
+            crate::recorder::unavailable_text(&self.unavailable)
+        )
+    }
+}
+
 /// The tenants' virtual disks: each image's loop device and the disk under it.
 pub fn tenant_disks(images: &[(u32, PathBuf)]) -> Result<Vec<TenantDisk>> {
     let mut disks = Vec::new();

@@ -100,6 +100,9 @@ pub struct RecordSummary {
     pub samples: u64,
     #[serde(default)]
     pub samples_lost: u64,
+    /// The stack sample rate asked for (profile), if any.
+    #[serde(default)]
+    pub sample_hz: Option<u32>,
 }
 
 impl RecordSummary {
@@ -354,6 +357,7 @@ pub fn record(
         unavailable,
         samples: samples_total,
         samples_lost: sampler.as_ref().map_or(0, |s| s.lost),
+        sample_hz: opts.sample_hz,
     })
 }
 
@@ -639,3 +643,36 @@ fn regroup(threads: &mut ThreadTable, source: &mut dyn EventSource) {
 }
 
 pub use ontime_core::limits::online_cpus;
+
+/// Lines saying what was not recorded, and why.
+pub fn unavailable_text(unavailable: &[String]) -> String {
+    unavailable.iter().map(|u| format!("not recorded: {u}\n")).collect()
+}
+
+impl ontime_core::export::TextReport for RecordSummary {
+    fn text(&self) -> String {
+        use ontime_core::duration::format_ns;
+        let samples = match self.sample_hz {
+            Some(_) => format!(
+                "recorded {} stack samples ({} lost by the kernel)\n",
+                self.samples, self.samples_lost
+            ),
+            None => String::new(),
+        };
+        format!(
+            "{samples}recorded {} events in {} ({} lost) with {} to {}\nrecorder cost: {:.3}% of one core (reader {} + kernel probes {}{})\n{}",
+            self.events,
+            format_ns(self.end_ns - self.start_ns),
+            self.lost,
+            self.mechanism,
+            self.output.as_ref().map_or("nowhere".into(), |p| p.display().to_string()),
+            self.overhead_pct(),
+            format_ns(self.reader_cpu_ns),
+            self.bpf_run_ns
+                .map(format_ns)
+                .unwrap_or_else(|| "not measured (--overhead-stats)".into()),
+            self.bpf_runs.map(|n| format!(" in {n} runs")).unwrap_or_default(),
+            unavailable_text(&self.unavailable),
+        )
+    }
+}
