@@ -50,7 +50,7 @@ def one_round(exe, ontime, cpu, tmp):
     cmd = [ontime, "profile", "record", "-F", "250", "-o", str(rec)]
     for i, p in enumerate(procs):
         cmd += ["--pid", f"t{i}={p.pid}"]
-    recorder = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    recorder = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     for line in recorder.stderr:  # ready once it says it records
         if line.startswith("ontime: recording"):
             break
@@ -64,7 +64,7 @@ def one_round(exe, ontime, cpu, tmp):
     recorder.wait(timeout=60)
     report = json.loads(subprocess.run([ontime, "profile", "report", str(rec), "--json"],
                                        check=True, capture_output=True, text=True).stdout)
-    tenants = {t["name"]: t for t in report["report"]["tenants"]}
+    tenants = {t["name"]: t for t in report["tenants"]}
     corrected = [ran[i][0] - tenants[f"t{i}"]["steal_runqueue_ns"] for i in range(3)]
     return alone, corrected
 
