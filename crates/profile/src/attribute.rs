@@ -517,7 +517,7 @@ fn charged_stack(samples: &[usize], rel: &dyn Fn(usize) -> u64, syms: &Symbols, 
 mod tests {
     use super::*;
     use ontime_trace::event::{kind, Event, F_PREV_RUNNABLE};
-    use ontime_trace::recording::{End, Group, Meta, ThreadInfo};
+    use ontime_trace::recording::{Group, Meta, ThreadInfo};
     use ontime_trace::sampler::SampleBatch;
 
     const MS: u64 = 1_000_000;
@@ -561,8 +561,8 @@ mod tests {
                 },
             );
         }
-        Recording {
-            meta: Meta {
+        let mut rec = Recording::of_events(
+            Meta {
                 version: 1,
                 mechanism: "bpf".into(),
                 start_ns: 0,
@@ -580,7 +580,7 @@ mod tests {
                 io: None,
             },
             threads,
-            events: vec![
+            vec![
                 switch(1, 0, 10, 0, 0),
                 switch(3, 10, 11, F_PREV_RUNNABLE, 0),
                 switch(5, 11, 10, F_PREV_RUNNABLE, 0),
@@ -588,20 +588,10 @@ mod tests {
                 switch(9, 11, 10, F_PREV_RUNNABLE, 0),
                 switch(10, 10, 0, 0, 1),
             ],
-            samples,
-            maps: Default::default(),
-            end: Some(End {
-                end_ns: 12 * MS,
-                events: 6,
-                lost: 0,
-                store_ns: None,
-            }),
-            truncated_bytes: 0,
-            io_events: vec![],
-            io_files: vec![],
-            io_states: vec![],
-            io_layout: None,
-        }
+            12 * MS,
+        );
+        rec.samples = samples;
+        rec
     }
 
     #[test]

@@ -147,7 +147,7 @@ fn run_simulated(
     seed: u64,
     opts: &SimOptions,
     shape: &ViewShape,
-) -> (ontime_sim::engine::SimOutcome, Option<ontime_sched::Analysis>) {
+) -> (ontime_sim::engine::SimOutcome, Option<ontime_sched::Analysis>, Simulated) {
     let mut stalls = opts
         .calibration
         .as_ref()
@@ -166,7 +166,34 @@ fn run_simulated(
     let analysis = opts
         .scheduler_view
         .then(|| scheduler_view(tracer.events, shape, horizon));
-    (o, analysis)
+    let model = opts.model.map_or_else(|| sched.name().to_string(), |m| m.label());
+    let busy_cpus = o.busy_ns as f64 / horizon.max(1) as f64;
+    let simulated = simulated_of(model, shape.cpus, seed, opts, busy_cpus);
+    (o, analysis, simulated)
+}
+
+impl SimRun {
+    fn new(
+        run_: &PlannedRun,
+        simulated: Simulated,
+        tenants: Vec<SimTenant>,
+        analysis: Option<ontime_sched::Analysis>,
+    ) -> SimRun {
+        SimRun {
+            name: format!("sim-{}-{}", simulated.model, run_.dir_name()),
+            vars: run_.vars.clone(),
+            simulated,
+            tenants,
+            planned: run_.clone(),
+            analysis,
+        }
+    }
+}
+
+/// CPU time of tenant `i`'s `threads` threads, which the workloads number
+/// tenant by tenant.
+fn tenant_cpu_ns(o: &ontime_sim::engine::SimOutcome, i: usize, threads: usize) -> u64 {
+    o.tasks[i * threads..(i + 1) * threads].iter().map(|x| x.cpu_ns).sum()
 }
 
 /// Analyses a simulated run's events with the scheduler view's own code:
@@ -178,7 +205,7 @@ fn scheduler_view(events: Vec<ontime_trace::event::Event>, shape: &ViewShape, en
         io_thread,
         cpus,
     } = *shape;
-    use ontime_trace::recording::{End, Group, GroupKind, Meta, Recording, ThreadInfo};
+    use ontime_trace::recording::{Group, GroupKind, Meta, Recording, ThreadInfo};
     let mut groups: Vec<Group> = (0..tenants)
         .map(|i| Group {
             name: format!("t{i}"),
@@ -218,41 +245,24 @@ fn scheduler_view(events: Vec<ontime_trace::event::Event>, shape: &ViewShape, en
             },
         );
     }
-    let n = events.len() as u64;
-    let rec = Recording {
-        meta: Meta {
-            version: 1,
-            mechanism: "sim".into(),
-            start_ns: 0,
-            start_realtime_ns: 0,
-            cpus,
-            kernel: "simulated".into(),
-            hostname: "ontime sim".into(),
-            groups,
-            track_all: false,
-            unavailable: vec![],
-            command_line: vec![],
-            ontime_version: env!("CARGO_PKG_VERSION").into(),
-            clocksource: "simulated".into(),
-            sample_period_ns: None,
-            io: None,
-        },
-        threads,
-        events,
-        samples: Default::default(),
-        maps: Default::default(),
-        end: Some(End {
-            end_ns,
-            events: n,
-            lost: 0,
-            store_ns: None,
-        }),
-        truncated_bytes: 0,
-        io_events: vec![],
-        io_files: vec![],
-        io_states: vec![],
-        io_layout: None,
+    let meta = Meta {
+        version: 1,
+        mechanism: "sim".into(),
+        start_ns: 0,
+        start_realtime_ns: 0,
+        cpus,
+        kernel: "simulated".into(),
+        hostname: "ontime sim".into(),
+        groups,
+        track_all: false,
+        unavailable: vec![],
+        command_line: vec![],
+        ontime_version: env!("CARGO_PKG_VERSION").into(),
+        clocksource: "simulated".into(),
+        sample_period_ns: None,
+        io: None,
     };
+    let rec = Recording::of_events(meta, threads, events, end_ns);
     ontime_sched::analyze(&rec, &ontime_sched::analyze::AnalysisOptions::default())
 }
 
@@ -437,36 +447,30 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         io_thread,
         cpus,
     };
-    let (o, analysis) = run_simulated(&mut w, sched.as_mut(), horizon, seed, opts, &shape);
-    let model = opts.model.map_or_else(|| sched.name().to_string(), |m| m.label());
-    Ok(SimRun {
-        name: format!("sim-{model}-{}", run_.dir_name()),
-        vars: run_.vars.clone(),
-        simulated: Simulated {
-            io_cost_per_packet_ns: io_cost,
-            host_work_per_poll_ns: host_work,
-            starts_measured: measured.is_some(),
-            cpu_hogs: hogs,
-            left_out,
-            ..simulated_of(model, cpus, seed, opts, o.busy_ns as f64 / horizon.max(1) as f64)
-        },
-        tenants: w
-            .measures
-            .iter()
-            .enumerate()
-            .map(|(i, m)| SimTenant {
-                polls: m.polls,
-                missed: m.missed,
-                interval_error: Some(m.interval_error.summary(None)),
-                send_lag: Some(m.send_lag.summary(None)),
-                latency: None,
-                cpu_ns: o.tasks[i * vcpus..(i + 1) * vcpus].iter().map(|x| x.cpu_ns).sum(),
-                histogram: m.interval_error.clone(),
-            })
-            .collect(),
-        planned: run_.clone(),
-        analysis,
-    })
+    let (o, analysis, base) = run_simulated(&mut w, sched.as_mut(), horizon, seed, opts, &shape);
+    let simulated = Simulated {
+        io_cost_per_packet_ns: io_cost,
+        host_work_per_poll_ns: host_work,
+        starts_measured: measured.is_some(),
+        cpu_hogs: hogs,
+        left_out,
+        ..base
+    };
+    let tenants = w
+        .measures
+        .iter()
+        .enumerate()
+        .map(|(i, m)| SimTenant {
+            polls: m.polls,
+            missed: m.missed,
+            interval_error: Some(m.interval_error.summary(None)),
+            send_lag: Some(m.send_lag.summary(None)),
+            latency: None,
+            cpu_ns: tenant_cpu_ns(&o, i, vcpus),
+            histogram: m.interval_error.clone(),
+        })
+        .collect();
+    Ok(SimRun::new(run_, simulated, tenants, analysis))
 }
 
 /// A cyclic (wake-up probe) run: `vcpus` probe threads per tenant at the
@@ -516,32 +520,22 @@ fn simulate_cyclic(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         io_thread: None,
         cpus,
     };
-    let (o, analysis) = run_simulated(&mut w, sched.as_mut(), horizon, seed, opts, &shape);
-    let model = opts.model.map_or_else(|| sched.name().to_string(), |m| m.label());
-    Ok(SimRun {
-        name: format!("sim-{model}-{}", run_.dir_name()),
-        vars: run_.vars.clone(),
-        simulated: Simulated {
-            left_out,
-            ..simulated_of(model, cpus, seed, opts, o.busy_ns as f64 / horizon.max(1) as f64)
-        },
-        tenants: w
-            .measures
-            .iter()
-            .enumerate()
-            .map(|(i, m)| SimTenant {
-                polls: m.wakeups,
-                missed: m.overruns,
-                interval_error: None,
-                send_lag: None,
-                latency: Some(m.latency.summary(None)),
-                cpu_ns: o.tasks[i * threads..(i + 1) * threads].iter().map(|x| x.cpu_ns).sum(),
-                histogram: m.latency.clone(),
-            })
-            .collect(),
-        planned: run_.clone(),
-        analysis,
-    })
+    let (o, analysis, base) = run_simulated(&mut w, sched.as_mut(), horizon, seed, opts, &shape);
+    let tenants = w
+        .measures
+        .iter()
+        .enumerate()
+        .map(|(i, m)| SimTenant {
+            polls: m.wakeups,
+            missed: m.overruns,
+            interval_error: None,
+            send_lag: None,
+            latency: Some(m.latency.summary(None)),
+            cpu_ns: tenant_cpu_ns(&o, i, threads),
+            histogram: m.latency.clone(),
+        })
+        .collect();
+    Ok(SimRun::new(run_, Simulated { left_out, ..base }, tenants, analysis))
 }
 
 /// Writes `runs` into `results/runs/<run name>/` in the lab's layout, each

@@ -291,6 +291,29 @@ pub struct Recording {
 }
 
 impl Recording {
+    /// A complete recording made in memory (the simulator's scheduler
+    /// view, tests): the events are all there, none lost, no I/O.
+    pub fn of_events(meta: Meta, threads: HashMap<u32, ThreadInfo>, events: Vec<Event>, end_ns: u64) -> Recording {
+        Recording {
+            meta,
+            threads,
+            end: Some(End {
+                end_ns,
+                events: events.len() as u64,
+                lost: 0,
+                store_ns: None,
+            }),
+            events,
+            samples: SampleBatch::default(),
+            maps: HashMap::new(),
+            io_events: vec![],
+            io_files: vec![],
+            io_states: vec![],
+            io_layout: None,
+            truncated_bytes: 0,
+        }
+    }
+
     pub fn read(path: &Path) -> Result<Recording> {
         let file = File::open(path).with_context(|| format!("cannot open recording {}", path.display()))?;
         let mut r = BufReader::with_capacity(1 << 20, file);
