@@ -6,6 +6,7 @@ use crate::output;
 use crate::usage;
 use clap::{Args, Subcommand};
 use ontime_core::duration::{format_ns, parse_ns};
+use ontime_core::export::TextReport;
 use ontime_sched::analyze::AnalysisOptions;
 use ontime_trace::recorder::{self, NoSink, RecordOptions};
 use ontime_trace::recording::Recording;
@@ -197,6 +198,10 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let text = ontime_observe::report::text(&shown, a.vcpus);
+    let text = ontime_observe::report::AnalysisText {
+        analysis: &shown,
+        vcpus: a.vcpus,
+    }
+    .text();
     a.out.emit(&shown, &text)
 }

@@ -6,6 +6,7 @@ use crate::output;
 use crate::usage;
 use clap::{Args, Subcommand};
 use ontime_core::duration::parse_ns;
+use ontime_core::export::TextReport;
 use ontime_profile::FunctionView;
 use ontime_trace::recording::Recording;
 use std::path::{Path, PathBuf};
@@ -243,6 +244,11 @@ fn analyse(
         let files = p.write_figures(dir)?;
         ontime_core::errln!("ontime: wrote {} figures to {}", files.len(), dir.display());
     }
-    let text = ontime_profile::text(&p.report, top, view);
+    let text = ontime_profile::ProfileText {
+        report: &p.report,
+        top,
+        view,
+    }
+    .text();
     Ok((serde_json::to_value(&p.report)?, text))
 }

@@ -238,12 +238,18 @@ fn sigkilled_runner_leaves_what_clean_removes() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let t0 = Instant::now();
-    while !Path::new("/sys/fs/cgroup/cpu/ontime/t1").exists() && !Path::new("/sys/fs/cgroup/ontime/t1").exists() {
-        assert!(t0.elapsed() < Duration::from_secs(20), "the lab did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_secs(2));
+    // Ready once both tenants' probes and the load run: all that `lab
+    // clean` must then find and stop.
+    let running = |pattern: &str| {
+        Command::new("pgrep")
+            .args(["-f", pattern])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).lines().count())
+            .unwrap_or(0)
+    };
+    ontime_testkit::wait_until("the lab's probes and load", Duration::from_secs(60), || {
+        running("ontime probe .*/t[0-9]*.probe.json") >= 2 && running("stress-ng --udp") >= 1
+    });
     // A second lab while this one runs is refused before it makes anything.
     let second = ontime()
         .args(["lab", "run"])
@@ -264,7 +270,6 @@ fn sigkilled_runner_leaves_what_clean_removes() {
     );
     runner.kill().unwrap();
     runner.wait().unwrap();
-    std::thread::sleep(Duration::from_millis(300));
     let before = leftovers();
     assert!(
         before.contains("would remove"),

@@ -21,12 +21,18 @@ fn root_or_skip() -> bool {
     common::lab_root_or_skip(&["iperf3"])
 }
 
-fn wait_for_socket() {
-    let t0 = Instant::now();
-    while !Path::new(SOCKET).exists() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "the controller did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// Waits until the controller answers with at least `n` channels: its
+/// readiness, seen through its own API.
+fn wait_for_channels(n: usize) {
+    ontime_testkit::wait_until("the controller's channels", Duration::from_secs(60), || {
+        ontime()
+            .args(["net", "channel", "list", "--json"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| serde_json::from_slice::<Vec<serde_json::Value>>(&o.stdout).ok())
+            .is_some_and(|l| l.len() >= n)
+    });
 }
 
 /// BPF programs named like the data path's, loaded now.
@@ -77,8 +83,8 @@ fn channels_between_tenants_end_to_end() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_for_socket();
-    std::thread::sleep(Duration::from_millis(700));
+    // The scenario's three flows have their channels (1, 2, 3).
+    wait_for_channels(3);
 
     // The sending tenant follows its misses from inside its namespace.
     let follower = Command::new("ip")
@@ -245,8 +251,7 @@ fn a_killed_controller_leaves_what_clean_removes() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    wait_for_socket();
-    std::thread::sleep(Duration::from_millis(500));
+    wait_for_channels(0);
     let add = ontime()
         .args(["net", "channel", "add", "--from", "t0", "--port", "5000"])
         .args(["--rate-mbit", "2", "--deadline", "5ms"])
@@ -256,7 +261,6 @@ fn a_killed_controller_leaves_what_clean_removes() {
     assert_eq!(channel_programs().len(), 2, "stamp and check loaded");
     ctl.kill().unwrap();
     ctl.wait().unwrap();
-    std::thread::sleep(Duration::from_millis(300));
     let before = leftovers();
     assert!(before.contains("ontime-t0"), "{before}");
     assert!(before.contains(SOCKET), "{before}");

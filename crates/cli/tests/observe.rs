@@ -24,6 +24,26 @@ fn turn() -> std::sync::MutexGuard<'static, ()> {
 /// Three busy loops under one shell, killed as a group on drop.
 struct Busy(Child);
 
+/// Live processes in process group `pgid`.
+fn group_members(pgid: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+                .filter(|st| {
+                    let f: Vec<&str> = st
+                        .rsplit_once(") ")
+                        .map(|x| x.1)
+                        .unwrap_or("")
+                        .split_whitespace()
+                        .collect();
+                    f.len() > 2 && f[2] == pgid && f[0] != "Z"
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
 impl Busy {
     fn start() -> Busy {
         let child = Command::new("sh")
@@ -32,8 +52,10 @@ impl Busy {
             .stdin(Stdio::null())
             .spawn()
             .expect("spawn sh");
-        // Let the loops fork before the recorder lists the descendants.
-        std::thread::sleep(Duration::from_millis(300));
+        // Ready once the three loops have forked (the recorder lists the
+        // descendants when it starts).
+        let pgid = child.id().to_string();
+        ontime_testkit::wait_until("the busy loops", Duration::from_secs(60), || group_members(&pgid) >= 4);
         Busy(child)
     }
     fn pid(&self) -> u32 {
@@ -245,23 +267,28 @@ fn top_serves_prometheus_metrics() {
         }
     }
     let mut top = Kill(Some(top));
-    std::thread::sleep(Duration::from_millis(2200));
-    let mut body = String::new();
-    let mut s = std::net::TcpStream::connect(&addr).expect("connect to /metrics");
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .expect("request");
-    s.read_to_string(&mut body).expect("response");
+    // Busy's counter, once top has refreshed with it (the first refresh
+    // comes after one period of recording).
+    let busy_cpu = || -> Option<(String, f64)> {
+        let mut body = String::new();
+        let mut s = std::net::TcpStream::connect(&addr).ok()?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
+        s.read_to_string(&mut body).ok()?;
+        let line = body
+            .lines()
+            .find(|l| l.starts_with("ontime_tenant_cpu_seconds_total{tenant=\"busy\"}"))?;
+        let secs = line.rsplit(' ').next().and_then(|v| v.parse().ok())?;
+        Some((body, secs))
+    };
+    ontime_testkit::wait_until("busy's CPU counter", Duration::from_secs(60), || {
+        busy_cpu().is_some_and(|(_, secs)| secs > 0.0)
+    });
+    let (body, _) = busy_cpu().expect("the counter, once there");
     assert!(body.starts_with("HTTP/1."), "{body}");
     assert!(
         body.contains("# TYPE ontime_tenant_cpu_seconds_total counter"),
         "{body}"
     );
-    let line = body
-        .lines()
-        .find(|l| l.starts_with("ontime_tenant_cpu_seconds_total{tenant=\"busy\"}"))
-        .unwrap_or_else(|| panic!("busy's CPU counter in {body}"));
-    let secs: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).expect("a value");
-    assert!(secs > 0.5, "{line}");
 
     let out = top.0.take().expect("child").wait_with_output().expect("top exits");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -330,13 +357,19 @@ fn a_guest_is_found_by_name_and_its_vcpu_threads_by_theirs() {
             .spawn()
             .expect("spawn the stand-in guest"),
     );
-    // Wait for the stand-in to exec under its QEMU name (slow on a loaded
-    // host), then give its threads a moment to start.
-    let started = std::time::Instant::now();
-    while ontime_trace::targets::find_guest(&name).is_err() && started.elapsed() < Duration::from_secs(20) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(800));
+    // Ready once it runs under its QEMU name with both vCPU threads named.
+    let pid = guest.0.id();
+    ontime_testkit::wait_until("the stand-in guest's vCPU threads", Duration::from_secs(60), || {
+        ontime_trace::targets::find_guest(&name).is_ok()
+            && std::fs::read_dir(format!("/proc/{pid}/task"))
+                .map(|d| {
+                    d.flatten()
+                        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with("CPU ")))
+                        .count()
+                })
+                .unwrap_or(0)
+                >= 2
+    });
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("guest.otrec");
     let file = file.to_str().expect("utf-8 path");

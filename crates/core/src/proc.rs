@@ -260,6 +260,46 @@ impl Drop for ChildProcess {
     }
 }
 
+/// A socket that a readiness check looks for in a process's network
+/// namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bound {
+    /// A UDP socket bound to this local port.
+    Udp(u16),
+    /// A TCP socket listening on this local port.
+    TcpListen(u16),
+}
+
+/// Whether the network namespace of process `pid` holds `what` (any local
+/// address), from `/proc/PID/net/{udp,tcp}{,6}`: how ontime knows a
+/// receiver or server it started is ready to be sent to, without asking it
+/// and without a sleep.
+pub fn has_socket(pid: u32, what: Bound) -> bool {
+    let (tables, port, listen) = match what {
+        Bound::Udp(p) => (["udp", "udp6"], p, false),
+        Bound::TcpListen(p) => (["tcp", "tcp6"], p, true),
+    };
+    tables.iter().any(|t| {
+        std::fs::read_to_string(format!("/proc/{pid}/net/{t}"))
+            .map(|text| socket_table_has(&text, port, listen))
+            .unwrap_or(false)
+    })
+}
+
+/// One `/proc/net/{udp,tcp}` table: a row whose local port is `port`
+/// (and, for `listen`, whose state is LISTEN, 0A).
+fn socket_table_has(table: &str, port: u16, listen: bool) -> bool {
+    table.lines().skip(1).any(|row| {
+        let mut f = row.split_whitespace();
+        let local = f.nth(1).unwrap_or("");
+        let state = f.nth(1).unwrap_or("");
+        let local_port = local
+            .rsplit_once(':')
+            .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+        local_port == Some(port) && (!listen || state == "0A")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,5 +346,30 @@ mod tests {
         let e = c.wait_until(Duration::from_secs(5), || false).unwrap_err();
         let msg = format!("{e:#}");
         assert!(msg.contains("tool exited") && msg.contains("broken"), "{msg}");
+    }
+
+    #[test]
+    fn socket_tables_are_read_by_local_port_and_state() {
+        let t = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0 100 0 0 10 0\n\
+   1: 0100007F:0050 0200007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 2 1 0 100 0 0 10 0\n";
+        assert!(socket_table_has(t, 8080, true));
+        assert!(
+            !socket_table_has(t, 80, true),
+            "an established connection is not a listener"
+        );
+        assert!(socket_table_has(t, 80, false));
+        assert!(!socket_table_has(t, 81, false));
+    }
+
+    #[test]
+    fn a_bound_socket_is_seen_in_the_process_table() {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = s.local_addr().unwrap().port();
+        assert!(has_socket(std::process::id(), Bound::Udp(port)));
+        drop(s);
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        assert!(has_socket(std::process::id(), Bound::TcpListen(port)));
     }
 }

@@ -382,4 +382,3 @@ mod tests {
         assert!(r.findings.iter().all(|f| f.reproduced.is_none()));
     }
 }
-

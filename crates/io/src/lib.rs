@@ -819,4 +819,3 @@ mod tests {
         assert_eq!(size_bucket(4097), 8192);
     }
 }
-

@@ -526,4 +526,3 @@ mod tests {
         assert_eq!(postmark_data(out), Some((39.04, 59.57)));
     }
 }
-

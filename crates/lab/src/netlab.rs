@@ -4,9 +4,9 @@
 //! the default socket with a fresh token, the flows' receivers and the
 //! best-effort load start, and the scenario's channels are requested (at
 //! their flows' start times). The senders are the run's probes.
-use crate::sandbox::{spawn_in, Lab};
+use crate::sandbox::{iperf3_server, spawn_in, Lab};
 use anyhow::{Context, Result};
-use ontime_core::proc::ChildProcess;
+use ontime_core::proc::{has_socket, Bound, ChildProcess};
 use ontime_net::api::{self, ApiServer};
 use ontime_net::channel::{ChannelKind, Link};
 use ontime_net::controller::{ChannelRequest, Controller, ControllerConfig, ControllerReport, Endpoint};
@@ -22,6 +22,8 @@ use std::time::Duration;
 pub const CHANNEL_MTU: u32 = 1496;
 /// Largest frame on the link: Ethernet header, label, a full IP packet.
 const MAX_FRAME: f64 = 14.0 + 4.0 + 1496.0;
+/// How long a receiver or server the lab starts may take to bind.
+const READY: Duration = Duration::from_secs(10);
 /// Bytes a datagram of `size` payload bytes takes on the link: Ethernet
 /// (14), label (4), IPv4 (20), UDP (8).
 fn frame_bytes(size: usize) -> f64 {
@@ -175,11 +177,15 @@ pub fn start(c: &RunConfig, lab: &Lab, relay: &Relay, dir: &Path, exe: &Path) ->
             .arg(&spec_file)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join(format!("flow-{}.err", f.name)))?);
-        rx.push(spawn_in(&mut cmd, &to.netns, None)?);
+        let mut receiver = spawn_in(&mut cmd, &to.netns, None)?;
+        // Bound before anyone sends: its socket is in its namespace's table.
+        let pid = receiver.id();
+        receiver
+            .wait_until(READY, || has_socket(pid, Bound::Udp(f.port)))
+            .with_context(|| format!("flow {}: its receiver (log: flow-{}.err)", f.name, f.name))?;
+        rx.push(receiver);
     }
     let best_effort = start_best_effort(n, lab, c.duration, dir)?;
-    // Receivers bound before anyone sends.
-    std::thread::sleep(Duration::from_millis(300));
 
     let mut outcome = NetOutcome {
         controller: None,
@@ -275,14 +281,8 @@ fn start_best_effort(n: &NetSpec, lab: &Lab, duration_ns: u64, dir: &Path) -> Re
     let secs = (duration_ns / 1_000_000_000).max(1).to_string();
     let mut out = Vec::new();
     for &i in &from {
-        let port = (5201 + i).to_string();
-        let mut srv = Command::new("iperf3");
-        srv.args(["-s", "-1", "-p", &port, "-B", &to.addr.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        out.push(spawn_in(&mut srv, &to.netns, None)?);
+        out.push(iperf3_server(&to.netns, to.addr, 5201 + i as u16, true)?);
     }
-    std::thread::sleep(Duration::from_millis(300));
     for &i in &from {
         let port = (5201 + i).to_string();
         let mut cli = Command::new("iperf3");

@@ -1,7 +1,9 @@
 //! The scheduler recorder of a run: `ontime observe` on the tenants'
 //! cgroups and the host I/O path (or `perf sched record`, the peer in the
 //! overhead benchmark), plus the host's busy CPU over the run.
+use ontime_core::export::TextReport;
 use ontime_core::proc::{ChildProcess, SpawnOptions};
+use ontime_profile::ProfileText;
 use ontime_scenario::record::ObserveOutcome;
 use ontime_scenario::scenario::Recorder;
 use std::path::Path;
@@ -258,7 +260,12 @@ fn analyse(file: &Path, dir: &Path) -> Result<bool> {
     ontime_core::fsio::write_atomic(&dir.join("observe.json"), &serde_json::to_vec(&a)?)?;
     ontime_core::fsio::write_atomic(
         &dir.join("observe.txt"),
-        ontime_observe::report::text(&a, true).as_bytes(),
+        ontime_observe::report::AnalysisText {
+            analysis: &a,
+            vcpus: true,
+        }
+        .text()
+        .as_bytes(),
     )?;
     if rec.meta.sample_period_ns.is_none() {
         return Ok(false);
@@ -267,7 +274,13 @@ fn analyse(file: &Path, dir: &Path) -> Result<bool> {
     ontime_core::fsio::write_atomic(&dir.join("profile.json"), &serde_json::to_vec(&p.report)?)?;
     ontime_core::fsio::write_atomic(
         &dir.join("profile.txt"),
-        ontime_profile::text(&p.report, 30, ontime_profile::FunctionView::Program).as_bytes(),
+        ProfileText {
+            report: &p.report,
+            top: 30,
+            view: ontime_profile::FunctionView::Program,
+        }
+        .text()
+        .as_bytes(),
     )?;
     p.write_pprof(&dir.join("profile.pb.gz"))?;
     p.write_figures(&dir.join("profile"))?;

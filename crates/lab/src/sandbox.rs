@@ -339,6 +339,23 @@ pub fn spawn_in(cmd: &mut Command, netns: &str, cgroup: Option<&Cgroup>) -> Resu
     spawn_with(cmd, netns, cgroup, SpawnOptions::default())
 }
 
+/// An iperf3 server in network namespace `netns`, bound to `addr:port`
+/// (`one_off`: it serves one client, then exits), returned once it
+/// listens: clients started after it cannot find it missing.
+pub fn iperf3_server(netns: &str, addr: std::net::Ipv4Addr, port: u16, one_off: bool) -> Result<ChildProcess> {
+    let mut srv = Command::new("iperf3");
+    srv.args(["-s", "-p", &port.to_string(), "-B", &addr.to_string()])
+        .args(one_off.then_some("-1"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut server = spawn_in(&mut srv, netns, None)?;
+    let pid = server.id();
+    server.wait_until(std::time::Duration::from_secs(10), || {
+        ontime_core::proc::has_socket(pid, ontime_core::proc::Bound::TcpListen(port))
+    })?;
+    Ok(server)
+}
+
 /// [`spawn_in`] with other stop settings (a process group, a grace period).
 pub fn spawn_with(cmd: &mut Command, netns: &str, cgroup: Option<&Cgroup>, opts: SpawnOptions) -> Result<ChildProcess> {
     let what = cmd.get_program().to_string_lossy().into_owned();

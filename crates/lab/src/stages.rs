@@ -5,7 +5,7 @@
 
 use crate::cgroup::Limits;
 use crate::runner::{Event, RunHost, RunnerOptions};
-use crate::sandbox::{spawn_in, Lab, TenantSpec};
+use crate::sandbox::{iperf3_server, spawn_in, Lab, TenantSpec};
 use crate::{names, sys};
 use anyhow::{bail, Context, Result};
 use ontime_core::fsio::write_atomic;
@@ -501,14 +501,9 @@ fn start_wan(lab: &Lab, rate_mbit: f64, duration_ns: u64, native: bool) -> Resul
     let mut out = Vec::new();
     let secs = (duration_ns / 1_000_000_000 + 5).to_string();
     for tn in &lab.tenants {
-        let port = (5201 + tn.index).to_string();
-        let mut srv = Command::new("iperf3");
-        srv.args(["-s", "-p", &port, "-B", &names::building_addr().to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        out.push(spawn_in(&mut srv, &lab.building.netns, None)?);
+        let port = 5201 + tn.index as u16;
+        out.push(iperf3_server(&lab.building.netns, names::building_addr(), port, false)?);
     }
-    std::thread::sleep(Duration::from_millis(300));
     for tn in &lab.tenants {
         let port = (5201 + tn.index).to_string();
         let mut cli = Command::new("iperf3");

@@ -112,8 +112,10 @@ fn relay_applies_its_delay_to_every_frame_and_accounts_for_each() {
     .unwrap();
     let server_addr = format!("{}:9999", names::building_addr());
     let bind = server_addr.clone();
+    let (bound_tx, bound) = std::sync::mpsc::channel();
     let server = in_netns(&names::building_netns(), move || {
         let s = std::net::UdpSocket::bind(&bind).unwrap();
+        let _ = bound_tx.send(());
         s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
         let mut buf = [0u8; 64];
         let mut echoed = 0u64;
@@ -126,7 +128,9 @@ fn relay_applies_its_delay_to_every_frame_and_accounts_for_each() {
         }
         echoed
     });
-    std::thread::sleep(Duration::from_millis(100));
+    bound
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the echo server is bound");
     const SENT: u32 = 200;
     let client = in_netns(&names::tenant_netns(0), move || {
         let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();

@@ -259,10 +259,11 @@ impl Relay {
             };
             let (stop, discipline) = (stop.clone(), settings.discipline(&table));
             let fan = (settings.threads > 1).then_some(fanout_id);
+            let ports = open_ports(&routes, fan)?;
             threads.spawn(
                 &ontime_core::names::relay_thread(j),
                 settings.thread.clone(),
-                move || run_thread(routes, fan, discipline, &stop),
+                move || run_thread(routes, ports, discipline, &stop),
             )?;
         }
         threads
@@ -385,24 +386,33 @@ impl Routes {
 
 /// One relay thread: opens its ports, then loops: send what the discipline
 /// releases -> sleep until the next release or a frame -> take in frames.
+/// One thread's ingress ports (in `routes.ingress` order), opened before the
+/// thread starts: a frame sent once [`Relay::start`] returns is queued on
+/// its port, never lost to a port not yet bound.
+fn open_ports(routes: &Routes, fanout: Option<u32>) -> Result<Vec<PacketPort>> {
+    routes
+        .ingress
+        .iter()
+        .map(|p| {
+            let port = PacketPort::bind(p.ifindex)?;
+            if let (None, Some(id)) = (p.to, fanout) {
+                port.join_fanout(id)?;
+            }
+            Ok(port)
+        })
+        .collect()
+}
+
 fn run_thread(
     routes: Routes,
-    fanout: Option<u32>,
+    ports: Vec<PacketPort>,
     mut discipline: RelayDiscipline,
     stop: &AtomicBool,
 ) -> Result<ThreadTotals> {
     let mut poll = Poll::new()?;
-    let mut ports = Vec::new();
-    for (i, p) in routes.ingress.iter().enumerate() {
-        let port = PacketPort::bind(p.ifindex)?;
-        if p.to.is_none() {
-            if let Some(id) = fanout {
-                port.join_fanout(id)?;
-            }
-        }
+    for (i, port) in ports.iter().enumerate() {
         poll.registry()
             .register(&mut SourceFd(&port.as_raw_fd()), Token(i), Interest::READABLE)?;
-        ports.push(port);
     }
     let egress = PacketPort::unbound()?;
     let timer = timer_fd()?;

@@ -50,9 +50,21 @@ fn usage_rows(out: &mut String, label: &str, usage: &[WindowUsage]) {
     }
 }
 
-/// Text tables: usage per window, run delay, contention, who ran instead,
-/// the host I/O path. `vcpus`: also per vCPU thread.
-pub fn text(a: &Analysis, vcpus: bool) -> String {
+/// The analysis as people read it: usage per window, run delay,
+/// contention, who ran instead, the host I/O path; `vcpus` adds a row per
+/// vCPU thread.
+pub struct AnalysisText<'a> {
+    pub analysis: &'a Analysis,
+    pub vcpus: bool,
+}
+
+impl ontime_core::export::TextReport for AnalysisText<'_> {
+    fn text(&self) -> String {
+        text(self.analysis, self.vcpus)
+    }
+}
+
+fn text(a: &Analysis, vcpus: bool) -> String {
     let mut out = String::new();
     let r = &a.recording;
     let _ = writeln!(

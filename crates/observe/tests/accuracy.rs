@@ -42,6 +42,17 @@ fn signal_all(w: &Workload, sig: i32) {
     }
 }
 
+/// Waits until every child is stopped (state T): SIGSTOP is delivered
+/// when each next runs.
+fn wait_stopped(w: &Workload) {
+    ontime_testkit::wait_until("the workers to stop", Duration::from_secs(30), || {
+        w.children.iter().all(|(_, c)| {
+            std::fs::read_to_string(format!("/proc/{}/stat", c.id()))
+                .is_ok_and(|st| st.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T')))
+        })
+    });
+}
+
 /// (sum_exec_runtime, run_delay) in ns.
 fn schedstat(pid: u32) -> (u64, u64) {
     let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).expect("schedstat readable");
@@ -127,7 +138,7 @@ fn on_cpu_and_run_delay_match_schedstat(mechanism: Mechanism) {
     // Stopped tasks do not run or wait: the schedstat snapshots and the
     // recording then cover exactly the same stretch of their lives.
     signal_all(&w, libc::SIGSTOP);
-    std::thread::sleep(Duration::from_millis(200));
+    wait_stopped(&w);
     let before: Vec<(u64, u64)> = w.children.iter().map(|(_, c)| schedstat(c.id())).collect();
     let steal_before = host_steal_ns();
 
@@ -166,7 +177,7 @@ fn on_cpu_and_run_delay_match_schedstat(mechanism: Mechanism) {
         eprintln!("{mechanism:?}: events {} lost {}", summary.events, summary.lost);
         assert_eq!(summary.lost, 0, "no events lost");
     });
-    std::thread::sleep(Duration::from_millis(100));
+    wait_stopped(&w);
     let after: Vec<(u64, u64)> = w.children.iter().map(|(_, c)| schedstat(c.id())).collect();
     // In a VM (this CI's kind) the kernel's task clock leaves out what the
     // hypervisor stole while a thread held its CPU (paravirt steal

@@ -304,9 +304,21 @@ impl FunctionView {
     }
 }
 
-/// The text report: classes per tenant and per thread, then the top
-/// functions as `view` counts them.
-pub fn text(r: &ProfileReport, top: usize, view: FunctionView) -> String {
+/// The profile as people read it: classes per tenant and per thread, then
+/// the `top` functions as `view` counts them.
+pub struct ProfileText<'a> {
+    pub report: &'a ProfileReport,
+    pub top: usize,
+    pub view: FunctionView,
+}
+
+impl ontime_core::export::TextReport for ProfileText<'_> {
+    fn text(&self) -> String {
+        text(self.report, self.top, self.view)
+    }
+}
+
+fn text(r: &ProfileReport, top: usize, view: FunctionView) -> String {
     let mut out = String::new();
     let p = &r.profile;
     let _ = writeln!(
@@ -592,7 +604,8 @@ pub struct WindowsReport {
     /// Document 002's rule: one analyser keeps up with n hosts while
     /// t0 + t1 > (t0 + t2) x n.
     pub hosts_per_analyser: u64,
-    /// Gaps or overlaps between consecutive windows (0 expected).
+    /// Gaps or overlaps between consecutive windows whose ends were
+    /// recorded (0 expected; a window cut short has no end to compare).
     pub seams_not_tiling: u64,
 }
 
@@ -623,7 +636,13 @@ pub fn profile_windows(files: &[PathBuf], top: usize, jobs: usize) -> Result<Win
     for (w, b) in windows.iter_mut().zip(&bounds) {
         w.offset_ns = b.0 - first;
     }
-    let seams_not_tiling = bounds.windows(2).filter(|p| p[0].1 != p[1].0).count() as u64;
+    // A window cut short (killed while being stored) has no recorded end:
+    // its seam with the next is unknown, not a gap.
+    let seams_not_tiling = bounds
+        .windows(2)
+        .zip(&windows)
+        .filter(|(p, w)| w.complete && p[0].1 != p[1].0)
+        .count() as u64;
     let whole: Vec<&WindowReport> = windows.iter().filter(|w| w.complete).collect();
     let median = |mut v: Vec<u64>| {
         v.sort_unstable();

@@ -6,6 +6,7 @@
 //! exit-based steal is tested on synthetic events (attribute.rs). Needs
 //! root, qemu-system-x86_64 and the kit; skips elsewhere with the reason.
 
+use ontime_core::export::TextReport;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::AtomicBool;
@@ -150,7 +151,12 @@ fn tcg_guests_on_one_cpu_steal_two_thirds_and_an_idle_guest_halts() {
     let p = ontime_profile::profile(&rec).expect("profile");
     eprintln!(
         "{}",
-        ontime_profile::text(&p.report, 8, ontime_profile::FunctionView::Program)
+        ontime_profile::ProfileText {
+            report: &p.report,
+            top: 8,
+            view: ontime_profile::FunctionView::Program,
+        }
+        .text()
     );
     for (name, work) in &specs {
         let vcpu = p

@@ -3,6 +3,7 @@
 //! Needs root (BPF, perf sampling) and a C compiler; skips elsewhere with
 //! the reason.
 
+use ontime_core::export::TextReport;
 use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -181,7 +182,12 @@ fn three_tenants_on_one_cpu_steal_two_thirds_and_correct_to_their_own_cpu_time()
     let p = ontime_profile::profile(&rec).expect("profile");
     eprintln!(
         "{}",
-        ontime_profile::text(&p.report, 10, ontime_profile::FunctionView::Inclusive)
+        ontime_profile::ProfileText {
+            report: &p.report,
+            top: 10,
+            view: ontime_profile::FunctionView::Inclusive,
+        }
+        .text()
     );
     let total_cpu: u64 = ran.iter().map(|r| r.1).sum();
     // This VM's kernel drops a switch event now and then; the analysis

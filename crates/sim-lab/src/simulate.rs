@@ -147,7 +147,11 @@ fn run_simulated(
     seed: u64,
     opts: &SimOptions,
     shape: &ViewShape,
-) -> (ontime_sim::engine::SimOutcome, Option<ontime_sched::Analysis>, Simulated) {
+) -> (
+    ontime_sim::engine::SimOutcome,
+    Option<ontime_sched::Analysis>,
+    Simulated,
+) {
     let mut stalls = opts
         .calibration
         .as_ref()
