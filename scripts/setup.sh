@@ -18,12 +18,13 @@ need_root() {
 # libelf-dev and zlib1g-dev build `observe`'s BPF program and libbpf;
 # linux-perf is the peer of the observe benchmark (perf sched record);
 # nginx-light is the real web server the crawler is tested against;
-# qemu-system-x86 and cpio boot the guests of profile's guest test (TCG);
+# qemu-system-x86, qemu-utils (qemu-img) and cpio boot QEMU tenants and
+# the guests of profile's guest test (TCG where KVM does not boot);
 # fio and postmark are document 004's I/O workloads (`ontime io workload`,
 # the doc-004 sweep), e2fsprogs and util-linux format and attach tenant disks;
 # bpftool lists loaded BPF programs (the net tests check none is left).
 pkgs=(stress-ng rt-tests sqlite3 iproute2 ethtool iperf3 fonts-dejavu-core procps build-essential pkg-config
-  clang llvm libbpf-dev libelf-dev zlib1g-dev linux-perf nginx-light qemu-system-x86 cpio
+  clang llvm libbpf-dev libelf-dev zlib1g-dev linux-perf nginx-light qemu-system-x86 qemu-utils cpio
   fio postmark e2fsprogs util-linux bpftool)
 # go tool pprof reads the profiles `ontime profile report --pprof` writes.
 command -v go >/dev/null 2>&1 || pkgs+=(golang-go)
@@ -38,10 +39,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# The guest kit (a Debian cloud kernel and a busybox initramfs) for
-# profile's guest test; fetched once.
+# The guest kit (Debian's kernel and a busybox initramfs) that QEMU
+# tenants and profile's guest test boot; fetched once.
 if [ "$(id -u)" = 0 ]; then
-  ./scripts/guest-kit.sh || echo "setup: no guest kit (profile's guest test will skip)" >&2
+  ./scripts/guest-kit.sh || echo "setup: no guest kit (QEMU tenants and the guest tests will skip)" >&2
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

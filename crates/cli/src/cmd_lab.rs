@@ -152,7 +152,13 @@ pub fn execute(
         },
     );
     pb.finish_and_clear();
-    let (done, skipped) = outcome?;
+    let (done, skipped) = outcome.map_err(|e| {
+        if e.is::<ontime_lab::qemu::HostCannot>() {
+            usage(format!("{e:#}"))
+        } else {
+            e
+        }
+    })?;
     ontime_core::errln!(
         "ontime lab: {done} run(s) done, {skipped} skipped; results in {}",
         results.display()

@@ -18,7 +18,7 @@ pub struct TargetArgs {
     /// A tenant as a process (all its threads and later children): [NAME=]PID; repeatable
     #[arg(long, value_name = "[NAME=]PID")]
     pub pid: Vec<String>,
-    /// A QEMU/KVM guest by its -name; vCPU threads are `CPU n/KVM`; repeatable
+    /// A QEMU/KVM guest by its -name (guest=NAME), as QEMU, libvirt or the lab started it; vCPU threads are `CPU n/KVM` or `CPU n/TCG`; repeatable
     #[arg(long, value_name = "NAME")]
     pub guest: Vec<String>,
     /// Everything: every task's wake-ups; untargeted threads are grouped by process

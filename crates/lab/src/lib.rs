@@ -5,7 +5,7 @@
 //! relay), loads, the runner that streams results to a directory
 //! ([`runner`]), the scheduler and I/O recordings of each run
 //! ([`observe`], [`iorec`]), document 003's channels in a run
-//! ([`netlab`]), the clean-up of anything that escaped ([`clean`]) and
+//! ([`netlab`]), QEMU guests as tenants ([`qemu`]), the clean-up of anything that escaped ([`clean`]) and
 //! kernel settings changed for a run and put back even after a kill
 //! ([`sysctl`]).
 //!
@@ -24,6 +24,7 @@ pub mod lock;
 pub mod netlab;
 pub use ontime_core::names;
 pub mod observe;
+pub mod qemu;
 pub mod runner;
 pub mod sandbox;
 pub mod stages;

@@ -8,8 +8,8 @@ use anyhow::{bail, Context, Result};
 use ontime_core::caps::Capabilities;
 use ontime_core::fsio::write_atomic;
 use ontime_core::manifest::Manifest;
-use ontime_scenario::record::{Environment, RunRecord, WanDelayBy, Workload, MODEL_NOTE};
-use ontime_scenario::scenario::{Backend, Plan, PlannedRun};
+use ontime_scenario::record::{model_note, Environment, RunRecord, WanDelayBy, Workload};
+use ontime_scenario::scenario::{Plan, PlannedRun};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -49,7 +49,7 @@ pub enum Event<'a> {
 pub trait RunHost {
     /// Before the first run: what must hold for the whole sweep (the
     /// sandboxes' root check and host-wide lab lock), released on drop.
-    fn prepare(&mut self) -> Result<Box<dyn std::any::Any>>;
+    fn prepare(&mut self, plan: &Plan) -> Result<Box<dyn std::any::Any>>;
     /// One run into `dir`: the tenants' results there and `rec` filled in
     /// (tenants, relay, recorders); `run.json` is the caller's.
     fn run(
@@ -82,7 +82,7 @@ pub fn run_plan(
     opts: &RunnerOptions,
     on: &mut dyn FnMut(Event),
 ) -> Result<(usize, usize)> {
-    let _held = host.prepare()?;
+    let _held = host.prepare(plan)?;
     std::fs::create_dir_all(opts.results.join("runs"))
         .with_context(|| format!("cannot create {}", opts.results.display()))?;
     write_atomic(&opts.results.join("scenario.toml"), scenario_text.as_bytes())?;
@@ -135,19 +135,14 @@ pub fn run_plan(
                 Workload::Cyclic
             },
             environment: Environment {
-                manifest: Manifest::start(
-                    match run.config.tenant.backend {
-                        Backend::Sandbox => "sandbox",
-                        Backend::Native => "native",
-                    },
-                    Capabilities::probe(),
-                ),
+                manifest: Manifest::start(run.config.tenant.backend.as_str(), Capabilities::probe()),
                 cgroup_version: crate::cgroup::detect(),
                 netem: false,
                 wan_delay_by: WanDelayBy::Relay,
-                model_note: MODEL_NOTE.into(),
+                model_note: model_note(run.config.tenant.backend).into(),
                 rr_timeslice_ms: None,
                 notes: Vec::new(),
+                vm: None,
             },
             relay: None,
             gateway: None,

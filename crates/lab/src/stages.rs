@@ -27,11 +27,16 @@ use std::time::{Duration, Instant};
 pub struct Sandboxes;
 
 impl RunHost for Sandboxes {
-    fn prepare(&mut self) -> Result<Box<dyn std::any::Any>> {
+    fn prepare(&mut self, plan: &ontime_scenario::scenario::Plan) -> Result<Box<dyn std::any::Any>> {
         anyhow::ensure!(
             sys::is_root(),
             "the lab needs root (namespaces, cgroups, packet sockets): run it with sudo"
         );
+        // What this host must have for the plan's guests, before anything
+        // is made.
+        for run in plan.runs.iter().filter(|r| r.config.tenant.backend == Backend::Qemu) {
+            crate::qemu::preflight(&run.config).map_err(|e| crate::qemu::HostCannot(format!("{e:#}")))?;
+        }
         // Before anything is created: a second lab would collide with this one.
         let lock = crate::lock::LabLock::acquire()?;
         // A run killed before it could put a kernel setting back: do it now.
@@ -89,6 +94,14 @@ fn one_run(
         None => None,
     };
     let (mut lab, use_netem) = start_lab(c, rec)?;
+    let guests = match c.tenant.backend {
+        Backend::Qemu => {
+            let g = crate::qemu::GuestSetup::prepare(c, &lab)?;
+            rec.environment.vm = Some(g.environment(c));
+            Some(g)
+        }
+        _ => None,
+    };
     if let Some(n) = &c.net {
         crate::netlab::prepare(n, &lab)?;
     }
@@ -126,18 +139,31 @@ fn one_run(
     };
     let loads = start_loads(c, &lab, native)?;
     let cpu_before = HostCpu::now();
+    let mut guest_files = Vec::new();
     let mut probes = if c.net.is_some() {
         crate::netlab::start_senders(c, &lab, dir, &opts.exe)?
     } else {
-        start_probes(c, &lab, dir, &opts.exe, native)?
+        start_probes(c, &lab, dir, &opts.exe, native, guests.as_ref(), &mut guest_files)?
     };
-    let exits = if probes.is_empty() && c.net.is_some() {
+    if let Some(g) = &guests {
+        await_guests(c, g, &mut probes, &guest_files, opts, rec)?;
+    }
+    let mut exits = if probes.is_empty() && c.net.is_some() {
         // A controller to talk to and no flows of its own (`ontime net controller`).
         hold_for(run, opts, on);
         Vec::new()
     } else {
         wait_for_probes(run, &mut probes, opts, on)?
     };
+    // A guest's process ends with the guest; its job's status is the probe's.
+    for (k, f) in guest_files.iter().enumerate() {
+        match f.job_status() {
+            Ok(status) => exits[k] = Some(status),
+            // Stopped by the user: the guest went down with its probe.
+            Err(_) if opts.stop.load(Ordering::Relaxed) => {}
+            Err(e) => return Err(e),
+        }
+    }
     if let (Some(a), Some(b)) = (cpu_before, HostCpu::now()) {
         rec.host_cpu = Some(a.until(&b));
     }
@@ -206,7 +232,7 @@ fn drop_caches() -> Result<()> {
 /// scenario allows it, else the relay).
 fn start_lab(c: &ontime_scenario::scenario::RunConfig, rec: &mut RunRecord) -> Result<(Lab, bool)> {
     let t = &c.tenant;
-    let limits = Limits {
+    let mut limits = Limits {
         cpu_quota: t.cpu_quota,
         cpu_shares: t.cpu_shares,
         cpuset: match &t.cpuset {
@@ -222,7 +248,19 @@ fn start_lab(c: &ontime_scenario::scenario::RunConfig, rec: &mut RunRecord) -> R
         swap_bytes: t.swap_bytes().map_err(anyhow::Error::msg)?,
         rt_runtime_us: None,
     };
+    let qemu = t.backend == Backend::Qemu;
+    if qemu {
+        // The guest's memory is inside QEMU's process: its cgroup bounds
+        // QEMU's own use beyond it (and the image's host page cache) only
+        // when host.vmm_memory says so.
+        limits.memory_bytes = match &c.host.vmm_memory {
+            Some(v) => Some(crate::qemu::guest_memory(c)? + parse_bytes(v).map_err(anyhow::Error::msg)?),
+            None => None,
+        };
+        limits.swap_bytes = None;
+    }
     let disk = match &t.disk {
+        Some(_) if qemu => None,
         Some(d) => Some(crate::disk::DiskSpec {
             size: parse_bytes(&d.size).map_err(anyhow::Error::msg)?,
             direct: d.direct,
@@ -364,15 +402,18 @@ struct Loads {
 
 /// Stage 5: stress-ng on the host or in every tenant, and the wan flows.
 fn start_loads(c: &ontime_scenario::scenario::RunConfig, lab: &Lab, native: bool) -> Result<Loads> {
+    let in_guest = c.tenant.backend == Backend::Qemu;
     let mut loads: Vec<LoadGuard> = Vec::new();
     let mut wan: Vec<ChildProcess> = Vec::new();
     for l in &c.effective_loads() {
         let profile: LoadProfile = match l.profile {
             LoadKind::None => continue,
             LoadKind::Wan => {
-                wan.extend(start_wan(lab, l.rate_mbit, c.duration, native)?);
+                wan.extend(start_wan(lab, l.rate_mbit, c.duration, native, in_guest)?);
                 continue;
             }
+            // Started by each guest's job, beside its probe.
+            LoadKind::Stress(_) if in_guest && l.place == Place::Tenants => continue,
             LoadKind::Stress(p) => p,
         };
         let max = Duration::from_nanos(c.duration) + Duration::from_secs(60);
@@ -399,13 +440,16 @@ fn start_loads(c: &ontime_scenario::scenario::RunConfig, lab: &Lab, native: bool
 
 /// Stage 6: one probe process per tenant, in its namespace and cgroup:
 /// (tenant index, process), stopped (SIGTERM: they write their results)
-/// when dropped.
+/// when dropped. QEMU tenants: the guest is the process, the probe runs
+/// inside it; `guest_files` gets where each says how it went.
 fn start_probes(
     c: &ontime_scenario::scenario::RunConfig,
     lab: &Lab,
     dir: &Path,
     exe: &Path,
     native: bool,
+    guests: Option<&crate::qemu::GuestSetup>,
+    guest_files: &mut Vec<crate::qemu::GuestFiles>,
 ) -> Result<Vec<(usize, ChildProcess)>> {
     let online = ontime_core::limits::online_cpus();
     let vcpus = if native { online } else { c.tenant.vcpus };
@@ -419,6 +463,12 @@ fn start_probes(
         };
         let spec_file = dir.join(format!("t{i}.probe.json"));
         spec.write(&spec_file)?;
+        if let Some(g) = guests {
+            let (qemu, files) = g.start(c, tn, dir, exe)?;
+            probes.push((i, qemu));
+            guest_files.push(files);
+            continue;
+        }
         let mut cmd = Command::new(exe);
         cmd.arg("probe").arg(&spec_file);
         cmd.stdout(std::fs::File::create(dir.join(format!("t{i}.out")))?)
@@ -428,6 +478,29 @@ fn start_probes(
     }
 
     Ok(probes)
+}
+
+/// QEMU tenants: waits until every guest runs its job (its boot time goes
+/// in the record), then gives the vCPU and VMM threads their policies.
+fn await_guests(
+    c: &ontime_scenario::scenario::RunConfig,
+    g: &crate::qemu::GuestSetup,
+    probes: &mut [(usize, ChildProcess)],
+    files: &[crate::qemu::GuestFiles],
+    opts: &RunnerOptions,
+    rec: &mut RunRecord,
+) -> Result<()> {
+    let mut boot = Vec::new();
+    for ((_, qemu), f) in probes.iter_mut().zip(files) {
+        boot.push(f.await_job(qemu, &opts.stop)?);
+        if c.tenant.policy != ontime_core::rt::Policy::Other || g.vm.io_policy != ontime_core::rt::Policy::Other {
+            crate::qemu::set_thread_policies(qemu, c.tenant.vcpus, c.tenant.policy, g.vm.io_policy)?;
+        }
+    }
+    if let Some(vm) = rec.environment.vm.as_mut() {
+        vm.boot_s = boot;
+    }
+    Ok(())
 }
 
 /// A run without probes (a controller for people to use): waits out the
@@ -492,8 +565,9 @@ fn wait_for_probes(
 
 /// The wan load: an iperf3 server per tenant on the building side and a UDP
 /// flow to it from every tenant (in its namespace and cgroup), so the host
-/// relay carries it (document 001's UDP between host and guest).
-fn start_wan(lab: &Lab, rate_mbit: f64, duration_ns: u64, native: bool) -> Result<Vec<ChildProcess>> {
+/// relay carries it (document 001's UDP between host and guest). QEMU
+/// tenants' clients run in their guests (`in_guest`: servers only here).
+fn start_wan(lab: &Lab, rate_mbit: f64, duration_ns: u64, native: bool, in_guest: bool) -> Result<Vec<ChildProcess>> {
     anyhow::ensure!(
         ontime_core::caps::which("iperf3").is_some(),
         "the wan load needs iperf3: run scripts/setup.sh or apt-get install iperf3"
@@ -504,7 +578,7 @@ fn start_wan(lab: &Lab, rate_mbit: f64, duration_ns: u64, native: bool) -> Resul
         let port = 5201 + tn.index as u16;
         out.push(iperf3_server(&lab.building.netns, names::building_addr(), port, false)?);
     }
-    for tn in &lab.tenants {
+    for tn in lab.tenants.iter().filter(|_| !in_guest) {
         let port = (5201 + tn.index).to_string();
         let mut cli = Command::new("iperf3");
         cli.args([

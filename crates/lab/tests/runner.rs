@@ -38,7 +38,7 @@ fn crawl_fixture() -> PathBuf {
 }
 
 impl RunHost for FakeHost {
-    fn prepare(&mut self) -> Result<Box<dyn std::any::Any>> {
+    fn prepare(&mut self, _plan: &ontime_scenario::scenario::Plan) -> Result<Box<dyn std::any::Any>> {
         self.prepared = true;
         Ok(Box::new(()))
     }

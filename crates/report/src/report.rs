@@ -844,7 +844,6 @@ fn render_html(
     notes: &[String],
 ) -> String {
     let mut h = String::new();
-    let env = &runs[0].record.environment;
     let _ = write!(
         h,
         "<!doctype html><html><head><meta charset=utf-8><title>ontime lab: {n}</title><style>
@@ -855,7 +854,16 @@ td,th{{border:1px solid #bbb;padding:3px 7px;text-align:right}} th{{background:#
 </style></head><body><h1>ontime lab report: {n}</h1>",
         n = esc(name)
     );
-    let _ = write!(h, "<p class=model>{}</p>", esc(&env.model_note));
+    // A sweep may mix backends (document 001's native baseline beside VM
+    // tenants): every note its runs carry, once.
+    let mut notes_seen: Vec<&str> = Vec::new();
+    for r in runs {
+        let n = r.record.environment.model_note.as_str();
+        if !notes_seen.contains(&n) {
+            notes_seen.push(n);
+            let _ = write!(h, "<p class=model>{}</p>", esc(n));
+        }
+    }
     if let Some(d) = Some(&runs[0].record.config.description).filter(|d| !d.is_empty()) {
         let _ = write!(h, "<p>{}</p>", esc(d));
     }
@@ -902,7 +910,7 @@ fn environment_section(runs: &[RunResults]) -> String {
 <tr><th>CPUs</th><td class=l>{}</td></tr><tr><th>backend</th><td class=l>{}</td></tr><tr><th>cgroups</th><td class=l>{}</td></tr>\
 <tr><th>unavailable</th><td class=l>{}</td></tr><tr><th>WAN delay setting</th><td class=l>{} one way, added by the {}</td></tr>\
 <tr><th>relay delay measured</th><td class=l>{}</td></tr>\
-<tr><th>gateway receive stamps</th><td class=l>{}</td></tr><tr><th>ontime</th><td class=l>{}</td></tr></table>",
+<tr><th>gateway receive stamps</th><td class=l>{}</td></tr>{}<tr><th>ontime</th><td class=l>{}</td></tr></table>",
         esc(&m.kernel),
         esc(&m.clocksource),
         m.cpus_online,
@@ -917,9 +925,48 @@ fn environment_section(runs: &[RunResults]) -> String {
         } else {
             esc(&stamps.join("<br>")).replace("&lt;br&gt;", "<br>")
         },
+        vm_rows(runs),
         esc(&m.version),
     );
     h
+}
+
+/// QEMU tenants' accelerator (and why), devices and boot times, per run.
+fn vm_rows(runs: &[RunResults]) -> String {
+    let lines: Vec<String> = runs
+        .iter()
+        .filter_map(|r| {
+            let vm = r.record.environment.vm.as_ref()?;
+            let boot = if vm.boot_s.is_empty() {
+                String::new()
+            } else {
+                let b: Vec<String> = vm.boot_s.iter().map(|s| format!("{s:.1}")).collect();
+                format!("; boot {} s", b.join(", "))
+            };
+            Some(format!(
+                "{}: {} ({}); NIC {}{}{}{}",
+                r.name,
+                vm.accel,
+                vm.accel_why,
+                vm.nic,
+                if vm.vhost { " + vhost" } else { "" },
+                vm.disk.as_ref().map(|d| format!("; disk {d}")).unwrap_or_default(),
+                boot
+            ))
+        })
+        .collect();
+    if lines.is_empty() {
+        return String::new();
+    }
+    let qemu = runs
+        .iter()
+        .find_map(|r| r.record.environment.vm.as_ref().map(|v| v.qemu.clone()))
+        .unwrap_or_default();
+    format!(
+        "<tr><th>QEMU guests</th><td class=l>{}<br>{}</td></tr>",
+        esc(&qemu),
+        esc(&lines.join("\n")).replace('\n', "<br>")
+    )
 }
 
 /// What the crawlers of a run used, over its tenants: CPU per answered

@@ -1,6 +1,7 @@
 //! ontime-scenario: the lab's vocabulary, shared by the runner that makes
 //! runs, `ontime sim` that simulates them and the report that reads them
 //! back. It owns scenario files and sweeps ([`scenario`]: typed enums,
+//! QEMU tenants' devices in [`vm`],
 //! ranges, `[targets]`, the plan of runs), the run record (`run.json`,
 //! [`record`]) and the typed read-back of a run directory ([`results`]).
 //!
@@ -11,3 +12,4 @@ pub mod probe;
 pub mod record;
 pub mod results;
 pub mod scenario;
+pub mod vm;

@@ -22,6 +22,29 @@ pub struct Environment {
     /// What the run did to the host beyond the lab (dropped caches ...).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// QEMU tenants: the accelerator and devices the guests ran with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<VmEnvironment>,
+}
+
+/// How a run's QEMU guests ran.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct VmEnvironment {
+    /// "kvm" or "tcg".
+    pub accel: String,
+    /// Why, e.g. "kvm: /dev/kvm present, guest did not boot in 5 s: tcg".
+    pub accel_why: String,
+    /// QEMU's version line.
+    pub qemu: String,
+    pub nic: String,
+    /// vhost-net serves the virtio NIC's rings.
+    pub vhost: bool,
+    /// "virtio-blk, iothread, cache none, raw", when the guests have a disk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<String>,
+    /// Seconds from each guest's start to its job's start (boot), by tenant.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub boot_s: Vec<f64>,
 }
 
 /// Who added the WAN delay in a run.
@@ -76,6 +99,16 @@ impl Workload {
         }
     }
 }
+
+/// What a run's tenants stand for, said in its record and report.
+pub fn model_note(backend: crate::scenario::Backend) -> &'static str {
+    match backend {
+        crate::scenario::Backend::Qemu => QEMU_NOTE,
+        _ => MODEL_NOTE,
+    }
+}
+
+pub const QEMU_NOTE: &str = "QEMU tenants run a guest kernel with emulated or virtio devices behind a VMM; under TCG (no working KVM) guest instructions are translated: everything in the guest is slower and there are no VM exits, so device emulation costs translated code instead of exits.";
 
 pub const MODEL_NOTE: &str = "Sandbox tenants model the host-scheduling side of virtualisation (vCPU threads compete on the host scheduler, I/O crosses a host path with WAN delay), not instruction emulation.";
 

@@ -66,6 +66,15 @@ pub struct HostSpec {
     /// the relay), "relay" or "netem" (the relay then only forwards).
     #[serde(default)]
     pub wan_delay: WanDelay,
+    /// QEMU tenants' accelerator: "auto" (KVM when a probe guest boots
+    /// with it, else TCG), "kvm" or "tcg".
+    #[serde(default)]
+    pub accel: crate::vm::AccelChoice,
+    /// A memory limit on each QEMU tenant's process beyond its guest's
+    /// memory, e.g. "64M": it bounds the host page cache of the tenant's
+    /// image (document 004's small Dom0). Absent: unbounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vmm_memory: Option<String>,
 }
 
 /// Who adds the WAN delay (`host.wan_delay`).
@@ -152,6 +161,8 @@ impl Default for HostSpec {
             rr_timeslice: None,
             relay_rate_mbit: None,
             wan_delay: WanDelay::Auto,
+            accel: crate::vm::AccelChoice::Auto,
+            vmm_memory: None,
         }
     }
 }
@@ -175,6 +186,20 @@ pub enum Backend {
     /// The probe on the host itself: no cgroup limits, as many threads as
     /// CPUs (still behind the relay, like document 000's native baseline).
     Native,
+    /// A QEMU guest per tenant (KVM or TCG): `vcpus` vCPU threads, its own
+    /// kernel, emulated or virtio devices (`[tenant.vm]`); the probe and
+    /// the tenant's loads run inside it.
+    Qemu,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Sandbox => "sandbox",
+            Backend::Native => "native",
+            Backend::Qemu => "qemu",
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -233,9 +258,13 @@ pub struct TenantTemplate {
     pub backend: Backend,
     #[serde(default = "one")]
     pub vcpus: usize,
-    /// Memory limit, e.g. "512M" or "2G".
+    /// Memory limit, e.g. "512M" or "2G" (QEMU tenants: the guest's
+    /// memory, 256M when absent).
     #[serde(default)]
     pub memory: Option<String>,
+    /// QEMU tenants' network card and VMM threads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<crate::vm::VmConfig>,
     /// A virtual disk per tenant (document 004): an image file on the
     /// host through a loop device, ext4, mounted at /mnt/ontime-disk in the
     /// tenant's own mount namespace.
@@ -655,6 +684,18 @@ pub struct DiskConfig {
     pub size: String,
     #[serde(default)]
     pub direct: bool,
+    /// QEMU tenants: the guest's disk controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<crate::vm::DiskModel>,
+    /// QEMU tenants: the disk served by its own I/O thread (virtio-blk).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub iothread: bool,
+    /// QEMU tenants: "writeback" (through the host page cache) or "none".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<crate::vm::DiskCache>,
+    /// QEMU tenants: "raw" or "qcow2".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<crate::vm::ImageFormat>,
 }
 
 /// `[observe]`: which recorder watches the run's scheduler. "ontime" (the
@@ -902,8 +943,11 @@ fn optional_path(k: &str) -> bool {
     k.starts_with("host.")
         || matches!(
             k,
-            "tenant.count" | "tenant.vcpus" | "tenant.policy" | "tenant.backend" | "load_set"
+            "tenant.count" | "tenant.vcpus" | "tenant.policy" | "tenant.backend" | "tenant.memory" | "load_set"
         )
+        // A QEMU tenant's devices: a VM variant beside sandbox ones.
+        || k.starts_with("tenant.vm.")
+        || k.starts_with("tenant.disk.")
         || (k.starts_with("net.") && !k.starts_with("net.flow"))
 }
 
@@ -997,6 +1041,7 @@ fn validate(c: &RunConfig) -> Result<()> {
     if let Some(p) = c.probe(0, t.vcpus, Path::new("/")).map_err(anyhow::Error::msg)? {
         p.validate().map_err(|e| anyhow!("tenant: {e}"))?;
     }
+    validate_vm(c)?;
     let swap = t.swap_bytes().map_err(anyhow::Error::msg)?;
     if swap.is_some() && t.memory.is_none() {
         bail!("tenant.swap needs tenant.memory (the swap limit is memory + swap)");
@@ -1073,6 +1118,73 @@ fn validate(c: &RunConfig) -> Result<()> {
         }
     }
     validate_loads(c)
+}
+
+/// QEMU tenants' settings, and that nobody else uses them.
+fn validate_vm(c: &RunConfig) -> Result<()> {
+    use crate::vm::{DiskModel, NicModel, MIN_GUEST_MEMORY};
+    let t = &c.tenant;
+    let disk = t.disk.as_ref();
+    if t.backend != Backend::Qemu {
+        let vm_only = [
+            (t.vm.is_some(), "[tenant.vm]"),
+            (c.host.vmm_memory.is_some(), "host.vmm_memory"),
+            (disk.is_some_and(|d| d.model.is_some()), "tenant.disk.model"),
+            (disk.is_some_and(|d| d.iothread), "tenant.disk.iothread"),
+            (disk.is_some_and(|d| d.cache.is_some()), "tenant.disk.cache"),
+            (disk.is_some_and(|d| d.format.is_some()), "tenant.disk.format"),
+        ];
+        if let Some((_, what)) = vm_only.iter().find(|(set, _)| *set) {
+            bail!("{what} is for QEMU tenants: set tenant.backend = \"qemu\" or drop it");
+        }
+        return Ok(());
+    }
+    let memory = match &t.memory {
+        Some(m) => parse_bytes(m).map_err(|e| anyhow!("tenant.memory: {e}"))?,
+        None => crate::vm::DEFAULT_GUEST_MEMORY,
+    };
+    if memory < MIN_GUEST_MEMORY {
+        bail!(
+            "tenant.memory = {}: a QEMU guest needs at least {} MiB (its kernel and the probe)",
+            t.memory.as_deref().unwrap_or(""),
+            MIN_GUEST_MEMORY >> 20
+        );
+    }
+    if let Some(v) = &c.host.vmm_memory {
+        parse_bytes(v).map_err(|e| anyhow!("host.vmm_memory: {e}"))?;
+    }
+    let vm = t.vm.clone().unwrap_or_default();
+    if vm.vhost && vm.nic != NicModel::VirtioNet {
+        bail!(
+            "tenant.vm.vhost serves a virtio NIC's rings: set tenant.vm.nic = \"virtio-net\" (not \"{}\") or vhost = false",
+            vm.nic.as_str()
+        );
+    }
+    if let Some(d) = disk {
+        if d.iothread && d.model.unwrap_or_default() != DiskModel::VirtioBlk {
+            bail!("tenant.disk.iothread needs tenant.disk.model = \"virtio-blk\"");
+        }
+        if d.direct {
+            bail!("tenant.disk.direct is for sandbox tenants: a QEMU tenant's is tenant.disk.cache = \"none\"");
+        }
+    }
+    if c.net.is_some() {
+        bail!("[net] flows run between sandbox tenants (their namespaces carry the stamp and the check), not yet QEMU guests");
+    }
+    if c.observe.io {
+        bail!("observe.io records sandbox tenants' disks; QEMU guests' I/O layers are not recorded yet");
+    }
+    if t.swap.is_some() {
+        bail!("tenant.swap is for sandbox tenants; a QEMU guest's swap is not set up yet");
+    }
+    let io_in_guest = c
+        .effective_loads()
+        .iter()
+        .any(|l| l.place == Place::Tenants && l.profile == LoadKind::Stress(ontime_load::LoadProfile::Io));
+    if io_in_guest && disk.is_none() {
+        bail!("an io load inside a QEMU tenant writes to the guest's disk: add [tenant.disk] (size = \"1G\")");
+    }
+    Ok(())
 }
 
 fn validate_loads(c: &RunConfig) -> Result<()> {

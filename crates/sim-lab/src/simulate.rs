@@ -623,6 +623,7 @@ pub fn write_runs(results: &Path, runs: &[SimRun]) -> Result<Vec<PathBuf>> {
                 ),
                 rr_timeslice_ms: r.planned.config.host.rr_timeslice.map(|n| n / 1_000_000),
                 notes: Vec::new(),
+                vm: None,
             },
             relay: None,
             gateway: None,

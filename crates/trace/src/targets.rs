@@ -310,10 +310,26 @@ pub fn lab_tenants(root: &CgroupRoot) -> Result<Vec<TargetGroup>> {
         .collect())
 }
 
-/// A QEMU guest by its `-name` (or, failing that, any process whose
-/// command line mentions `name` and whose threads include `CPU n/KVM`).
-pub fn find_guest(name: &str) -> Result<TargetGroup> {
-    let mut hits = Vec::new();
+/// A running QEMU process: its pid and its guest name (`-name guest=NAME`
+/// or `-name NAME`, as QEMU, libvirt and the lab start them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QemuProcess {
+    pub pid: u32,
+    pub name: Option<String>,
+    args: Vec<String>,
+}
+
+/// The guest name in a QEMU command line.
+fn guest_name(args: &[String]) -> Option<String> {
+    let value = args.windows(2).find(|w| w[0] == "-name").map(|w| w[1].clone())?;
+    let first = value.split(',').next().unwrap_or("");
+    let name = value.split(',').find_map(|p| p.strip_prefix("guest=")).unwrap_or(first);
+    (!name.is_empty()).then(|| name.to_string())
+}
+
+/// Every QEMU process on the host.
+pub fn qemu_processes() -> Result<Vec<QemuProcess>> {
+    let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").context("reading /proc")?.flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
@@ -323,35 +339,65 @@ pub fn find_guest(name: &str) -> Result<TargetGroup> {
         };
         let args: Vec<String> = cmdline
             .split(|&b| b == 0)
+            .filter(|a| !a.is_empty())
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        if !args.first().map(|a| a.contains("qemu")).unwrap_or(false) {
-            continue;
-        }
-        let named = args.windows(2).any(|w| {
-            w[0] == "-name"
-                && w[1]
-                    .split(',')
-                    .any(|part| part == name || part.strip_prefix("guest=") == Some(name))
-        });
-        if named || args.iter().any(|a| a.contains(name)) {
-            hits.push(pid);
+        let is_qemu = args
+            .first()
+            .and_then(|a| a.rsplit('/').next())
+            .is_some_and(|exe| exe.starts_with("qemu") || exe == "kvm");
+        if is_qemu {
+            out.push(QemuProcess {
+                pid,
+                name: guest_name(&args),
+                args,
+            });
         }
     }
+    out.sort_by_key(|q| q.pid);
+    Ok(out)
+}
+
+/// Picks the guest called `name`: the one QEMU process with that `-name`;
+/// failing that, the one whose command line mentions `name`. None or
+/// several: an error listing the candidates.
+pub fn pick_guest(all: &[QemuProcess], name: &str) -> Result<TargetGroup> {
+    let exact: Vec<&QemuProcess> = all.iter().filter(|q| q.name.as_deref() == Some(name)).collect();
+    let hits = if exact.is_empty() {
+        all.iter().filter(|q| q.args.iter().any(|a| a.contains(name))).collect()
+    } else {
+        exact
+    };
+    let list = |qs: &[&QemuProcess]| {
+        qs.iter()
+            .map(|q| format!("{} (pid {})", q.name.as_deref().unwrap_or("unnamed"), q.pid))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     match hits.as_slice() {
-        [pid] => Ok(TargetGroup {
+        [q] => Ok(TargetGroup {
             name: name.to_string(),
             cgroups: vec![],
-            pids: vec![*pid],
-            source: vec![format!("qemu guest {name} (pid {pid})")],
+            pids: vec![q.pid],
+            source: vec![format!("qemu guest {name} (pid {})", q.pid)],
             vcpu_names: true,
         }),
-        [] => bail!("no QEMU process with -name {name} found"),
+        [] if all.is_empty() => bail!("no QEMU guest named {name}: no QEMU process runs on this host"),
+        [] => bail!(
+            "no QEMU guest named {name}; running: {}",
+            list(&all.iter().collect::<Vec<_>>())
+        ),
         _ => bail!(
-            "{} QEMU processes match {name} (pids {hits:?}); name one with --pid",
-            hits.len()
+            "{} QEMU guests match {name}: {}; give the exact name or --pid",
+            hits.len(),
+            list(&hits)
         ),
     }
+}
+
+/// A QEMU guest on this host by its `-name` ([`pick_guest`]).
+pub fn find_guest(name: &str) -> Result<TargetGroup> {
+    pick_guest(&qemu_processes()?, name)
 }
 
 /// Every thread of a process and of its descendants living now (later
@@ -456,5 +502,42 @@ mod tests {
         assert!(matches("cyclic*", "cyclic"));
         assert!(!matches("CPU */KVM", "CPU 3/TCG"));
         assert!(is_vcpu_name("crawl-vcpu1"));
+    }
+
+    fn qemu(pid: u32, args: &[&str]) -> QemuProcess {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        QemuProcess {
+            pid,
+            name: guest_name(&args),
+            args,
+        }
+    }
+
+    #[test]
+    fn a_guest_is_picked_by_its_exact_name_before_any_mention() {
+        let all = [
+            qemu(10, &["qemu-system-x86_64", "-name", "guest=ontime-t1,debug-threads=on"]),
+            qemu(
+                11,
+                &["qemu-system-x86_64", "-name", "guest=ontime-t10,debug-threads=on"],
+            ),
+            qemu(12, &["/usr/bin/qemu-system-x86_64", "-name", "scada"]),
+        ];
+        assert_eq!(pick_guest(&all, "ontime-t1").unwrap().pids, vec![10]);
+        assert_eq!(pick_guest(&all, "scada").unwrap().pids, vec![12]);
+        let e = pick_guest(&all, "ontime-t").unwrap_err().to_string();
+        assert!(
+            e.contains("2 QEMU guests match ontime-t: ontime-t1 (pid 10), ontime-t10 (pid 11)"),
+            "{e}"
+        );
+        let e = pick_guest(&all, "plc").unwrap_err().to_string();
+        assert!(
+            e.contains("running: ontime-t1 (pid 10), ontime-t10 (pid 11), scada (pid 12)"),
+            "{e}"
+        );
+        assert!(pick_guest(&[], "plc")
+            .unwrap_err()
+            .to_string()
+            .contains("no QEMU process runs"));
     }
 }

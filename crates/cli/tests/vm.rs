@@ -1,0 +1,287 @@
+//! QEMU tenants end to end (TCG wherever KVM does not boot): a guest boots,
+//! runs cyclic and a crawler inside, the results arrive in the run
+//! directory, the recorder sees its vCPU threads and the relay, the report
+//! renders, and nothing is left after the run nor after a SIGKILLed runner
+//! plus `lab clean`. Emulated and virtio NICs carry the crawler's polls;
+//! IDE and virtio-blk carry fio. Bad VM scenarios are refused before
+//! anything is made. Needs root, qemu-system-x86_64 and the guest kit
+//! (scripts/setup.sh makes both); skips elsewhere with the reason.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+mod common;
+use common::{leftovers, ontime, CleanOnDrop};
+
+fn kit_dir() -> PathBuf {
+    std::env::var_os("ONTIME_GUEST_KIT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/ontime/guest-kit"))
+}
+
+fn vm_or_skip() -> bool {
+    if !common::lab_root_or_skip(&["qemu-system-x86_64", "mkfs.ext4"]) {
+        return false;
+    }
+    let version = std::fs::read_to_string(kit_dir().join("VERSION")).unwrap_or_default();
+    if version.trim().parse::<u32>().unwrap_or(0) < 3 {
+        ontime_testkit::skip("no guest kit (version 3): run scripts/guest-kit.sh (scripts/setup.sh does)");
+        return false;
+    }
+    true
+}
+
+fn read_json(p: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// Runs a scenario to completion with `--report`; the temp dir (keep it)
+/// and the results directory.
+fn run_lab(text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let sc = dir.path().join("vm.toml");
+    std::fs::write(&sc, text).unwrap();
+    let results = dir.path().join("results");
+    let out = ontime()
+        .args(["lab", "run", "--report"])
+        .arg(&sc)
+        .arg("-o")
+        .arg(&results)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        // The guests' consoles say why a guest did not do its job.
+        let mut consoles = String::new();
+        for run in std::fs::read_dir(results.join("runs")).into_iter().flatten().flatten() {
+            for f in ["t0.console.log", "t0.err", "t0.qemu.err"] {
+                if let Ok(t) = std::fs::read_to_string(run.path().join(f)) {
+                    consoles.push_str(&format!("--- {}/{f}:\n{}\n", run.path().display(), t));
+                }
+            }
+        }
+        panic!("lab run failed: {}\n{consoles}", String::from_utf8_lossy(&out.stderr));
+    }
+    (dir, results)
+}
+
+fn qemu_processes() -> String {
+    let out = Command::new("pgrep")
+        .args(["-a", "-f", "qemu-system.*guest=ontime-t"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn nothing_left() {
+    assert!(leftovers().contains("nothing of the lab's is left"), "{}", leftovers());
+    assert!(qemu_processes().is_empty(), "{}", qemu_processes());
+    let images: Vec<_> = std::fs::read_dir("/var/lib/ontime-lab/disks")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(images.is_empty(), "{images:?}");
+}
+
+#[test]
+fn a_vm_tenant_runs_cyclic_and_a_crawler_and_leaves_nothing() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !vm_or_skip() {
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let vm = "duration = '3s'\n[tenant]\ncount = 1\nbackend = 'qemu'\nvcpus = 1\nmemory = '256M'\n";
+    let (_crawl_dir, results) = run_lab(&format!("name = 'vm-crawl'\n{vm}[tenant.crawl]\nrate = 20\n"));
+    let (_cyclic_dir, cyclic_results) =
+        run_lab(&format!("name = 'vm-cyclic'\n{vm}[tenant.cyclic]\ninterval = '10ms'\n"));
+    let runs = [results.join("runs/000-rep1"), cyclic_results.join("runs/000-rep1")];
+    for run in &runs {
+        let rec = read_json(&run.join("run.json"));
+        assert_eq!(rec["complete"], true, "{}", run.display());
+        assert_eq!(rec["environment"]["manifest"]["backend"], "qemu");
+        let vm = &rec["environment"]["vm"];
+        assert!(vm["accel"] == "tcg" || vm["accel"] == "kvm", "{vm}");
+        assert!(!vm["accel_why"].as_str().unwrap().is_empty());
+        assert_eq!(vm["boot_s"].as_array().unwrap().len(), 1);
+        assert_eq!(rec["tenants"][0]["exit"], 0, "{rec}");
+        // The probe ran inside the guest, which then finished its job.
+        let t0 = read_json(&run.join("t0.json"));
+        assert_eq!(
+            t0["manifest"]["cpus_online"], 1,
+            "the guest's one vCPU: {}",
+            t0["manifest"]
+        );
+        let console = std::fs::read_to_string(run.join("t0.console.log")).unwrap_or_default();
+        assert!(console.contains("ontime-guest-done"), "{console}");
+        // The recorder saw the guest's vCPU thread and the relay.
+        let obs = read_json(&run.join("observe.json"));
+        let groups = obs["groups"].as_array().unwrap();
+        let t = groups.iter().find(|g| g["name"] == "t0").expect("group t0");
+        assert_eq!(t["vcpus"], 1, "one vCPU thread: {t}");
+        assert!(t["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|th| th["name"].as_str().is_some_and(|n| n.starts_with("CPU 0/"))));
+        assert!(groups.iter().any(|g| g["name"] == "host-io"), "the relay is recorded");
+    }
+    let crawl = read_json(&runs[0].join("t0.json"));
+    assert!(
+        crawl["polls"]["ok"].as_u64().unwrap() > 0,
+        "polls crossed tap, bridge and relay: {crawl}"
+    );
+    let cyclic = read_json(&runs[1].join("t0.json"));
+    assert!(cyclic["latency"]["count"].as_u64().unwrap_or(0) > 0, "{cyclic}");
+    let html = std::fs::read_to_string(results.join("report/report.html")).unwrap();
+    assert!(html.contains("QEMU guests"), "the report names the accelerator");
+    nothing_left();
+}
+
+#[test]
+fn emulated_and_virtio_nics_carry_polls_and_ide_and_virtio_blk_carry_fio() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !vm_or_skip() || !ontime_testkit::tools_or_skip(&["fio"]) {
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let vm = "duration = '3s'\n[tenant]\ncount = 1\nbackend = 'qemu'\nmemory = '256M'\n";
+    let (_nic_dir, nics) = run_lab(&format!(
+        "name = 'nics'\n{vm}[tenant.crawl]\nrate = 20\n[sweep]\n'tenant.vm.nic' = ['e1000', 'virtio-net']\n"
+    ));
+    let (_disk_dir, disks) = run_lab(&format!(
+        "name = 'disks'\n{vm}[tenant.disk]\nsize = '256M'\n[tenant.io]\ntool = 'fio'\nsize = '32M'\n\
+[variants]\nide = {{ 'tenant.disk.model' = 'ide' }}\n\
+virtio-blk = {{ 'tenant.disk.model' = 'virtio-blk', 'tenant.disk.iothread' = true, 'tenant.disk.cache' = 'none' }}\n\
+[sweep]\nvariant = ['ide', 'virtio-blk']\n"
+    ));
+    let sorted = |d: &Path| {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(d.join("runs"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        v.sort();
+        v
+    };
+    for (run, nic) in sorted(&nics).iter().zip(["e1000", "virtio-net"]) {
+        let rec = read_json(&run.join("run.json"));
+        assert_eq!(rec["environment"]["vm"]["nic"], nic);
+        let t0 = read_json(&run.join("t0.json"));
+        assert!(t0["polls"]["ok"].as_u64().unwrap() > 0, "{nic}: {t0}");
+    }
+    for (run, model) in sorted(&disks).iter().zip(["ide", "virtio-blk"]) {
+        let rec = read_json(&run.join("run.json"));
+        let disk = rec["environment"]["vm"]["disk"].as_str().unwrap_or("").to_string();
+        assert!(disk.starts_with(model), "{disk}");
+        assert_eq!(rec["tenants"][0]["exit"], 0, "{model}: {rec}");
+        let t0 = read_json(&run.join("t0.json"));
+        assert!(t0.to_string().contains("fio"), "{model}: {t0}");
+    }
+    nothing_left();
+}
+
+#[test]
+fn a_killed_runner_leaves_what_lab_clean_removes_of_its_guests() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !vm_or_skip() {
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let dir = tempfile::tempdir().unwrap();
+    let sc = dir.path().join("long.toml");
+    std::fs::write(
+        &sc,
+        "name = 'long'\nduration = '120s'\n[tenant]\ncount = 1\nbackend = 'qemu'\n[tenant.disk]\nsize = '64M'\n[tenant.cyclic]\ninterval = '10ms'\n",
+    )
+    .unwrap();
+    let mut runner = ontime()
+        .args(["lab", "run"])
+        .arg(&sc)
+        .arg("-o")
+        .arg(dir.path().join("r"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed once the guest runs its job.
+    let console = dir.path().join("r/runs/000-rep1/t0.console.log");
+    ontime_testkit::wait_until("the guest's job", Duration::from_secs(180), || {
+        std::fs::read_to_string(&console).is_ok_and(|t| t.contains("ontime-guest-ready"))
+    });
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    // QEMU dies with the runner (its death signal); its namespace, cgroup
+    // and image stay for `lab clean`.
+    let before = leftovers();
+    assert!(before.contains("would remove"), "{before}");
+    assert!(
+        std::fs::read_dir("/var/lib/ontime-lab/disks").is_ok_and(|mut d| d.next().is_some()),
+        "the guest's image is left"
+    );
+    let out = ontime().args(["lab", "clean"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    nothing_left();
+}
+
+#[test]
+fn bad_vm_scenarios_are_refused_before_anything_is_made() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let base =
+        "name = 'bad'\nduration = '2s'\n[tenant]\ncount = 1\nbackend = 'qemu'\n[tenant.cyclic]\ninterval = '1ms'\n";
+    let with = |extra: &str| format!("{base}{extra}");
+    let cases = [
+        (with("[tenant.vm]\nnic = 'ne2000'\n"), "ne2000"),
+        (with("[tenant.disk]\nsize = '64M'\nmodel = 'scsi'\n"), "scsi"),
+        (
+            base.replace("backend = 'qemu'\n", "backend = 'qemu'\nmemory = '32M'\n"),
+            "at least 128 MiB",
+        ),
+        (with("[tenant.vm]\nnic = 'e1000'\nvhost = true\n"), "virtio-net"),
+    ];
+    for (k, (text, says)) in cases.iter().enumerate() {
+        let sc = dir.path().join(format!("bad{k}.toml"));
+        std::fs::write(&sc, text).unwrap();
+        let results = dir.path().join(format!("r{k}"));
+        let out = ontime()
+            .args(["lab", "run"])
+            .arg(&sc)
+            .arg("-o")
+            .arg(&results)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        let err_lines: Vec<&str> = err.lines().filter(|l| l.starts_with("ontime: error")).collect();
+        assert_eq!(out.status.code(), Some(2), "case {k}: {err}");
+        assert_eq!(err_lines.len(), 1, "case {k}: {err}");
+        assert!(err_lines[0].contains(says), "case {k}: {err}");
+        assert!(
+            !results.exists(),
+            "case {k}: the refused run made its results directory"
+        );
+    }
+    // vhost where /dev/vhost-net is missing: refused by the host, as root.
+    if !Path::new("/dev/vhost-net").exists() && ontime_testkit::is_root() && vm_or_skip() {
+        let sc = dir.path().join("vhost.toml");
+        std::fs::write(&sc, format!("{base}[tenant.vm]\nvhost = true\n")).unwrap();
+        let results = dir.path().join("rv");
+        let out = ontime()
+            .args(["lab", "run"])
+            .arg(&sc)
+            .arg("-o")
+            .arg(&results)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("/dev/vhost-net is unavailable"), "{err}");
+        assert!(!results.exists());
+        assert!(leftovers().contains("nothing of the lab's is left"));
+    }
+}

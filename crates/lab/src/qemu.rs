@@ -1,0 +1,666 @@
+//! QEMU tenants (`tenant.backend = "qemu"`): one QEMU process per tenant,
+//! in the tenant's network namespace and cgroup, booting the guest kit
+//! (scripts/guest-kit.sh: Debian's kernel, a busybox initramfs).
+//!
+//! - The guest's root for its job is the host's root, read-only over 9p,
+//!   and the run directory is shared read-write at its host path: the
+//!   probe runs the same `ontime` binary with the same spec file and writes
+//!   the same result files as a sandbox tenant's. Loads placed in tenants
+//!   run inside the guest beside the probe.
+//! - Network: QEMU's tap (`vm0`) is bridged to the tenant's veth inside the
+//!   tenant's namespace, so every frame crosses the VMM's NIC backend and
+//!   then the host relay (the documents' netback / vhost) as before. The
+//!   guest's NIC carries the tenant's MAC and address; the veth end inside
+//!   the namespace gives both up.
+//! - The accelerator: KVM only when a probe guest actually boots with it
+//!   within [`KVM_BOOT_LIMIT`] (a `/dev/kvm` whose guests hang, as under
+//!   nested virtualisation without support, is not enough), else TCG.
+//! - A guest's life is its QEMU process: the init runs the job, writes its
+//!   exit status beside the results and powers off. A guest that does not
+//!   reach its job is an error naming its console log (kept in the run
+//!   directory).
+
+use anyhow::{bail, Context, Result};
+use ontime_core::proc::{ChildProcess, SpawnOptions};
+use ontime_core::rt::Policy;
+use ontime_scenario::record::VmEnvironment;
+use ontime_scenario::scenario::{LoadKind, Place, RunConfig};
+use ontime_scenario::vm::{AccelChoice, DiskModel, ImageFormat, NicModel, VmConfig};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::names;
+use crate::sandbox::{Lab, Tenant};
+use crate::sys::ip;
+
+const QEMU: &str = "qemu-system-x86_64";
+/// How long a KVM probe guest may take to print its ready line.
+pub const KVM_BOOT_LIMIT: Duration = Duration::from_secs(5);
+/// How long a lab guest may take to reach its job (TCG on a busy host
+/// boots in 5 to 30 s).
+const BOOT_LIMIT: Duration = Duration::from_secs(180);
+/// The kit's version this code boots (scripts/guest-kit.sh's `version`).
+const KIT_VERSION: u32 = 3;
+/// The tap QEMU creates in the tenant's namespace, and the bridge.
+const TAP: &str = "vm0";
+const BRIDGE: &str = "br0";
+
+/// The guest kit's kernel and initramfs.
+#[derive(Clone, Debug)]
+pub struct Kit {
+    pub kernel: PathBuf,
+    pub initrd: PathBuf,
+}
+
+impl Kit {
+    /// `$ONTIME_GUEST_KIT` or /var/cache/ontime/guest-kit, at the version
+    /// this code needs.
+    pub fn find() -> Result<Kit> {
+        let dir = std::env::var_os("ONTIME_GUEST_KIT")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/var/cache/ontime/guest-kit"));
+        let version: Option<u32> = std::fs::read_to_string(dir.join("VERSION"))
+            .ok()
+            .and_then(|v| v.trim().parse().ok());
+        let kit = Kit {
+            kernel: dir.join("vmlinuz"),
+            initrd: dir.join("initrd.gz"),
+        };
+        if !kit.kernel.exists() || !kit.initrd.exists() || version.is_none_or(|v| v < KIT_VERSION) {
+            bail!(
+                "QEMU tenants need the guest kit (version {KIT_VERSION}) in {}: run scripts/guest-kit.sh (scripts/setup.sh does)",
+                dir.display()
+            );
+        }
+        Ok(kit)
+    }
+}
+
+/// QEMU's version line, or why there is none.
+pub fn qemu_version() -> Result<String> {
+    let out = Command::new(QEMU).arg("--version").output().with_context(|| {
+        format!("QEMU tenants need {QEMU}: run scripts/setup.sh or apt-get install qemu-system-x86")
+    })?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string())
+}
+
+/// Whether vhost-net can serve a virtio NIC here (the device opens).
+pub fn vhost_available() -> bool {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/vhost-net")
+        .is_ok()
+}
+
+/// The accelerator a run's guests use, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Accel {
+    /// "kvm" or "tcg".
+    pub name: &'static str,
+    pub why: String,
+}
+
+/// Chooses the accelerator by trying it: KVM only when a probe guest boots
+/// with it. The answer for `auto` is kept for the process (a sweep asks
+/// once).
+pub fn choose_accel(choice: AccelChoice, kit: &Kit) -> Result<Accel> {
+    static AUTO: std::sync::Mutex<Option<Accel>> = std::sync::Mutex::new(None);
+    if choice == AccelChoice::Tcg {
+        return Ok(Accel {
+            name: "tcg",
+            why: "host.accel = \"tcg\"".into(),
+        });
+    }
+    if choice == AccelChoice::Auto {
+        if let Some(a) = AUTO.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Ok(a);
+        }
+    }
+    let tried = try_kvm(kit);
+    let accel = match (choice, tried) {
+        (_, Ok(secs)) => Accel {
+            name: "kvm",
+            why: format!("kvm: a probe guest booted in {secs:.1} s"),
+        },
+        (AccelChoice::Kvm, Err(why)) => bail!("host.accel = \"kvm\" but {why}: use \"auto\" or \"tcg\""),
+        (_, Err(why)) => Accel {
+            name: "tcg",
+            why: format!("kvm: {why}: tcg"),
+        },
+    };
+    *AUTO.lock().unwrap_or_else(|e| e.into_inner()) = Some(accel.clone());
+    Ok(accel)
+}
+
+/// Boots the kit idle under KVM; Ok(seconds to its ready line) or why not.
+fn try_kvm(kit: &Kit) -> std::result::Result<f64, String> {
+    if !Path::new("/dev/kvm").exists() {
+        return Err("no /dev/kvm".into());
+    }
+    let dir = tempfile::tempdir().map_err(|e| format!("no temporary directory: {e}"))?;
+    let console = dir.path().join("console.log");
+    let mut cmd = Command::new(QEMU);
+    cmd.args([
+        "-name",
+        "guest=ontime-kvm-probe",
+        "-accel",
+        "kvm",
+        "-cpu",
+        "host",
+        "-m",
+        "128",
+    ])
+    .args([
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-monitor",
+        "none",
+        "-no-reboot",
+    ])
+    .arg("-kernel")
+    .arg(&kit.kernel)
+    .arg("-initrd")
+    .arg(&kit.initrd)
+    .args(["-append", "console=ttyS0 quiet ontime.work=idle", "-serial"])
+    .arg(format!("file:{}", console.display()))
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    let mut child =
+        ChildProcess::spawn("the KVM probe guest", &mut cmd, SpawnOptions::default()).map_err(|e| format!("{e:#}"))?;
+    let t0 = Instant::now();
+    let ready = child.wait_until(KVM_BOOT_LIMIT, || console_has(&console, "ontime-guest-ready"));
+    child.stop();
+    match ready {
+        Ok(()) => Ok(t0.elapsed().as_secs_f64()),
+        Err(e) if e.to_string().contains("exited") => {
+            // QEMU's own first complaint, e.g. "failed to set MSR 0x10a".
+            let text = format!("{e:#}");
+            let why = text
+                .lines()
+                .find_map(|l| l.split_once("error: ").map(|x| x.1.trim().to_string()))
+                .unwrap_or_else(|| text.lines().next().unwrap_or("").to_string());
+            Err(format!("/dev/kvm present, QEMU failed with it ({why})"))
+        }
+        Err(_) => Err(format!(
+            "/dev/kvm present, guest did not boot in {} s",
+            KVM_BOOT_LIMIT.as_secs()
+        )),
+    }
+}
+
+fn console_has(console: &Path, line: &str) -> bool {
+    std::fs::read_to_string(console).is_ok_and(|t| t.contains(line))
+}
+
+/// This host cannot run the scenario as written (no guest kit, no QEMU,
+/// no vhost-net): the user's to fix, said before anything is made.
+#[derive(Debug)]
+pub struct HostCannot(pub String);
+
+impl std::fmt::Display for HostCannot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for HostCannot {}
+
+/// What must hold before a QEMU run makes anything: the kit, QEMU, vhost
+/// where asked for.
+pub fn preflight(c: &RunConfig) -> Result<Kit> {
+    let kit = Kit::find()?;
+    qemu_version()?;
+    if c.tenant.vm.as_ref().is_some_and(|v| v.vhost) && !vhost_available() {
+        bail!("tenant.vm.vhost = true but /dev/vhost-net is unavailable here (modprobe vhost_net): set vhost = false");
+    }
+    Ok(kit)
+}
+
+/// The guest's memory (`tenant.memory`, else the default).
+pub fn guest_memory(c: &RunConfig) -> Result<u64> {
+    match &c.tenant.memory {
+        Some(m) => ontime_core::size::parse_bytes(m).map_err(anyhow::Error::msg),
+        None => Ok(ontime_scenario::vm::DEFAULT_GUEST_MEMORY),
+    }
+}
+
+/// Inside tenant `t`'s namespace: a bridge joining its veth end to the
+/// tap QEMU will create; the veth end gives its address and MAC up to the
+/// guest. The namespace's deletion removes both.
+pub fn bridge_tenant(t: &Tenant) -> Result<()> {
+    let ns = &t.net.netns;
+    let veth = &t.net.ns_if;
+    // The guest's NIC takes the tenant's MAC; the bridge port needs another.
+    let mut mac = t.net.mac;
+    mac[1] ^= 0x01;
+    let mac = mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
+    ip(&["-n", ns, "addr", "flush", "dev", veth])?;
+    ip(&["-n", ns, "link", "set", veth, "down"])?;
+    ip(&["-n", ns, "link", "set", veth, "address", &mac])?;
+    ip(&["-n", ns, "link", "add", BRIDGE, "type", "bridge"])?;
+    ip(&["-n", ns, "link", "set", veth, "master", BRIDGE])?;
+    ip(&["-n", ns, "link", "set", veth, "up"])?;
+    ip(&["-n", ns, "link", "set", BRIDGE, "up"])?;
+    Ok(())
+}
+
+/// A tenant's image file: ext4 made on the host, then converted when the
+/// format asks for it. Removed by the lab's undo or `lab clean`.
+fn make_image(undo: &mut crate::undo::Undo, i: usize, size: u64, format: ImageFormat) -> Result<PathBuf> {
+    std::fs::create_dir_all(names::DISK_DIR).with_context(|| format!("cannot create {}", names::DISK_DIR))?;
+    let raw = PathBuf::from(format!("{}/{}-t{i}-vm.raw", names::DISK_DIR, names::PREFIX));
+    let f = std::fs::File::create(&raw).with_context(|| format!("cannot create {}", raw.display()))?;
+    f.set_len(size)
+        .with_context(|| format!("cannot size {} to {size} bytes", raw.display()))?;
+    drop(f);
+    let r = raw.clone();
+    undo.push(format!("remove {}", raw.display()), move || {
+        let _ = std::fs::remove_file(&r);
+    });
+    run_tool(
+        Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"])
+            .arg(&raw),
+        "mkfs.ext4 (install e2fsprogs)",
+    )?;
+    if format == ImageFormat::Raw {
+        return Ok(raw);
+    }
+    let qcow = raw.with_extension("qcow2");
+    run_tool(
+        Command::new("qemu-img")
+            .args(["convert", "-f", "raw", "-O", "qcow2"])
+            .arg(&raw)
+            .arg(&qcow),
+        "qemu-img convert",
+    )?;
+    let q = qcow.clone();
+    undo.push(format!("remove {}", qcow.display()), move || {
+        let _ = std::fs::remove_file(&q);
+    });
+    let _ = std::fs::remove_file(&raw);
+    Ok(qcow)
+}
+
+fn run_tool(cmd: &mut Command, what: &str) -> Result<()> {
+    let out = cmd.output().with_context(|| format!("cannot run {what}"))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// Tenant `i`'s job inside its guest: the loads placed in tenants (in the
+/// background), then its probe from the spec file the runner wrote; the
+/// job's status is the probe's.
+fn job_script(c: &RunConfig, i: usize, dir: &Path, exe: &Path, has_disk: bool) -> Result<String> {
+    // The host's root is read-only in the guest: scratch space is /run.
+    let mut s = String::from(
+        "# tenant's job inside its QEMU guest (written by ontime lab)\ncd /\nexport TMPDIR=/run/ontime-tmp\nmkdir -p $TMPDIR\n",
+    );
+    let max = Duration::from_nanos(c.duration) + Duration::from_secs(60);
+    for l in c.effective_loads().iter().filter(|l| l.place == Place::Tenants) {
+        match l.profile {
+            LoadKind::None => {}
+            LoadKind::Stress(p) => {
+                let work = if has_disk {
+                    format!("{}/load", names::DISK_MOUNT)
+                } else {
+                    "/run/ontime-load".to_string()
+                };
+                let args: Vec<String> = p
+                    .args(l.workers, Path::new(&work), max)
+                    .iter()
+                    .map(|a| shell_quote(a))
+                    .collect();
+                s.push_str(&format!(
+                    "mkdir -p {work}\nstress-ng {} >/dev/null 2>&1 &\n",
+                    args.join(" ")
+                ));
+            }
+            LoadKind::Wan => {
+                let secs = c.duration / 1_000_000_000 + 5;
+                s.push_str(&format!(
+                    "iperf3 -c {} -p {} -u -l 1200 -b {}M -t {secs} >/dev/null 2>&1 &\n",
+                    names::building_addr(),
+                    5201 + i,
+                    l.rate_mbit
+                ));
+            }
+        }
+    }
+    let spec = dir.join(format!("t{i}.probe.json"));
+    s.push_str(&format!(
+        "{} probe {} >{} 2>{}\nrc=$?\nkill $(jobs -p) 2>/dev/null\nexit $rc\n",
+        shell_quote(&exe.display().to_string()),
+        shell_quote(&spec.display().to_string()),
+        shell_quote(&dir.join(format!("t{i}.out")).display().to_string()),
+        shell_quote(&dir.join(format!("t{i}.err")).display().to_string()),
+    ));
+    Ok(s)
+}
+
+/// Where one tenant's guest says how it went: its console and its job's
+/// exit status. Its QEMU process is the tenant's probe process.
+pub struct GuestFiles {
+    pub index: usize,
+    console: PathBuf,
+    exit_file: PathBuf,
+    started: Instant,
+}
+
+/// What a run's guests share.
+pub struct GuestSetup {
+    pub kit: Kit,
+    pub accel: Accel,
+    pub vm: VmConfig,
+    pub memory: u64,
+    pub images: Vec<PathBuf>,
+    /// Removes the images when the run's guests are done.
+    _undo: crate::undo::Undo,
+}
+
+impl GuestSetup {
+    /// Chooses the accelerator, bridges every tenant's namespace and makes
+    /// the images (removed when the setup is dropped).
+    pub fn prepare(c: &RunConfig, lab: &Lab) -> Result<GuestSetup> {
+        let mut undo = crate::undo::Undo::default();
+        let kit = preflight(c)?;
+        let accel = choose_accel(c.host.accel, &kit)?;
+        for t in &lab.tenants {
+            bridge_tenant(t).with_context(|| format!("cannot give tenant {} its tap bridge", t.index))?;
+        }
+        let mut images = Vec::new();
+        if let Some(d) = &c.tenant.disk {
+            let size = ontime_core::size::parse_bytes(&d.size).map_err(anyhow::Error::msg)?;
+            for t in &lab.tenants {
+                images.push(make_image(&mut undo, t.index, size, d.format.unwrap_or_default())?);
+            }
+        }
+        Ok(GuestSetup {
+            kit,
+            accel,
+            vm: c.tenant.vm.clone().unwrap_or_default(),
+            memory: guest_memory(c)?,
+            images,
+            _undo: undo,
+        })
+    }
+
+    /// The run record's account of the guests.
+    pub fn environment(&self, c: &RunConfig) -> VmEnvironment {
+        VmEnvironment {
+            accel: self.accel.name.into(),
+            accel_why: self.accel.why.clone(),
+            qemu: qemu_version().unwrap_or_default(),
+            nic: self.vm.nic.as_str().into(),
+            vhost: self.vm.vhost,
+            disk: c.tenant.disk.as_ref().map(|d| {
+                format!(
+                    "{}{}, cache {}, {}",
+                    d.model.unwrap_or_default().as_str(),
+                    if d.iothread { ", iothread" } else { "" },
+                    d.cache.unwrap_or_default().as_str(),
+                    d.format.unwrap_or_default().as_str()
+                )
+            }),
+            boot_s: Vec::new(),
+        }
+    }
+
+    /// QEMU's command line for tenant `t`.
+    fn command(&self, c: &RunConfig, t: &Tenant, dir: &Path) -> Command {
+        let i = t.index;
+        let disk = c.tenant.disk.as_ref();
+        let model = disk.and_then(|d| d.model).unwrap_or_default();
+        let mut cmd = Command::new(QEMU);
+        cmd.args(["-name", &format!("guest={},debug-threads=on", names::tenant_name(i))])
+            // IDE is the i440FX's PIIX; AHCI and everything virtio on Q35.
+            .args(["-machine", if model == DiskModel::Ide { "pc" } else { "q35" }]);
+        match self.accel.name {
+            "kvm" => cmd.args(["-accel", "kvm", "-cpu", "host"]),
+            _ => cmd.args(["-accel", "tcg,thread=multi"]),
+        };
+        cmd.args([
+            "-smp",
+            &c.tenant.vcpus.to_string(),
+            "-m",
+            &format!("{}M", self.memory >> 20),
+        ])
+        .args([
+            "-nodefaults",
+            "-no-user-config",
+            "-display",
+            "none",
+            "-monitor",
+            "none",
+            "-no-reboot",
+        ])
+        .arg("-kernel")
+        .arg(&self.kit.kernel)
+        .arg("-initrd")
+        .arg(&self.kit.initrd);
+        let mut append = format!(
+            "console=ttyS0 quiet ontime.work=lab ontime.run={} ontime.job={} ontime.ip={}/{} ontime.neigh={},{}",
+            dir.display(),
+            dir.join(format!("t{i}.guest.sh")).display(),
+            t.net.addr,
+            names::PREFIX_LEN,
+            names::building_addr(),
+            mac_text(&building_mac_of(t)),
+        );
+        if disk.is_some() {
+            append.push_str(&format!(" ontime.disk={}", names::DISK_MOUNT));
+        }
+        cmd.args(["-append", &append, "-serial"])
+            .arg(format!("file:{}", dir.join(format!("t{i}.console.log")).display()));
+        cmd.args([
+            "-fsdev",
+            "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
+        ])
+        .args(["-device", "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot"])
+        .arg("-fsdev")
+        .arg(format!("local,id=rundir,path={},security_model=none", dir.display()))
+        .args(["-device", "virtio-9p-pci,fsdev=rundir,mount_tag=rundir"]);
+        let ifup = dir.join(format!("t{i}.ifup"));
+        let vhost = self.vm.nic == NicModel::VirtioNet && self.vm.vhost;
+        cmd.arg("-netdev").arg(format!(
+            "tap,id=n0,ifname={TAP},script={},downscript=no{}",
+            ifup.display(),
+            if vhost { ",vhost=on" } else { ",vnet_hdr=off" }
+        ));
+        // No checksum or segmentation offload: frames leave the tap whole,
+        // as the relay's packet sockets need them.
+        let offload = if self.vm.nic == NicModel::VirtioNet {
+            ",csum=off,guest_csum=off,gso=off"
+        } else {
+            ""
+        };
+        cmd.arg("-device").arg(format!(
+            "{},netdev=n0,mac={}{offload}",
+            self.vm.nic.device(),
+            mac_text(&t.net.mac)
+        ));
+        if let (Some(d), Some(image)) = (disk, self.images.get(i)) {
+            let cache = d.cache.unwrap_or_default();
+            let format = d.format.unwrap_or_default();
+            cmd.arg("-drive").arg(format!(
+                "file={},if=none,id=d0,format={},cache={},aio=threads",
+                image.display(),
+                format.as_str(),
+                cache.as_str()
+            ));
+            match model {
+                DiskModel::VirtioBlk if d.iothread => cmd.args([
+                    "-object",
+                    "iothread,id=io0",
+                    "-device",
+                    "virtio-blk-pci,drive=d0,iothread=io0",
+                ]),
+                DiskModel::VirtioBlk => cmd.args(["-device", "virtio-blk-pci,drive=d0"]),
+                DiskModel::Ide | DiskModel::Ahci => cmd.args(["-device", "ide-hd,drive=d0,bus=ide.0"]),
+            };
+        }
+        cmd.stdin(Stdio::null()).stdout(Stdio::null());
+        cmd
+    }
+
+    /// Starts tenant `t`'s guest with its job: the job script and the tap's
+    /// ifup script go beside the results. The probe's spec must be written.
+    pub fn start(&self, c: &RunConfig, t: &Tenant, dir: &Path, exe: &Path) -> Result<(ChildProcess, GuestFiles)> {
+        let i = t.index;
+        std::fs::write(
+            dir.join(format!("t{i}.guest.sh")),
+            job_script(c, i, dir, exe, c.tenant.disk.is_some())?,
+        )?;
+        let ifup = dir.join(format!("t{i}.ifup"));
+        std::fs::write(
+            &ifup,
+            format!(
+                "#!/bin/sh\n# QEMU's tap joins the tenant's bridge (written by ontime lab)\n\
+                 echo 1 > /proc/sys/net/ipv6/conf/\"$1\"/disable_ipv6\n\
+                 ip link set \"$1\" master {BRIDGE} && ip link set \"$1\" up\n"
+            ),
+        )?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&ifup, std::fs::Permissions::from_mode(0o755))?;
+        let exit_file = dir.join(format!("t{i}.guest.exit"));
+        let _ = std::fs::remove_file(&exit_file);
+        let mut cmd = self.command(c, t, dir);
+        cmd.stderr(std::fs::File::create(dir.join(format!("t{i}.qemu.err")))?);
+        let qemu = t.spawn(&mut cmd, false, SpawnOptions::default())?;
+        Ok((
+            qemu,
+            GuestFiles {
+                index: i,
+                console: dir.join(format!("t{i}.console.log")),
+                exit_file,
+                started: Instant::now(),
+            },
+        ))
+    }
+}
+
+fn mac_text(m: &[u8; 6]) -> String {
+    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+/// The building side's MAC as the tenant's namespace knows it (its
+/// permanent neighbour entry).
+fn building_mac_of(t: &Tenant) -> [u8; 6] {
+    let text = crate::sys::ip_output(&["-n", &t.net.netns, "neigh", "show", &names::building_addr().to_string()])
+        .unwrap_or_default();
+    let mut mac = [0u8; 6];
+    if let Some(m) = text.split_whitespace().skip_while(|w| *w != "lladdr").nth(1) {
+        for (k, b) in m.split(':').enumerate().take(6) {
+            mac[k] = u8::from_str_radix(b, 16).unwrap_or(0);
+        }
+    }
+    mac
+}
+
+impl GuestFiles {
+    /// Waits until the guest (process `qemu`) reaches its job: its boot
+    /// time, or an error naming the console log when it fails or hangs.
+    pub fn await_job(&self, qemu: &mut ChildProcess, stop: &std::sync::atomic::AtomicBool) -> Result<f64> {
+        let console = self.console.clone();
+        let what = format!("tenant {}'s guest", self.index);
+        let r = qemu.wait_until(BOOT_LIMIT, || {
+            stop.load(std::sync::atomic::Ordering::Relaxed)
+                || console_has(&console, "ontime-guest-ready")
+                || console_has(&console, "ontime-guest-failed")
+        });
+        let text = std::fs::read_to_string(&self.console).unwrap_or_default();
+        if let Some(why) = text
+            .lines()
+            .find_map(|l| l.split_once("ontime-guest-failed ").map(|x| x.1))
+        {
+            bail!(
+                "{what} failed before its job: {why} (console: {})",
+                self.console.display()
+            );
+        }
+        r.with_context(|| {
+            format!(
+                "{what} did not reach its job (console: {}; last line: {})",
+                self.console.display(),
+                text.lines().last().unwrap_or("(empty)")
+            )
+        })?;
+        Ok(self.started.elapsed().as_secs_f64())
+    }
+
+    /// The job's exit status once QEMU has ended: what the guest wrote, or
+    /// an error naming the console log.
+    pub fn job_status(&self) -> Result<i32> {
+        let text = std::fs::read_to_string(&self.exit_file).with_context(|| {
+            format!(
+                "tenant {}'s guest ended without finishing its job (console: {})",
+                self.index,
+                self.console.display()
+            )
+        })?;
+        text.trim()
+            .parse()
+            .with_context(|| format!("{}: not an exit status", self.exit_file.display()))
+    }
+}
+
+/// Sets the scheduling policy of a QEMU process's threads: vCPU threads
+/// (`CPU n/KVM`, `CPU n/TCG`) to `vcpu`, the rest (main loop, I/O threads;
+/// vhost workers are the kernel's `vhost-PID`) to `io`. Waits until the
+/// vCPU threads exist.
+pub fn set_thread_policies(qemu: &mut ChildProcess, vcpus: usize, vcpu: Policy, io: Policy) -> Result<()> {
+    let pid = qemu.id();
+    let names = |pid: u32| -> Vec<(i32, String)> {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|t| {
+                        let tid = t.file_name().to_string_lossy().parse().ok()?;
+                        let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
+                        Some((tid, comm.trim().to_string()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let is_vcpu = |c: &str| c.starts_with("CPU ") && (c.ends_with("/KVM") || c.ends_with("/TCG"));
+    qemu.wait_until(Duration::from_secs(30), || {
+        names(pid).iter().filter(|(_, c)| is_vcpu(c)).count() >= vcpus
+    })
+    .context("QEMU's vCPU threads did not appear")?;
+    let mut threads = names(pid);
+    // The vhost worker is a kernel thread named after its owner.
+    let vhost = format!("vhost-{pid}");
+    if let Ok(d) = std::fs::read_dir("/proc") {
+        for e in d.flatten() {
+            if std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == vhost) {
+                if let Ok(tid) = e.file_name().to_string_lossy().parse() {
+                    threads.push((tid, vhost.clone()));
+                }
+            }
+        }
+    }
+    for (tid, comm) in threads {
+        let p = if is_vcpu(&comm) { vcpu } else { io };
+        ontime_core::rt::set_policy_of(tid, p).with_context(|| format!("cannot set {comm} (thread {tid}) to {p}"))?;
+    }
+    Ok(())
+}
