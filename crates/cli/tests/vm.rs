@@ -285,3 +285,33 @@ fn bad_vm_scenarios_are_refused_before_anything_is_made() {
         assert!(leftovers().contains("nothing of the lab's is left"));
     }
 }
+
+/// `ontime cyclic` and `ontime crawl` run anywhere (inside a guest, say):
+/// their `--json` output saved as `runs/NAME/tN.json` is a run that `lab
+/// report` reads without the lab's record.
+#[test]
+fn probe_results_from_outside_the_lab_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("runs/guest-a");
+    std::fs::create_dir_all(&run).unwrap();
+    let out = ontime()
+        .args(["cyclic", "-i", "1000", "-l", "300", "--no-dma-latency", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::write(run.join("t0.json"), &out.stdout).unwrap();
+    std::fs::write(run.join("t1.json"), &out.stdout).unwrap();
+    let rep = ontime().args(["lab", "report"]).arg(dir.path()).output().unwrap();
+    assert!(rep.status.success(), "{}", String::from_utf8_lossy(&rep.stderr));
+    let html = std::fs::read_to_string(dir.path().join("report/report.html")).unwrap();
+    assert!(html.contains("Imported"), "the report says where the results came from");
+    assert!(html.contains("guest-a"));
+    // Not a probe result: refused as bad input, naming the file.
+    std::fs::write(run.join("t2.json"), "{\"x\": 1}").unwrap();
+    std::fs::remove_file(run.join("t0.json")).unwrap();
+    std::fs::remove_file(run.join("t1.json")).unwrap();
+    let bad = ontime().args(["lab", "report"]).arg(dir.path()).output().unwrap();
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(2), "{err}");
+    assert!(err.contains("t2.json") && err.contains("neither"), "{err}");
+}

@@ -54,6 +54,28 @@ pub struct Kit {
 }
 
 impl Kit {
+    /// A headless machine with only the devices asked for, that ends
+    /// when its guest powers off, booting the kit.
+    fn boot_args(&self) -> Vec<std::ffi::OsString> {
+        let mut a: Vec<std::ffi::OsString> = [
+            "-nodefaults",
+            "-no-user-config",
+            "-display",
+            "none",
+            "-monitor",
+            "none",
+            "-no-reboot",
+            "-kernel",
+        ]
+        .iter()
+        .map(Into::into)
+        .collect();
+        a.push(self.kernel.clone().into());
+        a.push("-initrd".into());
+        a.push(self.initrd.clone().into());
+        a
+    }
+
     /// `$ONTIME_GUEST_KIT` or /var/cache/ontime/guest-kit, at the version
     /// this code needs.
     pub fn find() -> Result<Kit> {
@@ -157,19 +179,7 @@ fn try_kvm(kit: &Kit) -> std::result::Result<f64, String> {
         "-m",
         "128",
     ])
-    .args([
-        "-nodefaults",
-        "-no-user-config",
-        "-display",
-        "none",
-        "-monitor",
-        "none",
-        "-no-reboot",
-    ])
-    .arg("-kernel")
-    .arg(&kit.kernel)
-    .arg("-initrd")
-    .arg(&kit.initrd)
+    .args(kit.boot_args())
     .args(["-append", "console=ttyS0 quiet ontime.work=idle", "-serial"])
     .arg(format!("file:{}", console.display()))
     .stdin(Stdio::null())
@@ -443,19 +453,7 @@ impl GuestSetup {
             "-m",
             &format!("{}M", self.memory >> 20),
         ])
-        .args([
-            "-nodefaults",
-            "-no-user-config",
-            "-display",
-            "none",
-            "-monitor",
-            "none",
-            "-no-reboot",
-        ])
-        .arg("-kernel")
-        .arg(&self.kit.kernel)
-        .arg("-initrd")
-        .arg(&self.kit.initrd);
+        .args(self.kit.boot_args());
         let mut append = format!(
             "console=ttyS0 quiet ontime.work=lab ontime.run={} ontime.job={} ontime.ip={}/{} ontime.neigh={},{}",
             dir.display(),

@@ -914,7 +914,11 @@ fn environment_section(runs: &[RunResults]) -> String {
         esc(&m.kernel),
         esc(&m.clocksource),
         m.cpus_online,
-        esc(&m.backend),
+        esc(&{
+            let mut b: Vec<&str> = runs.iter().map(|r| r.record.environment.manifest.backend.as_str()).collect();
+            b.dedup();
+            b.join(", ")
+        }),
         env.cgroup_version.map(|v| format!("{v:?}")).unwrap_or_else(|| "none".into()),
         esc(&if missing.is_empty() { "nothing".into() } else { missing.join(", ") }),
         format_ns(setting),

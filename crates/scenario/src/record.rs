@@ -54,6 +54,8 @@ pub enum WanDelayBy {
     Relay,
     Netem,
     Simulator,
+    /// Results imported from runs outside the lab: no WAN was modelled.
+    None,
 }
 
 impl WanDelayBy {
@@ -62,6 +64,7 @@ impl WanDelayBy {
             WanDelayBy::Relay => "relay",
             WanDelayBy::Netem => "netem",
             WanDelayBy::Simulator => "simulator",
+            WanDelayBy::None => "nobody (results imported from outside the lab)",
         }
     }
 }
@@ -107,6 +110,8 @@ pub fn model_note(backend: crate::scenario::Backend) -> &'static str {
         _ => MODEL_NOTE,
     }
 }
+
+pub const IMPORTED_NOTE: &str = "Imported: ontime crawl or ontime cyclic results from runs outside the lab (e.g. inside a guest); no relay, gateway or recorder of the lab took part, and the scenario shown is what the results say of themselves.";
 
 pub const QEMU_NOTE: &str = "QEMU tenants run a guest kernel with emulated or virtio devices behind a VMM; under TCG (no working KVM) guest instructions are translated: everything in the guest is slower and there are no VM exits, so device emulation costs translated code instead of exits.";
 

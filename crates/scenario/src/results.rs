@@ -38,9 +38,122 @@ pub fn read_json<T: DeserializeOwned>(path: &Path, what: &str) -> Result<T> {
     })
 }
 
-/// `DIR/run.json`.
+/// `DIR/run.json`; a directory holding only `ontime crawl` or `ontime
+/// cyclic` results (`tN.json`, e.g. written inside a guest) is read as an
+/// imported run ([`import_record`]).
 pub fn read_record(run_dir: &Path) -> Result<RunRecord> {
-    read_json(&run_dir.join("run.json"), "lab run record")
+    let record = run_dir.join("run.json");
+    if !record.exists() && !probe_results(run_dir).is_empty() {
+        return import_record(run_dir);
+    }
+    read_json(&record, "lab run record")
+}
+
+/// `tN.json` files of a run directory, by tenant index.
+fn probe_results(run_dir: &Path) -> Vec<(usize, PathBuf)> {
+    let mut out: Vec<(usize, PathBuf)> = std::fs::read_dir(run_dir)
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let i = name.strip_prefix('t')?.strip_suffix(".json")?.parse().ok()?;
+                    Some((i, e.path()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// A run record for results the lab did not make: `ontime crawl --json`
+/// or `ontime cyclic --json` output saved as `tN.json` (one per tenant,
+/// e.g. run inside guests). The scenario is what the results say of
+/// themselves (duration, rate or interval, tenant count), the environment
+/// the first result's manifest; no relay, gateway or recorder took part.
+pub fn import_record(run_dir: &Path) -> Result<RunRecord> {
+    let files = probe_results(run_dir);
+    let Some((_, first)) = files.first() else {
+        anyhow::bail!(BadResultFile(format!(
+            "{} holds no run.json and no tN.json results",
+            run_dir.display()
+        )));
+    };
+    let value: serde_json::Value = read_json(first, "crawl or cyclic result")?;
+    let (workload, table) = if value.get("polls").is_some() {
+        let planned = value["polls"]["planned"].as_u64().unwrap_or(0);
+        let secs = value["duration_ns"].as_u64().unwrap_or(0) as f64 / 1e9;
+        let rate = if secs > 0.0 { planned as f64 / secs } else { 1.0 };
+        (
+            Workload::Crawl,
+            format!("[tenant.crawl]\nrate = {:.3}\n", rate.max(0.001)),
+        )
+    } else if value.get("latency").is_some() && value.get("overruns").is_some() {
+        let interval = value["options"]["interval_ns"].as_u64().unwrap_or(1_000_000);
+        (
+            Workload::Cyclic,
+            format!("[tenant.cyclic]\ninterval = \"{}ns\"\n", interval.max(10_000)),
+        )
+    } else {
+        anyhow::bail!(BadResultFile(format!(
+            "{} is neither an ontime crawl nor an ontime cyclic result",
+            first.display()
+        )));
+    };
+    let manifest: ontime_core::manifest::Manifest = serde_json::from_value(value["manifest"].clone())
+        .map_err(|e| BadResultFile(format!("{}: manifest: {e}", first.display())))?;
+    let duration = value["duration_ns"].as_u64().unwrap_or(0).max(1_000_000_000);
+    let name = run_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let scenario = format!(
+        "name = {name:?}\nduration = \"{duration}ns\"\n[tenant]\ncount = {}\n{table}",
+        files.len()
+    );
+    let plan = crate::scenario::load_str(&scenario, &run_dir.join("run.json"))?;
+    let config = plan
+        .runs
+        .into_iter()
+        .next()
+        .map(|r| r.config)
+        .ok_or_else(|| anyhow::anyhow!("no run"))?;
+    Ok(RunRecord {
+        complete: true,
+        index: 0,
+        repetition: 1,
+        vars: Vec::new(),
+        config,
+        workload,
+        environment: crate::record::Environment {
+            manifest: manifest.clone(),
+            cgroup_version: None,
+            netem: false,
+            wan_delay_by: crate::record::WanDelayBy::None,
+            model_note: crate::record::IMPORTED_NOTE.into(),
+            rr_timeslice_ms: None,
+            notes: Vec::new(),
+            vm: None,
+        },
+        relay: None,
+        gateway: None,
+        observe: None,
+        io: None,
+        net: None,
+        tenants: files
+            .iter()
+            .map(|(i, f)| crate::record::TenantOutcome {
+                index: *i,
+                result: f.file_name().map(|n| n.to_string_lossy().into_owned()),
+                exit: None,
+            })
+            .collect(),
+        started_utc: manifest.start_utc.clone(),
+        finished_utc: manifest.end_utc.clone().unwrap_or_default(),
+        error: None,
+        simulated: None,
+        host_cpu: None,
+    })
 }
 
 /// One tenant's probe result.
@@ -179,7 +292,7 @@ pub fn run_dirs(results: &Path) -> Result<Vec<PathBuf>> {
         })?
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.join("run.json").exists())
+        .filter(|p| p.join("run.json").exists() || !probe_results(p).is_empty())
         .collect();
     dirs.sort();
     Ok(dirs)
