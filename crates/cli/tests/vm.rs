@@ -136,6 +136,11 @@ fn a_vm_tenant_runs_cyclic_and_a_crawler_and_leaves_nothing() {
         crawl["polls"]["ok"].as_u64().unwrap() > 0,
         "polls crossed tap, bridge and relay: {crawl}"
     );
+    // Judged again on the host's clock, from the gateway's receive log.
+    let rec = read_json(&runs[0].join("run.json"));
+    let judged = &rec["reference"];
+    assert_eq!(judged["log"], "gateway.recv.log", "{rec}");
+    assert!(judged["interval_error"]["count"].as_u64().unwrap_or(0) > 0, "{judged}");
     let cyclic = read_json(&runs[1].join("t0.json"));
     assert!(cyclic["latency"]["count"].as_u64().unwrap_or(0) > 0, "{cyclic}");
     let html = std::fs::read_to_string(results.join("report/report.html")).unwrap();
@@ -152,13 +157,13 @@ fn emulated_and_virtio_nics_carry_polls_and_ide_and_virtio_blk_carry_fio() {
     let _clean = CleanOnDrop;
     let vm = "duration = '3s'\n[tenant]\ncount = 1\nbackend = 'qemu'\nmemory = '256M'\n";
     let (_nic_dir, nics) = run_lab(&format!(
-        "name = 'nics'\n{vm}[tenant.crawl]\nrate = 20\n[sweep]\n'tenant.vm.nic' = ['e1000', 'virtio-net']\n"
+        "name = 'nics'\n{vm}[tenant.crawl]\nrate = 20\n[sweep]\n'tenant.vm.nic' = ['e1000', 'rtl8139', 'virtio-net']\n"
     ));
     let (_disk_dir, disks) = run_lab(&format!(
         "name = 'disks'\n{vm}[tenant.disk]\nsize = '256M'\n[tenant.io]\ntool = 'fio'\nsize = '32M'\n\
-[variants]\nide = {{ 'tenant.disk.model' = 'ide' }}\n\
+[variants]\nide = {{ 'tenant.disk.model' = 'ide' }}\nahci = {{ 'tenant.disk.model' = 'ahci', 'tenant.disk.format' = 'qcow2' }}\n\
 virtio-blk = {{ 'tenant.disk.model' = 'virtio-blk', 'tenant.disk.iothread' = true, 'tenant.disk.cache' = 'none' }}\n\
-[sweep]\nvariant = ['ide', 'virtio-blk']\n"
+[sweep]\nvariant = ['ide', 'ahci', 'virtio-blk']\n"
     ));
     let sorted = |d: &Path| {
         let mut v: Vec<PathBuf> = std::fs::read_dir(d.join("runs"))
@@ -169,13 +174,17 @@ virtio-blk = {{ 'tenant.disk.model' = 'virtio-blk', 'tenant.disk.iothread' = tru
         v.sort();
         v
     };
-    for (run, nic) in sorted(&nics).iter().zip(["e1000", "virtio-net"]) {
+    let nic_runs = sorted(&nics);
+    assert_eq!(nic_runs.len(), 3);
+    for (run, nic) in nic_runs.iter().zip(["e1000", "rtl8139", "virtio-net"]) {
         let rec = read_json(&run.join("run.json"));
         assert_eq!(rec["environment"]["vm"]["nic"], nic);
         let t0 = read_json(&run.join("t0.json"));
         assert!(t0["polls"]["ok"].as_u64().unwrap() > 0, "{nic}: {t0}");
     }
-    for (run, model) in sorted(&disks).iter().zip(["ide", "virtio-blk"]) {
+    let disk_runs = sorted(&disks);
+    assert_eq!(disk_runs.len(), 3);
+    for (run, model) in disk_runs.iter().zip(["ide", "ahci", "virtio-blk"]) {
         let rec = read_json(&run.join("run.json"));
         let disk = rec["environment"]["vm"]["disk"].as_str().unwrap_or("").to_string();
         assert!(disk.starts_with(model), "{disk}");

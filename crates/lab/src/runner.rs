@@ -155,6 +155,7 @@ pub fn run_plan(
             error: None,
             simulated: None,
             host_cpu: None,
+            reference: None,
         };
         let outcome = host
             .run(run, &dir, opts, &mut record, on)

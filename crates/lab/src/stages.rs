@@ -14,7 +14,7 @@ use ontime_core::rt::{parse_cpu_list, ThreadSettings};
 use ontime_load::{LoadGuard, LoadProfile};
 use ontime_net::{Relay, RelaySettings};
 use ontime_scenario::probe::{GatewayProbe, ProbeSpec};
-use ontime_scenario::record::{HostCpu, RunRecord, TenantOutcome, WanDelayBy, GATEWAY_RESULT};
+use ontime_scenario::record::{HostCpu, ReferenceJudgement, RunRecord, TenantOutcome, WanDelayBy, GATEWAY_RESULT};
 use ontime_scenario::scenario::{parse_bytes, Backend, LoadKind, Place, PlannedRun, WanDelay};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -216,8 +216,20 @@ fn one_run(
     if gw.exists() {
         rec.gateway = Some(ontime_scenario::results::read_json(&gw, "gateway result")?);
     }
+    let log = dir.join(GATEWAY_LOG);
+    if let (Some(cr), true) = (&c.tenant.crawl, log.exists()) {
+        let a = ontime_gateway::recvlog::analyze(&log, cr.period, cr.timeout.unwrap_or(cr.period), None)?;
+        rec.reference = Some(ReferenceJudgement {
+            log: GATEWAY_LOG.into(),
+            missed: a.missed,
+            interval_error: a.interval_error,
+        });
+    }
     Ok(())
 }
+
+/// The building gateway's receive log (QEMU tenants' runs).
+const GATEWAY_LOG: &str = "gateway.recv.log";
 
 /// Writes back dirty pages and drops the page cache, dentries and inodes.
 fn drop_caches() -> Result<()> {
@@ -340,6 +352,12 @@ fn start_gateway(c: &ontime_scenario::scenario::RunConfig, lab: &mut Lab, dir: &
             false,
         );
         config.policy = c.host.gateway_policy;
+        // A guest's clock is its own: its crawler's interval error is
+        // judged again from the gateway's kernel receive stamps (the host's
+        // clock), so a drifting guest cannot hide an error.
+        if t.backend == Backend::Qemu {
+            config.log = Some(dir.join(GATEWAY_LOG));
+        }
         let spec = ProbeSpec::Gateway(GatewayProbe {
             config,
             result: Some(dir.join(GATEWAY_RESULT)),

@@ -947,15 +947,30 @@ fn vm_rows(runs: &[RunResults]) -> String {
                 let b: Vec<String> = vm.boot_s.iter().map(|s| format!("{s:.1}")).collect();
                 format!("; boot {} s", b.join(", "))
             };
+            // The crawlers judged on the host's clock beside their own.
+            let reference = r
+                .record
+                .reference
+                .as_ref()
+                .map(|j| {
+                    format!(
+                        "; by the gateway's receive stamps (host clock): interval error p99 {} max {}, missed {}",
+                        cell(j.interval_error.percentile(99.0)),
+                        cell(j.interval_error.max_ns),
+                        j.missed
+                    )
+                })
+                .unwrap_or_default();
             Some(format!(
-                "{}: {} ({}); NIC {}{}{}{}",
+                "{}: {} ({}); NIC {}{}{}{}{}",
                 r.name,
                 vm.accel,
                 vm.accel_why,
                 vm.nic,
                 if vm.vhost { " + vhost" } else { "" },
                 vm.disk.as_ref().map(|d| format!("; disk {d}")).unwrap_or_default(),
-                boot
+                boot,
+                reference
             ))
         })
         .collect();

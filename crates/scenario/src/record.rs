@@ -157,6 +157,20 @@ pub struct RunRecord {
     /// The whole host's CPU time from /proc/stat while the probes ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_cpu: Option<HostCpu>,
+    /// QEMU tenants' crawlers judged again on the host's clock: the
+    /// gateway's kernel receive stamps (a guest's clock is its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<ReferenceJudgement>,
+}
+
+/// Interval error from the building gateway's receive log, over every
+/// tenant of the run, by the crawler's own rule (`gateway analyze`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ReferenceJudgement {
+    /// The receive log, in the run directory.
+    pub log: String,
+    pub missed: u64,
+    pub interval_error: Summary,
 }
 
 /// The whole host's CPU time over a stretch (`core::cputime`): what no

@@ -153,6 +153,7 @@ pub fn import_record(run_dir: &Path) -> Result<RunRecord> {
         error: None,
         simulated: None,
         host_cpu: None,
+        reference: None,
     })
 }
 

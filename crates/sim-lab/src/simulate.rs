@@ -636,6 +636,7 @@ pub fn write_runs(results: &Path, runs: &[SimRun]) -> Result<Vec<PathBuf>> {
             error: None,
             simulated: Some(r.simulated.clone()),
             host_cpu: None,
+            reference: None,
         };
         ontime_core::fsio::write_atomic(&dir.join("run.json"), serde_json::to_string_pretty(&record)?.as_bytes())?;
         out.push(dir);
