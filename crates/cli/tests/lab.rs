@@ -229,15 +229,7 @@ fn sigkilled_runner_leaves_what_clean_removes() {
         "long.toml",
         &format!("name = 'long'\nduration = '60s'\n[host]\nrr_timeslice = '{changed}ms'\n[tenant]\ncount = 2\nmemory = '128M'\n[tenant.crawl]\nrate = 20\n[[load]]\nprofile = 'net'\nplace = 'tenants'\n"),
     );
-    let mut runner = ontime()
-        .args(["lab", "run"])
-        .arg(&sc)
-        .arg("-o")
-        .arg(dir.path().join("r"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut runner = common::spawn_lab(&sc, &dir.path().join("r"));
     // Ready once both tenants' probes and the load run: all that `lab
     // clean` must then find and stop.
     let running = |pattern: &str| {

@@ -8,7 +8,7 @@
 //! (scripts/setup.sh makes both); skips elsewhere with the reason.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -209,15 +209,7 @@ fn a_killed_runner_leaves_what_lab_clean_removes_of_its_guests() {
         "name = 'long'\nduration = '120s'\n[tenant]\ncount = 1\nbackend = 'qemu'\n[tenant.disk]\nsize = '64M'\n[tenant.cyclic]\ninterval = '10ms'\n",
     )
     .unwrap();
-    let mut runner = ontime()
-        .args(["lab", "run"])
-        .arg(&sc)
-        .arg("-o")
-        .arg(dir.path().join("r"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut runner = common::spawn_lab(&sc, &dir.path().join("r"));
     // Killed once the guest runs its job.
     let console = dir.path().join("r/runs/000-rep1/t0.console.log");
     ontime_testkit::wait_until("the guest's job", Duration::from_secs(180), || {
@@ -255,44 +247,36 @@ fn bad_vm_scenarios_are_refused_before_anything_is_made() {
         (with("[tenant.vm]\nnic = 'e1000'\nvhost = true\n"), "virtio-net"),
     ];
     for (k, (text, says)) in cases.iter().enumerate() {
-        let sc = dir.path().join(format!("bad{k}.toml"));
-        std::fs::write(&sc, text).unwrap();
-        let results = dir.path().join(format!("r{k}"));
-        let out = ontime()
-            .args(["lab", "run"])
-            .arg(&sc)
-            .arg("-o")
-            .arg(&results)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = refused(dir.path(), &format!("bad{k}"), text);
         let err_lines: Vec<&str> = err.lines().filter(|l| l.starts_with("ontime: error")).collect();
-        assert_eq!(out.status.code(), Some(2), "case {k}: {err}");
         assert_eq!(err_lines.len(), 1, "case {k}: {err}");
         assert!(err_lines[0].contains(says), "case {k}: {err}");
-        assert!(
-            !results.exists(),
-            "case {k}: the refused run made its results directory"
-        );
     }
     // vhost where /dev/vhost-net is missing: refused by the host, as root.
     if !Path::new("/dev/vhost-net").exists() && ontime_testkit::is_root() && vm_or_skip() {
-        let sc = dir.path().join("vhost.toml");
-        std::fs::write(&sc, format!("{base}[tenant.vm]\nvhost = true\n")).unwrap();
-        let results = dir.path().join("rv");
-        let out = ontime()
-            .args(["lab", "run"])
-            .arg(&sc)
-            .arg("-o")
-            .arg(&results)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{err}");
+        let err = refused(dir.path(), "vhost", &format!("{base}[tenant.vm]\nvhost = true\n"));
         assert!(err.contains("/dev/vhost-net is unavailable"), "{err}");
-        assert!(!results.exists());
         assert!(leftovers().contains("nothing of the lab's is left"));
     }
+}
+
+/// Runs scenario `text` (as `dir/NAME.toml`); asserts it is refused as bad
+/// input (exit 2) before its results directory is made; its stderr.
+fn refused(dir: &Path, name: &str, text: &str) -> String {
+    let sc = dir.join(format!("{name}.toml"));
+    std::fs::write(&sc, text).unwrap();
+    let results = dir.join(format!("{name}-results"));
+    let out = ontime()
+        .args(["lab", "run"])
+        .arg(&sc)
+        .arg("-o")
+        .arg(&results)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+    assert!(!results.exists(), "{name}: the refused run made its results directory");
+    err
 }
 
 /// `ontime cyclic` and `ontime crawl` run anywhere (inside a guest, say):

@@ -22,8 +22,6 @@ use std::time::Duration;
 pub const CHANNEL_MTU: u32 = 1496;
 /// Largest frame on the link: Ethernet header, label, a full IP packet.
 const MAX_FRAME: f64 = 14.0 + 4.0 + 1496.0;
-/// How long a receiver or server the lab starts may take to bind.
-const READY: Duration = Duration::from_secs(10);
 /// Bytes a datagram of `size` payload bytes takes on the link: Ethernet
 /// (14), label (4), IPv4 (20), UDP (8).
 fn frame_bytes(size: usize) -> f64 {
@@ -181,7 +179,7 @@ pub fn start(c: &RunConfig, lab: &Lab, relay: &Relay, dir: &Path, exe: &Path) ->
         // Bound before anyone sends: its socket is in its namespace's table.
         let pid = receiver.id();
         receiver
-            .wait_until(READY, || has_socket(pid, Bound::Udp(f.port)))
+            .wait_until(crate::sandbox::BIND_LIMIT, || has_socket(pid, Bound::Udp(f.port)))
             .with_context(|| format!("flow {}: its receiver (log: flow-{}.err)", f.name, f.name))?;
         rx.push(receiver);
     }

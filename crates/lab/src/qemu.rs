@@ -31,7 +31,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::names;
-use crate::sandbox::{Lab, Tenant};
+use crate::sandbox::{mac_text, Lab, Tenant};
 use crate::sys::ip;
 
 const QEMU: &str = "qemu-system-x86_64";
@@ -238,10 +238,7 @@ pub fn preflight(c: &RunConfig) -> Result<Kit> {
 
 /// The guest's memory (`tenant.memory`, else the default).
 pub fn guest_memory(c: &RunConfig) -> Result<u64> {
-    match &c.tenant.memory {
-        Some(m) => ontime_core::size::parse_bytes(m).map_err(anyhow::Error::msg),
-        None => Ok(ontime_scenario::vm::DEFAULT_GUEST_MEMORY),
-    }
+    c.tenant.guest_memory().map_err(anyhow::Error::msg)
 }
 
 /// Inside tenant `t`'s namespace: a bridge joining its veth end to the
@@ -382,6 +379,8 @@ pub struct GuestSetup {
     pub vm: VmConfig,
     pub memory: u64,
     pub images: Vec<PathBuf>,
+    /// The building side's MAC: the guest's permanent neighbour.
+    building_mac: [u8; 6],
     /// Removes the images when the run's guests are done.
     _undo: crate::undo::Undo,
 }
@@ -409,6 +408,7 @@ impl GuestSetup {
             vm: c.tenant.vm.clone().unwrap_or_default(),
             memory: guest_memory(c)?,
             images,
+            building_mac: lab.building.mac,
             _undo: undo,
         })
     }
@@ -461,7 +461,7 @@ impl GuestSetup {
             t.net.addr,
             names::PREFIX_LEN,
             names::building_addr(),
-            mac_text(&building_mac_of(t)),
+            mac_text(&self.building_mac),
         );
         if disk.is_some() {
             append.push_str(&format!(" ontime.disk={}", names::DISK_MOUNT));
@@ -555,24 +555,6 @@ impl GuestSetup {
     }
 }
 
-fn mac_text(m: &[u8; 6]) -> String {
-    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
-}
-
-/// The building side's MAC as the tenant's namespace knows it (its
-/// permanent neighbour entry).
-fn building_mac_of(t: &Tenant) -> [u8; 6] {
-    let text = crate::sys::ip_output(&["-n", &t.net.netns, "neigh", "show", &names::building_addr().to_string()])
-        .unwrap_or_default();
-    let mut mac = [0u8; 6];
-    if let Some(m) = text.split_whitespace().skip_while(|w| *w != "lladdr").nth(1) {
-        for (k, b) in m.split(':').enumerate().take(6) {
-            mac[k] = u8::from_str_radix(b, 16).unwrap_or(0);
-        }
-    }
-    mac
-}
-
 impl GuestFiles {
     /// Waits until the guest (process `qemu`) reaches its job: its boot
     /// time, or an error naming the console log when it fails or hangs.
@@ -639,7 +621,7 @@ pub fn set_thread_policies(qemu: &mut ChildProcess, vcpus: usize, vcpu: Policy, 
             })
             .unwrap_or_default()
     };
-    let is_vcpu = |c: &str| c.starts_with("CPU ") && (c.ends_with("/KVM") || c.ends_with("/TCG"));
+    let is_vcpu = ontime_trace::targets::is_vcpu_name;
     qemu.wait_until(Duration::from_secs(30), || {
         names(pid).iter().filter(|(_, c)| is_vcpu(c)).count() >= vcpus
     })

@@ -119,44 +119,18 @@ pub fn run_plan(
         }
         std::fs::create_dir_all(&dir)?;
         let started = ontime_core::manifest::utc_now();
-        let mut record = RunRecord {
-            complete: false,
-            index: run.index,
-            repetition: run.repetition,
-            vars: run.vars.clone(),
-            config: run.config.clone(),
-            workload: if run.config.tenant.crawl.is_some() {
-                Workload::Crawl
-            } else if run.config.net.is_some() {
-                Workload::Net
-            } else if run.config.tenant.io.is_some() {
-                Workload::Io
-            } else {
-                Workload::Cyclic
-            },
-            environment: Environment {
-                manifest: Manifest::start(run.config.tenant.backend.as_str(), Capabilities::probe()),
+        let mut record = RunRecord::new(
+            run,
+            Environment {
                 cgroup_version: crate::cgroup::detect(),
-                netem: false,
-                wan_delay_by: WanDelayBy::Relay,
-                model_note: model_note(run.config.tenant.backend).into(),
-                rr_timeslice_ms: None,
-                notes: Vec::new(),
-                vm: None,
+                ..Environment::new(
+                    Manifest::start(run.config.tenant.backend.as_str(), Capabilities::probe()),
+                    WanDelayBy::Relay,
+                    model_note(run.config.tenant.backend).into(),
+                )
             },
-            relay: None,
-            gateway: None,
-            observe: None,
-            io: None,
-            net: None,
-            tenants: Vec::new(),
-            started_utc: started,
-            finished_utc: String::new(),
-            error: None,
-            simulated: None,
-            host_cpu: None,
-            reference: None,
-        };
+            started,
+        );
         let outcome = host
             .run(run, &dir, opts, &mut record, on)
             .and_then(|()| recorders_worked(&record));

@@ -113,7 +113,7 @@ fn mac_for(i: u32) -> [u8; 6] {
     [0x02, 0x77, (i >> 24) as u8, (i >> 16) as u8, (i >> 8) as u8, i as u8]
 }
 
-fn mac_text(m: &[u8; 6]) -> String {
+pub(crate) fn mac_text(m: &[u8; 6]) -> String {
     m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
@@ -339,6 +339,9 @@ pub fn spawn_in(cmd: &mut Command, netns: &str, cgroup: Option<&Cgroup>) -> Resu
     spawn_with(cmd, netns, cgroup, SpawnOptions::default())
 }
 
+/// How long a receiver or server the lab starts may take to bind.
+pub const BIND_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// An iperf3 server in network namespace `netns`, bound to `addr:port`
 /// (`one_off`: it serves one client, then exits), returned once it
 /// listens: clients started after it cannot find it missing.
@@ -350,7 +353,7 @@ pub fn iperf3_server(netns: &str, addr: std::net::Ipv4Addr, port: u16, one_off: 
         .stderr(std::process::Stdio::piped());
     let mut server = spawn_in(&mut srv, netns, None)?;
     let pid = server.id();
-    server.wait_until(std::time::Duration::from_secs(10), || {
+    server.wait_until(BIND_LIMIT, || {
         ontime_core::proc::has_socket(pid, ontime_core::proc::Bound::TcpListen(port))
     })?;
     Ok(server)

@@ -82,6 +82,19 @@ pub enum Workload {
 }
 
 impl Workload {
+    /// What a run of `c` runs.
+    pub fn of(c: &crate::scenario::RunConfig) -> Workload {
+        if c.tenant.crawl.is_some() {
+            Workload::Crawl
+        } else if c.net.is_some() {
+            Workload::Net
+        } else if c.tenant.io.is_some() {
+            Workload::Io
+        } else {
+            Workload::Cyclic
+        }
+    }
+
     /// The metric a run is judged by.
     pub fn metric(self) -> &'static str {
         match self {
@@ -161,6 +174,51 @@ pub struct RunRecord {
     /// gateway's kernel receive stamps (a guest's clock is its own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference: Option<ReferenceJudgement>,
+}
+
+impl RunRecord {
+    /// The record of `run` before anything is measured: no outcomes, no
+    /// tenants, not complete.
+    pub fn new(run: &crate::scenario::PlannedRun, environment: Environment, started_utc: String) -> RunRecord {
+        RunRecord {
+            complete: false,
+            index: run.index,
+            repetition: run.repetition,
+            vars: run.vars.clone(),
+            config: run.config.clone(),
+            workload: Workload::of(&run.config),
+            environment,
+            relay: None,
+            gateway: None,
+            observe: None,
+            io: None,
+            net: None,
+            tenants: Vec::new(),
+            started_utc,
+            finished_utc: String::new(),
+            error: None,
+            simulated: None,
+            host_cpu: None,
+            reference: None,
+        }
+    }
+}
+
+impl Environment {
+    /// What `manifest` says of the host; the lab's own details (cgroups,
+    /// netem, notes, guests) are the caller's to add.
+    pub fn new(manifest: Manifest, wan_delay_by: WanDelayBy, model_note: String) -> Environment {
+        Environment {
+            manifest,
+            cgroup_version: None,
+            netem: false,
+            wan_delay_by,
+            model_note,
+            rr_timeslice_ms: None,
+            notes: Vec::new(),
+            vm: None,
+        }
+    }
 }
 
 /// Interval error from the building gateway's receive log, over every

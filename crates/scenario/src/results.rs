@@ -80,20 +80,15 @@ pub fn import_record(run_dir: &Path) -> Result<RunRecord> {
         )));
     };
     let value: serde_json::Value = read_json(first, "crawl or cyclic result")?;
-    let (workload, table) = if value.get("polls").is_some() {
+    // The workload follows from the table (`RunRecord::new`).
+    let table = if value.get("polls").is_some() {
         let planned = value["polls"]["planned"].as_u64().unwrap_or(0);
         let secs = value["duration_ns"].as_u64().unwrap_or(0) as f64 / 1e9;
         let rate = if secs > 0.0 { planned as f64 / secs } else { 1.0 };
-        (
-            Workload::Crawl,
-            format!("[tenant.crawl]\nrate = {:.3}\n", rate.max(0.001)),
-        )
+        format!("[tenant.crawl]\nrate = {:.3}\n", rate.max(0.001))
     } else if value.get("latency").is_some() && value.get("overruns").is_some() {
         let interval = value["options"]["interval_ns"].as_u64().unwrap_or(1_000_000);
-        (
-            Workload::Cyclic,
-            format!("[tenant.cyclic]\ninterval = \"{}ns\"\n", interval.max(10_000)),
-        )
+        format!("[tenant.cyclic]\ninterval = \"{}ns\"\n", interval.max(10_000))
     } else {
         anyhow::bail!(BadResultFile(format!(
             "{} is neither an ontime crawl nor an ontime cyclic result",
@@ -112,34 +107,14 @@ pub fn import_record(run_dir: &Path) -> Result<RunRecord> {
         files.len()
     );
     let plan = crate::scenario::load_str(&scenario, &run_dir.join("run.json"))?;
-    let config = plan
-        .runs
-        .into_iter()
-        .next()
-        .map(|r| r.config)
-        .ok_or_else(|| anyhow::anyhow!("no run"))?;
+    let run = plan.runs.first().ok_or_else(|| anyhow::anyhow!("no run"))?;
+    let environment = crate::record::Environment::new(
+        manifest.clone(),
+        crate::record::WanDelayBy::None,
+        crate::record::IMPORTED_NOTE.into(),
+    );
     Ok(RunRecord {
         complete: true,
-        index: 0,
-        repetition: 1,
-        vars: Vec::new(),
-        config,
-        workload,
-        environment: crate::record::Environment {
-            manifest: manifest.clone(),
-            cgroup_version: None,
-            netem: false,
-            wan_delay_by: crate::record::WanDelayBy::None,
-            model_note: crate::record::IMPORTED_NOTE.into(),
-            rr_timeslice_ms: None,
-            notes: Vec::new(),
-            vm: None,
-        },
-        relay: None,
-        gateway: None,
-        observe: None,
-        io: None,
-        net: None,
         tenants: files
             .iter()
             .map(|(i, f)| crate::record::TenantOutcome {
@@ -148,12 +123,8 @@ pub fn import_record(run_dir: &Path) -> Result<RunRecord> {
                 exit: None,
             })
             .collect(),
-        started_utc: manifest.start_utc.clone(),
         finished_utc: manifest.end_utc.clone().unwrap_or_default(),
-        error: None,
-        simulated: None,
-        host_cpu: None,
-        reference: None,
+        ..RunRecord::new(run, environment, manifest.start_utc.clone())
     })
 }
 

@@ -1139,10 +1139,7 @@ fn validate_vm(c: &RunConfig) -> Result<()> {
         }
         return Ok(());
     }
-    let memory = match &t.memory {
-        Some(m) => parse_bytes(m).map_err(|e| anyhow!("tenant.memory: {e}"))?,
-        None => crate::vm::DEFAULT_GUEST_MEMORY,
-    };
+    let memory = t.guest_memory().map_err(anyhow::Error::msg)?;
     if memory < MIN_GUEST_MEMORY {
         bail!(
             "tenant.memory = {}: a QEMU guest needs at least {} MiB (its kernel and the probe)",

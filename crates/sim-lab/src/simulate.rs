@@ -24,7 +24,7 @@ use anyhow::{bail, Context, Result};
 use ontime_core::caps::Capabilities;
 use ontime_core::manifest::Manifest;
 use ontime_core::rt::{parse_cpu_list, Policy};
-use ontime_scenario::record::{Environment, RunRecord, SimTenant, Simulated, TenantOutcome, WanDelayBy, Workload};
+use ontime_scenario::record::{Environment, RunRecord, SimTenant, Simulated, TenantOutcome, WanDelayBy};
 use ontime_scenario::scenario::{Backend, LoadKind, Place, Plan, PlannedRun};
 
 use ontime_sim::crawl::{CrawlTenant, CrawlWorkload, HostIo};
@@ -601,42 +601,24 @@ pub fn write_runs(results: &Path, runs: &[SimRun]) -> Result<Vec<PathBuf>> {
         };
         let mut manifest = Manifest::start("simulated", Capabilities::default());
         manifest.finish();
+        let note = format!(
+            "Simulated by ontime sim (model {}), not measured: see docs/sim.md for what the model leaves out.",
+            r.simulated.model
+        );
         let record = RunRecord {
             complete: true,
-            index: r.planned.index,
-            repetition: r.planned.repetition,
-            vars: r.vars.clone(),
-            config: r.planned.config.clone(),
-            workload: if r.planned.config.tenant.cyclic.is_some() {
-                Workload::Cyclic
-            } else {
-                Workload::Crawl
-            },
-            environment: Environment {
-                manifest,
-                cgroup_version: None,
-                netem: false,
-                wan_delay_by: WanDelayBy::Simulator,
-                model_note: format!(
-                    "Simulated by ontime sim (model {}), not measured: see docs/sim.md for what the model leaves out.",
-                    r.simulated.model
-                ),
-                rr_timeslice_ms: r.planned.config.host.rr_timeslice.map(|n| n / 1_000_000),
-                notes: Vec::new(),
-                vm: None,
-            },
-            relay: None,
-            gateway: None,
             observe,
-            io: None,
-            net: None,
             tenants,
-            started_utc: now.clone(),
-            finished_utc: now,
-            error: None,
+            finished_utc: now.clone(),
             simulated: Some(r.simulated.clone()),
-            host_cpu: None,
-            reference: None,
+            ..RunRecord::new(
+                &r.planned,
+                Environment {
+                    rr_timeslice_ms: r.planned.config.host.rr_timeslice.map(|n| n / 1_000_000),
+                    ..Environment::new(manifest, WanDelayBy::Simulator, note)
+                },
+                now,
+            )
         };
         ontime_core::fsio::write_atomic(&dir.join("run.json"), serde_json::to_string_pretty(&record)?.as_bytes())?;
         out.push(dir);

@@ -15,6 +15,19 @@ pub fn lab_root_or_skip(more: &[&str]) -> bool {
         && ontime_testkit::tools_or_skip(more)
 }
 
+/// `ontime lab run SCENARIO -o RESULTS` in the background, quiet.
+pub fn spawn_lab(scenario: &std::path::Path, results: &std::path::Path) -> std::process::Child {
+    ontime()
+        .args(["lab", "run"])
+        .arg(scenario)
+        .arg("-o")
+        .arg(results)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn ontime lab run")
+}
+
 /// Removes whatever a failed test left (`lab clean`), on drop.
 pub struct CleanOnDrop;
 
