@@ -43,7 +43,7 @@ pub enum Event<'a> {
 }
 
 /// What makes one run happen on this host. The lab's own is
-/// [`crate::stages::Sandboxes`] (namespaces, cgroups, the relay: root);
+/// `stages::Sandboxes` (namespaces, cgroups, the relay: root);
 /// tests give the orchestration below a host that writes results without
 /// any of that.
 pub trait RunHost {

@@ -10,7 +10,7 @@
 //! VMs). Every action is logged.
 //!
 //! It runs as one thread that owns the plane (BPF objects are not `Send`);
-//! the HTTP API ([`crate::api`]) talks to it through [`ControllerHandle`].
+//! the HTTP API (the `api` module) talks to it through [`ControllerHandle`].
 use crate::channel::{self, Admitted, ChannelKind, ChannelSpec, Link, Refusal};
 use crate::edf::{SwitchTable, MAX_CHANNELS};
 use anyhow::{Context, Result};
@@ -75,7 +75,7 @@ pub struct Miss {
 }
 
 /// What the controller programs on the hosts: the stamp and the check.
-/// The BPF data path implements it ([`crate::datapath`]); tests use a fake.
+/// The BPF data path implements it (the `datapath` module); tests use a fake.
 pub trait Plane {
     /// Puts a channel into the sender's stamp (and its relative deadline
     /// into the receivers' checks).

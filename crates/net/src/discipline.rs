@@ -4,7 +4,7 @@
 //!
 //! [`DelayLine`] is the WAN of the lab: every frame leaves a fixed delay
 //! after it arrived, behind the frames ahead of it on a rate-limited link.
-//! Document 003's EDF and WFQ are [`crate::edf::ChannelScheduler`].
+//! Document 003's EDF and WFQ are the `edf` module's `ChannelScheduler`.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

@@ -1120,6 +1120,16 @@ fn validate(c: &RunConfig) -> Result<()> {
     validate_loads(c)
 }
 
+impl TenantTemplate {
+    /// A QEMU tenant's guest memory: `tenant.memory`, else the default.
+    pub fn guest_memory(&self) -> Result<u64, String> {
+        match &self.memory {
+            Some(m) => ontime_core::size::parse_bytes(m).map_err(|e| format!("tenant.memory: {e}")),
+            None => Ok(crate::vm::DEFAULT_GUEST_MEMORY),
+        }
+    }
+}
+
 /// QEMU tenants' settings, and that nobody else uses them.
 fn validate_vm(c: &RunConfig) -> Result<()> {
     use crate::vm::{DiskModel, NicModel, MIN_GUEST_MEMORY};

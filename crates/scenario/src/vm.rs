@@ -135,13 +135,3 @@ pub struct VmConfig {
 pub const MIN_GUEST_MEMORY: u64 = 128 << 20;
 /// The guest's memory when `tenant.memory` is not given.
 pub const DEFAULT_GUEST_MEMORY: u64 = 256 << 20;
-
-impl crate::scenario::TenantTemplate {
-    /// A QEMU tenant's guest memory: `tenant.memory`, else the default.
-    pub fn guest_memory(&self) -> Result<u64, String> {
-        match &self.memory {
-            Some(m) => ontime_core::size::parse_bytes(m).map_err(|e| format!("tenant.memory: {e}")),
-            None => Ok(DEFAULT_GUEST_MEMORY),
-        }
-    }
-}

@@ -3,7 +3,7 @@
 //! thread wakes (timer slack, interrupts), drawn per send, and stalls of
 //! the whole host (a VM's vCPUs descheduled by its hypervisor: every
 //! thread stops at once), drawn as a Poisson process that the engine
-//! runs ([`crate::engine::run_with_stalls`]).
+//! runs (`engine::run_with_stalls`).
 
 use ontime_core::stats::{Summary, PERCENTILES};
 use rand::rngs::SmallRng;
