@@ -15,7 +15,7 @@
 # changes); the kit goes to $ONTIME_GUEST_KIT (default
 # /var/cache/ontime/guest-kit). Needs root (apt) the first time.
 set -euo pipefail
-version=3
+version=4
 here="$(cd "$(dirname "$0")/.." && pwd)"
 dest="${ONTIME_GUEST_KIT:-/var/cache/ontime/guest-kit}"
 if [ -s "$dest/vmlinuz" ] && [ -s "$dest/initrd.gz" ] && [ "$(cat "$dest/VERSION" 2>/dev/null)" = "$version" ]; then
@@ -35,7 +35,7 @@ dpkg-deb -x linux-image-*.deb kernel
 dpkg-deb -x busybox-static_*.deb busybox
 mkdir -p root/bin root/proc root/dev root/sys root/host root/etc
 cp busybox/bin/busybox root/bin/busybox
-for applet in sh sleep mount umount cat sed uname date insmod ip chroot mkdir poweroff sync ls echo tr cut head grep basename; do
+for applet in sh sleep mount umount cat sed uname date insmod ip chroot mkdir poweroff sync ls echo tr cut head grep basename kill; do
   ln -s busybox "root/bin/$applet"
 done
 cp "$here/crates/profile/agent/ontime-guest-agent.sh" root/bin/ontime-guest-agent
@@ -108,6 +108,22 @@ if [ "$work" = lab ]; then
     done
     break
   done
+  # A stop request (the host writes "stop" to the second serial port, as
+  # Ctrl-C asks a sandbox's probe): the probe gets SIGTERM and writes what
+  # it measured, then the job ends and the guest powers off as usual.
+  if [ -c /dev/ttyS1 ]; then
+    (
+      while read -r cmd < /dev/ttyS1; do
+        [ "$cmd" = stop ] || continue
+        echo "ontime-guest-stop"
+        pid=/host/run/ontime-probe.pid
+        n=0
+        while [ ! -s "$pid" ] && [ "$n" -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
+        [ -s "$pid" ] && kill -TERM "$(cat "$pid")"
+        break
+      done
+    ) &
+  fi
   echo "ontime-guest-ready lab"
   chroot /host /bin/sh "$job"
   echo "$?" > "/host$run/$(basename "$job" .sh).exit"

@@ -28,8 +28,8 @@ fn vm_or_skip() -> bool {
         return false;
     }
     let version = std::fs::read_to_string(kit_dir().join("VERSION")).unwrap_or_default();
-    if version.trim().parse::<u32>().unwrap_or(0) < 3 {
-        ontime_testkit::skip("no guest kit (version 3): run scripts/guest-kit.sh (scripts/setup.sh does)");
+    if version.trim().parse::<u32>().unwrap_or(0) < 4 {
+        ontime_testkit::skip("no guest kit (version 4): run scripts/guest-kit.sh (scripts/setup.sh does)");
         return false;
     }
     true
@@ -227,6 +227,63 @@ fn a_killed_runner_leaves_what_lab_clean_removes_of_its_guests() {
     );
     let out = ontime().args(["lab", "clean"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    nothing_left();
+}
+
+/// Ctrl-C keeps what the guests measured: the runner asks each guest's job
+/// to stop (its second serial port) instead of ending QEMU, the probe
+/// inside writes its result and the guest powers off.
+#[test]
+fn a_stopped_run_keeps_what_its_guest_measured() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !vm_or_skip() {
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let dir = tempfile::tempdir().unwrap();
+    let sc = dir.path().join("long.toml");
+    std::fs::write(
+        &sc,
+        "name = 'long'\nduration = '300s'\n[tenant]\ncount = 1\nbackend = 'qemu'\n[tenant.crawl]\nrate = 20\n",
+    )
+    .unwrap();
+    let mut runner = common::spawn_lab(&sc, &dir.path().join("r"));
+    let run = dir.path().join("r/runs/000-rep1");
+    // Stopped once the gateway on the host has logged the guest's polls.
+    let polls_logged = || {
+        std::fs::read_to_string(run.join("gateway.recv.log"))
+            .is_ok_and(|t| t.lines().filter(|l| !l.starts_with('#')).count() >= 10)
+    };
+    ontime_testkit::wait_until(
+        "the guest's polls at the gateway",
+        Duration::from_secs(240),
+        polls_logged,
+    );
+    // SAFETY: our own child, not yet reaped.
+    unsafe { libc::kill(runner.id() as i32, libc::SIGINT) };
+    let status = runner.wait().unwrap();
+    let console = std::fs::read_to_string(run.join("t0.console.log")).unwrap_or_default();
+    assert!(
+        console.contains("ontime-guest-stop"),
+        "the guest took the request: {console}"
+    );
+    assert!(
+        console.contains("ontime-guest-done"),
+        "the guest finished its job: {console}"
+    );
+    let rec = read_json(&run.join("run.json"));
+    assert_eq!(rec["complete"], false, "a stopped run is not complete: {rec}");
+    assert!(rec["error"].is_null(), "{rec} (runner {status})");
+    let t0 = read_json(&run.join("t0.json"));
+    assert_eq!(t0["interrupted"], true, "{t0}");
+    assert!(t0["polls"]["ok"].as_u64().unwrap_or(0) > 0, "{t0}");
+    assert_eq!(rec["tenants"][0]["exit"], 0, "{rec}");
+    let leftover_fifos: Vec<_> = std::fs::read_dir(&run)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(".control."))
+        .collect();
+    assert!(leftover_fifos.is_empty(), "{leftover_fifos:?}");
     nothing_left();
 }
 

@@ -41,7 +41,7 @@ pub const KVM_BOOT_LIMIT: Duration = Duration::from_secs(5);
 /// boots in 5 to 30 s).
 const BOOT_LIMIT: Duration = Duration::from_secs(180);
 /// The kit's version this code boots (scripts/guest-kit.sh's `version`).
-const KIT_VERSION: u32 = 3;
+const KIT_VERSION: u32 = 4;
 /// The tap QEMU creates in the tenant's namespace, and the bridge.
 const TAP: &str = "vm0";
 const BRIDGE: &str = "br0";
@@ -354,7 +354,7 @@ fn job_script(c: &RunConfig, i: usize, dir: &Path, exe: &Path, has_disk: bool) -
     }
     let spec = dir.join(format!("t{i}.probe.json"));
     s.push_str(&format!(
-        "{} probe {} >{} 2>{}\nrc=$?\nkill $(jobs -p) 2>/dev/null\nexit $rc\n",
+        "{} probe {} >{} 2>{} &\necho $! >/run/ontime-probe.pid\nwait $!\nrc=$?\nkill $(jobs -p) 2>/dev/null\nexit $rc\n",
         shell_quote(&exe.display().to_string()),
         shell_quote(&spec.display().to_string()),
         shell_quote(&dir.join(format!("t{i}.out")).display().to_string()),
@@ -370,6 +370,65 @@ pub struct GuestFiles {
     console: PathBuf,
     exit_file: PathBuf,
     started: Instant,
+    control: GuestControl,
+}
+
+/// Tenant `i`'s control channel: QEMU's pipe chardev opens `PATH.in` (what
+/// the guest reads on ttyS1) and `PATH.out`.
+fn control_path(dir: &Path, i: usize) -> PathBuf {
+    dir.join(format!("t{i}.control"))
+}
+
+/// The FIFOs of a guest's control channel, removed when dropped.
+struct GuestControl {
+    base: PathBuf,
+}
+
+impl GuestControl {
+    fn fifos(base: &Path) -> [PathBuf; 2] {
+        [".in", ".out"].map(|end| {
+            let mut f = base.as_os_str().to_owned();
+            f.push(end);
+            PathBuf::from(f)
+        })
+    }
+
+    fn make(base: PathBuf) -> Result<GuestControl> {
+        for f in Self::fifos(&base) {
+            // Left by a run killed before it cleaned up (--resume).
+            let _ = std::fs::remove_file(&f);
+            let c = std::ffi::CString::new(f.as_os_str().as_encoded_bytes())
+                .with_context(|| format!("{}: not a path QEMU can open", f.display()))?;
+            // SAFETY: a valid NUL-terminated path.
+            if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+                return Err(std::io::Error::last_os_error())
+                    .with_context(|| format!("cannot make the guest's control FIFO {}", f.display()));
+            }
+        }
+        Ok(GuestControl { base })
+    }
+
+    /// Writes the stop request; false when nobody reads the FIFO (QEMU is
+    /// gone) or it cannot be written.
+    fn request_stop(&self) -> bool {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let [input, _] = Self::fifos(&self.base);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(input)
+            .and_then(|mut f| f.write_all(b"stop\n"))
+            .is_ok()
+    }
+}
+
+impl Drop for GuestControl {
+    fn drop(&mut self) {
+        for f in Self::fifos(&self.base) {
+            let _ = std::fs::remove_file(f);
+        }
+    }
 }
 
 /// What a run's guests share.
@@ -468,6 +527,10 @@ impl GuestSetup {
         }
         cmd.args(["-append", &append, "-serial"])
             .arg(format!("file:{}", dir.join(format!("t{i}.console.log")).display()));
+        // The second serial port carries the host's stop request (ttyS1).
+        cmd.arg("-chardev")
+            .arg(format!("pipe,id=ctl,path={}", control_path(dir, i).display()))
+            .args(["-serial", "chardev:ctl"]);
         cmd.args([
             "-fsdev",
             "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
@@ -540,9 +603,20 @@ impl GuestSetup {
         std::fs::set_permissions(&ifup, std::fs::Permissions::from_mode(0o755))?;
         let exit_file = dir.join(format!("t{i}.guest.exit"));
         let _ = std::fs::remove_file(&exit_file);
+        let control = GuestControl::make(control_path(dir, i))?;
         let mut cmd = self.command(c, t, dir);
         cmd.stderr(std::fs::File::create(dir.join(format!("t{i}.qemu.err")))?);
-        let qemu = t.spawn(&mut cmd, false, SpawnOptions::default())?;
+        // Its own process group: Ctrl-C at the terminal must not reach QEMU
+        // (it would end the guest at once, and its probe's results with
+        // it); the runner asks the guest to stop instead.
+        let qemu = t.spawn(
+            &mut cmd,
+            false,
+            SpawnOptions {
+                own_group: true,
+                ..Default::default()
+            },
+        )?;
         Ok((
             qemu,
             GuestFiles {
@@ -550,6 +624,7 @@ impl GuestSetup {
                 console: dir.join(format!("t{i}.console.log")),
                 exit_file,
                 started: Instant::now(),
+                control,
             },
         ))
     }
@@ -584,6 +659,13 @@ impl GuestFiles {
             )
         })?;
         Ok(self.started.elapsed().as_secs_f64())
+    }
+
+    /// Asks the guest's job to stop (its probe writes what it measured, as
+    /// a sandbox probe does on SIGTERM); false when the request could not
+    /// be delivered.
+    pub fn request_stop(&self) -> bool {
+        self.control.request_stop()
     }
 
     /// The job's exit status once QEMU has ended: what the guest wrote, or

@@ -124,7 +124,7 @@ fn one_run(
             .push("page cache dropped before the run (host-wide)".into());
     }
     let io_observer = if c.observe.io {
-        match crate::iorec::start(&lab, dir) {
+        match crate::iorec::start(&lab, dir, c.observe.io_calls) {
             Ok(o) => Some(o),
             Err(e) => {
                 rec.io = Some(ontime_scenario::record::IoOutcome {
@@ -153,7 +153,7 @@ fn one_run(
         hold_for(run, opts, on);
         Vec::new()
     } else {
-        wait_for_probes(run, &mut probes, opts, on)?
+        wait_for_probes(run, &mut probes, &guest_files, opts, on)?
     };
     // A guest's process ends with the guest; its job's status is the probe's.
     for (k, f) in guest_files.iter().enumerate() {
@@ -534,18 +534,25 @@ fn hold_for(run: &PlannedRun, opts: &RunnerOptions, on: &mut dyn FnMut(Event)) {
     }
 }
 
+/// How long a stopped guest may take to write its results and power off.
+const GUEST_STOP_LIMIT: Duration = Duration::from_secs(30);
+
 /// Stage 7: waits for every probe to exit; a stop request (Ctrl-C) is
-/// passed on to them so they write what they measured. Returns their exit
-/// codes in order.
+/// passed on to them so they write what they measured: SIGINT to a
+/// sandbox's probe, a stop request to a guest's job (`guests`, in the
+/// order of `probes`), whose QEMU gets SIGTERM only if the guest is not
+/// down within [`GUEST_STOP_LIMIT`]. Returns their exit codes in order.
 fn wait_for_probes(
     run: &PlannedRun,
     probes: &mut [(usize, ChildProcess)],
+    guests: &[crate::qemu::GuestFiles],
     opts: &RunnerOptions,
     on: &mut dyn FnMut(Event),
 ) -> Result<Vec<Option<i32>>> {
     let t0 = Instant::now();
     let mut exits: Vec<Option<i32>> = vec![None; probes.len()];
-    let mut signalled = false;
+    let mut signalled: Option<Instant> = None;
+    let mut guests_forced = false;
     loop {
         let mut running = 0;
         for (k, (_, child)) in probes.iter_mut().enumerate() {
@@ -560,11 +567,28 @@ fn wait_for_probes(
         if running == 0 {
             return Ok(exits);
         }
-        if opts.stop.load(Ordering::Relaxed) && !signalled {
-            for (_, c) in probes.iter() {
-                c.signal(libc::SIGINT);
+        if opts.stop.load(Ordering::Relaxed) && signalled.is_none() {
+            for (k, (_, c)) in probes.iter().enumerate() {
+                match guests.get(k) {
+                    Some(g) if exits[k].is_none() => {
+                        if !g.request_stop() {
+                            c.signal(libc::SIGTERM);
+                        }
+                    }
+                    Some(_) => {}
+                    None => c.signal(libc::SIGINT),
+                }
             }
-            signalled = true;
+            signalled = Some(Instant::now());
+        }
+        // A guest that did not take the request (still booting, hung).
+        if !guests_forced && signalled.is_some_and(|at| at.elapsed() > GUEST_STOP_LIMIT) {
+            for (k, (_, c)) in probes.iter().enumerate().take(guests.len()) {
+                if exits[k].is_none() {
+                    c.signal(libc::SIGTERM);
+                }
+            }
+            guests_forced = true;
         }
         // dd and Postmark make whole passes over their data, however long
         // the tenant's memory and disk make them; fio and the probes stop
