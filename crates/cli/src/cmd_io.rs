@@ -23,9 +23,9 @@ pub struct IoArgs {
 
 #[derive(Subcommand)]
 enum IoAction {
-    /// Record the tenants' file I/O (syscall tracepoints, filtered by cgroup in
-    /// the kernel), their virtual disks' and the physical disk's block requests,
-    /// and the guest and host caches, on one clock
+    /// Record the tenants' I/O (their threads' read/write counters, or every
+    /// file call with --calls), their virtual disks' and the physical disk's
+    /// block requests, and the guest and host caches, on one clock
     Record(IoRecordArgs),
     /// Per tenant and layer: operations, bytes, sizes, latency; what the guest
     /// and the host cache absorbed; splits and merges
@@ -65,9 +65,17 @@ struct IoRecordArgs {
     /// How often the ring is drained to the file
     #[arg(long, default_value = "100ms", value_parser = parse_ns)]
     drain_every: u64,
-    /// How often the caches' sizes and the memory cgroups are sampled
+    /// How often the caches' sizes, the memory cgroups and the threads' I/O
+    /// counters are sampled
     #[arg(long, default_value = "250ms", value_parser = parse_ns)]
     state_every: u64,
+    /// Trace every read, write, fsync and open on a file (sizes, latency,
+    /// files, O_DIRECT share) through the syscall tracepoints. They put every
+    /// system call of every task on the kernel's slow path: on this VM a
+    /// cached 4 KiB read ran at a third of its speed (bench/results.md).
+    /// Without it the application layer is each thread's I/O counters
+    #[arg(long)]
+    calls: bool,
     /// Print the report when the recording ends
     #[arg(long)]
     report: bool,
@@ -154,6 +162,11 @@ fn record(a: IoRecordArgs) -> anyhow::Result<()> {
         output: a.output.clone(),
         drain_every: Duration::from_nanos(a.drain_every),
         state_every: Duration::from_nanos(a.state_every),
+        app_layer: if a.calls {
+            ontime_trace::io::AppLayer::Calls
+        } else {
+            ontime_trace::io::AppLayer::Counters
+        },
     };
     let stop = Arc::new(AtomicBool::new(false));
     crate::signals::install_flag(stop.clone())?;

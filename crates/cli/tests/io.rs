@@ -139,9 +139,13 @@ impl Rig {
         panic!("the tenant's page cache did not empty: {} bytes left", cached());
     }
 
-    fn record(&self, out: &Path) -> Child {
+    /// `ontime io record` of the tenant: every file call (`calls`) or its
+    /// threads' counters.
+    fn record(&self, out: &Path, calls: bool) -> Child {
         let mut child = ontime()
-            .args(["io", "record", "--cgroup"])
+            .args(["io", "record"])
+            .args(calls.then_some("--calls"))
+            .arg("--cgroup")
             .arg(format!("{}={}", self.name, self.cgroups[0].display()))
             .arg("--disk")
             .arg(format!("{}={}", self.name, self.image.display()))
@@ -164,10 +168,15 @@ impl Rig {
         child
     }
 
-    /// Records `cmd` run in the tenant; returns the tenant's report (JSON).
+    /// Records every call of `cmd` run in the tenant; returns the tenant's
+    /// report (JSON).
     fn layers_of(&self, dir: &Path, label: &str, cmd: &str) -> serde_json::Value {
+        self.layers(dir, label, cmd, true)
+    }
+
+    fn layers(&self, dir: &Path, label: &str, cmd: &str, calls: bool) -> serde_json::Value {
         let out = dir.join(format!("{label}.otrec"));
-        let mut rec = self.record(&out);
+        let mut rec = self.record(&out, calls);
         self.run_in(cmd);
         // SAFETY: plain kill(2) on our child.
         unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
@@ -176,6 +185,7 @@ impl Rig {
         assert!(report.status.success(), "{}", String::from_utf8_lossy(&report.stderr));
         let v: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
         assert_eq!(v["lost"], 0, "{label}: events lost");
+        assert_eq!(v["app_layer"], if calls { "calls" } else { "counters" }, "{label}");
         let text = ontime().args(["io", "report"]).arg(&out).output().unwrap();
         println!("--- {label}\n{}", String::from_utf8_lossy(&text.stdout));
         v["tenants"][0].clone()
@@ -289,6 +299,57 @@ fn buffered_disk_layers_match_the_workload_and_absorption_flips_with_the_caches(
     assert_eq!(bytes(&t, "application", "read"), 16 * MIB);
     assert_eq!(bytes(&t, "virtual_disk", "read"), 16 * MIB);
     assert_eq!(t["direct_share"].as_f64(), Some(1.0));
+    assert!(share(&t, "guest_cache_reads") < 0.01, "{t}");
+}
+
+/// What a shell and dd or cat read and write besides the data: the
+/// dynamic loader's ELF headers, the shell's `echo $$` into the cgroup.
+const COUNTER_ALLOWANCE: u64 = 64 << 10;
+
+/// The default mode: no syscall tracepoint, the application layer from the
+/// threads' counters. dd and cat start and end inside the recording, so
+/// everything they did reaches the report through the exit program.
+#[test]
+fn counters_see_what_short_lived_processes_moved_without_syscall_tracing() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !ontime_testkit::root_or_skip("io recording and loop devices") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rig = Rig::new("ontime-iotest-c", false);
+    let f = rig.mount.join("f");
+    let f = f.display();
+    let t = rig.layers(
+        dir.path(),
+        "counted-write",
+        &format!("dd if=/dev/zero of={f} bs=1M count=16 conv=fsync status=none"),
+        false,
+    );
+    let w = bytes(&t, "application", "write");
+    assert!(
+        (16 * MIB..=16 * MIB + COUNTER_ALLOWANCE).contains(&w),
+        "application wrote {w}"
+    );
+    let writes = t["application"]["write"]["ops"].as_u64().unwrap();
+    assert!((16..=32).contains(&writes), "{writes} write calls for 16 x 1 MiB");
+    assert!(
+        t["application"]["write"]["latency"].is_null(),
+        "counters have no latency: {t}"
+    );
+    let v = bytes(&t, "virtual_disk", "write");
+    assert!((16 * MIB..=16 * MIB + METADATA).contains(&v), "virtual disk wrote {v}");
+    // dd reads /dev/zero: the counters see every read, files or not.
+    assert!(bytes(&t, "application", "read") >= 16 * MIB, "{t}");
+
+    drop_all_caches(&[&rig.image, &rig.mount.join("f")]);
+    let t = rig.layers(dir.path(), "counted-cold", &format!("cat {f} > /dev/null"), false);
+    let r = bytes(&t, "application", "read");
+    assert!(
+        (16 * MIB..=16 * MIB + COUNTER_ALLOWANCE).contains(&r),
+        "application read {r}"
+    );
+    let v = bytes(&t, "virtual_disk", "read");
+    assert!((16 * MIB..=16 * MIB + METADATA).contains(&v), "virtual disk read {v}");
     assert!(share(&t, "guest_cache_reads") < 0.01, "{t}");
 }
 

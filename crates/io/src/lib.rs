@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use ontime_core::duration::format_ns;
 use ontime_core::stats::{LatencyHistogram, Summary};
-use ontime_trace::io::{IoEvent, IoOp, TenantDisk, NO_GROUP};
+use ontime_trace::io::{AppLayer, IoEvent, IoOp, TenantDisk, NO_GROUP};
 use ontime_trace::recording::Recording;
 use serde::{Deserialize, Serialize};
 
@@ -190,6 +190,10 @@ pub struct IoAnalysis {
     pub physical_other: LayerStats,
     pub physical_counters: Vec<BlockCounters>,
     pub unavailable: Vec<String>,
+    /// How the recording saw the application layer: every call, or each
+    /// thread's counters (bytes and calls only, pipes and sockets too).
+    #[serde(default)]
+    pub app_layer: AppLayer,
 }
 
 /// Accumulates one layer.
@@ -365,6 +369,9 @@ pub fn analyze(rec: &Recording, path: &Path) -> Result<IoAnalysis> {
         }
     }
 
+    if io.app_layer == AppLayer::Counters {
+        app_from_counters(rec, start, bin_ns, &mut app, &mut series);
+    }
     let bin_s = bin_ns as f64 / 1e9;
     let mut tenants = Vec::with_capacity(n);
     let mut accs = app
@@ -442,7 +449,65 @@ pub fn analyze(rec: &Recording, path: &Path) -> Result<IoAnalysis> {
         physical_other: phys_other.finish(),
         physical_counters,
         unavailable: rec.meta.unavailable.clone(),
+        app_layer: io.app_layer,
     })
+}
+
+/// The application layer of a recording without per-call tracing: each
+/// group's counters at the last state sample, and their growth between
+/// samples spread over the series' bins.
+fn app_from_counters(rec: &Recording, start: u64, bin_ns: u64, app: &mut [LayerAcc], series: &mut [Vec<SeriesPoint>]) {
+    let mut prev: HashMap<u32, (u64, u64, u64)> = HashMap::new();
+    for st in &rec.io_states {
+        for c in &st.apps {
+            let g = c.group as usize;
+            let Some(acc) = app.get_mut(g) else { continue };
+            acc.stats.read.ops = c.syscr;
+            acc.stats.read.bytes = c.rchar;
+            acc.stats.write.ops = c.syscw;
+            acc.stats.write.bytes = c.wchar;
+            let (t0, r0, w0) = prev.insert(c.group, (st.ts, c.rchar, c.wchar)).unwrap_or((start, 0, 0));
+            if let Some(points) = series.get_mut(g) {
+                spread(points, start, bin_ns, t0, st.ts, c.rchar.saturating_sub(r0), |p| {
+                    &mut p.app_read
+                });
+                spread(points, start, bin_ns, t0, st.ts, c.wchar.saturating_sub(w0), |p| {
+                    &mut p.app_write
+                });
+            }
+        }
+    }
+}
+
+/// Adds `bytes` moved evenly over [from, to) to the bins it covers.
+fn spread(
+    points: &mut [SeriesPoint],
+    start: u64,
+    bin_ns: u64,
+    from: u64,
+    to: u64,
+    bytes: u64,
+    field: impl Fn(&mut SeriesPoint) -> &mut f64,
+) {
+    if bytes == 0 || points.is_empty() {
+        return;
+    }
+    let (from, to) = (from.max(start) - start, to.max(start) - start);
+    if to <= from {
+        let i = ((to / bin_ns) as usize).min(points.len() - 1);
+        *field(&mut points[i]) += bytes as f64;
+        return;
+    }
+    let per_ns = bytes as f64 / (to - from) as f64;
+    let mut t = from;
+    while t < to {
+        let i = (t / bin_ns) as usize;
+        let bin_end = ((t / bin_ns) + 1) * bin_ns;
+        let upto = bin_end.min(to);
+        let Some(p) = points.get_mut(i) else { break };
+        *field(p) += per_ns * (upto - t) as f64;
+        t = upto;
+    }
 }
 
 /// A bin of about a sixtieth of the recording, at least 100 ms, rounded to 1-2-5.
@@ -589,6 +654,11 @@ pub fn text(a: &IoAnalysis) -> String {
     }
     for u in &a.unavailable {
         s.push_str(&format!("not recorded: {u}\n"));
+    }
+    if a.app_layer == AppLayer::Counters {
+        s.push_str(
+            "application layer: each thread's I/O counters (every read and write, files or not; no sizes, latency or files: record with --calls for those)\n",
+        );
     }
     for t in &a.tenants {
         s.push('\n');

@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::Result;
-use ontime_trace::io::{IoRecordOptions, IoRecordSummary};
+use ontime_trace::io::{AppLayer, IoRecordOptions, IoRecordSummary};
 use ontime_trace::recording::Recording;
 use ontime_trace::targets::{CgroupRoot, TargetGroup, Targets};
 
@@ -21,7 +21,7 @@ pub struct IoObserver {
     handle: JoinHandle<Result<IoRecordSummary>>,
 }
 
-pub fn start(lab: &Lab, dir: &Path) -> Result<IoObserver> {
+pub fn start(lab: &Lab, dir: &Path, calls: bool) -> Result<IoObserver> {
     let root = CgroupRoot::detect()?;
     let mut groups = Vec::new();
     let mut images = Vec::new();
@@ -42,6 +42,7 @@ pub fn start(lab: &Lab, dir: &Path) -> Result<IoObserver> {
         output: dir.join("io.otrec"),
         drain_every: Duration::from_millis(100),
         state_every: Duration::from_millis(250),
+        app_layer: if calls { AppLayer::Calls } else { AppLayer::Counters },
     };
     let (stop, handle) = crate::observe::spawn_recorder("io-record", move |stop, ready| {
         ontime_trace::io::record(&opts, stop, None, ready)

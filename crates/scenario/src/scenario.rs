@@ -718,6 +718,11 @@ pub struct ObserveSpec {
     /// each cache absorbed.
     #[serde(default)]
     pub io: bool,
+    /// The I/O recorder traces every file call (sizes, latency, files) at
+    /// the application layer instead of reading the threads' counters; it
+    /// slows every system call on the host (`ontime io record --calls`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub io_calls: bool,
 }
 
 impl Default for ObserveSpec {
@@ -726,6 +731,7 @@ impl Default for ObserveSpec {
             recorder: Recorder::Ontime,
             profile: None,
             io: false,
+            io_calls: false,
         }
     }
 }
@@ -1058,6 +1064,9 @@ fn validate(c: &RunConfig) -> Result<()> {
             bail!("[net] needs sandbox tenants (their network namespaces carry the stamp and the check)");
         }
         return validate_loads(c);
+    }
+    if c.observe.io_calls && !c.observe.io {
+        bail!("observe.io_calls says how observe.io records: set io = true too");
     }
     if c.observe.io && t.disk.is_none() {
         bail!("observe.io records the tenants' disks: add [tenant.disk] (size = \"1G\")");

@@ -42,6 +42,10 @@ pub struct IoRecordOptions {
     pub drain_every: Duration,
     /// How often cache and memory state is sampled.
     pub state_every: Duration,
+    /// How the application layer is seen: every call (the syscall
+    /// tracepoints, which slow every system call on the host) or each
+    /// thread's counters.
+    pub app_layer: AppLayer,
 }
 
 /// What a recording cost and produced.
@@ -186,12 +190,43 @@ mod bpf_record {
         last_state: MonoNs,
         state_every_ns: u64,
         events: u64,
+        /// The application layer's counters (without per-call tracing).
+        apps: Option<crate::io_app::AppCounterReader>,
+    }
+
+    /// What the tracked groups' exited threads did (the exit program's
+    /// sums), per group index.
+    fn exited_io(skel: &IoSkel, groups: usize) -> HashMap<u32, crate::io_app::ThreadIo> {
+        (0..groups as u32)
+            .filter_map(|g| {
+                let v = skel.maps.exited_io.lookup(&g.to_ne_bytes(), MapFlags::ANY).ok()??;
+                (v.len() >= 32).then(|| {
+                    (
+                        g,
+                        crate::io_app::ThreadIo {
+                            rchar: u64_at(&v, 0),
+                            wchar: u64_at(&v, 8),
+                            syscr: u64_at(&v, 16),
+                            syscw: u64_at(&v, 24),
+                        },
+                    )
+                })
+            })
+            .collect()
     }
 
     impl IoCapture<'_, '_> {
-        /// The caches and devices now.
-        fn state(&self) -> IoState {
+        /// The caches, devices and application counters now.
+        fn state(&mut self) -> IoState {
+            let apps = match self.apps.as_mut() {
+                Some(r) => {
+                    let exited = exited_io(&self.skel, self.targets.groups.len());
+                    r.sample(self.targets, &exited)
+                }
+                None => Vec::new(),
+            };
             IoState {
+                apps,
                 ts: MonoNs::now().0,
                 images: self
                     .images
@@ -293,15 +328,29 @@ mod bpf_record {
         let mut open = IoSkelBuilder::default()
             .open(&mut object)
             .context("opening the BPF I/O probes failed")?;
+        let calls = opts.app_layer == AppLayer::Calls;
+        {
+            use libbpf_rs::skel::OpenSkel as _;
+            for mut prog in open.open_object_mut().progs_mut() {
+                let name = prog.name().to_string_lossy().into_owned();
+                let syscall = name.starts_with("enter_") || name.starts_with("exit_");
+                // Either every call, or each thread's counters and its exit.
+                if syscall != calls || (calls && name == "task_exit") {
+                    prog.set_autoload(false);
+                }
+            }
+        }
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.cgroup_v1 = root.as_ref().map(|r| r.v1).unwrap_or(false);
             ro.wakeup_threshold = 8 << 20;
         }
-        let skel = open.load().map_err(|e| {
-            anyhow::anyhow!(
-                "loading the BPF I/O probes failed: {e}. They need root (CAP_BPF and CAP_PERFMON), a kernel with BTF and the syscall tracepoints (CONFIG_FTRACE_SYSCALLS)"
+        let skel =
+            open.load().map_err(|e| {
+                anyhow::anyhow!(
+                "loading the BPF I/O probes failed: {e}. They need root (CAP_BPF and CAP_PERFMON), a kernel with BTF{}",
+                if calls { " and the syscall tracepoints (CONFIG_FTRACE_SYSCALLS)" } else { "" }
             )
-        })?;
+            })?;
         for (gi, g) in targets.groups.iter().enumerate() {
             for &pid in &g.pids {
                 skel.maps
@@ -332,6 +381,19 @@ mod bpf_record {
         }
         let mut cgroup_ids: HashMap<u64, u32> = HashMap::new();
         add_cgroups(&skel, targets, &mut cgroup_ids)?;
+        // The counters each living thread starts from: the exit program
+        // subtracts them, the reader too.
+        let apps = (!calls).then(|| crate::io_app::AppCounterReader::start(targets));
+        for (tid, io) in apps.iter().flat_map(|a| a.baselines()) {
+            let mut v = Vec::with_capacity(32);
+            for x in [io.rchar, io.wchar, io.syscr, io.syscw] {
+                v.extend_from_slice(&x.to_ne_bytes());
+            }
+            skel.maps
+                .io_baseline
+                .update(&tid.to_ne_bytes(), &v, MapFlags::ANY)
+                .context("giving the BPF exit counter a thread's baseline")?;
+        }
 
         let staged: Rc<RefCell<Staged>> = Rc::new(RefCell::new((Vec::with_capacity(1 << 20), Vec::new())));
         let staged_cb = staged.clone();
@@ -369,14 +431,22 @@ mod bpf_record {
             .collect();
 
         // libbpf attaches tracepoint programs through tracefs event ids.
-        let _tracefs = crate::tracefs::Tracefs::ensure(
-            "syscalls/sys_enter_read",
-            "the syscall tracepoints (CONFIG_FTRACE_SYSCALLS)",
-        )?;
+        let _tracefs = if calls {
+            crate::tracefs::Tracefs::ensure(
+                "syscalls/sys_enter_read",
+                "the syscall tracepoints (CONFIG_FTRACE_SYSCALLS)",
+            )?
+        } else {
+            crate::tracefs::Tracefs::ensure("sched/sched_process_exit", "the scheduler tracepoints")?
+        };
         crate::tracefs::Tracefs::ensure("block/block_rq_issue", "the block tracepoints (CONFIG_BLOCK)")?;
         let mut skel = skel;
-        skel.attach()
-            .context("attaching the BPF I/O probes to the syscall and block tracepoints failed")?;
+        skel.attach().with_context(|| {
+            format!(
+                "attaching the BPF I/O probes to the {} and block tracepoints failed",
+                if calls { "syscall" } else { "process exit" }
+            )
+        })?;
         let start = MonoNs::now();
         let until = duration.map(|d| start.add_ns(d.as_nanos() as u64));
         let groups: Vec<Group> = targets
@@ -396,6 +466,7 @@ mod bpf_record {
                 memory: memory.clone(),
                 state_every_ns: opts.state_every.as_nanos() as u64,
                 cachestat: cachestat_works,
+                app_layer: opts.app_layer,
             }),
             ..Meta::of_this_host("bpf", start.0, groups)
         };
@@ -420,6 +491,7 @@ mod bpf_record {
             last_state: start,
             state_every_ns,
             events: 0,
+            apps,
         };
         let first = cap.state();
         cap.states.push(first);

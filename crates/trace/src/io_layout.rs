@@ -65,6 +65,9 @@ pub struct IoMeta {
     pub state_every_ns: u64,
     /// cachestat(2) worked on the images (Linux 6.5 and later).
     pub cachestat: bool,
+    /// Recordings before the counters mode traced calls.
+    #[serde(default)]
+    pub app_layer: AppLayer,
 }
 
 /// A file a tenant opened, named by the path it gave.
@@ -119,6 +122,35 @@ pub struct IoState {
     pub images: Vec<ImageCache>,
     pub memory: Vec<MemoryState>,
     pub devices: Vec<DeviceCounters>,
+    /// The application layer as counters since the recording began, per
+    /// group (only without per-call tracing: [`AppLayer::Counters`]).
+    #[serde(default)]
+    pub apps: Vec<AppCounters>,
+}
+
+/// What a group's threads read and wrote through the read and write
+/// families (files, pipes and sockets alike) since the recording began.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct AppCounters {
+    pub group: u32,
+    pub rchar: u64,
+    pub wchar: u64,
+    pub syscr: u64,
+    pub syscw: u64,
+}
+
+/// How a recording saw the application layer.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum AppLayer {
+    /// Every read, write, fsync and open on a regular file, with its
+    /// latency, through the syscall tracepoints (`--calls`).
+    #[default]
+    Calls,
+    /// Each thread's I/O counters: bytes and calls, no sizes, latency or
+    /// files, and reads of pipes and sockets count too; no syscall
+    /// tracepoint, so no cost on the tenants' system calls.
+    Counters,
 }
 
 /// A run of an image file on its disk, bytes.

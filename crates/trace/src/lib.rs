@@ -30,6 +30,7 @@ mod bpfmap;
 pub mod event;
 pub mod io;
 pub mod io_abi;
+pub mod io_app;
 pub mod io_layout;
 pub mod maps;
 mod perf;

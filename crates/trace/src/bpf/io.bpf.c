@@ -8,6 +8,11 @@
 // cost one lookup and nothing else. Enter and exit are paired here, per
 // thread, so one event carries the call's latency.
 //
+// Without per-call tracing (the default mode: the syscall tracepoints put
+// every system call of every task on the kernel's slow path), the
+// application layer is each thread's I/O counters: /proc for the living,
+// `task_exit` below for those that end during the recording.
+//
 // Block layer: requests on the devices in `devices` (the tenants' loop
 // devices and the disks under their image files), paired issue ->
 // complete by (device, sector); bios queued, merged and split on those
@@ -41,11 +46,20 @@ struct fdtable {
     struct file **fd;
 } __attribute__((preserve_access_index));
 struct files_struct { struct fdtable *fdt; } __attribute__((preserve_access_index));
+/* What a thread read and wrote through system calls (CONFIG_TASK_XACCT),
+ * as /proc/TGID/task/TID/io shows it. */
+struct task_io_accounting {
+    __u64 rchar;
+    __u64 wchar;
+    __u64 syscr;
+    __u64 syscw;
+} __attribute__((preserve_access_index));
 struct task_struct {
     int pid;
     int tgid;
     struct css_set *cgroups;
     struct files_struct *files;
+    struct task_io_accounting ioac;
 } __attribute__((preserve_access_index));
 
 #include "io_event.h"
@@ -135,6 +149,32 @@ struct {
     __type(key, __u32);
     __type(value, struct dev_counts);
 } dev_counts SEC(".maps");
+
+/* The application layer as counters (the mode without syscall
+ * tracepoints): what the tracked groups' threads that exited during the
+ * recording read and wrote, less what they had done before it began. */
+struct app_counts {
+    __u64 rchar;
+    __u64 wchar;
+    __u64 syscr;
+    __u64 syscw;
+};
+
+/* group -> counts of its exited threads */
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 4096);
+    __type(key, __u32);
+    __type(value, struct app_counts);
+} exited_io SEC(".maps");
+
+/* tid -> its counts when the recording began (written by the reader) */
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 65536);
+    __type(key, __u32);
+    __type(value, struct app_counts);
+} io_baseline SEC(".maps");
 
 /* [0] events lost because the ring was full, [1] calls or requests whose
  * start could not be remembered (map full). */
@@ -498,5 +538,42 @@ int bio_split(struct bio_ctx *ctx)
     struct dev_counts *c = counts_of(ctx->dev);
     if (c)
         c->splits += 1;
+    return 0;
+}
+
+/* A tracked thread's last counts, when it exits: /proc no longer shows
+ * them, so the application layer's counters would lose what it did. Runs
+ * in the exiting thread, after its last read or write. */
+SEC("tracepoint/sched/sched_process_exit")
+int task_exit(void *ctx)
+{
+    if (!enabled || !bpf_core_field_exists(((struct task_struct *)0)->ioac))
+        return 0;
+    struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+    __u32 group = current_group(t);
+    if (group == IO_NO_GROUP)
+        return 0;
+    struct app_counts *sum = bpf_map_lookup_elem(&exited_io, &group);
+    if (!sum)
+        return 0;
+    struct app_counts now = {
+        .rchar = BPF_CORE_READ(t, ioac.rchar),
+        .wchar = BPF_CORE_READ(t, ioac.wchar),
+        .syscr = BPF_CORE_READ(t, ioac.syscr),
+        .syscw = BPF_CORE_READ(t, ioac.syscw),
+    };
+    __u32 tid = (__u32)bpf_get_current_pid_tgid();
+    struct app_counts *base = bpf_map_lookup_elem(&io_baseline, &tid);
+    if (base) {
+        now.rchar -= base->rchar;
+        now.wchar -= base->wchar;
+        now.syscr -= base->syscr;
+        now.syscw -= base->syscw;
+        bpf_map_delete_elem(&io_baseline, &tid);
+    }
+    __sync_fetch_and_add(&sum->rchar, now.rchar);
+    __sync_fetch_and_add(&sum->wchar, now.wchar);
+    __sync_fetch_and_add(&sum->syscr, now.syscr);
+    __sync_fetch_and_add(&sum->syscw, now.syscw);
     return 0;
 }
