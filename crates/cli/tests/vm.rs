@@ -287,6 +287,59 @@ fn a_stopped_run_keeps_what_its_guest_measured() {
     nothing_left();
 }
 
+/// `ontime io record --guest`: a running guest's virtual disk is its QEMU's
+/// reads and writes of the image (found from its command line and open
+/// files), charged to the guest, with the layers the host cannot see named.
+#[test]
+fn io_record_sees_a_guests_virtual_disk_through_its_qemu() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !vm_or_skip() || !ontime_testkit::tools_or_skip(&["fio"]) {
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let dir = tempfile::tempdir().unwrap();
+    let sc = dir.path().join("io.toml");
+    std::fs::write(
+        &sc,
+        "name = 'vm-io'\nduration = '120s'\n[tenant]\ncount = 1\nbackend = 'qemu'\n[tenant.disk]\nsize = '256M'\nmodel = 'virtio-blk'\n\
+[tenant.io]\ntool = 'fio'\nrw = 'randrw'\nsize = '16M'\nbs = '64k'\n",
+    )
+    .unwrap();
+    let mut runner = common::spawn_lab(&sc, &dir.path().join("r"));
+    let console = dir.path().join("r/runs/000-rep1/t0.console.log");
+    ontime_testkit::wait_until("the guest's job", Duration::from_secs(180), || {
+        std::fs::read_to_string(&console).is_ok_and(|t| t.contains("ontime-guest-ready"))
+    });
+    let rec = dir.path().join("guest.otrec");
+    let out = ontime()
+        .args(["io", "record", "--guest", "ontime-t0", "-D", "8s", "-o"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    // SAFETY: our own child, not yet reaped.
+    unsafe { libc::kill(runner.id() as i32, libc::SIGINT) };
+    let _ = runner.wait();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--calls"),
+        "the cost of tracing calls is said"
+    );
+    let report = ontime().args(["io", "report", "--json"]).arg(&rec).output().unwrap();
+    assert!(report.status.success(), "{}", String::from_utf8_lossy(&report.stderr));
+    let a: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let t = &a["tenants"][0];
+    assert_eq!(t["name"], "ontime-t0", "{a}");
+    let image = t["disk"]["image"].as_str().unwrap_or_default().to_string();
+    assert!(image.contains("ontime-t0"), "the guest's image: {t}");
+    assert!(t["disk"]["loop_device"].is_null(), "{t}");
+    let moved = t["virtual_disk"]["read"]["bytes"].as_u64().unwrap_or(0)
+        + t["virtual_disk"]["write"]["bytes"].as_u64().unwrap_or(0);
+    assert!(moved > 0, "QEMU moved nothing on the image in 8 s of fio: {t}");
+    let unavailable = a["unavailable"].to_string();
+    assert!(unavailable.contains("inside guest ontime-t0"), "{unavailable}");
+    nothing_left();
+}
+
 #[test]
 fn bad_vm_scenarios_are_refused_before_anything_is_made() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -275,7 +275,13 @@ pub fn analyze(rec: &Recording, path: &Path) -> Result<IoAnalysis> {
     let layout = rec.io_layout.clone().unwrap_or_default();
 
     let disk_of: HashMap<u32, &TenantDisk> = io.disks.iter().map(|d| (d.group, d)).collect();
-    let loop_owner: HashMap<u32, u32> = io.disks.iter().map(|d| (d.loop_device.dev, d.group)).collect();
+    let loop_owner: HashMap<u32, u32> = io
+        .disks
+        .iter()
+        .filter_map(|d| Some((d.loop_device.as_ref()?.dev, d.group)))
+        .collect();
+    // A QEMU guest's virtual disk: its VMM's calls on the image file.
+    let vmm_image: HashMap<(u32, u64), u32> = io.disks.iter().filter_map(|d| Some((d.image_file?, d.group))).collect();
     let physical_devs: Vec<u32> = io
         .disks
         .iter()
@@ -336,7 +342,22 @@ pub fn analyze(rec: &Recording, path: &Path) -> Result<IoAnalysis> {
             continue;
         }
         let g = e.group as usize;
-        let on_disk = disk_of.get(&e.group).is_some_and(|d| d.loop_device.dev == e.dev);
+        if vmm_image.get(&(e.dev, e.ino)) == Some(&e.group) {
+            virt[g].add(e);
+            if let Some(p) = series[g].get_mut(bin) {
+                match op {
+                    IoOp::Read => p.virtual_read += moved,
+                    IoOp::Write => p.virtual_write += moved,
+                    _ => {}
+                }
+            }
+            continue;
+        }
+        // A guest's own calls are inside it: what its VMM does to other
+        // files (a 9p share, its logs) is elsewhere.
+        let on_disk = disk_of
+            .get(&e.group)
+            .is_some_and(|d| d.loop_device.as_ref().is_some_and(|l| l.dev == e.dev));
         if !on_disk && disk_of.contains_key(&e.group) {
             elsewhere[g].add(e);
             continue;
@@ -394,7 +415,8 @@ pub fn analyze(rec: &Recording, path: &Path) -> Result<IoAnalysis> {
         let disk = disk_of.get(&(g as u32)).map(|d| (*d).clone());
         let virtual_counters = disk
             .as_ref()
-            .map(|d| counters(rec, d.loop_device.dev, &d.loop_device.name, &requests_per_dev));
+            .and_then(|d| d.loop_device.as_ref())
+            .map(|l| counters(rec, l.dev, &l.name, &requests_per_dev));
         let mut tenant_files: Vec<FileIo> = files[g].drain().map(|(_, f)| f).collect();
         tenant_files.sort_by_key(|f| std::cmp::Reverse(f.read_bytes + f.write_bytes));
         tenant_files.truncate(10);
@@ -664,10 +686,11 @@ pub fn text(a: &IoAnalysis) -> String {
         s.push('\n');
         match &t.disk {
             Some(d) => s.push_str(&format!(
-                "{}: disk {} ({} loop; image {}{})",
+                "{}: disk {} ({} {}; image {}{})",
                 t.name,
-                d.loop_device.name,
+                d.virtual_name(),
                 if d.direct { "direct-I/O" } else { "buffered" },
+                if d.loop_device.is_some() { "loop" } else { "VMM" },
                 d.image.display(),
                 d.physical
                     .as_ref()

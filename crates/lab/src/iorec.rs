@@ -39,6 +39,7 @@ pub fn start(lab: &Lab, dir: &Path, calls: bool) -> Result<IoObserver> {
             host_io: vec![],
         },
         images,
+        guest_disks: Vec::new(),
         output: dir.join("io.otrec"),
         drain_every: Duration::from_millis(100),
         state_every: Duration::from_millis(250),

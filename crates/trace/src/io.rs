@@ -38,6 +38,8 @@ pub struct IoRecordOptions {
     pub targets: Targets,
     /// (group, image file) for tenants with a virtual disk.
     pub images: Vec<(u32, PathBuf)>,
+    /// QEMU guests' images, found already ([`crate::io_vmm::vmm_disks`]).
+    pub guest_disks: Vec<TenantDisk>,
     pub output: PathBuf,
     pub drain_every: Duration,
     /// How often cache and memory state is sampled.
@@ -99,10 +101,11 @@ pub fn tenant_disks(images: &[(u32, PathBuf)]) -> Result<Vec<TenantDisk>> {
         disks.push(TenantDisk {
             group: *group,
             image: image.clone(),
-            loop_device,
+            loop_device: Some(loop_device),
             direct,
             physical,
             partition_start,
+            image_file: None,
         });
     }
     Ok(disks)
@@ -314,7 +317,18 @@ mod bpf_record {
             CgroupRoot::detect()?;
         }
         let mut unavailable = Vec::new();
-        let disks = tenant_disks(&opts.images)?;
+        let calls = opts.app_layer == AppLayer::Calls;
+        let mut disks = tenant_disks(&opts.images)?;
+        disks.extend(opts.guest_disks.iter().cloned());
+        if !calls && disks.iter().any(|d| d.loop_device.is_none()) {
+            unavailable.push("a QEMU guest's virtual disk (its QEMU's calls on the image: record with --calls)".into());
+        }
+        for d in disks.iter().filter(|d| d.loop_device.is_none()) {
+            unavailable.push(format!(
+                "the application layer inside guest {} (from the host only its QEMU's calls are seen)",
+                targets.groups.get(d.group as usize).map_or("?", |g| g.name.as_str())
+            ));
+        }
         let mut memory = Vec::new();
         if let Some(root) = &root {
             for (gi, g) in targets.groups.iter().enumerate() {
@@ -328,7 +342,6 @@ mod bpf_record {
         let mut open = IoSkelBuilder::default()
             .open(&mut object)
             .context("opening the BPF I/O probes failed")?;
-        let calls = opts.app_layer == AppLayer::Calls;
         {
             use libbpf_rs::skel::OpenSkel as _;
             for mut prog in open.open_object_mut().progs_mut() {
@@ -370,7 +383,9 @@ mod bpf_record {
                     .update(&dev.to_ne_bytes(), &layer.to_ne_bytes(), MapFlags::ANY)
                     .context("adding a device to the BPF filter")
             };
-            add(d.loop_device.dev, LAYER_VIRTUAL)?;
+            if let Some(l) = &d.loop_device {
+                add(l.dev, LAYER_VIRTUAL)?;
+            }
             match &d.physical {
                 Some(p) => add(p.dev, LAYER_PHYSICAL)?,
                 None => unavailable.push(format!(
@@ -615,16 +630,17 @@ mod tests {
             disks: vec![TenantDisk {
                 group: 2,
                 image: "/x".into(),
-                loop_device: BlockDevice {
+                loop_device: Some(BlockDevice {
                     dev: 7 << 20,
                     name: "loop0".into(),
-                },
+                }),
                 direct: false,
                 physical: Some(BlockDevice {
                     dev: 254 << 20,
                     name: "vda".into(),
                 }),
                 partition_start: 0,
+                image_file: None,
             }],
             ..Default::default()
         };

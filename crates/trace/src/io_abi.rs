@@ -14,6 +14,8 @@ pub mod io_kind {
     pub const FSYNC: u8 = 7;
     pub const FDATASYNC: u8 = 8;
     pub const OPENAT: u8 = 9;
+    pub const PREADV: u8 = 10;
+    pub const PWRITEV: u8 = 11;
     pub const BLOCK: u8 = 16;
 }
 
@@ -111,8 +113,8 @@ impl IoEvent {
     pub fn op(&self) -> IoOp {
         use io_kind::*;
         match self.kind {
-            READ | PREAD | READV => IoOp::Read,
-            WRITE | PWRITE | WRITEV => IoOp::Write,
+            READ | PREAD | READV | PREADV => IoOp::Read,
+            WRITE | PWRITE | WRITEV | PWRITEV => IoOp::Write,
             FSYNC | FDATASYNC => IoOp::Sync,
             OPENAT => IoOp::Open,
             BLOCK => match self.rwbs.iter().find(|c| c.is_ascii_alphabetic()) {

@@ -33,20 +33,37 @@ impl BlockDevice {
     }
 }
 
-/// A tenant's virtual disk: image file, loop device, the disk under it.
+/// A tenant's virtual disk: image file, loop device or VMM, the disk under it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TenantDisk {
     pub group: u32,
     pub image: PathBuf,
-    /// The virtual disk (the guest's block layer).
-    pub loop_device: BlockDevice,
-    /// The loop device bypasses the host page cache (`losetup --direct-io`).
+    /// The virtual disk (the guest's block layer) of a sandbox tenant: the
+    /// loop device. None for a QEMU guest's image, whose virtual disk is
+    /// QEMU's own reads and writes of the file (`image_file`).
+    pub loop_device: Option<BlockDevice>,
+    /// The loop device or QEMU bypasses the host page cache
+    /// (`losetup --direct-io`, QEMU's `cache=none`: O_DIRECT).
     pub direct: bool,
     /// The whole disk under the image file; None when the image is on a
     /// file system without one (tmpfs, overlay).
     pub physical: Option<BlockDevice>,
     /// Where the image's file system starts on `physical` (its partition), bytes.
     pub partition_start: u64,
+    /// A VMM's image as the kernel names it: (s_dev, inode), what its
+    /// calls on the file carry.
+    #[serde(default)]
+    pub image_file: Option<(u32, u64)>,
+}
+
+impl TenantDisk {
+    /// What stands for the virtual disk, for people.
+    pub fn virtual_name(&self) -> String {
+        match &self.loop_device {
+            Some(l) => l.name.clone(),
+            None => "the VMM's reads and writes of the image".into(),
+        }
+    }
 }
 
 /// A tenant's memory cgroup: the "guest cache" is its page cache.

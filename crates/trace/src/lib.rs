@@ -32,6 +32,7 @@ pub mod io;
 pub mod io_abi;
 pub mod io_app;
 pub mod io_layout;
+pub mod io_vmm;
 pub mod maps;
 mod perf;
 mod pipeline;

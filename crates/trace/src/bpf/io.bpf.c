@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 // I/O at three layers for `ontime io record` (document 004).
 //
-// Application layer: the read/write family, fsync and openat through the
+// Application layer: the read/write family (preadv/pwritev too: QEMU's
+// thread pool moves its images' data with them), fsync and openat through the
 // syscall tracepoints, for tasks whose cgroup (the cpu controller's on
 // cgroup v1, the unified one on v2) is in `tracked_cgroups` or whose tgid is
 // in `tracked_tgids`; only regular files, so pipes, sockets and terminals
@@ -349,6 +350,11 @@ SEC("tracepoint/syscalls/sys_enter_readv")
 int enter_readv(struct sys_enter_ctx *ctx) { if (!enabled) return 0; enter_fd_call(ctx, IO_READV, false); return 0; }
 SEC("tracepoint/syscalls/sys_enter_writev")
 int enter_writev(struct sys_enter_ctx *ctx) { if (!enabled) return 0; enter_fd_call(ctx, IO_WRITEV, false); return 0; }
+/* preadv/pwritev: args[3] is the offset (pos_l, the whole of it on x86_64). */
+SEC("tracepoint/syscalls/sys_enter_preadv")
+int enter_preadv(struct sys_enter_ctx *ctx) { if (!enabled) return 0; enter_fd_call(ctx, IO_PREADV, true); return 0; }
+SEC("tracepoint/syscalls/sys_enter_pwritev")
+int enter_pwritev(struct sys_enter_ctx *ctx) { if (!enabled) return 0; enter_fd_call(ctx, IO_PWRITEV, true); return 0; }
 SEC("tracepoint/syscalls/sys_enter_fsync")
 int enter_fsync(struct sys_enter_ctx *ctx) { if (!enabled) return 0; enter_fd_call(ctx, IO_FSYNC, false); return 0; }
 SEC("tracepoint/syscalls/sys_enter_fdatasync")
@@ -390,6 +396,10 @@ SEC("tracepoint/syscalls/sys_exit_readv")
 int exit_readv(struct sys_exit_ctx *ctx) { if (!enabled) return 0; exit_call(ctx); return 0; }
 SEC("tracepoint/syscalls/sys_exit_writev")
 int exit_writev(struct sys_exit_ctx *ctx) { if (!enabled) return 0; exit_call(ctx); return 0; }
+SEC("tracepoint/syscalls/sys_exit_preadv")
+int exit_preadv(struct sys_exit_ctx *ctx) { if (!enabled) return 0; exit_call(ctx); return 0; }
+SEC("tracepoint/syscalls/sys_exit_pwritev")
+int exit_pwritev(struct sys_exit_ctx *ctx) { if (!enabled) return 0; exit_call(ctx); return 0; }
 SEC("tracepoint/syscalls/sys_exit_fsync")
 int exit_fsync(struct sys_exit_ctx *ctx) { if (!enabled) return 0; exit_call(ctx); return 0; }
 SEC("tracepoint/syscalls/sys_exit_fdatasync")

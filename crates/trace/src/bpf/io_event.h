@@ -16,6 +16,9 @@ enum io_kind {
     IO_FSYNC = 7,
     IO_FDATASYNC = 8,
     IO_OPENAT = 9,
+    /* QEMU's thread pool reads and writes its images with these. */
+    IO_PREADV = 10,
+    IO_PWRITEV = 11,
     IO_BLOCK = 16,
 };
 

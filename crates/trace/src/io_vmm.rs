@@ -1,0 +1,170 @@
+//! A QEMU guest's virtual disks seen from the host: the image files its
+//! command line names (`-drive file=`, `-blockdev` `filename`) that the
+//! process holds open, whether it opened them with O_DIRECT (`cache=none`),
+//! and the disk under each. The guest's virtual disk is then QEMU's own
+//! reads and writes of the image (its thread pool's preadv/pwritev).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+
+use crate::io_layout::{disk_under, TenantDisk};
+
+/// Image paths named on a QEMU command line.
+pub fn drive_files(args: &[String]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for w in args.windows(2) {
+        match w[0].as_str() {
+            "-hda" | "-hdb" | "-hdc" | "-hdd" => out.push(PathBuf::from(&w[1])),
+            "-drive" => out.extend(option_value(&w[1], &["file"]).map(PathBuf::from)),
+            "-blockdev" => {
+                if w[1].trim_start().starts_with('{') {
+                    if let Ok(v) = serde_json::from_str::<serde_json::Value>(&w[1]) {
+                        out.extend(json_filename(&v).map(PathBuf::from));
+                    }
+                } else {
+                    out.extend(option_value(&w[1], &["filename", "file.filename"]).map(PathBuf::from));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// `key=value` in QEMU's comma-separated options (",," is a comma).
+fn option_value(spec: &str, keys: &[&str]) -> Option<String> {
+    let mut parts = Vec::new();
+    let mut cur = String::new();
+    let mut chars = spec.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == ',' {
+            if chars.peek() == Some(&',') {
+                chars.next();
+                cur.push(',');
+            } else {
+                parts.push(std::mem::take(&mut cur));
+            }
+        } else {
+            cur.push(c);
+        }
+    }
+    parts.push(cur);
+    parts.iter().find_map(|p| {
+        let (k, v) = p.split_once('=')?;
+        keys.contains(&k).then(|| v.to_string())
+    })
+}
+
+/// libvirt's `-blockdev {"driver":"file","filename":...}`, possibly
+/// nested under "file".
+fn json_filename(v: &serde_json::Value) -> Option<String> {
+    v.get("filename")
+        .and_then(|f| f.as_str().map(String::from))
+        .or_else(|| v.get("file").and_then(json_filename))
+}
+
+/// The files QEMU process `pid` holds open: (path, O_DIRECT).
+fn open_files(pid: u32) -> Vec<(PathBuf, bool)> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let path = std::fs::read_link(e.path()).ok()?;
+            let fd = e.file_name();
+            let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.to_string_lossy())).ok()?;
+            let flags = info
+                .lines()
+                .find_map(|l| l.strip_prefix("flags:"))
+                .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+                .unwrap_or(0);
+            Some((path, flags & libc::O_DIRECT as u32 != 0))
+        })
+        .collect()
+}
+
+/// The virtual disks of QEMU process `pid` (group `group`): each image
+/// its command line names and it holds open. An image it does not hold
+/// (a CD-ROM not inserted, a disk not yet opened) is left out.
+pub fn vmm_disks(group: u32, pid: u32) -> Result<Vec<TenantDisk>> {
+    use std::os::unix::fs::MetadataExt;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).with_context(|| format!("no process {pid}"))?;
+    let args: Vec<String> = cmdline
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let open = open_files(pid);
+    let mut disks = Vec::new();
+    for file in drive_files(&args) {
+        let Ok(canonical) = std::fs::canonicalize(&file) else {
+            continue;
+        };
+        let held: Vec<bool> = open.iter().filter(|(p, _)| *p == canonical).map(|x| x.1).collect();
+        if held.is_empty() || disks.iter().any(|d: &TenantDisk| d.image == canonical) {
+            continue;
+        }
+        let meta = std::fs::metadata(&canonical)?;
+        let (major, minor) = (libc::major(meta.dev()), libc::minor(meta.dev()));
+        let (physical, partition_start) = match disk_under(&canonical) {
+            Some((d, s)) => (Some(d), s),
+            None => (None, 0),
+        };
+        disks.push(TenantDisk {
+            group,
+            image: canonical,
+            loop_device: None,
+            direct: held.iter().all(|&d| d),
+            physical,
+            partition_start,
+            image_file: Some(((major << 20) | minor, meta.ino())),
+        });
+    }
+    Ok(disks)
+}
+
+/// The one process of a guest's target group.
+pub fn vmm_pid(pids: &[u32], name: &str) -> Result<u32> {
+    match pids {
+        [p] => Ok(*p),
+        _ => bail!("guest {name}: expected one QEMU process, found {}", pids.len()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &[&str]) -> Vec<String> {
+        s.iter().map(|a| a.to_string()).collect()
+    }
+
+    #[test]
+    fn images_are_found_in_drive_blockdev_and_libvirt_json() {
+        let a = args(&[
+            "qemu-system-x86_64",
+            "-serial",
+            "file:/run/x/t0.console.log",
+            "-drive",
+            "file=/var/lib/a,,b.img,if=none,id=d0,format=raw,cache=none",
+            "-blockdev",
+            "driver=file,node-name=f1,filename=/srv/b.qcow2",
+            "-blockdev",
+            r#"{"driver":"qcow2","node-name":"q","file":{"driver":"file","filename":"/var/lib/libvirt/images/c.qcow2"}}"#,
+            "-hda",
+            "/srv/d.img",
+        ]);
+        assert_eq!(
+            drive_files(&a),
+            [
+                "/var/lib/a,b.img",
+                "/srv/b.qcow2",
+                "/var/lib/libvirt/images/c.qcow2",
+                "/srv/d.img"
+            ]
+            .map(PathBuf::from)
+            .to_vec()
+        );
+    }
+}
