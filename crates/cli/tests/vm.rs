@@ -302,7 +302,7 @@ fn io_record_sees_a_guests_virtual_disk_through_its_qemu() {
     std::fs::write(
         &sc,
         "name = 'vm-io'\nduration = '120s'\n[tenant]\ncount = 1\nbackend = 'qemu'\n[tenant.disk]\nsize = '256M'\nmodel = 'virtio-blk'\n\
-[tenant.io]\ntool = 'fio'\nrw = 'randrw'\nsize = '16M'\nbs = '64k'\n",
+[tenant.io]\ntool = 'fio'\nrw = 'randrw'\nsize = '16M'\nbs = '64k'\n[observe]\nrecorder = 'off'\nio = true\n",
     )
     .unwrap();
     let mut runner = common::spawn_lab(&sc, &dir.path().join("r"));
@@ -337,6 +337,17 @@ fn io_record_sees_a_guests_virtual_disk_through_its_qemu() {
     assert!(moved > 0, "QEMU moved nothing on the image in 8 s of fio: {t}");
     let unavailable = a["unavailable"].to_string();
     assert!(unavailable.contains("inside guest ontime-t0"), "{unavailable}");
+    // The lab's own I/O recorder ([observe] io) sees the same layer.
+    let run = dir.path().join("r/runs/000-rep1");
+    let lab_io = read_json(&run.join("io.json"));
+    let t = &lab_io["tenants"][0];
+    let moved = t["virtual_disk"]["read"]["bytes"].as_u64().unwrap_or(0)
+        + t["virtual_disk"]["write"]["bytes"].as_u64().unwrap_or(0);
+    assert!(moved > 0, "the lab's recorder saw nothing on the image: {t}");
+    assert_eq!(
+        lab_io["app_layer"], "calls",
+        "a guest's virtual disk needs its QEMU's calls"
+    );
     nothing_left();
 }
 

@@ -14,6 +14,7 @@ use ontime_trace::targets::{CgroupRoot, TargetGroup, Targets};
 
 use crate::names;
 use crate::observe::StopOnDrop;
+use crate::qemu::GuestSetup;
 use crate::sandbox::Lab;
 
 pub struct IoObserver {
@@ -21,17 +22,27 @@ pub struct IoObserver {
     handle: JoinHandle<Result<IoRecordSummary>>,
 }
 
-pub fn start(lab: &Lab, dir: &Path, calls: bool) -> Result<IoObserver> {
+/// Starts the I/O recorder. QEMU tenants (`guests`): the virtual disk is
+/// QEMU's calls on the image, which only per-call tracing tells apart.
+pub fn start(lab: &Lab, dir: &Path, calls: bool, guests: Option<&GuestSetup>) -> Result<IoObserver> {
     let root = CgroupRoot::detect()?;
     let mut groups = Vec::new();
     let mut images = Vec::new();
+    let mut guest_disks = Vec::new();
     for t in lab.tenants.iter().filter(|t| t.cgroup.is_some()) {
         let path = root.resolve(&names::tenant_cgroup(t.index))?;
-        if let Some(d) = &t.disk {
-            images.push((groups.len() as u32, d.image.clone()));
+        let group = groups.len() as u32;
+        match guests {
+            Some(g) => guest_disks.extend(g.image_disk(t.index, group)?),
+            None => {
+                if let Some(d) = &t.disk {
+                    images.push((group, d.image.clone()));
+                }
+            }
         }
         groups.push(TargetGroup::cgroup(&names::tenant_name(t.index), path, false));
     }
+    let calls = calls || guests.is_some();
     let opts = IoRecordOptions {
         targets: Targets {
             groups,
@@ -39,7 +50,7 @@ pub fn start(lab: &Lab, dir: &Path, calls: bool) -> Result<IoObserver> {
             host_io: vec![],
         },
         images,
-        guest_disks: Vec::new(),
+        guest_disks,
         output: dir.join("io.otrec"),
         drain_every: Duration::from_millis(100),
         state_every: Duration::from_millis(250),

@@ -25,7 +25,7 @@ use ontime_core::proc::{ChildProcess, SpawnOptions};
 use ontime_core::rt::Policy;
 use ontime_scenario::record::VmEnvironment;
 use ontime_scenario::scenario::{LoadKind, Place, RunConfig};
-use ontime_scenario::vm::{AccelChoice, DiskModel, ImageFormat, NicModel, VmConfig};
+use ontime_scenario::vm::{AccelChoice, DiskCache, DiskModel, ImageFormat, NicModel, VmConfig};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -438,6 +438,7 @@ pub struct GuestSetup {
     pub vm: VmConfig,
     pub memory: u64,
     pub images: Vec<PathBuf>,
+    disk_cache: Option<DiskCache>,
     /// The building side's MAC: the guest's permanent neighbour.
     building_mac: [u8; 6],
     /// Removes the images when the run's guests are done.
@@ -467,9 +468,34 @@ impl GuestSetup {
             vm: c.tenant.vm.clone().unwrap_or_default(),
             memory: guest_memory(c)?,
             images,
+            disk_cache: c.tenant.disk.as_ref().map(|d| d.cache.unwrap_or_default()),
             building_mac: lab.building.mac,
             _undo: undo,
         })
+    }
+
+    /// Tenant `index`'s image as the I/O recorder's virtual disk (QEMU's
+    /// calls on it; O_DIRECT with `cache = "none"`), for recorder group
+    /// `group`; None without a disk.
+    pub fn image_disk(&self, index: usize, group: u32) -> Result<Option<ontime_trace::io::TenantDisk>> {
+        use std::os::unix::fs::MetadataExt;
+        let Some(image) = self.images.get(index) else {
+            return Ok(None);
+        };
+        let meta = std::fs::metadata(image).with_context(|| format!("no image {}", image.display()))?;
+        let (physical, partition_start) = match ontime_trace::io::disk_under(image) {
+            Some((d, s)) => (Some(d), s),
+            None => (None, 0),
+        };
+        Ok(Some(ontime_trace::io::TenantDisk {
+            group,
+            image: image.clone(),
+            loop_device: None,
+            direct: self.disk_cache == Some(DiskCache::None),
+            physical,
+            partition_start,
+            image_file: Some(((libc::major(meta.dev()) << 20) | libc::minor(meta.dev()), meta.ino())),
+        }))
     }
 
     /// The run record's account of the guests.

@@ -124,7 +124,7 @@ fn one_run(
             .push("page cache dropped before the run (host-wide)".into());
     }
     let io_observer = if c.observe.io {
-        match crate::iorec::start(&lab, dir, c.observe.io_calls) {
+        match crate::iorec::start(&lab, dir, c.observe.io_calls, guests.as_ref()) {
             Ok(o) => Some(o),
             Err(e) => {
                 rec.io = Some(ontime_scenario::record::IoOutcome {

@@ -332,6 +332,11 @@ mod bpf_record {
         let mut memory = Vec::new();
         if let Some(root) = &root {
             for (gi, g) in targets.groups.iter().enumerate() {
+                // A QEMU guest's cgroup holds its VMM, whose page cache is
+                // the host cache of its images, not the guest cache.
+                if disks.iter().any(|d| d.group == gi as u32 && d.loop_device.is_none()) {
+                    continue;
+                }
                 if let Some(path) = g.cgroups.first().and_then(|c| memory_cgroup_of(c, root)) {
                     memory.push(MemoryCgroup { group: gi as u32, path });
                 }
