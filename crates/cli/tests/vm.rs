@@ -301,15 +301,19 @@ fn io_record_sees_a_guests_virtual_disk_through_its_qemu() {
     let sc = dir.path().join("io.toml");
     std::fs::write(
         &sc,
-        "name = 'vm-io'\nduration = '120s'\n[tenant]\ncount = 1\nbackend = 'qemu'\n[tenant.disk]\nsize = '256M'\nmodel = 'virtio-blk'\n\
+        "name = 'vm-io'\nduration = '120s'\n[tenant]\ncount = 1\nbackend = 'qemu'\nmemory = '256M'\nswap = '32M'\n[tenant.disk]\nsize = '256M'\nmodel = 'virtio-blk'\n\
 [tenant.io]\ntool = 'fio'\nrw = 'randrw'\nsize = '16M'\nbs = '64k'\n[observe]\nrecorder = 'off'\nio = true\n",
     )
     .unwrap();
     let mut runner = common::spawn_lab(&sc, &dir.path().join("r"));
     let console = dir.path().join("r/runs/000-rep1/t0.console.log");
+    // The job's first step is the swap file; its workload follows.
     ontime_testkit::wait_until("the guest's job", Duration::from_secs(180), || {
-        std::fs::read_to_string(&console).is_ok_and(|t| t.contains("ontime-guest-ready"))
+        std::fs::read_to_string(&console).is_ok_and(|t| t.contains("ontime-guest-swap"))
     });
+    // Document 004's guest swap: a swap file on the guest's disk, on.
+    let text = std::fs::read_to_string(&console).unwrap_or_default();
+    assert!(text.contains("ontime-guest-swap 1"), "{text}");
     let rec = dir.path().join("guest.otrec");
     let out = ontime()
         .args(["io", "record", "--guest", "ontime-t0", "-D", "8s", "-o"])

@@ -321,6 +321,17 @@ fn job_script(c: &RunConfig, i: usize, dir: &Path, exe: &Path, has_disk: bool) -
     let mut s = String::from(
         "# tenant's job inside its QEMU guest (written by ontime lab)\ncd /\nexport TMPDIR=/run/ontime-tmp\nmkdir -p $TMPDIR\n",
     );
+    // Document 004's guest swap: a swap file on the guest's own disk,
+    // switched on by the guest's kernel before the workload starts.
+    if let Some(bytes) = c.tenant.swap_bytes().map_err(anyhow::Error::msg)?.filter(|&b| b > 0) {
+        let f = format!("{}/swapfile", names::DISK_MOUNT);
+        let err = shell_quote(&dir.join(format!("t{i}.err")).display().to_string());
+        s.push_str(&format!(
+            "if ! {{ fallocate -l {bytes} {f} && chmod 600 {f} && mkswap -q {f} && swapon {f}; }} >/run/ontime-swap.log 2>&1; then
+             echo \"ontime: the guest could not switch on its swap file {f}: $(cat /run/ontime-swap.log)\" >{err}\nexit 97\nfi\n\
+             echo \"ontime-guest-swap $(grep -c {f} /proc/swaps)\" >/dev/console\n"
+        ));
+    }
     let max = Duration::from_nanos(c.duration) + Duration::from_secs(60);
     for l in c.effective_loads().iter().filter(|l| l.place == Place::Tenants) {
         match l.profile {

@@ -1187,9 +1187,6 @@ fn validate_vm(c: &RunConfig) -> Result<()> {
     if c.net.is_some() {
         bail!("[net] flows run between sandbox tenants (their namespaces carry the stamp and the check), not yet QEMU guests");
     }
-    if t.swap.is_some() {
-        bail!("tenant.swap is for sandbox tenants; a QEMU guest's swap is not set up yet");
-    }
     let io_in_guest = c
         .effective_loads()
         .iter()
