@@ -53,7 +53,8 @@ struct IoRecordArgs {
     targets: TargetArgs,
     /// A tenant's virtual disk: NAME=IMAGE, the image file attached to a loop
     /// device and mounted in the tenant (lab tenants' disks are found
-    /// without it); repeatable
+    /// without it), or NAME=/dev/X, a block device that is the virtual disk
+    /// itself (inside a guest: its /dev/vda); repeatable
     #[arg(long, value_name = "NAME=IMAGE")]
     disk: Vec<String>,
     /// The recording file
@@ -159,8 +160,11 @@ fn record(a: IoRecordArgs) -> anyhow::Result<()> {
                     .join(", ")
             )));
         };
-        if !Path::new(image).is_file() {
-            return Err(usage(format!("--disk {spec}: {image} is not a file")));
+        let block = ontime_trace::io::BlockDevice::of_node(Path::new(image)).is_some();
+        if !Path::new(image).is_file() && !block {
+            return Err(usage(format!(
+                "--disk {spec}: {image} is neither a file nor a block device"
+            )));
         }
         images.push((g as u32, PathBuf::from(image)));
     }

@@ -352,6 +352,20 @@ fn io_record_sees_a_guests_virtual_disk_through_its_qemu() {
         lab_io["app_layer"], "calls",
         "a guest's virtual disk needs its QEMU's calls"
     );
+    // ... and the recorder inside the guest its application layer.
+    assert!(
+        t["inside_guest"].is_object(),
+        "the guest's own recording was merged: {lab_io}"
+    );
+    assert_eq!(t["inside_guest"]["app_layer"], "counters", "{t}");
+    let app = t["application"]["read"]["bytes"].as_u64().unwrap_or(0)
+        + t["application"]["write"]["bytes"].as_u64().unwrap_or(0);
+    assert!(app > 0, "fio's reads and writes inside the guest: {t}");
+    assert!(
+        !lab_io["unavailable"].to_string().contains("inside guest"),
+        "{}",
+        lab_io["unavailable"]
+    );
     nothing_left();
 }
 

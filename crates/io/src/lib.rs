@@ -169,6 +169,54 @@ pub struct TenantIo {
     pub files: Vec<FileIo>,
     pub series_bin_s: f64,
     pub series: Vec<SeriesPoint>,
+    /// A QEMU guest recorded from inside too ([`merge_guest`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inside_guest: Option<GuestView>,
+}
+
+/// What the recorder inside a guest saw, beside the host's view of it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct GuestView {
+    /// How it saw the application layer (counters or calls).
+    pub app_layer: AppLayer,
+    /// The guest's own block layer (its virtio-blk or IDE disk).
+    pub block: LayerStats,
+    /// Events the guest's recorder lost.
+    pub lost: u64,
+}
+
+/// Folds a recording made inside guest `tenant` into the host's view of
+/// it: the application layer, the files and the guest cache come from
+/// inside, the virtual disk (its VMM's calls on the image), the physical
+/// disk and the host cache from the host; the guest cache's absorption is
+/// then application vs the VMM's calls. Totals only: the two kernels'
+/// clocks are not aligned, so the series keep the host's layers. False
+/// when either side lacks the tenant.
+pub fn merge_guest(host: &mut IoAnalysis, tenant: &str, guest: &IoAnalysis) -> bool {
+    let Some(t) = host.tenants.iter_mut().find(|t| t.name == tenant) else {
+        return false;
+    };
+    let Some(g) = guest.tenants.iter().find(|t| t.name == tenant) else {
+        return false;
+    };
+    t.application = g.application.clone();
+    t.application_elsewhere = g.application_elsewhere.clone();
+    t.files = g.files.clone();
+    t.direct_share = g.direct_share;
+    t.absorption.guest_cache_reads = Absorbed::of(t.application.read.bytes, t.virtual_disk.read.bytes);
+    t.absorption.guest_cache_writes = Absorbed::of(t.application.write.bytes, t.virtual_disk.write.bytes);
+    t.cache.guest_cache = g.cache.guest_cache.clone();
+    t.cache.guest_dirty_end = g.cache.guest_dirty_end;
+    t.cache.swap = g.cache.swap.clone();
+    t.cache.memory_limit = g.cache.memory_limit;
+    t.inside_guest = Some(GuestView {
+        app_layer: guest.app_layer,
+        block: g.virtual_disk.clone(),
+        lost: guest.lost,
+    });
+    let unseen = format!("inside guest {tenant}");
+    host.unavailable.retain(|u| !u.contains(&unseen));
+    true
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -448,6 +496,7 @@ pub fn analyze(rec: &Recording, path: &Path) -> Result<IoAnalysis> {
             files: tenant_files,
             series_bin_s: bin_s,
             series: points,
+            inside_guest: None,
         });
     }
     let mut physical_counters = Vec::new();
@@ -708,9 +757,26 @@ pub fn text(a: &IoAnalysis) -> String {
             "layer", "reads", "read bytes", "read p50/p99/max", "writes", "written", "write p50/p99/max", "syncs"
         ));
         s.push_str(&layer_line("application", &t.application));
+        if let Some(g) = &t.inside_guest {
+            s.push_str(&layer_line("guest's disk", &g.block));
+        }
         if t.disk.is_some() {
             s.push_str(&layer_line("virtual disk", &t.virtual_disk));
             s.push_str(&layer_line("physical disk", &t.physical_disk));
+        }
+        if let Some(g) = &t.inside_guest {
+            s.push_str(&format!(
+                "  (application layer and guest cache recorded inside the guest ({}){}; the virtual disk is its VMM's calls on the image)\n",
+                match g.app_layer {
+                    AppLayer::Calls => "every call",
+                    AppLayer::Counters => "its threads' counters",
+                },
+                if g.lost > 0 {
+                    format!(", {} events lost there", g.lost)
+                } else {
+                    String::new()
+                }
+            ));
         }
         let other = &t.application_elsewhere;
         if other.read.ops + other.write.ops > 0 {

@@ -20,6 +20,8 @@ use crate::sandbox::Lab;
 pub struct IoObserver {
     stop: StopOnDrop,
     handle: JoinHandle<Result<IoRecordSummary>>,
+    /// QEMU tenants recorded from inside too: (index, name).
+    guests: Vec<(usize, String)>,
 }
 
 /// Starts the I/O recorder. QEMU tenants (`guests`): the virtual disk is
@@ -42,6 +44,15 @@ pub fn start(lab: &Lab, dir: &Path, calls: bool, guests: Option<&GuestSetup>) ->
         }
         groups.push(TargetGroup::cgroup(&names::tenant_name(t.index), path, false));
     }
+    let inside: Vec<(usize, String)> = match guests {
+        Some(_) => lab
+            .tenants
+            .iter()
+            .filter(|t| t.cgroup.is_some())
+            .map(|t| (t.index, names::tenant_name(t.index)))
+            .collect(),
+        None => Vec::new(),
+    };
     let calls = calls || guests.is_some();
     let opts = IoRecordOptions {
         targets: Targets {
@@ -59,7 +70,11 @@ pub fn start(lab: &Lab, dir: &Path, calls: bool, guests: Option<&GuestSetup>) ->
     let (stop, handle) = crate::observe::spawn_recorder("io-record", move |stop, ready| {
         ontime_trace::io::record(&opts, stop, None, ready)
     })?;
-    Ok(IoObserver { stop, handle })
+    Ok(IoObserver {
+        stop,
+        handle,
+        guests: inside,
+    })
 }
 
 impl IoObserver {
@@ -81,7 +96,7 @@ impl IoObserver {
         out.events = Some(summary.events);
         out.lost = Some(summary.lost);
         out.reader_cpu_ns = Some(summary.reader_cpu_ns);
-        match analyse(&dir.join("io.otrec"), dir) {
+        match analyse(&dir.join("io.otrec"), dir, &self.guests) {
             Ok(()) => out.analysis = Some("io.json".into()),
             Err(e) => out.error = Some(format!("analysis: {e:#}")),
         }
@@ -89,9 +104,25 @@ impl IoObserver {
     }
 }
 
-fn analyse(file: &Path, dir: &Path) -> Result<()> {
+fn analyse(file: &Path, dir: &Path, guests: &[(usize, String)]) -> Result<()> {
     let rec = Recording::read(file)?;
-    let a = ontime_io::analyze(&rec, file)?;
+    let mut a = ontime_io::analyze(&rec, file)?;
+    // Each guest's own recording (its job ran `ontime io record` inside).
+    for (i, name) in guests {
+        let inside = dir.join(format!("t{i}.{}", crate::qemu::GUEST_IO_RECORDING));
+        let merged = Recording::read(&inside)
+            .and_then(|r| ontime_io::analyze(&r, &inside))
+            .map(|g| ontime_io::merge_guest(&mut a, name, &g));
+        match merged {
+            Ok(true) => {}
+            Ok(false) => a
+                .unavailable
+                .push(format!("{}: no tenant {name} in it", inside.display())),
+            Err(e) => a.unavailable.push(format!(
+                "the recording inside guest {name} ({e:#}; see t{i}.guest-io.err)"
+            )),
+        }
+    }
     ontime_io::figures(&a, &dir.join("io"))?;
     ontime_core::fsio::write_atomic(&dir.join("io.json"), &serde_json::to_vec(&a)?)?;
     ontime_core::fsio::write_atomic(&dir.join("io.txt"), ontime_io::text(&a).as_bytes())?;

@@ -42,6 +42,10 @@ pub const KVM_BOOT_LIMIT: Duration = Duration::from_secs(5);
 const BOOT_LIMIT: Duration = Duration::from_secs(180);
 /// The kit's version this code boots (scripts/guest-kit.sh's `version`).
 const KIT_VERSION: u32 = 4;
+/// The guest's own cgroup for its workload when its I/O is recorded.
+const GUEST_JOB_CGROUP: &str = "/sys/fs/cgroup/ontime-job";
+/// The in-guest I/O recording, `tN.` before it, in the run directory.
+pub const GUEST_IO_RECORDING: &str = "guest-io.otrec";
 /// The tap QEMU creates in the tenant's namespace, and the bridge.
 const TAP: &str = "vm0";
 const BRIDGE: &str = "br0";
@@ -321,15 +325,41 @@ fn job_script(c: &RunConfig, i: usize, dir: &Path, exe: &Path, has_disk: bool) -
     let mut s = String::from(
         "# tenant's job inside its QEMU guest (written by ontime lab)\ncd /\nexport TMPDIR=/run/ontime-tmp\nmkdir -p $TMPDIR\n",
     );
+    let err = shell_quote(&dir.join(format!("t{i}.err")).display().to_string());
     // Document 004's guest swap: a swap file on the guest's own disk,
     // switched on by the guest's kernel before the workload starts.
     if let Some(bytes) = c.tenant.swap_bytes().map_err(anyhow::Error::msg)?.filter(|&b| b > 0) {
         let f = format!("{}/swapfile", names::DISK_MOUNT);
-        let err = shell_quote(&dir.join(format!("t{i}.err")).display().to_string());
         s.push_str(&format!(
-            "if ! {{ fallocate -l {bytes} {f} && chmod 600 {f} && mkswap -q {f} && swapon {f}; }} >/run/ontime-swap.log 2>&1; then
-             echo \"ontime: the guest could not switch on its swap file {f}: $(cat /run/ontime-swap.log)\" >{err}\nexit 97\nfi\n\
+            "if ! {{ fallocate -l {bytes} {f} && chmod 600 {f} && mkswap -q {f} && swapon {f}; }} >/run/ontime-swap.log 2>&1; then\n\
+             echo \"ontime: the guest could not switch on its swap file {f}: $(cat /run/ontime-swap.log)\" >{err}\n\
+             exit 97\nfi\n\
              echo \"ontime-guest-swap $(grep -c {f} /proc/swaps)\" >/dev/console\n"
+        ));
+    }
+    let exe_q = shell_quote(&exe.display().to_string());
+    // The guest's own layers (document 004's application layer and guest
+    // cache): the workload runs in a cgroup of the guest's own, recorded
+    // from inside by the same `ontime io record` (counters, or every call
+    // with `io_calls`), with the guest's disk as its virtual disk; the
+    // host's recorder has the layers below.
+    let guest_io = c.observe.io && has_disk;
+    if guest_io {
+        let model = c.tenant.disk.as_ref().and_then(|d| d.model).unwrap_or_default();
+        let device = if model == DiskModel::VirtioBlk {
+            "/dev/vda"
+        } else {
+            "/dev/sda"
+        };
+        let name = names::tenant_name(i);
+        let rec_err = shell_quote(&dir.join(format!("t{i}.guest-io.err")).display().to_string());
+        s.push_str(&format!(
+            "mount -t cgroup2 none /sys/fs/cgroup && echo +memory >/sys/fs/cgroup/cgroup.subtree_control && mkdir -p {GUEST_JOB_CGROUP}\n\
+             {exe_q} io record{} --cgroup {name}={GUEST_JOB_CGROUP} --disk {name}={device} -o {} >/dev/null 2>{rec_err} &\n\
+             rec=$!\nn=0\n\
+             while ! grep -q 'ontime: recording' {rec_err} && kill -0 $rec 2>/dev/null && [ $n -lt 900 ]; do sleep 0.2; n=$((n + 1)); done\n",
+            if c.observe.io_calls { " --calls" } else { "" },
+            shell_quote(&dir.join(format!("t{i}.{GUEST_IO_RECORDING}")).display().to_string()),
         ));
     }
     let max = Duration::from_nanos(c.duration) + Duration::from_secs(60);
@@ -363,14 +393,23 @@ fn job_script(c: &RunConfig, i: usize, dir: &Path, exe: &Path, has_disk: bool) -
             }
         }
     }
-    let spec = dir.join(format!("t{i}.probe.json"));
+    let spec = shell_quote(&dir.join(format!("t{i}.probe.json")).display().to_string());
+    let out = shell_quote(&dir.join(format!("t{i}.out")).display().to_string());
+    let probe = if guest_io {
+        // Into the job's cgroup first (the probe runs even if that fails:
+        // the recording then says it saw nothing), then the probe in its place.
+        format!("sh -c 'echo $$ >{GUEST_JOB_CGROUP}/cgroup.procs; exec \"$@\"' sh {exe_q} probe {spec}")
+    } else {
+        format!("{exe_q} probe {spec}")
+    };
     s.push_str(&format!(
-        "{} probe {} >{} 2>{} &\necho $! >/run/ontime-probe.pid\nwait $!\nrc=$?\nkill $(jobs -p) 2>/dev/null\nexit $rc\n",
-        shell_quote(&exe.display().to_string()),
-        shell_quote(&spec.display().to_string()),
-        shell_quote(&dir.join(format!("t{i}.out")).display().to_string()),
-        shell_quote(&dir.join(format!("t{i}.err")).display().to_string()),
+        "{probe} >{out} 2>{err} &\necho $! >/run/ontime-probe.pid\nwait $!\nrc=$?\n"
     ));
+    if guest_io {
+        // The recorder writes what it has on SIGINT, like a sandbox's.
+        s.push_str("kill -INT $rec 2>/dev/null\nwait $rec\n");
+    }
+    s.push_str("kill $(jobs -p) 2>/dev/null\nexit $rc\n");
     Ok(s)
 }
 

@@ -83,10 +83,25 @@ impl ontime_core::export::TextReport for IoRecordSummary {
     }
 }
 
-/// The tenants' virtual disks: each image's loop device and the disk under it.
+/// The tenants' virtual disks: each image's loop device and the disk
+/// under it; a block device given as the image (a guest's /dev/vda, seen
+/// from inside the guest) is the virtual disk itself, with nothing under
+/// it that this kernel sees.
 pub fn tenant_disks(images: &[(u32, PathBuf)]) -> Result<Vec<TenantDisk>> {
     let mut disks = Vec::new();
     for (group, image) in images {
+        if let Some(dev) = BlockDevice::of_node(image) {
+            disks.push(TenantDisk {
+                group: *group,
+                image: image.clone(),
+                loop_device: Some(dev),
+                direct: false,
+                physical: None,
+                partition_start: 0,
+                image_file: None,
+            });
+            continue;
+        }
         let Some((loop_device, direct)) = loop_device_of(image) else {
             bail!(
                 "{} is not attached to a loop device; attach it with `losetup --find --show {}` and mount it in the tenant",
@@ -393,6 +408,10 @@ mod bpf_record {
             }
             match &d.physical {
                 Some(p) => add(p.dev, LAYER_PHYSICAL)?,
+                None if d.image.starts_with("/dev") => unavailable.push(format!(
+                    "physical layer under {} (a block device whose backing this kernel does not see: a guest's disk is a file or device on its host)",
+                    d.image.display()
+                )),
                 None => unavailable.push(format!(
                     "physical layer of {} (its file system has no block device)",
                     d.image.display()

@@ -28,6 +28,16 @@ impl BlockDevice {
         })
     }
 
+    /// The block device a device node (`/dev/vda`) stands for.
+    pub fn of_node(node: &Path) -> Option<BlockDevice> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let meta = std::fs::metadata(node).ok()?;
+        if !meta.file_type().is_block_device() {
+            return None;
+        }
+        BlockDevice::from_major_minor(libc::major(meta.rdev()), libc::minor(meta.rdev()))
+    }
+
     pub fn major_minor(&self) -> (u32, u32) {
         (self.dev >> 20, self.dev & 0xfffff)
     }
