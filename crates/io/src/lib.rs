@@ -141,6 +141,29 @@ pub struct SeriesPoint {
     pub physical_write: f64,
 }
 
+/// A layer of the time series.
+#[derive(Clone, Copy)]
+enum SeriesLayer {
+    App,
+    Virtual,
+    Physical,
+}
+
+impl SeriesPoint {
+    fn add(&mut self, layer: SeriesLayer, op: IoOp, bytes: f64) {
+        let (read, write) = match layer {
+            SeriesLayer::App => (&mut self.app_read, &mut self.app_write),
+            SeriesLayer::Virtual => (&mut self.virtual_read, &mut self.virtual_write),
+            SeriesLayer::Physical => (&mut self.physical_read, &mut self.physical_write),
+        };
+        match op {
+            IoOp::Read => *read += bytes,
+            IoOp::Write => *write += bytes,
+            _ => {}
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct FileIo {
     pub path: String,
@@ -362,11 +385,7 @@ pub fn analyze(rec: &Recording, path: &Path) -> Result<IoAnalysis> {
                 if g < n {
                     virt[g].add(e);
                     if let Some(p) = series[g].get_mut(bin) {
-                        match op {
-                            IoOp::Read => p.virtual_read += moved,
-                            IoOp::Write => p.virtual_write += moved,
-                            _ => {}
-                        }
+                        p.add(SeriesLayer::Virtual, op, moved);
                     }
                 }
             } else if physical_devs.contains(&e.dev) {
@@ -374,11 +393,7 @@ pub fn analyze(rec: &Recording, path: &Path) -> Result<IoAnalysis> {
                     Some(g) if g < n => {
                         phys[g].add(e);
                         if let Some(p) = series[g].get_mut(bin) {
-                            match op {
-                                IoOp::Read => p.physical_read += moved,
-                                IoOp::Write => p.physical_write += moved,
-                                _ => {}
-                            }
+                            p.add(SeriesLayer::Physical, op, moved);
                         }
                     }
                     _ => phys_other.add(e),
@@ -393,11 +408,7 @@ pub fn analyze(rec: &Recording, path: &Path) -> Result<IoAnalysis> {
         if vmm_image.get(&(e.dev, e.ino)) == Some(&e.group) {
             virt[g].add(e);
             if let Some(p) = series[g].get_mut(bin) {
-                match op {
-                    IoOp::Read => p.virtual_read += moved,
-                    IoOp::Write => p.virtual_write += moved,
-                    _ => {}
-                }
+                p.add(SeriesLayer::Virtual, op, moved);
             }
             continue;
         }
@@ -415,11 +426,7 @@ pub fn analyze(rec: &Recording, path: &Path) -> Result<IoAnalysis> {
             direct_bytes[g] += e.moved();
         }
         if let Some(p) = series[g].get_mut(bin) {
-            match op {
-                IoOp::Read => p.app_read += moved,
-                IoOp::Write => p.app_write += moved,
-                _ => {}
-            }
+            p.add(SeriesLayer::App, op, moved);
         }
         if matches!(op, IoOp::Read | IoOp::Write) {
             let f = files[g].entry((e.dev, e.ino)).or_insert_with(|| FileIo {
