@@ -195,6 +195,22 @@ virtio-blk = {{ 'tenant.disk.model' = 'virtio-blk', 'tenant.disk.iothread' = tru
     nothing_left();
 }
 
+/// Starts `ontime lab run` of scenario `text` in the background: the
+/// runner and its (first) run's directory.
+fn spawn_run(dir: &Path, text: &str) -> (std::process::Child, PathBuf) {
+    let sc = dir.join("vm.toml");
+    std::fs::write(&sc, text).unwrap();
+    (common::spawn_lab(&sc, &dir.join("r")), dir.join("r/runs/000-rep1"))
+}
+
+/// Waits until tenant 0's guest console says `marker`.
+fn await_console(run: &Path, marker: &str) {
+    let console = run.join("t0.console.log");
+    ontime_testkit::wait_until(marker, Duration::from_secs(180), || {
+        std::fs::read_to_string(&console).is_ok_and(|t| t.contains(marker))
+    });
+}
+
 #[test]
 fn a_killed_runner_leaves_what_lab_clean_removes_of_its_guests() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -203,18 +219,12 @@ fn a_killed_runner_leaves_what_lab_clean_removes_of_its_guests() {
     }
     let _clean = CleanOnDrop;
     let dir = tempfile::tempdir().unwrap();
-    let sc = dir.path().join("long.toml");
-    std::fs::write(
-        &sc,
+    let (mut runner, run) = spawn_run(
+        dir.path(),
         "name = 'long'\nduration = '120s'\n[tenant]\ncount = 1\nbackend = 'qemu'\n[tenant.disk]\nsize = '64M'\n[tenant.cyclic]\ninterval = '10ms'\n",
-    )
-    .unwrap();
-    let mut runner = common::spawn_lab(&sc, &dir.path().join("r"));
+    );
     // Killed once the guest runs its job.
-    let console = dir.path().join("r/runs/000-rep1/t0.console.log");
-    ontime_testkit::wait_until("the guest's job", Duration::from_secs(180), || {
-        std::fs::read_to_string(&console).is_ok_and(|t| t.contains("ontime-guest-ready"))
-    });
+    await_console(&run, "ontime-guest-ready");
     runner.kill().unwrap();
     runner.wait().unwrap();
     // QEMU dies with the runner (its death signal); its namespace, cgroup
@@ -241,14 +251,10 @@ fn a_stopped_run_keeps_what_its_guest_measured() {
     }
     let _clean = CleanOnDrop;
     let dir = tempfile::tempdir().unwrap();
-    let sc = dir.path().join("long.toml");
-    std::fs::write(
-        &sc,
+    let (mut runner, run) = spawn_run(
+        dir.path(),
         "name = 'long'\nduration = '300s'\n[tenant]\ncount = 1\nbackend = 'qemu'\n[tenant.crawl]\nrate = 20\n",
-    )
-    .unwrap();
-    let mut runner = common::spawn_lab(&sc, &dir.path().join("r"));
-    let run = dir.path().join("r/runs/000-rep1");
+    );
     // Stopped once the gateway on the host has logged the guest's polls.
     let polls_logged = || {
         std::fs::read_to_string(run.join("gateway.recv.log"))
@@ -298,22 +304,20 @@ fn io_record_sees_a_guests_virtual_disk_through_its_qemu() {
     }
     let _clean = CleanOnDrop;
     let dir = tempfile::tempdir().unwrap();
-    let sc = dir.path().join("io.toml");
-    std::fs::write(
-        &sc,
+    let (mut runner, run) = spawn_run(
+        dir.path(),
         "name = 'vm-io'\nduration = '120s'\n[tenant]\ncount = 1\nbackend = 'qemu'\nmemory = '256M'\nswap = '32M'\n[tenant.disk]\nsize = '256M'\nmodel = 'virtio-blk'\n\
 [tenant.io]\ntool = 'fio'\nrw = 'randrw'\nsize = '16M'\nbs = '64k'\n[observe]\nrecorder = 'off'\nio = true\n",
-    )
-    .unwrap();
-    let mut runner = common::spawn_lab(&sc, &dir.path().join("r"));
-    let console = dir.path().join("r/runs/000-rep1/t0.console.log");
-    // The job's first step is the swap file; its workload follows.
-    ontime_testkit::wait_until("the guest's job", Duration::from_secs(180), || {
-        std::fs::read_to_string(&console).is_ok_and(|t| t.contains("ontime-guest-swap"))
-    });
-    // Document 004's guest swap: a swap file on the guest's disk, on.
-    let text = std::fs::read_to_string(&console).unwrap_or_default();
+    );
+    // The job's first step is the swap file: document 004's guest swap.
+    await_console(&run, "ontime-guest-swap");
+    let text = std::fs::read_to_string(run.join("t0.console.log")).unwrap_or_default();
     assert!(text.contains("ontime-guest-swap 1"), "{text}");
+    // Then its own I/O recorder; the workload starts once it records.
+    let guest_rec = run.join("t0.guest-io.err");
+    ontime_testkit::wait_until("the recorder inside the guest", Duration::from_secs(180), || {
+        std::fs::read_to_string(&guest_rec).is_ok_and(|t| t.contains("ontime: recording"))
+    });
     let rec = dir.path().join("guest.otrec");
     let out = ontime()
         .args(["io", "record", "--guest", "t0", "-D", "8s", "-o"])
@@ -342,7 +346,6 @@ fn io_record_sees_a_guests_virtual_disk_through_its_qemu() {
     let unavailable = a["unavailable"].to_string();
     assert!(unavailable.contains("inside guest t0"), "{unavailable}");
     // The lab's own I/O recorder ([observe] io) sees the same layer.
-    let run = dir.path().join("r/runs/000-rep1");
     let lab_io = read_json(&run.join("io.json"));
     let t = &lab_io["tenants"][0];
     let moved = t["virtual_disk"]["read"]["bytes"].as_u64().unwrap_or(0)
