@@ -110,9 +110,16 @@ fn analyse(file: &Path, dir: &Path, guests: &[(usize, String)]) -> Result<()> {
     // Each guest's own recording (its job ran `ontime io record` inside).
     for (i, name) in guests {
         let inside = dir.join(format!("t{i}.{}", crate::qemu::GUEST_IO_RECORDING));
-        let merged = Recording::read(&inside)
-            .and_then(|r| ontime_io::analyze(&r, &inside))
-            .map(|g| ontime_io::merge_guest(&mut a, name, &g));
+        let merged = Recording::read(&inside).and_then(|r| {
+            let g = ontime_io::analyze(&r, &inside)?;
+            let clock = guest_clock(&rec, &a, name, &r);
+            let view = ontime_io::GuestRecording {
+                analysis: &g,
+                start_ns: r.meta.start_ns,
+                clock,
+            };
+            Ok(ontime_io::merge_guest(&mut a, name, &view))
+        });
         match merged {
             Ok(true) => {}
             Ok(false) => a
@@ -127,4 +134,18 @@ fn analyse(file: &Path, dir: &Path, guests: &[(usize, String)]) -> Result<()> {
     ontime_core::fsio::write_atomic(&dir.join("io.json"), &serde_json::to_vec(&a)?)?;
     ontime_core::fsio::write_atomic(&dir.join("io.txt"), ontime_io::text(&a).as_bytes())?;
     Ok(())
+}
+
+/// The guest's clock against the host's, from its disk's requests and its
+/// QEMU's calls on the image (`ontime_io::clock_offset`).
+fn guest_clock(
+    host: &Recording,
+    a: &ontime_io::IoAnalysis,
+    name: &str,
+    guest: &Recording,
+) -> Option<ontime_io::ClockOffset> {
+    let group = a.tenants.iter().position(|t| t.name == name)? as u32;
+    let image = a.tenants[group as usize].disk.as_ref()?.image_file?;
+    let guest_dev = guest.meta.io.as_ref()?.disks.first()?.loop_device.as_ref()?.dev;
+    ontime_io::clock_offset(host, group, image, guest, guest_dev)
 }
