@@ -30,6 +30,9 @@ pub enum LoadProfile {
     Mixed,
     /// CPU hogs.
     Cpu,
+    /// Anonymous memory only (stress-ng's vm stressor, 128 MiB a worker):
+    /// what pushes a tenant with little memory into swap (document 004).
+    Memory,
 }
 
 impl FromStr for LoadProfile {
@@ -41,7 +44,8 @@ impl FromStr for LoadProfile {
             "net" => Ok(LoadProfile::Net),
             "mixed" => Ok(LoadProfile::Mixed),
             "cpu" => Ok(LoadProfile::Cpu),
-            _ => Err(format!("unknown load '{s}': use kernel, io, net, mixed or cpu")),
+            "memory" => Ok(LoadProfile::Memory),
+            _ => Err(format!("unknown load '{s}': use kernel, io, net, mixed, cpu or memory")),
         }
     }
 }
@@ -54,6 +58,7 @@ impl std::fmt::Display for LoadProfile {
             LoadProfile::Net => "net",
             LoadProfile::Mixed => "mixed",
             LoadProfile::Cpu => "cpu",
+            LoadProfile::Memory => "memory",
         };
         f.write_str(s)
     }
@@ -71,6 +76,7 @@ impl LoadProfile {
             LoadProfile::Net => NET.to_vec(),
             LoadProfile::Mixed => KERNEL.iter().chain(IO.iter()).chain(NET.iter()).copied().collect(),
             LoadProfile::Cpu => vec!["cpu"],
+            LoadProfile::Memory => vec!["vm"],
         }
     }
 

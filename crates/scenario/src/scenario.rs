@@ -23,7 +23,7 @@
 //! rate = 200                 # polls/s per tenant
 //!
 //! [[load]]
-//! profile = "kernel"         # kernel, io, net, mixed, cpu
+//! profile = "kernel"         # kernel, io, net, mixed, cpu, memory
 //! place = "host"             # or "tenants"
 //!
 //! [sweep]
@@ -323,7 +323,7 @@ pub enum Place {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct LoadSpec {
-    /// kernel, io, net, mixed, cpu (stress-ng), wan (an iperf3 UDP flow from
+    /// kernel, io, net, mixed, cpu, memory (stress-ng), wan (an iperf3 UDP flow from
     /// every tenant to the building side, through the host relay) or none.
     pub profile: LoadKind,
     #[serde(default)]
