@@ -13,7 +13,7 @@
 //!   guest's NIC carries the tenant's MAC and address; the veth end inside
 //!   the namespace gives both up.
 //! - The accelerator: KVM only when a probe guest actually boots with it
-//!   within [`KVM_BOOT_LIMIT`] (a `/dev/kvm` whose guests hang, as under
+//!   within `ontime_guest::kit::KVM_BOOT_LIMIT` (a `/dev/kvm` whose guests hang, as under
 //!   nested virtualisation without support, is not enough), else TCG.
 //! - A guest's life is its QEMU process: the init runs the job, writes its
 //!   exit status beside the results and powers off. A guest that does not
@@ -24,8 +24,8 @@ use anyhow::{bail, Context, Result};
 use ontime_core::proc::{ChildProcess, SpawnOptions};
 use ontime_core::rt::Policy;
 use ontime_scenario::record::VmEnvironment;
-use ontime_scenario::scenario::{LoadKind, Place, RunConfig};
-use ontime_scenario::vm::{AccelChoice, DiskCache, DiskModel, ImageFormat, NicModel, VmConfig};
+use ontime_scenario::scenario::RunConfig;
+use ontime_scenario::vm::{DiskCache, DiskModel, ImageFormat, NicModel, VmConfig};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -33,188 +33,17 @@ use std::time::{Duration, Instant};
 use crate::names;
 use crate::sandbox::{mac_text, Lab, Tenant};
 use crate::sys::ip;
+use ontime_guest::control::{control_path, GuestControl};
+use ontime_guest::job::job_script;
+pub use ontime_guest::job::GUEST_IO_RECORDING;
+pub use ontime_guest::kit::{choose_accel, console_has, qemu_version, vhost_available, Accel, Kit, QEMU};
 
-const QEMU: &str = "qemu-system-x86_64";
-/// How long a KVM probe guest may take to print its ready line.
-pub const KVM_BOOT_LIMIT: Duration = Duration::from_secs(5);
 /// How long a lab guest may take to reach its job (TCG on a busy host
 /// boots in 5 to 30 s).
 const BOOT_LIMIT: Duration = Duration::from_secs(180);
-/// The kit's version this code boots (scripts/guest-kit.sh's `version`).
-const KIT_VERSION: u32 = 4;
-/// The guest's own cgroup for its workload when its I/O is recorded.
-const GUEST_JOB_CGROUP: &str = "/sys/fs/cgroup/ontime-job";
-/// The in-guest I/O recording, `tN.` before it, in the run directory.
-pub const GUEST_IO_RECORDING: &str = "guest-io.otrec";
 /// The tap QEMU creates in the tenant's namespace, and the bridge.
 const TAP: &str = "vm0";
 const BRIDGE: &str = "br0";
-
-/// The guest kit's kernel and initramfs.
-#[derive(Clone, Debug)]
-pub struct Kit {
-    pub kernel: PathBuf,
-    pub initrd: PathBuf,
-}
-
-impl Kit {
-    /// A headless machine with only the devices asked for, that ends
-    /// when its guest powers off, booting the kit.
-    fn boot_args(&self) -> Vec<std::ffi::OsString> {
-        let mut a: Vec<std::ffi::OsString> = [
-            "-nodefaults",
-            "-no-user-config",
-            "-display",
-            "none",
-            "-monitor",
-            "none",
-            "-no-reboot",
-            "-kernel",
-        ]
-        .iter()
-        .map(Into::into)
-        .collect();
-        a.push(self.kernel.clone().into());
-        a.push("-initrd".into());
-        a.push(self.initrd.clone().into());
-        a
-    }
-
-    /// `$ONTIME_GUEST_KIT` or /var/cache/ontime/guest-kit, at the version
-    /// this code needs.
-    pub fn find() -> Result<Kit> {
-        let dir = std::env::var_os("ONTIME_GUEST_KIT")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/var/cache/ontime/guest-kit"));
-        let version: Option<u32> = std::fs::read_to_string(dir.join("VERSION"))
-            .ok()
-            .and_then(|v| v.trim().parse().ok());
-        let kit = Kit {
-            kernel: dir.join("vmlinuz"),
-            initrd: dir.join("initrd.gz"),
-        };
-        if !kit.kernel.exists() || !kit.initrd.exists() || version.is_none_or(|v| v < KIT_VERSION) {
-            bail!(
-                "QEMU tenants need the guest kit (version {KIT_VERSION}) in {}: run scripts/guest-kit.sh (scripts/setup.sh does)",
-                dir.display()
-            );
-        }
-        Ok(kit)
-    }
-}
-
-/// QEMU's version line, or why there is none.
-pub fn qemu_version() -> Result<String> {
-    let out = Command::new(QEMU).arg("--version").output().with_context(|| {
-        format!("QEMU tenants need {QEMU}: run scripts/setup.sh or apt-get install qemu-system-x86")
-    })?;
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_string())
-}
-
-/// Whether vhost-net can serve a virtio NIC here (the device opens).
-pub fn vhost_available() -> bool {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/vhost-net")
-        .is_ok()
-}
-
-/// The accelerator a run's guests use, and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Accel {
-    /// "kvm" or "tcg".
-    pub name: &'static str,
-    pub why: String,
-}
-
-/// Chooses the accelerator by trying it: KVM only when a probe guest boots
-/// with it. The answer for `auto` is kept for the process (a sweep asks
-/// once).
-pub fn choose_accel(choice: AccelChoice, kit: &Kit) -> Result<Accel> {
-    static AUTO: std::sync::Mutex<Option<Accel>> = std::sync::Mutex::new(None);
-    if choice == AccelChoice::Tcg {
-        return Ok(Accel {
-            name: "tcg",
-            why: "host.accel = \"tcg\"".into(),
-        });
-    }
-    if choice == AccelChoice::Auto {
-        if let Some(a) = AUTO.lock().unwrap_or_else(|e| e.into_inner()).clone() {
-            return Ok(a);
-        }
-    }
-    let tried = try_kvm(kit);
-    let accel = match (choice, tried) {
-        (_, Ok(secs)) => Accel {
-            name: "kvm",
-            why: format!("kvm: a probe guest booted in {secs:.1} s"),
-        },
-        (AccelChoice::Kvm, Err(why)) => bail!("host.accel = \"kvm\" but {why}: use \"auto\" or \"tcg\""),
-        (_, Err(why)) => Accel {
-            name: "tcg",
-            why: format!("kvm: {why}: tcg"),
-        },
-    };
-    *AUTO.lock().unwrap_or_else(|e| e.into_inner()) = Some(accel.clone());
-    Ok(accel)
-}
-
-/// Boots the kit idle under KVM; Ok(seconds to its ready line) or why not.
-fn try_kvm(kit: &Kit) -> std::result::Result<f64, String> {
-    if !Path::new("/dev/kvm").exists() {
-        return Err("no /dev/kvm".into());
-    }
-    let dir = tempfile::tempdir().map_err(|e| format!("no temporary directory: {e}"))?;
-    let console = dir.path().join("console.log");
-    let mut cmd = Command::new(QEMU);
-    cmd.args([
-        "-name",
-        "guest=ontime-kvm-probe",
-        "-accel",
-        "kvm",
-        "-cpu",
-        "host",
-        "-m",
-        "128",
-    ])
-    .args(kit.boot_args())
-    .args(["-append", "console=ttyS0 quiet ontime.work=idle", "-serial"])
-    .arg(format!("file:{}", console.display()))
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped());
-    let mut child =
-        ChildProcess::spawn("the KVM probe guest", &mut cmd, SpawnOptions::default()).map_err(|e| format!("{e:#}"))?;
-    let t0 = Instant::now();
-    let ready = child.wait_until(KVM_BOOT_LIMIT, || console_has(&console, "ontime-guest-ready"));
-    child.stop();
-    match ready {
-        Ok(()) => Ok(t0.elapsed().as_secs_f64()),
-        Err(e) if e.to_string().contains("exited") => {
-            // QEMU's own first complaint, e.g. "failed to set MSR 0x10a".
-            let text = format!("{e:#}");
-            let why = text
-                .lines()
-                .find_map(|l| l.split_once("error: ").map(|x| x.1.trim().to_string()))
-                .unwrap_or_else(|| text.lines().next().unwrap_or("").to_string());
-            Err(format!("/dev/kvm present, QEMU failed with it ({why})"))
-        }
-        Err(_) => Err(format!(
-            "/dev/kvm present, guest did not boot in {} s",
-            KVM_BOOT_LIMIT.as_secs()
-        )),
-    }
-}
-
-fn console_has(console: &Path, line: &str) -> bool {
-    std::fs::read_to_string(console).is_ok_and(|t| t.contains(line))
-}
 
 /// This host cannot run the scenario as written (no guest kit, no QEMU,
 /// no vhost-net): the user's to fix, said before anything is made.
@@ -313,106 +142,6 @@ fn run_tool(cmd: &mut Command, what: &str) -> Result<()> {
     Ok(())
 }
 
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
-}
-
-/// Tenant `i`'s job inside its guest: the loads placed in tenants (in the
-/// background), then its probe from the spec file the runner wrote; the
-/// job's status is the probe's.
-fn job_script(c: &RunConfig, i: usize, dir: &Path, exe: &Path, has_disk: bool) -> Result<String> {
-    // The host's root is read-only in the guest: scratch space is /run.
-    let mut s = String::from(
-        "# tenant's job inside its QEMU guest (written by ontime lab)\ncd /\nexport TMPDIR=/run/ontime-tmp\nmkdir -p $TMPDIR\n",
-    );
-    let err = shell_quote(&dir.join(format!("t{i}.err")).display().to_string());
-    // Document 004's guest swap: a swap file on the guest's own disk,
-    // switched on by the guest's kernel before the workload starts.
-    if let Some(bytes) = c.tenant.swap_bytes().map_err(anyhow::Error::msg)?.filter(|&b| b > 0) {
-        let f = format!("{}/swapfile", names::DISK_MOUNT);
-        s.push_str(&format!(
-            "if ! {{ fallocate -l {bytes} {f} && chmod 600 {f} && mkswap -q {f} && swapon {f}; }} >/run/ontime-swap.log 2>&1; then\n\
-             echo \"ontime: the guest could not switch on its swap file {f}: $(cat /run/ontime-swap.log)\" >{err}\n\
-             exit 97\nfi\n\
-             echo \"ontime-guest-swap $(grep -c {f} /proc/swaps)\" >/dev/console\n"
-        ));
-    }
-    let exe_q = shell_quote(&exe.display().to_string());
-    // The guest's own layers (document 004's application layer and guest
-    // cache): the workload runs in a cgroup of the guest's own, recorded
-    // from inside by the same `ontime io record` (counters, or every call
-    // with `io_calls`), with the guest's disk as its virtual disk; the
-    // host's recorder has the layers below.
-    let guest_io = c.observe.io && has_disk;
-    if guest_io {
-        let model = c.tenant.disk.as_ref().and_then(|d| d.model).unwrap_or_default();
-        let device = if model == DiskModel::VirtioBlk {
-            "/dev/vda"
-        } else {
-            "/dev/sda"
-        };
-        let name = names::tenant_name(i);
-        let rec_err = shell_quote(&dir.join(format!("t{i}.guest-io.err")).display().to_string());
-        s.push_str(&format!(
-            "mount -t cgroup2 none /sys/fs/cgroup && echo +memory >/sys/fs/cgroup/cgroup.subtree_control && mkdir -p {GUEST_JOB_CGROUP}\n\
-             {exe_q} io record{} --cgroup {name}={GUEST_JOB_CGROUP} --disk {name}={device} -o {} >/dev/null 2>{rec_err} &\n\
-             rec=$!\nn=0\n\
-             while ! grep -q 'ontime: recording' {rec_err} && kill -0 $rec 2>/dev/null && [ $n -lt 900 ]; do sleep 0.2; n=$((n + 1)); done\n",
-            if c.observe.io_calls { " --calls" } else { "" },
-            shell_quote(&dir.join(format!("t{i}.{GUEST_IO_RECORDING}")).display().to_string()),
-        ));
-    }
-    let max = Duration::from_nanos(c.duration) + Duration::from_secs(60);
-    for l in c.effective_loads().iter().filter(|l| l.place == Place::Tenants) {
-        match l.profile {
-            LoadKind::None => {}
-            LoadKind::Stress(p) => {
-                let work = if has_disk {
-                    format!("{}/load", names::DISK_MOUNT)
-                } else {
-                    "/run/ontime-load".to_string()
-                };
-                let args: Vec<String> = p
-                    .args(l.workers, Path::new(&work), max)
-                    .iter()
-                    .map(|a| shell_quote(a))
-                    .collect();
-                s.push_str(&format!(
-                    "mkdir -p {work}\nstress-ng {} >/dev/null 2>&1 &\n",
-                    args.join(" ")
-                ));
-            }
-            LoadKind::Wan => {
-                let secs = c.duration / 1_000_000_000 + 5;
-                s.push_str(&format!(
-                    "iperf3 -c {} -p {} -u -l 1200 -b {}M -t {secs} >/dev/null 2>&1 &\n",
-                    names::building_addr(),
-                    5201 + i,
-                    l.rate_mbit
-                ));
-            }
-        }
-    }
-    let spec = shell_quote(&dir.join(format!("t{i}.probe.json")).display().to_string());
-    let out = shell_quote(&dir.join(format!("t{i}.out")).display().to_string());
-    let probe = if guest_io {
-        // Into the job's cgroup first (the probe runs even if that fails:
-        // the recording then says it saw nothing), then the probe in its place.
-        format!("sh -c 'echo $$ >{GUEST_JOB_CGROUP}/cgroup.procs; exec \"$@\"' sh {exe_q} probe {spec}")
-    } else {
-        format!("{exe_q} probe {spec}")
-    };
-    s.push_str(&format!(
-        "{probe} >{out} 2>{err} &\necho $! >/run/ontime-probe.pid\nwait $!\nrc=$?\n"
-    ));
-    if guest_io {
-        // The recorder writes what it has on SIGINT, like a sandbox's.
-        s.push_str("kill -INT $rec 2>/dev/null\nwait $rec\n");
-    }
-    s.push_str("kill $(jobs -p) 2>/dev/null\nexit $rc\n");
-    Ok(s)
-}
-
 /// Where one tenant's guest says how it went: its console and its job's
 /// exit status. Its QEMU process is the tenant's probe process.
 pub struct GuestFiles {
@@ -421,64 +150,6 @@ pub struct GuestFiles {
     exit_file: PathBuf,
     started: Instant,
     control: GuestControl,
-}
-
-/// Tenant `i`'s control channel: QEMU's pipe chardev opens `PATH.in` (what
-/// the guest reads on ttyS1) and `PATH.out`.
-fn control_path(dir: &Path, i: usize) -> PathBuf {
-    dir.join(format!("t{i}.control"))
-}
-
-/// The FIFOs of a guest's control channel, removed when dropped.
-struct GuestControl {
-    base: PathBuf,
-}
-
-impl GuestControl {
-    fn fifos(base: &Path) -> [PathBuf; 2] {
-        [".in", ".out"].map(|end| {
-            let mut f = base.as_os_str().to_owned();
-            f.push(end);
-            PathBuf::from(f)
-        })
-    }
-
-    fn make(base: PathBuf) -> Result<GuestControl> {
-        for f in Self::fifos(&base) {
-            // Left by a run killed before it cleaned up (--resume).
-            let _ = std::fs::remove_file(&f);
-            let c = std::ffi::CString::new(f.as_os_str().as_encoded_bytes())
-                .with_context(|| format!("{}: not a path QEMU can open", f.display()))?;
-            // SAFETY: a valid NUL-terminated path.
-            if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
-                return Err(std::io::Error::last_os_error())
-                    .with_context(|| format!("cannot make the guest's control FIFO {}", f.display()));
-            }
-        }
-        Ok(GuestControl { base })
-    }
-
-    /// Writes the stop request; false when nobody reads the FIFO (QEMU is
-    /// gone) or it cannot be written.
-    fn request_stop(&self) -> bool {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let [input, _] = Self::fifos(&self.base);
-        std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(input)
-            .and_then(|mut f| f.write_all(b"stop\n"))
-            .is_ok()
-    }
-}
-
-impl Drop for GuestControl {
-    fn drop(&mut self) {
-        for f in Self::fifos(&self.base) {
-            let _ = std::fs::remove_file(f);
-        }
-    }
 }
 
 /// What a run's guests share.
