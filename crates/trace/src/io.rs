@@ -367,8 +367,10 @@ mod bpf_record {
             for mut prog in open.open_object_mut().progs_mut() {
                 let name = prog.name().to_string_lossy().into_owned();
                 let syscall = name.starts_with("enter_") || name.starts_with("exit_");
-                // Either every call, or each thread's counters and its exit.
-                if syscall != calls || (calls && name == "task_exit") {
+                // Either every call, or each thread's counters and its
+                // exit; the block layer either way.
+                let exit = name == "task_exit";
+                if (syscall && !calls) || (exit && calls) {
                     prog.set_autoload(false);
                 }
             }
