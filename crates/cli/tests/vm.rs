@@ -360,7 +360,7 @@ fn io_record_sees_a_guests_virtual_disk_through_its_qemu() {
         t["inside_guest"].is_object(),
         "the guest's own recording was merged: {lab_io}"
     );
-    assert_eq!(t["inside_guest"]["app_layer"], "counters", "{t}");
+    assert_eq!(t["inside_guest"]["app_layer"], "calls", "the lab traces calls: {t}");
     let app = t["application"]["read"]["bytes"].as_u64().unwrap_or(0)
         + t["application"]["write"]["bytes"].as_u64().unwrap_or(0);
     assert!(app > 0, "fio's reads and writes inside the guest: {t}");

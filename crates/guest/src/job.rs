@@ -44,8 +44,8 @@ pub fn job_script(c: &RunConfig, i: usize, dir: &Path, exe: &Path, has_disk: boo
     let exe_q = shell_quote(&exe.display().to_string());
     // The guest's own layers (document 004's application layer and guest
     // cache): the workload runs in a cgroup of the guest's own, recorded
-    // from inside by the same `ontime io record` (counters, or every call
-    // with `io_calls`), with the guest's disk as its virtual disk; the
+    // from inside by the same `ontime io record` (every call, or the counters
+    // with `io_calls = false`), with the guest's disk as its virtual disk; the
     // host's recorder has the layers below.
     let guest_io = c.observe.io && has_disk;
     if guest_io {
@@ -139,7 +139,7 @@ mod tests {
         let dir = Path::new("/run/ontime lab/r");
         let s = job_script(&c, 0, dir, Path::new("/usr/bin/ontime"), true).unwrap();
         let at = |what: &str| s.find(what).unwrap_or_else(|| panic!("no {what:?} in\n{s}"));
-        assert!(at("swapon") < at("io record --cgroup t0=/sys/fs/cgroup/ontime-job --disk t0=/dev/vda"));
+        assert!(at("swapon") < at("io record --calls --cgroup t0=/sys/fs/cgroup/ontime-job --disk t0=/dev/vda"));
         assert!(at("io record") < at("stress-ng"));
         assert!(at("stress-ng") < at("cgroup.procs; exec"));
         assert!(at("/run/ontime-probe.pid") < at("kill -INT $rec"));

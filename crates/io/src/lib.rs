@@ -895,7 +895,7 @@ pub fn text(a: &IoAnalysis) -> String {
     }
     if a.app_layer == AppLayer::Counters {
         s.push_str(
-            "application layer: each thread's I/O counters (every read and write, files or not; no sizes, latency or files: record with --calls for those)\n",
+            "application layer: each thread's I/O counters (every read and write, files or not: a read of /dev/zero or a write to /dev/null counts, and shows as absorbed by the guest cache; no sizes, latency or files: record with --calls for those)\n",
         );
     }
     for t in &a.tenants {
