@@ -409,7 +409,9 @@ int exit_openat(struct sys_exit_ctx *ctx) { if (!enabled) return 0; exit_open(ct
 
 /* block_rq_issue and block_rq_complete as tracefs lays them out (the
  * format files under events/block/): dev at 8, sector at 16, nr_sector at
- * 24, then bytes (issue) or error (complete) at 28, rwbs at 34. */
+ * 24, then bytes (issue) or error (complete) at 28, then rwbs: at 34 after
+ * the ioprio newer kernels have, at 32 on older ones (6.1): the reader
+ * reads the format and says which. */
 struct rq_ctx {
     __u64 common;
     __u32 dev;
@@ -417,9 +419,10 @@ struct rq_ctx {
     __u64 sector;
     __u32 nr_sector;
     __s32 bytes_or_error;
-    __u16 ioprio;
-    char rwbs[8];
+    char after[10];
 };
+
+const volatile __u32 rwbs_offset = 34;
 
 SEC("tracepoint/block/block_rq_issue")
 int rq_issue(struct rq_ctx *ctx)
@@ -467,7 +470,10 @@ int rq_complete(struct rq_ctx *ctx)
     e->ret = ctx->bytes_or_error;
     e->kind = IO_BLOCK;
     e->cpu = bpf_get_smp_processor_id();
-    __builtin_memcpy(e->rwbs, ctx->rwbs, sizeof(e->rwbs));
+    if (rwbs_offset == 32)
+        __builtin_memcpy(e->rwbs, &ctx->after[0], sizeof(e->rwbs));
+    else
+        __builtin_memcpy(e->rwbs, &ctx->after[2], sizeof(e->rwbs));
     if (v) {
         e->latency = now - v->ts;
         e->bytes = v->bytes;
