@@ -126,26 +126,6 @@ pub fn tenant_disks(images: &[(u32, PathBuf)]) -> Result<Vec<TenantDisk>> {
     Ok(disks)
 }
 
-/// The offset of `field` in tracepoint `event`'s record, from its format
-/// file under tracefs (`field:char rwbs[10];\toffset:34;...`).
-pub fn field_offset(tracefs: &Path, event: &str, field: &str) -> Result<u32> {
-    let path = tracefs.join("events").join(event).join("format");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    format_offset(&text, field).with_context(|| format!("{} has no field {field}", path.display()))
-}
-
-fn format_offset(format: &str, field: &str) -> Option<u32> {
-    format.lines().find_map(|l| {
-        let decl = l.trim().strip_prefix("field:")?.split(';').next()?;
-        let name = decl.rsplit(' ').next()?.split('[').next()?;
-        if name != field {
-            return None;
-        }
-        l.split(';')
-            .find_map(|p| p.trim().strip_prefix("offset:")?.parse().ok())
-    })
-}
-
 #[cfg(feature = "bpf")]
 pub use self::bpf_record::record;
 
@@ -378,16 +358,8 @@ mod bpf_record {
             }
         }
 
-        // libbpf attaches tracepoint programs through tracefs event ids, and
-        // the block request's layout differs between kernels: read it first.
-        let tracefs =
-            crate::tracefs::Tracefs::ensure("block/block_rq_complete", "the block tracepoints (CONFIG_BLOCK)")?;
-        let rwbs_offset = field_offset(tracefs.path(), "block/block_rq_complete", "rwbs")?;
-        if rwbs_offset != 32 && rwbs_offset != 34 {
-            bail!(
-                "block_rq_complete has its rwbs at offset {rwbs_offset}, a layout this ontime does not know (32 or 34)"
-            );
-        }
+        // libbpf attaches tracepoint programs through tracefs event ids.
+        let tracefs = crate::tracefs::Tracefs::ensure("block/block_bio_queue", "the block tracepoints (CONFIG_BLOCK)")?;
         let mut object = MaybeUninit::uninit();
         let mut open = IoSkelBuilder::default()
             .open(&mut object)
@@ -408,7 +380,6 @@ mod bpf_record {
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.cgroup_v1 = root.as_ref().map(|r| r.v1).unwrap_or(false);
             ro.wakeup_threshold = 8 << 20;
-            ro.rwbs_offset = rwbs_offset;
         }
         let skel =
             open.load().map_err(|e| {
@@ -617,18 +588,6 @@ mod bpf_record {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Linux 6.1 (Debian 12's kernel, the guest kit's) and 6.18 lay out
-    /// block_rq_complete differently: ioprio came between error and rwbs.
-    #[test]
-    fn rwbs_is_found_where_each_kernel_puts_it() {
-        let v6_1 = "name: block_rq_complete\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\n\tfield:dev_t dev;\toffset:8;\tsize:4;\tsigned:0;\n\tfield:int error;\toffset:28;\tsize:4;\tsigned:1;\n\tfield:char rwbs[8];\toffset:32;\tsize:8;\tsigned:1;\n\tfield:__data_loc char[] cmd;\toffset:40;\tsize:4;\tsigned:1;\n";
-        let v6_18 = "\tfield:int error;\toffset:28;\tsize:4;\tsigned:1;\n\tfield:unsigned short ioprio;\toffset:32;\tsize:2;\tsigned:0;\n\tfield:char rwbs[10];\toffset:34;\tsize:10;\tsigned:0;\n";
-        assert_eq!(format_offset(v6_1, "rwbs"), Some(32));
-        assert_eq!(format_offset(v6_18, "rwbs"), Some(34));
-        assert_eq!(format_offset(v6_1, "dev"), Some(8));
-        assert_eq!(format_offset(v6_1, "ioprio"), None);
-    }
 
     #[test]
     fn io_event_round_trips() {

@@ -15,9 +15,10 @@
 // `task_exit` below for those that end during the recording.
 //
 // Block layer: requests on the devices in `devices` (the tenants' loop
-// devices and the disks under their image files), paired issue ->
-// complete by (device, sector); bios queued, merged and split on those
-// devices are counted per device, not streamed.
+// devices and the disks under their image files), one record at each
+// completion (tp_btf/block_rq_complete: the request says its device, size,
+// operation and start); bios queued, merged and split on those devices
+// are counted per device, not streamed.
 //
 // Kernel types are declared with only the fields read (CO-RE), as in
 // sched.bpf.c.
@@ -125,24 +126,6 @@ struct {
     __type(value, struct pending_call);
 } scratch SEC(".maps");
 
-struct rq_key {
-    __u64 sector;
-    __u32 dev;
-    __u32 pad;
-};
-
-struct rq_issue {
-    __u64 ts;
-    __u32 bytes;
-    __u32 tid;
-};
-
-struct {
-    __uint(type, BPF_MAP_TYPE_HASH);
-    __uint(max_entries, 65536);
-    __type(key, struct rq_key);
-    __type(value, struct rq_issue);
-} issued SEC(".maps");
 
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -407,85 +390,81 @@ int exit_fdatasync(struct sys_exit_ctx *ctx) { if (!enabled) return 0; exit_call
 SEC("tracepoint/syscalls/sys_exit_openat")
 int exit_openat(struct sys_exit_ctx *ctx) { if (!enabled) return 0; exit_open(ctx); return 0; }
 
-/* block_rq_issue and block_rq_complete as tracefs lays them out (the
- * format files under events/block/): dev at 8, sector at 16, nr_sector at
- * 24, then bytes (issue) or error (complete) at 28, then rwbs: at 34 after
- * the ioprio newer kernels have, at 32 on older ones (6.1): the reader
- * reads the format and says which. */
-struct rq_ctx {
-    __u64 common;
-    __u32 dev;
-    __u32 pad;
-    __u64 sector;
-    __u32 nr_sector;
-    __s32 bytes_or_error;
-    char after[10];
-};
+/* A block request as the kernel keeps it (CO-RE: only the fields read).
+ * The completion alone says everything: the request carries its own start
+ * time, so no issue program and no map of requests in flight are needed
+ * (each cost every request on its way; bench/results.md). */
+struct gendisk {
+    int major;
+    int first_minor;
+} __attribute__((preserve_access_index));
+struct request_queue { struct gendisk *disk; } __attribute__((preserve_access_index));
+struct request {
+    struct request_queue *q;
+    unsigned int cmd_flags;
+    unsigned long long __sector;
+    unsigned int __data_len;
+    __u64 start_time_ns;
+    __u64 io_start_time_ns;
+} __attribute__((preserve_access_index));
 
-const volatile __u32 rwbs_offset = 34;
+enum req_op { REQ_OP_READ = 0, REQ_OP_WRITE = 1, REQ_OP_FLUSH = 2, REQ_OP_DISCARD = 3 };
+enum req_flag_bits { __REQ_PREFLUSH = 18 };
+#define REQ_OP_MASK 0xff
 
-SEC("tracepoint/block/block_rq_issue")
-int rq_issue(struct rq_ctx *ctx)
+/* The block layer's operation letters, as block_rq_complete prints them:
+ * R, W, F (flush, or before a write: FW), D. */
+static __always_inline void rwbs_of(unsigned int flags, char *rwbs)
 {
-    if (!enabled)
-        return 0;
-    __u32 dev = ctx->dev;
-    if (!bpf_map_lookup_elem(&devices, &dev))
-        return 0;
-    struct rq_key key = { .sector = ctx->sector, .dev = dev };
-    struct rq_issue v = {
-        .ts = bpf_ktime_get_ns(),
-        .bytes = (__u32)ctx->bytes_or_error,
-        .tid = (__u32)bpf_get_current_pid_tgid(),
-    };
-    if (bpf_map_update_elem(&issued, &key, &v, BPF_ANY))
-        count_lost(1);
-    return 0;
+    unsigned int op = flags & REQ_OP_MASK;
+    int i = 0;
+    int preflush = bpf_core_enum_value(enum req_flag_bits, __REQ_PREFLUSH);
+    if (op == REQ_OP_FLUSH || (preflush > 0 && preflush < 32 && (flags & (1u << preflush))))
+        rwbs[i++] = 'F';
+    if (op == REQ_OP_WRITE)
+        rwbs[i++] = 'W';
+    else if (op == REQ_OP_READ)
+        rwbs[i++] = 'R';
+    else if (op == REQ_OP_DISCARD)
+        rwbs[i++] = 'D';
+    else if (op != REQ_OP_FLUSH)
+        rwbs[i++] = 'N';
 }
 
-SEC("tracepoint/block/block_rq_complete")
-int rq_complete(struct rq_ctx *ctx)
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(rq_done, struct request *rq, unsigned char error, unsigned int nr_bytes)
 {
     if (!enabled)
         return 0;
-    __u32 dev = ctx->dev;
-    __u32 *layer = bpf_map_lookup_elem(&devices, &dev);
-    if (!layer)
+    struct gendisk *disk = BPF_CORE_READ(rq, q, disk);
+    if (!disk)
         return 0;
-    struct rq_key key = { .sector = ctx->sector, .dev = dev };
-    struct rq_issue *v = bpf_map_lookup_elem(&issued, &key);
+    __u32 dev = ((__u32)BPF_CORE_READ(disk, major) << 20) | (__u32)BPF_CORE_READ(disk, first_minor);
+    if (!bpf_map_lookup_elem(&devices, &dev))
+        return 0;
     __u64 now = bpf_ktime_get_ns();
     struct io_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
     if (!e) {
         count_lost(0);
-        if (v)
-            bpf_map_delete_elem(&issued, &key);
         return 0;
     }
     __builtin_memset(e, 0, sizeof(*e));
+    /* Issued to the device where the kernel keeps that (blk stats), else
+     * when the request was made (iostats; queueing included); 0: unknown. */
+    __u64 start = BPF_CORE_READ(rq, io_start_time_ns);
+    if (!start)
+        start = BPF_CORE_READ(rq, start_time_ns);
+    e->latency = start && start < now ? now - start : 0;
     e->ts = now;
-    e->offset = ctx->sector << 9;
+    e->offset = BPF_CORE_READ(rq, __sector) << 9;
     e->dev = dev;
     e->group = IO_NO_GROUP;
-    e->ret = ctx->bytes_or_error;
+    e->ret = error ? -5 : 0;
+    e->bytes = nr_bytes;
     e->kind = IO_BLOCK;
     e->cpu = bpf_get_smp_processor_id();
-    if (rwbs_offset == 32)
-        __builtin_memcpy(e->rwbs, &ctx->after[0], sizeof(e->rwbs));
-    else
-        __builtin_memcpy(e->rwbs, &ctx->after[2], sizeof(e->rwbs));
-    if (v) {
-        e->latency = now - v->ts;
-        e->bytes = v->bytes;
-        e->tid = v->tid;
-    } else {
-        /* Issued before recording began (or its start was lost). */
-        e->bytes = ctx->nr_sector << 9;
-        e->flags |= IO_F_UNPAIRED;
-    }
+    rwbs_of(BPF_CORE_READ(rq, cmd_flags), e->rwbs);
     bpf_ringbuf_submit(e, submit_flags());
-    if (v)
-        bpf_map_delete_elem(&issued, &key);
     return 0;
 }
 

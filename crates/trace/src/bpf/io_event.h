@@ -31,7 +31,8 @@ enum io_kind {
 
 /* offset | what
  *  0 ts       completion (syscall exit, request completion), CLOCK_MONOTONIC
- *  8 latency  ns since the call entered / the request was issued
+ *  8 latency  ns since the call entered / the request was issued where
+ *             the kernel keeps that (blk stats), else made (iostat's await)
  * 16 offset   file position before the call (system calls) or byte address
  *             on the device (block)
  * 24 ino      inode of the file (system calls)
