@@ -83,13 +83,30 @@ pub fn section(runs: &[RunResults], cells: &[Cell], out: &Path) -> Result<(Strin
     if cells.is_empty() {
         return Ok((h, pngs));
     }
-    h.push_str(
-        "<h2 id=io>I/O (document 004)</h2><p>Each tenant ran the workload on its own disk (an image file on the host through a loop device, ext4, \
-its memory limit = the guest cache). Throughput = the tool's bytes over its measured time, mean of the tenants; latency = the tool's per-operation \
+    let qemu = |r: &RunResults| r.record.config.tenant.backend == ontime_scenario::scenario::Backend::Qemu;
+    let disk = match (runs.iter().any(|r| !qemu(r)), runs.iter().any(qemu)) {
+        (_, false) => "an image file on the host through a loop device, ext4, its memory limit = the guest cache",
+        (false, true) => {
+            "a QEMU guest's virtual disk: an image file on the host that its QEMU reads and writes, ext4 inside the guest, \
+its memory = the guest cache, the application layer and the guest cache recorded inside the guest"
+        }
+        (true, true) => {
+            "an image file on the host, through a loop device for sandbox tenants, as a QEMU guest's virtual disk for QEMU tenants \
+(application layer and guest cache recorded inside the guest)"
+        }
+    };
+    let repetitions = runs.iter().map(|r| r.record.repetition).max().unwrap_or(1);
+    let noise = if repetitions > 1 {
+        format!("{repetitions} repetitions per cell, a row each: compare a difference with their spread.")
+    } else {
+        "One repetition per cell: differences of a few per cent are within this host's run-to-run noise.".to_string()
+    };
+    let _ = write!(
+        h,
+        "<h2 id=io>I/O (document 004)</h2><p>Each tenant ran the workload on its own disk ({disk}). Throughput = the tool's bytes over its measured time, mean of the tenants; latency = the tool's per-operation \
 completion latency (fio only), worst tenant. Absorbed = share of application bytes the guest cache kept from the virtual disk, \
 and of virtual-disk bytes the host cache kept from the physical disk, reads and writes apart, from the run's I/O recording (ontime io); writes still dirty \
-at the end count as absorbed. The host's page cache was dropped before every run. One repetition per cell: differences of a few per cent are within this \
-host's run-to-run noise.</p><table><tr><th>run</th><th>workload</th><th>data</th><th>setting</th><th>MiB/s</th><th>p99</th>\
+at the end count as absorbed. The host's page cache was dropped before every run. {noise}</p><table><tr><th>run</th><th>workload</th><th>data</th><th>setting</th><th>MiB/s</th><th>p99</th>\
 <th>guest cache absorbed (reads / writes)</th><th>host cache absorbed (reads / writes)</th></tr>",
     );
     for c in cells {
