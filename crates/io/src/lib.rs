@@ -368,25 +368,11 @@ pub fn merge_guest(host: &mut IoAnalysis, tenant: &str, guest: &GuestRecording) 
         let guest_bin = (g.series_bin_s * 1e9) as u64;
         for gp in &g.series {
             let from = (guest_start as i64 + (gp.t * 1e9) as i64 + o.host_minus_guest_ns).max(0) as u64;
-            let (r, w) = (gp.app_read * g.series_bin_s, gp.app_write * g.series_bin_s);
-            spread(
-                &mut t.series,
-                host.start_ns,
-                bin_ns,
-                from,
-                from + guest_bin,
-                r as u64,
-                |p| &mut p.app_read,
-            );
-            spread(
-                &mut t.series,
-                host.start_ns,
-                bin_ns,
-                from,
-                from + guest_bin,
-                w as u64,
-                |p| &mut p.app_write,
-            );
+            let read = (gp.app_read * g.series_bin_s) as u64;
+            let written = (gp.app_write * g.series_bin_s) as u64;
+            let (until, start) = (from + guest_bin, host.start_ns);
+            spread(&mut t.series, start, bin_ns, from, until, read, |p| &mut p.app_read);
+            spread(&mut t.series, start, bin_ns, from, until, written, |p| &mut p.app_write);
         }
         for p in t.series.iter_mut() {
             p.app_read /= t.series_bin_s;

@@ -199,24 +199,11 @@ impl GuestSetup {
     /// calls on it; O_DIRECT with `cache = "none"`), for recorder group
     /// `group`; None without a disk.
     pub fn image_disk(&self, index: usize, group: u32) -> Result<Option<ontime_trace::io::TenantDisk>> {
-        use std::os::unix::fs::MetadataExt;
         let Some(image) = self.images.get(index) else {
             return Ok(None);
         };
-        let meta = std::fs::metadata(image).with_context(|| format!("no image {}", image.display()))?;
-        let (physical, partition_start) = match ontime_trace::io::disk_under(image) {
-            Some((d, s)) => (Some(d), s),
-            None => (None, 0),
-        };
-        Ok(Some(ontime_trace::io::TenantDisk {
-            group,
-            image: image.clone(),
-            loop_device: None,
-            direct: self.disk_cache == Some(DiskCache::None),
-            physical,
-            partition_start,
-            image_file: Some(((libc::major(meta.dev()) << 20) | libc::minor(meta.dev()), meta.ino())),
-        }))
+        let direct = self.disk_cache == Some(DiskCache::None);
+        ontime_trace::io_vmm::image_disk(group, image, direct).map(Some)
     }
 
     /// The run record's account of the guests.

@@ -4,7 +4,7 @@
 //! and the disk under each. The guest's virtual disk is then QEMU's own
 //! reads and writes of the image (its thread pool's preadv/pwritev).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
@@ -88,7 +88,6 @@ fn open_files(pid: u32) -> Vec<(PathBuf, bool)> {
 /// its command line names and it holds open. An image it does not hold
 /// (a CD-ROM not inserted, a disk not yet opened) is left out.
 pub fn vmm_disks(group: u32, pid: u32) -> Result<Vec<TenantDisk>> {
-    use std::os::unix::fs::MetadataExt;
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).with_context(|| format!("no process {pid}"))?;
     let args: Vec<String> = cmdline
         .split(|&b| b == 0)
@@ -105,23 +104,29 @@ pub fn vmm_disks(group: u32, pid: u32) -> Result<Vec<TenantDisk>> {
         if held.is_empty() || disks.iter().any(|d: &TenantDisk| d.image == canonical) {
             continue;
         }
-        let meta = std::fs::metadata(&canonical)?;
-        let (major, minor) = (libc::major(meta.dev()), libc::minor(meta.dev()));
-        let (physical, partition_start) = match disk_under(&canonical) {
-            Some((d, s)) => (Some(d), s),
-            None => (None, 0),
-        };
-        disks.push(TenantDisk {
-            group,
-            image: canonical,
-            loop_device: None,
-            direct: held.iter().all(|&d| d),
-            physical,
-            partition_start,
-            image_file: Some(((major << 20) | minor, meta.ino())),
-        });
+        disks.push(image_disk(group, &canonical, held.iter().all(|&d| d))?);
     }
     Ok(disks)
+}
+
+/// A VMM's image as a virtual disk of group `group`: its identity as the
+/// kernel names it (what the VMM's calls on it carry) and the disk under it.
+pub fn image_disk(group: u32, image: &Path, direct: bool) -> Result<TenantDisk> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(image).with_context(|| format!("no image {}", image.display()))?;
+    let (physical, partition_start) = match disk_under(image) {
+        Some((d, s)) => (Some(d), s),
+        None => (None, 0),
+    };
+    Ok(TenantDisk {
+        group,
+        image: image.to_path_buf(),
+        loop_device: None,
+        direct,
+        physical,
+        partition_start,
+        image_file: Some(((libc::major(meta.dev()) << 20) | libc::minor(meta.dev()), meta.ino())),
+    })
 }
 
 /// The one process of a guest's target group.
