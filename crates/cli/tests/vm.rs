@@ -3,7 +3,8 @@
 //! directory, the recorder sees its vCPU threads and the relay, the report
 //! renders, and nothing is left after the run nor after a SIGKILLed runner
 //! plus `lab clean`. Emulated and virtio NICs carry the crawler's polls;
-//! IDE and virtio-blk carry fio. Bad VM scenarios are refused before
+//! IDE and virtio-blk carry fio. A guest's dd is seen at every layer of
+//! document 004, each cache absorbing its share. Bad VM scenarios are refused before
 //! anything is made. Needs root, qemu-system-x86_64 and the guest kit
 //! (scripts/setup.sh makes both); skips elsewhere with the reason.
 
@@ -369,6 +370,120 @@ fn io_record_sees_a_guests_virtual_disk_through_its_qemu() {
         "{}",
         lab_io["unavailable"]
     );
+    nothing_left();
+}
+
+/// Bytes of one direction of one layer in io.json.
+fn layer_bytes(t: &serde_json::Value, layer: &str, dir: &str) -> u64 {
+    let l = if layer == "guest_block" {
+        &t["inside_guest"]["block"]
+    } else {
+        &t[layer]
+    };
+    l[dir]["bytes"].as_u64().unwrap_or(0)
+}
+
+/// Document 004's layers on a QEMU guest, against what dd moved: 16 MiB
+/// laid out (buffered writes, fsync) and read back, warm in the guest's
+/// cache (buffered), warm in the host's (O_DIRECT in the guest over QEMU's
+/// writeback cache), and cold (O_DIRECT over cache = none).
+#[test]
+fn a_guests_dd_is_seen_at_every_layer_and_each_cache_absorbs_its_share() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !vm_or_skip() {
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let (_dir, results) = run_lab(
+        "name = 'vm-dd'\nduration = '5s'\n[tenant]\ncount = 1\nbackend = 'qemu'\nmemory = '256M'\n\
+[tenant.disk]\nsize = '256M'\nmodel = 'virtio-blk'\ncache = 'writeback'\n\
+[tenant.io]\ntool = 'dd'\nrw = 'read'\nsize = '16M'\nbs = '1M'\n[observe]\nrecorder = 'off'\nio = true\n\
+[variants]\nguest-warm = {}\nhost-warm = { 'tenant.io.direct' = true }\n\
+cold = { 'tenant.io.direct' = true, 'tenant.disk.cache' = 'none' }\n\
+[sweep]\nvariant = ['guest-warm', 'host-warm', 'cold']\n",
+    );
+    const MOVED: u64 = 16 << 20;
+    // ext4's metadata and journal beside the file, and the guest's
+    // read-ahead past what dd asked for (buffered reads only).
+    const ALLOWANCE: u64 = 4 << 20;
+    let within = |what: &str, v: u64, t: &serde_json::Value| {
+        assert!(
+            (MOVED..=MOVED + ALLOWANCE).contains(&v),
+            "{what}: {v} bytes, dd moved {MOVED} (+ {ALLOWANCE} allowed): {t:#}"
+        );
+    };
+    let share = |t: &serde_json::Value, k: &str| t["absorption"][k]["share"].as_f64().unwrap_or(-1.0);
+    for (variant, run) in [("guest-warm", "000"), ("host-warm", "001"), ("cold", "002")] {
+        let dir = std::fs::read_dir(results.join("runs"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(run))
+            .unwrap_or_else(|| panic!("no run {run}"));
+        let io = read_json(&dir.join("io.json"));
+        let t = &io["tenants"][0];
+        assert!(
+            t["inside_guest"].is_object(),
+            "{variant}: the guest's own recording: {io}"
+        );
+        // The application layer is exactly what dd moved, both ways.
+        assert_eq!(layer_bytes(t, "application", "read"), MOVED, "{variant}: {t:#}");
+        assert_eq!(layer_bytes(t, "application", "write"), MOVED, "{variant}: {t:#}");
+        // The layout's writes reach the guest's disk and QEMU's image.
+        within(
+            &format!("{variant}: guest disk writes"),
+            layer_bytes(t, "guest_block", "write"),
+            t,
+        );
+        within(
+            &format!("{variant}: QEMU's image writes"),
+            layer_bytes(t, "virtual_disk", "write"),
+            t,
+        );
+        match variant {
+            "guest-warm" => {
+                // The read-back never left the guest.
+                assert!(share(t, "guest_cache_reads") > 0.9, "{variant}: {t:#}");
+                assert!(layer_bytes(t, "guest_block", "read") < ALLOWANCE, "{variant}: {t:#}");
+            }
+            "host-warm" => {
+                within(
+                    &format!("{variant}: guest disk reads"),
+                    layer_bytes(t, "guest_block", "read"),
+                    t,
+                );
+                within(
+                    &format!("{variant}: QEMU's image reads"),
+                    layer_bytes(t, "virtual_disk", "read"),
+                    t,
+                );
+                assert!(
+                    share(t, "guest_cache_reads") < 0.1,
+                    "{variant}: O_DIRECT in the guest: {t:#}"
+                );
+                assert!(
+                    share(t, "host_cache_reads") > 0.9,
+                    "{variant}: the layout is in the host cache: {t:#}"
+                );
+            }
+            _ => {
+                within(
+                    &format!("{variant}: QEMU's image reads"),
+                    layer_bytes(t, "virtual_disk", "read"),
+                    t,
+                );
+                assert!(share(t, "host_cache_reads") < 0.1, "{variant}: cache = none: {t:#}");
+                // Every byte QEMU read came from the physical disk; with
+                // cache = none its writes went there too.
+                within(
+                    &format!("{variant}: physical reads"),
+                    layer_bytes(t, "physical_disk", "read"),
+                    t,
+                );
+                assert!(layer_bytes(t, "physical_disk", "write") >= MOVED, "{variant}: {t:#}");
+            }
+        }
+    }
     nothing_left();
 }
 

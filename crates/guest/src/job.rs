@@ -32,7 +32,9 @@ pub fn job_script(c: &RunConfig, i: usize, dir: &Path, exe: &Path, has_disk: boo
     let err = shell_quote(&dir.join(format!("t{i}.err")).display().to_string());
     // Document 004's guest swap: a swap file on the guest's own disk,
     // switched on by the guest's kernel before the workload starts.
-    if let Some(bytes) = c.tenant.swap_bytes().map_err(anyhow::Error::msg)?.filter(|&b| b > 0) {
+    let swap_bytes = c.tenant.swap_bytes().map_err(anyhow::Error::msg)?.filter(|&b| b > 0);
+    let swap = swap_bytes.is_some();
+    if let Some(bytes) = swap_bytes {
         let f = format!("{}/swapfile", names::DISK_MOUNT);
         s.push_str(&format!(
             "if ! {{ fallocate -l {bytes} {f} && chmod 600 {f} && mkswap -q {f} && swapon {f}; }} >/run/ontime-swap.log 2>&1; then\n\
@@ -77,7 +79,7 @@ pub fn job_script(c: &RunConfig, i: usize, dir: &Path, exe: &Path, has_disk: boo
                     "/run/ontime-load".to_string()
                 };
                 let args: Vec<String> = p
-                    .args(l.workers, Path::new(&work), max)
+                    .args(l.workers, l.vm_bytes().unwrap_or(None), Path::new(&work), max)
                     .iter()
                     .map(|a| shell_quote(a))
                     .collect();
@@ -113,7 +115,12 @@ pub fn job_script(c: &RunConfig, i: usize, dir: &Path, exe: &Path, has_disk: boo
         // The recorder writes what it has on SIGINT, like a sandbox's.
         s.push_str("kill -INT $rec 2>/dev/null\nwait $rec\n");
     }
-    s.push_str("kill $(jobs -p) 2>/dev/null\nexit $rc\n");
+    s.push_str("kill $(jobs -p) 2>/dev/null\n");
+    if swap {
+        // The init unmounts the disk the swap file is on after the job.
+        s.push_str(&format!("wait\nswapoff {}/swapfile 2>/dev/null\n", names::DISK_MOUNT));
+    }
+    s.push_str("exit $rc\n");
     Ok(s)
 }
 

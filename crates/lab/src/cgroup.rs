@@ -256,6 +256,64 @@ impl Cgroup {
         out
     }
 
+    /// The memory controller's directory (v1: the memory hierarchy's).
+    fn memory_dir(&self) -> Option<&Path> {
+        match self.version {
+            Version::V1 => self.dirs.iter().find(|d| d.starts_with(Path::new(ROOT).join("memory"))),
+            Version::V2 => self.dirs.first(),
+        }
+        .map(|d| d.as_path())
+    }
+
+    /// Memory the group holds that is not page cache (anonymous memory,
+    /// kernel memory): for a QEMU tenant, the guest's RAM and QEMU's own.
+    pub fn resident_without_cache(&self) -> Result<u64> {
+        let d = self
+            .memory_dir()
+            .ok_or_else(|| anyhow::anyhow!("the group has no memory controller"))?;
+        let stat = std::fs::read_to_string(d.join("memory.stat"))
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", d.join("memory.stat").display()))?;
+        let field = |name: &str| {
+            stat.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<u64>().ok())
+        };
+        let (usage, cache) = match self.version {
+            Version::V1 => (sys::read_trim(&d.join("memory.usage_in_bytes"))?, field("cache")),
+            Version::V2 => (sys::read_trim(&d.join("memory.current"))?, field("file")),
+        };
+        let usage: u64 = usage
+            .parse()
+            .map_err(|e| anyhow::anyhow!("{}: not a byte count: {e}", d.display()))?;
+        Ok(usage.saturating_sub(cache.unwrap_or(0)))
+    }
+
+    /// Sets the group's memory limit now (the kernel reclaims page cache
+    /// down to it).
+    pub fn set_memory_limit(&self, bytes: u64) -> Result<()> {
+        let d = self
+            .memory_dir()
+            .ok_or_else(|| anyhow::anyhow!("the group has no memory controller"))?;
+        let f = match self.version {
+            Version::V1 => d.join("memory.limit_in_bytes"),
+            Version::V2 => d.join("memory.max"),
+        };
+        sys::write(&f, &bytes.to_string())
+    }
+
+    /// How many times the kernel's OOM killer killed a process of the
+    /// group (None where the kernel does not count it).
+    pub fn oom_kills(&self) -> Option<u64> {
+        let d = self.memory_dir()?;
+        let f = match self.version {
+            Version::V1 => d.join("memory.oom_control"),
+            Version::V2 => d.join("memory.events"),
+        };
+        std::fs::read_to_string(f)
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
+    }
+
     /// Kills every process in the group and removes its directories.
     pub fn remove(&self) {
         kill_and_remove(&self.dirs);

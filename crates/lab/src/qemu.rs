@@ -224,6 +224,8 @@ impl GuestSetup {
                 )
             }),
             boot_s: Vec::new(),
+            host_cache_bound: None,
+            vmm_resident_bytes: Vec::new(),
         }
     }
 
@@ -247,6 +249,12 @@ impl GuestSetup {
             &format!("{}M", self.memory >> 20),
         ])
         .args(self.kit.boot_args());
+        if c.host.vmm_memory.is_some() {
+            // The host cache's bound sits on what QEMU holds after boot:
+            // with the guest's RAM all resident then, it cannot grow into
+            // the cache's share later.
+            cmd.arg("-mem-prealloc");
+        }
         let mut append = format!(
             "console=ttyS0 quiet ontime.work=lab ontime.run={} ontime.job={} ontime.ip={}/{} ontime.neigh={},{}",
             dir.display(),
@@ -404,10 +412,16 @@ impl GuestFiles {
 
     /// The job's exit status once QEMU has ended: what the guest wrote, or
     /// an error naming the console log.
-    pub fn job_status(&self) -> Result<i32> {
-        let text = std::fs::read_to_string(&self.exit_file).with_context(|| {
-            format!(
-                "tenant {}'s guest ended without finishing its job (console: {})",
+    pub fn job_status(&self, oom_kills: Option<u64>) -> Result<i32> {
+        let text = std::fs::read_to_string(&self.exit_file).map_err(|_| {
+            let why = match oom_kills {
+                Some(n) if n > 0 => {
+                    "its QEMU was killed by the OOM killer of the tenant's memory cgroup (host.vmm_memory too small for what QEMU allocates after boot?)"
+                }
+                _ => "no exit status from the guest",
+            };
+            anyhow::anyhow!(
+                "tenant {}'s guest ended without finishing its job: {why} (console: {})",
                 self.index,
                 self.console.display()
             )

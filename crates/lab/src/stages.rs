@@ -145,8 +145,10 @@ fn one_run(
     } else {
         start_probes(c, &lab, dir, &opts.exe, native, guests.as_ref(), &mut guest_files)?
     };
+    let mut cache_bound = None;
     if let Some(g) = &guests {
         await_guests(c, g, &mut probes, &guest_files, opts, rec)?;
+        cache_bound = HostCacheBound::start(c, &lab)?;
     }
     let mut exits = if probes.is_empty() && c.net.is_some() {
         // A controller to talk to and no flows of its own (`ontime net controller`).
@@ -155,9 +157,14 @@ fn one_run(
     } else {
         wait_for_probes(run, &mut probes, &guest_files, opts, on)?
     };
+    if let (Some(b), Some(vm)) = (cache_bound, rec.environment.vm.as_mut()) {
+        vm.host_cache_bound = Some(b.bound);
+        vm.vmm_resident_bytes = b.finish();
+    }
     // A guest's process ends with the guest; its job's status is the probe's.
     for (k, f) in guest_files.iter().enumerate() {
-        match f.job_status() {
+        let oom_kills = lab.tenants.get(f.index).and_then(|t| t.cgroup.as_ref()?.oom_kills());
+        match f.job_status(oom_kills) {
             Ok(status) => exits[k] = Some(status),
             // Stopped by the user: the guest went down with its probe.
             Err(_) if opts.stop.load(Ordering::Relaxed) => {}
@@ -262,13 +269,11 @@ fn start_lab(c: &ontime_scenario::scenario::RunConfig, rec: &mut RunRecord) -> R
     };
     let qemu = t.backend == Backend::Qemu;
     if qemu {
-        // The guest's memory is inside QEMU's process: its cgroup bounds
-        // QEMU's own use beyond it (and the image's host page cache) only
-        // when host.vmm_memory says so.
-        limits.memory_bytes = match &c.host.vmm_memory {
-            Some(v) => Some(crate::qemu::guest_memory(c)? + parse_bytes(v).map_err(anyhow::Error::msg)?),
-            None => None,
-        };
+        // The guest's memory is inside QEMU's process, and so is QEMU's
+        // own (under TCG its translation cache is as large as a small
+        // guest's RAM): host.vmm_memory, the host cache's bound, is set
+        // above what QEMU holds otherwise (`HostCacheBound`).
+        limits.memory_bytes = None;
         limits.swap_bytes = None;
     }
     let disk = match &t.disk {
@@ -439,7 +444,8 @@ fn start_loads(c: &ontime_scenario::scenario::RunConfig, lab: &Lab, native: bool
             Place::Host => loads.push(LoadGuard::start(profile, l.workers, max)?),
             Place::Tenants => {
                 for tn in &lab.tenants {
-                    let (mut cmd, temp) = ontime_load::command(profile, l.workers, max)?;
+                    let (mut cmd, temp) =
+                        ontime_load::command(profile, l.workers, l.vm_bytes().map_err(anyhow::Error::msg)?, max)?;
                     let child = tn.spawn(&mut cmd, native, ontime_load::spawn_options())?;
                     loads.push(LoadGuard::adopt(child, profile, temp)?);
                 }
@@ -519,6 +525,78 @@ fn await_guests(
         vm.boot_s = boot;
     }
     Ok(())
+}
+
+/// host.vmm_memory as document 004's small Dom0: each QEMU tenant may hold
+/// `bound` bytes of page cache (its image's host cache) beyond the memory
+/// QEMU holds otherwise (the guest's RAM, preallocated, and QEMU's own,
+/// which under TCG keeps growing with its translation cache long after
+/// boot). A thread raises each memory cgroup's limit to that sum every
+/// 100 ms; between two raises the kernel takes any growth out of the cache.
+struct HostCacheBound {
+    bound: u64,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<u64>>>,
+}
+
+impl HostCacheBound {
+    fn start(c: &ontime_scenario::scenario::RunConfig, lab: &Lab) -> Result<Option<HostCacheBound>> {
+        let Some(bound) = c.host.vmm_memory.as_deref() else {
+            return Ok(None);
+        };
+        let bound = parse_bytes(bound).map_err(anyhow::Error::msg)?;
+        let groups: Vec<crate::cgroup::Cgroup> = lab
+            .tenants
+            .iter()
+            .map(|t| {
+                t.cgroup
+                    .clone()
+                    .context("host.vmm_memory needs the tenants' cgroups (memory controller)")
+            })
+            .collect::<Result<_>>()?;
+        let mut resident = Vec::new();
+        for (i, g) in groups.iter().enumerate() {
+            let r = g.resident_without_cache()?;
+            g.set_memory_limit(r + bound)
+                .with_context(|| format!("bounding tenant {i}'s host cache (host.vmm_memory)"))?;
+            resident.push(r);
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+                for (g, top) in groups.iter().zip(resident.iter_mut()) {
+                    // A group whose QEMU is gone has nothing left to bound.
+                    let Ok(r) = g.resident_without_cache() else { continue };
+                    if r > *top {
+                        *top = r;
+                        let _ = g.set_memory_limit(r + bound);
+                    }
+                }
+            }
+            resident
+        });
+        Ok(Some(HostCacheBound {
+            bound,
+            stop,
+            thread: Some(thread),
+        }))
+    }
+
+    /// Stops the thread; the largest resident memory of each QEMU (beside
+    /// its page cache) while it ran.
+    fn finish(mut self) -> Vec<u64> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().and_then(|t| t.join().ok()).unwrap_or_default()
+    }
+}
+
+impl Drop for HostCacheBound {
+    // A run that fails half-way must not leave the thread behind.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 /// A run without probes (a controller for people to use): waits out the

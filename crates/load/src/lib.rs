@@ -30,7 +30,8 @@ pub enum LoadProfile {
     Mixed,
     /// CPU hogs.
     Cpu,
-    /// Anonymous memory only (stress-ng's vm stressor, 128 MiB a worker):
+    /// Anonymous memory only (stress-ng's vm stressor, 128 MiB a worker
+    /// unless the load says `bytes`):
     /// what pushes a tenant with little memory into swap (document 004).
     Memory,
 }
@@ -81,14 +82,15 @@ impl LoadProfile {
     }
 
     /// The stress-ng command line (without the binary).
-    pub fn args(self, workers: usize, temp: &std::path::Path, timeout: Duration) -> Vec<String> {
+    /// `vm_bytes`: each vm worker's anonymous memory (default 128 MiB).
+    pub fn args(self, workers: usize, vm_bytes: Option<u64>, temp: &std::path::Path, timeout: Duration) -> Vec<String> {
         let mut a = Vec::new();
         for s in self.stressors() {
             a.push(format!("--{s}"));
             a.push(workers.to_string());
         }
         if self.stressors().contains(&"vm") {
-            a.extend(["--vm-bytes".into(), "128M".into()]);
+            a.extend(["--vm-bytes".into(), format!("{}", vm_bytes.unwrap_or(128 << 20))]);
         }
         if self.stressors().contains(&"hdd") {
             a.extend(["--hdd-bytes".into(), "64M".into()]);
@@ -107,7 +109,12 @@ impl LoadProfile {
 /// The stress-ng command for `profile`, and the temporary directory it
 /// works in (keep it alive as long as the load runs). Start it with
 /// [`spawn_options`] (its own process group, dying with its parent).
-pub fn command(profile: LoadProfile, workers: usize, max_duration: Duration) -> Result<(Command, tempfile::TempDir)> {
+pub fn command(
+    profile: LoadProfile,
+    workers: usize,
+    vm_bytes: Option<u64>,
+    max_duration: Duration,
+) -> Result<(Command, tempfile::TempDir)> {
     let bin = ontime_core::caps::which("stress-ng")
         .context("stress-ng is not installed: run scripts/setup.sh or apt-get install stress-ng")?;
     if workers == 0 {
@@ -118,7 +125,7 @@ pub fn command(profile: LoadProfile, workers: usize, max_duration: Duration) -> 
         .tempdir()
         .context("cannot create a temporary directory for the io load")?;
     let mut cmd = Command::new(bin);
-    cmd.args(profile.args(workers, temp.path(), max_duration))
+    cmd.args(profile.args(workers, vm_bytes, temp.path(), max_duration))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -145,7 +152,7 @@ impl LoadGuard {
     /// Starts `profile` with `workers` per stressor. `max_duration` bounds
     /// stress-ng's own lifetime in case every other stop fails.
     pub fn start(profile: LoadProfile, workers: usize, max_duration: Duration) -> Result<LoadGuard> {
-        let (mut cmd, temp) = command(profile, workers, max_duration)?;
+        let (mut cmd, temp) = command(profile, workers, None, max_duration)?;
         let child = ChildProcess::spawn("stress-ng", &mut cmd, spawn_options())?;
         LoadGuard::adopt(child, profile, temp)
     }

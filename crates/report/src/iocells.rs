@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use ontime_core::duration::format_ns;
-use ontime_io::advise::{advise, setting_text, AdviceReport, Cell};
+use ontime_io::advise::{advise, setting_text, AdviceReport, Cell, RequestShape};
 
 use crate::html::esc;
 use ontime_scenario::results::{ProbeResult, RunResults};
@@ -52,6 +52,11 @@ pub fn cells(runs: &[RunResults]) -> Vec<Cell> {
             data_bytes: data,
             memory_bytes: memory,
             direct: io.direct,
+            host_direct: t
+                .disk
+                .as_ref()
+                .is_some_and(|d| d.direct || d.cache == Some(ontime_scenario::vm::DiskCache::None)),
+            requests: a.as_ref().map(request_shape),
             swap_bytes: t.swap_bytes().ok().flatten(),
             throughput_bps: results.iter().map(|w| w.throughput_bps).sum::<f64>() / results.len() as f64,
             p99_ns: results.iter().filter_map(|w| w.latency.percentile(99.0)).max(),
@@ -63,6 +68,25 @@ pub fn cells(runs: &[RunResults]) -> Vec<Cell> {
         });
     }
     out
+}
+
+/// Document 004's figures 9-10 over a run's tenants: application read
+/// operations, and read requests and bytes at the virtual disk (for a QEMU
+/// guest, its own block layer: what it asked of its virtual disk) and the
+/// physical disk. Reads only: the workloads lay their files out with
+/// buffered writes whatever the variant, so only reads tell direct from
+/// buffered.
+fn request_shape(a: &ontime_io::IoAnalysis) -> RequestShape {
+    let mut r = RequestShape::default();
+    for t in &a.tenants {
+        let virt = t.inside_guest.as_ref().map(|g| &g.block).unwrap_or(&t.virtual_disk);
+        r.application_ops += t.application.read.ops;
+        r.virtual_ops += virt.read.ops;
+        r.virtual_bytes += virt.read.bytes;
+        r.physical_ops += t.physical_disk.read.ops;
+        r.physical_bytes += t.physical_disk.read.bytes;
+    }
+    r
 }
 
 /// The advice over every run of a results directory.
@@ -119,6 +143,7 @@ at the end count as absorbed. The host's page cache was dropped before every run
             esc(&setting_text(&ontime_io::advise::Setting {
                 memory_bytes: c.memory_bytes,
                 direct: c.direct,
+                host_direct: c.host_direct,
                 swap_bytes: c.swap_bytes
             })),
             c.throughput_bps / 1048576.0,
@@ -155,11 +180,7 @@ at the end count as absorbed. The host's page cache was dropped before every run
             h,
             "<li><b>{}</b>: {}. {}</li>",
             esc(&f.claim),
-            match f.reproduced {
-                Some(true) => "reproduced",
-                Some(false) => "NOT reproduced",
-                None => "not tested by this sweep",
-            },
+            f.verdict.text(),
             esc(&f.evidence)
         );
     }

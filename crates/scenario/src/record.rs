@@ -45,6 +45,14 @@ pub struct VmEnvironment {
     /// Seconds from each guest's start to its job's start (boot), by tenant.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub boot_s: Vec<f64>,
+    /// host.vmm_memory: page cache each QEMU may hold beyond
+    /// `vmm_resident_bytes` (the document's Dom0 memory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_cache_bound: Option<u64>,
+    /// What each tenant's QEMU held besides page cache once its guest was
+    /// up (guest RAM, preallocated, and QEMU's own), by tenant.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vmm_resident_bytes: Vec<u64>,
 }
 
 /// Who added the WAN delay in a run.

@@ -333,6 +333,20 @@ pub struct LoadSpec {
     /// For wan: the flow's rate per tenant in Mbit/s.
     #[serde(default = "default_wan_mbit")]
     pub rate_mbit: f64,
+    /// For profiles with stress-ng's vm stressor (memory, kernel, mixed):
+    /// each worker's anonymous memory, e.g. "64M" (default 128M).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<String>,
+}
+
+impl LoadSpec {
+    /// `bytes` in bytes (checked by scenario validation).
+    pub fn vm_bytes(&self) -> Result<Option<u64>, String> {
+        self.bytes
+            .as_deref()
+            .map(|b| parse_bytes(b).map_err(|e| format!("load bytes: {e}")))
+            .transpose()
+    }
 }
 
 fn default_wan_mbit() -> f64 {
@@ -1215,6 +1229,15 @@ fn validate_loads(c: &RunConfig) -> Result<()> {
             ontime_core::limits::rate(&format!("load[{i}].rate_mbit"), l.rate_mbit, 100_000.0)
                 .map_err(anyhow::Error::msg)?;
         }
+        if let Some(b) = l.vm_bytes().map_err(|e| anyhow!("load[{i}]: {e}"))? {
+            let has_vm = matches!(l.profile, LoadKind::Stress(p) if p.stressors().contains(&"vm"));
+            if !has_vm {
+                bail!("load[{i}].bytes sizes stress-ng's vm stressor: give it to a memory, kernel or mixed load");
+            }
+            if !(4096..=(64u64 << 30)).contains(&b) {
+                bail!("load[{i}].bytes = {b}: give 4K to 64G per worker");
+            }
+        }
         ontime_core::limits::count(
             &format!("load[{i}].workers"),
             l.workers as u64,
@@ -1283,6 +1306,31 @@ mod tests {
         assert!(e.contains("no variant \"b\"") && e.contains("known: a"), "{e}");
         let e = err(&format!("{BASE}[variants]\na = {{ \"tenant.nope\" = 1 }}\n"));
         assert!(e.contains("variants.a.\"tenant.nope\""), "{e}");
+    }
+
+    #[test]
+    fn a_loads_bytes_size_its_vm_stressor_only() {
+        let p = plan(&format!("{BASE}[[load]]\nprofile = 'memory'\nbytes = '64M'\n")).unwrap();
+        let l = &p.runs[0].config.effective_loads()[0];
+        assert_eq!(l.vm_bytes(), Ok(Some(64 << 20)));
+        let args = ontime_load::LoadProfile::Memory.args(
+            1,
+            l.vm_bytes().unwrap(),
+            Path::new("/tmp"),
+            std::time::Duration::from_secs(1),
+        );
+        assert!(
+            args.windows(2)
+                .any(|w| w[0] == "--vm-bytes" && w[1] == (64u64 << 20).to_string()),
+            "{args:?}"
+        );
+        let e = err(&format!("{BASE}[[load]]\nprofile = 'cpu'\nbytes = '64M'\n"));
+        assert!(
+            e.contains("load[0].bytes") && e.contains("memory, kernel or mixed"),
+            "{e}"
+        );
+        let e = err(&format!("{BASE}[[load]]\nprofile = 'memory'\nbytes = 'lots'\n"));
+        assert!(e.contains("load[0]"), "{e}");
     }
 
     /// Every scenario shipped in scenarios/ plans without error (and the
