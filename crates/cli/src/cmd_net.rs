@@ -454,14 +454,19 @@ fn send(a: SendArgs) -> anyhow::Result<()> {
             duration_ns: a.duration,
             start_after_ns: a.start_after,
             burst: a.burst,
+            clock_offset_ns: 0,
         },
         result: a.result,
+        clock_offset: None,
     })
 }
 
 /// A paced flow, whether its flags or a lab spec built it.
-pub fn execute_send(p: FlowSendProbe) -> anyhow::Result<()> {
+pub fn execute_send(mut p: FlowSendProbe) -> anyhow::Result<()> {
     let stop = stop_flag(p.result.as_deref())?;
+    if let Some(f) = &p.clock_offset {
+        p.send.clock_offset_ns = ontime_net::clock::read_offset(f)?.offset_ns;
+    }
     let report = ontime_net::flow::send(&p.send, &stop).map_err(|e| usage(format!("{e:#}")))?;
     put_result(&report, p.result.as_deref())
 }
@@ -472,14 +477,34 @@ fn receive(a: ReceiveArgs) -> anyhow::Result<()> {
             listen: a.listen,
             deadline_ns: a.deadline,
             bin_ns: a.bin,
+            clock_offset_ns: 0,
         },
         result: a.result,
+        clock_offset: None,
     })
 }
 
+/// The host's clock echo for guests' flows, until Ctrl-C or SIGTERM.
+pub fn execute_clock_echo(p: ontime_scenario::probe::ClockEchoProbe) -> anyhow::Result<()> {
+    let stop = stop_flag(None)?;
+    let sock = std::net::UdpSocket::bind(p.listen)
+        .map_err(|e| usage(format!("cannot listen for clock requests on {}: {e}", p.listen)))?;
+    ontime_net::clock::serve_echo(&sock, &stop)?;
+    Ok(())
+}
+
+/// A guest's clock offset to its host's echo, to `p.result` (JSON).
+pub fn execute_clock_sync(p: ontime_scenario::probe::ClockSyncProbe) -> anyhow::Result<()> {
+    let o = ontime_net::clock::measure_offset(p.server, p.samples)?;
+    ontime_core::fsio::write_atomic(&p.result, &serde_json::to_vec_pretty(&o)?)
+}
+
 /// A flow's receiver, whether its flags or a lab spec built it.
-pub fn execute_receive(p: FlowReceiveProbe) -> anyhow::Result<()> {
+pub fn execute_receive(mut p: FlowReceiveProbe) -> anyhow::Result<()> {
     let stop = stop_flag(p.result.as_deref())?;
+    if let Some(f) = &p.clock_offset {
+        p.receive.clock_offset_ns = ontime_net::clock::read_offset(f)?.offset_ns;
+    }
     let r = ontime_net::flow::receive(&p.receive, &stop)?;
     put_result(&r, p.result.as_deref())
 }

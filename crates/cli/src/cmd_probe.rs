@@ -25,5 +25,7 @@ pub fn run(a: ProbeArgs) -> anyhow::Result<()> {
         ProbeSpec::IoWorkload(p) => crate::cmd_io::execute_workload(p, &out),
         ProbeSpec::FlowSend(p) => crate::cmd_net::execute_send(p),
         ProbeSpec::FlowReceive(p) => crate::cmd_net::execute_receive(p),
+        ProbeSpec::ClockEcho(p) => crate::cmd_net::execute_clock_echo(p),
+        ProbeSpec::ClockSync(p) => crate::cmd_net::execute_clock_sync(p),
     }
 }

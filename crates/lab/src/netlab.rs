@@ -3,7 +3,10 @@
 //! (stamps on every tenant, checks on every receiver), its API listens on
 //! the default socket with a fresh token, the flows' receivers and the
 //! best-effort load start, and the scenario's channels are requested (at
-//! their flows' start times). The senders are the run's probes.
+//! their flows' start times). The senders are the run's probes. QEMU
+//! tenants run their flows' senders, receivers and best-effort clients in
+//! their guests' jobs ([`guest_net`]); the stamp and the check stay on the
+//! tenant's veth, which every guest frame crosses (tap, bridge, veth).
 use crate::sandbox::{iperf3_server, spawn_in, Lab};
 use anyhow::{Context, Result};
 use ontime_core::proc::{has_socket, Bound, ChildProcess};
@@ -112,7 +115,9 @@ pub fn between_tenants(n: &NetSpec) -> bool {
 
 /// Stage 3b: controller, API, receivers, best effort, the channels of the
 /// flows that start with the run.
-pub fn start(c: &RunConfig, lab: &Lab, relay: &Relay, dir: &Path, exe: &Path) -> Result<NetRun> {
+/// `in_guests`: the tenants are QEMU guests, whose flows' receivers and
+/// best-effort clients their own jobs start ([`guest_net`]).
+pub fn start(c: &RunConfig, lab: &Lab, relay: &Relay, dir: &Path, exe: &Path, in_guests: bool) -> Result<NetRun> {
     let Some(n) = &c.net else {
         anyhow::bail!("no [net] in this run");
     };
@@ -158,18 +163,27 @@ pub fn start(c: &RunConfig, lab: &Lab, relay: &Relay, dir: &Path, exe: &Path) ->
     api_server.owns_token_file(Path::new(api::DEFAULT_TOKEN));
 
     let mut rx = Vec::new();
+    if in_guests {
+        rx.push(start_clock_echo(n, lab, dir, exe)?);
+    }
     for f in &n.flows {
         let to = endpoint_of(lab, &f.to)?;
+        let in_guest = in_guests && f.to != "building";
         let spec = ProbeSpec::FlowReceive(FlowReceiveProbe {
             receive: ontime_net::flow::ReceiveSettings {
                 listen: std::net::SocketAddr::from((to.addr, f.port)),
                 deadline_ns: Some(f.deadline),
                 bin_ns: ontime_net::flow::BIN_NS,
+                clock_offset_ns: 0,
             },
             result: Some(dir.join(format!("flow-{}.json", f.name))),
+            clock_offset: in_guest.then(|| guest_clock_file(dir, ontime_core::names::tenant_index(&f.to).unwrap_or(0))),
         });
         let spec_file = dir.join(format!("flow-{}.probe.json", f.name));
         spec.write(&spec_file)?;
+        if in_guest {
+            continue;
+        }
         let mut cmd = Command::new(exe);
         cmd.arg("probe")
             .arg(&spec_file)
@@ -183,7 +197,7 @@ pub fn start(c: &RunConfig, lab: &Lab, relay: &Relay, dir: &Path, exe: &Path) ->
             .with_context(|| format!("flow {}: its receiver (log: flow-{}.err)", f.name, f.name))?;
         rx.push(receiver);
     }
-    let best_effort = start_best_effort(n, lab, c.duration, dir)?;
+    let best_effort = start_best_effort(n, lab, c.duration, dir, in_guests)?;
 
     let mut outcome = NetOutcome {
         controller: None,
@@ -258,7 +272,13 @@ fn record(o: &mut NetOutcome, name: &str, r: Result<u8, String>) {
 
 /// iperf3 UDP servers at the best-effort receiver, one client per tenant
 /// that sends no flow, the rate split between them.
-fn start_best_effort(n: &NetSpec, lab: &Lab, duration_ns: u64, dir: &Path) -> Result<Vec<ChildProcess>> {
+fn start_best_effort(
+    n: &NetSpec,
+    lab: &Lab,
+    duration_ns: u64,
+    dir: &Path,
+    in_guests: bool,
+) -> Result<Vec<ChildProcess>> {
     if n.best_effort_mbit <= 0.0 {
         return Ok(Vec::new());
     }
@@ -267,6 +287,31 @@ fn start_best_effort(n: &NetSpec, lab: &Lab, duration_ns: u64, dir: &Path) -> Re
         "net.best_effort_mbit needs iperf3: run scripts/setup.sh or apt-get install iperf3"
     );
     let to = endpoint_of(lab, &n.best_effort_to)?;
+    let mut out = Vec::new();
+    // A guest runs its own servers and clients (`guest_net`).
+    if !(in_guests && n.best_effort_to != "building") {
+        for (i, _) in best_effort_clients(n, lab, duration_ns, dir)? {
+            out.push(iperf3_server(&to.netns, to.addr, 5201 + i as u16, true)?);
+        }
+    }
+    if !in_guests {
+        for (i, args) in best_effort_clients(n, lab, duration_ns, dir)? {
+            let mut cli = Command::new("iperf3");
+            cli.args(args).stdout(Stdio::null()).stderr(Stdio::null());
+            out.push(lab.tenants[i].spawn(&mut cli, false, Default::default())?);
+        }
+    }
+    Ok(out)
+}
+
+/// The best effort's iperf3 clients: (tenant, arguments), one per tenant
+/// that sends it, the rate split between them, each as long as the flows
+/// (what its server received is then the run's).
+fn best_effort_clients(n: &NetSpec, lab: &Lab, duration_ns: u64, dir: &Path) -> Result<Vec<(usize, Vec<String>)>> {
+    if n.best_effort_mbit <= 0.0 {
+        return Ok(Vec::new());
+    }
+    let to = endpoint_of(lab, &n.best_effort_to)?;
     let to_index = ontime_core::names::tenant_index(&n.best_effort_to);
     let from: Vec<usize> = n
         .best_effort_tenants(lab.tenants.len())
@@ -274,24 +319,31 @@ fn start_best_effort(n: &NetSpec, lab: &Lab, duration_ns: u64, dir: &Path) -> Re
         .filter(|i| Some(*i) != to_index)
         .collect();
     let each = n.best_effort_mbit / from.len().max(1) as f64;
-    // As long as the flows: its own result (what the server received) is
-    // then the run's.
     let secs = (duration_ns / 1_000_000_000).max(1).to_string();
-    let mut out = Vec::new();
-    for &i in &from {
-        out.push(iperf3_server(&to.netns, to.addr, 5201 + i as u16, true)?);
-    }
-    for &i in &from {
-        let port = (5201 + i).to_string();
-        let mut cli = Command::new("iperf3");
-        cli.args(["-c", &to.addr.to_string(), "-p", &port, "-u", "-l", "1200"])
-            .args(["-b", &format!("{each}M"), "-t", &secs, "-J", "--logfile"])
-            .arg(dir.join(format!("best-effort-t{i}.json")))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        out.push(lab.tenants[i].spawn(&mut cli, false, Default::default())?);
-    }
-    Ok(out)
+    Ok(from
+        .iter()
+        .map(|&i| {
+            let args = [
+                "-c",
+                &to.addr.to_string(),
+                "-p",
+                &(5201 + i).to_string(),
+                "-u",
+                "-l",
+                "1200",
+                "-b",
+                &format!("{each}M"),
+                "-t",
+                &secs,
+                "-J",
+                "--logfile",
+                &dir.join(format!("best-effort-t{i}.json")).display().to_string(),
+            ]
+            .map(String::from)
+            .to_vec();
+            (i, args)
+        })
+        .collect())
 }
 
 /// Stage 6 for net runs: one sender per flow, in its tenant (namespace and
@@ -300,20 +352,7 @@ pub fn start_senders(c: &RunConfig, lab: &Lab, dir: &Path, exe: &Path) -> Result
     let Some(n) = &c.net else { return Ok(Vec::new()) };
     let mut out = Vec::new();
     for f in &n.flows {
-        let to = endpoint_of(lab, &f.to)?;
-        let spec = ProbeSpec::FlowSend(FlowSendProbe {
-            send: ontime_net::flow::SendSettings {
-                to: std::net::SocketAddr::from((to.addr, f.port)),
-                rate_bps: f.rate_mbit * 1e6,
-                size: f.size,
-                duration_ns: c.duration,
-                start_after_ns: f.start,
-                burst: f.burst,
-            },
-            result: Some(dir.join(format!("flow-{}.send.json", f.name))),
-        });
-        let spec_file = dir.join(format!("flow-{}.send.probe.json", f.name));
-        spec.write(&spec_file)?;
+        let spec_file = write_sender_spec(c, f, lab, dir, false)?;
         let mut cmd = Command::new(exe);
         cmd.arg("probe")
             .arg(&spec_file)
@@ -323,6 +362,180 @@ pub fn start_senders(c: &RunConfig, lab: &Lab, dir: &Path, exe: &Path) -> Result
         out.push((f.from, tn.spawn(&mut cmd, false, Default::default())?));
     }
     Ok(out)
+}
+
+/// Flow `f`'s sender spec, beside the results; its path. `in_guest`: it
+/// runs in its tenant's guest, on the guest's clock.
+fn write_sender_spec(c: &RunConfig, f: &FlowSpec, lab: &Lab, dir: &Path, in_guest: bool) -> Result<PathBuf> {
+    let to = endpoint_of(lab, &f.to)?;
+    let spec = ProbeSpec::FlowSend(FlowSendProbe {
+        send: ontime_net::flow::SendSettings {
+            to: std::net::SocketAddr::from((to.addr, f.port)),
+            rate_bps: f.rate_mbit * 1e6,
+            size: f.size,
+            duration_ns: c.duration,
+            start_after_ns: f.start,
+            burst: f.burst,
+            clock_offset_ns: 0,
+        },
+        result: Some(dir.join(format!("flow-{}.send.json", f.name))),
+        clock_offset: in_guest.then(|| guest_clock_file(dir, f.from)),
+    });
+    let spec_file = dir.join(format!("flow-{}.send.probe.json", f.name));
+    spec.write(&spec_file)?;
+    Ok(spec_file)
+}
+
+/// A receiver's grace after its flows' time: the last datagrams, and the
+/// guests' go seen up to a poll apart.
+const RECEIVE_GRACE: Duration = Duration::from_secs(3);
+
+/// QEMU tenant `i`'s part of a net run, for its job: the channel MTU,
+/// static neighbours (the building and the other tenants), the receivers
+/// of the flows to it, the senders of the flows from it and its best
+/// effort. Writes the senders' specs (the receivers' are written by
+/// [`start`]).
+pub fn guest_net(c: &RunConfig, lab: &Lab, i: usize, dir: &Path) -> Result<ontime_guest::job::GuestNet> {
+    let n = c.net.as_ref().context("no [net] in this run")?;
+    let name = ontime_core::names::tenant_name(i);
+    let mut neighbours = vec![(lab.building.addr, crate::sandbox::mac_text(&lab.building.mac))];
+    for t in lab.tenants.iter().filter(|t| t.index != i) {
+        neighbours.push((t.net.addr, crate::sandbox::mac_text(&t.net.mac)));
+    }
+    let receivers = n
+        .flows
+        .iter()
+        .filter(|f| f.to == name)
+        .map(|f| ontime_guest::job::GuestFlow {
+            spec: dir.join(format!("flow-{}.probe.json", f.name)),
+            err: dir.join(format!("flow-{}.err", f.name)),
+            port: f.port,
+        })
+        .collect();
+    let mut senders = Vec::new();
+    for f in n.flows.iter().filter(|f| f.from == i) {
+        senders.push(ontime_guest::job::GuestFlow {
+            spec: write_sender_spec(c, f, lab, dir, true)?,
+            err: dir.join(format!("flow-{}.send.err", f.name)),
+            port: f.port,
+        });
+    }
+    let best_effort_servers = if n.best_effort_to == name {
+        best_effort_clients(n, lab, c.duration, dir)?
+            .iter()
+            .map(|(t, _)| 5201 + *t as u16)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let last_start = n.flows.iter().map(|f| f.start).max().unwrap_or(0);
+    Ok(ontime_guest::job::GuestNet {
+        mtu: Some(CHANNEL_MTU),
+        neighbours,
+        receivers,
+        senders,
+        best_effort_servers,
+        best_effort: best_effort_clients(n, lab, c.duration, dir)?
+            .into_iter()
+            .filter(|(t, _)| *t == i)
+            .map(|(_, a)| a)
+            .collect(),
+        clock_sync: Some(guest_clock_sync(n, lab, i, dir)?),
+        ready: guest_ready_file(dir, i),
+        go: dir.join("net.go"),
+        receive_for: Duration::from_nanos(c.duration.max(last_start)) + RECEIVE_GRACE,
+    })
+}
+
+/// Guest `i`'s clock offset to the host's (`ontime_net::clock`), measured
+/// by its job before its flows start.
+fn guest_clock_file(dir: &Path, i: usize) -> PathBuf {
+    dir.join(format!("t{i}.clock.json"))
+}
+
+/// The clock echo's port on the building side: the first from 5399 down
+/// that no flow to the building uses.
+fn clock_echo_port(n: &NetSpec) -> u16 {
+    (1024..=5399u16)
+        .rev()
+        .find(|p| !n.flows.iter().any(|f| f.to == "building" && f.port == *p))
+        .unwrap_or(5399)
+}
+
+/// Guest `i`'s clock measurement: its spec, written beside the results.
+fn guest_clock_sync(n: &NetSpec, lab: &Lab, i: usize, dir: &Path) -> Result<PathBuf> {
+    let spec = ProbeSpec::ClockSync(ontime_scenario::probe::ClockSyncProbe {
+        server: std::net::SocketAddr::from((lab.building.addr, clock_echo_port(n))),
+        samples: 200,
+        result: guest_clock_file(dir, i),
+    });
+    let file = dir.join(format!("t{i}.clock.probe.json"));
+    spec.write(&file)?;
+    Ok(file)
+}
+
+/// The host's clock echo, on the building side, for the guests' flows.
+fn start_clock_echo(n: &NetSpec, lab: &Lab, dir: &Path, exe: &Path) -> Result<ChildProcess> {
+    let port = clock_echo_port(n);
+    let spec = ProbeSpec::ClockEcho(ontime_scenario::probe::ClockEchoProbe {
+        listen: std::net::SocketAddr::from((lab.building.addr, port)),
+    });
+    let spec_file = dir.join("clock-echo.probe.json");
+    spec.write(&spec_file)?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("probe")
+        .arg(&spec_file)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("clock-echo.err"))?);
+    let mut echo = spawn_in(&mut cmd, &lab.building.netns, None)?;
+    let pid = echo.id();
+    echo.wait_until(crate::sandbox::BIND_LIMIT, || has_socket(pid, Bound::Udp(port)))
+        .context("the clock echo for the guests' flows (log: clock-echo.err)")?;
+    Ok(echo)
+}
+
+fn guest_ready_file(dir: &Path, i: usize) -> PathBuf {
+    dir.join(format!("t{i}.net-ready"))
+}
+
+/// How long the guests' receivers may take to be bound once the guests
+/// run their jobs.
+const GUEST_READY_LIMIT: Duration = Duration::from_secs(120);
+
+/// Waits until every guest's receivers are bound (each guest says so),
+/// then tells them all to start sending. A guest whose QEMU ends first, or
+/// a stop request, ends the wait.
+pub fn go_when_guests_ready(
+    dir: &Path,
+    guests: &mut [(usize, ChildProcess)],
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<()> {
+    let t0 = std::time::Instant::now();
+    loop {
+        let waiting: Vec<usize> = guests
+            .iter()
+            .map(|(i, _)| *i)
+            .filter(|i| !guest_ready_file(dir, *i).exists())
+            .collect();
+        if waiting.is_empty() || stop.load(std::sync::atomic::Ordering::Relaxed) {
+            break;
+        }
+        if let Some(i) = guests
+            .iter_mut()
+            .find_map(|(i, q)| q.try_wait().is_some().then_some(*i))
+        {
+            anyhow::bail!("tenant {i}'s guest ended before its flows' receivers were bound (console: t{i}.console.log, flow-*.err)");
+        }
+        if t0.elapsed() > GUEST_READY_LIMIT {
+            anyhow::bail!(
+                "the flows' receivers in guest(s) {} were not bound within {} s (flow-*.err, t*.console.log)",
+                waiting.iter().map(|i| format!("t{i}")).collect::<Vec<_>>().join(", "),
+                GUEST_READY_LIMIT.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(dir.join("net.go"), b"").context("telling the guests to send (net.go)")
 }
 
 impl NetRun {

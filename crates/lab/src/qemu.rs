@@ -326,11 +326,19 @@ impl GuestSetup {
 
     /// Starts tenant `t`'s guest with its job: the job script and the tap's
     /// ifup script go beside the results. The probe's spec must be written.
-    pub fn start(&self, c: &RunConfig, t: &Tenant, dir: &Path, exe: &Path) -> Result<(ChildProcess, GuestFiles)> {
+    /// `net`: the guest's part of a net run (its flows), else its probe.
+    pub fn start(
+        &self,
+        c: &RunConfig,
+        t: &Tenant,
+        dir: &Path,
+        exe: &Path,
+        net: Option<&ontime_guest::job::GuestNet>,
+    ) -> Result<(ChildProcess, GuestFiles)> {
         let i = t.index;
         std::fs::write(
             dir.join(format!("t{i}.guest.sh")),
-            job_script(c, i, dir, exe, c.tenant.disk.is_some())?,
+            job_script(c, i, dir, exe, c.tenant.disk.is_some(), net)?,
         )?;
         let ifup = dir.join(format!("t{i}.ifup"));
         std::fs::write(

@@ -110,7 +110,7 @@ fn one_run(
     let relay = start_relay(c, &lab, use_netem)?;
     start_gateway(c, &mut lab, dir, &opts.exe)?;
     let net = match &c.net {
-        Some(_) => Some(crate::netlab::start(c, &lab, &relay, dir, &opts.exe)?),
+        Some(_) => Some(crate::netlab::start(c, &lab, &relay, dir, &opts.exe, guests.is_some())?),
         None => None,
     };
     // The scheduler recorder watches loads and probes from their start.
@@ -140,15 +140,31 @@ fn one_run(
     let loads = start_loads(c, &lab, native)?;
     let cpu_before = HostCpu::now();
     let mut guest_files = Vec::new();
-    let mut probes = if c.net.is_some() {
-        crate::netlab::start_senders(c, &lab, dir, &opts.exe)?
-    } else {
-        start_probes(c, &lab, dir, &opts.exe, native, guests.as_ref(), &mut guest_files)?
+    let mut probes = match (&c.net, &guests) {
+        // Each guest runs its flows' senders and receivers.
+        (Some(_), Some(g)) => {
+            let mut out = Vec::new();
+            for tn in &lab.tenants {
+                let net = crate::netlab::guest_net(c, &lab, tn.index, dir)?;
+                let (qemu, files) = g.start(c, tn, dir, &opts.exe, Some(&net))?;
+                out.push((tn.index, qemu));
+                guest_files.push(files);
+            }
+            out
+        }
+        (Some(_), None) => crate::netlab::start_senders(c, &lab, dir, &opts.exe)?,
+        (None, _) => start_probes(c, &lab, dir, &opts.exe, native, guests.as_ref(), &mut guest_files)?,
     };
+    // Which tenant each probe is (a net run's probes are its flows' senders,
+    // or its guests).
+    let probe_tenants: Vec<usize> = probes.iter().map(|(i, _)| *i).collect();
     let mut cache_bound = None;
     if let Some(g) = &guests {
         await_guests(c, g, &mut probes, &guest_files, opts, rec)?;
         cache_bound = HostCacheBound::start(c, &lab)?;
+        if c.net.is_some() {
+            crate::netlab::go_when_guests_ready(dir, &mut probes, &opts.stop)?;
+        }
     }
     let mut exits = if probes.is_empty() && c.net.is_some() {
         // A controller to talk to and no flows of its own (`ontime net controller`).
@@ -190,12 +206,18 @@ fn one_run(
     }
     if let Some(n) = net {
         let outcome = n.finish(dir);
-        // A flow's receiver result stands for its sending tenant.
+        // A flow's receiver result stands for its sending tenant, whose
+        // exit is its sender's (its guest's, with QEMU tenants).
         for (k, f) in outcome.flows.iter().enumerate() {
+            let probe = if guests.is_some() {
+                probe_tenants.iter().position(|t| *t == f.from)
+            } else {
+                Some(k)
+            };
             rec.tenants.push(TenantOutcome {
                 index: f.from,
                 result: f.result.clone(),
-                exit: exits.get(k).copied().flatten(),
+                exit: probe.and_then(|p| exits.get(p).copied().flatten()),
             });
         }
         rec.net = Some(outcome);
@@ -488,7 +510,7 @@ fn start_probes(
         let spec_file = dir.join(format!("t{i}.probe.json"));
         spec.write(&spec_file)?;
         if let Some(g) = guests {
-            let (qemu, files) = g.start(c, tn, dir, exe)?;
+            let (qemu, files) = g.start(c, tn, dir, exe, None)?;
             probes.push((i, qemu));
             guest_files.push(files);
             continue;

@@ -31,6 +31,10 @@ pub struct SendSettings {
     /// Datagrams sent back to back each time (a bursty source): the
     /// period grows so the rate stays.
     pub burst: u32,
+    /// Added to this host's CLOCK_MONOTONIC for the send times (a guest's
+    /// offset to its host: `clock::measure_offset`).
+    #[serde(default)]
+    pub clock_offset_ns: i64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -67,7 +71,8 @@ pub fn send(s: &SendSettings, stop: &AtomicBool) -> Result<SendReport> {
         r.max_lag_ns = r.max_lag_ns.max(now.saturating_sub(next));
         for _ in 0..burst {
             buf[4..12].copy_from_slice(&seq.to_be_bytes());
-            buf[12..20].copy_from_slice(&MonoNs::now().0.to_be_bytes());
+            let sent = MonoNs::now().0.saturating_add_signed(s.clock_offset_ns);
+            buf[12..20].copy_from_slice(&sent.to_be_bytes());
             match sock.send(&buf) {
                 Ok(_) => r.sent += 1,
                 // A full socket buffer or no route yet: counted, not retried.
@@ -92,6 +97,10 @@ pub struct ReceiveSettings {
     pub deadline_ns: Option<u64>,
     /// Width of a time-series bin.
     pub bin_ns: u64,
+    /// Added to this host's CLOCK_MONOTONIC for arrival times, as the
+    /// sender's for send times: both ends on one clock.
+    #[serde(default)]
+    pub clock_offset_ns: i64,
 }
 
 /// One time-series bin.
@@ -171,7 +180,7 @@ pub fn receive_on(sock: UdpSocket, s: &ReceiveSettings, stop: &AtomicBool) -> Re
         }
         let seq = u64::from_be_bytes(buf[4..12].try_into().unwrap_or([0; 8]));
         let sent = u64::from_be_bytes(buf[12..20].try_into().unwrap_or([0; 8]));
-        let delay = now.saturating_sub(sent);
+        let delay = now.saturating_add_signed(s.clock_offset_ns).saturating_sub(sent);
         hist.record(delay);
         r.received += 1;
         match highest {
@@ -241,6 +250,7 @@ mod tests {
             listen: "127.0.0.1:0".parse().unwrap(),
             deadline_ns: Some(1_000_000_000),
             bin_ns: 100_000_000,
+            clock_offset_ns: 0,
         };
         // Bound before the sender starts: nothing is sent to a port not yet listened on.
         let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -258,6 +268,7 @@ mod tests {
                     duration_ns: 300_000_000,
                     start_after_ns: 0,
                     burst: 2,
+                    clock_offset_ns: 0,
                 },
                 &AtomicBool::new(false),
             )

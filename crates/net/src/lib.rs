@@ -17,6 +17,7 @@
 
 pub mod api;
 pub mod channel;
+pub mod clock;
 pub mod controller;
 #[cfg(feature = "bpf")]
 pub mod datapath;

@@ -20,6 +20,25 @@ pub enum ProbeSpec {
     IoWorkload(IoWorkloadProbe),
     FlowSend(FlowSendProbe),
     FlowReceive(FlowReceiveProbe),
+    ClockEcho(ClockEchoProbe),
+    ClockSync(ClockSyncProbe),
+}
+
+/// The host's clock echo for guests' flows (`ontime_net::clock`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClockEchoProbe {
+    pub listen: std::net::SocketAddr,
+}
+
+/// A guest measuring its clock's offset to the host's echo; the offset
+/// (JSON) to `result`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClockSyncProbe {
+    pub server: std::net::SocketAddr,
+    pub samples: u32,
+    pub result: PathBuf,
 }
 
 /// A gateway serving buildings until stopped; its counters to `result`.
@@ -58,6 +77,10 @@ impl IoWorkloadProbe {
 pub struct FlowSendProbe {
     pub send: ontime_net::flow::SendSettings,
     pub result: Option<PathBuf>,
+    /// A clock offset measured by a [`ClockSyncProbe`] before this starts
+    /// (a guest's), applied to the send times.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_offset: Option<PathBuf>,
 }
 
 /// The receiver timing every datagram of a flow.
@@ -66,6 +89,9 @@ pub struct FlowSendProbe {
 pub struct FlowReceiveProbe {
     pub receive: ontime_net::flow::ReceiveSettings,
     pub result: Option<PathBuf>,
+    /// As [`FlowSendProbe::clock_offset`], applied to arrival times.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_offset: Option<PathBuf>,
 }
 
 impl ProbeSpec {
@@ -90,7 +116,10 @@ impl ProbeSpec {
             ProbeSpec::Cyclic(p) => p.validate(),
             ProbeSpec::Gateway(p) => p.config.validate().map_err(|e| format!("{e:#}")),
             ProbeSpec::IoWorkload(p) => p.validate(),
-            ProbeSpec::FlowSend(_) | ProbeSpec::FlowReceive(_) => Ok(()),
+            ProbeSpec::FlowSend(_) | ProbeSpec::FlowReceive(_) | ProbeSpec::ClockEcho(_) => Ok(()),
+            ProbeSpec::ClockSync(p) => {
+                ontime_core::limits::count("clock samples", p.samples as u64, 1, 100_000).map(|_| ())
+            }
         }
     }
 }

@@ -1198,9 +1198,6 @@ fn validate_vm(c: &RunConfig) -> Result<()> {
             bail!("tenant.disk.direct is for sandbox tenants: a QEMU tenant's is tenant.disk.cache = \"none\"");
         }
     }
-    if c.net.is_some() {
-        bail!("[net] flows run between sandbox tenants (their namespaces carry the stamp and the check), not yet QEMU guests");
-    }
     let io_in_guest = c
         .effective_loads()
         .iter()
