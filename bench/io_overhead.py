@@ -3,8 +3,10 @@
 recorder, with `ontime io record` in each mode and with `perf record` on the
 same tracepoints as each mode (the peer), alternating in rounds. Modes:
 "ontime" (the default: block requests, the threads' I/O counters, no syscall
-tracepoint; peer "perf-block" on the block tracepoints) and "ontime-calls"
-(`--calls`: every file call through the syscall tracepoints; peer "perf").
+tracepoint; peer "perf-block" on the block tracepoints), "ontime-merges"
+(`--merges`: also every bio, its merges and splits; peer "perf-merges" on
+the same tracepoints) and "ontime-calls" (`--calls`: every file call through
+the syscall tracepoints; peer "perf").
 
 The tenant is a cgroup (cpu + memory) with an image-file disk on a loop
 device, ext4, as the lab makes it. Two cases: "cached" (a 64 MiB file that
@@ -15,20 +17,23 @@ median fio IOPS with each tool, the throughput loss against no recorder,
 the ratio of each ontime mode's loss to its perf peer's, and the events per
 second ontime handled with how many lost. Targets (issue 23): the default
 mode loses at most 2 % with O_DIRECT and 10 % with page-cache hits. Prints one JSON document. Needs root, fio, perf.
-Usage: bench/io_overhead.py [--rounds 5] [--seconds 5]
+Usage: bench/io_overhead.py [--rounds 5] [--seconds 5] [--cases cached,direct]
 """
 import argparse, json, os, pathlib, re, signal, statistics, subprocess, sys, time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NAME = "ontime-iobench"
 BLOCK_EVENTS = ["block:block_rq_issue", "block:block_rq_complete"]
+BIO_EVENTS = ["block:block_bio_queue", "block:block_bio_backmerge", "block:block_bio_frontmerge",
+              "block:block_split"]
 PERF_EVENTS = {
     "perf": ",".join(["syscalls:sys_enter_pread64", "syscalls:sys_exit_pread64",
                       "syscalls:sys_enter_read", "syscalls:sys_exit_read"] + BLOCK_EVENTS),
     "perf-block": ",".join(BLOCK_EVENTS + ["sched:sched_process_exit"]),
+    "perf-merges": ",".join(BLOCK_EVENTS + BIO_EVENTS + ["sched:sched_process_exit"]),
 }
-TOOLS = ("none", "ontime", "perf-block", "ontime-calls", "perf")
-PEER = {"ontime": "perf-block", "ontime-calls": "perf"}
+TOOLS = ("none", "ontime", "perf-block", "ontime-merges", "perf-merges", "ontime-calls", "perf")
+PEER = {"ontime": "perf-block", "ontime-merges": "perf-merges", "ontime-calls": "perf"}
 TARGET_LOSS = {"cached": 0.10, "direct": 0.02}
 
 
@@ -89,7 +94,7 @@ class Rig:
 def recorder(tool, rig, tmp):
     if tool.startswith("ontime"):
         exe = ROOT / "target/release/ontime"
-        calls = ["--calls"] if tool == "ontime-calls" else []
+        calls = {"ontime-calls": ["--calls"], "ontime-merges": ["--merges"]}.get(tool, [])
         p = subprocess.Popen([str(exe), "io", "record", *calls, "--cgroup", f"t={rig.cgroups[0]}",
                               "--disk", f"t={rig.image}", "-o", str(tmp / "b.otrec"), "--json"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -117,6 +122,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=int, default=5)
+    ap.add_argument("--cases", default="cached,direct", help="cached, direct or both")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("io_overhead: needs root (cgroups, loop devices, BPF)")
@@ -128,7 +134,8 @@ def main():
     result = {"bench": "io_overhead", "rounds": a.rounds, "seconds": a.seconds, "cases": {}}
     with Rig() as rig:
         rig.fio(2, False)  # lay the file out and warm the cache
-        for case, direct in (("cached", False), ("direct", True)):
+        cases = [c for c in (("cached", False), ("direct", True)) if c[0] in a.cases.split(",")]
+        for case, direct in cases:
             iops = {t: [] for t in TOOLS}
             rates = {t: [] for t in PEER}
             lost = {t: 0 for t in PEER}

@@ -77,6 +77,11 @@ struct IoRecordArgs {
     /// Without it the application layer is each thread's I/O counters
     #[arg(long)]
     calls: bool,
+    /// Count the bios each virtual disk receives, their merges and splits
+    /// (document 004's request splitting): four block tracepoints fire on
+    /// every bio of the host (bench/results.md has their cost)
+    #[arg(long)]
+    merges: bool,
     /// Print the report when the recording ends
     #[arg(long)]
     report: bool,
@@ -192,6 +197,7 @@ fn record(a: IoRecordArgs) -> anyhow::Result<()> {
         } else {
             ontime_trace::io::AppLayer::Counters
         },
+        merges: a.merges,
     };
     let stop = Arc::new(AtomicBool::new(false));
     crate::signals::install_flag(stop.clone())?;

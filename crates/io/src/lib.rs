@@ -616,7 +616,7 @@ pub fn analyze(rec: &Recording, path: &Path) -> Result<IoAnalysis> {
         let virtual_counters = disk
             .as_ref()
             .and_then(|d| d.loop_device.as_ref())
-            .map(|l| counters(rec, l.dev, &l.name, &requests_per_dev));
+            .and_then(|l| counters(rec, l.dev, &l.name, &requests_per_dev));
         let mut tenant_files: Vec<FileIo> = files[g].drain().map(|(_, f)| f).collect();
         tenant_files.sort_by_key(|f| std::cmp::Reverse(f.read_bytes + f.write_bytes));
         tenant_files.truncate(10);
@@ -657,7 +657,7 @@ pub fn analyze(rec: &Recording, path: &Path) -> Result<IoAnalysis> {
         if let Some(p) = &d.physical {
             if !seen.contains(&p.dev) {
                 seen.push(p.dev);
-                physical_counters.push(counters(rec, p.dev, &p.name, &requests_per_dev));
+                physical_counters.extend(counters(rec, p.dev, &p.name, &requests_per_dev));
             }
         }
     }
@@ -748,7 +748,9 @@ fn series_bin(duration_ns: u64) -> u64 {
     }
 }
 
-fn counters(rec: &Recording, dev: u32, name: &str, requests: &HashMap<u32, u64>) -> BlockCounters {
+/// None where the recording did not count bios (`io record` without
+/// `--merges`).
+fn counters(rec: &Recording, dev: u32, name: &str, requests: &HashMap<u32, u64>) -> Option<BlockCounters> {
     let first = rec
         .io_states
         .first()
@@ -757,19 +759,20 @@ fn counters(rec: &Recording, dev: u32, name: &str, requests: &HashMap<u32, u64>)
         .io_states
         .last()
         .and_then(|s| s.devices.iter().find(|c| c.dev == dev));
+    last?;
     let d = |f: fn(&ontime_trace::io::DeviceCounters) -> u64| match (first, last) {
         (Some(a), Some(b)) => f(b).saturating_sub(f(a)),
         (None, Some(b)) => f(b),
         _ => 0,
     };
-    BlockCounters {
+    Some(BlockCounters {
         device: name.to_string(),
         bios: d(|c| c.bios),
         bio_bytes: d(|c| c.bio_bytes),
         merges: d(|c| c.merges),
         splits: d(|c| c.splits),
         requests: requests.get(&dev).copied().unwrap_or(0),
-    }
+    })
 }
 
 fn cache_state(rec: &Recording, group: u32) -> CacheState {

@@ -66,6 +66,8 @@ pub fn start(lab: &Lab, dir: &Path, calls: bool, guests: Option<&GuestSetup>) ->
         drain_every: Duration::from_millis(100),
         state_every: Duration::from_millis(250),
         app_layer: if calls { AppLayer::Calls } else { AppLayer::Counters },
+        // The lab's cost does not matter: document 004's splits and merges.
+        merges: true,
     };
     let (stop, handle) = crate::observe::spawn_recorder("io-record", move |stop, ready| {
         ontime_trace::io::record(&opts, stop, None, ready)

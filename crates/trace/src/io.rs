@@ -48,6 +48,9 @@ pub struct IoRecordOptions {
     /// tracepoints, which slow every system call on the host) or each
     /// thread's counters.
     pub app_layer: AppLayer,
+    /// Count each watched device's bios, merges and splits (four classic
+    /// block tracepoints, on every bio).
+    pub merges: bool,
 }
 
 /// What a recording cost and produced.
@@ -201,6 +204,7 @@ mod bpf_record {
         images: Vec<(u32, Option<std::fs::File>)>,
         memory: Vec<MemoryCgroup>,
         watched: Vec<u32>,
+        merges: bool,
         cgroup_ids: HashMap<u64, u32>,
         files_seen: HashSet<(u32, u64)>,
         new_files: Vec<IoFile>,
@@ -266,7 +270,11 @@ mod bpf_record {
                     .iter()
                     .filter_map(|m| memory_state(m.group, &m.path))
                     .collect(),
-                devices: device_counters(&self.skel, &self.watched),
+                devices: if self.merges {
+                    device_counters(&self.skel, &self.watched)
+                } else {
+                    Vec::new()
+                },
             }
         }
     }
@@ -344,6 +352,9 @@ mod bpf_record {
                 targets.groups.get(d.group as usize).map_or("?", |g| g.name.as_str())
             ));
         }
+        if !opts.merges {
+            unavailable.push("bios, merges and splits per disk (record with --merges)".into());
+        }
         let mut memory = Vec::new();
         if let Some(root) = &root {
             for (gi, g) in targets.groups.iter().enumerate() {
@@ -372,7 +383,8 @@ mod bpf_record {
                 // Either every call, or each thread's counters and its
                 // exit; the block layer either way.
                 let exit = name == "task_exit";
-                if (syscall && !calls) || (exit && calls) {
+                let bio = name.starts_with("bio_");
+                if (syscall && !calls) || (exit && calls) || (bio && !opts.merges) {
                     prog.set_autoload(false);
                 }
             }
@@ -528,6 +540,7 @@ mod bpf_record {
             images,
             memory,
             watched,
+            merges: opts.merges,
             cgroup_ids,
             files_seen: HashSet::new(),
             new_files: Vec::new(),
