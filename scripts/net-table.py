@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Markdown table of a `[net]` results directory (document 003): per run
 setting and flow, the worst repetition's end-to-end delay percentiles, the
-misses and losses summed over repetitions, and what best effort got.
+misses and losses summed over repetitions, the longest wait of the flow's
+class in the bottleneck's queue (relay.json's delay_by_class: the flow's
+channel, or best effort without one; document 003's experiment 1 reports
+this), and what best effort got.
 Usage: scripts/net-table.py results/doc-003
 """
 import collections, glob, json, os, sys
@@ -25,6 +28,10 @@ def main(root):
         rec = json.load(open(d))
         run = os.path.dirname(d)
         label = ", ".join(f"{k}={v}" for k, v in rec["vars"]) or "(no sweep)"
+        try:
+            by_class = (json.load(open(os.path.join(run, "relay.json"))).get("channels") or {}).get("delay_by_class", {})
+        except (OSError, ValueError):
+            by_class = {}
         total = 0.0
         for f in rec["net"].get("best_effort", []):
             s = json.load(open(os.path.join(run, f)))["end"]["sum"]
@@ -35,9 +42,12 @@ def main(root):
             key = (label, f["name"])
             r = rows.setdefault(key, {"deadline": f["deadline_ns"], "runs": 0, "p50": 0, "p99": 0, "p999": 0,
                                       "max": 0, "misses": 0, "lost": 0, "received": 0, "jitter": 0,
-                                      "channel": None, "refused": f.get("refused")})
+                                      "channel": None, "refused": f.get("refused"), "queue": None})
             if f.get("channel") is not None:
                 r["channel"] = f["channel"]
+            cls = by_class.get(f"channel {f['channel']}" if f.get("channel") is not None else "best effort")
+            if cls and cls.get("max_ns") is not None:
+                r["queue"] = max(r["queue"] or 0, cls["max_ns"])
             if not f.get("result"):
                 continue
             res = json.load(open(os.path.join(run, f["result"])))
@@ -50,15 +60,15 @@ def main(root):
             r["misses"] += res["misses"]
             r["lost"] += res["lost"]
             r["received"] += res["received"]
-    print("| setting | flow | channel | deadline | p50 ms | p99 ms | p99.9 ms | max ms | max / deadline | jitter ms | misses / received | lost | best effort Mbit/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| setting | flow | channel | deadline | p50 ms | p99 ms | p99.9 ms | max ms | max / deadline | jitter ms | misses / received | lost | queue wait max ms | best effort Mbit/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (label, name), r in rows.items():
         chan = r["channel"] if r["channel"] is not None else ("refused" if r["refused"] else "none")
         b = be.get(label)
         bes = f"{min(b):.1f}-{max(b):.1f}" if b else "-"
         ratio = f"{r['max'] / r['deadline'] * 100:.0f} %" if r["runs"] else "-"
         print(f"| {label} | {name} | {chan} | {r['deadline'] / 1e6:g} ms | {ms(r['p50'])} | {ms(r['p99'])} | {ms(r['p999'])} | "
-              f"{ms(r['max'])} | {ratio} | {ms(r['jitter'])} | {r['misses']} / {r['received']} | {r['lost']} | {bes} |")
+              f"{ms(r['max'])} | {ratio} | {ms(r['jitter'])} | {r['misses']} / {r['received']} | {r['lost']} | {ms(r['queue'])} | {bes} |")
 
 
 if __name__ == "__main__":
