@@ -249,7 +249,7 @@ impl GuestSetup {
             &format!("{}M", self.memory >> 20),
         ])
         .args(self.kit.boot_args());
-        if c.host.vmm_memory.is_some() {
+        if c.host.vmm_memory.is_some() || c.host.vm_memory_budget.is_some() {
             // The host cache's bound sits on what QEMU holds after boot:
             // with the guest's RAM all resident then, it cannot grow into
             // the cache's share later.

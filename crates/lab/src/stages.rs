@@ -563,10 +563,10 @@ struct HostCacheBound {
 
 impl HostCacheBound {
     fn start(c: &ontime_scenario::scenario::RunConfig, lab: &Lab) -> Result<Option<HostCacheBound>> {
-        let Some(bound) = c.host.vmm_memory.as_deref() else {
+        let guest = crate::qemu::guest_memory(c)?;
+        let Some(bound) = c.host.host_cache_bound(guest).map_err(anyhow::Error::msg)? else {
             return Ok(None);
         };
-        let bound = parse_bytes(bound).map_err(anyhow::Error::msg)?;
         let groups: Vec<crate::cgroup::Cgroup> = lab
             .tenants
             .iter()

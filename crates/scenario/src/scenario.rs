@@ -75,6 +75,35 @@ pub struct HostSpec {
     /// image (document 004's small Dom0). Absent: unbounded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vmm_memory: Option<String>,
+    /// Each QEMU tenant's guest memory and its image's host cache together,
+    /// e.g. "512M" (document 004: the host's memory is fixed, so what a VM
+    /// is not given, the host cache has): the host cache's bound is this
+    /// minus tenant.memory. Instead of vmm_memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm_memory_budget: Option<String>,
+}
+
+impl HostSpec {
+    /// The host cache each QEMU tenant may hold (vmm_memory, or what
+    /// vm_memory_budget leaves beside the guest's memory); None: unbounded.
+    pub fn host_cache_bound(&self, guest_memory: u64) -> Result<Option<u64>, String> {
+        match (&self.vmm_memory, &self.vm_memory_budget) {
+            (Some(_), Some(_)) => Err("give host.vmm_memory or host.vm_memory_budget, not both".into()),
+            (Some(v), None) => parse_bytes(v).map(Some).map_err(|e| format!("host.vmm_memory: {e}")),
+            (None, Some(b)) => {
+                let b = parse_bytes(b).map_err(|e| format!("host.vm_memory_budget: {e}"))?;
+                if b <= guest_memory {
+                    return Err(format!(
+                        "host.vm_memory_budget ({} MiB) leaves no host cache beside the guest's {} MiB (tenant.memory)",
+                        b >> 20,
+                        guest_memory >> 20
+                    ));
+                }
+                Ok(Some(b - guest_memory))
+            }
+            (None, None) => Ok(None),
+        }
+    }
 }
 
 /// Who adds the WAN delay (`host.wan_delay`).
@@ -163,6 +192,7 @@ impl Default for HostSpec {
             wan_delay: WanDelay::Auto,
             accel: crate::vm::AccelChoice::Auto,
             vmm_memory: None,
+            vm_memory_budget: None,
         }
     }
 }
@@ -1162,6 +1192,7 @@ fn validate_vm(c: &RunConfig) -> Result<()> {
         let vm_only = [
             (t.vm.is_some(), "[tenant.vm]"),
             (c.host.vmm_memory.is_some(), "host.vmm_memory"),
+            (c.host.vm_memory_budget.is_some(), "host.vm_memory_budget"),
             (disk.is_some_and(|d| d.model.is_some()), "tenant.disk.model"),
             (disk.is_some_and(|d| d.iothread), "tenant.disk.iothread"),
             (disk.is_some_and(|d| d.cache.is_some()), "tenant.disk.cache"),
@@ -1180,9 +1211,7 @@ fn validate_vm(c: &RunConfig) -> Result<()> {
             MIN_GUEST_MEMORY >> 20
         );
     }
-    if let Some(v) = &c.host.vmm_memory {
-        parse_bytes(v).map_err(|e| anyhow!("host.vmm_memory: {e}"))?;
-    }
+    c.host.host_cache_bound(memory).map_err(anyhow::Error::msg)?;
     let vm = t.vm.clone().unwrap_or_default();
     if vm.vhost && vm.nic != NicModel::VirtioNet {
         bail!(
@@ -1303,6 +1332,23 @@ mod tests {
         assert!(e.contains("no variant \"b\"") && e.contains("known: a"), "{e}");
         let e = err(&format!("{BASE}[variants]\na = {{ \"tenant.nope\" = 1 }}\n"));
         assert!(e.contains("variants.a.\"tenant.nope\""), "{e}");
+    }
+
+    #[test]
+    fn the_host_cache_bound_is_fixed_or_what_the_budget_leaves() {
+        let mut h = HostSpec::default();
+        assert_eq!(h.host_cache_bound(192 << 20), Ok(None));
+        h.vmm_memory = Some("128M".into());
+        assert_eq!(h.host_cache_bound(192 << 20), Ok(Some(128 << 20)));
+        h.vm_memory_budget = Some("448M".into());
+        assert!(h.host_cache_bound(192 << 20).unwrap_err().contains("not both"));
+        h.vmm_memory = None;
+        assert_eq!(h.host_cache_bound(192 << 20), Ok(Some(256 << 20)));
+        assert_eq!(h.host_cache_bound(320 << 20), Ok(Some(128 << 20)));
+        assert!(h
+            .host_cache_bound(448 << 20)
+            .unwrap_err()
+            .contains("leaves no host cache"));
     }
 
     #[test]
