@@ -397,7 +397,7 @@ fn a_guests_dd_is_seen_at_every_layer_and_each_cache_absorbs_its_share() {
     let (_dir, results) = run_lab(
         "name = 'vm-dd'\nduration = '5s'\n[tenant]\ncount = 1\nbackend = 'qemu'\nmemory = '256M'\n\
 [tenant.disk]\nsize = '256M'\nmodel = 'virtio-blk'\ncache = 'writeback'\n\
-[tenant.io]\ntool = 'dd'\nrw = 'read'\nsize = '16M'\nbs = '1M'\n[observe]\nrecorder = 'off'\nio = true\n\
+[tenant.io]\ntool = 'dd'\nrw = 'read'\nsize = '16M'\nbs = '1M'\ndirect = false\n[observe]\nrecorder = 'off'\nio = true\n\
 [variants]\nguest-warm = {}\nhost-warm = { 'tenant.io.direct' = true }\n\
 cold = { 'tenant.io.direct' = true, 'tenant.disk.cache' = 'none' }\n\
 [sweep]\nvariant = ['guest-warm', 'host-warm', 'cold']\n",

@@ -120,9 +120,11 @@ fn net_part(n: &GuestNet, exe_q: &str) -> String {
             n.receive_for.as_secs().max(1)
         ));
     }
+    s.push_str("b=\n");
     for args in &n.best_effort {
         let a: Vec<String> = args.iter().map(|x| shell_quote(x)).collect();
-        s.push_str(&format!("iperf3 {} >/dev/null 2>&1 &\n", a.join(" ")));
+        // Its report is written when it ends: the job waits for it.
+        s.push_str(&format!("iperf3 {} >/dev/null 2>&1 &\nb=\"$b $!\"\n", a.join(" ")));
     }
     s.push_str("p=\n");
     for f in &n.senders {
@@ -135,8 +137,8 @@ fn net_part(n: &GuestNet, exe_q: &str) -> String {
     // A stop request (the init SIGTERMs the pid in /run/ontime-probe.pid)
     // reaches every probe, which write what they measured.
     s.push_str(
-        "( trap 'kill -TERM $p $r 2>/dev/null; exit 0' TERM; while :; do sleep 1; done ) &\nstopper=$!\necho $stopper >/run/ontime-probe.pid\n\
-         rc=0\nfor x in $p; do wait $x || rc=$?; done\nfor x in $r; do wait $x; done\nkill $stopper 2>/dev/null\n",
+        "( trap 'kill -TERM $p $b $r 2>/dev/null; exit 0' TERM; while :; do sleep 1; done ) &\nstopper=$!\necho $stopper >/run/ontime-probe.pid\n\
+         rc=0\nfor x in $p; do wait $x || rc=$?; done\nfor x in $b $r; do wait $x; done\nkill $stopper 2>/dev/null\n",
     );
     s
 }
