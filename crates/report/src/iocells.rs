@@ -81,6 +81,7 @@ fn request_shape(a: &ontime_io::IoAnalysis) -> RequestShape {
     for t in &a.tenants {
         let virt = t.inside_guest.as_ref().map(|g| &g.block).unwrap_or(&t.virtual_disk);
         r.application_ops += t.application.read.ops;
+        r.application_bytes += t.application.read.bytes;
         r.virtual_ops += virt.read.ops;
         r.virtual_bytes += virt.read.bytes;
         r.physical_ops += t.physical_disk.read.ops;
