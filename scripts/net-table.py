@@ -4,7 +4,9 @@ setting and flow, the worst repetition's end-to-end delay percentiles, the
 misses and losses summed over repetitions, the longest wait of the flow's
 class in the bottleneck's queue (relay.json's delay_by_class: the flow's
 channel, or best effort without one; document 003's experiment 1 reports
-this), and what best effort got.
+this), the longest stamp-to-check delay of the flow's channel (net.json:
+the network path alone, from the sender's veth, i.e. after a guest's
+VMM, to the receiving interface), and what best effort got.
 Usage: scripts/net-table.py results/doc-003
 """
 import collections, glob, json, os, sys
@@ -29,6 +31,10 @@ def main(root):
         run = os.path.dirname(d)
         label = ", ".join(f"{k}={v}" for k, v in rec["vars"]) or "(no sweep)"
         try:
+            checks = {c["id"]: c["counts"].get("delay_max_ns") for c in json.load(open(os.path.join(run, "net.json")))["channels"]}
+        except (OSError, ValueError, KeyError):
+            checks = {}
+        try:
             by_class = (json.load(open(os.path.join(run, "relay.json"))).get("channels") or {}).get("delay_by_class", {})
         except (OSError, ValueError):
             by_class = {}
@@ -42,12 +48,15 @@ def main(root):
             key = (label, f["name"])
             r = rows.setdefault(key, {"deadline": f["deadline_ns"], "runs": 0, "p50": 0, "p99": 0, "p999": 0,
                                       "max": 0, "misses": 0, "lost": 0, "received": 0, "jitter": 0,
-                                      "channel": None, "refused": f.get("refused"), "queue": None})
+                                      "channel": None, "refused": f.get("refused"), "queue": None, "check": None})
             if f.get("channel") is not None:
                 r["channel"] = f["channel"]
             cls = by_class.get(f"channel {f['channel']}" if f.get("channel") is not None else "best effort")
             if cls and cls.get("max_ns") is not None:
                 r["queue"] = max(r["queue"] or 0, cls["max_ns"])
+            chk = checks.get(f.get("channel"))
+            if chk is not None:
+                r["check"] = max(r["check"] or 0, chk)
             if not f.get("result"):
                 continue
             res = json.load(open(os.path.join(run, f["result"])))
@@ -60,15 +69,15 @@ def main(root):
             r["misses"] += res["misses"]
             r["lost"] += res["lost"]
             r["received"] += res["received"]
-    print("| setting | flow | channel | deadline | p50 ms | p99 ms | p99.9 ms | max ms | max / deadline | jitter ms | misses / received | lost | queue wait max ms | best effort Mbit/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| setting | flow | channel | deadline | p50 ms | p99 ms | p99.9 ms | max ms | max / deadline | jitter ms | misses / received | lost | queue wait max ms | stamp-to-check max ms | best effort Mbit/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (label, name), r in rows.items():
         chan = r["channel"] if r["channel"] is not None else ("refused" if r["refused"] else "none")
         b = be.get(label)
         bes = f"{min(b):.1f}-{max(b):.1f}" if b else "-"
         ratio = f"{r['max'] / r['deadline'] * 100:.0f} %" if r["runs"] else "-"
         print(f"| {label} | {name} | {chan} | {r['deadline'] / 1e6:g} ms | {ms(r['p50'])} | {ms(r['p99'])} | {ms(r['p999'])} | "
-              f"{ms(r['max'])} | {ratio} | {ms(r['jitter'])} | {r['misses']} / {r['received']} | {r['lost']} | {ms(r['queue'])} | {bes} |")
+              f"{ms(r['max'])} | {ratio} | {ms(r['jitter'])} | {r['misses']} / {r['received']} | {r['lost']} | {ms(r['queue'])} | {ms(r['check'])} | {bes} |")
 
 
 if __name__ == "__main__":

@@ -152,7 +152,11 @@ fn try_kvm(kit: &Kit) -> std::result::Result<f64, String> {
         "128",
     ])
     .args(kit.boot_args())
-    .args(["-append", "console=ttyS0 quiet ontime.work=idle", "-serial"])
+    .args([
+        "-append",
+        "console=ttyS0 quiet no_timer_check panic=1 ontime.work=idle",
+        "-serial",
+    ])
     .arg(format!("file:{}", console.display()))
     .stdin(Stdio::null())
     .stdout(Stdio::null())

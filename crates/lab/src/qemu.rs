@@ -41,6 +41,12 @@ pub use ontime_guest::kit::{choose_accel, console_has, qemu_version, vhost_avail
 /// How long a lab guest may take to reach its job (TCG on a busy host
 /// boots in 5 to 30 s).
 const BOOT_LIMIT: Duration = Duration::from_secs(180);
+/// The guest kernel's: no boot-time check that the timer interrupt
+/// arrives within a few emulated ticks (under TCG on a loaded host, or with
+/// the vCPU threads real-time, it fails and the kernel panics: "IO-APIC +
+/// timer doesn't work"), and a panic reboots at once, which `-no-reboot`
+/// turns into QEMU's exit, so a guest that panics fails its run in seconds.
+const GUEST_KERNEL_ARGS: &str = "no_timer_check panic=1";
 /// The tap QEMU creates in the tenant's namespace, and the bridge.
 const TAP: &str = "vm0";
 const BRIDGE: &str = "br0";
@@ -256,7 +262,7 @@ impl GuestSetup {
             cmd.arg("-mem-prealloc");
         }
         let mut append = format!(
-            "console=ttyS0 quiet ontime.work=lab ontime.run={} ontime.job={} ontime.ip={}/{} ontime.neigh={},{}",
+            "console=ttyS0 quiet {GUEST_KERNEL_ARGS} ontime.work=lab ontime.run={} ontime.job={} ontime.ip={}/{} ontime.neigh={},{}",
             dir.display(),
             dir.join(format!("t{i}.guest.sh")).display(),
             t.net.addr,
