@@ -94,16 +94,20 @@ fn net_part(n: &GuestNet, exe_q: &str) -> String {
     }
     // Bound: each port in the guest's UDP (receivers) and TCP (iperf3's
     // control connection) tables, in hex as the kernel writes them.
+    // iperf3 listens on IPv6's wildcard (dual stack): tcp6.
     for (table, ports) in [
-        ("udp", n.receivers.iter().map(|f| f.port).collect::<Vec<_>>()),
-        ("tcp", n.best_effort_servers.clone()),
+        (
+            "udp /proc/net/udp6",
+            n.receivers.iter().map(|f| f.port).collect::<Vec<_>>(),
+        ),
+        ("tcp /proc/net/tcp6", n.best_effort_servers.clone()),
     ] {
         if ports.is_empty() {
             continue;
         }
         let hex: Vec<String> = ports.iter().map(|p| format!("{p:04X}")).collect();
         s.push_str(&format!(
-            "n=0\nwhile [ $n -lt 600 ]; do ok=1; for p in {}; do grep -q \":$p \" /proc/net/{table} || ok=0; done; [ $ok = 1 ] && break; sleep 0.05; n=$((n + 1)); done\n",
+            "n=0\nwhile [ $n -lt 600 ]; do ok=1; for p in {}; do grep -qs \":$p \" /proc/net/{table} || ok=0; done; [ $ok = 1 ] && break; sleep 0.05; n=$((n + 1)); done\n",
             hex.join(" ")
         ));
     }
@@ -336,7 +340,7 @@ mod tests {
         assert!(at("t1.clock.probe.json") < at("flow-A.probe.json"));
         assert!(at("ip neigh") < at("'/o' probe '/r/flow-A.probe.json'"));
         assert!(at("flow-B.probe.json") < at("for p in 1389 138A"), "ports in hex:\n{s}");
-        assert!(at("iperf3 -s -1 -p 5202") < at("for p in 1452; do grep -q \":$p \" /proc/net/tcp"));
+        assert!(at("iperf3 -s -1 -p 5202") < at("for p in 1452; do grep -qs \":$p \" /proc/net/tcp /proc/net/tcp6"));
         assert!(at("/proc/net/tcp") < at("t1.net-ready"));
         assert!(at("for p in 1389 138A") < at(": >'/r/t1.net-ready'"));
         assert!(at("t1.net-ready") < at("while [ ! -e '/r/net.go' ]"));
