@@ -122,6 +122,7 @@ fn record(a: IoRecordArgs) -> anyhow::Result<()> {
     // A QEMU guest's virtual disk is its QEMU's reads and writes of each
     // image: only per-call tracing sees which file a call was on.
     let mut guest_disks = Vec::new();
+    let mut unseen = Vec::new();
     for name in &a.targets.guest {
         let (g, group) = targets
             .groups
@@ -131,6 +132,10 @@ fn record(a: IoRecordArgs) -> anyhow::Result<()> {
             .ok_or_else(|| anyhow::anyhow!("a --guest target without its group"))?;
         let pid = ontime_trace::io_vmm::vmm_pid(&group.pids, name)?;
         let disks = ontime_trace::io_vmm::vmm_disks(g as u32, pid)?;
+        for u in ontime_trace::io_vmm::unseen_io(pid) {
+            ontime_core::errln!("ontime: guest {name}: not seen: {u}");
+            unseen.push(format!("guest {name}: {u}"));
+        }
         if disks.is_empty() {
             ontime_core::errln!(
                 "ontime: guest {name} (pid {pid}) holds no disk image named on its command line: only its QEMU's other I/O is recorded"
@@ -198,6 +203,7 @@ fn record(a: IoRecordArgs) -> anyhow::Result<()> {
             ontime_trace::io::AppLayer::Counters
         },
         merges: a.merges,
+        unseen,
     };
     let stop = Arc::new(AtomicBool::new(false));
     crate::signals::install_flag(stop.clone())?;

@@ -68,6 +68,8 @@ pub fn start(lab: &Lab, dir: &Path, calls: bool, guests: Option<&GuestSetup>) ->
         app_layer: if calls { AppLayer::Calls } else { AppLayer::Counters },
         // The lab's cost does not matter: document 004's splits and merges.
         merges: true,
+        // The lab's guests use QEMU's thread pool (aio=threads): all seen.
+        unseen: Vec::new(),
     };
     let (stop, handle) = crate::observe::spawn_recorder("io-record", move |stop, ready| {
         ontime_trace::io::record(&opts, stop, None, ready)

@@ -51,6 +51,9 @@ pub struct IoRecordOptions {
     /// Count each watched device's bios, merges and splits (four classic
     /// block tracepoints, on every bio).
     pub merges: bool,
+    /// What else the caller knows cannot be seen (e.g. a guest's QEMU
+    /// submitting through io_uring), for the recording's unavailable list.
+    pub unseen: Vec<String>,
 }
 
 /// What a recording cost and produced.
@@ -352,6 +355,7 @@ mod bpf_record {
                 targets.groups.get(d.group as usize).map_or("?", |g| g.name.as_str())
             ));
         }
+        unavailable.extend(opts.unseen.iter().cloned());
         if !opts.merges {
             unavailable.push("bios, merges and splits per disk (record with --merges)".into());
         }

@@ -32,6 +32,62 @@ pub fn drive_files(args: &[String]) -> Vec<PathBuf> {
     out
 }
 
+/// Images a QEMU command line gives to Linux native AIO or io_uring
+/// (`aio=native`, `aio=io_uring`, or the same in a `-blockdev`): (image,
+/// mode). The recorder sees QEMU's reads and writes through its thread
+/// pool (preadv/pwritev) only; these submissions pass it by.
+pub fn async_drives(args: &[String]) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    for w in args.windows(2) {
+        let (file, aio) = match w[0].as_str() {
+            "-drive" => (option_value(&w[1], &["file"]), option_value(&w[1], &["aio"])),
+            "-blockdev" if w[1].trim_start().starts_with('{') => {
+                let v: serde_json::Value = serde_json::from_str(&w[1]).unwrap_or_default();
+                let aio = v
+                    .get("aio")
+                    .or_else(|| v.get("file").and_then(|f| f.get("aio")))
+                    .and_then(|a| a.as_str())
+                    .map(String::from);
+                (json_filename(&v), aio)
+            }
+            "-blockdev" => (
+                option_value(&w[1], &["filename", "file.filename"]),
+                option_value(&w[1], &["aio", "file.aio"]),
+            ),
+            _ => continue,
+        };
+        if let (Some(f), Some(a)) = (file, aio) {
+            if a == "native" || a == "io_uring" {
+                out.push((PathBuf::from(f), a));
+            }
+        }
+    }
+    out
+}
+
+/// What of QEMU process `pid`'s disk I/O the recorder cannot see, as
+/// sentences for a recording's unavailable list.
+pub fn unseen_io(pid: u32) -> Vec<String> {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return Vec::new();
+    };
+    let args: Vec<String> = cmdline
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    async_drives(&args)
+        .into_iter()
+        .map(|(f, mode)| {
+            format!(
+                "QEMU's {} submissions on {} (aio={mode}: only its thread pool's reads and writes are traced; use aio=threads to see them)",
+                if mode == "native" { "Linux AIO" } else { "io_uring" },
+                f.display()
+            )
+        })
+        .collect()
+}
+
 /// `key=value` in QEMU's comma-separated options (",," is a comma).
 fn option_value(spec: &str, keys: &[&str]) -> Option<String> {
     let mut parts = Vec::new();
@@ -143,6 +199,29 @@ mod tests {
 
     fn args(s: &[&str]) -> Vec<String> {
         s.iter().map(|a| a.to_string()).collect()
+    }
+
+    #[test]
+    fn drives_on_linux_aio_or_io_uring_are_named_as_unseen() {
+        let a = args(&[
+            "qemu-system-x86_64",
+            "-drive",
+            "file=/i/a.img,if=none,aio=native,cache=none",
+            "-drive",
+            "file=/i/b.img,aio=threads",
+            "-blockdev",
+            r#"{"driver":"file","filename":"/i/c.img","aio":"io_uring"}"#,
+            "-blockdev",
+            "driver=file,filename=/i/d.img,aio=io_uring",
+        ]);
+        assert_eq!(
+            async_drives(&a),
+            vec![
+                (PathBuf::from("/i/a.img"), "native".to_string()),
+                (PathBuf::from("/i/c.img"), "io_uring".to_string()),
+                (PathBuf::from("/i/d.img"), "io_uring".to_string()),
+            ]
+        );
     }
 
     #[test]
