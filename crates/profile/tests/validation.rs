@@ -265,10 +265,14 @@ fn three_tenants_on_one_cpu_steal_two_thirds_and_correct_to_their_own_cpu_time()
         // the program had a CPU: the kernel's own on-CPU count for it, which
         // leaves out what this VM's hypervisor took while it ran (measured
         // from /proc/stat; on a quiet host about 2 %).
+        // As for steal, the program's own on-CPU count stops at its read;
+        // what it ran after (its exit) is on the time line, within
+        // apparent - elapsed (a CI run: 7.4 ms above a 348 ms count).
         let corrected = apparent - steal;
+        let tolerance = 0.02 * on_cpu as f64 + slack + hv_steal;
         assert!(
-            (corrected - on_cpu as f64).abs() <= 0.02 * on_cpu as f64 + slack + hv_steal,
-            "{name}: corrected {corrected} vs the kernel's on-CPU {on_cpu} (hypervisor steal on the CPU {hv_steal})"
+            (on_cpu as f64 - tolerance..=on_cpu as f64 + after_read + tolerance).contains(&corrected),
+            "{name}: corrected {corrected} vs the kernel's on-CPU {on_cpu} (+ up to {after_read} outside its clock; hypervisor steal on the CPU {hv_steal})"
         );
         // Whether this also equals the time alone (document 002: within
         // 3 %) compares two runs taken at different moments on a VM whose
