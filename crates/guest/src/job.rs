@@ -271,6 +271,19 @@ fn probe_part(s: &mut String, i: usize, dir: &Path, exe_q: &str, err: &str, gues
 mod tests {
     use super::*;
 
+    /// The shell parses `script` (`sh -n`).
+    fn assert_valid_shell(script: &str) {
+        let check = std::process::Command::new("sh")
+            .args(["-n", "-c", script])
+            .output()
+            .unwrap();
+        assert!(
+            check.status.success(),
+            "{}\n{script}",
+            String::from_utf8_lossy(&check.stderr)
+        );
+    }
+
     fn config(text: &str) -> RunConfig {
         let plan = ontime_scenario::scenario::load_str(text, Path::new("vm.toml")).expect("a valid scenario");
         plan.runs[0].config.clone()
@@ -297,15 +310,7 @@ mod tests {
             s.contains("'/run/ontime lab/r/t0.guest-io.otrec'"),
             "paths are quoted:\n{s}"
         );
-        let check = std::process::Command::new("sh")
-            .args(["-n", "-c", &s])
-            .output()
-            .unwrap();
-        assert!(
-            check.status.success(),
-            "{}\n{s}",
-            String::from_utf8_lossy(&check.stderr)
-        );
+        assert_valid_shell(&s);
     }
 
     /// A net run's job: MTU and neighbours first, the receivers bound
@@ -349,15 +354,7 @@ mod tests {
         assert!(at("net.go") < at("'/o' probe '/r/flow-C.probe.json'"));
         assert!(at("flow-C.probe.json") < at("/run/ontime-probe.pid"));
         assert!(!s.contains("t1.probe.json"), "no probe of its own:\n{s}");
-        let check = std::process::Command::new("sh")
-            .args(["-n", "-c", &s])
-            .output()
-            .unwrap();
-        assert!(
-            check.status.success(),
-            "{}\n{s}",
-            String::from_utf8_lossy(&check.stderr)
-        );
+        assert_valid_shell(&s);
     }
 
     #[test]
