@@ -226,17 +226,7 @@ fn clean(a: CleanArgs) -> anyhow::Result<()> {
         if a.dry_run { "would restore" } else { "restored" },
         found.settings.len()
     );
-    for n in found
-        .netns
-        .iter()
-        .chain(&found.links)
-        .chain(&found.cgroups)
-        .chain(&found.disks.mount_namespaces)
-        .chain(&found.disks.loop_devices)
-        .chain(&found.disks.images)
-        .chain(&found.files)
-        .chain(&found.settings)
-    {
+    for n in found.names() {
         crate::outln!("  {n}");
     }
     Ok(())

@@ -30,6 +30,19 @@ impl Leftovers {
     pub fn is_empty(&self) -> bool {
         *self == Leftovers::default()
     }
+
+    /// Every object by name, in the order they are removed.
+    pub fn names(&self) -> impl Iterator<Item = &String> {
+        self.netns
+            .iter()
+            .chain(&self.links)
+            .chain(&self.cgroups)
+            .chain(&self.disks.mount_namespaces)
+            .chain(&self.disks.loop_devices)
+            .chain(&self.disks.images)
+            .chain(&self.files)
+            .chain(&self.settings)
+    }
 }
 
 /// What of the lab is on this host now.
@@ -103,6 +116,31 @@ pub fn clean(force: bool) -> Result<Leftovers> {
         Err(_) => None,
     };
     let found = find()?;
+    remove(&found, true)?;
+    Ok(found)
+}
+
+/// Under the lab lock, before a lab is made: removes what a killed lab
+/// left (a stale namespace would fail the new lab half-way), and says so.
+/// The channel controller's socket and token stay: a controller started
+/// outside the lab may own them.
+pub fn remove_killed_labs_leftovers() -> Result<()> {
+    let mut found = find()?;
+    found.files.clear();
+    if found.is_empty() {
+        return Ok(());
+    }
+    remove(&found, false)?;
+    let names: Vec<&str> = found.names().map(String::as_str).collect();
+    ontime_core::errln!(
+        "ontime lab: removed what a killed lab left ({} process(es)): {}",
+        found.processes.len(),
+        names.join(", ")
+    );
+    Ok(())
+}
+
+fn remove(found: &Leftovers, files: bool) -> Result<()> {
     for &pid in &found.processes {
         // SAFETY: these processes are in the lab's cgroups or namespaces.
         unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -116,9 +154,11 @@ pub fn clean(force: bool) -> Result<Leftovers> {
         let _ = ip(&["link", "del", l]);
     }
     crate::disk::remove_leftovers(&found.disks);
-    for f in &found.files {
-        let _ = std::fs::remove_file(f);
+    if files {
+        for f in &found.files {
+            let _ = std::fs::remove_file(f);
+        }
     }
     crate::sysctl::restore_leftovers()?;
-    Ok(found)
+    Ok(())
 }

@@ -151,6 +151,11 @@ fn endpoint(
     addr: std::net::Ipv4Addr,
     mac: [u8; 6],
 ) -> Result<Endpoint> {
+    if names::netns_file(&netns).exists() {
+        anyhow::bail!(
+            "network namespace {netns} exists already: another lab is running, or one was killed (`ontime lab clean` removes what it left)"
+        );
+    }
     ip(&["netns", "add", &netns])?;
     let n = netns.clone();
     undo.push(format!("delete netns {netns}"), move || {

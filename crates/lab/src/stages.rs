@@ -43,6 +43,7 @@ impl RunHost for Sandboxes {
         for s in crate::sysctl::restore_leftovers()? {
             ontime_core::errln!("ontime lab: restored {s}, left changed by a run that was killed");
         }
+        crate::clean::remove_killed_labs_leftovers()?;
         Ok(Box::new(lock))
     }
 

@@ -12,8 +12,20 @@ use std::time::{Duration, Instant};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// Root and the tools, on a host without lab objects (a lab killed before
+/// the suite would fail these tests for a reason not their own).
 fn root_or_skip() -> bool {
-    ontime_testkit::root_or_skip("the lab") && ontime_testkit::tools_or_skip(&["ethtool", "ip"])
+    let ok = ontime_testkit::root_or_skip("the lab") && ontime_testkit::tools_or_skip(&["ethtool", "ip"]);
+    if ok {
+        let found = clean::clean(false).expect("lab clean before the test");
+        if !found.is_empty() {
+            eprintln!(
+                "test: removed what an earlier lab left: {:?}",
+                found.names().collect::<Vec<_>>()
+            );
+        }
+    }
+    ok
 }
 
 #[test]

@@ -9,10 +9,25 @@ pub fn ontime() -> Command {
 }
 
 /// Root and the lab's tools (ip, ethtool) plus `more`; else a visible skip.
+/// Starts from a host without lab objects: each test checks it leaves
+/// none, but a lab killed before the suite (a test process killed by a
+/// timeout, a run interrupted on the machine) would fail the next test
+/// for a reason that is not its own.
 pub fn lab_root_or_skip(more: &[&str]) -> bool {
-    ontime_testkit::root_or_skip("the lab")
+    let ok = ontime_testkit::root_or_skip("the lab")
         && ontime_testkit::tools_or_skip(&["ethtool", "ip"])
-        && ontime_testkit::tools_or_skip(more)
+        && ontime_testkit::tools_or_skip(more);
+    if ok && !leftovers().contains("nothing") {
+        let out = ontime()
+            .args(["lab", "clean"])
+            .output()
+            .expect("running ontime lab clean");
+        eprintln!(
+            "test: removed what an earlier lab left: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    ok
 }
 
 /// `ontime lab run SCENARIO -o RESULTS` in the background, quiet.
