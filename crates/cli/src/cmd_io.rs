@@ -120,9 +120,9 @@ fn record(a: IoRecordArgs) -> anyhow::Result<()> {
         ));
     }
     // A QEMU guest's virtual disk is its QEMU's reads and writes of each
-    // image: only per-call tracing sees which file a call was on.
+    // image: through its thread pool only per-call tracing sees which file
+    // a call was on; Linux AIO and io_uring have hooks of their own.
     let mut guest_disks = Vec::new();
-    let mut unseen = Vec::new();
     for name in &a.targets.guest {
         let (g, group) = targets
             .groups
@@ -132,10 +132,6 @@ fn record(a: IoRecordArgs) -> anyhow::Result<()> {
             .ok_or_else(|| anyhow::anyhow!("a --guest target without its group"))?;
         let pid = ontime_trace::io_vmm::vmm_pid(&group.pids, name)?;
         let disks = ontime_trace::io_vmm::vmm_disks(g as u32, pid)?;
-        for u in ontime_trace::io_vmm::unseen_io(pid) {
-            ontime_core::errln!("ontime: guest {name}: not seen: {u}");
-            unseen.push(format!("guest {name}: {u}"));
-        }
         if disks.is_empty() {
             ontime_core::errln!(
                 "ontime: guest {name} (pid {pid}) holds no disk image named on its command line: only its QEMU's other I/O is recorded"
@@ -143,10 +139,11 @@ fn record(a: IoRecordArgs) -> anyhow::Result<()> {
         }
         guest_disks.extend(disks);
     }
-    let calls = a.calls || !a.targets.guest.is_empty();
+    let thread_pool = guest_disks.iter().any(|d| d.aio == ontime_trace::io::VmmAio::Threads);
+    let calls = a.calls || thread_pool;
     if calls && !a.calls {
         ontime_core::errln!(
-            "ontime: --guest traces QEMU's calls on its images (--calls): every system call on this host is slower while it records"
+            "ontime: --guest traces QEMU's calls on its images (--calls: its thread pool's preadv/pwritev; aio=io_uring or aio=native would not need it): every system call on this host is slower while it records"
         );
     }
     crate::cmd_observe::check_recording_times(a.duration, a.drain_every)?;
@@ -203,7 +200,6 @@ fn record(a: IoRecordArgs) -> anyhow::Result<()> {
             ontime_trace::io::AppLayer::Counters
         },
         merges: a.merges,
-        unseen,
     };
     let stop = Arc::new(AtomicBool::new(false));
     crate::signals::install_flag(stop.clone())?;

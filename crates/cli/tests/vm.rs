@@ -386,7 +386,9 @@ fn layer_bytes(t: &serde_json::Value, layer: &str, dir: &str) -> u64 {
 /// Document 004's layers on a QEMU guest, against what dd moved: 16 MiB
 /// laid out (buffered writes, fsync) and read back, warm in the guest's
 /// cache (buffered), warm in the host's (O_DIRECT in the guest over QEMU's
-/// writeback cache), and cold (O_DIRECT over cache = none).
+/// writeback cache), and cold (O_DIRECT over cache = none); the last two
+/// also with QEMU submitting through io_uring and Linux AIO, which the
+/// recorder sees through their own kernel hooks.
 #[test]
 fn a_guests_dd_is_seen_at_every_layer_and_each_cache_absorbs_its_share() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -400,7 +402,9 @@ fn a_guests_dd_is_seen_at_every_layer_and_each_cache_absorbs_its_share() {
 [tenant.io]\ntool = 'dd'\nrw = 'read'\nsize = '16M'\nbs = '1M'\ndirect = false\n[observe]\nrecorder = 'off'\nio = true\n\
 [variants]\nguest-warm = {}\nhost-warm = { 'tenant.io.direct' = true }\n\
 cold = { 'tenant.io.direct' = true, 'tenant.disk.cache' = 'none' }\n\
-[sweep]\nvariant = ['guest-warm', 'host-warm', 'cold']\n",
+host-warm-io_uring = { 'tenant.io.direct' = true, 'tenant.disk.aio' = 'io_uring' }\n\
+cold-native = { 'tenant.io.direct' = true, 'tenant.disk.cache' = 'none', 'tenant.disk.aio' = 'native' }\n\
+[sweep]\nvariant = ['guest-warm', 'host-warm', 'cold', 'host-warm-io_uring', 'cold-native']\n",
     );
     const MOVED: u64 = 16 << 20;
     // ext4's metadata and journal beside the file, and the guest's
@@ -413,7 +417,13 @@ cold = { 'tenant.io.direct' = true, 'tenant.disk.cache' = 'none' }\n\
         );
     };
     let share = |t: &serde_json::Value, k: &str| t["absorption"][k]["share"].as_f64().unwrap_or(-1.0);
-    for (variant, run) in [("guest-warm", "000"), ("host-warm", "001"), ("cold", "002")] {
+    for (variant, run) in [
+        ("guest-warm", "000"),
+        ("host-warm", "001"),
+        ("cold", "002"),
+        ("host-warm-io_uring", "003"),
+        ("cold-native", "004"),
+    ] {
         let dir = std::fs::read_dir(results.join("runs"))
             .unwrap()
             .flatten()
@@ -440,13 +450,18 @@ cold = { 'tenant.io.direct' = true, 'tenant.disk.cache' = 'none' }\n\
             layer_bytes(t, "virtual_disk", "write"),
             t,
         );
+        let unavailable = io["unavailable"].to_string();
+        assert!(
+            !unavailable.contains("io_uring") && !unavailable.contains("Linux AIO"),
+            "{variant}: QEMU's requests are seen: {unavailable}"
+        );
         match variant {
             "guest-warm" => {
                 // The read-back never left the guest.
                 assert!(share(t, "guest_cache_reads") > 0.9, "{variant}: {t:#}");
                 assert!(layer_bytes(t, "guest_block", "read") < ALLOWANCE, "{variant}: {t:#}");
             }
-            "host-warm" => {
+            "host-warm" | "host-warm-io_uring" => {
                 within(
                     &format!("{variant}: guest disk reads"),
                     layer_bytes(t, "guest_block", "read"),
@@ -597,6 +612,11 @@ fn bad_vm_scenarios_are_refused_before_anything_is_made() {
             "at least 128 MiB",
         ),
         (with("[tenant.vm]\nnic = 'e1000'\nvhost = true\n"), "virtio-net"),
+        (
+            with("[tenant.disk]\nsize = '64M'\naio = 'native'\n"),
+            "needs tenant.disk.cache = \"none\"",
+        ),
+        (with("[tenant.disk]\nsize = '64M'\naio = 'posix'\n"), "posix"),
     ];
     for (k, (text, says)) in cases.iter().enumerate() {
         let err = refused(dir.path(), &format!("bad{k}"), text);

@@ -25,7 +25,8 @@ pub struct IoObserver {
 }
 
 /// Starts the I/O recorder. QEMU tenants (`guests`): the virtual disk is
-/// QEMU's calls on the image, which only per-call tracing tells apart.
+/// QEMU's requests on the image; through its thread pool only per-call
+/// tracing tells them apart.
 pub fn start(lab: &Lab, dir: &Path, calls: bool, guests: Option<&GuestSetup>) -> Result<IoObserver> {
     let root = CgroupRoot::detect()?;
     let mut groups = Vec::new();
@@ -53,7 +54,8 @@ pub fn start(lab: &Lab, dir: &Path, calls: bool, guests: Option<&GuestSetup>) ->
             .collect(),
         None => Vec::new(),
     };
-    let calls = calls || guests.is_some();
+    // QEMU's thread pool (aio=threads) is seen only through its calls.
+    let calls = calls || guest_disks.iter().any(|d| d.aio == ontime_trace::io::VmmAio::Threads);
     let opts = IoRecordOptions {
         targets: Targets {
             groups,
@@ -68,8 +70,6 @@ pub fn start(lab: &Lab, dir: &Path, calls: bool, guests: Option<&GuestSetup>) ->
         app_layer: if calls { AppLayer::Calls } else { AppLayer::Counters },
         // The lab's cost does not matter: document 004's splits and merges.
         merges: true,
-        // The lab's guests use QEMU's thread pool (aio=threads): all seen.
-        unseen: Vec::new(),
     };
     let (stop, handle) = crate::observe::spawn_recorder("io-record", move |stop, ready| {
         ontime_trace::io::record(&opts, stop, None, ready)

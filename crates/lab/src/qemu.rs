@@ -25,7 +25,7 @@ use ontime_core::proc::{ChildProcess, SpawnOptions};
 use ontime_core::rt::Policy;
 use ontime_scenario::record::VmEnvironment;
 use ontime_scenario::scenario::RunConfig;
-use ontime_scenario::vm::{DiskCache, DiskModel, ImageFormat, NicModel, VmConfig};
+use ontime_scenario::vm::{DiskAio, DiskCache, DiskModel, ImageFormat, NicModel, VmConfig};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -166,6 +166,7 @@ pub struct GuestSetup {
     pub memory: u64,
     pub images: Vec<PathBuf>,
     disk_cache: Option<DiskCache>,
+    disk_aio: DiskAio,
     /// The building side's MAC: the guest's permanent neighbour.
     building_mac: [u8; 6],
     /// Removes the images when the run's guests are done.
@@ -196,6 +197,7 @@ impl GuestSetup {
             memory: guest_memory(c)?,
             images,
             disk_cache: c.tenant.disk.as_ref().map(|d| d.cache.unwrap_or_default()),
+            disk_aio: c.tenant.disk.as_ref().and_then(|d| d.aio).unwrap_or_default(),
             building_mac: lab.building.mac,
             _undo: undo,
         })
@@ -209,7 +211,11 @@ impl GuestSetup {
             return Ok(None);
         };
         let direct = self.disk_cache == Some(DiskCache::None);
-        ontime_trace::io_vmm::image_disk(group, image, direct).map(Some)
+        let disk = ontime_trace::io_vmm::image_disk(group, image, direct)?;
+        Ok(Some(ontime_trace::io::TenantDisk {
+            aio: ontime_trace::io::VmmAio::parse(self.disk_aio.as_str()).unwrap_or_default(),
+            ..disk
+        }))
     }
 
     /// The run record's account of the guests.
@@ -222,10 +228,11 @@ impl GuestSetup {
             vhost: self.vm.vhost,
             disk: c.tenant.disk.as_ref().map(|d| {
                 format!(
-                    "{}{}, cache {}, {}",
+                    "{}{}, cache {}, aio {}, {}",
                     d.model.unwrap_or_default().as_str(),
                     if d.iothread { ", iothread" } else { "" },
                     d.cache.unwrap_or_default().as_str(),
+                    d.aio.unwrap_or_default().as_str(),
                     d.format.unwrap_or_default().as_str()
                 )
             }),
@@ -310,10 +317,11 @@ impl GuestSetup {
             let cache = d.cache.unwrap_or_default();
             let format = d.format.unwrap_or_default();
             cmd.arg("-drive").arg(format!(
-                "file={},if=none,id=d0,format={},cache={},aio=threads",
+                "file={},if=none,id=d0,format={},cache={},aio={}",
                 image.display(),
                 format.as_str(),
-                cache.as_str()
+                cache.as_str(),
+                self.disk_aio.as_str()
             ));
             match model {
                 DiskModel::VirtioBlk if d.iothread => cmd.args([

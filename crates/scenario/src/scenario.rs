@@ -737,6 +737,11 @@ pub struct DiskConfig {
     /// QEMU tenants: "writeback" (through the host page cache) or "none".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<crate::vm::DiskCache>,
+    /// QEMU tenants: how QEMU submits the image's I/O, "threads" (its
+    /// thread pool), "native" (Linux AIO; needs cache = "none") or
+    /// "io_uring".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aio: Option<crate::vm::DiskAio>,
     /// QEMU tenants: "raw" or "qcow2".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<crate::vm::ImageFormat>,
@@ -1197,6 +1202,7 @@ fn validate_vm(c: &RunConfig) -> Result<()> {
             (disk.is_some_and(|d| d.iothread), "tenant.disk.iothread"),
             (disk.is_some_and(|d| d.cache.is_some()), "tenant.disk.cache"),
             (disk.is_some_and(|d| d.format.is_some()), "tenant.disk.format"),
+            (disk.is_some_and(|d| d.aio.is_some()), "tenant.disk.aio"),
         ];
         if let Some((_, what)) = vm_only.iter().find(|(set, _)| *set) {
             bail!("{what} is for QEMU tenants: set tenant.backend = \"qemu\" or drop it");
@@ -1225,6 +1231,9 @@ fn validate_vm(c: &RunConfig) -> Result<()> {
         }
         if d.direct {
             bail!("tenant.disk.direct is for sandbox tenants: a QEMU tenant's is tenant.disk.cache = \"none\"");
+        }
+        if d.aio == Some(crate::vm::DiskAio::Native) && d.cache.unwrap_or_default() != crate::vm::DiskCache::None {
+            bail!("tenant.disk.aio = \"native\" (Linux AIO) needs tenant.disk.cache = \"none\": QEMU refuses it through the host page cache");
         }
     }
     let io_in_guest = c

@@ -84,6 +84,27 @@ impl DiskCache {
     }
 }
 
+/// How QEMU submits the image's reads and writes (`aio=`): its thread
+/// pool, Linux AIO (needs `cache = "none"`) or io_uring.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum DiskAio {
+    #[default]
+    Threads,
+    Native,
+    IoUring,
+}
+
+impl DiskAio {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiskAio::Threads => "threads",
+            DiskAio::Native => "native",
+            DiskAio::IoUring => "io_uring",
+        }
+    }
+}
+
 /// The image file's format.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]

@@ -51,9 +51,6 @@ pub struct IoRecordOptions {
     /// Count each watched device's bios, merges and splits (four classic
     /// block tracepoints, on every bio).
     pub merges: bool,
-    /// What else the caller knows cannot be seen (e.g. a guest's QEMU
-    /// submitting through io_uring), for the recording's unavailable list.
-    pub unseen: Vec<String>,
 }
 
 /// What a recording cost and produced.
@@ -105,6 +102,7 @@ pub fn tenant_disks(images: &[(u32, PathBuf)]) -> Result<Vec<TenantDisk>> {
                 physical: None,
                 partition_start: 0,
                 image_file: None,
+                aio: Default::default(),
             });
             continue;
         }
@@ -127,6 +125,7 @@ pub fn tenant_disks(images: &[(u32, PathBuf)]) -> Result<Vec<TenantDisk>> {
             physical,
             partition_start,
             image_file: None,
+            aio: Default::default(),
         });
     }
     Ok(disks)
@@ -346,16 +345,19 @@ mod bpf_record {
         let calls = opts.app_layer == AppLayer::Calls;
         let mut disks = tenant_disks(&opts.images)?;
         disks.extend(opts.guest_disks.iter().cloned());
-        if !calls && disks.iter().any(|d| d.loop_device.is_none()) {
-            unavailable.push("a QEMU guest's virtual disk (its QEMU's calls on the image: record with --calls)".into());
+        let vmm = |m: VmmAio| disks.iter().any(|d| d.loop_device.is_none() && d.aio == m);
+        if !calls && vmm(VmmAio::Threads) {
+            unavailable.push(
+                "a QEMU guest's virtual disk through its thread pool (its QEMU's preadv/pwritev on the image: record with --calls)"
+                    .into(),
+            );
         }
         for d in disks.iter().filter(|d| d.loop_device.is_none()) {
             unavailable.push(format!(
-                "the application layer inside guest {} (from the host only its QEMU's calls are seen)",
+                "the application layer inside guest {} (from the host only its QEMU's requests on the image are seen)",
                 targets.groups.get(d.group as usize).map_or("?", |g| g.name.as_str())
             ));
         }
-        unavailable.extend(opts.unseen.iter().cloned());
         if !opts.merges {
             unavailable.push("bios, merges and splits per disk (record with --merges)".into());
         }
@@ -375,6 +377,34 @@ mod bpf_record {
 
         // libbpf attaches tracepoint programs through tracefs event ids.
         let tracefs = crate::tracefs::Tracefs::ensure("block/block_bio_queue", "the block tracepoints (CONFIG_BLOCK)")?;
+        // A VMM's asynchronous I/O has hooks of its own, loaded only for
+        // guests that use it.
+        let uring = vmm(VmmAio::IoUring) && crate::io_async::uring_tracepoints(tracefs.path());
+        if vmm(VmmAio::IoUring) && !uring {
+            unavailable.push(
+                "QEMU's io_uring requests (aio=io_uring): this kernel has no io_uring tracepoints (Linux 5.19 and later with CONFIG_IO_URING)"
+                    .into(),
+            );
+        }
+        let aio_flags = if vmm(VmmAio::Native) {
+            crate::io_async::iocb_flags(tracefs.path())
+        } else {
+            None
+        };
+        if vmm(VmmAio::Native) && aio_flags.is_none() {
+            unavailable.push(
+                "QEMU's Linux AIO requests (aio=native): this kernel's direct I/O tracepoint does not mark Linux AIO (IOCB_AIO_RW, Linux 6.8 and later)"
+                    .into(),
+            );
+        }
+        for d in disks
+            .iter()
+            .filter(|d| d.loop_device.is_none() && d.aio == VmmAio::Native)
+        {
+            if let Some(why) = crate::io_async::aio_unseen_on(&d.image) {
+                unavailable.push(format!("QEMU's Linux AIO requests on {} ({why})", d.image.display()));
+            }
+        }
         let mut object = MaybeUninit::uninit();
         let mut open = IoSkelBuilder::default()
             .open(&mut object)
@@ -388,7 +418,14 @@ mod bpf_record {
                 // exit; the block layer either way.
                 let exit = name == "task_exit";
                 let bio = name.starts_with("bio_");
-                if (syscall && !calls) || (exit && calls) || (bio && !opts.merges) {
+                let uring_prog = name.starts_with("uring_");
+                let aio_prog = name.starts_with("aio_");
+                if (syscall && !calls)
+                    || (exit && calls)
+                    || (bio && !opts.merges)
+                    || (uring_prog && !uring)
+                    || (aio_prog && aio_flags.is_none())
+                {
                     prog.set_autoload(false);
                 }
             }
@@ -396,6 +433,10 @@ mod bpf_record {
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.cgroup_v1 = root.as_ref().map(|r| r.v1).unwrap_or(false);
             ro.wakeup_threshold = 8 << 20;
+            if let Some(f) = aio_flags {
+                ro.iocb_aio_rw = f.aio_rw;
+                ro.iocb_write = f.write;
+            }
         }
         let skel =
             open.load().map_err(|e| {
@@ -687,6 +728,7 @@ mod tests {
                 }),
                 partition_start: 0,
                 image_file: None,
+                aio: Default::default(),
             }],
             ..Default::default()
         };

@@ -16,7 +16,14 @@ pub mod io_kind {
     pub const OPENAT: u8 = 9;
     pub const PREADV: u8 = 10;
     pub const PWRITEV: u8 = 11;
+    /// A VMM's io_uring requests (QEMU's aio=io_uring).
+    pub const URING_READ: u8 = 12;
+    pub const URING_WRITE: u8 = 13;
+    pub const URING_FSYNC: u8 = 14;
     pub const BLOCK: u8 = 16;
+    /// A VMM's Linux AIO direct reads and writes (QEMU's aio=native).
+    pub const AIO_READ: u8 = 17;
+    pub const AIO_WRITE: u8 = 18;
 }
 
 /// No tenant (block events; IO_NO_GROUP).
@@ -113,9 +120,9 @@ impl IoEvent {
     pub fn op(&self) -> IoOp {
         use io_kind::*;
         match self.kind {
-            READ | PREAD | READV | PREADV => IoOp::Read,
-            WRITE | PWRITE | WRITEV | PWRITEV => IoOp::Write,
-            FSYNC | FDATASYNC => IoOp::Sync,
+            READ | PREAD | READV | PREADV | URING_READ | AIO_READ => IoOp::Read,
+            WRITE | PWRITE | WRITEV | PWRITEV | URING_WRITE | AIO_WRITE => IoOp::Write,
+            FSYNC | FDATASYNC | URING_FSYNC => IoOp::Sync,
             OPENAT => IoOp::Open,
             BLOCK => match self.rwbs.iter().find(|c| c.is_ascii_alphabetic()) {
                 Some(b'R') => IoOp::Read,

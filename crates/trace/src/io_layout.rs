@@ -64,6 +64,43 @@ pub struct TenantDisk {
     /// calls on the file carry.
     #[serde(default)]
     pub image_file: Option<(u32, u64)>,
+    /// How the VMM submits its reads and writes of the image (QEMU's
+    /// `aio=`); each is seen by other kernel hooks.
+    #[serde(default)]
+    pub aio: VmmAio,
+}
+
+/// How a VMM moves its image's data, which decides what the recorder
+/// hooks to see it: QEMU's thread pool calls preadv/pwritev (the syscall
+/// tracepoints), Linux AIO submits direct I/O the file system starts
+/// through iomap, io_uring has its own tracepoints.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VmmAio {
+    #[default]
+    Threads,
+    Native,
+    IoUring,
+}
+
+impl VmmAio {
+    /// QEMU's name for it (`aio=`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VmmAio::Threads => "threads",
+            VmmAio::Native => "native",
+            VmmAio::IoUring => "io_uring",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<VmmAio> {
+        match s {
+            "threads" => Some(VmmAio::Threads),
+            "native" => Some(VmmAio::Native),
+            "io_uring" => Some(VmmAio::IoUring),
+            _ => None,
+        }
+    }
 }
 
 impl TenantDisk {

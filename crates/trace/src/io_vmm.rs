@@ -2,13 +2,14 @@
 //! command line names (`-drive file=`, `-blockdev` `filename`) that the
 //! process holds open, whether it opened them with O_DIRECT (`cache=none`),
 //! and the disk under each. The guest's virtual disk is then QEMU's own
-//! reads and writes of the image (its thread pool's preadv/pwritev).
+//! reads and writes of the image: its thread pool's preadv/pwritev, or
+//! its Linux AIO or io_uring requests (`aio=native`, `aio=io_uring`).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use crate::io_layout::{disk_under, TenantDisk};
+use crate::io_layout::{disk_under, TenantDisk, VmmAio};
 
 /// Image paths named on a QEMU command line.
 pub fn drive_files(args: &[String]) -> Vec<PathBuf> {
@@ -32,11 +33,9 @@ pub fn drive_files(args: &[String]) -> Vec<PathBuf> {
     out
 }
 
-/// Images a QEMU command line gives to Linux native AIO or io_uring
-/// (`aio=native`, `aio=io_uring`, or the same in a `-blockdev`): (image,
-/// mode). The recorder sees QEMU's reads and writes through its thread
-/// pool (preadv/pwritev) only; these submissions pass it by.
-pub fn async_drives(args: &[String]) -> Vec<(PathBuf, String)> {
+/// How a QEMU command line has each image submitted (`aio=` on a
+/// `-drive` or `-blockdev`, threads when not given): (image, mode).
+pub fn drive_aio(args: &[String]) -> Vec<(PathBuf, VmmAio)> {
     let mut out = Vec::new();
     for w in args.windows(2) {
         let (file, aio) = match w[0].as_str() {
@@ -56,36 +55,12 @@ pub fn async_drives(args: &[String]) -> Vec<(PathBuf, String)> {
             ),
             _ => continue,
         };
-        if let (Some(f), Some(a)) = (file, aio) {
-            if a == "native" || a == "io_uring" {
-                out.push((PathBuf::from(f), a));
-            }
+        if let Some(f) = file {
+            let mode = aio.as_deref().and_then(VmmAio::parse).unwrap_or_default();
+            out.push((PathBuf::from(f), mode));
         }
     }
     out
-}
-
-/// What of QEMU process `pid`'s disk I/O the recorder cannot see, as
-/// sentences for a recording's unavailable list.
-pub fn unseen_io(pid: u32) -> Vec<String> {
-    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-        return Vec::new();
-    };
-    let args: Vec<String> = cmdline
-        .split(|&b| b == 0)
-        .filter(|a| !a.is_empty())
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
-    async_drives(&args)
-        .into_iter()
-        .map(|(f, mode)| {
-            format!(
-                "QEMU's {} submissions on {} (aio={mode}: only its thread pool's reads and writes are traced; use aio=threads to see them)",
-                if mode == "native" { "Linux AIO" } else { "io_uring" },
-                f.display()
-            )
-        })
-        .collect()
 }
 
 /// `key=value` in QEMU's comma-separated options (",," is a comma).
@@ -151,8 +126,10 @@ pub fn vmm_disks(group: u32, pid: u32) -> Result<Vec<TenantDisk>> {
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
     let open = open_files(pid);
+    let aio = drive_aio(&args);
     let mut disks = Vec::new();
     for file in drive_files(&args) {
+        let mode = aio.iter().find(|(f, _)| *f == file).map(|x| x.1).unwrap_or_default();
         let Ok(canonical) = std::fs::canonicalize(&file) else {
             continue;
         };
@@ -160,7 +137,10 @@ pub fn vmm_disks(group: u32, pid: u32) -> Result<Vec<TenantDisk>> {
         if held.is_empty() || disks.iter().any(|d: &TenantDisk| d.image == canonical) {
             continue;
         }
-        disks.push(image_disk(group, &canonical, held.iter().all(|&d| d))?);
+        disks.push(TenantDisk {
+            aio: mode,
+            ..image_disk(group, &canonical, held.iter().all(|&d| d))?
+        });
     }
     Ok(disks)
 }
@@ -182,6 +162,7 @@ pub fn image_disk(group: u32, image: &Path, direct: bool) -> Result<TenantDisk> 
         physical,
         partition_start,
         image_file: Some(((libc::major(meta.dev()) << 20) | libc::minor(meta.dev()), meta.ino())),
+        aio: VmmAio::Threads,
     })
 }
 
@@ -202,7 +183,7 @@ mod tests {
     }
 
     #[test]
-    fn drives_on_linux_aio_or_io_uring_are_named_as_unseen() {
+    fn each_drive_says_how_qemu_submits_its_io() {
         let a = args(&[
             "qemu-system-x86_64",
             "-drive",
@@ -213,13 +194,17 @@ mod tests {
             r#"{"driver":"file","filename":"/i/c.img","aio":"io_uring"}"#,
             "-blockdev",
             "driver=file,filename=/i/d.img,aio=io_uring",
+            "-drive",
+            "file=/i/e.img,format=raw",
         ]);
         assert_eq!(
-            async_drives(&a),
+            drive_aio(&a),
             vec![
-                (PathBuf::from("/i/a.img"), "native".to_string()),
-                (PathBuf::from("/i/c.img"), "io_uring".to_string()),
-                (PathBuf::from("/i/d.img"), "io_uring".to_string()),
+                (PathBuf::from("/i/a.img"), VmmAio::Native),
+                (PathBuf::from("/i/b.img"), VmmAio::Threads),
+                (PathBuf::from("/i/c.img"), VmmAio::IoUring),
+                (PathBuf::from("/i/d.img"), VmmAio::IoUring),
+                (PathBuf::from("/i/e.img"), VmmAio::Threads),
             ]
         );
     }

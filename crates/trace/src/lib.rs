@@ -31,6 +31,7 @@ pub mod event;
 pub mod io;
 pub mod io_abi;
 pub mod io_app;
+pub mod io_async;
 pub mod io_layout;
 pub mod io_vmm;
 pub mod maps;

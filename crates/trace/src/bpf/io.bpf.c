@@ -536,6 +536,206 @@ int bio_split(struct bio_ctx *ctx)
     return 0;
 }
 
+/* A VMM's asynchronous I/O on its images, which the syscall tracepoints
+ * do not see (document 004's virtual disk when QEMU runs aio=io_uring or
+ * aio=native). Both are paired in flight by the kernel's own request
+ * pointer in an LRU map, so a request whose completion is never traced
+ * (a cancelled one) cannot fill it. */
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 16384);
+    __type(key, __u64);
+    __type(value, struct io_event);
+} async_pending SEC(".maps");
+
+/* The stable io_uring opcodes (include/uapi/linux/io_uring.h). */
+static __always_inline __u8 uring_kind(__u8 opcode)
+{
+    switch (opcode) {
+    case 1:  /* IORING_OP_READV */
+    case 4:  /* IORING_OP_READ_FIXED */
+    case 22: /* IORING_OP_READ */
+        return IO_URING_READ;
+    case 2:  /* IORING_OP_WRITEV */
+    case 5:  /* IORING_OP_WRITE_FIXED */
+    case 23: /* IORING_OP_WRITE */
+        return IO_URING_WRITE;
+    case 3:  /* IORING_OP_FSYNC */
+        return IO_URING_FSYNC;
+    }
+    return 0;
+}
+
+/* io_uring_submit_req, _file_get and _complete as their formats give them
+ * (Linux 5.19 and later). */
+struct uring_submit_ctx {
+    __u64 common;
+    void *ring;
+    void *req;
+    __u64 user_data;
+    __u8 opcode;
+};
+struct uring_file_ctx {
+    __u64 common;
+    void *ring;
+    void *req;
+    __u64 user_data;
+    int fd;
+};
+struct uring_complete_ctx {
+    __u64 common;
+    void *ring;
+    void *req;
+    __u64 user_data;
+    int res;
+};
+
+/* The request's entry, made by whichever of submit and file lookup comes
+ * first (their order has changed between kernels). */
+static __always_inline struct io_event *async_entry(__u64 key, __u32 group)
+{
+    struct io_event *p = bpf_map_lookup_elem(&async_pending, &key);
+    if (p)
+        return p;
+    struct io_event fresh = {};
+    fresh.ts = bpf_ktime_get_ns();
+    fresh.group = group;
+    fresh.tid = (__u32)bpf_get_current_pid_tgid();
+    if (bpf_map_update_elem(&async_pending, &key, &fresh, BPF_ANY)) {
+        count_lost(1);
+        return 0;
+    }
+    return bpf_map_lookup_elem(&async_pending, &key);
+}
+
+SEC("tracepoint/io_uring/io_uring_submit_req")
+int uring_submit(struct uring_submit_ctx *ctx)
+{
+    if (!enabled)
+        return 0;
+    __u8 kind = uring_kind(ctx->opcode);
+    if (!kind)
+        return 0;
+    __u32 group = current_group((struct task_struct *)bpf_get_current_task());
+    if (group == IO_NO_GROUP)
+        return 0;
+    struct io_event *p = async_entry((__u64)ctx->req, group);
+    if (p) {
+        p->kind = kind;
+        p->ts = bpf_ktime_get_ns();
+    }
+    return 0;
+}
+
+SEC("tracepoint/io_uring/io_uring_file_get")
+int uring_file(struct uring_file_ctx *ctx)
+{
+    if (!enabled)
+        return 0;
+    struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+    __u32 group = current_group(t);
+    if (group == IO_NO_GROUP)
+        return 0;
+    __u64 key = (__u64)ctx->req;
+    struct io_event *p = async_entry(key, group);
+    if (!p)
+        return 0;
+    if (!file_identity(fd_file(t, ctx->fd), p)) {
+        bpf_map_delete_elem(&async_pending, &key);
+        return 0;
+    }
+    /* The request carries its own offset; f_pos says nothing of it. */
+    p->offset = 0;
+    p->fd = ctx->fd;
+    return 0;
+}
+
+/* A finished asynchronous request of a tracked VMM, as one event. */
+static __always_inline void async_done(__u64 key, __s64 ret)
+{
+    struct io_event *p = bpf_map_lookup_elem(&async_pending, &key);
+    if (!p)
+        return;
+    if (!p->kind || !p->dev) {
+        bpf_map_delete_elem(&async_pending, &key);
+        return;
+    }
+    __u64 now = bpf_ktime_get_ns();
+    struct io_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+    if (!e) {
+        count_lost(0);
+        bpf_map_delete_elem(&async_pending, &key);
+        return;
+    }
+    __builtin_memcpy(e, p, sizeof(*e));
+    e->latency = now - p->ts;
+    e->ts = now;
+    e->ret = ret;
+    e->bytes = ret > 0 ? (__u32)ret : 0;
+    e->cpu = bpf_get_smp_processor_id();
+    bpf_ringbuf_submit(e, submit_flags());
+    bpf_map_delete_elem(&async_pending, &key);
+}
+
+SEC("tracepoint/io_uring/io_uring_complete")
+int uring_complete(struct uring_complete_ctx *ctx)
+{
+    if (!enabled)
+        return 0;
+    async_done((__u64)ctx->req, ctx->res);
+    return 0;
+}
+
+struct kiocb {
+    struct file *ki_filp;
+    long long ki_pos;
+    int ki_flags;
+} __attribute__((preserve_access_index));
+
+/* The kiocb flags marking a Linux AIO read or write and a write
+ * (IOCB_AIO_RW, IOCB_WRITE), read by the recorder from the tracepoint's
+ * format, where the kernel prints them; 0 keeps these programs out. */
+const volatile __u32 iocb_aio_rw = 0;
+const volatile __u32 iocb_write = 0;
+
+/* Direct I/O through iomap (ext4, xfs, btrfs) begins in the submitting
+ * thread. Only Linux AIO's: the thread pool's calls are the syscall
+ * programs' and io_uring's requests the io_uring programs'. */
+SEC("tp_btf/iomap_dio_rw_begin")
+int BPF_PROG(aio_begin, struct kiocb *iocb)
+{
+    if (!enabled || !iocb_aio_rw)
+        return 0;
+    int flags = BPF_CORE_READ(iocb, ki_flags);
+    if (!(flags & iocb_aio_rw))
+        return 0;
+    struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+    __u32 group = current_group(t);
+    if (group == IO_NO_GROUP)
+        return 0;
+    struct io_event ev = {};
+    if (!file_identity(BPF_CORE_READ(iocb, ki_filp), &ev))
+        return 0;
+    ev.offset = BPF_CORE_READ(iocb, ki_pos);
+    ev.ts = bpf_ktime_get_ns();
+    ev.group = group;
+    ev.tid = (__u32)bpf_get_current_pid_tgid();
+    ev.kind = (flags & iocb_write) ? IO_AIO_WRITE : IO_AIO_READ;
+    __u64 key = (__u64)iocb;
+    if (bpf_map_update_elem(&async_pending, &key, &ev, BPF_ANY))
+        count_lost(1);
+    return 0;
+}
+
+SEC("tp_btf/iomap_dio_complete")
+int BPF_PROG(aio_complete, struct kiocb *iocb, int error, long ret)
+{
+    if (!enabled || !iocb_aio_rw)
+        return 0;
+    async_done((__u64)iocb, error ? error : ret);
+    return 0;
+}
+
 /* A tracked thread's last counts, when it exits: /proc no longer shows
  * them, so the application layer's counters would lose what it did. Runs
  * in the exiting thread, after its last read or write. */

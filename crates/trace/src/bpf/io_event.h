@@ -19,6 +19,14 @@ enum io_kind {
     /* QEMU's thread pool reads and writes its images with these. */
     IO_PREADV = 10,
     IO_PWRITEV = 11,
+    /* QEMU's aio=io_uring: one io_uring request, submit to completion. */
+    IO_URING_READ = 12,
+    IO_URING_WRITE = 13,
+    IO_URING_FSYNC = 14,
+    /* QEMU's aio=native: one Linux AIO direct read or write, from the
+     * file system's start of it (iomap) to its completion. */
+    IO_AIO_READ = 17,
+    IO_AIO_WRITE = 18,
     IO_BLOCK = 16,
 };
 
