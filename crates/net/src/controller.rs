@@ -426,11 +426,24 @@ struct Held {
     vcpu: Option<Policy>,
     /// The kernel refused the vCPU policy (said once in the log).
     vcpu_refused: bool,
-    /// Bytes stamped at the last tick, and when the channel last sent more
-    /// than its token bucket allows (r per tick plus b, 10 % slack).
+    /// Bytes stamped at the last tick, and when (controller time).
     bytes_seen: u64,
+    counted_ns: u64,
+    /// The declaration's token bucket (bytes): filled at r (10 % slack for
+    /// the measurement), up to b plus [`CATCH_UP`] of r, emptied by what
+    /// the channel stamps.
+    tokens: f64,
+    /// When the channel last sent more than the bucket held.
     exceeded_ns: Option<u64>,
 }
+
+/// How far behind its declared schedule a sender may fall and catch up
+/// without counting as sending beyond its declaration. A sender in a guest
+/// whose vCPU waited for a host CPU sends its backlog in one burst (a TCG
+/// guest's waited 551 ms in doc-003-vm, and its flow, conforming on
+/// average, was refused escalation for 13 s as "exceeds"); one that sends
+/// beyond r for long empties the bucket within this time at twice r.
+const CATCH_UP: Duration = Duration::from_secs(1);
 
 struct State {
     cfg: ControllerConfig,
@@ -735,6 +748,8 @@ impl State {
             vcpu,
             vcpu_refused: false,
             bytes_seen: 0,
+            counted_ns: self.now(),
+            tokens: state.spec.burst_bytes,
             exceeded_ns: None,
         });
         if vcpu.is_some() {
@@ -797,14 +812,22 @@ impl State {
             h.missed_seen = counts.missed;
             let sent = counts.stamped_bytes.saturating_sub(h.bytes_seen) as f64;
             h.bytes_seen = counts.stamped_bytes;
-            let allowed = h.state.spec.rate_bps / 8.0 * TICK.as_secs_f64() + h.state.spec.burst_bytes;
-            if sent > allowed * 1.1 {
+            // The time since the last count, not TICK: a tick that came
+            // late (the controller waited for a CPU) saw more bytes.
+            let elapsed_s = now.saturating_sub(h.counted_ns) as f64 / 1e9;
+            h.counted_ns = now;
+            let rate = h.state.spec.rate_bps / 8.0;
+            let depth = h.state.spec.burst_bytes + rate * CATCH_UP.as_secs_f64();
+            h.tokens = (h.tokens + rate * 1.1 * elapsed_s).min(depth) - sent;
+            if h.tokens < 0.0 {
+                h.tokens = 0.0;
                 if h.exceeded_ns.is_none() {
                     let msg = format!(
-                        "channel {}: sends {:.3} Mbit/s, more than the {:.3} Mbit/s it declared; it will not be escalated while it does",
+                        "channel {}: sends {:.3} Mbit/s, more than the {:.3} Mbit/s it declared (beyond its burst and {} s of catching up); it will not be escalated while it does",
                         h.state.id,
-                        sent * 8.0 / TICK.as_secs_f64() / 1e6,
-                        h.state.spec.rate_bps / 1e6
+                        sent * 8.0 / elapsed_s.max(1e-3) / 1e6,
+                        h.state.spec.rate_bps / 1e6,
+                        CATCH_UP.as_secs()
                     );
                     h.exceeded_ns = Some(now);
                     let id = h.state.id;
@@ -1163,8 +1186,9 @@ mod tests {
         let (c, fake, sw) = started();
         let h = c.handle();
         let a = h.add_blocking(request("t0", 5)).unwrap();
-        // 2 Mbit/s declared, burst 3000 B: 12.5 KB per 50 ms tick plus the
-        // burst is allowed; 1 MB in one tick is far beyond.
+        // 2 Mbit/s declared, burst 3000 B: the bucket holds at most the
+        // burst plus 1 s of catching up (253 KB); 1 MB in one tick is far
+        // beyond.
         {
             let mut f = fake.lock().unwrap();
             f.counts[a.id as usize].stamped_bytes = 1_000_000;
@@ -1180,6 +1204,36 @@ mod tests {
         let report = c.stop().unwrap();
         let kinds: Vec<&str> = report.actions.iter().map(|a| a.kind.as_str()).collect();
         assert_eq!(kinds, vec!["admitted", "exceeds"], "{:?}", report.actions);
+    }
+
+    /// A sender in a guest that waited for a CPU: nothing for 600 ms, then
+    /// its backlog (150 KB at 2 Mbit/s) in one tick, with misses. Within
+    /// its declaration on average, so escalated. Waiting longer than 600 ms
+    /// only fills the bucket more (up to 1 s of r), so a slow host cannot
+    /// turn this into an excess.
+    #[test]
+    fn a_sender_catching_up_after_a_stall_is_escalated_not_called_excessive() {
+        let (c, fake, sw) = started();
+        let h = c.handle();
+        let a = h.add_blocking(request("t0", 5)).unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+        {
+            let mut f = fake.lock().unwrap();
+            f.counts[a.id as usize].stamped_bytes = 150_000;
+            f.counts[a.id as usize].missed = 3;
+        }
+        let limit = std::time::Instant::now() + Duration::from_secs(30);
+        while !sw.priority(a.id) {
+            assert!(
+                std::time::Instant::now() < limit,
+                "not escalated: {:?}",
+                h.actions_blocking()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let report = c.stop().unwrap();
+        let kinds: Vec<&str> = report.actions.iter().map(|a| a.kind.as_str()).collect();
+        assert_eq!(kinds, vec!["admitted", "escalated"], "{:?}", report.actions);
     }
 
     #[test]
