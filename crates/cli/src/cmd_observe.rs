@@ -135,6 +135,7 @@ pub fn record(
         mechanism: a.mechanism.mechanism,
         sample_hz,
         window,
+        windows_done: None,
     };
     let names: Vec<&str> = targets.groups.iter().map(|g| g.name.as_str()).collect();
     let summary = recorder::record(

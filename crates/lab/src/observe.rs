@@ -113,6 +113,7 @@ pub fn start(recorder: Recorder, sample_hz: Option<u32>, lab: &Lab, dir: &Path) 
                 mechanism: Mechanism::Auto,
                 sample_hz,
                 window: None,
+                windows_done: None,
             };
             let (stop, handle) = spawn_recorder("observe", move |stop, ready| {
                 record(&opts, stop, None, &mut NoSink, ready)

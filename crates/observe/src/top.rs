@@ -363,6 +363,7 @@ pub fn run(targets: Targets, opts: TopOptions, stop: &AtomicBool, show: &mut dyn
         mechanism: opts.mechanism,
         sample_hz: None,
         window: None,
+        windows_done: None,
     };
     let start = MonoNs::now().0;
     let mut live = Live {

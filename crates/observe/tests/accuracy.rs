@@ -156,6 +156,7 @@ fn on_cpu_and_run_delay_match_schedstat(mechanism: Mechanism) {
         mechanism,
         sample_hz: None,
         window: None,
+        windows_done: None,
     };
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {

@@ -62,6 +62,9 @@ pub struct RecordOptions {
     /// Continuous recording: `output` is a directory of back-to-back
     /// windows of this length, each a whole recording (`crate::store`).
     pub window: Option<Duration>,
+    /// Continuous recording: each window's file, once it is finished
+    /// (END written, synced), e.g. for `ontime agent` to publish.
+    pub windows_done: Option<std::sync::mpsc::Sender<PathBuf>>,
 }
 
 impl Default for RecordOptions {
@@ -74,6 +77,7 @@ impl Default for RecordOptions {
             mechanism: Mechanism::Auto,
             sample_hz: None,
             window: None,
+            windows_done: None,
         }
     }
 }
@@ -277,7 +281,12 @@ pub fn record(
         ..Meta::of_this_host(source.mechanism(), start.0, groups_of(targets))
     };
     let store = match (&opts.output, opts.window) {
-        (Some(dir), Some(window)) => Store::Windows(WindowStore::start(dir, meta, window.as_nanos() as u64)?),
+        (Some(dir), Some(window)) => Store::Windows(WindowStore::start(
+            dir,
+            meta,
+            window.as_nanos() as u64,
+            opts.windows_done.clone(),
+        )?),
         (Some(p), None) => Store::File(Writer::create(p, &meta)?),
         (None, _) => Store::Nothing,
     };

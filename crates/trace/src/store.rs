@@ -123,7 +123,12 @@ pub(crate) struct WindowStore {
 impl WindowStore {
     /// Starts storing windows of `window_ns` from `meta.start_ns` into
     /// `dir` (created; it must hold no window files yet).
-    pub(crate) fn start(dir: &Path, meta: Meta, window_ns: u64) -> Result<WindowStore> {
+    pub(crate) fn start(
+        dir: &Path,
+        meta: Meta,
+        window_ns: u64,
+        done: Option<mpsc::Sender<PathBuf>>,
+    ) -> Result<WindowStore> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         if !window_files(dir)?.is_empty() {
             bail!(
@@ -144,6 +149,7 @@ impl WindowStore {
             threads: HashMap::new(),
             maps: HashMap::new(),
             lost: 0,
+            done,
         };
         let thread = std::thread::Builder::new()
             .name("ontime-store".into())
@@ -194,9 +200,21 @@ struct Windows {
     threads: HashMap<u32, ThreadInfo>,
     maps: HashMap<u32, ProcessMaps>,
     lost: u64,
+    /// Told each finished window's file.
+    done: Option<mpsc::Sender<PathBuf>>,
 }
 
 impl Windows {
+    /// Finishes window `index` and says so.
+    fn close(&mut self, index: u64, w: OpenWindow, cut: Option<u64>) -> Result<()> {
+        close(w, cut, self.lost)?;
+        if let Some(tx) = &self.done {
+            // A listener that went away stops listening, not recording.
+            let _ = tx.send(window_file(&self.dir, index));
+        }
+        Ok(())
+    }
+
     fn run(&mut self, rx: mpsc::Receiver<Msg>) -> Result<()> {
         for m in rx {
             match m {
@@ -322,7 +340,7 @@ impl Windows {
             .collect();
         for i in done {
             if let Some(w) = self.open.remove(&i) {
-                close(w, None, self.lost)?;
+                self.close(i, w, None)?;
             }
         }
         Ok(())
@@ -332,9 +350,9 @@ impl Windows {
         self.lost = self.lost.max(end.lost);
         self.open_upto(self.index_of(end.end_ns.saturating_sub(1)))?;
         let open = std::mem::take(&mut self.open);
-        for (_, w) in open {
+        for (i, w) in open {
             let last = end.end_ns < w.end_ns;
-            close(w, last.then_some(end.end_ns), self.lost)?;
+            self.close(i, w, last.then_some(end.end_ns))?;
         }
         Ok(())
     }
