@@ -4,6 +4,7 @@
 
 mod cmd_crawl;
 mod cmd_cyclic;
+mod cmd_fleet;
 mod cmd_gateway;
 mod cmd_io;
 mod cmd_lab;
@@ -55,6 +56,12 @@ enum Verb {
     Sim(cmd_sim::SimArgs),
     /// Place tenants onto hosts so every one keeps its target; predict a placement
     Plan(cmd_plan::PlanArgs),
+    /// Record this host continuously and publish each window to NATS JetStream (the fleet)
+    Agent(cmd_fleet::AgentArgs),
+    /// Analyse the fleet's windows as one worker of a pool (NATS JetStream)
+    Analyse(cmd_fleet::AnalyseArgs),
+    /// One view of every host: the analysed windows, anomalies, agents
+    Fleet(cmd_fleet::FleetArgs),
     /// Run the probe a typed spec describes (the lab's tenants run this)
     #[command(hide = true)]
     Probe(cmd_probe::ProbeArgs),
@@ -139,6 +146,9 @@ fn main() {
         Verb::Lab(a) => cmd_lab::run(a),
         Verb::Observe(a) => cmd_observe::run(a),
         Verb::Profile(a) => cmd_profile::run(a),
+        Verb::Agent(a) => cmd_fleet::agent(a),
+        Verb::Analyse(a) => cmd_fleet::analyse(a),
+        Verb::Fleet(a) => cmd_fleet::fleet(a),
         Verb::Io(a) => cmd_io::run(a),
         Verb::Net(a) => cmd_net::run(a),
         Verb::Sim(a) => cmd_sim::run(a),

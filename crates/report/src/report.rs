@@ -846,13 +846,9 @@ fn render_html(
     let mut h = String::new();
     let _ = write!(
         h,
-        "<!doctype html><html><head><meta charset=utf-8><title>ontime lab: {n}</title><style>
-body{{font-family:sans-serif;margin:2em;max-width:1100px;color:#222}} table{{border-collapse:collapse;font-size:13px;margin:1em 0}}
-td,th{{border:1px solid #bbb;padding:3px 7px;text-align:right}} th{{background:#eee}} td.l{{text-align:left}}
-.na{{color:#a00}} .note{{background:#fff6d6;border-left:4px solid #e0b000;padding:.5em 1em;margin:1em 0}}
-.model{{background:#eef4ff;border-left:4px solid #3070d0;padding:.5em 1em}} figure{{margin:1em 0}}
-</style></head><body><h1>ontime lab report: {n}</h1>",
-        n = esc(name)
+        "<!doctype html><html><head><meta charset=utf-8><title>ontime lab: {n}</title><style>{style}</style></head><body><h1>ontime lab report: {n}</h1>",
+        n = esc(name),
+        style = crate::html::STYLE
     );
     // A sweep may mix backends (document 001's native baseline beside VM
     // tenants): every note its runs carry, once.

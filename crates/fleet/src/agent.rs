@@ -1,0 +1,426 @@
+//! `ontime agent`: one host's continuous recording (or a replay of a
+//! recorded one), each finished window published to JetStream: the file
+//! into the windows object store, then a notice on `ontime.windows.<host>`
+//! whose message id is the window id, so a retry is never counted twice.
+//! While the server is away windows wait in the spool, oldest published
+//! first when it returns.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use async_nats::jetstream;
+use serde::Deserialize;
+
+use crate::conn::NatsArgs;
+use crate::spool::Spool;
+use crate::wire::{self, WindowNotice};
+
+/// The agent's config file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// This host's name in the fleet (a NATS subject token).
+    pub host: String,
+    /// Window length, e.g. "30s".
+    #[serde(default = "default_window")]
+    pub window: String,
+    /// Record live (needs root and BPF) ...
+    #[serde(default)]
+    pub record: Option<RecordConfig>,
+    /// ... or republish a recorded continuous recording's windows at real
+    /// time (a test fleet, a demo).
+    #[serde(default)]
+    pub replay: Option<ReplayConfig>,
+    pub spool: SpoolConfig,
+    #[serde(default)]
+    pub nats: NatsArgs,
+}
+
+fn default_window() -> String {
+    "30s".into()
+}
+
+/// What to record: as `ontime profile record`'s targets.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordConfig {
+    #[serde(default)]
+    pub lab: bool,
+    /// "[NAME=]PATH" cgroups.
+    #[serde(default)]
+    pub cgroups: Vec<String>,
+    /// "[NAME=]PID" processes.
+    #[serde(default)]
+    pub pids: Vec<String>,
+    /// QEMU guests by -name.
+    #[serde(default)]
+    pub guests: Vec<String>,
+    /// Stack samples per second (0: scheduler events only, no profile).
+    #[serde(default = "default_hz")]
+    pub profile_hz: u32,
+}
+
+fn default_hz() -> u32 {
+    100
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayConfig {
+    /// A directory of window files (`ontime profile record --continuous -o DIR`).
+    pub dir: PathBuf,
+    /// Start again at the first window after the last (default true).
+    #[serde(default = "yes", rename = "loop")]
+    pub repeat: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpoolConfig {
+    pub dir: PathBuf,
+    /// e.g. "1G": beyond it the oldest windows are dropped (and counted).
+    #[serde(default = "default_spool")]
+    pub max_bytes: String,
+}
+
+fn default_spool() -> String {
+    "1G".into()
+}
+
+impl AgentConfig {
+    pub fn read(path: &Path) -> Result<AgentConfig> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let c: AgentConfig = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        c.check().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        Ok(c)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        wire::check_host(&self.host)?;
+        let w = self.window_ns()?;
+        if !(1_000_000_000..=3_600_000_000_000).contains(&w) {
+            return Err(format!("window = {:?}: use 1s to 1h", self.window));
+        }
+        self.spool_bytes()?;
+        match (&self.record, &self.replay) {
+            (Some(_), Some(_)) => return Err("give [record] or [replay], not both".into()),
+            (None, None) => return Err("nothing to publish: add [record] (targets) or [replay] (dir)".into()),
+            (Some(r), None) if r.profile_hz > 10_000 => {
+                return Err(format!("record.profile_hz = {}: use 0 to 10000", r.profile_hz))
+            }
+            (None, Some(r)) if !r.dir.is_dir() => {
+                return Err(format!("replay.dir {}: not a directory", r.dir.display()))
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    pub fn window_ns(&self) -> Result<u64, String> {
+        ontime_core::duration::parse_ns(&self.window).map_err(|e| format!("window = {:?}: {e}", self.window))
+    }
+
+    fn spool_bytes(&self) -> Result<u64, String> {
+        ontime_core::size::parse_bytes(&self.spool.max_bytes)
+            .map_err(|e| format!("spool.max_bytes = {:?}: {e}", self.spool.max_bytes))
+    }
+}
+
+/// What an agent did, for its last line and its test.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct AgentSummary {
+    pub published: u64,
+    /// Publishes the server said it had already (a retry).
+    pub duplicates: u64,
+    pub dropped: u64,
+    pub left_in_spool: usize,
+    pub cpu_ns: u64,
+    pub max_rss_bytes: u64,
+}
+
+/// Runs the agent until `stop`; then publishes what it can within a few
+/// seconds and leaves the rest in the spool.
+pub fn run(
+    c: &AgentConfig,
+    stop: Arc<AtomicBool>,
+    targets: Option<ontime_trace::targets::Targets>,
+) -> Result<AgentSummary> {
+    let window_ns = c.window_ns().map_err(anyhow::Error::msg)?;
+    let mut spool = Spool::open(&c.spool.dir, c.spool_bytes().map_err(anyhow::Error::msg)?)?;
+    let started = Instant::now();
+    let run_dir = spool.run_dir(ontime_core::time::realtime_ns());
+    let (tx, rx) = mpsc::channel::<PathBuf>();
+    let producer_stop = Arc::new(AtomicBool::new(false));
+    let producer = match (&c.record, &c.replay) {
+        (Some(r), _) => {
+            let targets = targets.context("recording needs its targets resolved")?;
+            let opts = ontime_trace::recorder::RecordOptions {
+                targets,
+                output: Some(run_dir.clone()),
+                measure_overhead: false,
+                sample_hz: (r.profile_hz > 0).then_some(r.profile_hz),
+                window: Some(Duration::from_nanos(window_ns)),
+                windows_done: Some(tx),
+                ..Default::default()
+            };
+            let s = producer_stop.clone();
+            std::thread::Builder::new()
+                .name("ontime-record".into())
+                .spawn(move || {
+                    ontime_trace::recorder::record(&opts, &s, None, &mut ontime_trace::recorder::NoSink, &mut |_| {})
+                        .map(|_| ())
+                })?
+        }
+        (None, Some(r)) => {
+            let r = r.clone();
+            let s = producer_stop.clone();
+            let dir = run_dir.clone();
+            std::thread::Builder::new()
+                .name("ontime-replay".into())
+                .spawn(move || replay(&r, &dir, window_ns, &s, tx))?
+        }
+        (None, None) => bail!("nothing to publish"),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let result = rt.block_on(publish_loop(c, &mut spool, &rx, &stop, started, &producer_stop));
+    producer_stop.store(true, Ordering::Relaxed);
+    let produced = producer
+        .join()
+        .map_err(|_| anyhow::anyhow!("the recording thread panicked"))?;
+    // The recorder's last windows, finished at its stop: into the spool
+    // (published at the next start).
+    while let Ok(f) = rx.try_recv() {
+        spool.push(f);
+    }
+    let mut summary = result?;
+    produced?;
+    summary.dropped = spool.dropped;
+    summary.left_in_spool = spool.len();
+    let (cpu, rss) = own_cost();
+    summary.cpu_ns = cpu;
+    summary.max_rss_bytes = rss;
+    Ok(summary)
+}
+
+async fn publish_loop(
+    c: &AgentConfig,
+    spool: &mut Spool,
+    rx: &mpsc::Receiver<PathBuf>,
+    stop: &AtomicBool,
+    started: Instant,
+    producer_stop: &AtomicBool,
+) -> Result<AgentSummary> {
+    let client = c.nats.connect(&format!("ontime-agent {}", c.host), true).await?;
+    let js = jetstream::new(client.clone());
+    let mut ready = false;
+    let mut summary = AgentSummary::default();
+    let mut away_since: Option<Instant> = None;
+    let mut stopping_at: Option<Instant> = None;
+    loop {
+        if stop.load(Ordering::Relaxed) && stopping_at.is_none() {
+            producer_stop.store(true, Ordering::Relaxed);
+            stopping_at = Some(Instant::now());
+        }
+        while let Ok(f) = rx.try_recv() {
+            spool.push(f);
+        }
+        if let Some(t) = stopping_at {
+            if spool.is_empty() || t.elapsed() > Duration::from_secs(5) {
+                return Ok(summary);
+            }
+        }
+        let mut failed = false;
+        while let Some(front) = spool.front().map(Path::to_path_buf) {
+            let attempt = async {
+                if !ready {
+                    crate::conn::ensure(&js).await?;
+                }
+                publish(c, &js, &front, spool.dropped, started).await
+            };
+            match tokio::time::timeout(Duration::from_secs(10), attempt).await {
+                Ok(Ok(duplicate)) => {
+                    ready = true;
+                    if let Some(t) = away_since.take() {
+                        ontime_core::errln!(
+                            "ontime agent: NATS is back after {:.1} s: publishing {} spooled window(s)",
+                            t.elapsed().as_secs_f64(),
+                            spool.len()
+                        );
+                    }
+                    spool.published();
+                    summary.published += 1;
+                    summary.duplicates += duplicate as u64;
+                }
+                Ok(Err(e)) if is_bad_window(&e) => {
+                    ontime_core::errln!("ontime agent: {} cannot be published: {e:#}; dropped", front.display());
+                    spool.published();
+                    summary.dropped += 1;
+                }
+                res => {
+                    if away_since.is_none() {
+                        let why = match res {
+                            Ok(Err(e)) => format!("{e:#}"),
+                            _ => "no answer in 10 s".into(),
+                        };
+                        ontime_core::errln!(
+                            "ontime agent: cannot publish ({why}): spooling in {}",
+                            c.spool.dir.display()
+                        );
+                        away_since = Some(Instant::now());
+                    }
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        // New windows come every few seconds at most: poll gently, and
+        // while the server is away retry once a second.
+        let pause = if failed {
+            Duration::from_secs(1)
+        } else {
+            Duration::from_millis(200)
+        };
+        tokio::time::sleep(pause).await;
+    }
+}
+
+/// A window file that cannot be read is not worth retrying.
+#[derive(Debug)]
+struct BadWindow(String);
+impl std::fmt::Display for BadWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for BadWindow {}
+
+fn is_bad_window(e: &anyhow::Error) -> bool {
+    e.is::<BadWindow>()
+}
+
+/// Publishes one window; true when the server had it already.
+async fn publish(
+    c: &AgentConfig,
+    js: &jetstream::Context,
+    file: &Path,
+    dropped: u64,
+    started: Instant,
+) -> Result<bool> {
+    let (start_realtime_ns, duration_ns, targets, replayed) = window_facts(file)?;
+    let id = WindowNotice::id_of(&c.host, start_realtime_ns);
+    let bucket = js
+        .get_object_store(wire::WINDOW_BUCKET)
+        .await
+        .map_err(|e| anyhow::anyhow!("the windows object store: {e}"))?;
+    let mut f = tokio::fs::File::open(file)
+        .await
+        .with_context(|| format!("cannot open {}", file.display()))?;
+    let info = bucket
+        .put(id.as_str(), &mut f)
+        .await
+        .map_err(|e| anyhow::anyhow!("storing window {id}: {e}"))?;
+    let (cpu, rss) = own_cost();
+    let notice = WindowNotice {
+        version: wire::VERSION,
+        host: c.host.clone(),
+        id: id.clone(),
+        start_realtime_ns,
+        duration_ns,
+        bytes: info.size as u64,
+        targets,
+        dropped,
+        replayed,
+        agent_cpu_ns: cpu,
+        agent_rss_bytes: rss,
+        agent_uptime_ns: started.elapsed().as_nanos() as u64,
+    };
+    let ack = js
+        .send_publish(
+            wire::windows_subject(&c.host),
+            jetstream::message::PublishMessage::build()
+                .payload(serde_json::to_vec(&notice)?.into())
+                .message_id(&id),
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("publishing window {id}: {e}"))?
+        .await
+        .map_err(|e| anyhow::anyhow!("window {id} not acknowledged: {e}"))?;
+    Ok(ack.duplicate)
+}
+
+/// A window file's start (wall clock), length and tenants. A replayed
+/// window (copied by [`replay`]) carries its new start in its name.
+fn window_facts(file: &Path) -> Result<(u64, u64, Vec<String>, bool)> {
+    let rec = ontime_trace::recording::Recording::read(file)
+        .map_err(|e| anyhow::Error::new(BadWindow(format!("{}: {e:#}", file.display()))))?;
+    let end = rec.end.as_ref().map(|e| e.end_ns).unwrap_or(rec.meta.start_ns);
+    let duration = end.saturating_sub(rec.meta.start_ns);
+    let targets = rec
+        .meta
+        .groups
+        .iter()
+        .filter(|g| g.kind == ontime_trace::recording::GroupKind::Tenant)
+        .map(|g| g.name.clone())
+        .collect();
+    let replayed_start = std::fs::read_to_string(file.with_extension("start"))
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    Ok(match replayed_start {
+        Some(s) => (s, duration, targets, true),
+        None => (rec.meta.start_realtime_ns, duration, targets, false),
+    })
+}
+
+/// Copies the recorded windows into `dir` one window length apart, as if
+/// recorded now (each gets this moment as its start, in a `.start` file
+/// beside it, so every round of a loop is a new window).
+fn replay(r: &ReplayConfig, dir: &Path, window_ns: u64, stop: &AtomicBool, tx: mpsc::Sender<PathBuf>) -> Result<()> {
+    let files = ontime_trace::store::window_files(&r.dir)?;
+    if files.is_empty() {
+        bail!("replay.dir {}: no window files", r.dir.display());
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut index = 1u64;
+    let mut next = Instant::now();
+    loop {
+        for f in &files {
+            let start = ontime_core::time::realtime_ns();
+            next += Duration::from_nanos(window_ns);
+            while Instant::now() < next {
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(50).min(next.saturating_duration_since(Instant::now())));
+            }
+            let to = ontime_trace::store::window_file(dir, index);
+            std::fs::copy(f, &to).with_context(|| format!("cannot copy {} to the spool", f.display()))?;
+            std::fs::write(to.with_extension("start"), start.to_string())?;
+            index += 1;
+            if tx.send(to).is_err() {
+                return Ok(());
+            }
+        }
+        if !r.repeat {
+            return Ok(());
+        }
+    }
+}
+
+/// This process's CPU time (all threads) and peak resident memory.
+pub fn own_cost() -> (u64, u64) {
+    // SAFETY: getrusage fills the zeroed struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return (0, 0);
+    }
+    let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    (tv(ru.ru_utime) + tv(ru.ru_stime), ru.ru_maxrss as u64 * 1024)
+}

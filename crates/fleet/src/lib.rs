@@ -1,0 +1,18 @@
+//! ontime fleet (document 002 as a distributed system): `ontime agent`
+//! records every host continuously in windows and publishes each to NATS
+//! JetStream (the window in an object store, a notice on a work-queue
+//! stream, de-duplicated by window id), spooling to a bounded directory
+//! while the server is away; `ontime analyse` workers share the windows
+//! stream as one durable pull consumer, analyse each window once, flag
+//! windows that depart from a tenant's recent history, and publish the
+//! results; `ontime fleet report` and `fleet top` show every host.
+//! Malformed messages go to a dead-letter stream with the reason.
+
+pub mod agent;
+pub mod analysis;
+pub mod anomaly;
+pub mod conn;
+pub mod report;
+pub mod spool;
+pub mod wire;
+pub mod worker;

@@ -1,0 +1,359 @@
+//! One view of the fleet from the results stream: hosts x tenants with
+//! steal, busiest 100 ms, contention, anomalies and each host's latest
+//! pprof; what the agents cost; how many messages were dead. `fleet
+//! report` writes it as HTML (the lab report's style) or JSON, `fleet top`
+//! prints it again and again.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use async_nats::jetstream::{self, consumer};
+use futures_util::StreamExt;
+use serde::Serialize;
+
+use crate::conn::NatsArgs;
+use crate::wire::{self, Anomaly, WindowResult};
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TenantRow {
+    pub tenant: String,
+    pub windows: u64,
+    pub steal_pct_last: f64,
+    pub steal_pct_max: f64,
+    pub peak_100ms_cpus_max: Option<f64>,
+    pub contention_pct_max: f64,
+    pub anomalies: Vec<Anomaly>,
+    /// Functions by corrected time in the latest window with samples.
+    pub top_functions: Vec<(String, u64)>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct HostRow {
+    pub host: String,
+    pub windows: u64,
+    /// Windows delivered more than once (a worker died with them).
+    pub redelivered: u64,
+    pub first_start_realtime_ns: u64,
+    pub last_end_realtime_ns: u64,
+    pub replayed: bool,
+    pub tenants: Vec<TenantRow>,
+    /// The latest window's pprof in the results object store.
+    pub latest_pprof: Option<String>,
+    pub agent_cpu_share: f64,
+    pub agent_max_rss_bytes: u64,
+    pub dropped_by_agent: u64,
+    /// Workers that analysed this host's windows.
+    pub workers: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FleetView {
+    pub hosts: Vec<HostRow>,
+    pub results: u64,
+    pub dead_letters: u64,
+    /// Window ids with more than one result (0 unless de-duplication failed).
+    pub duplicate_results: u64,
+}
+
+/// Every result in the results stream, oldest first (and the dead letters' count).
+pub async fn fetch(js: &jetstream::Context) -> Result<(Vec<WindowResult>, u64)> {
+    let mut stream = js
+        .get_stream(wire::RESULTS_STREAM)
+        .await
+        .map_err(|e| anyhow::anyhow!("the results stream (have workers run? `ontime analyse`): {e}"))?;
+    let total = stream
+        .info()
+        .await
+        .map_err(|e| anyhow::anyhow!("the results stream's state: {e}"))?
+        .state
+        .messages;
+    let mut out = Vec::with_capacity(total.min(1 << 20) as usize);
+    if total > 0 {
+        let c = stream
+            .create_consumer(consumer::pull::OrderedConfig {
+                deliver_policy: consumer::DeliverPolicy::All,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("reading the results stream: {e}"))?;
+        let mut msgs = c
+            .messages()
+            .await
+            .map_err(|e| anyhow::anyhow!("reading the results stream: {e}"))?;
+        while let Some(m) = tokio::time::timeout(Duration::from_secs(10), msgs.next())
+            .await
+            .context("the results stream stopped answering")?
+        {
+            let m = m.map_err(|e| anyhow::anyhow!("reading the results stream: {e}"))?;
+            if let Ok(r) = serde_json::from_slice::<WindowResult>(&m.payload) {
+                out.push(r);
+            }
+            let pending = m.info().map(|i| i.pending).unwrap_or(0);
+            if pending == 0 {
+                break;
+            }
+        }
+    }
+    let dead = match js.get_stream(wire::DEAD_STREAM).await {
+        Ok(mut s) => s.info().await.map(|i| i.state.messages).unwrap_or(0),
+        Err(_) => 0,
+    };
+    Ok((out, dead))
+}
+
+pub fn view(results: &[WindowResult], dead_letters: u64) -> FleetView {
+    let mut hosts: BTreeMap<&str, HostRow> = BTreeMap::new();
+    let mut ids: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut sorted: Vec<&WindowResult> = results.iter().collect();
+    sorted.sort_by_key(|r| (r.host.clone(), r.start_realtime_ns));
+    for r in sorted {
+        *ids.entry(&r.id).or_default() += 1;
+        let h = hosts.entry(&r.host).or_insert_with(|| HostRow {
+            host: r.host.clone(),
+            first_start_realtime_ns: r.start_realtime_ns,
+            ..Default::default()
+        });
+        h.windows += 1;
+        h.redelivered += (r.delivered > 1) as u64;
+        h.last_end_realtime_ns = h.last_end_realtime_ns.max(r.start_realtime_ns + r.duration_ns);
+        h.replayed |= r.replayed;
+        if r.pprof.is_some() {
+            h.latest_pprof = r.pprof.clone();
+        }
+        if r.agent_uptime_ns > 0 {
+            h.agent_cpu_share = r.agent_cpu_ns as f64 / r.agent_uptime_ns as f64;
+        }
+        h.agent_max_rss_bytes = h.agent_max_rss_bytes.max(r.agent_rss_bytes);
+        h.dropped_by_agent = h.dropped_by_agent.max(r.dropped_by_agent);
+        if !h.workers.contains(&r.worker) {
+            h.workers.push(r.worker.clone());
+        }
+        for t in &r.tenants {
+            let row = match h.tenants.iter_mut().position(|x| x.tenant == t.name) {
+                Some(i) => &mut h.tenants[i],
+                None => {
+                    h.tenants.push(TenantRow {
+                        tenant: t.name.clone(),
+                        ..Default::default()
+                    });
+                    h.tenants.last_mut().expect("just pushed")
+                }
+            };
+            row.windows += 1;
+            row.steal_pct_last = t.steal_pct;
+            row.steal_pct_max = row.steal_pct_max.max(t.steal_pct);
+            row.contention_pct_max = row.contention_pct_max.max(t.contention_pct);
+            if let Some(p) = t.peak_100ms_cpus {
+                row.peak_100ms_cpus_max = Some(row.peak_100ms_cpus_max.map_or(p, |m: f64| m.max(p)));
+            }
+            if !t.functions.is_empty() {
+                row.top_functions = t.functions.clone();
+            }
+        }
+        for a in &r.anomalies {
+            if let Some(row) = h.tenants.iter_mut().find(|x| x.tenant == a.tenant) {
+                row.anomalies.push(a.clone());
+            }
+        }
+    }
+    FleetView {
+        hosts: hosts.into_values().collect(),
+        results: results.len() as u64,
+        dead_letters,
+        duplicate_results: ids.values().filter(|&&n| n > 1).count() as u64,
+    }
+}
+
+/// Reads the fleet's results.
+pub fn load(nats: &NatsArgs) -> Result<FleetView> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let client = nats.connect("ontime-fleet", false).await?;
+        let js = jetstream::new(client);
+        let (results, dead) = fetch(&js).await?;
+        Ok(view(&results, dead))
+    })
+}
+
+/// Copies each host's latest pprof into `dir` (`<host>.pb.gz`) for the
+/// report's links; the file names written.
+pub fn fetch_pprofs(nats: &NatsArgs, v: &FleetView, dir: &Path) -> Result<Vec<String>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let client = nats.connect("ontime-fleet", false).await?;
+        let js = jetstream::new(client);
+        let store = js
+            .get_object_store(wire::RESULT_BUCKET)
+            .await
+            .map_err(|e| anyhow::anyhow!("the results object store: {e}"))?;
+        let mut written = Vec::new();
+        for h in &v.hosts {
+            let Some(name) = &h.latest_pprof else { continue };
+            let Ok(mut obj) = store.get(name).await else { continue };
+            let file = format!("{}.pb.gz", h.host);
+            let mut f = tokio::fs::File::create(dir.join(&file)).await?;
+            tokio::io::copy(&mut obj, &mut f).await?;
+            written.push(file);
+        }
+        Ok(written)
+    })
+}
+
+fn pct(v: f64) -> String {
+    format!("{v:.1} %")
+}
+
+fn cpus(v: Option<f64>) -> String {
+    v.map_or("-".into(), |c| format!("{c:.2}"))
+}
+
+fn anomaly_text(a: &Anomaly) -> String {
+    format!(
+        "{} {:.3} over {:.3} (median {:.3}, MAD {:.3}, {} windows)",
+        a.metric, a.value, a.threshold, a.median, a.mad, a.history
+    )
+}
+
+/// The view as text (`fleet top`, `fleet report` without -o).
+pub fn text(v: &FleetView) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} host(s), {} window result(s), {} dead letter(s), {} window(s) with more than one result",
+        v.hosts.len(),
+        v.results,
+        v.dead_letters,
+        v.duplicate_results
+    );
+    let _ = writeln!(
+        out,
+        "{:<16} {:<12} {:>7} {:>10} {:>9} {:>12} {:>11} {:>9}",
+        "host", "tenant", "windows", "steal last", "steal max", "100ms peak", "contention", "anomalies"
+    );
+    for h in &v.hosts {
+        for t in &h.tenants {
+            let _ = writeln!(
+                out,
+                "{:<16} {:<12} {:>7} {:>10} {:>9} {:>12} {:>11} {:>9}",
+                h.host,
+                t.tenant,
+                t.windows,
+                pct(t.steal_pct_last),
+                pct(t.steal_pct_max),
+                cpus(t.peak_100ms_cpus_max),
+                pct(t.contention_pct_max),
+                t.anomalies.len()
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{:<16} agent: {:.2} % of a core, {} MiB max resident, {} window(s) dropped{}",
+            "",
+            h.agent_cpu_share * 100.0,
+            h.agent_max_rss_bytes >> 20,
+            h.dropped_by_agent,
+            if h.replayed { ", replayed windows" } else { "" }
+        );
+    }
+    out
+}
+
+/// The view as an HTML page; `pprofs`: the hosts whose latest pprof sits
+/// beside it as `<host>.pb.gz`.
+pub fn html(v: &FleetView, pprofs: &[String]) -> String {
+    use ontime_report::html::esc;
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<!doctype html><html><head><meta charset=utf-8><title>ontime fleet</title><style>{}</style></head><body><h1>ontime fleet report</h1>",
+        ontime_report::html::STYLE
+    );
+    let anomalies: usize = v.hosts.iter().flat_map(|h| &h.tenants).map(|t| t.anomalies.len()).sum();
+    let _ = write!(
+        h,
+        "<p>{} host(s), {} analysed window(s), {} anomal{} flagged, {} dead letter(s), {} window(s) with more than one result.</p>",
+        v.hosts.len(),
+        v.results,
+        anomalies,
+        if anomalies == 1 { "y" } else { "ies" },
+        v.dead_letters,
+        v.duplicate_results
+    );
+    h.push_str("<h2>Hosts and tenants</h2><table><tr><th>host</th><th>tenant</th><th>windows</th><th>steal last</th><th>steal max</th><th>busiest 100 ms (CPUs)</th><th>contention max</th><th>anomalies</th><th>top function (corrected)</th></tr>");
+    for host in &v.hosts {
+        for (i, t) in host.tenants.iter().enumerate() {
+            let name = if i == 0 {
+                let link = if pprofs.iter().any(|p| p == &format!("{}.pb.gz", host.host)) {
+                    format!(" <a href=\"{0}.pb.gz\">pprof</a>", esc(&host.host))
+                } else {
+                    String::new()
+                };
+                format!(
+                    "<td class=l rowspan={}>{}{link}</td>",
+                    host.tenants.len(),
+                    esc(&host.host)
+                )
+            } else {
+                String::new()
+            };
+            let top = t
+                .top_functions
+                .first()
+                .map(|(f, ns)| format!("{} {:.1} ms", esc(f), *ns as f64 / 1e6))
+                .unwrap_or_else(|| "-".into());
+            let _ = write!(
+                h,
+                "<tr>{name}<td class=l>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td{}>{}</td><td class=l>{top}</td></tr>",
+                esc(&t.tenant),
+                t.windows,
+                pct(t.steal_pct_last),
+                pct(t.steal_pct_max),
+                cpus(t.peak_100ms_cpus_max),
+                pct(t.contention_pct_max),
+                if t.anomalies.is_empty() { "" } else { " class=na" },
+                t.anomalies.len()
+            );
+        }
+    }
+    h.push_str("</table>");
+    if anomalies > 0 {
+        h.push_str(
+            "<h2>Anomalies</h2><table><tr><th>host</th><th>tenant</th><th>what departed from its history</th></tr>",
+        );
+        for host in &v.hosts {
+            for t in &host.tenants {
+                for a in &t.anomalies {
+                    let _ = write!(
+                        h,
+                        "<tr><td class=l>{}</td><td class=l>{}</td><td class=l>{}</td></tr>",
+                        esc(&host.host),
+                        esc(&t.tenant),
+                        esc(&anomaly_text(a))
+                    );
+                }
+            }
+        }
+        h.push_str("</table>");
+    }
+    h.push_str("<h2>Agents and workers</h2><table><tr><th>host</th><th>windows</th><th>redelivered</th><th>agent CPU (share of a core)</th><th>agent max resident</th><th>dropped (spool full)</th><th>analysed by</th></tr>");
+    for host in &v.hosts {
+        let _ = write!(
+            h,
+            "<tr><td class=l>{}{}</td><td>{}</td><td>{}</td><td>{:.2} %</td><td>{} MiB</td><td>{}</td><td class=l>{}</td></tr>",
+            esc(&host.host),
+            if host.replayed { " (replayed)" } else { "" },
+            host.windows,
+            host.redelivered,
+            host.agent_cpu_share * 100.0,
+            host.agent_max_rss_bytes >> 20,
+            host.dropped_by_agent,
+            esc(&host.workers.join(", "))
+        );
+    }
+    h.push_str("</table></body></html>\n");
+    h
+}
