@@ -22,10 +22,11 @@ need_root() {
 # the guests of profile's guest test (TCG where KVM does not boot);
 # fio and postmark are document 004's I/O workloads (`ontime io workload`,
 # the doc-004 sweep), e2fsprogs and util-linux format and attach tenant disks;
-# bpftool lists loaded BPF programs (the net tests check none is left).
+# bpftool lists loaded BPF programs (the net tests check none is left);
+# nats-server (JetStream) carries the fleet (`ontime agent`, `ontime analyse`).
 pkgs=(stress-ng rt-tests sqlite3 iproute2 ethtool iperf3 fonts-dejavu-core procps build-essential pkg-config
   clang llvm libbpf-dev libelf-dev zlib1g-dev linux-perf nginx-light qemu-system-x86 qemu-utils cpio
-  fio postmark e2fsprogs util-linux bpftool)
+  fio postmark e2fsprogs util-linux bpftool nats-server)
 # go tool pprof reads the profiles `ontime profile report --pprof` writes.
 command -v go >/dev/null 2>&1 || pkgs+=(golang-go)
 missing=()

@@ -137,6 +137,9 @@ impl AgentConfig {
 /// What an agent did, for its last line and its test.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct AgentSummary {
+    /// Windows it had to publish: recorded or replayed, and left in the
+    /// spool by an earlier run.
+    pub windows: u64,
     pub published: u64,
     /// Publishes the server said it had already (a retry).
     pub duplicates: u64,
@@ -202,7 +205,8 @@ pub fn run(
     }
     let mut summary = result?;
     produced?;
-    summary.dropped = spool.dropped;
+    summary.windows = spool.queued;
+    summary.dropped += spool.dropped;
     summary.left_in_spool = spool.len();
     let (cpu, rss) = own_cost();
     summary.cpu_ns = cpu;

@@ -51,6 +51,8 @@ pub struct HostRow {
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct FleetView {
+    /// Why there is nothing to show, when there is not.
+    pub empty_because: Option<String>,
     pub hosts: Vec<HostRow>,
     pub results: u64,
     pub dead_letters: u64,
@@ -59,11 +61,16 @@ pub struct FleetView {
 }
 
 /// Every result in the results stream, oldest first (and the dead letters' count).
-pub async fn fetch(js: &jetstream::Context) -> Result<(Vec<WindowResult>, u64)> {
-    let mut stream = js
-        .get_stream(wire::RESULTS_STREAM)
-        .await
-        .map_err(|e| anyhow::anyhow!("the results stream (have workers run? `ontime analyse`): {e}"))?;
+/// None: the server has no results stream (no worker has run there).
+pub async fn fetch(js: &jetstream::Context) -> Result<Option<(Vec<WindowResult>, u64)>> {
+    use async_nats::jetstream::context::GetStreamErrorKind;
+    let mut stream = match js.get_stream(wire::RESULTS_STREAM).await {
+        Ok(s) => s,
+        Err(e) if matches!(e.kind(), GetStreamErrorKind::JetStream(j) if j.error_code() == async_nats::jetstream::ErrorCode::STREAM_NOT_FOUND) => {
+            return Ok(None)
+        }
+        Err(e) => return Err(anyhow::anyhow!("the results stream: {e}")),
+    };
     let total = stream
         .info()
         .await
@@ -101,7 +108,7 @@ pub async fn fetch(js: &jetstream::Context) -> Result<(Vec<WindowResult>, u64)> 
         Ok(mut s) => s.info().await.map(|i| i.state.messages).unwrap_or(0),
         Err(_) => 0,
     };
-    Ok((out, dead))
+    Ok(Some((out, dead)))
 }
 
 pub fn view(results: &[WindowResult], dead_letters: u64) -> FleetView {
@@ -160,6 +167,7 @@ pub fn view(results: &[WindowResult], dead_letters: u64) -> FleetView {
         }
     }
     FleetView {
+        empty_because: None,
         hosts: hosts.into_values().collect(),
         results: results.len() as u64,
         dead_letters,
@@ -173,8 +181,16 @@ pub fn load(nats: &NatsArgs) -> Result<FleetView> {
     rt.block_on(async {
         let client = nats.connect("ontime-fleet", false).await?;
         let js = jetstream::new(client);
-        let (results, dead) = fetch(&js).await?;
-        Ok(view(&results, dead))
+        Ok(match fetch(&js).await? {
+            Some((results, dead)) => view(&results, dead),
+            None => FleetView {
+                empty_because: Some(format!(
+                    "no results on {} yet: start `ontime analyse` workers (and agents)",
+                    nats.servers.join(",")
+                )),
+                ..Default::default()
+            },
+        })
     })
 }
 
@@ -221,6 +237,10 @@ fn anomaly_text(a: &Anomaly) -> String {
 /// The view as text (`fleet top`, `fleet report` without -o).
 pub fn text(v: &FleetView) -> String {
     let mut out = String::new();
+    if let Some(why) = &v.empty_because {
+        let _ = writeln!(out, "{why}");
+        return out;
+    }
     let _ = writeln!(
         out,
         "{} host(s), {} window result(s), {} dead letter(s), {} window(s) with more than one result",
@@ -272,6 +292,9 @@ pub fn html(v: &FleetView, pprofs: &[String]) -> String {
         "<!doctype html><html><head><meta charset=utf-8><title>ontime fleet</title><style>{}</style></head><body><h1>ontime fleet report</h1>",
         ontime_report::html::STYLE
     );
+    if let Some(why) = &v.empty_because {
+        let _ = write!(h, "<p class=note>{}</p>", esc(why));
+    }
     let anomalies: usize = v.hosts.iter().flat_map(|h| &h.tenants).map(|t| t.anomalies.len()).sum();
     let _ = write!(
         h,

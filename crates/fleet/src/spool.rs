@@ -14,6 +14,8 @@ pub struct Spool {
     bytes: u64,
     /// Windows dropped because the spool was full, since the agent started.
     pub dropped: u64,
+    /// Windows queued (left by an earlier run, or finished by this one).
+    pub queued: u64,
     /// This run's directory, which stays while the run writes into it.
     current: Option<PathBuf>,
 }
@@ -31,6 +33,7 @@ impl Spool {
             queue: VecDeque::new(),
             bytes: 0,
             dropped: 0,
+            queued: 0,
             current: None,
         };
         let mut left: Vec<PathBuf> = Vec::new();
@@ -60,6 +63,7 @@ impl Spool {
         let size = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
         self.queue.push_back((file, size));
         self.bytes += size;
+        self.queued += 1;
         while self.bytes > self.max_bytes && self.queue.len() > 1 {
             if let Some((old, n)) = self.queue.pop_front() {
                 remove_window(&old);

@@ -1,0 +1,357 @@
+//! The fleet end to end on a real nats-server (JetStream, a temporary
+//! store): three agents as separate processes (one recording a real
+//! process, two replaying recorded windows at real time), two analyse
+//! workers. One worker is killed with SIGKILL mid-stream, the server is
+//! stopped for 10 s and started again, a garbage message is published:
+//! every window an agent had is analysed exactly once, nothing is lost,
+//! the garbage lands in the dead letters. Root (BPF) and nats-server
+//! needed; skipped elsewhere with the reason. Every process and store is
+//! removed at the end, also when the test fails.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use ontime_testkit::KillOnDrop;
+
+fn ontime() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ontime"))
+}
+
+/// A process whose output goes to `log` (no pipe to fill), killed on drop.
+fn spawn_logged(cmd: &mut Command, log: &Path) -> KillOnDrop {
+    let out = std::fs::File::create(log).unwrap();
+    let err = out.try_clone().unwrap();
+    KillOnDrop(
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}")),
+    )
+}
+
+struct Server {
+    port: u16,
+    store: PathBuf,
+    log: PathBuf,
+    proc: Option<KillOnDrop>,
+}
+
+impl Server {
+    fn start(dir: &Path, port: u16, conf: Option<&Path>) -> Server {
+        let mut s = Server {
+            port,
+            store: dir.join("store"),
+            log: dir.join("nats.log"),
+            proc: None,
+        };
+        s.run(conf);
+        s
+    }
+
+    fn run(&mut self, conf: Option<&Path>) {
+        let mut cmd = Command::new("nats-server");
+        cmd.args(["-js", "-a", "127.0.0.1", "-p", &self.port.to_string(), "-sd"])
+            .arg(&self.store);
+        if let Some(c) = conf {
+            cmd.arg("-c").arg(c);
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        self.proc = Some(KillOnDrop(
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::from(log.try_clone().unwrap()))
+                .stderr(Stdio::from(log))
+                .spawn()
+                .expect("nats-server"),
+        ));
+        let port = self.port;
+        ontime_testkit::wait_until("nats-server listening", Duration::from_secs(20), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+    }
+
+    fn stop(&mut self) {
+        if let Some(p) = self.proc.take() {
+            p.signal(libc::SIGTERM);
+            p.wait_output(Duration::from_secs(20));
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+}
+
+/// Publishes `payload` on `subject` with the plain NATS protocol (as any
+/// client could, bypassing ontime's own).
+fn raw_publish(port: u16, subject: &str, payload: &[u8]) {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut info = [0u8; 4096];
+    let _ = s.read(&mut info).unwrap();
+    write!(
+        s,
+        "CONNECT {{\"verbose\":false}}\r\nPUB {subject} {}\r\n",
+        payload.len()
+    )
+    .unwrap();
+    s.write_all(payload).unwrap();
+    s.write_all(b"\r\nPING\r\n").unwrap();
+    let mut pong = [0u8; 64];
+    let n = s.read(&mut pong).unwrap();
+    assert!(String::from_utf8_lossy(&pong[..n]).contains("PONG"), "no PONG");
+}
+
+fn fleet_json(url: &str) -> serde_json::Value {
+    let out = ontime()
+        .args(["fleet", "report", "--json", "--nats", url])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn agent_config(dir: &Path, host: &str, url: &str, what: &str) -> PathBuf {
+    let p = dir.join(format!("{host}.toml"));
+    std::fs::write(
+        &p,
+        format!(
+            "host = '{host}'\nwindow = '1s'\n{what}\n[spool]\ndir = '{}'\nmax_bytes = '256M'\n[nats]\nservers = ['{url}']\n",
+            dir.join(format!("spool-{host}")).display()
+        ),
+    )
+    .unwrap();
+    p
+}
+
+fn worker(dir: &Path, url: &str, name: &str) -> KillOnDrop {
+    spawn_logged(
+        ontime()
+            .args([
+                "analyse",
+                "--ack-wait",
+                "3s",
+                "--name",
+                name,
+                "--nats",
+                url,
+                "--scratch",
+            ])
+            .arg(dir.join("scratch"))
+            .arg("--result")
+            .arg(dir.join(format!("{name}.json"))),
+        &dir.join(format!("{name}.log")),
+    )
+}
+
+/// Stops a process started with `--result LOG.json` and reads its summary.
+fn summary_of(p: KillOnDrop, log: &Path) -> serde_json::Value {
+    p.signal(libc::SIGINT);
+    let out = p.wait_output(Duration::from_secs(60));
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    assert!(out.status.success(), "{}: {text}", log.display());
+    let json = std::fs::read_to_string(log.with_extension("json")).unwrap_or_default();
+    serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+#[test]
+fn three_agents_two_workers_every_window_once_through_a_kill_and_an_outage() {
+    if !ontime_testkit::root_or_skip("the recording agent (BPF)") || !ontime_testkit::tools_or_skip(&["nats-server"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut server = Server::start(d, ontime_testkit::free_port(), None);
+    let url = server.url();
+
+    // A process to record, and windows for the replaying agents.
+    let busy: Child = Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
+    let busy = KillOnDrop(busy);
+    let rec = d.join("recorded");
+    let out = ontime()
+        .args([
+            "profile",
+            "record",
+            "--continuous",
+            "--window",
+            "1s",
+            "-D",
+            "3s",
+            "--rate",
+            "99",
+        ])
+        .arg("--pid")
+        .arg(format!("busy={}", busy.id()))
+        .arg("-o")
+        .arg(&rec)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let configs = [
+        agent_config(
+            d,
+            "h1",
+            &url,
+            &format!("[record]\npids = ['busy={}']\nprofile_hz = 99", busy.id()),
+        ),
+        agent_config(d, "h2", &url, &format!("[replay]\ndir = '{}'", rec.display())),
+        agent_config(d, "h3", &url, &format!("[replay]\ndir = '{}'", rec.display())),
+    ];
+    let mut agents: Vec<(KillOnDrop, PathBuf)> = configs
+        .iter()
+        .zip(["h1", "h2", "h3"])
+        .map(|(c, h)| {
+            let log = d.join(format!("agent-{h}.log"));
+            let mut cmd = ontime();
+            cmd.args(["agent", "-c"])
+                .arg(c)
+                .arg("--result")
+                .arg(log.with_extension("json"));
+            (spawn_logged(&mut cmd, &log), log)
+        })
+        .collect();
+    let w1 = worker(d, &url, "w1");
+    let w2 = worker(d, &url, "w2");
+    ontime_testkit::wait_until("results from all three hosts", Duration::from_secs(90), || {
+        fleet_json(&url)["hosts"].as_array().is_some_and(|h| h.len() == 3)
+    });
+    // A worker dies mid-stream; its window in hand is redelivered.
+    w1.signal(libc::SIGKILL);
+    drop(w1);
+    raw_publish(server.port, "ontime.windows.h9", b"this is not a window notice");
+    // The server goes away for 10 s; the agents spool.
+    server.stop();
+    std::thread::sleep(Duration::from_secs(10));
+    server.run(None);
+    let w3 = worker(d, &url, "w3");
+    // Some windows after the outage, then the agents stop.
+    std::thread::sleep(Duration::from_secs(5));
+    let mut expected = 0u64;
+    let mut per_host = Vec::new();
+    for (a, log) in agents.drain(..) {
+        let s = summary_of(a, &log);
+        assert_eq!(s["dropped"], 0, "{s}");
+        let published = s["published"].as_u64().unwrap() - s["duplicates"].as_u64().unwrap();
+        assert_eq!(
+            published + s["left_in_spool"].as_u64().unwrap(),
+            s["windows"].as_u64().unwrap(),
+            "every window published or still spooled: {s}"
+        );
+        expected += published;
+        per_host.push(published);
+    }
+    ontime_testkit::wait_until("every published window analysed", Duration::from_secs(120), || {
+        fleet_json(&url)["results"].as_u64() == Some(expected)
+    });
+    let v = fleet_json(&url);
+    eprintln!(
+        "fleet: {expected} window(s) analysed once each: {per_host:?} per host, {} dead letter(s)",
+        v["dead_letters"]
+    );
+    assert_eq!(v["duplicate_results"], 0, "{v:#}");
+    assert!(v["dead_letters"].as_u64().unwrap() >= 1, "{v:#}");
+    for (h, n) in v["hosts"].as_array().unwrap().iter().zip(&per_host) {
+        assert_eq!(h["windows"].as_u64(), Some(*n), "{h:#}");
+        assert!(!h["tenants"].as_array().unwrap().is_empty(), "{h:#}");
+    }
+    // The recording host's windows had stacks: its pprof is there.
+    assert!(v["hosts"][0]["latest_pprof"].is_string(), "{v:#}");
+    let s2 = summary_of(w2, &d.join("w2.log"));
+    let s3 = summary_of(w3, &d.join("w3.log"));
+    assert!(s2["dead"].as_u64().unwrap() + s3["dead"].as_u64().unwrap() >= 1);
+    // The HTML report shows every host.
+    let html = d.join("fleet.html");
+    let out = ontime()
+        .args(["fleet", "report", "--nats", &url, "-o"])
+        .arg(&html)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&html).unwrap();
+    for h in ["h1", "h2", "h3"] {
+        assert!(text.contains(&format!(">{h}")), "{h} missing from the report");
+    }
+    server.stop();
+}
+
+/// A server that requires a user and password refuses a wrong one with
+/// a clear error, and the agent publishes nothing unauthenticated.
+#[test]
+fn a_wrong_credential_is_refused_with_a_clear_error() {
+    if !ontime_testkit::tools_or_skip(&["nats-server"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let conf = d.join("auth.conf");
+    std::fs::write(&conf, "authorization { user: ontime, password: right }\n").unwrap();
+    let mut server = Server::start(d, ontime_testkit::free_port(), Some(&conf));
+    let url = server.url();
+    let pw = d.join("pw");
+    std::fs::write(&pw, "wrong\n").unwrap();
+    let out = ontime()
+        .args(["fleet", "report", "--nats", &url, "--user", "ontime", "--password-file"])
+        .arg(&pw)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("refused the credentials"), "{err}");
+    // Without any credential: refused too.
+    let out = ontime().args(["fleet", "report", "--nats", &url]).output().unwrap();
+    assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The right one works.
+    std::fs::write(&pw, "right\n").unwrap();
+    let out = ontime()
+        .args([
+            "analyse",
+            "--max-windows",
+            "0",
+            "--nats",
+            &url,
+            "--user",
+            "ontime",
+            "--password-file",
+        ])
+        .arg(&pw)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    server.stop();
+}
+
+#[test]
+fn bad_agent_configs_are_refused_with_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "host = 'a.b'\n[replay]\ndir = '/'\n[spool]\ndir = '/tmp/x'\n",
+            "subject token",
+        ),
+        ("host = 'a'\n[spool]\ndir = '/tmp/x'\n", "nothing to publish"),
+        (
+            "host = 'a'\nwindow = '10ms'\n[replay]\ndir = '/'\n[spool]\ndir = '/tmp/x'\n",
+            "use 1s to 1h",
+        ),
+        (
+            "host = 'a'\n[replay]\ndir = '/'\n[spool]\ndir = '/tmp/x'\nmax_bytes = 'lots'\n",
+            "spool.max_bytes",
+        ),
+        ("host = 'a'\nwindw = '1s'\n", "unknown field"),
+    ];
+    for (i, (text, says)) in cases.iter().enumerate() {
+        let p = dir.path().join(format!("c{i}.toml"));
+        std::fs::write(&p, text).unwrap();
+        let out = ontime().args(["agent", "-c"]).arg(&p).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "case {i}: {err}");
+        assert!(err.contains(says), "case {i}: {err}");
+    }
+}
