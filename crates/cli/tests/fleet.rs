@@ -108,6 +108,15 @@ fn raw_publish(port: u16, subject: &str, payload: &[u8]) {
     assert!(String::from_utf8_lossy(&pong[..n]).contains("PONG"), "no PONG");
 }
 
+fn http_get(port: u16, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
 fn fleet_json(url: &str) -> serde_json::Value {
     let out = ontime()
         .args(["fleet", "report", "--json", "--nats", url])
@@ -194,6 +203,7 @@ fn three_agents_two_workers_every_window_once_through_a_kill_and_an_outage() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
+    let metrics_port = ontime_testkit::free_port();
     let configs = [
         agent_config(
             d,
@@ -201,7 +211,15 @@ fn three_agents_two_workers_every_window_once_through_a_kill_and_an_outage() {
             &url,
             &format!("[record]\npids = ['busy={}']\nprofile_hz = 99", busy.id()),
         ),
-        agent_config(d, "h2", &url, &format!("[replay]\ndir = '{}'", rec.display())),
+        agent_config(
+            d,
+            "h2",
+            &url,
+            &format!(
+                "prometheus = '127.0.0.1:{metrics_port}'\n[replay]\ndir = '{}'",
+                rec.display()
+            ),
+        ),
         agent_config(d, "h3", &url, &format!("[replay]\ndir = '{}'", rec.display())),
     ];
     let mut agents: Vec<(KillOnDrop, PathBuf)> = configs
@@ -222,6 +240,16 @@ fn three_agents_two_workers_every_window_once_through_a_kill_and_an_outage() {
     ontime_testkit::wait_until("results from all three hosts", Duration::from_secs(90), || {
         fleet_json(&url)["hosts"].as_array().is_some_and(|h| h.len() == 3)
     });
+    // The agent's own exposition: the recorded tenant's latest window.
+    let metrics = http_get(metrics_port, "/metrics");
+    assert!(
+        metrics.contains("ontime_tenant_steal_ratio{host=\"h2\",tenant=\"busy\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("ontime_agent_windows_published_total{host=\"h2\"}"),
+        "{metrics}"
+    );
     // A worker dies mid-stream; its window in hand is redelivered.
     w1.signal(libc::SIGKILL);
     drop(w1);

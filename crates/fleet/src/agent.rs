@@ -38,6 +38,10 @@ pub struct AgentConfig {
     pub spool: SpoolConfig,
     #[serde(default)]
     pub nats: NatsArgs,
+    /// Serve Prometheus metrics on this address (path /metrics), e.g.
+    /// "0.0.0.0:9464": each tenant's latest window, the agent's counters.
+    #[serde(default)]
+    pub prometheus: Option<String>,
 }
 
 fn default_window() -> String {
@@ -76,6 +80,10 @@ pub struct ReplayConfig {
     /// Start again at the first window after the last (default true).
     #[serde(default = "yes", rename = "loop")]
     pub repeat: bool,
+    /// One window per window length (default), or as fast as they can be
+    /// published (`pace = false`: a publishing benchmark, a backlog).
+    #[serde(default = "yes")]
+    pub pace: bool,
 }
 
 fn yes() -> bool {
@@ -192,8 +200,24 @@ pub fn run(
         }
         (None, None) => bail!("nothing to publish"),
     };
+    let exposition = match &c.prometheus {
+        Some(addr) => {
+            let body = Arc::new(std::sync::Mutex::new(String::new()));
+            crate::metrics::serve(addr, body.clone())?;
+            Some(body)
+        }
+        None => None,
+    };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let result = rt.block_on(publish_loop(c, &mut spool, &rx, &stop, started, &producer_stop));
+    let result = rt.block_on(publish_loop(
+        c,
+        &mut spool,
+        &rx,
+        &stop,
+        started,
+        &producer_stop,
+        exposition,
+    ));
     producer_stop.store(true, Ordering::Relaxed);
     let produced = producer
         .join()
@@ -221,7 +245,12 @@ async fn publish_loop(
     stop: &AtomicBool,
     started: Instant,
     producer_stop: &AtomicBool,
+    exposition: Option<Arc<std::sync::Mutex<String>>>,
 ) -> Result<AgentSummary> {
+    let mut metrics = crate::metrics::AgentMetrics {
+        host: c.host.clone(),
+        ..Default::default()
+    };
     let client = c.nats.connect(&format!("ontime-agent {}", c.host), true).await?;
     let js = jetstream::new(client.clone());
     let mut ready = false;
@@ -234,7 +263,32 @@ async fn publish_loop(
             stopping_at = Some(Instant::now());
         }
         while let Ok(f) = rx.try_recv() {
+            if exposition.is_some() {
+                // The latest window's figures (scheduler events only: the
+                // functions are the workers' job).
+                if let Ok(rec) = ontime_trace::recording::Recording::read(&f) {
+                    metrics.tenants = crate::analysis::tenant_figures(&rec);
+                    metrics.last_window_end_realtime_ns = rec.meta.start_realtime_ns
+                        + rec
+                            .end
+                            .as_ref()
+                            .map_or(0, |e| e.end_ns.saturating_sub(rec.meta.start_ns));
+                }
+            }
             spool.push(f);
+        }
+        if let Some(body) = &exposition {
+            let (cpu, rss) = own_cost();
+            metrics.windows_queued = spool.queued;
+            metrics.windows_published = summary.published;
+            metrics.windows_dropped = spool.dropped + summary.dropped;
+            metrics.spool_bytes = spool.bytes();
+            metrics.spool_windows = spool.len();
+            metrics.cpu_ns = cpu;
+            metrics.max_rss_bytes = rss;
+            if let Ok(mut b) = body.lock() {
+                *b = metrics.text();
+            }
         }
         if let Some(t) = stopping_at {
             if spool.is_empty() || t.elapsed() > Duration::from_secs(5) {
@@ -397,7 +451,9 @@ fn replay(r: &ReplayConfig, dir: &Path, window_ns: u64, stop: &AtomicBool, tx: m
     loop {
         for f in &files {
             let start = ontime_core::time::realtime_ns();
-            next += Duration::from_nanos(window_ns);
+            if r.pace {
+                next += Duration::from_nanos(window_ns);
+            }
             while Instant::now() < next {
                 if stop.load(Ordering::Relaxed) {
                     return Ok(());

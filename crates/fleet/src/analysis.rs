@@ -23,26 +23,7 @@ const TOP_FUNCTIONS: usize = 5;
 
 pub fn analyse(file: &Path) -> Result<Analysed> {
     let rec = Recording::read(file)?;
-    let a = ontime_sched::analyze(
-        &rec,
-        &AnalysisOptions {
-            windows: vec![100_000_000],
-            series: false,
-        },
-    );
-    let mut tenants: Vec<TenantFigures> = a
-        .groups
-        .iter()
-        .filter(|g| g.kind == GroupKind::Tenant)
-        .map(|g| TenantFigures {
-            name: g.name.clone(),
-            steal_pct: g.time_shares.steal_pct,
-            peak_100ms_cpus: g.usage.first().and_then(|u| u.max),
-            contention_pct: g.contention.any_pct,
-            on_cpu_ns: g.on_cpu_ns,
-            functions: Vec::new(),
-        })
-        .collect();
+    let mut tenants = tenant_figures(&rec);
     let mut notes = Vec::new();
     let mut pprof = None;
     if rec.meta.sample_period_ns.is_some() {
@@ -71,6 +52,29 @@ pub fn analyse(file: &Path) -> Result<Analysed> {
         }
     }
     Ok(Analysed { tenants, pprof, notes })
+}
+
+/// Each tenant's steal, busiest 100 ms and contention (no functions).
+pub fn tenant_figures(rec: &Recording) -> Vec<TenantFigures> {
+    let a = ontime_sched::analyze(
+        rec,
+        &AnalysisOptions {
+            windows: vec![100_000_000],
+            series: false,
+        },
+    );
+    a.groups
+        .iter()
+        .filter(|g| g.kind == GroupKind::Tenant)
+        .map(|g| TenantFigures {
+            name: g.name.clone(),
+            steal_pct: g.time_shares.steal_pct,
+            peak_100ms_cpus: g.usage.first().and_then(|u| u.max),
+            contention_pct: g.contention.any_pct,
+            on_cpu_ns: g.on_cpu_ns,
+            functions: Vec::new(),
+        })
+        .collect()
 }
 
 fn tempfile_path(beside: &Path, ext: &str) -> std::path::PathBuf {

@@ -12,6 +12,7 @@ pub mod agent;
 pub mod analysis;
 pub mod anomaly;
 pub mod conn;
+pub mod metrics;
 pub mod report;
 pub mod spool;
 pub mod wire;
