@@ -77,7 +77,8 @@ fn default_hz() -> u32 {
 pub struct ReplayConfig {
     /// A directory of window files (`ontime profile record --continuous -o DIR`).
     pub dir: PathBuf,
-    /// Start again at the first window after the last (default true).
+    /// Start again at the first window after the last (default true);
+    /// false: the agent ends once the windows are published.
     #[serde(default = "yes", rename = "loop")]
     pub repeat: bool,
     /// One window per window length (default), or as fast as they can be
@@ -170,6 +171,9 @@ pub fn run(
     let run_dir = spool.run_dir(ontime_core::time::realtime_ns());
     let (tx, rx) = mpsc::channel::<PathBuf>();
     let producer_stop = Arc::new(AtomicBool::new(false));
+    // A replay that does not loop ends; the agent then ends once its
+    // spool is published.
+    let producer_done = Arc::new(AtomicBool::new(false));
     let producer = match (&c.record, &c.replay) {
         (Some(r), _) => {
             let targets = targets.context("recording needs its targets resolved")?;
@@ -193,10 +197,15 @@ pub fn run(
         (None, Some(r)) => {
             let r = r.clone();
             let s = producer_stop.clone();
+            let done = producer_done.clone();
             let dir = run_dir.clone();
             std::thread::Builder::new()
                 .name("ontime-replay".into())
-                .spawn(move || replay(&r, &dir, window_ns, &s, tx))?
+                .spawn(move || {
+                    let r = replay(&r, &dir, window_ns, &s, tx);
+                    done.store(true, Ordering::Relaxed);
+                    r
+                })?
         }
         (None, None) => bail!("nothing to publish"),
     };
@@ -209,15 +218,12 @@ pub fn run(
         None => None,
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let result = rt.block_on(publish_loop(
-        c,
-        &mut spool,
-        &rx,
-        &stop,
-        started,
-        &producer_stop,
-        exposition,
-    ));
+    let control = Control {
+        stop: &stop,
+        producer_stop: &producer_stop,
+        producer_done: &producer_done,
+    };
+    let result = rt.block_on(publish_loop(c, &mut spool, &rx, control, started, exposition));
     producer_stop.store(true, Ordering::Relaxed);
     let produced = producer
         .join()
@@ -238,15 +244,27 @@ pub fn run(
     Ok(summary)
 }
 
+/// The agent's stop (a signal), and its producer's.
+struct Control<'a> {
+    stop: &'a AtomicBool,
+    producer_stop: &'a AtomicBool,
+    /// A replay without loop sent its last window.
+    producer_done: &'a AtomicBool,
+}
+
 async fn publish_loop(
     c: &AgentConfig,
     spool: &mut Spool,
     rx: &mpsc::Receiver<PathBuf>,
-    stop: &AtomicBool,
+    control: Control<'_>,
     started: Instant,
-    producer_stop: &AtomicBool,
     exposition: Option<Arc<std::sync::Mutex<String>>>,
 ) -> Result<AgentSummary> {
+    let Control {
+        stop,
+        producer_stop,
+        producer_done,
+    } = control;
     let mut metrics = crate::metrics::AgentMetrics {
         host: c.host.clone(),
         ..Default::default()
@@ -292,6 +310,16 @@ async fn publish_loop(
         }
         if let Some(t) = stopping_at {
             if spool.is_empty() || t.elapsed() > Duration::from_secs(5) {
+                return Ok(summary);
+            }
+        }
+        // Everything replayed was sent (the channel is drained after the
+        // flag, so no window is left behind).
+        if producer_done.load(Ordering::Relaxed) && spool.is_empty() {
+            while let Ok(f) = rx.try_recv() {
+                spool.push(f);
+            }
+            if spool.is_empty() {
                 return Ok(summary);
             }
         }
