@@ -212,7 +212,7 @@ pub fn run(
     let exposition = match &c.prometheus {
         Some(addr) => {
             let body = Arc::new(std::sync::Mutex::new(String::new()));
-            crate::metrics::serve(addr, body.clone())?;
+            ontime_observe::top::serve_metrics("prometheus =", addr, body.clone())?;
             Some(body)
         }
         None => None,

@@ -3,12 +3,8 @@
 //! own counters and cost. Names follow Prometheus conventions (base units,
 //! `_total` counters, `_ratio` shares).
 
-use std::fmt::Write as _;
-use std::sync::{Arc, Mutex};
-
-use anyhow::Result;
-
 use crate::wire::TenantFigures;
+use std::fmt::Write as _;
 
 #[derive(Clone, Debug, Default)]
 pub struct AgentMetrics {
@@ -117,28 +113,6 @@ impl AgentMetrics {
         );
         o
     }
-}
-
-/// Serves `/metrics` from `body` on `addr` (a thread; it ends with the process).
-pub fn serve(addr: &str, body: Arc<Mutex<String>>) -> Result<()> {
-    let server =
-        tiny_http::Server::http(addr).map_err(|e| anyhow::anyhow!("prometheus = {addr:?}: cannot listen: {e}"))?;
-    std::thread::Builder::new()
-        .name("ontime-metrics".into())
-        .spawn(move || {
-            for req in server.incoming_requests() {
-                let resp = if req.url() == "/metrics" {
-                    let text = body.lock().map(|g| g.clone()).unwrap_or_default();
-                    let ct = tiny_http::Header::from_bytes("Content-Type", "text/plain; version=0.0.4")
-                        .expect("static header");
-                    tiny_http::Response::from_string(text).with_header(ct)
-                } else {
-                    tiny_http::Response::from_string("see /metrics\n").with_status_code(404)
-                };
-                let _ = req.respond(resp);
-            }
-        })?;
-    Ok(())
 }
 
 #[cfg(test)]

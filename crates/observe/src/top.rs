@@ -311,9 +311,12 @@ impl std::fmt::Display for ListenError {
 
 impl std::error::Error for ListenError {}
 
-fn serve(addr: &str, body: Arc<Mutex<String>>) -> anyhow::Result<()> {
+/// Serves `body` as Prometheus text on `addr` at /metrics, from a thread
+/// that lives as long as the process (`observe top`, `ontime agent`);
+/// `flag` names where the address came from, for the error.
+pub fn serve_metrics(flag: &str, addr: &str, body: Arc<Mutex<String>>) -> anyhow::Result<()> {
     let server = tiny_http::Server::http(addr)
-        .map_err(|e| anyhow::Error::new(ListenError(format!("--prometheus {addr}: cannot listen: {e}"))))?;
+        .map_err(|e| anyhow::Error::new(ListenError(format!("{flag} {addr}: cannot listen: {e}"))))?;
     std::thread::Builder::new().name("prometheus".into()).spawn(move || {
         for req in server.incoming_requests() {
             let resp = if req.url() == "/metrics" {
@@ -347,7 +350,7 @@ pub fn run(targets: Targets, opts: TopOptions, stop: &AtomicBool, show: &mut dyn
     let metrics = match &opts.prometheus {
         Some(addr) => {
             let m = Arc::new(Mutex::new(String::new()));
-            serve(addr, m.clone())?;
+            serve_metrics("--prometheus", addr, m.clone())?;
             ontime_core::errln!("ontime: Prometheus metrics on http://{addr}/metrics");
             Some(m)
         }
