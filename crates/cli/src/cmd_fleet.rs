@@ -152,13 +152,13 @@ struct FleetTopArgs {
 pub fn fleet(a: FleetArgs) -> anyhow::Result<()> {
     match a.action {
         FleetAction::Report(r) => {
-            let v = ontime_fleet::report::load(&r.nats)?;
-            if let Some(out) = &r.output {
-                let dir = out
-                    .parent()
+            let dir = r.output.as_deref().map(|o| {
+                o.parent()
                     .filter(|p| !p.as_os_str().is_empty())
-                    .unwrap_or(std::path::Path::new("."));
-                let pprofs = ontime_fleet::report::fetch_pprofs(&r.nats, &v, dir)?;
+                    .unwrap_or(std::path::Path::new("."))
+            });
+            let (v, pprofs) = ontime_fleet::report::load(&r.nats, dir)?;
+            if let Some(out) = &r.output {
                 ontime_core::fsio::write_atomic(out, ontime_fleet::report::html(&v, &pprofs).as_bytes())?;
                 ontime_core::errln!("ontime fleet report: {} host(s) -> {}", v.hosts.len(), out.display());
             }
@@ -171,7 +171,7 @@ pub fn fleet(a: FleetArgs) -> anyhow::Result<()> {
             let stop = Arc::new(AtomicBool::new(false));
             crate::signals::install_flag(stop.clone())?;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let v = ontime_fleet::report::load(&t.nats)?;
+                let (v, _) = ontime_fleet::report::load(&t.nats, None)?;
                 crate::out!("\x1b[2J\x1b[H{}", ontime_fleet::report::text(&v));
                 let until = std::time::Instant::now() + Duration::from_nanos(t.interval);
                 while std::time::Instant::now() < until && !stop.load(std::sync::atomic::Ordering::Relaxed) {

@@ -275,25 +275,27 @@ async fn publish_loop(
     let mut summary = AgentSummary::default();
     let mut away_since: Option<Instant> = None;
     let mut stopping_at: Option<Instant> = None;
+    // Facts of the windows received this run, until published or dropped.
+    let mut facts: std::collections::HashMap<PathBuf, WindowFacts> = std::collections::HashMap::new();
     loop {
         if stop.load(Ordering::Relaxed) && stopping_at.is_none() {
             producer_stop.store(true, Ordering::Relaxed);
             stopping_at = Some(Instant::now());
         }
         while let Ok(f) = rx.try_recv() {
-            if exposition.is_some() {
-                // The latest window's figures (scheduler events only: the
-                // functions are the workers' job).
-                if let Ok(rec) = ontime_trace::recording::Recording::read(&f) {
-                    metrics.tenants = crate::analysis::tenant_figures(&rec);
-                    metrics.last_window_end_realtime_ns = rec.meta.start_realtime_ns
-                        + rec
-                            .end
-                            .as_ref()
-                            .map_or(0, |e| e.end_ns.saturating_sub(rec.meta.start_ns));
+            // Each window is read once, here: its facts for the notice and,
+            // with an exposition, its tenants' figures (scheduler events
+            // only: the functions are the workers' job).
+            if let Ok(w) = window_facts(&f, exposition.is_some()) {
+                if exposition.is_some() {
+                    metrics.tenants = w.tenants.clone();
+                    metrics.last_window_end_realtime_ns = w.start_realtime_ns + w.duration_ns;
                 }
+                facts.insert(f.clone(), w);
             }
-            spool.push(f);
+            for gone in spool.push(f) {
+                facts.remove(&gone);
+            }
         }
         if let Some(body) = &exposition {
             let (cpu, rss) = own_cost();
@@ -329,7 +331,12 @@ async fn publish_loop(
                 if !ready {
                     crate::conn::ensure(&js).await?;
                 }
-                publish(c, &js, &front, spool.dropped, started).await
+                // A window left by an earlier run is read now.
+                let w = match facts.get(&front) {
+                    Some(w) => w.clone(),
+                    None => window_facts(&front, false)?,
+                };
+                publish(c, &js, &front, w, spool.dropped, started).await
             };
             match tokio::time::timeout(Duration::from_secs(10), attempt).await {
                 Ok(Ok(duplicate)) => {
@@ -341,12 +348,14 @@ async fn publish_loop(
                             spool.len()
                         );
                     }
+                    facts.remove(&front);
                     spool.published();
                     summary.published += 1;
                     summary.duplicates += duplicate as u64;
                 }
                 Ok(Err(e)) if is_bad_window(&e) => {
                     ontime_core::errln!("ontime agent: {} cannot be published: {e:#}; dropped", front.display());
+                    facts.remove(&front);
                     spool.published();
                     summary.dropped += 1;
                 }
@@ -397,11 +406,11 @@ async fn publish(
     c: &AgentConfig,
     js: &jetstream::Context,
     file: &Path,
+    w: WindowFacts,
     dropped: u64,
     started: Instant,
 ) -> Result<bool> {
-    let (start_realtime_ns, duration_ns, targets, replayed) = window_facts(file)?;
-    let id = WindowNotice::id_of(&c.host, start_realtime_ns);
+    let id = WindowNotice::id_of(&c.host, w.start_realtime_ns);
     let bucket = js
         .get_object_store(wire::WINDOW_BUCKET)
         .await
@@ -418,12 +427,12 @@ async fn publish(
         version: wire::VERSION,
         host: c.host.clone(),
         id: id.clone(),
-        start_realtime_ns,
-        duration_ns,
+        start_realtime_ns: w.start_realtime_ns,
+        duration_ns: w.duration_ns,
         bytes: info.size as u64,
-        targets,
+        targets: w.targets,
         dropped,
-        replayed,
+        replayed: w.replayed,
         agent_cpu_ns: cpu,
         agent_rss_bytes: rss,
         agent_uptime_ns: started.elapsed().as_nanos() as u64,
@@ -442,26 +451,42 @@ async fn publish(
     Ok(ack.duplicate)
 }
 
-/// A window file's start (wall clock), length and tenants. A replayed
-/// window (copied by [`replay`]) carries its new start in its name.
-fn window_facts(file: &Path) -> Result<(u64, u64, Vec<String>, bool)> {
+/// What the agent says of a window: its start (wall clock), length and
+/// tenants, and with `figures` each tenant's figures.
+#[derive(Clone)]
+struct WindowFacts {
+    start_realtime_ns: u64,
+    duration_ns: u64,
+    targets: Vec<String>,
+    replayed: bool,
+    tenants: Vec<crate::wire::TenantFigures>,
+}
+
+/// A window file's facts. A replayed window (copied by [`replay`]) carries
+/// its new start in a `.start` file beside it.
+fn window_facts(file: &Path, figures: bool) -> Result<WindowFacts> {
     let rec = ontime_trace::recording::Recording::read(file)
         .map_err(|e| anyhow::Error::new(BadWindow(format!("{}: {e:#}", file.display()))))?;
     let end = rec.end.as_ref().map(|e| e.end_ns).unwrap_or(rec.meta.start_ns);
-    let duration = end.saturating_sub(rec.meta.start_ns);
-    let targets = rec
-        .meta
-        .groups
-        .iter()
-        .filter(|g| g.kind == ontime_trace::recording::GroupKind::Tenant)
-        .map(|g| g.name.clone())
-        .collect();
     let replayed_start = std::fs::read_to_string(file.with_extension("start"))
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok());
-    Ok(match replayed_start {
-        Some(s) => (s, duration, targets, true),
-        None => (rec.meta.start_realtime_ns, duration, targets, false),
+    Ok(WindowFacts {
+        start_realtime_ns: replayed_start.unwrap_or(rec.meta.start_realtime_ns),
+        duration_ns: end.saturating_sub(rec.meta.start_ns),
+        targets: rec
+            .meta
+            .groups
+            .iter()
+            .filter(|g| g.kind == ontime_trace::recording::GroupKind::Tenant)
+            .map(|g| g.name.clone())
+            .collect(),
+        replayed: replayed_start.is_some(),
+        tenants: if figures {
+            crate::analysis::tenant_figures(&rec)
+        } else {
+            Vec::new()
+        },
     })
 }
 
@@ -509,6 +534,5 @@ pub fn own_cost() -> (u64, u64) {
     if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
         return (0, 0);
     }
-    let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
-    (tv(ru.ru_utime) + tv(ru.ru_stime), ru.ru_maxrss as u64 * 1024)
+    (ontime_core::time::rusage_cpu_ns(&ru), ru.ru_maxrss as u64 * 1024)
 }

@@ -42,10 +42,7 @@ pub fn analyse(file: &Path) -> Result<Analysed> {
                     f.truncate(TOP_FUNCTIONS);
                     t.functions = f;
                 }
-                let tmp = tempfile_path(file, "pb.gz");
-                p.write_pprof(&tmp)?;
-                pprof = Some(std::fs::read(&tmp)?);
-                let _ = std::fs::remove_file(&tmp);
+                pprof = Some(p.pprof_bytes()?);
                 notes.extend(p.report.notes.iter().cloned());
             }
             Err(e) => notes.push(format!("no profile: {e:#}")),
@@ -75,8 +72,4 @@ pub fn tenant_figures(rec: &Recording) -> Vec<TenantFigures> {
             functions: Vec::new(),
         })
         .collect()
-}
-
-fn tempfile_path(beside: &Path, ext: &str) -> std::path::PathBuf {
-    beside.with_extension(format!("{}.{ext}", std::process::id()))
 }

@@ -89,7 +89,7 @@ fn departure(tenant: &str, metric: String, value: f64, mut hist: Vec<f64>, floor
     if hist.len() < MIN_HISTORY {
         return None;
     }
-    let median = median(&mut hist);
+    let median = median_of(&mut hist);
     let mut dev: Vec<f64> = hist.iter().map(|v| (v - median).abs()).collect();
     let mad = median_of(&mut dev);
     // 1.4826 MAD estimates a standard deviation for normal data.
@@ -103,10 +103,6 @@ fn departure(tenant: &str, metric: String, value: f64, mut hist: Vec<f64>, floor
         history: hist.len(),
         threshold,
     })
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    median_of(v)
 }
 
 fn median_of(v: &mut [f64]) -> f64 {

@@ -14,7 +14,7 @@ use crate::wire;
 /// How to reach NATS: on the command line of `analyse` and `fleet`, in
 /// the `[nats]` table of an agent's config.
 #[derive(clap::Args, Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct NatsArgs {
     /// NATS server URL(s) of one cluster, comma-separated
     #[arg(
@@ -23,46 +23,34 @@ pub struct NatsArgs {
         value_delimiter = ',',
         default_value = "nats://127.0.0.1:4222"
     )]
-    #[serde(default = "default_servers")]
     pub servers: Vec<String>,
     /// A credentials file (JWT and nkey seed, as `nsc` writes it)
     #[arg(long, value_name = "FILE")]
-    #[serde(default)]
     pub creds: Option<PathBuf>,
     /// A file holding an nkey seed (SU...)
     #[arg(long, value_name = "FILE")]
-    #[serde(default)]
     pub nkey: Option<PathBuf>,
     /// User name (with --password-file or ONTIME_NATS_PASSWORD)
     #[arg(long)]
-    #[serde(default)]
     pub user: Option<String>,
     /// A file holding the user's password (not on the command line, where
     /// `ps` shows it); ONTIME_NATS_PASSWORD also works
     #[arg(long, value_name = "FILE")]
-    #[serde(default)]
     pub password_file: Option<PathBuf>,
     /// CA certificate(s) to verify the server with; TLS is then required
     #[arg(long, value_name = "FILE")]
-    #[serde(default)]
     pub tls_ca: Option<PathBuf>,
     /// Client certificate and key for TLS client authentication
     #[arg(long, value_name = "FILE", requires = "tls_key")]
-    #[serde(default)]
     pub tls_cert: Option<PathBuf>,
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
-    #[serde(default)]
     pub tls_key: Option<PathBuf>,
-}
-
-fn default_servers() -> Vec<String> {
-    vec!["nats://127.0.0.1:4222".into()]
 }
 
 impl Default for NatsArgs {
     fn default() -> Self {
         NatsArgs {
-            servers: default_servers(),
+            servers: vec!["nats://127.0.0.1:4222".into()],
             creds: None,
             nkey: None,
             user: None,

@@ -3,6 +3,8 @@
 //! own counters and cost. Names follow Prometheus conventions (base units,
 //! `_total` counters, `_ratio` shares).
 
+use ontime_observe::top::esc;
+
 use crate::wire::TenantFigures;
 use std::fmt::Write as _;
 
@@ -19,10 +21,6 @@ pub struct AgentMetrics {
     /// The latest finished window's figures.
     pub tenants: Vec<TenantFigures>,
     pub last_window_end_realtime_ns: u64,
-}
-
-fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 impl AgentMetrics {

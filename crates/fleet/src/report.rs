@@ -175,13 +175,15 @@ pub fn view(results: &[WindowResult], dead_letters: u64) -> FleetView {
     }
 }
 
-/// Reads the fleet's results.
-pub fn load(nats: &NatsArgs) -> Result<FleetView> {
+/// Reads the fleet's results, on one connection; with `pprof_dir`, copies
+/// each host's latest pprof there (`<host>.pb.gz`, for the HTML report's
+/// links) and names the files written.
+pub fn load(nats: &NatsArgs, pprof_dir: Option<&Path>) -> Result<(FleetView, Vec<String>)> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
         let client = nats.connect("ontime-fleet", false).await?;
         let js = jetstream::new(client);
-        Ok(match fetch(&js).await? {
+        let v = match fetch(&js).await? {
             Some((results, dead)) => view(&results, dead),
             None => FleetView {
                 empty_because: Some(format!(
@@ -190,33 +192,31 @@ pub fn load(nats: &NatsArgs) -> Result<FleetView> {
                 )),
                 ..Default::default()
             },
-        })
+        };
+        let written = match pprof_dir {
+            Some(dir) => fetch_pprofs(&js, &v, dir).await?,
+            None => Vec::new(),
+        };
+        Ok((v, written))
     })
 }
 
-/// Copies each host's latest pprof into `dir` (`<host>.pb.gz`) for the
-/// report's links; the file names written.
-pub fn fetch_pprofs(nats: &NatsArgs, v: &FleetView, dir: &Path) -> Result<Vec<String>> {
+async fn fetch_pprofs(js: &jetstream::Context, v: &FleetView, dir: &Path) -> Result<Vec<String>> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    rt.block_on(async {
-        let client = nats.connect("ontime-fleet", false).await?;
-        let js = jetstream::new(client);
-        let store = js
-            .get_object_store(wire::RESULT_BUCKET)
-            .await
-            .map_err(|e| anyhow::anyhow!("the results object store: {e}"))?;
-        let mut written = Vec::new();
-        for h in &v.hosts {
-            let Some(name) = &h.latest_pprof else { continue };
-            let Ok(mut obj) = store.get(name).await else { continue };
-            let file = format!("{}.pb.gz", h.host);
-            let mut f = tokio::fs::File::create(dir.join(&file)).await?;
-            tokio::io::copy(&mut obj, &mut f).await?;
-            written.push(file);
-        }
-        Ok(written)
-    })
+    let store = js
+        .get_object_store(wire::RESULT_BUCKET)
+        .await
+        .map_err(|e| anyhow::anyhow!("the results object store: {e}"))?;
+    let mut written = Vec::new();
+    for h in &v.hosts {
+        let Some(name) = &h.latest_pprof else { continue };
+        let Ok(mut obj) = store.get(name).await else { continue };
+        let file = format!("{}.pb.gz", h.host);
+        let mut f = tokio::fs::File::create(dir.join(&file)).await?;
+        tokio::io::copy(&mut obj, &mut f).await?;
+        written.push(file);
+    }
+    Ok(written)
 }
 
 fn pct(v: f64) -> String {

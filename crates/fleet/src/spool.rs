@@ -58,8 +58,10 @@ impl Spool {
         d
     }
 
-    /// Queues a finished window, dropping the oldest beyond the bound.
-    pub fn push(&mut self, file: PathBuf) {
+    /// Queues a finished window, dropping the oldest beyond the bound;
+    /// the windows dropped.
+    pub fn push(&mut self, file: PathBuf) -> Vec<PathBuf> {
+        let mut gone = Vec::new();
         let size = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
         self.queue.push_back((file, size));
         self.bytes += size;
@@ -75,8 +77,10 @@ impl Spool {
                     old.display(),
                     self.dropped
                 );
+                gone.push(old);
             }
         }
+        gone
     }
 
     pub fn front(&self) -> Option<&Path> {

@@ -288,14 +288,15 @@ fn start_best_effort(
     );
     let to = endpoint_of(lab, &n.best_effort_to)?;
     let mut out = Vec::new();
+    let clients = best_effort_clients(n, lab, duration_ns, dir)?;
     // A guest runs its own servers and clients (`guest_net`).
     if !(in_guests && n.best_effort_to != "building") {
-        for (i, _) in best_effort_clients(n, lab, duration_ns, dir)? {
-            out.push(iperf3_server(&to.netns, to.addr, 5201 + i as u16, true)?);
+        for (i, _) in &clients {
+            out.push(iperf3_server(&to.netns, to.addr, 5201 + *i as u16, true)?);
         }
     }
     if !in_guests {
-        for (i, args) in best_effort_clients(n, lab, duration_ns, dir)? {
+        for (i, args) in clients {
             let mut cli = Command::new("iperf3");
             cli.args(args).stdout(Stdio::null()).stderr(Stdio::null());
             out.push(lab.tenants[i].spawn(&mut cli, false, Default::default())?);
@@ -420,11 +421,9 @@ pub fn guest_net(c: &RunConfig, lab: &Lab, i: usize, dir: &Path) -> Result<ontim
             port: f.port,
         });
     }
+    let clients = best_effort_clients(n, lab, c.duration, dir)?;
     let best_effort_servers = if n.best_effort_to == name {
-        best_effort_clients(n, lab, c.duration, dir)?
-            .iter()
-            .map(|(t, _)| 5201 + *t as u16)
-            .collect()
+        clients.iter().map(|(t, _)| 5201 + *t as u16).collect()
     } else {
         Vec::new()
     };
@@ -435,11 +434,7 @@ pub fn guest_net(c: &RunConfig, lab: &Lab, i: usize, dir: &Path) -> Result<ontim
         receivers,
         senders,
         best_effort_servers,
-        best_effort: best_effort_clients(n, lab, c.duration, dir)?
-            .into_iter()
-            .filter(|(t, _)| *t == i)
-            .map(|(_, a)| a)
-            .collect(),
+        best_effort: clients.into_iter().filter(|(t, _)| *t == i).map(|(_, a)| a).collect(),
         clock_sync: Some(guest_clock_sync(n, lab, i, dir)?),
         ready: guest_ready_file(dir, i),
         go: dir.join("net.go"),

@@ -183,7 +183,8 @@ fn table(reports: &[GroupReport], vcpus: bool, span: u64) -> String {
     out
 }
 
-fn esc(v: &str) -> String {
+/// A Prometheus label value, escaped (backslash, quote, newline).
+pub fn esc(v: &str) -> String {
     v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 

@@ -111,13 +111,21 @@ pub struct Profiled {
 impl Profiled {
     /// Writes the pprof file (gzipped profile.proto) to `path`.
     pub fn write_pprof(&self, path: &Path) -> Result<()> {
-        let p = pprof::build(
+        pprof::write(&self.pprof(), path)
+    }
+
+    /// The pprof file's bytes (gzipped profile.proto).
+    pub fn pprof_bytes(&self) -> Result<Vec<u8>> {
+        pprof::gzipped(&self.pprof())
+    }
+
+    fn pprof(&self) -> pprof::Profile {
+        pprof::build(
             &self.joined,
             &self.symbols,
             self.start_realtime_ns,
             self.report.profile.sample_period_ns,
-        );
-        pprof::write(&p, path)
+        )
     }
 
     /// Writes the flame graphs and the tenants' class figures into `dir`.

@@ -265,10 +265,14 @@ pub fn build(j: &Joined, syms: &Symbols, start_realtime_ns: u64, period_ns: u64)
 /// Writes `p` gzipped to `path`.
 /// Whole or not at all: a full disk leaves no 0-byte profile behind.
 pub fn write(p: &Profile, path: &std::path::Path) -> Result<()> {
+    ontime_core::fsio::write_atomic(path, &gzipped(p)?)
+}
+
+/// The profile as pprof reads it: gzipped profile.proto.
+pub fn gzipped(p: &Profile) -> Result<Vec<u8>> {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     gz.write_all(&p.encode_to_vec()).context("compressing the profile")?;
-    let bytes = gz.finish().context("compressing the profile")?;
-    ontime_core::fsio::write_atomic(path, &bytes)
+    gz.finish().context("compressing the profile")
 }
 
 #[cfg(test)]

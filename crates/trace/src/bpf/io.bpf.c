@@ -268,25 +268,31 @@ static __always_inline void enter_fd_call(struct sys_enter_ctx *ctx, __u8 kind, 
         count_lost(1);
 }
 
+/* A call or request that started as `start` has ended with `ret`: one
+ * event, stamped now, carrying its latency. */
+static __always_inline void emit_done(const struct io_event *start, __s64 ret)
+{
+    __u64 now = bpf_ktime_get_ns();
+    struct io_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+    if (!e) {
+        count_lost(0);
+        return;
+    }
+    __builtin_memcpy(e, start, sizeof(*e));
+    e->latency = now - start->ts;
+    e->ts = now;
+    e->ret = ret;
+    e->cpu = bpf_get_smp_processor_id();
+    bpf_ringbuf_submit(e, submit_flags());
+}
+
 static __always_inline void exit_call(struct sys_exit_ctx *ctx)
 {
     __u32 tid = (__u32)bpf_get_current_pid_tgid();
     struct pending_call *p = bpf_map_lookup_elem(&pending, &tid);
     if (!p)
         return;
-    __u64 now = bpf_ktime_get_ns();
-    struct io_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-    if (!e) {
-        count_lost(0);
-        bpf_map_delete_elem(&pending, &tid);
-        return;
-    }
-    __builtin_memcpy(e, &p->ev, sizeof(*e));
-    e->latency = now - p->ev.ts;
-    e->ts = now;
-    e->ret = ctx->ret;
-    e->cpu = bpf_get_smp_processor_id();
-    bpf_ringbuf_submit(e, submit_flags());
+    emit_done(&p->ev, ctx->ret);
     bpf_map_delete_elem(&pending, &tid);
 }
 
@@ -656,24 +662,11 @@ static __always_inline void async_done(__u64 key, __s64 ret)
     struct io_event *p = bpf_map_lookup_elem(&async_pending, &key);
     if (!p)
         return;
-    if (!p->kind || !p->dev) {
-        bpf_map_delete_elem(&async_pending, &key);
-        return;
+    if (p->kind && p->dev) {
+        /* The request's size is what it moved (submit does not say). */
+        p->bytes = ret > 0 ? (__u32)ret : 0;
+        emit_done(p, ret);
     }
-    __u64 now = bpf_ktime_get_ns();
-    struct io_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-    if (!e) {
-        count_lost(0);
-        bpf_map_delete_elem(&async_pending, &key);
-        return;
-    }
-    __builtin_memcpy(e, p, sizeof(*e));
-    e->latency = now - p->ts;
-    e->ts = now;
-    e->ret = ret;
-    e->bytes = ret > 0 ? (__u32)ret : 0;
-    e->cpu = bpf_get_smp_processor_id();
-    bpf_ringbuf_submit(e, submit_flags());
     bpf_map_delete_elem(&async_pending, &key);
 }
 
