@@ -172,7 +172,7 @@ pub fn fleet(a: FleetArgs) -> anyhow::Result<()> {
             crate::signals::install_flag(stop.clone())?;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let (v, _) = ontime_fleet::report::load(&t.nats, None)?;
-                crate::out!("\x1b[2J\x1b[H{}", ontime_fleet::report::text(&v));
+                crate::out!("\x1b[2J\x1b[H{}{}", freshness(&v), ontime_fleet::report::text(&v));
                 let until = std::time::Instant::now() + Duration::from_nanos(t.interval);
                 while std::time::Instant::now() < until && !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     std::thread::sleep(Duration::from_millis(100));
@@ -181,4 +181,27 @@ pub fn fleet(a: FleetArgs) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// How old each host's newest result is: a host whose agent or workers
+/// stopped shows as falling behind, which a table of figures alone hides.
+fn freshness(v: &ontime_fleet::report::FleetView) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let ages: Vec<String> = v
+        .hosts
+        .iter()
+        .map(|h| {
+            format!(
+                "{} {:.0} s ago",
+                h.host,
+                now.saturating_sub(h.last_end_realtime_ns) as f64 / 1e9
+            )
+        })
+        .collect();
+    if ages.is_empty() {
+        return String::new();
+    }
+    format!("newest window: {}\n", ages.join(", "))
 }

@@ -3,6 +3,7 @@
 use crate::usage;
 use clap::{Args, Subcommand};
 use ontime_core::export::TextReport;
+use ontime_plan::input::FleetMeasure;
 use ontime_plan::{check, plan, PlanInput, PlanOptions};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -38,8 +39,14 @@ struct Common {
     /// Hosts simulated at once [default: this host's CPUs]
     #[arg(long)]
     jobs: Option<usize>,
+    /// Take each `fleet = "HOST/TENANT"` tenant's CPU per poll and busiest
+    /// 100 ms from the fleet's results (`ontime analyse`), not a model
+    #[arg(long)]
+    from_fleet: bool,
     #[command(flatten)]
     out: crate::output::OutputFlags,
+    #[command(flatten, next_help_heading = "Fleet (with --from-fleet)")]
+    nats: ontime_fleet::conn::NatsArgs,
 }
 
 #[derive(Subcommand)]
@@ -75,8 +82,71 @@ fn options(c: &Common) -> anyhow::Result<PlanOptions> {
     Ok(o)
 }
 
-fn read(p: &Path) -> anyhow::Result<PlanInput> {
-    PlanInput::read(p).map_err(|e| usage(format!("{e:#}")))
+fn read(p: &Path, c: &Common) -> anyhow::Result<PlanInput> {
+    if !c.from_fleet {
+        return PlanInput::read(p).map_err(|e| usage(format!("{e:#}")));
+    }
+    let (view, _) = ontime_fleet::report::load(&c.nats, None)?;
+    if let Some(why) = &view.empty_because {
+        return Err(usage(format!("--from-fleet: {why}")));
+    }
+    let lookup = |name: &str| fleet_measure(&view, name);
+    PlanInput::read_measured(p, Some(&lookup)).map_err(|e| usage(format!("{e:#}")))
+}
+
+/// A tenant's figures in the fleet's view: "HOST/TENANT", or "TENANT"
+/// when exactly one host has it.
+fn fleet_measure(view: &ontime_fleet::report::FleetView, name: &str) -> anyhow::Result<FleetMeasure> {
+    let (host, tenant) = match name.split_once('/') {
+        Some((h, t)) => (Some(h), t),
+        None => (None, name),
+    };
+    let found: Vec<_> = view
+        .hosts
+        .iter()
+        .filter(|h| host.is_none_or(|want| h.host == want))
+        .flat_map(|h| h.tenants.iter().filter(|t| t.tenant == tenant).map(move |t| (h, t)))
+        .collect();
+    let known = || {
+        let all: Vec<String> = view
+            .hosts
+            .iter()
+            .flat_map(|h| h.tenants.iter().map(move |t| format!("{}/{}", h.host, t.tenant)))
+            .collect();
+        all.join(", ")
+    };
+    match found.as_slice() {
+        [(h, t)] => {
+            let Some(peak) = t.peak_100ms_cpus_max else {
+                anyhow::bail!(
+                    "the fleet has no 100 ms peak for {}/{} (its windows were shorter than 100 ms)",
+                    h.host,
+                    t.tenant
+                );
+            };
+            if t.mean_cpus <= 0.0 {
+                anyhow::bail!(
+                    "{}/{} used no CPU in the fleet's {} window(s): nothing to plan by",
+                    h.host,
+                    t.tenant,
+                    t.windows
+                );
+            }
+            Ok(FleetMeasure {
+                source: format!("{}/{}", h.host, t.tenant),
+                windows: t.windows,
+                observed_ns: t.observed_ns,
+                mean_cpus: t.mean_cpus,
+                peak_100ms_cpus: peak,
+            })
+        }
+        [] => anyhow::bail!("the fleet's results have no such tenant (they have: {})", known()),
+        many => anyhow::bail!(
+            "{} hosts have a tenant {tenant} ({}): name one as HOST/TENANT",
+            many.len(),
+            many.iter().map(|(h, _)| h.host.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+    }
 }
 
 fn write_placement(
@@ -96,7 +166,7 @@ fn write_placement(
 
 pub fn run(a: PlanArgs) -> anyhow::Result<()> {
     if let Some(PlanCmd::Check(c)) = a.cmd {
-        let input = read(&c.placement)?;
+        let input = read(&c.placement, &c.common)?;
         let r = check(&input, &options(&c.common)?).map_err(|e| usage(format!("{e:#}")))?;
         return c.common.out.emit(&r, &r.text());
     }
@@ -110,7 +180,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
         ("--output", a.output.as_deref()),
         ("--mean-cpu-output", a.mean_cpu_output.as_deref()),
     ])?;
-    let input = read(path)?;
+    let input = read(path, &a.common)?;
     let r = plan(&input, &options(&a.common)?).map_err(|e| usage(format!("{e:#}")))?;
     let mut text = r.text();
     if let Some(o) = &a.output {

@@ -55,7 +55,7 @@ enum Verb {
     /// Run a lab scenario in the scheduling simulator (crawler tenants)
     Sim(cmd_sim::SimArgs),
     /// Place tenants onto hosts so every one keeps its target; predict a placement
-    Plan(cmd_plan::PlanArgs),
+    Plan(Box<cmd_plan::PlanArgs>),
     /// Record this host continuously and publish each window to NATS JetStream (the fleet)
     Agent(cmd_fleet::AgentArgs),
     /// Analyse the fleet's windows as one worker of a pool (NATS JetStream)
@@ -152,7 +152,7 @@ fn main() {
         Verb::Io(a) => cmd_io::run(a),
         Verb::Net(a) => cmd_net::run(a),
         Verb::Sim(a) => cmd_sim::run(a),
-        Verb::Plan(a) => cmd_plan::run(a),
+        Verb::Plan(a) => cmd_plan::run(*a),
         Verb::Probe(a) => cmd_probe::run(a),
     };
     if let Err(e) = result {

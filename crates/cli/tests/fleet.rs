@@ -306,7 +306,58 @@ fn three_agents_two_workers_every_window_once_through_a_kill_and_an_outage() {
     for h in ["h1", "h2", "h3"] {
         assert!(text.contains(&format!(">{h}")), "{h} missing from the report");
     }
+    plan_from_the_fleet(d, &url, &v);
     server.stop();
+}
+
+/// `ontime plan --from-fleet`: a tenant's CPU and busiest 100 ms come
+/// from the fleet's results; a name several hosts have is refused; the
+/// written placement carries the figures, so `plan check` needs no fleet.
+fn plan_from_the_fleet(d: &Path, url: &str, v: &serde_json::Value) {
+    let row = &v["hosts"][0]["tenants"][0];
+    let (mean, peak) = (
+        row["mean_cpus"].as_f64().unwrap(),
+        row["peak_100ms_cpus_max"].as_f64().unwrap(),
+    );
+    assert!(mean > 0.0 && peak >= mean, "{row:#}");
+    let input = d.join("plan.toml");
+    let text = "[[host]]\nname = 'h'\ncores = 4\nio_cpus = 1\n[[tenant]]\nname = 'busy'\nvcpus = 2\nrate = 50\nfleet = 'h1/busy'\ntarget = '100ms'\npercentile = 'p99'\n";
+    std::fs::write(&input, text).unwrap();
+    let placed = d.join("placed.toml");
+    let out = ontime()
+        .args(["plan", "--from-fleet", "--nats", url, "--json", "-o"])
+        .arg(&placed)
+        .arg(&input)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let note = r["inputs"][0].as_str().unwrap_or_default();
+    assert!(note.contains("h1/busy"), "{r:#}");
+    eprintln!("plan from the fleet: {note}");
+    let host = &r["hosts"][0];
+    assert!(host.is_object(), "the tenant is placed: {r:#}");
+    assert!(
+        (host["peak_100ms_cpu"].as_f64().unwrap() - peak.min(2.0)).abs() < 1e-9,
+        "the measured peak {peak} is the plan's: {host:#}"
+    );
+    assert!(
+        (host["mean_cpu"].as_f64().unwrap() - mean).abs() < 0.01 * mean.max(0.01),
+        "the measured mean {mean} is the plan's: {host:#}"
+    );
+    let check = ontime().args(["plan", "check"]).arg(&placed).output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    std::fs::write(&input, text.replace("'h1/busy'", "'busy'")).unwrap();
+    let out = ontime()
+        .args(["plan", "--from-fleet", "--nats", url])
+        .arg(&input)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("name one as HOST/TENANT"),
+        "{err}"
+    );
 }
 
 /// A server that requires a user and password refuses a wrong one with

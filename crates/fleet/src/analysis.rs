@@ -18,8 +18,8 @@ pub struct Analysed {
     pub notes: Vec<String>,
 }
 
-/// Functions kept per tenant.
-const TOP_FUNCTIONS: usize = 5;
+/// Functions kept per tenant and window.
+pub const TOP_FUNCTIONS: usize = 5;
 
 pub fn analyse(file: &Path) -> Result<Analysed> {
     let rec = Recording::read(file)?;
@@ -41,6 +41,7 @@ pub fn analyse(file: &Path) -> Result<Analysed> {
                     f.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
                     f.truncate(TOP_FUNCTIONS);
                     t.functions = f;
+                    t.sample_period_ns = rec.meta.sample_period_ns;
                 }
                 pprof = Some(p.pprof_bytes()?);
                 notes.extend(p.report.notes.iter().cloned());
@@ -70,6 +71,7 @@ pub fn tenant_figures(rec: &Recording) -> Vec<TenantFigures> {
             contention_pct: g.contention.any_pct,
             on_cpu_ns: g.on_cpu_ns,
             functions: Vec::new(),
+            sample_period_ns: None,
         })
         .collect()
 }

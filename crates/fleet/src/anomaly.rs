@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::analysis::TOP_FUNCTIONS;
 use crate::wire::{Anomaly, TenantFigures};
 
 /// Windows kept per tenant.
@@ -73,15 +74,39 @@ impl History {
                 );
             }
             for (func, ns) in &f.functions {
-                let hist: Vec<f64> = past
-                    .iter()
-                    .map(|p| p.functions.iter().find(|(n, _)| n == func).map_or(0.0, |x| x.1 as f64))
-                    .collect();
-                // 10 ms of corrected time in a window.
-                check(format!("function:{func}"), *ns as f64, hist, 10e6);
+                let hist: Vec<f64> = past.iter().map(|p| past_function_ns(p, func)).collect();
+                let floor = sampling_floor_ns(&hist, f.sample_period_ns);
+                check(format!("function:{func}"), *ns as f64, hist, floor);
             }
         }
         out
+    }
+}
+
+/// How far a function's corrected time must rise to be more than
+/// sampling noise: at least 10 ms, and [`MADS`] standard deviations of a
+/// Poisson count of samples at the history's median (a function seen in 4
+/// samples of 10 ms is as likely to be seen in 6 next window: 40 -> 60 ms
+/// is not a departure; at 100 samples, +60 % is).
+fn sampling_floor_ns(hist: &[f64], period_ns: Option<u64>) -> f64 {
+    let Some(period) = period_ns.filter(|&p| p > 0).map(|p| p as f64) else {
+        return 10e6;
+    };
+    let mut h = hist.to_vec();
+    let samples = (median_of(&mut h) / period).max(1.0);
+    (MADS * samples.sqrt() * period).max(10e6)
+}
+
+/// A function's corrected time in a past window. Only the top
+/// [`TOP_FUNCTIONS`] are kept: one missing from a full list may have had up
+/// to the smallest kept time, and is taken to have had it (counting it as 0
+/// flagged every function that sampling moved into the top few); one
+/// missing from a shorter list had none.
+fn past_function_ns(p: &TenantFigures, func: &str) -> f64 {
+    match p.functions.iter().find(|(n, _)| n == func) {
+        Some((_, ns)) => *ns as f64,
+        None if p.functions.len() >= TOP_FUNCTIONS => p.functions.iter().map(|f| f.1).min().unwrap_or(0) as f64,
+        None => 0.0,
     }
 }
 
@@ -126,6 +151,7 @@ mod tests {
             contention_pct: 0.0,
             on_cpu_ns: 0,
             functions: vec![("poll".into(), func_ms * 1_000_000)],
+            sample_period_ns: None,
         }
     }
 
@@ -142,6 +168,37 @@ mod tests {
         assert_eq!(metrics, ["steal_pct", "function:poll"]);
         assert_eq!(a[0].history, 6);
         assert!((a[0].median - 2.75).abs() < 1e-9 && a[0].value == 40.0);
+    }
+
+    /// A function that sampling moves in and out of a window's top few is
+    /// not a departure: absent from a full list, it had up to the smallest
+    /// kept time. A new function above every past window's list still is.
+    #[test]
+    fn a_function_entering_the_top_few_is_not_flagged_by_itself() {
+        let top = |extra: &str, ns: u64| TenantFigures {
+            functions: (0..TOP_FUNCTIONS as u64 - 1)
+                .map(|i| (format!("f{i}"), 60_000_000 - i * 1_000_000))
+                .chain([(extra.to_string(), ns)])
+                .collect(),
+            ..fig(2.0, 0)
+        };
+        let mut h = History::default();
+        for i in 0..8 {
+            h.add(&[top(&format!("other{i}"), 40_000_000)]);
+        }
+        assert!(h.departures(&[top("newcomer", 50_000_000)]).is_empty());
+        // Sampled at 100 Hz the history's 40 ms is 4 samples: 60 ms (6) is
+        // sampling noise, 200 ms is not.
+        let sampled = |ns| TenantFigures {
+            sample_period_ns: Some(10_000_000),
+            ..top("newcomer", ns)
+        };
+        assert!(h.departures(&[sampled(60_000_000)]).is_empty());
+        assert_eq!(h.departures(&[sampled(200_000_000)]).len(), 1);
+        let a = h.departures(&[top("newcomer", 400_000_000)]);
+        assert_eq!(a.len(), 1, "{a:?}");
+        assert_eq!(a[0].metric, "function:newcomer");
+        assert_eq!(a[0].median, 40_000_000.0);
     }
 
     #[test]

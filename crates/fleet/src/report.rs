@@ -24,6 +24,10 @@ pub struct TenantRow {
     pub steal_pct_last: f64,
     pub steal_pct_max: f64,
     pub peak_100ms_cpus_max: Option<f64>,
+    /// Its CPU over the windows it was in, in CPUs.
+    pub mean_cpus: f64,
+    /// Those windows' wall time.
+    pub observed_ns: u64,
     pub contention_pct_max: f64,
     pub anomalies: Vec<Anomaly>,
     /// Functions by corrected time in the latest window with samples.
@@ -150,6 +154,9 @@ pub fn view(results: &[WindowResult], dead_letters: u64) -> FleetView {
                 }
             };
             row.windows += 1;
+            row.observed_ns += r.duration_ns;
+            // The sum of CPU first; divided by the wall time below.
+            row.mean_cpus += t.on_cpu_ns as f64;
             row.steal_pct_last = t.steal_pct;
             row.steal_pct_max = row.steal_pct_max.max(t.steal_pct);
             row.contention_pct_max = row.contention_pct_max.max(t.contention_pct);
@@ -165,6 +172,13 @@ pub fn view(results: &[WindowResult], dead_letters: u64) -> FleetView {
                 row.anomalies.push(a.clone());
             }
         }
+    }
+    for row in hosts.values_mut().flat_map(|h| h.tenants.iter_mut()) {
+        row.mean_cpus = if row.observed_ns > 0 {
+            row.mean_cpus / row.observed_ns as f64
+        } else {
+            0.0
+        };
     }
     FleetView {
         empty_because: None,
@@ -228,9 +242,22 @@ fn cpus(v: Option<f64>) -> String {
 }
 
 fn anomaly_text(a: &Anomaly) -> String {
+    // Each metric in its own unit: steal in %, peaks in CPUs, a
+    // function's corrected time (ns in the result) in ms.
+    let (scale, unit) = match a.metric.as_str() {
+        "steal_pct" => (1.0, " %"),
+        "peak_100ms_cpus" => (1.0, " CPUs"),
+        _ => (1e-6, " ms"),
+    };
+    let v = |x: f64| format!("{:.2}{unit}", x * scale);
     format!(
-        "{} {:.3} over {:.3} (median {:.3}, MAD {:.3}, {} windows)",
-        a.metric, a.value, a.threshold, a.median, a.mad, a.history
+        "{} {} over {} (median {}, MAD {}, {} windows)",
+        a.metric,
+        v(a.value),
+        v(a.threshold),
+        v(a.median),
+        v(a.mad),
+        a.history
     )
 }
 
@@ -251,17 +278,18 @@ pub fn text(v: &FleetView) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<16} {:<12} {:>7} {:>10} {:>9} {:>12} {:>11} {:>9}",
-        "host", "tenant", "windows", "steal last", "steal max", "100ms peak", "contention", "anomalies"
+        "{:<16} {:<12} {:>7} {:>8} {:>10} {:>9} {:>12} {:>11} {:>9}",
+        "host", "tenant", "windows", "mean CPU", "steal last", "steal max", "100ms peak", "contention", "anomalies"
     );
     for h in &v.hosts {
         for t in &h.tenants {
             let _ = writeln!(
                 out,
-                "{:<16} {:<12} {:>7} {:>10} {:>9} {:>12} {:>11} {:>9}",
+                "{:<16} {:<12} {:>7} {:>8.3} {:>10} {:>9} {:>12} {:>11} {:>9}",
                 h.host,
                 t.tenant,
                 t.windows,
+                t.mean_cpus,
                 pct(t.steal_pct_last),
                 pct(t.steal_pct_max),
                 cpus(t.peak_100ms_cpus_max),
@@ -306,7 +334,7 @@ pub fn html(v: &FleetView, pprofs: &[String]) -> String {
         v.dead_letters,
         v.duplicate_results
     );
-    h.push_str("<h2>Hosts and tenants</h2><table><tr><th>host</th><th>tenant</th><th>windows</th><th>steal last</th><th>steal max</th><th>busiest 100 ms (CPUs)</th><th>contention max</th><th>anomalies</th><th>top function (corrected)</th></tr>");
+    h.push_str("<h2>Hosts and tenants</h2><table><tr><th>host</th><th>tenant</th><th>windows</th><th>mean CPUs</th><th>steal last</th><th>steal max</th><th>busiest 100 ms (CPUs)</th><th>contention max</th><th>anomalies</th><th>top function (corrected)</th></tr>");
     for host in &v.hosts {
         for (i, t) in host.tenants.iter().enumerate() {
             let name = if i == 0 {
@@ -330,9 +358,10 @@ pub fn html(v: &FleetView, pprofs: &[String]) -> String {
                 .unwrap_or_else(|| "-".into());
             let _ = write!(
                 h,
-                "<tr>{name}<td class=l>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td{}>{}</td><td class=l>{top}</td></tr>",
+                "<tr>{name}<td class=l>{}</td><td>{}</td><td>{:.3}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td{}>{}</td><td class=l>{top}</td></tr>",
                 esc(&t.tenant),
                 t.windows,
+                t.mean_cpus,
                 pct(t.steal_pct_last),
                 pct(t.steal_pct_max),
                 cpus(t.peak_100ms_cpus_max),

@@ -104,6 +104,10 @@ pub struct TenantFigures {
     /// Functions by corrected time (on-CPU + blocked, steal removed), when
     /// the window has stack samples: (function, ns).
     pub functions: Vec<(String, u64)>,
+    /// The stack samples' period, when there are functions: their times
+    /// are counts of samples, whose own noise the anomaly check allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_period_ns: Option<u64>,
 }
 
 /// A departure from a tenant's recent history.

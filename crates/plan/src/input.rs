@@ -22,6 +22,10 @@
 //! # run's observe.json): the group's CPU over rate x observed time
 //! # cpu_per_poll_from = "results/doc-000/runs/000-rate=100-rep1/observe.json"
 //! # observe_group = "t0"     # which group (needed when there are several)
+//! # or from the fleet (`ontime plan --from-fleet`): the tenant's mean CPU
+//! # and busiest 100 ms over the windows `ontime analyse` has results for
+//! # fleet = "plc-host-3/bms" # HOST/TENANT, or TENANT when one host has it
+//! # peak_100ms_cpu = 0.9     # busiest 100 ms in CPUs, instead of the work model's
 //! work_tail = 1.5            # Pareto shape of the per-poll CPU (omit: fixed)
 //! one_way = "10ms"           # WAN delay each way
 //! target = "100ms"           # interval error at `percentile` at most this
@@ -50,6 +54,27 @@ pub struct PlanInput {
     /// Host instance -> tenant names (a placement to check).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub placement: BTreeMap<String, Vec<String>>,
+    /// Where measured figures came from (the fleet, fitted tails), for the
+    /// report; not part of the file.
+    #[serde(skip)]
+    pub notes: Vec<String>,
+}
+
+/// Finds a tenant's figures by its `fleet` name.
+pub type FleetLookup<'a> = dyn Fn(&str) -> Result<FleetMeasure> + 'a;
+
+/// A tenant's CPU as the fleet measured it (`ontime analyse` results).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FleetMeasure {
+    /// "HOST/TENANT".
+    pub source: String,
+    pub windows: u64,
+    /// Wall time of those windows.
+    pub observed_ns: u64,
+    /// Mean CPU over that time, in CPUs.
+    pub mean_cpus: f64,
+    /// Busiest 100 ms of any window, in CPUs.
+    pub peak_100ms_cpus: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -130,6 +155,16 @@ pub struct TenantSpec {
     /// (tenant, cgroup, process) whose CPU this tenant's polls cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observe_group: Option<String>,
+    /// The tenant as the fleet knows it ("HOST/TENANT", or "TENANT" when
+    /// one host has it): with `ontime plan --from-fleet` its CPU per poll
+    /// and 100 ms peak come from the fleet's results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<String>,
+    /// Its busiest 100 ms, in CPUs, as measured: used by the rules instead
+    /// of the work model's, and (without `work_tail`) the work tail is
+    /// fitted to it so the simulation bursts as the tenant did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_100ms_cpu: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub work_tail: Option<f64>,
     #[serde(default = "default_period", with = "text_ns")]
@@ -143,6 +178,16 @@ pub struct TenantSpec {
 }
 
 impl TenantSpec {
+    /// Takes the fleet's figures: CPU per poll from the mean over the
+    /// tenant's rate, and the measured peak.
+    pub fn apply(&mut self, m: &FleetMeasure) {
+        self.cpu_per_poll = Some(((m.mean_cpus * 1e9 / self.rate).round() as u64).max(1));
+        // A window's busiest 100 ms can read a hair above the threads'
+        // CPUs (accounting at the window's edges); more than the vCPUs
+        // cannot run, and the rules cap it there too.
+        self.peak_100ms_cpu = Some(m.peak_100ms_cpus.min(self.vcpus as f64));
+    }
+
     pub fn work(&self) -> WorkModel {
         WorkModel {
             mean_ns: self.cpu_per_poll.unwrap_or(0),
@@ -236,6 +281,38 @@ fn observed_cpu_per_poll(path: &Path, groups: &[serde_json::Value], rate: f64, g
     }
 }
 
+/// The Pareto shape whose 100 ms peak (as [`crate::predict::peak_cpu`]
+/// draws it) matches a measured one, for a tenant whose mean CPU per poll
+/// is `mean_ns`; None when fixed work already reaches the peak (the
+/// measured bursts are no heavier than a steady crawler's). Shapes from
+/// 1.05 (heaviest) to 100; the peak falls as the shape grows.
+pub fn fit_tail(rate: f64, mean_ns: u64, vcpus: usize, peak: f64) -> Option<f64> {
+    let at = |tail: Option<f64>| crate::predict::peak_cpu(rate, &WorkModel { mean_ns, tail }, vcpus, FIT_SEED);
+    if at(None) >= peak * 0.99 {
+        return None;
+    }
+    let (mut heavy, mut light) = (1.05f64, 100.0f64);
+    if at(Some(heavy)) <= peak {
+        return Some(heavy);
+    }
+    // Bisection on the log of the shape: the peak changes fastest near 1.
+    for _ in 0..30 {
+        let mid = (heavy * light).sqrt();
+        if at(Some(mid)) > peak {
+            heavy = mid;
+        } else {
+            light = mid;
+        }
+        if light / heavy < 1.001 {
+            break;
+        }
+    }
+    Some((heavy * light).sqrt())
+}
+
+/// The draws fitting uses: fixed so the same input fits the same tail.
+const FIT_SEED: u64 = 0x5eed;
+
 /// How a plan is made and verified.
 #[derive(Clone, Debug)]
 pub struct PlanOptions {
@@ -268,9 +345,36 @@ pub struct Tenant {
 
 impl PlanInput {
     pub fn read(path: &Path) -> Result<PlanInput> {
+        Self::read_measured(path, None)
+    }
+
+    /// Reads the input; `fleet` looks up a tenant's `fleet = "..."` in the
+    /// fleet's results (None: such tenants need their figures in the file,
+    /// as `plan -o` writes them).
+    pub fn read_measured(path: &Path, fleet: Option<&FleetLookup>) -> Result<PlanInput> {
         let mut input: PlanInput = ontime_core::config::read_toml(path, "plan input")?;
         let base = path.parent().unwrap_or(Path::new("."));
         for t in &mut input.tenants {
+            if let (Some(name), Some(lookup)) = (&t.fleet, fleet) {
+                let m = lookup(name).with_context(|| format!("tenant {}: fleet = \"{name}\"", t.name))?;
+                t.apply(&m);
+                input.notes.push(format!(
+                    "{}: from the fleet's {} ({} windows, {:.0} s): mean {:.3} CPUs at {} polls/s = {} per poll, busiest 100 ms {:.3} CPUs",
+                    t.name,
+                    m.source,
+                    m.windows,
+                    m.observed_ns as f64 / 1e9,
+                    m.mean_cpus,
+                    t.rate,
+                    t.cpu_per_poll.map_or("-".into(), ontime_core::duration::format_ns),
+                    m.peak_100ms_cpus
+                ));
+            } else if let (Some(name), None, None) = (&t.fleet, fleet, t.cpu_per_poll) {
+                bail!(
+                    "tenant {}: fleet = \"{name}\" takes its figures from the fleet: run with --from-fleet (and --nats), or give cpu_per_poll",
+                    t.name
+                );
+            }
             if let (Some(from), None) = (&t.cpu_per_poll_from, t.cpu_per_poll) {
                 t.cpu_per_poll = Some(
                     measured_cpu_per_poll(&base.join(from), t.rate, t.observe_group.as_deref())
@@ -279,6 +383,17 @@ impl PlanInput {
             }
         }
         input.validate().with_context(|| format!("in {}", path.display()))?;
+        for t in &mut input.tenants {
+            if let (Some(peak), None, Some(mean)) = (t.peak_100ms_cpu, t.work_tail, t.cpu_per_poll) {
+                if let Some(tail) = fit_tail(t.rate, mean, t.vcpus, peak) {
+                    t.work_tail = Some(tail);
+                    input.notes.push(format!(
+                        "{}: per-poll work drawn Pareto {tail:.2} so its simulated busiest 100 ms matches the measured {peak:.3} CPUs",
+                        t.name
+                    ));
+                }
+            }
+        }
         Ok(input)
     }
 
@@ -343,6 +458,15 @@ impl PlanInput {
                 limits::duration("cpu_per_poll", c, 1, 1_000_000_000)
                     .map_err(msg)
                     .with_context(tenant)?;
+            }
+            if let Some(p) = t.peak_100ms_cpu {
+                if !(p.is_finite() && p > 0.0 && p <= t.vcpus as f64 + 0.05) {
+                    bail!(
+                        "tenant {}: peak_100ms_cpu = {p} is out of range: give its busiest 100 ms in CPUs, above 0 and at most its {} vCPUs",
+                        t.name,
+                        t.vcpus
+                    );
+                }
             }
         }
         for t in &self.tenants {
@@ -429,6 +553,42 @@ mod tests {
         std::fs::write(&input, text.replace("cpu_per_poll_from = 't0.json'\n", "")).unwrap();
         let e = format!("{:#}", PlanInput::read(&input).unwrap_err());
         assert!(e.contains("give cpu_per_poll"), "{e}");
+    }
+
+    /// From the fleet: the mean gives CPU per poll, the peak is kept and
+    /// the work tail fitted to it; without the fleet such a tenant needs
+    /// its figures in the file.
+    #[test]
+    fn a_tenant_measured_by_the_fleet() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.toml");
+        std::fs::write(
+            &input,
+            "[[host]]\nname = 'h'\ncores = 4\n[[tenant]]\nname = 't'\nrate = 100\nfleet = 'h1/t'\ntarget = '10ms'\n",
+        )
+        .unwrap();
+        let e = format!("{:#}", PlanInput::read(&input).unwrap_err());
+        assert!(e.contains("--from-fleet"), "{e}");
+        let lookup = |name: &str| -> Result<FleetMeasure> {
+            assert_eq!(name, "h1/t");
+            Ok(FleetMeasure {
+                source: name.into(),
+                windows: 20,
+                observed_ns: 600_000_000_000,
+                mean_cpus: 0.14,
+                peak_100ms_cpus: 0.5,
+            })
+        };
+        let p = PlanInput::read_measured(&input, Some(&lookup)).unwrap();
+        let t = &p.tenants[0];
+        assert_eq!(t.cpu_per_poll, Some(1_400_000));
+        assert_eq!(t.peak_100ms_cpu, Some(0.5));
+        let tail = t.work_tail.expect("a peak 3.5x the mean needs a heavy tail");
+        let drawn = crate::predict::peak_cpu(100.0, &t.work(), 1, FIT_SEED);
+        assert!((drawn - 0.5).abs() < 0.02, "Pareto {tail} draws a peak of {drawn}");
+        assert!(p.notes.iter().any(|n| n.contains("h1/t")), "{:?}", p.notes);
+        // A peak no higher than the steady mean needs no tail.
+        assert_eq!(fit_tail(100.0, 1_400_000, 1, 0.14), None);
     }
 
     /// From an observe analysis: the named group's CPU over the polls its

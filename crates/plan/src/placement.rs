@@ -40,6 +40,8 @@ pub struct PlanReport {
     pub hosts_needed_without_limit: Option<usize>,
     pub mean_cpu_packing: MeanCpuPacking,
     pub elapsed_s: f64,
+    /// Where measured inputs came from (the fleet; fitted work tails).
+    pub inputs: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -49,6 +51,8 @@ pub struct CheckReport {
     pub missing: Vec<(String, String, String)>,
     /// Tenants of the input that the placement does not place.
     pub not_placed: Vec<String>,
+    /// Where measured inputs came from (the fleet; fitted work tails).
+    pub inputs: Vec<String>,
 }
 
 const NO_INSTANCE_LEFT: &str = "no instance left";
@@ -244,6 +248,7 @@ pub fn plan(input: &PlanInput, opts: &PlanOptions) -> Result<PlanReport> {
         None
     };
     Ok(PlanReport {
+        inputs: input.notes.clone(),
         tenants: tenants.len(),
         hosts: done,
         unplaced,
@@ -375,6 +380,7 @@ pub fn check(input: &PlanInput, opts: &PlanOptions) -> Result<CheckReport> {
         .map(|t| t.name.clone())
         .collect();
     Ok(CheckReport {
+        inputs: input.notes.clone(),
         hosts,
         missing,
         not_placed,

@@ -30,10 +30,15 @@ pub fn peak_cpu(rate: f64, work: &WorkModel, vcpus: usize, seed: u64) -> f64 {
     (p as f64 / PEAK_WINDOW_NS as f64).min(vcpus as f64)
 }
 
-/// A tenant's 100 ms peak; the same for every tenant of one description,
-/// so the planner's screening and a host's prediction agree.
+/// A tenant's 100 ms peak: as measured when the input has it
+/// (`peak_100ms_cpu`, from the fleet), else drawn from its work model;
+/// the same for every tenant of one description, so the planner's
+/// screening and a host's prediction agree.
 pub fn tenant_peak(t: &Tenant, seed: u64) -> f64 {
-    peak_cpu(t.spec.rate, &t.spec.work(), t.spec.vcpus, seed)
+    match t.spec.peak_100ms_cpu {
+        Some(p) => p.min(t.spec.vcpus as f64),
+        None => peak_cpu(t.spec.rate, &t.spec.work(), t.spec.vcpus, seed),
+    }
 }
 
 /// `tenants` on a credit host at a 1 ms slice (document 000's tuning), if

@@ -34,6 +34,10 @@ fn worst(h: &HostPrediction) -> String {
         .unwrap_or_default()
 }
 
+fn inputs(notes: &[String]) -> String {
+    notes.iter().map(|n| format!("measured: {n}\n")).collect()
+}
+
 fn host_table(hosts: &[HostPrediction]) -> String {
     let mut s = format!(
         "{:<10} {:>7} {:>9} {:>8} {:>10} {:>7} {:<26} {:<5} worst predicted\n",
@@ -66,6 +70,7 @@ impl TextReport for PlanReport {
             r.hosts.len(),
             r.elapsed_s
         );
+        s += &inputs(&r.inputs);
         s += &host_table(&r.hosts);
         for (t, why) in &r.unplaced {
             let _ = writeln!(s, "unplaced: {t}: {why}");
@@ -116,6 +121,7 @@ impl TextReport for CheckReport {
             "ontime plan check: {} hosts predicted by the simulator\n",
             r.hosts.len()
         );
+        s += &inputs(&r.inputs);
         s += &host_table(&r.hosts);
         if r.missing.is_empty() {
             s += "every placed tenant keeps its target\n";
