@@ -281,38 +281,6 @@ fn observed_cpu_per_poll(path: &Path, groups: &[serde_json::Value], rate: f64, g
     }
 }
 
-/// The Pareto shape whose 100 ms peak (as [`crate::predict::peak_cpu`]
-/// draws it) matches a measured one, for a tenant whose mean CPU per poll
-/// is `mean_ns`; None when fixed work already reaches the peak (the
-/// measured bursts are no heavier than a steady crawler's). Shapes from
-/// 1.05 (heaviest) to 100; the peak falls as the shape grows.
-pub fn fit_tail(rate: f64, mean_ns: u64, vcpus: usize, peak: f64) -> Option<f64> {
-    let at = |tail: Option<f64>| crate::predict::peak_cpu(rate, &WorkModel { mean_ns, tail }, vcpus, FIT_SEED);
-    if at(None) >= peak * 0.99 {
-        return None;
-    }
-    let (mut heavy, mut light) = (1.05f64, 100.0f64);
-    if at(Some(heavy)) <= peak {
-        return Some(heavy);
-    }
-    // Bisection on the log of the shape: the peak changes fastest near 1.
-    for _ in 0..30 {
-        let mid = (heavy * light).sqrt();
-        if at(Some(mid)) > peak {
-            heavy = mid;
-        } else {
-            light = mid;
-        }
-        if light / heavy < 1.001 {
-            break;
-        }
-    }
-    Some((heavy * light).sqrt())
-}
-
-/// The draws fitting uses: fixed so the same input fits the same tail.
-const FIT_SEED: u64 = 0x5eed;
-
 /// How a plan is made and verified.
 #[derive(Clone, Debug)]
 pub struct PlanOptions {
@@ -385,7 +353,7 @@ impl PlanInput {
         input.validate().with_context(|| format!("in {}", path.display()))?;
         for t in &mut input.tenants {
             if let (Some(peak), None, Some(mean)) = (t.peak_100ms_cpu, t.work_tail, t.cpu_per_poll) {
-                if let Some(tail) = fit_tail(t.rate, mean, t.vcpus, peak) {
+                if let Some(tail) = crate::peak::fit_tail(t.rate, mean, t.vcpus, peak) {
                     t.work_tail = Some(tail);
                     input.notes.push(format!(
                         "{}: per-poll work drawn Pareto {tail:.2} so its simulated busiest 100 ms matches the measured {peak:.3} CPUs",
@@ -584,11 +552,11 @@ mod tests {
         assert_eq!(t.cpu_per_poll, Some(1_400_000));
         assert_eq!(t.peak_100ms_cpu, Some(0.5));
         let tail = t.work_tail.expect("a peak 3.5x the mean needs a heavy tail");
-        let drawn = crate::predict::peak_cpu(100.0, &t.work(), 1, FIT_SEED);
+        let drawn = crate::peak::peak_cpu(100.0, &t.work(), 1, crate::peak::FIT_SEED);
         assert!((drawn - 0.5).abs() < 0.02, "Pareto {tail} draws a peak of {drawn}");
         assert!(p.notes.iter().any(|n| n.contains("h1/t")), "{:?}", p.notes);
         // A peak no higher than the steady mean needs no tail.
-        assert_eq!(fit_tail(100.0, 1_400_000, 1, 0.14), None);
+        assert_eq!(crate::peak::fit_tail(100.0, 1_400_000, 1, 0.14), None);
     }
 
     /// From an observe analysis: the named group's CPU over the polls its

@@ -18,6 +18,7 @@
 //! tenant meets its target.
 
 pub mod input;
+pub mod peak;
 pub mod placement;
 pub mod predict;
 

@@ -3,8 +3,8 @@
 //! percentile, run long enough to support it).
 
 use crate::input::{HostSpec, Tenant};
+pub use crate::peak::{peak_cpu, PEAK_WINDOW_NS};
 use ontime_core::duration::format_ns;
-use ontime_core::work::WorkModel;
 use ontime_sim::crawl::{CrawlTenant, CrawlWorkload, HostIo};
 use ontime_sim::engine::{run_with_stalls, Workload};
 use ontime_sim::noise::StallSampler;
@@ -12,23 +12,6 @@ use ontime_sim::sched::Model;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
-
-/// The window document 000 found the bursts in.
-pub const PEAK_WINDOW_NS: u64 = 100_000_000;
-
-/// A tenant's CPU in its busiest 100 ms windows (the 99.9th percentile of
-/// 100 ms windows: once in 100 s), in CPUs, capped at its vCPUs: the work
-/// model's draws summed over the polls of a window.
-pub fn peak_cpu(rate: f64, work: &WorkModel, vcpus: usize, seed: u64) -> f64 {
-    let per_window = (rate * PEAK_WINDOW_NS as f64 / 1e9).round().max(1.0) as usize;
-    let mut s = work.sampler(seed);
-    let mut sums: Vec<u64> = (0..2000)
-        .map(|_| (0..per_window).map(|_| s.next_ns()).sum::<u64>())
-        .collect();
-    sums.sort_unstable();
-    let p = sums[(sums.len() * 999 / 1000).min(sums.len() - 1)];
-    (p as f64 / PEAK_WINDOW_NS as f64).min(vcpus as f64)
-}
 
 /// A tenant's 100 ms peak: as measured when the input has it
 /// (`peak_100ms_cpu`, from the fleet), else drawn from its work model;
