@@ -23,10 +23,12 @@ need_root() {
 # fio and postmark are document 004's I/O workloads (`ontime io workload`,
 # the doc-004 sweep), e2fsprogs and util-linux format and attach tenant disks;
 # bpftool lists loaded BPF programs (the net tests check none is left);
-# nats-server (JetStream) carries the fleet (`ontime agent`, `ontime analyse`).
+# nats-server (JetStream) carries the fleet (`ontime agent`, `ontime analyse`);
+# python3-venv holds SimSo, the independent simulator the engine is checked
+# against (scripts/simso-check.py).
 pkgs=(stress-ng rt-tests sqlite3 iproute2 ethtool iperf3 fonts-dejavu-core procps build-essential pkg-config
   clang llvm libbpf-dev libelf-dev zlib1g-dev linux-perf nginx-light qemu-system-x86 qemu-utils cpio
-  fio postmark e2fsprogs util-linux bpftool nats-server)
+  fio postmark e2fsprogs util-linux bpftool nats-server python3-venv)
 # go tool pprof reads the profiles `ontime profile report --pprof` writes.
 command -v go >/dev/null 2>&1 || pkgs+=(golang-go)
 missing=()
@@ -44,6 +46,19 @@ fi
 # tenants and profile's guest test boot; fetched once.
 if [ "$(id -u)" = 0 ]; then
   ./scripts/guest-kit.sh || echo "setup: no guest kit (QEMU tenants and the guest tests will skip)" >&2
+fi
+
+# SimSo 0.8.5 (PyPI; it pins SimPy 2.3.1) in its own environment, made
+# once; the check of the simulator's engine runs it.
+simso=/var/cache/ontime/simso
+if [ "$(id -u)" = 0 ] && ! "$simso/bin/python" -c 'import simso' 2>/dev/null; then
+  echo "setup: installing SimSo into $simso"
+  rm -rf "$simso"
+  mkdir -p "$(dirname "$simso")"
+  if ! { python3 -m venv "$simso" && "$simso/bin/pip" install -q simso==0.8.5; }; then
+    rm -rf "$simso"
+    echo "setup: no SimSo (the engine's check against it will skip)" >&2
+  fi
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

@@ -59,6 +59,139 @@ enum SimCmd {
     /// Fit this host's noise, the crawler's CPU per poll and the host I/O
     /// path's cost per packet from lab results (writes a calibration file)
     Calibrate(CalibrateArgs),
+    /// Run a periodic task set (TOML) under a scheduler model: per task
+    /// its jobs, deadline misses and worst response; every job with --jobs
+    Tasks(TasksArgs),
+}
+
+#[derive(Args)]
+struct TasksArgs {
+    /// The task set: [[task]] name, wcet, period, deadline, offset, priority
+    set: PathBuf,
+    /// Scheduler model: fifo, rr, edf, cfs, credit, credit2, rtds
+    #[arg(long, default_value = "fifo")]
+    model: String,
+    /// Time slice of rr and credit [default: 100ms for rr, 30ms for credit]
+    #[arg(long, value_parser = parse_ns)]
+    tslice: Option<u64>,
+    /// RTDS budget per task [default: 4ms]
+    #[arg(long, value_parser = parse_ns)]
+    budget: Option<u64>,
+    /// RTDS period [default: 10ms]
+    #[arg(long, value_parser = parse_ns)]
+    period: Option<u64>,
+    /// CPUs (global scheduling: the first m of the model's order run)
+    #[arg(long, default_value_t = 1)]
+    cpus: usize,
+    /// Simulated time [default: the hyperperiod after the last first
+    /// release, at most 1 h]
+    #[arg(long, value_parser = parse_ns)]
+    horizon: Option<u64>,
+    /// Write every completed job as CSV: task,release_ns,completion_ns
+    #[arg(long, value_name = "FILE")]
+    jobs: Option<PathBuf>,
+    #[command(flatten)]
+    out: crate::output::OutputFlags,
+}
+
+/// One task's jobs in `sim tasks`.
+#[derive(serde::Serialize)]
+struct TaskLine {
+    task: String,
+    released: u64,
+    completed: u64,
+    deadline_misses: u64,
+    worst_response_ns: u64,
+    cpu_ns: u64,
+}
+
+/// Jobs a `sim tasks` run may release: the run is a check, not a load
+/// test (at 1 us per job this is minutes).
+const MAX_JOBS: f64 = 1e8;
+
+fn tasks(a: TasksArgs) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let file: ontime_sim::task::TaskSetFile =
+        ontime_core::config::read_toml(&a.set, "task set").map_err(|e| usage(format!("{e:#}")))?;
+    let set = file.tasks().map_err(|e| usage(format!("{}: {e}", a.set.display())))?;
+    ontime_core::limits::count("--cpus", a.cpus as u64, 1, ontime_core::limits::MAX_SIM_CPUS).map_err(usage)?;
+    let model = Model::from_name(&a.model, a.tslice, a.budget, a.period).map_err(usage)?;
+    const HOUR: u64 = 3_600_000_000_000;
+    let first = set.iter().map(|t| t.offset_ns).max().unwrap_or(0);
+    let horizon = match a.horizon {
+        Some(h) => ontime_core::limits::duration("--horizon", h, 1_000, HOUR).map_err(usage)?,
+        None => first.saturating_add(ontime_sim::task::hyperperiod(&set)).min(HOUR),
+    };
+    let jobs: f64 = set.iter().map(|t| horizon as f64 / t.period_ns as f64).sum();
+    if jobs > MAX_JOBS {
+        return Err(usage(format!(
+            "{jobs:.0} jobs in {}: at most {MAX_JOBS:.0}; give a shorter --horizon",
+            ontime_core::duration::format_ns(horizon)
+        )));
+    }
+    crate::output::check_outputs(&[("--result", a.out.result.as_deref()), ("--jobs", a.jobs.as_deref())])?;
+    let mut sched = model.build(set.len(), a.cpus);
+    // Jobs stream to the file as they complete: memory stays the set's.
+    let mut csv = match &a.jobs {
+        Some(p) => {
+            let f = std::fs::File::create(p).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?;
+            let mut w = std::io::BufWriter::new(f);
+            writeln!(w, "task,release_ns,completion_ns")?;
+            Some(w)
+        }
+        None => None,
+    };
+    let mut write_err = None;
+    let outcome = ontime_sim::engine::simulate_jobs(&set, a.cpus, &mut *sched, horizon, 0, &mut |t, rel, done| {
+        if let Some(w) = csv.as_mut() {
+            if let Err(e) = writeln!(w, "{},{rel},{done}", set[t].name) {
+                write_err.get_or_insert(e);
+            }
+        }
+    });
+    if let Some(mut w) = csv {
+        if let Some(e) = write_err {
+            return Err(anyhow::anyhow!("--jobs: {e}"));
+        }
+        w.flush()?;
+    }
+    let lines: Vec<TaskLine> = set
+        .iter()
+        .zip(&outcome.tasks)
+        .map(|(t, o)| TaskLine {
+            task: t.name.clone(),
+            released: o.released,
+            completed: o.completed,
+            deadline_misses: o.deadline_misses,
+            worst_response_ns: o.worst_response_ns,
+            cpu_ns: o.cpu_ns,
+        })
+        .collect();
+    use ontime_core::duration::format_ns;
+    let mut text = format!(
+        "ontime sim tasks: {} task(s), {} on {} CPU(s), {} simulated, U = {:.3}\n{:<16} {:>9} {:>9} {:>7} {:>14}\n",
+        set.len(),
+        model,
+        a.cpus,
+        format_ns(horizon),
+        set.iter().map(ontime_sim::task::PeriodicTask::utilisation).sum::<f64>(),
+        "task",
+        "released",
+        "completed",
+        "misses",
+        "worst response"
+    );
+    for l in &lines {
+        text += &format!(
+            "{:<16} {:>9} {:>9} {:>7} {:>14}\n",
+            l.task,
+            l.released,
+            l.completed,
+            l.deadline_misses,
+            format_ns(l.worst_response_ns)
+        );
+    }
+    a.out.emit(&lines, &text)
 }
 
 #[derive(Args)]
@@ -91,8 +224,10 @@ fn model(a: &SimArgs) -> anyhow::Result<Option<Model>> {
 }
 
 pub fn run(a: SimArgs) -> anyhow::Result<()> {
-    if let Some(SimCmd::Calibrate(c)) = a.cmd {
-        return calibrate(c);
+    match a.cmd {
+        Some(SimCmd::Calibrate(c)) => return calibrate(c),
+        Some(SimCmd::Tasks(t)) => return tasks(t),
+        None => {}
     }
     let Some(scenario) = a.scenario.as_deref() else {
         return Err(usage(

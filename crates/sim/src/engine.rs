@@ -115,6 +115,8 @@ struct Periodic<'a> {
     jitter: Vec<u64>,
     rng: SmallRng,
     horizon_ns: u64,
+    /// Told every job that completes: (task, release, completion).
+    on_done: &'a mut dyn FnMut(usize, u64, u64),
 }
 
 impl Workload for Periodic<'_> {
@@ -128,6 +130,9 @@ impl Workload for Periodic<'_> {
             .filter(|(r, _)| **r < self.horizon_ns)
             .map(|(r, j)| r + j)
             .min()
+    }
+    fn completed(&mut self, now: u64, item: &Item) {
+        (self.on_done)(item.thread, item.release_ns, now);
     }
     fn arrive(&mut self, now: u64, push: &mut dyn FnMut(Item)) {
         for (i, t) in self.tasks.iter().enumerate() {
@@ -158,6 +163,20 @@ pub fn simulate(
     horizon_ns: u64,
     seed: u64,
 ) -> SimOutcome {
+    simulate_jobs(tasks, cpus, sched, horizon_ns, seed, &mut |_, _, _| {})
+}
+
+/// [`simulate`], telling `on_done` every job that completes: its task,
+/// release and completion (how `ontime sim tasks --jobs` lists them for
+/// the check against an independent simulator).
+pub fn simulate_jobs(
+    tasks: &[PeriodicTask],
+    cpus: usize,
+    sched: &mut dyn Scheduler,
+    horizon_ns: u64,
+    seed: u64,
+    on_done: &mut dyn FnMut(usize, u64, u64),
+) -> SimOutcome {
     let mut rng = SmallRng::seed_from_u64(seed);
     let jitter = tasks.iter().map(|t| draw(&mut rng, t.jitter_ns)).collect();
     let mut w = Periodic {
@@ -166,6 +185,7 @@ pub fn simulate(
         jitter,
         rng,
         horizon_ns,
+        on_done,
     };
     run(&mut w, cpus, sched, horizon_ns)
 }

@@ -77,6 +77,83 @@ pub fn hyperperiod(tasks: &[PeriodicTask]) -> u64 {
     tasks.iter().fold(1, |l, t| l / gcd(l, t.period_ns) * t.period_ns)
 }
 
+/// A periodic task set as a file (`ontime sim tasks SET.toml`):
+///
+/// ```toml
+/// [[task]]
+/// name = "a"
+/// wcet = "1ms"
+/// period = "4ms"
+/// deadline = "4ms"   # default: the period
+/// offset = "0ms"     # first release
+/// priority = 3       # fifo and rr: higher runs first
+/// ```
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskSetFile {
+    #[serde(rename = "task")]
+    pub tasks: Vec<TaskSpec>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskSpec {
+    pub name: String,
+    #[serde(with = "ontime_core::duration::text_ns")]
+    pub wcet: u64,
+    #[serde(with = "ontime_core::duration::text_ns")]
+    pub period: u64,
+    #[serde(default, with = "ontime_core::duration::opt_text_ns")]
+    pub deadline: Option<u64>,
+    #[serde(default, with = "ontime_core::duration::opt_text_ns")]
+    pub offset: Option<u64>,
+    #[serde(default)]
+    pub priority: u32,
+}
+
+/// Tasks in a set at most: a set is analysed, not a fleet.
+pub const MAX_TASKS: usize = 10_000;
+
+impl TaskSetFile {
+    /// The tasks, checked: a period of at least 1 us, a WCET and deadline
+    /// within it (a deadline up to 100 periods: arbitrary deadlines), unique
+    /// names.
+    pub fn tasks(&self) -> Result<Vec<PeriodicTask>, String> {
+        if self.tasks.is_empty() {
+            return Err("no [[task]]: give at least one (name, wcet, period)".into());
+        }
+        if self.tasks.len() > MAX_TASKS {
+            return Err(format!("{} tasks: at most {MAX_TASKS}", self.tasks.len()));
+        }
+        let mut seen = std::collections::HashSet::new();
+        self.tasks
+            .iter()
+            .map(|t| {
+                let at = |m: String| format!("task {}: {m}", t.name);
+                if !seen.insert(t.name.as_str()) {
+                    return Err(at("the name appears twice".into()));
+                }
+                ontime_core::limits::duration("period", t.period, 1_000, ontime_core::limits::MAX_DURATION_NS)
+                    .map_err(at)?;
+                ontime_core::limits::duration("wcet", t.wcet, 1, t.period).map_err(at)?;
+                let deadline = t.deadline.unwrap_or(t.period);
+                ontime_core::limits::duration("deadline", deadline, 1, t.period.saturating_mul(100)).map_err(at)?;
+                let offset = t.offset.unwrap_or(0);
+                ontime_core::limits::duration("offset", offset, 0, ontime_core::limits::MAX_DURATION_NS).map_err(at)?;
+                Ok(PeriodicTask {
+                    name: t.name.clone(),
+                    period_ns: t.period,
+                    wcet_ns: t.wcet,
+                    deadline_ns: deadline,
+                    offset_ns: offset,
+                    priority: t.priority,
+                    jitter_ns: 0,
+                })
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
