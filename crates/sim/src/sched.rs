@@ -145,8 +145,59 @@ pub struct Job {
 }
 
 /// A scheduling policy over a global run queue.
+/// How a model with per-CPU run queues places and balances threads;
+/// [`Scheduler::balance`] gives None for one global run queue (the first
+/// m of the order run on m CPUs: global EDF, fixed priorities, RTDS,
+/// credit2's one queue per socket).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Balance {
+    /// A CPU going idle pulls a waiting thread from a busy CPU's queue only
+    /// when its average idle time (an 1/8 EWMA of its idle periods, as
+    /// Linux's `rq->avg_idle`) is at least this; 0: always, and at once
+    /// (credit1: an idle pCPU steals in `csched_load_balance`).
+    pub newidle_min_avg_idle_ns: u64,
+    /// A waiting thread that ran within this time is cache-hot and is not
+    /// pulled when a CPU goes idle (Linux's `task_hot`).
+    pub cache_hot_ns: u64,
+    /// Every this long idle CPUs pull from busy ones regardless (Linux: a
+    /// busy CPU's tick kicks the idle balance, `nohz_balancer_kick`); None:
+    /// no periodic balance.
+    pub tick_ns: Option<u64>,
+}
+
+/// What a model sees of one CPU when it places a waking thread.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuView {
+    pub running: Option<Job>,
+    /// Threads waiting in its queue.
+    pub waiting: usize,
+}
+
+impl CpuView {
+    pub fn idle(&self) -> bool {
+        self.running.is_none() && self.waiting == 0
+    }
+}
+
+/// The previous CPU if idle, else the first idle one after it, else the
+/// previous (Linux's `select_idle_sibling` within one cache domain; Xen
+/// credit1's `csched_cpu_pick`, which prefers idle pCPUs).
+pub fn idle_first(prev: usize, cpus: &[CpuView]) -> usize {
+    let m = cpus.len();
+    (0..m).map(|i| (prev + i) % m).find(|&c| cpus[c].idle()).unwrap_or(prev)
+}
+
 pub trait Scheduler {
     fn name(&self) -> &'static str;
+    /// Per-CPU run queues and how they balance (None: one global queue).
+    fn balance(&self) -> Option<Balance> {
+        None
+    }
+    /// With per-CPU run queues: the CPU whose queue `job`'s thread joins
+    /// as it wakes, from `prev`, the CPU it last ran on.
+    fn select_cpu(&self, _job: &Job, prev: usize, cpus: &[CpuView]) -> usize {
+        idle_first(prev, cpus)
+    }
     /// Which of two runnable jobs runs first.
     fn order(&self, a: &Job, b: &Job) -> Ordering;
     /// How long `job`, being dispatched, may run before it goes to the
@@ -355,6 +406,8 @@ pub struct Linux {
     dl_left: Vec<u64>,
     dl_deadline: Vec<u64>,
     scratch: Vec<Job>,
+    /// Per-CPU run queues (the kernel's); false: one global queue.
+    pub per_cpu: bool,
 }
 
 /// EEVDF's base slice before scaling by the CPU count.
@@ -382,9 +435,30 @@ impl Linux {
             dl_left: vec![0; n],
             dl_deadline: vec![0; n],
             scratch: Vec::new(),
+            per_cpu: true,
         }
     }
+
+    /// One global run queue instead of the kernel's per-CPU ones (a
+    /// thread never waits while a CPU idles): the simulator before per-CPU
+    /// queues, kept to compare against.
+    pub fn global(mut self) -> Linux {
+        self.per_cpu = false;
+        self
+    }
 }
+
+/// Linux's balancing between per-CPU run queues (kernel/sched/fair.c):
+/// `sysctl_sched_migration_cost` (0.5 ms) gates the new-idle balance
+/// (`newidle_balance` gives up when the CPU's `avg_idle` is below it) and
+/// makes a thread that ran within it cache-hot (`task_hot`); idle CPUs are
+/// otherwise balanced from a busy CPU's tick (`nohz_balancer_kick`), every
+/// 4 ms at Debian's CONFIG_HZ=250.
+pub const LINUX_BALANCE: Balance = Balance {
+    newidle_min_avg_idle_ns: 500_000,
+    cache_hot_ns: 500_000,
+    tick_ns: Some(4_000_000),
+};
 
 impl Linux {
     /// Puts fair threads into cgroups one level below the root: `group`
@@ -414,6 +488,28 @@ impl Linux {
 impl Scheduler for Linux {
     fn name(&self) -> &'static str {
         "linux"
+    }
+    fn balance(&self) -> Option<Balance> {
+        self.per_cpu.then_some(LINUX_BALANCE)
+    }
+    fn select_cpu(&self, job: &Job, prev: usize, cpus: &[CpuView]) -> usize {
+        if matches!(self.classes[job.task], LinuxClass::Fair { .. }) {
+            return idle_first(prev, cpus);
+        }
+        // Real-time and deadline threads go where they run soonest
+        // (`find_lowest_rq`, `find_later_rq`): an idle CPU, else the one
+        // whose current job the newcomer precedes by the most.
+        if cpus[prev].idle() {
+            return prev;
+        }
+        if let Some(c) = (0..cpus.len()).find(|&c| cpus[c].idle()) {
+            return c;
+        }
+        (0..cpus.len())
+            .filter_map(|c| cpus[c].running.map(|r| (c, r)))
+            .filter(|(_, r)| self.order(job, r).is_lt())
+            .max_by(|a, b| self.order(&a.1, &b.1))
+            .map_or(prev, |(c, _)| c)
     }
     fn order(&self, a: &Job, b: &Job) -> Ordering {
         let (ca, cb) = (&self.classes[a.task], &self.classes[b.task]);
@@ -542,7 +638,20 @@ pub struct Credit {
     /// Running time left at BOOST per vCPU (0: not boosted).
     boost_left: Vec<u64>,
     next_acct: u64,
+    /// Per-pCPU run queues (Xen's); false: one global queue.
+    pub per_cpu: bool,
 }
+
+/// credit1's balancing: each pCPU has its own run queue; a waking vCPU
+/// goes to an idle pCPU when there is one (`csched_cpu_pick`,
+/// `__runq_tickle`) and a pCPU with nothing better to run steals from its
+/// peers at once (`csched_load_balance`; `vcpu_migration_delay` is 0 by
+/// default, so nothing is cache-hot). No periodic balancing.
+pub const CREDIT_BALANCE: Balance = Balance {
+    newidle_min_avg_idle_ns: 0,
+    cache_hot_ns: 0,
+    tick_ns: None,
+};
 
 /// Credit's accounting period and tick.
 pub const CREDIT_ACCT_NS: u64 = 30_000_000;
@@ -558,7 +667,14 @@ impl Credit {
             credit: vec![0; n],
             boost_left: vec![0; n],
             next_acct: 0,
+            per_cpu: true,
         }
+    }
+
+    /// One global run queue instead of per-pCPU ones.
+    pub fn global(mut self) -> Credit {
+        self.per_cpu = false;
+        self
     }
 
     /// 0 BOOST, 1 UNDER, 2 OVER.
@@ -576,6 +692,9 @@ impl Credit {
 impl Scheduler for Credit {
     fn name(&self) -> &'static str {
         "credit"
+    }
+    fn balance(&self) -> Option<Balance> {
+        self.per_cpu.then_some(CREDIT_BALANCE)
     }
     fn order(&self, a: &Job, b: &Job) -> Ordering {
         self.level(a.task)
