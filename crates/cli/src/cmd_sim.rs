@@ -33,15 +33,8 @@ pub struct SimArgs {
     /// credit (Xen, --tslice), credit2, rtds (--budget/--period)
     #[arg(long)]
     model: Option<String>,
-    /// Time slice of rr and credit [default: 100ms for rr, 30ms for credit]
-    #[arg(long, value_parser = parse_ns)]
-    tslice: Option<u64>,
-    /// RTDS budget per vCPU and period [default: 4ms]
-    #[arg(long, value_parser = parse_ns)]
-    budget: Option<u64>,
-    /// RTDS period of every vCPU's budget [default: 10ms]
-    #[arg(long, value_parser = parse_ns)]
-    period: Option<u64>,
+    #[command(flatten)]
+    settings: ModelSettings,
     /// Model the host I/O path as a thread forwarding every request and
     /// answer at this CPU cost per packet, e.g. 50us (default: a constant
     /// WAN delay only)
@@ -52,6 +45,26 @@ pub struct SimArgs {
     seed: u64,
     #[command(flatten)]
     out: crate::output::OutputFlags,
+}
+
+/// A model's settings, for `sim` and `sim tasks` alike.
+#[derive(Args)]
+struct ModelSettings {
+    /// Time slice of rr and credit [default: 100ms for rr, 30ms for credit]
+    #[arg(long, value_parser = parse_ns)]
+    tslice: Option<u64>,
+    /// RTDS budget of every thread per period [default: 4ms]
+    #[arg(long, value_parser = parse_ns)]
+    budget: Option<u64>,
+    /// RTDS period of every thread's budget [default: 10ms]
+    #[arg(long, value_parser = parse_ns)]
+    period: Option<u64>,
+}
+
+impl ModelSettings {
+    fn model(&self, name: &str) -> anyhow::Result<Model> {
+        Model::from_name(name, self.tslice, self.budget, self.period).map_err(usage)
+    }
 }
 
 #[derive(Subcommand)]
@@ -71,15 +84,8 @@ struct TasksArgs {
     /// Scheduler model: fifo, rr, edf, cfs, credit, credit2, rtds
     #[arg(long, default_value = "fifo")]
     model: String,
-    /// Time slice of rr and credit [default: 100ms for rr, 30ms for credit]
-    #[arg(long, value_parser = parse_ns)]
-    tslice: Option<u64>,
-    /// RTDS budget per task [default: 4ms]
-    #[arg(long, value_parser = parse_ns)]
-    budget: Option<u64>,
-    /// RTDS period [default: 10ms]
-    #[arg(long, value_parser = parse_ns)]
-    period: Option<u64>,
+    #[command(flatten)]
+    settings: ModelSettings,
     /// CPUs (global scheduling: the first m of the model's order run)
     #[arg(long, default_value_t = 1)]
     cpus: usize,
@@ -115,7 +121,7 @@ fn tasks(a: TasksArgs) -> anyhow::Result<()> {
         ontime_core::config::read_toml(&a.set, "task set").map_err(|e| usage(format!("{e:#}")))?;
     let set = file.tasks().map_err(|e| usage(format!("{}: {e}", a.set.display())))?;
     ontime_core::limits::count("--cpus", a.cpus as u64, 1, ontime_core::limits::MAX_SIM_CPUS).map_err(usage)?;
-    let model = Model::from_name(&a.model, a.tslice, a.budget, a.period).map_err(usage)?;
+    let model = a.settings.model(&a.model)?;
     const HOUR: u64 = 3_600_000_000_000;
     let first = set.iter().map(|t| t.offset_ns).max().unwrap_or(0);
     let horizon = match a.horizon {
@@ -218,9 +224,7 @@ fn calibrate(a: CalibrateArgs) -> anyhow::Result<()> {
 
 fn model(a: &SimArgs) -> anyhow::Result<Option<Model>> {
     let Some(m) = a.model.as_deref() else { return Ok(None) };
-    Model::from_name(m, a.tslice, a.budget, a.period)
-        .map(Some)
-        .map_err(usage)
+    a.settings.model(m).map(Some)
 }
 
 pub fn run(a: SimArgs) -> anyhow::Result<()> {

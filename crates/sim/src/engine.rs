@@ -499,21 +499,17 @@ struct Dispatcher {
 }
 
 impl Dispatcher {
-    /// The first m eligible candidates in the scheduler's order run. Only
-    /// each thread's first job is a candidate (its running job, else the
-    /// head of its queue); the rest wait behind it and need no ordering. A
-    /// running job that stays among the first m keeps its CPU and slice
-    /// (no needless migration); one that falls out is preempted and waits
-    /// with its place kept. A newly dispatched job gets a fresh slice.
-    fn dispatch(
+    /// Takes the running jobs off their CPUs and lists them with the head
+    /// of every other thread's queue as candidates (only each thread's
+    /// first job; the rest wait behind it and need no ordering), shows the
+    /// model all of them, and returns how many jobs are runnable (waiting
+    /// or running, as the models count them).
+    fn candidates(
         &mut self,
         sched: &mut dyn Scheduler,
-        queues: &mut [BinaryHeap<Queued>],
+        queues: &[BinaryHeap<Queued>],
         running: &mut [Option<Slot>],
-        now: u64,
-        workload: &mut dyn Workload,
-    ) {
-        let m = running.len();
+    ) -> usize {
         self.cand.clear();
         for (cpu, slot) in running.iter_mut().enumerate() {
             if let Some(s) = slot.take() {
@@ -534,11 +530,28 @@ impl Dispatcher {
                 held: None,
             });
         }
-        // Runnable = waiting or running jobs, as the models count them.
-        let runnable: usize = queues.iter().map(BinaryHeap::len).sum::<usize>() + held_threads;
         self.jobs.clear();
         self.jobs.extend(self.cand.iter().map(|c| c.job));
         sched.before_dispatch(&self.jobs);
+        queues.iter().map(BinaryHeap::len).sum::<usize>() + held_threads
+    }
+
+    /// The first m eligible candidates in the scheduler's order run. Only
+    /// each thread's first job is a candidate (its running job, else the
+    /// head of its queue); the rest wait behind it and need no ordering. A
+    /// running job that stays among the first m keeps its CPU and slice
+    /// (no needless migration); one that falls out is preempted and waits
+    /// with its place kept. A newly dispatched job gets a fresh slice.
+    fn dispatch(
+        &mut self,
+        sched: &mut dyn Scheduler,
+        queues: &mut [BinaryHeap<Queued>],
+        running: &mut [Option<Slot>],
+        now: u64,
+        workload: &mut dyn Workload,
+    ) {
+        let m = running.len();
+        let runnable = self.candidates(sched, queues, running);
         let sched_ro: &dyn Scheduler = sched;
         let cand = &self.cand;
         self.order.clear();
@@ -625,31 +638,7 @@ impl Dispatcher {
         tick: bool,
     ) {
         let m = running.len();
-        // Every candidate, as in the global dispatch, for the model's hooks.
-        self.cand.clear();
-        for (cpu, slot) in running.iter_mut().enumerate() {
-            if let Some(s) = slot.take() {
-                self.cand.push(Candidate {
-                    job: s.job,
-                    held: Some((cpu, s.slice_end)),
-                });
-            }
-        }
-        let held_threads = self.cand.len();
-        for (t, q) in queues.iter().enumerate() {
-            let Some(head) = q.peek() else { continue };
-            if self.cand[..held_threads].iter().any(|c| c.job.task == t) {
-                continue;
-            }
-            self.cand.push(Candidate {
-                job: head.0,
-                held: None,
-            });
-        }
-        let runnable: usize = queues.iter().map(BinaryHeap::len).sum::<usize>() + held_threads;
-        self.jobs.clear();
-        self.jobs.extend(self.cand.iter().map(|c| c.job));
-        sched.before_dispatch(&self.jobs);
+        let runnable = self.candidates(sched, queues, running);
         let sched_ro: &dyn Scheduler = sched;
         let cand = &self.cand;
         // Per CPU, its best candidate (index into cand), eligible only.
