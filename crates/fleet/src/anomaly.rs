@@ -54,7 +54,7 @@ impl History {
                 continue;
             }
             // Floors: 5 points of steal, a tenth of a CPU.
-            let mut check = |metric: String, value: f64, hist: Vec<f64>, floor: f64| {
+            let mut check = |metric: String, value: f64, hist: Vec<f64>, floor: &dyn Fn(f64) -> f64| {
                 if let Some(a) = departure(&f.name, metric, value, hist, floor) {
                     out.push(a);
                 }
@@ -63,20 +63,22 @@ impl History {
                 "steal_pct".into(),
                 f.steal_pct,
                 past.iter().map(|p| p.steal_pct).collect(),
-                5.0,
+                &|_| 5.0,
             );
             if let Some(v) = f.peak_100ms_cpus {
                 check(
                     "peak_100ms_cpus".into(),
                     v,
                     past.iter().filter_map(|p| p.peak_100ms_cpus).collect(),
-                    0.1,
+                    &|_| 0.1,
                 );
             }
             for (func, ns) in &f.functions {
                 let hist: Vec<f64> = past.iter().map(|p| past_function_ns(p, func)).collect();
-                let floor = sampling_floor_ns(&hist, f.sample_period_ns);
-                check(format!("function:{func}"), *ns as f64, hist, floor);
+                let period = f.sample_period_ns;
+                check(format!("function:{func}"), *ns as f64, hist, &|median| {
+                    sampling_floor_ns(median, period)
+                });
             }
         }
         out
@@ -88,12 +90,11 @@ impl History {
 /// Poisson count of samples at the history's median (a function seen in 4
 /// samples of 10 ms is as likely to be seen in 6 next window: 40 -> 60 ms
 /// is not a departure; at 100 samples, +60 % is).
-fn sampling_floor_ns(hist: &[f64], period_ns: Option<u64>) -> f64 {
+fn sampling_floor_ns(median: f64, period_ns: Option<u64>) -> f64 {
     let Some(period) = period_ns.filter(|&p| p > 0).map(|p| p as f64) else {
         return 10e6;
     };
-    let mut h = hist.to_vec();
-    let samples = (median_of(&mut h) / period).max(1.0);
+    let samples = (median / period).max(1.0);
     (MADS * samples.sqrt() * period).max(10e6)
 }
 
@@ -110,7 +111,14 @@ fn past_function_ns(p: &TenantFigures, func: &str) -> f64 {
     }
 }
 
-fn departure(tenant: &str, metric: String, value: f64, mut hist: Vec<f64>, floor: f64) -> Option<Anomaly> {
+/// `floor`: the least rise that counts, given the history's median.
+fn departure(
+    tenant: &str,
+    metric: String,
+    value: f64,
+    mut hist: Vec<f64>,
+    floor: &dyn Fn(f64) -> f64,
+) -> Option<Anomaly> {
     if hist.len() < MIN_HISTORY {
         return None;
     }
@@ -118,7 +126,7 @@ fn departure(tenant: &str, metric: String, value: f64, mut hist: Vec<f64>, floor
     let mut dev: Vec<f64> = hist.iter().map(|v| (v - median).abs()).collect();
     let mad = median_of(&mut dev);
     // 1.4826 MAD estimates a standard deviation for normal data.
-    let threshold = median + (MADS * 1.4826 * mad).max(floor);
+    let threshold = median + (MADS * 1.4826 * mad).max(floor(median));
     (value > threshold).then(|| Anomaly {
         tenant: tenant.into(),
         metric,

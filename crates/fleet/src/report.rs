@@ -24,8 +24,10 @@ pub struct TenantRow {
     pub steal_pct_last: f64,
     pub steal_pct_max: f64,
     pub peak_100ms_cpus_max: Option<f64>,
-    /// Its CPU over the windows it was in, in CPUs.
+    /// Its CPU over the windows it was in, in CPUs (`on_cpu_ns` over
+    /// `observed_ns`).
     pub mean_cpus: f64,
+    pub on_cpu_ns: u64,
     /// Those windows' wall time.
     pub observed_ns: u64,
     pub contention_pct_max: f64,
@@ -155,8 +157,8 @@ pub fn view(results: &[WindowResult], dead_letters: u64) -> FleetView {
             };
             row.windows += 1;
             row.observed_ns += r.duration_ns;
-            // The sum of CPU first; divided by the wall time below.
-            row.mean_cpus += t.on_cpu_ns as f64;
+            row.on_cpu_ns += t.on_cpu_ns;
+            row.mean_cpus = row.on_cpu_ns as f64 / row.observed_ns.max(1) as f64;
             row.steal_pct_last = t.steal_pct;
             row.steal_pct_max = row.steal_pct_max.max(t.steal_pct);
             row.contention_pct_max = row.contention_pct_max.max(t.contention_pct);
@@ -172,13 +174,6 @@ pub fn view(results: &[WindowResult], dead_letters: u64) -> FleetView {
                 row.anomalies.push(a.clone());
             }
         }
-    }
-    for row in hosts.values_mut().flat_map(|h| h.tenants.iter_mut()) {
-        row.mean_cpus = if row.observed_ns > 0 {
-            row.mean_cpus / row.observed_ns as f64
-        } else {
-            0.0
-        };
     }
     FleetView {
         empty_because: None,
@@ -233,6 +228,22 @@ async fn fetch_pprofs(js: &jetstream::Context, v: &FleetView, dir: &Path) -> Res
     Ok(written)
 }
 
+impl TenantRow {
+    /// The figures both tables show, in order: windows, mean CPUs, steal
+    /// last and max, busiest 100 ms, contention max, anomalies.
+    fn cells(&self) -> [String; 7] {
+        [
+            self.windows.to_string(),
+            format!("{:.3}", self.mean_cpus),
+            pct(self.steal_pct_last),
+            pct(self.steal_pct_max),
+            cpus(self.peak_100ms_cpus_max),
+            pct(self.contention_pct_max),
+            self.anomalies.len().to_string(),
+        ]
+    }
+}
+
 fn pct(v: f64) -> String {
     format!("{v:.1} %")
 }
@@ -283,18 +294,11 @@ pub fn text(v: &FleetView) -> String {
     );
     for h in &v.hosts {
         for t in &h.tenants {
+            let c = t.cells();
             let _ = writeln!(
                 out,
-                "{:<16} {:<12} {:>7} {:>8.3} {:>10} {:>9} {:>12} {:>11} {:>9}",
-                h.host,
-                t.tenant,
-                t.windows,
-                t.mean_cpus,
-                pct(t.steal_pct_last),
-                pct(t.steal_pct_max),
-                cpus(t.peak_100ms_cpus_max),
-                pct(t.contention_pct_max),
-                t.anomalies.len()
+                "{:<16} {:<12} {:>7} {:>8} {:>10} {:>9} {:>12} {:>11} {:>9}",
+                h.host, t.tenant, c[0], c[1], c[2], c[3], c[4], c[5], c[6]
             );
         }
         let _ = writeln!(
@@ -351,6 +355,7 @@ pub fn html(v: &FleetView, pprofs: &[String]) -> String {
             } else {
                 String::new()
             };
+            let c = t.cells();
             let top = t
                 .top_functions
                 .first()
@@ -358,16 +363,11 @@ pub fn html(v: &FleetView, pprofs: &[String]) -> String {
                 .unwrap_or_else(|| "-".into());
             let _ = write!(
                 h,
-                "<tr>{name}<td class=l>{}</td><td>{}</td><td>{:.3}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td{}>{}</td><td class=l>{top}</td></tr>",
+                "<tr>{name}<td class=l>{}</td>{}<td{}>{}</td><td class=l>{top}</td></tr>",
                 esc(&t.tenant),
-                t.windows,
-                t.mean_cpus,
-                pct(t.steal_pct_last),
-                pct(t.steal_pct_max),
-                cpus(t.peak_100ms_cpus_max),
-                pct(t.contention_pct_max),
+                c[..6].iter().map(|v| format!("<td>{v}</td>")).collect::<String>(),
                 if t.anomalies.is_empty() { "" } else { " class=na" },
-                t.anomalies.len()
+                c[6]
             );
         }
     }

@@ -440,6 +440,28 @@ impl PerCpu {
     }
 }
 
+/// A newly chosen waiting job, off its thread's queue and onto a CPU with
+/// a fresh slice; the workload may change its CPU as it first starts.
+fn start(
+    mut j: Job,
+    now: u64,
+    queues: &mut [BinaryHeap<Queued>],
+    workload: &mut dyn Workload,
+    sched: &dyn Scheduler,
+    runnable: usize,
+) -> Slot {
+    queues[j.task].pop();
+    if !j.started {
+        if let Some(ns) = workload.starting(now, &item_of(&j)) {
+            j.remaining_ns = ns.max(1);
+        }
+    }
+    Slot {
+        job: Job { started: true, ..j },
+        slice_end: sched.slice_ns(&j, runnable).map(|s| now + s),
+    }
+}
+
 /// A CPU's current job and when its slice ends (None: no slice).
 #[derive(Clone, Copy, Debug)]
 struct Slot {
@@ -495,6 +517,8 @@ struct Dispatcher {
     order: Vec<usize>,
     taken: Vec<bool>,
     free: Vec<usize>,
+    /// Per CPU, the candidate it runs (per-CPU queues; usize::MAX: idle).
+    chosen: Vec<usize>,
     preemptions: u64,
 }
 
@@ -589,18 +613,8 @@ impl Dispatcher {
         self.free.extend((0..m).filter(|c| !self.taken[*c]).rev());
         for &i in &order[..chosen] {
             if cand[i].held.is_none() {
-                let mut j = cand[i].job;
-                queues[j.task].pop();
-                if !j.started {
-                    if let Some(ns) = workload.starting(now, &item_of(&j)) {
-                        j.remaining_ns = ns.max(1);
-                    }
-                }
                 let cpu = self.free.pop().expect("as many free CPUs as newly chosen jobs");
-                running[cpu] = Some(Slot {
-                    job: Job { started: true, ..j },
-                    slice_end: sched_ro.slice_ns(&j, runnable).map(|s| now + s),
-                });
+                running[cpu] = Some(start(cand[i].job, now, queues, workload, sched_ro, runnable));
             }
         }
         // Running jobs not chosen go back to their queues, preempted.
@@ -644,21 +658,21 @@ impl Dispatcher {
         // Per CPU, its best candidate (index into cand), eligible only.
         self.taken.clear();
         self.taken.resize(cand.len(), false);
-        self.free.clear();
-        self.free.resize(m, usize::MAX);
+        self.chosen.clear();
+        self.chosen.resize(m, usize::MAX);
         let cpu_of = |c: &Candidate| c.held.map_or(pc.home[c.job.task], |(cpu, _)| cpu);
         for (i, c) in cand.iter().enumerate() {
             if !sched_ro.eligible(&c.job) {
                 continue;
             }
             let cpu = cpu_of(c);
-            let best = self.free[cpu];
+            let best = self.chosen[cpu];
             if best == usize::MAX || sched_ro.order(&c.job, &cand[best].job).is_lt() {
-                self.free[cpu] = i;
+                self.chosen[cpu] = i;
             }
         }
         // A held job the model protects keeps its CPU against the newcomer.
-        for (cpu, slot) in self.free.iter_mut().enumerate() {
+        for (cpu, slot) in self.chosen.iter_mut().enumerate() {
             let Some(h) = cand.iter().position(|c| c.held.is_some_and(|(hc, _)| hc == cpu)) else {
                 continue;
             };
@@ -672,7 +686,7 @@ impl Dispatcher {
         }
         // Idle CPUs pull from busy ones.
         for cpu in 0..m {
-            if self.free[cpu] != usize::MAX {
+            if self.chosen[cpu] != usize::MAX {
                 continue;
             }
             // Busy until this event (its completion already cleared it).
@@ -691,7 +705,7 @@ impl Dispatcher {
                 let from = pc.home[c.job.task];
                 // Only what waits behind another job (a thread about to run
                 // on its own CPU is not pulled away from it).
-                if from == cpu || self.free[from] == i {
+                if from == cpu || self.chosen[from] == i {
                     continue;
                 }
                 if pick.is_none_or(|p| sched_ro.order(&c.job, &cand[p].job).is_lt()) {
@@ -700,13 +714,13 @@ impl Dispatcher {
             }
             if let Some(i) = pick {
                 pc.home[cand[i].job.task] = cpu;
-                self.free[cpu] = i;
+                self.chosen[cpu] = i;
             }
         }
-        for &i in self.free.iter().filter(|&&i| i != usize::MAX) {
+        for &i in self.chosen.iter().filter(|&&i| i != usize::MAX) {
             self.taken[i] = true;
         }
-        for (slot, &i) in running.iter_mut().zip(&self.free) {
+        for (slot, &i) in running.iter_mut().zip(&self.chosen) {
             if i == usize::MAX {
                 continue;
             }
@@ -718,17 +732,7 @@ impl Dispatcher {
                 });
                 continue;
             }
-            let mut j = c.job;
-            queues[j.task].pop();
-            if !j.started {
-                if let Some(ns) = workload.starting(now, &item_of(&j)) {
-                    j.remaining_ns = ns.max(1);
-                }
-            }
-            *slot = Some(Slot {
-                job: Job { started: true, ..j },
-                slice_end: sched_ro.slice_ns(&j, runnable).map(|s| now + s),
-            });
+            *slot = Some(start(c.job, now, queues, workload, sched_ro, runnable));
         }
         // Held jobs not kept go back to their queues, preempted.
         for (i, c) in cand.iter().enumerate() {
