@@ -1,23 +1,36 @@
 #!/usr/bin/env python3
-"""Measured vs simulated runs of one lab results directory, as a Markdown
-table: per setting, the worst tenant's interval error p99 and p99.9 in the
-lab and in the simulator (`ontime sim SCENARIO --into RESULTS`), their
-ratio, whether it is within a factor of 2, and missed polls.
+"""Measured vs simulated runs of lab results directories, as Markdown: per
+setting, the worst tenant's interval error p99 and p99.9 over the lab's
+repetitions (median and spread) and the simulator's (`ontime sim SCENARIO
+--into RESULTS`, one simulated run per measured one), whether the
+simulated median agrees, missed polls, and for every cell that disagrees
+the scheduler figures of both sides (observe's work conservation: vCPU
+time queued while a CPU idled, and the tenants' run-queue wait per second).
 
-    scripts/sim-vs-lab.py results/doc-000-tenants
+A cell agrees when the simulated median lies within a factor of 2 of the
+lab's median or inside the lab's spread (its smallest to largest
+repetition), issue 24's rule.
+
+    scripts/sim-vs-lab.py results/doc-000-tenants [results/plan-proof ...]
+    scripts/sim-vs-lab.py --json results/...     # the counts, machine-readable
 """
 import glob
 import json
 import os
+import statistics
 import sys
+
+PERCENTILES = ("p99", "p99.9")
 
 
 def worst(run_dir, rec):
+    """The worst tenant's percentiles and the missed polls of one run."""
     w, missed = {}, 0
     for t in rec["tenants"]:
         if not t.get("result"):
             continue
-        j = json.load(open(os.path.join(run_dir, t["result"])))
+        with open(os.path.join(run_dir, t["result"])) as f:
+            j = json.load(f)
         for p in j["interval_error"]["percentiles_ns"]:
             if p["value_ns"] is not None:
                 w[p["name"]] = max(w.get(p["name"], 0), p["value_ns"])
@@ -25,38 +38,159 @@ def worst(run_dir, rec):
     return w, missed
 
 
-def main():
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
+def scheduler_figures(run_dir):
+    """From the run's observe.json: the share of queued vCPU time that
+    passed while a CPU idled, and the tenants' mean run-queue wait (ms per
+    second per tenant)."""
+    f = os.path.join(run_dir, "observe.json")
+    if not os.path.exists(f):
+        return None
+    with open(f) as fh:
+        o = json.load(fh)
+    wc = o.get("work_conservation") or {}
+    queued = wc.get("queued_ns") or 0
+    idle_share = (wc.get("queued_while_idle_ns") or 0) / queued if queued else 0.0
+    tenants = [g for g in o.get("groups", []) if g.get("kind") == "tenant"]
+    duration_s = (o.get("recording", {}).get("duration_ns") or 0) / 1e9
+    wait = (
+        statistics.mean(g.get("run_delay_ns", 0) for g in tenants) / 1e6 / max(duration_s, 1e-9)
+        if tenants
+        else 0.0
+    )
+    return {"queued_while_idle": idle_share, "wait_ms_per_s": wait}
+
+
+def key_of(rec):
+    return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in rec["vars"])
+
+
+def load(results):
+    """Per setting, per side ('lab' or 'sim'), one entry per run."""
     rows = {}
-    for d in sorted(glob.glob(os.path.join(sys.argv[1], "runs", "*"))):
+    for d in sorted(glob.glob(os.path.join(results, "runs", "*"))):
         f = os.path.join(d, "run.json")
         if not os.path.exists(f):
             continue
-        rec = json.load(open(f))
-        key = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in rec["vars"])
-        src = "sim" if rec.get("simulated") else "lab"
-        rows.setdefault(key, {})[src] = worst(d, rec)
-    print("| setting | lab p99 | sim p99 | ratio | lab p99.9 | sim p99.9 | ratio | missed lab / sim |")
-    print("|---|---|---|---|---|---|---|---|")
-    agree = total = 0
-    for key, v in rows.items():
-        if "lab" not in v or "sim" not in v:
+        with open(f) as fh:
+            rec = json.load(fh)
+        if not rec.get("simulated") and not rec.get("complete", True):
             continue
-        (lw, lm), (sw, sm) = v["lab"], v["sim"]
-        cells = []
-        for p in ("p99", "p99.9"):
-            a, b = lw.get(p), sw.get(p)
-            if a is None or b is None:
-                cells += ["n/a", "n/a", "-"]
-                continue
-            r = b / a if a else float("inf")
-            ok = 0.5 <= r <= 2.0 or (a < 1_000_000 and b < 1_000_000)
-            total += 1
-            agree += ok
-            cells += [f"{a / 1e6:.2f} ms", f"{b / 1e6:.2f} ms", f"{r:.2f}{'' if ok else ' ✗'}"]
-        print(f"| {key} | {cells[0]} | {cells[1]} | {cells[2]} | {cells[3]} | {cells[4]} | {cells[5]} | {lm} / {sm} |")
-    print(f"\n{agree} of {total} percentiles within a factor of 2 (both below 1 ms counts as agreeing); ✗ marks the others.")
+        src = "sim" if rec.get("simulated") else "lab"
+        w, missed = worst(d, rec)
+        rows.setdefault(key_of(rec), {}).setdefault(src, []).append(
+            {"w": w, "missed": missed, "sched": scheduler_figures(d), "vars": rec["vars"]}
+        )
+    return rows
+
+
+def ms(v):
+    return f"{v / 1e6:.2f}"
+
+
+def cell(lab, sim, p):
+    """(text, agrees or None when a side has no value)."""
+    lv = [r["w"][p] for r in lab if p in r["w"]]
+    sv = [r["w"][p] for r in sim if p in r["w"]]
+    if not lv or not sv:
+        return "n/a", None
+    lmed, smed = statistics.median(lv), statistics.median(sv)
+    lo, hi = min(lv), max(lv)
+    ratio = smed / lmed if lmed else float("inf")
+    ok = 0.5 <= ratio <= 2.0 or lo <= smed <= hi
+    spread = f"{ms(lmed)} ({ms(lo)}-{ms(hi)})" if len(lv) > 1 else ms(lmed)
+    return f"{spread} | {ms(smed)} | {ratio:.2f}{'' if ok else ' ✗'}", ok
+
+
+def first_missed(rows):
+    """The first tenant count with missed polls, per side and per the
+    other settings (None: never)."""
+    firsts = {}
+    for key, v in rows.items():
+        for src in ("lab", "sim"):
+            for r in v.get(src, []):
+                vars_ = dict((k.rsplit(".", 1)[-1], val) for k, val in r["vars"])
+                if "count" not in vars_:
+                    return {}
+                rest = ", ".join(f"{k}={val}" for k, val in vars_.items() if k != "count")
+                count = int(vars_["count"])
+                missed = statistics.median(x["missed"] for x in v[src])
+                f = firsts.setdefault(rest, {"lab": None, "sim": None})
+                if missed > 0 and (f[src] is None or count < f[src]):
+                    f[src] = count
+    return firsts
+
+
+def report(results):
+    rows = load(results)
+    name = os.path.basename(os.path.normpath(results))
+    out = [f"### {name}", ""]
+    out.append("| setting | runs lab / sim | lab p99 median (spread) | sim p99 | ratio | lab p99.9 median (spread) | sim p99.9 | ratio | missed lab / sim |")
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    agree = total = 0
+    off = []
+    for key, v in rows.items():
+        lab, sim = v.get("lab", []), v.get("sim", [])
+        if not lab or not sim:
+            continue
+        texts = []
+        bad = []
+        for p in PERCENTILES:
+            text, ok = cell(lab, sim, p)
+            texts.append(text if ok is not None else "n/a | n/a | -")
+            if ok is not None:
+                total += 1
+                agree += ok
+                if not ok:
+                    bad.append(p)
+        missed = f"{statistics.median(r['missed'] for r in lab):g} / {statistics.median(r['missed'] for r in sim):g}"
+        out.append(f"| {key} | {len(lab)} / {len(sim)} | {texts[0]} | {texts[1]} | {missed} |")
+        if bad:
+            off.append((key, bad, lab, sim))
+    out.append("")
+    out.append(f"{agree} of {total} cells agree (simulated median within a factor of 2 of the lab's median, or inside the lab's spread); ✗ marks the others.")
+    firsts = first_missed(rows)
+    if firsts:
+        out.append("")
+        out.append("Polls first missed at (tenant count, median over repetitions):")
+        for rest, f in firsts.items():
+            same = "same" if f["lab"] == f["sim"] else "DIFFERENT"
+            out.append(f"- {rest or 'all'}: lab {f['lab'] or 'never'}, sim {f['sim'] or 'never'} ({same})")
+    if off:
+        out.append("")
+        out.append("Cells that disagree, with the scheduler figures of both sides (queued vCPU time that passed while a CPU idled; tenants' run-queue wait, ms per s per tenant; medians):")
+        for key, bad, lab, sim in off:
+            def figs(rs):
+                s = [r["sched"] for r in rs if r["sched"]]
+                if not s:
+                    return "no observe.json"
+                q = statistics.median(x["queued_while_idle"] for x in s)
+                wt = statistics.median(x["wait_ms_per_s"] for x in s)
+                return f"{100 * q:.0f} % queued while a CPU idled, wait {wt:.1f} ms/s"
+            out.append(f"- {key} ({', '.join(bad)}): lab {figs(lab)}; sim {figs(sim)}")
+    return "\n".join(out), agree, total
+
+
+def main():
+    args = sys.argv[1:]
+    as_json = "--json" in args
+    args = [a for a in args if a != "--json"]
+    if not args or any(a.startswith("-") for a in args):
+        sys.exit(__doc__)
+    summary = {}
+    all_agree = all_total = 0
+    for results in args:
+        text, agree, total = report(results)
+        summary[os.path.basename(os.path.normpath(results))] = {"agree": agree, "cells": total}
+        all_agree += agree
+        all_total += total
+        if not as_json:
+            print(text)
+            print()
+    if as_json:
+        print(json.dumps({"scenarios": summary, "agree": all_agree, "cells": all_total}, indent=2))
+    else:
+        share = 100 * all_agree / all_total if all_total else 0
+        print(f"All: {all_agree} of {all_total} cells agree ({share:.0f} %; target 90 %).")
 
 
 if __name__ == "__main__":

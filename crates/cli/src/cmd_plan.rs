@@ -73,6 +73,7 @@ fn options(c: &Common) -> anyhow::Result<PlanOptions> {
     };
     if let Some(p) = &c.calibration {
         let cal = ontime_sim_lab::calibrate::read(p).map_err(|e| usage(format!("{e:#}")))?;
+        o.calibration = Some(format!("{} (host noise and stalls from {})", p.display(), cal.from));
         o.host_noise = cal.host_noise;
         o.host_stalls = cal.host_stalls;
     }

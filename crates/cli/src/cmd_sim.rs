@@ -40,6 +40,10 @@ pub struct SimArgs {
     /// WAN delay only)
     #[arg(long, value_parser = parse_ns)]
     io_cost: Option<u64>,
+    /// Threads of that I/O path, each tenant's packets on one of them (the
+    /// lab's relay: 1; document 000's Dom0 had 8 vCPUs)
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    io_vcpus: u16,
     /// Seed of the simulated work draws
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -266,12 +270,22 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         ontime_core::limits::count("--cpus", c as u64, 1, ontime_core::limits::MAX_SIM_CPUS).map_err(usage)?;
     }
     crate::output::check_outputs(&[("--result", a.out.result.as_deref())])?;
+    let io_cost_known = a.io_cost.is_some()
+        || calibration
+            .as_ref()
+            .is_some_and(|(_, c)| c.io_cost_per_packet_ns.is_some());
+    if a.io_vcpus > 1 && !io_cost_known {
+        return Err(usage(
+            "--io-vcpus needs an I/O path: give --io-cost (or a calibration that measured one)",
+        ));
+    }
     let opts = SimOptions {
         cpus: a.cpus.unwrap_or_else(ontime_core::limits::online_cpus),
         model: model(&a)?,
         seed: a.seed,
         send_cost_ns: 10_000,
         io_cost_ns: a.io_cost,
+        io_vcpus: a.io_vcpus as usize,
         calibration,
         scheduler_view: a.into.is_some(),
         starts_from: a.into.clone(),

@@ -291,6 +291,9 @@ pub struct PlanOptions {
     /// for every send, and stalls of the whole host.
     pub host_noise: Option<Quantiles>,
     pub host_stalls: Option<Stalls>,
+    /// Where the noise and stalls were measured (the calibration file and
+    /// the runs it read), for the verdict.
+    pub calibration: Option<String>,
 }
 
 impl Default for PlanOptions {
@@ -300,6 +303,23 @@ impl Default for PlanOptions {
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
             host_noise: None,
             host_stalls: None,
+            calibration: None,
+        }
+    }
+}
+
+impl PlanOptions {
+    /// What every verdict rests on: the simulator's models and the
+    /// calibration (or its absence).
+    pub fn verified_with(&self) -> String {
+        let models = "each host's scheduler model (cfs: Linux's fair class with per-CPU run queues; \
+                      credit: Xen credit1 with per-pCPU queues, ticks, BOOST and the 1 ms rate limit; \
+                      credit2 and rtds: one global queue)";
+        match &self.calibration {
+            Some(c) => format!("simulated with {models}; calibration {c}"),
+            None => format!(
+                "simulated with {models}; no calibration: no host noise or stalls, so optimistic on a noisy host (give --calibration)"
+            ),
         }
     }
 }

@@ -42,6 +42,8 @@ pub struct PlanReport {
     pub elapsed_s: f64,
     /// Where measured inputs came from (the fleet; fitted work tails).
     pub inputs: Vec<String>,
+    /// The models and calibration the verdicts rest on.
+    pub verified_with: String,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -53,6 +55,8 @@ pub struct CheckReport {
     pub not_placed: Vec<String>,
     /// Where measured inputs came from (the fleet; fitted work tails).
     pub inputs: Vec<String>,
+    /// The models and calibration the verdicts rest on.
+    pub verified_with: String,
 }
 
 const NO_INSTANCE_LEFT: &str = "no instance left";
@@ -256,6 +260,7 @@ pub fn plan(input: &PlanInput, opts: &PlanOptions) -> Result<PlanReport> {
         hosts_needed_without_limit,
         mean_cpu_packing,
         elapsed_s: started.elapsed().as_secs_f64(),
+        verified_with: opts.verified_with(),
     })
 }
 
@@ -384,6 +389,7 @@ pub fn check(input: &PlanInput, opts: &PlanOptions) -> Result<CheckReport> {
         hosts,
         missing,
         not_placed,
+        verified_with: opts.verified_with(),
     })
 }
 
@@ -403,8 +409,7 @@ mod tests {
         PlanOptions {
             seed: 1,
             jobs: 2,
-            host_noise: None,
-            host_stalls: None,
+            ..Default::default()
         }
     }
 

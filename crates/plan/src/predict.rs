@@ -217,6 +217,7 @@ pub fn predict_host(
         .collect();
     let io = (host.io_cost > 0).then_some(HostIo {
         cost_per_packet_ns: host.io_cost,
+        vcpus: host.io_vcpus().max(1),
     });
     // Stop as soon as a tenant is sure to miss: more samples above its
     // target than its percentile allows over the whole horizon.

@@ -70,6 +70,7 @@ impl TextReport for PlanReport {
             r.hosts.len(),
             r.elapsed_s
         );
+        let _ = writeln!(s, "{}", r.verified_with);
         s += &inputs(&r.inputs);
         s += &host_table(&r.hosts);
         for (t, why) in &r.unplaced {
@@ -121,6 +122,7 @@ impl TextReport for CheckReport {
             "ontime plan check: {} hosts predicted by the simulator\n",
             r.hosts.len()
         );
+        let _ = writeln!(s, "{}", r.verified_with);
         s += &inputs(&r.inputs);
         s += &host_table(&r.hosts);
         if r.missing.is_empty() {

@@ -48,9 +48,11 @@ pub struct SimOptions {
     pub seed: u64,
     /// CPU per request sent (the crawler's own work besides the answer's).
     pub send_cost_ns: u64,
-    /// The host I/O path as a thread with this CPU cost per packet (None:
-    /// the calibration's, else a constant one-way delay only).
+    /// The host I/O path with this CPU cost per packet (None: the
+    /// calibration's, else a constant one-way delay only).
     pub io_cost_ns: Option<u64>,
+    /// Its threads (the lab's relay: 1; document 000's Dom0: 8 vCPUs).
+    pub io_vcpus: usize,
     pub calibration: Option<(PathBuf, Calibration)>,
     /// Record the engine's scheduling as scheduler events and analyse them
     /// as `ontime observe` does (the scheduler view of a simulated run).
@@ -130,11 +132,11 @@ impl ontime_sim::engine::Tracer for EventTracer {
 
 /// Where a simulated run's threads belong: `vcpus` per tenant, then the
 /// host I/O path's.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct ViewShape {
     tenants: usize,
     vcpus: usize,
-    io_thread: Option<usize>,
+    io_threads: std::ops::Range<usize>,
     cpus: usize,
 }
 
@@ -206,7 +208,7 @@ fn scheduler_view(events: Vec<ontime_trace::event::Event>, shape: &ViewShape, en
     let ViewShape {
         tenants,
         vcpus,
-        io_thread,
+        ref io_threads,
         cpus,
     } = *shape;
     use ontime_trace::recording::{Group, GroupKind, Meta, Recording, ThreadInfo};
@@ -231,20 +233,26 @@ fn scheduler_view(events: Vec<ontime_trace::event::Event>, shape: &ViewShape, en
             },
         );
     }
-    if let Some(io) = io_thread {
+    if !io_threads.is_empty() {
         groups.push(Group {
             name: "host-io".into(),
             kind: GroupKind::HostIo,
             source: vec!["simulated".into()],
             vcpu_names: false,
         });
+    }
+    for (i, io) in io_threads.clone().enumerate() {
         let tid = sim_tid(io);
         threads.insert(
             tid,
             ThreadInfo {
                 tid,
-                tgid: tid,
-                comm: "relay".into(),
+                tgid: sim_tid(io_threads.start),
+                comm: if io_threads.len() == 1 {
+                    "relay".into()
+                } else {
+                    format!("io-vcpu{i}")
+                },
                 group: Some(tenants as u32),
             },
         );
@@ -376,7 +384,10 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         left_out.push("cpusets: hogs share the tenants' CPUs".into());
     }
     let io_cost = opts.io_cost_ns.or(cal.and_then(|c| c.io_cost_per_packet_ns));
-    let io = io_cost.map(|c| HostIo { cost_per_packet_ns: c });
+    let io = io_cost.map(|c| HostIo {
+        cost_per_packet_ns: c,
+        vcpus: opts.io_vcpus.max(1),
+    });
     let seed = opts.seed ^ run_.index as u64;
     // The last tenant may start a period late; then its last answers.
     let horizon = c.duration + 2 * cr.period;
@@ -414,14 +425,13 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
     if let Some(q) = noise.clone() {
         w = w.with_host_noise(q, seed.wrapping_add(0x5eed));
     }
-    let threads = t.count * vcpus + usize::from(io.is_some()) + usize::from(host_work.is_some()) + hogs;
+    let io_threads = w.io_threads();
+    let threads = t.count * vcpus + io_threads.len() + usize::from(host_work.is_some()) + hogs;
     let rr_slice = c.host.rr_timeslice.unwrap_or(100_000_000);
     let mut sched: Box<dyn Scheduler + Send> = match opts.model {
         None => {
             let mut classes = vec![class_of(t.policy, rr_slice); t.count * vcpus];
-            if io.is_some() {
-                classes.push(class_of(c.host.relay_policy, rr_slice));
-            }
+            classes.extend(io_threads.clone().map(|_| class_of(c.host.relay_policy, rr_slice)));
             // The gateway is most of the host's other work (it runs at
             // `host.gateway_policy`); softirq work would run above it.
             if host_work.is_some() {
@@ -436,7 +446,7 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
             let tenant_hogs = if in_lab { hogs_in_tenants } else { 0 };
             let mut group = vec![in_lab.then_some(0); t.count * vcpus];
             group.resize(
-                group.len() + usize::from(io.is_some()) + usize::from(host_work.is_some()) + hogs - tenant_hogs,
+                group.len() + io_threads.len() + usize::from(host_work.is_some()) + hogs - tenant_hogs,
                 None,
             );
             group.resize(group.len() + tenant_hogs, Some(0));
@@ -444,11 +454,10 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         }
         Some(m) => m.build(threads, cpus),
     };
-    let io_thread = w.io_thread();
     let shape = ViewShape {
         tenants: t.count,
         vcpus,
-        io_thread,
+        io_threads,
         cpus,
     };
     let (o, analysis, base) = run_simulated(&mut w, sched.as_mut(), horizon, seed, opts, &shape);
@@ -521,7 +530,7 @@ fn simulate_cyclic(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
     let shape = ViewShape {
         tenants: t.count,
         vcpus: threads,
-        io_thread: None,
+        io_threads: 0..0,
         cpus,
     };
     let (o, analysis, base) = run_simulated(&mut w, sched.as_mut(), horizon, seed, opts, &shape);

@@ -9,9 +9,11 @@
 //! the crawler's own tracker, send lag from the planned time.
 //!
 //! With a host I/O path (`HostIo`), every request and every answer also
-//! crosses one more thread, the host's I/O path (Dom0 / vhost / the lab's
-//! relay), at a CPU cost per packet, competing for the same CPUs: a starved
-//! I/O path delays every tenant (document 000, finding 4).
+//! crosses the host's I/O path (Dom0 / vhost / the lab's relay): one or
+//! more threads (Dom0's vCPUs: document 000 gave Dom0 8), each tenant's
+//! packets on one of them as netback serves a guest's interface from one
+//! Dom0 vCPU, at a CPU cost per packet, competing for the same CPUs: a
+//! starved I/O path delays every tenant (document 000, finding 4).
 //!
 //! Around them: CPU hogs (always-runnable threads, the lab's `cpu` loads)
 //! and the host's own noise ([`crate::noise`]), a delay drawn for every
@@ -47,10 +49,26 @@ pub struct CrawlTenant {
     pub timeout_ns: u64,
 }
 
-/// The host's I/O path: one thread that forwards every packet.
+/// The host's I/O path: `vcpus` threads (Dom0's vCPUs, the lab's one
+/// relay) that forward every packet, tenant `i`'s on thread `i % vcpus`.
 #[derive(Clone, Copy, Debug)]
 pub struct HostIo {
     pub cost_per_packet_ns: u64,
+    pub vcpus: usize,
+}
+
+impl HostIo {
+    /// One thread, as the lab's relay.
+    pub fn one_thread(cost_per_packet_ns: u64) -> HostIo {
+        HostIo {
+            cost_per_packet_ns,
+            vcpus: 1,
+        }
+    }
+
+    fn threads(io: Option<HostIo>) -> usize {
+        io.map_or(0, |io| io.vcpus.max(1))
+    }
 }
 
 /// What a tenant measured.
@@ -107,7 +125,7 @@ pub struct CrawlWorkload {
     /// host work's and the hogs' threads, each if present.
     vcpu_threads: usize,
     io: Option<HostIo>,
-    /// Packets waiting for the I/O thread: (arrival, tag).
+    /// Packets waiting for the I/O path: (arrival, tag).
     io_queue: BinaryHeap<Reverse<(u64, u64)>>,
     /// Requests whose host work is due: arrival.
     host_queue: BinaryHeap<Reverse<u64>>,
@@ -239,13 +257,12 @@ impl CrawlWorkload {
 
     /// The thread of the host's other work, if any.
     pub fn host_work_thread(&self) -> Option<usize> {
-        self.host_work_ns
-            .map(|_| self.vcpu_threads + usize::from(self.io.is_some()))
+        self.host_work_ns.map(|_| self.vcpu_threads + HostIo::threads(self.io))
     }
 
     /// The first hog's thread.
     fn first_hog(&self) -> usize {
-        self.vcpu_threads + usize::from(self.io.is_some()) + usize::from(self.host_work_ns.is_some())
+        self.vcpu_threads + HostIo::threads(self.io) + usize::from(self.host_work_ns.is_some())
     }
 
     /// Queues the host's work for a request the gateway received at `at`.
@@ -269,9 +286,9 @@ impl CrawlWorkload {
         self
     }
 
-    /// The thread of the host I/O path, if any.
-    pub fn io_thread(&self) -> Option<usize> {
-        self.io.map(|_| self.vcpu_threads)
+    /// The threads of the host I/O path (empty without one).
+    pub fn io_threads(&self) -> std::ops::Range<usize> {
+        self.vcpu_threads..self.vcpu_threads + HostIo::threads(self.io)
     }
 
     /// Pushes stream `si`'s next poll's send at `at` and plans the one
@@ -461,13 +478,16 @@ impl Workload for CrawlWorkload {
                 push(host_item(th, t, ns, HOST_WORK_TAG));
             }
         }
-        if let (Some(io), Some(io_thread)) = (self.io, self.io_thread()) {
+        if let Some(io) = self.io {
+            let first = self.vcpu_threads;
+            let n = HostIo::threads(self.io);
             while let Some(&Reverse((t, tg))) = self.io_queue.peek() {
                 if t > now {
                     break;
                 }
                 self.io_queue.pop();
-                push(host_item(io_thread, t, io.cost_per_packet_ns, tg));
+                let tenant = self.streams[untag(tg).0].tenant;
+                push(host_item(first + tenant % n, t, io.cost_per_packet_ns, tg));
             }
         }
     }
@@ -589,9 +609,7 @@ mod tests {
                 ..tenant(Some(1.5))
             })
             .collect();
-        let io = HostIo {
-            cost_per_packet_ns: 50_000,
-        };
+        let io = HostIo::one_thread(50_000);
         let mut w = CrawlWorkload::new(tenants.clone(), Some(io), horizon, 5);
         assert_eq!(w.threads(), 4);
         let o = run(&mut w, 1, &mut Cfs::new(vec![1024; 4]), horizon + 1_000 * MS);
@@ -628,16 +646,11 @@ mod tests {
     #[test]
     fn host_work_is_a_thread_working_once_per_poll() {
         let horizon = 5_000 * MS;
-        let io = HostIo {
-            cost_per_packet_ns: 20_000,
-        };
+        let io = HostIo::one_thread(20_000);
         let mut w = CrawlWorkload::new(vec![tenant(None)], Some(io), horizon, 1)
             .with_host_work(100_000)
             .with_hogs(1);
-        assert_eq!(
-            (w.threads(), w.io_thread(), w.host_work_thread()),
-            (4, Some(1), Some(2))
-        );
+        assert_eq!((w.threads(), w.io_threads(), w.host_work_thread()), (4, 1..2, Some(2)));
         let o = run(&mut w, 2, &mut Cfs::new(vec![1024; 4]), horizon + 100 * MS);
         let polls = w.measures[0].polls;
         assert!(polls >= 2_400, "{polls} polls");

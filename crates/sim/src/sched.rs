@@ -84,7 +84,9 @@ impl Model {
     /// The model for `threads` threads on `cpus` CPUs, equal weights.
     pub fn build(&self, threads: usize, cpus: usize) -> Box<dyn Scheduler + Send> {
         match *self {
-            Model::Cfs => Box::new(Cfs::new(vec![1024; threads])),
+            // A Linux host's fair class as the kernel runs it: EEVDF's
+            // slice and per-CPU run queues with their balancing.
+            Model::Cfs => Box::new(Linux::new(vec![LinuxClass::Fair { weight: 1024 }; threads], cpus)),
             Model::Fifo => Box::new(FixedPriority),
             Model::Rr { slice_ns } => Box::new(RoundRobin { slice_ns }),
             Model::Edf => Box::new(Edf),
@@ -142,6 +144,8 @@ pub struct Job {
     /// It has had a CPU: a thread does not leave work it started for
     /// another of its jobs.
     pub started: bool,
+    /// When it last got a CPU (a rate limit protects it for a while).
+    pub on_cpu_since_ns: u64,
 }
 
 /// A scheduling policy over a global run queue.
@@ -211,15 +215,29 @@ pub trait Scheduler {
         true
     }
     /// Whether `newcomer`, ahead in the order, may take the CPU of
-    /// `running` before `running`'s slice ends (EEVDF's run-to-parity
-    /// says no between fair tasks).
-    fn preempts(&self, _newcomer: &Job, _running: &Job) -> bool {
+    /// `running` at `now`, before `running`'s slice ends (EEVDF's
+    /// run-to-parity says no between fair tasks; Xen's rate limit says no
+    /// within its first ms).
+    fn preempts(&self, _newcomer: &Job, _running: &Job, _now: u64) -> bool {
         true
+    }
+    /// A job that got a CPU keeps it at least this long against any
+    /// newcomer (Xen's `sched_ratelimit_us`); the engine looks again when
+    /// it ends.
+    fn ratelimit_ns(&self) -> u64 {
+        0
+    }
+    /// With per-CPU queues: whether a CPU about to run `next` looks on
+    /// other CPUs' queues for a job ahead of it (credit1 steals when its
+    /// own next is OVER, `csched_load_balance`).
+    fn steals_for(&self, _next: &Job) -> bool {
+        false
     }
     /// Called with every runnable or running job before they are ordered
     /// (credit2 resets credits here).
     fn before_dispatch(&mut self, _runnable: &[Job]) {}
-    /// A job of `job.task` was released (the task woke up).
+    /// `job.task` woke up: its job was released while it had nothing to
+    /// run.
     fn wake(&mut self, _job: &Job) {}
     /// `ran_ns` of CPU went to `job` (virtual runtime, credit).
     fn charge(&mut self, _job: &Job, _ran_ns: u64) {}
@@ -228,8 +246,9 @@ pub trait Scheduler {
     fn next_timer_ns(&self) -> Option<u64> {
         None
     }
-    /// Its timer fired at `now`.
-    fn on_timer(&mut self, _now: u64) {}
+    /// Its timer fired at `now`, with `running` on the CPUs (credit1's
+    /// tick accounts the vCPU it finds running).
+    fn on_timer(&mut self, _now: u64, _running: &[Option<Job>]) {}
 }
 
 /// SCHED_FIFO: the highest priority runs, first come first served within
@@ -538,7 +557,7 @@ impl Scheduler for Linux {
             LinuxClass::Fair { .. } => Some(self.fair_slice_ns),
         }
     }
-    fn preempts(&self, newcomer: &Job, running: &Job) -> bool {
+    fn preempts(&self, newcomer: &Job, running: &Job, _now: u64) -> bool {
         let fair = |j: &Job| matches!(self.classes[j.task], LinuxClass::Fair { .. });
         !(fair(newcomer) && fair(running))
     }
@@ -603,7 +622,7 @@ impl Scheduler for Linux {
             .map(|(i, _)| self.dl_deadline[i])
             .min()
     }
-    fn on_timer(&mut self, now: u64) {
+    fn on_timer(&mut self, now: u64, _running: &[Option<Job>]) {
         for (i, c) in self.classes.iter().enumerate() {
             if let LinuxClass::Deadline { runtime_ns, period_ns } = *c {
                 if self.dl_left[i] == 0 && self.dl_deadline[i] > 0 && self.dl_deadline[i] <= now {
@@ -617,29 +636,60 @@ impl Scheduler for Linux {
     }
 }
 
-/// Xen's credit scheduler (credit1, Xen 4.x), reduced to its defining
-/// rules: every accounting period (30 ms) each vCPU earns credit in
-/// proportion to its weight (a period's worth of every pCPU in all), and
-/// is charged what it runs; credit above one period's worth is discarded
-/// (credit1 does not bank it, credit2 does). A vCPU with credit left is
-/// UNDER, one without is OVER; UNDER runs before OVER, first come first
-/// served within a level, for at most a time slice (`tslice`, 30 ms by
-/// default, 1 ms the document's tuned value). A vCPU that wakes UNDER is
-/// BOOSTed above both and preempts, for its first tick (10 ms) of running.
-/// Leaves out: the rate limit (a vCPU runs 1 ms before BOOST may preempt
-/// it), caps, per-pCPU run queues with work stealing, and credit debited
-/// in whole ticks (here to the nanosecond).
+/// Xen's credit scheduler (credit1) as xen/common/sched_credit.c of Xen
+/// 4.6-4.8 implements it (document 000 ran 4.6):
+/// - Accounting (`csched_acct`) every time slice (`tslice_ms`, 30 ms by
+///   default; 1 ms the document's tuned value): the pCPUs' slice worth of
+///   credit (`credits_per_tslice` x pCPUs, plus the system's negative
+///   balance) is shared among the *active* vCPUs by weight, none getting
+///   more than one slice worth unless the balance is negative; what a
+///   capped vCPU does not take goes to the rest. A vCPU left with credit
+///   is UNDER, one without is OVER (floored at minus one slice); an UNDER
+///   vCPU above one slice worth stops being active and keeps half.
+/// - A vCPU becomes active, and loses its BOOST, only when a pCPU's tick
+///   (`csched_tick`, three per slice: 10 ms, or one per slice below 3 ms)
+///   finds it running (`csched_vcpu_acct`); running is charged exactly
+///   (`burn_credits`), but priorities change only at ticks and accounting.
+/// - A vCPU waking UNDER is BOOSTed (`csched_vcpu_wake`) and runs before
+///   UNDER and OVER; one that blocks before a tick finds it stays BOOST.
+/// - A running vCPU is not preempted within the rate limit
+///   (`sched_ratelimit_us`, 1 ms by default, at most the slice).
+/// - Per-pCPU run queues: a waking vCPU goes to an idle pCPU if there is
+///   one (`__runq_tickle`, `csched_cpu_pick`); a pCPU whose next is OVER or
+///   idle steals a better vCPU waiting on a busy peer
+///   (`csched_load_balance`; `vcpu_migration_delay` 0: nothing cache-hot).
+///
+/// Weights are per vCPU here: a domain's weight counts once per active
+/// vCPU in `csched_acct`, so splitting a domain's credit among its active
+/// vCPUs gives each what a one-vCPU domain of that weight gets.
+/// Leaves out: caps (parking), yield, SMT-aware placement, the migration
+/// of a running vCPU at its tick, and credits in whole units (10 per ms;
+/// here to the nanosecond).
 #[derive(Clone, Debug)]
 pub struct Credit {
     pub weights: Vec<u64>,
     pub tslice_ns: u64,
     pub cpus: usize,
     credit: Vec<i64>,
-    /// Running time left at BOOST per vCPU (0: not boosted).
-    boost_left: Vec<u64>,
+    pri: Vec<CreditPri>,
+    active: Vec<bool>,
+    /// The sum of the active vCPUs' credit at the last accounting.
+    balance: i64,
     next_acct: u64,
+    /// Per pCPU, its next tick: each pCPU has its own ticker, started as
+    /// it came up, so the ticks are spread over the tick period.
+    next_tick: Vec<u64>,
     /// Per-pCPU run queues (Xen's); false: one global queue.
     pub per_cpu: bool,
+}
+
+/// credit1's priorities, best first (`CSCHED_PRI_TS_BOOST`, `_UNDER`,
+/// `_OVER`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum CreditPri {
+    Boost,
+    Under,
+    Over,
 }
 
 /// credit1's balancing: each pCPU has its own run queue; a waking vCPU
@@ -653,22 +703,29 @@ pub const CREDIT_BALANCE: Balance = Balance {
     tick_ns: None,
 };
 
-/// Credit's accounting period and tick.
-pub const CREDIT_ACCT_NS: u64 = 30_000_000;
-pub const CREDIT_TICK_NS: u64 = 10_000_000;
+/// credit1's ticks per slice (`CSCHED_TICKS_PER_TSLICE`) and its default
+/// rate limit (`SCHED_DEFAULT_RATELIMIT_US`).
+pub const CREDIT_TICKS_PER_TSLICE: u64 = 3;
+pub const CREDIT_RATELIMIT_NS: u64 = 1_000_000;
 
 impl Credit {
     pub fn new(weights: Vec<u64>, cpus: usize, tslice_ns: u64) -> Credit {
         let n = weights.len();
-        Credit {
+        let mut c = Credit {
             weights,
             tslice_ns,
             cpus,
             credit: vec![0; n],
-            boost_left: vec![0; n],
-            next_acct: 0,
+            pri: vec![CreditPri::Under; n],
+            active: vec![false; n],
+            balance: 0,
+            next_acct: tslice_ns,
+            next_tick: Vec::new(),
             per_cpu: true,
-        }
+        };
+        let (tick, m) = (c.tick_ns(), cpus.max(1) as u64);
+        c.next_tick = (0..m).map(|p| tick + tick * p / m).collect();
+        c
     }
 
     /// One global run queue instead of per-pCPU ones.
@@ -677,15 +734,64 @@ impl Credit {
         self
     }
 
-    /// 0 BOOST, 1 UNDER, 2 OVER.
-    fn level(&self, task: usize) -> u8 {
-        if self.boost_left[task] > 0 {
-            0
-        } else if self.credit[task] > 0 {
-            1
+    /// `__csched_set_tslice`: three ticks per slice, one below 3 ms.
+    pub fn tick_ns(&self) -> u64 {
+        if self.tslice_ns < CREDIT_TICKS_PER_TSLICE * 1_000_000 {
+            self.tslice_ns
         } else {
-            2
+            self.tslice_ns / CREDIT_TICKS_PER_TSLICE
         }
+    }
+
+    /// `csched_acct`.
+    fn account(&mut self) {
+        let per_slice = self.tslice_ns as i64;
+        let weight_total: i64 = (0..self.weights.len())
+            .filter(|&v| self.active[v])
+            .map(|v| self.weights[v].max(1) as i64)
+            .sum();
+        if weight_total == 0 {
+            self.balance = 0;
+            return;
+        }
+        let mut credit_total = per_slice * self.cpus as i64;
+        if self.balance < 0 {
+            credit_total -= self.balance;
+        }
+        let mut weight_left = weight_total;
+        let mut balance = 0;
+        for v in 0..self.weights.len() {
+            if !self.active[v] {
+                continue;
+            }
+            let w = self.weights[v].max(1) as i64;
+            weight_left -= w;
+            let mut peak = per_slice;
+            if self.balance < 0 {
+                peak += (-self.balance * w + weight_total - 1) / weight_total;
+            }
+            let mut fair = (credit_total * w + weight_total - 1) / weight_total;
+            if fair >= peak {
+                // Give the others what this vCPU cannot take.
+                if weight_left > 0 {
+                    credit_total += ((fair - peak) * weight_total + weight_left - 1) / weight_left;
+                }
+                fair = peak;
+            }
+            self.credit[v] += fair;
+            if self.credit[v] < 0 {
+                self.pri[v] = CreditPri::Over;
+                self.credit[v] = self.credit[v].max(-per_slice);
+            } else {
+                self.pri[v] = CreditPri::Under;
+                if self.credit[v] > per_slice {
+                    self.active[v] = false;
+                    self.credit[v] /= 2;
+                }
+            }
+            balance += self.credit[v];
+        }
+        self.balance = balance;
     }
 }
 
@@ -697,35 +803,55 @@ impl Scheduler for Credit {
         self.per_cpu.then_some(CREDIT_BALANCE)
     }
     fn order(&self, a: &Job, b: &Job) -> Ordering {
-        self.level(a.task)
-            .cmp(&self.level(b.task))
+        self.pri[a.task]
+            .cmp(&self.pri[b.task])
             .then(a.queued_seq.cmp(&b.queued_seq))
     }
     fn slice_ns(&self, _job: &Job, _runnable: usize) -> Option<u64> {
         Some(self.tslice_ns)
     }
+    fn preempts(&self, _newcomer: &Job, running: &Job, now: u64) -> bool {
+        now >= running.on_cpu_since_ns + self.ratelimit_ns()
+    }
+    fn ratelimit_ns(&self) -> u64 {
+        // Xen refuses a rate limit above the slice and uses the slice.
+        CREDIT_RATELIMIT_NS.min(self.tslice_ns)
+    }
+    fn steals_for(&self, next: &Job) -> bool {
+        self.pri[next.task] == CreditPri::Over
+    }
     fn wake(&mut self, job: &Job) {
-        if self.credit[job.task] > 0 {
-            self.boost_left[job.task] = CREDIT_TICK_NS;
+        if self.pri[job.task] == CreditPri::Under {
+            self.pri[job.task] = CreditPri::Boost;
         }
     }
     fn charge(&mut self, job: &Job, ran_ns: u64) {
-        let t = job.task;
-        self.credit[t] -= ran_ns as i64;
-        self.boost_left[t] = self.boost_left[t].saturating_sub(ran_ns);
+        self.credit[job.task] -= ran_ns as i64;
     }
     fn next_timer_ns(&self) -> Option<u64> {
-        Some(self.next_acct)
+        Some(self.next_tick.iter().fold(self.next_acct, |a, &t| a.min(t)))
     }
-    fn on_timer(&mut self, now: u64) {
-        while self.next_acct <= now {
-            let total: u64 = self.weights.iter().sum::<u64>().max(1);
-            let pool = (CREDIT_ACCT_NS * self.cpus as u64) as i64;
-            let cap = CREDIT_ACCT_NS as i64;
-            for (c, w) in self.credit.iter_mut().zip(&self.weights) {
-                *c = (*c + pool * *w as i64 / total as i64).clamp(-cap, cap);
+    fn on_timer(&mut self, now: u64, running: &[Option<Job>]) {
+        let tick = self.tick_ns();
+        for (p, next) in self.next_tick.iter_mut().enumerate() {
+            if *next > now {
+                continue;
             }
-            self.next_acct += CREDIT_ACCT_NS;
+            while *next <= now {
+                *next += tick;
+            }
+            // `csched_tick` -> `csched_vcpu_acct` on what this pCPU runs.
+            if let Some(j) = running.get(p).copied().flatten() {
+                let v = j.task;
+                if self.pri[v] == CreditPri::Boost {
+                    self.pri[v] = CreditPri::Under;
+                }
+                self.active[v] = true;
+            }
+        }
+        while self.next_acct <= now {
+            self.account();
+            self.next_acct += self.tslice_ns;
         }
     }
 }
@@ -736,11 +862,14 @@ impl Scheduler for Credit {
 /// none left, every vCPU gets a fresh allowance (credit is not discarded
 /// below it, unlike credit1); a slice lasts as long as the runner's credit
 /// (credit2 ends it where the runner would fall below the next vCPU),
-/// between 0.5 ms and 10 ms. A waking vCPU with more credit than a running
-/// one preempts it.
-/// Leaves out: the rate limit, migration resistance and load balancing
-/// between run queues (one global queue here), and credit2's cap on what a
-/// reset may carry over (here credit is topped up to the allowance).
+/// between 0.5 ms and 2 ms (`CSCHED2_MIN_TIMER`, `CSCHED2_MAX_TIMER` of
+/// Xen 4.6, which document 000 ran and quotes; Xen 4.8+ raised the
+/// maximum to 10 ms and added a rate limit, which 4.6 does not have). A
+/// waking vCPU with more credit than a running one preempts it.
+/// Leaves out: migration resistance and load balancing between run queues
+/// (one queue per socket in Xen; one global queue here), and credit2's
+/// cap on what a reset may carry over (here credit is topped up to the
+/// allowance).
 #[derive(Clone, Debug)]
 pub struct Credit2 {
     pub weights: Vec<u64>,
@@ -750,7 +879,7 @@ pub struct Credit2 {
 /// credit2's allowance per reset and its slice bounds.
 pub const CREDIT2_INIT_NS: i64 = 10_000_000;
 pub const CREDIT2_MIN_SLICE_NS: u64 = 500_000;
-pub const CREDIT2_MAX_SLICE_NS: u64 = 10_000_000;
+pub const CREDIT2_MAX_SLICE_NS: u64 = 2_000_000;
 
 impl Credit2 {
     pub fn new(weights: Vec<u64>) -> Credit2 {
@@ -843,7 +972,7 @@ impl Scheduler for Rtds {
     fn next_timer_ns(&self) -> Option<u64> {
         self.deadline.iter().copied().min()
     }
-    fn on_timer(&mut self, now: u64) {
+    fn on_timer(&mut self, now: u64, _running: &[Option<Job>]) {
         for (i, &(budget, period)) in self.servers.iter().enumerate() {
             while self.deadline[i] <= now {
                 self.deadline[i] += period;
