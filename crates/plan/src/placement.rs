@@ -5,7 +5,7 @@
 //! comparison.
 
 use crate::input::{HostSpec, PlanInput, PlanOptions, Tenant};
-use crate::predict::{at_short_credit_slice, predict_host, rule_violations, tenant_peak, HostPrediction};
+use crate::predict::{predict_host, rule_violations, tenant_peak, tuned, HostPrediction};
 use anyhow::{bail, Result};
 use ontime_sim::sched::Model;
 use serde::Serialize;
@@ -81,7 +81,7 @@ fn predict_all(hosts: &[(String, &HostSpec, Model, Vec<&Tenant>)], opts: &PlanOp
             start += n;
             s.spawn(move || {
                 for (slot, (inst, h, sched, ts)) in chunk.iter_mut().zip(mine) {
-                    *slot = Some(predict_host(inst, h, *sched, ts, opts));
+                    *slot = Some(predict_host(inst, h, *sched, false, ts, opts));
                 }
             });
         }
@@ -108,8 +108,8 @@ pub fn plan(input: &PlanInput, opts: &PlanOptions) -> Result<PlanReport> {
         let mut fits = false;
         for k in &input.hosts {
             let sched = k.scheduler()?;
-            let p = predict_host(&k.name, k, sched, &[t], opts);
-            if p.meets || at_short_credit_slice(&k.name, k, sched, &[t], opts).is_some() {
+            let p = predict_host(&k.name, k, sched, false, &[t], opts);
+            if p.meets || tuned(&k.name, k, sched, &[t], opts).is_some() {
                 fits = true;
                 break;
             }
@@ -198,7 +198,7 @@ pub fn plan(input: &PlanInput, opts: &PlanOptions) -> Result<PlanReport> {
             })
             .collect();
         let preds = predict_all(&batch, opts);
-        // Settle each host: kept, kept at a 1 ms credit slice, or shrunk.
+        // Settle each host: kept, kept with tuned settings, or shrunk.
         let mut still_open: Vec<OpenHost> = Vec::new();
         for (mut h, p) in open.into_iter().zip(preds) {
             if p.meets {
@@ -206,7 +206,7 @@ pub fn plan(input: &PlanInput, opts: &PlanOptions) -> Result<PlanReport> {
                 continue;
             }
             let ts: Vec<&Tenant> = h.tenants.iter().map(|&i| &tenants[i]).collect();
-            if let Some(p1) = at_short_credit_slice(&h.instance, h.kind, h.sched, &ts, opts) {
+            if let Some(p1) = tuned(&h.instance, h.kind, h.sched, &ts, opts) {
                 done.push(p1);
                 continue;
             }
@@ -369,7 +369,19 @@ pub fn check(input: &PlanInput, opts: &PlanOptions) -> Result<CheckReport> {
         }
         batch.push((inst.clone(), kind, kind.scheduler()?, ts));
     }
-    let hosts = predict_all(&batch, opts);
+    // A host the planner would have tuned (`predict::tuned`) is judged
+    // with those settings, as `plan` placed it.
+    let hosts: Vec<HostPrediction> = predict_all(&batch, opts)
+        .into_iter()
+        .zip(&batch)
+        .map(|(p, (inst, kind, sched, ts))| {
+            if p.meets {
+                p
+            } else {
+                tuned(inst, kind, *sched, ts, opts).unwrap_or(p)
+            }
+        })
+        .collect();
     let missing = hosts
         .iter()
         .flat_map(|h| {

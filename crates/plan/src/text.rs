@@ -53,10 +53,18 @@ fn host_table(hosts: &[HostPrediction]) -> String {
             h.mean_cpu,
             h.peak_100ms_cpu,
             h.io_cpu,
-            h.scheduler.to_string(),
+            match &h.pinning {
+                Some(_) => format!("{} +I/O pinned", h.scheduler),
+                None => h.scheduler.to_string(),
+            },
             if h.meets { "yes" } else { "NO" },
             worst(h)
         );
+    }
+    for h in hosts {
+        if let Some(p) = &h.pinning {
+            let _ = writeln!(s, "{}: pinned by the planner: {p}", h.instance);
+        }
     }
     s
 }

@@ -4,7 +4,7 @@
 //! workload what completed and scores every item's response time against
 //! its deadline.
 
-use crate::sched::{Balance, CpuView, Job, Scheduler};
+use crate::sched::{idle_first, Balance, CpuView, Job, Scheduler};
 use crate::task::PeriodicTask;
 use ontime_core::stats::LatencyHistogram;
 use rand::rngs::SmallRng;
@@ -233,7 +233,7 @@ pub fn run_with_stalls(
     // Per-CPU run queues: each thread's CPU (spread at start, as fork
     // balancing does), and what balancing needs.
     let balance = sched.balance();
-    let mut pc = PerCpu::new(threads, cpus, balance);
+    let mut pc = PerCpu::new(threads, cpus, balance, &*sched);
     // What the tracer needs per event, kept between events.
     let (mut before, mut woken): (Vec<Option<usize>>, Vec<usize>) = (Vec::new(), Vec::new());
     let mut on_cpus: Vec<Option<Job>> = Vec::with_capacity(cpus);
@@ -406,11 +406,14 @@ struct PerCpu {
 }
 
 impl PerCpu {
-    fn new(threads: usize, cpus: usize, balance: Option<Balance>) -> PerCpu {
+    fn new(threads: usize, cpus: usize, balance: Option<Balance>, sched: &dyn Scheduler) -> PerCpu {
         // Linux starts avg_idle at twice the migration cost.
         let start = balance.map_or(0, |b| 2 * b.newidle_min_avg_idle_ns);
+        let view = vec![CpuView::default(); cpus];
         PerCpu {
-            home: (0..threads).map(|t| t % cpus).collect(),
+            home: (0..threads)
+                .map(|t| idle_first(t % cpus, &view, sched.affinity(t)))
+                .collect(),
             last_ran: vec![0; threads],
             avg_idle: vec![start; cpus],
             idle_since: vec![Some(0); cpus],
@@ -719,7 +722,11 @@ impl Dispatcher {
             let hot_ok = |t: usize| gate == 0 || tick || now.saturating_sub(pc.last_ran[t]) >= b.cache_hot_ns;
             let mut pick: Option<usize> = None;
             for (i, c) in cand.iter().enumerate() {
-                if c.held.is_some() || !sched_ro.eligible(&c.job) || !hot_ok(c.job.task) {
+                if c.held.is_some()
+                    || !sched_ro.eligible(&c.job)
+                    || !hot_ok(c.job.task)
+                    || !sched_ro.affinity(c.job.task).contains(cpu)
+                {
                     continue;
                 }
                 if stealing && sched_ro.steals_for(&c.job) {
@@ -1151,6 +1158,35 @@ mod tests {
         // 1.5 ms with an average idle of 0.875 ms (1 ms at start, one idle
         // period of 0): `late`, which never ran, is not cache-hot.
         assert_eq!(out.tasks[2].worst_response_ns, 1_500_000);
+    }
+
+    /// Hard affinity: three hogs pinned to CPU 0 of two share it (one CPU
+    /// busy in all), unpinned they fill both; a light task pinned to the
+    /// idle CPU 1 never waits behind them.
+    #[test]
+    fn pinned_threads_stay_on_their_cpus() {
+        use crate::sched::{CpuSet, Model};
+        let hog = |n: &str| PeriodicTask::new(n, 10_000 * MS, 10_000 * MS, 0);
+        let light = PeriodicTask::new("light", MS, 10 * MS, 0);
+        let ts = vec![hog("a"), hog("b"), hog("c"), light];
+        let zero = CpuSet::range(0..1);
+        for model in [Model::Cfs, Model::Credit { tslice_ns: 30 * MS }] {
+            let mut s = model
+                .build_pinned(vec![zero, zero, zero, CpuSet::range(1..2)], 2)
+                .unwrap();
+            let o = simulate(&ts, 2, s.as_mut(), 1_000 * MS, 1);
+            let hogs: u64 = o.tasks[..3].iter().map(|t| t.cpu_ns).sum();
+            assert_eq!(hogs, 1_000 * MS, "{model}: hogs on one CPU");
+            assert_eq!(
+                o.tasks[3].worst_response_ns, MS,
+                "{model}: the light task alone on CPU 1"
+            );
+            let mut free = model.build(4, 2);
+            let o = simulate(&ts, 2, free.as_mut(), 1_000 * MS, 1);
+            let hogs: u64 = o.tasks[..3].iter().map(|t| t.cpu_ns).sum();
+            assert!(hogs > 1_800 * MS, "{model}: unpinned hogs use both CPUs ({hogs})");
+        }
+        assert!(Model::Credit2.build_pinned(vec![zero; 2], 2).is_err());
     }
 
     #[test]

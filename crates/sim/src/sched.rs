@@ -96,6 +96,28 @@ impl Model {
         }
     }
 
+    /// [`Model::build`] with each thread's hard affinity (`pinned`, one per
+    /// thread): only the models with per-CPU run queues (cfs, credit)
+    /// honour pinning.
+    pub fn build_pinned(&self, pinned: Vec<CpuSet>, cpus: usize) -> Result<Box<dyn Scheduler + Send>, String> {
+        let threads = pinned.len();
+        match *self {
+            Model::Cfs => {
+                let mut l = Linux::new(vec![LinuxClass::Fair { weight: 1024 }; threads], cpus);
+                l.pinned = pinned;
+                Ok(Box::new(l))
+            }
+            Model::Credit { tslice_ns } => {
+                let mut c = Credit::new(vec![256; threads], cpus, tslice_ns);
+                c.pinned = pinned;
+                Ok(Box::new(c))
+            }
+            other => Err(format!(
+                "{other}: pinning needs a model with per-CPU run queues (cfs or credit)"
+            )),
+        }
+    }
+
     /// A short name for run directories.
     pub fn label(&self) -> String {
         match self {
@@ -183,12 +205,38 @@ impl CpuView {
     }
 }
 
+/// The CPUs a thread may run on (its hard affinity: `taskset`,
+/// `sched_setaffinity`, Xen's `vcpu-pin`), up to 256 CPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuSet([u64; 4]);
+
+impl CpuSet {
+    pub const ALL: CpuSet = CpuSet([u64::MAX; 4]);
+
+    /// CPUs `range.start` up to (not including) `range.end`.
+    pub fn range(range: std::ops::Range<usize>) -> CpuSet {
+        let mut s = CpuSet([0; 4]);
+        for c in range.filter(|&c| c < 256) {
+            s.0[c / 64] |= 1 << (c % 64);
+        }
+        s
+    }
+
+    pub fn contains(&self, cpu: usize) -> bool {
+        cpu < 256 && self.0[cpu / 64] & (1 << (cpu % 64)) != 0
+    }
+}
+
 /// The previous CPU if idle, else the first idle one after it, else the
 /// previous (Linux's `select_idle_sibling` within one cache domain; Xen
-/// credit1's `csched_cpu_pick`, which prefers idle pCPUs).
-pub fn idle_first(prev: usize, cpus: &[CpuView]) -> usize {
+/// credit1's `csched_cpu_pick`, which prefers idle pCPUs); only CPUs in
+/// `allowed`, and the first allowed one after the previous when the
+/// previous is not.
+pub fn idle_first(prev: usize, cpus: &[CpuView], allowed: CpuSet) -> usize {
     let m = cpus.len();
-    (0..m).map(|i| (prev + i) % m).find(|&c| cpus[c].idle()).unwrap_or(prev)
+    let mut after = (0..m).map(|i| (prev + i) % m).filter(|&c| allowed.contains(c));
+    let first = after.clone().next().unwrap_or(prev);
+    after.find(|&c| cpus[c].idle()).unwrap_or(first)
 }
 
 pub trait Scheduler {
@@ -199,8 +247,12 @@ pub trait Scheduler {
     }
     /// With per-CPU run queues: the CPU whose queue `job`'s thread joins
     /// as it wakes, from `prev`, the CPU it last ran on.
-    fn select_cpu(&self, _job: &Job, prev: usize, cpus: &[CpuView]) -> usize {
-        idle_first(prev, cpus)
+    fn select_cpu(&self, job: &Job, prev: usize, cpus: &[CpuView]) -> usize {
+        idle_first(prev, cpus, self.affinity(job.task))
+    }
+    /// Where `task` may run (models with per-CPU queues honour it).
+    fn affinity(&self, _task: usize) -> CpuSet {
+        CpuSet::ALL
     }
     /// Which of two runnable jobs runs first.
     fn order(&self, a: &Job, b: &Job) -> Ordering;
@@ -427,6 +479,8 @@ pub struct Linux {
     scratch: Vec<Job>,
     /// Per-CPU run queues (the kernel's); false: one global queue.
     pub per_cpu: bool,
+    /// Per thread, where it may run (empty: anywhere).
+    pub pinned: Vec<CpuSet>,
 }
 
 /// EEVDF's base slice before scaling by the CPU count.
@@ -455,6 +509,7 @@ impl Linux {
             dl_deadline: vec![0; n],
             scratch: Vec::new(),
             per_cpu: true,
+            pinned: Vec::new(),
         }
     }
 
@@ -512,23 +567,26 @@ impl Scheduler for Linux {
         self.per_cpu.then_some(LINUX_BALANCE)
     }
     fn select_cpu(&self, job: &Job, prev: usize, cpus: &[CpuView]) -> usize {
+        let allowed = self.affinity(job.task);
+        let first_allowed = idle_first(prev, cpus, allowed);
         if matches!(self.classes[job.task], LinuxClass::Fair { .. }) {
-            return idle_first(prev, cpus);
+            return first_allowed;
         }
         // Real-time and deadline threads go where they run soonest
         // (`find_lowest_rq`, `find_later_rq`): an idle CPU, else the one
         // whose current job the newcomer precedes by the most.
-        if cpus[prev].idle() {
-            return prev;
-        }
-        if let Some(c) = (0..cpus.len()).find(|&c| cpus[c].idle()) {
-            return c;
+        if cpus[first_allowed].idle() {
+            return first_allowed;
         }
         (0..cpus.len())
+            .filter(|&c| allowed.contains(c))
             .filter_map(|c| cpus[c].running.map(|r| (c, r)))
             .filter(|(_, r)| self.order(job, r).is_lt())
             .max_by(|a, b| self.order(&a.1, &b.1))
-            .map_or(prev, |(c, _)| c)
+            .map_or(first_allowed, |(c, _)| c)
+    }
+    fn affinity(&self, task: usize) -> CpuSet {
+        self.pinned.get(task).copied().unwrap_or(CpuSet::ALL)
     }
     fn order(&self, a: &Job, b: &Job) -> Ordering {
         let (ca, cb) = (&self.classes[a.task], &self.classes[b.task]);
@@ -681,6 +739,8 @@ pub struct Credit {
     next_tick: Vec<u64>,
     /// Per-pCPU run queues (Xen's); false: one global queue.
     pub per_cpu: bool,
+    /// Per vCPU, its hard affinity (`xl vcpu-pin`; empty: anywhere).
+    pub pinned: Vec<CpuSet>,
 }
 
 /// credit1's priorities, best first (`CSCHED_PRI_TS_BOOST`, `_UNDER`,
@@ -722,6 +782,7 @@ impl Credit {
             next_acct: tslice_ns,
             next_tick: Vec::new(),
             per_cpu: true,
+            pinned: Vec::new(),
         };
         let (tick, m) = (c.tick_ns(), cpus.max(1) as u64);
         c.next_tick = (0..m).map(|p| tick + tick * p / m).collect();
@@ -819,6 +880,9 @@ impl Scheduler for Credit {
     }
     fn steals_for(&self, next: &Job) -> bool {
         self.pri[next.task] == CreditPri::Over
+    }
+    fn affinity(&self, task: usize) -> CpuSet {
+        self.pinned.get(task).copied().unwrap_or(CpuSet::ALL)
     }
     fn wake(&mut self, job: &Job) {
         if self.pri[job.task] == CreditPri::Under {
