@@ -380,9 +380,30 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
             other => left_out.push(format!("load {other:?} (only cpu loads are modelled, as hogs)")),
         }
     }
-    if t.cpuset.is_some() && hogs > 0 {
+    // A sandboxed tenant's cpuset under the lab's own classes: the whole
+    // host is simulated, the tenants' threads (and loads placed in them)
+    // pinned to the cpuset, the host's threads (I/O path, other host work,
+    // host loads) anywhere, as the lab runs them.
+    let pinned_to = match (&t.cpuset, t.backend, opts.model) {
+        (Some(cs), Backend::Sandbox, None) => {
+            let list = parse_cpu_list(cs).map_err(anyhow::Error::msg)?;
+            let host = opts.cpus.max(1);
+            list.iter().all(|&c| c < host).then(|| {
+                let mut set = ontime_sim::sched::CpuSet::range(0..0);
+                for &c in &list {
+                    set = set.with(c);
+                }
+                (set, host)
+            })
+        }
+        _ => None,
+    };
+    if t.cpuset.is_some() && pinned_to.is_none() && hogs > 0 {
         left_out.push("cpusets: hogs share the tenants' CPUs".into());
     }
+    // The engine's CPUs: the whole host when the cpuset is pinned, else
+    // the cpuset's (or the host's) count.
+    let engine_cpus = pinned_to.map_or(cpus, |(_, host)| host);
     let io_cost = opts.io_cost_ns.or(cal.and_then(|c| c.io_cost_per_packet_ns));
     let io = io_cost.map(|c| HostIo {
         cost_per_packet_ns: c,
@@ -450,7 +471,16 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
                 None,
             );
             group.resize(group.len() + tenant_hogs, Some(0));
-            Box::new(Linux::new(classes, cpus).with_groups(group, &[1024]))
+            let mut linux = Linux::new(classes, engine_cpus).with_groups(group, &[1024]);
+            if let Some((set, _)) = pinned_to {
+                let n = linux.classes.len();
+                linux.pinned = vec![ontime_sim::sched::CpuSet::ALL; n];
+                let tenant_threads = (0..t.count * vcpus).chain(n - tenant_hogs..n);
+                for th in tenant_threads {
+                    linux.pinned[th] = set;
+                }
+            }
+            Box::new(linux)
         }
         Some(m) => m.build(threads, cpus),
     };
@@ -458,7 +488,7 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         tenants: t.count,
         vcpus,
         io_threads,
-        cpus,
+        cpus: engine_cpus,
     };
     let (o, analysis, base) = run_simulated(&mut w, sched.as_mut(), horizon, seed, opts, &shape);
     let simulated = Simulated {

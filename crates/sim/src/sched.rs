@@ -222,6 +222,14 @@ impl CpuSet {
         s
     }
 
+    /// This set with `cpu` added.
+    pub fn with(mut self, cpu: usize) -> CpuSet {
+        if cpu < 256 {
+            self.0[cpu / 64] |= 1 << (cpu % 64);
+        }
+        self
+    }
+
     pub fn contains(&self, cpu: usize) -> bool {
         cpu < 256 && self.0[cpu / 64] & (1 << (cpu % 64)) != 0
     }
