@@ -240,6 +240,8 @@ pub fn predict_host(
     let io = (host.io_cost > 0).then_some(HostIo {
         cost_per_packet_ns: host.io_cost,
         vcpus: host.io_vcpus().max(1),
+        // Dom0 / vhost forward at once; the WAN is outside the host.
+        holds: false,
     });
     // Stop as soon as a tenant is sure to miss: more samples above its
     // target than its percentile allows over the whole horizon.

@@ -405,9 +405,13 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
     // the cpuset's (or the host's) count.
     let engine_cpus = pinned_to.map_or(cpus, |(_, host)| host);
     let io_cost = opts.io_cost_ns.or(cal.and_then(|c| c.io_cost_per_packet_ns));
-    let io = io_cost.map(|c| HostIo {
-        cost_per_packet_ns: c,
+    let io = io_cost.map(|cost| HostIo {
+        cost_per_packet_ns: cost,
         vcpus: opts.io_vcpus.max(1),
+        // The lab's relay holds every packet for the WAN delay (netem, when
+        // asked for, holds them in the kernel instead). `auto` means the
+        // relay on kernels without netem, as this project's hosts are.
+        holds: !matches!(c.host.wan_delay, ontime_scenario::scenario::WanDelay::Netem),
     });
     let seed = opts.seed ^ run_.index as u64;
     // The last tenant may start a period late; then its last answers.
