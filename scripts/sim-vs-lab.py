@@ -102,21 +102,20 @@ def cell(lab, sim, p):
 
 
 def first_missed(rows):
-    """The first tenant count with missed polls, per side and per the
-    other settings (None: never)."""
+    """The first tenant count with missed polls (median over the
+    repetitions), per side and per the other settings (None: never);
+    empty when the scenario sweeps no tenant count."""
     firsts = {}
-    for key, v in rows.items():
-        for src in ("lab", "sim"):
-            for r in v.get(src, []):
-                vars_ = dict((k.rsplit(".", 1)[-1], val) for k, val in r["vars"])
-                if "count" not in vars_:
-                    return {}
-                rest = ", ".join(f"{k}={val}" for k, val in vars_.items() if k != "count")
-                count = int(vars_["count"])
-                missed = statistics.median(x["missed"] for x in v[src])
-                f = firsts.setdefault(rest, {"lab": None, "sim": None})
-                if missed > 0 and (f[src] is None or count < f[src]):
-                    f[src] = count
+    for v in rows.values():
+        for src, runs in v.items():
+            vars_ = {k.rsplit(".", 1)[-1]: val for k, val in runs[0]["vars"]}
+            if "count" not in vars_:
+                return {}
+            rest = ", ".join(f"{k}={val}" for k, val in vars_.items() if k != "count")
+            f = firsts.setdefault(rest, {"lab": None, "sim": None})
+            count = int(vars_["count"])
+            if statistics.median(r["missed"] for r in runs) > 0 and (f[src] is None or count < f[src]):
+                f[src] = count
     return firsts
 
 

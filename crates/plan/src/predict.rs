@@ -261,18 +261,17 @@ pub fn predict_host(
         w = w.with_host_noise(q.clone(), seed.wrapping_add(0x5eed));
     }
     let threads = w.threads();
-    let pin = io_pin(host).filter(|_| pin_io);
-    let mut model = match &pin {
-        Some(io_cores) => {
-            let mut sets = vec![ontime_sim::sched::CpuSet::range(0..io_cores.start); threads];
-            for th in w.io_threads() {
-                sets[th] = ontime_sim::sched::CpuSet::range(io_cores.clone());
-            }
-            sched
-                .build_pinned(sets, host.cores)
-                .unwrap_or_else(|_| sched.build(threads, host.cores))
+    // Pinned only where the model can pin: the report says what ran.
+    let pinned = io_pin(host).filter(|_| pin_io).and_then(|io_cores| {
+        let mut sets = vec![ontime_sim::sched::CpuSet::range(0..io_cores.start); threads];
+        for th in w.io_threads() {
+            sets[th] = ontime_sim::sched::CpuSet::range(io_cores.clone());
         }
-        None => sched.build(threads, host.cores),
+        sched.build_pinned(sets, host.cores).ok().map(|m| (m, io_cores))
+    });
+    let (mut model, pin) = match pinned {
+        Some((m, io_cores)) => (m, Some(io_cores)),
+        None => (sched.build(threads, host.cores), None),
     };
     let max_period = tenants.iter().map(|t| t.spec.period).max().unwrap_or(0);
     let end = horizon + 2 * max_period;

@@ -388,13 +388,9 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         (Some(cs), Backend::Sandbox, None) => {
             let list = parse_cpu_list(cs).map_err(anyhow::Error::msg)?;
             let host = opts.cpus.max(1);
-            list.iter().all(|&c| c < host).then(|| {
-                let mut set = ontime_sim::sched::CpuSet::range(0..0);
-                for &c in &list {
-                    set = set.with(c);
-                }
-                (set, host)
-            })
+            list.iter()
+                .all(|&c| c < host)
+                .then(|| (ontime_sim::sched::CpuSet::of(list.iter().copied()), host))
         }
         _ => None,
     };

@@ -86,7 +86,7 @@ impl Model {
         match *self {
             // A Linux host's fair class as the kernel runs it: EEVDF's
             // slice and per-CPU run queues with their balancing.
-            Model::Cfs => Box::new(Linux::new(vec![LinuxClass::Fair { weight: 1024 }; threads], cpus)),
+            Model::Cfs => Box::new(Linux::fair(threads, cpus)),
             Model::Fifo => Box::new(FixedPriority),
             Model::Rr { slice_ns } => Box::new(RoundRobin { slice_ns }),
             Model::Edf => Box::new(Edf),
@@ -102,16 +102,14 @@ impl Model {
     pub fn build_pinned(&self, pinned: Vec<CpuSet>, cpus: usize) -> Result<Box<dyn Scheduler + Send>, String> {
         let threads = pinned.len();
         match *self {
-            Model::Cfs => {
-                let mut l = Linux::new(vec![LinuxClass::Fair { weight: 1024 }; threads], cpus);
-                l.pinned = pinned;
-                Ok(Box::new(l))
-            }
-            Model::Credit { tslice_ns } => {
-                let mut c = Credit::new(vec![256; threads], cpus, tslice_ns);
-                c.pinned = pinned;
-                Ok(Box::new(c))
-            }
+            Model::Cfs => Ok(Box::new(Linux {
+                pinned,
+                ..Linux::fair(threads, cpus)
+            })),
+            Model::Credit { tslice_ns } => Ok(Box::new(Credit {
+                pinned,
+                ..Credit::new(vec![256; threads], cpus, tslice_ns)
+            })),
             other => Err(format!(
                 "{other}: pinning needs a model with per-CPU run queues (cfs or credit)"
             )),
@@ -215,19 +213,21 @@ impl CpuSet {
 
     /// CPUs `range.start` up to (not including) `range.end`.
     pub fn range(range: std::ops::Range<usize>) -> CpuSet {
+        CpuSet::of(range)
+    }
+
+    /// These CPUs (a cpuset's list).
+    pub fn of(cpus: impl IntoIterator<Item = usize>) -> CpuSet {
         let mut s = CpuSet([0; 4]);
-        for c in range.filter(|&c| c < 256) {
+        for c in cpus.into_iter().filter(|&c| c < 256) {
             s.0[c / 64] |= 1 << (c % 64);
         }
         s
     }
 
-    /// This set with `cpu` added.
-    pub fn with(mut self, cpu: usize) -> CpuSet {
-        if cpu < 256 {
-            self.0[cpu / 64] |= 1 << (cpu % 64);
-        }
-        self
+    /// Where thread `task` may run, from per-thread sets (none: anywhere).
+    fn of_thread(pinned: &[CpuSet], task: usize) -> CpuSet {
+        pinned.get(task).copied().unwrap_or(CpuSet::ALL)
     }
 
     pub fn contains(&self, cpu: usize) -> bool {
@@ -521,6 +521,11 @@ impl Linux {
         }
     }
 
+    /// `threads` fair threads at nice 0 (`--model cfs`).
+    pub fn fair(threads: usize, cpus: usize) -> Linux {
+        Linux::new(vec![LinuxClass::Fair { weight: 1024 }; threads], cpus)
+    }
+
     /// One global run queue instead of the kernel's per-CPU ones (a
     /// thread never waits while a CPU idles): the simulator before per-CPU
     /// queues, kept to compare against.
@@ -594,7 +599,7 @@ impl Scheduler for Linux {
             .map_or(first_allowed, |(c, _)| c)
     }
     fn affinity(&self, task: usize) -> CpuSet {
-        self.pinned.get(task).copied().unwrap_or(CpuSet::ALL)
+        CpuSet::of_thread(&self.pinned, task)
     }
     fn order(&self, a: &Job, b: &Job) -> Ordering {
         let (ca, cb) = (&self.classes[a.task], &self.classes[b.task]);
@@ -890,7 +895,7 @@ impl Scheduler for Credit {
         self.pri[next.task] == CreditPri::Over
     }
     fn affinity(&self, task: usize) -> CpuSet {
-        self.pinned.get(task).copied().unwrap_or(CpuSet::ALL)
+        CpuSet::of_thread(&self.pinned, task)
     }
     fn wake(&mut self, job: &Job) {
         if self.pri[job.task] == CreditPri::Under {
