@@ -405,9 +405,11 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         cost_per_packet_ns: cost,
         vcpus: opts.io_vcpus.max(1),
         // The lab's relay holds every packet for the WAN delay (netem, when
-        // asked for, holds them in the kernel instead). `auto` means the
-        // relay on kernels without netem, as this project's hosts are.
-        holds: !matches!(c.host.wan_delay, ontime_scenario::scenario::WanDelay::Netem),
+        // asked for, holds them in the kernel instead; `auto` means the
+        // relay on kernels without netem, as this project's hosts are).
+        // Under a hypervisor's `--model` the path is Dom0 or vhost, which
+        // forwards at once: the WAN is outside the host.
+        holds: opts.model.is_none() && !matches!(c.host.wan_delay, ontime_scenario::scenario::WanDelay::Netem),
     });
     let seed = opts.seed ^ run_.index as u64;
     // The last tenant may start a period late; then its last answers.
