@@ -17,6 +17,7 @@ pub mod export;
 pub mod fsio;
 pub mod hlog;
 pub mod interval;
+pub mod kstamp;
 pub mod limits;
 pub mod manifest;
 pub mod names;

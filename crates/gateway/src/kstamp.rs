@@ -14,6 +14,7 @@
 //! so the stamp of the read that completed a request is that request's
 //! arrival.
 
+use ontime_core::kstamp;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::pin::Pin;
@@ -23,29 +24,7 @@ use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 
-/// Asks the kernel to stamp the segments `s` receives (software stamps,
-/// CLOCK_REALTIME). Fails where the socket option is missing. Set on a
-/// listening socket, accepted connections inherit it, and the kernel has
-/// turned stamping on (it does so from a work item) before the first
-/// request arrives.
-pub fn enable(s: &impl AsRawFd) -> io::Result<()> {
-    let on: libc::c_int = 1;
-    // SAFETY: a valid socket descriptor and an int option of the right size.
-    let r = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_TIMESTAMPNS,
-            (&on as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
+pub use ontime_core::kstamp::enable;
 
 /// A TCP stream whose reads record the kernel's receive stamp of the data
 /// they return, on CLOCK_MONOTONIC (0 while none has been seen).
@@ -67,10 +46,6 @@ impl StampedStream {
     }
 }
 
-/// CMSG space for one `struct timespec`, aligned for `cmsghdr`.
-#[repr(C, align(8))]
-struct Control([u8; 64]);
-
 /// One `recvmsg` into `buf`; returns the bytes read and the kernel's
 /// receive stamp of them converted to CLOCK_MONOTONIC, if it gave one.
 fn recv_stamped(fd: i32, buf: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<(usize, Option<u64>)> {
@@ -78,7 +53,7 @@ fn recv_stamped(fd: i32, buf: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<(u
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
     };
-    let mut control = Control([0; 64]);
+    let mut control = kstamp::Control::default();
     // SAFETY: msghdr is plain data; every pointer set below outlives the call.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
@@ -91,38 +66,7 @@ fn recv_stamped(fd: i32, buf: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<(u
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
-    let mut stamp = None;
-    // SAFETY: walking the control messages the kernel wrote, within
-    // msg_controllen, with the libc macros made for it.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
-                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                stamp = realtime_to_monotonic(ts);
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
-        }
-    }
-    Ok((n as usize, stamp))
-}
-
-/// A CLOCK_REALTIME instant on CLOCK_MONOTONIC, by the offset between the
-/// two clocks now. A step of the wall clock between the stamp and now
-/// moves it; the caller rejects stamps that land after its own.
-fn realtime_to_monotonic(ts: libc::timespec) -> Option<u64> {
-    let real_stamp = u64::try_from(ts.tv_sec).ok()?.checked_mul(1_000_000_000)? + u64::try_from(ts.tv_nsec).ok()?;
-    if real_stamp == 0 {
-        return None;
-    }
-    let now = |clock| {
-        let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: valid clock id and out pointer.
-        unsafe { libc::clock_gettime(clock, &mut t) };
-        t.tv_sec as i128 * 1_000_000_000 + t.tv_nsec as i128
-    };
-    let offset = now(libc::CLOCK_REALTIME) - now(libc::CLOCK_MONOTONIC);
-    u64::try_from(real_stamp as i128 - offset).ok()
+    Ok((n as usize, kstamp::monotonic_stamp(&msg)))
 }
 
 impl AsyncRead for StampedStream {

@@ -197,4 +197,21 @@ fn relay_applies_its_delay_to_every_frame_and_accounts_for_each() {
         rp50 <= echo_p50_one_way + delay_ns,
         "relay p50 {rp50} ns, echo one-way p50 {echo_p50_one_way} ns"
     );
+    // Each direction is reported from the kernel's receive stamps: the
+    // datagrams came in from the tenant, the echoes from the building, and
+    // what the relay added to a frame beyond its delay is part of what its
+    // round trip took beyond twice the delay.
+    let names: Vec<&str> = report.directions.iter().map(|d| d.direction.as_str()).collect();
+    assert_eq!(names, ["from tenants", "from building"]);
+    for d in &report.directions {
+        assert!(d.frames >= SENT as u64, "{}: {} frames", d.direction, d.frames);
+        assert!(d.stamped > 0, "{}: no kernel receive stamps", d.direction);
+        let late_p50 = d.late.get("p50").unwrap();
+        assert!(
+            late_p50 <= 2 * echo_p50_one_way - 2 * delay_ns,
+            "{}: late p50 {late_p50} ns beyond the delay, echo round trip p50 {} ns",
+            d.direction,
+            2 * echo_p50_one_way
+        );
+    }
 }

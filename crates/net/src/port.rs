@@ -18,8 +18,10 @@ pub struct PortId {
 
 /// What happened to one receive call.
 pub enum Received {
-    /// A frame of this many bytes, sent by someone else on the link.
-    Frame(usize),
+    /// A frame of `len` bytes, sent by someone else on the link;
+    /// `kernel_ns`: when the kernel received it (CLOCK_MONOTONIC), once
+    /// [`PacketPort::stamp_arrivals`] asked for stamps.
+    Frame { len: usize, kernel_ns: Option<u64> },
     /// Our own transmission, seen again on the link: not ours to relay.
     Own,
     /// Nothing (more) to read now.
@@ -90,30 +92,43 @@ impl PacketPort {
         Ok(())
     }
 
+    /// Asks the kernel to stamp every frame as it receives it, so a reader
+    /// can tell how long a frame waited on the socket before it was read
+    /// (the relay's own wake-up latency, which its read time hides).
+    pub fn stamp_arrivals(&self) -> Result<()> {
+        ontime_core::kstamp::enable(self).context("cannot ask for receive stamps on a packet socket")
+    }
+
     /// Reads one frame into `buf` (a longer frame is reported with its full
     /// length, so the caller can drop it).
     pub fn recv(&self, buf: &mut [u8]) -> Received {
-        // SAFETY: sockaddr_ll is plain data, filled by recvfrom.
+        // SAFETY: sockaddr_ll is plain data, filled by recvmsg.
         let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        let mut fl = std::mem::size_of::<libc::sockaddr_ll>() as u32;
-        // SAFETY: receiving into `buf`, whose length we pass.
-        let n = unsafe {
-            libc::recvfrom(
-                self.fd.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_TRUNC,
-                &mut from as *mut _ as *mut libc::sockaddr,
-                &mut fl,
-            )
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
         };
+        let mut control = ontime_core::kstamp::Control::default();
+        // SAFETY: msghdr is plain data; every pointer set below outlives the call.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = (&mut from as *mut libc::sockaddr_ll).cast();
+        msg.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.0.as_mut_ptr().cast();
+        msg.msg_controllen = control.0.len();
+        // SAFETY: receiving into `buf` and `control`, whose lengths msg carries.
+        let n = unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut msg, libc::MSG_TRUNC) };
         if n < 0 {
             return Received::Empty;
         }
         if from.sll_pkttype == libc::PACKET_OUTGOING {
             return Received::Own;
         }
-        Received::Frame(n as usize)
+        Received::Frame {
+            len: n as usize,
+            kernel_ns: ontime_core::kstamp::monotonic_stamp(&msg),
+        }
     }
 
     /// Sends `frame` out of interface `ifindex`.

@@ -172,6 +172,28 @@ pub struct RelayReport {
     pub delay_histogram: LatencyHistogram,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channels: Option<ChannelReport>,
+    /// Per direction of travel ("from tenants": the tenants' requests,
+    /// "from building": the answers), how the relay itself delayed frames.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub directions: Vec<DirectionReport>,
+}
+
+/// How the relay delayed the frames going one way. A frame's time in the
+/// relay starts when the kernel received it (its receive stamp), so the
+/// relay's own wake-up latency on arrival counts, which `delay` (from the
+/// read) leaves out.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DirectionReport {
+    pub direction: String,
+    pub frames: u64,
+    /// Frames the kernel stamped (the rest count from their read).
+    pub stamped: u64,
+    /// From the kernel's receive stamp to the relay's read: the relay
+    /// waking up for a frame.
+    pub read_wait: Summary,
+    /// From the receive stamp to departure, beyond the configured delay:
+    /// what the relay's scheduling (both wake-ups) and queueing added.
+    pub late: Summary,
 }
 
 const FRAME: usize = 2048;
@@ -179,6 +201,28 @@ const SLOTS: usize = 8192;
 const TIMER: Token = Token(usize::MAX - 1);
 /// Longest wait without looking at the stop flag.
 const IDLE_WAKE_NS: u64 = 20_000_000;
+
+/// Directions a frame travels, as [`DirectionReport`] names them.
+/// A frame's direction is the port it came in by.
+const DIRECTIONS: [&str; 2] = ["from tenants", "from building"];
+
+/// What one relay thread counted of one direction.
+#[derive(Default)]
+struct DirectionTotals {
+    frames: u64,
+    stamped: u64,
+    read_wait: LatencyHistogram,
+    late: LatencyHistogram,
+}
+
+impl DirectionTotals {
+    fn add(&mut self, o: &DirectionTotals) {
+        self.frames += o.frames;
+        self.stamped += o.stamped;
+        self.read_wait.add(&o.read_wait);
+        self.late.add(&o.late);
+    }
+}
 
 /// What one relay thread counted.
 #[derive(Default)]
@@ -193,6 +237,7 @@ struct ThreadTotals {
     by_class: Vec<Option<Box<LatencyHistogram>>>,
     scheduler_ns: u64,
     edf: Option<EdfStats>,
+    directions: [DirectionTotals; 2],
 }
 
 impl ThreadTotals {
@@ -260,10 +305,11 @@ impl Relay {
             let (stop, discipline) = (stop.clone(), settings.discipline(&table));
             let fan = (settings.threads > 1).then_some(fanout_id);
             let ports = open_ports(&routes, fan)?;
+            let delay_ns = settings.delay_ns;
             threads.spawn(
                 &ontime_core::names::relay_thread(j),
                 settings.thread.clone(),
-                move || run_thread(routes, ports, discipline, &stop),
+                move || run_thread(routes, ports, discipline, delay_ns, &stop),
             )?;
         }
         threads
@@ -294,6 +340,9 @@ impl Relay {
             all.unaddressed += t.unaddressed;
             all.delay.add(&t.delay);
             all.scheduler_ns += t.scheduler_ns;
+            for (a, d) in all.directions.iter_mut().zip(&t.directions) {
+                a.add(d);
+            }
             if let Some(e) = t.edf {
                 all.edf.get_or_insert_with(EdfStats::default).add(&e);
             }
@@ -328,6 +377,18 @@ impl Relay {
             delay: all.delay.summary(None),
             delay_histogram: all.delay,
             channels,
+            directions: DIRECTIONS
+                .iter()
+                .zip(&all.directions)
+                .filter(|(_, d)| d.frames > 0)
+                .map(|(name, d)| DirectionReport {
+                    direction: name.to_string(),
+                    frames: d.frames,
+                    stamped: d.stamped,
+                    read_wait: d.read_wait.summary(None),
+                    late: d.late.summary(None),
+                })
+                .collect(),
         })
     }
 }
@@ -354,7 +415,17 @@ fn arm_at(timer: &OwnedFd, at_ns: u64) {
 /// One relay thread's frames: preallocated buffers and the free list.
 struct Frames {
     bufs: Vec<[u8; FRAME]>,
+    /// Per buffer, what the relay keeps of its frame beside the discipline.
+    meta: Vec<FrameMeta>,
     free: Vec<usize>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct FrameMeta {
+    /// The kernel's receive stamp, or the read time when there was none.
+    received_ns: u64,
+    /// Index into [`DIRECTIONS`].
+    direction: usize,
 }
 
 /// Where arriving frames go: the building port's frames by destination
@@ -395,6 +466,7 @@ fn open_ports(routes: &Routes, fanout: Option<u32>) -> Result<Vec<PacketPort>> {
         .iter()
         .map(|p| {
             let port = PacketPort::bind(p.ifindex)?;
+            port.stamp_arrivals()?;
             if let (None, Some(id)) = (p.to, fanout) {
                 port.join_fanout(id)?;
             }
@@ -407,6 +479,7 @@ fn run_thread(
     routes: Routes,
     ports: Vec<PacketPort>,
     mut discipline: RelayDiscipline,
+    delay_ns: u64,
     stop: &AtomicBool,
 ) -> Result<ThreadTotals> {
     let mut poll = Poll::new()?;
@@ -421,6 +494,7 @@ fn run_thread(
 
     let mut frames = Frames {
         bufs: vec![[0u8; FRAME]; SLOTS],
+        meta: vec![FrameMeta::default(); SLOTS],
         free: (0..SLOTS).rev().collect(),
     };
     let mut t = ThreadTotals::default();
@@ -428,7 +502,7 @@ fn run_thread(
     let mut events = Events::with_capacity(256);
     while !stop.load(Ordering::Relaxed) {
         let now = MonoNs::now().0;
-        send_released(&mut discipline, &egress, &mut frames, now, &mut t, timed);
+        send_released(&mut discipline, &egress, &mut frames, now, delay_ns, &mut t, timed);
         let next = discipline.next_release_ns().unwrap_or(u64::MAX).min(now + IDLE_WAKE_NS);
         arm_at(&timer, next);
         if let Err(e) = poll.poll(&mut events, None) {
@@ -459,6 +533,7 @@ fn send_released(
     egress: &PacketPort,
     frames: &mut Frames,
     now: u64,
+    delay_ns: u64,
     t: &mut ThreadTotals,
     timed: bool,
 ) {
@@ -473,8 +548,13 @@ fn send_released(
             Ok(()) => {
                 t.frames += 1;
                 t.bytes += f.len as u64;
-                let delay = MonoNs::now().0.saturating_sub(f.arrived_ns);
+                let sent_ns = MonoNs::now().0;
+                let delay = sent_ns.saturating_sub(f.arrived_ns);
                 t.delay.record(delay);
+                let m = frames.meta[f.slot];
+                t.directions[m.direction]
+                    .late
+                    .record(sent_ns.saturating_sub(m.received_ns).saturating_sub(delay_ns));
                 if timed {
                     t.record_class(f.class, delay);
                 }
@@ -503,13 +583,13 @@ fn take_in(
             match port.recv(&mut scratch) {
                 Received::Empty => return,
                 Received::Own => continue,
-                Received::Frame(_) => {
+                Received::Frame { .. } => {
                     t.dropped += 1;
                     continue;
                 }
             }
         };
-        let n = match port.recv(&mut frames.bufs[slot]) {
+        let (n, kernel_ns) = match port.recv(&mut frames.bufs[slot]) {
             Received::Empty => {
                 frames.free.push(slot);
                 return;
@@ -518,7 +598,7 @@ fn take_in(
                 frames.free.push(slot);
                 continue;
             }
-            Received::Frame(n) => n,
+            Received::Frame { len, kernel_ns } => (len, kernel_ns),
         };
         let arrived_ns = MonoNs::now().0;
         if !(14..=FRAME).contains(&n) {
@@ -530,6 +610,19 @@ fn take_in(
             t.unaddressed += 1;
             frames.free.push(slot);
             continue;
+        };
+        // A stamp after the read is a wall-clock step, not an arrival.
+        let stamp = kernel_ns.filter(|&k| k <= arrived_ns);
+        let direction = usize::from(routes.ingress[i].to.is_none());
+        let d = &mut t.directions[direction];
+        d.frames += 1;
+        if let Some(k) = stamp {
+            d.stamped += 1;
+            d.read_wait.record(arrived_ns - k);
+        }
+        frames.meta[slot] = FrameMeta {
+            received_ns: stamp.unwrap_or(arrived_ns),
+            direction,
         };
         let class = if timed {
             classify(&frames.bufs[slot][..n], arrived_ns)

@@ -1145,6 +1145,18 @@ fn runs_section(runs: &[RunResults], crawl: bool) -> String {
                 cell(d.max_ns),
                 format_ns(relay.settings.delay_ns)
             );
+            for dir in &relay.directions {
+                let _ = write!(
+                    h,
+                    "<p>relay, {} ({} frames): late beyond the setting (from the kernel's receive stamp) p50 {} p99 {} max {}; of it, waiting to be read p99 {}</p>",
+                    esc(&dir.direction),
+                    dir.frames,
+                    cell(dir.late.get("p50")),
+                    cell(dir.late.get("p99")),
+                    cell(dir.late.max_ns),
+                    cell(dir.read_wait.get("p99"))
+                );
+            }
         }
     }
     h
