@@ -29,6 +29,15 @@ pub struct WorkModel {
     pub tail: Option<f64>,
 }
 
+/// The seed of `ontime crawl`'s work draws on its vCPU thread `thread`
+/// (numbered within one crawler): fixed, so that every run of a scenario
+/// draws the same per-poll work in the same order, and the simulator, which
+/// draws with the same seed, replays the lab's very sequence (its bursts
+/// fall on the same polls).
+pub fn crawler_seed(thread: usize) -> u64 {
+    0x6f6e_7469_6d65 ^ thread as u64
+}
+
 impl WorkModel {
     /// Checks the shape: a Pareto mean exists only above 1, and below 1.05
     /// the cap, not the shape, would decide the mean.

@@ -239,7 +239,7 @@ impl<C: Clock> Engine<C> {
         let metrics = s.spares.try_recv().unwrap_or_default();
         let mut e = Engine {
             clock,
-            work: s.work.sampler(0x6f6e_7469_6d65 ^ s.thread as u64),
+            work: s.work.sampler(crate::work::crawler_seed(s.thread)),
             max_request: s.streams.iter().map(|st| st.request.len()).max().unwrap_or(0),
             trackers: vec![IntervalTracker::default(); s.streams.len()],
             next_report: u64::MAX,
@@ -370,13 +370,9 @@ impl<C: Clock> Engine<C> {
                     unsafe { libc::read(self.timer.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
                     continue;
                 }
-                let slot = ev.token().0;
-                if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
-                    self.on_writable(slot);
-                }
-                if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                    self.on_readable(slot);
-                }
+                let writable = ev.is_writable() || ev.is_write_closed() || ev.is_error();
+                let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
+                self.on_event(ev.token().0, writable, readable, scheduling);
             }
         }
         let now = self.clock.now().0;
@@ -433,6 +429,28 @@ impl<C: Clock> Engine<C> {
                 k += 1;
             }
         }
+    }
+
+    /// One connection's event of a batch. Each answer read may cost its
+    /// work (a heavy-tailed draw can be 100+ ms), so polls that fell due
+    /// meanwhile go out first, before this event, not after the whole
+    /// batch: the simulator's crawler does the same (sends before answers).
+    fn on_event(&mut self, slot: usize, writable: bool, readable: bool, scheduling: bool) {
+        let now = self.clock.now().0;
+        if scheduling && self.due_before(now) {
+            self.send_due(now);
+        }
+        if writable {
+            self.on_writable(slot);
+        }
+        if readable {
+            self.on_readable(slot);
+        }
+    }
+
+    /// Whether a planned poll is due at `now`.
+    fn due_before(&self, now: u64) -> bool {
+        self.schedule.peek().is_some_and(|r| r.0 .0 <= now)
     }
 
     fn send_due(&mut self, now: u64) {
@@ -1022,6 +1040,24 @@ mod tests {
         assert!(o.not_sent >= 2, "two polls had no connection: {o:?}");
         assert_eq!(e.metrics.interval_error.len(), 3);
         assert!(e.metrics.send_lag.max() >= 20 * MS);
+    }
+
+    /// Polls that fell due while the thread worked on an answer go out
+    /// before the next event of the same batch is handled.
+    #[test]
+    fn due_polls_go_out_between_the_events_of_a_batch() {
+        let mut r = rig(1, 10 * MS, 1_000 * MS, 1_000 * MS, 8);
+        let e = &mut r.engine;
+        e.send_due(START);
+        assert_eq!(e.metrics.outcomes.planned, 1);
+        // The previous answer's work ran 25 ms: two more polls are due.
+        at(e, START + 25 * MS);
+        let idle = e.free_slots[0];
+        e.on_event(idle, false, true, true);
+        assert_eq!(e.metrics.outcomes.planned, 3, "polls at 10 and 20 ms went out first");
+        at(e, START + 45 * MS);
+        e.on_event(idle, false, true, false);
+        assert_eq!(e.metrics.outcomes.planned, 3, "not once the run stopped scheduling");
     }
 
     /// Reports are numbered by interval from the start, whatever the time

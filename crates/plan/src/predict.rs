@@ -256,7 +256,7 @@ pub fn predict_host(
             (t.spec.target, allowed)
         })
         .collect();
-    let mut w = CrawlWorkload::new(crawl, io, horizon, seed).stop_when_decided(&limits);
+    let mut w = CrawlWorkload::new(crawl, io, horizon).stop_when_decided(&limits);
     if let Some(q) = &opts.host_noise {
         w = w.with_host_noise(q.clone(), seed.wrapping_add(0x5eed));
     }

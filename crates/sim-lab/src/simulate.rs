@@ -439,7 +439,7 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         })
         .collect();
     let host_work = cal.and_then(|c| c.host_work_per_poll_ns);
-    let mut w = CrawlWorkload::new(tenants, io, c.duration, seed);
+    let mut w = CrawlWorkload::new(tenants, io, c.duration);
     if let Some(ns) = host_work {
         w = w.with_host_work(ns);
     }

@@ -19,7 +19,12 @@
 //! and the host's own noise ([`crate::noise`]), a delay drawn for every
 //! send as a quiet host's timer wake-ups are late.
 //!
-//! Leaves out (for now): connection pools, timeouts and missed polls.
+//! As `ontime crawl` does at the end of its run, every poll planned before
+//! the end whose request has not gone out by then is missed (an
+//! overloaded crawler's backlog); answers still on their way are read.
+//!
+//! Leaves out (for now): connection pools (a poll waiting for a free
+//! connection).
 
 use crate::engine::{Item, Workload};
 use crate::noise::{NoiseSampler, Quantiles};
@@ -83,10 +88,13 @@ impl HostIo {
 pub struct CrawlMeasures {
     pub interval_error: LatencyHistogram,
     pub send_lag: LatencyHistogram,
+    /// Polls planned in the run (sent or not).
     pub polls: u64,
-    /// Polls whose answer came after the timeout; each counts a period of
-    /// interval error, as the crawler counts it.
+    /// Polls whose answer came after the timeout, or never sent; each
+    /// counts a period of interval error, as the crawler counts it.
     pub missed: u64,
+    /// Of the missed, those never sent: the backlog at the run's end.
+    pub unsent: u64,
     /// Interval errors above `limit_ns` (see [`CrawlWorkload::stop_when_decided`]).
     pub above_limit: u64,
     pub limit_ns: u64,
@@ -102,6 +110,11 @@ struct Stream {
     next: u64,
     /// Planned sends from here on are past the tenant's run.
     end_ns: u64,
+    /// Polls whose request went out (a stream's sends complete in order).
+    sent: u64,
+    /// The run is over for it: what was not sent is missed, nothing more
+    /// goes out.
+    ended: bool,
     /// Polls received by the gateway whose answer is on its way:
     /// (poll, receive time).
     pending: std::collections::VecDeque<(u64, u64)>,
@@ -136,6 +149,8 @@ pub struct CrawlWorkload {
     io_queue: BinaryHeap<Reverse<(u64, u64)>>,
     /// Requests whose host work is due: arrival.
     host_queue: BinaryHeap<Reverse<u64>>,
+    /// Each tenant's end of run, latest first (popped as they pass).
+    ends: Vec<(u64, usize)>,
     /// How late a send starts on a quiet host.
     noise: Option<NoiseSampler>,
     /// The host's other work per poll (gateway, softirq): CPU on its own
@@ -191,7 +206,7 @@ impl CrawlWorkload {
     /// Tenants' threads are numbered tenant by tenant; the host I/O path,
     /// if any, is the last thread. Each tenant plans polls for
     /// `horizon_ns` from its offset.
-    pub fn new(tenants: Vec<CrawlTenant>, io: Option<HostIo>, horizon_ns: u64, seed: u64) -> CrawlWorkload {
+    pub fn new(tenants: Vec<CrawlTenant>, io: Option<HostIo>, horizon_ns: u64) -> CrawlWorkload {
         let unlimited = CrawlMeasures {
             limit_ns: u64::MAX,
             ..Default::default()
@@ -208,6 +223,8 @@ impl CrawlWorkload {
                     period_ns: t.period_ns,
                     next: 0,
                     end_ns: t.offset_ns + horizon_ns,
+                    sent: 0,
+                    ended: false,
                     pending: std::collections::VecDeque::new(),
                     tracker: IntervalTracker::default(),
                 });
@@ -226,9 +243,18 @@ impl CrawlWorkload {
         let vcpu_threads = first_thread;
         let samplers = (0..vcpu_threads).map(|th| {
             let ti = tenant_of(&tenants, th);
-            tenants[ti].work.sampler(seed ^ (th as u64).wrapping_mul(0x9e37_79b9))
+            tenants[ti]
+                .work
+                .sampler(ontime_core::work::crawler_seed(th - first_of(&tenants, ti)))
         });
+        let mut ends: Vec<(u64, usize)> = tenants
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.offset_ns + horizon_ns, i))
+            .collect();
+        ends.sort_unstable_by(|a, b| b.cmp(a));
         CrawlWorkload {
+            ends,
             measures: vec![unlimited; tenants.len()],
             samplers: samplers.collect(),
             tenants,
@@ -309,7 +335,7 @@ impl CrawlWorkload {
     fn release_send(&mut self, si: usize, at: u64, push: &mut dyn FnMut(Item)) {
         let s = &mut self.streams[si];
         let k = s.next;
-        if s.planned(k) >= s.end_ns {
+        if s.ended || s.planned(k) >= s.end_ns {
             return;
         }
         s.next += 1;
@@ -332,6 +358,32 @@ impl CrawlWorkload {
         let s = &self.streams[si];
         s.planned(k) + self.noise.as_mut().map_or(0, |n| n.next_ns())
     }
+
+    /// Tenant `tenant`'s run ended at `end` (seen at `now`): as the crawler
+    /// does (`miss_unsent`), every poll planned before the end and not yet
+    /// sent is missed, a sample of a whole period each, and its send lag
+    /// is all the time it waited.
+    fn end_tenant(&mut self, tenant: usize, end: u64, now: u64) {
+        let m = &mut self.measures[tenant];
+        for s in self.streams.iter_mut().filter(|s| s.tenant == tenant) {
+            s.ended = true;
+            let mut k = s.sent;
+            while s.planned(k) < end {
+                m.polls += 1;
+                m.missed += 1;
+                m.unsent += 1;
+                m.send_lag.record(now.saturating_sub(s.planned(k)));
+                s.tracker.missed(k, s.period_ns, &mut m.interval_error);
+                k += 1;
+            }
+            s.next = s.next.max(k);
+        }
+    }
+}
+
+/// The first thread of tenant `tenant`.
+fn first_of(tenants: &[CrawlTenant], tenant: usize) -> usize {
+    tenants[..tenant].iter().map(|t| t.vcpus.max(1)).sum()
 }
 
 fn tenant_of(tenants: &[CrawlTenant], thread: usize) -> usize {
@@ -421,7 +473,8 @@ impl Workload for CrawlWorkload {
         let answer = self.answers.peek().map(|r| r.0 .0);
         let io = self.io_queue.peek().map(|r| r.0 .0);
         let host = self.host_queue.peek().map(|r| r.0);
-        [send, answer, io, host].into_iter().flatten().min()
+        let end = self.ends.last().map(|e| e.0);
+        [send, answer, io, host, end].into_iter().flatten().min()
     }
 
     fn arrive(&mut self, now: u64, push: &mut dyn FnMut(Item)) {
@@ -431,6 +484,10 @@ impl Workload for CrawlWorkload {
             for th in first..first + self.hogs {
                 push(host_item(th, 0, u64::MAX / 4, HOG_TAG));
             }
+        }
+        while self.ends.last().is_some_and(|e| e.0 <= now) {
+            let (end, tenant) = self.ends.pop().expect("checked");
+            self.end_tenant(tenant, end, now);
         }
         while let Some(&Reverse((t, si, k))) = self.sends.peek() {
             if t > now {
@@ -520,7 +577,11 @@ impl Workload for CrawlWorkload {
         match kind {
             // Measured (or dropped) when its thread read it: `starting`.
             Kind::Answer => {}
+            // Still queued when the run ended: never sent (counted missed
+            // then).
+            Kind::Send if s.ended => {}
             Kind::Send => {
+                s.sent = k + 1;
                 let planned = s.planned(k);
                 let m = &mut self.measures[s.tenant];
                 m.polls += 1;
@@ -599,7 +660,7 @@ mod tests {
     fn bursty_work_alone_breaks_the_interval_error_as_in_the_lab() {
         let horizon = 30_000 * MS;
         let p999 = |tail| {
-            let mut w = CrawlWorkload::new(vec![tenant(tail)], None, horizon, 3);
+            let mut w = CrawlWorkload::new(vec![tenant(tail)], None, horizon);
             let o = run(&mut w, 1, &mut Cfs::new(vec![1024]), horizon + 100 * MS);
             let m = &w.measures[0];
             assert!(m.polls >= 14_900, "{} polls", m.polls);
@@ -644,7 +705,7 @@ mod tests {
             })
             .collect();
         let io = HostIo::one_thread(50_000);
-        let mut w = CrawlWorkload::new(tenants.clone(), Some(io), horizon, 5);
+        let mut w = CrawlWorkload::new(tenants.clone(), Some(io), horizon);
         assert_eq!(w.threads(), 4);
         let o = run(&mut w, 1, &mut Cfs::new(vec![1024; 4]), horizon + 1_000 * MS);
         let io_items = o.tasks[3].completed;
@@ -663,7 +724,7 @@ mod tests {
         let shared = worst(&w);
         // The same with the I/O path ahead of the tenants (a higher
         // priority than their 0).
-        let mut w2 = CrawlWorkload::new(tenants, Some(io), horizon, 5);
+        let mut w2 = CrawlWorkload::new(tenants, Some(io), horizon);
         let o2 = run(&mut w2, 1, &mut IoFirst, horizon + 1_000 * MS);
         let polls2: u64 = w2.measures.iter().map(|m| m.polls).sum();
         assert!(o2.tasks[3].completed + 3 * 150 >= 2 * polls2);
@@ -689,7 +750,7 @@ mod tests {
             holds: true,
             ..HostIo::one_thread(40_000)
         };
-        let mut w = CrawlWorkload::new(vec![t], Some(io), horizon, 1);
+        let mut w = CrawlWorkload::new(vec![t], Some(io), horizon);
         let o = run(&mut w, 2, &mut Cfs::new(vec![1024; 2]), horizon + 1_000 * MS);
         let polls = w.measures[0].polls;
         let io_items = o.tasks[1].completed;
@@ -711,7 +772,7 @@ mod tests {
     fn host_work_is_a_thread_working_once_per_poll() {
         let horizon = 5_000 * MS;
         let io = HostIo::one_thread(20_000);
-        let mut w = CrawlWorkload::new(vec![tenant(None)], Some(io), horizon, 1)
+        let mut w = CrawlWorkload::new(vec![tenant(None)], Some(io), horizon)
             .with_host_work(100_000)
             .with_hogs(1);
         assert_eq!((w.threads(), w.io_threads(), w.host_work_thread()), (4, 1..2, Some(2)));
@@ -737,16 +798,45 @@ mod tests {
             rate: 1000.0,
             ..tenant(None)
         };
-        let mut w = CrawlWorkload::new(vec![t], None, horizon, 1);
+        let mut w = CrawlWorkload::new(vec![t], None, horizon);
         let o = run(&mut w, 1, &mut Cfs::new(vec![1024]), horizon + 2_000 * MS);
         let m = &w.measures[0];
         assert!(m.missed > 0, "{m:?}");
         let answered = m.polls - m.missed;
-        let work = o.tasks[0].cpu_ns - m.polls * 10_000;
+        let work = o.tasks[0].cpu_ns - (m.polls - m.unsent) * 10_000;
         assert!(
             work <= answered * 1_400_000 + m.missed * 10,
             "{work} ns for {answered} answered"
         );
+    }
+
+    /// As `ontime crawl` ends its run: a crawler behind its plan at the
+    /// end (50 ms of work per poll at 100 polls/s: its sends wait behind
+    /// the answer it is working on) misses what it has not sent, a whole
+    /// period each; a light one misses nothing.
+    #[test]
+    fn polls_not_sent_by_the_end_of_the_run_are_missed() {
+        let horizon = 3_000 * MS;
+        let run_one = |rate: f64, work_ns: u64| {
+            let t = CrawlTenant {
+                rate,
+                work: WorkModel {
+                    mean_ns: work_ns,
+                    tail: None,
+                },
+                ..tenant(None)
+            };
+            let mut w = CrawlWorkload::new(vec![t], None, horizon);
+            run(&mut w, 1, &mut Cfs::new(vec![1024]), horizon + 2_000 * MS);
+            let m = &w.measures[0];
+            (m.polls, m.missed, m.unsent, m.interval_error.max())
+        };
+        let (polls, missed, unsent, _) = run_one(50.0, 1_400_000);
+        assert_eq!((polls, missed, unsent), (150, 0, 0));
+        let (polls, missed, unsent, worst) = run_one(100.0, 50 * MS);
+        assert_eq!(polls, 300);
+        assert!(unsent > 0 && unsent <= missed, "{unsent} unsent, {missed} missed");
+        assert_eq!(worst, 1_000 * MS);
     }
 
     /// FIFO with the host I/O thread (the last) first.
