@@ -240,13 +240,11 @@ impl CrawlWorkload {
         for (i, s) in streams.iter().enumerate() {
             thread_streams[s.thread].push(i);
         }
-        let vcpu_threads = first_thread;
-        let samplers = (0..vcpu_threads).map(|th| {
-            let ti = tenant_of(&tenants, th);
-            tenants[ti]
-                .work
-                .sampler(ontime_core::work::crawler_seed(th - first_of(&tenants, ti)))
-        });
+        // Each tenant is its own crawler: its vCPU threads are numbered
+        // from 0 there.
+        let samplers = tenants
+            .iter()
+            .flat_map(|t| (0..t.vcpus.max(1)).map(|v| t.work.sampler(ontime_core::work::crawler_seed(v))));
         let mut ends: Vec<(u64, usize)> = tenants
             .iter()
             .enumerate()
@@ -335,7 +333,8 @@ impl CrawlWorkload {
     fn release_send(&mut self, si: usize, at: u64, push: &mut dyn FnMut(Item)) {
         let s = &mut self.streams[si];
         let k = s.next;
-        if s.ended || s.planned(k) >= s.end_ns {
+        // Past the end (`end_tenant` moves `next` there too).
+        if s.planned(k) >= s.end_ns {
             return;
         }
         s.next += 1;
@@ -379,22 +378,6 @@ impl CrawlWorkload {
             s.next = s.next.max(k);
         }
     }
-}
-
-/// The first thread of tenant `tenant`.
-fn first_of(tenants: &[CrawlTenant], tenant: usize) -> usize {
-    tenants[..tenant].iter().map(|t| t.vcpus.max(1)).sum()
-}
-
-fn tenant_of(tenants: &[CrawlTenant], thread: usize) -> usize {
-    let mut first = 0;
-    for (i, t) in tenants.iter().enumerate() {
-        first += t.vcpus.max(1);
-        if thread < first {
-            return i;
-        }
-    }
-    tenants.len() - 1
 }
 
 /// Work of a host thread (the I/O path, the host's other work, a hog):
