@@ -5,7 +5,12 @@ repetitions (median and spread) and the simulator's (`ontime sim SCENARIO
 --into RESULTS`, one simulated run per measured one), whether the
 simulated median agrees, missed polls, and for every cell that disagrees
 the scheduler figures of both sides (observe's work conservation: vCPU
-time queued while a CPU idled, and the tenants' run-queue wait per second).
+time queued while a CPU idled, the tenants' run-queue wait per second, and
+where waking threads were queued: the share of wake-ups put behind a busy
+CPU while another idled, and of those the share that preempted at once).
+Lab runs analysed before ontime counted wake-ups get them from their
+recording (`ontime observe report --json`, cached as wakeups.json beside
+it; ONTIME names the binary, default target/release/ontime).
 
 A cell agrees when the simulated median lies within a factor of 2 of the
 lab's median or inside the lab's spread (its smallest to largest
@@ -18,7 +23,10 @@ import glob
 import json
 import os
 import statistics
+import subprocess
 import sys
+
+ONTIME = os.environ.get("ONTIME") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", "release", "ontime")
 
 PERCENTILES = ("p99", "p99.9")
 
@@ -57,7 +65,29 @@ def scheduler_figures(run_dir):
         if tenants
         else 0.0
     )
-    return {"queued_while_idle": idle_share, "wait_ms_per_s": wait}
+    return {"queued_while_idle": idle_share, "wait_ms_per_s": wait, "wakeups": wakeups(run_dir, wc)}
+
+
+def wakeups(run_dir, wc):
+    """The wake-up placement counts of a run: from its observe.json, else
+    from its recording (cached)."""
+    if wc.get("wakeups"):
+        return wc["wakeups"]
+    cache = os.path.join(run_dir, "wakeups.json")
+    rec = os.path.join(run_dir, "observe.otrec")
+    if os.path.exists(cache):
+        with open(cache) as fh:
+            return json.load(fh)
+    if not os.path.exists(rec) or not os.path.exists(ONTIME):
+        return None
+    p = subprocess.run([ONTIME, "observe", "report", "--json", rec], capture_output=True, text=True)
+    if p.returncode != 0:
+        return None
+    w = (json.loads(p.stdout).get("work_conservation") or {}).get("wakeups")
+    if w:
+        with open(cache, "w") as fh:
+            json.dump(w, fh)
+    return w
 
 
 def key_of(rec):
@@ -156,7 +186,7 @@ def report(results):
             out.append(f"- {rest or 'all'}: lab {f['lab'] or 'never'}, sim {f['sim'] or 'never'} ({same})")
     if off:
         out.append("")
-        out.append("Cells that disagree, with the scheduler figures of both sides (queued vCPU time that passed while a CPU idled; tenants' run-queue wait, ms per s per tenant; medians):")
+        out.append("Cells that disagree, with the scheduler figures of both sides (queued vCPU time that passed while a CPU idled; tenants' run-queue wait, ms per s per tenant; wake-ups queued behind a busy CPU while another idled, and how many of them preempted at once; medians):")
         for key, bad, lab, sim in off:
             def figs(rs):
                 s = [r["sched"] for r in rs if r["sched"]]
@@ -164,7 +194,15 @@ def report(results):
                     return "no observe.json"
                 q = statistics.median(x["queued_while_idle"] for x in s)
                 wt = statistics.median(x["wait_ms_per_s"] for x in s)
-                return f"{100 * q:.0f} % queued while a CPU idled, wait {wt:.1f} ms/s"
+                text = f"{100 * q:.0f} % queued while a CPU idled, wait {wt:.1f} ms/s"
+                w = [x["wakeups"] for x in s if x.get("wakeups") and x["wakeups"].get("wakeups")]
+                if w:
+                    behind = statistics.median(x["onto_busy_while_idle"] / x["wakeups"] for x in w)
+                    pre = statistics.median(
+                        x["preempted_at_once"] / x["onto_busy_while_idle"] for x in w if x["onto_busy_while_idle"]
+                    ) if any(x["onto_busy_while_idle"] for x in w) else 0.0
+                    text += f", {100 * behind:.0f} % of wake-ups behind a busy CPU while one idled ({100 * pre:.0f} % of them preempting at once)"
+                return text
             out.append(f"- {key} ({', '.join(bad)}): lab {figs(lab)}; sim {figs(sim)}")
     return "\n".join(out), agree, total
 

@@ -173,6 +173,25 @@ fn text(a: &Analysis, vcpus: bool) -> String {
             w.while_idle_pct()
         );
     }
+    if let Some(p) = a
+        .work_conservation
+        .as_ref()
+        .and_then(|w| w.wakeups)
+        .filter(|p| p.wakeups > 0)
+    {
+        let _ = writeln!(
+            out,
+            "  of {} wake-ups, {} ({:.0}%) were queued behind a busy CPU while another idled: {} ({:.0}%) preempted it within {}, {} moved to another CPU, {} waited longer",
+            p.wakeups,
+            p.onto_busy_while_idle,
+            p.onto_busy_pct(),
+            p.preempted_at_once,
+            p.preempted_pct(),
+            format_ns(ontime_sched::analysis::WAKE_AT_ONCE_NS),
+            p.moved,
+            p.waited
+        );
+    }
     if let Some(h) = a.host_io() {
         let _ = writeln!(
             out,

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use ontime_trace::event::{kind, Event, F_PREV_RUNNABLE, TASK_DEAD, TASK_UNINTERRUPTIBLE};
 use ontime_trace::recording::{Group, GroupKind};
 
+use crate::analysis::{WakePlacement, WAKE_AT_ONCE_NS};
 pub use crate::window::{AboveK, WindowUsage};
 use crate::window::{Entity, WindowAcc};
 
@@ -209,6 +210,11 @@ pub struct Analyzer {
     pub queued_while_idle_ns: u64,
     /// Up to where `queued_ns` is accounted.
     queued_at: u64,
+    /// Where waking threads were queued, since `stats_from`.
+    pub wake_placement: WakePlacement,
+    /// Per thread woken onto a busy CPU while another idled and not yet
+    /// run: when, and on which CPU.
+    woken_behind: HashMap<u32, (u64, u16)>,
 }
 
 impl Analyzer {
@@ -252,6 +258,8 @@ impl Analyzer {
             queued_ns: 0,
             queued_while_idle_ns: 0,
             queued_at: 0,
+            wake_placement: WakePlacement::default(),
+            woken_behind: HashMap::new(),
             vanished_ns: 0,
             uncertain_ns: 0,
             intervals: None,
@@ -543,6 +551,16 @@ impl Analyzer {
             }
             self.transition(next, t, St::Running, cpu);
             self.running_on[cpu] = Some(next);
+            if let Some((woke, on)) = self.woken_behind.remove(&next) {
+                let w = &mut self.wake_placement;
+                if on as usize != cpu {
+                    w.moved += 1;
+                } else if t.saturating_sub(woke) <= WAKE_AT_ONCE_NS {
+                    w.preempted_at_once += 1;
+                } else {
+                    w.waited += 1;
+                }
+            }
         }
     }
 
@@ -551,6 +569,20 @@ impl Analyzer {
         if th.st.asleep() || th.st == St::Unknown {
             self.charge(cpu, t);
             self.transition(tid, t, St::Waiting, cpu);
+            self.wake_placement.wakeups += 1;
+            let occ = self.occupant[cpu];
+            let busy = occ != IDLE_TID && occ != u32::MAX;
+            let other_idle = self
+                .occupant
+                .iter()
+                .enumerate()
+                .any(|(c, &o)| c != cpu && o == IDLE_TID);
+            if busy && other_idle {
+                self.wake_placement.onto_busy_while_idle += 1;
+                self.woken_behind.insert(tid, (t, cpu as u16));
+            } else {
+                self.woken_behind.remove(&tid);
+            }
         }
     }
 
@@ -751,6 +783,7 @@ impl Analyzer {
     pub fn reset_stats(&mut self) {
         self.queued_ns = 0;
         self.queued_while_idle_ns = 0;
+        self.wake_placement = WakePlacement::default();
         for e in &mut self.entities {
             e.reset_stats();
         }
@@ -1155,6 +1188,50 @@ mod tests {
                 (Place::Waiting { cpu: 0, behind: 11 }, 2_000_000, 3_000_000),
                 (Place::Waiting { cpu: 0, behind: 12 }, 3_000_000, 5_000_000),
             ]
+        );
+    }
+
+    /// Wake-ups are counted by where the kernel queued them: behind a busy
+    /// CPU while another idled, then whether the thread preempted the
+    /// running one at once, ran elsewhere, or waited; a wake-up onto an
+    /// idle CPU only counts as a wake-up.
+    #[test]
+    fn wake_ups_behind_a_busy_cpu_while_another_idles_are_counted() {
+        let mut a = analyzer_on(2);
+        let wake = |ts, cpu| Event {
+            ts,
+            a: 10,
+            c: cpu,
+            kind: kind::WAKEUP,
+            ..Default::default()
+        };
+        // CPU 0 runs 99 (untracked), CPU 1 idles.
+        a.feed(&switch(0, 0, 0, 99, 0));
+        a.feed(&switch(0, 1, 0, 0, 0));
+        // Behind CPU 0, preempting 99 within 10 us, then sleeping.
+        a.feed(&wake(1_000_000, 0));
+        a.feed(&switch(1_010_000, 0, 99, 10, F_PREV_RUNNABLE));
+        a.feed(&switch(1_100_000, 0, 10, 99, 0));
+        // Behind CPU 0 again, waiting 1.4 ms for 99.
+        a.feed(&wake(2_000_000, 0));
+        a.feed(&switch(3_400_000, 0, 99, 10, 0));
+        a.feed(&switch(3_500_000, 0, 10, 99, 0));
+        // Behind CPU 0, then pulled to CPU 1.
+        a.feed(&wake(4_000_000, 0));
+        a.feed(&switch(4_600_000, 1, 0, 10, 0));
+        a.feed(&switch(4_700_000, 1, 10, 0, 0));
+        // Onto the idle CPU 1.
+        a.feed(&wake(5_000_000, 1));
+        a.feed(&switch(5_000_000, 1, 0, 10, 0));
+        assert_eq!(
+            a.wake_placement,
+            WakePlacement {
+                wakeups: 4,
+                onto_busy_while_idle: 3,
+                preempted_at_once: 1,
+                moved: 1,
+                waited: 1,
+            }
         );
     }
 

@@ -103,13 +103,14 @@ fn sim_tid(thread: usize) -> u32 {
 }
 
 impl ontime_sim::engine::Tracer for EventTracer {
-    fn wakeup(&mut self, ts: u64, thread: usize) {
+    fn wakeup(&mut self, ts: u64, thread: usize, cpu: usize) {
         use ontime_trace::event::{kind, Event};
         self.events.push(Event {
             ts,
             a: sim_tid(thread),
             b: 0,
-            c: 0,
+            // The target CPU, as sched_wakeup's task_cpu.
+            c: cpu as u32,
             cpu: 0,
             kind: kind::WAKEUP,
             flags: 0,

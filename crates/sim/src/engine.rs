@@ -201,8 +201,9 @@ pub fn run(workload: &mut dyn Workload, cpus: usize, sched: &mut dyn Scheduler, 
 /// and switched on each CPU (the lab turns these into the scheduler
 /// events `ontime observe` records, so the same analysis reads them).
 pub trait Tracer {
-    /// `thread` became runnable at `ts` (it had nothing to do before).
-    fn wakeup(&mut self, ts: u64, thread: usize);
+    /// `thread` became runnable at `ts` (it had nothing to do before),
+    /// queued on `cpu`.
+    fn wakeup(&mut self, ts: u64, thread: usize, cpu: usize);
     /// At `ts` CPU `cpu` switched from `prev` to `next` (None: idle);
     /// `prev_runnable`: `prev` still has work (preempted), not asleep.
     fn switch(&mut self, ts: u64, cpu: usize, prev: Option<usize>, next: Option<usize>, prev_runnable: bool);
@@ -235,7 +236,11 @@ pub fn run_with_stalls(
     let balance = sched.balance();
     let mut pc = PerCpu::new(threads, cpus, balance, &*sched);
     // What the tracer needs per event, kept between events.
-    let (mut before, mut woken): (Vec<Option<usize>>, Vec<usize>) = (Vec::new(), Vec::new());
+    let (mut before, mut woken): (Vec<Option<usize>>, Vec<(usize, usize)>) = (Vec::new(), Vec::new());
+    // CPUs whose thread finished its work and slept at this event: told
+    // to the tracer before the wake-ups, as a kernel's events would come
+    // (a wake-up there finds the CPU idle).
+    let mut slept: Vec<(usize, usize)> = Vec::new();
     let mut on_cpus: Vec<Option<Job>> = Vec::with_capacity(cpus);
     let ratelimit = sched.ratelimit_ns();
     loop {
@@ -294,11 +299,12 @@ pub fn run_with_stalls(
         let tracing = tracer.is_some();
         before.clear();
         woken.clear();
+        slept.clear();
         if tracing {
             before.extend(running.iter().map(|s| s.map(|s| s.job.task)));
         }
         // Completions and slice ends.
-        for slot in running.iter_mut() {
+        for (cpu, slot) in running.iter_mut().enumerate() {
             let Some(Slot { job: j, slice_end }) = *slot else {
                 continue;
             };
@@ -319,6 +325,9 @@ pub fn run_with_stalls(
                     o.deadline_misses += 1;
                 }
                 *slot = None;
+                if tracing && queues[j.task].is_empty() {
+                    slept.push((cpu, j.task));
+                }
             } else if slice_end.is_some_and(|end| now >= end) {
                 // Back of its level; the dispatch below may pick it again.
                 seq += 1;
@@ -329,15 +338,20 @@ pub fn run_with_stalls(
         // Work due now.
         workload.arrive(now, &mut |it: Item| {
             let wakes = queues[it.thread].is_empty() && !is_running(&running, it.thread);
-            if tracing && wakes {
-                woken.push(it.thread);
-            }
             seq += 1;
             let job = job_of(&it, seq);
             if wakes {
                 sched.wake(&job);
                 if balance.is_some() {
                     pc.place(&*sched, &job, &queues, &running);
+                }
+                if tracing {
+                    // One global queue: the thread goes to any idle CPU.
+                    let cpu = match balance {
+                        Some(_) => pc.home[it.thread],
+                        None => running.iter().position(Option::is_none).unwrap_or(0),
+                    };
+                    woken.push((it.thread, cpu));
                 }
             }
             queues[it.thread].push(Queued(job));
@@ -353,8 +367,14 @@ pub fn run_with_stalls(
             Some(b) => d.dispatch_per_cpu(&mut *sched, &mut queues, &mut running, now, workload, &mut pc, b, tick),
         }
         if let Some(t) = tracer.as_deref_mut() {
-            for &th in &woken {
-                t.wakeup(now, th);
+            // Only worth an event of its own when a wake-up at the same
+            // instant would otherwise see that CPU busy.
+            for &(cpu, th) in slept.iter().filter(|_| !woken.is_empty()) {
+                t.switch(now, cpu, Some(th), None, false);
+                before[cpu] = None;
+            }
+            for &(th, cpu) in &woken {
+                t.wakeup(now, th, cpu);
             }
             for (cpu, (was, slot)) in before.iter().zip(&running).enumerate() {
                 let is = slot.map(|s| s.job.task);
@@ -845,7 +865,7 @@ mod tests {
         #[derive(Default)]
         struct Log(Vec<(u64, Option<usize>, Option<usize>, bool)>, Vec<(u64, usize)>);
         impl Tracer for Log {
-            fn wakeup(&mut self, ts: u64, thread: usize) {
+            fn wakeup(&mut self, ts: u64, thread: usize, _cpu: usize) {
                 self.1.push((ts, thread));
             }
             fn switch(&mut self, ts: u64, _cpu: usize, prev: Option<usize>, next: Option<usize>, runnable: bool) {
