@@ -19,7 +19,6 @@ use serde::{Deserialize, Serialize};
 use ontime_trace::event::{kind, Event, F_PREV_RUNNABLE, TASK_DEAD, TASK_UNINTERRUPTIBLE};
 use ontime_trace::recording::{Group, GroupKind};
 
-use crate::analysis::{WakePlacement, WAKE_AT_ONCE_NS};
 pub use crate::window::{AboveK, WindowUsage};
 use crate::window::{Entity, WindowAcc};
 
@@ -153,6 +152,45 @@ struct GroupState {
 
 /// The idle task's tid on every CPU (swapper).
 const IDLE_TID: u32 = 0;
+
+/// Wake-ups of tracked threads by what the CPU the kernel queued them on
+/// was doing: a host whose scheduler sees its idle CPUs puts a waking
+/// thread on one; a guest whose idle vCPUs look busy to it (or a kernel
+/// that packs work) queues it behind the running thread, which it then
+/// preempts or waits for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WakePlacement {
+    pub wakeups: u64,
+    /// Queued on a CPU running something while another CPU idled.
+    pub onto_busy_while_idle: u64,
+    /// Of those: ran on that CPU within [`WAKE_AT_ONCE_NS`] (it preempted
+    /// the running thread), ran on another CPU (moved), or waited longer.
+    pub preempted_at_once: u64,
+    pub moved: u64,
+    pub waited: u64,
+}
+
+/// A woken thread that gets its CPU within this ran "at once".
+pub const WAKE_AT_ONCE_NS: u64 = 50_000;
+
+impl WakePlacement {
+    /// Share of wake-ups queued behind a busy CPU while another idled, 0..100.
+    pub fn onto_busy_pct(&self) -> f64 {
+        pct(self.onto_busy_while_idle, self.wakeups)
+    }
+    /// Of those, the share that preempted the running thread at once.
+    pub fn preempted_pct(&self) -> f64 {
+        pct(self.preempted_at_once, self.onto_busy_while_idle)
+    }
+}
+
+fn pct(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        100.0 * a as f64 / b as f64
+    }
+}
 
 /// Streams events into window usage, run delay and contention.
 pub struct Analyzer {
