@@ -16,7 +16,10 @@
  * kernel 6.18): 987-997 of 1000 wake-ups on W's CPU, W staying there,
  * 2-9 of them later than 0.3 ms (R, a light sleeper, preempts W at once);
  * on bare metal the kernel's idle-CPU scan (select_idle_sibling) would
- * put most of them on the idle CPU.
+ * put most of them on the idle CPU. This VM's kernel is a Firecracker build
+ * (6.18.44-fc-v669, booted with sched_vcpu_pack=15), not mainline; the lab's
+ * own recordings now count the same thing per run (`ontime observe report`,
+ * wake-up placement; docs/sim.md, session 19).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
