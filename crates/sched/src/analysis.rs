@@ -61,11 +61,7 @@ pub struct WorkConservation {
 impl WorkConservation {
     /// Share of the queued time during which a CPU idled, 0..100.
     pub fn while_idle_pct(&self) -> f64 {
-        if self.queued_ns == 0 {
-            0.0
-        } else {
-            100.0 * self.queued_while_idle_ns as f64 / self.queued_ns as f64
-        }
+        crate::analyze::share_pct(self.queued_while_idle_ns, self.queued_ns)
     }
 }
 

@@ -176,19 +176,20 @@ pub const WAKE_AT_ONCE_NS: u64 = 50_000;
 impl WakePlacement {
     /// Share of wake-ups queued behind a busy CPU while another idled, 0..100.
     pub fn onto_busy_pct(&self) -> f64 {
-        pct(self.onto_busy_while_idle, self.wakeups)
+        share_pct(self.onto_busy_while_idle, self.wakeups)
     }
     /// Of those, the share that preempted the running thread at once.
     pub fn preempted_pct(&self) -> f64 {
-        pct(self.preempted_at_once, self.onto_busy_while_idle)
+        share_pct(self.preempted_at_once, self.onto_busy_while_idle)
     }
 }
 
-fn pct(a: u64, b: u64) -> f64 {
-    if b == 0 {
+/// `part` as a percentage of `whole` (0 when there is no whole).
+pub(crate) fn share_pct(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
         0.0
     } else {
-        100.0 * a as f64 / b as f64
+        100.0 * part as f64 / whole as f64
     }
 }
 
@@ -1099,7 +1100,7 @@ impl TimeShares {
             steal += t.run_delay_ns;
         }
         let wall = run + idle + steal;
-        let pct = |v: u64| if wall == 0 { 0.0 } else { v as f64 * 100.0 / wall as f64 };
+        let pct = |v: u64| share_pct(v, wall);
         TimeShares {
             wall_ns: wall,
             run_pct: pct(run),
