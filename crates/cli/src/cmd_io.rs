@@ -139,11 +139,11 @@ fn record(a: IoRecordArgs) -> anyhow::Result<()> {
         }
         guest_disks.extend(disks);
     }
-    let thread_pool = guest_disks.iter().any(|d| d.aio == ontime_trace::io::VmmAio::Threads);
+    let thread_pool = guest_disks.iter().any(ontime_trace::io::TenantDisk::vmm_thread_pool);
     let calls = a.calls || thread_pool;
     if calls && !a.calls {
         ontime_core::errln!(
-            "ontime: --guest traces QEMU's calls on its images (--calls: its thread pool's preadv/pwritev; aio=io_uring or aio=native would not need it): every system call on this host is slower while it records"
+            "ontime: --guest traces QEMU's calls on its images (--calls: its thread pool's preadv/pwritev, which carry every request with aio=threads and the misaligned ones with cache=none; only aio=io_uring without cache=none does not need it): every system call on this host is slower while it records"
         );
     }
     crate::cmd_observe::check_recording_times(a.duration, a.drain_every)?;

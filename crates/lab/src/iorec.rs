@@ -54,8 +54,8 @@ pub fn start(lab: &Lab, dir: &Path, calls: bool, guests: Option<&GuestSetup>) ->
             .collect(),
         None => Vec::new(),
     };
-    // QEMU's thread pool (aio=threads) is seen only through its calls.
-    let calls = calls || guest_disks.iter().any(|d| d.aio == ontime_trace::io::VmmAio::Threads);
+    // QEMU's thread pool is seen only through its calls.
+    let calls = calls || guest_disks.iter().any(ontime_trace::io::TenantDisk::vmm_thread_pool);
     let opts = IoRecordOptions {
         targets: Targets {
             groups,

@@ -346,9 +346,9 @@ mod bpf_record {
         let mut disks = tenant_disks(&opts.images)?;
         disks.extend(opts.guest_disks.iter().cloned());
         let vmm = |m: VmmAio| disks.iter().any(|d| d.loop_device.is_none() && d.aio == m);
-        if !calls && vmm(VmmAio::Threads) {
+        if !calls && disks.iter().any(TenantDisk::vmm_thread_pool) {
             unavailable.push(
-                "a QEMU guest's virtual disk through its thread pool (its QEMU's preadv/pwritev on the image: record with --calls)"
+                "a QEMU guest's virtual disk through its thread pool (its QEMU's preadv/pwritev on the image, all of them with aio=threads, the misaligned ones with cache=none: record with --calls)"
                     .into(),
             );
         }

@@ -70,6 +70,19 @@ pub struct TenantDisk {
     pub aio: VmmAio,
 }
 
+impl TenantDisk {
+    /// A VMM's image some of whose reads and writes go through its thread
+    /// pool's preadv/pwritev, which only per-call tracing sees: all of
+    /// them with `aio=threads`, and with O_DIRECT (`cache=none`) every
+    /// request whose guest buffers are not aligned for it, whatever the
+    /// `aio=` (QEMU bounces those through the pool: block/file-posix.c,
+    /// raw_co_prw, `QEMU_AIO_MISALIGNED`). A guest's request merging a
+    /// 1 MiB read with a 2 KiB one of its file system's metadata is one.
+    pub fn vmm_thread_pool(&self) -> bool {
+        self.loop_device.is_none() && (self.aio == VmmAio::Threads || self.direct)
+    }
+}
+
 /// How a VMM moves its image's data, which decides what the recorder
 /// hooks to see it: QEMU's thread pool calls preadv/pwritev (the syscall
 /// tracepoints), Linux AIO submits direct I/O the file system starts

@@ -210,6 +210,20 @@ mod tests {
     }
 
     #[test]
+    fn a_direct_image_may_go_through_the_thread_pool_whatever_its_aio() {
+        let exe = std::env::current_exe().unwrap();
+        let disk = |aio, direct| TenantDisk {
+            aio,
+            ..image_disk(0, &exe, direct).unwrap()
+        };
+        assert!(disk(VmmAio::Threads, false).vmm_thread_pool());
+        // QEMU bounces misaligned O_DIRECT requests through its pool.
+        assert!(disk(VmmAio::Native, true).vmm_thread_pool());
+        assert!(disk(VmmAio::IoUring, true).vmm_thread_pool());
+        assert!(!disk(VmmAio::IoUring, false).vmm_thread_pool());
+    }
+
+    #[test]
     fn images_are_found_in_drive_blockdev_and_libvirt_json() {
         let a = args(&[
             "qemu-system-x86_64",
