@@ -362,15 +362,13 @@ impl CrawlWorkload {
     /// When stream `si`'s poll `k` is due: its planned time plus the
     /// host's noise.
     fn due(&mut self, si: usize, k: u64) -> u64 {
-        let s = &self.streams[si];
-        s.planned(k) + self.noise.as_mut().map_or(0, |n| n.next_ns())
+        self.streams[si].planned(k) + self.timer_late()
     }
 
-    /// How late a holding path's timer wakes it at the end of a hold: a
-    /// draw of the host's noise, as for the crawler's own timers. (The
-    /// order of a poll's send and the answer of the poll a round trip
-    /// before it, due at about the same time, hangs on these draws.)
-    fn relay_late(&mut self) -> u64 {
+    /// How late a timer wakes its thread on this host (the crawler's for a
+    /// send, a holding path's at the end of a hold): a draw of the host's
+    /// noise.
+    fn timer_late(&mut self) -> u64 {
         self.noise.as_mut().map_or(0, |n| n.next_ns())
     }
 
@@ -597,7 +595,7 @@ impl Workload for CrawlWorkload {
             Kind::IoRequest if self.io.is_some_and(|io| io.holds) => {
                 // Taken in: sent on when the delay is over, as late as the
                 // host's timer wake-ups are.
-                let late = self.relay_late();
+                let late = self.timer_late();
                 self.io_queue
                     .push(Reverse((now + one_way + late, tag(si, k, Kind::IoRequestOut))));
             }
@@ -618,7 +616,7 @@ impl Workload for CrawlWorkload {
                 self.io_queue.push(Reverse((now, tag(si, k, Kind::IoAnswer))));
             }
             Kind::IoAnswer if self.io.is_some_and(|io| io.holds) => {
-                let late = self.relay_late();
+                let late = self.timer_late();
                 self.io_queue
                     .push(Reverse((now + one_way + late, tag(si, k, Kind::IoAnswerOut))));
             }
