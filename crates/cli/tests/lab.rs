@@ -139,6 +139,12 @@ fn short_crawl_scenario_produces_a_report() {
     if c["io_cost_samples"].as_u64().unwrap() > 0 {
         assert_eq!(c["host_work_samples"], 2, "{c}");
     }
+    // Where the kernel queued waking threads whose last CPU was busy
+    // while another idled, when the recordings saw any.
+    if c["wake_stay_samples"].as_u64().unwrap() > 0 {
+        let share = c["wake_stay_share"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&share), "{c}");
+    }
     let out = ontime()
         .arg("sim")
         .arg(&sc)
@@ -151,6 +157,7 @@ fn short_crawl_scenario_produces_a_report() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let rec = read_json(&results.join("runs/sim-linux-001-count=2-rep1/run.json"));
     assert_eq!(rec["simulated"]["host_noise"], true, "{rec}");
+    assert_eq!(rec["simulated"]["wake_stay_share"], c["wake_stay_share"], "{rec}");
     assert_eq!(rec["simulated"]["starts_measured"], true, "{rec}");
     let t1 = read_json(&results.join("runs/sim-linux-001-count=2-rep1/t1.json"));
     assert!(t1["polls"].as_u64().unwrap() >= 140, "{t1}");

@@ -191,6 +191,15 @@ fn text(a: &Analysis, vcpus: bool) -> String {
             p.moved,
             p.waited
         );
+        if p.prev_busy_while_idle > 0 {
+            let _ = writeln!(
+                out,
+                "  of {} wake-ups whose last CPU was busy while another idled, {} ({:.0}%) were queued on that busy CPU all the same",
+                p.prev_busy_while_idle,
+                p.stayed_on_busy_prev,
+                p.stayed_pct()
+            );
+        }
     }
     if let Some(h) = a.host_io() {
         let _ = writeln!(

@@ -360,6 +360,10 @@ pub struct Simulated {
     /// The tenants started when the measured run's did (`--into`).
     #[serde(default)]
     pub starts_measured: bool,
+    /// The Linux model kept this share of fair wake-ups on their busy last
+    /// CPU while another idled (the calibration's measured placement).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_stay_share: Option<f64>,
     pub cpu_hogs: usize,
     /// CPU busy over the run, CPUs.
     pub busy_cpus: f64,

@@ -102,6 +102,9 @@ struct ThreadState {
     vcpu: bool,
     st: St,
     cpu: u16,
+    /// The CPU it last ran on (`cpu` follows migrations, which the kernel
+    /// reports before the wake-up that caused them).
+    ran_on: Option<u16>,
     /// Start of the stretch not yet credited (on-CPU time is credited at
     /// ticks, so for a running thread this moves forward).
     since: u64,
@@ -168,6 +171,14 @@ pub struct WakePlacement {
     pub preempted_at_once: u64,
     pub moved: u64,
     pub waited: u64,
+    /// Wake-ups that found the CPU the thread last ran on busy while
+    /// another CPU idled: the kernel's choice between the two ...
+    #[serde(default)]
+    pub prev_busy_while_idle: u64,
+    /// ... and of those, how many it queued on that busy CPU all the same
+    /// (the simulator's Linux model takes the share from calibration).
+    #[serde(default)]
+    pub stayed_on_busy_prev: u64,
 }
 
 /// A woken thread that gets its CPU within this ran "at once".
@@ -181,6 +192,11 @@ impl WakePlacement {
     /// Of those, the share that preempted the running thread at once.
     pub fn preempted_pct(&self) -> f64 {
         share_pct(self.preempted_at_once, self.onto_busy_while_idle)
+    }
+    /// Of the wake-ups whose last CPU was busy while another idled, the
+    /// share kept on it, 0..100.
+    pub fn stayed_pct(&self) -> f64 {
+        share_pct(self.stayed_on_busy_prev, self.prev_busy_while_idle)
     }
 }
 
@@ -371,6 +387,7 @@ impl Analyzer {
                 waits: LatencyHistogram::new(),
                 sleep_ns: 0,
                 blocked_ns: 0,
+                ran_on: None,
             },
         );
     }
@@ -590,6 +607,9 @@ impl Analyzer {
             }
             self.transition(next, t, St::Running, cpu);
             self.running_on[cpu] = Some(next);
+            if let Some(th) = self.threads.get_mut(&next) {
+                th.ran_on = Some(cpu as u16);
+            }
             if let Some((woke, on)) = self.woken_behind.remove(&next) {
                 let w = &mut self.wake_placement;
                 if on as usize != cpu {
@@ -606,16 +626,26 @@ impl Analyzer {
     fn on_wakeup(&mut self, t: u64, tid: u32, cpu: usize) {
         let Some(th) = self.threads.get(&tid) else { return };
         if th.st.asleep() || th.st == St::Unknown {
+            // Where it last ran (known only for a thread seen asleep).
+            let last = th.ran_on.filter(|_| th.st.asleep()).map(usize::from);
             self.charge(cpu, t);
             self.transition(tid, t, St::Waiting, cpu);
             self.wake_placement.wakeups += 1;
-            let occ = self.occupant[cpu];
-            let busy = occ != IDLE_TID && occ != u32::MAX;
-            let other_idle = self
-                .occupant
-                .iter()
-                .enumerate()
-                .any(|(c, &o)| c != cpu && o == IDLE_TID);
+            let busy_at = |c: usize| self.occupant.get(c).is_some_and(|&o| o != IDLE_TID && o != u32::MAX);
+            let idle_besides = |c: usize| {
+                self.occupant
+                    .iter()
+                    .enumerate()
+                    .any(|(o, &occ)| o != c && occ == IDLE_TID)
+            };
+            if let Some(last) = last.filter(|&l| busy_at(l) && idle_besides(l)) {
+                self.wake_placement.prev_busy_while_idle += 1;
+                if last == cpu {
+                    self.wake_placement.stayed_on_busy_prev += 1;
+                }
+            }
+            let busy = busy_at(cpu);
+            let other_idle = idle_besides(cpu);
             if busy && other_idle {
                 self.wake_placement.onto_busy_while_idle += 1;
                 self.woken_behind.insert(tid, (t, cpu as u16));
@@ -1259,17 +1289,35 @@ mod tests {
         a.feed(&wake(4_000_000, 0));
         a.feed(&switch(4_600_000, 1, 0, 10, 0));
         a.feed(&switch(4_700_000, 1, 10, 0, 0));
-        // Onto the idle CPU 1.
+        // Onto the idle CPU 1, where it last ran.
         a.feed(&wake(5_000_000, 1));
         a.feed(&switch(5_000_000, 1, 0, 10, 0));
+        // It sleeps, 98 takes CPU 1 and CPU 0 goes idle: woken, it leaves
+        // its busy last CPU for the idle one.
+        a.feed(&switch(5_100_000, 1, 10, 98, 0));
+        a.feed(&switch(5_200_000, 0, 99, 0, 0));
+        // The kernel reports the move before the wake-up.
+        a.feed(&Event {
+            ts: 5_300_000,
+            a: 10,
+            c: 0,
+            kind: kind::MIGRATE,
+            ..Default::default()
+        });
+        a.feed(&wake(5_300_000, 0));
+        a.feed(&switch(5_300_000, 0, 0, 10, 0));
         assert_eq!(
             a.wake_placement,
             WakePlacement {
-                wakeups: 4,
+                wakeups: 5,
                 onto_busy_while_idle: 3,
                 preempted_at_once: 1,
                 moved: 1,
                 waited: 1,
+                // The first wake-up's last CPU is not known; the second
+                // and third stayed on busy CPU 0, the fifth left CPU 1.
+                prev_busy_while_idle: 3,
+                stayed_on_busy_prev: 2,
             }
         );
     }

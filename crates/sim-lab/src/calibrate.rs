@@ -21,7 +21,11 @@
 //! - the host's other work per poll (the gateway, softirq network work,
 //!   the recorder): the host's busy time from /proc/stat minus the
 //!   tenants' and the relay's on-CPU time, over the polls, the median over
-//!   unloaded runs.
+//!   unloaded runs;
+//! - where the host's kernel queues a waking thread whose last CPU is busy
+//!   while another idles: the share it keeps there (observe's wake-up
+//!   placement, pooled over every run that recorded the scheduler view;
+//!   recordings analysed before it was counted are analysed again).
 
 use anyhow::{Context, Result};
 use ontime_core::stats::LatencyHistogram;
@@ -64,6 +68,14 @@ pub struct Calibration {
     pub host_work_per_poll_ns: Option<u64>,
     #[serde(default)]
     pub host_work_samples: usize,
+    /// Of the tracked threads' wake-ups that found their last CPU busy
+    /// while another idled, the share the kernel queued there all the
+    /// same (the Linux model's `stay_on_busy_prev`).
+    #[serde(default)]
+    pub wake_stay_share: Option<f64>,
+    /// Such wake-ups it was measured over.
+    #[serde(default)]
+    pub wake_stay_samples: u64,
     pub notes: Vec<String>,
 }
 
@@ -239,6 +251,17 @@ pub fn calibrate(dirs: &[&Path]) -> Result<Calibration> {
         }
     }
     let start_offsets = Quantiles::from_summary(&offsets.summary(None));
+    let (mut found_busy, mut stayed) = (0u64, 0u64);
+    for r in &crawl {
+        if let Some(p) = wake_placement(r)? {
+            found_busy += p.prev_busy_while_idle;
+            stayed += p.stayed_on_busy_prev;
+        }
+    }
+    let wake_stay_share = (found_busy > 0).then(|| stayed as f64 / found_busy as f64);
+    if wake_stay_share.is_none() {
+        notes.push("no run recorded a wake-up whose last CPU was busy while another idled ([observe] in the scenario): waking threads go to an idle CPU".into());
+    }
     Ok(Calibration {
         format: FORMAT.into(),
         from,
@@ -254,8 +277,37 @@ pub fn calibrate(dirs: &[&Path]) -> Result<Calibration> {
         io_cost_per_packet_ns: median(io_cost),
         host_work_samples: host_work.len(),
         host_work_per_poll_ns: median(host_work),
+        wake_stay_share,
+        wake_stay_samples: found_busy,
         notes,
     })
+}
+
+/// A run's wake-up placement: from observe.json, or from its recording
+/// when that analysis predates the count of wake-ups by their last CPU.
+fn wake_placement(r: &RunResults) -> Result<Option<ontime_sched::analysis::WakePlacement>> {
+    let counted = r
+        .analysis
+        .as_ref()
+        .and_then(|a| a.work_conservation.as_ref())
+        .and_then(|w| w.wakeups);
+    if counted.is_some_and(|p| p.prev_busy_while_idle > 0) {
+        return Ok(counted);
+    }
+    let file = r.dir.join("observe.otrec");
+    if !file.exists() {
+        return Ok(counted);
+    }
+    let rec = ontime_trace::recording::Recording::read(&file)
+        .with_context(|| format!("cannot read the scheduler recording {}", file.display()))?;
+    let a = ontime_sched::analysis::analyze(
+        &rec,
+        &ontime_sched::analyze::AnalysisOptions {
+            windows: Vec::new(),
+            series: false,
+        },
+    );
+    Ok(a.work_conservation.and_then(|w| w.wakeups))
 }
 
 /// The start time in a histogram log's header, ns since the epoch.
@@ -335,6 +387,13 @@ impl ontime_core::export::TextReport for Calibration {
             "  host CPU per poll outside tenants and I/O path: {} (median of {} runs)\n",
             f(self.host_work_per_poll_ns),
             self.host_work_samples
+        );
+        s += &format!(
+            "  waking threads kept on their busy last CPU while another idled: {}\n",
+            match self.wake_stay_share {
+                Some(v) => format!("{:.0}% of {} such wake-ups", 100.0 * v, self.wake_stay_samples),
+                None => "not measured".into(),
+            }
         );
         for n in &self.notes {
             s += &format!("  note: {n}\n");

@@ -292,6 +292,10 @@ fn simulated_of(model: String, cpus: usize, seed: u64, opts: &SimOptions, busy_c
         host_stalls: cal.and_then(|(_, c)| c.host_stalls.as_ref()).map(|s| s.per_second),
         host_work_per_poll_ns: None,
         starts_measured: false,
+        // The lab's own Linux model applies it; a named model does not.
+        wake_stay_share: cal
+            .and_then(|(_, c)| c.wake_stay_share)
+            .filter(|_| opts.model.is_none()),
         cpu_hogs: 0,
         busy_cpus,
         left_out: Vec::new(),
@@ -452,6 +456,9 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
     let io_threads = w.io_threads();
     let threads = t.count * vcpus + io_threads.len() + usize::from(host_work.is_some()) + hogs;
     let rr_slice = c.host.rr_timeslice.unwrap_or(100_000_000);
+    // Where this host's kernel queues a waking thread (measured); the
+    // named models keep their own placement.
+    let wake_stay = cal.and_then(|c| c.wake_stay_share).unwrap_or(0.0);
     let mut sched: Box<dyn Scheduler + Send> = match opts.model {
         None => {
             let mut classes = vec![class_of(t.policy, rr_slice); t.count * vcpus];
@@ -475,6 +482,7 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
             );
             group.resize(group.len() + tenant_hogs, Some(0));
             let mut linux = Linux::new(classes, engine_cpus).with_groups(group, &[1024]);
+            linux.stay_on_busy_prev = wake_stay;
             if let Some((set, _)) = pinned_to {
                 let n = linux.classes.len();
                 linux.pinned = vec![ontime_sim::sched::CpuSet::ALL; n];
@@ -556,7 +564,11 @@ fn simulate_cyclic(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
     let n = t.count * threads;
     let rr_slice = c.host.rr_timeslice.unwrap_or(100_000_000);
     let mut sched: Box<dyn Scheduler + Send> = match opts.model {
-        None => Box::new(Linux::new(vec![class_of(t.policy, rr_slice); n], cpus)),
+        None => {
+            let mut linux = Linux::new(vec![class_of(t.policy, rr_slice); n], cpus);
+            linux.stay_on_busy_prev = cal.and_then(|c| c.wake_stay_share).unwrap_or(0.0);
+            Box::new(linux)
+        }
         Some(m) => m.build(n, cpus),
     };
     let horizon = c.duration + 2 * cz.interval;

@@ -1101,6 +1101,56 @@ mod tests {
         assert_eq!(o.tasks[1].worst_response_ns, MS);
     }
 
+    /// A fair thread whose last CPU is busy while another idles goes to
+    /// the idle one, unless the host's measured share keeps it there: by
+    /// a draw fixed per job, about that share of wake-ups stay.
+    #[test]
+    fn linux_keeps_the_measured_share_of_wake_ups_on_a_busy_last_cpu() {
+        use crate::sched::{CpuView, Job, Scheduler};
+        let fair = LinuxClass::Fair { weight: 1024 };
+        let mut l = Linux::new(vec![fair, fair], 2);
+        let other = Job {
+            task: 1,
+            release_ns: 0,
+            abs_deadline_ns: u64::MAX,
+            priority: 0,
+            remaining_ns: MS,
+            queued_seq: 0,
+            tag: 0,
+            within: 0,
+            started: true,
+            on_cpu_since_ns: 0,
+        };
+        let busy_then_idle = [
+            CpuView {
+                running: Some(other),
+                waiting: 0,
+            },
+            CpuView {
+                running: None,
+                waiting: 0,
+            },
+        ];
+        let waking = |k: u64| Job {
+            task: 0,
+            release_ns: k * 1_000_003,
+            started: false,
+            ..other
+        };
+        let stays = |l: &Linux| {
+            (0..10_000)
+                .filter(|&k| l.select_cpu(&waking(k), 0, &busy_then_idle) == 0)
+                .count()
+        };
+        assert_eq!(stays(&l), 0);
+        l.stay_on_busy_prev = 1.0;
+        assert_eq!(stays(&l), 10_000);
+        l.stay_on_busy_prev = 0.91;
+        assert!((8_900..=9_300).contains(&stays(&l)), "{}", stays(&l));
+        // An idle last CPU is always kept.
+        assert_eq!(l.select_cpu(&waking(1), 1, &busy_then_idle), 1);
+    }
+
     /// A cgroup is one entity at the root: three hogs in a group beside
     /// one hog at the root get half the CPU together, the lone hog the
     /// other half.
