@@ -566,6 +566,7 @@ fn simulate_cyclic(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
     let mut sched: Box<dyn Scheduler + Send> = match opts.model {
         None => {
             let mut linux = Linux::new(vec![class_of(t.policy, rr_slice); n], cpus);
+            // Where this host's kernel queues a waking thread (measured).
             linux.stay_on_busy_prev = cal.and_then(|c| c.wake_stay_share).unwrap_or(0.0);
             Box::new(linux)
         }

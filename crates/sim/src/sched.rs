@@ -235,11 +235,6 @@ impl CpuSet {
     }
 }
 
-/// The previous CPU if idle, else the first idle one after it, else the
-/// previous (Linux's `select_idle_sibling` within one cache domain; Xen
-/// credit1's `csched_cpu_pick`, which prefers idle pCPUs); only CPUs in
-/// `allowed`, and the first allowed one after the previous when the
-/// previous is not.
 /// A draw in [0, 1) fixed by the job (its thread and release time), so a
 /// run is repeatable and the draw needs no state (splitmix64's finalizer).
 fn unit_draw(job: &Job) -> f64 {
@@ -250,6 +245,11 @@ fn unit_draw(job: &Job) -> f64 {
     (h >> 11) as f64 / (1u64 << 53) as f64
 }
 
+/// The previous CPU if idle, else the first idle one after it, else the
+/// previous (Linux's `select_idle_sibling` within one cache domain; Xen
+/// credit1's `csched_cpu_pick`, which prefers idle pCPUs); only CPUs in
+/// `allowed`, and the first allowed one after the previous when the
+/// previous is not.
 pub fn idle_first(prev: usize, cpus: &[CpuView], allowed: CpuSet) -> usize {
     let m = cpus.len();
     let mut after = (0..m).map(|i| (prev + i) % m).filter(|&c| allowed.contains(c));
