@@ -63,8 +63,12 @@ pub fn emit<T: Serialize>(result: &T, text: &str, json: bool, file: Option<&Path
     }
     if json {
         crate::out!("{doc}");
-    } else {
+    } else if text.ends_with('\n') {
         crate::out!("{text}");
+    } else {
+        // A one-line summary ends its line too (a shell prompt or the
+        // next command's output must not follow on it).
+        crate::outln!("{text}");
     }
     Ok(())
 }

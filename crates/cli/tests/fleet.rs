@@ -406,6 +406,38 @@ fn a_wrong_credential_is_refused_with_a_clear_error() {
     server.stop();
 }
 
+/// A server with little storage (JetStream reserves each stream's size
+/// bound; by default 75 % of the disk free at its start) still takes the
+/// fleet's streams, with smaller bounds the operator is told about.
+#[test]
+fn a_server_with_little_storage_gets_smaller_streams_and_says_so() {
+    if !ontime_testkit::tools_or_skip(&["nats-server"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let conf = d.join("small.conf");
+    std::fs::write(&conf, "jetstream { max_file_store: 1GB }\n").unwrap();
+    let mut server = Server::start(d, ontime_testkit::free_port(), Some(&conf));
+    let url = server.url();
+    let out = ontime()
+        .args(["analyse", "--max-windows", "0", "--nats", &url])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("ONTIME_RESULTS 512 MiB, ONTIME_DEAD 64 MiB"), "{err}");
+    // Made once: the next start finds them as they are.
+    let out = ontime()
+        .args(["analyse", "--max-windows", "0", "--nats", &url])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("usual bounds"), "{err}");
+    server.stop();
+}
+
 #[test]
 fn bad_agent_configs_are_refused_with_the_key() {
     let dir = tempfile::tempdir().unwrap();

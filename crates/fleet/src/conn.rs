@@ -124,6 +124,62 @@ impl NatsArgs {
 
 /// The streams and buckets, made if missing (idempotent: every agent and
 /// worker calls this at start).
+/// The smallest size bound a stream is made with when the server has less
+/// storage to give than the usual bounds.
+const MIN_STREAM_BYTES: i64 = 16 << 20;
+
+/// Finds or makes the bounded streams `configs` together. JetStream
+/// reserves every stream's `max_bytes` against the server's file store (by
+/// default 75 % of the disk that was free when it started), so on a small
+/// disk the usual bounds are refused: all are halved together until the
+/// server takes them (a stream made larger on an earlier try is shrunk),
+/// and the operator is told the bounds.
+async fn within_storage(js: &jetstream::Context, configs: &[stream::Config]) -> Result<()> {
+    use async_nats::jetstream::context::CreateStreamErrorKind;
+    use async_nats::jetstream::ErrorCode;
+    let refused = |e: &async_nats::jetstream::context::CreateStreamError| {
+        matches!(e.kind(), CreateStreamErrorKind::JetStream(j)
+            if [ErrorCode::STORAGE_RESOURCES_EXCEEDED, ErrorCode::INSUFFICIENT_RESOURCES].contains(&j.error_code()))
+    };
+    'halving: for halvings in 0..32u32 {
+        for c in configs {
+            let config = stream::Config {
+                max_bytes: c.max_bytes >> halvings,
+                ..c.clone()
+            };
+            if config.max_bytes < MIN_STREAM_BYTES {
+                anyhow::bail!(
+                    "cannot make the stream {}: the NATS server has no storage for even {} MiB (raise JetStream's max_file_store)",
+                    config.name,
+                    MIN_STREAM_BYTES >> 20
+                );
+            }
+            match js.get_or_create_stream(config.clone()).await {
+                Ok(s) if halvings > 0 && s.cached_info().config.max_bytes > config.max_bytes => {
+                    js.update_stream(&config)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("cannot shrink the stream {}: {e}", config.name))?;
+                }
+                Ok(_) => {}
+                Err(e) if refused(&e) => continue 'halving,
+                Err(e) => return Err(anyhow::anyhow!("cannot make the stream {}: {e}", config.name)),
+            }
+        }
+        if halvings > 0 {
+            let bounds: Vec<String> = configs
+                .iter()
+                .map(|c| format!("{} {} MiB", c.name, (c.max_bytes >> halvings) >> 20))
+                .collect();
+            ontime_core::errln!(
+                "ontime: the NATS server has less storage to give than the fleet's usual bounds: {} (raise JetStream's max_file_store for more history)",
+                bounds.join(", ")
+            );
+        }
+        return Ok(());
+    }
+    anyhow::bail!("the NATS server refused every size of the fleet's streams")
+}
+
 pub async fn ensure(js: &jetstream::Context) -> Result<()> {
     // De-duplication by window id over an hour: an agent that retries a
     // window it published before an outage (or before it was killed) is
@@ -139,29 +195,31 @@ pub async fn ensure(js: &jetstream::Context) -> Result<()> {
     })
     .await
     .map_err(|e| anyhow::anyhow!("cannot make the stream {}: {e}", wire::WINDOWS_STREAM))?;
-    js.get_or_create_stream(stream::Config {
-        name: wire::RESULTS_STREAM.into(),
-        subjects: vec![wire::RESULTS_SUBJECTS.into()],
-        storage: stream::StorageType::File,
-        duplicate_window: dedup,
-        // A year of 30 s windows of 100 hosts is ~100 M results: bound
-        // by age and size instead of keeping everything.
-        max_age: Duration::from_secs(30 * 24 * 3600),
-        max_bytes: 8 << 30,
-        ..Default::default()
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("cannot make the stream {}: {e}", wire::RESULTS_STREAM))?;
-    js.get_or_create_stream(stream::Config {
-        name: wire::DEAD_STREAM.into(),
-        subjects: vec![wire::DEAD_SUBJECTS.into()],
-        storage: stream::StorageType::File,
-        max_age: Duration::from_secs(30 * 24 * 3600),
-        max_bytes: 1 << 30,
-        ..Default::default()
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("cannot make the stream {}: {e}", wire::DEAD_STREAM))?;
+    within_storage(
+        js,
+        &[
+            stream::Config {
+                name: wire::RESULTS_STREAM.into(),
+                subjects: vec![wire::RESULTS_SUBJECTS.into()],
+                storage: stream::StorageType::File,
+                duplicate_window: dedup,
+                // A year of 30 s windows of 100 hosts is ~100 M results:
+                // bound by age and size instead of keeping everything.
+                max_age: Duration::from_secs(30 * 24 * 3600),
+                max_bytes: 8 << 30,
+                ..Default::default()
+            },
+            stream::Config {
+                name: wire::DEAD_STREAM.into(),
+                subjects: vec![wire::DEAD_SUBJECTS.into()],
+                storage: stream::StorageType::File,
+                max_age: Duration::from_secs(30 * 24 * 3600),
+                max_bytes: 1 << 30,
+                ..Default::default()
+            },
+        ],
+    )
+    .await?;
     for (bucket, age) in [
         // A window waits here until analysed; one a worker failed to
         // delete (killed after its ack) ages out.
