@@ -169,9 +169,11 @@ fn tcg_guests_on_one_cpu_steal_two_thirds_and_an_idle_guest_halts() {
         let (steal, idle) = (vcpu.steal_runqueue_ns as f64 / a, vcpu.idle_ns as f64 / a);
         eprintln!("{name} ({work}): steal {steal:.3} idle {idle:.3}");
         if *work == "busy" {
+            // Three equal guests on one CPU steal 2/3 from each other;
+            // whatever else runs there (a busy host) only adds to it.
             assert!(
-                (0.55..0.75).contains(&steal),
-                "{name}: steal share {steal:.3}, about 2/3 expected"
+                (0.55..0.9).contains(&steal),
+                "{name}: steal share {steal:.3}, about 2/3 or more expected"
             );
         } else {
             assert!(

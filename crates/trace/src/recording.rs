@@ -224,6 +224,17 @@ impl Writer {
         self.json_block(BLOCK_THREADS, &threads)
     }
 
+    /// Flushes what is written so far and moves the file to `to`, so the
+    /// name appears only once the recording there is readable (a reader
+    /// of a directory, or a SIGKILL, never sees a file without its header).
+    pub fn publish(&mut self, to: &Path) -> Result<()> {
+        self.flush()?;
+        std::fs::rename(&self.path, to)
+            .with_context(|| format!("cannot move {} to {}", self.path.display(), to.display()))?;
+        self.path = to.to_path_buf();
+        Ok(())
+    }
+
     /// Writes buffered events and pushes everything to the OS.
     pub fn flush(&mut self) -> Result<()> {
         self.flush_events()?;
@@ -578,6 +589,20 @@ mod tests {
         assert!(e.contains("corrupt recording") && e.contains("outside"), "{e}");
         write(1500);
         assert_eq!(Recording::read(&path).unwrap().events.len(), 1);
+    }
+
+    /// A recording published under its name is readable there at once,
+    /// before it is finished (a killed recorder's last window).
+    #[test]
+    fn a_published_recording_is_readable_under_its_new_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let (partial, path) = (dir.path().join(".r.new"), dir.path().join("r.otrec"));
+        let mut w = Writer::create(&partial, &meta()).unwrap();
+        w.publish(&path).unwrap();
+        assert!(!partial.exists());
+        let r = Recording::read(&path).unwrap();
+        assert!(r.end.is_none() && r.events.is_empty());
+        drop(w);
     }
 
     #[test]

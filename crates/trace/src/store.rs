@@ -33,6 +33,13 @@ pub fn window_file(dir: &Path, index: u64) -> PathBuf {
     dir.join(format!("window-{index:06}.otrec"))
 }
 
+/// Where window file `file` is written until it is readable (hidden, so
+/// [`window_files`] does not list it).
+fn partial_file(file: &Path) -> PathBuf {
+    let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("window");
+    file.with_file_name(format!(".{name}.new"))
+}
+
 /// The window files in `dir`, in order.
 pub fn window_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -249,13 +256,18 @@ impl Windows {
                 start_realtime_ns: self.meta.start_realtime_ns + (start_ns - self.meta.start_ns),
                 ..self.meta.clone()
             };
-            let mut writer = Writer::create(&window_file(&self.dir, i), &meta)?;
+            // Made under a hidden name and moved into place once its
+            // header, threads and maps are on disk: a window killed at
+            // birth leaves no unreadable window file behind.
+            let file = window_file(&self.dir, i);
+            let mut writer = Writer::create(&partial_file(&file), &meta)?;
             let mut threads: Vec<ThreadInfo> = self.threads.values().cloned().collect();
             threads.sort_by_key(|t| t.tid);
             writer.threads(&threads)?;
             let mut maps: Vec<ProcessMaps> = self.maps.values().cloned().collect();
             maps.sort_by_key(|m| m.pid);
             writer.maps(&maps)?;
+            writer.publish(&file)?;
             self.open.insert(
                 i,
                 OpenWindow {
