@@ -86,6 +86,26 @@ impl Server {
     fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
     }
+
+    /// A server on a free port with `conf` as its configuration, in a
+    /// directory of its own (removed when the TempDir is dropped).
+    fn with_conf(conf: &str) -> (tempfile::TempDir, Server) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("nats.conf");
+        std::fs::write(&file, conf).unwrap();
+        let server = Server::start(dir.path(), ontime_testkit::free_port(), Some(&file));
+        (dir, server)
+    }
+}
+
+/// `ontime analyse` with no window to wait for: it makes the fleet's
+/// streams and stops. `extra`: connection options.
+fn analyse_nothing(url: &str, extra: &[&str]) -> std::process::Output {
+    ontime()
+        .args(["analyse", "--max-windows", "0", "--nats", url])
+        .args(extra)
+        .output()
+        .unwrap()
 }
 
 /// Publishes `payload` on `subject` with the plain NATS protocol (as any
@@ -367,13 +387,9 @@ fn a_wrong_credential_is_refused_with_a_clear_error() {
     if !ontime_testkit::tools_or_skip(&["nats-server"]) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let conf = d.join("auth.conf");
-    std::fs::write(&conf, "authorization { user: ontime, password: right }\n").unwrap();
-    let mut server = Server::start(d, ontime_testkit::free_port(), Some(&conf));
+    let (dir, mut server) = Server::with_conf("authorization { user: ontime, password: right }\n");
     let url = server.url();
-    let pw = d.join("pw");
+    let pw = dir.path().join("pw");
     std::fs::write(&pw, "wrong\n").unwrap();
     let out = ontime()
         .args(["fleet", "report", "--nats", &url, "--user", "ontime", "--password-file"])
@@ -388,20 +404,8 @@ fn a_wrong_credential_is_refused_with_a_clear_error() {
     assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // The right one works.
     std::fs::write(&pw, "right\n").unwrap();
-    let out = ontime()
-        .args([
-            "analyse",
-            "--max-windows",
-            "0",
-            "--nats",
-            &url,
-            "--user",
-            "ontime",
-            "--password-file",
-        ])
-        .arg(&pw)
-        .output()
-        .unwrap();
+    let pw = pw.to_string_lossy();
+    let out = analyse_nothing(&url, &["--user", "ontime", "--password-file", &pw]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     server.stop();
 }
@@ -414,24 +418,14 @@ fn a_server_with_little_storage_gets_smaller_streams_and_says_so() {
     if !ontime_testkit::tools_or_skip(&["nats-server"]) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let conf = d.join("small.conf");
-    std::fs::write(&conf, "jetstream { max_file_store: 1GB }\n").unwrap();
-    let mut server = Server::start(d, ontime_testkit::free_port(), Some(&conf));
+    let (_dir, mut server) = Server::with_conf("jetstream { max_file_store: 1GB }\n");
     let url = server.url();
-    let out = ontime()
-        .args(["analyse", "--max-windows", "0", "--nats", &url])
-        .output()
-        .unwrap();
+    let out = analyse_nothing(&url, &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("ONTIME_RESULTS 512 MiB, ONTIME_DEAD 64 MiB"), "{err}");
     // Made once: the next start finds them as they are.
-    let out = ontime()
-        .args(["analyse", "--max-windows", "0", "--nats", &url])
-        .output()
-        .unwrap();
+    let out = analyse_nothing(&url, &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(!err.contains("usual bounds"), "{err}");

@@ -122,8 +122,6 @@ impl NatsArgs {
     }
 }
 
-/// The streams and buckets, made if missing (idempotent: every agent and
-/// worker calls this at start).
 /// The smallest size bound a stream is made with when the server has less
 /// storage to give than the usual bounds.
 const MIN_STREAM_BYTES: i64 = 16 << 20;
@@ -180,6 +178,8 @@ async fn within_storage(js: &jetstream::Context, configs: &[stream::Config]) -> 
     anyhow::bail!("the NATS server refused every size of the fleet's streams")
 }
 
+/// The streams and buckets, made if missing (idempotent: every agent and
+/// worker calls this at start).
 pub async fn ensure(js: &jetstream::Context) -> Result<()> {
     // De-duplication by window id over an hour: an agent that retries a
     // window it published before an outage (or before it was killed) is

@@ -631,13 +631,11 @@ impl Analyzer {
             self.charge(cpu, t);
             self.transition(tid, t, St::Waiting, cpu);
             self.wake_placement.wakeups += 1;
+            let idle_at = |c: usize| self.occupant.get(c) == Some(&IDLE_TID);
             let busy_at = |c: usize| self.occupant.get(c).is_some_and(|&o| o != IDLE_TID && o != u32::MAX);
-            let idle_besides = |c: usize| {
-                self.occupant
-                    .iter()
-                    .enumerate()
-                    .any(|(o, &occ)| o != c && occ == IDLE_TID)
-            };
+            // One pass over the CPUs per wake-up, for both questions.
+            let idle_cpus = self.occupant.iter().filter(|&&o| o == IDLE_TID).count();
+            let idle_besides = |c: usize| idle_cpus > usize::from(idle_at(c));
             if let Some(last) = last.filter(|&l| busy_at(l) && idle_besides(l)) {
                 self.wake_placement.prev_busy_while_idle += 1;
                 if last == cpu {
