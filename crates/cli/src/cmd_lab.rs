@@ -2,7 +2,6 @@
 
 use crate::usage;
 use clap::{Args, Subcommand};
-use ontime_core::duration::format_ns;
 use ontime_lab::runner::{self, Event, RunnerOptions};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -83,7 +82,7 @@ fn run_scenario(a: RunArgs) -> anyhow::Result<()> {
         "ontime lab: scenario '{}': {} run(s), about {} in all; results in {}",
         plan.name,
         plan.runs.len(),
-        format_ns(plan.total_duration_ns()),
+        ontime_core::duration::format_eta(plan.total_duration_ns()),
         results.display()
     );
     if a.dry_run {
@@ -139,7 +138,7 @@ pub fn execute(
                     "ontime lab: [{}/{t}] {}  (about {} left)",
                     run.index + 1,
                     ontime_scenario::scenario::vars_text(&run.vars),
-                    format_ns(remaining_ns)
+                    ontime_core::duration::format_eta(remaining_ns)
                 );
             }
             Event::Tick { elapsed_ns, .. } => {

@@ -26,6 +26,21 @@ pub fn format_ns(ns: u64) -> String {
     }
 }
 
+/// Formats a time still to wait, as a person reads an estimate: whole
+/// seconds under a minute, minutes under an hour, then hours and minutes
+/// ("45 s", "17 min", "1 h 05 min").
+pub fn format_eta(ns: u64) -> String {
+    let s = ns.div_ceil(1_000_000_000);
+    if s < 60 {
+        format!("{s} s")
+    } else if s < 3600 {
+        format!("{} min", s.div_ceil(60))
+    } else {
+        let m = s.div_ceil(60);
+        format!("{} h {:02} min", m / 60, m % 60)
+    }
+}
+
 /// Writes nanoseconds exactly, in the largest unit that divides them
 /// ("10ms", "2s", "1500us", "7ns"), so [`parse_ns`] reads back the same
 /// value.
@@ -95,6 +110,15 @@ pub fn deserialize_opt_ns<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn estimates_read_in_the_unit_a_person_waits_in() {
+        assert_eq!(format_eta(0), "0 s");
+        assert_eq!(format_eta(44_200_000_000), "45 s");
+        assert_eq!(format_eta(1_080_000_000_000), "18 min");
+        assert_eq!(format_eta(1_081_000_000_000), "19 min");
+        assert_eq!(format_eta(3_900_000_000_000), "1 h 05 min");
+    }
 
     #[test]
     fn parses_units() {

@@ -91,6 +91,7 @@ pub fn run_plan(
         serde_json::to_string_pretty(plan)?.as_bytes(),
     )?;
     let (mut done, mut skipped) = (0, 0);
+    let mut overheads = 0u64;
     for (i, run) in plan.runs.iter().enumerate() {
         if opts.stop.load(Ordering::Relaxed) {
             break;
@@ -104,10 +105,16 @@ pub fn run_plan(
             skipped += 1;
             continue;
         }
+        // A run costs its duration plus setting up, recording and
+        // analysing; once runs have been made here, their measured
+        // overhead replaces the plan's guess.
+        let overhead = overheads
+            .checked_div(done as u64)
+            .unwrap_or(ontime_scenario::scenario::RUN_OVERHEAD_NS);
         let remaining: u64 = plan.runs[i..]
             .iter()
             .filter(|r| !(opts.resume && is_complete(&run_dir(&opts.results, r))))
-            .map(|r| r.config.duration + ontime_scenario::scenario::RUN_OVERHEAD_NS)
+            .map(|r| r.config.duration + overhead)
             .sum();
         on(Event::Started {
             run,
@@ -118,6 +125,7 @@ pub fn run_plan(
             std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear {}", dir.display()))?;
         }
         std::fs::create_dir_all(&dir)?;
+        let wall = std::time::Instant::now();
         let started = ontime_core::manifest::utc_now();
         let mut record = RunRecord::new(
             run,
@@ -166,6 +174,7 @@ pub fn run_plan(
         let summary = summarize(&dir, &record);
         on(Event::Finished { run, summary });
         outcome.with_context(|| format!("run {}", run.dir_name()))?;
+        overheads += (wall.elapsed().as_nanos() as u64).saturating_sub(run.config.duration);
         done += 1;
     }
     Ok((done, skipped))
