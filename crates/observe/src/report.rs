@@ -181,15 +181,17 @@ fn text(a: &Analysis, vcpus: bool) -> String {
     {
         let _ = writeln!(
             out,
-            "  of {} wake-ups, {} ({:.0}%) were queued behind a busy CPU while another idled: {} ({:.0}%) preempted it within {}, {} moved to another CPU, {} waited longer",
+            "  of {} wake-ups, {} ({:.0}%) were queued behind a busy CPU while another idled: {} ({:.0}%) preempted it within {}, {} got it as it went to sleep (their waker), {} moved to another CPU, {} waited longer; wake-up preemption {:.0}% (preempted of preempted + waited)",
             p.wakeups,
             p.onto_busy_while_idle,
             p.onto_busy_pct(),
             p.preempted_at_once,
             p.preempted_pct(),
             format_ns(ontime_sched::analysis::WAKE_AT_ONCE_NS),
+            p.occupant_slept_at_once,
             p.moved,
-            p.waited
+            p.waited,
+            p.wake_preempt_pct()
         );
         if p.prev_busy_while_idle > 0 {
             let _ = writeln!(

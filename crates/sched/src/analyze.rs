@@ -166,9 +166,16 @@ pub struct WakePlacement {
     pub wakeups: u64,
     /// Queued on a CPU running something while another CPU idled.
     pub onto_busy_while_idle: u64,
-    /// Of those: ran on that CPU within [`WAKE_AT_ONCE_NS`] (it preempted
-    /// the running thread), ran on another CPU (moved), or waited longer.
+    /// Of those: ran on that CPU within [`WAKE_AT_ONCE_NS`] with the
+    /// occupant switched out still runnable (it preempted the running
+    /// thread) ...
     pub preempted_at_once: u64,
+    /// ... or with the occupant gone to sleep (mostly its waker, which
+    /// blocks right after a synchronous wake-up: no preemption) ...
+    #[serde(default)]
+    pub occupant_slept_at_once: u64,
+    /// ... ran on another CPU (moved), or waited longer (the occupant kept
+    /// the CPU: no wake-up preemption).
     pub moved: u64,
     pub waited: u64,
     /// Wake-ups that found the CPU the thread last ran on busy while
@@ -192,6 +199,13 @@ impl WakePlacement {
     /// Of those, the share that preempted the running thread at once.
     pub fn preempted_pct(&self) -> f64 {
         share_pct(self.preempted_at_once, self.onto_busy_while_idle)
+    }
+    /// Of the woken threads queued behind a busy CPU that stayed there,
+    /// the share whose occupant was preempted rather than waited for (an
+    /// occupant that slept at once, a synchronous waker, decides
+    /// nothing), 0..100: the kernel's wake-up preemption as measured.
+    pub fn wake_preempt_pct(&self) -> f64 {
+        share_pct(self.preempted_at_once, self.preempted_at_once + self.waited)
     }
     /// Of the wake-ups whose last CPU was busy while another idled, the
     /// share kept on it, 0..100.
@@ -615,7 +629,11 @@ impl Analyzer {
                 if on as usize != cpu {
                     w.moved += 1;
                 } else if t.saturating_sub(woke) <= WAKE_AT_ONCE_NS {
-                    w.preempted_at_once += 1;
+                    if prev_runnable {
+                        w.preempted_at_once += 1;
+                    } else {
+                        w.occupant_slept_at_once += 1;
+                    }
                 } else {
                     w.waited += 1;
                 }
@@ -1283,6 +1301,11 @@ mod tests {
         a.feed(&wake(2_000_000, 0));
         a.feed(&switch(3_400_000, 0, 99, 10, 0));
         a.feed(&switch(3_500_000, 0, 10, 99, 0));
+        // Behind CPU 0 once more, whose occupant (its waker) goes to sleep
+        // at once: it got the CPU without preempting anyone.
+        a.feed(&wake(3_800_000, 0));
+        a.feed(&switch(3_805_000, 0, 99, 10, 0));
+        a.feed(&switch(3_900_000, 0, 10, 99, 0));
         // Behind CPU 0, then pulled to CPU 1.
         a.feed(&wake(4_000_000, 0));
         a.feed(&switch(4_600_000, 1, 0, 10, 0));
@@ -1307,17 +1330,20 @@ mod tests {
         assert_eq!(
             a.wake_placement,
             WakePlacement {
-                wakeups: 5,
-                onto_busy_while_idle: 3,
+                wakeups: 6,
+                onto_busy_while_idle: 4,
                 preempted_at_once: 1,
+                occupant_slept_at_once: 1,
                 moved: 1,
                 waited: 1,
-                // The first wake-up's last CPU is not known; the second
-                // and third stayed on busy CPU 0, the fifth left CPU 1.
-                prev_busy_while_idle: 3,
-                stayed_on_busy_prev: 2,
+                // The first wake-up's last CPU is not known; the second,
+                // third and fourth stayed on busy CPU 0, the sixth left
+                // CPU 1.
+                prev_busy_while_idle: 4,
+                stayed_on_busy_prev: 3,
             }
         );
+        assert_eq!(a.wake_placement.wake_preempt_pct(), 50.0);
     }
 
     /// The time line tells a voluntary sleep from a block in the kernel
