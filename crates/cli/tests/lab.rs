@@ -145,6 +145,10 @@ fn short_crawl_scenario_produces_a_report() {
         let share = c["wake_stay_share"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&share), "{c}");
     }
+    if c["wake_preempt_samples"].as_u64().unwrap() > 0 {
+        let share = c["wake_preempt_share"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&share), "{c}");
+    }
     let out = ontime()
         .arg("sim")
         .arg(&sc)
@@ -158,6 +162,7 @@ fn short_crawl_scenario_produces_a_report() {
     let rec = read_json(&results.join("runs/sim-linux-001-count=2-rep1/run.json"));
     assert_eq!(rec["simulated"]["host_noise"], true, "{rec}");
     assert_eq!(rec["simulated"]["wake_stay_share"], c["wake_stay_share"], "{rec}");
+    assert_eq!(rec["simulated"]["wake_preempt_share"], c["wake_preempt_share"], "{rec}");
     assert_eq!(rec["simulated"]["starts_measured"], true, "{rec}");
     let t1 = read_json(&results.join("runs/sim-linux-001-count=2-rep1/t1.json"));
     assert!(t1["polls"].as_u64().unwrap() >= 140, "{t1}");
@@ -167,6 +172,27 @@ fn short_crawl_scenario_produces_a_report() {
     let groups = view["groups"].as_array().unwrap();
     assert_eq!(groups.iter().filter(|g| g["kind"] == "tenant").count(), 2, "{view}");
     assert!(groups[0]["on_cpu_ns"].as_u64().unwrap() > 0, "{view}");
+    // ... and its events are a recording observe reads like a lab run's.
+    let out = ontime()
+        .args(["observe", "report", "--json"])
+        .arg(results.join("runs/sim-linux-001-count=2-rep1/observe.otrec"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let again: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let on_cpu = |v: &serde_json::Value| -> Vec<u64> {
+        v["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["on_cpu_ns"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(
+        on_cpu(&again),
+        on_cpu(&view),
+        "the recording analyses as the engine's view did"
+    );
     let out = ontime().args(["lab", "report"]).arg(&results).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let html = std::fs::read_to_string(results.join("report/report.html")).unwrap();

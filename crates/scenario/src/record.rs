@@ -364,6 +364,10 @@ pub struct Simulated {
     /// CPU while another idled (the calibration's measured placement).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wake_stay_share: Option<f64>,
+    /// ... and let this share of fair threads woken behind a fair one
+    /// preempt it at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_preempt_share: Option<f64>,
     pub cpu_hogs: usize,
     /// CPU busy over the run, CPUs.
     pub busy_cpus: f64,

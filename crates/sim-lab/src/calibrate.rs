@@ -76,6 +76,14 @@ pub struct Calibration {
     /// Such wake-ups it was measured over.
     #[serde(default)]
     pub wake_stay_samples: u64,
+    /// Of the waking threads queued behind a busy CPU while another idled
+    /// whose occupant did not go to sleep at once, the share that
+    /// preempted it at once (the Linux model's `wake_preempts`); the rest
+    /// waited for it.
+    #[serde(default)]
+    pub wake_preempt_share: Option<f64>,
+    #[serde(default)]
+    pub wake_preempt_samples: u64,
     pub notes: Vec<String>,
 }
 
@@ -251,14 +259,18 @@ pub fn calibrate(dirs: &[&Path]) -> Result<Calibration> {
         }
     }
     let start_offsets = Quantiles::from_summary(&offsets.summary(None));
-    let (mut found_busy, mut stayed) = (0u64, 0u64);
+    let (mut found_busy, mut stayed, mut preempted, mut waited) = (0u64, 0u64, 0u64, 0u64);
     for r in &crawl {
         if let Some(p) = wake_placement(r)? {
             found_busy += p.prev_busy_while_idle;
             stayed += p.stayed_on_busy_prev;
+            preempted += p.preempted_at_once;
+            waited += p.waited;
         }
     }
     let wake_stay_share = (found_busy > 0).then(|| stayed as f64 / found_busy as f64);
+    let decided = preempted + waited;
+    let wake_preempt_share = (decided > 0).then(|| preempted as f64 / decided as f64);
     if wake_stay_share.is_none() {
         notes.push("no run recorded a wake-up whose last CPU was busy while another idled ([observe] in the scenario): waking threads go to an idle CPU".into());
     }
@@ -279,19 +291,26 @@ pub fn calibrate(dirs: &[&Path]) -> Result<Calibration> {
         host_work_per_poll_ns: median(host_work),
         wake_stay_share,
         wake_stay_samples: found_busy,
+        wake_preempt_share,
+        wake_preempt_samples: decided,
         notes,
     })
 }
 
 /// A run's wake-up placement: from observe.json, or from its recording
-/// when that analysis predates the count of wake-ups by their last CPU.
+/// when that analysis predates the count of wake-ups by their last CPU or
+/// counted a woken thread that got its CPU as the occupant slept as a
+/// preemption (before `occupant_slept_at_once`).
 fn wake_placement(r: &RunResults) -> Result<Option<ontime_sched::analysis::WakePlacement>> {
     let counted = r
         .analysis
         .as_ref()
         .and_then(|a| a.work_conservation.as_ref())
         .and_then(|w| w.wakeups);
-    if counted.is_some_and(|p| p.prev_busy_while_idle > 0) {
+    let current = |p: &ontime_sched::analysis::WakePlacement| {
+        p.prev_busy_while_idle > 0 && (p.occupant_slept_at_once > 0 || p.preempted_at_once == 0)
+    };
+    if counted.as_ref().is_some_and(current) {
         return Ok(counted);
     }
     let file = r.dir.join("observe.otrec");
@@ -392,6 +411,13 @@ impl ontime_core::export::TextReport for Calibration {
             "  waking threads kept on their busy last CPU while another idled: {}\n",
             match self.wake_stay_share {
                 Some(v) => format!("{:.0}% of {} such wake-ups", 100.0 * v, self.wake_stay_samples),
+                None => "not measured".into(),
+            }
+        );
+        s += &format!(
+            "  waking threads queued behind a busy CPU that preempted it at once (not waited): {}\n",
+            match self.wake_preempt_share {
+                Some(v) => format!("{:.0}% of {} such wake-ups", 100.0 * v, self.wake_preempt_samples),
                 None => "not measured".into(),
             }
         );

@@ -84,9 +84,17 @@ pub struct SimRun {
     pub tenants: Vec<SimTenant>,
     #[serde(skip)]
     planned: PlannedRun,
-    /// What `ontime observe` would have computed from the run.
+    /// What `ontime observe` would have recorded and computed from the run.
     #[serde(skip)]
-    analysis: Option<ontime_sched::Analysis>,
+    view: Option<SchedulerView>,
+}
+
+/// A simulated run's scheduling as `ontime observe` would have recorded it
+/// (written as observe.otrec) and its analysis (observe.json).
+#[derive(Debug)]
+struct SchedulerView {
+    recording: ontime_trace::recording::Recording,
+    analysis: ontime_sched::Analysis,
 }
 
 /// The engine's scheduling as the scheduler events `ontime observe`
@@ -150,11 +158,7 @@ fn run_simulated(
     seed: u64,
     opts: &SimOptions,
     shape: &ViewShape,
-) -> (
-    ontime_sim::engine::SimOutcome,
-    Option<ontime_sched::Analysis>,
-    Simulated,
-) {
+) -> (ontime_sim::engine::SimOutcome, Option<SchedulerView>, Simulated) {
     let mut stalls = opts
         .calibration
         .as_ref()
@@ -170,29 +174,24 @@ fn run_simulated(
         opts.scheduler_view
             .then_some(&mut tracer as &mut dyn ontime_sim::engine::Tracer),
     );
-    let analysis = opts
+    let view = opts
         .scheduler_view
         .then(|| scheduler_view(tracer.events, shape, horizon));
     let model = opts.model.map_or_else(|| sched.name().to_string(), |m| m.label());
     let busy_cpus = o.busy_ns as f64 / horizon.max(1) as f64;
     let simulated = simulated_of(model, shape.cpus, seed, opts, busy_cpus);
-    (o, analysis, simulated)
+    (o, view, simulated)
 }
 
 impl SimRun {
-    fn new(
-        run_: &PlannedRun,
-        simulated: Simulated,
-        tenants: Vec<SimTenant>,
-        analysis: Option<ontime_sched::Analysis>,
-    ) -> SimRun {
+    fn new(run_: &PlannedRun, simulated: Simulated, tenants: Vec<SimTenant>, view: Option<SchedulerView>) -> SimRun {
         SimRun {
             name: format!("sim-{}-{}", simulated.model, run_.dir_name()),
             vars: run_.vars.clone(),
             simulated,
             tenants,
             planned: run_.clone(),
-            analysis,
+            view,
         }
     }
 }
@@ -205,7 +204,7 @@ fn tenant_cpu_ns(o: &ontime_sim::engine::SimOutcome, i: usize, threads: usize) -
 
 /// Analyses a simulated run's events with the scheduler view's own code:
 /// a group per tenant (its vCPU threads) and the host I/O path.
-fn scheduler_view(events: Vec<ontime_trace::event::Event>, shape: &ViewShape, end_ns: u64) -> ontime_sched::Analysis {
+fn scheduler_view(events: Vec<ontime_trace::event::Event>, shape: &ViewShape, end_ns: u64) -> SchedulerView {
     let ViewShape {
         tenants,
         vcpus,
@@ -275,8 +274,18 @@ fn scheduler_view(events: Vec<ontime_trace::event::Event>, shape: &ViewShape, en
         sample_period_ns: None,
         io: None,
     };
-    let rec = Recording::of_events(meta, threads, events, end_ns);
-    ontime_sched::analyze(&rec, &ontime_sched::analyze::AnalysisOptions::default())
+    let recording = Recording::of_events(meta, threads, events, end_ns);
+    let analysis = ontime_sched::analyze(&recording, &ontime_sched::analyze::AnalysisOptions::default());
+    SchedulerView { recording, analysis }
+}
+
+/// Where this host's kernel queues a waking fair thread and whether it
+/// preempts there, as measured (the calibration); uncalibrated, the model
+/// keeps its own rules (an idle CPU first, run to parity). The named
+/// `--model`s keep theirs.
+fn measured_wakeups(linux: &mut Linux, cal: Option<&crate::calibrate::Calibration>) {
+    linux.stay_on_busy_prev = cal.and_then(|c| c.wake_stay_share).unwrap_or(0.0);
+    linux.wake_preempts = cal.and_then(|c| c.wake_preempt_share).unwrap_or(0.0);
 }
 
 /// What every simulated run records; the workload adds the rest.
@@ -292,9 +301,12 @@ fn simulated_of(model: String, cpus: usize, seed: u64, opts: &SimOptions, busy_c
         host_stalls: cal.and_then(|(_, c)| c.host_stalls.as_ref()).map(|s| s.per_second),
         host_work_per_poll_ns: None,
         starts_measured: false,
-        // The lab's own Linux model applies it; a named model does not.
+        // The lab's own Linux model applies them; a named model does not.
         wake_stay_share: cal
             .and_then(|(_, c)| c.wake_stay_share)
+            .filter(|_| opts.model.is_none()),
+        wake_preempt_share: cal
+            .and_then(|(_, c)| c.wake_preempt_share)
             .filter(|_| opts.model.is_none()),
         cpu_hogs: 0,
         busy_cpus,
@@ -456,9 +468,6 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
     let io_threads = w.io_threads();
     let threads = t.count * vcpus + io_threads.len() + usize::from(host_work.is_some()) + hogs;
     let rr_slice = c.host.rr_timeslice.unwrap_or(100_000_000);
-    // Where this host's kernel queues a waking thread (measured); the
-    // named models keep their own placement.
-    let wake_stay = cal.and_then(|c| c.wake_stay_share).unwrap_or(0.0);
     let mut sched: Box<dyn Scheduler + Send> = match opts.model {
         None => {
             let mut classes = vec![class_of(t.policy, rr_slice); t.count * vcpus];
@@ -482,7 +491,7 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
             );
             group.resize(group.len() + tenant_hogs, Some(0));
             let mut linux = Linux::new(classes, engine_cpus).with_groups(group, &[1024]);
-            linux.stay_on_busy_prev = wake_stay;
+            measured_wakeups(&mut linux, cal);
             if let Some((set, _)) = pinned_to {
                 let n = linux.classes.len();
                 linux.pinned = vec![ontime_sim::sched::CpuSet::ALL; n];
@@ -501,7 +510,7 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         io_threads,
         cpus: engine_cpus,
     };
-    let (o, analysis, base) = run_simulated(&mut w, sched.as_mut(), horizon, seed, opts, &shape);
+    let (o, view, base) = run_simulated(&mut w, sched.as_mut(), horizon, seed, opts, &shape);
     let simulated = Simulated {
         io_cost_per_packet_ns: io_cost,
         host_work_per_poll_ns: host_work,
@@ -524,7 +533,7 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
             histogram: m.interval_error.clone(),
         })
         .collect();
-    Ok(SimRun::new(run_, simulated, tenants, analysis))
+    Ok(SimRun::new(run_, simulated, tenants, view))
 }
 
 /// A cyclic (wake-up probe) run: `vcpus` probe threads per tenant at the
@@ -566,8 +575,7 @@ fn simulate_cyclic(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
     let mut sched: Box<dyn Scheduler + Send> = match opts.model {
         None => {
             let mut linux = Linux::new(vec![class_of(t.policy, rr_slice); n], cpus);
-            // Where this host's kernel queues a waking thread (measured).
-            linux.stay_on_busy_prev = cal.and_then(|c| c.wake_stay_share).unwrap_or(0.0);
+            measured_wakeups(&mut linux, cal);
             Box::new(linux)
         }
         Some(m) => m.build(n, cpus),
@@ -579,7 +587,7 @@ fn simulate_cyclic(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         io_threads: 0..0,
         cpus,
     };
-    let (o, analysis, base) = run_simulated(&mut w, sched.as_mut(), horizon, seed, opts, &shape);
+    let (o, view, base) = run_simulated(&mut w, sched.as_mut(), horizon, seed, opts, &shape);
     let tenants = w
         .measures
         .iter()
@@ -594,7 +602,7 @@ fn simulate_cyclic(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
             histogram: m.latency.clone(),
         })
         .collect();
-    Ok(SimRun::new(run_, Simulated { left_out, ..base }, tenants, analysis))
+    Ok(SimRun::new(run_, Simulated { left_out, ..base }, tenants, view))
 }
 
 /// Writes `runs` into `results/runs/<run name>/` in the lab's layout, each
@@ -637,14 +645,18 @@ pub fn write_runs(results: &Path, runs: &[SimRun]) -> Result<Vec<PathBuf>> {
                 exit: None,
             });
         }
-        let observe = match &r.analysis {
-            Some(a) => {
+        let observe = match &r.view {
+            Some(SchedulerView { recording, analysis: a }) => {
                 ontime_core::fsio::write_atomic(
                     &dir.join("observe.json"),
                     serde_json::to_string_pretty(a)?.as_bytes(),
                 )?;
+                // The same events as a recording, for what reads events
+                // one by one (`ontime observe report`, scripts/wake-preemption.py).
+                recording.write(&dir.join("observe.otrec"))?;
                 Some(ontime_scenario::record::ObserveOutcome {
                     recorder: "sim".into(),
+                    file: Some("observe.otrec".into()),
                     analysis: Some("observe.json".into()),
                     span_ns: a.recording.duration_ns,
                     events: Some(a.recording.events),

@@ -88,6 +88,7 @@ fn job_of(it: &Item, seq: u64) -> Job {
         within: it.within,
         started: false,
         on_cpu_since_ns: 0,
+        woken: false,
     }
 }
 
@@ -241,6 +242,9 @@ pub fn run_with_stalls(
     // to the tracer before the wake-ups, as a kernel's events would come
     // (a wake-up there finds the CPU idle).
     let mut slept: Vec<(usize, usize)> = Vec::new();
+    // Threads whose piece of work completed with more queued: they keep
+    // their CPU (and slice) for the next piece.
+    let mut kept: Vec<(usize, Slot)> = Vec::with_capacity(cpus);
     let mut on_cpus: Vec<Option<Job>> = Vec::with_capacity(cpus);
     let ratelimit = sched.ratelimit_ns();
     loop {
@@ -325,8 +329,19 @@ pub fn run_with_stalls(
                     o.deadline_misses += 1;
                 }
                 *slot = None;
-                if tracing && queues[j.task].is_empty() {
-                    slept.push((cpu, j.task));
+                if queues[j.task].is_empty() {
+                    if tracing {
+                        slept.push((cpu, j.task));
+                    }
+                } else if slice_end.is_none_or(|end| now < end) {
+                    // A thread with more work keeps its CPU and its slice:
+                    // it does not go back through the scheduler between
+                    // two pieces of its work (a relay that has woken a
+                    // crawler is still running its loop, and the crawler
+                    // must preempt it to get that CPU). Its next piece is
+                    // taken once the work due now is in (a crawler sends
+                    // a due poll before it reads the next answer).
+                    kept.push((cpu, Slot { job: j, slice_end }));
                 }
             } else if slice_end.is_some_and(|end| now >= end) {
                 // Back of its level; the dispatch below may pick it again.
@@ -339,7 +354,10 @@ pub fn run_with_stalls(
         workload.arrive(now, &mut |it: Item| {
             let wakes = queues[it.thread].is_empty() && !is_running(&running, it.thread);
             seq += 1;
-            let job = job_of(&it, seq);
+            let job = Job {
+                woken: wakes,
+                ..job_of(&it, seq)
+            };
             if wakes {
                 sched.wake(&job);
                 if balance.is_some() {
@@ -357,6 +375,25 @@ pub fn run_with_stalls(
             queues[it.thread].push(Queued(job));
             out[it.thread].released += 1;
         });
+        for (cpu, Slot { job: j, slice_end }) in kept.drain(..) {
+            let Some(Queued(mut next)) = queues[j.task].pop() else {
+                continue;
+            };
+            if !next.started {
+                if let Some(ns) = workload.starting(now, &item_of(&next)) {
+                    next.remaining_ns = ns.max(1);
+                }
+            }
+            running[cpu] = Some(Slot {
+                job: Job {
+                    started: true,
+                    woken: false,
+                    on_cpu_since_ns: j.on_cpu_since_ns,
+                    ..next
+                },
+                slice_end,
+            });
+        }
         let tick = pc.next_tick.is_some_and(|t| t <= now);
         if tick {
             let every = balance.and_then(|b| b.tick_ns).unwrap_or(u64::MAX);
@@ -495,6 +532,7 @@ fn start(
         job: Job {
             started: true,
             on_cpu_since_ns: now,
+            woken: false,
             ..j
         },
         slice_end: sched.slice_ns(&j, runnable).map(|s| now + s),
@@ -1101,6 +1139,86 @@ mod tests {
         assert_eq!(o.tasks[1].worst_response_ns, MS);
     }
 
+    /// On a host measured to preempt at once (`wake_preempts` 1), a waking
+    /// fair thread takes the CPU from the running fair one as it wakes.
+    #[test]
+    fn linux_fair_threads_preempt_as_they_wake_where_the_host_does() {
+        let mut light = PeriodicTask::new("light", MS, 100 * MS, 0);
+        light.offset_ns = MS / 5;
+        let ts = vec![PeriodicTask::new("hog", 10_000 * MS, 10_000 * MS, 0), light];
+        let fair = LinuxClass::Fair { weight: 1024 };
+        let mut l = Linux::new(vec![fair, fair], 2);
+        l.wake_preempts = 1.0;
+        let o = simulate(&ts, 1, &mut l, 100 * MS, 1);
+        assert_eq!(o.tasks[1].worst_response_ns, MS);
+    }
+
+    /// Work for scripted threads: each item released at its time.
+    struct Scripted(Vec<Item>);
+
+    impl Workload for Scripted {
+        fn threads(&self) -> usize {
+            self.0.iter().map(|i| i.thread + 1).max().unwrap_or(0)
+        }
+        fn next_arrival(&self) -> Option<u64> {
+            self.0.iter().map(|i| i.release_ns).min()
+        }
+        fn arrive(&mut self, now: u64, push: &mut dyn FnMut(Item)) {
+            self.0.retain(|i| {
+                if i.release_ns <= now {
+                    push(*i);
+                }
+                i.release_ns > now
+            });
+        }
+    }
+
+    /// A thread with more work queued keeps its CPU from one item to the
+    /// next: a fair thread waking as the first item ends does not get
+    /// between them under run to parity, and preempts the second where
+    /// the host preempts at once.
+    #[test]
+    fn a_thread_keeps_its_cpu_between_its_items_until_preempted() {
+        let item = |thread: usize, release_ns: u64, tag: u64| Item {
+            thread,
+            release_ns,
+            abs_deadline_ns: u64::MAX,
+            priority: 0,
+            cpu_ns: MS,
+            tag,
+            within: 0,
+        };
+        let fair = LinuxClass::Fair { weight: 1024 };
+        for (share, woken_done, second_done) in [(0.0, 3 * MS, 2 * MS), (1.0, 2 * MS, 3 * MS)] {
+            let mut done = Vec::new();
+            struct Noting<'a>(Scripted, &'a mut Vec<(u64, u64)>);
+            impl Workload for Noting<'_> {
+                fn threads(&self) -> usize {
+                    self.0.threads()
+                }
+                fn next_arrival(&self) -> Option<u64> {
+                    self.0.next_arrival()
+                }
+                fn arrive(&mut self, now: u64, push: &mut dyn FnMut(Item)) {
+                    self.0.arrive(now, push)
+                }
+                fn completed(&mut self, now: u64, item: &Item) {
+                    self.1.push((item.tag, now));
+                }
+            }
+            // Thread 0 has two items from 0; thread 1 wakes as the first
+            // ends. The slice (3 ms, scaled for 8 CPUs) outlasts both.
+            let mut w = Noting(Scripted(vec![item(0, 0, 1), item(0, 0, 2), item(1, MS, 3)]), &mut done);
+            let mut l = Linux::new(vec![fair, fair], 8);
+            l.wake_preempts = share;
+            run(&mut w, 1, &mut l, 10 * MS);
+            let at = |tag: u64| done.iter().find(|d| d.0 == tag).map(|d| d.1);
+            assert_eq!(at(1), Some(MS), "share {share}");
+            assert_eq!(at(2), Some(second_done), "share {share}");
+            assert_eq!(at(3), Some(woken_done), "share {share}");
+        }
+    }
+
     /// A fair thread whose last CPU is busy while another idles goes to
     /// the idle one, unless the host's measured share keeps it there: by
     /// a draw fixed per job, about that share of wake-ups stay.
@@ -1120,6 +1238,7 @@ mod tests {
             within: 0,
             started: true,
             on_cpu_since_ns: 0,
+            woken: false,
         };
         let busy_then_idle = [
             CpuView {

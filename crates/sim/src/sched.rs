@@ -166,6 +166,9 @@ pub struct Job {
     pub started: bool,
     /// When it last got a CPU (a rate limit protects it for a while).
     pub on_cpu_since_ns: u64,
+    /// Its thread woke for it (it had nothing to do) and has not run
+    /// since: what a model's wake-up preemption asks about.
+    pub woken: bool,
 }
 
 /// A scheduling policy over a global run queue.
@@ -238,7 +241,13 @@ impl CpuSet {
 /// A draw in [0, 1) fixed by the job (its thread and release time), so a
 /// run is repeatable and the draw needs no state (splitmix64's finalizer).
 fn unit_draw(job: &Job) -> f64 {
-    let mut h = (job.task as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ job.release_ns;
+    salted_draw(job, 0)
+}
+
+/// [`unit_draw`] for another question about the same job: a different
+/// `salt` gives an independent draw.
+fn salted_draw(job: &Job, salt: u64) -> f64 {
+    let mut h = (job.task as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ job.release_ns ^ salt;
     h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     h ^= h >> 31;
@@ -506,7 +515,16 @@ pub struct Linux {
     /// measured share (`ontime sim calibrate`, from observe's wake-up
     /// placement; the lab VM's packing kernel keeps about 91 %).
     pub stay_on_busy_prev: f64,
+    /// Of fair threads woken onto a CPU running a fair thread, the share
+    /// that preempts it at once (0: EEVDF's run-to-parity as written,
+    /// the running thread finishes its slice). A host's measured share
+    /// (`ontime sim calibrate`, from observe's wake-up placement: on the
+    /// lab VM's 6.18 kernel nearly every such wake-up preempts).
+    pub wake_preempts: f64,
 }
+
+/// Keeps the wake-up preemption draw apart from the placement draw.
+const WAKE_PREEMPT_SALT: u64 = 0x5eed_0f9e_e3b7;
 
 /// EEVDF's base slice before scaling by the CPU count.
 pub const EEVDF_BASE_SLICE_NS: u64 = 750_000;
@@ -536,6 +554,7 @@ impl Linux {
             per_cpu: true,
             pinned: Vec::new(),
             stay_on_busy_prev: 0.0,
+            wake_preempts: 0.0,
         }
     }
 
@@ -651,7 +670,12 @@ impl Scheduler for Linux {
     }
     fn preempts(&self, newcomer: &Job, running: &Job, _now: u64) -> bool {
         let fair = |j: &Job| matches!(self.classes[j.task], LinuxClass::Fair { .. });
-        !(fair(newcomer) && fair(running))
+        if !(fair(newcomer) && fair(running)) {
+            return true;
+        }
+        // A fair thread only displaces a fair one as it wakes, and then
+        // as often as the host was measured to.
+        newcomer.woken && salted_draw(newcomer, WAKE_PREEMPT_SALT) < self.wake_preempts
     }
     fn eligible(&self, job: &Job) -> bool {
         !matches!(self.classes[job.task], LinuxClass::Deadline { .. }) || self.dl_left[job.task] > 0

@@ -325,6 +325,29 @@ impl Recording {
         }
     }
 
+    /// Writes a recording made in memory (the simulator's scheduler view)
+    /// as a file `read` and `ontime observe report` take; the file appears
+    /// under its name only once complete.
+    pub fn write(&self, path: &Path) -> Result<()> {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".new");
+        let tmp = PathBuf::from(tmp);
+        let mut w = Writer::create(&tmp, &self.meta)?;
+        let mut threads: Vec<ThreadInfo> = self.threads.values().cloned().collect();
+        threads.sort_by_key(|t| t.tid);
+        w.threads(&threads)?;
+        for e in &self.events {
+            w.event(e)?;
+        }
+        let end = self.end.clone().unwrap_or(End {
+            end_ns: self.events.last().map_or(0, |e| e.ts),
+            events: self.events.len() as u64,
+            ..End::default()
+        });
+        w.finish(&end)?;
+        std::fs::rename(&tmp, path).with_context(|| format!("cannot move {} to {}", tmp.display(), path.display()))
+    }
+
     pub fn read(path: &Path) -> Result<Recording> {
         let file = File::open(path).with_context(|| format!("cannot open recording {}", path.display()))?;
         let mut r = BufReader::with_capacity(1 << 20, file);
