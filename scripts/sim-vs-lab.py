@@ -7,8 +7,9 @@ simulated median agrees, missed polls, and for every cell that disagrees
 the scheduler figures of both sides (observe's work conservation: vCPU
 time queued while a CPU idled, the tenants' run-queue wait per second, and
 where waking threads were queued: the share of wake-ups put behind a busy
-CPU while another idled, and of those the share that preempted at once).
-Lab runs analysed before ontime counted wake-ups get them from their
+CPU while another idled, and of those the shares that preempted at once
+and that took the CPU from their waker as it went to sleep).
+Lab runs analysed before session 21 get them from their
 recording (`ontime observe report --json`, cached as wakeups.json beside
 it; ONTIME names the binary, default target/release/ontime).
 
@@ -18,17 +19,43 @@ repetition), issue 24's rule.
 
     scripts/sim-vs-lab.py results/doc-000-tenants [results/plan-proof ...]
     scripts/sim-vs-lab.py --json results/...     # the counts, machine-readable
+
+The lab runs behind the published table are committed, without their
+scheduler recordings (observe.otrec) and with their histogram logs cut to
+their headers, as docs/results/sim/lab-runs.tar.xz, so a fresh clone
+reproduces the table without the lab's hour:
+
+    scripts/sim-vs-lab.py --reference [--json]   # unpack, simulate, compare
+    scripts/sim-vs-lab.py --pack OUT.tar.xz results/doc-000-tenants ...
+
+--reference unpacks the lab runs into a temporary directory, simulates
+every scenario in it from scenarios/NAME.toml with
+docs/results/sim/calibration.json (`ontime sim ... --into`) and prints
+the table; nothing is written into the repository.
 """
 import glob
+import io
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
+import tempfile
 
 ONTIME = os.environ.get("ONTIME") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", "release", "ontime")
 
 PERCENTILES = ("p99", "p99.9")
+
+REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+REFERENCE = os.path.join(REPO, "docs", "results", "sim", "lab-runs.tar.xz")
+CALIBRATION = os.path.join(REPO, "docs", "results", "sim", "calibration.json")
+# What the table and `ontime sim --into` read of a lab run, besides the
+# tenants' results and the headers of their histogram logs (whose start
+# times place the simulated tenants as the measured ones started); the
+# recordings and the histograms over time stay out.
+PACKED = ("run.json", "observe.json", "wakeups.json", "relay.json", "gateway.json")
 
 
 def worst(run_dir, rec):
@@ -69,20 +96,23 @@ def scheduler_figures(run_dir):
 
 
 def wakeups(run_dir, wc):
-    """The wake-up placement counts of a run: from its observe.json, else
-    from its recording (cached)."""
-    if wc.get("wakeups"):
-        return wc["wakeups"]
+    """The wake-up placement counts of a run: from its recording analysed
+    again (cached as wakeups.json) unless its observe.json already tells a
+    preemption from a sleeping waker (`occupant_slept_at_once`, session
+    21); else what observe.json has."""
+    w = wc.get("wakeups")
     cache = os.path.join(run_dir, "wakeups.json")
     rec = os.path.join(run_dir, "observe.otrec")
     if os.path.exists(cache):
         with open(cache) as fh:
             return json.load(fh)
+    if w and "occupant_slept_at_once" in w:
+        return w
     if not os.path.exists(rec) or not os.path.exists(ONTIME):
-        return None
+        return w
     p = subprocess.run([ONTIME, "observe", "report", "--json", rec], capture_output=True, text=True)
     if p.returncode != 0:
-        return None
+        return w
     w = (json.loads(p.stdout).get("work_conservation") or {}).get("wakeups")
     if w:
         with open(cache, "w") as fh:
@@ -94,9 +124,9 @@ def key_of(rec):
     return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in rec["vars"])
 
 
-def load(results):
-    """Per setting, per side ('lab' or 'sim'), one entry per run."""
-    rows = {}
+def records(results):
+    """(run directory, run record) of every run under `results`, measured
+    or simulated; measured runs that did not complete are left out."""
     for d in sorted(glob.glob(os.path.join(results, "runs", "*"))):
         f = os.path.join(d, "run.json")
         if not os.path.exists(f):
@@ -105,6 +135,13 @@ def load(results):
             rec = json.load(fh)
         if not rec.get("simulated") and not rec.get("complete", True):
             continue
+        yield d, rec
+
+
+def load(results):
+    """Per setting, per side ('lab' or 'sim'), one entry per run."""
+    rows = {}
+    for d, rec in records(results):
         src = "sim" if rec.get("simulated") else "lab"
         w, missed = worst(d, rec)
         rows.setdefault(key_of(rec), {}).setdefault(src, []).append(
@@ -186,7 +223,7 @@ def report(results):
             out.append(f"- {rest or 'all'}: lab {f['lab'] or 'never'}, sim {f['sim'] or 'never'} ({same})")
     if off:
         out.append("")
-        out.append("Cells that disagree, with the scheduler figures of both sides (queued vCPU time that passed while a CPU idled; tenants' run-queue wait, ms per s per tenant; wake-ups queued behind a busy CPU while another idled, and how many of them preempted at once; medians):")
+        out.append("Cells that disagree, with the scheduler figures of both sides (queued vCPU time that passed while a CPU idled; tenants' run-queue wait, ms per s per tenant; wake-ups queued behind a busy CPU while another idled, and how many of them preempted at once or took the CPU from their waker as it slept; medians):")
         for key, bad, lab, sim in off:
             def figs(rs):
                 s = [r["sched"] for r in rs if r["sched"]]
@@ -198,21 +235,109 @@ def report(results):
                 w = [x["wakeups"] for x in s if x.get("wakeups") and x["wakeups"].get("wakeups")]
                 if w:
                     behind = statistics.median(x["onto_busy_while_idle"] / x["wakeups"] for x in w)
-                    pre = statistics.median(
-                        x["preempted_at_once"] / x["onto_busy_while_idle"] for x in w if x["onto_busy_while_idle"]
-                    ) if any(x["onto_busy_while_idle"] for x in w) else 0.0
-                    text += f", {100 * behind:.0f} % of wake-ups behind a busy CPU while one idled ({100 * pre:.0f} % of them preempting at once)"
+                    queued = [x for x in w if x["onto_busy_while_idle"]]
+                    pre = statistics.median(x["preempted_at_once"] / x["onto_busy_while_idle"] for x in queued) if queued else 0.0
+                    slept = statistics.median(x.get("occupant_slept_at_once", 0) / x["onto_busy_while_idle"] for x in queued) if queued else 0.0
+                    text += f", {100 * behind:.0f} % of wake-ups behind a busy CPU while one idled ({100 * pre:.0f} % of them preempting at once, {100 * slept:.0f} % taking it from a waker going to sleep)"
                 return text
             out.append(f"- {key} ({', '.join(bad)}): lab {figs(lab)}; sim {figs(sim)}")
     return "\n".join(out), agree, total
+
+
+def add_header(tar, path, arcname):
+    """A histogram log cut to its header: only its start time is read
+    here (it places the simulated tenants), and the per-interval
+    histograms would be most of the pack's size."""
+    with open(path, "rb") as fh:
+        head = b"".join(line for line in fh if line.startswith(b"#"))
+    info = tarfile.TarInfo(arcname)
+    info.size = len(head)
+    info.mtime = int(os.path.getmtime(path))
+    tar.addfile(info, io.BytesIO(head))
+
+
+def pack(out, dirs):
+    """The lab runs of `dirs` (no simulated runs, no recordings) as one
+    tar.xz; each results directory under its own name."""
+    tmp = out + ".tmp"
+    n = 0
+    with tarfile.open(tmp, "w:xz") as tar:
+        for results in dirs:
+            name = os.path.basename(os.path.normpath(results))
+            for f in ("scenario.toml", "plan.json"):
+                tar.add(os.path.join(results, f), arcname=f"{name}/{f}")
+            for d, rec in records(results):
+                if rec.get("simulated"):
+                    continue
+                base = f"{name}/runs/{os.path.basename(d)}"
+                # The wake-up counts as this ontime analyses them, while
+                # the recording is still at hand.
+                scheduler_figures(d)
+                for f in sorted(os.listdir(d)):
+                    if f.startswith("t") and f.endswith(".hlog"):
+                        add_header(tar, os.path.join(d, f), f"{base}/{f}")
+                    elif f in PACKED or (f.startswith("t") and f.endswith(".json") and not f.endswith(".probe.json")):
+                        tar.add(os.path.join(d, f), arcname=f"{base}/{f}")
+                n += 1
+    os.replace(tmp, out)
+    print(f"{out}: {n} lab runs of {len(dirs)} scenario(s), {os.path.getsize(out) / 1e6:.1f} MB", file=sys.stderr)
+
+
+def from_reference(tar_path):
+    """Unpacks the committed lab runs into a temporary directory and
+    simulates each scenario beside them; returns (tmpdir, results dirs)."""
+    if not os.path.exists(ONTIME):
+        sys.exit(f"sim-vs-lab: {ONTIME} is missing: build ontime first (cargo build --release)")
+    tmp = tempfile.mkdtemp(prefix="ontime-sim-vs-lab-")
+    with tarfile.open(tar_path) as tar:
+        # The data filter (no links out, no devices) where Python has it.
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(tmp, filter="data")
+        else:
+            tar.extractall(tmp)
+    dirs = []
+    for name in sorted(os.listdir(tmp)):
+        scenario = os.path.join(REPO, "scenarios", name + ".toml")
+        if not os.path.exists(scenario):
+            shutil.rmtree(tmp)
+            sys.exit(f"sim-vs-lab: {tar_path} holds runs of '{name}', but scenarios/{name}.toml is gone")
+        into = os.path.join(tmp, name)
+        print(f"sim-vs-lab: simulating {name}", file=sys.stderr)
+        p = subprocess.run(
+            [ONTIME, "sim", scenario, "--calibration", CALIBRATION, "--into", into],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        if p.returncode != 0:
+            shutil.rmtree(tmp)
+            sys.exit(f"sim-vs-lab: ontime sim {name} failed:\n{p.stderr}")
+        dirs.append(into)
+    return tmp, dirs
 
 
 def main():
     args = sys.argv[1:]
     as_json = "--json" in args
     args = [a for a in args if a != "--json"]
+    if args[:1] == ["--pack"]:
+        if len(args) < 3:
+            sys.exit(__doc__)
+        pack(args[1], args[2:])
+        return
+    tmp = None
+    if args[:1] == ["--reference"]:
+        tmp, args = from_reference(args[1] if len(args) > 1 else REFERENCE)
     if not args or any(a.startswith("-") for a in args):
         sys.exit(__doc__)
+    try:
+        compare(args, as_json)
+    finally:
+        if tmp:
+            shutil.rmtree(tmp)
+
+
+def compare(args, as_json):
     summary = {}
     all_agree = all_total = 0
     for results in args:
