@@ -480,8 +480,9 @@ impl LinuxClass {
 /// (RR rotating at its slice). Fair threads share as [`Cfs`] but with
 /// EEVDF's slice (`base_slice_ns`, 0.75 ms scaled by 1 + log2 of the CPUs
 /// up to 8: 1.5 ms on 2 CPUs, 3 ms on 8) and its run-to-parity rule: a
-/// waking fair thread does not preempt a fair thread within its slice; a
-/// higher class always preempts.
+/// waking fair thread does not preempt a fair thread within its slice
+/// (unless the host was measured to: `wake_preempts`); a higher class
+/// always preempts.
 /// Fair threads may sit in cgroups one level below the root
 /// ([`Linux::with_groups`]): the group competes as one entity.
 /// Leaves out: real-time throttling (`sched_rt_runtime_us`, 95 %), the
