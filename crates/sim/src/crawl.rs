@@ -136,6 +136,10 @@ impl Stream {
     }
 }
 
+/// An answer on its way to its crawler: (arrival, stream, poll index, the
+/// thread that hands it over, if one does: its waker).
+type Handed = (u64, usize, u64, Option<usize>);
+
 /// Every tenant's crawler on one host: threads are numbered tenant by
 /// tenant (tenant 0's vCPUs first).
 pub struct CrawlWorkload {
@@ -146,15 +150,16 @@ pub struct CrawlWorkload {
     sends: BinaryHeap<Reverse<(u64, usize, u64)>>,
     /// Streams per vCPU thread.
     thread_streams: Vec<Vec<usize>>,
-    /// Answers on their way back: (arrival, stream, poll index).
-    answers: BinaryHeap<Reverse<(u64, usize, u64)>>,
+    /// Answers on their way back ([`Handed`]).
+    answers: BinaryHeap<Reverse<Handed>>,
     pub measures: Vec<CrawlMeasures>,
     /// The tenants' vCPU threads come first; then the I/O path's, the
     /// host work's and the hogs' threads, each if present.
     vcpu_threads: usize,
     io: Option<HostIo>,
-    /// Packets waiting for the I/O path: (arrival, tag).
-    io_queue: BinaryHeap<Reverse<(u64, u64)>>,
+    /// Packets waiting for the I/O path: (arrival, tag, the thread whose
+    /// work wakes the path for it, if one does).
+    io_queue: BinaryHeap<Reverse<(u64, u64, Option<usize>)>>,
     /// Requests whose host work is due: arrival.
     host_queue: BinaryHeap<Reverse<u64>>,
     /// Each tenant's end of run, latest first (popped as they pass).
@@ -338,7 +343,9 @@ impl CrawlWorkload {
 
     /// Pushes stream `si`'s next poll's send at `at` and plans the one
     /// after it.
-    fn release_send(&mut self, si: usize, at: u64, push: &mut dyn FnMut(Item)) {
+    /// `woken_by`: the thread whose work woke the crawler for it (an
+    /// answer handed over), else its own timer.
+    fn release_send(&mut self, si: usize, at: u64, woken_by: Option<usize>, push: &mut dyn FnMut(Item)) {
         let s = &mut self.streams[si];
         let k = s.next;
         // Past the end (`end_tenant` moves `next` there too).
@@ -354,6 +361,7 @@ impl CrawlWorkload {
             cpu_ns: self.tenants[s.tenant].send_cost_ns,
             tag: tag(si, k, Kind::Send),
             within: 0,
+            woken_by,
         });
         let due = self.due(si, k + 1);
         self.sends.push(Reverse((due, si, k + 1)));
@@ -396,7 +404,7 @@ impl CrawlWorkload {
 
 /// Work of a host thread (the I/O path, the host's other work, a hog):
 /// no deadline of its own.
-fn host_item(thread: usize, release_ns: u64, cpu_ns: u64, tag: u64) -> Item {
+fn host_item(thread: usize, release_ns: u64, cpu_ns: u64, tag: u64, woken_by: Option<usize>) -> Item {
     Item {
         thread,
         release_ns,
@@ -405,6 +413,7 @@ fn host_item(thread: usize, release_ns: u64, cpu_ns: u64, tag: u64) -> Item {
         cpu_ns: cpu_ns.max(1),
         tag,
         within: 0,
+        woken_by,
     }
 }
 
@@ -479,7 +488,7 @@ impl Workload for CrawlWorkload {
             self.hogs_started = true;
             let first = self.first_hog();
             for th in first..first + self.hogs {
-                push(host_item(th, 0, u64::MAX / 4, HOG_TAG));
+                push(host_item(th, 0, u64::MAX / 4, HOG_TAG, None));
             }
         }
         while self.ends.last().is_some_and(|e| e.0 <= now) {
@@ -494,10 +503,10 @@ impl Workload for CrawlWorkload {
             // Stale: the poll went out early, with an answer that woke
             // its thread.
             if k == self.streams[si].next {
-                self.release_send(si, t, push);
+                self.release_send(si, t, None, push);
             }
         }
-        while let Some(&Reverse((t, si, k))) = self.answers.peek() {
+        while let Some(&Reverse((t, si, k, woken_by))) = self.answers.peek() {
             if t > now {
                 break;
             }
@@ -520,7 +529,7 @@ impl Workload for CrawlWorkload {
                 let sj = self.thread_streams[th][i];
                 let o = &self.streams[sj];
                 if o.planned(o.next) <= t {
-                    self.release_send(sj, t, push);
+                    self.release_send(sj, t, woken_by, push);
                 }
             }
             let s = &self.streams[si];
@@ -534,6 +543,7 @@ impl Workload for CrawlWorkload {
                 tag: tag(si, k, Kind::Answer),
                 // Sends first: a due poll does not wait behind answers.
                 within: 1,
+                woken_by,
             });
         }
         if let (Some(ns), Some(th)) = (self.host_work_ns, self.host_work_thread()) {
@@ -542,13 +552,13 @@ impl Workload for CrawlWorkload {
                     break;
                 }
                 self.host_queue.pop();
-                push(host_item(th, t, ns, HOST_WORK_TAG));
+                push(host_item(th, t, ns, HOST_WORK_TAG, None));
             }
         }
         if let Some(io) = self.io {
             let first = self.vcpu_threads;
             let n = HostIo::threads(self.io);
-            while let Some(&Reverse((t, tg))) = self.io_queue.peek() {
+            while let Some(&Reverse((t, tg, woken_by))) = self.io_queue.peek() {
                 if t > now {
                     break;
                 }
@@ -559,7 +569,7 @@ impl Workload for CrawlWorkload {
                 } else {
                     io.cost_per_packet_ns
                 };
-                push(host_item(first + tenant % n, t, cost, tg));
+                push(host_item(first + tenant % n, t, cost, tg, woken_by));
             }
         }
     }
@@ -584,11 +594,13 @@ impl Workload for CrawlWorkload {
                 m.polls += 1;
                 m.send_lag.record(now.saturating_sub(planned));
                 if self.io.is_some() {
-                    self.io_queue.push(Reverse((now, tag(si, k, Kind::IoRequest))));
+                    // Written by the crawler: it wakes the path's thread.
+                    self.io_queue
+                        .push(Reverse((now, tag(si, k, Kind::IoRequest), Some(item.thread))));
                 } else {
                     let recv = now + one_way;
                     s.pending.push_back((k, recv));
-                    self.answers.push(Reverse((recv + one_way, si, k)));
+                    self.answers.push(Reverse((recv + one_way, si, k, None)));
                     self.host_work_at(recv);
                 }
             }
@@ -597,7 +609,7 @@ impl Workload for CrawlWorkload {
                 // host's timer wake-ups are.
                 let late = self.timer_late();
                 self.io_queue
-                    .push(Reverse((now + one_way + late, tag(si, k, Kind::IoRequestOut))));
+                    .push(Reverse((now + one_way + late, tag(si, k, Kind::IoRequestOut), None)));
             }
             Kind::IoRequest => {
                 // Forwarded: it reaches the gateway one way later, and the
@@ -606,21 +618,22 @@ impl Workload for CrawlWorkload {
                 s.pending.push_back((k, recv));
                 self.host_work_at(recv);
                 self.io_queue
-                    .push(Reverse((recv + one_way, tag(si, k, Kind::IoAnswer))));
+                    .push(Reverse((recv + one_way, tag(si, k, Kind::IoAnswer), None)));
             }
             Kind::IoRequestOut => {
                 // Sent on: the gateway, beside the path, receives it now and
                 // answers at once; the answer is taken in as it arrives.
                 s.pending.push_back((k, now));
                 self.host_work_at(now);
-                self.io_queue.push(Reverse((now, tag(si, k, Kind::IoAnswer))));
+                self.io_queue.push(Reverse((now, tag(si, k, Kind::IoAnswer), None)));
             }
             Kind::IoAnswer if self.io.is_some_and(|io| io.holds) => {
                 let late = self.timer_late();
                 self.io_queue
-                    .push(Reverse((now + one_way + late, tag(si, k, Kind::IoAnswerOut))));
+                    .push(Reverse((now + one_way + late, tag(si, k, Kind::IoAnswerOut), None)));
             }
-            Kind::IoAnswer | Kind::IoAnswerOut => self.answers.push(Reverse((now, si, k))),
+            // Handed over by the I/O path's thread: it wakes the crawler.
+            Kind::IoAnswer | Kind::IoAnswerOut => self.answers.push(Reverse((now, si, k, Some(item.thread)))),
         }
     }
 }
@@ -780,8 +793,8 @@ mod tests {
         let mut w = CrawlWorkload::new(vec![tenant(None)], Some(io), 1_000 * MS).with_host_noise(late, 1);
         let io_thread = w.io_threads().start;
         // Taken in at 1 ms: sent on one way later, plus the timer's lateness.
-        w.completed(MS, &host_item(io_thread, 0, 1, tag(2, 0, Kind::IoRequest)));
-        let Reverse((out, tg)) = *w.io_queue.peek().expect("the send on is queued");
+        w.completed(MS, &host_item(io_thread, 0, 1, tag(2, 0, Kind::IoRequest), None));
+        let Reverse((out, tg, _)) = *w.io_queue.peek().expect("the send on is queued");
         assert_eq!(untag(tg).2, Kind::IoRequestOut);
         assert!((MS + 10 * MS + 50_000..=MS + 10 * MS + 60_000).contains(&out), "{out}");
     }

@@ -108,6 +108,7 @@ impl Workload for CyclicWorkload {
                 cpu_ns: self.tenants[ti].cpu_ns.max(1),
                 tag: k,
                 within: 0,
+                woken_by: None,
             });
             self.next[th] = k + 1;
             let jitter = self.noise.as_mut().map_or(0, |n| n.next_ns());
@@ -213,6 +214,7 @@ mod tests {
                     cpu_ns: u64::MAX / 4,
                     tag: u64::MAX,
                     within: 0,
+                    woken_by: None,
                 });
             }
             self.w.arrive(now, push);

@@ -52,6 +52,10 @@ pub struct Item {
     /// Order among the thread's ready items (lower first), before release
     /// order.
     pub within: u8,
+    /// The thread whose work made this item at this instant (a packet
+    /// handed over, a request written): a synchronous wake-up, which a
+    /// model may place on the waker's CPU ([`Scheduler::affine_target`]).
+    pub woken_by: Option<usize>,
 }
 
 /// A source of work for the engine's threads (periodic tasks, crawlers).
@@ -107,6 +111,7 @@ fn item_of(j: &Job) -> Item {
         cpu_ns: j.remaining_ns,
         tag: j.tag,
         within: j.within,
+        woken_by: None,
     }
 }
 
@@ -147,6 +152,7 @@ impl Workload for Periodic<'_> {
                     cpu_ns: t.wcet_ns,
                     tag: 0,
                     within: 0,
+                    woken_by: None,
                 });
                 self.next_release[i] += t.period_ns;
                 self.jitter[i] = draw(&mut self.rng, t.jitter_ns);
@@ -361,7 +367,7 @@ pub fn run_with_stalls(
             if wakes {
                 sched.wake(&job);
                 if balance.is_some() {
-                    pc.place(&*sched, &job, &queues, &running);
+                    pc.place(&*sched, &job, it.woken_by, &queues, &running);
                 }
                 if tracing {
                     // One global queue: the thread goes to any idle CPU.
@@ -479,8 +485,16 @@ impl PerCpu {
         }
     }
 
-    /// A waking thread joins the queue the model picks.
-    fn place(&mut self, sched: &dyn Scheduler, job: &Job, queues: &[BinaryHeap<Queued>], running: &[Option<Slot>]) {
+    /// A waking thread joins the queue the model picks (woken by
+    /// `waker`'s work at this instant: a synchronous wake-up).
+    fn place(
+        &mut self,
+        sched: &dyn Scheduler,
+        job: &Job,
+        waker: Option<usize>,
+        queues: &[BinaryHeap<Queued>],
+        running: &[Option<Slot>],
+    ) {
         self.view.clear();
         self.view.extend(running.iter().map(|s| CpuView {
             running: s.map(|s| s.job),
@@ -491,7 +505,9 @@ impl PerCpu {
                 self.view[self.home[t]].waiting += 1;
             }
         }
-        self.home[job.task] = sched.select_cpu(job, self.home[job.task], &self.view);
+        let prev = self.home[job.task];
+        let target = waker.map_or(prev, |w| sched.affine_target(job, prev, w, self.home[w]));
+        self.home[job.task] = sched.select_cpu(job, target, &self.view);
     }
 
     /// Idle periods into the average as CPUs go busy; busy CPUs going idle
@@ -1187,6 +1203,7 @@ mod tests {
             cpu_ns: MS,
             tag,
             within: 0,
+            woken_by: None,
         };
         let fair = LinuxClass::Fair { weight: 1024 };
         for (share, woken_done, second_done) in [(0.0, 3 * MS, 2 * MS), (1.0, 2 * MS, 3 * MS)] {
@@ -1217,6 +1234,37 @@ mod tests {
             assert_eq!(at(2), Some(second_done), "share {share}");
             assert_eq!(at(3), Some(woken_done), "share {share}");
         }
+    }
+
+    /// A fair thread woken by a fair thread's work looks first at the
+    /// waker's CPU (`wake_affine`); a real-time waker's CPU, or one the
+    /// thread may not use, leaves it at its own previous CPU.
+    #[test]
+    fn linux_places_a_synchronous_wake_up_at_its_fair_wakers_cpu() {
+        use crate::sched::{CpuSet, Job, Scheduler};
+        let fair = LinuxClass::Fair { weight: 1024 };
+        let rt = LinuxClass::RealTime {
+            priority: 50,
+            slice_ns: None,
+        };
+        let mut l = Linux::new(vec![fair, fair, rt], 2);
+        let woken = Job {
+            task: 0,
+            release_ns: 0,
+            abs_deadline_ns: u64::MAX,
+            priority: 0,
+            remaining_ns: MS,
+            queued_seq: 0,
+            tag: 0,
+            within: 0,
+            started: false,
+            on_cpu_since_ns: 0,
+            woken: true,
+        };
+        assert_eq!(l.affine_target(&woken, 0, 1, 1), 1, "a fair waker's CPU");
+        assert_eq!(l.affine_target(&woken, 0, 2, 1), 0, "not a real-time waker's");
+        l.pinned = vec![CpuSet::of([0]), CpuSet::ALL, CpuSet::ALL];
+        assert_eq!(l.affine_target(&woken, 0, 1, 1), 0, "not outside its cpuset");
     }
 
     /// A fair thread whose last CPU is busy while another idles goes to

@@ -300,6 +300,13 @@ pub trait Scheduler {
     fn preempts(&self, _newcomer: &Job, _running: &Job, _now: u64) -> bool {
         true
     }
+    /// Where a synchronous wake-up looks first: the CPU to treat as the
+    /// woken thread's previous one, given its own `prev` and its waker's
+    /// CPU (default: its own; Linux's fair class: the waker's, as
+    /// `wake_affine` picks it for a WF_SYNC wake-up).
+    fn affine_target(&self, _job: &Job, prev: usize, _waker: usize, _waker_cpu: usize) -> usize {
+        prev
+    }
     /// A job that got a CPU keeps it at least this long against any
     /// newcomer (Xen's `sched_ratelimit_us`); the engine looks again when
     /// it ends.
@@ -483,13 +490,15 @@ impl LinuxClass {
 /// waking fair thread does not preempt a fair thread within its slice
 /// (unless the host was measured to: `wake_preempts`); a higher class
 /// always preempts.
-/// Fair threads may sit in cgroups one level below the root
-/// ([`Linux::with_groups`]): the group competes as one entity.
+/// A fair thread woken synchronously by a fair thread (a packet handed
+/// over, a request written) looks first at its waker's CPU
+/// (`wake_affine`). Fair threads may sit in cgroups one level below the
+/// root ([`Linux::with_groups`]): the group competes as one entity.
 /// Leaves out: real-time throttling (`sched_rt_runtime_us`, 95 %), the
 /// deadline class's admission control and GRUB reclaiming, deeper cgroup
-/// levels, per-CPU shares of a group's weight, EEVDF's lag
-/// (a waking thread is placed as in CFS), per-CPU run queues (push/pull,
-/// load balancing) and everything [`Cfs`] leaves out.
+/// levels, per-CPU shares of a group's weight, EEVDF's lag and virtual
+/// deadlines (a waking thread is placed as in CFS), real-time push/pull
+/// between run queues, and everything [`Cfs`] leaves out.
 #[derive(Clone, Debug)]
 pub struct Linux {
     pub classes: Vec<LinuxClass>,
@@ -638,6 +647,19 @@ impl Scheduler for Linux {
             .filter(|(_, r)| self.order(job, r).is_lt())
             .max_by(|a, b| self.order(&a.1, &b.1))
             .map_or(first_allowed, |(c, _)| c)
+    }
+    fn affine_target(&self, job: &Job, prev: usize, waker: usize, waker_cpu: usize) -> usize {
+        // `wake_affine` (kernel/sched/fair.c) takes a WF_SYNC waker's CPU
+        // as the target, and `select_idle_sibling` keeps it when idle;
+        // `wake_affine_weight` weighs CPUs by their capacity left after
+        // real-time work, so a waker's CPU busy with a real-time thread
+        // is not chosen: only fair wakers count here.
+        let fair = |t: usize| matches!(self.classes[t], LinuxClass::Fair { .. });
+        if fair(job.task) && fair(waker) && self.affinity(job.task).contains(waker_cpu) {
+            waker_cpu
+        } else {
+            prev
+        }
     }
     fn affinity(&self, task: usize) -> CpuSet {
         CpuSet::of_thread(&self.pinned, task)
