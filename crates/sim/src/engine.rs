@@ -1136,7 +1136,8 @@ mod tests {
 
     /// EEVDF's run to parity: a waking fair thread waits for the running
     /// fair thread's slice (1.5 ms with 2 CPUs' scaling) to end; a
-    /// real-time thread takes the CPU at once.
+    /// real-time thread takes the CPU at once, and so does a fair one on a
+    /// host measured to preempt as threads wake (`wake_preempts` 1).
     #[test]
     fn linux_fair_threads_run_to_parity_and_real_time_preempts() {
         let mut light = PeriodicTask::new("light", MS, 100 * MS, 0);
@@ -1153,17 +1154,6 @@ mod tests {
         };
         let o = simulate(&ts, 1, &mut Linux::new(vec![fair, rt], 2), 100 * MS, 1);
         assert_eq!(o.tasks[1].worst_response_ns, MS);
-    }
-
-    /// On a host measured to preempt at once (`wake_preempts` 1), a waking
-    /// fair thread takes the CPU from the running fair one as it wakes.
-    #[test]
-    fn linux_fair_threads_preempt_as_they_wake_where_the_host_does() {
-        let mut light = PeriodicTask::new("light", MS, 100 * MS, 0);
-        light.offset_ns = MS / 5;
-        let ts = vec![PeriodicTask::new("hog", 10_000 * MS, 10_000 * MS, 0), light];
-        let fair = LinuxClass::Fair { weight: 1024 };
-        let mut l = Linux::new(vec![fair, fair], 2);
         l.wake_preempts = 1.0;
         let o = simulate(&ts, 1, &mut l, 100 * MS, 1);
         assert_eq!(o.tasks[1].worst_response_ns, MS);
@@ -1236,6 +1226,23 @@ mod tests {
         }
     }
 
+    /// Thread `task`'s running job of 1 ms (no deadline).
+    fn job(task: usize) -> crate::sched::Job {
+        crate::sched::Job {
+            task,
+            release_ns: 0,
+            abs_deadline_ns: u64::MAX,
+            priority: 0,
+            remaining_ns: MS,
+            queued_seq: 0,
+            tag: 0,
+            within: 0,
+            started: true,
+            on_cpu_since_ns: 0,
+            woken: false,
+        }
+    }
+
     /// A fair thread woken by a fair thread's work looks first at the
     /// waker's CPU (`wake_affine`); a real-time waker's CPU, or one the
     /// thread may not use, leaves it at its own previous CPU.
@@ -1249,17 +1256,9 @@ mod tests {
         };
         let mut l = Linux::new(vec![fair, fair, rt], 2);
         let woken = Job {
-            task: 0,
-            release_ns: 0,
-            abs_deadline_ns: u64::MAX,
-            priority: 0,
-            remaining_ns: MS,
-            queued_seq: 0,
-            tag: 0,
-            within: 0,
             started: false,
-            on_cpu_since_ns: 0,
             woken: true,
+            ..job(0)
         };
         assert_eq!(l.affine_target(&woken, 0, 1, 1), 1, "a fair waker's CPU");
         assert_eq!(l.affine_target(&woken, 0, 2, 1), 0, "not a real-time waker's");
@@ -1275,19 +1274,7 @@ mod tests {
         use crate::sched::{CpuView, Job, Scheduler};
         let fair = LinuxClass::Fair { weight: 1024 };
         let mut l = Linux::new(vec![fair, fair], 2);
-        let other = Job {
-            task: 1,
-            release_ns: 0,
-            abs_deadline_ns: u64::MAX,
-            priority: 0,
-            remaining_ns: MS,
-            queued_seq: 0,
-            tag: 0,
-            within: 0,
-            started: true,
-            on_cpu_since_ns: 0,
-            woken: false,
-        };
+        let other = job(1);
         let busy_then_idle = [
             CpuView {
                 running: Some(other),
