@@ -215,6 +215,14 @@ impl Writer {
         self.json_block(BLOCK_IO_LAYOUT, layout)
     }
 
+    /// [`Writer::threads`] of a map by tid, in tid order (a file that
+    /// reads the same each time it is written).
+    pub fn threads_of(&mut self, threads: &HashMap<u32, ThreadInfo>) -> Result<()> {
+        let mut sorted: Vec<ThreadInfo> = threads.values().cloned().collect();
+        sorted.sort_by_key(|t| t.tid);
+        self.threads(&sorted)
+    }
+
     pub fn threads(&mut self, threads: &[ThreadInfo]) -> Result<()> {
         if threads.is_empty() {
             return Ok(());
@@ -241,6 +249,16 @@ impl Writer {
         self.out
             .flush()
             .with_context(|| format!("writing {}", self.path.display()))
+    }
+
+    /// [`Writer::finish`], then moves the complete file to `to`
+    /// ([`Writer::publish`] moves one still being written).
+    pub fn finish_as(mut self, end: &End, to: &Path) -> Result<()> {
+        self.flush_events()?;
+        self.json_block(BLOCK_END, end)?;
+        self.publish(to)?;
+        self.out.get_ref().sync_all().ok();
+        Ok(())
     }
 
     pub fn finish(mut self, end: &End) -> Result<()> {
@@ -331,11 +349,8 @@ impl Recording {
     pub fn write(&self, path: &Path) -> Result<()> {
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".new");
-        let tmp = PathBuf::from(tmp);
-        let mut w = Writer::create(&tmp, &self.meta)?;
-        let mut threads: Vec<ThreadInfo> = self.threads.values().cloned().collect();
-        threads.sort_by_key(|t| t.tid);
-        w.threads(&threads)?;
+        let mut w = Writer::create(Path::new(&tmp), &self.meta)?;
+        w.threads_of(&self.threads)?;
         for e in &self.events {
             w.event(e)?;
         }
@@ -344,8 +359,7 @@ impl Recording {
             events: self.events.len() as u64,
             ..End::default()
         });
-        w.finish(&end)?;
-        std::fs::rename(&tmp, path).with_context(|| format!("cannot move {} to {}", tmp.display(), path.display()))
+        w.finish_as(&end, path)
     }
 
     pub fn read(path: &Path) -> Result<Recording> {

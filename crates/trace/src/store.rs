@@ -261,9 +261,7 @@ impl Windows {
             // birth leaves no unreadable window file behind.
             let file = window_file(&self.dir, i);
             let mut writer = Writer::create(&partial_file(&file), &meta)?;
-            let mut threads: Vec<ThreadInfo> = self.threads.values().cloned().collect();
-            threads.sort_by_key(|t| t.tid);
-            writer.threads(&threads)?;
+            writer.threads_of(&self.threads)?;
             let mut maps: Vec<ProcessMaps> = self.maps.values().cloned().collect();
             maps.sort_by_key(|m| m.pid);
             writer.maps(&maps)?;
