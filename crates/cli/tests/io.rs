@@ -365,8 +365,22 @@ fn a_direct_io_loop_device_bypasses_the_host_cache() {
     let f = f.display();
     rig.run_in(&format!("dd if=/dev/zero of={f} bs=1M count=16 conv=fsync status=none"));
     rig.run_in(&format!("cat {f} > /dev/null"));
-    rig.drop_guest_cache();
-    let t = rig.layers_of(dir.path(), "loop-direct", &format!("cat {f} > /dev/null"));
+    // The cold read is the precondition, not the claim: a read that still
+    // found part of the file cached in the guest (a quiet CI run served a
+    // quarter of it so, with no page of the file resident after the drop)
+    // is dropped and made again, at most three times.
+    let mut t = serde_json::Value::Null;
+    for attempt in 0..3 {
+        rig.drop_guest_cache();
+        t = rig.layers_of(
+            dir.path(),
+            &format!("loop-direct-{attempt}"),
+            &format!("cat {f} > /dev/null"),
+        );
+        if share(&t, "guest_cache_reads") < 0.1 {
+            break;
+        }
+    }
     assert_eq!(t["disk"]["direct"], true);
     assert!(share(&t, "guest_cache_reads") < 0.1, "{t}");
     let v = bytes(&t, "virtual_disk", "read");
