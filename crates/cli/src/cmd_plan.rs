@@ -5,6 +5,7 @@ use clap::{Args, Subcommand};
 use ontime_core::export::TextReport;
 use ontime_plan::input::FleetMeasure;
 use ontime_plan::{check, plan, PlanInput, PlanOptions};
+use ontime_sim::sched::MeasuredWakeups;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -73,7 +74,22 @@ fn options(c: &Common) -> anyhow::Result<PlanOptions> {
     };
     if let Some(p) = &c.calibration {
         let cal = ontime_sim_lab::calibrate::read(p).map_err(|e| usage(format!("{e:#}")))?;
-        o.calibration = Some(format!("{} (host noise and stalls from {})", p.display(), cal.from));
+        let wakeups = cal.wakeups();
+        let placement = if wakeups == MeasuredWakeups::default() {
+            String::new()
+        } else {
+            format!(
+                "; cfs hosts keep {:.0} % of wake-ups on a busy last CPU and {:.0} % preempt, as measured",
+                100.0 * wakeups.stay_on_busy_prev,
+                100.0 * wakeups.preempts
+            )
+        };
+        o.calibration = Some(format!(
+            "{} (host noise and stalls from {}{placement})",
+            p.display(),
+            cal.from
+        ));
+        o.wakeups = wakeups;
         o.host_noise = cal.host_noise;
         o.host_stalls = cal.host_stalls;
     }

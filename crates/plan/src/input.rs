@@ -39,6 +39,7 @@ use anyhow::{bail, Context, Result};
 use ontime_core::duration::{opt_text_ns, text_ns};
 use ontime_core::work::WorkModel;
 use ontime_sim::noise::{Quantiles, Stalls};
+use ontime_sim::sched::MeasuredWakeups;
 use ontime_sim::sched::Model;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -291,6 +292,9 @@ pub struct PlanOptions {
     /// for every send, and stalls of the whole host.
     pub host_noise: Option<Quantiles>,
     pub host_stalls: Option<Stalls>,
+    /// How the hosts' kernel places and preempts waking fair threads, as
+    /// measured (cfs hosts only; default: the kernel's rules as written).
+    pub wakeups: MeasuredWakeups,
     /// Where the noise and stalls were measured (the calibration file and
     /// the runs it read), for the verdict.
     pub calibration: Option<String>,
@@ -303,6 +307,7 @@ impl Default for PlanOptions {
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
             host_noise: None,
             host_stalls: None,
+            wakeups: MeasuredWakeups::default(),
             calibration: None,
         }
     }

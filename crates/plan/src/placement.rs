@@ -490,6 +490,44 @@ mod tests {
             .all(|(_, host, why)| host == "h-1" && why.contains("vCPUs over pCPUs")));
     }
 
+    /// A cfs host whose kernel was measured to keep waking threads on
+    /// their busy last CPU and preempt there (the lab VM's) is predicted
+    /// worse than one that takes the idle CPU first: the crawler and the
+    /// I/O path it wakes share a CPU.
+    #[test]
+    fn measured_wakeups_put_the_io_path_beside_the_crawler() {
+        let i = input(
+            "[[host]]\nname = \"h\"\ncores = 2\ncount = 1\nscheduler = \"cfs\"\nio_cost = \"40us\"\n\
+             [[tenant]]\nname = \"t\"\nrate = 200\ncpu_per_poll = \"1.43ms\"\ntarget = \"10ms\"\npercentile = \"p99.9\"\n",
+        );
+        let worst = |o: &PlanOptions| {
+            let r = plan(&i, o).unwrap();
+            assert!(r.hosts[0].meets, "{:?}", r.hosts[0]);
+            r.hosts[0].tenants[0].predicted_ns.unwrap()
+        };
+        // Timer jitter of tens of microseconds (the lab VM's, rounded)
+        // moves the sends against the I/O path's work; without any the
+        // host settles into one fixed cycle in both models.
+        let noisy = PlanOptions {
+            host_noise: Some(ontime_sim::noise::Quantiles {
+                points: vec![(0.0, 5_000), (0.5, 28_000), (0.99, 68_000), (1.0, 200_000)],
+            }),
+            ..opts()
+        };
+        let kernel_rules = worst(&noisy);
+        let measured = worst(&PlanOptions {
+            wakeups: ontime_sim::sched::MeasuredWakeups {
+                stay_on_busy_prev: 0.91,
+                preempts: 0.76,
+            },
+            ..noisy.clone()
+        });
+        assert!(
+            measured > 3 * kernel_rules,
+            "measured {measured} ns, kernel's rules {kernel_rules} ns"
+        );
+    }
+
     /// Bad placements are refused with what to fix.
     #[test]
     fn check_refuses_unknown_names() {

@@ -267,11 +267,14 @@ pub fn predict_host(
         for th in w.io_threads() {
             sets[th] = ontime_sim::sched::CpuSet::range(io_cores.clone());
         }
-        sched.build_pinned(sets, host.cores).ok().map(|m| (m, io_cores))
+        sched
+            .build_pinned_measured(sets, host.cores, opts.wakeups)
+            .ok()
+            .map(|m| (m, io_cores))
     });
     let (mut model, pin) = match pinned {
         Some((m, io_cores)) => (m, Some(io_cores)),
-        None => (sched.build(threads, host.cores), None),
+        None => (sched.build_measured(threads, host.cores, opts.wakeups), None),
     };
     let max_period = tenants.iter().map(|t| t.spec.period).max().unwrap_or(0);
     let end = horizon + 2 * max_period;

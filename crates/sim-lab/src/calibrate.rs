@@ -31,6 +31,7 @@ use anyhow::{Context, Result};
 use ontime_core::stats::LatencyHistogram;
 use ontime_scenario::results::{read_run, run_dirs, ProbeResult, RunResults};
 use ontime_sim::noise::{Quantiles, Stalls};
+use ontime_sim::sched::MeasuredWakeups;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -85,6 +86,17 @@ pub struct Calibration {
     #[serde(default)]
     pub wake_preempt_samples: u64,
     pub notes: Vec<String>,
+}
+
+impl Calibration {
+    /// The measured kernel's wake-up placement and preemption, for the
+    /// Linux model (none measured: the kernel's rules as written).
+    pub fn wakeups(&self) -> MeasuredWakeups {
+        MeasuredWakeups {
+            stay_on_busy_prev: self.wake_stay_share.unwrap_or(0.0),
+            preempts: self.wake_preempt_share.unwrap_or(0.0),
+        }
+    }
 }
 
 pub const FORMAT: &str = "ontime-sim-calibration/2";

@@ -283,9 +283,8 @@ fn scheduler_view(events: Vec<ontime_trace::event::Event>, shape: &ViewShape, en
 /// preempts there, as measured (the calibration); uncalibrated, the model
 /// keeps its own rules (an idle CPU first, run to parity). The named
 /// `--model`s keep theirs.
-fn measured_wakeups(linux: &mut Linux, cal: Option<&crate::calibrate::Calibration>) {
-    linux.stay_on_busy_prev = cal.and_then(|c| c.wake_stay_share).unwrap_or(0.0);
-    linux.wake_preempts = cal.and_then(|c| c.wake_preempt_share).unwrap_or(0.0);
+fn measured_wakeups(linux: Linux, cal: Option<&crate::calibrate::Calibration>) -> Linux {
+    linux.measured(cal.map(|c| c.wakeups()).unwrap_or_default())
 }
 
 /// What every simulated run records; the workload adds the rest.
@@ -490,8 +489,7 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
                 None,
             );
             group.resize(group.len() + tenant_hogs, Some(0));
-            let mut linux = Linux::new(classes, engine_cpus).with_groups(group, &[1024]);
-            measured_wakeups(&mut linux, cal);
+            let mut linux = measured_wakeups(Linux::new(classes, engine_cpus).with_groups(group, &[1024]), cal);
             if let Some((set, _)) = pinned_to {
                 let n = linux.classes.len();
                 linux.pinned = vec![ontime_sim::sched::CpuSet::ALL; n];
@@ -573,11 +571,10 @@ fn simulate_cyclic(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
     let n = t.count * threads;
     let rr_slice = c.host.rr_timeslice.unwrap_or(100_000_000);
     let mut sched: Box<dyn Scheduler + Send> = match opts.model {
-        None => {
-            let mut linux = Linux::new(vec![class_of(t.policy, rr_slice); n], cpus);
-            measured_wakeups(&mut linux, cal);
-            Box::new(linux)
-        }
+        None => Box::new(measured_wakeups(
+            Linux::new(vec![class_of(t.policy, rr_slice); n], cpus),
+            cal,
+        )),
         Some(m) => m.build(n, cpus),
     };
     let horizon = c.duration + 2 * cz.interval;

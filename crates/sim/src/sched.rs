@@ -83,10 +83,17 @@ impl Model {
 
     /// The model for `threads` threads on `cpus` CPUs, equal weights.
     pub fn build(&self, threads: usize, cpus: usize) -> Box<dyn Scheduler + Send> {
+        self.build_measured(threads, cpus, MeasuredWakeups::default())
+    }
+
+    /// [`Model::build`] for a host whose kernel's wake-ups were measured:
+    /// only cfs models a Linux host's wake-up placement, the others keep
+    /// their own rules.
+    pub fn build_measured(&self, threads: usize, cpus: usize, wakeups: MeasuredWakeups) -> Box<dyn Scheduler + Send> {
         match *self {
             // A Linux host's fair class as the kernel runs it: EEVDF's
             // slice and per-CPU run queues with their balancing.
-            Model::Cfs => Box::new(Linux::fair(threads, cpus)),
+            Model::Cfs => Box::new(Linux::fair(threads, cpus).measured(wakeups)),
             Model::Fifo => Box::new(FixedPriority),
             Model::Rr { slice_ns } => Box::new(RoundRobin { slice_ns }),
             Model::Edf => Box::new(Edf),
@@ -100,11 +107,21 @@ impl Model {
     /// thread): only the models with per-CPU run queues (cfs, credit)
     /// honour pinning.
     pub fn build_pinned(&self, pinned: Vec<CpuSet>, cpus: usize) -> Result<Box<dyn Scheduler + Send>, String> {
+        self.build_pinned_measured(pinned, cpus, MeasuredWakeups::default())
+    }
+
+    /// [`Model::build_pinned`] with [`Model::build_measured`]'s wake-ups.
+    pub fn build_pinned_measured(
+        &self,
+        pinned: Vec<CpuSet>,
+        cpus: usize,
+        wakeups: MeasuredWakeups,
+    ) -> Result<Box<dyn Scheduler + Send>, String> {
         let threads = pinned.len();
         match *self {
             Model::Cfs => Ok(Box::new(Linux {
                 pinned,
-                ..Linux::fair(threads, cpus)
+                ..Linux::fair(threads, cpus).measured(wakeups)
             })),
             Model::Credit { tslice_ns } => Ok(Box::new(Credit {
                 pinned,
@@ -533,6 +550,18 @@ pub struct Linux {
     pub wake_preempts: f64,
 }
 
+/// How a measured host's kernel treats waking fair threads (from
+/// observe's wake-up placement, pooled by `ontime sim calibrate`); the
+/// default is the kernel's rules as written (an idle CPU first, run to
+/// parity).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MeasuredWakeups {
+    /// See [`Linux::stay_on_busy_prev`].
+    pub stay_on_busy_prev: f64,
+    /// See [`Linux::wake_preempts`].
+    pub preempts: f64,
+}
+
 /// Keeps the wake-up preemption draw apart from the placement draw.
 const WAKE_PREEMPT_SALT: u64 = 0x5eed_0f9e_e3b7;
 
@@ -571,6 +600,14 @@ impl Linux {
     /// `threads` fair threads at nice 0 (`--model cfs`).
     pub fn fair(threads: usize, cpus: usize) -> Linux {
         Linux::new(vec![LinuxClass::Fair { weight: 1024 }; threads], cpus)
+    }
+
+    /// This host's kernel as measured (`ontime sim calibrate`): where it
+    /// queues a waking fair thread and whether that preempts.
+    pub fn measured(mut self, wakeups: MeasuredWakeups) -> Linux {
+        self.stay_on_busy_prev = wakeups.stay_on_busy_prev;
+        self.wake_preempts = wakeups.preempts;
+        self
     }
 
     /// One global run queue instead of the kernel's per-CPU ones (a
