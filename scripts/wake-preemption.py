@@ -4,7 +4,10 @@ idled (observe's `onto_busy_while_idle`), how the woken thread got that
 CPU: by preempting the occupant (it was still runnable when switched out,
 F_PREV_RUNNABLE), because the occupant went to sleep (the waker blocking
 right after a sync wake-up), or by moving; and how long it waited. Per
-pair (woken comm <- occupant comm). Reads ontime recordings (.otrec).
+pair (woken comm <- occupant comm). Then how long preempted threads
+waited, and where the tracked threads' run-queue wait comes from (how it
+began, who held the CPU, whether another CPU idled). Reads ontime
+recordings (.otrec).
 
     scripts/wake-preemption.py results/doc-000-tenants/runs/000-*/observe.otrec
 """
@@ -102,6 +105,8 @@ def main():
         print(f"{key[0]} <- {key[1]} | " + " | ".join(str(d[c]) for c in cols) + f" | {q(0.5):.0f} / {q(0.99):.0f}")
     print()
     preempted_waits(sys.argv[1:])
+    print()
+    queue_waits(sys.argv[1:])
 
 
 
@@ -128,6 +133,59 @@ def preempted_waits(paths):
         w.sort()
         q = lambda p: w[min(len(w) - 1, int(p * len(w)))] / 1e3
         print(f"{key[0]} <- {key[1]} ({key[2]}) | {len(w)} | {q(0.5):.0f} / {q(0.9):.0f} / {q(0.99):.0f} / {w[-1] / 1e3:.0f}")
+
+def occupant_name(threads, tid):
+    """Any thread the recording names (untracked ones too, by comm)."""
+    if tid == 0:
+        return "idle"
+    t = threads.get(tid)
+    if t and t.get("group") is None and t.get("comm") and not t["comm"].startswith("tid "):
+        return t["comm"]
+    return name(threads, tid)
+
+
+def queue_waits(paths):
+    """Where the tracked threads' run-queue wait comes from: ms per second
+    per thread, by how the wait began (woken onto a busy CPU, or
+    preempted), who held the CPU then, whether another CPU idled at that
+    moment and whether the thread ran next on another CPU."""
+    total = defaultdict(lambda: [0, 0])
+    seconds = defaultdict(float)
+    for path in paths:
+        events, threads = read(path)
+        if not events:
+            continue
+        cpus = 1 + max(e[4] for e in events)
+        tracked = {t for t, v in threads.items() if v.get("group") is not None}
+        span = (events[-1][0] - events[0][0]) / 1e9
+        for t in tracked:
+            seconds[name(threads, t)] += span
+        occupant, since = {}, {}
+
+        def idle_elsewhere(cpu):
+            return any(occupant.get(c, 0) == 0 for c in range(cpus) if c != cpu)
+
+        for ts, a, b, c, cpu, kind, flags in events:
+            if kind == KIND_SWITCH:
+                prev, nxt = a, b
+                if nxt in since:
+                    t0, how, wcpu, occ, idle = since.pop(nxt)
+                    key = (name(threads, nxt), how, occupant_name(threads, occ), idle, wcpu != cpu)
+                    total[key][0] += ts - t0
+                    total[key][1] += 1
+                if prev in tracked and flags & F_PREV_RUNNABLE:
+                    since[prev] = (ts, "preempted", cpu, nxt, idle_elsewhere(cpu))
+                occupant[cpu] = nxt
+            elif kind == KIND_WAKEUP and a in tracked:
+                occ = occupant.get(c, 0)
+                if occ != 0:
+                    since[a] = (ts, "woken", c, occ, idle_elsewhere(c))
+    print("waiting | began | CPU held by | another CPU idle | ran next elsewhere | ms/s per thread | count | mean us")
+    for key, (ns, n) in sorted(total.items(), key=lambda kv: -kv[1][0])[:20]:
+        if key[0] == "other":
+            continue
+        per = ns / 1e6 / max(seconds[key[0]], 1e-9)
+        print(f"{key[0]} | {key[1]} | {key[2]} | {'yes' if key[3] else 'no'} | {'yes' if key[4] else 'no'} | {per:.2f} | {n} | {ns / n / 1e3:.0f}")
 
 
 if __name__ == "__main__":
