@@ -30,8 +30,10 @@ pub struct PlanArgs {
 
 #[derive(Args)]
 struct Common {
-    /// The hosts' own noise, fitted from lab runs by `ontime sim calibrate`
-    /// (without it the simulated hosts have none)
+    /// The hosts' own noise and, for cfs hosts, how their kernel places and
+    /// preempts waking threads, fitted from lab runs by `ontime sim
+    /// calibrate` (without it the simulated hosts have no noise and cfs
+    /// hosts keep the kernel's rules as written)
     #[arg(long, value_name = "FILE")]
     calibration: Option<PathBuf>,
     /// Seed of the simulated work draws and start offsets
@@ -79,7 +81,7 @@ fn options(c: &Common) -> anyhow::Result<PlanOptions> {
             String::new()
         } else {
             format!(
-                "; cfs hosts keep {:.0} % of wake-ups on a busy last CPU and {:.0} % preempt, as measured",
+                "; cfs hosts keep {:.0} % of wake-ups on a busy last CPU, {:.0} % of those preempt there, as measured",
                 100.0 * wakeups.stay_on_busy_prev,
                 100.0 * wakeups.preempts
             )
