@@ -71,7 +71,7 @@ pub struct Calibration {
     pub host_work_samples: usize,
     /// Of the tracked threads' wake-ups that found their last CPU busy
     /// while another idled, the share the kernel queued there all the
-    /// same (the Linux model's `stay_on_busy_prev`).
+    /// same (the Linux model's `MeasuredWakeups::stay_on_busy_prev`).
     #[serde(default)]
     pub wake_stay_share: Option<f64>,
     /// Such wake-ups it was measured over.
@@ -79,7 +79,7 @@ pub struct Calibration {
     pub wake_stay_samples: u64,
     /// Of the waking threads queued behind a busy CPU while another idled
     /// whose occupant did not go to sleep at once, the share that
-    /// preempted it at once (the Linux model's `wake_preempts`); the rest
+    /// preempted it at once (the Linux model's `MeasuredWakeups::preempts`); the rest
     /// waited for it.
     #[serde(default)]
     pub wake_preempt_share: Option<f64>,

@@ -382,20 +382,13 @@ pub fn run_with_stalls(
             out[it.thread].released += 1;
         });
         for (cpu, Slot { job: j, slice_end }) in kept.drain(..) {
-            let Some(Queued(mut next)) = queues[j.task].pop() else {
+            let Some(Queued(next)) = queues[j.task].pop() else {
                 continue;
             };
-            if !next.started {
-                if let Some(ns) = workload.starting(now, &item_of(&next)) {
-                    next.remaining_ns = ns.max(1);
-                }
-            }
             running[cpu] = Some(Slot {
                 job: Job {
-                    started: true,
-                    woken: false,
                     on_cpu_since_ns: j.on_cpu_since_ns,
-                    ..next
+                    ..taken_up(next, now, workload)
                 },
                 slice_end,
             });
@@ -531,7 +524,7 @@ impl PerCpu {
 /// A newly chosen waiting job, off its thread's queue and onto a CPU with
 /// a fresh slice; the workload may change its CPU as it first starts.
 fn start(
-    mut j: Job,
+    j: Job,
     now: u64,
     queues: &mut [BinaryHeap<Queued>],
     workload: &mut dyn Workload,
@@ -539,19 +532,27 @@ fn start(
     runnable: usize,
 ) -> Slot {
     queues[j.task].pop();
+    Slot {
+        job: Job {
+            on_cpu_since_ns: now,
+            ..taken_up(j, now, workload)
+        },
+        slice_end: sched.slice_ns(&j, runnable).map(|s| now + s),
+    }
+}
+
+/// `j` as it runs: its workload told the first time it starts (which may
+/// change its CPU), no longer a fresh wake-up.
+fn taken_up(mut j: Job, now: u64, workload: &mut dyn Workload) -> Job {
     if !j.started {
         if let Some(ns) = workload.starting(now, &item_of(&j)) {
             j.remaining_ns = ns.max(1);
         }
     }
-    Slot {
-        job: Job {
-            started: true,
-            on_cpu_since_ns: now,
-            woken: false,
-            ..j
-        },
-        slice_end: sched.slice_ns(&j, runnable).map(|s| now + s),
+    Job {
+        started: true,
+        woken: false,
+        ..j
     }
 }
 
@@ -1137,7 +1138,7 @@ mod tests {
     /// EEVDF's run to parity: a waking fair thread waits for the running
     /// fair thread's slice (1.5 ms with 2 CPUs' scaling) to end; a
     /// real-time thread takes the CPU at once, and so does a fair one on a
-    /// host measured to preempt as threads wake (`wake_preempts` 1).
+    /// host measured to preempt as threads wake (`preempts` 1).
     #[test]
     fn linux_fair_threads_run_to_parity_and_real_time_preempts() {
         let mut light = PeriodicTask::new("light", MS, 100 * MS, 0);
@@ -1154,7 +1155,7 @@ mod tests {
         };
         let o = simulate(&ts, 1, &mut Linux::new(vec![fair, rt], 2), 100 * MS, 1);
         assert_eq!(o.tasks[1].worst_response_ns, MS);
-        l.wake_preempts = 1.0;
+        l.wakeups.preempts = 1.0;
         let o = simulate(&ts, 1, &mut l, 100 * MS, 1);
         assert_eq!(o.tasks[1].worst_response_ns, MS);
     }
@@ -1217,7 +1218,7 @@ mod tests {
             // ends. The slice (3 ms, scaled for 8 CPUs) outlasts both.
             let mut w = Noting(Scripted(vec![item(0, 0, 1), item(0, 0, 2), item(1, MS, 3)]), &mut done);
             let mut l = Linux::new(vec![fair, fair], 8);
-            l.wake_preempts = share;
+            l.wakeups.preempts = share;
             run(&mut w, 1, &mut l, 10 * MS);
             let at = |tag: u64| done.iter().find(|d| d.0 == tag).map(|d| d.1);
             assert_eq!(at(1), Some(MS), "share {share}");
@@ -1297,9 +1298,9 @@ mod tests {
                 .count()
         };
         assert_eq!(stays(&l), 0);
-        l.stay_on_busy_prev = 1.0;
+        l.wakeups.stay_on_busy_prev = 1.0;
         assert_eq!(stays(&l), 10_000);
-        l.stay_on_busy_prev = 0.91;
+        l.wakeups.stay_on_busy_prev = 0.91;
         assert!((8_900..=9_300).contains(&stays(&l)), "{}", stays(&l));
         // An idle last CPU is always kept.
         assert_eq!(l.select_cpu(&waking(1), 1, &busy_then_idle), 1);

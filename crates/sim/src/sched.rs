@@ -505,7 +505,7 @@ impl LinuxClass {
 /// EEVDF's slice (`base_slice_ns`, 0.75 ms scaled by 1 + log2 of the CPUs
 /// up to 8: 1.5 ms on 2 CPUs, 3 ms on 8) and its run-to-parity rule: a
 /// waking fair thread does not preempt a fair thread within its slice
-/// (unless the host was measured to: `wake_preempts`); a higher class
+/// (unless the host was measured to: [`MeasuredWakeups::preempts`]); a higher class
 /// always preempts.
 /// A fair thread woken synchronously by a fair thread (a packet handed
 /// over, a request written) looks first at its waker's CPU
@@ -535,19 +535,9 @@ pub struct Linux {
     pub per_cpu: bool,
     /// Per thread, where it may run (empty: anywhere).
     pub pinned: Vec<CpuSet>,
-    /// Of a fair thread's wake-ups that find its last CPU busy while
-    /// another idles, the share queued on that busy CPU all the same (0:
-    /// always the idle one, as mainline's `select_idle_sibling` would
-    /// within a shared cache). Not a default of the kernel's: a host's
-    /// measured share (`ontime sim calibrate`, from observe's wake-up
-    /// placement; the lab VM's packing kernel keeps about 91 %).
-    pub stay_on_busy_prev: f64,
-    /// Of fair threads woken onto a CPU running a fair thread, the share
-    /// that preempts it at once (0: EEVDF's run-to-parity as written,
-    /// the running thread finishes its slice). A host's measured share
-    /// (`ontime sim calibrate`, from observe's wake-up placement: on the
-    /// lab VM's 6.18 kernel nearly every such wake-up preempts).
-    pub wake_preempts: f64,
+    /// Where this host's kernel queues a waking fair thread and whether
+    /// it preempts there, as measured (default: the kernel's rules).
+    pub wakeups: MeasuredWakeups,
 }
 
 /// How a measured host's kernel treats waking fair threads (from
@@ -556,9 +546,16 @@ pub struct Linux {
 /// parity).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct MeasuredWakeups {
-    /// See [`Linux::stay_on_busy_prev`].
+    /// Of a fair thread's wake-ups that find its last CPU busy while
+    /// another idles, the share queued on that busy CPU all the same (0:
+    /// always the idle one, as mainline's `select_idle_sibling` would
+    /// within a shared cache). Not a default of the kernel's: the lab
+    /// VM's packing kernel keeps about 91 %.
     pub stay_on_busy_prev: f64,
-    /// See [`Linux::wake_preempts`].
+    /// Of fair threads woken onto a CPU running a fair thread, the share
+    /// that preempts it at once (0: EEVDF's run-to-parity as written,
+    /// the running thread finishes its slice; the lab VM's 6.18 kernel:
+    /// about 76 %).
     pub preempts: f64,
 }
 
@@ -592,8 +589,7 @@ impl Linux {
             scratch: Vec::new(),
             per_cpu: true,
             pinned: Vec::new(),
-            stay_on_busy_prev: 0.0,
-            wake_preempts: 0.0,
+            wakeups: MeasuredWakeups::default(),
         }
     }
 
@@ -604,10 +600,12 @@ impl Linux {
 
     /// This host's kernel as measured (`ontime sim calibrate`): where it
     /// queues a waking fair thread and whether that preempts.
-    pub fn measured(mut self, wakeups: MeasuredWakeups) -> Linux {
-        self.stay_on_busy_prev = wakeups.stay_on_busy_prev;
-        self.wake_preempts = wakeups.preempts;
-        self
+    pub fn measured(self, wakeups: MeasuredWakeups) -> Linux {
+        Linux { wakeups, ..self }
+    }
+
+    fn is_fair(&self, task: usize) -> bool {
+        matches!(self.classes[task], LinuxClass::Fair { .. })
     }
 
     /// One global run queue instead of the kernel's per-CPU ones (a
@@ -666,8 +664,8 @@ impl Scheduler for Linux {
     fn select_cpu(&self, job: &Job, prev: usize, cpus: &[CpuView]) -> usize {
         let allowed = self.affinity(job.task);
         let first_allowed = idle_first(prev, cpus, allowed);
-        if matches!(self.classes[job.task], LinuxClass::Fair { .. }) {
-            if first_allowed != prev && allowed.contains(prev) && unit_draw(job) < self.stay_on_busy_prev {
+        if self.is_fair(job.task) {
+            if first_allowed != prev && allowed.contains(prev) && unit_draw(job) < self.wakeups.stay_on_busy_prev {
                 return prev;
             }
             return first_allowed;
@@ -691,8 +689,7 @@ impl Scheduler for Linux {
         // `wake_affine_weight` weighs CPUs by their capacity left after
         // real-time work, so a waker's CPU busy with a real-time thread
         // is not chosen: only fair wakers count here.
-        let fair = |t: usize| matches!(self.classes[t], LinuxClass::Fair { .. });
-        if fair(job.task) && fair(waker) && self.affinity(job.task).contains(waker_cpu) {
+        if self.is_fair(job.task) && self.is_fair(waker) && self.affinity(job.task).contains(waker_cpu) {
             waker_cpu
         } else {
             prev
@@ -729,23 +726,23 @@ impl Scheduler for Linux {
         }
     }
     fn preempts(&self, newcomer: &Job, running: &Job, _now: u64) -> bool {
-        let fair = |j: &Job| matches!(self.classes[j.task], LinuxClass::Fair { .. });
-        if !(fair(newcomer) && fair(running)) {
+        if !(self.is_fair(newcomer.task) && self.is_fair(running.task)) {
             return true;
         }
         // A fair thread only displaces a fair one as it wakes, and then
         // as often as the host was measured to.
-        newcomer.woken && salted_draw(newcomer, WAKE_PREEMPT_SALT) < self.wake_preempts
+        newcomer.woken && salted_draw(newcomer, WAKE_PREEMPT_SALT) < self.wakeups.preempts
     }
     fn eligible(&self, job: &Job) -> bool {
         !matches!(self.classes[job.task], LinuxClass::Deadline { .. }) || self.dl_left[job.task] > 0
     }
     fn before_dispatch(&mut self, runnable: &[Job]) {
         self.scratch.clear();
+        let classes = &self.classes;
         self.scratch.extend(
             runnable
                 .iter()
-                .filter(|j| matches!(self.classes[j.task], LinuxClass::Fair { .. })),
+                .filter(|j| matches!(classes[j.task], LinuxClass::Fair { .. })),
         );
         self.fair.before_dispatch(&self.scratch);
         let mut top = std::mem::take(&mut self.scratch_top);

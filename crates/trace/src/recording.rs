@@ -254,21 +254,23 @@ impl Writer {
     /// [`Writer::finish`], then moves the complete file to `to`
     /// ([`Writer::publish`] moves one still being written).
     pub fn finish_as(mut self, end: &End, to: &Path) -> Result<()> {
-        self.flush_events()?;
-        self.json_block(BLOCK_END, end)?;
+        self.end_block(end)?;
         self.publish(to)?;
         self.out.get_ref().sync_all().ok();
         Ok(())
     }
 
     pub fn finish(mut self, end: &End) -> Result<()> {
-        self.flush_events()?;
-        self.json_block(BLOCK_END, end)?;
-        self.out
-            .flush()
-            .with_context(|| format!("writing {}", self.path.display()))?;
+        self.end_block(end)?;
+        self.flush()?;
         self.out.get_ref().sync_all().ok();
         Ok(())
+    }
+
+    /// The events still buffered, then the end block.
+    fn end_block(&mut self, end: &End) -> Result<()> {
+        self.flush_events()?;
+        self.json_block(BLOCK_END, end)
     }
 
     fn flush_events(&mut self) -> Result<()> {
