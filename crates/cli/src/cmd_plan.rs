@@ -81,9 +81,12 @@ fn options(c: &Common) -> anyhow::Result<PlanOptions> {
             String::new()
         } else {
             format!(
-                "; cfs hosts keep {:.0} % of wake-ups on a busy last CPU, {:.0} % of those preempt there, as measured",
+                "; cfs hosts keep {:.0} % of wake-ups on a busy last CPU, {}, as measured",
                 100.0 * wakeups.stay_on_busy_prev,
-                100.0 * wakeups.preempts
+                match wakeups.preempts {
+                    Some(p) => format!("{:.0} % of those preempt there", 100.0 * p),
+                    None => "EEVDF's rules decide who preempts".to_string(),
+                }
             )
         };
         o.calibration = Some(format!(

@@ -518,7 +518,7 @@ mod tests {
         let measured = worst(&PlanOptions {
             wakeups: ontime_sim::sched::MeasuredWakeups {
                 stay_on_busy_prev: 0.91,
-                preempts: 0.76,
+                preempts: Some(0.76),
             },
             ..noisy.clone()
         });

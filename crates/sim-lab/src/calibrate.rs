@@ -94,7 +94,7 @@ impl Calibration {
     pub fn wakeups(&self) -> MeasuredWakeups {
         MeasuredWakeups {
             stay_on_busy_prev: self.wake_stay_share.unwrap_or(0.0),
-            preempts: self.wake_preempt_share.unwrap_or(0.0),
+            preempts: self.wake_preempt_share,
         }
     }
 }

@@ -140,8 +140,10 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     /// Alone on a CPU every wake-up is on time; beside a fair hog under
-    /// the Linux model a fair probe waits up to the hog's slice (1.5 ms
-    /// with 2 CPUs' scaling), a real-time one does not wait at all.
+    /// the Linux model a fair probe waits, but never longer than the hog's
+    /// slice (1.5 ms with 2 CPUs' scaling): under EEVDF the lag it earns
+    /// while it waits lets it preempt the hog on later wake-ups, until it
+    /// has spent it. A real-time one does not wait at all.
     #[test]
     fn wakeups_wait_for_a_hogs_slice_unless_real_time() {
         let probe = CyclicTenant {
@@ -162,13 +164,14 @@ mod tests {
         assert!(m.wakeups >= 1_990, "{}", m.wakeups);
         assert_eq!(m.latency.max(), 0);
         let fair = LinuxClass::Fair { weight: 1024 };
-        for (class, worst) in [
-            (fair, 1_500_000u64),
+        for (class, least, worst) in [
+            (fair, 100_000, 1_500_000u64),
             (
                 LinuxClass::RealTime {
                     priority: 80,
                     slice_ns: None,
                 },
+                0,
                 0,
             ),
         ] {
@@ -181,9 +184,7 @@ mod tests {
             run(&mut both, 1, &mut Linux::new(vec![class, fair], 2), horizon + MS);
             let m = &w.measures[0];
             assert!(m.latency.max() <= worst, "{class:?}: {}", m.latency.max());
-            if worst > 0 {
-                assert!(m.latency.max() > worst / 2, "{class:?}: {}", m.latency.max());
-            }
+            assert!(m.latency.max() >= least, "{class:?}: {}", m.latency.max());
         }
     }
 

@@ -287,11 +287,15 @@ pub fn run_with_stalls(
         let run_to = stall.map_or(next, |(start, _)| start.max(now));
         // Run every CPU up to the event.
         let dt = run_to - now;
-        for Slot { job: j, .. } in running.iter_mut().flatten() {
+        for (cpu, slot) in running.iter_mut().enumerate() {
+            let Some(Slot { job: j, .. }) = slot else { continue };
             j.remaining_ns -= dt.min(j.remaining_ns);
             busy += dt;
             out[j.task].cpu_ns += dt;
             sched.charge(j, dt);
+            if balance.is_some() && dt > 0 {
+                sched.ran_on(cpu, j, dt);
+            }
         }
         now = run_to;
         for s in running.iter().flatten() {
@@ -400,7 +404,15 @@ pub fn run_with_stalls(
         }
         match balance {
             None => d.dispatch(&mut *sched, &mut queues, &mut running, now, workload),
-            Some(b) => d.dispatch_per_cpu(&mut *sched, &mut queues, &mut running, now, workload, &mut pc, b, tick),
+            Some(b) => {
+                pc.runnable_on(&mut *sched, &queues, &running);
+                pc.pulled = false;
+                d.dispatch_per_cpu(&mut *sched, &mut queues, &mut running, now, workload, &mut pc, b, tick);
+                // Only a pull moves a thread during the dispatch.
+                if pc.pulled {
+                    pc.runnable_on(&mut *sched, &queues, &running);
+                }
+            }
         }
         if let Some(t) = tracer.as_deref_mut() {
             // Only worth an event of its own when a wake-up at the same
@@ -459,6 +471,10 @@ struct PerCpu {
     idle_since: Vec<Option<u64>>,
     next_tick: Option<u64>,
     view: Vec<CpuView>,
+    /// Per thread, the CPU it is runnable on (see `runnable_on`).
+    homes: Vec<Option<usize>>,
+    /// The dispatch under way moved a thread to another CPU's queue.
+    pulled: bool,
 }
 
 impl PerCpu {
@@ -475,6 +491,8 @@ impl PerCpu {
             idle_since: vec![Some(0); cpus],
             next_tick: balance.and_then(|b| b.tick_ns),
             view: Vec::with_capacity(cpus),
+            homes: Vec::with_capacity(threads),
+            pulled: false,
         }
     }
 
@@ -501,6 +519,24 @@ impl PerCpu {
         let prev = self.home[job.task];
         let target = waker.map_or(prev, |w| sched.affine_target(job, prev, w, self.home[w]));
         self.home[job.task] = sched.select_cpu(job, target, &self.view);
+    }
+
+    /// Tells the model where every thread is runnable now: the CPU it
+    /// runs on, else the one whose queue it waits in.
+    fn runnable_on(&mut self, sched: &mut dyn Scheduler, queues: &[BinaryHeap<Queued>], running: &[Option<Slot>]) {
+        self.homes.clear();
+        self.homes.extend(
+            queues
+                .iter()
+                .enumerate()
+                .map(|(t, q)| (!q.is_empty()).then_some(self.home[t])),
+        );
+        for (cpu, s) in running.iter().enumerate() {
+            if let Some(s) = s {
+                self.homes[s.job.task] = Some(cpu);
+            }
+        }
+        sched.runnable_on(&self.homes);
     }
 
     /// Idle periods into the average as CPUs go busy; busy CPUs going idle
@@ -819,6 +855,7 @@ impl Dispatcher {
             }
             if let Some(i) = pick {
                 pc.home[cand[i].job.task] = cpu;
+                pc.pulled = true;
                 self.chosen[cpu] = i;
             }
         }
@@ -1155,7 +1192,7 @@ mod tests {
         };
         let o = simulate(&ts, 1, &mut Linux::new(vec![fair, rt], 2), 100 * MS, 1);
         assert_eq!(o.tasks[1].worst_response_ns, MS);
-        l.wakeups.preempts = 1.0;
+        l.wakeups.preempts = Some(1.0);
         let o = simulate(&ts, 1, &mut l, 100 * MS, 1);
         assert_eq!(o.tasks[1].worst_response_ns, MS);
     }
@@ -1218,7 +1255,7 @@ mod tests {
             // ends. The slice (3 ms, scaled for 8 CPUs) outlasts both.
             let mut w = Noting(Scripted(vec![item(0, 0, 1), item(0, 0, 2), item(1, MS, 3)]), &mut done);
             let mut l = Linux::new(vec![fair, fair], 8);
-            l.wakeups.preempts = share;
+            l.wakeups.preempts = Some(share);
             run(&mut w, 1, &mut l, 10 * MS);
             let at = |tag: u64| done.iter().find(|d| d.0 == tag).map(|d| d.1);
             assert_eq!(at(1), Some(MS), "share {share}");

@@ -15,6 +15,7 @@
 
 pub mod crawl;
 pub mod cyclic;
+pub mod eevdf;
 pub mod engine;
 pub mod noise;
 pub mod sched;

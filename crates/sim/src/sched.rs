@@ -2,6 +2,7 @@
 //! a global run queue (the first m run on m CPUs) and may give them a time
 //! slice; the engine does the rest. Each model says what it leaves out.
 
+use crate::eevdf::Eevdf;
 use ontime_core::duration::format_exact;
 use serde::Serialize;
 use std::cmp::Ordering;
@@ -339,6 +340,14 @@ pub trait Scheduler {
     /// Called with every runnable or running job before they are ordered
     /// (credit2 resets credits here).
     fn before_dispatch(&mut self, _runnable: &[Job]) {}
+    /// With per-CPU queues: `job` ran `ran_ns` on `cpu` (after
+    /// [`Scheduler::charge`]; Linux's fair queues advance by CPU).
+    fn ran_on(&mut self, _cpu: usize, _job: &Job, _ran_ns: u64) {}
+    /// With per-CPU queues: where every thread is runnable now (its CPU;
+    /// None: nothing to run), before and after each dispatch, so a model
+    /// that keeps per-CPU queue state (Linux's EEVDF) follows wake-ups,
+    /// sleeps and migrations.
+    fn runnable_on(&mut self, _homes: &[Option<usize>]) {}
     /// `job.task` woke up: its job was released while it had nothing to
     /// run.
     fn wake(&mut self, _job: &Job) {}
@@ -521,6 +530,7 @@ pub struct Linux {
     pub classes: Vec<LinuxClass>,
     /// EEVDF's slice of a fair thread.
     pub fair_slice_ns: u64,
+    cpus: usize,
     fair: Cfs,
     /// Per thread, the cgroup it shares in (None: the root).
     group: Vec<Option<usize>>,
@@ -538,12 +548,15 @@ pub struct Linux {
     /// Where this host's kernel queues a waking fair thread and whether
     /// it preempts there, as measured (default: the kernel's rules).
     pub wakeups: MeasuredWakeups,
+    /// With per-CPU queues: EEVDF's lag, slices and delayed dequeues of
+    /// the fair threads, by run queue.
+    eevdf: Eevdf,
 }
 
 /// How a measured host's kernel treats waking fair threads (from
 /// observe's wake-up placement, pooled by `ontime sim calibrate`); the
-/// default is the kernel's rules as written (an idle CPU first, run to
-/// parity).
+/// default is the kernel's rules as written (an idle CPU first, EEVDF's
+/// wake-up preemption).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct MeasuredWakeups {
     /// Of a fair thread's wake-ups that find its last CPU busy while
@@ -553,10 +566,11 @@ pub struct MeasuredWakeups {
     /// VM's packing kernel keeps about 91 %.
     pub stay_on_busy_prev: f64,
     /// Of fair threads woken onto a CPU running a fair thread, the share
-    /// that preempts it at once (0: EEVDF's run-to-parity as written,
-    /// the running thread finishes its slice; the lab VM's 6.18 kernel:
-    /// about 76 %).
-    pub preempts: f64,
+    /// that preempts it at once (the lab VM's 6.18 kernel: about 76 %).
+    /// None: not measured; EEVDF decides as written (lag kept across
+    /// sleep, eligibility, run to parity, delayed dequeue: [`Eevdf`])
+    /// where the model keeps per-CPU queues, else run to parity.
+    pub preempts: Option<f64>,
 }
 
 /// Keeps the wake-up preemption draw apart from the placement draw.
@@ -577,12 +591,15 @@ impl Linux {
             })
             .collect();
         let n = classes.len();
+        let fair_slice_ns = EEVDF_BASE_SLICE_NS * factor;
         Linux {
+            eevdf: Eevdf::new(&weights, &[], &[], cpus.max(1), fair_slice_ns),
+            cpus: cpus.max(1),
             top: Cfs::new(weights.clone()),
             fair: Cfs::new(weights),
             group: vec![None; n],
             scratch_top: Vec::new(),
-            fair_slice_ns: EEVDF_BASE_SLICE_NS * factor,
+            fair_slice_ns,
             classes,
             dl_left: vec![0; n],
             dl_deadline: vec![0; n],
@@ -606,6 +623,12 @@ impl Linux {
 
     fn is_fair(&self, task: usize) -> bool {
         matches!(self.classes[task], LinuxClass::Fair { .. })
+    }
+
+    /// EEVDF's queues, when they decide: per-CPU queues, and no measured
+    /// wake-up preemption share standing in for them.
+    fn eevdf_on(&self) -> Option<&Eevdf> {
+        (self.per_cpu && self.wakeups.preempts.is_none()).then_some(&self.eevdf)
     }
 
     /// One global run queue instead of the kernel's per-CPU ones (a
@@ -638,6 +661,7 @@ impl Linux {
         let mut top: Vec<u64> = self.fair.weights.clone();
         top.extend_from_slice(weights);
         self.top = Cfs::new(top);
+        self.eevdf = Eevdf::new(&self.fair.weights, &group, weights, self.cpus, self.fair_slice_ns);
         self.group = group;
         self
     }
@@ -665,6 +689,13 @@ impl Scheduler for Linux {
         let allowed = self.affinity(job.task);
         let first_allowed = idle_first(prev, cpus, allowed);
         if self.is_fair(job.task) {
+            // Still queued as a delayed dequeue: it wakes where it is
+            // (`ttwu_runnable` requeues it without choosing a CPU).
+            if let Some((cpu, true)) = self.eevdf_on().and_then(|e| e.queued_on(job.task)) {
+                if allowed.contains(cpu) {
+                    return cpu;
+                }
+            }
             if first_allowed != prev && allowed.contains(prev) && unit_draw(job) < self.wakeups.stay_on_busy_prev {
                 return prev;
             }
@@ -708,6 +739,11 @@ impl Scheduler for Linux {
                 pb.cmp(pa).then(a.queued_seq.cmp(&b.queued_seq))
             }
             _ => {
+                if let Some(e) = self.eevdf_on() {
+                    if let (Some(ka), Some(kb)) = (e.key(a.task, b.task), e.key(b.task, a.task)) {
+                        return ka.cmp(&kb).then(a.queued_seq.cmp(&b.queued_seq));
+                    }
+                }
                 let (ea, eb) = (self.entity(a), self.entity(b));
                 if ea.task == eb.task {
                     self.fair.order(a, b)
@@ -729,12 +765,37 @@ impl Scheduler for Linux {
         if !(self.is_fair(newcomer.task) && self.is_fair(running.task)) {
             return true;
         }
-        // A fair thread only displaces a fair one as it wakes, and then
-        // as often as the host was measured to.
-        newcomer.woken && salted_draw(newcomer, WAKE_PREEMPT_SALT) < self.wakeups.preempts
+        // A fair thread only displaces a fair one as it wakes: as often
+        // as the host was measured to, else by EEVDF's rules (with
+        // per-CPU queues; run to parity with one global queue).
+        if !newcomer.woken {
+            return false;
+        }
+        match (self.wakeups.preempts, self.eevdf_on()) {
+            (Some(share), _) => salted_draw(newcomer, WAKE_PREEMPT_SALT) < share,
+            (None, Some(e)) => e.wakeup_preempts(newcomer.task, running.task),
+            (None, None) => false,
+        }
     }
     fn eligible(&self, job: &Job) -> bool {
         !matches!(self.classes[job.task], LinuxClass::Deadline { .. }) || self.dl_left[job.task] > 0
+    }
+    fn ran_on(&mut self, cpu: usize, job: &Job, ran_ns: u64) {
+        if self.eevdf_on().is_none() {
+            return;
+        }
+        if self.is_fair(job.task) {
+            self.eevdf.ran(cpu, job.task, ran_ns);
+        } else {
+            self.eevdf.other_ran(cpu);
+        }
+    }
+    fn runnable_on(&mut self, homes: &[Option<usize>]) {
+        if self.eevdf_on().is_some() {
+            let classes = &self.classes;
+            self.eevdf
+                .sync(homes, |t| matches!(classes.get(t), Some(LinuxClass::Fair { .. })));
+        }
     }
     fn before_dispatch(&mut self, runnable: &[Job]) {
         self.scratch.clear();
