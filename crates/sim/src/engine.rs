@@ -1371,6 +1371,38 @@ mod tests {
         assert!(o.tasks[0].deadline_misses > 0);
     }
 
+    /// Uncalibrated, Linux's fair class follows EEVDF through the engine:
+    /// a short thread woken behind a long one with no lag to spend waits
+    /// for it (the long one is eligible and within its slice), earns lag
+    /// while it waits, sleeps with it, and next time preempts at once.
+    #[test]
+    fn linux_fair_wake_ups_preempt_with_the_lag_they_earned() {
+        let long = PeriodicTask::new("long", 1_400_000, 10 * MS, 1);
+        let mut short = PeriodicTask::new("short", 10_000, 10 * MS, 1);
+        short.offset_ns = MS / 5;
+        let responses = |preempts: Option<f64>| {
+            let mut done = Vec::new();
+            let mut l = Linux::new(vec![LinuxClass::Fair { weight: 1024 }; 2], 2);
+            l.wakeups.preempts = preempts;
+            simulate_jobs(
+                &[long.clone(), short.clone()],
+                1,
+                &mut l,
+                20 * MS,
+                1,
+                &mut |task, release, end| {
+                    if task == 1 {
+                        done.push(end - release);
+                    }
+                },
+            );
+            done
+        };
+        assert_eq!(responses(None), vec![1_210_000, 10_000]);
+        // A host measured never to preempt waits both times.
+        assert_eq!(responses(Some(0.0)), vec![1_210_000, 1_210_000]);
+    }
+
     /// Same seed, same run; another seed moves the jittered releases.
     /// Per-CPU run queues let a thread wait while a CPU idles, as the lab
     /// measured: a thread waking while both CPUs are busy joins its own
