@@ -317,7 +317,8 @@ impl PlanOptions {
     /// What every verdict rests on: the simulator's models and the
     /// calibration (or its absence).
     pub fn verified_with(&self) -> String {
-        let models = "each host's scheduler model (cfs: Linux's fair class with per-CPU run queues; \
+        let models = "each host's scheduler model (cfs: Linux's fair class with per-CPU run queues, \
+                      wake-up preemption as measured or else by EEVDF's lag and slices; \
                       credit: Xen credit1 with per-pCPU queues, ticks, BOOST and the 1 ms rate limit; \
                       credit2 and rtds: one global queue)";
         match &self.calibration {
