@@ -63,17 +63,40 @@ impl Server {
             .append(true)
             .open(&self.log)
             .unwrap();
-        self.proc = Some(KillOnDrop(
+        // Ready means this server said so in its own log (a restart
+        // appends): a port that accepts connections may be another
+        // test's server, if this one could not bind it.
+        let ready_before = self.readies();
+        let mut proc = KillOnDrop(
             cmd.stdin(Stdio::null())
                 .stdout(Stdio::from(log.try_clone().unwrap()))
                 .stderr(Stdio::from(log))
                 .spawn()
                 .expect("nats-server"),
-        ));
-        let port = self.port;
-        ontime_testkit::wait_until("nats-server listening", Duration::from_secs(20), || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        );
+        let mut exited = None;
+        ontime_testkit::wait_until("nats-server ready", Duration::from_secs(20), || {
+            exited = proc.0.try_wait().ok().flatten();
+            exited.is_some() || self.readies() > ready_before
         });
+        if let Some(status) = exited {
+            panic!(
+                "nats-server on port {} exited at start ({status}):\n{}",
+                self.port,
+                self.log_text()
+            );
+        }
+        self.proc = Some(proc);
+    }
+
+    /// How many times a server of this directory said it was ready.
+    fn readies(&self) -> usize {
+        self.log_text().matches("Server is ready").count()
+    }
+
+    /// Its log so far, for a failing assertion to show.
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     fn stop(&mut self) {
@@ -406,7 +429,12 @@ fn a_wrong_credential_is_refused_with_a_clear_error() {
     std::fs::write(&pw, "right\n").unwrap();
     let pw = pw.to_string_lossy();
     let out = analyse_nothing(&url, &["--user", "ontime", "--password-file", &pw]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}\nnats-server's log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.log_text()
+    );
     server.stop();
 }
 
