@@ -5,7 +5,7 @@
 //! comparison.
 
 use crate::input::{HostSpec, PlanInput, PlanOptions, Tenant};
-use crate::predict::{predict_host, rule_violations, tenant_peak, tuned, HostPrediction};
+use crate::predict::{predict_host, rule_violations, tenant_peak, tuned, HostPrediction, IoPin};
 use anyhow::{bail, Result};
 use ontime_sim::sched::Model;
 use serde::Serialize;
@@ -81,7 +81,7 @@ fn predict_all(hosts: &[(String, &HostSpec, Model, Vec<&Tenant>)], opts: &PlanOp
             start += n;
             s.spawn(move || {
                 for (slot, (inst, h, sched, ts)) in chunk.iter_mut().zip(mine) {
-                    *slot = Some(predict_host(inst, h, *sched, false, ts, opts));
+                    *slot = Some(predict_host(inst, h, *sched, IoPin::None, ts, opts));
                 }
             });
         }
@@ -108,7 +108,7 @@ pub fn plan(input: &PlanInput, opts: &PlanOptions) -> Result<PlanReport> {
         let mut fits = false;
         for k in &input.hosts {
             let sched = k.scheduler()?;
-            let p = predict_host(&k.name, k, sched, false, &[t], opts);
+            let p = predict_host(&k.name, k, sched, IoPin::None, &[t], opts);
             if p.meets || tuned(&k.name, k, sched, &[t], opts).is_some() {
                 fits = true;
                 break;
@@ -462,6 +462,43 @@ mod tests {
         assert_eq!(m.tenants_missing, 10);
         assert!(r.hosts.len() > m.hosts);
         assert!(r.hosts.iter().all(|h| h.meets));
+    }
+
+    /// The planner's tuning ends with the I/O path split from the tenants
+    /// as soft affinity on credit hosts (a preference, not a fence), and
+    /// says so; cfs hosts have no soft affinity to try.
+    #[test]
+    fn credit_hosts_may_get_the_io_path_soft_pinned() {
+        use crate::predict::tries;
+        let i = input(
+            "[[host]]\nname = \"x\"\ncores = 4\nscheduler = \"credit\"\nio_cost = \"50us\"\nio_cpus = 1\n\
+             [[host]]\nname = \"k\"\ncores = 4\nscheduler = \"cfs\"\nio_cost = \"50us\"\nio_cpus = 1\n\
+             [[tenant]]\nname = \"t\"\nrate = 50\ncpu_per_poll = \"1ms\"\ntarget = \"50ms\"\npercentile = \"p99.9\"\n",
+        );
+        let (x, k) = (&i.hosts[0], &i.hosts[1]);
+        let (xs, ks) = (x.scheduler().unwrap(), k.scheduler().unwrap());
+        let credit = tries(x, xs);
+        let short = Model::Credit { tslice_ns: 1_000_000 };
+        assert_eq!(
+            credit,
+            vec![
+                (short, IoPin::None),
+                (xs, IoPin::Hard),
+                (short, IoPin::Hard),
+                (xs, IoPin::Soft),
+                (short, IoPin::Soft)
+            ]
+        );
+        assert_eq!(tries(k, ks), vec![(Model::Cfs, IoPin::Hard)]);
+        let expanded = i.expanded();
+        let tenants: Vec<&Tenant> = expanded.iter().collect();
+        let p = predict_host("x-1", x, xs, IoPin::Soft, &tenants, &opts());
+        assert!(p.soft_pinned, "{p:?}");
+        assert_eq!(
+            p.pinning.as_deref(),
+            Some("I/O path preferring cores 3-3, tenants preferring 0-2 (soft affinity)")
+        );
+        assert!(p.meets, "{p:?}");
     }
 
     /// `plan check` names the rule a placement breaks.

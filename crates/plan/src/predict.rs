@@ -29,7 +29,10 @@ pub fn tenant_peak(t: &Tenant, seed: u64) -> f64 {
 /// tuning (a credit host at a 1 ms slice), then the host I/O path pinned
 /// to cores of its own (`io_cpus` whole cores; the tenants' vCPUs to the
 /// rest: Xen's `dom0_vcpus_pin` with a cpupool, vhost threads pinned on
-/// KVM), then both.
+/// KVM), then both; on credit hosts then the same split as soft affinity
+/// (`xl vcpu-pin` with a soft mask: each side prefers its cores and may
+/// spill onto the other's when they idle), at the host's slice and at
+/// 1 ms.
 pub fn tuned(
     instance: &str,
     host: &HostSpec,
@@ -37,21 +40,42 @@ pub fn tuned(
     tenants: &[&Tenant],
     opts: &crate::input::PlanOptions,
 ) -> Option<HostPrediction> {
+    tries(host, sched)
+        .into_iter()
+        .map(|(m, pin)| predict_host(instance, host, m, pin, tenants, opts))
+        .find(|p| p.meets)
+}
+
+/// The settings [`tuned`] tries on `host` under `sched`, in its order.
+pub fn tries(host: &HostSpec, sched: Model) -> Vec<(Model, IoPin)> {
     let short = match sched {
         Model::Credit { tslice_ns } if tslice_ns > 1_000_000 => Some(Model::Credit { tslice_ns: 1_000_000 }),
         _ => None,
     };
     let pinnable = io_pin(host).is_some() && matches!(sched, Model::Cfs | Model::Credit { .. });
-    let mut tries: Vec<(Model, bool)> = Vec::new();
-    tries.extend(short.map(|m| (m, false)));
+    let mut tries: Vec<(Model, IoPin)> = Vec::new();
+    tries.extend(short.map(|m| (m, IoPin::None)));
     if pinnable {
-        tries.push((sched, true));
-        tries.extend(short.map(|m| (m, true)));
+        tries.push((sched, IoPin::Hard));
+        tries.extend(short.map(|m| (m, IoPin::Hard)));
+        if matches!(sched, Model::Credit { .. }) {
+            tries.push((sched, IoPin::Soft));
+            tries.extend(short.map(|m| (m, IoPin::Soft)));
+        }
     }
     tries
-        .into_iter()
-        .map(|(m, pin)| predict_host(instance, host, m, pin, tenants, opts))
-        .find(|p| p.meets)
+}
+
+/// How the planner places the host I/O path against the tenants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoPin {
+    /// Where the host's scheduler puts it.
+    None,
+    /// On cores of its own, the tenants on the rest (hard affinity).
+    Hard,
+    /// Preferring cores of its own, the tenants preferring the rest
+    /// (Xen's soft affinity: either may run on the other's cores).
+    Soft,
 }
 
 /// Where a pinned host I/O path goes: its last `io_cpus` whole cores, when
@@ -113,6 +137,8 @@ pub struct HostPrediction {
     /// The I/O path pinned to cores of its own, the tenants to the rest
     /// (chosen by the planner), as "I/O path on cores A-B".
     pub pinning: Option<String>,
+    /// ... as soft affinity (a preference, not a fence).
+    pub soft_pinned: bool,
 }
 
 impl HostPrediction {
@@ -211,12 +237,12 @@ pub fn horizon_ns(tenants: &[&Tenant]) -> u64 {
 }
 
 /// Predicts `tenants` on one instance of `host` under `sched`, with the
-/// host I/O path pinned to cores of its own if `pin_io`.
+/// host I/O path placed as `pin_io` says.
 pub fn predict_host(
     instance: &str,
     host: &HostSpec,
     sched: Model,
-    pin_io: bool,
+    pin_io: IoPin,
     tenants: &[&Tenant],
     opts: &crate::input::PlanOptions,
 ) -> HostPrediction {
@@ -262,15 +288,16 @@ pub fn predict_host(
     }
     let threads = w.threads();
     // Pinned only where the model can pin: the report says what ran.
-    let pinned = io_pin(host).filter(|_| pin_io).and_then(|io_cores| {
+    let pinned = io_pin(host).filter(|_| pin_io != IoPin::None).and_then(|io_cores| {
         let mut sets = vec![ontime_sim::sched::CpuSet::range(0..io_cores.start); threads];
         for th in w.io_threads() {
             sets[th] = ontime_sim::sched::CpuSet::range(io_cores.clone());
         }
-        sched
-            .build_pinned_measured(sets, host.cores, opts.wakeups)
-            .ok()
-            .map(|m| (m, io_cores))
+        let built = match pin_io {
+            IoPin::Soft => sched.build_soft_pinned(sets, host.cores),
+            _ => sched.build_pinned_measured(sets, host.cores, opts.wakeups),
+        };
+        built.ok().map(|m| (m, io_cores))
     });
     let (mut model, pin) = match pinned {
         Some((m, io_cores)) => (m, Some(io_cores)),
@@ -336,9 +363,14 @@ pub fn predict_host(
         rule_violations,
         simulated_s: end as f64 / 1e9,
         busy_cpus: o.map_or(0.0, |o| o.busy_ns as f64 / end.max(1) as f64),
+        soft_pinned: pin_io == IoPin::Soft && pin.is_some(),
         pinning: pin.map(|r| {
+            let (on, how) = match pin_io {
+                IoPin::Soft => ("preferring", " (soft affinity)"),
+                _ => ("on", ""),
+            };
             format!(
-                "I/O path on cores {}-{}, tenants on 0-{}",
+                "I/O path {on} cores {}-{}, tenants {on} 0-{}{how}",
                 r.start,
                 r.end - 1,
                 r.start - 1

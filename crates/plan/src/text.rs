@@ -54,6 +54,7 @@ fn host_table(hosts: &[HostPrediction]) -> String {
             h.peak_100ms_cpu,
             h.io_cpu,
             match &h.pinning {
+                Some(_) if h.soft_pinned => format!("{} +I/O soft-pinned", h.scheduler),
                 Some(_) => format!("{} +I/O pinned", h.scheduler),
                 None => h.scheduler.to_string(),
             },

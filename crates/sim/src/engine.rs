@@ -832,25 +832,38 @@ impl Dispatcher {
             }
             let hot_ok = |t: usize| gate == 0 || tick || now.saturating_sub(pc.last_ran[t]) >= b.cache_hot_ns;
             let mut pick: Option<usize> = None;
-            for (i, c) in cand.iter().enumerate() {
-                if c.held.is_some()
-                    || !sched_ro.eligible(&c.job)
-                    || !hot_ok(c.job.task)
-                    || !sched_ro.affinity(c.job.task).contains(cpu)
-                {
-                    continue;
+            // Threads that prefer this CPU first, then any it may take
+            // (Xen's soft then hard affinity step in `csched_load_balance`;
+            // without soft affinity both steps see the same threads).
+            for soft_step in [true, false] {
+                let mut left_to_hard_step = false;
+                for (i, c) in cand.iter().enumerate() {
+                    if c.held.is_some()
+                        || !sched_ro.eligible(&c.job)
+                        || !hot_ok(c.job.task)
+                        || !sched_ro.affinity(c.job.task).contains(cpu)
+                    {
+                        continue;
+                    }
+                    if soft_step && !sched_ro.soft_affinity(c.job.task).contains(cpu) {
+                        left_to_hard_step = true;
+                        continue;
+                    }
+                    if stealing && sched_ro.steals_for(&c.job) {
+                        continue;
+                    }
+                    let from = pc.home[c.job.task];
+                    // Only what waits behind another job (a thread about to
+                    // run on its own CPU is not pulled away from it).
+                    if from == cpu || self.chosen[from] == i {
+                        continue;
+                    }
+                    if pick.is_none_or(|p| sched_ro.order(&c.job, &cand[p].job).is_lt()) {
+                        pick = Some(i);
+                    }
                 }
-                if stealing && sched_ro.steals_for(&c.job) {
-                    continue;
-                }
-                let from = pc.home[c.job.task];
-                // Only what waits behind another job (a thread about to run
-                // on its own CPU is not pulled away from it).
-                if from == cpu || self.chosen[from] == i {
-                    continue;
-                }
-                if pick.is_none_or(|p| sched_ro.order(&c.job, &cand[p].job).is_lt()) {
-                    pick = Some(i);
+                if pick.is_some() || !left_to_hard_step {
+                    break;
                 }
             }
             if let Some(i) = pick {
@@ -1481,6 +1494,44 @@ mod tests {
             assert!(hogs > 1_800 * MS, "{model}: unpinned hogs use both CPUs ({hogs})");
         }
         assert!(Model::Credit2.build_pinned(vec![zero; 2], 2).is_err());
+    }
+
+    /// Xen's soft affinity: a waking vCPU takes an idle pCPU it prefers
+    /// over the idle one it ran on, else any idle one it may use; soft
+    /// pinned vCPUs still run anywhere (three hogs preferring CPU 0 use
+    /// both CPUs, where hard pinned ones use one).
+    #[test]
+    fn soft_affinity_is_a_preference_not_a_fence() {
+        use crate::sched::{CpuSet, CpuView, Model};
+        let (zero, one) = (CpuSet::range(0..1), CpuSet::range(1..2));
+        let mut c = Credit::new(vec![256; 2], 2, 30 * MS);
+        c.soft = vec![one, CpuSet::ALL];
+        let idle = [CpuView::default(); 2];
+        assert_eq!(c.select_cpu(&job(0), 0, &idle), 1, "the idle pCPU it prefers");
+        assert_eq!(c.select_cpu(&job(1), 0, &idle), 0, "no preference: where it ran");
+        let busy_one = [
+            CpuView::default(),
+            CpuView {
+                running: Some(job(1)),
+                waiting: 0,
+            },
+        ];
+        assert_eq!(c.select_cpu(&job(0), 1, &busy_one), 0, "then any idle pCPU");
+        assert!(c.soft_affinity(0).contains(1) && !c.soft_affinity(0).contains(0));
+        assert_eq!(c.soft_affinity(1), CpuSet::ALL);
+
+        let hog = |n: &str| PeriodicTask::new(n, 10_000 * MS, 10_000 * MS, 0);
+        let ts = vec![hog("a"), hog("b"), hog("c")];
+        let credit = Model::Credit { tslice_ns: 30 * MS };
+        let mut soft = credit.build_soft_pinned(vec![zero; 3], 2).unwrap();
+        let o = simulate(&ts, 2, soft.as_mut(), 1_000 * MS, 1);
+        let used: u64 = o.tasks.iter().map(|t| t.cpu_ns).sum();
+        assert!(used > 1_800 * MS, "soft pinned hogs use both CPUs ({used})");
+        let mut hard = credit.build_pinned(vec![zero; 3], 2).unwrap();
+        let o = simulate(&ts, 2, hard.as_mut(), 1_000 * MS, 1);
+        let used: u64 = o.tasks.iter().map(|t| t.cpu_ns).sum();
+        assert_eq!(used, 1_000 * MS, "hard pinned hogs share CPU 0");
+        assert!(Model::Cfs.build_soft_pinned(vec![zero; 3], 2).is_err());
     }
 
     #[test]

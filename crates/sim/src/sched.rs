@@ -134,6 +134,20 @@ impl Model {
         }
     }
 
+    /// [`Model::build`] with each thread's soft affinity (`soft`, one per
+    /// thread: where it prefers to run, free to run anywhere): Xen's, so
+    /// credit only.
+    pub fn build_soft_pinned(&self, soft: Vec<CpuSet>, cpus: usize) -> Result<Box<dyn Scheduler + Send>, String> {
+        let threads = soft.len();
+        match *self {
+            Model::Credit { tslice_ns } => Ok(Box::new(Credit {
+                soft,
+                ..Credit::new(vec![256; threads], cpus, tslice_ns)
+            })),
+            other => Err(format!("{other}: soft affinity is Xen's (credit)")),
+        }
+    }
+
     /// A short name for run directories.
     pub fn label(&self) -> String {
         match self {
@@ -254,6 +268,21 @@ impl CpuSet {
     pub fn contains(&self, cpu: usize) -> bool {
         cpu < 256 && self.0[cpu / 64] & (1 << (cpu % 64)) != 0
     }
+
+    /// The CPUs in both.
+    pub fn and(&self, other: CpuSet) -> CpuSet {
+        CpuSet(std::array::from_fn(|i| self.0[i] & other.0[i]))
+    }
+
+    /// Whether every CPU of `other` is in this set.
+    pub fn covers(&self, other: CpuSet) -> bool {
+        (0..4).all(|i| other.0[i] & !self.0[i] == 0)
+    }
+
+    /// Whether it holds no CPU.
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(|&w| w == 0)
+    }
 }
 
 /// A draw in [0, 1) fixed by the job (its thread and release time), so a
@@ -297,6 +326,12 @@ pub trait Scheduler {
     }
     /// Where `task` may run (models with per-CPU queues honour it).
     fn affinity(&self, _task: usize) -> CpuSet {
+        CpuSet::ALL
+    }
+    /// Where `task` prefers to run, within its affinity (Xen's soft
+    /// affinity): a CPU going idle steals among the threads that prefer
+    /// it first. ALL: no preference.
+    fn soft_affinity(&self, _task: usize) -> CpuSet {
         CpuSet::ALL
     }
     /// Which of two runnable jobs runs first.
@@ -917,6 +952,9 @@ pub struct Credit {
     pub per_cpu: bool,
     /// Per vCPU, its hard affinity (`xl vcpu-pin`; empty: anywhere).
     pub pinned: Vec<CpuSet>,
+    /// Per vCPU, its soft affinity (`xl vcpu-pin VM V HARD SOFT`; empty:
+    /// none): where it prefers to run, within its hard affinity.
+    pub soft: Vec<CpuSet>,
 }
 
 /// credit1's priorities, best first (`CSCHED_PRI_TS_BOOST`, `_UNDER`,
@@ -959,6 +997,7 @@ impl Credit {
             next_tick: Vec::new(),
             per_cpu: true,
             pinned: Vec::new(),
+            soft: Vec::new(),
         };
         let (tick, m) = (c.tick_ns(), cpus.max(1) as u64);
         c.next_tick = (0..m).map(|p| tick + tick * p / m).collect();
@@ -966,6 +1005,14 @@ impl Credit {
     }
 
     /// One global run queue instead of per-pCPU ones.
+    /// The vCPU's soft affinity within its hard one, when it says anything
+    /// (`has_soft_affinity`: not empty there, and not all of it).
+    fn useful_soft(&self, task: usize) -> Option<CpuSet> {
+        let hard = self.affinity(task);
+        let soft = self.soft.get(task)?.and(hard);
+        (!soft.is_empty() && !soft.covers(hard)).then_some(soft)
+    }
+
     pub fn global(mut self) -> Credit {
         self.per_cpu = false;
         self
@@ -1059,6 +1106,23 @@ impl Scheduler for Credit {
     }
     fn affinity(&self, task: usize) -> CpuSet {
         CpuSet::of_thread(&self.pinned, task)
+    }
+    fn soft_affinity(&self, task: usize) -> CpuSet {
+        self.useful_soft(task).unwrap_or(CpuSet::ALL)
+    }
+    fn select_cpu(&self, job: &Job, prev: usize, cpus: &[CpuView]) -> usize {
+        // `_csched_cpu_pick` and `__runq_tickle` run a soft affinity step
+        // before the hard one (`for_each_affinity_balance_step`): an idle
+        // pCPU the vCPU prefers, else any idle one it may use, else the
+        // one it ran on.
+        let hard = self.affinity(job.task);
+        if let Some(soft) = self.useful_soft(job.task) {
+            let c = idle_first(prev, cpus, soft);
+            if soft.contains(c) && cpus[c].idle() {
+                return c;
+            }
+        }
+        idle_first(prev, cpus, hard)
     }
     fn wake(&mut self, job: &Job) {
         if self.pri[job.task] == CreditPri::Under {
