@@ -70,6 +70,8 @@ pub struct Eevdf {
     /// about wake-up preemption then only), and scratch for that sync.
     woke: Vec<bool>,
     moving: Vec<bool>,
+    /// The threads whose `woke` is set.
+    woken: Vec<usize>,
     /// Per run queue: its entities (delayed ones included), their weight,
     /// and the entity that last ran from it (None: another class ran on
     /// the CPU since, or it slept).
@@ -114,6 +116,7 @@ impl Eevdf {
             delayed: vec![false; entities],
             woke: vec![false; threads],
             moving: vec![false; threads],
+            woken: Vec::with_capacity(threads),
             members: vec![Vec::new(); rqs],
             rq_weight: vec![0; rqs],
             rq_delayed: vec![0; rqs],
@@ -260,7 +263,7 @@ impl Eevdf {
     /// Brings the queues in line with where each fair thread is runnable
     /// now (`homes[t]`: its CPU, None when it has nothing to run).
     pub fn sync(&mut self, homes: &[Option<usize>], fair: impl Fn(usize) -> bool) {
-        self.woke.iter_mut().for_each(|w| *w = false);
+        self.dispatched();
         // Leaving first (sleep, or moving away), then arriving.
         for (t, &home) in homes.iter().enumerate().take(self.threads) {
             if !fair(t) {
@@ -285,15 +288,27 @@ impl Eevdf {
                 None => {
                     let rq = self.rq_for(t, c);
                     self.enqueue(t, rq);
-                    self.woke[t] = !self.moving[t];
+                    if !self.moving[t] {
+                        self.woke[t] = true;
+                        self.woken.push(t);
+                    }
                     self.moving[t] = false;
                 }
                 Some(_) if self.delayed[t] => {
                     self.requeue(t);
                     self.woke[t] = true;
+                    self.woken.push(t);
                 }
                 Some(_) => {}
             }
+        }
+    }
+
+    /// A dispatch is done: the threads that woke before it have had their
+    /// wake-up preemption asked.
+    pub fn dispatched(&mut self) {
+        for t in self.woken.drain(..) {
+            self.woke[t] = false;
         }
     }
 

@@ -408,6 +408,7 @@ pub fn run_with_stalls(
                 pc.runnable_on(&mut *sched, &queues, &running);
                 pc.pulled = false;
                 d.dispatch_per_cpu(&mut *sched, &mut queues, &mut running, now, workload, &mut pc, b, tick);
+                sched.dispatched();
                 // Only a pull moves a thread during the dispatch.
                 if pc.pulled {
                     pc.runnable_on(&mut *sched, &queues, &running);

@@ -383,6 +383,8 @@ pub trait Scheduler {
     /// that keeps per-CPU queue state (Linux's EEVDF) follows wake-ups,
     /// sleeps and migrations.
     fn runnable_on(&mut self, _homes: &[Option<usize>]) {}
+    /// With per-CPU queues: a dispatch is done.
+    fn dispatched(&mut self) {}
     /// `job.task` woke up: its job was released while it had nothing to
     /// run.
     fn wake(&mut self, _job: &Job) {}
@@ -823,6 +825,11 @@ impl Scheduler for Linux {
             self.eevdf.ran(cpu, job.task, ran_ns);
         } else {
             self.eevdf.other_ran(cpu);
+        }
+    }
+    fn dispatched(&mut self) {
+        if self.eevdf_on().is_some() {
+            self.eevdf.dispatched();
         }
     }
     fn runnable_on(&mut self, homes: &[Option<usize>]) {
