@@ -6,12 +6,14 @@
 //! slice protected, and whose virtual deadline comes first.
 //!
 //! Lag is kept as the kernel defines it, `V - v_i` in virtual
-//! nanoseconds (`V` the run queue's weighted average virtual runtime), but
-//! without absolute virtual times: while an entity runs for `dt`, every
-//! entity on its queue gains `dt * 1024 / W` and the runner loses `dt *
-//! 1024 / w`. Enqueueing an entity with lag `l` moves the others by `-w l
-//! / W` (`place_entity` inflates the lag so the newcomer keeps exactly
-//! `l`), dequeueing moves them back; the lags on a queue sum to zero.
+//! nanoseconds, `V` the run queue's weighted average virtual runtime:
+//! while an entity runs for `dt`, `V` moves on by `dt * 1024 / W` and the
+//! runner's `v` by `dt * 1024 / w`. Enqueueing an entity with lag `l`
+//! moves `V` back by `w l / W` (`place_entity` inflates the lag so the
+//! newcomer keeps exactly `l`), dequeueing moves it forward again; the
+//! lags on a queue sum to zero. An entity queued on an empty queue gets
+//! no lag (`place_entity` applies it only beside others). A sleeping
+//! entity keeps its lag, not its `v`.
 //!
 //! Rules followed, each as the kernel has it:
 //! - `place_entity` (PLACE_LAG): a waking or migrating entity keeps the
@@ -56,7 +58,10 @@ pub struct Eevdf {
     /// clamp (`entity_lag`), per entity.
     vslice: Vec<i64>,
     lag_limit: Vec<i64>,
+    /// Lag kept while not queued.
     lag: Vec<i64>,
+    /// Virtual runtime while queued.
+    v: Vec<i64>,
     /// Virtual time used of the entity's current slice (its deadline is
     /// `vslice - used` ahead of its virtual runtime).
     used: Vec<i64>,
@@ -77,6 +82,8 @@ pub struct Eevdf {
     /// the CPU since, or it slept).
     members: Vec<Vec<usize>>,
     rq_weight: Vec<i64>,
+    /// Per run queue, its weighted average virtual runtime `V`.
+    avg: Vec<i64>,
     /// Per run queue, how many of its entities are delayed dequeues.
     rq_delayed: Vec<u32>,
     curr: Vec<Option<usize>>,
@@ -110,6 +117,7 @@ impl Eevdf {
             vslice,
             lag_limit,
             lag: vec![0; entities],
+            v: vec![0; entities],
             used: vec![0; entities],
             protect: vec![0; entities],
             rq: vec![None; entities],
@@ -119,6 +127,7 @@ impl Eevdf {
             woken: Vec::with_capacity(threads),
             members: vec![Vec::new(); rqs],
             rq_weight: vec![0; rqs],
+            avg: vec![0; rqs],
             rq_delayed: vec![0; rqs],
             curr: vec![None; rqs],
         }
@@ -155,13 +164,21 @@ impl Eevdf {
         self.rq[t].map(|rq| (self.cpu_of_rq(rq), self.delayed[t]))
     }
 
+    /// An entity's lag: `V - v` while queued, else the lag it left with.
+    fn lag_e(&self, e: usize) -> i64 {
+        match self.rq[e] {
+            Some(rq) => self.avg[rq] - self.v[e],
+            None => self.lag[e],
+        }
+    }
+
     fn enqueue(&mut self, e: usize, rq: usize) {
         let (w, l, total) = (self.weight[e], self.lag[e], self.rq_weight[rq]);
         if total > 0 {
-            let shift = (w as i128 * l as i128 / total as i128) as i64;
-            for &m in &self.members[rq] {
-                self.lag[m] -= shift;
-            }
+            self.avg[rq] -= (w as i128 * l as i128 / total as i128) as i64;
+            self.v[e] = self.avg[rq] - l;
+        } else {
+            self.v[e] = self.avg[rq];
         }
         let was_empty = self.members[rq].is_empty();
         self.members[rq].push(e);
@@ -185,14 +202,16 @@ impl Eevdf {
     /// A delayed entity wakes where it is (DELAY_ZERO: positive lag clipped).
     fn requeue(&mut self, e: usize) {
         self.set_delayed(e, false);
-        self.lag[e] = self.lag[e].min(0);
+        if let Some(rq) = self.rq[e] {
+            self.v[e] = self.v[e].max(self.avg[rq]);
+        }
     }
 
     /// Takes `e` off its queue; `sleep`: it has nothing to run (it may be
     /// delayed instead), else it moves to another CPU.
     fn dequeue(&mut self, e: usize, sleep: bool) {
         let Some(rq) = self.rq[e] else { return };
-        if sleep && self.lag[e] < 0 && !self.delayed[e] {
+        if sleep && self.lag_e(e) < 0 && !self.delayed[e] {
             self.set_delayed(e, true);
             if self.curr[rq] == Some(e) {
                 self.curr[rq] = None;
@@ -208,14 +227,11 @@ impl Eevdf {
         if let Some(p) = pos {
             self.members[rq].swap_remove(p);
         }
-        let (w, l) = (self.weight[e], self.lag[e]);
+        let (w, l) = (self.weight[e], self.avg[rq] - self.v[e]);
         self.rq_weight[rq] -= w;
         let total = self.rq_weight[rq];
         if total > 0 {
-            let shift = (w as i128 * l as i128 / total as i128) as i64;
-            for &m in &self.members[rq] {
-                self.lag[m] += shift;
-            }
+            self.avg[rq] += (w as i128 * l as i128 / total as i128) as i64;
         }
         let limit = self.lag_limit[e];
         self.lag[e] = if self.delayed[e] { l.min(0) } else { l }.clamp(-limit, limit);
@@ -350,16 +366,13 @@ impl Eevdf {
             self.protect[e] = self.vslice(e) - self.used[e];
         }
         let total = self.rq_weight[rq].max(1);
-        let gain = dt * NICE_0 / total;
-        for &m in &self.members[rq] {
-            self.lag[m] += gain;
-        }
+        self.avg[rq] += dt * NICE_0 / total;
         let spent = if self.weight[e] == NICE_0 {
             dt
         } else {
             dt * NICE_0 / self.weight[e]
         };
-        self.lag[e] -= spent;
+        self.v[e] += spent;
         self.used[e] += spent;
         self.protect[e] -= spent;
         let vslice = self.vslice(e);
@@ -372,7 +385,7 @@ impl Eevdf {
         let mut i = 0;
         while self.rq_delayed[rq] > 0 && i < self.members[rq].len() {
             let m = self.members[rq][i];
-            if self.delayed[m] && self.lag[m] >= 0 {
+            if self.delayed[m] && self.lag_e(m) >= 0 {
                 self.remove(m, rq);
                 i = 0;
             } else {
@@ -382,12 +395,12 @@ impl Eevdf {
     }
 
     fn eligible(&self, e: usize) -> bool {
-        self.lag[e] >= 0
+        self.lag_e(e) >= 0
     }
 
     /// Virtual deadline relative to the queue's average.
     fn deadline(&self, e: usize) -> i64 {
-        self.vslice(e) - self.used[e] - self.lag[e]
+        self.vslice(e) - self.used[e] - self.lag_e(e)
     }
 
     /// The entities of threads `a` and `b` at the level where they share a
@@ -449,7 +462,7 @@ impl Eevdf {
 
     /// The lag of thread `t` (virtual ns), for tests and traces.
     pub fn lag_of(&self, t: usize) -> i64 {
-        self.lag[t]
+        self.lag_e(t)
     }
 }
 
@@ -485,6 +498,20 @@ mod tests {
         e.ran(0, 0, 5 * MS);
         e.sync(&[Some(0), Some(0)], |_| true);
         assert!(e.wakeup_preempts(1, 0));
+    }
+
+    #[test]
+    fn lag_is_kept_only_beside_others() {
+        let mut e = two_threads();
+        e.sync(&[Some(0), Some(0)], |_| true);
+        e.ran(0, 0, MS);
+        e.ran(0, 1, 10_000);
+        e.sync(&[Some(0), None], |_| true);
+        e.sync(&[None, None], |_| true);
+        assert!(e.lag_of(1) > 400_000, "kept while asleep: {}", e.lag_of(1));
+        // Woken onto an empty queue it is the average: no lag to spend.
+        e.sync(&[None, Some(0)], |_| true);
+        assert_eq!(e.lag_of(1), 0);
     }
 
     #[test]
