@@ -379,7 +379,8 @@ pub trait Scheduler {
     /// [`Scheduler::charge`]; Linux's fair queues advance by CPU).
     fn ran_on(&mut self, _cpu: usize, _job: &Job, _ran_ns: u64) {}
     /// With per-CPU queues: where every thread is runnable now (its CPU;
-    /// None: nothing to run), before and after each dispatch, so a model
+    /// None: nothing to run), before each dispatch and after one that
+    /// moved a thread, so a model
     /// that keeps per-CPU queue state (Linux's EEVDF) follows wake-ups,
     /// sleeps and migrations.
     fn runnable_on(&mut self, _homes: &[Option<usize>]) {}
@@ -547,21 +548,24 @@ impl LinuxClass {
 /// fresh budget and deadline (now + period); one that has used its budget
 /// is throttled until its deadline, then replenished; among those with
 /// budget the earliest deadline runs. Real-time threads run by priority
-/// (RR rotating at its slice). Fair threads share as [`Cfs`] but with
-/// EEVDF's slice (`base_slice_ns`, 0.75 ms scaled by 1 + log2 of the CPUs
-/// up to 8: 1.5 ms on 2 CPUs, 3 ms on 8) and its run-to-parity rule: a
-/// waking fair thread does not preempt a fair thread within its slice
-/// (unless the host was measured to: [`MeasuredWakeups::preempts`]); a higher class
-/// always preempts.
+/// (RR rotating at its slice). Fair threads run with EEVDF's slice
+/// (`base_slice_ns`, 0.75 ms scaled by 1 + log2 of the CPUs up to 8: 1.5
+/// ms on 2 CPUs, 3 ms on 8). With per-CPU queues they are ordered and
+/// preempt by EEVDF's rules ([`Eevdf`]: lag kept across sleep,
+/// eligibility, earliest virtual deadline, run to parity, delayed
+/// dequeue), unless the host was measured: then a waking fair thread
+/// preempts a fair one with the measured share
+/// ([`MeasuredWakeups::preempts`]) and they share as [`Cfs`] (virtual
+/// runtime). With one global queue: [`Cfs`] and run to parity. A higher
+/// class always preempts.
 /// A fair thread woken synchronously by a fair thread (a packet handed
 /// over, a request written) looks first at its waker's CPU
 /// (`wake_affine`). Fair threads may sit in cgroups one level below the
 /// root ([`Linux::with_groups`]): the group competes as one entity.
 /// Leaves out: real-time throttling (`sched_rt_runtime_us`, 95 %), the
 /// deadline class's admission control and GRUB reclaiming, deeper cgroup
-/// levels, per-CPU shares of a group's weight, EEVDF's lag and virtual
-/// deadlines (a waking thread is placed as in CFS), real-time push/pull
-/// between run queues, and everything [`Cfs`] leaves out.
+/// levels, per-CPU shares of a group's weight, real-time push/pull
+/// between run queues, and what [`Eevdf`] and [`Cfs`] leave out.
 #[derive(Clone, Debug)]
 pub struct Linux {
     pub classes: Vec<LinuxClass>,
