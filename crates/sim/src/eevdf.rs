@@ -71,8 +71,9 @@ pub struct Eevdf {
     /// on CPU c is cpus + g * cpus + c.
     rq: Vec<Option<usize>>,
     delayed: Vec<bool>,
-    /// Per thread: it woke at the last [`Eevdf::sync`] (the kernel asks
-    /// about wake-up preemption then only), and scratch for that sync.
+    /// Per thread: it woke at a [`Eevdf::sync`] since the last
+    /// [`Eevdf::dispatched`] (the kernel asks about wake-up preemption
+    /// then only), and scratch for a sync.
     woke: Vec<bool>,
     moving: Vec<bool>,
     /// The threads whose `woke` is set.
@@ -156,6 +157,10 @@ impl Eevdf {
         } else {
             (rq - self.cpus) % self.cpus
         }
+    }
+
+    pub fn cpus(&self) -> usize {
+        self.cpus
     }
 
     /// The CPU whose queue holds thread `t`, and whether it is there only
@@ -279,7 +284,6 @@ impl Eevdf {
     /// Brings the queues in line with where each fair thread is runnable
     /// now (`homes[t]`: its CPU, None when it has nothing to run).
     pub fn sync(&mut self, homes: &[Option<usize>], fair: impl Fn(usize) -> bool) {
-        self.dispatched();
         // Leaving first (sleep, or moving away), then arriving.
         for (t, &home) in homes.iter().enumerate().take(self.threads) {
             if !fair(t) {
@@ -485,14 +489,20 @@ mod tests {
         assert_eq!(e.lag_of(1), MS as i64 / 2);
     }
 
-    #[test]
-    fn a_waiter_that_sleeps_keeps_its_lag_and_preempts_when_it_wakes() {
+    /// Thread 1 waited 1 ms behind thread 0, ran 10 us and went to sleep
+    /// owed about half a millisecond; 0 runs on.
+    fn one_slept_owed() -> Eevdf {
         let mut e = two_threads();
         e.sync(&[Some(0), Some(0)], |_| true);
         e.ran(0, 0, MS);
-        // 1 waited 1 ms, ran 10 us, sleeps owed about half a millisecond.
         e.ran(0, 1, 10_000);
         e.sync(&[Some(0), None], |_| true);
+        e
+    }
+
+    #[test]
+    fn a_waiter_that_sleeps_keeps_its_lag_and_preempts_when_it_wakes() {
+        let mut e = one_slept_owed();
         assert!(e.lag_of(1) > 400_000, "kept {}", e.lag_of(1));
         // 0 runs alone for a while; 1 wakes: 0 is no longer eligible.
         e.ran(0, 0, 5 * MS);
@@ -502,11 +512,7 @@ mod tests {
 
     #[test]
     fn lag_is_kept_only_beside_others() {
-        let mut e = two_threads();
-        e.sync(&[Some(0), Some(0)], |_| true);
-        e.ran(0, 0, MS);
-        e.ran(0, 1, 10_000);
-        e.sync(&[Some(0), None], |_| true);
+        let mut e = one_slept_owed();
         e.sync(&[None, None], |_| true);
         assert!(e.lag_of(1) > 400_000, "kept while asleep: {}", e.lag_of(1));
         // Woken onto an empty queue it is the average: no lag to spend.

@@ -292,10 +292,7 @@ pub fn run_with_stalls(
             j.remaining_ns -= dt.min(j.remaining_ns);
             busy += dt;
             out[j.task].cpu_ns += dt;
-            sched.charge(j, dt);
-            if balance.is_some() && dt > 0 {
-                sched.ran_on(cpu, j, dt);
-            }
+            sched.charge(cpu, j, dt);
         }
         now = run_to;
         for s in running.iter().flatten() {

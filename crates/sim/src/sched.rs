@@ -375,9 +375,6 @@ pub trait Scheduler {
     /// Called with every runnable or running job before they are ordered
     /// (credit2 resets credits here).
     fn before_dispatch(&mut self, _runnable: &[Job]) {}
-    /// With per-CPU queues: `job` ran `ran_ns` on `cpu` (after
-    /// [`Scheduler::charge`]; Linux's fair queues advance by CPU).
-    fn ran_on(&mut self, _cpu: usize, _job: &Job, _ran_ns: u64) {}
     /// With per-CPU queues: where every thread is runnable now (its CPU;
     /// None: nothing to run), before each dispatch and after one that
     /// moved a thread, so a model
@@ -389,8 +386,9 @@ pub trait Scheduler {
     /// `job.task` woke up: its job was released while it had nothing to
     /// run.
     fn wake(&mut self, _job: &Job) {}
-    /// `ran_ns` of CPU went to `job` (virtual runtime, credit).
-    fn charge(&mut self, _job: &Job, _ran_ns: u64) {}
+    /// `ran_ns` of CPU `cpu` went to `job` (virtual runtime, credit; the
+    /// CPU for models with per-CPU queue state, Linux's EEVDF).
+    fn charge(&mut self, _cpu: usize, _job: &Job, _ran_ns: u64) {}
     /// When the model wants [`Scheduler::on_timer`] called (its accounting
     /// period), if ever.
     fn next_timer_ns(&self) -> Option<u64> {
@@ -506,7 +504,7 @@ impl Scheduler for Cfs {
         let v = &mut self.vruntime[job.task];
         *v = (*v).max(floor);
     }
-    fn charge(&mut self, job: &Job, ran_ns: u64) {
+    fn charge(&mut self, _cpu: usize, job: &Job, ran_ns: u64) {
         let w = self.weights[job.task].max(1);
         self.vruntime[job.task] += ran_ns * 1024 / w;
     }
@@ -571,7 +569,6 @@ pub struct Linux {
     pub classes: Vec<LinuxClass>,
     /// EEVDF's slice of a fair thread.
     pub fair_slice_ns: u64,
-    cpus: usize,
     fair: Cfs,
     /// Per thread, the cgroup it shares in (None: the root).
     group: Vec<Option<usize>>,
@@ -635,7 +632,6 @@ impl Linux {
         let fair_slice_ns = EEVDF_BASE_SLICE_NS * factor;
         Linux {
             eevdf: Eevdf::new(&weights, &[], &[], cpus.max(1), fair_slice_ns),
-            cpus: cpus.max(1),
             top: Cfs::new(weights.clone()),
             fair: Cfs::new(weights),
             group: vec![None; n],
@@ -702,7 +698,13 @@ impl Linux {
         let mut top: Vec<u64> = self.fair.weights.clone();
         top.extend_from_slice(weights);
         self.top = Cfs::new(top);
-        self.eevdf = Eevdf::new(&self.fair.weights, &group, weights, self.cpus, self.fair_slice_ns);
+        self.eevdf = Eevdf::new(
+            &self.fair.weights,
+            &group,
+            weights,
+            self.eevdf.cpus(),
+            self.fair_slice_ns,
+        );
         self.group = group;
         self
     }
@@ -821,16 +823,6 @@ impl Scheduler for Linux {
     fn eligible(&self, job: &Job) -> bool {
         !matches!(self.classes[job.task], LinuxClass::Deadline { .. }) || self.dl_left[job.task] > 0
     }
-    fn ran_on(&mut self, cpu: usize, job: &Job, ran_ns: u64) {
-        if self.eevdf_on().is_none() {
-            return;
-        }
-        if self.is_fair(job.task) {
-            self.eevdf.ran(cpu, job.task, ran_ns);
-        } else {
-            self.eevdf.other_ran(cpu);
-        }
-    }
     fn dispatched(&mut self) {
         if self.eevdf_on().is_some() {
             self.eevdf.dispatched();
@@ -880,13 +872,20 @@ impl Scheduler for Linux {
             LinuxClass::RealTime { .. } => {}
         }
     }
-    fn charge(&mut self, job: &Job, ran_ns: u64) {
+    fn charge(&mut self, cpu: usize, job: &Job, ran_ns: u64) {
+        if ran_ns > 0 && self.eevdf_on().is_some() {
+            if self.is_fair(job.task) {
+                self.eevdf.ran(cpu, job.task, ran_ns);
+            } else {
+                self.eevdf.other_ran(cpu);
+            }
+        }
         match self.classes[job.task] {
             LinuxClass::Deadline { .. } => self.dl_left[job.task] = self.dl_left[job.task].saturating_sub(ran_ns),
             LinuxClass::Fair { .. } => {
-                self.fair.charge(job, ran_ns);
+                self.fair.charge(cpu, job, ran_ns);
                 let e = self.entity(job);
-                self.top.charge(&e, ran_ns);
+                self.top.charge(cpu, &e, ran_ns);
             }
             LinuxClass::RealTime { .. } => {}
         }
@@ -1140,7 +1139,7 @@ impl Scheduler for Credit {
             self.pri[job.task] = CreditPri::Boost;
         }
     }
-    fn charge(&mut self, job: &Job, ran_ns: u64) {
+    fn charge(&mut self, _cpu: usize, job: &Job, ran_ns: u64) {
         self.credit[job.task] -= ran_ns as i64;
     }
     fn next_timer_ns(&self) -> Option<u64> {
@@ -1226,7 +1225,7 @@ impl Scheduler for Credit2 {
         let own = self.credit[job.task].max(0) as u64 * 1024 / self.burn_rate(job.task);
         Some(own.clamp(CREDIT2_MIN_SLICE_NS, CREDIT2_MAX_SLICE_NS))
     }
-    fn charge(&mut self, job: &Job, ran_ns: u64) {
+    fn charge(&mut self, _cpu: usize, job: &Job, ran_ns: u64) {
         let burn = ran_ns * self.burn_rate(job.task) / 1024;
         self.credit[job.task] -= burn as i64;
     }
@@ -1281,7 +1280,7 @@ impl Scheduler for Rtds {
     fn eligible(&self, job: &Job) -> bool {
         self.left[job.task] > 0
     }
-    fn charge(&mut self, job: &Job, ran_ns: u64) {
+    fn charge(&mut self, _cpu: usize, job: &Job, ran_ns: u64) {
         self.left[job.task] = self.left[job.task].saturating_sub(ran_ns);
     }
     fn next_timer_ns(&self) -> Option<u64> {
