@@ -25,7 +25,7 @@ scheduler recordings (observe.otrec) and with their histogram logs cut to
 their headers, as docs/results/sim/lab-runs.tar.xz, so a fresh clone
 reproduces the table without the lab's hour:
 
-    scripts/sim-vs-lab.py --reference [--json]   # unpack, simulate, compare
+    scripts/sim-vs-lab.py --reference [--json] [--seed N]   # unpack, simulate, compare
     scripts/sim-vs-lab.py --pack OUT.tar.xz results/doc-000-tenants ...
 
 --reference unpacks the lab runs into a temporary directory, simulates
@@ -283,9 +283,10 @@ def pack(out, dirs):
     print(f"{out}: {n} lab runs of {len(dirs)} scenario(s), {os.path.getsize(out) / 1e6:.1f} MB", file=sys.stderr)
 
 
-def from_reference(tar_path):
+def from_reference(tar_path, seed=None):
     """Unpacks the committed lab runs into a temporary directory and
-    simulates each scenario beside them; returns (tmpdir, results dirs)."""
+    simulates each scenario beside them (with `--seed` when given);
+    returns (tmpdir, results dirs)."""
     if not os.path.exists(ONTIME):
         sys.exit(f"sim-vs-lab: {ONTIME} is missing: build ontime first (cargo build --release)")
     tmp = tempfile.mkdtemp(prefix="ontime-sim-vs-lab-")
@@ -304,7 +305,8 @@ def from_reference(tar_path):
         into = os.path.join(tmp, name)
         print(f"sim-vs-lab: simulating {name}", file=sys.stderr)
         p = subprocess.run(
-            [ONTIME, "sim", scenario, "--calibration", CALIBRATION, "--into", into],
+            [ONTIME, "sim", scenario, "--calibration", CALIBRATION, "--into", into]
+            + (["--seed", str(seed)] if seed is not None else []),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -320,6 +322,13 @@ def main():
     args = sys.argv[1:]
     as_json = "--json" in args
     args = [a for a in args if a != "--json"]
+    seed = None
+    if "--seed" in args:
+        i = args.index("--seed")
+        if i + 1 >= len(args) or not args[i + 1].isdigit():
+            sys.exit("sim-vs-lab: --seed takes a whole number (the simulator's seed; default 1)")
+        seed = int(args[i + 1])
+        del args[i : i + 2]
     if args[:1] == ["--pack"]:
         if len(args) < 3:
             sys.exit(__doc__)
@@ -327,7 +336,7 @@ def main():
         return
     tmp = None
     if args[:1] == ["--reference"]:
-        tmp, args = from_reference(args[1] if len(args) > 1 else REFERENCE)
+        tmp, args = from_reference(args[1] if len(args) > 1 else REFERENCE, seed)
     if not args or any(a.startswith("-") for a in args):
         sys.exit(__doc__)
     try:
