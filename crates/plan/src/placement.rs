@@ -556,6 +556,7 @@ mod tests {
             wakeups: ontime_sim::sched::MeasuredWakeups {
                 stay_on_busy_prev: 0.91,
                 preempts: Some(0.76),
+                leave_real_time: true,
             },
             ..noisy.clone()
         });

@@ -95,6 +95,11 @@ impl Calibration {
         MeasuredWakeups {
             stay_on_busy_prev: self.wake_stay_share.unwrap_or(0.0),
             preempts: self.wake_preempt_share,
+            // Measured on the lab host's recordings by their threads'
+            // policies, which observe's counts do not carry: a host whose
+            // placement was measured is taken to leave real-time CPUs as
+            // the lab's does (docs/sim.md, session 24).
+            leave_real_time: self.wake_stay_share.is_some(),
         }
     }
 }

@@ -468,6 +468,8 @@ struct PerCpu {
     avg_idle: Vec<u64>,
     idle_since: Vec<Option<u64>>,
     next_tick: Option<u64>,
+    /// Balancing ticks so far (the busy balance runs every so many).
+    ticks: u64,
     view: Vec<CpuView>,
     /// Per thread, the CPU it is runnable on (see `runnable_on`).
     homes: Vec<Option<usize>>,
@@ -488,6 +490,7 @@ impl PerCpu {
             avg_idle: vec![start; cpus],
             idle_since: vec![Some(0); cpus],
             next_tick: balance.and_then(|b| b.tick_ns),
+            ticks: 0,
             view: Vec::with_capacity(cpus),
             homes: Vec::with_capacity(threads),
             pulled: false,
@@ -647,6 +650,8 @@ struct Dispatcher {
     free: Vec<usize>,
     /// Per CPU, the candidate it runs (per-CPU queues; usize::MAX: idle).
     chosen: Vec<usize>,
+    /// Per CPU, its runnable threads as the busy balance counts them.
+    count: Vec<usize>,
     preemptions: u64,
 }
 
@@ -761,6 +766,42 @@ impl Dispatcher {
         }
     }
 
+    /// The periodic balance between busy CPUs ([`Balance::busy_balance_ticks`]):
+    /// while one CPU has at least two more runnable threads the model
+    /// balances by count than another, the one that would run last there
+    /// moves (a running thread stays where it runs). Without it a CPU
+    /// that is never idle is never balanced: a hog alone on one CPU
+    /// while the other runs everything else.
+    fn balance_busy(&mut self, sched: &dyn Scheduler, pc: &mut PerCpu) {
+        let m = pc.idle_since.len();
+        let counted = |c: &Candidate| sched.eligible(&c.job) && sched.balances_load(&c.job);
+        for _ in 0..self.cand.len() {
+            self.count.clear();
+            self.count.resize(m, 0);
+            for c in self.cand.iter().filter(|c| counted(c)) {
+                self.count[c.held.map_or(pc.home[c.job.task], |(cpu, _)| cpu)] += 1;
+            }
+            let busiest = (0..m).max_by_key(|&c| self.count[c]).unwrap_or(0);
+            let least = (0..m).min_by_key(|&c| self.count[c]).unwrap_or(0);
+            if self.count[busiest] < self.count[least] + 2 {
+                return;
+            }
+            let last = self
+                .cand
+                .iter()
+                .filter(|c| {
+                    c.held.is_none()
+                        && pc.home[c.job.task] == busiest
+                        && counted(c)
+                        && sched.affinity(c.job.task).contains(least)
+                })
+                .max_by(|a, b| sched.order(&a.job, &b.job));
+            let Some(c) = last else { return };
+            pc.home[c.job.task] = least;
+            pc.pulled = true;
+        }
+    }
+
     /// Dispatch with per-CPU run queues: each CPU runs the first of its
     /// own queue (its running job kept when the model protects it), then
     /// CPUs left idle pull a waiting thread from a busy CPU's queue when
@@ -782,6 +823,12 @@ impl Dispatcher {
         let m = running.len();
         let runnable = self.candidates(sched, queues, running);
         let sched_ro: &dyn Scheduler = sched;
+        if tick {
+            pc.ticks += 1;
+            if b.busy_balance_ticks.is_some_and(|k| pc.ticks.is_multiple_of(k.max(1))) {
+                self.balance_busy(sched_ro, pc);
+            }
+        }
         let cand = &self.cand;
         // Per CPU, its best candidate (index into cand), eligible only.
         self.taken.clear();
@@ -1463,6 +1510,74 @@ mod tests {
         // 1.5 ms with an average idle of 0.875 ms (1 ms at start, one idle
         // period of 0): `late`, which never ran, is not cache-hot.
         assert_eq!(out.tasks[2].worst_response_ns, 1_500_000);
+    }
+
+    /// Three fair hogs start on the first of two CPUs (their last CPU, and
+    /// no CPU is idle for the second and third), a fourth on the other;
+    /// neither CPU ever idles, so only the periodic balance between busy
+    /// CPUs (every 32 ms on two) moves one: each hog then gets half a CPU,
+    /// not a third against a whole one.
+    #[test]
+    fn busy_cpus_balance_their_fair_threads() {
+        let hog = |n: &str| PeriodicTask::new(n, 10_000 * MS, 10_000 * MS, 0);
+        // Thread 3 never runs: threads start on CPU (thread mod 2).
+        let mut never = hog("never");
+        never.offset_ns = 100_000 * MS;
+        let ts = vec![hog("a"), hog("b"), hog("c"), never, hog("d")];
+        let fair = Linux::new(vec![LinuxClass::Fair { weight: 1024 }; 5], 2);
+        let balance = fair.balance().expect("per-CPU queues");
+        assert_eq!(balance.busy_balance_ticks, Some(8), "32 ms of 4 ms ticks");
+        let o = simulate(&ts, 2, &mut { fair }, 2_000 * MS, 1);
+        for i in [0, 1, 2, 4] {
+            let share = o.tasks[i].cpu_ns as f64 / (2_000 * MS) as f64;
+            assert!((0.45..0.55).contains(&share), "hog {i}: {share:.3} of a CPU");
+        }
+    }
+
+    /// On a host measured to leave a CPU running a real-time thread
+    /// (`MeasuredWakeups::leave_real_time`), a fair thread waking there
+    /// goes to the CPU running a fair thread and waits its turn there;
+    /// with the kernel's rules as written it stays behind the real-time one.
+    #[test]
+    fn a_measured_host_moves_a_waking_fair_thread_off_a_real_time_cpu() {
+        use crate::sched::{CpuView, MeasuredWakeups};
+        let classes = vec![
+            LinuxClass::RealTime {
+                priority: 90,
+                slice_ns: None,
+            },
+            LinuxClass::Fair { weight: 1024 },
+            LinuxClass::Fair { weight: 1024 },
+        ];
+        let cpus = [
+            CpuView {
+                running: Some(job(0)),
+                waiting: 0,
+            },
+            CpuView {
+                running: Some(job(1)),
+                waiting: 0,
+            },
+        ];
+        let written = Linux::new(classes.clone(), 2);
+        assert_eq!(
+            written.select_cpu(&job(2), 0, &cpus),
+            0,
+            "as written: no idle CPU, stays"
+        );
+        let l = Linux::new(classes, 2).measured(MeasuredWakeups {
+            stay_on_busy_prev: 0.91,
+            preempts: Some(0.76),
+            leave_real_time: true,
+        });
+        assert_eq!(l.select_cpu(&job(2), 0, &cpus), 1, "measured: leaves the real-time CPU");
+        // An idle CPU is taken before a busy one, and the measured share
+        // that stays on a busy CPU does not keep it behind real-time work.
+        let idle = [cpus[0], CpuView::default()];
+        for release_ns in 0..64 {
+            let j = crate::sched::Job { release_ns, ..job(2) };
+            assert_eq!(l.select_cpu(&j, 0, &idle), 1);
+        }
     }
 
     /// Hard affinity: three hogs pinned to CPU 0 of two share it (one CPU
