@@ -111,15 +111,18 @@ fn sim_tid(thread: usize) -> u32 {
 }
 
 impl ontime_sim::engine::Tracer for EventTracer {
-    fn wakeup(&mut self, ts: u64, thread: usize, cpu: usize) {
+    fn wakeup(&mut self, ts: u64, thread: usize, cpu: usize, waker: Option<(usize, usize)>) {
         use ontime_trace::event::{kind, Event};
         self.events.push(Event {
             ts,
             a: sim_tid(thread),
-            b: 0,
+            // The waker, as the recorder stores the thread current at the
+            // wake-up (0: none, as an interrupt on an idle CPU).
+            b: waker.map_or(0, |(w, _)| sim_tid(w)),
             // The target CPU, as sched_wakeup's task_cpu.
             c: cpu as u32,
-            cpu: 0,
+            // Recorded on the waker's CPU; a timer's on the target's.
+            cpu: waker.map_or(cpu, |(_, c)| c) as u16,
             kind: kind::WAKEUP,
             flags: 0,
         });
@@ -146,6 +149,8 @@ struct ViewShape {
     tenants: usize,
     vcpus: usize,
     io_threads: std::ops::Range<usize>,
+    /// The thread doing the gateway's work, when modelled.
+    gateway: Option<usize>,
     cpus: usize,
 }
 
@@ -209,6 +214,7 @@ fn scheduler_view(events: Vec<ontime_trace::event::Event>, shape: &ViewShape, en
         tenants,
         vcpus,
         ref io_threads,
+        gateway,
         cpus,
     } = *shape;
     use ontime_trace::recording::{Group, GroupKind, Meta, Recording, ThreadInfo};
@@ -254,6 +260,19 @@ fn scheduler_view(events: Vec<ontime_trace::event::Event>, shape: &ViewShape, en
                     format!("io-vcpu{i}")
                 },
                 group: Some(tenants as u32),
+            },
+        );
+    }
+    if let Some(gw) = gateway {
+        // Named as the lab's gateway thread, and untracked as it is.
+        let tid = sim_tid(gw);
+        threads.insert(
+            tid,
+            ThreadInfo {
+                tid,
+                tgid: tid,
+                comm: "gw-worker".into(),
+                group: None,
             },
         );
     }
@@ -505,6 +524,7 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
     let shape = ViewShape {
         tenants: t.count,
         vcpus,
+        gateway: w.host_work_thread(),
         io_threads,
         cpus: engine_cpus,
     };
@@ -582,6 +602,7 @@ fn simulate_cyclic(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         tenants: t.count,
         vcpus: threads,
         io_threads: 0..0,
+        gateway: None,
         cpus,
     };
     let (o, view, base) = run_simulated(&mut w, sched.as_mut(), horizon, seed, opts, &shape);

@@ -209,12 +209,17 @@ pub fn run(workload: &mut dyn Workload, cpus: usize, sched: &mut dyn Scheduler, 
 /// events `ontime observe` records, so the same analysis reads them).
 pub trait Tracer {
     /// `thread` became runnable at `ts` (it had nothing to do before),
-    /// queued on `cpu`.
-    fn wakeup(&mut self, ts: u64, thread: usize, cpu: usize);
+    /// queued on `cpu`; woken by `waker`'s work on the CPU given with it
+    /// (None: by its own timer or an arrival from outside).
+    fn wakeup(&mut self, ts: u64, thread: usize, cpu: usize, waker: Option<(usize, usize)>);
     /// At `ts` CPU `cpu` switched from `prev` to `next` (None: idle);
     /// `prev_runnable`: `prev` still has work (preempted), not asleep.
     fn switch(&mut self, ts: u64, cpu: usize, prev: Option<usize>, next: Option<usize>, prev_runnable: bool);
 }
+
+/// A wake-up heard by the tracer: the thread, the CPU it is queued on,
+/// its waker and the waker's CPU.
+type Woken = (usize, usize, Option<(usize, usize)>);
 
 /// [`run`] on a host that stalls now and then as a whole (a VM whose
 /// vCPUs its hypervisor deschedules): during a stall no CPU makes
@@ -243,7 +248,7 @@ pub fn run_with_stalls(
     let balance = sched.balance();
     let mut pc = PerCpu::new(threads, cpus, balance, &*sched);
     // What the tracer needs per event, kept between events.
-    let (mut before, mut woken): (Vec<Option<usize>>, Vec<(usize, usize)>) = (Vec::new(), Vec::new());
+    let (mut before, mut woken): (Vec<Option<usize>>, Vec<Woken>) = (Vec::new(), Vec::new());
     // CPUs whose thread finished its work and slept at this event: told
     // to the tracer before the wake-ups, as a kernel's events would come
     // (a wake-up there finds the CPU idle).
@@ -376,7 +381,11 @@ pub fn run_with_stalls(
                         Some(_) => pc.home[it.thread],
                         None => running.iter().position(Option::is_none).unwrap_or(0),
                     };
-                    woken.push((it.thread, cpu));
+                    // With one global queue a waker has no CPU of its own.
+                    let waker = it
+                        .woken_by
+                        .map(|w| (w, if balance.is_some() { pc.home[w] } else { cpu }));
+                    woken.push((it.thread, cpu, waker));
                 }
             }
             queues[it.thread].push(Queued(job));
@@ -419,8 +428,8 @@ pub fn run_with_stalls(
                 t.switch(now, cpu, Some(th), None, false);
                 before[cpu] = None;
             }
-            for &(th, cpu) in &woken {
-                t.wakeup(now, th, cpu);
+            for &(th, cpu, waker) in &woken {
+                t.wakeup(now, th, cpu, waker);
             }
             for (cpu, (was, slot)) in before.iter().zip(&running).enumerate() {
                 let is = slot.map(|s| s.job.task);
@@ -1015,7 +1024,7 @@ mod tests {
         #[derive(Default)]
         struct Log(Vec<(u64, Option<usize>, Option<usize>, bool)>, Vec<(u64, usize)>);
         impl Tracer for Log {
-            fn wakeup(&mut self, ts: u64, thread: usize, _cpu: usize) {
+            fn wakeup(&mut self, ts: u64, thread: usize, _cpu: usize, _waker: Option<(usize, usize)>) {
                 self.1.push((ts, thread));
             }
             fn switch(&mut self, ts: u64, _cpu: usize, prev: Option<usize>, next: Option<usize>, runnable: bool) {

@@ -556,6 +556,9 @@ impl PerfSource {
                     kind::WAKEUP_NEW
                 };
                 event.a = f0.int(raw) as u32;
+                // The sample's thread is the one current as it wakes the
+                // other: the waker (BPF records the same).
+                event.b = tid;
                 event.c = f1.int(raw) as u32;
             }
             Tracepoint::Migrate => {

@@ -33,7 +33,8 @@ enum kind {
 
 /* | kind | a | b | c |
  * | SWITCH | prev tid | next tid | prev state |
- * | WAKEUP(_NEW) | tid | - | target CPU |
+ * | WAKEUP(_NEW) | tid | current tid (the waker, or the thread an interrupt
+ *   came in on; 0: the CPU idled) | target CPU |
  * | MIGRATE | tid | from CPU | to CPU |
  * | FORK | parent tid | child tid | child tgid |
  * | EXIT | tid | - | - |

@@ -208,7 +208,9 @@ static __always_inline void on_wake(struct task_struct *p, __u8 kind)
 {
     if (!is_tracked(p))
         return;
-    emit(kind, 0, BPF_CORE_READ(p, pid), 0, task_cpu(p));
+    /* The thread current as it wakes p: the waker, or the thread an
+     * interrupt came in on (0: the CPU was idle). */
+    emit(kind, 0, BPF_CORE_READ(p, pid), (__u32)bpf_get_current_pid_tgid(), task_cpu(p));
 }
 
 SEC("tp_btf/sched_wakeup")
