@@ -222,8 +222,8 @@ pub struct Balance {
     /// busy CPU's tick kicks the idle balance, `nohz_balancer_kick`); None:
     /// no periodic balance.
     pub tick_ns: Option<u64>,
-    /// Every this many balancing ticks a busy CPU balances too: while one
-    /// CPU has two or more runnable threads of the kinds the model
+    /// Every this many balancing ticks busy CPUs balance too: while one
+    /// CPU has at least two more runnable threads of the kinds the model
     /// balances by count ([`Scheduler::balances_load`]) than another, a
     /// waiting one moves (Linux's periodic `load_balance` from a busy
     /// CPU). None: only idle CPUs pull.
