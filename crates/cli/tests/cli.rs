@@ -444,18 +444,22 @@ fn store_hlog_and_poll_records_are_written() {
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     let planned = u(&r["polls"]["planned"]);
     assert_eq!(planned, 100);
+    // Every poll has its record; every answered one its 10 values (on a
+    // busy machine some polls time out, and a timed-out poll has none).
+    let ok = u(&r["polls"]["ok"]);
+    assert!(ok > 0, "{}", r["polls"]);
     assert_eq!(u(&r["sink"]["poll_records"]), planned);
-    assert_eq!(u(&r["sink"]["stored_values"]), planned * 10);
+    assert_eq!(u(&r["sink"]["stored_values"]), ok * 10, "{}", r["polls"]);
     let csv = std::fs::read_to_string(&polls).unwrap();
     assert_eq!(csv.lines().count() as u64, planned + 1);
-    assert!(csv.lines().nth(1).unwrap().ends_with(",200,ok"));
+    assert_eq!(csv.lines().filter(|l| l.ends_with(",200,ok")).count() as u64, ok);
     let rows = Command::new("sqlite3")
         .arg(&db)
         .arg("SELECT count(*) FROM readings WHERE status = 0")
         .output();
     if let Ok(rows) = rows {
         if rows.status.success() {
-            assert_eq!(String::from_utf8_lossy(&rows.stdout).trim(), (planned * 10).to_string());
+            assert_eq!(String::from_utf8_lossy(&rows.stdout).trim(), (ok * 10).to_string());
         }
     }
     let h = std::fs::read_to_string(&hlog).unwrap();
