@@ -30,7 +30,9 @@ reproduces the table without the lab's hour:
 
 --reference unpacks the lab runs into a temporary directory, simulates
 every scenario in it from scenarios/NAME.toml with
-docs/results/sim/calibration.json (`ontime sim ... --into`) and prints
+docs/results/sim/calibration.json and the tenants' real-time budget the
+lab gave them on that host (`ontime sim ... --tenant-rt-budget 900ms
+--into`) and prints
 the table; nothing is written into the repository.
 """
 import glob
@@ -56,6 +58,11 @@ CALIBRATION = os.path.join(REPO, "docs", "results", "sim", "calibration.json")
 # times place the simulated tenants as the measured ones started); the
 # recordings and the histograms over time stay out.
 PACKED = ("run.json", "observe.json", "wakeups.json", "relay.json", "gateway.json")
+# The committed runs' host had RT group scheduling (cgroup v1 with
+# cpu.rt_runtime_us, CONFIG_RT_GROUP_SCHED=y), so `ontime lab` gave the
+# tenants' cgroups 900 ms of real-time time per second between them; the
+# runs predate run.json's environment.tenant_rt_runtime_us, which records it.
+REFERENCE_TENANT_RT_BUDGET = "900ms"
 
 
 def worst(run_dir, rec):
@@ -306,6 +313,7 @@ def from_reference(tar_path, seed=None):
         print(f"sim-vs-lab: simulating {name}", file=sys.stderr)
         p = subprocess.run(
             [ONTIME, "sim", scenario, "--calibration", CALIBRATION, "--into", into]
+            + ["--tenant-rt-budget", REFERENCE_TENANT_RT_BUDGET]
             + (["--seed", str(seed)] if seed is not None else []),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -47,6 +47,13 @@ pub struct SimArgs {
     /// Seed of the simulated work draws
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Real-time budget per second the tenants' cgroups share (RT group
+    /// scheduling): `ontime lab` gives them 900ms on a host with cgroup
+    /// v1's cpu.rt_runtime_us (run.json: environment.tenant_rt_runtime_us
+    /// per tenant); real-time vCPU threads beyond their share wait for the
+    /// next second [default: none]
+    #[arg(long, value_parser = parse_ns, value_name = "DURATION")]
+    tenant_rt_budget: Option<u64>,
     #[command(flatten)]
     out: crate::output::OutputFlags,
 }
@@ -266,6 +273,11 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
             }
         }
     }
+    if a.tenant_rt_budget.is_some_and(|b| b > 1_000_000_000) {
+        return Err(usage(
+            "--tenant-rt-budget: at most 1s (it is a share of each second's real-time time)",
+        ));
+    }
     if let Some(c) = a.cpus {
         ontime_core::limits::count("--cpus", c as u64, 1, ontime_core::limits::MAX_SIM_CPUS).map_err(usage)?;
     }
@@ -289,6 +301,7 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         calibration,
         scheduler_view: a.into.is_some(),
         starts_from: a.into.clone(),
+        tenant_rt_budget_ns: a.tenant_rt_budget.filter(|&b| b > 0),
     };
     // Each run is summarised (and written --into) as it is done; only the
     // summaries (percentiles, no histograms) are kept for --json/--result.

@@ -79,6 +79,9 @@ pub struct Lab {
     pub building: Endpoint,
     pub tenants: Vec<Tenant>,
     pub cgroup_version: Option<cgroup::Version>,
+    /// Each tenant cgroup's real-time budget per second, with RT group
+    /// scheduling.
+    pub tenant_rt_runtime_us: Option<u64>,
     children: Vec<ChildProcess>,
     undo: Undo,
 }
@@ -244,6 +247,7 @@ impl Lab {
         // RT group scheduling: give the lab 90 % of the root's RT budget,
         // shared by the tenants, so SCHED_FIFO vCPU threads may run.
         let rt_parent = cgroup::has_rt_group_sched().then_some(900_000u64);
+        let mut tenant_rt_runtime_us = None;
         let mut out = Vec::new();
         for (i, spec) in tenants.iter().enumerate() {
             let (h, n) = names::tenant_veth(i);
@@ -265,6 +269,7 @@ impl Lab {
                     if let (Some(total), None) = (rt_parent, limits.rt_runtime_us) {
                         limits.rt_runtime_us = Some(total / tenants.len() as u64);
                     }
+                    tenant_rt_runtime_us = limits.rt_runtime_us;
                     let cg = Cgroup::create(v, &names::tenant_cgroup(i), &limits, rt_parent)
                         .with_context(|| format!("cannot create the cgroup of tenant {i}"))?;
                     let c2 = cg.clone();
@@ -290,6 +295,7 @@ impl Lab {
             building,
             tenants: out,
             cgroup_version: version,
+            tenant_rt_runtime_us,
             children: Vec::new(),
             undo,
         })

@@ -311,6 +311,7 @@ fn start_lab(c: &ontime_scenario::scenario::RunConfig, rec: &mut RunRecord) -> R
     let specs = vec![TenantSpec { limits, disk }; t.count];
     let lab = Lab::create(&specs)?;
     rec.environment.netem = netem_available(&lab.building.host_if);
+    rec.environment.tenant_rt_runtime_us = lab.tenant_rt_runtime_us;
     let use_netem = match c.host.wan_delay {
         WanDelay::Netem if !rec.environment.netem => {
             anyhow::bail!("host.wan_delay = \"netem\" but this kernel has no netem qdisc: use auto or relay")

@@ -19,6 +19,11 @@ pub struct Environment {
     /// kernel, when the scenario set one (`host.rr_timeslice`).
     #[serde(default)]
     pub rr_timeslice_ms: Option<u64>,
+    /// Each sandboxed tenant cgroup's real-time budget per second
+    /// (`cpu.rt_runtime_us`, RT group scheduling), when the host has it:
+    /// real-time vCPU threads beyond it wait for the next period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_rt_runtime_us: Option<u64>,
     /// What the run did to the host beyond the lab (dropped caches ...).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -223,6 +228,7 @@ impl Environment {
             wan_delay_by,
             model_note,
             rr_timeslice_ms: None,
+            tenant_rt_runtime_us: None,
             notes: Vec::new(),
             vm: None,
         }

@@ -30,7 +30,7 @@ use ontime_scenario::scenario::{Backend, LoadKind, Place, Plan, PlannedRun};
 use ontime_sim::crawl::{CrawlTenant, CrawlWorkload, HostIo};
 use ontime_sim::engine::run_with_stalls;
 use ontime_sim::noise::StallSampler;
-use ontime_sim::sched::{Linux, LinuxClass, Scheduler};
+use ontime_sim::sched::{Linux, LinuxClass, RtBandwidth, Scheduler};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -62,6 +62,12 @@ pub struct SimOptions {
     /// logs' headers), so a run is simulated under the conditions it was
     /// measured in.
     pub starts_from: Option<PathBuf>,
+    /// The real-time budget per second that the sandboxed tenants' cgroups
+    /// share under RT group scheduling (`ontime lab` gives them 900 ms of
+    /// each second, split evenly, on a host with cgroup v1's
+    /// `cpu.rt_runtime_us`; run.json's `tenant_rt_runtime_us` says what a
+    /// run had). None: no such budget.
+    pub tenant_rt_budget_ns: Option<u64>,
 }
 
 /// The start offsets of a measured run's tenants against its first, if
@@ -509,6 +515,20 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
             );
             group.resize(group.len() + tenant_hogs, Some(0));
             let mut linux = measured_wakeups(Linux::new(classes, engine_cpus).with_groups(group, &[1024]), cal);
+            if let (true, Some(total)) = (in_lab, opts.tenant_rt_budget_ns) {
+                // Each tenant's cgroup: its share of the budget on every
+                // CPU of its cpuset.
+                let cpus_of_tenant = pinned_to.map_or(engine_cpus, |(set, host)| {
+                    (0..host).filter(|&c| set.contains(c)).count()
+                });
+                let bandwidth = RtBandwidth {
+                    runtime_ns: total / t.count.max(1) as u64,
+                    period_ns: 1_000_000_000,
+                    cpus: cpus_of_tenant,
+                };
+                let of_tenant = (0..t.count * vcpus).map(|th| Some(th / vcpus)).collect();
+                linux = linux.with_rt_bandwidth(of_tenant, &vec![bandwidth; t.count]);
+            }
             if let Some((set, _)) = pinned_to {
                 let n = linux.classes.len();
                 linux.pinned = vec![ontime_sim::sched::CpuSet::ALL; n];

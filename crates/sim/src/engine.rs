@@ -320,6 +320,7 @@ pub fn run_with_stalls(
             before.extend(running.iter().map(|s| s.map(|s| s.job.task)));
         }
         // Completions and slice ends.
+        let tick_due = pc.next_tick.is_some_and(|t| t <= now);
         for (cpu, slot) in running.iter_mut().enumerate() {
             let Some(Slot { job: j, slice_end }) = *slot else {
                 continue;
@@ -355,7 +356,7 @@ pub fn run_with_stalls(
                     // a due poll before it reads the next answer).
                     kept.push((cpu, Slot { job: j, slice_end }));
                 }
-            } else if slice_end.is_some_and(|end| now >= end) {
+            } else if slice_end.is_some_and(|end| now >= end) || (tick_due && sched.tick_expires(&j)) {
                 // Back of its level; the dispatch below may pick it again.
                 seq += 1;
                 queues[j.task].push(Queued(Job { queued_seq: seq, ..j }));
@@ -957,7 +958,7 @@ impl Dispatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sched::{Cfs, Credit, Credit2, Edf, FixedPriority, Linux, LinuxClass, RoundRobin, Rtds};
+    use crate::sched::{Cfs, Credit, Credit2, Edf, FixedPriority, Linux, LinuxClass, RoundRobin, RtBandwidth, Rtds};
     use crate::task::{hyperperiod, response_time};
 
     const MS: u64 = 1_000_000;
@@ -1282,6 +1283,72 @@ mod tests {
                 i.release_ns > now
             });
         }
+    }
+
+    /// One piece of work of `cpu_ns` for `thread` at `release_ns`.
+    fn piece(thread: usize, release_ns: u64, cpu_ns: u64) -> Item {
+        Item {
+            thread,
+            release_ns,
+            abs_deadline_ns: u64::MAX,
+            priority: 0,
+            cpu_ns,
+            tag: 0,
+            within: 0,
+            woken_by: None,
+        }
+    }
+
+    /// With per-CPU queues an RR slice is counted in ticks (4 ms), as
+    /// `task_tick_rt` counts it: a 1 ms slice is one tick, and what is left
+    /// of a slice carries over a sleep.
+    #[test]
+    fn linux_rr_slices_are_counted_in_ticks_and_kept_across_sleep() {
+        let rr = |slice_ms: u64| LinuxClass::RealTime {
+            priority: 50,
+            slice_ns: Some(slice_ms * MS),
+        };
+        // 1 ms is one tick: a runs to the tick at 4 ms, b to 8, ...
+        let mut w = Scripted(vec![piece(0, 0, 10 * MS), piece(1, 0, 10 * MS)]);
+        let o = run(&mut w, 1, &mut Linux::new(vec![rr(1), rr(1)], 1), 100 * MS);
+        let done: Vec<u64> = o.tasks.iter().map(|t| t.worst_response_ns).collect();
+        assert_eq!(done, vec![18 * MS, 20 * MS]);
+        // 10 ms is 3 ticks; a used one of them (the tick at 4 ms) before
+        // it slept, so at 20 ms it yields to b at the second tick, 28 ms.
+        let mut w = Scripted(vec![
+            piece(0, 0, 6 * MS),
+            piece(0, 20 * MS, 30 * MS),
+            piece(1, 20 * MS, 2 * MS),
+        ]);
+        let o = run(&mut w, 1, &mut Linux::new(vec![rr(10), rr(10)], 1), 100 * MS);
+        assert_eq!(o.tasks[1].worst_response_ns, 10 * MS);
+    }
+
+    /// A real-time thread in a cgroup with 300 ms of real-time time per
+    /// second runs that (and up to the tick that notices it), then the
+    /// fair thread has the CPU until the period ends.
+    #[test]
+    fn a_real_time_group_is_throttled_at_its_budget_until_the_next_period() {
+        let rt = LinuxClass::RealTime {
+            priority: 50,
+            slice_ns: None,
+        };
+        let fair = LinuxClass::Fair { weight: 1024 };
+        let budget = RtBandwidth {
+            runtime_ns: 300 * MS,
+            period_ns: 1000 * MS,
+            cpus: 1,
+        };
+        let mut w = Scripted(vec![piece(0, 0, 5000 * MS), piece(1, 0, 5000 * MS)]);
+        let mut l = Linux::new(vec![rt, fair], 1).with_rt_bandwidth(vec![Some(0), None], &[budget]);
+        let o = run(&mut w, 1, &mut l, 2000 * MS);
+        // 0-304 ms (throttled at the tick after 300), then from 1 s until
+        // the period's 300 ms less the 4 ms overrun are used again.
+        assert_eq!(o.tasks[0].cpu_ns, 604 * MS);
+        assert_eq!(o.tasks[1].cpu_ns, 1396 * MS);
+        let mut w = Scripted(vec![piece(0, 0, 5000 * MS), piece(1, 0, 5000 * MS)]);
+        let o = run(&mut w, 1, &mut Linux::new(vec![rt, fair], 1), 2000 * MS);
+        assert_eq!(o.tasks[0].cpu_ns, 2000 * MS, "without a budget it never yields");
     }
 
     /// A thread with more work queued keeps its CPU from one item to the

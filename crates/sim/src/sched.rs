@@ -348,6 +348,12 @@ pub trait Scheduler {
     fn slice_ns(&self, _job: &Job, _runnable: usize) -> Option<u64> {
         None
     }
+    /// With per-CPU queues, at a scheduler tick: whether `job`, running
+    /// then, has used up its time slice and goes to the back of its level
+    /// (Linux's `task_tick_rt` counts an RR thread's slice in ticks).
+    fn tick_expires(&mut self, _job: &Job) -> bool {
+        false
+    }
     /// Whether `job` may run now at all (a depleted RTDS budget may not).
     fn eligible(&self, _job: &Job) -> bool {
         true
@@ -590,6 +596,13 @@ pub struct Linux {
     /// Per deadline thread: budget left and current absolute deadline.
     dl_left: Vec<u64>,
     dl_deadline: Vec<u64>,
+    /// Per RR thread with per-CPU queues: ticks left of its time slice,
+    /// kept across sleeps (`p->rt.time_slice` is refilled only when it
+    /// runs out).
+    rr_ticks_left: Vec<u64>,
+    /// Per thread, the cgroup whose real-time bandwidth it draws on.
+    rt_group: Vec<Option<usize>>,
+    rt_groups: Vec<RtGroup>,
     scratch: Vec<Job>,
     /// Per-CPU run queues (the kernel's); false: one global queue.
     pub per_cpu: bool,
@@ -632,6 +645,33 @@ pub struct MeasuredWakeups {
     pub leave_real_time: bool,
 }
 
+/// A cgroup's real-time bandwidth under RT group scheduling
+/// (`cpu.rt_runtime_us` per `cpu.rt_period_us`): every CPU's run queue
+/// of the group may run its real-time threads `runtime_ns` per period.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RtBandwidth {
+    pub runtime_ns: u64,
+    pub period_ns: u64,
+    /// The CPUs the group's threads may use (its cpuset): the model
+    /// pools their budgets, as if its threads spread over them.
+    pub cpus: usize,
+}
+
+/// A group's bandwidth and its use (`rt_rq->rt_time`, `rt_throttled`).
+#[derive(Clone, Copy, Debug)]
+struct RtGroup {
+    bandwidth: RtBandwidth,
+    used_ns: u64,
+    throttled: bool,
+    next_period_ns: u64,
+}
+
+impl RtGroup {
+    fn budget_ns(&self) -> u64 {
+        self.bandwidth.runtime_ns * self.bandwidth.cpus.max(1) as u64
+    }
+}
+
 /// Keeps the wake-up preemption draw apart from the placement draw.
 const WAKE_PREEMPT_SALT: u64 = 0x5eed_0f9e_e3b7;
 
@@ -658,9 +698,12 @@ impl Linux {
             group: vec![None; n],
             scratch_top: Vec::new(),
             fair_slice_ns,
-            classes,
             dl_left: vec![0; n],
             dl_deadline: vec![0; n],
+            rr_ticks_left: classes_rr_ticks(&classes),
+            rt_group: vec![None; n],
+            rt_groups: Vec::new(),
+            classes,
             scratch: Vec::new(),
             per_cpu: true,
             pinned: Vec::new(),
@@ -698,6 +741,25 @@ impl Linux {
     }
 }
 
+/// The scheduler tick at Debian's CONFIG_HZ=250.
+pub const LINUX_TICK_NS: u64 = 4_000_000;
+
+/// An RR thread's slice in ticks, as `sched_rr_timeslice_ms` sets it
+/// (`msecs_to_jiffies` rounds up: 30 ms is 8 ticks, 1 ms one tick of 4 ms).
+fn rr_slice_ticks(slice_ns: u64) -> u64 {
+    slice_ns.div_ceil(LINUX_TICK_NS).max(1)
+}
+
+fn classes_rr_ticks(classes: &[LinuxClass]) -> Vec<u64> {
+    classes
+        .iter()
+        .map(|c| match c {
+            LinuxClass::RealTime { slice_ns: Some(s), .. } => rr_slice_ticks(*s),
+            _ => 0,
+        })
+        .collect()
+}
+
 /// Linux's balancing between per-CPU run queues (kernel/sched/fair.c):
 /// `sysctl_sched_migration_cost` (0.5 ms) gates the new-idle balance
 /// (`newidle_balance` gives up when the CPU's `avg_idle` is below it) and
@@ -708,14 +770,13 @@ impl Linux {
 /// `sd->busy_factor` (16): 32 ms on 2 CPUs, 128 ms on 8 (`rebalance_domains`;
 /// `get_sd_balance_interval`).
 pub fn linux_balance(cpus: usize) -> Balance {
-    const TICK_NS: u64 = 4_000_000;
     const BUSY_FACTOR: u64 = 16;
     let busy_ns = cpus.max(1) as u64 * 1_000_000 * BUSY_FACTOR;
     Balance {
         newidle_min_avg_idle_ns: 500_000,
         cache_hot_ns: 500_000,
-        tick_ns: Some(TICK_NS),
-        busy_balance_ticks: Some(busy_ns.div_ceil(TICK_NS)),
+        tick_ns: Some(LINUX_TICK_NS),
+        busy_balance_ticks: Some(busy_ns.div_ceil(LINUX_TICK_NS)),
     }
 }
 
@@ -737,6 +798,39 @@ impl Linux {
         );
         self.group = group;
         self
+    }
+
+    /// Real-time threads in cgroups with their own bandwidth (RT group
+    /// scheduling, cgroup v1's `cpu.rt_runtime_us`): `group[thread]`
+    /// indexes `bandwidth`. A group that has run its budget within a
+    /// period is throttled, noticed at the next tick or as it stops
+    /// (`sched_rt_runtime_exceeded` from `update_curr_rt`), until the
+    /// period timer pays back one budget (`do_sched_rt_period_timer`:
+    /// `rt_time` drops by the runtime, unused budget is not kept). Runtime
+    /// is not borrowed between CPUs (`RT_RUNTIME_SHARE` is off by
+    /// default since Linux 5.10); the model pools a group's CPUs' budgets.
+    pub fn with_rt_bandwidth(mut self, group: Vec<Option<usize>>, bandwidth: &[RtBandwidth]) -> Linux {
+        self.rt_groups = bandwidth
+            .iter()
+            .map(|&b| RtGroup {
+                bandwidth: b,
+                used_ns: 0,
+                throttled: false,
+                next_period_ns: b.period_ns.max(1),
+            })
+            .collect();
+        self.rt_group = group;
+        self.rt_group.resize(self.classes.len(), None);
+        self
+    }
+
+    /// The real-time bandwidth group of `task`, when it is a real-time
+    /// thread in one.
+    fn rt_group_of(&self, task: usize) -> Option<usize> {
+        match self.classes[task] {
+            LinuxClass::RealTime { .. } => self.rt_group.get(task).copied().flatten(),
+            _ => None,
+        }
     }
 
     /// The thread's entity at the root.
@@ -843,9 +937,25 @@ impl Scheduler for Linux {
         // EEVDF's slice does not shrink with the runnable count (CFS's did).
         match self.classes[job.task] {
             LinuxClass::Deadline { .. } => Some(self.dl_left[job.task]),
-            LinuxClass::RealTime { slice_ns, .. } => slice_ns,
+            // With per-CPU queues an RR slice is counted in ticks.
+            LinuxClass::RealTime { slice_ns, .. } => slice_ns.filter(|_| !self.per_cpu),
             LinuxClass::Fair { .. } => Some(self.fair_slice_ns),
         }
+    }
+    fn tick_expires(&mut self, job: &Job) -> bool {
+        if self.rt_group_of(job.task).is_some_and(|g| self.rt_groups[g].throttled) {
+            return true;
+        }
+        let LinuxClass::RealTime { slice_ns: Some(s), .. } = self.classes[job.task] else {
+            return false;
+        };
+        let left = &mut self.rr_ticks_left[job.task];
+        *left = left.saturating_sub(1);
+        if *left > 0 {
+            return false;
+        }
+        *left = rr_slice_ticks(s);
+        true
     }
     fn preempts(&self, newcomer: &Job, running: &Job, _now: u64) -> bool {
         if !(self.is_fair(newcomer.task) && self.is_fair(running.task)) {
@@ -864,7 +974,11 @@ impl Scheduler for Linux {
         }
     }
     fn eligible(&self, job: &Job) -> bool {
-        !matches!(self.classes[job.task], LinuxClass::Deadline { .. }) || self.dl_left[job.task] > 0
+        match self.classes[job.task] {
+            LinuxClass::Deadline { .. } => self.dl_left[job.task] > 0,
+            LinuxClass::RealTime { .. } => !self.rt_group_of(job.task).is_some_and(|g| self.rt_groups[g].throttled),
+            LinuxClass::Fair { .. } => true,
+        }
     }
     fn balances_load(&self, job: &Job) -> bool {
         self.is_fair(job.task)
@@ -933,10 +1047,23 @@ impl Scheduler for Linux {
                 let e = self.entity(job);
                 self.top.charge(cpu, &e, ran_ns);
             }
-            LinuxClass::RealTime { .. } => {}
+            LinuxClass::RealTime { .. } => {
+                if let Some(g) = self.rt_group_of(job.task) {
+                    let group = &mut self.rt_groups[g];
+                    group.used_ns += ran_ns;
+                    group.throttled |= group.used_ns > group.budget_ns();
+                }
+            }
         }
     }
     fn next_timer_ns(&self) -> Option<u64> {
+        // The real-time groups' period timers, while they have used time.
+        let rt = self
+            .rt_groups
+            .iter()
+            .filter(|g| g.used_ns > 0)
+            .map(|g| g.next_period_ns)
+            .min();
         // Replenishment of throttled deadline threads.
         self.classes
             .iter()
@@ -945,9 +1072,17 @@ impl Scheduler for Linux {
                 matches!(c, LinuxClass::Deadline { .. }) && self.dl_left[*i] == 0 && self.dl_deadline[*i] > 0
             })
             .map(|(i, _)| self.dl_deadline[i])
+            .chain(rt)
             .min()
     }
     fn on_timer(&mut self, now: u64, _running: &[Option<Job>]) {
+        for g in self.rt_groups.iter_mut().filter(|g| g.next_period_ns <= now) {
+            let period = g.bandwidth.period_ns.max(1);
+            let overrun = (now - g.next_period_ns) / period + 1;
+            g.next_period_ns += overrun * period;
+            g.used_ns -= g.used_ns.min(overrun.saturating_mul(g.budget_ns()));
+            g.throttled &= g.used_ns >= g.budget_ns();
+        }
         for (i, c) in self.classes.iter().enumerate() {
             if let LinuxClass::Deadline { runtime_ns, period_ns } = *c {
                 if self.dl_left[i] == 0 && self.dl_deadline[i] > 0 && self.dl_deadline[i] <= now {
