@@ -50,9 +50,23 @@ ONTIME = os.environ.get("ONTIME") or os.path.join(os.path.dirname(os.path.abspat
 
 PERCENTILES = ("p99", "p99.9")
 
+# The name of the second column: the simulator, or (--lab-vs-lab) a later
+# session's lab runs judged by the same rule.
+SECOND = "sim"
+
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 REFERENCE = os.path.join(REPO, "docs", "results", "sim", "lab-runs.tar.xz")
 CALIBRATION = os.path.join(REPO, "docs", "results", "sim", "calibration.json")
+# Each session's lab runs of the scenarios behind the table, and the
+# calibration fitted from that session's doc-000-tenants runs (the VM
+# under the lab differed: session 25's had ~1.7x the kernel path costs).
+REFERENCE_PACKS = {
+    "s21": (REFERENCE, CALIBRATION),
+    "s25": (
+        os.path.join(REPO, "docs", "results", "sim", "lab-runs-s25.tar.xz"),
+        os.path.join(REPO, "docs", "results", "sim", "calibration-s25.json"),
+    ),
+}
 # What the table and `ontime sim --into` read of a lab run, besides the
 # tenants' results and the headers of their histogram logs (whose start
 # times place the simulated tenants as the measured ones started); the
@@ -197,7 +211,7 @@ def report(results):
     rows = load(results)
     name = os.path.basename(os.path.normpath(results))
     out = [f"### {name}", ""]
-    out.append("| setting | runs lab / sim | lab p99 median (spread) | sim p99 | ratio | lab p99.9 median (spread) | sim p99.9 | ratio | missed lab / sim |")
+    out.append(f"| setting | runs lab / {SECOND} | lab p99 median (spread) | {SECOND} p99 | ratio | lab p99.9 median (spread) | {SECOND} p99.9 | ratio | missed lab / {SECOND} |")
     out.append("|---|---|---|---|---|---|---|---|---|")
     agree = total = 0
     off = []
@@ -227,7 +241,7 @@ def report(results):
         out.append("Polls first missed at (tenant count, median over repetitions):")
         for rest, f in firsts.items():
             same = "same" if f["lab"] == f["sim"] else "DIFFERENT"
-            out.append(f"- {rest or 'all'}: lab {f['lab'] or 'never'}, sim {f['sim'] or 'never'} ({same})")
+            out.append(f"- {rest or 'all'}: lab {f['lab'] or 'never'}, {SECOND} {f['sim'] or 'never'} ({same})")
     if off:
         out.append("")
         out.append("Cells that disagree, with the scheduler figures of both sides (queued vCPU time that passed while a CPU idled; tenants' run-queue wait, ms per s per tenant; wake-ups queued behind a busy CPU while another idled, and how many of them preempted at once or took the CPU from their waker as it slept; medians):")
@@ -247,7 +261,7 @@ def report(results):
                     slept = statistics.median(x.get("occupant_slept_at_once", 0) / x["onto_busy_while_idle"] for x in queued) if queued else 0.0
                     text += f", {100 * behind:.0f} % of wake-ups behind a busy CPU while one idled ({100 * pre:.0f} % of them preempting at once, {100 * slept:.0f} % taking it from a waker going to sleep)"
                 return text
-            out.append(f"- {key} ({', '.join(bad)}): lab {figs(lab)}; sim {figs(sim)}")
+            out.append(f"- {key} ({', '.join(bad)}): lab {figs(lab)}; {SECOND} {figs(sim)}")
     return "\n".join(out), agree, total
 
 
@@ -290,40 +304,101 @@ def pack(out, dirs):
     print(f"{out}: {n} lab runs of {len(dirs)} scenario(s), {os.path.getsize(out) / 1e6:.1f} MB", file=sys.stderr)
 
 
-def from_reference(tar_path, seed=None):
-    """Unpacks the committed lab runs into a temporary directory and
-    simulates each scenario beside them (with `--seed` when given);
-    returns (tmpdir, results dirs)."""
-    if not os.path.exists(ONTIME):
-        sys.exit(f"sim-vs-lab: {ONTIME} is missing: build ontime first (cargo build --release)")
-    tmp = tempfile.mkdtemp(prefix="ontime-sim-vs-lab-")
+def unpack(tar_path, into):
+    """Unpacks a lab-run pack into `into`: a results directory per
+    scenario."""
     with tarfile.open(tar_path) as tar:
         # The data filter (no links out, no devices) where Python has it.
         if hasattr(tarfile, "data_filter"):
-            tar.extractall(tmp, filter="data")
+            tar.extractall(into, filter="data")
         else:
-            tar.extractall(tmp)
-    dirs = []
-    for name in sorted(os.listdir(tmp)):
-        scenario = os.path.join(REPO, "scenarios", name + ".toml")
-        if not os.path.exists(scenario):
-            shutil.rmtree(tmp)
-            sys.exit(f"sim-vs-lab: {tar_path} holds runs of '{name}', but scenarios/{name}.toml is gone")
-        into = os.path.join(tmp, name)
-        print(f"sim-vs-lab: simulating {name}", file=sys.stderr)
-        p = subprocess.run(
-            [ONTIME, "sim", scenario, "--calibration", CALIBRATION, "--into", into]
-            + ["--tenant-rt-budget", REFERENCE_TENANT_RT_BUDGET]
-            + (["--seed", str(seed)] if seed is not None else []),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        if p.returncode != 0:
-            shutil.rmtree(tmp)
-            sys.exit(f"sim-vs-lab: ontime sim {name} failed:\n{p.stderr}")
-        dirs.append(into)
-    return tmp, dirs
+            tar.extractall(into)
+
+
+def scenarios_in(d):
+    return sorted(n for n in os.listdir(d) if os.path.isdir(os.path.join(d, n)) and not n.startswith("."))
+
+
+def pool(parts, into, as_simulated=()):
+    """Moves the runs of every results directory tree in `parts` into one
+    tree `into`, a results directory per scenario; the runs of every part
+    after the first get its number as a prefix (`r2-000-...`), and the
+    measured runs of the parts in `as_simulated` (indices) are marked
+    simulated (--lab-vs-lab)."""
+    for i, part in enumerate(parts):
+        for name in scenarios_in(part):
+            dest = os.path.join(into, name)
+            os.makedirs(os.path.join(dest, "runs"), exist_ok=True)
+            for f in ("scenario.toml", "plan.json"):
+                if not os.path.exists(os.path.join(dest, f)):
+                    shutil.copy(os.path.join(part, name, f), dest)
+            for run in sorted(os.listdir(os.path.join(part, name, "runs"))):
+                to = os.path.join(dest, "runs", (f"r{i + 1}-" if i else "") + run)
+                shutil.move(os.path.join(part, name, "runs", run), to)
+                if i in as_simulated:
+                    rec_path = os.path.join(to, "run.json")
+                    with open(rec_path) as fh:
+                        rec = json.load(fh)
+                    rec["simulated"] = True
+                    with open(rec_path, "w") as fh:
+                        json.dump(rec, fh)
+
+
+def simulate_beside(results, name, calibration, seed):
+    """`ontime sim scenarios/NAME.toml --into RESULTS` with the host's
+    calibration and the real-time budget its lab gave the tenants."""
+    scenario = os.path.join(REPO, "scenarios", name + ".toml")
+    if not os.path.exists(scenario):
+        sys.exit(f"sim-vs-lab: the packed runs of '{name}' have no scenarios/{name}.toml")
+    print(f"sim-vs-lab: simulating {name} ({os.path.basename(calibration)})", file=sys.stderr)
+    p = subprocess.run(
+        [ONTIME, "sim", scenario, "--calibration", calibration, "--into", results]
+        + ["--tenant-rt-budget", REFERENCE_TENANT_RT_BUDGET]
+        + (["--seed", str(seed)] if seed is not None else []),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    if p.returncode != 0:
+        sys.exit(f"sim-vs-lab: ontime sim {name} failed:\n{p.stderr}")
+
+
+def from_reference(packs, seed=None):
+    """Unpacks the committed lab runs (one session's pack, or several
+    pooled) into a temporary directory and simulates each scenario beside
+    each session's runs with that session's calibration (with `--seed`
+    when given); returns (tmpdir, results dirs)."""
+    if not os.path.exists(ONTIME):
+        sys.exit(f"sim-vs-lab: {ONTIME} is missing: build ontime first (cargo build --release)")
+    tmp = tempfile.mkdtemp(prefix="ontime-sim-vs-lab-")
+    try:
+        parts = []
+        for i, (tar_path, calibration) in enumerate(packs):
+            part = os.path.join(tmp, f".part{i}")
+            unpack(tar_path, part)
+            for name in scenarios_in(part):
+                simulate_beside(os.path.join(part, name), name, calibration, seed)
+            parts.append(part)
+        pool(parts, tmp)
+    except BaseException:
+        shutil.rmtree(tmp)
+        raise
+    return tmp, [os.path.join(tmp, n) for n in scenarios_in(tmp)]
+
+
+def lab_vs_lab(earlier, later):
+    """The later session's lab runs in the second column, judged against
+    the earlier session's by the same rule; returns (tmpdir, dirs)."""
+    global SECOND
+    SECOND = "later lab"
+    tmp = tempfile.mkdtemp(prefix="ontime-lab-vs-lab-")
+    parts = []
+    for i, tar_path in enumerate((earlier, later)):
+        part = os.path.join(tmp, f".part{i}")
+        unpack(tar_path, part)
+        parts.append(part)
+    pool(parts, tmp, as_simulated=(1,))
+    return tmp, [os.path.join(tmp, n) for n in scenarios_in(tmp)]
 
 
 def main():
@@ -343,8 +418,19 @@ def main():
         pack(args[1], args[2:])
         return
     tmp = None
-    if args[:1] == ["--reference"]:
-        tmp, args = from_reference(args[1] if len(args) > 1 else REFERENCE, seed)
+    if args[:1] == ["--lab-vs-lab"]:
+        if len(args) != 3:
+            sys.exit(__doc__)
+        packs = [REFERENCE_PACKS.get(a, (a, None))[0] for a in args[1:]]
+        tmp, args = lab_vs_lab(*packs)
+    elif args[:1] == ["--reference"]:
+        names = args[1].split(",") if len(args) > 1 else ["s21"]
+        packs = []
+        for n in names:
+            if n not in REFERENCE_PACKS:
+                sys.exit(f"sim-vs-lab: --reference takes {', '.join(REFERENCE_PACKS)} or several joined by commas, not '{n}'")
+            packs.append(REFERENCE_PACKS[n])
+        tmp, args = from_reference(packs, seed)
     if not args or any(a.startswith("-") for a in args):
         sys.exit(__doc__)
     try:

@@ -861,6 +861,29 @@ fn the_committed_lab_runs_give_the_published_agreement() {
             .unwrap();
     assert_eq!(got["cells"], 78, "four scenarios, every cell compared: {got}");
     assert_eq!(got, published, "the simulator no longer gives the published agreement");
+    // Session 25's lab runs of the same scenarios, with its own
+    // calibration, and the two sessions' labs against each other.
+    for (args, file) in [
+        (&["--reference", "s25", "--json"][..], "agreement-s25.json"),
+        (&["--lab-vs-lab", "s21", "s25", "--json"][..], "lab-vs-lab.json"),
+    ] {
+        let out = Command::new("python3")
+            .arg(format!("{root}/scripts/sim-vs-lab.py"))
+            .args(args)
+            .env("ONTIME", env!("CARGO_BIN_EXE_ontime"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{args:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got: Value = serde_json::from_str(&text).unwrap();
+        let published: Value =
+            serde_json::from_str(&std::fs::read_to_string(format!("{root}/docs/results/sim/{file}")).unwrap()).unwrap();
+        assert_eq!(got, published, "{args:?} no longer gives docs/results/sim/{file}");
+    }
 }
 
 /// `ontime sim` runs a lab scenario in the simulator: document 000's

@@ -785,12 +785,12 @@ impl Dispatcher {
     fn balance_busy(&mut self, sched: &dyn Scheduler, pc: &mut PerCpu) {
         let m = pc.idle_since.len();
         let counted = |c: &Candidate| sched.eligible(&c.job) && sched.balances_load(&c.job);
+        self.count.clear();
+        self.count.resize(m, 0);
+        for c in self.cand.iter().filter(|c| counted(c)) {
+            self.count[c.held.map_or(pc.home[c.job.task], |(cpu, _)| cpu)] += 1;
+        }
         for _ in 0..self.cand.len() {
-            self.count.clear();
-            self.count.resize(m, 0);
-            for c in self.cand.iter().filter(|c| counted(c)) {
-                self.count[c.held.map_or(pc.home[c.job.task], |(cpu, _)| cpu)] += 1;
-            }
             let busiest = (0..m).max_by_key(|&c| self.count[c]).unwrap_or(0);
             let least = (0..m).min_by_key(|&c| self.count[c]).unwrap_or(0);
             if self.count[busiest] < self.count[least] + 2 {
@@ -808,6 +808,8 @@ impl Dispatcher {
                 .max_by(|a, b| sched.order(&a.job, &b.job));
             let Some(c) = last else { return };
             pc.home[c.job.task] = least;
+            self.count[busiest] -= 1;
+            self.count[least] += 1;
             pc.pulled = true;
         }
     }

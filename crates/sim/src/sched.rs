@@ -564,7 +564,11 @@ impl LinuxClass {
 /// fresh budget and deadline (now + period); one that has used its budget
 /// is throttled until its deadline, then replenished; among those with
 /// budget the earliest deadline runs. Real-time threads run by priority
-/// (RR rotating at its slice). Fair threads run with EEVDF's slice
+/// (RR rotating at its slice; with per-CPU queues the slice is counted
+/// in 4 ms ticks and kept across sleep, as `task_tick_rt` does).
+/// Real-time threads in a cgroup with a real-time budget
+/// ([`Linux::with_rt_bandwidth`]) stop at it until the next period.
+/// Fair threads run with EEVDF's slice
 /// (`base_slice_ns`, 0.75 ms scaled by 1 + log2 of the CPUs up to 8: 1.5
 /// ms on 2 CPUs, 3 ms on 8). With per-CPU queues they are ordered and
 /// preempt by EEVDF's rules ([`Eevdf`]: lag kept across sleep,
@@ -578,7 +582,9 @@ impl LinuxClass {
 /// over, a request written) looks first at its waker's CPU
 /// (`wake_affine`). Fair threads may sit in cgroups one level below the
 /// root ([`Linux::with_groups`]): the group competes as one entity.
-/// Leaves out: real-time throttling (`sched_rt_runtime_us`, 95 %), the
+/// Leaves out: the root's real-time throttling (`sched_rt_runtime_us`,
+/// 95 %) and the fair server that gives fair threads 50 ms a second
+/// beside real-time ones (Linux 6.12 on), the
 /// deadline class's admission control and GRUB reclaiming, deeper cgroup
 /// levels, per-CPU shares of a group's weight, real-time push/pull
 /// between run queues, and what [`Eevdf`] and [`Cfs`] leave out.
