@@ -25,15 +25,19 @@ scheduler recordings (observe.otrec) and with their histogram logs cut to
 their headers, as docs/results/sim/lab-runs.tar.xz, so a fresh clone
 reproduces the table without the lab's hour:
 
-    scripts/sim-vs-lab.py --reference [--json] [--seed N]   # unpack, simulate, compare
+    scripts/sim-vs-lab.py --reference [s21|s25|s21,s25] [--json] [--seed N]
+    scripts/sim-vs-lab.py --lab-vs-lab s21 s25      # the lab against itself
     scripts/sim-vs-lab.py --pack OUT.tar.xz results/doc-000-tenants ...
 
---reference unpacks the lab runs into a temporary directory, simulates
+--reference unpacks session 21's lab runs (s25: session 25's; several
+joined by commas pool, each simulated with its own session's
+calibration) into a temporary directory, simulates
 every scenario in it from scenarios/NAME.toml with
 docs/results/sim/calibration.json and the tenants' real-time budget the
 lab gave them on that host (`ontime sim ... --tenant-rt-budget 900ms
 --into`) and prints
-the table; nothing is written into the repository.
+the table; nothing is written into the repository. --lab-vs-lab puts
+the second session's lab runs where the simulator's would be.
 """
 import glob
 import io
