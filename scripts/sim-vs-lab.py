@@ -32,10 +32,11 @@ reproduces the table without the lab's hour:
 --reference unpacks session 21's lab runs (s25: session 25's; several
 joined by commas pool, each simulated with its own session's
 calibration) into a temporary directory, simulates
-every scenario in it from scenarios/NAME.toml with
-docs/results/sim/calibration.json and the tenants' real-time budget the
-lab gave them on that host (`ontime sim ... --tenant-rt-budget 900ms
---into`) and prints
+every scenario in it from scenarios/NAME.toml beside the measured runs
+(`ontime sim ... --calibration docs/results/sim/calibration.json --into`:
+the tenants start as measured and get the real-time budget the run
+recorded; session 21's runs predate that record, so it is given as
+`--tenant-rt-budget 900ms`, what the lab set on that host) and prints
 the table; nothing is written into the repository. --lab-vs-lab puts
 the second session's lab runs where the simulator's would be.
 """
@@ -61,14 +62,21 @@ SECOND = "sim"
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 REFERENCE = os.path.join(REPO, "docs", "results", "sim", "lab-runs.tar.xz")
 CALIBRATION = os.path.join(REPO, "docs", "results", "sim", "calibration.json")
-# Each session's lab runs of the scenarios behind the table, and the
+# Each session's lab runs of the scenarios behind the table, the
 # calibration fitted from that session's doc-000-tenants runs (the VM
-# under the lab differed: session 25's had ~1.7x the kernel path costs).
+# under the lab differed: session 25's had ~1.7x the kernel path costs),
+# and the real-time budget its lab gave the tenants' cgroups when its runs
+# do not record it: session 21's host had RT group scheduling (cgroup v1
+# with cpu.rt_runtime_us, CONFIG_RT_GROUP_SCHED=y), so `ontime lab` gave
+# the tenants 900 ms of real-time time per second between them, and its
+# runs predate run.json's environment.tenant_rt_runtime_us, which
+# `ontime sim --into` reads.
 REFERENCE_PACKS = {
-    "s21": (REFERENCE, CALIBRATION),
+    "s21": (REFERENCE, CALIBRATION, "900ms"),
     "s25": (
         os.path.join(REPO, "docs", "results", "sim", "lab-runs-s25.tar.xz"),
         os.path.join(REPO, "docs", "results", "sim", "calibration-s25.json"),
+        None,
     ),
 }
 # What the table and `ontime sim --into` read of a lab run, besides the
@@ -76,11 +84,6 @@ REFERENCE_PACKS = {
 # times place the simulated tenants as the measured ones started); the
 # recordings and the histograms over time stay out.
 PACKED = ("run.json", "observe.json", "wakeups.json", "relay.json", "gateway.json")
-# The committed runs' host had RT group scheduling (cgroup v1 with
-# cpu.rt_runtime_us, CONFIG_RT_GROUP_SCHED=y), so `ontime lab` gave the
-# tenants' cgroups 900 ms of real-time time per second between them; the
-# runs predate run.json's environment.tenant_rt_runtime_us, which records it.
-REFERENCE_TENANT_RT_BUDGET = "900ms"
 
 
 def worst(run_dir, rec):
@@ -348,16 +351,17 @@ def pool(parts, into, as_simulated=()):
                         json.dump(rec, fh)
 
 
-def simulate_beside(results, name, calibration, seed):
+def simulate_beside(results, name, calibration, rt_budget, seed):
     """`ontime sim scenarios/NAME.toml --into RESULTS` with the host's
-    calibration and the real-time budget its lab gave the tenants."""
+    calibration (and the real-time budget its lab gave the tenants, when
+    the runs do not record it)."""
     scenario = os.path.join(REPO, "scenarios", name + ".toml")
     if not os.path.exists(scenario):
         sys.exit(f"sim-vs-lab: the packed runs of '{name}' have no scenarios/{name}.toml")
     print(f"sim-vs-lab: simulating {name} ({os.path.basename(calibration)})", file=sys.stderr)
     p = subprocess.run(
         [ONTIME, "sim", scenario, "--calibration", calibration, "--into", results]
-        + ["--tenant-rt-budget", REFERENCE_TENANT_RT_BUDGET]
+        + (["--tenant-rt-budget", rt_budget] if rt_budget else [])
         + (["--seed", str(seed)] if seed is not None else []),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -367,42 +371,48 @@ def simulate_beside(results, name, calibration, seed):
         sys.exit(f"sim-vs-lab: ontime sim {name} failed:\n{p.stderr}")
 
 
-def from_reference(packs, seed=None):
-    """Unpacks the committed lab runs (one session's pack, or several
-    pooled) into a temporary directory and simulates each scenario beside
-    each session's runs with that session's calibration (with `--seed`
-    when given); returns (tmpdir, results dirs)."""
-    if not os.path.exists(ONTIME):
-        sys.exit(f"sim-vs-lab: {ONTIME} is missing: build ontime first (cargo build --release)")
-    tmp = tempfile.mkdtemp(prefix="ontime-sim-vs-lab-")
+def pooled(tars, prefix, each_part=None, as_simulated=()):
+    """Unpacks each lab-run pack in `tars` into a temporary directory,
+    calls `each_part(i, part)` on each unpacked tree, and pools them (see
+    `pool`); returns (tmpdir, results dirs). The directory is removed if
+    anything fails."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
     try:
         parts = []
-        for i, (tar_path, calibration) in enumerate(packs):
+        for i, tar_path in enumerate(tars):
             part = os.path.join(tmp, f".part{i}")
             unpack(tar_path, part)
-            for name in scenarios_in(part):
-                simulate_beside(os.path.join(part, name), name, calibration, seed)
+            if each_part:
+                each_part(i, part)
             parts.append(part)
-        pool(parts, tmp)
+        pool(parts, tmp, as_simulated)
     except BaseException:
         shutil.rmtree(tmp)
         raise
     return tmp, [os.path.join(tmp, n) for n in scenarios_in(tmp)]
 
 
+def from_reference(packs, seed=None):
+    """The committed lab runs (one session's pack, or several pooled),
+    each scenario simulated beside each session's runs with that
+    session's calibration (with `--seed` when given)."""
+    if not os.path.exists(ONTIME):
+        sys.exit(f"sim-vs-lab: {ONTIME} is missing: build ontime first (cargo build --release)")
+
+    def simulate(i, part):
+        _, calibration, rt_budget = packs[i]
+        for name in scenarios_in(part):
+            simulate_beside(os.path.join(part, name), name, calibration, rt_budget, seed)
+
+    return pooled([p[0] for p in packs], "ontime-sim-vs-lab-", simulate)
+
+
 def lab_vs_lab(earlier, later):
     """The later session's lab runs in the second column, judged against
-    the earlier session's by the same rule; returns (tmpdir, dirs)."""
+    the earlier session's by the same rule."""
     global SECOND
     SECOND = "later lab"
-    tmp = tempfile.mkdtemp(prefix="ontime-lab-vs-lab-")
-    parts = []
-    for i, tar_path in enumerate((earlier, later)):
-        part = os.path.join(tmp, f".part{i}")
-        unpack(tar_path, part)
-        parts.append(part)
-    pool(parts, tmp, as_simulated=(1,))
-    return tmp, [os.path.join(tmp, n) for n in scenarios_in(tmp)]
+    return pooled((earlier, later), "ontime-lab-vs-lab-", as_simulated=(1,))
 
 
 def main():
@@ -425,7 +435,7 @@ def main():
     if args[:1] == ["--lab-vs-lab"]:
         if len(args) != 3:
             sys.exit(__doc__)
-        packs = [REFERENCE_PACKS.get(a, (a, None))[0] for a in args[1:]]
+        packs = [REFERENCE_PACKS.get(a, (a,))[0] for a in args[1:]]
         tmp, args = lab_vs_lab(*packs)
     elif args[:1] == ["--reference"]:
         names = args[1].split(",") if len(args) > 1 else ["s21"]

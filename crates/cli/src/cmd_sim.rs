@@ -51,7 +51,8 @@ pub struct SimArgs {
     /// scheduling): `ontime lab` gives them 900ms on a host with cgroup
     /// v1's cpu.rt_runtime_us (run.json: environment.tenant_rt_runtime_us
     /// per tenant); real-time vCPU threads beyond their share wait for the
-    /// next second [default: none]
+    /// next second. 0: none [default: what the measured run --into
+    /// recorded, else the calibration's, else none]
     #[arg(long, value_parser = parse_ns, value_name = "DURATION")]
     tenant_rt_budget: Option<u64>,
     #[command(flatten)]
@@ -301,7 +302,7 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         calibration,
         scheduler_view: a.into.is_some(),
         starts_from: a.into.clone(),
-        tenant_rt_budget_ns: a.tenant_rt_budget.filter(|&b| b > 0),
+        tenant_rt_budget_ns: a.tenant_rt_budget,
     };
     // Each run is summarised (and written --into) as it is done; only the
     // summaries (percentiles, no histograms) are kept for --json/--result.

@@ -847,23 +847,11 @@ fn the_engine_schedules_random_task_sets_as_simso_does() {
 #[test]
 fn the_committed_lab_runs_give_the_published_agreement() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let out = Command::new("python3")
-        .arg(format!("{root}/scripts/sim-vs-lab.py"))
-        .args(["--reference", "--json"])
-        .env("ONTIME", env!("CARGO_BIN_EXE_ontime"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    let got: Value = serde_json::from_str(&text).unwrap();
-    let published: Value =
-        serde_json::from_str(&std::fs::read_to_string(format!("{root}/docs/results/sim/agreement.json")).unwrap())
-            .unwrap();
-    assert_eq!(got["cells"], 78, "four scenarios, every cell compared: {got}");
-    assert_eq!(got, published, "the simulator no longer gives the published agreement");
-    // Session 25's lab runs of the same scenarios, with its own
-    // calibration, and the two sessions' labs against each other.
+    // Session 21's lab runs against the simulator (the headline), session
+    // 25's with its own calibration, and the two sessions' labs against
+    // each other.
     for (args, file) in [
+        (&["--reference", "--json"][..], "agreement.json"),
         (&["--reference", "s25", "--json"][..], "agreement-s25.json"),
         (&["--lab-vs-lab", "s21", "s25", "--json"][..], "lab-vs-lab.json"),
     ] {
@@ -880,6 +868,7 @@ fn the_committed_lab_runs_give_the_published_agreement() {
             String::from_utf8_lossy(&out.stderr)
         );
         let got: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(got["cells"], 78, "{args:?}: four scenarios, every cell compared: {got}");
         let published: Value =
             serde_json::from_str(&std::fs::read_to_string(format!("{root}/docs/results/sim/{file}")).unwrap()).unwrap();
         assert_eq!(got, published, "{args:?} no longer gives docs/results/sim/{file}");
@@ -947,6 +936,97 @@ fn sim_runs_a_lab_scenario_and_refuses_what_it_cannot_model() {
         assert_eq!(out.status.code(), Some(2), "{bad:?}: {err}");
         assert_eq!(err.lines().count(), 1, "{err}");
     }
+}
+
+/// The tenants' real-time budget (RT group throttling in the Linux
+/// model) comes from `--tenant-rt-budget`, else from the measured run a
+/// run is simulated beside (`--into`: its run.json's
+/// `tenant_rt_runtime_us` times the tenants), else from the calibration;
+/// 0 turns it off, and each simulated run says what it used.
+#[test]
+fn sim_takes_the_tenants_real_time_budget_from_flag_run_or_calibration() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let scenario = format!("{root}/scenarios/doc-000-bursts.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let budgets = |extra: &[&str]| -> Vec<Option<u64>> {
+        let out = ontime()
+            .args(["sim", &scenario, "--json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+        runs.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["simulated"]["tenant_rt_budget_ns"].as_u64())
+            .collect()
+    };
+    assert!(budgets(&[]).iter().all(Option::is_none));
+    assert!(budgets(&["--tenant-rt-budget", "900ms"])
+        .iter()
+        .all(|&b| b == Some(900_000_000)));
+    // A calibration that recorded one (the committed one predates it).
+    let mut cal: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{root}/docs/results/sim/calibration-s25.json")).unwrap(),
+    )
+    .unwrap();
+    cal["tenant_rt_budget_ns"] = 600_000_000u64.into();
+    let cal_path = dir.path().join("calibration.json");
+    std::fs::write(&cal_path, cal.to_string()).unwrap();
+    let cal_arg = cal_path.to_str().unwrap();
+    assert!(budgets(&["--calibration", cal_arg])
+        .iter()
+        .all(|&b| b == Some(600_000_000)));
+    assert!(budgets(&["--calibration", cal_arg, "--tenant-rt-budget", "0"])
+        .iter()
+        .all(Option::is_none));
+    // Beside session 25's measured runs, which recorded their budget.
+    let st = Command::new("tar")
+        .arg("-xJf")
+        .arg(format!("{root}/docs/results/sim/lab-runs-s25.tar.xz"))
+        .arg("-C")
+        .arg(dir.path())
+        .arg("doc-000-bursts")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let results = dir.path().join("doc-000-bursts");
+    let out = ontime()
+        .args(["sim", &scenario, "--calibration", cal_arg, "--into"])
+        .arg(&results)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut seen = 0;
+    for run in std::fs::read_dir(results.join("runs")).unwrap() {
+        let rec: Value =
+            serde_json::from_str(&std::fs::read_to_string(run.unwrap().path().join("run.json")).unwrap()).unwrap();
+        if rec["simulated"].is_object() {
+            // Its measured twin recorded 900 ms between its tenants (one
+            // alone: 900 ms; three shared: 300 ms each), which goes before
+            // the calibration's 600 ms.
+            let used = rec["simulated"]["tenant_rt_budget_ns"].as_u64();
+            assert_eq!(used, Some(900_000_000), "{rec}");
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 24, "one simulated run per measured one");
+    // A calibration fitted from such runs records it.
+    let fitted = dir.path().join("fitted.json");
+    let out = ontime()
+        .args(["sim", "calibrate", "--json", "-o"])
+        .arg(&fitted)
+        .arg(&results)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let fitted: Value = serde_json::from_str(&std::fs::read_to_string(&fitted).unwrap()).unwrap();
+    assert_eq!(fitted["tenant_rt_budget_ns"], 900_000_000u64, "{fitted}");
 }
 
 /// `ontime plan` places small tenants by document 000's rules, verified

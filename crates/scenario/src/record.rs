@@ -366,6 +366,10 @@ pub struct Simulated {
     /// The tenants started when the measured run's did (`--into`).
     #[serde(default)]
     pub starts_measured: bool,
+    /// The real-time budget per second the tenants' cgroups shared (the
+    /// Linux model's RT group throttling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_rt_budget_ns: Option<u64>,
     /// The Linux model kept this share of fair wake-ups on their busy last
     /// CPU while another idled (the calibration's measured placement).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -85,6 +85,12 @@ pub struct Calibration {
     pub wake_preempt_share: Option<f64>,
     #[serde(default)]
     pub wake_preempt_samples: u64,
+    /// The real-time budget per second the lab gave its tenants' cgroups
+    /// together (run.json's `tenant_rt_runtime_us` times the tenants), the
+    /// median over the runs that recorded one: what the Linux model
+    /// throttles real-time vCPU threads at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_rt_budget_ns: Option<u64>,
     pub notes: Vec<String>,
 }
 
@@ -285,6 +291,15 @@ pub fn calibrate(dirs: &[&Path]) -> Result<Calibration> {
             waited += p.waited;
         }
     }
+    let tenant_rt_budget_ns = median(
+        crawl
+            .iter()
+            .filter_map(|r| {
+                let per_tenant_us = r.record.environment.tenant_rt_runtime_us?;
+                Some(per_tenant_us * 1000 * r.record.tenants.len() as u64)
+            })
+            .collect(),
+    );
     let wake_stay_share = (found_busy > 0).then(|| stayed as f64 / found_busy as f64);
     let decided = preempted + waited;
     let wake_preempt_share = (decided > 0).then(|| preempted as f64 / decided as f64);
@@ -310,6 +325,7 @@ pub fn calibrate(dirs: &[&Path]) -> Result<Calibration> {
         wake_stay_samples: found_busy,
         wake_preempt_share,
         wake_preempt_samples: decided,
+        tenant_rt_budget_ns,
         notes,
     })
 }
@@ -436,6 +452,13 @@ impl ontime_core::export::TextReport for Calibration {
             match self.wake_preempt_share {
                 Some(v) => format!("{:.0}% of {} such wake-ups", 100.0 * v, self.wake_preempt_samples),
                 None => "not measured".into(),
+            }
+        );
+        s += &format!(
+            "  tenants' real-time budget (RT group scheduling): {}\n",
+            match self.tenant_rt_budget_ns {
+                Some(b) => format!("{} per second between them", format_ns(b)),
+                None => "none recorded".into(),
             }
         );
         for n in &self.notes {

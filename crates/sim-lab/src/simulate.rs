@@ -65,9 +65,20 @@ pub struct SimOptions {
     /// The real-time budget per second that the sandboxed tenants' cgroups
     /// share under RT group scheduling (`ontime lab` gives them 900 ms of
     /// each second, split evenly, on a host with cgroup v1's
-    /// `cpu.rt_runtime_us`; run.json's `tenant_rt_runtime_us` says what a
-    /// run had). None: no such budget.
+    /// `cpu.rt_runtime_us`). Some(0): none. None: what the measured run
+    /// beside which a run is simulated recorded (run.json's
+    /// `tenant_rt_runtime_us`, with `starts_from`), else the
+    /// calibration's, else none.
     pub tenant_rt_budget_ns: Option<u64>,
+}
+
+/// The real-time budget per second a measured run's lab gave its
+/// tenants' cgroups together, when its run.json recorded one.
+fn measured_rt_budget_ns(results: &Path, run_: &PlannedRun, tenants: usize) -> Option<u64> {
+    let dir = results.join("runs").join(run_.dir_name());
+    let record = ontime_scenario::results::read_record(&dir).ok()?;
+    let per_tenant_us = record.environment.tenant_rt_runtime_us?;
+    Some(per_tenant_us * 1000 * tenants as u64)
 }
 
 /// The start offsets of a measured run's tenants against its first, if
@@ -325,6 +336,7 @@ fn simulated_of(model: String, cpus: usize, seed: u64, opts: &SimOptions, busy_c
         host_stalls: cal.and_then(|(_, c)| c.host_stalls.as_ref()).map(|s| s.per_second),
         host_work_per_poll_ns: None,
         starts_measured: false,
+        tenant_rt_budget_ns: None,
         // The lab's own Linux model applies them; a named model does not.
         wake_stay_share: cal
             .and_then(|(_, c)| c.wake_stay_share)
@@ -465,6 +477,15 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         .starts_from
         .as_deref()
         .and_then(|d| measured_starts(d, run_, t.count, cr.period));
+    let rt_budget = opts
+        .tenant_rt_budget_ns
+        .or_else(|| {
+            opts.starts_from
+                .as_deref()
+                .and_then(|d| measured_rt_budget_ns(d, run_, t.count))
+        })
+        .or(cal.and_then(|c| c.tenant_rt_budget_ns))
+        .filter(|&b| b > 0 && opts.model.is_none() && t.backend == Backend::Sandbox);
     let tenants: Vec<CrawlTenant> = (0..t.count)
         .map(|i| CrawlTenant {
             offset_ns: match (&measured, offsets.as_mut()) {
@@ -515,12 +536,10 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
             );
             group.resize(group.len() + tenant_hogs, Some(0));
             let mut linux = measured_wakeups(Linux::new(classes, engine_cpus).with_groups(group, &[1024]), cal);
-            if let (true, Some(total)) = (in_lab, opts.tenant_rt_budget_ns) {
+            if let Some(total) = rt_budget {
                 // Each tenant's cgroup: its share of the budget on every
                 // CPU of its cpuset.
-                let cpus_of_tenant = pinned_to.map_or(engine_cpus, |(set, host)| {
-                    (0..host).filter(|&c| set.contains(c)).count()
-                });
+                let cpus_of_tenant = pinned_to.map_or(engine_cpus, |(set, host)| set.count(host));
                 let bandwidth = RtBandwidth {
                     runtime_ns: total / t.count.max(1) as u64,
                     period_ns: 1_000_000_000,
@@ -553,6 +572,7 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         io_cost_per_packet_ns: io_cost,
         host_work_per_poll_ns: host_work,
         starts_measured: measured.is_some(),
+        tenant_rt_budget_ns: rt_budget,
         cpu_hogs: hogs,
         left_out,
         ..base

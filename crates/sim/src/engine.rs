@@ -1360,14 +1360,8 @@ mod tests {
     #[test]
     fn a_thread_keeps_its_cpu_between_its_items_until_preempted() {
         let item = |thread: usize, release_ns: u64, tag: u64| Item {
-            thread,
-            release_ns,
-            abs_deadline_ns: u64::MAX,
-            priority: 0,
-            cpu_ns: MS,
             tag,
-            within: 0,
-            woken_by: None,
+            ..piece(thread, release_ns, MS)
         };
         let fair = LinuxClass::Fair { weight: 1024 };
         for (share, woken_done, second_done) in [(0.0, 3 * MS, 2 * MS), (1.0, 2 * MS, 3 * MS)] {

@@ -285,6 +285,11 @@ impl CpuSet {
         (0..4).all(|i| other.0[i] & !self.0[i] == 0)
     }
 
+    /// How many of CPUs 0..host it holds.
+    pub fn count(&self, host: usize) -> usize {
+        (0..host.min(256)).filter(|&c| self.contains(c)).count()
+    }
+
     /// Whether it holds no CPU.
     pub fn is_empty(&self) -> bool {
         self.0.iter().all(|&w| w == 0)
