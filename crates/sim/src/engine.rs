@@ -412,13 +412,13 @@ pub fn run_with_stalls(
         match balance {
             None => d.dispatch(&mut *sched, &mut queues, &mut running, now, workload),
             Some(b) => {
-                pc.runnable_on(&mut *sched, &queues, &running);
+                pc.runnable_on(&mut *sched, &queues, &running, now);
                 pc.pulled = false;
                 d.dispatch_per_cpu(&mut *sched, &mut queues, &mut running, now, workload, &mut pc, b, tick);
                 sched.dispatched();
                 // Only a pull moves a thread during the dispatch.
                 if pc.pulled {
-                    pc.runnable_on(&mut *sched, &queues, &running);
+                    pc.runnable_on(&mut *sched, &queues, &running, now);
                 }
             }
         }
@@ -534,7 +534,13 @@ impl PerCpu {
 
     /// Tells the model where every thread is runnable now: the CPU it
     /// runs on, else the one whose queue it waits in.
-    fn runnable_on(&mut self, sched: &mut dyn Scheduler, queues: &[BinaryHeap<Queued>], running: &[Option<Slot>]) {
+    fn runnable_on(
+        &mut self,
+        sched: &mut dyn Scheduler,
+        queues: &[BinaryHeap<Queued>],
+        running: &[Option<Slot>],
+        now: u64,
+    ) {
         self.homes.clear();
         self.homes.extend(
             queues
@@ -547,7 +553,7 @@ impl PerCpu {
                 self.homes[s.job.task] = Some(cpu);
             }
         }
-        sched.runnable_on(&self.homes);
+        sched.runnable_on(&self.homes, now);
     }
 
     /// Idle periods into the average as CPUs go busy; busy CPUs going idle
@@ -1488,6 +1494,35 @@ mod tests {
         for i in 0..3 {
             assert!((share(i) - 1.0 / 6.0).abs() < 0.02, "grouped hog {i}: {}", share(i));
         }
+    }
+
+    /// With per-CPU queues a group weighs on each CPU by that CPU's part
+    /// of the group's load (`calc_group_shares`): a grouped hog beside a
+    /// root hog on CPU 0, while the group's other thread runs 5 ms of
+    /// every 10 on CPU 1, weighs 1024 / (1 + 0.5) and gets about 40 % of
+    /// CPU 0 (one entity charged with both threads' time would give it
+    /// 25 %).
+    #[test]
+    fn linux_groups_weigh_by_their_load_on_each_cpu() {
+        let hog = |name: &str| PeriodicTask::new(name, 10_000 * MS, 10_000 * MS, 0);
+        let ts = vec![
+            hog("grouped"),
+            hog("root"),
+            PeriodicTask::new("half", 5 * MS, 10 * MS, 0),
+        ];
+        let fair = LinuxClass::Fair { weight: 1024 };
+        let mut l = Linux::new(vec![fair; 3], 2).with_groups(vec![Some(0), None, Some(0)], &[1024]);
+        l.wakeups.preempts = Some(0.5);
+        l.pinned = vec![
+            crate::sched::CpuSet::of([0]),
+            crate::sched::CpuSet::of([0]),
+            crate::sched::CpuSet::of([1]),
+        ];
+        let o = simulate(&ts, 2, &mut l, 3_000 * MS, 1);
+        let share = |i: usize| o.tasks[i].cpu_ns as f64 / (3_000 * MS) as f64;
+        assert!((share(2) - 0.5).abs() < 0.01, "half {}", share(2));
+        assert!((share(0) - 0.4).abs() < 0.03, "grouped hog {}", share(0));
+        assert!((share(1) - 0.6).abs() < 0.03, "root hog {}", share(1));
     }
 
     /// A task is one thread: when its jobs pile up (it needs 150 % of a

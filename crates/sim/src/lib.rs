@@ -19,4 +19,5 @@ pub mod eevdf;
 pub mod engine;
 pub mod noise;
 pub mod sched;
+pub mod shares;
 pub mod task;

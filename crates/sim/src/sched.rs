@@ -3,6 +3,7 @@
 //! slice; the engine does the rest. Each model says what it leaves out.
 
 use crate::eevdf::Eevdf;
+use crate::shares::GroupShares;
 use ontime_core::duration::format_exact;
 use serde::Serialize;
 use std::cmp::Ordering;
@@ -403,7 +404,7 @@ pub trait Scheduler {
     /// moved a thread, so a model
     /// that keeps per-CPU queue state (Linux's EEVDF) follows wake-ups,
     /// sleeps and migrations.
-    fn runnable_on(&mut self, _homes: &[Option<usize>]) {}
+    fn runnable_on(&mut self, _homes: &[Option<usize>], _now: u64) {}
     /// With per-CPU queues: a dispatch is done.
     fn dispatched(&mut self) {}
     /// `job.task` woke up: its job was released while it had nothing to
@@ -500,6 +501,14 @@ pub const CFS_PERIOD_NS: u64 = 6_000_000;
 pub const CFS_MIN_SLICE_NS: u64 = 750_000;
 
 impl Cfs {
+    /// A task joining the queue: it may not bank more than half a period
+    /// of virtual runtime from sleeping.
+    fn place(&mut self, task: usize) {
+        let floor = self.min_vruntime.saturating_sub(CFS_PERIOD_NS / 2);
+        let v = &mut self.vruntime[task];
+        *v = (*v).max(floor);
+    }
+
     pub fn new(weights: Vec<u64>) -> Cfs {
         let n = weights.len();
         Cfs {
@@ -523,9 +532,7 @@ impl Scheduler for Cfs {
         Some((CFS_PERIOD_NS / runnable.max(1) as u64).max(CFS_MIN_SLICE_NS))
     }
     fn wake(&mut self, job: &Job) {
-        let floor = self.min_vruntime.saturating_sub(CFS_PERIOD_NS / 2);
-        let v = &mut self.vruntime[job.task];
-        *v = (*v).max(floor);
+        self.place(job.task);
     }
     fn charge(&mut self, _cpu: usize, job: &Job, ran_ns: u64) {
         let w = self.weights[job.task].max(1);
@@ -586,12 +593,15 @@ impl LinuxClass {
 /// A fair thread woken synchronously by a fair thread (a packet handed
 /// over, a request written) looks first at its waker's CPU
 /// (`wake_affine`). Fair threads may sit in cgroups one level below the
-/// root ([`Linux::with_groups`]): the group competes as one entity.
+/// root ([`Linux::with_groups`]): the group competes as one entity, on
+/// each CPU with its share of the group's weight by its load there
+/// ([`GroupShares`], with per-CPU queues and measured wake-ups; under
+/// EEVDF's rules each group entity weighs the group's weight).
 /// Leaves out: the root's real-time throttling (`sched_rt_runtime_us`,
 /// 95 %) and the fair server that gives fair threads 50 ms a second
 /// beside real-time ones (Linux 6.12 on), the
 /// deadline class's admission control and GRUB reclaiming, deeper cgroup
-/// levels, per-CPU shares of a group's weight, real-time push/pull
+/// levels, real-time push/pull
 /// between run queues, and what [`Eevdf`] and [`Cfs`] leave out.
 #[derive(Clone, Debug)]
 pub struct Linux {
@@ -601,8 +611,18 @@ pub struct Linux {
     fair: Cfs,
     /// Per thread, the cgroup it shares in (None: the root).
     group: Vec<Option<usize>>,
-    /// The root's fair entities: threads 0..n, then groups n..
+    /// The root's fair entities: threads 0..n, then group g's entity on
+    /// CPU c at n + g * cpus + c (with one global queue, or EEVDF's rules,
+    /// only c = 0: one entity of the group's weight).
     top: Cfs,
+    /// Per-CPU shares of the groups' weights, with per-CPU queues and
+    /// measured wake-ups (the `top` entities' weights).
+    shares: Option<GroupShares>,
+    /// Per thread, the CPU it is runnable on (None: not runnable), as the
+    /// engine last said.
+    home: Vec<Option<usize>>,
+    scratch_entered: Vec<usize>,
+    scratch_shares: Vec<u64>,
     scratch_top: Vec<Job>,
     /// Per deadline thread: budget left and current absolute deadline.
     dl_left: Vec<u64>,
@@ -707,6 +727,10 @@ impl Linux {
             top: Cfs::new(weights.clone()),
             fair: Cfs::new(weights),
             group: vec![None; n],
+            shares: None,
+            home: vec![None; n],
+            scratch_entered: Vec::new(),
+            scratch_shares: Vec::new(),
             scratch_top: Vec::new(),
             fair_slice_ns,
             dl_left: vec![0; n],
@@ -797,9 +821,13 @@ impl Linux {
     /// default cpu.shares / cpu.weight 100). At the root a group is one
     /// entity beside the root's threads; its threads share what it gets.
     pub fn with_groups(mut self, group: Vec<Option<usize>>, weights: &[u64]) -> Linux {
+        let cpus = self.eevdf.cpus();
         let mut top: Vec<u64> = self.fair.weights.clone();
-        top.extend_from_slice(weights);
+        for &w in weights {
+            top.extend(std::iter::repeat_n(w, cpus));
+        }
         self.top = Cfs::new(top);
+        self.shares = (!weights.is_empty()).then(|| GroupShares::new(&self.fair.weights, &group, weights, cpus));
         self.eevdf = Eevdf::new(
             &self.fair.weights,
             &group,
@@ -844,15 +872,33 @@ impl Linux {
         }
     }
 
-    /// The thread's entity at the root.
-    fn entity(&self, j: &Job) -> Job {
-        match self.group[j.task] {
-            Some(g) => Job {
-                task: self.classes.len() + g,
-                ..*j
-            },
-            None => *j,
+    /// Whether groups weigh by per-CPU shares (the `top` CFS decides:
+    /// per-CPU queues with measured wake-ups).
+    fn per_cpu_shares(&self) -> bool {
+        self.per_cpu && self.eevdf_on().is_none() && self.shares.is_some()
+    }
+
+    /// The thread's entity at the root (its group's on `cpu`, when given,
+    /// else on the CPU it is runnable on or last was).
+    fn entity_on(&self, j: &Job, cpu: Option<usize>) -> Job {
+        match (self.group[j.task], &self.shares) {
+            (Some(g), Some(s)) => {
+                let c = if self.per_cpu_shares() {
+                    cpu.or(self.home[j.task]).unwrap_or_else(|| s.cpu_of(j.task))
+                } else {
+                    0
+                };
+                Job {
+                    task: self.classes.len() + g * s.cpus() + c,
+                    ..*j
+                }
+            }
+            _ => *j,
         }
+    }
+
+    fn entity(&self, j: &Job) -> Job {
+        self.entity_on(j, None)
     }
 }
 
@@ -999,11 +1045,38 @@ impl Scheduler for Linux {
             self.eevdf.dispatched();
         }
     }
-    fn runnable_on(&mut self, homes: &[Option<usize>]) {
+    fn runnable_on(&mut self, homes: &[Option<usize>], now: u64) {
         if self.eevdf_on().is_some() {
             let classes = &self.classes;
             self.eevdf
                 .sync(homes, |t| matches!(classes.get(t), Some(LinuxClass::Fair { .. })));
+        }
+        if !self.per_cpu_shares() {
+            return;
+        }
+        let Some(shares) = self.shares.as_mut() else {
+            return;
+        };
+        self.home.clear();
+        self.home.extend_from_slice(homes);
+        self.home.resize(self.classes.len(), None);
+        // A group's queue on a CPU that gets its first runnable thread
+        // enqueues the group's entity there (`place_entity`).
+        self.scratch_entered.clear();
+        shares.sync(homes, now, &mut self.scratch_entered);
+        let n = self.classes.len();
+        for &e in &self.scratch_entered {
+            self.top.place(n + e);
+        }
+        // Its weight follows the group's load (`update_cfs_group`).
+        let cpus = shares.cpus();
+        self.scratch_shares.resize(cpus, 0);
+        for g in 0..shares.groups() {
+            if !shares.due(g, now, LINUX_TICK_NS) {
+                continue;
+            }
+            shares.shares(g, now, &mut self.scratch_shares);
+            self.top.weights[n + g * cpus..n + (g + 1) * cpus].copy_from_slice(&self.scratch_shares);
         }
     }
     fn before_dispatch(&mut self, runnable: &[Job]) {
@@ -1037,8 +1110,12 @@ impl Scheduler for Linux {
             }
             LinuxClass::Fair { .. } => {
                 self.fair.wake(job);
-                let e = self.entity(job);
-                self.top.wake(&e);
+                // With per-CPU shares the group's entity is placed as its
+                // queue on the thread's CPU gets it (`runnable_on`).
+                if !(self.per_cpu_shares() && self.group[job.task].is_some()) {
+                    let e = self.entity(job);
+                    self.top.wake(&e);
+                }
             }
             LinuxClass::RealTime { .. } => {}
         }
@@ -1055,7 +1132,7 @@ impl Scheduler for Linux {
             LinuxClass::Deadline { .. } => self.dl_left[job.task] = self.dl_left[job.task].saturating_sub(ran_ns),
             LinuxClass::Fair { .. } => {
                 self.fair.charge(cpu, job, ran_ns);
-                let e = self.entity(job);
+                let e = self.entity_on(job, Some(cpu));
                 self.top.charge(cpu, &e, ran_ns);
             }
             LinuxClass::RealTime { .. } => {
