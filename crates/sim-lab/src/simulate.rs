@@ -81,6 +81,17 @@ fn measured_rt_budget_ns(results: &Path, run_: &PlannedRun, tenants: usize) -> O
     Some(per_tenant_us * 1000 * tenants as u64)
 }
 
+/// How long a crawler's vCPU thread runs before its first poll:
+/// `ontime crawl` connects once to measure a round trip, opens its pool
+/// from it (a second round trip) and polls from a common start 20 ms
+/// after every thread is ready (crates/crawl `warm_up`,
+/// `grow_before_start`, `common_start`); the lab's relay holds each
+/// packet `one_way_ns` each way. Session 26's recording of a lab run at
+/// 10 ms one way: 61 ms from the thread's first run to its first poll.
+fn crawler_warm_up_ns(one_way_ns: u64) -> u64 {
+    2 * (2 * one_way_ns) + 20_000_000
+}
+
 /// The start offsets of a measured run's tenants against its first, if
 /// every tenant's histogram log has one (1 ms resolution).
 fn measured_starts(results: &Path, run_: &PlannedRun, tenants: usize, period: u64) -> Option<Vec<u64>> {
@@ -501,6 +512,7 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         })
         .collect();
     let host_work = cal.and_then(|c| c.host_work_per_poll_ns);
+    let starts: Vec<u64> = tenants.iter().map(|t| t.offset_ns).collect();
     let mut w = CrawlWorkload::new(tenants, io, c.duration);
     if let Some(ns) = host_work {
         w = w.with_host_work(ns);
@@ -544,9 +556,22 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
                     runtime_ns: total / t.count.max(1) as u64,
                     period_ns: 1_000_000_000,
                     cpus: cpus_of_tenant,
+                    first_refill_ns: 0,
                 };
+                // Each group's period timer starts as its vCPU thread first
+                // runs real-time (`start_rt_bandwidth`), the crawler's
+                // warm-up before its first poll, and pays back a budget
+                // every period from then.
+                let warm_up = crawler_warm_up_ns(c.host.relay_delay).min(bandwidth.period_ns);
+                let bws: Vec<RtBandwidth> = starts
+                    .iter()
+                    .map(|&start| RtBandwidth {
+                        first_refill_ns: start + bandwidth.period_ns - warm_up,
+                        ..bandwidth
+                    })
+                    .collect();
                 let of_tenant = (0..t.count * vcpus).map(|th| Some(th / vcpus)).collect();
-                linux = linux.with_rt_bandwidth(of_tenant, &vec![bandwidth; t.count]);
+                linux = linux.with_rt_bandwidth(of_tenant, &bws);
             }
             if let Some((set, _)) = pinned_to {
                 let n = linux.classes.len();

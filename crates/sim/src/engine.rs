@@ -1346,6 +1346,7 @@ mod tests {
             runtime_ns: 300 * MS,
             period_ns: 1000 * MS,
             cpus: 1,
+            first_refill_ns: 0,
         };
         let mut w = Scripted(vec![piece(0, 0, 5000 * MS), piece(1, 0, 5000 * MS)]);
         let mut l = Linux::new(vec![rt, fair], 1).with_rt_bandwidth(vec![Some(0), None], &[budget]);
@@ -1354,6 +1355,16 @@ mod tests {
         // the period's 300 ms less the 4 ms overrun are used again.
         assert_eq!(o.tasks[0].cpu_ns, 604 * MS);
         assert_eq!(o.tasks[1].cpu_ns, 1396 * MS);
+        // The period timer started 600 ms before the run (it pays back at
+        // 400 ms and 1.4 s): 0-304 ms, 400-700 and 1400-1700.
+        let mut w = Scripted(vec![piece(0, 0, 5000 * MS), piece(1, 0, 5000 * MS)]);
+        let early = RtBandwidth {
+            first_refill_ns: 400 * MS,
+            ..budget
+        };
+        let mut l = Linux::new(vec![rt, fair], 1).with_rt_bandwidth(vec![Some(0), None], &[early]);
+        let o = run(&mut w, 1, &mut l, 2000 * MS);
+        assert_eq!(o.tasks[0].cpu_ns, 904 * MS);
         let mut w = Scripted(vec![piece(0, 0, 5000 * MS), piece(1, 0, 5000 * MS)]);
         let o = run(&mut w, 1, &mut Linux::new(vec![rt, fair], 1), 2000 * MS);
         assert_eq!(o.tasks[0].cpu_ns, 2000 * MS, "without a budget it never yields");

@@ -686,6 +686,10 @@ pub struct RtBandwidth {
     /// The CPUs the group's threads may use (its cpuset): the model
     /// pools their budgets, as if its threads spread over them.
     pub cpus: usize,
+    /// When the group's period timer first pays back a budget, a period
+    /// after it started (`start_rt_bandwidth` starts it as the group's
+    /// first real-time thread is queued); 0: one period in.
+    pub first_refill_ns: u64,
 }
 
 /// A group's bandwidth and its use (`rt_rq->rt_time`, `rt_throttled`).
@@ -855,7 +859,10 @@ impl Linux {
                 bandwidth: b,
                 used_ns: 0,
                 throttled: false,
-                next_period_ns: b.period_ns.max(1),
+                next_period_ns: match b.first_refill_ns {
+                    0 => b.period_ns.max(1),
+                    t => t,
+                },
             })
             .collect();
         self.rt_group = group;
