@@ -618,9 +618,6 @@ pub struct Linux {
     /// Per-CPU shares of the groups' weights, with per-CPU queues and
     /// measured wake-ups (the `top` entities' weights).
     shares: Option<GroupShares>,
-    /// Per thread, the CPU it is runnable on (None: not runnable), as the
-    /// engine last said.
-    home: Vec<Option<usize>>,
     scratch_entered: Vec<usize>,
     scratch_shares: Vec<u64>,
     scratch_top: Vec<Job>,
@@ -732,7 +729,6 @@ impl Linux {
             fair: Cfs::new(weights),
             group: vec![None; n],
             shares: None,
-            home: vec![None; n],
             scratch_entered: Vec::new(),
             scratch_shares: Vec::new(),
             scratch_top: Vec::new(),
@@ -886,12 +882,12 @@ impl Linux {
     }
 
     /// The thread's entity at the root (its group's on `cpu`, when given,
-    /// else on the CPU it is runnable on or last was).
+    /// else on the CPU it is runnable on or last was: where its load is).
     fn entity_on(&self, j: &Job, cpu: Option<usize>) -> Job {
         match (self.group[j.task], &self.shares) {
             (Some(g), Some(s)) => {
                 let c = if self.per_cpu_shares() {
-                    cpu.or(self.home[j.task]).unwrap_or_else(|| s.cpu_of(j.task))
+                    cpu.unwrap_or_else(|| s.cpu_of(j.task))
                 } else {
                     0
                 };
@@ -1064,9 +1060,6 @@ impl Scheduler for Linux {
         let Some(shares) = self.shares.as_mut() else {
             return;
         };
-        self.home.clear();
-        self.home.extend_from_slice(homes);
-        self.home.resize(self.classes.len(), None);
         // A group's queue on a CPU that gets its first runnable thread
         // enqueues the group's entity there (`place_entity`).
         self.scratch_entered.clear();

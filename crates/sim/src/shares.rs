@@ -35,10 +35,11 @@ pub struct GroupShares {
     cpu: Vec<usize>,
     /// Per group and CPU: its threads runnable there.
     queued: Vec<u32>,
-    /// Scratch per CPU: the group's load there and its weight (in `sync`:
-    /// its threads) runnable there now.
+    /// Scratch per CPU: the group's load there, its weight runnable there
+    /// now, and (in `sync`) its threads runnable there.
     load: Vec<f64>,
     now_weight: Vec<u64>,
+    now_threads: Vec<u32>,
     /// Per group: a thread of it woke, slept or moved since its shares
     /// were last asked for, and when that was.
     changed: Vec<bool>,
@@ -69,6 +70,7 @@ impl GroupShares {
             queued: vec![0; group_weights.len() * cpus],
             load: vec![0.0; cpus],
             now_weight: vec![0; cpus],
+            now_threads: vec![0; cpus],
             changed: vec![true; group_weights.len()],
             shared_at_ns: vec![0; group_weights.len()],
         }
@@ -102,7 +104,7 @@ impl GroupShares {
     pub fn sync(&mut self, homes: &[Option<usize>], now: u64, entered: &mut Vec<usize>) {
         for g in 0..self.members.len() {
             let base = g * self.cpus;
-            self.now_weight.iter_mut().for_each(|q| *q = 0);
+            self.now_threads.iter_mut().for_each(|q| *q = 0);
             for i in 0..self.members[g].len() {
                 let t = self.members[g][i];
                 let home = homes.get(t).copied().flatten().filter(|&c| c < self.cpus);
@@ -115,11 +117,11 @@ impl GroupShares {
                 if let Some(c) = home {
                     // The load goes with the thread (`migrate_task_rq_fair`).
                     self.cpu[t] = c;
-                    self.now_weight[c] += 1;
+                    self.now_threads[c] += 1;
                 }
             }
             for c in 0..self.cpus {
-                let q = self.now_weight[c] as u32;
+                let q = self.now_threads[c];
                 if q > 0 && self.queued[base + c] == 0 {
                     entered.push(base + c);
                 }
