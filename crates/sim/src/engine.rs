@@ -374,7 +374,7 @@ pub fn run_with_stalls(
             if wakes {
                 sched.wake(&job);
                 if balance.is_some() {
-                    pc.place(&*sched, &job, it.woken_by, &queues, &running);
+                    pc.place(&*sched, &job, it.woken_by, &queues, &running, &kept);
                 }
                 if tracing {
                     // One global queue: the thread goes to any idle CPU.
@@ -508,7 +508,9 @@ impl PerCpu {
     }
 
     /// A waking thread joins the queue the model picks (woken by
-    /// `waker`'s work at this instant: a synchronous wake-up).
+    /// `waker`'s work at this instant: a synchronous wake-up). Threads
+    /// that keep their CPU between two pieces of work (`kept`) hold it
+    /// as they wake others: a relay handing a packet over is running.
     fn place(
         &mut self,
         sched: &dyn Scheduler,
@@ -516,14 +518,19 @@ impl PerCpu {
         waker: Option<usize>,
         queues: &[BinaryHeap<Queued>],
         running: &[Option<Slot>],
+        kept: &[(usize, Slot)],
     ) {
         self.view.clear();
         self.view.extend(running.iter().map(|s| CpuView {
             running: s.map(|s| s.job),
             waiting: 0,
         }));
+        for (cpu, s) in kept {
+            self.view[*cpu].running = Some(s.job);
+        }
+        let holding = |t: usize| is_running(running, t) || kept.iter().any(|(_, s)| s.job.task == t);
         for (t, q) in queues.iter().enumerate() {
-            if !q.is_empty() && !is_running(running, t) {
+            if !q.is_empty() && !holding(t) {
                 self.view[self.home[t]].waiting += 1;
             }
         }
@@ -668,6 +675,8 @@ struct Dispatcher {
     chosen: Vec<usize>,
     /// Per CPU, its runnable threads as the busy balance counts them.
     count: Vec<usize>,
+    /// Waiting candidates the model would push to a CPU running less.
+    pushable: Vec<usize>,
     preemptions: u64,
 }
 
@@ -880,8 +889,38 @@ impl Dispatcher {
         // Idle CPUs pull from busy ones; so does a CPU about to start a job
         // the model would rather steal for (credit1: an OVER vCPU), and
         // then only a job it ranks above that one.
+        self.pushable.clear();
+        self.pushable.extend((0..cand.len()).filter(|&i| {
+            let c = &cand[i];
+            c.held.is_none()
+                && self.chosen[pc.home[c.job.task]] != i
+                && sched_ro.eligible(&c.job)
+                && sched_ro.pushes(&c.job, None)
+        }));
         for cpu in 0..m {
             let own = self.chosen[cpu];
+            let there = (own != usize::MAX).then(|| &cand[own].job);
+            let mut pushed: Option<usize> = None;
+            for &i in &self.pushable {
+                let c = &cand[i];
+                let from = pc.home[c.job.task];
+                if from == cpu
+                    || self.chosen[from] == i
+                    || !sched_ro.affinity(c.job.task).contains(cpu)
+                    || !sched_ro.pushes(&c.job, there)
+                {
+                    continue;
+                }
+                if pushed.is_none_or(|p| sched_ro.order(&c.job, &cand[p].job).is_lt()) {
+                    pushed = Some(i);
+                }
+            }
+            if let Some(i) = pushed {
+                pc.home[cand[i].job.task] = cpu;
+                pc.pulled = true;
+                self.chosen[cpu] = i;
+                continue;
+            }
             let stealing = own != usize::MAX && cand[own].held.is_none() && sched_ro.steals_for(&cand[own].job);
             if own != usize::MAX && !stealing {
                 continue;
@@ -1650,6 +1689,97 @@ mod tests {
             let share = o.tasks[i].cpu_ns as f64 / (2_000 * MS) as f64;
             assert!((0.45..0.55).contains(&share), "hog {i}: {share:.3} of a CPU");
         }
+    }
+
+    /// A real-time or deadline thread wakes on the CPU it last ran on
+    /// when a fair thread holds it, though the other CPU idles
+    /// (`select_task_rq_rt` and `select_task_rq_dl` look further only
+    /// past a thread of their own class); behind a real-time thread it
+    /// does not precede it takes the idle CPU.
+    #[test]
+    fn linux_real_time_threads_wake_where_they_ran_over_a_fair_thread() {
+        use crate::sched::CpuView;
+        let classes = vec![
+            LinuxClass::Fair { weight: 1024 },
+            LinuxClass::RealTime {
+                priority: 50,
+                slice_ns: None,
+            },
+            LinuxClass::Deadline {
+                runtime_ns: MS,
+                period_ns: 10 * MS,
+            },
+            LinuxClass::RealTime {
+                priority: 90,
+                slice_ns: None,
+            },
+        ];
+        let l = Linux::new(classes, 2);
+        let over = |task: usize| {
+            [
+                CpuView {
+                    running: Some(job(task)),
+                    waiting: 0,
+                },
+                CpuView::default(),
+            ]
+        };
+        assert_eq!(l.select_cpu(&job(1), 0, &over(0)), 0, "real-time over fair");
+        assert_eq!(l.select_cpu(&job(2), 0, &over(0)), 0, "deadline over fair");
+        assert_eq!(
+            l.select_cpu(&job(1), 0, &over(3)),
+            1,
+            "behind a better real-time thread"
+        );
+    }
+
+    /// A real-time thread queued behind its betters moves as soon as a
+    /// CPU drops to fair work (`pull_rt_task`; `push_rt_task` the other
+    /// way), without waiting for that CPU to idle or tick: two fifo:90
+    /// threads hold both CPUs when a fifo:50 one wakes at 1 ms; the first
+    /// stops at 2 ms with a fair hog queued behind it.
+    #[test]
+    fn a_waiting_real_time_thread_moves_to_a_cpu_that_drops_to_fair_work() {
+        let rt = |priority: u32| LinuxClass::RealTime {
+            priority,
+            slice_ns: None,
+        };
+        let classes = vec![rt(90), rt(90), LinuxClass::Fair { weight: 1024 }, rt(50)];
+        // Threads start on CPU (thread mod 2): the fifo:50 one behind the
+        // 5 ms fifo:90 one on CPU 1, the hog behind the 2 ms one on CPU 0.
+        let mut w = Scripted(vec![
+            piece(0, 0, 2 * MS),
+            piece(1, 0, 5 * MS),
+            piece(2, 0, 100 * MS),
+            piece(3, MS, MS),
+        ]);
+        let o = run(&mut w, 2, &mut Linux::new(classes, 2), 50 * MS);
+        assert_eq!(o.tasks[3].worst_response_ns, 2 * MS, "ran 2-3 ms on CPU 0");
+    }
+
+    /// A thread that keeps its CPU between two pieces of work holds it
+    /// while it wakes another: a fair thread woken as the real-time
+    /// relay's first piece ends sees the relay's CPU busy and takes the
+    /// idle one, not a place behind the relay's second piece.
+    #[test]
+    fn a_thread_between_two_pieces_of_work_holds_its_cpu_for_wake_ups() {
+        let classes = vec![
+            LinuxClass::RealTime {
+                priority: 90,
+                slice_ns: None,
+            },
+            LinuxClass::Fair { weight: 1024 },
+            LinuxClass::Fair { weight: 1024 },
+        ];
+        // Thread 2 last ran on CPU 0 (thread mod 2), where the relay runs.
+        let mut w = Scripted(vec![
+            piece(0, 0, MS),
+            piece(0, 0, MS),
+            piece(1, 40 * MS, MS),
+            piece(2, MS, MS),
+        ]);
+        let o = run(&mut w, 2, &mut Linux::new(classes, 2), 50 * MS);
+        assert_eq!(o.tasks[2].worst_response_ns, MS, "ran 1-2 ms on CPU 1");
     }
 
     /// On a host measured to leave a CPU running a real-time thread

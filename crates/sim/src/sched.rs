@@ -390,6 +390,14 @@ pub trait Scheduler {
     fn steals_for(&self, _next: &Job) -> bool {
         false
     }
+    /// With per-CPU queues: whether `waiting`, queued on another CPU,
+    /// moves at once to a CPU about to run `there` (None: nothing),
+    /// without the idle balance's gates (Linux pushes and pulls its
+    /// real-time and deadline threads to CPUs running lower work:
+    /// `push_rt_task`, `pull_rt_task`, `push_dl_task`, `pull_dl_task`).
+    fn pushes(&self, _waiting: &Job, _there: Option<&Job>) -> bool {
+        false
+    }
     /// With per-CPU queues and [`Balance::busy_balance_ticks`]: whether
     /// the periodic balance between busy CPUs counts and moves `job`'s
     /// thread (Linux's `load_balance` moves fair threads only).
@@ -941,9 +949,17 @@ impl Scheduler for Linux {
             }
             return first_allowed;
         }
-        // Real-time and deadline threads go where they run soonest
-        // (`find_lowest_rq`, `find_later_rq`): an idle CPU, else the one
-        // whose current job the newcomer precedes by the most.
+        // Real-time and deadline threads wake where they last ran unless
+        // a thread of their own class or above holds that CPU
+        // (`select_task_rq_rt` looks further only when the current task
+        // there is real-time, `select_task_rq_dl` when it is deadline):
+        // a fair thread there is preempted though another CPU idles.
+        if allowed.contains(prev) && cpus[prev].running.is_none_or(|r| self.is_fair(r.task)) {
+            return prev;
+        }
+        // Else where they run soonest (`find_lowest_rq`, `find_later_rq`):
+        // an idle CPU, else the one whose current job the newcomer
+        // precedes by the most.
         if cpus[first_allowed].idle() {
             return first_allowed;
         }
@@ -1042,6 +1058,9 @@ impl Scheduler for Linux {
     }
     fn balances_load(&self, job: &Job) -> bool {
         self.is_fair(job.task)
+    }
+    fn pushes(&self, waiting: &Job, there: Option<&Job>) -> bool {
+        !self.is_fair(waiting.task) && there.is_none_or(|t| self.order(waiting, t).is_lt())
     }
     fn dispatched(&mut self) {
         if self.eevdf_on().is_some() {
