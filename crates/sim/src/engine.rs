@@ -834,7 +834,9 @@ impl Dispatcher {
     /// CPUs left idle pull a waiting thread from a busy CPU's queue when
     /// the model's balancing allows: at once when `newidle_min_avg_idle_ns`
     /// is 0, when the CPU has just gone idle and idles long enough on
-    /// average (the thread not cache-hot), or at a balancing tick.
+    /// average (the thread not cache-hot), or at a balancing tick. A
+    /// waiting thread the model pushes ([`Scheduler::pushes`]) moves at
+    /// once to any CPU about to run less, idle or not.
     #[allow(clippy::too_many_arguments)]
     fn dispatch_per_cpu(
         &mut self,
@@ -886,9 +888,8 @@ impl Dispatcher {
                 *slot = h;
             }
         }
-        // Idle CPUs pull from busy ones; so does a CPU about to start a job
-        // the model would rather steal for (credit1: an OVER vCPU), and
-        // then only a job it ranks above that one.
+        // Waiting threads the model pushes (Linux's real-time classes) go
+        // first, at once, to a CPU about to run less.
         self.pushable.clear();
         self.pushable.extend((0..cand.len()).filter(|&i| {
             let c = &cand[i];
@@ -921,6 +922,9 @@ impl Dispatcher {
                 self.chosen[cpu] = i;
                 continue;
             }
+            // Idle CPUs pull from busy ones; so does a CPU about to start a
+            // job the model would rather steal for (credit1: an OVER vCPU),
+            // and then only a job it ranks above that one.
             let stealing = own != usize::MAX && cand[own].held.is_none() && sched_ro.steals_for(&cand[own].job);
             if own != usize::MAX && !stealing {
                 continue;

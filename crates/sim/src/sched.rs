@@ -605,12 +605,15 @@ impl LinuxClass {
 /// each CPU with its share of the group's weight by its load there
 /// ([`GroupShares`], with per-CPU queues and measured wake-ups; under
 /// EEVDF's rules each group entity weighs the group's weight).
+/// With per-CPU queues a real-time or deadline thread wakes where it last
+/// ran unless a thread of its class or above holds that CPU, and one left
+/// waiting moves at once to a CPU about to run lower work (push/pull).
 /// Leaves out: the root's real-time throttling (`sched_rt_runtime_us`,
 /// 95 %) and the fair server that gives fair threads 50 ms a second
 /// beside real-time ones (Linux 6.12 on), the
 /// deadline class's admission control and GRUB reclaiming, deeper cgroup
-/// levels, real-time push/pull
-/// between run queues, and what [`Eevdf`] and [`Cfs`] leave out.
+/// levels, the cost of a push or pull, and what [`Eevdf`] and [`Cfs`]
+/// leave out.
 #[derive(Clone, Debug)]
 pub struct Linux {
     pub classes: Vec<LinuxClass>,
