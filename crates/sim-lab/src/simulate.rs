@@ -556,7 +556,7 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
                     runtime_ns: total / t.count.max(1) as u64,
                     period_ns: 1_000_000_000,
                     cpus: cpus_of_tenant,
-                    first_refill_ns: 0,
+                    first_refill_ns: None,
                 };
                 // Each group's period timer starts as its vCPU thread first
                 // runs real-time (`start_rt_bandwidth`), the crawler's
@@ -566,7 +566,7 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
                 let bws: Vec<RtBandwidth> = starts
                     .iter()
                     .map(|&start| RtBandwidth {
-                        first_refill_ns: start + bandwidth.period_ns - warm_up,
+                        first_refill_ns: Some(start + bandwidth.period_ns - warm_up),
                         ..bandwidth
                     })
                     .collect();

@@ -1389,7 +1389,7 @@ mod tests {
             runtime_ns: 300 * MS,
             period_ns: 1000 * MS,
             cpus: 1,
-            first_refill_ns: 0,
+            first_refill_ns: None,
         };
         let mut w = Scripted(vec![piece(0, 0, 5000 * MS), piece(1, 0, 5000 * MS)]);
         let mut l = Linux::new(vec![rt, fair], 1).with_rt_bandwidth(vec![Some(0), None], &[budget]);
@@ -1402,7 +1402,7 @@ mod tests {
         // 400 ms and 1.4 s): 0-304 ms, 400-700 and 1400-1700.
         let mut w = Scripted(vec![piece(0, 0, 5000 * MS), piece(1, 0, 5000 * MS)]);
         let early = RtBandwidth {
-            first_refill_ns: 400 * MS,
+            first_refill_ns: Some(400 * MS),
             ..budget
         };
         let mut l = Linux::new(vec![rt, fair], 1).with_rt_bandwidth(vec![Some(0), None], &[early]);

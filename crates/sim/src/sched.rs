@@ -696,8 +696,8 @@ pub struct RtBandwidth {
     pub cpus: usize,
     /// When the group's period timer first pays back a budget, a period
     /// after it started (`start_rt_bandwidth` starts it as the group's
-    /// first real-time thread is queued); 0: one period in.
-    pub first_refill_ns: u64,
+    /// first real-time thread is queued); None: one period in.
+    pub first_refill_ns: Option<u64>,
 }
 
 /// A group's bandwidth and its use (`rt_rq->rt_time`, `rt_throttled`).
@@ -866,10 +866,7 @@ impl Linux {
                 bandwidth: b,
                 used_ns: 0,
                 throttled: false,
-                next_period_ns: match b.first_refill_ns {
-                    0 => b.period_ns.max(1),
-                    t => t,
-                },
+                next_period_ns: b.first_refill_ns.unwrap_or(b.period_ns.max(1)),
             })
             .collect();
         self.rt_group = group;
