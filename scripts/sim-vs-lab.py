@@ -28,6 +28,12 @@ reproduces the table without the lab's hour:
     scripts/sim-vs-lab.py --reference [s21|s25|s21,s25] [--json] [--seed N]
     scripts/sim-vs-lab.py --lab-vs-lab s21 s25      # the lab against itself
     scripts/sim-vs-lab.py --pack OUT.tar.xz results/doc-000-tenants ...
+    scripts/sim-vs-lab.py --reference s21 --report DIR   # and the figures
+
+--report DIR also writes `ontime lab report` of each scenario, measured
+and simulated runs together, into DIR/NAME (report.html and the PNGs;
+the "Simulated vs measured" figures show the table's medians and
+spreads; docs/results/sim/*.png are these).
 
 --reference unpacks session 21's lab runs (s25: session 25's; several
 joined by commas pool, each simulated with its own session's
@@ -426,6 +432,13 @@ def main():
             sys.exit("sim-vs-lab: --seed takes a whole number (the simulator's seed; default 1)")
         seed = int(args[i + 1])
         del args[i : i + 2]
+    report_dir = None
+    if "--report" in args:
+        i = args.index("--report")
+        if i + 1 >= len(args):
+            sys.exit("sim-vs-lab: --report takes a directory to write the reports into")
+        report_dir = args[i + 1]
+        del args[i : i + 2]
     if args[:1] == ["--pack"]:
         if len(args) < 3:
             sys.exit(__doc__)
@@ -449,9 +462,21 @@ def main():
         sys.exit(__doc__)
     try:
         compare(args, as_json)
+        if report_dir:
+            write_reports(args, report_dir)
     finally:
         if tmp:
             shutil.rmtree(tmp)
+
+
+def write_reports(results_dirs, into):
+    """`ontime lab report` of each results directory into INTO/NAME."""
+    for results in results_dirs:
+        out = os.path.join(into, os.path.basename(os.path.normpath(results)))
+        p = subprocess.run([ONTIME, "lab", "report", results, "--out", out], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if p.returncode != 0:
+            sys.exit(f"sim-vs-lab: ontime lab report {results} failed:\n{p.stderr}")
+        print(f"sim-vs-lab: wrote {out}/report.html", file=sys.stderr)
 
 
 def compare(args, as_json):

@@ -850,8 +850,13 @@ fn the_committed_lab_runs_give_the_published_agreement() {
     // Session 21's lab runs against the simulator (the headline), session
     // 25's with its own calibration, and the two sessions' labs against
     // each other.
+    let reports = tempfile::tempdir().unwrap();
+    let report_dir = reports.path().display().to_string();
     for (args, file) in [
-        (&["--reference", "--json"][..], "agreement.json"),
+        (
+            &["--reference", "--json", "--report", &report_dir][..],
+            "agreement.json",
+        ),
         (&["--reference", "s25", "--json"][..], "agreement-s25.json"),
         (&["--lab-vs-lab", "s21", "s25", "--json"][..], "lab-vs-lab.json"),
     ] {
@@ -872,6 +877,37 @@ fn the_committed_lab_runs_give_the_published_agreement() {
         let published: Value =
             serde_json::from_str(&std::fs::read_to_string(format!("{root}/docs/results/sim/{file}")).unwrap()).unwrap();
         assert_eq!(got, published, "{args:?} no longer gives docs/results/sim/{file}");
+    }
+    // The figures of docs/results/sim: the committed runs' histogram logs
+    // are cut, yet each setting's figure has both sources, drawn from the
+    // runs' own percentiles with the repetitions' range as bars, and no
+    // figure is left blank.
+    for (scenario, settings) in [
+        ("doc-000-tenants", 4),
+        ("doc-000-policy", 3),
+        ("doc-000-bursts", 4),
+        ("plan-proof", 1),
+    ] {
+        let html = std::fs::read_to_string(reports.path().join(scenario).join("report.html")).unwrap();
+        let figures: Vec<&str> = html.split("<figure").skip(1).collect();
+        let paired: Vec<&&str> = figures.iter().filter(|f| f.contains("Simulated vs measured")).collect();
+        assert_eq!(paired.len(), settings, "{scenario}: one figure per setting");
+        for f in paired {
+            for series in ["lab p99", "lab p99.9", "sim:linux p99", "sim:linux p99.9"] {
+                assert!(f.contains(&format!(">\n{series}\n<")), "{scenario}: {series} missing");
+            }
+        }
+        assert!(
+            html.contains("histogram logs that hold no samples"),
+            "{scenario}: the cut logs are said"
+        );
+        assert!(
+            figures
+                .iter()
+                .filter(|f| f.contains("(figure-"))
+                .all(|f| f.contains("<polyline")),
+            "{scenario}: a figure without a line"
+        );
     }
 }
 

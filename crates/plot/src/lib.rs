@@ -42,6 +42,9 @@ pub enum XTicks {
     Duration,
 }
 
+/// A vertical bar at x from low to high: (x, low, high).
+pub type Range = (f64, f64, f64);
+
 #[derive(Clone, Debug)]
 pub struct Chart {
     /// File stem when written (`<name>.png`).
@@ -63,6 +66,12 @@ pub struct Chart {
     /// series on the same x values): shares that add up, such as a
     /// thread's time classes.
     pub stacked: bool,
+    /// Vertical bars in a series' colour: (series index, [(x, low, high)]),
+    /// e.g. the spread of the repetitions behind each point.
+    pub ranges: Vec<(usize, Vec<Range>)>,
+    /// The legend in the upper left corner instead of the upper right
+    /// (for lines that rise to the right).
+    pub legend_left: bool,
 }
 
 impl Chart {
@@ -81,6 +90,8 @@ impl Chart {
             limit: None,
             size: (900, 420),
             stacked: false,
+            ranges: Vec::new(),
+            legend_left: false,
         }
     }
 
@@ -145,11 +156,17 @@ where
     } else {
         Vec::new()
     };
-    let pts: Vec<(f64, f64)> = if c.stacked {
+    let mut pts: Vec<(f64, f64)> = if c.stacked {
         bands.iter().flat_map(|b| b.iter().map(|&(x, _, hi)| (x, hi))).collect()
     } else {
         c.series.iter().flat_map(|s| s.1.iter().copied()).collect()
     };
+    // The bars' ends are inside the axes too.
+    pts.extend(
+        c.ranges
+            .iter()
+            .flat_map(|(_, r)| r.iter().flat_map(|&(x, lo, hi)| [(x, lo), (x, hi)])),
+    );
     if pts.is_empty() {
         return Ok(());
     }
@@ -246,9 +263,29 @@ where
                         .map_err(e)?;
                 }
             }
+            for (i, bars) in &c.ranges {
+                let col = COLORS[i % COLORS.len()];
+                let mid = |x: f64, lo: f64, hi: f64| {
+                    c.series
+                        .get(*i)
+                        .and_then(|s| s.1.iter().find(|p| (p.0 - x).abs() < 1e-9))
+                        .map_or((lo * hi).sqrt(), |p| p.1)
+                };
+                chart
+                    .draw_series(
+                        bars.iter().map(|&(x, lo, hi)| {
+                            ErrorBar::new_vertical(x, lo, mid(x, lo, hi), hi, col.stroke_width(1), 8)
+                        }),
+                    )
+                    .map_err(e)?;
+            }
             chart
                 .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
+                .position(if c.legend_left {
+                    SeriesLabelPosition::UpperLeft
+                } else {
+                    SeriesLabelPosition::UpperRight
+                })
                 .background_style(WHITE.mix(0.85))
                 .border_style(BLACK)
                 .draw()
@@ -295,6 +332,15 @@ mod tests {
         c.series.push(("run".into(), vec![(0.0, 30.0), (1.0, 50.0)]));
         c.series.push(("steal".into(), vec![(0.0, 70.0), (1.0, 50.0)]));
         assert!(c.svg().expect("draws stacked").contains("<polygon"));
+        // A bar reaching past every point widens the axis to hold it.
+        let mut c = Chart::new("r", "ranges", "x", "y");
+        c.y_scale = Scale::Log;
+        c.series.push(("median".into(), vec![(0.0, 1.0), (1.0, 2.0)]));
+        c.ranges.push((0, vec![(0.0, 0.5, 40.0)]));
+        let tick_10 = ">\n10\n</text>";
+        assert!(c.svg().expect("draws ranges").contains(tick_10));
+        c.ranges.clear();
+        assert!(!c.svg().expect("draws").contains(tick_10), "the points alone reach 4");
         // Nothing to draw is not an error.
         assert!(Chart::new("e", "empty", "x", "y").svg().is_ok());
     }

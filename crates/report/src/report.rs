@@ -23,8 +23,6 @@ use std::path::{Path, PathBuf};
 type Vars = Vec<(String, String)>;
 
 /// One series of a figure: (x value, pooled histogram) per point.
-type Points<'a> = Vec<(String, &'a LatencyHistogram)>;
-
 use crate::html::esc;
 use ontime_scenario::record::Workload;
 use ontime_scenario::results::RunResults;
@@ -182,6 +180,49 @@ fn io_charts(runs: &[RunResults], cells: &[ontime_io::advise::Cell], x_key: Opti
     }
 }
 
+/// The percentiles of the simulated-vs-measured figures.
+const WORST_PERCENTILES: [(&str, f64); 2] = [("p99", 99.0), ("p99.9", 99.9)];
+
+/// Per run, the worst tenant's headline p99 and p99.9 (None where no
+/// tenant's samples support it), grouped by the swept values other than
+/// `x_key` and the source, then by source, then by the value of `x_key`.
+type WorstPerRun = BTreeMap<Vars, BTreeMap<String, BTreeMap<String, Vec<[Option<u64>; 2]>>>>;
+
+fn worst_tenant_per_run(runs: &[RunResults], x_key: &str) -> WorstPerRun {
+    let mut out = WorstPerRun::new();
+    for r in runs {
+        let value = |k: &str| r.record.vars.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+        let others: Vars = r
+            .record
+            .vars
+            .iter()
+            .filter(|(k, _)| k != x_key && k != "source")
+            .cloned()
+            .collect();
+        let worst =
+            WORST_PERCENTILES.map(|(_, p)| r.tenants.iter().filter_map(|(_, t)| t.headline().percentile(p)).max());
+        out.entry(others)
+            .or_default()
+            .entry(value("source").unwrap_or_default())
+            .or_default()
+            .entry(value(x_key).unwrap_or_default())
+            .or_default()
+            .push(worst);
+    }
+    out
+}
+
+/// The median of sorted, non-empty values (the mean of the middle two
+/// for an even count, as Python's `statistics.median`).
+fn median_sorted(v: &[f64]) -> f64 {
+    let m = v.len() / 2;
+    if v.len().is_multiple_of(2) {
+        (v[m - 1] + v[m]) / 2.0
+    } else {
+        v[m]
+    }
+}
+
 /// Writes `report.html` and PNGs into `out` (default `DIR/report`).
 pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
     ontime_plot::register_font()?;
@@ -226,6 +267,12 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
             s.io_cost_per_packet_ns.map_or("not modelled".into(), |c| format!("{} per packet", format_ns(c))),
             if s.host_noise { "calibrated" } else { "none" },
             s.calibration.as_deref().map(|c| format!(", calibration {c}")).unwrap_or_default(),
+        ));
+    }
+    let cut = runs.iter().filter(|r| r.pooled_incomplete).count();
+    if cut > 0 {
+        notes.push(format!(
+            "{cut} runs have histogram logs that hold no samples (cut to their headers, as scripts/sim-vs-lab.py packs lab runs): figures of pooled percentiles leave their tenants out; the simulated-vs-measured figures use each run's own percentiles"
         ));
     }
     if runs.iter().any(|r| r.pooled_from_bins) {
@@ -299,39 +346,62 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
             v
         };
         // Simulated beside measured: per setting of the other swept keys,
-        // one figure with p99 and p99.9 of each source.
+        // one figure with p99 and p99.9 of each source on the basis
+        // `scripts/sim-vs-lab.py` judges agreement on: each run's worst
+        // tenant, the median over the repetitions, a bar spanning them.
+        // Per-run summaries also hold for runs whose histogram logs were
+        // cut, where pooled percentiles cannot be had.
         if !simulated.is_empty() {
-            let mut pairs: BTreeMap<Vars, Vec<(String, &Points)>> = BTreeMap::new();
-            for (rest, pts) in &series {
-                let source = rest
-                    .iter()
-                    .find(|(k, _)| k == "source")
-                    .map(|(_, v)| v.clone())
-                    .unwrap_or_default();
-                let others: Vars = rest.iter().filter(|(k, _)| k != "source").cloned().collect();
-                pairs.entry(others).or_default().push((source, pts));
-            }
-            for (others, sources) in &pairs {
+            for (others, sources) in worst_tenant_per_run(&runs, xk) {
+                // Each line a little aside, the sources' lines of one
+                // percentile next to each other, so bars do not overlap.
+                let n = (sources.len() * WORST_PERCENTILES.len()) as f64;
                 let mut lines = Vec::new();
-                for (source, pts) in sources {
-                    for (name, p) in [("p99", 99.0), ("p99.9", 99.9)] {
-                        lines.push((format!("{source} {name}"), line(pts, Some(p))));
+                let mut ranges = Vec::new();
+                for (k, (name, _)) in WORST_PERCENTILES.iter().enumerate() {
+                    for (i, (source, by_x)) in sources.iter().enumerate() {
+                        let j = (k * sources.len() + i) as f64;
+                        let dodge = (j - (n - 1.0) / 2.0) * 0.05;
+                        let (mut pts, mut bars) = (Vec::new(), Vec::new());
+                        for (x, per_run) in by_x {
+                            let mut v: Vec<f64> =
+                                per_run.iter().filter_map(|w| w[k]).map(|ns| ns as f64 / 1e6).collect();
+                            if v.is_empty() {
+                                continue;
+                            }
+                            v.sort_by(f64::total_cmp);
+                            let at = xpos(x) + dodge;
+                            pts.push((at, median_sorted(&v)));
+                            if v.len() > 1 {
+                                bars.push((at, v[0], v[v.len() - 1]));
+                            }
+                        }
+                        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                        if !pts.is_empty() {
+                            ranges.push((lines.len(), bars));
+                            lines.push((format!("{source} {name}"), pts));
+                        }
                     }
                 }
-                lines.retain(|l: &(String, Vec<(f64, f64)>)| !l.1.is_empty());
+                if lines.is_empty() {
+                    continue;
+                }
                 let title = if others.is_empty() {
                     String::new()
                 } else {
-                    format!(" ({})", vars_label(others))
+                    format!(" ({})", vars_label(&others))
                 };
-                charts.push(lab_chart(
+                let mut chart = lab_chart(
                     format!("Simulated vs measured {metric} vs {xk}{title}"),
                     xk,
-                    format!("{metric} (ms)"),
+                    format!("worst tenant's {metric} (ms): median of the runs, bar: their range"),
                     Some(cats.clone()),
                     lines,
                     Scale::Linear,
-                ));
+                );
+                chart.ranges = ranges;
+                chart.legend_left = true;
+                charts.push(chart);
             }
         }
         // With several series, first one figure that sets them side by side
@@ -419,6 +489,9 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
         }
     }
 
+    // A figure with nothing to draw (every run behind it lacks the
+    // samples: histogram logs cut to their headers) would be a blank PNG.
+    charts.retain(|c| c.series.iter().any(|s| !s.1.is_empty()));
     let mut pngs = Vec::new();
     let mut svgs = Vec::new();
     for (i, c) in charts.iter().enumerate() {

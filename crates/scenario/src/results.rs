@@ -197,6 +197,10 @@ pub struct RunResults {
     pub pooled: LatencyHistogram,
     /// True when `pooled` came from log bins for some tenant.
     pub pooled_from_bins: bool,
+    /// True when some tenant's histogram log holds no samples though its
+    /// result counted some (cut to its header, as `scripts/sim-vs-lab.py`
+    /// packs lab runs): `pooled` lacks that tenant.
+    pub pooled_incomplete: bool,
     /// The scheduler recording's analysis (`observe.json`), when the run
     /// has one.
     pub analysis: Option<ontime_sched::Analysis>,
@@ -215,6 +219,7 @@ pub fn read_run(dir: &Path) -> Result<RunResults> {
     let mut tenants = Vec::new();
     let mut pooled = LatencyHistogram::new();
     let mut pooled_from_bins = false;
+    let mut pooled_incomplete = false;
     for t in &record.tenants {
         let Some(f) = &t.result else { continue };
         let result = if record.simulated.is_some() {
@@ -224,7 +229,9 @@ pub fn read_run(dir: &Path) -> Result<RunResults> {
         };
         let hlog = dir.join(format!("t{}.hlog", t.index));
         if hlog.exists() {
-            pooled.add(&ontime_core::hlog::read_merged(&hlog, hlog_tag(record.workload))?);
+            let merged = ontime_core::hlog::read_merged(&hlog, hlog_tag(record.workload))?;
+            pooled_incomplete |= merged.is_empty() && result.headline().count > 0;
+            pooled.add(&merged);
         } else if let ProbeResult::Cyclic(c) = &result {
             for b in &c.histogram_log {
                 pooled.record_n(b.le_ns, b.count);
@@ -248,6 +255,7 @@ pub fn read_run(dir: &Path) -> Result<RunResults> {
         tenants,
         pooled,
         pooled_from_bins,
+        pooled_incomplete,
     })
 }
 
