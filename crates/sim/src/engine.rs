@@ -889,7 +889,9 @@ impl Dispatcher {
             }
         }
         // Waiting threads the model pushes (Linux's real-time classes) go
-        // first, at once, to a CPU about to run less.
+        // first, at once, to a CPU about to run less. A thread pushed to
+        // no CPU that idles (`pushes(job, None)`, the most a model lets
+        // through) is pushed to none: the others are left out of the scan.
         self.pushable.clear();
         self.pushable.extend((0..cand.len()).filter(|&i| {
             let c = &cand[i];
@@ -1246,7 +1248,7 @@ mod tests {
             runtime_ns: 2 * MS,
             period_ns: 10 * MS,
         };
-        let mut l = Linux::new(vec![dl, LinuxClass::Fair { weight: 1024 }], 1);
+        let mut l = Linux::new(vec![dl, FAIR], 1);
         let o = simulate(&[hog("dl"), hog("fair")], 1, &mut l, 1_000 * MS, 1);
         assert_eq!(o.tasks[0].cpu_ns, 200 * MS, "2 ms every 10 ms");
         assert_eq!(o.tasks[1].cpu_ns, 800 * MS);
@@ -1276,11 +1278,8 @@ mod tests {
         let t = |n: &str, c: u64| PeriodicTask::new(n, c * MS, 100 * MS, 0);
         let ts = vec![t("fair", 10), t("rt", 10), t("dl", 10)];
         let classes = vec![
-            LinuxClass::Fair { weight: 1024 },
-            LinuxClass::RealTime {
-                priority: 50,
-                slice_ns: None,
-            },
+            FAIR,
+            fifo(50),
             LinuxClass::Deadline {
                 runtime_ns: 10 * MS,
                 period_ns: 100 * MS,
@@ -1300,16 +1299,11 @@ mod tests {
         let mut light = PeriodicTask::new("light", MS, 100 * MS, 0);
         light.offset_ns = MS / 5;
         let ts = vec![PeriodicTask::new("hog", 10_000 * MS, 10_000 * MS, 0), light];
-        let fair = LinuxClass::Fair { weight: 1024 };
-        let mut l = Linux::new(vec![fair, fair], 2);
+        let mut l = Linux::new(vec![FAIR, FAIR], 2);
         assert_eq!(l.fair_slice_ns, 1_500_000);
         let o = simulate(&ts, 1, &mut l, 100 * MS, 1);
         assert_eq!(o.tasks[1].worst_response_ns, 1_500_000 - MS / 5 + MS);
-        let rt = LinuxClass::RealTime {
-            priority: 1,
-            slice_ns: None,
-        };
-        let o = simulate(&ts, 1, &mut Linux::new(vec![fair, rt], 2), 100 * MS, 1);
+        let o = simulate(&ts, 1, &mut Linux::new(vec![FAIR, fifo(1)], 2), 100 * MS, 1);
         assert_eq!(o.tasks[1].worst_response_ns, MS);
         l.wakeups.preempts = Some(1.0);
         let o = simulate(&ts, 1, &mut l, 100 * MS, 1);
@@ -1380,11 +1374,8 @@ mod tests {
     /// fair thread has the CPU until the period ends.
     #[test]
     fn a_real_time_group_is_throttled_at_its_budget_until_the_next_period() {
-        let rt = LinuxClass::RealTime {
-            priority: 50,
-            slice_ns: None,
-        };
-        let fair = LinuxClass::Fair { weight: 1024 };
+        let rt = fifo(50);
+        let fair = FAIR;
         let budget = RtBandwidth {
             runtime_ns: 300 * MS,
             period_ns: 1000 * MS,
@@ -1423,7 +1414,7 @@ mod tests {
             tag,
             ..piece(thread, release_ns, MS)
         };
-        let fair = LinuxClass::Fair { weight: 1024 };
+        let fair = FAIR;
         for (share, woken_done, second_done) in [(0.0, 3 * MS, 2 * MS), (1.0, 2 * MS, 3 * MS)] {
             let mut done = Vec::new();
             struct Noting<'a>(Scripted, &'a mut Vec<(u64, u64)>);
@@ -1455,6 +1446,17 @@ mod tests {
     }
 
     /// Thread `task`'s running job of 1 ms (no deadline).
+    /// A SCHED_FIFO thread at `priority`.
+    fn fifo(priority: u32) -> LinuxClass {
+        LinuxClass::RealTime {
+            priority,
+            slice_ns: None,
+        }
+    }
+
+    /// A SCHED_OTHER thread at nice 0.
+    const FAIR: LinuxClass = LinuxClass::Fair { weight: 1024 };
+
     fn job(task: usize) -> crate::sched::Job {
         crate::sched::Job {
             task,
@@ -1477,11 +1479,8 @@ mod tests {
     #[test]
     fn linux_places_a_synchronous_wake_up_at_its_fair_wakers_cpu() {
         use crate::sched::{CpuSet, Job, Scheduler};
-        let fair = LinuxClass::Fair { weight: 1024 };
-        let rt = LinuxClass::RealTime {
-            priority: 50,
-            slice_ns: None,
-        };
+        let fair = FAIR;
+        let rt = fifo(50);
         let mut l = Linux::new(vec![fair, fair, rt], 2);
         let woken = Job {
             started: false,
@@ -1500,7 +1499,7 @@ mod tests {
     #[test]
     fn linux_keeps_the_measured_share_of_wake_ups_on_a_busy_last_cpu() {
         use crate::sched::{CpuView, Job, Scheduler};
-        let fair = LinuxClass::Fair { weight: 1024 };
+        let fair = FAIR;
         let mut l = Linux::new(vec![fair, fair], 2);
         let other = job(1);
         let busy_then_idle = [
@@ -1540,7 +1539,7 @@ mod tests {
     fn linux_cgroups_share_as_one_entity() {
         let hog = |name: &str| PeriodicTask::new(name, 10_000 * MS, 10_000 * MS, 0);
         let ts = vec![hog("a"), hog("b"), hog("c"), hog("root")];
-        let fair = LinuxClass::Fair { weight: 1024 };
+        let fair = FAIR;
         let mut l = Linux::new(vec![fair; 4], 1).with_groups(vec![Some(0), Some(0), Some(0), None], &[1024]);
         let o = simulate(&ts, 1, &mut l, 3_000 * MS, 1);
         let share = |i: usize| o.tasks[i].cpu_ns as f64 / (3_000 * MS) as f64;
@@ -1564,7 +1563,7 @@ mod tests {
             hog("root"),
             PeriodicTask::new("half", 5 * MS, 10 * MS, 0),
         ];
-        let fair = LinuxClass::Fair { weight: 1024 };
+        let fair = FAIR;
         let mut l = Linux::new(vec![fair; 3], 2).with_groups(vec![Some(0), None, Some(0)], &[1024]);
         l.wakeups.preempts = Some(0.5);
         l.pinned = vec![
@@ -1601,7 +1600,7 @@ mod tests {
         short.offset_ns = MS / 5;
         let responses = |preempts: Option<f64>| {
             let mut done = Vec::new();
-            let mut l = Linux::new(vec![LinuxClass::Fair { weight: 1024 }; 2], 2);
+            let mut l = Linux::new(vec![FAIR; 2], 2);
             l.wakeups.preempts = preempts;
             simulate_jobs(
                 &[long.clone(), short.clone()],
@@ -1638,7 +1637,7 @@ mod tests {
         let mut late = PeriodicTask::new("late", MS, 1000 * MS, 1);
         late.offset_ns = 10 * MS;
         let ts = vec![hog, ticker, late];
-        let fair = || Linux::new(vec![LinuxClass::Fair { weight: 1024 }; 3], 2);
+        let fair = || Linux::new(vec![FAIR; 3], 2);
         let per_cpu = simulate(&ts, 2, &mut fair(), 20 * MS, 1);
         let global = simulate(&ts, 2, &mut fair().global(), 20 * MS, 1);
         assert_eq!(global.tasks[2].worst_response_ns, 1_100_000);
@@ -1658,14 +1657,7 @@ mod tests {
         // The second CPU is busy when `late` wakes at 1 ms, then idle.
         let busy = PeriodicTask::new("busy", 3 * MS / 2, 1000 * MS, 1);
         let ts = vec![hog, busy, late];
-        let classes = vec![
-            LinuxClass::RealTime {
-                priority: 50,
-                slice_ns: None,
-            },
-            LinuxClass::Fair { weight: 1024 },
-            LinuxClass::Fair { weight: 1024 },
-        ];
+        let classes = vec![fifo(50), FAIR, FAIR];
         let out = simulate(&ts, 2, &mut Linux::new(classes, 2), 20 * MS, 1);
         // Queued behind the real-time hog on CPU 0 at 1 ms; CPU 1 frees at
         // 1.5 ms with an average idle of 0.875 ms (1 ms at start, one idle
@@ -1685,7 +1677,7 @@ mod tests {
         let mut never = hog("never");
         never.offset_ns = 100_000 * MS;
         let ts = vec![hog("a"), hog("b"), hog("c"), never, hog("d")];
-        let fair = Linux::new(vec![LinuxClass::Fair { weight: 1024 }; 5], 2);
+        let fair = Linux::new(vec![FAIR; 5], 2);
         let balance = fair.balance().expect("per-CPU queues");
         assert_eq!(balance.busy_balance_ticks, Some(8), "32 ms of 4 ms ticks");
         let o = simulate(&ts, 2, &mut { fair }, 2_000 * MS, 1);
@@ -1704,19 +1696,13 @@ mod tests {
     fn linux_real_time_threads_wake_where_they_ran_over_a_fair_thread() {
         use crate::sched::CpuView;
         let classes = vec![
-            LinuxClass::Fair { weight: 1024 },
-            LinuxClass::RealTime {
-                priority: 50,
-                slice_ns: None,
-            },
+            FAIR,
+            fifo(50),
             LinuxClass::Deadline {
                 runtime_ns: MS,
                 period_ns: 10 * MS,
             },
-            LinuxClass::RealTime {
-                priority: 90,
-                slice_ns: None,
-            },
+            fifo(90),
         ];
         let l = Linux::new(classes, 2);
         let over = |task: usize| {
@@ -1744,11 +1730,7 @@ mod tests {
     /// stops at 2 ms with a fair hog queued behind it.
     #[test]
     fn a_waiting_real_time_thread_moves_to_a_cpu_that_drops_to_fair_work() {
-        let rt = |priority: u32| LinuxClass::RealTime {
-            priority,
-            slice_ns: None,
-        };
-        let classes = vec![rt(90), rt(90), LinuxClass::Fair { weight: 1024 }, rt(50)];
+        let classes = vec![fifo(90), fifo(90), FAIR, fifo(50)];
         // Threads start on CPU (thread mod 2): the fifo:50 one behind the
         // 5 ms fifo:90 one on CPU 1, the hog behind the 2 ms one on CPU 0.
         let mut w = Scripted(vec![
@@ -1767,14 +1749,7 @@ mod tests {
     /// idle one, not a place behind the relay's second piece.
     #[test]
     fn a_thread_between_two_pieces_of_work_holds_its_cpu_for_wake_ups() {
-        let classes = vec![
-            LinuxClass::RealTime {
-                priority: 90,
-                slice_ns: None,
-            },
-            LinuxClass::Fair { weight: 1024 },
-            LinuxClass::Fair { weight: 1024 },
-        ];
+        let classes = vec![fifo(90), FAIR, FAIR];
         // Thread 2 last ran on CPU 0 (thread mod 2), where the relay runs.
         let mut w = Scripted(vec![
             piece(0, 0, MS),
@@ -1793,14 +1768,7 @@ mod tests {
     #[test]
     fn a_measured_host_moves_a_waking_fair_thread_off_a_real_time_cpu() {
         use crate::sched::{CpuView, MeasuredWakeups};
-        let classes = vec![
-            LinuxClass::RealTime {
-                priority: 90,
-                slice_ns: None,
-            },
-            LinuxClass::Fair { weight: 1024 },
-            LinuxClass::Fair { weight: 1024 },
-        ];
+        let classes = vec![fifo(90), FAIR, FAIR];
         let cpus = [
             CpuView {
                 running: Some(job(0)),
