@@ -25,7 +25,7 @@ scheduler recordings (observe.otrec) and with their histogram logs cut to
 their headers, as docs/results/sim/lab-runs.tar.xz, so a fresh clone
 reproduces the table without the lab's hour:
 
-    scripts/sim-vs-lab.py --reference [s21|s25|s21,s25] [--json] [--seed N]
+    scripts/sim-vs-lab.py --reference [s21|s25|s28|s21,s25,s28] [--json] [--seed N]
     scripts/sim-vs-lab.py --lab-vs-lab s21 s25      # the lab against itself
     scripts/sim-vs-lab.py --pack OUT.tar.xz results/doc-000-tenants ...
     scripts/sim-vs-lab.py --reference s21 --report DIR   # and the figures
@@ -82,6 +82,11 @@ REFERENCE_PACKS = {
     "s25": (
         os.path.join(REPO, "docs", "results", "sim", "lab-runs-s25.tar.xz"),
         os.path.join(REPO, "docs", "results", "sim", "calibration-s25.json"),
+        None,
+    ),
+    "s28": (
+        os.path.join(REPO, "docs", "results", "sim", "lab-runs-s28.tar.xz"),
+        os.path.join(REPO, "docs", "results", "sim", "calibration-s28.json"),
         None,
     ),
 }

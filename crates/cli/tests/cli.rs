@@ -848,8 +848,8 @@ fn the_engine_schedules_random_task_sets_as_simso_does() {
 fn the_committed_lab_runs_give_the_published_agreement() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     // Session 21's lab runs against the simulator (the headline), session
-    // 25's with its own calibration, and the two sessions' labs against
-    // each other.
+    // 25's and 28's each with its own calibration, the three pooled, and
+    // the sessions' labs against each other.
     let reports = tempfile::tempdir().unwrap();
     let report_dir = reports.path().display().to_string();
     for (args, file) in [
@@ -858,7 +858,11 @@ fn the_committed_lab_runs_give_the_published_agreement() {
             "agreement.json",
         ),
         (&["--reference", "s25", "--json"][..], "agreement-s25.json"),
+        (&["--reference", "s28", "--json"][..], "agreement-s28.json"),
+        (&["--reference", "s21,s25,s28", "--json"][..], "agreement-pooled.json"),
         (&["--lab-vs-lab", "s21", "s25", "--json"][..], "lab-vs-lab.json"),
+        (&["--lab-vs-lab", "s21", "s28", "--json"][..], "lab-vs-lab-s21-s28.json"),
+        (&["--lab-vs-lab", "s25", "s28", "--json"][..], "lab-vs-lab-s25-s28.json"),
     ] {
         let out = Command::new("python3")
             .arg(format!("{root}/scripts/sim-vs-lab.py"))
