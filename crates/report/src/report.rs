@@ -22,7 +22,6 @@ use std::path::{Path, PathBuf};
 /// Swept (key, value) pairs of a run.
 type Vars = Vec<(String, String)>;
 
-/// One series of a figure: (x value, pooled histogram) per point.
 use crate::html::esc;
 use ontime_scenario::record::Workload;
 use ontime_scenario::results::RunResults;
