@@ -426,24 +426,27 @@ def lab_vs_lab(earlier, later):
     return pooled((earlier, later), "ontime-lab-vs-lab-", as_simulated=(1,))
 
 
+def take_option(args, name, what):
+    """Removes `name VALUE` from args and returns VALUE (None when absent)."""
+    if name not in args:
+        return None
+    i = args.index(name)
+    if i + 1 >= len(args):
+        sys.exit(f"sim-vs-lab: {name} takes {what}")
+    value = args[i + 1]
+    del args[i : i + 2]
+    return value
+
+
 def main():
     args = sys.argv[1:]
     as_json = "--json" in args
     args = [a for a in args if a != "--json"]
-    seed = None
-    if "--seed" in args:
-        i = args.index("--seed")
-        if i + 1 >= len(args) or not args[i + 1].isdigit():
-            sys.exit("sim-vs-lab: --seed takes a whole number (the simulator's seed; default 1)")
-        seed = int(args[i + 1])
-        del args[i : i + 2]
-    report_dir = None
-    if "--report" in args:
-        i = args.index("--report")
-        if i + 1 >= len(args):
-            sys.exit("sim-vs-lab: --report takes a directory to write the reports into")
-        report_dir = args[i + 1]
-        del args[i : i + 2]
+    seed = take_option(args, "--seed", "the simulator's seed; default 1")
+    if seed is not None and not seed.isdigit():
+        sys.exit("sim-vs-lab: --seed takes a whole number (the simulator's seed; default 1)")
+    seed = None if seed is None else int(seed)
+    report_dir = take_option(args, "--report", "a directory to write the reports into")
     if args[:1] == ["--pack"]:
         if len(args) < 3:
             sys.exit(__doc__)
