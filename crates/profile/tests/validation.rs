@@ -109,9 +109,9 @@ fn hypervisor_steal_ns(cpu: usize) -> u64 {
     ontime_core::cputime::CpuTimes::of_cpu(cpu).map_or(0, |t| t.steal_ns)
 }
 
-fn within(a: f64, b: f64, rel: f64) -> bool {
-    (a - b).abs() <= rel * b.abs().max(1.0)
-}
+/// The profiler's sampling rate in these tests (see the recording's
+/// options).
+const SAMPLE_HZ: u32 = 250;
 
 #[test]
 fn three_tenants_on_one_cpu_steal_two_thirds_and_correct_to_their_own_cpu_time() {
@@ -133,7 +133,7 @@ fn three_tenants_on_one_cpu_steal_two_thirds_and_correct_to_their_own_cpu_time()
         // Each sample costs ~20 us on this VM (bench/results.md): at 1 kHz
         // that is 2 % more CPU than the unsampled reference run alone, so
         // sample at 250 Hz (0.5 %).
-        sample_hz: Some(250),
+        sample_hz: Some(SAMPLE_HZ),
         measure_overhead: false,
         ..Default::default()
     };
@@ -296,9 +296,21 @@ fn three_tenants_on_one_cpu_steal_two_thirds_and_correct_to_their_own_cpu_time()
     };
     let (a, b) = (f("compute_a"), f("compute_b"));
     assert!(a > 0.0 && b > 0.0, "compute_a {a} compute_b {b} named");
-    // Some 800 samples in all at 250 Hz, a third of them in compute_b: the
-    // ratio's sampling error alone is about 7 % (one sigma).
-    assert!(within(a / b, 2.0, 0.25), "compute_a : compute_b = {:.2}", a / b);
+    // Each function's on-CPU time is its samples times the period, so
+    // compute_a's share of the two is a proportion of n samples, 2/3 by
+    // the work: three standard errors allowed. About 330 samples when the
+    // three have the CPU to themselves (+-0.08; the ratio 2:1 within
+    // 1.4-2.9); a busy CI host had them sampled out of phase with their
+    // rounds and read 2.67, which a fixed +-0.25 on the ratio (one
+    // standard error) refused.
+    let n = (a + b) * SAMPLE_HZ as f64 / 1e9;
+    let share = a / (a + b);
+    let allowed = 3.0 * (2.0 / 9.0 / n).sqrt();
+    assert!(
+        (share - 2.0 / 3.0).abs() <= allowed,
+        "compute_a : compute_b = {:.2} (share {share:.3} of {n:.0} samples, 2/3 +- {allowed:.3} allowed)",
+        a / b
+    );
 
     // The pprof opens in go tool pprof and shows steal by function.
     let pb = dir.path().join("p.pb.gz");
