@@ -915,6 +915,55 @@ fn the_committed_lab_runs_give_the_published_agreement() {
     }
 }
 
+/// The committed calibrations' CPU costs are what `ontime sim calibrate`
+/// fits from the committed lab runs of their sessions (the packs keep
+/// run.json, observe.json and the crawlers' results; the host noise needs
+/// the histogram logs they cut, so it is not refitted here): a change to
+/// the fit shows as a difference until the calibrations are refitted.
+#[test]
+fn the_committed_calibrations_hold_what_their_lab_runs_give() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    for (pack, calibration) in [
+        ("lab-runs.tar.xz", "calibration.json"),
+        ("lab-runs-s25.tar.xz", "calibration-s25.json"),
+        ("lab-runs-s28.tar.xz", "calibration-s28.json"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let st = Command::new("tar")
+            .arg("-xJf")
+            .arg(format!("{root}/docs/results/sim/{pack}"))
+            .arg("-C")
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(st.success(), "unpacking {pack}");
+        let out_file = dir.path().join("refit.json");
+        let out = ontime()
+            .args(["sim", "calibrate", "--output"])
+            .arg(&out_file)
+            .arg(dir.path().join("doc-000-tenants"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{pack}: {}", String::from_utf8_lossy(&out.stderr));
+        let refit: Value = serde_json::from_str(&std::fs::read_to_string(&out_file).unwrap()).unwrap();
+        let committed: Value =
+            serde_json::from_str(&std::fs::read_to_string(format!("{root}/docs/results/sim/{calibration}")).unwrap())
+                .unwrap();
+        for field in [
+            "cpu_per_poll_overhead_ns",
+            "io_cost_per_packet_ns",
+            "host_work_per_poll_ns",
+            "host_work_samples",
+        ] {
+            assert!(refit[field].is_number(), "{pack}: {field} fitted: {refit}");
+            assert_eq!(
+                refit[field], committed[field],
+                "{calibration}: {field} is not what {pack} gives"
+            );
+        }
+    }
+}
+
 /// `ontime sim` runs a lab scenario in the simulator: document 000's
 /// finding 3 (doc-000-bursts) shows there as in the lab, document 001's
 /// probe runs are judged by wake-up latency, and bad input (a crawl

@@ -20,8 +20,8 @@
 //!   polls nearly coincide;
 //! - the host's other work per poll (the gateway, softirq network work,
 //!   the recorder): the host's busy time from /proc/stat minus the
-//!   tenants' and the relay's on-CPU time, over the polls, the median over
-//!   unloaded runs;
+//!   tenants' and the relay's on-CPU time, fitted against the poll rate
+//!   over the unloaded runs (least squares; see [`fit_host_work`]);
 //! - where the host's kernel queues a waking thread whose last CPU is busy
 //!   while another idles: the share it keeps there (observe's wake-up
 //!   placement, pooled over every run that recorded the scheduler view;
@@ -64,7 +64,8 @@ pub struct Calibration {
     pub io_cost_samples: usize,
     /// The host's CPU per poll outside the tenants and the I/O path (the
     /// gateway, softirq network work, the recorder): busy time from
-    /// /proc/stat minus the tracked threads' on-CPU time.
+    /// /proc/stat minus the tracked threads' on-CPU time, its slope against
+    /// the poll rate over the unloaded runs (`host_work_samples` of them).
     #[serde(default)]
     pub host_work_per_poll_ns: Option<u64>,
     #[serde(default)]
@@ -123,6 +124,46 @@ fn median(mut v: Vec<u64>) -> Option<u64> {
     (!v.is_empty()).then(|| v[v.len() / 2])
 }
 
+/// The host's other work: CPU per poll, and CPU beside that no poll
+/// accounts for.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct HostWork {
+    per_poll_ns: f64,
+    background_cpus: f64,
+}
+
+/// Fits the host's untracked CPU (CPUs) against the poll rate (polls per
+/// second), one point per unloaded run: least squares, the slope being the
+/// CPU per poll. Not each run's ratio, as before session 29: a fixed
+/// background divided by few polls inflates the slow runs' ratios, and
+/// clamping the negative ones (tick counting) biased the median up, to
+/// 83 us per poll on session 28's host where the slope is 58 us; the
+/// difference decides whether six crawlers at 200 polls/s fit two CPUs.
+/// All runs at one rate: their total untracked CPU over their polls.
+fn fit_host_work(points: &[(f64, f64)]) -> Option<HostWork> {
+    let n = points.len() as f64;
+    if points.is_empty() {
+        return None;
+    }
+    let mean_x = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let mean_y = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mean_x).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mean_x) * (p.1 - mean_y)).sum();
+    // Rates differing by less than a poll per second cannot separate the
+    // two terms.
+    if sxx < n {
+        return (mean_x > 0.0).then(|| HostWork {
+            per_poll_ns: (mean_y / mean_x * 1e9).max(0.0),
+            background_cpus: 0.0,
+        });
+    }
+    let slope = sxy / sxx;
+    Some(HostWork {
+        per_poll_ns: (slope * 1e9).max(0.0),
+        background_cpus: mean_y - slope * mean_x,
+    })
+}
+
 /// Fits a calibration from the measured crawler runs under `dirs` (more
 /// runs, made at different times, give a steadier picture of a host whose
 /// noise comes and goes).
@@ -157,7 +198,8 @@ pub fn calibrate(dirs: &[&Path]) -> Result<Calibration> {
     let mut notes = Vec::new();
     let mut overhead = Vec::new();
     let mut io_cost = Vec::new();
-    let mut host_work = Vec::new();
+    // Per unloaded run: (polls per second, untracked CPUs).
+    let mut host_work: Vec<(f64, f64)> = Vec::new();
     for r in &crawl {
         let asked = r
             .record
@@ -186,7 +228,10 @@ pub fn calibrate(dirs: &[&Path]) -> Result<Calibration> {
         if let (Some(h), Some(a), true) = (&r.record.host_cpu, &r.analysis, polls > 0) {
             if r.record.config.effective_loads().is_empty() {
                 let tracked: u64 = a.tenants().map(|g| g.on_cpu_ns).sum::<u64>() + io.unwrap_or(0);
-                host_work.push(h.busy_ns().saturating_sub(tracked) / polls);
+                let wall = h.wall_ns.max(1) as f64;
+                // Signed: /proc/stat's tick counts put a quiet run's
+                // untracked CPU below zero as often as above.
+                host_work.push((polls as f64 * 1e9 / wall, (h.busy_ns() as f64 - tracked as f64) / wall));
             }
         }
     }
@@ -306,6 +351,20 @@ pub fn calibrate(dirs: &[&Path]) -> Result<Calibration> {
     if wake_stay_share.is_none() {
         notes.push("no run recorded a wake-up whose last CPU was busy while another idled ([observe] in the scenario): waking threads go to an idle CPU".into());
     }
+    let host_work_per_poll_ns = match fit_host_work(&host_work) {
+        Some(HostWork {
+            per_poll_ns,
+            background_cpus,
+        }) => {
+            notes.push(format!(
+                "host work: {:.0} us per poll and {background_cpus:.3} CPUs beside that no poll accounts for (not modelled), from {} unloaded runs",
+                per_poll_ns / 1e3,
+                host_work.len()
+            ));
+            (per_poll_ns > 0.0).then_some(per_poll_ns as u64)
+        }
+        None => None,
+    };
     Ok(Calibration {
         format: FORMAT.into(),
         from,
@@ -320,7 +379,7 @@ pub fn calibrate(dirs: &[&Path]) -> Result<Calibration> {
         io_cost_samples: io_cost.len(),
         io_cost_per_packet_ns: median(io_cost),
         host_work_samples: host_work.len(),
-        host_work_per_poll_ns: median(host_work),
+        host_work_per_poll_ns,
         wake_stay_share,
         wake_stay_samples: found_busy,
         wake_preempt_share,
@@ -436,7 +495,7 @@ impl ontime_core::export::TextReport for Calibration {
             self.io_cost_samples
         );
         s += &format!(
-            "  host CPU per poll outside tenants and I/O path: {} (median of {} runs)\n",
+            "  host CPU per poll outside tenants and I/O path: {} (slope over {} unloaded runs)\n",
             f(self.host_work_per_poll_ns),
             self.host_work_samples
         );
@@ -465,5 +524,35 @@ impl ontime_core::export::TextReport for Calibration {
             s += &format!("  note: {n}\n");
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 40 us per poll over 0.05 CPUs of background, each run off by up to
+    /// a tick of /proc/stat either way (0.01 s of 15 s per CPU): the slope
+    /// recovers the per-poll cost where each run's ratio would not (at
+    /// 100 polls/s the background alone is 500 us per poll).
+    #[test]
+    fn host_work_is_the_slope_against_the_poll_rate() {
+        let mut points = Vec::new();
+        for (i, rate) in [100.0, 200.0, 400.0, 600.0, 800.0, 1200.0].iter().enumerate() {
+            for k in [-1.0, 0.0, 1.0] {
+                let noise = k * 0.01 / 15.0 * 2.0 * if i % 2 == 0 { 1.0 } else { -1.0 };
+                points.push((*rate, 0.05 + rate * 40e-6 + noise));
+            }
+        }
+        let w = fit_host_work(&points).expect("fitted");
+        assert!((w.per_poll_ns - 40_000.0).abs() < 500.0, "{w:?}");
+        assert!((w.background_cpus - 0.05).abs() < 0.005, "{w:?}");
+        // One rate only: the total over the polls.
+        let one = fit_host_work(&[(500.0, 0.02), (500.0, 0.03)]).expect("fitted");
+        assert_eq!(one.per_poll_ns.round(), 50_000.0);
+        // Untracked CPU falling with the polls is no cost per poll.
+        let falling = fit_host_work(&[(100.0, 0.05), (1000.0, 0.01)]).expect("fitted");
+        assert_eq!(falling.per_poll_ns, 0.0);
+        assert!(fit_host_work(&[]).is_none());
     }
 }
