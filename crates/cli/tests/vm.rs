@@ -498,7 +498,13 @@ cold-native = { 'tenant.io.direct' = true, 'tenant.disk.cache' = 'none', 'tenant
                     layer_bytes(t, "physical_disk", "read"),
                     t,
                 );
-                assert!(layer_bytes(t, "physical_disk", "write") >= MOVED, "{variant}: {t:#}");
+                // The disk's writes no image owned are shown: a shortfall
+                // here with as much there is an attribution, not a loss.
+                assert!(
+                    layer_bytes(t, "physical_disk", "write") >= MOVED,
+                    "{variant}: {t:#}\nphysical writes of no image: {:#}",
+                    io["physical_other"]
+                );
             }
         }
     }

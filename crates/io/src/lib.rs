@@ -534,7 +534,7 @@ pub fn analyze(rec: &Recording, path: &Path) -> Result<IoAnalysis> {
                     }
                 }
             } else if physical_devs.contains(&e.dev) {
-                match layout.owner(&io, e.dev, e.offset).map(|g| g as usize) {
+                match layout.owner(&io, e.dev, e.offset, e.bytes as u64).map(|g| g as usize) {
                     Some(g) if g < n => {
                         phys[g].add(e);
                         if let Some(p) = series[g].get_mut(bin) {

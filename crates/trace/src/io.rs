@@ -738,11 +738,23 @@ mod tests {
                 extents: merged,
             }],
         };
-        assert_eq!(layout.owner(&meta, 254 << 20, 10_000), Some(2));
-        assert_eq!(layout.owner(&meta, 254 << 20, 14_095), Some(2));
-        assert_eq!(layout.owner(&meta, 254 << 20, 14_096), None);
-        assert_eq!(layout.owner(&meta, 254 << 20, 24_195), Some(2));
-        assert_eq!(layout.owner(&meta, 7 << 20, 10_000), None, "another device");
+        assert_eq!(layout.owner(&meta, 254 << 20, 10_000, 512), Some(2));
+        assert_eq!(layout.owner(&meta, 254 << 20, 14_095, 1), Some(2));
+        assert_eq!(layout.owner(&meta, 254 << 20, 14_096, 512), None);
+        assert_eq!(layout.owner(&meta, 254 << 20, 24_195, 1), Some(2));
+        assert_eq!(layout.owner(&meta, 7 << 20, 10_000, 512), None, "another device");
+        // A request merged across the image's edge belongs where most of
+        // its bytes go, whichever side its first sector is on.
+        assert_eq!(layout.owner(&meta, 254 << 20, 9_488, 4096), Some(2), "512 out, 3584 in");
+        assert_eq!(layout.owner(&meta, 254 << 20, 12_048, 4096), Some(2), "half in");
+        assert_eq!(layout.owner(&meta, 254 << 20, 13_596, 4096), None, "500 in, 3596 out");
+        // Over a hole of the image: both extents' parts count.
+        assert_eq!(
+            layout.owner(&meta, 254 << 20, 12_000, 12_196),
+            Some(2),
+            "6292 of 12196 in"
+        );
+        assert_eq!(layout.owner(&meta, 254 << 20, 12_000, 10_000), None, "4096 of 10000 in");
     }
 
     #[test]

@@ -253,8 +253,15 @@ pub struct IoLayout {
 }
 
 impl IoLayout {
-    /// The tenant whose image holds byte `addr` of `dev`, if any.
-    pub fn owner(&self, meta: &IoMeta, dev: u32, addr: u64) -> Option<u32> {
+    /// The tenant whose image holds at least half of bytes `addr..addr +
+    /// len` of `dev`, if any. By its bytes, not its first sector: the
+    /// block layer merges adjacent requests of different files (an
+    /// image's write beside the host file system's own metadata), and a
+    /// merged request belongs where most of it goes.
+    pub fn owner(&self, meta: &IoMeta, dev: u32, addr: u64, len: u64) -> Option<u32> {
+        let len = len.max(1);
+        let end = addr.saturating_add(len);
+        let mut best: Option<(u64, u32)> = None;
         for img in &self.images {
             let on_dev = meta
                 .disks
@@ -263,12 +270,17 @@ impl IoLayout {
             if !on_dev {
                 continue;
             }
-            let i = img.extents.partition_point(|e| e.physical + e.len <= addr);
-            if img.extents.get(i).is_some_and(|e| e.physical <= addr) {
-                return Some(img.group);
+            let first = img.extents.partition_point(|e| e.physical + e.len <= addr);
+            let covered: u64 = img.extents[first..]
+                .iter()
+                .take_while(|e| e.physical < end)
+                .map(|e| (e.physical + e.len).min(end) - e.physical.max(addr))
+                .sum();
+            if covered * 2 >= len && best.is_none_or(|(b, _)| covered > b) {
+                best = Some((covered, img.group));
             }
         }
-        None
+        best.map(|(_, group)| group)
     }
 }
 
