@@ -137,7 +137,7 @@ struct HostWork {
 /// CPU per poll. Not each run's ratio, as before session 29: a fixed
 /// background divided by few polls inflates the slow runs' ratios, and
 /// clamping the negative ones (tick counting) biased the median up, to
-/// 83 us per poll on session 28's host where the slope is 58 us; the
+/// 83 us per poll on session 28's host where the slope is 59 us; the
 /// difference decides whether six crawlers at 200 polls/s fit two CPUs.
 /// All runs at one rate: their total untracked CPU over their polls.
 fn fit_host_work(points: &[(f64, f64)]) -> Option<HostWork> {
