@@ -218,6 +218,21 @@ impl BpfSource<'_> {
     }
 }
 
+/// How often the kernel skipped a loaded program because it was already
+/// running on that CPU (an interrupt's tracepoint during its own run): the
+/// events it would have recorded are lost.
+pub(crate) fn recursion_misses(prog: &impl std::os::fd::AsFd) -> u64 {
+    let fd = prog.as_fd().as_raw_fd();
+    // SAFETY: bpf_prog_info is plain data; the kernel fills at most `len` bytes.
+    let mut info: libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+    let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
+    if rc != 0 {
+        return 0;
+    }
+    info.recursion_misses
+}
+
 /// (run_time_ns, run_cnt, recursion_misses) summed over the loaded programs.
 fn bpf_run_time(skel: &SchedSkel) -> Option<(u64, u64, u64)> {
     let p = &skel.progs;

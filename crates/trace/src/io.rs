@@ -621,7 +621,10 @@ mod bpf_record {
                 .collect(),
         };
         writer.io_layout(&layout)?;
-        let lost = crate::bpfmap::percpu_sum(&skel.maps.lost, 0);
+        // A block completion during another on the same CPU (a hardirq in
+        // the softirq that completes requests) skips the program: each skip
+        // is a request not recorded, lost as a full ring's are.
+        let lost = crate::bpfmap::percpu_sum(&skel.maps.lost, 0) + crate::bpf::recursion_misses(&skel.progs.rq_done);
         let unpaired_lost = crate::bpfmap::percpu_sum(&skel.maps.lost, 1);
         writer.finish(&End {
             end_ns: end.0,

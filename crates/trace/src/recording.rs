@@ -121,8 +121,10 @@ pub struct ThreadInfo {
 pub struct End {
     pub end_ns: u64,
     pub events: u64,
-    /// Events dropped because the ring was full; non-zero makes the
-    /// analysis approximate and the report says so.
+    /// Events dropped because the ring was full, or never made because the
+    /// kernel skipped a program already running on that CPU (I/O
+    /// recordings: block completions); non-zero makes the analysis
+    /// approximate and the report says so.
     pub lost: u64,
     /// Time spent storing this file (a window of a continuous recording:
     /// document 002's t0), when measured.
