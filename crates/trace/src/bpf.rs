@@ -218,19 +218,22 @@ impl BpfSource<'_> {
     }
 }
 
-/// How often the kernel skipped a loaded program because it was already
-/// running on that CPU (an interrupt's tracepoint during its own run): the
-/// events it would have recorded are lost.
-pub(crate) fn recursion_misses(prog: &impl std::os::fd::AsFd) -> u64 {
+/// The kernel's counters of a loaded program (run time and count when
+/// BPF stats are on, recursion misses always).
+fn prog_info(prog: &impl std::os::fd::AsFd) -> Option<libbpf_sys::bpf_prog_info> {
     let fd = prog.as_fd().as_raw_fd();
     // SAFETY: bpf_prog_info is plain data; the kernel fills at most `len` bytes.
     let mut info: libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
     let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
-    if rc != 0 {
-        return 0;
-    }
-    info.recursion_misses
+    (rc == 0).then_some(info)
+}
+
+/// How often the kernel skipped a loaded program because it was already
+/// running on that CPU (an interrupt's tracepoint during its own run): the
+/// events it would have recorded are lost.
+pub(crate) fn recursion_misses(prog: &impl std::os::fd::AsFd) -> u64 {
+    prog_info(prog).map_or(0, |i| i.recursion_misses)
 }
 
 /// (run_time_ns, run_cnt, recursion_misses) summed over the loaded programs.
@@ -249,17 +252,10 @@ fn bpf_run_time(skel: &SchedSkel) -> Option<(u64, u64, u64)> {
     ];
     let mut total = (0u64, 0u64, 0u64);
     for prog in progs {
-        let fd = prog.as_fd().as_raw_fd();
-        if fd < 0 {
+        if prog.as_fd().as_raw_fd() < 0 {
             continue;
         }
-        // SAFETY: bpf_prog_info is plain data; the kernel fills at most `len` bytes.
-        let mut info: libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
-        let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
-        if rc != 0 {
-            return None;
-        }
+        let info = prog_info(prog)?;
         total.0 += info.run_time_ns;
         total.1 += info.run_cnt;
         total.2 += info.recursion_misses;
