@@ -126,6 +126,17 @@ pub struct BlockCounters {
     pub splits: u64,
     /// Requests completed (from the events).
     pub requests: u64,
+    /// Bytes the events' requests read and wrote.
+    #[serde(default)]
+    pub read_bytes: u64,
+    #[serde(default)]
+    pub write_bytes: u64,
+    /// What the kernel's own statistics of the device (its stat file) grew
+    /// by over the recording: the events should account for all of it but
+    /// the requests in flight at either end. Absent when the device has no
+    /// stat file or the recording has no state samples.
+    #[serde(default)]
+    pub kernel: Option<ontime_trace::io::DiskStat>,
 }
 
 /// Bytes per second at each layer in one bin of the time series.
@@ -511,7 +522,7 @@ pub fn analyze(rec: &Recording, path: &Path) -> Result<IoAnalysis> {
     let mut phys_other = LayerAcc::default();
     let mut series = vec![vec![SeriesPoint::default(); bins]; n];
     let mut direct_bytes = vec![0u64; n];
-    let mut requests_per_dev: HashMap<u32, u64> = HashMap::new();
+    let mut requests_per_dev: HashMap<u32, DevRequests> = HashMap::new();
     let mut unpaired = 0u64;
     let names: HashMap<(u32, u64), &str> = rec.io_files.iter().map(|f| ((f.dev, f.ino), f.path.as_str())).collect();
     let mut files: Vec<HashMap<(u32, u64), FileIo>> = vec![HashMap::new(); n];
@@ -521,7 +532,7 @@ pub fn analyze(rec: &Recording, path: &Path) -> Result<IoAnalysis> {
         let op = e.op();
         let moved = e.moved() as f64;
         if e.is_block() {
-            *requests_per_dev.entry(e.dev).or_default() += 1;
+            requests_per_dev.entry(e.dev).or_default().add(e);
             if e.flags & ontime_trace::io::F_UNPAIRED != 0 {
                 unpaired += 1;
             }
@@ -750,7 +761,26 @@ fn series_bin(duration_ns: u64) -> u64 {
 
 /// None where the recording did not count bios (`io record` without
 /// `--merges`).
-fn counters(rec: &Recording, dev: u32, name: &str, requests: &HashMap<u32, u64>) -> Option<BlockCounters> {
+/// The requests the events show on one device.
+#[derive(Default)]
+struct DevRequests {
+    requests: u64,
+    read_bytes: u64,
+    write_bytes: u64,
+}
+
+impl DevRequests {
+    fn add(&mut self, e: &IoEvent) {
+        self.requests += 1;
+        match e.op() {
+            IoOp::Read => self.read_bytes += e.moved(),
+            IoOp::Write => self.write_bytes += e.moved(),
+            _ => {}
+        }
+    }
+}
+
+fn counters(rec: &Recording, dev: u32, name: &str, requests: &HashMap<u32, DevRequests>) -> Option<BlockCounters> {
     let first = rec
         .io_states
         .first()
@@ -765,13 +795,21 @@ fn counters(rec: &Recording, dev: u32, name: &str, requests: &HashMap<u32, u64>)
         (None, Some(b)) => f(b),
         _ => 0,
     };
+    let seen = requests.get(&dev);
+    let kernel = match (first.and_then(|c| c.kernel), last.and_then(|c| c.kernel)) {
+        (Some(a), Some(b)) if rec.io_states.len() > 1 => Some(b.since(&a)),
+        _ => None,
+    };
     Some(BlockCounters {
         device: name.to_string(),
         bios: d(|c| c.bios),
         bio_bytes: d(|c| c.bio_bytes),
         merges: d(|c| c.merges),
         splits: d(|c| c.splits),
-        requests: requests.get(&dev).copied().unwrap_or(0),
+        requests: seen.map_or(0, |r| r.requests),
+        read_bytes: seen.map_or(0, |r| r.read_bytes),
+        write_bytes: seen.map_or(0, |r| r.write_bytes),
+        kernel,
     })
 }
 
@@ -1058,6 +1096,16 @@ pub fn text(a: &IoAnalysis) -> String {
             "{}: {} bios, {} requests ({} merges, {} splits)\n",
             c.device, c.bios, c.requests, c.merges, c.splits
         ));
+        if let Some(k) = &c.kernel {
+            s.push_str(&format!(
+                "  the kernel's own count: {} requests, read {}, written {} (the events: read {}, written {})\n",
+                k.reads + k.writes,
+                format_bytes(k.read_bytes),
+                format_bytes(k.write_bytes),
+                format_bytes(c.read_bytes),
+                format_bytes(c.write_bytes)
+            ));
+        }
     }
     s
 }

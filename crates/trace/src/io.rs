@@ -163,12 +163,14 @@ mod bpf_record {
             let Ok(Some(per_cpu)) = skel.maps.dev_counts.lookup_percpu(&dev.to_ne_bytes(), MapFlags::ANY) else {
                 out.push(DeviceCounters {
                     dev,
+                    kernel: DiskStat::of_device(dev),
                     ..Default::default()
                 });
                 continue;
             };
             let mut c = DeviceCounters {
                 dev,
+                kernel: DiskStat::of_device(dev),
                 ..Default::default()
             };
             for v in per_cpu {

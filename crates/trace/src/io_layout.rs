@@ -182,7 +182,9 @@ pub struct MemoryState {
     pub limit: Option<u64>,
 }
 
-/// Bios queued, merged and split on a device since recording began.
+/// Bios queued, merged and split on a device since recording began, and
+/// the kernel's own I/O statistics of the device (/sys/dev/block/M:m/stat,
+/// since boot) at the same moment.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct DeviceCounters {
     pub dev: u32,
@@ -190,6 +192,56 @@ pub struct DeviceCounters {
     pub bio_bytes: u64,
     pub merges: u64,
     pub splits: u64,
+    /// The kernel's counts, absent where the device has no stat file.
+    #[serde(default)]
+    pub kernel: Option<DiskStat>,
+}
+
+/// A block device's completed I/O as the kernel counts it (the stat file's
+/// reads, sectors read, writes, sectors written; requests after merging),
+/// independent of the recorder's events: what they are checked against.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DiskStat {
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub writes: u64,
+    pub write_bytes: u64,
+}
+
+impl DiskStat {
+    /// The stat file of the device `dev` (kernel encoding major << 20 |
+    /// minor), or None when it cannot be read.
+    pub fn of_device(dev: u32) -> Option<DiskStat> {
+        let text = std::fs::read_to_string(format!("/sys/dev/block/{}:{}/stat", dev >> 20, dev & 0xfffff)).ok()?;
+        Self::parse(&text)
+    }
+
+    /// Documentation/block/stat.rst: fields 1-7 are read I/Os, read
+    /// merges, read sectors, read ticks, write I/Os, write merges, write
+    /// sectors; a sector is 512 bytes whatever the device's block size.
+    pub fn parse(text: &str) -> Option<DiskStat> {
+        let f: Vec<u64> = text
+            .split_whitespace()
+            .take(7)
+            .map(|v| v.parse().ok())
+            .collect::<Option<_>>()?;
+        (f.len() == 7).then(|| DiskStat {
+            reads: f[0],
+            read_bytes: f[2] << 9,
+            writes: f[4],
+            write_bytes: f[6] << 9,
+        })
+    }
+
+    /// Growth from `earlier` to `self`.
+    pub fn since(&self, earlier: &DiskStat) -> DiskStat {
+        DiskStat {
+            reads: self.reads.saturating_sub(earlier.reads),
+            read_bytes: self.read_bytes.saturating_sub(earlier.read_bytes),
+            writes: self.writes.saturating_sub(earlier.writes),
+            write_bytes: self.write_bytes.saturating_sub(earlier.write_bytes),
+        }
+    }
 }
 
 /// One sample of cache, memory and block counters.
@@ -472,4 +524,34 @@ pub fn memory_state(group: u32, dir: &Path) -> Option<MemoryState> {
     // v1 reports "no limit" as a huge page-rounded number.
     m.limit = limit.filter(|&l| l < (1u64 << 60));
     Some(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_file_gives_requests_and_bytes() {
+        // /sys/block/vda/stat on this project's machine (17 fields).
+        let text = "  210874     5032 16733666    60512   531093   394618 25331680   700813        0   440928   836283        0        0        0        0    67322    74956\n";
+        let s = DiskStat::parse(text).expect("a stat line");
+        assert_eq!(
+            s,
+            DiskStat {
+                reads: 210874,
+                read_bytes: 16733666 << 9,
+                writes: 531093,
+                write_bytes: 25331680 << 9
+            }
+        );
+        let later = DiskStat {
+            writes: s.writes + 2,
+            write_bytes: s.write_bytes + 4096,
+            ..s
+        };
+        assert_eq!(later.since(&s).write_bytes, 4096);
+        assert_eq!(later.since(&s).reads, 0);
+        assert_eq!(DiskStat::parse("1 2 3"), None);
+        assert_eq!(DiskStat::parse("a b c d e f g"), None);
+    }
 }
