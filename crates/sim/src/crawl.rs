@@ -148,8 +148,14 @@ pub struct CrawlWorkload {
     samplers: Vec<WorkSampler>,
     /// Planned sends: (due time with the host's noise, stream, poll).
     sends: BinaryHeap<Reverse<(u64, usize, u64)>>,
-    /// Streams per vCPU thread.
-    thread_streams: Vec<Vec<usize>>,
+    /// Per vCPU thread, its streams' next planned sends (planned time
+    /// without noise, stream, poll): an answer that wakes the thread
+    /// finds those already due without a look at every stream (a tenant
+    /// polls hundreds). Stale entries (the stream has moved on) are
+    /// dropped when they come up.
+    planned: Vec<BinaryHeap<Reverse<(u64, usize, u64)>>>,
+    /// Room for the streams found due at one answer.
+    due_now: Vec<usize>,
     /// Per vCPU thread, when its event loop last asked for ready answers
     /// (`poll`): it reads all of those before it gives up on late polls.
     batch_start: Vec<u64>,
@@ -252,9 +258,9 @@ impl CrawlWorkload {
             .enumerate()
             .map(|(i, s)| Reverse((s.phase_ns, i, 0)))
             .collect();
-        let mut thread_streams = vec![Vec::new(); first_thread];
+        let mut planned = vec![BinaryHeap::new(); first_thread];
         for (i, s) in streams.iter().enumerate() {
-            thread_streams[s.thread].push(i);
+            planned[s.thread].push(Reverse((s.phase_ns, i, 0)));
         }
         // Each tenant is its own crawler: its vCPU threads are numbered
         // from 0 there.
@@ -274,7 +280,8 @@ impl CrawlWorkload {
             tenants,
             streams,
             sends,
-            thread_streams,
+            planned,
+            due_now: Vec::new(),
             answers: BinaryHeap::new(),
             batch_start: vec![0; first_thread],
             vcpu_threads: first_thread,
@@ -357,6 +364,7 @@ impl CrawlWorkload {
             return;
         }
         s.next += 1;
+        self.planned[s.thread].push(Reverse((s.planned(k + 1), si, k + 1)));
         push(Item {
             thread: s.thread,
             release_ns: at,
@@ -537,13 +545,23 @@ impl Workload for CrawlWorkload {
             // due before it reads answers: a send the host's noise would
             // have delayed goes now.
             let th = s.thread;
-            for i in 0..self.thread_streams[th].len() {
-                let sj = self.thread_streams[th][i];
-                let o = &self.streams[sj];
-                if o.planned(o.next) <= t {
-                    self.release_send(sj, t, woken_by, push);
+            let mut due = std::mem::take(&mut self.due_now);
+            due.clear();
+            while let Some(&Reverse((p, sj, k))) = self.planned[th].peek() {
+                if p > t {
+                    break;
+                }
+                self.planned[th].pop();
+                if self.streams[sj].next == k {
+                    due.push(sj);
                 }
             }
+            // In the streams' order, each once, as the crawler's loop goes.
+            due.sort_unstable();
+            for &sj in &due {
+                self.release_send(sj, t, woken_by, push);
+            }
+            self.due_now = due;
             let s = &self.streams[si];
             let work = self.samplers[s.thread].next_ns();
             push(Item {
