@@ -14,7 +14,7 @@ use anyhow::{Context, Result};
 use ontime_core::duration::format_ns;
 use ontime_core::export::Exporter;
 use ontime_core::stats::{LatencyHistogram, PERCENTILES};
-use ontime_plot::{Chart, Scale};
+use ontime_plot::{Chart, Range, Scale};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -187,6 +187,78 @@ const WORST_PERCENTILES: [(&str, f64); 2] = [("p99", 99.0), ("p99.9", 99.9)];
 /// `x_key` and the source, then by source, then by the value of `x_key`.
 type WorstPerRun = BTreeMap<Vars, BTreeMap<String, BTreeMap<String, Vec<[Option<u64>; 2]>>>>;
 
+/// Simulated beside measured: per setting of the other swept keys, one
+/// figure with p99 and p99.9 of each source on the basis
+/// `scripts/sim-vs-lab.py` judges agreement on: each run's worst tenant,
+/// the median over the repetitions, a bar spanning them. Per-run summaries
+/// also hold for runs whose histogram logs were cut, where pooled
+/// percentiles cannot be had.
+fn simulated_vs_measured_charts(runs: &[RunResults], xk: &str, cats: &[String], metric: &str, charts: &mut Vec<Chart>) {
+    let xpos = |x: &str| cats.iter().position(|c| c == x).unwrap_or(0) as f64;
+    for (others, sources) in worst_tenant_per_run(runs, xk) {
+        // Each line a little aside, the sources' lines of one
+        // percentile next to each other, so bars do not overlap.
+        let n = (sources.len() * WORST_PERCENTILES.len()) as f64;
+        let mut lines = Vec::new();
+        let mut ranges = Vec::new();
+        for (k, (name, _)) in WORST_PERCENTILES.iter().enumerate() {
+            for (i, (source, by_x)) in sources.iter().enumerate() {
+                let j = (k * sources.len() + i) as f64;
+                let dodge = (j - (n - 1.0) / 2.0) * 0.05;
+                let (pts, bars) = median_and_range(by_x, k, |x| xpos(x) + dodge);
+                if !pts.is_empty() {
+                    ranges.push((lines.len(), bars));
+                    lines.push((format!("{source} {name}"), pts));
+                }
+            }
+        }
+        if lines.is_empty() {
+            continue;
+        }
+        let title = if others.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", vars_label(&others))
+        };
+        let mut chart = lab_chart(
+            format!("Simulated vs measured {metric} vs {xk}{title}"),
+            xk,
+            format!("worst tenant's {metric} (ms): median of the runs, bar: their range"),
+            Some(cats.to_vec()),
+            lines,
+            Scale::Linear,
+        );
+        chart.ranges = ranges;
+        chart.legend_left = true;
+        charts.push(chart);
+    }
+}
+
+/// Per value of the swept key, the median over the runs of percentile `k`
+/// (ms) at `at(x)`, and a bar from the least to the most where there are
+/// two runs or more; points in order of `at`.
+fn median_and_range(
+    by_x: &BTreeMap<String, Vec<[Option<u64>; 2]>>,
+    k: usize,
+    at: impl Fn(&str) -> f64,
+) -> (Vec<(f64, f64)>, Vec<Range>) {
+    let (mut pts, mut bars) = (Vec::new(), Vec::new());
+    for (x, per_run) in by_x {
+        let mut v: Vec<f64> = per_run.iter().filter_map(|w| w[k]).map(|ns| ns as f64 / 1e6).collect();
+        if v.is_empty() {
+            continue;
+        }
+        v.sort_by(f64::total_cmp);
+        let at = at(x);
+        pts.push((at, median_sorted(&v)));
+        if v.len() > 1 {
+            bars.push((at, v[0], v[v.len() - 1]));
+        }
+    }
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    (pts, bars)
+}
+
 fn worst_tenant_per_run(runs: &[RunResults], x_key: &str) -> WorstPerRun {
     let mut out = WorstPerRun::new();
     for r in runs {
@@ -344,64 +416,8 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
             v.sort_by(|a, b| a.0.total_cmp(&b.0));
             v
         };
-        // Simulated beside measured: per setting of the other swept keys,
-        // one figure with p99 and p99.9 of each source on the basis
-        // `scripts/sim-vs-lab.py` judges agreement on: each run's worst
-        // tenant, the median over the repetitions, a bar spanning them.
-        // Per-run summaries also hold for runs whose histogram logs were
-        // cut, where pooled percentiles cannot be had.
         if !simulated.is_empty() {
-            for (others, sources) in worst_tenant_per_run(&runs, xk) {
-                // Each line a little aside, the sources' lines of one
-                // percentile next to each other, so bars do not overlap.
-                let n = (sources.len() * WORST_PERCENTILES.len()) as f64;
-                let mut lines = Vec::new();
-                let mut ranges = Vec::new();
-                for (k, (name, _)) in WORST_PERCENTILES.iter().enumerate() {
-                    for (i, (source, by_x)) in sources.iter().enumerate() {
-                        let j = (k * sources.len() + i) as f64;
-                        let dodge = (j - (n - 1.0) / 2.0) * 0.05;
-                        let (mut pts, mut bars) = (Vec::new(), Vec::new());
-                        for (x, per_run) in by_x {
-                            let mut v: Vec<f64> =
-                                per_run.iter().filter_map(|w| w[k]).map(|ns| ns as f64 / 1e6).collect();
-                            if v.is_empty() {
-                                continue;
-                            }
-                            v.sort_by(f64::total_cmp);
-                            let at = xpos(x) + dodge;
-                            pts.push((at, median_sorted(&v)));
-                            if v.len() > 1 {
-                                bars.push((at, v[0], v[v.len() - 1]));
-                            }
-                        }
-                        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-                        if !pts.is_empty() {
-                            ranges.push((lines.len(), bars));
-                            lines.push((format!("{source} {name}"), pts));
-                        }
-                    }
-                }
-                if lines.is_empty() {
-                    continue;
-                }
-                let title = if others.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", vars_label(&others))
-                };
-                let mut chart = lab_chart(
-                    format!("Simulated vs measured {metric} vs {xk}{title}"),
-                    xk,
-                    format!("worst tenant's {metric} (ms): median of the runs, bar: their range"),
-                    Some(cats.clone()),
-                    lines,
-                    Scale::Linear,
-                );
-                chart.ranges = ranges;
-                chart.legend_left = true;
-                charts.push(chart);
-            }
+            simulated_vs_measured_charts(&runs, xk, &cats, metric, &mut charts);
         }
         // With several series, first one figure that sets them side by side
         // (p99 and max), then one figure per series.
