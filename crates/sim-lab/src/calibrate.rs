@@ -126,7 +126,7 @@ fn median(mut v: Vec<u64>) -> Option<u64> {
 
 /// The host's other work: CPU per poll, and CPU beside that no poll
 /// accounts for.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug)]
 struct HostWork {
     per_poll_ns: f64,
     background_cpus: f64,
