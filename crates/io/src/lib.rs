@@ -126,6 +126,9 @@ pub struct BlockCounters {
     pub splits: u64,
     /// Requests completed (from the events).
     pub requests: u64,
+    /// Requests that completed with an error (their bytes count nowhere).
+    #[serde(default)]
+    pub failed: u64,
     /// Bytes the events' requests read and wrote.
     #[serde(default)]
     pub read_bytes: u64,
@@ -765,6 +768,7 @@ fn series_bin(duration_ns: u64) -> u64 {
 #[derive(Default)]
 struct DevRequests {
     requests: u64,
+    failed: u64,
     read_bytes: u64,
     write_bytes: u64,
 }
@@ -772,6 +776,9 @@ struct DevRequests {
 impl DevRequests {
     fn add(&mut self, e: &IoEvent) {
         self.requests += 1;
+        if e.ret != 0 {
+            self.failed += 1;
+        }
         match e.op() {
             IoOp::Read => self.read_bytes += e.moved(),
             IoOp::Write => self.write_bytes += e.moved(),
@@ -807,6 +814,7 @@ fn counters(rec: &Recording, dev: u32, name: &str, requests: &HashMap<u32, DevRe
         merges: d(|c| c.merges),
         splits: d(|c| c.splits),
         requests: seen.map_or(0, |r| r.requests),
+        failed: seen.map_or(0, |r| r.failed),
         read_bytes: seen.map_or(0, |r| r.read_bytes),
         write_bytes: seen.map_or(0, |r| r.write_bytes),
         kernel,
@@ -1093,8 +1101,17 @@ pub fn text(a: &IoAnalysis) -> String {
     }
     for c in &a.physical_counters {
         s.push_str(&format!(
-            "{}: {} bios, {} requests ({} merges, {} splits)\n",
-            c.device, c.bios, c.requests, c.merges, c.splits
+            "{}: {} bios, {} requests ({} merges, {} splits){}\n",
+            c.device,
+            c.bios,
+            c.requests,
+            c.merges,
+            c.splits,
+            if c.failed > 0 {
+                format!("; {} failed", c.failed)
+            } else {
+                String::new()
+            }
         ));
         if let Some(k) = &c.kernel {
             s.push_str(&format!(
@@ -1234,6 +1251,73 @@ mod tests {
         assert_eq!(o.spread_ns, 0);
         // Nothing to pair: no offset.
         assert_eq!(clock_offset(&host, 1, image, &guest, guest_dev), None);
+    }
+
+    /// A device's line: the events' requests (a failed one counts no
+    /// bytes) beside the kernel's own statistics over the recording.
+    #[test]
+    fn a_devices_requests_are_set_beside_the_kernels_count() {
+        use ontime_trace::io::{io_kind, DeviceCounters, DiskStat, IoState};
+        use ontime_trace::recording::Meta;
+        let dev = 254 << 20;
+        let mut rec = Recording::of_events(Meta::of_this_host("bpf", 0, vec![]), HashMap::new(), vec![], 0);
+        let state = |ts: u64, bios: u64, kernel: DiskStat| IoState {
+            ts,
+            devices: vec![DeviceCounters {
+                dev,
+                bios,
+                kernel: Some(kernel),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let boot = DiskStat {
+            reads: 1000,
+            read_bytes: 1 << 30,
+            writes: 2000,
+            write_bytes: 2 << 30,
+        };
+        let later = DiskStat {
+            reads: 1001,
+            read_bytes: (1 << 30) + 4096,
+            writes: 2003,
+            write_bytes: (2 << 30) + (3 << 20),
+        };
+        rec.io_states = vec![state(1, 10, boot), state(2, 15, later)];
+        let request = |rwbs: &[u8; 8], bytes: u32, ret: i64| IoEvent {
+            dev,
+            kind: io_kind::BLOCK,
+            rwbs: *rwbs,
+            bytes,
+            ret,
+            ..Default::default()
+        };
+        let mut seen: HashMap<u32, DevRequests> = HashMap::new();
+        for e in [
+            request(b"R\0\0\0\0\0\0\0", 4096, 0),
+            request(b"W\0\0\0\0\0\0\0", 1 << 20, 0),
+            request(b"FW\0\0\0\0\0\0", 1 << 20, 0),
+            request(b"W\0\0\0\0\0\0\0", 1 << 20, -5),
+        ] {
+            seen.entry(e.dev).or_default().add(&e);
+        }
+        let c = counters(&rec, dev, "vda", &seen).expect("the device's counters");
+        assert_eq!((c.bios, c.requests, c.failed), (5, 4, 1));
+        assert_eq!((c.read_bytes, c.write_bytes), (4096, 2 << 20));
+        assert_eq!(
+            c.kernel,
+            Some(DiskStat {
+                reads: 1,
+                read_bytes: 4096,
+                writes: 3,
+                write_bytes: 3 << 20
+            })
+        );
+        assert!(text(&IoAnalysis {
+            physical_counters: vec![c],
+            ..Default::default()
+        })
+        .contains("vda: 5 bios, 4 requests (0 merges, 0 splits); 1 failed\n  the kernel's own count: 4 requests, read 4.0 KiB, written 3.0 MiB (the events: read 4.0 KiB, written 2.0 MiB)"));
     }
 
     #[test]
