@@ -356,7 +356,7 @@ pub fn run_with_stalls(
                     // a due poll before it reads the next answer).
                     kept.push((cpu, Slot { job: j, slice_end }));
                 }
-            } else if slice_end.is_some_and(|end| now >= end) || (tick_due && sched.tick_expires(&j)) {
+            } else if slice_end.is_some_and(|end| now >= end) || (tick_due && sched.tick_expires(cpu, &j)) {
                 // Back of its level; the dispatch below may pick it again.
                 seq += 1;
                 queues[j.task].push(Queued(Job { queued_seq: seq, ..j }));
@@ -866,10 +866,10 @@ impl Dispatcher {
         self.chosen.resize(m, usize::MAX);
         let cpu_of = |c: &Candidate| c.held.map_or(pc.home[c.job.task], |(cpu, _)| cpu);
         for (i, c) in cand.iter().enumerate() {
-            if !sched_ro.eligible(&c.job) {
+            let cpu = cpu_of(c);
+            if !sched_ro.eligible_on(&c.job, cpu) {
                 continue;
             }
-            let cpu = cpu_of(c);
             let best = self.chosen[cpu];
             if best == usize::MAX || sched_ro.order(&c.job, &cand[best].job).is_lt() {
                 self.chosen[cpu] = i;
@@ -882,7 +882,7 @@ impl Dispatcher {
             };
             if *slot != usize::MAX
                 && *slot != h
-                && sched_ro.eligible(&cand[h].job)
+                && sched_ro.eligible_on(&cand[h].job, cpu)
                 && !sched_ro.preempts(&cand[*slot].job, &cand[h].job, now)
             {
                 *slot = h;
@@ -897,7 +897,7 @@ impl Dispatcher {
             let c = &cand[i];
             c.held.is_none()
                 && self.chosen[pc.home[c.job.task]] != i
-                && sched_ro.eligible(&c.job)
+                && sched_ro.eligible_on(&c.job, pc.home[c.job.task])
                 && sched_ro.pushes(&c.job, None)
         }));
         for cpu in 0..m {
@@ -910,6 +910,7 @@ impl Dispatcher {
                 if from == cpu
                     || self.chosen[from] == i
                     || !sched_ro.affinity(c.job.task).contains(cpu)
+                    || !sched_ro.eligible_on(&c.job, cpu)
                     || !sched_ro.pushes(&c.job, there)
                 {
                     continue;
@@ -947,7 +948,7 @@ impl Dispatcher {
                 let mut left_to_hard_step = false;
                 for (i, c) in cand.iter().enumerate() {
                     if c.held.is_some()
-                        || !sched_ro.eligible(&c.job)
+                        || !sched_ro.eligible_on(&c.job, cpu)
                         || !hot_ok(c.job.task)
                         || !sched_ro.affinity(c.job.task).contains(cpu)
                     {
@@ -1402,6 +1403,55 @@ mod tests {
         let mut w = Scripted(vec![piece(0, 0, 5000 * MS), piece(1, 0, 5000 * MS)]);
         let o = run(&mut w, 1, &mut Linux::new(vec![rt, fair], 1), 2000 * MS);
         assert_eq!(o.tasks[0].cpu_ns, 2000 * MS, "without a budget it never yields");
+    }
+
+    /// With per-CPU queues the budget is each CPU's own (the kernel's
+    /// `rt_rq` per CPU, RT_RUNTIME_SHARE off): a real-time thread that
+    /// stays on one CPU gets that CPU's runtime a period, not its group's
+    /// CPUs' together; throttled there, it is not pushed to the other CPU,
+    /// busy with fair work.
+    #[test]
+    fn a_real_time_groups_budget_is_per_cpu() {
+        use crate::sched::CpuSet;
+        let budget = RtBandwidth {
+            runtime_ns: 300 * MS,
+            period_ns: 1000 * MS,
+            cpus: 2,
+            first_refill_ns: None,
+        };
+        let rt_on_cpu0 = |pinned: bool| {
+            let mut w = Scripted(vec![
+                piece(0, 0, 5000 * MS),
+                piece(1, 0, 5000 * MS),
+                piece(2, 0, 5000 * MS),
+            ]);
+            let mut l =
+                Linux::new(vec![fifo(50), FAIR, FAIR], 2).with_rt_bandwidth(vec![Some(0), None, None], &[budget]);
+            if pinned {
+                l.pinned = vec![CpuSet::range(0..1), CpuSet::ALL, CpuSet::ALL];
+            }
+            run(&mut w, 2, &mut l, 2000 * MS).tasks[0].cpu_ns
+        };
+        // 300 ms in each of the two periods, up to a tick over (the
+        // throttle is noticed at a tick), not 600 ms a period.
+        let one_cpus_budget = 600 * MS..=608 * MS;
+        let pinned = rt_on_cpu0(true);
+        assert!(one_cpus_budget.contains(&pinned), "{pinned}");
+        let free = rt_on_cpu0(false);
+        assert!(
+            one_cpus_budget.contains(&free),
+            "throttled on its CPU, it waits there: {free}"
+        );
+        // One global queue: the group's CPUs' budgets pooled.
+        let mut w = Scripted(vec![
+            piece(0, 0, 5000 * MS),
+            piece(1, 0, 5000 * MS),
+            piece(2, 0, 5000 * MS),
+        ]);
+        let mut l = Linux::new(vec![fifo(50), FAIR, FAIR], 2)
+            .global()
+            .with_rt_bandwidth(vec![Some(0), None, None], &[budget]);
+        assert!(run(&mut w, 2, &mut l, 2000 * MS).tasks[0].cpu_ns > 1000 * MS);
     }
 
     /// A thread with more work queued keeps its CPU from one item to the

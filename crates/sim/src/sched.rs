@@ -357,12 +357,17 @@ pub trait Scheduler {
     /// With per-CPU queues, at a scheduler tick: whether `job`, running
     /// then, has used up its time slice and goes to the back of its level
     /// (Linux's `task_tick_rt` counts an RR thread's slice in ticks).
-    fn tick_expires(&mut self, _job: &Job) -> bool {
+    fn tick_expires(&mut self, _cpu: usize, _job: &Job) -> bool {
         false
     }
     /// Whether `job` may run now at all (a depleted RTDS budget may not).
     fn eligible(&self, _job: &Job) -> bool {
         true
+    }
+    /// Whether `job` may run on `cpu` now (a real-time group's budget is
+    /// per CPU).
+    fn eligible_on(&self, job: &Job, _cpu: usize) -> bool {
+        self.eligible(job)
     }
     /// Whether `newcomer`, ahead in the order, may take the CPU of
     /// `running` at `now`, before `running`'s slice ends (EEVDF's
@@ -691,8 +696,9 @@ pub struct MeasuredWakeups {
 pub struct RtBandwidth {
     pub runtime_ns: u64,
     pub period_ns: u64,
-    /// The CPUs the group's threads may use (its cpuset): the model
-    /// pools their budgets, as if its threads spread over them.
+    /// The CPUs the group's threads may use (its cpuset): with one
+    /// global queue the model pools their budgets, as if its threads
+    /// spread over them; with per-CPU queues each CPU has `runtime_ns`.
     pub cpus: usize,
     /// When the group's period timer first pays back a budget, a period
     /// after it started (`start_rt_bandwidth` starts it as the group's
@@ -700,18 +706,24 @@ pub struct RtBandwidth {
     pub first_refill_ns: Option<u64>,
 }
 
-/// A group's bandwidth and its use (`rt_rq->rt_time`, `rt_throttled`).
-#[derive(Clone, Copy, Debug)]
+/// A group's bandwidth and its use per CPU (`rt_rq->rt_time`,
+/// `rt_throttled`; one slot with one global queue).
+#[derive(Clone, Debug)]
 struct RtGroup {
     bandwidth: RtBandwidth,
-    used_ns: u64,
-    throttled: bool,
+    used_ns: Vec<u64>,
+    throttled: Vec<bool>,
     next_period_ns: u64,
 }
 
 impl RtGroup {
-    fn budget_ns(&self) -> u64 {
-        self.bandwidth.runtime_ns * self.bandwidth.cpus.max(1) as u64
+    /// Per CPU its own runtime; with one global queue, the CPUs' pooled.
+    fn budget_ns(&self, per_cpu: bool) -> u64 {
+        if per_cpu {
+            self.bandwidth.runtime_ns
+        } else {
+            self.bandwidth.runtime_ns * self.bandwidth.cpus.max(1) as u64
+        }
     }
 }
 
@@ -858,14 +870,18 @@ impl Linux {
     /// period timer pays back one budget (`do_sched_rt_period_timer`:
     /// `rt_time` drops by the runtime, unused budget is not kept). Runtime
     /// is not borrowed between CPUs (`RT_RUNTIME_SHARE` is off by
-    /// default since Linux 5.10); the model pools a group's CPUs' budgets.
+    /// default since Linux 5.10, commit 2586af1ac187): with per-CPU queues
+    /// each CPU's use is its own, and a thread throttled on its CPU is not
+    /// pushed (it waits to be pulled or paid back); with one global queue
+    /// the model pools a group's CPUs' budgets.
     pub fn with_rt_bandwidth(mut self, group: Vec<Option<usize>>, bandwidth: &[RtBandwidth]) -> Linux {
+        let cpus = self.eevdf.cpus().max(1);
         self.rt_groups = bandwidth
             .iter()
             .map(|&b| RtGroup {
                 bandwidth: b,
-                used_ns: 0,
-                throttled: false,
+                used_ns: vec![0; cpus],
+                throttled: vec![false; cpus],
                 next_period_ns: b.first_refill_ns.unwrap_or(b.period_ns.max(1)),
             })
             .collect();
@@ -876,6 +892,28 @@ impl Linux {
 
     /// The real-time bandwidth group of `task`, when it is a real-time
     /// thread in one.
+    /// Where a group's use is counted: per CPU, or once with one global
+    /// queue.
+    fn rt_slot(&self, cpu: usize) -> usize {
+        if self.per_cpu {
+            cpu
+        } else {
+            0
+        }
+    }
+
+    /// Whether `task`'s real-time group is throttled on `cpu` (None: on
+    /// every CPU).
+    fn rt_throttled(&self, task: usize, cpu: Option<usize>) -> bool {
+        let Some(g) = self.rt_group_of(task) else { return false };
+        let t = &self.rt_groups[g].throttled;
+        match cpu {
+            Some(c) => t.get(self.rt_slot(c)).copied().unwrap_or(false),
+            None if self.per_cpu => t.iter().all(|&x| x),
+            None => t[0],
+        }
+    }
+
     fn rt_group_of(&self, task: usize) -> Option<usize> {
         match self.classes[task] {
             LinuxClass::RealTime { .. } => self.rt_group.get(task).copied().flatten(),
@@ -1018,8 +1056,8 @@ impl Scheduler for Linux {
             LinuxClass::Fair { .. } => Some(self.fair_slice_ns),
         }
     }
-    fn tick_expires(&mut self, job: &Job) -> bool {
-        if self.rt_group_of(job.task).is_some_and(|g| self.rt_groups[g].throttled) {
+    fn tick_expires(&mut self, cpu: usize, job: &Job) -> bool {
+        if self.rt_throttled(job.task, Some(cpu)) {
             return true;
         }
         let LinuxClass::RealTime { slice_ns: Some(s), .. } = self.classes[job.task] else {
@@ -1052,8 +1090,14 @@ impl Scheduler for Linux {
     fn eligible(&self, job: &Job) -> bool {
         match self.classes[job.task] {
             LinuxClass::Deadline { .. } => self.dl_left[job.task] > 0,
-            LinuxClass::RealTime { .. } => !self.rt_group_of(job.task).is_some_and(|g| self.rt_groups[g].throttled),
+            LinuxClass::RealTime { .. } => !self.rt_throttled(job.task, None),
             LinuxClass::Fair { .. } => true,
+        }
+    }
+    fn eligible_on(&self, job: &Job, cpu: usize) -> bool {
+        match self.classes[job.task] {
+            LinuxClass::RealTime { .. } => !self.rt_throttled(job.task, Some(cpu)),
+            _ => self.eligible(job),
         }
     }
     fn balances_load(&self, job: &Job) -> bool {
@@ -1156,9 +1200,11 @@ impl Scheduler for Linux {
             }
             LinuxClass::RealTime { .. } => {
                 if let Some(g) = self.rt_group_of(job.task) {
+                    let (slot, per_cpu) = (self.rt_slot(cpu), self.per_cpu);
                     let group = &mut self.rt_groups[g];
-                    group.used_ns += ran_ns;
-                    group.throttled |= group.used_ns > group.budget_ns();
+                    let budget = group.budget_ns(per_cpu);
+                    group.used_ns[slot] += ran_ns;
+                    group.throttled[slot] |= group.used_ns[slot] > budget;
                 }
             }
         }
@@ -1168,7 +1214,7 @@ impl Scheduler for Linux {
         let rt = self
             .rt_groups
             .iter()
-            .filter(|g| g.used_ns > 0)
+            .filter(|g| g.used_ns.iter().any(|&u| u > 0))
             .map(|g| g.next_period_ns)
             .min();
         // Replenishment of throttled deadline threads.
@@ -1183,12 +1229,16 @@ impl Scheduler for Linux {
             .min()
     }
     fn on_timer(&mut self, now: u64, _running: &[Option<Job>]) {
+        let per_cpu = self.per_cpu;
         for g in self.rt_groups.iter_mut().filter(|g| g.next_period_ns <= now) {
             let period = g.bandwidth.period_ns.max(1);
             let overrun = (now - g.next_period_ns) / period + 1;
             g.next_period_ns += overrun * period;
-            g.used_ns -= g.used_ns.min(overrun.saturating_mul(g.budget_ns()));
-            g.throttled &= g.used_ns >= g.budget_ns();
+            let budget = g.budget_ns(per_cpu);
+            for (used, throttled) in g.used_ns.iter_mut().zip(g.throttled.iter_mut()) {
+                *used -= (*used).min(overrun.saturating_mul(budget));
+                *throttled &= *used >= budget;
+            }
         }
         for (i, c) in self.classes.iter().enumerate() {
             if let LinuxClass::Deadline { runtime_ns, period_ns } = *c {
