@@ -890,8 +890,6 @@ impl Linux {
         self
     }
 
-    /// The real-time bandwidth group of `task`, when it is a real-time
-    /// thread in one.
     /// Where a group's use is counted: per CPU, or once with one global
     /// queue.
     fn rt_slot(&self, cpu: usize) -> usize {
@@ -903,17 +901,23 @@ impl Linux {
     }
 
     /// Whether `task`'s real-time group is throttled on `cpu` (None: on
-    /// every CPU).
+    /// every CPU the thread may use).
     fn rt_throttled(&self, task: usize, cpu: Option<usize>) -> bool {
         let Some(g) = self.rt_group_of(task) else { return false };
         let t = &self.rt_groups[g].throttled;
+        let on = |c: usize| t.get(self.rt_slot(c)).copied().unwrap_or(false);
         match cpu {
-            Some(c) => t.get(self.rt_slot(c)).copied().unwrap_or(false),
-            None if self.per_cpu => t.iter().all(|&x| x),
-            None => t[0],
+            Some(c) => on(c),
+            None if self.per_cpu => {
+                let may = CpuSet::of_thread(&self.pinned, task);
+                (0..t.len()).filter(|&c| may.contains(c)).all(on)
+            }
+            None => on(0),
         }
     }
 
+    /// The real-time bandwidth group of `task`, when it is a real-time
+    /// thread in one.
     fn rt_group_of(&self, task: usize) -> Option<usize> {
         match self.classes[task] {
             LinuxClass::RealTime { .. } => self.rt_group.get(task).copied().flatten(),
@@ -1203,8 +1207,11 @@ impl Scheduler for Linux {
                     let (slot, per_cpu) = (self.rt_slot(cpu), self.per_cpu);
                     let group = &mut self.rt_groups[g];
                     let budget = group.budget_ns(per_cpu);
-                    group.used_ns[slot] += ran_ns;
-                    group.throttled[slot] |= group.used_ns[slot] > budget;
+                    if let (Some(used), Some(throttled)) = (group.used_ns.get_mut(slot), group.throttled.get_mut(slot))
+                    {
+                        *used += ran_ns;
+                        *throttled |= *used > budget;
+                    }
                 }
             }
         }
