@@ -156,6 +156,8 @@ pub struct CrawlWorkload {
     planned: Vec<BinaryHeap<Reverse<(u64, usize, u64)>>>,
     /// Room for the streams found due at one answer.
     due_now: Vec<usize>,
+    /// How many streams each vCPU thread has.
+    streams_of_thread: Vec<usize>,
     /// Per vCPU thread, when its event loop last asked for ready answers
     /// (`poll`): it reads all of those before it gives up on late polls.
     batch_start: Vec<u64>,
@@ -259,8 +261,10 @@ impl CrawlWorkload {
             .map(|(i, s)| Reverse((s.phase_ns, i, 0)))
             .collect();
         let mut planned = vec![BinaryHeap::new(); first_thread];
+        let mut streams_of_thread = vec![0; first_thread];
         for (i, s) in streams.iter().enumerate() {
             planned[s.thread].push(Reverse((s.phase_ns, i, 0)));
+            streams_of_thread[s.thread] += 1;
         }
         // Each tenant is its own crawler: its vCPU threads are numbered
         // from 0 there.
@@ -282,6 +286,7 @@ impl CrawlWorkload {
             sends,
             planned,
             due_now: Vec::new(),
+            streams_of_thread,
             answers: BinaryHeap::new(),
             batch_start: vec![0; first_thread],
             vcpu_threads: first_thread,
@@ -364,7 +369,17 @@ impl CrawlWorkload {
             return;
         }
         s.next += 1;
-        self.planned[s.thread].push(Reverse((s.planned(k + 1), si, k + 1)));
+        let (th, next_planned) = (s.thread, s.planned(k + 1));
+        let planned = &mut self.planned[th];
+        planned.push(Reverse((next_planned, si, k + 1)));
+        // Stale entries leave only at an answer in time: a thread whose
+        // answers all time out would gather one a poll. Keep at most two
+        // per stream.
+        if planned.len() > 2 * self.streams_of_thread[th] + 16 {
+            let streams = &self.streams;
+            planned.retain(|&Reverse((_, sj, k))| streams[sj].next == k);
+        }
+        let s = &self.streams[si];
         push(Item {
             thread: s.thread,
             release_ns: at,
