@@ -160,25 +160,18 @@ mod bpf_record {
     fn device_counters(skel: &IoSkel, devs: &[u32]) -> Vec<DeviceCounters> {
         let mut out = Vec::new();
         for &dev in devs {
-            let Ok(Some(per_cpu)) = skel.maps.dev_counts.lookup_percpu(&dev.to_ne_bytes(), MapFlags::ANY) else {
-                out.push(DeviceCounters {
-                    dev,
-                    kernel: DiskStat::of_device(dev),
-                    ..Default::default()
-                });
-                continue;
-            };
             let mut c = DeviceCounters {
                 dev,
                 kernel: DiskStat::of_device(dev),
                 ..Default::default()
             };
-            for v in per_cpu {
-                if v.len() >= 32 {
-                    c.bios += u64_at(&v, 0);
-                    c.bio_bytes += u64_at(&v, 8);
-                    c.merges += u64_at(&v, 16);
-                    c.splits += u64_at(&v, 24);
+            // No entry yet: no bio on the device since recording began.
+            if let Ok(Some(per_cpu)) = skel.maps.dev_counts.lookup_percpu(&dev.to_ne_bytes(), MapFlags::ANY) {
+                for v in per_cpu.iter().filter(|v| v.len() >= 32) {
+                    c.bios += u64_at(v, 0);
+                    c.bio_bytes += u64_at(v, 8);
+                    c.merges += u64_at(v, 16);
+                    c.splits += u64_at(v, 24);
                 }
             }
             out.push(c);
