@@ -89,6 +89,11 @@ pub struct CrawlArgs {
     /// did: ~6 % of 100 ms windows above 10/7 of the mean, 200 % at 140 %)
     #[arg(long)]
     work_tail: Option<f64>,
+    /// Where the per-poll work is spent: on the answer, or before the
+    /// request is written (a crawler that builds and sends each request:
+    /// a period's burst then goes out one work apart)
+    #[arg(long, value_enum, default_value = "answer")]
+    work_at: WorkAtArg,
     /// Count a poll whose connection the server closed before answering as
     /// lost at once, instead of sending it once more on a new connection
     /// (the default, as HTTP clients do for reused connections; such polls
@@ -108,8 +113,19 @@ pub struct CrawlArgs {
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum PhaseArg {
+    /// Polls spread evenly over the period
     Spread,
+    /// Every poll of a period at the crawler's own start (a burst)
     Aligned,
+    /// Aligned on whole periods of the host's clock: every crawler on the
+    /// host bursts at the same instants
+    Clock,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum WorkAtArg {
+    Answer,
+    Request,
 }
 
 /// The crawl's gateways and plan from --config or the flags.
@@ -152,6 +168,7 @@ fn build_file(a: &CrawlArgs) -> anyhow::Result<CrawlFile> {
         file.phase = Some(match p {
             PhaseArg::Spread => Phase::Spread,
             PhaseArg::Aligned => Phase::Aligned,
+            PhaseArg::Clock => Phase::Clock,
         });
     }
     if a.timeout.is_some() {
@@ -180,6 +197,10 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
             work: ontime_crawl::work::WorkModel {
                 mean_ns: a.work_per_poll,
                 tail: a.work_tail,
+            },
+            work_at: match a.work_at {
+                WorkAtArg::Answer => ontime_crawl::work::WorkAt::Answer,
+                WorkAtArg::Request => ontime_crawl::work::WorkAt::Request,
             },
             resend: !a.no_resend,
             hlog: a.probe.hlog.clone(),

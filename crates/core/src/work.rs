@@ -1,6 +1,6 @@
-//! The CPU work a crawler spends on each answered poll (parse, convert,
-//! store): burned on the vCPU thread that received the answer by `ontime
-//! crawl`, drawn the same way by the simulator.
+//! The CPU work a crawler spends on each poll (parse, convert, store an
+//! answer, or build and write a request: [`WorkAt`]): burned on the vCPU
+//! thread by `ontime crawl`, drawn the same way by the simulator.
 //!
 //! Document 000's crawler "may temporarily consume a large amount of CPU
 //! over periods shorter than 1 s": at 1000 polls/s on 2 vCPUs its 100 ms
@@ -27,6 +27,29 @@ pub struct WorkModel {
     /// Pareto shape (> 1); None: every poll costs `mean_ns`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tail: Option<f64>,
+}
+
+/// Where a crawler spends a poll's work.
+///
+/// `Answer`: on the answer (parse, convert, store), after the gateway
+/// stamped the request, so the work delays only later sends. `Request`:
+/// before the request goes out (a crawler that connects, encodes and
+/// writes each request, as document 000's C crawler over HTTP must have):
+/// a period's requests then leave one work apart, and a vCPU that loses
+/// its CPU in the middle of a burst delays every request after that point,
+/// which the gateway's stamps see.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkAt {
+    #[default]
+    Answer,
+    Request,
+}
+
+impl WorkAt {
+    pub fn is_answer(&self) -> bool {
+        *self == WorkAt::Answer
+    }
 }
 
 /// The seed of `ontime crawl`'s work draws on its vCPU thread `thread`

@@ -4,7 +4,7 @@
 //! ```toml
 //! period = "1s"              # default period of every point
 //! points_per_request = 10    # N
-//! phase = "spread"           # or "aligned"
+//! phase = "spread"           # or "aligned", or "clock"
 //! timeout = "1s"             # default: the period
 //! max_connections = 256      # per gateway and vCPU thread
 //!
@@ -31,6 +31,10 @@ pub enum Phase {
     Spread,
     /// Every poll of a period planned at the same instant (a burst).
     Aligned,
+    /// Aligned, and on whole periods of the host's monotonic clock, so
+    /// every crawler on the host bursts at the same instants, as crawlers
+    /// that measure "on the second" on one NTP-synchronised host do.
+    Clock,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

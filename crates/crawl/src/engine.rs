@@ -90,6 +90,8 @@ pub struct EngineSetup {
     /// CPU time spent processing each answered poll (the crawler's parse,
     /// convert and store work), burned on this thread.
     pub work: crate::work::WorkModel,
+    /// On the answer, or before each request is written.
+    pub work_at: crate::work::WorkAt,
     /// Send a poll again when its connection closes before any
     /// answer (see `close`).
     pub resend: bool,
@@ -477,6 +479,11 @@ impl<C: Clock> Engine<C> {
             self.schedule.push(Reverse((planned + st.period_ns, stream, index + 1)));
             self.metrics.outcomes.planned += 1;
             let gw = st.gateway;
+            // Built before it is written: a burst's requests leave one
+            // work apart, each later as the thread loses its CPU.
+            if self.s.work.mean_ns > 0 && !self.s.work_at.is_answer() {
+                burn_cpu(self.work.next_ns());
+            }
             self.dispatch(
                 gw,
                 InFlight {
@@ -766,7 +773,7 @@ impl<C: Clock> Engine<C> {
             c.rlen -= len;
             c.poll = None;
             self.finish(p, done, outcome, recv, status);
-            if outcome == Outcome::Ok && self.s.work.mean_ns > 0 {
+            if outcome == Outcome::Ok && self.s.work.mean_ns > 0 && self.s.work_at.is_answer() {
                 burn_cpu(self.work.next_ns());
             }
             if close || outcome == Outcome::Malformed {
@@ -965,6 +972,7 @@ mod tests {
             start,
             report_interval_ns: 1_000 * MS,
             work: Default::default(),
+            work_at: Default::default(),
             resend: true,
             flags: Arc::new(StopFlags::default()),
             reports: reports_tx,

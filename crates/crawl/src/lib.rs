@@ -47,8 +47,11 @@ pub struct RunOptions {
     pub threshold_ns: Option<u64>,
     /// Length of one interval in the histogram log and progress.
     pub report_interval_ns: u64,
-    /// CPU time burned per answered poll (models the crawler's processing).
+    /// CPU time burned per poll (models the crawler's processing).
     pub work: work::WorkModel,
+    /// Whether it is burned on the answer or before the request goes out.
+    #[serde(default)]
+    pub work_at: work::WorkAt,
     /// Resend a poll once when the server closed its connection before any
     /// answer (`--no-resend` turns it off).
     pub resend: bool,
@@ -79,6 +82,10 @@ pub struct CrawlResult {
     /// Pareto shape of the per-poll work, when heavy-tailed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub work_tail: Option<f64>,
+    /// Where the work was burned (absent in results before it could be
+    /// chosen: on the answer).
+    #[serde(default)]
+    pub work_at: work::WorkAt,
     pub planned_polls_per_second: f64,
     pub streams: usize,
     /// How long polls were planned for: the requested length, or up to the
@@ -243,7 +250,8 @@ pub fn run(
     if let Err(e) = ontime_core::rt::set_idle() {
         warnings.push(format!("collector not at SCHED_IDLE: {e:#}"));
     }
-    let (start, start_wall) = threads.common_start(&mut warnings);
+    let align_ns = (cfg.phase == Phase::Clock).then(|| cfg.gateways.iter().map(|g| g.period_ns).max().unwrap_or(1));
+    let (start, start_wall) = threads.common_start(align_ns, &mut warnings);
     let sink = Sink::start(&cfg, &opts, &mut threads)?;
     let mut collector = Collector::new(&opts, k, start_wall)?;
     let vcpu_cpu_ns = collector.run(&threads.reports, &threads.spares, on_progress)?;
@@ -287,6 +295,7 @@ pub fn run(
         thread_settings: opts.thread.clone(),
         work_per_poll_ns: opts.work.mean_ns,
         work_tail: opts.work.tail,
+        work_at: opts.work_at,
         duration_ns,
         planned_duration_ns: opts.duration_ns,
         interrupted,
@@ -388,6 +397,7 @@ fn start_vcpu_threads(
             start,
             report_interval_ns: opts.report_interval_ns,
             work: opts.work,
+            work_at: opts.work_at,
             resend: opts.resend,
             flags: flags.clone(),
             reports: report_tx.clone(),
@@ -410,9 +420,11 @@ fn start_vcpu_threads(
 
 impl VcpuThreads {
     /// Waits until every thread has warmed its connection pool (or gave up
-    /// waiting), then gives them one start time 20 ms ahead. Returns it on
-    /// CLOCK_MONOTONIC and the wall clock.
-    fn common_start(&self, warnings: &mut Vec<String>) -> (MonoNs, std::time::SystemTime) {
+    /// waiting), then gives them one start time 20 ms ahead, or with
+    /// `align_ns` the first whole multiple of it on CLOCK_MONOTONIC after
+    /// that (`phase = "clock"`: every crawler on the host then plans on the
+    /// same instants). Returns it on CLOCK_MONOTONIC and the wall clock.
+    fn common_start(&self, align_ns: Option<u64>, warnings: &mut Vec<String>) -> (MonoNs, std::time::SystemTime) {
         for _ in 0..self.starts.len() {
             // A thread that failed before warming up sends nothing: do not
             // wait past the warm-up limit for it.
@@ -425,8 +437,14 @@ impl VcpuThreads {
                 Err(_) => break,
             }
         }
-        let start = MonoNs::now().add_ns(20_000_000);
-        let start_wall = std::time::SystemTime::now() + Duration::from_millis(20);
+        let now = MonoNs::now();
+        let earliest = now.0 + 20_000_000;
+        let start = match align_ns {
+            Some(p) if p > 0 => earliest.div_ceil(p) * p,
+            _ => earliest,
+        };
+        let start_wall = std::time::SystemTime::now() + Duration::from_nanos(start - now.0);
+        let start = MonoNs(start);
         for tx in &self.starts {
             let _ = tx.send(start);
         }

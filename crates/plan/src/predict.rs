@@ -257,6 +257,8 @@ pub fn predict_host(
             rate: t.spec.rate,
             period_ns: t.spec.period,
             work: t.spec.work(),
+            work_at: Default::default(),
+            aligned: false,
             send_cost_ns: 10_000,
             one_way_ns: t.spec.one_way,
             offset_ns: rng.gen_range(0..t.spec.period),

@@ -137,6 +137,7 @@ impl crate::scenario::RunConfig {
                 ontime_crawl::config::CrawlFile::for_rate(vec![url], cr.rate, cr.points_per_request, cr.period)
                     .map_err(|e| format!("tenant.crawl.{e}"))?;
             crawl.timeout = cr.timeout;
+            crawl.phase = cr.phase;
             return Ok(Some(ProbeSpec::Crawl(ontime_crawl::CrawlProbe {
                 crawl,
                 run: ontime_crawl::RunOptions {
@@ -151,6 +152,7 @@ impl crate::scenario::RunConfig {
                     threshold_ns: None,
                     report_interval_ns: 1_000_000_000,
                     work: cr.work_model(),
+                    work_at: cr.work_at,
                     resend: true,
                     hlog: file("hlog"),
                     polls_file: None,
@@ -246,6 +248,19 @@ mod tests {
             }
         }
         assert!(seen > 10, "specs checked: {seen}");
+    }
+
+    /// A crawler tenant's `phase` and `work_at` reach the crawler it runs.
+    #[test]
+    fn the_crawlers_phase_and_work_place_reach_its_spec() {
+        let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/sim-doc-000-8core.toml");
+        let plan = crate::scenario::load(&scenario).unwrap();
+        let run = &plan.runs[0];
+        let Some(ProbeSpec::Crawl(c)) = run.config.probe(0, 1, Path::new("/")).unwrap() else {
+            panic!("a crawl spec");
+        };
+        assert_eq!(c.crawl.phase, Some(ontime_crawl::config::Phase::Clock));
+        assert_eq!(c.run.work_at, ontime_core::work::WorkAt::Request);
     }
 
     /// A spec with a field this version does not know is refused, naming it.

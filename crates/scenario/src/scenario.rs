@@ -232,6 +232,9 @@ impl Backend {
     }
 }
 
+/// A crawler's layout of a period's polls (`[tenant.crawl] phase`).
+pub use ontime_crawl::config::Phase;
+
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CrawlWorkload {
@@ -251,6 +254,15 @@ pub struct CrawlWorkload {
     /// fixed cost per poll, so a sweep can compare the two.
     #[serde(default)]
     pub work_tail: Option<f64>,
+    /// Where the crawler spends that work: "answer" (default) or
+    /// "request" (`--work-at`).
+    #[serde(default, skip_serializing_if = "ontime_core::work::WorkAt::is_answer")]
+    pub work_at: ontime_core::work::WorkAt,
+    /// How a period's polls are laid out (`--phase`): "spread" (default),
+    /// "aligned" (each crawler's polls of a period at once) or "clock"
+    /// (aligned, and every tenant's on the same instants).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
 }
 
 impl CrawlWorkload {

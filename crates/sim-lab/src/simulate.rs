@@ -25,6 +25,7 @@ use ontime_core::caps::Capabilities;
 use ontime_core::manifest::Manifest;
 use ontime_core::rt::{parse_cpu_list, Policy};
 use ontime_scenario::record::{Environment, RunRecord, SimTenant, Simulated, TenantOutcome, WanDelayBy};
+use ontime_scenario::scenario::Phase;
 use ontime_scenario::scenario::{Backend, LoadKind, Place, Plan, PlannedRun};
 
 use ontime_sim::crawl::{CrawlTenant, CrawlWorkload, HostIo};
@@ -418,6 +419,8 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         rate: cr.rate,
         period_ns: cr.period,
         work,
+        work_at: cr.work_at,
+        aligned: cr.phase.is_some_and(|p| p != Phase::Spread),
         send_cost_ns: opts.send_cost_ns,
         one_way_ns: c.host.relay_delay,
         offset_ns: 0,
@@ -501,6 +504,9 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         .map(|i| CrawlTenant {
             offset_ns: match (&measured, offsets.as_mut()) {
                 (Some(m), _) => m[i],
+                // Crawlers that plan on whole periods of the host's clock
+                // burst together however they were started.
+                _ if cr.phase == Some(Phase::Clock) => 0,
                 (None, Some(o)) => {
                     let spacing = (1e9 / cr.rate.max(1e-9)) as u64;
                     (o.next_ns().min(crate::calibrate::PHASE_SCALE) as u128 * spacing as u128

@@ -31,7 +31,7 @@ use crate::engine::{Item, Workload};
 use crate::noise::{NoiseSampler, Quantiles};
 use ontime_core::interval::IntervalTracker;
 use ontime_core::stats::LatencyHistogram;
-use ontime_core::work::{WorkModel, WorkSampler};
+use ontime_core::work::{WorkAt, WorkModel, WorkSampler};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -43,6 +43,12 @@ pub struct CrawlTenant {
     pub rate: f64,
     pub period_ns: u64,
     pub work: WorkModel,
+    /// On the answer, or before the request goes out (then a burst's
+    /// requests leave one work apart).
+    pub work_at: WorkAt,
+    /// Every poll of a period planned at the tenant's offset (a burst), not
+    /// spread over the period.
+    pub aligned: bool,
     /// CPU to build and write a request.
     pub send_cost_ns: u64,
     /// One way between the crawler and the gateway.
@@ -243,7 +249,11 @@ impl CrawlWorkload {
                 streams.push(Stream {
                     tenant: ti,
                     thread: first_thread + s % t.vcpus.max(1),
-                    phase_ns: t.offset_ns + t.period_ns * s as u64 / n as u64,
+                    phase_ns: if t.aligned {
+                        t.offset_ns
+                    } else {
+                        t.offset_ns + t.period_ns * s as u64 / n as u64
+                    },
                     period_ns: t.period_ns,
                     next: 0,
                     end_ns: t.offset_ns + horizon_ns,
@@ -380,12 +390,17 @@ impl CrawlWorkload {
             planned.retain(|&Reverse((_, sj, k))| streams[sj].next == k);
         }
         let s = &self.streams[si];
+        let t = &self.tenants[s.tenant];
+        let work = match t.work_at {
+            WorkAt::Answer => 0,
+            WorkAt::Request => self.samplers[s.thread].next_ns(),
+        };
         push(Item {
             thread: s.thread,
             release_ns: at,
             abs_deadline_ns: at + s.period_ns,
             priority: 0,
-            cpu_ns: self.tenants[s.tenant].send_cost_ns,
+            cpu_ns: t.send_cost_ns + work,
             tag: tag(si, k, Kind::Send),
             within: 0,
             woken_by,
@@ -578,7 +593,11 @@ impl Workload for CrawlWorkload {
             }
             self.due_now = due;
             let s = &self.streams[si];
-            let work = self.samplers[s.thread].next_ns();
+            let work = match self.tenants[s.tenant].work_at {
+                WorkAt::Answer => self.samplers[s.thread].next_ns(),
+                // Spent on the request: reading the answer is all that is left.
+                WorkAt::Request => 0,
+            };
             push(Item {
                 thread: s.thread,
                 release_ns: t,
@@ -700,11 +719,45 @@ mod tests {
                 mean_ns: 1_400_000,
                 tail,
             },
+            work_at: WorkAt::Answer,
+            aligned: false,
             send_cost_ns: 10_000,
             one_way_ns: 10 * MS,
             offset_ns: 0,
             timeout_ns: 1_000 * MS,
         }
+    }
+
+    /// With the work spent before the request (`work_at = "request"`), an
+    /// aligned period's requests leave one work apart, so the last of ten
+    /// goes out about ten works after the plan; with the work on the
+    /// answer they all leave at once, and spread polls each wait only for
+    /// their own work. Every period is the same on an idle CPU: no
+    /// interval error either way.
+    #[test]
+    fn an_aligned_burst_leaves_one_work_apart_when_the_work_is_on_the_request() {
+        let horizon = 5_000 * MS;
+        let lag_max = |aligned: bool, work_at: WorkAt| {
+            let t = CrawlTenant {
+                rate: 10.0,
+                aligned,
+                work_at,
+                ..tenant(None)
+            };
+            let mut w = CrawlWorkload::new(vec![t], None, horizon);
+            run(&mut w, 1, &mut Cfs::new(vec![1024]), horizon + 1_000 * MS);
+            let m = &w.measures[0];
+            assert_eq!(m.polls, 50);
+            assert_eq!(m.missed, 0);
+            assert_eq!(m.interval_error.max(), 0, "aligned {aligned}, {work_at:?}");
+            m.send_lag.max()
+        };
+        let burst = lag_max(true, WorkAt::Request);
+        assert!((14 * MS..15 * MS).contains(&burst), "aligned, request: {burst} ns");
+        let at_once = lag_max(true, WorkAt::Answer);
+        assert!(at_once <= 10 * 10_000, "aligned, answer: {at_once} ns");
+        let spread = lag_max(false, WorkAt::Request);
+        assert!(spread <= 1_410_000 + 1_000, "spread, request: {spread} ns");
     }
 
     /// Document 000's finding 3 as the lab measured it (doc-000-bursts,
