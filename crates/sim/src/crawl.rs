@@ -1,10 +1,11 @@
 //! The crawler as a simulated workload (document 000): per tenant, streams
-//! of polls on a fixed plan spread over the period, dealt round-robin to
-//! the tenant's vCPU threads as `ontime crawl` deals them. Each poll is two
-//! items on its thread: the send at the planned time (a small CPU cost),
-//! and, one WAN round trip after the send completed, the answer's
-//! processing (CPU from the same work model as `ontime crawl
-//! --work-per-poll/--work-tail`). The gateway's receive time is the send's
+//! of polls on a fixed plan spread over the period (or all at its start:
+//! `aligned`), dealt round-robin to the tenant's vCPU threads as `ontime
+//! crawl` deals them. Each poll is two items on its thread: the send at
+//! the planned time (a small CPU cost), and, one WAN round trip after the
+//! send completed, the answer's processing (CPU from the same work model
+//! as `ontime crawl --work-per-poll/--work-tail`); with `WorkAt::Request`
+//! that work is the send's instead, before the request goes out. The gateway's receive time is the send's
 //! completion plus the one-way delay; interval error is scored from it with
 //! the crawler's own tracker, send lag from the planned time.
 //!
