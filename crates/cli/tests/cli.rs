@@ -901,6 +901,47 @@ fn the_engine_schedules_random_task_sets_as_simso_does() {
     eprintln!("{}", text.trim_end());
 }
 
+/// Session 31's lab runs of crawlers bursting on the second
+/// (doc-000-clock), simulated beside them, give the published agreement;
+/// and the calibration refuses to fit this host's noise from them (a
+/// burst's send lag is the burst's own work), saying what to run instead.
+#[test]
+fn bursting_crawlers_agree_as_published_and_are_not_calibrated_from() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let out = Command::new("python3")
+        .arg(format!("{root}/scripts/sim-vs-lab.py"))
+        .args(["--reference", "c31", "--json"])
+        .env("ONTIME", env!("CARGO_BIN_EXE_ontime"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let published: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{root}/docs/results/sim/agreement-clock-s31.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(got, published);
+    let dir = tempfile::tempdir().unwrap();
+    let untar = Command::new("tar")
+        .arg("-xJf")
+        .arg(format!("{root}/docs/results/sim/lab-runs-clock-s31.tar.xz"))
+        .arg("-C")
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(untar.success());
+    let out = ontime()
+        .args(["sim", "calibrate", "--output"])
+        .arg(dir.path().join("cal.json"))
+        .arg(dir.path().join("doc-000-clock"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("burst") && err.contains("doc-000-tenants"), "{err}");
+    assert!(!dir.path().join("cal.json").exists());
+}
+
 /// The agreement table of issue 24 is reproducible from the repository:
 /// the committed lab runs (docs/results/sim/lab-runs.tar.xz), simulated
 /// by this build with the committed calibration, give exactly the counts

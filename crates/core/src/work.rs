@@ -52,6 +52,22 @@ impl WorkAt {
     }
 }
 
+/// How a crawler lays out a period's polls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Polls spread evenly over the period (the steady load a real crawler
+    /// aims for).
+    #[default]
+    Spread,
+    /// Every poll of a period planned at the same instant (a burst).
+    Aligned,
+    /// Aligned, and on whole periods of the host's monotonic clock, so
+    /// every crawler on the host bursts at the same instants, as crawlers
+    /// that measure "on the second" on one NTP-synchronised host do.
+    Clock,
+}
+
 /// The seed of `ontime crawl`'s work draws on its vCPU thread `thread`
 /// (numbered within one crawler): fixed, so that every run of a scenario
 /// draws the same per-poll work in the same order, and the simulator, which

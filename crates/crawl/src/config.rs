@@ -22,20 +22,7 @@ use serde::{Deserialize, Serialize};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::Path;
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Phase {
-    /// Polls spread evenly over the period (the steady load a real crawler
-    /// aims for).
-    #[default]
-    Spread,
-    /// Every poll of a period planned at the same instant (a burst).
-    Aligned,
-    /// Aligned, and on whole periods of the host's monotonic clock, so
-    /// every crawler on the host bursts at the same instants, as crawlers
-    /// that measure "on the second" on one NTP-synchronised host do.
-    Clock,
-}
+pub use ontime_core::work::Phase;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -150,6 +150,9 @@ struct GatewayPool {
     addr: SocketAddr,
     /// Polls per second this thread sends to the gateway.
     rate: f64,
+    /// Most of its polls planned at one instant (1 with spread phases; a
+    /// whole period's with aligned ones): all are in flight at once.
+    burst: usize,
     /// Fastest handshake seen while warming up (a round trip).
     min_rtt_ns: u64,
     idle: Vec<usize>,
@@ -183,6 +186,16 @@ struct Engine<C: Clock = SystemClock> {
     start: u64,
     end: u64,
     warming: bool,
+}
+
+/// The most streams planned at the same instant of every period (same
+/// phase and period).
+fn largest_burst<'a>(streams: impl Iterator<Item = &'a Stream>) -> usize {
+    let mut at: std::collections::HashMap<(u64, u64), usize> = std::collections::HashMap::new();
+    for st in streams {
+        *at.entry((st.phase_ns, st.period_ns)).or_default() += 1;
+    }
+    at.into_values().max().unwrap_or(0)
 }
 
 /// Spends `ns` of this thread's CPU time (not wall time: if the thread is
@@ -231,6 +244,7 @@ impl<C: Clock> Engine<C> {
                     .filter(|st| st.gateway == gi)
                     .map(|st| 1e9 / st.period_ns as f64)
                     .sum(),
+                burst: largest_burst(s.streams.iter().filter(|st| st.gateway == gi)),
                 min_rtt_ns: u64::MAX,
                 idle: Vec::with_capacity(s.max_connections),
                 open: 0,
@@ -672,7 +686,12 @@ impl<C: Clock> Engine<C> {
         pool.min_rtt_ns = pool.min_rtt_ns.min(now.saturating_sub(opened_ns));
         let rtt_s = pool.min_rtt_ns as f64 / 1e9;
         let pool = &self.pools[gw];
-        let want = ((pool.rate * rtt_s * 2.0).ceil() as usize + 2).min(self.s.max_connections);
+        // A burst needs a connection for each of its polls, or those past
+        // the pool wait a handshake in the first period only.
+        let want = ((pool.rate * rtt_s * 2.0).ceil() as usize)
+            .max(pool.burst)
+            .saturating_add(2)
+            .min(self.s.max_connections);
         for _ in pool.open..want {
             let _ = self.connect(gw);
         }
@@ -993,6 +1012,28 @@ mod tests {
 
     fn at(e: &mut Engine<FakeClock>, t: u64) {
         e.clock.sleep_until(MonoNs(t));
+    }
+
+    /// A pool is sized for the polls planned at one instant: an aligned
+    /// period's all go out at once, and any past the pool would wait for a
+    /// handshake in the first period (an interval error of the whole
+    /// burst's length at the next).
+    #[test]
+    fn a_pool_holds_a_whole_burst() {
+        let r = rig(30, 1_000 * MS, 1_000 * MS, 1_000 * MS, 256);
+        assert_eq!(r.engine.pools[0].burst, 30);
+        let stream = |phase_ns, period_ns| Stream {
+            id: 0,
+            gateway: 0,
+            request: http::RequestTemplate::new("h", "b0", &[0], ""),
+            period_ns,
+            phase_ns,
+        };
+        let mut streams: Vec<Stream> = (0..5).map(|_| stream(0, 1_000 * MS)).collect();
+        streams.extend((0..3).map(|_| stream(10 * MS, 1_000 * MS)));
+        streams.extend((0..4).map(|_| stream(0, 500 * MS)));
+        assert_eq!(largest_burst(streams.iter()), 5);
+        assert_eq!(largest_burst(std::iter::empty()), 0);
     }
 
     /// A poll nobody answers is missed at planned + timeout: one timeout,

@@ -27,6 +27,9 @@
 //! # fleet = "plc-host-3/bms" # HOST/TENANT, or TENANT when one host has it
 //! # peak_100ms_cpu = 0.9     # busiest 100 ms in CPUs, instead of the work model's
 //! work_tail = 1.5            # Pareto shape of the per-poll CPU (omit: fixed)
+//! # phase = "clock"          # spread | aligned | clock: polls of a second at once,
+//! #                          # with clock every such tenant of a host together
+//! # work_at = "request"      # answer | request: the CPU before each request
 //! one_way = "10ms"           # WAN delay each way
 //! target = "100ms"           # interval error at `percentile` at most this
 //! percentile = "p99.999"
@@ -37,7 +40,7 @@
 
 use anyhow::{bail, Context, Result};
 use ontime_core::duration::{opt_text_ns, text_ns};
-use ontime_core::work::WorkModel;
+use ontime_core::work::{Phase, WorkAt, WorkModel};
 use ontime_sim::noise::{Quantiles, Stalls};
 use ontime_sim::sched::MeasuredWakeups;
 use ontime_sim::sched::Model;
@@ -168,6 +171,15 @@ pub struct TenantSpec {
     pub peak_100ms_cpu: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub work_tail: Option<f64>,
+    /// Where the crawler spends a poll's CPU: "answer" (default) or
+    /// "request" (before it writes the request).
+    #[serde(default, skip_serializing_if = "WorkAt::is_answer")]
+    pub work_at: WorkAt,
+    /// How it lays out a period's polls: "spread" (default), "aligned" or
+    /// "clock" (all at once, on the host's whole seconds: every such
+    /// tenant on a host bursts together, document 000's knee).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
     #[serde(default = "default_period", with = "text_ns")]
     pub period: u64,
     #[serde(default = "default_one_way", with = "text_ns")]

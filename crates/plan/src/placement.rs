@@ -501,6 +501,28 @@ mod tests {
         assert!(p.meets, "{p:?}");
     }
 
+    /// Crawlers that burst on the second with their work before each
+    /// request (`phase = "clock"`, `work_at = "request"`) break an 8-core
+    /// credit host at 8 VMs in the plan's simulation, as document 000's
+    /// did; the same tenants spreading their polls keep their target there.
+    #[test]
+    fn bursts_on_the_second_break_eight_vms_on_eight_cores() {
+        let host = "[[host]]\nname = \"x\"\ncores = 8\nscheduler = \"credit\"\nio_cost = \"50us\"\nio_cpus = 8\n";
+        let tenant = "[[tenant]]\nname = \"t\"\ncount = 8\nrate = 100\ncpu_per_poll = \"1.4ms\"\ntarget = \"10ms\"\npercentile = \"p99.9\"\n";
+        let meets = |extra: &str| {
+            let i = input(&format!("{host}{tenant}{extra}"));
+            let x = &i.hosts[0];
+            let expanded = i.expanded();
+            let tenants: Vec<&Tenant> = expanded.iter().collect();
+            predict_host("x-1", x, x.scheduler().unwrap(), IoPin::None, &tenants, &opts()).simulated_meets
+        };
+        assert!(meets(""), "spread polls");
+        assert!(
+            !meets("phase = \"clock\"\nwork_at = \"request\"\n"),
+            "bursts on the second"
+        );
+    }
+
     /// `plan check` names the rule a placement breaks.
     #[test]
     fn check_says_why_a_tenant_misses() {

@@ -5,6 +5,7 @@
 use crate::input::{HostSpec, Tenant};
 pub use crate::peak::{peak_cpu, PEAK_WINDOW_NS};
 use ontime_core::duration::format_ns;
+use ontime_core::work::Phase;
 use ontime_sim::crawl::{CrawlTenant, CrawlWorkload, HostIo};
 use ontime_sim::engine::{run_with_stalls, Workload};
 use ontime_sim::noise::StallSampler;
@@ -257,11 +258,17 @@ pub fn predict_host(
             rate: t.spec.rate,
             period_ns: t.spec.period,
             work: t.spec.work(),
-            work_at: Default::default(),
-            aligned: false,
+            work_at: t.spec.work_at,
+            aligned: t.spec.phase.is_some_and(|p| p != Phase::Spread),
             send_cost_ns: 10_000,
             one_way_ns: t.spec.one_way,
-            offset_ns: rng.gen_range(0..t.spec.period),
+            // Crawlers on the host's whole seconds burst together; others
+            // started one by one are anywhere in the period. (The draw is
+            // made either way, so spread tenants' offsets do not move.)
+            offset_ns: match (rng.gen_range(0..t.spec.period), t.spec.phase) {
+                (_, Some(Phase::Clock)) => 0,
+                (o, _) => o,
+            },
             timeout_ns: t.spec.period,
         })
         .collect();

@@ -195,7 +195,31 @@ pub fn calibrate(dirs: &[&Path]) -> Result<Calibration> {
         "{} has no complete measured crawler run to calibrate from: run a crawler scenario with `ontime lab run` first",
         from
     );
+    // A burst's send lag is the burst's own work, not the host's noise or
+    // stalls: only crawlers that spread their polls measure those.
+    let spread = |r: &&RunResults| {
+        r.record
+            .config
+            .tenant
+            .crawl
+            .as_ref()
+            .and_then(|c| c.phase)
+            .is_none_or(|p| p == ontime_scenario::scenario::Phase::Spread)
+    };
+    let bursting = crawl.iter().filter(|r| !spread(r)).count();
+    let crawl: Vec<&RunResults> = crawl.into_iter().filter(|r| spread(r)).collect();
+    anyhow::ensure!(
+        !crawl.is_empty(),
+        "{} has only crawlers that burst (phase = \"aligned\" or \"clock\"): their send lag is the burst's own work, \
+         not this host's noise; calibrate from runs whose crawlers spread their polls (e.g. scenarios/doc-000-tenants.toml)",
+        from
+    );
     let mut notes = Vec::new();
+    if bursting > 0 {
+        notes.push(format!(
+            "{bursting} run(s) whose crawlers burst (phase aligned or clock) left out: their send lag is the burst, not the host's noise"
+        ));
+    }
     let mut overhead = Vec::new();
     let mut io_cost = Vec::new();
     // Per unloaded run: (polls per second, untracked CPUs).

@@ -163,6 +163,8 @@ pub struct CrawlWorkload {
     planned: Vec<BinaryHeap<Reverse<(u64, usize, u64)>>>,
     /// Room for the streams found due at one answer.
     due_now: Vec<usize>,
+    /// Per vCPU thread, its last timer wake-up: (planned time, how late).
+    wake_late: Vec<(u64, u64)>,
     /// How many streams each vCPU thread has.
     streams_of_thread: Vec<usize>,
     /// Per vCPU thread, when its event loop last asked for ready answers
@@ -297,6 +299,7 @@ impl CrawlWorkload {
             sends,
             planned,
             due_now: Vec::new(),
+            wake_late: vec![(u64::MAX, 0); first_thread],
             streams_of_thread,
             answers: BinaryHeap::new(),
             batch_start: vec![0; first_thread],
@@ -411,9 +414,20 @@ impl CrawlWorkload {
     }
 
     /// When stream `si`'s poll `k` is due: its planned time plus the
-    /// host's noise.
+    /// host's noise. Polls planned at the same instant on one thread
+    /// (an aligned burst) share one wake-up, so one draw: the crawler
+    /// then sends them in its own order, the same every period.
     fn due(&mut self, si: usize, k: u64) -> u64 {
-        self.streams[si].planned(k) + self.timer_late()
+        let (th, planned) = (self.streams[si].thread, self.streams[si].planned(k));
+        let late = match self.wake_late[th] {
+            (at, late) if at == planned => late,
+            _ => {
+                let late = self.timer_late();
+                self.wake_late[th] = (planned, late);
+                late
+            }
+        };
+        planned + late
     }
 
     /// How late a timer wakes its thread on this host (the crawler's for a
