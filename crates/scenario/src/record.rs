@@ -381,6 +381,13 @@ pub struct Simulated {
     pub cpu_hogs: usize,
     /// CPU busy over the run, CPUs.
     pub busy_cpus: f64,
+    /// The host I/O path's (Dom0's) CPU in its leanest whole second of the
+    /// run, and over the run, in CPUs (document 000's figure 10 is the
+    /// former, read with xentop each second).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_path_cpus_least: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_path_cpus_mean: Option<f64>,
     /// What the scenario asks that the simulator left out.
     pub left_out: Vec<String>,
 }

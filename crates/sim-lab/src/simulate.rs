@@ -127,13 +127,78 @@ struct SchedulerView {
 }
 
 /// The engine's scheduling as the scheduler events `ontime observe`
-/// records: thread i is tid 1000 + i.
+/// records: thread i is tid 1000 + i (kept when `keep_events`), and the
+/// host I/O path's CPU in each second of the run.
 #[derive(Default)]
 struct EventTracer {
+    keep_events: bool,
     events: Vec<ontime_trace::event::Event>,
+    io_path: IoPathSeconds,
+}
+
+/// The host I/O path's (Dom0's) CPU time per second of the run: document
+/// 000 read Dom0's share each second with xentop and saw it fall to ~6 %
+/// of a CPU where the tenants collapsed.
+#[derive(Default)]
+struct IoPathSeconds {
+    threads: std::ops::Range<usize>,
+    /// Per CPU, the I/O path thread running there and since when.
+    running: Vec<Option<(usize, u64)>>,
+    /// CPU ns per whole second (bounded by the run's length).
+    per_second: Vec<u64>,
+}
+
+impl IoPathSeconds {
+    fn new(threads: std::ops::Range<usize>, cpus: usize, horizon_ns: u64) -> IoPathSeconds {
+        IoPathSeconds {
+            threads,
+            running: vec![None; cpus],
+            per_second: vec![0; horizon_ns.div_ceil(1_000_000_000) as usize],
+        }
+    }
+
+    fn switch(&mut self, ts: u64, cpu: usize, next: Option<usize>) {
+        if self.threads.is_empty() || cpu >= self.running.len() {
+            return;
+        }
+        if let Some((_, since)) = self.running[cpu].take() {
+            self.charge(since, ts);
+        }
+        self.running[cpu] = next.filter(|t| self.threads.contains(t)).map(|t| (t, ts));
+    }
+
+    /// Spreads [from, to) over the seconds it covers.
+    fn charge(&mut self, mut from: u64, to: u64) {
+        while from < to {
+            let s = (from / 1_000_000_000) as usize;
+            let Some(slot) = self.per_second.get_mut(s) else { return };
+            let end = to.min((s as u64 + 1) * 1_000_000_000);
+            *slot += end - from;
+            from = end;
+        }
+    }
+
+    /// (least, mean) CPUs over the whole seconds in `polling`; None
+    /// without an I/O path or such a second.
+    fn cpus(mut self, horizon_ns: u64, polling: &std::ops::Range<u64>) -> Option<(f64, f64)> {
+        if self.threads.is_empty() {
+            return None;
+        }
+        for cpu in 0..self.running.len() {
+            if let Some((_, since)) = self.running[cpu].take() {
+                self.charge(since, horizon_ns);
+            }
+        }
+        let (from, to) = ((polling.start / SECOND) as usize, (polling.end / SECOND) as usize);
+        let secs = self.per_second.get(from..to.min(self.per_second.len()))?;
+        let least = secs.iter().min()?;
+        let mean = secs.iter().sum::<u64>() as f64 / secs.len() as f64;
+        Some((*least as f64 / 1e9, mean / 1e9))
+    }
 }
 
 const SIM_TID_BASE: u32 = 1000;
+const SECOND: u64 = 1_000_000_000;
 
 fn sim_tid(thread: usize) -> u32 {
     SIM_TID_BASE + thread as u32
@@ -142,6 +207,9 @@ fn sim_tid(thread: usize) -> u32 {
 impl ontime_sim::engine::Tracer for EventTracer {
     fn wakeup(&mut self, ts: u64, thread: usize, cpu: usize, waker: Option<(usize, usize)>) {
         use ontime_trace::event::{kind, Event};
+        if !self.keep_events {
+            return;
+        }
         self.events.push(Event {
             ts,
             a: sim_tid(thread),
@@ -158,6 +226,10 @@ impl ontime_sim::engine::Tracer for EventTracer {
     }
     fn switch(&mut self, ts: u64, cpu: usize, prev: Option<usize>, next: Option<usize>, prev_runnable: bool) {
         use ontime_trace::event::{kind, Event, F_PREEMPT, F_PREV_RUNNABLE};
+        self.io_path.switch(ts, cpu, next);
+        if !self.keep_events {
+            return;
+        }
         self.events.push(Event {
             ts,
             a: prev.map_or(0, sim_tid),
@@ -181,6 +253,9 @@ struct ViewShape {
     /// The thread doing the gateway's work, when modelled.
     gateway: Option<usize>,
     cpus: usize,
+    /// The seconds every tenant polls in (the I/O path's leanest second is
+    /// looked for there, not in the start-up or the tail).
+    polling: std::ops::Range<u64>,
 }
 
 /// Runs `w` on the shape's CPUs with the calibration's host stalls, and
@@ -198,22 +273,29 @@ fn run_simulated(
         .as_ref()
         .and_then(|(_, c)| c.host_stalls.clone())
         .map(|st| StallSampler::new(st, seed.wrapping_add(0x57a11)));
-    let mut tracer = EventTracer::default();
+    let mut tracer = EventTracer {
+        keep_events: opts.scheduler_view,
+        events: Vec::new(),
+        io_path: IoPathSeconds::new(shape.io_threads.clone(), shape.cpus, horizon),
+    };
+    let traced = opts.scheduler_view || !shape.io_threads.is_empty();
     let o = run_with_stalls(
         w,
         shape.cpus,
         sched,
         horizon,
         stalls.as_mut(),
-        opts.scheduler_view
-            .then_some(&mut tracer as &mut dyn ontime_sim::engine::Tracer),
+        traced.then_some(&mut tracer as &mut dyn ontime_sim::engine::Tracer),
     );
+    let io_path = std::mem::take(&mut tracer.io_path).cpus(horizon, &shape.polling);
     let view = opts
         .scheduler_view
         .then(|| scheduler_view(tracer.events, shape, horizon));
     let model = opts.model.map_or_else(|| sched.name().to_string(), |m| m.label());
     let busy_cpus = o.busy_ns as f64 / horizon.max(1) as f64;
-    let simulated = simulated_of(model, shape.cpus, seed, opts, busy_cpus);
+    let mut simulated = simulated_of(model, shape.cpus, seed, opts, busy_cpus);
+    simulated.io_path_cpus_least = io_path.map(|(least, _)| least);
+    simulated.io_path_cpus_mean = io_path.map(|(_, mean)| mean);
     (o, view, simulated)
 }
 
@@ -245,6 +327,7 @@ fn scheduler_view(events: Vec<ontime_trace::event::Event>, shape: &ViewShape, en
         ref io_threads,
         gateway,
         cpus,
+        polling: _,
     } = *shape;
     use ontime_trace::recording::{Group, GroupKind, Meta, Recording, ThreadInfo};
     let mut groups: Vec<Group> = (0..tenants)
@@ -358,6 +441,8 @@ fn simulated_of(model: String, cpus: usize, seed: u64, opts: &SimOptions, busy_c
             .filter(|_| opts.model.is_none()),
         cpu_hogs: 0,
         busy_cpus,
+        io_path_cpus_least: None,
+        io_path_cpus_mean: None,
         left_out: Vec::new(),
     }
 }
@@ -597,6 +682,8 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         gateway: w.host_work_thread(),
         io_threads,
         cpus: engine_cpus,
+        // Every tenant starts within its first period.
+        polling: cr.period.min(c.duration / 2).div_ceil(SECOND) * SECOND..c.duration / SECOND * SECOND,
     };
     let (o, view, base) = run_simulated(&mut w, sched.as_mut(), horizon, seed, opts, &shape);
     let simulated = Simulated {
@@ -675,6 +762,7 @@ fn simulate_cyclic(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         io_threads: 0..0,
         gateway: None,
         cpus,
+        polling: 0..c.duration,
     };
     let (o, view, base) = run_simulated(&mut w, sched.as_mut(), horizon, seed, opts, &shape);
     let tenants = w
@@ -794,6 +882,9 @@ pub struct SimLine {
     pub p99_9_ns: Option<u64>,
     pub p99_999_ns: Option<u64>,
     pub max_ns: Option<u64>,
+    /// The host I/O path's CPU in its leanest second, CPUs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub io_path_cpus_least: Option<f64>,
 }
 
 impl SimLine {
@@ -808,6 +899,7 @@ impl SimLine {
             p99_9_ns: worst(99.9),
             p99_999_ns: worst(99.999),
             max_ns: r.tenants.iter().filter_map(|t| t.headline().max_ns).max(),
+            io_path_cpus_least: r.simulated.io_path_cpus_least,
         }
     }
 }
@@ -816,7 +908,7 @@ impl ontime_core::export::TextReport for SimLine {
     fn text(&self) -> String {
         let f = |v: Option<u64>| v.map_or("n/a".into(), ontime_core::duration::format_ns);
         format!(
-            "{:<56} {:>8} {:>4} {:>6.2} {:>10} {:>10} {:>10} {:>10}\n",
+            "{:<56} {:>8} {:>4} {:>6.2} {:>10} {:>10} {:>10} {:>10} {:>7}\n",
             self.name,
             self.model,
             self.cpus,
@@ -824,7 +916,8 @@ impl ontime_core::export::TextReport for SimLine {
             f(self.p99_ns),
             f(self.p99_9_ns),
             f(self.p99_999_ns),
-            f(self.max_ns)
+            f(self.max_ns),
+            self.io_path_cpus_least.map_or("-".into(), |c| format!("{c:.3}"))
         )
     }
 }
@@ -842,7 +935,7 @@ pub struct SimListing {
 impl ontime_core::export::TextReport for SimListing {
     fn text(&self) -> String {
         let mut s = format!(
-            "ontime sim: scenario '{}', {} run(s), simulated (not measured)\n{:<56} {:>8} {:>4} {:>6} {:>10} {:>10} {:>10} {:>10}\n",
+            "ontime sim: scenario '{}', {} run(s), simulated (not measured)\n{:<56} {:>8} {:>4} {:>6} {:>10} {:>10} {:>10} {:>10} {:>7}\n",
             self.scenario,
             self.lines.len(),
             "run",
@@ -852,12 +945,13 @@ impl ontime_core::export::TextReport for SimListing {
             "p99",
             "p99.9",
             "p99.999",
-            "max"
+            "max",
+            "I/O min"
         );
         for l in &self.lines {
             s.push_str(&l.text());
         }
-        s.push_str("interval error (crawlers) or wake-up latency (probes) of the worst tenant per run; percentiles the sample count cannot support are n/a\n");
+        s.push_str("interval error (crawlers) or wake-up latency (probes) of the worst tenant per run; percentiles the sample count cannot support are n/a; I/O min: the host I/O path's (Dom0's) CPUs in its leanest second\n");
         if let Some((n, dir)) = &self.written_into {
             s.push_str(&format!(
                 "wrote {n} simulated run(s) into {}/runs; draw them beside the measured ones: ontime lab report {}\n",
@@ -866,5 +960,35 @@ impl ontime_core::export::TextReport for SimListing {
             ));
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The I/O path's CPU is charged to the seconds it ran in, split at a
+    /// second's edge, and judged only over the seconds every tenant polls.
+    #[test]
+    fn the_io_paths_leanest_second_is_over_the_polling_seconds() {
+        const MS: u64 = 1_000_000;
+        // Threads 2 and 3 are the I/O path; 2 CPUs; a 4 s run.
+        let mut io = IoPathSeconds::new(2..4, 2, 4 * SECOND);
+        // Thread 2 on CPU 0 from 0.9 s to 1.2 s: 100 ms in second 0, 200 in 1.
+        io.switch(900 * MS, 0, Some(2));
+        io.switch(1_200 * MS, 0, Some(0));
+        // A tenant's thread is not charged.
+        io.switch(1_300 * MS, 1, Some(1));
+        // Thread 3 on CPU 1 from 2.5 s to the run's end: 500 ms in 2, 1 s in 3.
+        io.switch(2_500 * MS, 1, Some(3));
+        // Still running at the end: charged when the seconds are read.
+        assert_eq!(io.per_second, vec![100 * MS, 200 * MS, 0, 0]);
+        let least_mean = io.cpus(4 * SECOND, &(SECOND..3 * SECOND));
+        let (least, mean) = least_mean.unwrap();
+        assert!(
+            (least - 0.2).abs() < 1e-9 && (mean - 0.35).abs() < 1e-9,
+            "{least} {mean}"
+        );
+        assert!(IoPathSeconds::new(0..0, 2, SECOND).cpus(SECOND, &(0..SECOND)).is_none());
     }
 }
