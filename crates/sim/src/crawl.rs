@@ -5,9 +5,10 @@
 //! the planned time (a small CPU cost), and, one WAN round trip after the
 //! send completed, the answer's processing (CPU from the same work model
 //! as `ontime crawl --work-per-poll/--work-tail`); with `WorkAt::Request`
-//! that work is the send's instead, before the request goes out. The gateway's receive time is the send's
-//! completion plus the one-way delay; interval error is scored from it with
-//! the crawler's own tracker, send lag from the planned time.
+//! that work is the send's instead, before the request goes out. The
+//! gateway's receive time is the send's completion plus the one-way delay;
+//! interval error is scored from it with the crawler's own tracker, send
+//! lag from the planned time.
 //!
 //! With a host I/O path (`HostIo`), every request and every answer also
 //! crosses the host's I/O path (Dom0 / vhost / the lab's relay): one or
