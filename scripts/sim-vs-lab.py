@@ -68,8 +68,9 @@ PERCENTILES = ("p99", "p99.9")
 SECOND = "sim"
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-REFERENCE = os.path.join(REPO, "docs", "results", "sim", "lab-runs.tar.xz")
-CALIBRATION = os.path.join(REPO, "docs", "results", "sim", "calibration.json")
+SIM_RESULTS = os.path.join(REPO, "docs", "results", "sim")
+REFERENCE = os.path.join(SIM_RESULTS, "lab-runs.tar.xz")
+CALIBRATION = os.path.join(SIM_RESULTS, "calibration.json")
 # Each session's lab runs of the scenarios behind the table, the
 # calibration fitted from that session's doc-000-tenants runs (the VM
 # under the lab differed: session 25's had ~1.7x the kernel path costs),
@@ -81,31 +82,15 @@ CALIBRATION = os.path.join(REPO, "docs", "results", "sim", "calibration.json")
 # `ontime sim --into` reads.
 REFERENCE_PACKS = {
     "s21": (REFERENCE, CALIBRATION, "900ms"),
-    "s25": (
-        os.path.join(REPO, "docs", "results", "sim", "lab-runs-s25.tar.xz"),
-        os.path.join(REPO, "docs", "results", "sim", "calibration-s25.json"),
-        None,
-    ),
-    "s28": (
-        os.path.join(REPO, "docs", "results", "sim", "lab-runs-s28.tar.xz"),
-        os.path.join(REPO, "docs", "results", "sim", "calibration-s28.json"),
-        None,
-    ),
+    "s25": (os.path.join(SIM_RESULTS, "lab-runs-s25.tar.xz"), os.path.join(SIM_RESULTS, "calibration-s25.json"), None),
+    "s28": (os.path.join(SIM_RESULTS, "lab-runs-s28.tar.xz"), os.path.join(SIM_RESULTS, "calibration-s28.json"), None),
     # Session 31's doc-000-clock runs (crawlers bursting on the second, not
     # one of the four scenarios of the target), simulated with the
     # calibration fitted from the same VM's doc-000-tenants runs (t31): a
     # burst's send lag is not the host's noise, so bursting runs cannot be
     # calibrated from themselves.
-    "c31": (
-        os.path.join(REPO, "docs", "results", "sim", "lab-runs-clock-s31.tar.xz"),
-        os.path.join(REPO, "docs", "results", "sim", "calibration-s31.json"),
-        None,
-    ),
-    "t31": (
-        os.path.join(REPO, "docs", "results", "sim", "lab-runs-tenants-s31.tar.xz"),
-        os.path.join(REPO, "docs", "results", "sim", "calibration-s31.json"),
-        None,
-    ),
+    "c31": (os.path.join(SIM_RESULTS, "lab-runs-clock-s31.tar.xz"), os.path.join(SIM_RESULTS, "calibration-s31.json"), None),
+    "t31": (os.path.join(SIM_RESULTS, "lab-runs-tenants-s31.tar.xz"), os.path.join(SIM_RESULTS, "calibration-s31.json"), None),
 }
 # What the table and `ontime sim --into` read of a lab run, besides the
 # tenants' results and the headers of their histogram logs (whose start

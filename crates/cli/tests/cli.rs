@@ -901,6 +901,22 @@ fn the_engine_schedules_random_task_sets_as_simso_does() {
     eprintln!("{}", text.trim_end());
 }
 
+/// A committed pack of lab runs (docs/results/sim/NAME) unpacked into a
+/// temporary directory.
+fn unpack_lab_runs(name: &str) -> tempfile::TempDir {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let dir = tempfile::tempdir().unwrap();
+    let st = Command::new("tar")
+        .arg("-xJf")
+        .arg(format!("{root}/docs/results/sim/{name}"))
+        .arg("-C")
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(st.success(), "unpacking {name}");
+    dir
+}
+
 /// Session 31's lab runs of crawlers bursting on the second
 /// (doc-000-clock) and of doc-000-tenants on the same VM, simulated beside
 /// them with that VM's calibration, give the published agreement; and the
@@ -925,15 +941,7 @@ fn bursting_crawlers_agree_as_published_and_are_not_calibrated_from() {
             serde_json::from_str(&std::fs::read_to_string(format!("{root}/docs/results/sim/{file}")).unwrap()).unwrap();
         assert_eq!(got, published, "{pack} no longer gives docs/results/sim/{file}");
     }
-    let dir = tempfile::tempdir().unwrap();
-    let untar = Command::new("tar")
-        .arg("-xJf")
-        .arg(format!("{root}/docs/results/sim/lab-runs-clock-s31.tar.xz"))
-        .arg("-C")
-        .arg(dir.path())
-        .status()
-        .unwrap();
-    assert!(untar.success());
+    let dir = unpack_lab_runs("lab-runs-clock-s31.tar.xz");
     let out = ontime()
         .args(["sim", "calibrate", "--output"])
         .arg(dir.path().join("cal.json"))
@@ -1035,16 +1043,9 @@ fn the_committed_calibrations_hold_what_their_lab_runs_give() {
         ("lab-runs.tar.xz", "calibration.json"),
         ("lab-runs-s25.tar.xz", "calibration-s25.json"),
         ("lab-runs-s28.tar.xz", "calibration-s28.json"),
+        ("lab-runs-tenants-s31.tar.xz", "calibration-s31.json"),
     ] {
-        let dir = tempfile::tempdir().unwrap();
-        let st = Command::new("tar")
-            .arg("-xJf")
-            .arg(format!("{root}/docs/results/sim/{pack}"))
-            .arg("-C")
-            .arg(dir.path())
-            .status()
-            .unwrap();
-        assert!(st.success(), "unpacking {pack}");
+        let dir = unpack_lab_runs(pack);
         let out_file = dir.path().join("refit.json");
         let out = ontime()
             .args(["sim", "calibrate", "--output"])

@@ -68,6 +68,13 @@ pub enum Phase {
     Clock,
 }
 
+impl Phase {
+    /// A period's polls all at one instant (aligned or on the clock).
+    pub fn bursts(self) -> bool {
+        self != Phase::Spread
+    }
+}
+
 /// The seed of `ontime crawl`'s work draws on its vCPU thread `thread`
 /// (numbered within one crawler): fixed, so that every run of a scenario
 /// draws the same per-poll work in the same order, and the simulator, which

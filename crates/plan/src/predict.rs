@@ -259,7 +259,7 @@ pub fn predict_host(
             period_ns: t.spec.period,
             work: t.spec.work(),
             work_at: t.spec.work_at,
-            aligned: t.spec.phase.is_some_and(|p| p != Phase::Spread),
+            aligned: t.spec.phase.is_some_and(Phase::bursts),
             send_cost_ns: 10_000,
             one_way_ns: t.spec.one_way,
             // Crawlers on the host's whole seconds burst together; others

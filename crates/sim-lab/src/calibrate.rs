@@ -198,13 +198,13 @@ pub fn calibrate(dirs: &[&Path]) -> Result<Calibration> {
     // A burst's send lag is the burst's own work, not the host's noise or
     // stalls: only crawlers that spread their polls measure those.
     let spread = |r: &&RunResults| {
-        r.record
+        !r.record
             .config
             .tenant
             .crawl
             .as_ref()
             .and_then(|c| c.phase)
-            .is_none_or(|p| p == ontime_scenario::scenario::Phase::Spread)
+            .is_some_and(ontime_scenario::scenario::Phase::bursts)
     };
     let bursting = crawl.iter().filter(|r| !spread(r)).count();
     let crawl: Vec<&RunResults> = crawl.into_iter().filter(|r| spread(r)).collect();

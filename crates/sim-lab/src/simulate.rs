@@ -505,7 +505,7 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         period_ns: cr.period,
         work,
         work_at: cr.work_at,
-        aligned: cr.phase.is_some_and(|p| p != Phase::Spread),
+        aligned: cr.phase.is_some_and(Phase::bursts),
         send_cost_ns: opts.send_cost_ns,
         one_way_ns: c.host.relay_delay,
         offset_ns: 0,
