@@ -19,6 +19,12 @@ pub struct SimArgs {
     /// calibrate` (host noise, CPU per poll, the I/O path's cost)
     #[arg(long, value_name = "FILE")]
     calibration: Option<PathBuf>,
+    /// Only the host noise (how late woken threads start) of a calibration,
+    /// for a host that was not calibrated (e.g. document 000's, with
+    /// --model): without noise, bursts on the same instant interleave the
+    /// same way every second
+    #[arg(long, value_name = "FILE", conflicts_with = "calibration")]
+    host_noise: Option<PathBuf>,
     /// Also write the runs into this lab results directory, marked
     /// simulated, beside measured runs of the same scenario (each with the
     /// measured run's tenant start times); `ontime lab report DIR` then
@@ -251,12 +257,18 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         ));
     };
     let plan = ontime_scenario::scenario::load(scenario).map_err(|e| usage(format!("{e:#}")))?;
-    let calibration = match &a.calibration {
-        Some(p) => Some((
+    let calibration = match (&a.calibration, &a.host_noise) {
+        (Some(p), _) => Some((
             p.clone(),
             ontime_sim_lab::calibrate::read(p).map_err(|e| usage(format!("{e:#}")))?,
         )),
-        None => None,
+        (None, Some(p)) => Some((
+            p.clone(),
+            ontime_sim_lab::calibrate::read(p)
+                .and_then(|c| c.host_noise_only(p))
+                .map_err(|e| usage(format!("{e:#}")))?,
+        )),
+        (None, None) => None,
     };
     if let Some(dir) = &a.into {
         // Only beside runs of the same scenario: a report of two scenarios

@@ -1208,6 +1208,71 @@ fn bursts_on_the_second_give_document_000s_knee_at_eight_vms() {
     assert!(spread.iter().all(|&e| e < MS), "spread polls: {spread:?}");
 }
 
+/// Two bursting VMs per core under a fair model interleave the same way
+/// every second without host noise, so their interval error is exactly 0;
+/// `--host-noise` takes only a calibration's noise (no stalls, I/O cost,
+/// gateway work) and the interleaving, hence the error, varies.
+#[test]
+fn host_noise_alone_varies_how_bursts_interleave() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let text = std::fs::read_to_string(format!("{root}/scenarios/sim-doc-000-8core.toml")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("two-per-core.toml");
+    let mut short = String::new();
+    for line in text.lines() {
+        short.push_str(match line {
+            l if l.starts_with("duration") => "duration = \"20s\"",
+            l if l.starts_with("\"tenant.crawl.rate\"") => "",
+            l if l.starts_with("\"tenant.count\"") => "\"tenant.count\" = [16]",
+            l => l,
+        });
+        short.push('\n');
+    }
+    std::fs::write(&scenario, short).unwrap();
+    let calibration = format!("{root}/docs/results/sim/calibration-s31.json");
+    let sim = |extra: &[&str]| {
+        ontime()
+            .arg("sim")
+            .arg(&scenario)
+            .args([
+                "--cpus",
+                "8",
+                "--io-cost",
+                "50us",
+                "--io-vcpus",
+                "8",
+                "--model",
+                "cfs",
+                "--json",
+            ])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let worst = |out: &std::process::Output| -> (u64, Value) {
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let run = runs[0].clone();
+        let e = run["tenants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| pct(&t["interval_error"], "p99.9").unwrap())
+            .max()
+            .unwrap();
+        (e, run["simulated"].clone())
+    };
+    let (quiet, _) = worst(&sim(&[]));
+    assert_eq!(quiet, 0, "no noise: the same interleaving every second");
+    let (noisy, simulated) = worst(&sim(&["--host-noise", &calibration]));
+    assert!(noisy > 1_000_000, "with host noise: {noisy} ns");
+    assert_eq!(simulated["host_noise"], true, "{simulated}");
+    assert!(simulated["host_stalls"].is_null(), "{simulated}");
+    assert!(simulated["host_work_per_poll_ns"].is_null(), "{simulated}");
+    let both = sim(&["--host-noise", &calibration, "--calibration", &calibration]);
+    assert!(!both.status.success());
+}
+
 /// The tenants' real-time budget (RT group throttling in the Linux
 /// model) comes from `--tenant-rt-budget`, else from the measured run a
 /// run is simulated beside (`--into`: its run.json's

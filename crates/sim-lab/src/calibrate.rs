@@ -111,6 +111,47 @@ impl Calibration {
     }
 }
 
+impl Calibration {
+    /// Only its host noise (how late a woken thread starts): for a host
+    /// that was not calibrated, such as document 000's Xen host, whose
+    /// timers are late too but whose crawler, I/O path, gateway, stalls and
+    /// real-time budget are not the lab's. Without any noise, bursts that
+    /// start on the same instant interleave the same way every second and
+    /// their interval error is exactly 0 (docs/sim.md).
+    pub fn host_noise_only(self, path: &Path) -> Result<Calibration> {
+        anyhow::ensure!(
+            self.host_noise.is_some(),
+            "{}: has no host noise (no quiet run with histogram logs was calibrated from): \
+             calibrate from a results directory with an unloaded crawler run",
+            path.display()
+        );
+        let mut notes = self.notes;
+        notes.push("host noise only (--host-noise)".into());
+        Ok(Calibration {
+            format: self.format,
+            from: self.from,
+            quiet_runs: self.quiet_runs,
+            host_noise: self.host_noise,
+            noise_samples: self.noise_samples,
+            stall_threshold_ns: self.stall_threshold_ns,
+            host_stalls: None,
+            start_offsets: None,
+            cpu_per_poll_overhead_ns: None,
+            cpu_per_poll_samples: 0,
+            io_cost_per_packet_ns: None,
+            io_cost_samples: 0,
+            host_work_per_poll_ns: None,
+            host_work_samples: 0,
+            wake_stay_share: None,
+            wake_stay_samples: 0,
+            wake_preempt_share: None,
+            wake_preempt_samples: 0,
+            tenant_rt_budget_ns: None,
+            notes,
+        })
+    }
+}
+
 pub const FORMAT: &str = "ontime-sim-calibration/2";
 
 /// The scale of a start phase: millionths of the poll spacing.
@@ -578,5 +619,31 @@ mod tests {
         let falling = fit_host_work(&[(100.0, 0.05), (1000.0, 0.01)]).expect("fitted");
         assert_eq!(falling.per_poll_ns, 0.0);
         assert!(fit_host_work(&[]).is_none());
+    }
+
+    /// `--host-noise` keeps the committed calibration's noise and nothing
+    /// the lab's host alone has; a calibration without noise is refused.
+    #[test]
+    fn host_noise_only_keeps_the_noise_alone() {
+        let path = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/results/sim/calibration-s31.json"
+        ));
+        let full = read(path).expect("committed calibration");
+        assert!(full.host_stalls.is_some() && full.host_work_per_poll_ns.is_some());
+        let noise = full.clone().host_noise_only(path).expect("has noise");
+        assert_eq!(noise.host_noise, full.host_noise);
+        assert_eq!(noise.host_stalls, None);
+        assert_eq!(noise.cpu_per_poll_overhead_ns, None);
+        assert_eq!(noise.io_cost_per_packet_ns, None);
+        assert_eq!(noise.host_work_per_poll_ns, None);
+        assert_eq!(noise.wakeups(), MeasuredWakeups::default());
+        assert_eq!(noise.tenant_rt_budget_ns, None);
+        let silent = Calibration {
+            host_noise: None,
+            ..full
+        };
+        let e = silent.host_noise_only(path).unwrap_err();
+        assert!(format!("{e:#}").contains("has no host noise"), "{e:#}");
     }
 }
