@@ -133,7 +133,18 @@ def scheduler_figures(run_dir):
         if tenants
         else 0.0
     )
-    return {"queued_while_idle": idle_share, "wait_ms_per_s": wait, "wakeups": wakeups(run_dir, wc)}
+    # Per vCPU thread and second: how often it waited for a CPU (each wait
+    # a preemption or a wake-up behind another) and ran on another CPU
+    # than the last (observe.json has `migrations` since session 32).
+    vcpus = [t for g in tenants for t in g.get("threads", []) if t.get("vcpu")]
+    per_s = lambda k: statistics.median(t[k] for t in vcpus) / max(duration_s, 1e-9) if vcpus and all(k in t for t in vcpus) else None
+    return {
+        "queued_while_idle": idle_share,
+        "wait_ms_per_s": wait,
+        "wakeups": wakeups(run_dir, wc),
+        "vcpu_waits_per_s": per_s("waits"),
+        "vcpu_migrations_per_s": per_s("migrations"),
+    }
 
 
 def wakeups(run_dir, wc):
@@ -264,7 +275,7 @@ def report(results):
             out.append(f"- {rest or 'all'}: lab {f['lab'] or 'never'}, {SECOND} {f['sim'] or 'never'} ({same})")
     if off:
         out.append("")
-        out.append("Cells that disagree, with the scheduler figures of both sides (queued vCPU time that passed while a CPU idled; tenants' run-queue wait, ms per s per tenant; wake-ups queued behind a busy CPU while another idled, and how many of them preempted at once or took the CPU from their waker as it slept; medians):")
+        out.append("Cells that disagree, with the scheduler figures of both sides (queued vCPU time that passed while a CPU idled; tenants' run-queue wait, ms per s per tenant; a vCPU thread's waits for a CPU and changes of CPU per second, where recorded; wake-ups queued behind a busy CPU while another idled, and how many of them preempted at once or took the CPU from their waker as it slept; medians):")
         for key, bad, lab, sim in off:
             def figs(rs):
                 s = [r["sched"] for r in rs if r["sched"]]
@@ -273,6 +284,10 @@ def report(results):
                 q = statistics.median(x["queued_while_idle"] for x in s)
                 wt = statistics.median(x["wait_ms_per_s"] for x in s)
                 text = f"{100 * q:.0f} % queued while a CPU idled, wait {wt:.1f} ms/s"
+                for k, what in (("vcpu_waits_per_s", "waits"), ("vcpu_migrations_per_s", "CPU changes")):
+                    v = [x[k] for x in s if x.get(k) is not None]
+                    if v:
+                        text += f", {statistics.median(v):.0f} vCPU {what}/s"
                 w = [x["wakeups"] for x in s if x.get("wakeups") and x["wakeups"].get("wakeups")]
                 if w:
                     behind = statistics.median(x["onto_busy_while_idle"] / x["wakeups"] for x in w)

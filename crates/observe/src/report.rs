@@ -138,14 +138,15 @@ fn text(a: &Analysis, vcpus: bool) -> String {
             for t in &g.threads {
                 let _ = writeln!(
                     out,
-                    "    {:<20} {:>5} {:>10} {:>10}  waits {} p99 {} max {}",
+                    "    {:<20} {:>5} {:>10} {:>10}  waits {} p99 {} max {}, moved {}",
                     format!("{}[{}]", t.name, t.tid),
                     if t.vcpu { "vCPU" } else { "" },
                     format_ns(t.on_cpu_ns),
                     format_ns(t.run_delay_ns),
                     t.waits,
                     ns(t.wait_p99_ns),
-                    ns(t.wait_max_ns)
+                    ns(t.wait_max_ns),
+                    t.migrations
                 );
             }
         }

@@ -105,6 +105,8 @@ struct ThreadState {
     /// The CPU it last ran on (`cpu` follows migrations, which the kernel
     /// reports before the wake-up that caused them).
     ran_on: Option<u16>,
+    /// Times it ran on another CPU than the one it last ran on.
+    migrations: u64,
     /// Start of the stretch not yet credited (on-CPU time is credited at
     /// ticks, so for a running thread this moves forward).
     since: u64,
@@ -402,6 +404,7 @@ impl Analyzer {
                 sleep_ns: 0,
                 blocked_ns: 0,
                 ran_on: None,
+                migrations: 0,
             },
         );
     }
@@ -622,6 +625,9 @@ impl Analyzer {
             self.transition(next, t, St::Running, cpu);
             self.running_on[cpu] = Some(next);
             if let Some(th) = self.threads.get_mut(&next) {
+                if th.ran_on.is_some_and(|c| c as usize != cpu) {
+                    th.migrations += 1;
+                }
                 th.ran_on = Some(cpu as u16);
             }
             if let Some((woke, on)) = self.woken_behind.remove(&next) {
@@ -968,6 +974,7 @@ impl Analyzer {
                             0
                         },
                     waits: th.waits.len(),
+                    migrations: th.migrations,
                     wait_p99_ns: th.waits.percentile(99.0),
                     wait_max_ns: (!th.waits.is_empty()).then(|| th.waits.max()),
                     usage: th
@@ -1115,6 +1122,11 @@ pub struct ThreadReport {
     #[serde(default)]
     pub blocked_ns: u64,
     pub waits: u64,
+    /// Times it ran on another CPU than the one it last ran on (counted at
+    /// its switch-ins: the kernel's `nr_migrations` also counts a thread
+    /// moved while it waited and moved back before it ran).
+    #[serde(default)]
+    pub migrations: u64,
     pub wait_p99_ns: Option<u64>,
     pub wait_max_ns: Option<u64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -1245,6 +1257,24 @@ mod tests {
                 (Place::Running { cpu: 0 }, 4_000_000, 6_000_000),
             ]
         );
+    }
+
+    /// A thread that runs on another CPU than the one it last ran on has
+    /// moved, whether it moved while asleep (a wake-up elsewhere) or while
+    /// it waited; running again where it ran is no move.
+    #[test]
+    fn a_thread_is_counted_each_time_it_runs_on_another_cpu() {
+        let mut a = analyzer_on(2);
+        a.feed(&switch(1_000_000, 0, 0, 10, 0));
+        a.feed(&switch(2_000_000, 0, 10, 0, 0));
+        a.feed(&switch(3_000_000, 0, 0, 10, 0));
+        a.feed(&switch(4_000_000, 0, 10, 0, F_PREV_RUNNABLE));
+        a.feed(&switch(5_000_000, 1, 0, 10, 0));
+        a.feed(&switch(6_000_000, 1, 10, 0, 0));
+        a.feed(&switch(7_000_000, 0, 0, 10, 0));
+        a.finish(8_000_000);
+        let th = &a.report(&|t| t.to_string())[0].threads[0];
+        assert_eq!(th.migrations, 2, "{th:?}");
     }
 
     /// A wait behind several tasks is one interval per task, naming it.
