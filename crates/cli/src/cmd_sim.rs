@@ -318,8 +318,14 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
     };
     // Each run is summarised (and written --into) as it is done; only the
     // summaries (percentiles, no histograms) are kept for --json/--result.
+    let basis = match (&a.calibration, &a.host_noise) {
+        (Some(p), _) => format!("calibration {}", p.display()),
+        (None, Some(p)) => format!("host noise of {} (nothing else of it)", p.display()),
+        (None, None) => "no calibration: no host noise".into(),
+    };
     let mut listing = SimListing {
         scenario: plan.name.clone(),
+        basis: Some(basis),
         ..Default::default()
     };
     let mut summaries: Vec<serde_json::Value> = Vec::new();

@@ -1271,6 +1271,22 @@ fn host_noise_alone_varies_how_bursts_interleave() {
     assert!(simulated["host_work_per_poll_ns"].is_null(), "{simulated}");
     let both = sim(&["--host-noise", &calibration, "--calibration", &calibration]);
     assert!(!both.status.success());
+    // The listing says what the host's noise came from.
+    let text = ontime()
+        .arg("sim")
+        .arg(&scenario)
+        .args(["--cpus", "8", "--model", "cfs", "--host-noise", &calibration])
+        .output()
+        .unwrap();
+    let first = String::from_utf8_lossy(&text.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        first.contains("host noise of") && first.contains("calibration-s31.json"),
+        "{first}"
+    );
 }
 
 /// The tenants' real-time budget (RT group throttling in the Linux

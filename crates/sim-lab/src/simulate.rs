@@ -930,14 +930,17 @@ pub struct SimListing {
     pub lines: Vec<SimLine>,
     /// Runs written beside measured ones (`--into`), and where.
     pub written_into: Option<(usize, PathBuf)>,
+    /// What the host's noise and costs came from, said on the first line.
+    pub basis: Option<String>,
 }
 
 impl ontime_core::export::TextReport for SimListing {
     fn text(&self) -> String {
         let mut s = format!(
-            "ontime sim: scenario '{}', {} run(s), simulated (not measured)\n{:<56} {:>8} {:>4} {:>6} {:>10} {:>10} {:>10} {:>10} {:>7}\n",
+            "ontime sim: scenario '{}', {} run(s), simulated (not measured){}\n{:<56} {:>8} {:>4} {:>6} {:>10} {:>10} {:>10} {:>10} {:>7}\n",
             self.scenario,
             self.lines.len(),
+            self.basis.as_deref().map(|b| format!("; {b}")).unwrap_or_default(),
             "run",
             "model",
             "CPUs",
