@@ -275,7 +275,7 @@ def report(results):
             out.append(f"- {rest or 'all'}: lab {f['lab'] or 'never'}, {SECOND} {f['sim'] or 'never'} ({same})")
     if off:
         out.append("")
-        out.append("Cells that disagree, with the scheduler figures of both sides (queued vCPU time that passed while a CPU idled; tenants' run-queue wait, ms per s per tenant; a vCPU thread's waits for a CPU and changes of CPU per second, where recorded; wake-ups queued behind a busy CPU while another idled, and how many of them preempted at once or took the CPU from their waker as it slept; medians):")
+        out.append("Cells that disagree, with the scheduler figures of both sides (queued vCPU time that passed while a CPU idled; tenants' run-queue wait, ms per s per tenant; a vCPU thread's waits for a CPU and moves between CPUs per second, where recorded; wake-ups queued behind a busy CPU while another idled, and how many of them preempted at once or took the CPU from their waker as it slept; medians):")
         for key, bad, lab, sim in off:
             def figs(rs):
                 s = [r["sched"] for r in rs if r["sched"]]
@@ -284,10 +284,10 @@ def report(results):
                 q = statistics.median(x["queued_while_idle"] for x in s)
                 wt = statistics.median(x["wait_ms_per_s"] for x in s)
                 text = f"{100 * q:.0f} % queued while a CPU idled, wait {wt:.1f} ms/s"
-                for k, what in (("vcpu_waits_per_s", "waits"), ("vcpu_migrations_per_s", "CPU changes")):
+                for k, what in (("vcpu_waits_per_s", "waits"), ("vcpu_migrations_per_s", "moves between CPUs")):
                     v = [x[k] for x in s if x.get(k) is not None]
                     if v:
-                        text += f", {statistics.median(v):.0f} vCPU {what}/s"
+                        text += f", {statistics.median(v):.1f} {what} per vCPU and s"
                 w = [x["wakeups"] for x in s if x.get("wakeups") and x["wakeups"].get("wakeups")]
                 if w:
                     behind = statistics.median(x["onto_busy_while_idle"] / x["wakeups"] for x in w)

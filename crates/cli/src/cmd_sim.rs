@@ -257,18 +257,26 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         ));
     };
     let plan = ontime_scenario::scenario::load(scenario).map_err(|e| usage(format!("{e:#}")))?;
-    let calibration = match (&a.calibration, &a.host_noise) {
-        (Some(p), _) => Some((
-            p.clone(),
-            ontime_sim_lab::calibrate::read(p).map_err(|e| usage(format!("{e:#}")))?,
-        )),
-        (None, Some(p)) => Some((
-            p.clone(),
-            ontime_sim_lab::calibrate::read(p)
-                .and_then(|c| c.host_noise_only(p))
-                .map_err(|e| usage(format!("{e:#}")))?,
-        )),
-        (None, None) => None,
+    // What the simulated host's noise and costs come from, and the first
+    // line of the listing says so.
+    let (calibration, basis) = match (&a.calibration, &a.host_noise) {
+        (Some(p), _) => (
+            Some((
+                p.clone(),
+                ontime_sim_lab::calibrate::read(p).map_err(|e| usage(format!("{e:#}")))?,
+            )),
+            format!("calibration {}", p.display()),
+        ),
+        (None, Some(p)) => (
+            Some((
+                p.clone(),
+                ontime_sim_lab::calibrate::read(p)
+                    .and_then(|c| c.host_noise_only(p))
+                    .map_err(|e| usage(format!("{e:#}")))?,
+            )),
+            format!("host noise of {} (nothing else of it)", p.display()),
+        ),
+        (None, None) => (None, "no calibration: no host noise".to_string()),
     };
     if let Some(dir) = &a.into {
         // Only beside runs of the same scenario: a report of two scenarios
@@ -318,11 +326,6 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
     };
     // Each run is summarised (and written --into) as it is done; only the
     // summaries (percentiles, no histograms) are kept for --json/--result.
-    let basis = match (&a.calibration, &a.host_noise) {
-        (Some(p), _) => format!("calibration {}", p.display()),
-        (None, Some(p)) => format!("host noise of {} (nothing else of it)", p.display()),
-        (None, None) => "no calibration: no host noise".into(),
-    };
     let mut listing = SimListing {
         scenario: plan.name.clone(),
         basis: Some(basis),

@@ -109,9 +109,7 @@ impl Calibration {
             leave_real_time: self.wake_stay_share.is_some(),
         }
     }
-}
 
-impl Calibration {
     /// Only its host noise (how late a woken thread starts): for a host
     /// that was not calibrated, such as document 000's Xen host, whose
     /// timers are late too but whose crawler, I/O path, gateway, stalls and
