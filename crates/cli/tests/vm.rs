@@ -603,10 +603,23 @@ fn a_channel_between_two_guests_is_stamped_checked_and_ahead_of_a_flood() {
         let clock = read_json(&run.join(format!("{t}.clock.json")));
         assert!(clock["answered"].as_u64().unwrap_or(0) > 0, "{t}: {clock}");
     }
-    // The flood was one: the best effort lost what the link could not carry.
+    // The flood was one: the best effort lost what the link could not
+    // carry. Judged when t2's TCG guest offered well above the link: a CI
+    // host running other guests' tests beside this one has let it send
+    // less than the 2 Mbit/s (0 % lost), and then the queue test above is
+    // what shows the channel went ahead.
     let be = read_json(&run.join("best-effort-t2.json"));
-    let lost = be["end"]["sum"]["lost_percent"].as_f64().unwrap_or(0.0);
-    assert!(lost > 10.0, "10 Mbit/s offered on a 2 Mbit/s link loses: {lost} %");
+    let sum = &be["end"]["sum"];
+    let offered_mbit = sum["bits_per_second"].as_f64().unwrap_or(0.0) / 1e6;
+    if offered_mbit > 2.5 {
+        let lost = sum["lost_percent"].as_f64();
+        assert!(
+            lost.is_some_and(|l| l > 10.0),
+            "{offered_mbit:.1} Mbit/s offered on a 2 Mbit/s link loses: {lost:?} %: {sum}"
+        );
+    } else {
+        eprintln!("t2's guest offered {offered_mbit:.1} Mbit/s of the 10 asked (busy host): loss not judged");
+    }
     nothing_left();
 
     // Killed mid-flow: the guests, their taps, the channel programs go with
