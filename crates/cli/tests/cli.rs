@@ -1149,63 +1149,82 @@ fn bursts_on_the_second_give_document_000s_knee_at_eight_vms() {
     let sweep = "\"tenant.count\" = [4, 6, 7, 8, 9, 12, 14, 16, 17, 19, 20, 24]";
     assert!(text.contains("duration = \"1200s\"") && text.contains(sweep), "{text}");
     let dir = tempfile::tempdir().unwrap();
-    let short = |spread: bool| {
-        let mut t = text
-            .replace("duration = \"1200s\"", "duration = \"20s\"")
-            .replace("\"tenant.crawl.rate\" = [100, 200]", "")
-            .replace(sweep, "\"tenant.count\" = [7, 8]");
-        if spread {
-            t = t.replace("phase = \"clock\"", "").replace("work_at = \"request\"", "");
-        }
-        let p = dir.path().join(format!("k{spread}.toml"));
-        std::fs::write(&p, t).unwrap();
-        p
-    };
-    let worst_p999 = |scenario: &Path, extra: &[&str]| -> Vec<u64> {
-        let out = ontime()
-            .arg("sim")
-            .arg(scenario)
-            .args([
-                "--cpus",
-                "8",
-                "--io-cost",
-                "50us",
-                "--io-vcpus",
-                "8",
-                "--model",
-                "credit",
-                "--json",
-            ])
-            .args(extra)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
-        runs.as_array()
-            .unwrap()
-            .iter()
-            .map(|r| {
-                r["tenants"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|t| pct(&t["interval_error"], "p99.9").unwrap())
-                    .max()
-                    .unwrap()
-            })
-            .collect()
-    };
+    let worst = |scenario: &Path, extra: &[&str]| worst_p999_per_run(&sim_on_doc000_host(scenario, "credit", extra));
     const MS: u64 = 1_000_000;
-    let bursts = short(false);
-    let at_30 = worst_p999(&bursts, &[]);
+    let bursts = short_doc000_8core(dir.path(), "[7, 8]", false);
+    let at_30 = worst(&bursts, &[]);
     assert!(
         at_30[0] < 5 * MS && at_30[1] > 30 * MS,
         "7 and 8 VMs at 30 ms: {at_30:?}"
     );
-    let at_1 = worst_p999(&bursts, &["--tslice", "1ms"]);
+    let at_1 = worst(&bursts, &["--tslice", "1ms"]);
     assert!(at_1[1] < 10 * MS, "8 VMs at 1 ms: {at_1:?}");
-    let spread = worst_p999(&short(true), &[]);
+    let spread = worst(&short_doc000_8core(dir.path(), "[7, 8]", true), &[]);
     assert!(spread.iter().all(|&e| e < MS), "spread polls: {spread:?}");
+}
+
+/// `scenarios/sim-doc-000-8core.toml` cut to 20 s at 100 polls/s and these
+/// VM counts; `spread`: the crawler's default phase and work place instead
+/// of bursts on the second.
+fn short_doc000_8core(dir: &Path, counts: &str, spread: bool) -> PathBuf {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let text = std::fs::read_to_string(format!("{root}/scenarios/sim-doc-000-8core.toml")).unwrap();
+    let mut short = String::new();
+    for line in text.lines() {
+        let count = format!("\"tenant.count\" = {counts}");
+        short.push_str(match line {
+            l if l.starts_with("duration") => "duration = \"20s\"",
+            l if l.starts_with("\"tenant.crawl.rate\"") => "",
+            l if l.starts_with("\"tenant.count\"") => &count,
+            l if spread && (l.starts_with("phase") || l.starts_with("work_at")) => "",
+            l => l,
+        });
+        short.push('\n');
+    }
+    let p = dir.join(format!("doc000-8core-{counts}-{spread}.toml"));
+    std::fs::write(&p, short).unwrap();
+    p
+}
+
+/// `ontime sim --json` of a scenario on document 000's host as the
+/// simulator models it: 8 CPUs, Dom0 as 8 vCPUs at 50 us a packet.
+fn sim_on_doc000_host(scenario: &Path, model: &str, extra: &[&str]) -> std::process::Output {
+    ontime()
+        .arg("sim")
+        .arg(scenario)
+        .args([
+            "--cpus",
+            "8",
+            "--io-cost",
+            "50us",
+            "--io-vcpus",
+            "8",
+            "--model",
+            model,
+            "--json",
+        ])
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+/// Per simulated run, its worst tenant's interval error p99.9.
+fn worst_p999_per_run(out: &std::process::Output) -> Vec<u64> {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    runs.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r["tenants"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| pct(&t["interval_error"], "p99.9").unwrap())
+                .max()
+                .unwrap()
+        })
+        .collect()
 }
 
 /// Two bursting VMs per core under a fair model interleave the same way
@@ -1215,57 +1234,17 @@ fn bursts_on_the_second_give_document_000s_knee_at_eight_vms() {
 #[test]
 fn host_noise_alone_varies_how_bursts_interleave() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let text = std::fs::read_to_string(format!("{root}/scenarios/sim-doc-000-8core.toml")).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let scenario = dir.path().join("two-per-core.toml");
-    let mut short = String::new();
-    for line in text.lines() {
-        short.push_str(match line {
-            l if l.starts_with("duration") => "duration = \"20s\"",
-            l if l.starts_with("\"tenant.crawl.rate\"") => "",
-            l if l.starts_with("\"tenant.count\"") => "\"tenant.count\" = [16]",
-            l => l,
-        });
-        short.push('\n');
-    }
-    std::fs::write(&scenario, short).unwrap();
+    let scenario = short_doc000_8core(dir.path(), "[16]", false);
     let calibration = format!("{root}/docs/results/sim/calibration-s31.json");
-    let sim = |extra: &[&str]| {
-        ontime()
-            .arg("sim")
-            .arg(&scenario)
-            .args([
-                "--cpus",
-                "8",
-                "--io-cost",
-                "50us",
-                "--io-vcpus",
-                "8",
-                "--model",
-                "cfs",
-                "--json",
-            ])
-            .args(extra)
-            .output()
-            .unwrap()
-    };
-    let worst = |out: &std::process::Output| -> (u64, Value) {
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
-        let run = runs[0].clone();
-        let e = run["tenants"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| pct(&t["interval_error"], "p99.9").unwrap())
-            .max()
-            .unwrap();
-        (e, run["simulated"].clone())
-    };
-    let (quiet, _) = worst(&sim(&[]));
-    assert_eq!(quiet, 0, "no noise: the same interleaving every second");
-    let (noisy, simulated) = worst(&sim(&["--host-noise", &calibration]));
+    let sim = |extra: &[&str]| sim_on_doc000_host(&scenario, "cfs", extra);
+    let quiet = worst_p999_per_run(&sim(&[]));
+    assert_eq!(quiet[0], 0, "no noise: the same interleaving every second");
+    let out = sim(&["--host-noise", &calibration]);
+    let noisy = worst_p999_per_run(&out)[0];
     assert!(noisy > 1_000_000, "with host noise: {noisy} ns");
+    let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let simulated = &runs[0]["simulated"];
     assert_eq!(simulated["host_noise"], true, "{simulated}");
     assert!(simulated["host_stalls"].is_null(), "{simulated}");
     assert!(simulated["host_work_per_poll_ns"].is_null(), "{simulated}");
