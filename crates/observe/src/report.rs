@@ -203,6 +203,15 @@ fn text(a: &Analysis, vcpus: bool) -> String {
                 p.stayed_pct()
             );
         }
+        if p.waker_elsewhere_both_busy > 0 {
+            let _ = writeln!(
+                out,
+                "  of {} wake-ups by a busy CPU other than the woken thread's busy last one, {} ({:.0}%) were queued on the waker's CPU",
+                p.waker_elsewhere_both_busy,
+                p.pulled_to_waker,
+                p.pulled_pct()
+            );
+        }
     }
     if let Some(h) = a.host_io() {
         let _ = writeln!(

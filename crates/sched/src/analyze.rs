@@ -188,6 +188,15 @@ pub struct WakePlacement {
     /// (the simulator's Linux model takes the share from calibration).
     #[serde(default)]
     pub stayed_on_busy_prev: u64,
+    /// Wake-ups by a thread running on another CPU than the one the woken
+    /// thread last ran on, that CPU running something too: the kernel's
+    /// choice between the waker's CPU (`wake_affine`) and the last one ...
+    #[serde(default)]
+    pub waker_elsewhere_both_busy: u64,
+    /// ... and of those, how many it queued on the waker's CPU (the
+    /// simulator's Linux model takes the share from calibration).
+    #[serde(default)]
+    pub pulled_to_waker: u64,
 }
 
 /// A woken thread that gets its CPU within this ran "at once".
@@ -213,6 +222,11 @@ impl WakePlacement {
     /// share kept on it, 0..100.
     pub fn stayed_pct(&self) -> f64 {
         share_pct(self.stayed_on_busy_prev, self.prev_busy_while_idle)
+    }
+    /// Of the wake-ups by a busy CPU other than the woken thread's busy
+    /// last one, the share queued on the waker's CPU, 0..100.
+    pub fn pulled_pct(&self) -> f64 {
+        share_pct(self.pulled_to_waker, self.waker_elsewhere_both_busy)
     }
 }
 
@@ -443,7 +457,7 @@ impl Analyzer {
                 e.c & TASK_DEAD != 0,
                 e.c & TASK_UNINTERRUPTIBLE != 0,
             ),
-            kind::WAKEUP | kind::WAKEUP_NEW => self.on_wakeup(t, e.a, (e.c as usize).min(self.cpus - 1)),
+            kind::WAKEUP | kind::WAKEUP_NEW => self.on_wakeup(t, e.a, (e.c as usize).min(self.cpus - 1), cpu),
             kind::MIGRATE => self.on_migrate(t, e.a, (e.c as usize).min(self.cpus - 1)),
             _ => {}
         }
@@ -647,7 +661,9 @@ impl Analyzer {
         }
     }
 
-    fn on_wakeup(&mut self, t: u64, tid: u32, cpu: usize) {
+    /// `tid` queued on `cpu` by a wake-up recorded on `waker_cpu` (the CPU
+    /// of the thread or interrupt that woke it).
+    fn on_wakeup(&mut self, t: u64, tid: u32, cpu: usize, waker_cpu: usize) {
         let Some(th) = self.threads.get(&tid) else { return };
         if th.st.asleep() || th.st == St::Unknown {
             // Where it last ran (known only for a thread seen asleep).
@@ -664,6 +680,12 @@ impl Analyzer {
                 self.wake_placement.prev_busy_while_idle += 1;
                 if last == cpu {
                     self.wake_placement.stayed_on_busy_prev += 1;
+                }
+            }
+            if last.is_some_and(|l| l != waker_cpu && busy_at(l) && busy_at(waker_cpu)) {
+                self.wake_placement.waker_elsewhere_both_busy += 1;
+                if cpu == waker_cpu {
+                    self.wake_placement.pulled_to_waker += 1;
                 }
             }
             let busy = busy_at(cpu);
@@ -1371,9 +1393,53 @@ mod tests {
                 // CPU 1.
                 prev_busy_while_idle: 4,
                 stayed_on_busy_prev: 3,
+                // Every wake-up was recorded on CPU 0: none came from a
+                // busy CPU other than a busy last one.
+                waker_elsewhere_both_busy: 0,
+                pulled_to_waker: 0,
             }
         );
         assert_eq!(a.wake_placement.wake_preempt_pct(), 50.0);
+    }
+
+    /// A thread woken by another CPU's thread while its own last CPU is
+    /// busy: the kernel pulls it to the waker's CPU (`wake_affine`) or
+    /// leaves it where it ran; both are counted, other wake-ups are not.
+    #[test]
+    fn wake_ups_from_a_busy_cpu_count_whether_they_pull_to_the_waker() {
+        let mut a = analyzer_on(2);
+        let wake = |ts: u64, target: u32, waker_cpu: u16, waker: u32| Event {
+            ts,
+            a: 10,
+            b: waker,
+            c: target,
+            cpu: waker_cpu,
+            kind: kind::WAKEUP,
+            ..Default::default()
+        };
+        // 10 runs on CPU 1 and sleeps; 98 then runs there, 99 on CPU 0.
+        a.feed(&switch(0, 1, 0, 10, 0));
+        a.feed(&switch(100_000, 1, 10, 98, 0));
+        a.feed(&switch(100_000, 0, 0, 99, 0));
+        // 99 wakes it from CPU 0 and it is pulled there.
+        a.feed(&wake(1_000_000, 0, 0, 99));
+        a.feed(&switch(1_010_000, 0, 99, 10, F_PREV_RUNNABLE));
+        a.feed(&switch(1_100_000, 0, 10, 99, 0));
+        // From CPU 1 (98) while CPU 0 is its last: left on CPU 0.
+        a.feed(&wake(2_000_000, 0, 1, 98));
+        a.feed(&switch(2_010_000, 0, 99, 10, F_PREV_RUNNABLE));
+        a.feed(&switch(2_100_000, 0, 10, 99, 0));
+        // Woken on its own last CPU (its timer): not a choice.
+        a.feed(&wake(3_000_000, 0, 0, 99));
+        a.feed(&switch(3_010_000, 0, 99, 10, F_PREV_RUNNABLE));
+        a.feed(&switch(3_100_000, 0, 10, 99, 0));
+        // From CPU 1 with CPU 1 idle: an idle waker's CPU is the kernel's
+        // other rule (an idle CPU first), not counted.
+        a.feed(&switch(3_500_000, 1, 98, 0, 0));
+        a.feed(&wake(4_000_000, 1, 1, 0));
+        let w = a.wake_placement;
+        assert_eq!((w.waker_elsewhere_both_busy, w.pulled_to_waker), (2, 1), "{w:?}");
+        assert_eq!(w.pulled_pct(), 50.0);
     }
 
     /// The time line tells a voluntary sleep from a block in the kernel
