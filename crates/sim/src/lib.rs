@@ -13,6 +13,7 @@
 //! and the lab-shaped output in `ontime-lab` (`simulate`, `calibrate`),
 //! placement in `ontime-plan`.
 
+pub mod affine;
 pub mod crawl;
 pub mod cyclic;
 pub mod eevdf;

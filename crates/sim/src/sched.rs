@@ -2,6 +2,7 @@
 //! a global run queue (the first m run on m CPUs) and may give them a time
 //! slice; the engine does the rest. Each model says what it leaves out.
 
+use crate::affine::WakeAffine;
 use crate::eevdf::Eevdf;
 use crate::shares::GroupShares;
 use ontime_core::duration::format_exact;
@@ -377,10 +378,11 @@ pub trait Scheduler {
         true
     }
     /// Where a synchronous wake-up looks first: the CPU to treat as the
-    /// woken thread's previous one, given its own `prev` and its waker's
-    /// CPU (default: its own; Linux's fair class: the waker's, as
-    /// `wake_affine` picks it for a WF_SYNC wake-up).
-    fn affine_target(&self, _job: &Job, prev: usize, _waker: usize, _waker_cpu: usize) -> usize {
+    /// woken thread's previous one, given its own `prev`, the thread whose
+    /// work woke it and that thread's CPU, with the CPUs as they are
+    /// (default: its own; Linux's fair class: the waker's when
+    /// `wake_wide` and `wake_affine` say so).
+    fn affine_target(&mut self, _job: &Job, prev: usize, _waker: usize, _waker_cpu: usize, _cpus: &[CpuView]) -> usize {
         prev
     }
     /// A job that got a CPU keeps it at least this long against any
@@ -603,9 +605,13 @@ impl LinuxClass {
 /// ([`MeasuredWakeups::preempts`]) and they share as [`Cfs`] (virtual
 /// runtime). With one global queue: [`Cfs`] and run to parity. A higher
 /// class always preempts.
-/// A fair thread woken synchronously by a fair thread (a packet handed
-/// over, a request written) looks first at its waker's CPU
-/// (`wake_affine`). Fair threads may sit in cgroups one level below the
+/// A fair thread woken synchronously by a fair thread on another CPU (a
+/// packet handed over, a request written) goes to its waker's CPU as
+/// `select_task_rq_fair` decides: unless both switch wakees often
+/// (`wake_wide`), when the waker is all its CPU runs, or else when that
+/// CPU, the waker's load off and the wakee's on, is less loaded than the
+/// wakee's last one (`wake_affine_idle`, `wake_affine_weight`, PELT loads:
+/// [`WakeAffine`]). Fair threads may sit in cgroups one level below the
 /// root ([`Linux::with_groups`]): the group competes as one entity, on
 /// each CPU with its share of the group's weight by its load there
 /// ([`GroupShares`], with per-CPU queues and measured wake-ups; under
@@ -658,6 +664,14 @@ pub struct Linux {
     /// With per-CPU queues: EEVDF's lag, slices and delayed dequeues of
     /// the fair threads, by run queue.
     eevdf: Eevdf,
+    /// With per-CPU queues: the threads' wakee flips and runnable
+    /// averages, for where a thread woken by another CPU's goes.
+    affine: WakeAffine,
+    /// Scratch of `wake_affine_weight`: per CPU the root's fair load; per
+    /// group queue (`g * cpus + c`) its threads' runnable averages and
+    /// their weighted sum.
+    scratch_cpu_load: Vec<f64>,
+    scratch_group_load: Vec<(f64, f64)>,
 }
 
 /// How a measured host's kernel treats waking fair threads (from
@@ -748,6 +762,9 @@ impl Linux {
         let fair_slice_ns = EEVDF_BASE_SLICE_NS * factor;
         Linux {
             eevdf: Eevdf::new(&weights, &[], &[], cpus.max(1), fair_slice_ns),
+            affine: WakeAffine::new(n, cpus),
+            scratch_cpu_load: Vec::new(),
+            scratch_group_load: Vec::new(),
             top: Cfs::new(weights.clone()),
             fair: Cfs::new(weights),
             group: vec![None; n],
@@ -788,6 +805,73 @@ impl Linux {
     /// wake-up preemption share standing in for them.
     fn eevdf_on(&self) -> Option<&Eevdf> {
         (self.per_cpu && self.wakeups.preempts.is_none()).then_some(&self.eevdf)
+    }
+
+    /// `wake_affine_weight` for a synchronous wake-up of `wakee` by
+    /// `waker` on `this` CPU, `wakee` last on `prev`: whether `this` is
+    /// less loaded with the wakee's load moved there and the waker's
+    /// taken off (it is about to sleep) than `prev` without the wakee,
+    /// `prev` favoured by half the domain's imbalance margin (`WA_BIAS`,
+    /// `imbalance_pct` 117). Loads are PELT's: a root thread's weight
+    /// times its runnable average; a group's entity on a CPU its share
+    /// there times its threads' runnable average there (at most 1), each
+    /// of its threads that entity's load by its part of the group's
+    /// load there (`task_h_load`).
+    fn wake_affine_weight(&mut self, wakee: usize, waker: usize, this: usize, prev: usize, now: u64) -> bool {
+        let cpus = self.eevdf.cpus().max(1);
+        let n = self.classes.len();
+        let groups = self.top.weights.len().saturating_sub(n) / cpus;
+        let (mut cpu_load, mut group_load) = (
+            std::mem::take(&mut self.scratch_cpu_load),
+            std::mem::take(&mut self.scratch_group_load),
+        );
+        cpu_load.clear();
+        cpu_load.resize(cpus, 0.0);
+        group_load.clear();
+        group_load.resize(groups * cpus, (0.0, 0.0));
+        for t in (0..n).filter(|&t| self.is_fair(t)) {
+            let (avg, c) = (self.affine.average_at(t, now), self.affine.cpu_of(t).min(cpus - 1));
+            let load = self.fair.weights[t] as f64 * avg;
+            match self.group.get(t).copied().flatten() {
+                Some(g) => {
+                    let q = &mut group_load[g * cpus + c];
+                    q.0 += avg;
+                    q.1 += load;
+                }
+                None => cpu_load[c] += load,
+            }
+        }
+        let entity = |g: usize, c: usize, q: (f64, f64)| self.top.weights[n + g * cpus + c] as f64 * q.0.min(1.0);
+        for g in 0..groups {
+            for (c, load) in cpu_load.iter_mut().enumerate() {
+                *load += entity(g, c, group_load[g * cpus + c]);
+            }
+        }
+        let h_load = |t: usize| {
+            let c = self.affine.cpu_of(t).min(cpus - 1);
+            let load = self.fair.weights[t] as f64 * self.affine.average_at(t, now);
+            match self.group.get(t).copied().flatten() {
+                Some(g) => {
+                    let q = group_load[g * cpus + c];
+                    if q.1 > 0.0 {
+                        entity(g, c, q) * load / q.1
+                    } else {
+                        0.0
+                    }
+                }
+                None => load,
+            }
+        };
+        let (current, task) = (h_load(waker), h_load(wakee));
+        let (this_load, prev_load) = (cpu_load[this], cpu_load[prev]);
+        self.scratch_cpu_load = cpu_load;
+        self.scratch_group_load = group_load;
+        if current > this_load {
+            return true;
+        }
+        let this_eff = (this_load - current + task) * 100.0;
+        let prev_eff = (prev_load - task) * f64::from(100 + (117 - 100) / 2) + 1.0;
+        this_eff < prev_eff
     }
 
     /// One global run queue instead of the kernel's per-CPU ones (a
@@ -1012,13 +1096,46 @@ impl Scheduler for Linux {
             .max_by(|a, b| self.order(&a.1, &b.1))
             .map_or(first_allowed, |(c, _)| c)
     }
-    fn affine_target(&self, job: &Job, prev: usize, waker: usize, waker_cpu: usize) -> usize {
-        // `wake_affine` (kernel/sched/fair.c) takes a WF_SYNC waker's CPU
-        // as the target, and `select_idle_sibling` keeps it when idle;
-        // `wake_affine_weight` weighs CPUs by their capacity left after
-        // real-time work, so a waker's CPU busy with a real-time thread
-        // is not chosen: only fair wakers count here.
-        if self.is_fair(job.task) && self.is_fair(waker) && self.affinity(job.task).contains(waker_cpu) {
+    fn affine_target(&mut self, job: &Job, prev: usize, waker: usize, waker_cpu: usize, cpus: &[CpuView]) -> usize {
+        if !self.is_fair(job.task) {
+            return prev;
+        }
+        // `select_task_rq_fair` (kernel/sched/fair.c) counts every fair
+        // wake-up against the thread current as it happens
+        // (`record_wakee`; the model's timer wake-ups are not counted,
+        // see `place` in the engine) ...
+        let now = job.release_ns;
+        self.affine.record_wakee(waker, job.task, now);
+        // ... and looks at the waker's CPU only when that is another one
+        // it may use, and not both threads switch wakees often, one
+        // `sd_llc_size` times as often as the other (`wake_wide`: a
+        // thread that serves many, or that many serve, stays put). The
+        // model's CPUs share one cache. `wake_affine_weight` weighs
+        // CPUs by their capacity left after real-time work, so a waker's
+        // CPU busy with a real-time thread is not chosen: only fair
+        // wakers count.
+        if waker_cpu == prev
+            || !self.is_fair(waker)
+            || !self.affinity(job.task).contains(waker_cpu)
+            || self.affine.wide(waker, job.task, cpus.len())
+        {
+            return prev;
+        }
+        // `wake_affine_idle`, for a synchronous wake-up (a packet handed
+        // over, a request written: WF_SYNC): an idle waker's CPU unless
+        // the previous one idles too; the waker's CPU when the waker is
+        // all it runs; an idle previous CPU.
+        let (this, there) = (&cpus[waker_cpu], &cpus[prev]);
+        if this.idle() {
+            return if there.idle() { prev } else { waker_cpu };
+        }
+        if usize::from(this.running.is_some()) + this.waiting == 1 {
+            return waker_cpu;
+        }
+        if there.idle() {
+            return prev;
+        }
+        if self.wake_affine_weight(job.task, waker, waker_cpu, prev, now) {
             waker_cpu
         } else {
             prev
@@ -1116,6 +1233,7 @@ impl Scheduler for Linux {
         }
     }
     fn runnable_on(&mut self, homes: &[Option<usize>], now: u64) {
+        self.affine.sync(homes, now);
         if self.eevdf_on().is_some() {
             let classes = &self.classes;
             self.eevdf

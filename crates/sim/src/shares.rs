@@ -16,6 +16,13 @@
 /// PELT's half-life: 32 periods of 1024 us (`LOAD_AVG_PERIOD`).
 pub const PELT_HALF_LIFE_NS: f64 = 32.0 * 1_024_000.0;
 
+/// A runnable average `avg` after `dt_ns` more of being runnable or not.
+pub(crate) fn runnable_average(avg: f64, runnable: bool, dt_ns: u64) -> f64 {
+    let y = (-(dt_ns as f64) / PELT_HALF_LIFE_NS).exp2();
+    let target = if runnable { 1.0 } else { 0.0 };
+    avg * y + target * (1.0 - y)
+}
+
 /// The least share a group entity gets (`MIN_SHARES`).
 const MIN_SHARES: u64 = 2;
 
@@ -91,10 +98,7 @@ impl GroupShares {
 
     /// Thread `t`'s runnable average at `now`.
     fn avg_at(&self, t: usize, now: u64) -> f64 {
-        let dt = now.saturating_sub(self.at_ns[t]) as f64;
-        let y = (-dt / PELT_HALF_LIFE_NS).exp2();
-        let target = if self.runnable[t] { 1.0 } else { 0.0 };
-        self.avg[t] * y + target * (1.0 - y)
+        runnable_average(self.avg[t], self.runnable[t], now.saturating_sub(self.at_ns[t]))
     }
 
     /// Follows where every group thread is runnable at `now` (`homes`, as
