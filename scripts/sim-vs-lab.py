@@ -151,14 +151,15 @@ def wakeups(run_dir, wc):
     """The wake-up placement counts of a run: from its recording analysed
     again (cached as wakeups.json) unless its observe.json already tells a
     preemption from a sleeping waker (`occupant_slept_at_once`, session
-    21); else what observe.json has."""
+    21) and counts the wake-ups pulled to the waker's CPU (session 33);
+    else what observe.json has."""
     w = wc.get("wakeups")
     cache = os.path.join(run_dir, "wakeups.json")
     rec = os.path.join(run_dir, "observe.otrec")
     if os.path.exists(cache):
         with open(cache) as fh:
             return json.load(fh)
-    if w and "occupant_slept_at_once" in w:
+    if w and "occupant_slept_at_once" in w and ("waker_elsewhere_both_busy" in w or not os.path.exists(rec)):
         return w
     if not os.path.exists(rec) or not os.path.exists(ONTIME):
         return w
@@ -275,7 +276,7 @@ def report(results):
             out.append(f"- {rest or 'all'}: lab {f['lab'] or 'never'}, {SECOND} {f['sim'] or 'never'} ({same})")
     if off:
         out.append("")
-        out.append("Cells that disagree, with the scheduler figures of both sides (queued vCPU time that passed while a CPU idled; tenants' run-queue wait, ms per s per tenant; a vCPU thread's waits for a CPU and moves between CPUs per second, where recorded; wake-ups queued behind a busy CPU while another idled, and how many of them preempted at once or took the CPU from their waker as it slept; medians):")
+        out.append("Cells that disagree, with the scheduler figures of both sides (queued vCPU time that passed while a CPU idled; tenants' run-queue wait, ms per s per tenant; a vCPU thread's waits for a CPU and moves between CPUs per second, where recorded; wake-ups queued behind a busy CPU while another idled, and how many of them preempted at once or took the CPU from their waker as it slept; where recorded, of the wake-ups by another busy CPU than the woken thread's busy last one, the share queued on the waker's CPU; medians):")
         for key, bad, lab, sim in off:
             def figs(rs):
                 s = [r["sched"] for r in rs if r["sched"]]
@@ -295,6 +296,9 @@ def report(results):
                     pre = statistics.median(x["preempted_at_once"] / x["onto_busy_while_idle"] for x in queued) if queued else 0.0
                     slept = statistics.median(x.get("occupant_slept_at_once", 0) / x["onto_busy_while_idle"] for x in queued) if queued else 0.0
                     text += f", {100 * behind:.0f} % of wake-ups behind a busy CPU while one idled ({100 * pre:.0f} % of them preempting at once, {100 * slept:.0f} % taking it from a waker going to sleep)"
+                    pulled = [x["pulled_to_waker"] / x["waker_elsewhere_both_busy"] for x in w if x.get("waker_elsewhere_both_busy")]
+                    if pulled:
+                        text += f", {100 * statistics.median(pulled):.0f} % of wake-ups from another busy CPU pulled to the waker's"
                 return text
             out.append(f"- {key} ({', '.join(bad)}): lab {figs(lab)}; {SECOND} {figs(sim)}")
     return "\n".join(out), agree, total
