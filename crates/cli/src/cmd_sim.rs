@@ -259,21 +259,16 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
     let plan = ontime_scenario::scenario::load(scenario).map_err(|e| usage(format!("{e:#}")))?;
     // What the simulated host's noise and costs come from, and the first
     // line of the listing says so.
+    let read = |p: &PathBuf, noise_only: bool| {
+        ontime_sim_lab::calibrate::read(p)
+            .and_then(|c| if noise_only { c.host_noise_only(p) } else { Ok(c) })
+            .map(|c| Some((p.clone(), c)))
+            .map_err(|e| usage(format!("{e:#}")))
+    };
     let (calibration, basis) = match (&a.calibration, &a.host_noise) {
-        (Some(p), _) => (
-            Some((
-                p.clone(),
-                ontime_sim_lab::calibrate::read(p).map_err(|e| usage(format!("{e:#}")))?,
-            )),
-            format!("calibration {}", p.display()),
-        ),
+        (Some(p), _) => (read(p, false)?, format!("calibration {}", p.display())),
         (None, Some(p)) => (
-            Some((
-                p.clone(),
-                ontime_sim_lab::calibrate::read(p)
-                    .and_then(|c| c.host_noise_only(p))
-                    .map_err(|e| usage(format!("{e:#}")))?,
-            )),
+            read(p, true)?,
             format!("host noise of {} (nothing else of it)", p.display()),
         ),
         (None, None) => (None, "no calibration: no host noise".to_string()),

@@ -194,23 +194,29 @@ fn text(a: &Analysis, vcpus: bool) -> String {
             p.waited,
             p.wake_preempt_pct()
         );
-        if p.prev_busy_while_idle > 0 {
-            let _ = writeln!(
-                out,
-                "  of {} wake-ups whose last CPU was busy while another idled, {} ({:.0}%) were queued on that busy CPU all the same",
+        // Each only when such wake-ups happened: "of N <which>, M (x%) <where>".
+        for (whole, which, part, pct, place) in [
+            (
                 p.prev_busy_while_idle,
+                "whose last CPU was busy while another idled",
                 p.stayed_on_busy_prev,
-                p.stayed_pct()
-            );
-        }
-        if p.waker_elsewhere_both_busy > 0 {
-            let _ = writeln!(
-                out,
-                "  of {} wake-ups by a busy CPU other than the woken thread's busy last one, {} ({:.0}%) were queued on the waker's CPU",
+                p.stayed_pct(),
+                "on that busy CPU all the same",
+            ),
+            (
                 p.waker_elsewhere_both_busy,
+                "by a busy CPU other than the woken thread's busy last one",
                 p.pulled_to_waker,
-                p.pulled_pct()
-            );
+                p.pulled_pct(),
+                "on the waker's CPU",
+            ),
+        ] {
+            if whole > 0 {
+                let _ = writeln!(
+                    out,
+                    "  of {whole} wake-ups {which}, {part} ({pct:.0}%) were queued {place}"
+                );
+            }
         }
     }
     if let Some(h) = a.host_io() {

@@ -193,8 +193,9 @@ pub struct WakePlacement {
     /// choice between the waker's CPU (`wake_affine`) and the last one ...
     #[serde(default)]
     pub waker_elsewhere_both_busy: u64,
-    /// ... and of those, how many it queued on the waker's CPU (the
-    /// simulator's Linux model takes the share from calibration).
+    /// ... and of those, how many it queued on the waker's CPU (what the
+    /// simulator's Linux model decides by the kernel's rules is checked
+    /// against it: `scripts/sim-vs-lab.py`).
     #[serde(default)]
     pub pulled_to_waker: u64,
 }
