@@ -152,6 +152,7 @@ mod bpf_record {
     use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
     use std::cell::RefCell;
     use std::mem::MaybeUninit;
+    use std::os::fd::{AsFd, AsRawFd};
     use std::rc::Rc;
 
     /// Events (bytes in the recording's layout) and opened files.
@@ -616,10 +617,18 @@ mod bpf_record {
                 .collect(),
         };
         writer.io_layout(&layout)?;
-        // A block completion during another on the same CPU (a hardirq in
-        // the softirq that completes requests) skips the program: each skip
-        // is a request not recorded, lost as a full ring's are.
-        let lost = crate::bpfmap::percpu_sum(&skel.maps.lost, 0) + crate::bpf::recursion_misses(&skel.progs.rq_done);
+        // A program the kernel skips because a BPF program already runs on
+        // that CPU (a block completion's hardirq inside the softirq that
+        // completes requests; a system call's tracepoint during another
+        // program) records nothing: each skip is an event lost, as a full
+        // ring's are.
+        let skipped: u64 = skel
+            .object()
+            .progs()
+            .filter(|p| p.as_fd().as_raw_fd() >= 0)
+            .map(|p| crate::bpf::recursion_misses(&p))
+            .sum();
+        let lost = crate::bpfmap::percpu_sum(&skel.maps.lost, 0) + skipped;
         let unpaired_lost = crate::bpfmap::percpu_sum(&skel.maps.lost, 1);
         writer.finish(&End {
             end_ns: end.0,
