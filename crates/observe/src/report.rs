@@ -218,6 +218,20 @@ fn text(a: &Analysis, vcpus: bool) -> String {
                 );
             }
         }
+        let pairs: Vec<String> = p
+            .by_kind
+            .named()
+            .iter()
+            .filter(|(_, w)| w.wakeups > 0)
+            .map(|(who, w)| format!("{who} {:.0}% of {}", w.preempt_pct(), w.wakeups))
+            .collect();
+        if !pairs.is_empty() {
+            let _ = writeln!(
+                out,
+                "  wake-up preemption by who wakes onto whom (any CPU busy; preempted of preempted + waited): {}",
+                pairs.join(", ")
+            );
+        }
     }
     if let Some(h) = a.host_io() {
         let _ = writeln!(

@@ -8,7 +8,7 @@ use ontime_core::duration::format_ns;
 use serde::{Deserialize, Serialize};
 
 use crate::analyze::{AnalysisOptions, Analyzer, GroupReport};
-pub use crate::analyze::{WakePlacement, WAKE_AT_ONCE_NS};
+pub use crate::analyze::{WakePlacement, WakePreemption, WakePreemptionByKind, WAKE_AT_ONCE_NS};
 use ontime_trace::recording::{Group, GroupKind, Recording};
 use ontime_trace::targets::{counts_as_vcpu, is_vcpu_name};
 

@@ -198,10 +198,68 @@ pub struct WakePlacement {
     /// against it: `scripts/sim-vs-lab.py`).
     #[serde(default)]
     pub pulled_to_waker: u64,
+    /// Every wake-up onto a CPU running another thread, by who woke onto
+    /// whom.
+    #[serde(default)]
+    pub by_kind: WakePreemptionByKind,
 }
 
 /// A woken thread that gets its CPU within this ran "at once".
 pub const WAKE_AT_ONCE_NS: u64 = 50_000;
+
+/// Wake-ups queued on a CPU running another thread (whether or not another
+/// CPU idled), and what became of them, counted as [`WakePlacement`]
+/// counts those behind a busy CPU while another idled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WakePreemption {
+    pub wakeups: u64,
+    pub preempted_at_once: u64,
+    pub occupant_slept_at_once: u64,
+    pub moved: u64,
+    pub waited: u64,
+}
+
+impl WakePreemption {
+    /// Preempted at once of preempted + waited, 0..100.
+    pub fn preempt_pct(&self) -> f64 {
+        share_pct(self.preempted_at_once, self.preempted_at_once + self.waited)
+    }
+}
+
+/// [`WakePreemption`] by which kind of thread woke onto which: the
+/// kernel's wake-up preemption is not one share for all (a host I/O
+/// path thread that runs tens of microseconds per wake-up preempts a
+/// tenant's vCPU thread far more often than one vCPU thread preempts
+/// another), and the simulator's Linux model draws one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WakePreemptionByKind {
+    pub host_io_onto_tenant: WakePreemption,
+    pub tenant_onto_tenant: WakePreemption,
+    pub tenant_onto_host_io: WakePreemption,
+    /// Onto a thread in no group (a host load, the gateway, ...).
+    pub tenant_onto_other: WakePreemption,
+}
+
+impl WakePreemptionByKind {
+    /// Each pair with what it is called.
+    pub fn named(&self) -> [(&'static str, &WakePreemption); 4] {
+        [
+            ("the host I/O path onto a tenant", &self.host_io_onto_tenant),
+            ("a tenant onto a tenant", &self.tenant_onto_tenant),
+            ("a tenant onto the host I/O path", &self.tenant_onto_host_io),
+            ("a tenant onto another thread", &self.tenant_onto_other),
+        ]
+    }
+
+    fn slot(&mut self, pair: u8) -> &mut WakePreemption {
+        match pair {
+            0 => &mut self.host_io_onto_tenant,
+            1 => &mut self.tenant_onto_tenant,
+            2 => &mut self.tenant_onto_host_io,
+            _ => &mut self.tenant_onto_other,
+        }
+    }
+}
 
 impl WakePlacement {
     /// Share of wake-ups queued behind a busy CPU while another idled, 0..100.
@@ -301,6 +359,10 @@ pub struct Analyzer {
     /// Per thread woken onto a busy CPU while another idled and not yet
     /// run: when, and on which CPU.
     woken_behind: HashMap<u32, (u64, u16)>,
+    /// Per thread woken onto a CPU running another thread of a kind
+    /// [`WakePreemptionByKind`] counts, not yet run: when, on which CPU,
+    /// which pair.
+    woken_onto_busy: HashMap<u32, (u64, u16, u8)>,
 }
 
 impl Analyzer {
@@ -346,6 +408,7 @@ impl Analyzer {
             queued_at: 0,
             wake_placement: WakePlacement::default(),
             woken_behind: HashMap::new(),
+            woken_onto_busy: HashMap::new(),
             vanished_ns: 0,
             uncertain_ns: 0,
             intervals: None,
@@ -645,20 +708,56 @@ impl Analyzer {
                 }
                 th.ran_on = Some(cpu as u16);
             }
-            if let Some((woke, on)) = self.woken_behind.remove(&next) {
-                let w = &mut self.wake_placement;
+            // Whether it preempted the occupant at once, got the CPU as
+            // the occupant slept, ran elsewhere or waited.
+            let outcome = |woke: u64, on: u16| -> u8 {
                 if on as usize != cpu {
-                    w.moved += 1;
+                    0
                 } else if t.saturating_sub(woke) <= WAKE_AT_ONCE_NS {
                     if prev_runnable {
-                        w.preempted_at_once += 1;
+                        1
                     } else {
-                        w.occupant_slept_at_once += 1;
+                        2
                     }
                 } else {
-                    w.waited += 1;
+                    3
+                }
+            };
+            if let Some((woke, on)) = self.woken_behind.remove(&next) {
+                let w = &mut self.wake_placement;
+                match outcome(woke, on) {
+                    0 => w.moved += 1,
+                    1 => w.preempted_at_once += 1,
+                    2 => w.occupant_slept_at_once += 1,
+                    _ => w.waited += 1,
                 }
             }
+            if let Some((woke, on, pair)) = self.woken_onto_busy.remove(&next) {
+                let w = self.wake_placement.by_kind.slot(pair);
+                match outcome(woke, on) {
+                    0 => w.moved += 1,
+                    1 => w.preempted_at_once += 1,
+                    2 => w.occupant_slept_at_once += 1,
+                    _ => w.waited += 1,
+                }
+            }
+        }
+    }
+
+    /// Which of [`WakePreemptionByKind`]'s pairs `woken` waking onto a CPU
+    /// running `occupant` is, if any.
+    fn wake_pair(&self, woken: u32, occupant: u32) -> Option<u8> {
+        let kind = |tid: u32| {
+            self.threads
+                .get(&tid)
+                .map(|th| self.groups[th.group as usize].group.kind)
+        };
+        match (kind(woken)?, kind(occupant)) {
+            (GroupKind::HostIo, Some(GroupKind::Tenant)) => Some(0),
+            (GroupKind::Tenant, Some(GroupKind::Tenant)) => Some(1),
+            (GroupKind::Tenant, Some(GroupKind::HostIo)) => Some(2),
+            (GroupKind::Tenant, None) => Some(3),
+            _ => None,
         }
     }
 
@@ -690,6 +789,16 @@ impl Analyzer {
                 }
             }
             let busy = busy_at(cpu);
+            let pair = busy.then(|| self.wake_pair(tid, self.occupant[cpu])).flatten();
+            match pair {
+                Some(pair) => {
+                    self.wake_placement.by_kind.slot(pair).wakeups += 1;
+                    self.woken_onto_busy.insert(tid, (t, cpu as u16, pair));
+                }
+                None => {
+                    self.woken_onto_busy.remove(&tid);
+                }
+            }
             let other_idle = idle_besides(cpu);
             if busy && other_idle {
                 self.wake_placement.onto_busy_while_idle += 1;
@@ -1398,6 +1507,18 @@ mod tests {
                 // busy CPU other than a busy last one.
                 waker_elsewhere_both_busy: 0,
                 pulled_to_waker: 0,
+                // The same four, by kind: a tenant's thread onto 99,
+                // which is in no group.
+                by_kind: WakePreemptionByKind {
+                    tenant_onto_other: WakePreemption {
+                        wakeups: 4,
+                        preempted_at_once: 1,
+                        occupant_slept_at_once: 1,
+                        moved: 1,
+                        waited: 1,
+                    },
+                    ..Default::default()
+                },
             }
         );
         assert_eq!(a.wake_placement.wake_preempt_pct(), 50.0);
@@ -1441,6 +1562,74 @@ mod tests {
         let w = a.wake_placement;
         assert_eq!((w.waker_elsewhere_both_busy, w.pulled_to_waker), (2, 1), "{w:?}");
         assert_eq!(w.pulled_pct(), 50.0);
+    }
+
+    /// Wake-ups onto a busy CPU are counted by who woke onto whom, with
+    /// no idle CPU needed: the host I/O path's thread preempts a tenant's
+    /// vCPU thread at once, a tenant's waits for another tenant's.
+    #[test]
+    fn wake_up_preemption_is_counted_by_who_wakes_onto_whom() {
+        let groups = [
+            Group {
+                name: "t".into(),
+                kind: GroupKind::Tenant,
+                source: vec![],
+                vcpu_names: false,
+            },
+            Group {
+                name: "host-io".into(),
+                kind: GroupKind::HostIo,
+                source: vec![],
+                vcpu_names: false,
+            },
+        ];
+        let mut a = Analyzer::new(
+            0,
+            1,
+            &groups,
+            &AnalysisOptions {
+                windows: vec![1_000_000],
+                series: false,
+            },
+        );
+        // Tenant vCPU threads 10 and 11, the relay 20, on one CPU.
+        a.set_thread(10, 0, true);
+        a.set_thread(11, 0, true);
+        a.set_thread(20, 1, false);
+        let wake = |ts: u64, tid: u32| Event {
+            ts,
+            a: tid,
+            c: 0,
+            kind: kind::WAKEUP,
+            ..Default::default()
+        };
+        a.feed(&switch(0, 0, 0, 10, 0));
+        // The relay wakes onto 10 and preempts it within 5 us ...
+        a.feed(&wake(1_000_000, 20));
+        a.feed(&switch(1_005_000, 0, 10, 20, F_PREV_RUNNABLE));
+        a.feed(&switch(1_050_000, 0, 20, 10, 0));
+        // ... 11 wakes onto 10 and waits 2 ms for it.
+        a.feed(&wake(2_000_000, 11));
+        a.feed(&switch(4_000_000, 0, 10, 11, 0));
+        // 10 wakes onto 11 and preempts it.
+        a.feed(&wake(5_000_000, 10));
+        a.feed(&switch(5_010_000, 0, 11, 10, F_PREV_RUNNABLE));
+        let k = a.wake_placement.by_kind;
+        let io = k.host_io_onto_tenant;
+        assert_eq!(
+            (io.wakeups, io.preempted_at_once, io.preempt_pct()),
+            (1, 1, 100.0),
+            "{k:?}"
+        );
+        let t = k.tenant_onto_tenant;
+        assert_eq!(
+            (t.wakeups, t.preempted_at_once, t.waited, t.preempt_pct()),
+            (2, 1, 1, 50.0),
+            "{k:?}"
+        );
+        assert_eq!(k.tenant_onto_host_io.wakeups + k.tenant_onto_other.wakeups, 0, "{k:?}");
+        // No CPU idled: none of it is work conservation's.
+        assert_eq!(a.wake_placement.onto_busy_while_idle, 0);
     }
 
     /// The time line tells a voluntary sleep from a block in the kernel
