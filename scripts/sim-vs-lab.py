@@ -45,7 +45,7 @@ session's in a quarter of the cells), each simulated with its own
 session's calibration, into a temporary directory; --reference s21 takes
 one session's (names joined by commas pool), simulates
 every scenario in it from scenarios/NAME.toml beside the measured runs
-(`ontime sim ... --calibration docs/results/sim/calibration.json --into`:
+(`ontime sim ... --calibration CALIBRATION --into`, the session's own:
 the tenants start as measured and get the real-time budget the run
 recorded; session 21's runs predate that record, so it is given as
 `--tenant-rt-budget 900ms`, what the lab set on that host) and prints

@@ -224,6 +224,47 @@ impl WakePreemption {
     pub fn preempt_pct(&self) -> f64 {
         share_pct(self.preempted_at_once, self.preempted_at_once + self.waited)
     }
+
+    fn count(&mut self, o: WakeOutcome) {
+        match o {
+            WakeOutcome::Moved => self.moved += 1,
+            WakeOutcome::PreemptedAtOnce => self.preempted_at_once += 1,
+            WakeOutcome::OccupantSleptAtOnce => self.occupant_slept_at_once += 1,
+            WakeOutcome::Waited => self.waited += 1,
+        }
+    }
+}
+
+/// What became of a thread woken onto a busy CPU, seen as it first runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WakeOutcome {
+    /// It ran on another CPU.
+    Moved,
+    /// Within [`WAKE_AT_ONCE_NS`], the occupant switched out still runnable.
+    PreemptedAtOnce,
+    /// Within [`WAKE_AT_ONCE_NS`], the occupant gone to sleep.
+    OccupantSleptAtOnce,
+    /// Later: the occupant kept the CPU.
+    Waited,
+}
+
+/// Which kind of thread woke onto which ([`WakePreemptionByKind`]'s pairs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WakePair {
+    HostIoOntoTenant,
+    TenantOntoTenant,
+    TenantOntoHostIo,
+    TenantOntoOther,
+}
+
+/// A thread woken onto a busy CPU, not yet run.
+#[derive(Clone, Copy, Debug)]
+struct PendingWake {
+    woke_ns: u64,
+    on: u16,
+    /// Another CPU idled as it was queued ([`WakePlacement`]'s counts).
+    while_idle: bool,
+    pair: Option<WakePair>,
 }
 
 /// [`WakePreemption`] by which kind of thread woke onto which: the
@@ -251,17 +292,26 @@ impl WakePreemptionByKind {
         ]
     }
 
-    fn slot(&mut self, pair: u8) -> &mut WakePreemption {
+    fn slot(&mut self, pair: WakePair) -> &mut WakePreemption {
         match pair {
-            0 => &mut self.host_io_onto_tenant,
-            1 => &mut self.tenant_onto_tenant,
-            2 => &mut self.tenant_onto_host_io,
-            _ => &mut self.tenant_onto_other,
+            WakePair::HostIoOntoTenant => &mut self.host_io_onto_tenant,
+            WakePair::TenantOntoTenant => &mut self.tenant_onto_tenant,
+            WakePair::TenantOntoHostIo => &mut self.tenant_onto_host_io,
+            WakePair::TenantOntoOther => &mut self.tenant_onto_other,
         }
     }
 }
 
 impl WakePlacement {
+    fn count(&mut self, o: WakeOutcome) {
+        match o {
+            WakeOutcome::Moved => self.moved += 1,
+            WakeOutcome::PreemptedAtOnce => self.preempted_at_once += 1,
+            WakeOutcome::OccupantSleptAtOnce => self.occupant_slept_at_once += 1,
+            WakeOutcome::Waited => self.waited += 1,
+        }
+    }
+
     /// Share of wake-ups queued behind a busy CPU while another idled, 0..100.
     pub fn onto_busy_pct(&self) -> f64 {
         share_pct(self.onto_busy_while_idle, self.wakeups)
@@ -356,13 +406,9 @@ pub struct Analyzer {
     queued_at: u64,
     /// Where waking threads were queued, since `stats_from`.
     pub wake_placement: WakePlacement,
-    /// Per thread woken onto a busy CPU while another idled and not yet
-    /// run: when, and on which CPU.
-    woken_behind: HashMap<u32, (u64, u16)>,
-    /// Per thread woken onto a CPU running another thread of a kind
-    /// [`WakePreemptionByKind`] counts, not yet run: when, on which CPU,
-    /// which pair.
-    woken_onto_busy: HashMap<u32, (u64, u16, u8)>,
+    /// Per thread woken onto a busy CPU, counted in [`WakePlacement`]
+    /// (another CPU idled) or its pairs, and not yet run.
+    woken_behind: HashMap<u32, PendingWake>,
 }
 
 impl Analyzer {
@@ -408,7 +454,6 @@ impl Analyzer {
             queued_at: 0,
             wake_placement: WakePlacement::default(),
             woken_behind: HashMap::new(),
-            woken_onto_busy: HashMap::new(),
             vanished_ns: 0,
             uncertain_ns: 0,
             intervals: None,
@@ -708,37 +753,22 @@ impl Analyzer {
                 }
                 th.ran_on = Some(cpu as u16);
             }
-            // Whether it preempted the occupant at once, got the CPU as
-            // the occupant slept, ran elsewhere or waited.
-            let outcome = |woke: u64, on: u16| -> u8 {
-                if on as usize != cpu {
-                    0
-                } else if t.saturating_sub(woke) <= WAKE_AT_ONCE_NS {
-                    if prev_runnable {
-                        1
-                    } else {
-                        2
-                    }
+            if let Some(w) = self.woken_behind.remove(&next) {
+                let outcome = if w.on as usize != cpu {
+                    WakeOutcome::Moved
+                } else if t.saturating_sub(w.woke_ns) > WAKE_AT_ONCE_NS {
+                    WakeOutcome::Waited
+                } else if prev_runnable {
+                    WakeOutcome::PreemptedAtOnce
                 } else {
-                    3
+                    WakeOutcome::OccupantSleptAtOnce
+                };
+                let p = &mut self.wake_placement;
+                if w.while_idle {
+                    p.count(outcome);
                 }
-            };
-            if let Some((woke, on)) = self.woken_behind.remove(&next) {
-                let w = &mut self.wake_placement;
-                match outcome(woke, on) {
-                    0 => w.moved += 1,
-                    1 => w.preempted_at_once += 1,
-                    2 => w.occupant_slept_at_once += 1,
-                    _ => w.waited += 1,
-                }
-            }
-            if let Some((woke, on, pair)) = self.woken_onto_busy.remove(&next) {
-                let w = self.wake_placement.by_kind.slot(pair);
-                match outcome(woke, on) {
-                    0 => w.moved += 1,
-                    1 => w.preempted_at_once += 1,
-                    2 => w.occupant_slept_at_once += 1,
-                    _ => w.waited += 1,
+                if let Some(pair) = w.pair {
+                    p.by_kind.slot(pair).count(outcome);
                 }
             }
         }
@@ -746,17 +776,17 @@ impl Analyzer {
 
     /// Which of [`WakePreemptionByKind`]'s pairs `woken` waking onto a CPU
     /// running `occupant` is, if any.
-    fn wake_pair(&self, woken: u32, occupant: u32) -> Option<u8> {
+    fn wake_pair(&self, woken: u32, occupant: u32) -> Option<WakePair> {
         let kind = |tid: u32| {
             self.threads
                 .get(&tid)
                 .map(|th| self.groups[th.group as usize].group.kind)
         };
         match (kind(woken)?, kind(occupant)) {
-            (GroupKind::HostIo, Some(GroupKind::Tenant)) => Some(0),
-            (GroupKind::Tenant, Some(GroupKind::Tenant)) => Some(1),
-            (GroupKind::Tenant, Some(GroupKind::HostIo)) => Some(2),
-            (GroupKind::Tenant, None) => Some(3),
+            (GroupKind::HostIo, Some(GroupKind::Tenant)) => Some(WakePair::HostIoOntoTenant),
+            (GroupKind::Tenant, Some(GroupKind::Tenant)) => Some(WakePair::TenantOntoTenant),
+            (GroupKind::Tenant, Some(GroupKind::HostIo)) => Some(WakePair::TenantOntoHostIo),
+            (GroupKind::Tenant, None) => Some(WakePair::TenantOntoOther),
             _ => None,
         }
     }
@@ -789,20 +819,22 @@ impl Analyzer {
                 }
             }
             let busy = busy_at(cpu);
+            let while_idle = busy && idle_besides(cpu);
             let pair = busy.then(|| self.wake_pair(tid, self.occupant[cpu])).flatten();
-            match pair {
-                Some(pair) => {
-                    self.wake_placement.by_kind.slot(pair).wakeups += 1;
-                    self.woken_onto_busy.insert(tid, (t, cpu as u16, pair));
-                }
-                None => {
-                    self.woken_onto_busy.remove(&tid);
-                }
-            }
-            let other_idle = idle_besides(cpu);
-            if busy && other_idle {
+            if while_idle {
                 self.wake_placement.onto_busy_while_idle += 1;
-                self.woken_behind.insert(tid, (t, cpu as u16));
+            }
+            if let Some(pair) = pair {
+                self.wake_placement.by_kind.slot(pair).wakeups += 1;
+            }
+            if while_idle || pair.is_some() {
+                let w = PendingWake {
+                    woke_ns: t,
+                    on: cpu as u16,
+                    while_idle,
+                    pair,
+                };
+                self.woken_behind.insert(tid, w);
             } else {
                 self.woken_behind.remove(&tid);
             }

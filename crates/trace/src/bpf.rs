@@ -232,7 +232,11 @@ fn prog_info(prog: &impl std::os::fd::AsFd) -> Option<libbpf_sys::bpf_prog_info>
 /// How often the kernel skipped a loaded program because it was already
 /// running on that CPU (an interrupt's tracepoint during its own run): the
 /// events it would have recorded are lost.
+/// A program not loaded (its fd negative) missed nothing.
 pub(crate) fn recursion_misses(prog: &impl std::os::fd::AsFd) -> u64 {
+    if prog.as_fd().as_raw_fd() < 0 {
+        return 0;
+    }
     prog_info(prog).map_or(0, |i| i.recursion_misses)
 }
 

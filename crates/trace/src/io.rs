@@ -152,7 +152,6 @@ mod bpf_record {
     use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
     use std::cell::RefCell;
     use std::mem::MaybeUninit;
-    use std::os::fd::{AsFd, AsRawFd};
     use std::rc::Rc;
 
     /// Events (bytes in the recording's layout) and opened files.
@@ -622,12 +621,7 @@ mod bpf_record {
         // completes requests; a system call's tracepoint during another
         // program) records nothing: each skip is an event lost, as a full
         // ring's are.
-        let skipped: u64 = skel
-            .object()
-            .progs()
-            .filter(|p| p.as_fd().as_raw_fd() >= 0)
-            .map(|p| crate::bpf::recursion_misses(&p))
-            .sum();
+        let skipped: u64 = skel.object().progs().map(|p| crate::bpf::recursion_misses(&p)).sum();
         let lost = crate::bpfmap::percpu_sum(&skel.maps.lost, 0) + skipped;
         let unpaired_lost = crate::bpfmap::percpu_sum(&skel.maps.lost, 1);
         writer.finish(&End {
