@@ -93,6 +93,33 @@ enum SimCmd {
     /// Run a periodic task set (TOML) under a scheduler model: per task
     /// its jobs, deadline misses and worst response; every job with --jobs
     Tasks(TasksArgs),
+    /// How close the simulator comes to the lab: committed sets of lab
+    /// runs simulated beside themselves, each set alone, pooled and the
+    /// lab against itself, side by side
+    Validate(ValidateArgs),
+}
+
+#[derive(Args)]
+struct ValidateArgs {
+    /// The sets of lab runs, their calibrations and the pool (TOML)
+    #[arg(default_value = "docs/results/sim/validate.toml")]
+    manifest: PathBuf,
+    /// Seed of the simulated work draws
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Only this set (repeat for several; the pool keeps those among them)
+    #[arg(long = "set", value_name = "NAME")]
+    sets: Vec<String>,
+    /// Every cell of every basis: lab median, quartiles and range, the
+    /// other side's median, the ratio
+    #[arg(long)]
+    cells: bool,
+    /// Leave the pooled sets' runs, measured and simulated, here: one
+    /// results directory per scenario for `ontime lab report`
+    #[arg(long, value_name = "DIR")]
+    into: Option<PathBuf>,
+    #[command(flatten)]
+    out: crate::output::OutputFlags,
 }
 
 #[derive(Args)]
@@ -249,6 +276,7 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
     match a.cmd {
         Some(SimCmd::Calibrate(c)) => return calibrate(c),
         Some(SimCmd::Tasks(t)) => return tasks(t),
+        Some(SimCmd::Validate(v)) => return validate(v),
         None => {}
     }
     let Some(scenario) = a.scenario.as_deref() else {
@@ -348,4 +376,12 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
     .map_err(|e| usage(format!("{e:#}")))?;
     listing.written_into = a.into.clone().map(|d| (written, d));
     a.out.emit(&summaries, &listing.text())
+}
+
+fn validate(a: ValidateArgs) -> anyhow::Result<()> {
+    crate::output::check_outputs(&[("--result", a.out.result.as_deref())])?;
+    let v = ontime_sim_lab::validate::validate(&a.manifest, a.seed, &a.sets, a.into.as_deref(), &mut |line| {
+        ontime_core::errln!("ontime sim validate: {line}");
+    })?;
+    a.out.emit(&v, &v.markdown(a.cells))
 }

@@ -917,31 +917,12 @@ fn unpack_lab_runs(name: &str) -> tempfile::TempDir {
     dir
 }
 
-/// Session 31's lab runs of crawlers bursting on the second
-/// (doc-000-clock) and of doc-000-tenants on the same VM, simulated beside
-/// them with that VM's calibration, give the published agreement; and the
-/// calibration refuses to fit a host's noise from bursting runs (a
-/// burst's send lag is the burst's own work), saying what to run instead.
+/// The calibration refuses to fit a host's noise from runs of crawlers
+/// bursting on the second (a burst's send lag is the burst's own work),
+/// saying what to run instead.
 #[test]
-fn bursting_crawlers_agree_as_published_and_are_not_calibrated_from() {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    for (pack, file) in [
-        ("c31", "agreement-clock-s31.json"),
-        ("t31", "agreement-tenants-s31.json"),
-    ] {
-        let out = Command::new("python3")
-            .arg(format!("{root}/scripts/sim-vs-lab.py"))
-            .args(["--reference", pack, "--json"])
-            .env("ONTIME", env!("CARGO_BIN_EXE_ontime"))
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let got: Value = serde_json::from_slice(&out.stdout).unwrap();
-        let published: Value =
-            serde_json::from_str(&std::fs::read_to_string(format!("{root}/docs/results/sim/{file}")).unwrap()).unwrap();
-        assert_eq!(got, published, "{pack} no longer gives docs/results/sim/{file}");
-    }
-    let dir = unpack_lab_runs("lab-runs-clock-s31.tar.xz");
+fn bursting_crawlers_are_not_calibrated_from() {
+    let dir = unpack_lab_runs("lab-runs-clock.tar.xz");
     let out = ontime()
         .args(["sim", "calibrate", "--output"])
         .arg(dir.path().join("cal.json"))
@@ -954,50 +935,67 @@ fn bursting_crawlers_agree_as_published_and_are_not_calibrated_from() {
     assert!(!dir.path().join("cal.json").exists());
 }
 
-/// The agreement table of issue 24 is reproducible from the repository:
-/// the committed lab runs of three sessions (docs/results/sim/lab-runs*.tar.xz),
-/// simulated by this build with each session's committed calibration,
-/// give exactly the counts docs/results/sim/agreement.json (and the docs
-/// quoting it) state.
-/// After a change to the model, `scripts/sim-vs-lab.py --reference --json
-/// > docs/results/sim/agreement.json` and the docs say the new counts.
+/// `ontime sim validate` on the committed lab runs gives exactly the
+/// counts docs/results/sim/validation.json holds (and docs/sim.md
+/// quotes), on every basis: each set alone, the three VMs pooled and the
+/// lab against itself. After a change to the model: `ontime sim validate
+/// --json > /tmp/v.json`, then the counts into validation.json and the
+/// docs.
 #[test]
 fn the_committed_lab_runs_give_the_published_agreement() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    // The three sessions' lab runs pooled against the simulator (issue
-    // 24's table), each session's alone with its own calibration, and the
-    // sessions' labs against each other.
     let reports = tempfile::tempdir().unwrap();
-    let report_dir = reports.path().display().to_string();
-    for (args, file) in [
-        (
-            &["--reference", "--json", "--report", &report_dir][..],
-            "agreement.json",
-        ),
-        (&["--reference", "s21", "--json"][..], "agreement-s21.json"),
-        (&["--reference", "s25", "--json"][..], "agreement-s25.json"),
-        (&["--reference", "s28", "--json"][..], "agreement-s28.json"),
-        (&["--lab-vs-lab", "s21", "s25", "--json"][..], "lab-vs-lab.json"),
-        (&["--lab-vs-lab", "s21", "s28", "--json"][..], "lab-vs-lab-s21-s28.json"),
-        (&["--lab-vs-lab", "s25", "s28", "--json"][..], "lab-vs-lab-s25-s28.json"),
-    ] {
-        let out = Command::new("python3")
-            .arg(format!("{root}/scripts/sim-vs-lab.py"))
-            .args(args)
-            .env("ONTIME", env!("CARGO_BIN_EXE_ontime"))
+    let pooled = reports.path().join("pooled");
+    let out = ontime()
+        .current_dir(root)
+        .args(["sim", "validate", "--json", "--into"])
+        .arg(&pooled)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let published: Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{root}/docs/results/sim/validation.json")).unwrap())
+            .unwrap();
+    let counts = |v: &Value| -> Vec<(String, u64, u64)> {
+        v["bases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| {
+                (
+                    b["name"].as_str().unwrap().to_string(),
+                    b["agree"].as_u64().unwrap(),
+                    b["cells"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        counts(&got),
+        counts(&published),
+        "docs/results/sim/validation.json is stale"
+    );
+    let pooled_basis = got["bases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["kind"] == "pooled")
+        .unwrap();
+    assert_eq!(pooled_basis["cells"], 78, "four scenarios, every cell compared");
+    for scenario in ["doc-000-tenants", "doc-000-policy", "doc-000-bursts", "plan-proof"] {
+        let st = ontime()
+            .args(["lab", "report"])
+            .arg(pooled.join(scenario))
+            .arg("--out")
+            .arg(reports.path().join(scenario))
             .output()
             .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
         assert!(
-            out.status.success(),
-            "{args:?}: {text}{}",
-            String::from_utf8_lossy(&out.stderr)
+            st.status.success(),
+            "{scenario}: {}",
+            String::from_utf8_lossy(&st.stderr)
         );
-        let got: Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(got["cells"], 78, "{args:?}: four scenarios, every cell compared: {got}");
-        let published: Value =
-            serde_json::from_str(&std::fs::read_to_string(format!("{root}/docs/results/sim/{file}")).unwrap()).unwrap();
-        assert_eq!(got, published, "{args:?} no longer gives docs/results/sim/{file}");
     }
     // The figures of docs/results/sim: the committed runs' histogram logs
     // are cut, yet each setting's figure has both sources, drawn from the
@@ -1041,10 +1039,10 @@ fn the_committed_lab_runs_give_the_published_agreement() {
 fn the_committed_calibrations_hold_what_their_lab_runs_give() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     for (pack, calibration) in [
-        ("lab-runs.tar.xz", "calibration.json"),
-        ("lab-runs-s25.tar.xz", "calibration-s25.json"),
-        ("lab-runs-s28.tar.xz", "calibration-s28.json"),
-        ("lab-runs-tenants-s31.tar.xz", "calibration-s31.json"),
+        ("lab-runs-vm1.tar.xz", "calibration-vm1.json"),
+        ("lab-runs-vm2.tar.xz", "calibration-vm2.json"),
+        ("lab-runs-vm3.tar.xz", "calibration-vm3.json"),
+        ("lab-runs-clock-tenants.tar.xz", "calibration-clock.json"),
     ] {
         let dir = unpack_lab_runs(pack);
         let out_file = dir.path().join("refit.json");
@@ -1237,7 +1235,7 @@ fn host_noise_alone_varies_how_bursts_interleave() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     let dir = tempfile::tempdir().unwrap();
     let scenario = short_doc000_8core(dir.path(), "[16]", false);
-    let calibration = format!("{root}/docs/results/sim/calibration-s31.json");
+    let calibration = format!("{root}/docs/results/sim/calibration-clock.json");
     let sim = |extra: &[&str]| sim_on_doc000_host(&scenario, "cfs", extra);
     let quiet = worst_p999_per_run(&sim(&[]));
     assert_eq!(quiet[0], 0, "no noise: the same interleaving every second");
@@ -1264,7 +1262,7 @@ fn host_noise_alone_varies_how_bursts_interleave() {
         .unwrap_or_default()
         .to_string();
     assert!(
-        first.contains("host noise of") && first.contains("calibration-s31.json"),
+        first.contains("host noise of") && first.contains("calibration-clock.json"),
         "{first}"
     );
 }
@@ -1312,7 +1310,7 @@ fn sim_takes_the_tenants_real_time_budget_from_flag_run_or_calibration() {
         .all(|&b| b == Some(900_000_000)));
     // A calibration that recorded one (the committed one predates it).
     let mut cal: Value = serde_json::from_str(
-        &std::fs::read_to_string(format!("{root}/docs/results/sim/calibration-s25.json")).unwrap(),
+        &std::fs::read_to_string(format!("{root}/docs/results/sim/calibration-vm2.json")).unwrap(),
     )
     .unwrap();
     cal["tenant_rt_budget_ns"] = 600_000_000u64.into();
@@ -1328,7 +1326,7 @@ fn sim_takes_the_tenants_real_time_budget_from_flag_run_or_calibration() {
     // Beside session 25's measured runs, which recorded their budget.
     let st = Command::new("tar")
         .arg("-xJf")
-        .arg(format!("{root}/docs/results/sim/lab-runs-s25.tar.xz"))
+        .arg(format!("{root}/docs/results/sim/lab-runs-vm2.tar.xz"))
         .arg("-C")
         .arg(dir.path())
         .arg("doc-000-bursts")

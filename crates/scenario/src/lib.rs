@@ -3,11 +3,13 @@
 //! back. It owns scenario files and sweeps ([`scenario`]: typed enums,
 //! QEMU tenants' devices in [`vm`],
 //! ranges, `[targets]`, the plan of runs), the run record (`run.json`,
-//! [`record`]) and the typed read-back of a run directory ([`results`]).
+//! [`record`]), the typed read-back of a run directory ([`results`]) and
+//! results directories packed into one committed file ([`pack`]).
 //!
 //! It makes nothing and links no sandbox: a scenario can be planned,
 //! simulated and reported on a machine where no lab could run.
 
+pub mod pack;
 pub mod probe;
 pub mod record;
 pub mod results;

@@ -625,7 +625,7 @@ mod tests {
     fn host_noise_only_keeps_the_noise_alone() {
         let path = Path::new(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../../docs/results/sim/calibration-s31.json"
+            "/../../docs/results/sim/calibration-clock.json"
         ));
         let full = read(path).expect("committed calibration");
         assert!(full.host_stalls.is_some() && full.host_work_per_poll_ns.is_some());
