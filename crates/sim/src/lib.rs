@@ -22,3 +22,6 @@ pub mod noise;
 pub mod sched;
 pub mod shares;
 pub mod task;
+
+#[cfg(test)]
+pub(crate) mod testutil;
