@@ -7,8 +7,9 @@ use std::collections::{HashMap, HashSet};
 use ontime_core::duration::format_ns;
 use serde::{Deserialize, Serialize};
 
-use crate::analyze::{AnalysisOptions, Analyzer, GroupReport};
-pub use crate::analyze::{WakePlacement, WakePreemption, WakePreemptionByKind, WAKE_AT_ONCE_NS};
+use crate::analyze::{AnalysisOptions, Analyzer};
+use crate::report::GroupReport;
+pub use crate::wakeups::{WakePlacement, WakePreemption, WakePreemptionByKind, WAKE_AT_ONCE_NS};
 use ontime_trace::recording::{Group, GroupKind, Recording};
 use ontime_trace::targets::{counts_as_vcpu, is_vcpu_name};
 
@@ -61,7 +62,7 @@ pub struct WorkConservation {
 impl WorkConservation {
     /// Share of the queued time during which a CPU idled, 0..100.
     pub fn while_idle_pct(&self) -> f64 {
-        crate::analyze::share_pct(self.queued_while_idle_ns, self.queued_ns)
+        crate::report::share_pct(self.queued_while_idle_ns, self.queued_ns)
     }
 }
 

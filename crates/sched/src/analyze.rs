@@ -11,14 +11,20 @@
 //! every window ending at or before T is final; windows are closed lazily,
 //! with empty windows counted in bulk. Windows are aligned to the start of
 //! the recording and only whole windows count.
+//!
+//! Whether the host conserved work and where it queued waking threads is
+//! counted in [`crate::wakeups`]; the figures [`Analyzer::report`] returns
+//! are [`crate::report`]'s types (re-exported here).
 use std::collections::HashMap;
 
 use ontime_core::stats::LatencyHistogram;
-use serde::{Deserialize, Serialize};
 
 use ontime_trace::event::{kind, Event, F_PREV_RUNNABLE, TASK_DEAD, TASK_UNINTERRUPTIBLE};
 use ontime_trace::recording::{Group, GroupKind};
 
+pub use crate::report::{Contention, Episodes, GroupReport, Preemptor, ThreadReport, TimeShares};
+use crate::wakeups::PendingWake;
+pub use crate::wakeups::{WakePlacement, WakePreemption, WakePreemptionByKind, WAKE_AT_ONCE_NS};
 pub use crate::window::{AboveK, WindowUsage};
 use crate::window::{Entity, WindowAcc};
 
@@ -95,8 +101,8 @@ impl St {
     }
 }
 
-struct ThreadState {
-    group: u32,
+pub(crate) struct ThreadState {
+    pub(crate) group: u32,
     /// Thread entity (per-vCPU windows), if it has one.
     entity: Option<usize>,
     vcpu: bool,
@@ -132,8 +138,8 @@ enum Contend {
     Hazard,
 }
 
-struct GroupState {
-    group: Group,
+pub(crate) struct GroupState {
+    pub(crate) group: Group,
     entity: usize,
     threads: u32,
     vcpus: u32,
@@ -156,197 +162,7 @@ struct GroupState {
 }
 
 /// The idle task's tid on every CPU (swapper).
-const IDLE_TID: u32 = 0;
-
-/// Wake-ups of tracked threads by what the CPU the kernel queued them on
-/// was doing: a host whose scheduler sees its idle CPUs puts a waking
-/// thread on one; a guest whose idle vCPUs look busy to it (or a kernel
-/// that packs work) queues it behind the running thread, which it then
-/// preempts or waits for.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WakePlacement {
-    pub wakeups: u64,
-    /// Queued on a CPU running something while another CPU idled.
-    pub onto_busy_while_idle: u64,
-    /// Of those: ran on that CPU within [`WAKE_AT_ONCE_NS`] with the
-    /// occupant switched out still runnable (it preempted the running
-    /// thread) ...
-    pub preempted_at_once: u64,
-    /// ... or with the occupant gone to sleep (mostly its waker, which
-    /// blocks right after a synchronous wake-up: no preemption) ...
-    #[serde(default)]
-    pub occupant_slept_at_once: u64,
-    /// ... ran on another CPU (moved), or waited longer (the occupant kept
-    /// the CPU: no wake-up preemption).
-    pub moved: u64,
-    pub waited: u64,
-    /// Wake-ups that found the CPU the thread last ran on busy while
-    /// another CPU idled: the kernel's choice between the two ...
-    #[serde(default)]
-    pub prev_busy_while_idle: u64,
-    /// ... and of those, how many it queued on that busy CPU all the same
-    /// (the simulator's Linux model takes the share from calibration).
-    #[serde(default)]
-    pub stayed_on_busy_prev: u64,
-    /// Wake-ups by a thread running on another CPU than the one the woken
-    /// thread last ran on, that CPU running something too: the kernel's
-    /// choice between the waker's CPU (`wake_affine`) and the last one ...
-    #[serde(default)]
-    pub waker_elsewhere_both_busy: u64,
-    /// ... and of those, how many it queued on the waker's CPU (what the
-    /// simulator's Linux model decides by the kernel's rules is checked
-    /// against it: `scripts/sim-vs-lab.py`).
-    #[serde(default)]
-    pub pulled_to_waker: u64,
-    /// Every wake-up onto a CPU running another thread, by who woke onto
-    /// whom.
-    #[serde(default)]
-    pub by_kind: WakePreemptionByKind,
-}
-
-/// A woken thread that gets its CPU within this ran "at once".
-pub const WAKE_AT_ONCE_NS: u64 = 50_000;
-
-/// Wake-ups queued on a CPU running another thread (whether or not another
-/// CPU idled), and what became of them, counted as [`WakePlacement`]
-/// counts those behind a busy CPU while another idled.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WakePreemption {
-    pub wakeups: u64,
-    pub preempted_at_once: u64,
-    pub occupant_slept_at_once: u64,
-    pub moved: u64,
-    pub waited: u64,
-}
-
-impl WakePreemption {
-    /// Preempted at once of preempted + waited, 0..100.
-    pub fn preempt_pct(&self) -> f64 {
-        share_pct(self.preempted_at_once, self.preempted_at_once + self.waited)
-    }
-
-    fn count(&mut self, o: WakeOutcome) {
-        match o {
-            WakeOutcome::Moved => self.moved += 1,
-            WakeOutcome::PreemptedAtOnce => self.preempted_at_once += 1,
-            WakeOutcome::OccupantSleptAtOnce => self.occupant_slept_at_once += 1,
-            WakeOutcome::Waited => self.waited += 1,
-        }
-    }
-}
-
-/// What became of a thread woken onto a busy CPU, seen as it first runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum WakeOutcome {
-    /// It ran on another CPU.
-    Moved,
-    /// Within [`WAKE_AT_ONCE_NS`], the occupant switched out still runnable.
-    PreemptedAtOnce,
-    /// Within [`WAKE_AT_ONCE_NS`], the occupant gone to sleep.
-    OccupantSleptAtOnce,
-    /// Later: the occupant kept the CPU.
-    Waited,
-}
-
-/// Which kind of thread woke onto which ([`WakePreemptionByKind`]'s pairs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum WakePair {
-    HostIoOntoTenant,
-    TenantOntoTenant,
-    TenantOntoHostIo,
-    TenantOntoOther,
-}
-
-/// A thread woken onto a busy CPU, not yet run.
-#[derive(Clone, Copy, Debug)]
-struct PendingWake {
-    woke_ns: u64,
-    on: u16,
-    /// Another CPU idled as it was queued ([`WakePlacement`]'s counts).
-    while_idle: bool,
-    pair: Option<WakePair>,
-}
-
-/// [`WakePreemption`] by which kind of thread woke onto which: the
-/// kernel's wake-up preemption is not one share for all (a host I/O
-/// path thread that runs tens of microseconds per wake-up preempts a
-/// tenant's vCPU thread far more often than one vCPU thread preempts
-/// another), and the simulator's Linux model draws one.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WakePreemptionByKind {
-    pub host_io_onto_tenant: WakePreemption,
-    pub tenant_onto_tenant: WakePreemption,
-    pub tenant_onto_host_io: WakePreemption,
-    /// Onto a thread in no group (a host load, the gateway, ...).
-    pub tenant_onto_other: WakePreemption,
-}
-
-impl WakePreemptionByKind {
-    /// Each pair with what it is called.
-    pub fn named(&self) -> [(&'static str, &WakePreemption); 4] {
-        [
-            ("the host I/O path onto a tenant", &self.host_io_onto_tenant),
-            ("a tenant onto a tenant", &self.tenant_onto_tenant),
-            ("a tenant onto the host I/O path", &self.tenant_onto_host_io),
-            ("a tenant onto another thread", &self.tenant_onto_other),
-        ]
-    }
-
-    fn slot(&mut self, pair: WakePair) -> &mut WakePreemption {
-        match pair {
-            WakePair::HostIoOntoTenant => &mut self.host_io_onto_tenant,
-            WakePair::TenantOntoTenant => &mut self.tenant_onto_tenant,
-            WakePair::TenantOntoHostIo => &mut self.tenant_onto_host_io,
-            WakePair::TenantOntoOther => &mut self.tenant_onto_other,
-        }
-    }
-}
-
-impl WakePlacement {
-    fn count(&mut self, o: WakeOutcome) {
-        match o {
-            WakeOutcome::Moved => self.moved += 1,
-            WakeOutcome::PreemptedAtOnce => self.preempted_at_once += 1,
-            WakeOutcome::OccupantSleptAtOnce => self.occupant_slept_at_once += 1,
-            WakeOutcome::Waited => self.waited += 1,
-        }
-    }
-
-    /// Share of wake-ups queued behind a busy CPU while another idled, 0..100.
-    pub fn onto_busy_pct(&self) -> f64 {
-        share_pct(self.onto_busy_while_idle, self.wakeups)
-    }
-    /// Of those, the share that preempted the running thread at once.
-    pub fn preempted_pct(&self) -> f64 {
-        share_pct(self.preempted_at_once, self.onto_busy_while_idle)
-    }
-    /// Of the woken threads queued behind a busy CPU that stayed there,
-    /// the share whose occupant was preempted rather than waited for (an
-    /// occupant that slept at once, a synchronous waker, decides
-    /// nothing), 0..100: the kernel's wake-up preemption as measured.
-    pub fn wake_preempt_pct(&self) -> f64 {
-        share_pct(self.preempted_at_once, self.preempted_at_once + self.waited)
-    }
-    /// Of the wake-ups whose last CPU was busy while another idled, the
-    /// share kept on it, 0..100.
-    pub fn stayed_pct(&self) -> f64 {
-        share_pct(self.stayed_on_busy_prev, self.prev_busy_while_idle)
-    }
-    /// Of the wake-ups by a busy CPU other than the woken thread's busy
-    /// last one, the share queued on the waker's CPU, 0..100.
-    pub fn pulled_pct(&self) -> f64 {
-        share_pct(self.pulled_to_waker, self.waker_elsewhere_both_busy)
-    }
-}
-
-/// `part` as a percentage of `whole` (0 when there is no whole).
-pub(crate) fn share_pct(part: u64, whole: u64) -> f64 {
-    if whole == 0 {
-        0.0
-    } else {
-        100.0 * part as f64 / whole as f64
-    }
-}
+pub(crate) const IDLE_TID: u32 = 0;
 
 /// Streams events into window usage, run delay and contention.
 pub struct Analyzer {
@@ -358,16 +174,16 @@ pub struct Analyzer {
     tick: u64,
     next_tick: u64,
     series: bool,
-    groups: Vec<GroupState>,
+    pub(crate) groups: Vec<GroupState>,
     entities: Vec<Entity>,
-    threads: HashMap<u32, ThreadState>,
+    pub(crate) threads: HashMap<u32, ThreadState>,
     thread_entities: Vec<u32>,
     /// Who is on each CPU (u32::MAX until its first switch).
-    occupant: Vec<u32>,
+    pub(crate) occupant: Vec<u32>,
     /// Tracked thread running on each CPU (for tick crediting).
     running_on: Vec<Option<u32>>,
     /// Waiting vCPU threads queued on each CPU: (group, count).
-    queued: Vec<Vec<(u32, u32)>>,
+    pub(crate) queued: Vec<Vec<(u32, u32)>>,
     charged_at: Vec<u64>,
     last_switch: Vec<u64>,
     /// CPUs that have not switched yet hold finalisation back.
@@ -403,12 +219,12 @@ pub struct Analyzer {
     /// one global run queue has none of it.
     pub queued_while_idle_ns: u64,
     /// Up to where `queued_ns` is accounted.
-    queued_at: u64,
+    pub(crate) queued_at: u64,
     /// Where waking threads were queued, since `stats_from`.
     pub wake_placement: WakePlacement,
     /// Per thread woken onto a busy CPU, counted in [`WakePlacement`]
     /// (another CPU idled) or its pairs, and not yet run.
-    woken_behind: HashMap<u32, PendingWake>,
+    pub(crate) woken_behind: HashMap<u32, PendingWake>,
 }
 
 impl Analyzer {
@@ -572,30 +388,6 @@ impl Analyzer {
         }
     }
 
-    /// vCPU waits behind busy CPUs up to `t`, and those while a CPU idled
-    /// (the state is constant between events, so this runs before each).
-    fn account_queued(&mut self, t: u64) {
-        let dt = t.saturating_sub(self.queued_at);
-        self.queued_at = self.queued_at.max(t);
-        if dt == 0 {
-            return;
-        }
-        let behind_busy: u64 = self
-            .queued
-            .iter()
-            .zip(&self.occupant)
-            .filter(|(_, &occ)| occ != IDLE_TID)
-            .map(|(q, _)| q.iter().map(|&(_, n)| n as u64).sum::<u64>())
-            .sum();
-        if behind_busy == 0 {
-            return;
-        }
-        self.queued_ns += dt * behind_busy;
-        if self.occupant.contains(&IDLE_TID) {
-            self.queued_while_idle_ns += dt * behind_busy;
-        }
-    }
-
     /// Credits running threads up to `at` and closes the windows before it.
     fn do_tick(&mut self, at: u64) {
         for cpu in 0..self.cpus {
@@ -753,41 +545,7 @@ impl Analyzer {
                 }
                 th.ran_on = Some(cpu as u16);
             }
-            if let Some(w) = self.woken_behind.remove(&next) {
-                let outcome = if w.on as usize != cpu {
-                    WakeOutcome::Moved
-                } else if t.saturating_sub(w.woke_ns) > WAKE_AT_ONCE_NS {
-                    WakeOutcome::Waited
-                } else if prev_runnable {
-                    WakeOutcome::PreemptedAtOnce
-                } else {
-                    WakeOutcome::OccupantSleptAtOnce
-                };
-                let p = &mut self.wake_placement;
-                if w.while_idle {
-                    p.count(outcome);
-                }
-                if let Some(pair) = w.pair {
-                    p.by_kind.slot(pair).count(outcome);
-                }
-            }
-        }
-    }
-
-    /// Which of [`WakePreemptionByKind`]'s pairs `woken` waking onto a CPU
-    /// running `occupant` is, if any.
-    fn wake_pair(&self, woken: u32, occupant: u32) -> Option<WakePair> {
-        let kind = |tid: u32| {
-            self.threads
-                .get(&tid)
-                .map(|th| self.groups[th.group as usize].group.kind)
-        };
-        match (kind(woken)?, kind(occupant)) {
-            (GroupKind::HostIo, Some(GroupKind::Tenant)) => Some(WakePair::HostIoOntoTenant),
-            (GroupKind::Tenant, Some(GroupKind::Tenant)) => Some(WakePair::TenantOntoTenant),
-            (GroupKind::Tenant, Some(GroupKind::HostIo)) => Some(WakePair::TenantOntoHostIo),
-            (GroupKind::Tenant, None) => Some(WakePair::TenantOntoOther),
-            _ => None,
+            self.count_wake_outcome(next, cpu, t, prev_runnable);
         }
     }
 
@@ -800,44 +558,7 @@ impl Analyzer {
             let last = th.ran_on.filter(|_| th.st.asleep()).map(usize::from);
             self.charge(cpu, t);
             self.transition(tid, t, St::Waiting, cpu);
-            self.wake_placement.wakeups += 1;
-            let idle_at = |c: usize| self.occupant.get(c) == Some(&IDLE_TID);
-            let busy_at = |c: usize| self.occupant.get(c).is_some_and(|&o| o != IDLE_TID && o != u32::MAX);
-            // One pass over the CPUs per wake-up, for both questions.
-            let idle_cpus = self.occupant.iter().filter(|&&o| o == IDLE_TID).count();
-            let idle_besides = |c: usize| idle_cpus > usize::from(idle_at(c));
-            if let Some(last) = last.filter(|&l| busy_at(l) && idle_besides(l)) {
-                self.wake_placement.prev_busy_while_idle += 1;
-                if last == cpu {
-                    self.wake_placement.stayed_on_busy_prev += 1;
-                }
-            }
-            if last.is_some_and(|l| l != waker_cpu && busy_at(l) && busy_at(waker_cpu)) {
-                self.wake_placement.waker_elsewhere_both_busy += 1;
-                if cpu == waker_cpu {
-                    self.wake_placement.pulled_to_waker += 1;
-                }
-            }
-            let busy = busy_at(cpu);
-            let while_idle = busy && idle_besides(cpu);
-            let pair = busy.then(|| self.wake_pair(tid, self.occupant[cpu])).flatten();
-            if while_idle {
-                self.wake_placement.onto_busy_while_idle += 1;
-            }
-            if let Some(pair) = pair {
-                self.wake_placement.by_kind.slot(pair).wakeups += 1;
-            }
-            if while_idle || pair.is_some() {
-                let w = PendingWake {
-                    woke_ns: t,
-                    on: cpu as u16,
-                    while_idle,
-                    pair,
-                };
-                self.woken_behind.insert(tid, w);
-            } else {
-                self.woken_behind.remove(&tid);
-            }
+            self.count_wakeup(t, tid, cpu, waker_cpu, last);
         }
     }
 
@@ -1224,143 +945,13 @@ impl Analyzer {
     }
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Episodes {
-    pub count: u64,
-    pub total_ns: u64,
-    pub p50_ns: Option<u64>,
-    pub p99_ns: Option<u64>,
-    pub max_ns: Option<u64>,
-}
-
-impl Episodes {
-    fn of(h: &LatencyHistogram) -> Episodes {
-        Episodes {
-            count: h.len(),
-            total_ns: (h.inner().mean() * h.len() as f64) as u64,
-            p50_ns: h.percentile(50.0),
-            p99_ns: h.percentile(99.0),
-            max_ns: (!h.is_empty()).then(|| h.max()),
-        }
-    }
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Contention {
-    /// Any of the tenant's vCPUs runnable but not running.
-    pub any: Episodes,
-    /// Some vCPUs waiting, none running, the rest idle.
-    pub partial: Episodes,
-    /// Every vCPU waiting.
-    pub full: Episodes,
-    /// Time some vCPUs ran while others waited.
-    pub hazard_ns: u64,
-    /// Time with any vCPU waiting, an episode still open included.
-    #[serde(default)]
-    pub any_ns: u64,
-    /// `any_ns` as a share of the stretch reported, %.
-    pub any_pct: f64,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Preemptor {
-    pub name: String,
-    /// "tenant", "host-io", "thread" or "idle".
-    pub kind: String,
-    /// vCPU-waiting time spent behind it, ns.
-    pub ns: u64,
-    pub share: f64,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ThreadReport {
-    pub tid: u32,
-    pub name: String,
-    pub vcpu: bool,
-    pub on_cpu_ns: u64,
-    pub run_delay_ns: u64,
-    /// Asleep by its own choice (waiting for work) ...
-    #[serde(default)]
-    pub sleep_ns: u64,
-    /// ... and blocked in the kernel (uninterruptible: typically I/O).
-    #[serde(default)]
-    pub blocked_ns: u64,
-    pub waits: u64,
-    /// Times it ran on another CPU than the one it last ran on (counted at
-    /// its switch-ins: the kernel's `nr_migrations` also counts a thread
-    /// moved while it waited and moved back before it ran).
-    #[serde(default)]
-    pub migrations: u64,
-    pub wait_p99_ns: Option<u64>,
-    pub wait_max_ns: Option<u64>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub usage: Vec<WindowUsage>,
-}
-
-/// Where a tenant's vCPUs spent the time they were observed, as document
-/// 002 (and mpstat's %steal) counts it: running, idle (halted: sleeping or
-/// blocked by their own doing) or stolen (runnable, not running). The three
-/// sum to 100 % of the vCPUs' observed wall time.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct TimeShares {
-    /// Observed wall time summed over the vCPUs (each from its first event).
-    pub wall_ns: u64,
-    pub run_pct: f64,
-    pub idle_pct: f64,
-    pub steal_pct: f64,
-}
-
-impl TimeShares {
-    /// Over the vCPU threads among `threads`, or all of them when none is
-    /// marked a vCPU.
-    pub fn of_vcpus(threads: &[ThreadReport]) -> TimeShares {
-        let any_vcpu = threads.iter().any(|t| t.vcpu);
-        let (mut run, mut idle, mut steal) = (0u64, 0u64, 0u64);
-        for t in threads.iter().filter(|t| t.vcpu || !any_vcpu) {
-            run += t.on_cpu_ns;
-            idle += t.sleep_ns + t.blocked_ns;
-            steal += t.run_delay_ns;
-        }
-        let wall = run + idle + steal;
-        let pct = |v: u64| share_pct(v, wall);
-        TimeShares {
-            wall_ns: wall,
-            run_pct: pct(run),
-            idle_pct: pct(idle),
-            steal_pct: pct(steal),
-        }
-    }
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct GroupReport {
-    pub name: String,
-    pub kind: GroupKind,
-    pub thread_count: u32,
-    pub vcpus: u32,
-    pub on_cpu_ns: u64,
-    /// Runnable but not running (steal), summed over its threads.
-    pub run_delay_ns: u64,
-    /// Run delay / (on-CPU + run delay), %: how much of what the tenant
-    /// asked for it had to wait for ("wait share of demand"). Not steal:
-    /// a tenant that barely runs can wait for most of it.
-    #[serde(default, alias = "steal_pct")]
-    pub wait_share_pct: f64,
-    /// Its vCPUs' time split as document 002 and mpstat split it.
-    #[serde(default)]
-    pub time_shares: TimeShares,
-    pub usage: Vec<WindowUsage>,
-    pub contention: Contention,
-    pub preemptors: Vec<Preemptor>,
-    pub threads: Vec<ThreadReport>,
-}
-
+/// Also the test helpers of [`crate::wakeups`] and [`crate::report`].
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use ontime_trace::recording::{Group, GroupKind};
 
-    fn switch(ts: u64, cpu: u16, prev: u32, next: u32, flags: u8) -> Event {
+    pub(crate) fn switch(ts: u64, cpu: u16, prev: u32, next: u32, flags: u8) -> Event {
         Event {
             ts,
             a: prev,
@@ -1372,12 +963,12 @@ mod tests {
         }
     }
 
-    fn analyzer() -> Analyzer {
+    pub(crate) fn analyzer() -> Analyzer {
         analyzer_on(1)
     }
 
     /// One tenant "t" whose thread 10 is a vCPU, on `cpus` CPUs, 1 ms windows.
-    fn analyzer_on(cpus: usize) -> Analyzer {
+    pub(crate) fn analyzer_on(cpus: usize) -> Analyzer {
         let groups = [Group {
             name: "t".into(),
             kind: GroupKind::Tenant,
@@ -1470,200 +1061,6 @@ mod tests {
         );
     }
 
-    /// Wake-ups are counted by where the kernel queued them: behind a busy
-    /// CPU while another idled, then whether the thread preempted the
-    /// running one at once, ran elsewhere, or waited; a wake-up onto an
-    /// idle CPU only counts as a wake-up.
-    #[test]
-    fn wake_ups_behind_a_busy_cpu_while_another_idles_are_counted() {
-        let mut a = analyzer_on(2);
-        let wake = |ts, cpu| Event {
-            ts,
-            a: 10,
-            c: cpu,
-            kind: kind::WAKEUP,
-            ..Default::default()
-        };
-        // CPU 0 runs 99 (untracked), CPU 1 idles.
-        a.feed(&switch(0, 0, 0, 99, 0));
-        a.feed(&switch(0, 1, 0, 0, 0));
-        // Behind CPU 0, preempting 99 within 10 us, then sleeping.
-        a.feed(&wake(1_000_000, 0));
-        a.feed(&switch(1_010_000, 0, 99, 10, F_PREV_RUNNABLE));
-        a.feed(&switch(1_100_000, 0, 10, 99, 0));
-        // Behind CPU 0 again, waiting 1.4 ms for 99.
-        a.feed(&wake(2_000_000, 0));
-        a.feed(&switch(3_400_000, 0, 99, 10, 0));
-        a.feed(&switch(3_500_000, 0, 10, 99, 0));
-        // Behind CPU 0 once more, whose occupant (its waker) goes to sleep
-        // at once: it got the CPU without preempting anyone.
-        a.feed(&wake(3_800_000, 0));
-        a.feed(&switch(3_805_000, 0, 99, 10, 0));
-        a.feed(&switch(3_900_000, 0, 10, 99, 0));
-        // Behind CPU 0, then pulled to CPU 1.
-        a.feed(&wake(4_000_000, 0));
-        a.feed(&switch(4_600_000, 1, 0, 10, 0));
-        a.feed(&switch(4_700_000, 1, 10, 0, 0));
-        // Onto the idle CPU 1, where it last ran.
-        a.feed(&wake(5_000_000, 1));
-        a.feed(&switch(5_000_000, 1, 0, 10, 0));
-        // It sleeps, 98 takes CPU 1 and CPU 0 goes idle: woken, it leaves
-        // its busy last CPU for the idle one.
-        a.feed(&switch(5_100_000, 1, 10, 98, 0));
-        a.feed(&switch(5_200_000, 0, 99, 0, 0));
-        // The kernel reports the move before the wake-up.
-        a.feed(&Event {
-            ts: 5_300_000,
-            a: 10,
-            c: 0,
-            kind: kind::MIGRATE,
-            ..Default::default()
-        });
-        a.feed(&wake(5_300_000, 0));
-        a.feed(&switch(5_300_000, 0, 0, 10, 0));
-        assert_eq!(
-            a.wake_placement,
-            WakePlacement {
-                wakeups: 6,
-                onto_busy_while_idle: 4,
-                preempted_at_once: 1,
-                occupant_slept_at_once: 1,
-                moved: 1,
-                waited: 1,
-                // The first wake-up's last CPU is not known; the second,
-                // third and fourth stayed on busy CPU 0, the sixth left
-                // CPU 1.
-                prev_busy_while_idle: 4,
-                stayed_on_busy_prev: 3,
-                // Every wake-up was recorded on CPU 0: none came from a
-                // busy CPU other than a busy last one.
-                waker_elsewhere_both_busy: 0,
-                pulled_to_waker: 0,
-                // The same four, by kind: a tenant's thread onto 99,
-                // which is in no group.
-                by_kind: WakePreemptionByKind {
-                    tenant_onto_other: WakePreemption {
-                        wakeups: 4,
-                        preempted_at_once: 1,
-                        occupant_slept_at_once: 1,
-                        moved: 1,
-                        waited: 1,
-                    },
-                    ..Default::default()
-                },
-            }
-        );
-        assert_eq!(a.wake_placement.wake_preempt_pct(), 50.0);
-    }
-
-    /// A thread woken by another CPU's thread while its own last CPU is
-    /// busy: the kernel pulls it to the waker's CPU (`wake_affine`) or
-    /// leaves it where it ran; both are counted, other wake-ups are not.
-    #[test]
-    fn wake_ups_from_a_busy_cpu_count_whether_they_pull_to_the_waker() {
-        let mut a = analyzer_on(2);
-        let wake = |ts: u64, target: u32, waker_cpu: u16, waker: u32| Event {
-            ts,
-            a: 10,
-            b: waker,
-            c: target,
-            cpu: waker_cpu,
-            kind: kind::WAKEUP,
-            ..Default::default()
-        };
-        // 10 runs on CPU 1 and sleeps; 98 then runs there, 99 on CPU 0.
-        a.feed(&switch(0, 1, 0, 10, 0));
-        a.feed(&switch(100_000, 1, 10, 98, 0));
-        a.feed(&switch(100_000, 0, 0, 99, 0));
-        // 99 wakes it from CPU 0 and it is pulled there.
-        a.feed(&wake(1_000_000, 0, 0, 99));
-        a.feed(&switch(1_010_000, 0, 99, 10, F_PREV_RUNNABLE));
-        a.feed(&switch(1_100_000, 0, 10, 99, 0));
-        // From CPU 1 (98) while CPU 0 is its last: left on CPU 0.
-        a.feed(&wake(2_000_000, 0, 1, 98));
-        a.feed(&switch(2_010_000, 0, 99, 10, F_PREV_RUNNABLE));
-        a.feed(&switch(2_100_000, 0, 10, 99, 0));
-        // Woken on its own last CPU (its timer): not a choice.
-        a.feed(&wake(3_000_000, 0, 0, 99));
-        a.feed(&switch(3_010_000, 0, 99, 10, F_PREV_RUNNABLE));
-        a.feed(&switch(3_100_000, 0, 10, 99, 0));
-        // From CPU 1 with CPU 1 idle: an idle waker's CPU is the kernel's
-        // other rule (an idle CPU first), not counted.
-        a.feed(&switch(3_500_000, 1, 98, 0, 0));
-        a.feed(&wake(4_000_000, 1, 1, 0));
-        let w = a.wake_placement;
-        assert_eq!((w.waker_elsewhere_both_busy, w.pulled_to_waker), (2, 1), "{w:?}");
-        assert_eq!(w.pulled_pct(), 50.0);
-    }
-
-    /// Wake-ups onto a busy CPU are counted by who woke onto whom, with
-    /// no idle CPU needed: the host I/O path's thread preempts a tenant's
-    /// vCPU thread at once, a tenant's waits for another tenant's.
-    #[test]
-    fn wake_up_preemption_is_counted_by_who_wakes_onto_whom() {
-        let groups = [
-            Group {
-                name: "t".into(),
-                kind: GroupKind::Tenant,
-                source: vec![],
-                vcpu_names: false,
-            },
-            Group {
-                name: "host-io".into(),
-                kind: GroupKind::HostIo,
-                source: vec![],
-                vcpu_names: false,
-            },
-        ];
-        let mut a = Analyzer::new(
-            0,
-            1,
-            &groups,
-            &AnalysisOptions {
-                windows: vec![1_000_000],
-                series: false,
-            },
-        );
-        // Tenant vCPU threads 10 and 11, the relay 20, on one CPU.
-        a.set_thread(10, 0, true);
-        a.set_thread(11, 0, true);
-        a.set_thread(20, 1, false);
-        let wake = |ts: u64, tid: u32| Event {
-            ts,
-            a: tid,
-            c: 0,
-            kind: kind::WAKEUP,
-            ..Default::default()
-        };
-        a.feed(&switch(0, 0, 0, 10, 0));
-        // The relay wakes onto 10 and preempts it within 5 us ...
-        a.feed(&wake(1_000_000, 20));
-        a.feed(&switch(1_005_000, 0, 10, 20, F_PREV_RUNNABLE));
-        a.feed(&switch(1_050_000, 0, 20, 10, 0));
-        // ... 11 wakes onto 10 and waits 2 ms for it.
-        a.feed(&wake(2_000_000, 11));
-        a.feed(&switch(4_000_000, 0, 10, 11, 0));
-        // 10 wakes onto 11 and preempts it.
-        a.feed(&wake(5_000_000, 10));
-        a.feed(&switch(5_010_000, 0, 11, 10, F_PREV_RUNNABLE));
-        let k = a.wake_placement.by_kind;
-        let io = k.host_io_onto_tenant;
-        assert_eq!(
-            (io.wakeups, io.preempted_at_once, io.preempt_pct()),
-            (1, 1, 100.0),
-            "{k:?}"
-        );
-        let t = k.tenant_onto_tenant;
-        assert_eq!(
-            (t.wakeups, t.preempted_at_once, t.waited, t.preempt_pct()),
-            (2, 1, 1, 50.0),
-            "{k:?}"
-        );
-        assert_eq!(k.tenant_onto_host_io.wakeups + k.tenant_onto_other.wakeups, 0, "{k:?}");
-        // No CPU idled: none of it is work conservation's.
-        assert_eq!(a.wake_placement.onto_busy_while_idle, 0);
-    }
-
     /// The time line tells a voluntary sleep from a block in the kernel
     /// (uninterruptible: typically I/O), from the state the switch-out
     /// reports; the interval still open at the end counts to the last event.
@@ -1704,61 +1101,6 @@ mod tests {
         assert_eq!(th.on_cpu_ns, 3_000_000);
         assert_eq!(th.blocked_ns, 4_000_000);
         assert_eq!(th.sleep_ns, 3_000_000 + 2_000_000);
-    }
-
-    /// Steal as document 002 counts it: a vCPU's observed time is run,
-    /// idle (asleep) or steal (runnable, not running), and the three shares
-    /// add up to all of it. The older ratio, run delay / (run + run delay),
-    /// is kept under its own name.
-    #[test]
-    fn run_idle_and_steal_add_up_to_the_observed_wall_time() {
-        let mut a = analyzer();
-        let wake = |ts| Event {
-            ts,
-            a: 10,
-            kind: kind::WAKEUP,
-            ..Default::default()
-        };
-        a.feed(&switch(1_000_000, 0, 0, 10, 0)); // runs 1 ms
-        a.feed(&Event {
-            c: 0x01,
-            ..switch(2_000_000, 0, 10, 0, 0)
-        }); // asleep 3 ms
-        a.feed(&wake(5_000_000));
-        a.feed(&switch(5_000_000, 0, 0, 11, 0)); // waits 2 ms behind 11
-        a.feed(&switch(7_000_000, 0, 11, 10, 0)); // runs 2 ms
-        a.feed(&switch(9_000_000, 0, 10, 11, F_PREV_RUNNABLE)); // preempted: waits 1 ms
-        a.feed(&switch(10_000_000, 0, 11, 10, 0)); // runs, still at the end
-        a.finish(12_000_000);
-        let g = &a.report(&|t| t.to_string())[0];
-        let th = &g.threads[0];
-        assert_eq!(
-            (th.on_cpu_ns, th.sleep_ns, th.run_delay_ns),
-            (5_000_000, 3_000_000, 3_000_000)
-        );
-        let s = g.time_shares;
-        assert_eq!(s.wall_ns, 11_000_000, "observed from its first event to the end");
-        assert!((s.run_pct + s.idle_pct + s.steal_pct - 100.0).abs() < 1e-9);
-        assert!((s.steal_pct - 300.0 / 11.0).abs() < 1e-9, "{s:?}");
-        assert!((s.idle_pct - 300.0 / 11.0).abs() < 1e-9, "{s:?}");
-        assert!(
-            (g.wait_share_pct - 300.0 / 8.0).abs() < 1e-9,
-            "3 ms waited of 8 ms wanted"
-        );
-    }
-
-    /// A vCPU preempted on CPU 0 waits there 2 ms; CPU 1 idles for the
-    /// first of them (work not conserved), then runs another task.
-    #[test]
-    fn waits_behind_a_busy_cpu_while_another_idles_are_counted() {
-        let mut a = analyzer_on(2);
-        a.feed(&switch(1_000_000, 1, 99, 0, 0)); // CPU 1 idle
-        a.feed(&switch(1_000_000, 0, 0, 10, 0)); // vCPU runs on CPU 0
-        a.feed(&switch(2_000_000, 0, 10, 11, F_PREV_RUNNABLE)); // preempted: waits
-        a.feed(&switch(3_000_000, 1, 0, 12, 0)); // CPU 1 busy from 3 ms
-        a.feed(&switch(4_000_000, 0, 11, 10, 0)); // runs again
-        a.finish(5_000_000);
-        assert_eq!((a.queued_ns, a.queued_while_idle_ns), (2_000_000, 1_000_000));
     }
 
     /// A garbage timestamp (a corrupt recording) is left out and counted,

@@ -4,9 +4,17 @@
 //! those become window accumulators from 1 ms to 1 s, and those become the
 //! [`analysis::Analysis`] that observe, the lab, profile, sim and plan all
 //! read: a simulated run and a recorded run are scored by the same code.
+//!
+//! [`analyze`] holds the streaming per-thread state machine
+//! ([`analyze::Analyzer`]), [`window`] its window accumulators,
+//! [`wakeups`] what it counts of the host's work conservation and wake-up
+//! placement, [`report`] the per-group figures it reports, and
+//! [`analysis`] a whole recording analysed.
 
 pub mod analysis;
 pub mod analyze;
+pub mod report;
+pub mod wakeups;
 pub mod window;
 
 pub use analysis::{analyze, analyze_with, Analysis};
