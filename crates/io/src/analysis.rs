@@ -11,7 +11,6 @@ use ontime_trace::recording::Recording;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::{cache_state, Absorbed, Absorption, CacheState};
-use crate::guest::GuestView;
 use crate::layers::{counters, BlockCounters, DevRequests, LayerAcc, LayerStats};
 use crate::series::{series_bin, spread, SeriesLayer, SeriesPoint};
 
@@ -313,4 +312,31 @@ fn app_from_counters(rec: &Recording, start: u64, bin_ns: u64, app: &mut [LayerA
             }
         }
     }
+}
+
+/// What the recorder inside a guest saw, beside the host's view of it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct GuestView {
+    /// How it saw the application layer (counters or calls).
+    pub app_layer: AppLayer,
+    /// The guest's own block layer (its virtio-blk or IDE disk).
+    pub block: LayerStats,
+    /// Events the guest's recorder lost.
+    pub lost: u64,
+    /// How its clock maps onto the host's, when measured: the guest's
+    /// series are then drawn on the host's time line.
+    pub clock: Option<ClockOffset>,
+}
+
+/// A guest's CLOCK_MONOTONIC against the host's: host = guest + offset,
+/// measured from the same requests seen twice, completed on the guest's
+/// disk and as its VMM's calls on the image. The offset includes the time
+/// from the VMM's call returning to the guest seeing the completion.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ClockOffset {
+    pub host_minus_guest_ns: i64,
+    /// Interquartile range of the paired differences.
+    pub spread_ns: u64,
+    /// Requests paired.
+    pub pairs: u64,
 }

@@ -1,41 +1,12 @@
 //! A QEMU guest recorded from inside as well as from the host: its clock
 //! placed on the host's from requests seen on both sides, and its
 //! recording folded into the host's view of it.
-use ontime_trace::io::{AppLayer, IoOp};
+use ontime_trace::io::IoOp;
 use ontime_trace::recording::Recording;
-use serde::{Deserialize, Serialize};
 
-use crate::analysis::IoAnalysis;
+use crate::analysis::{ClockOffset, GuestView, IoAnalysis};
 use crate::cache::Absorbed;
-use crate::layers::LayerStats;
 use crate::series::spread;
-
-/// What the recorder inside a guest saw, beside the host's view of it.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct GuestView {
-    /// How it saw the application layer (counters or calls).
-    pub app_layer: AppLayer,
-    /// The guest's own block layer (its virtio-blk or IDE disk).
-    pub block: LayerStats,
-    /// Events the guest's recorder lost.
-    pub lost: u64,
-    /// How its clock maps onto the host's, when measured: the guest's
-    /// series are then drawn on the host's time line.
-    pub clock: Option<ClockOffset>,
-}
-
-/// A guest's CLOCK_MONOTONIC against the host's: host = guest + offset,
-/// measured from the same requests seen twice, completed on the guest's
-/// disk and as its VMM's calls on the image. The offset includes the time
-/// from the VMM's call returning to the guest seeing the completion.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct ClockOffset {
-    pub host_minus_guest_ns: i64,
-    /// Interquartile range of the paired differences.
-    pub spread_ns: u64,
-    /// Requests paired.
-    pub pairs: u64,
-}
 
 /// Completion times of `host`'s calls by `group` on `image` and of
 /// `guest`'s requests on its disk `guest_dev`: their offset, or None when

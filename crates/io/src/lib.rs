@@ -24,9 +24,10 @@ pub mod advise;
 pub mod workload;
 
 pub use analysis::{analyze, FileIo, IoAnalysis, TenantIo};
+pub use analysis::{ClockOffset, GuestView};
 pub use cache::{Absorbed, Absorption, CacheState, Span};
 pub use figures::figures;
-pub use guest::{clock_offset, merge_guest, ClockOffset, GuestRecording, GuestView};
+pub use guest::{clock_offset, merge_guest, GuestRecording};
 pub use layers::{BlockCounters, LayerStats, OpStats};
 pub use series::SeriesPoint;
 pub use text::{format_bytes, text};

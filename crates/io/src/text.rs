@@ -8,9 +8,9 @@ use ontime_core::export::TextReport;
 use ontime_core::stats::Summary;
 use ontime_trace::io::AppLayer;
 
+use crate::analysis::GuestView;
 use crate::analysis::{IoAnalysis, TenantIo};
 use crate::cache::{Absorbed, Span};
-use crate::guest::GuestView;
 use crate::layers::{LayerStats, OpStats};
 
 /// `b` bytes in binary units (B, KiB, ... TiB), one decimal above bytes.

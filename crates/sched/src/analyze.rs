@@ -23,7 +23,7 @@ use ontime_trace::event::{kind, Event, F_PREV_RUNNABLE, TASK_DEAD, TASK_UNINTERR
 use ontime_trace::recording::{Group, GroupKind};
 
 pub use crate::report::{Contention, Episodes, GroupReport, Preemptor, ThreadReport, TimeShares};
-use crate::wakeups::PendingWake;
+use crate::wakeups::{PendingWake, WakeOutcome, WakePair};
 pub use crate::wakeups::{WakePlacement, WakePreemption, WakePreemptionByKind, WAKE_AT_ONCE_NS};
 pub use crate::window::{AboveK, WindowUsage};
 use crate::window::{Entity, WindowAcc};
@@ -942,6 +942,118 @@ impl Analyzer {
             });
         }
         out
+    }
+}
+
+/// The wake-up counters of [`crate::wakeups`], fed from the state machine.
+impl Analyzer {
+    /// vCPU waits behind busy CPUs up to `t`, and those while a CPU idled
+    /// (the state is constant between events, so this runs before each).
+    pub(crate) fn account_queued(&mut self, t: u64) {
+        let dt = t.saturating_sub(self.queued_at);
+        self.queued_at = self.queued_at.max(t);
+        if dt == 0 {
+            return;
+        }
+        let behind_busy: u64 = self
+            .queued
+            .iter()
+            .zip(&self.occupant)
+            .filter(|(_, &occ)| occ != IDLE_TID)
+            .map(|(q, _)| q.iter().map(|&(_, n)| n as u64).sum::<u64>())
+            .sum();
+        if behind_busy == 0 {
+            return;
+        }
+        self.queued_ns += dt * behind_busy;
+        if self.occupant.contains(&IDLE_TID) {
+            self.queued_while_idle_ns += dt * behind_busy;
+        }
+    }
+
+    /// Counts the wake-up of `tid`, just queued on `cpu` by a wake-up
+    /// recorded on `waker_cpu`; `last` is where it last ran (known only for
+    /// a thread seen asleep).
+    pub(crate) fn count_wakeup(&mut self, t: u64, tid: u32, cpu: usize, waker_cpu: usize, last: Option<usize>) {
+        self.wake_placement.wakeups += 1;
+        let idle_at = |c: usize| self.occupant.get(c) == Some(&IDLE_TID);
+        let busy_at = |c: usize| self.occupant.get(c).is_some_and(|&o| o != IDLE_TID && o != u32::MAX);
+        // One pass over the CPUs per wake-up, for both questions.
+        let idle_cpus = self.occupant.iter().filter(|&&o| o == IDLE_TID).count();
+        let idle_besides = |c: usize| idle_cpus > usize::from(idle_at(c));
+        if let Some(last) = last.filter(|&l| busy_at(l) && idle_besides(l)) {
+            self.wake_placement.prev_busy_while_idle += 1;
+            if last == cpu {
+                self.wake_placement.stayed_on_busy_prev += 1;
+            }
+        }
+        if last.is_some_and(|l| l != waker_cpu && busy_at(l) && busy_at(waker_cpu)) {
+            self.wake_placement.waker_elsewhere_both_busy += 1;
+            if cpu == waker_cpu {
+                self.wake_placement.pulled_to_waker += 1;
+            }
+        }
+        let busy = busy_at(cpu);
+        let while_idle = busy && idle_besides(cpu);
+        let pair = busy.then(|| self.wake_pair(tid, self.occupant[cpu])).flatten();
+        if while_idle {
+            self.wake_placement.onto_busy_while_idle += 1;
+        }
+        if let Some(pair) = pair {
+            self.wake_placement.by_kind.slot(pair).wakeups += 1;
+        }
+        if while_idle || pair.is_some() {
+            let w = PendingWake {
+                woke_ns: t,
+                on: cpu as u16,
+                while_idle,
+                pair,
+            };
+            self.woken_behind.insert(tid, w);
+        } else {
+            self.woken_behind.remove(&tid);
+        }
+    }
+
+    /// Which of [`WakePreemptionByKind`]'s pairs `woken` waking onto a CPU
+    /// running `occupant` is, if any.
+    fn wake_pair(&self, woken: u32, occupant: u32) -> Option<WakePair> {
+        let kind = |tid: u32| {
+            self.threads
+                .get(&tid)
+                .map(|th| self.groups[th.group as usize].group.kind)
+        };
+        match (kind(woken)?, kind(occupant)) {
+            (GroupKind::HostIo, Some(GroupKind::Tenant)) => Some(WakePair::HostIoOntoTenant),
+            (GroupKind::Tenant, Some(GroupKind::Tenant)) => Some(WakePair::TenantOntoTenant),
+            (GroupKind::Tenant, Some(GroupKind::HostIo)) => Some(WakePair::TenantOntoHostIo),
+            (GroupKind::Tenant, None) => Some(WakePair::TenantOntoOther),
+            _ => None,
+        }
+    }
+
+    /// `next` switched in on `cpu` at `t`, the thread it replaced leaving
+    /// runnable or not: what became of its wake-up onto a busy CPU, if one
+    /// is pending.
+    pub(crate) fn count_wake_outcome(&mut self, next: u32, cpu: usize, t: u64, prev_runnable: bool) {
+        if let Some(w) = self.woken_behind.remove(&next) {
+            let outcome = if w.on as usize != cpu {
+                WakeOutcome::Moved
+            } else if t.saturating_sub(w.woke_ns) > WAKE_AT_ONCE_NS {
+                WakeOutcome::Waited
+            } else if prev_runnable {
+                WakeOutcome::PreemptedAtOnce
+            } else {
+                WakeOutcome::OccupantSleptAtOnce
+            };
+            let p = &mut self.wake_placement;
+            if w.while_idle {
+                p.count(outcome);
+            }
+            if let Some(pair) = w.pair {
+                p.by_kind.slot(pair).count(outcome);
+            }
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! Whether the host's scheduler conserves work, counted as the streaming
-//! [`Analyzer`] meets the events: vCPU time queued behind a busy CPU while
+//! [`crate::analyze::Analyzer`] meets the events: vCPU time queued behind a busy CPU while
 //! another idled, and where the kernel queues waking threads and what
 //! becomes of them ([`WakePlacement`]): onto a busy CPU while another
 //! idled, preempting the running thread at once, pulled to the waker's
@@ -9,9 +9,6 @@
 //! [`crate::analyze`]'s.
 use serde::{Deserialize, Serialize};
 
-use ontime_trace::recording::GroupKind;
-
-use crate::analyze::{Analyzer, IDLE_TID};
 use crate::report::share_pct;
 
 /// Wake-ups of tracked threads by what the CPU the kernel queued them on
@@ -81,7 +78,7 @@ impl WakePreemption {
         share_pct(self.preempted_at_once, self.preempted_at_once + self.waited)
     }
 
-    fn count(&mut self, o: WakeOutcome) {
+    pub(crate) fn count(&mut self, o: WakeOutcome) {
         match o {
             WakeOutcome::Moved => self.moved += 1,
             WakeOutcome::PreemptedAtOnce => self.preempted_at_once += 1,
@@ -93,7 +90,7 @@ impl WakePreemption {
 
 /// What became of a thread woken onto a busy CPU, seen as it first runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum WakeOutcome {
+pub(crate) enum WakeOutcome {
     /// It ran on another CPU.
     Moved,
     /// Within [`WAKE_AT_ONCE_NS`], the occupant switched out still runnable.
@@ -106,7 +103,7 @@ enum WakeOutcome {
 
 /// Which kind of thread woke onto which ([`WakePreemptionByKind`]'s pairs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum WakePair {
+pub(crate) enum WakePair {
     HostIoOntoTenant,
     TenantOntoTenant,
     TenantOntoHostIo,
@@ -116,11 +113,11 @@ enum WakePair {
 /// A thread woken onto a busy CPU, not yet run.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PendingWake {
-    woke_ns: u64,
-    on: u16,
+    pub(crate) woke_ns: u64,
+    pub(crate) on: u16,
     /// Another CPU idled as it was queued ([`WakePlacement`]'s counts).
-    while_idle: bool,
-    pair: Option<WakePair>,
+    pub(crate) while_idle: bool,
+    pub(crate) pair: Option<WakePair>,
 }
 
 /// [`WakePreemption`] by which kind of thread woke onto which: the
@@ -148,7 +145,7 @@ impl WakePreemptionByKind {
         ]
     }
 
-    fn slot(&mut self, pair: WakePair) -> &mut WakePreemption {
+    pub(crate) fn slot(&mut self, pair: WakePair) -> &mut WakePreemption {
         match pair {
             WakePair::HostIoOntoTenant => &mut self.host_io_onto_tenant,
             WakePair::TenantOntoTenant => &mut self.tenant_onto_tenant,
@@ -159,7 +156,7 @@ impl WakePreemptionByKind {
 }
 
 impl WakePlacement {
-    fn count(&mut self, o: WakeOutcome) {
+    pub(crate) fn count(&mut self, o: WakeOutcome) {
         match o {
             WakeOutcome::Moved => self.moved += 1,
             WakeOutcome::PreemptedAtOnce => self.preempted_at_once += 1,
@@ -195,122 +192,12 @@ impl WakePlacement {
     }
 }
 
-impl Analyzer {
-    /// vCPU waits behind busy CPUs up to `t`, and those while a CPU idled
-    /// (the state is constant between events, so this runs before each).
-    pub(crate) fn account_queued(&mut self, t: u64) {
-        let dt = t.saturating_sub(self.queued_at);
-        self.queued_at = self.queued_at.max(t);
-        if dt == 0 {
-            return;
-        }
-        let behind_busy: u64 = self
-            .queued
-            .iter()
-            .zip(&self.occupant)
-            .filter(|(_, &occ)| occ != IDLE_TID)
-            .map(|(q, _)| q.iter().map(|&(_, n)| n as u64).sum::<u64>())
-            .sum();
-        if behind_busy == 0 {
-            return;
-        }
-        self.queued_ns += dt * behind_busy;
-        if self.occupant.contains(&IDLE_TID) {
-            self.queued_while_idle_ns += dt * behind_busy;
-        }
-    }
-
-    /// Counts the wake-up of `tid`, just queued on `cpu` by a wake-up
-    /// recorded on `waker_cpu`; `last` is where it last ran (known only for
-    /// a thread seen asleep).
-    pub(crate) fn count_wakeup(&mut self, t: u64, tid: u32, cpu: usize, waker_cpu: usize, last: Option<usize>) {
-        self.wake_placement.wakeups += 1;
-        let idle_at = |c: usize| self.occupant.get(c) == Some(&IDLE_TID);
-        let busy_at = |c: usize| self.occupant.get(c).is_some_and(|&o| o != IDLE_TID && o != u32::MAX);
-        // One pass over the CPUs per wake-up, for both questions.
-        let idle_cpus = self.occupant.iter().filter(|&&o| o == IDLE_TID).count();
-        let idle_besides = |c: usize| idle_cpus > usize::from(idle_at(c));
-        if let Some(last) = last.filter(|&l| busy_at(l) && idle_besides(l)) {
-            self.wake_placement.prev_busy_while_idle += 1;
-            if last == cpu {
-                self.wake_placement.stayed_on_busy_prev += 1;
-            }
-        }
-        if last.is_some_and(|l| l != waker_cpu && busy_at(l) && busy_at(waker_cpu)) {
-            self.wake_placement.waker_elsewhere_both_busy += 1;
-            if cpu == waker_cpu {
-                self.wake_placement.pulled_to_waker += 1;
-            }
-        }
-        let busy = busy_at(cpu);
-        let while_idle = busy && idle_besides(cpu);
-        let pair = busy.then(|| self.wake_pair(tid, self.occupant[cpu])).flatten();
-        if while_idle {
-            self.wake_placement.onto_busy_while_idle += 1;
-        }
-        if let Some(pair) = pair {
-            self.wake_placement.by_kind.slot(pair).wakeups += 1;
-        }
-        if while_idle || pair.is_some() {
-            let w = PendingWake {
-                woke_ns: t,
-                on: cpu as u16,
-                while_idle,
-                pair,
-            };
-            self.woken_behind.insert(tid, w);
-        } else {
-            self.woken_behind.remove(&tid);
-        }
-    }
-
-    /// Which of [`WakePreemptionByKind`]'s pairs `woken` waking onto a CPU
-    /// running `occupant` is, if any.
-    fn wake_pair(&self, woken: u32, occupant: u32) -> Option<WakePair> {
-        let kind = |tid: u32| {
-            self.threads
-                .get(&tid)
-                .map(|th| self.groups[th.group as usize].group.kind)
-        };
-        match (kind(woken)?, kind(occupant)) {
-            (GroupKind::HostIo, Some(GroupKind::Tenant)) => Some(WakePair::HostIoOntoTenant),
-            (GroupKind::Tenant, Some(GroupKind::Tenant)) => Some(WakePair::TenantOntoTenant),
-            (GroupKind::Tenant, Some(GroupKind::HostIo)) => Some(WakePair::TenantOntoHostIo),
-            (GroupKind::Tenant, None) => Some(WakePair::TenantOntoOther),
-            _ => None,
-        }
-    }
-
-    /// `next` switched in on `cpu` at `t`, the thread it replaced leaving
-    /// runnable or not: what became of its wake-up onto a busy CPU, if one
-    /// is pending.
-    pub(crate) fn count_wake_outcome(&mut self, next: u32, cpu: usize, t: u64, prev_runnable: bool) {
-        if let Some(w) = self.woken_behind.remove(&next) {
-            let outcome = if w.on as usize != cpu {
-                WakeOutcome::Moved
-            } else if t.saturating_sub(w.woke_ns) > WAKE_AT_ONCE_NS {
-                WakeOutcome::Waited
-            } else if prev_runnable {
-                WakeOutcome::PreemptedAtOnce
-            } else {
-                WakeOutcome::OccupantSleptAtOnce
-            };
-            let p = &mut self.wake_placement;
-            if w.while_idle {
-                p.count(outcome);
-            }
-            if let Some(pair) = w.pair {
-                p.by_kind.slot(pair).count(outcome);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::analyze::tests::{analyzer_on, switch};
     use crate::analyze::AnalysisOptions;
+    use crate::analyze::Analyzer;
     use ontime_trace::event::{kind, Event, F_PREV_RUNNABLE};
     use ontime_trace::recording::{Group, GroupKind};
 
