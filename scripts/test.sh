@@ -11,6 +11,15 @@ skips="$(mktemp)"
 log="$(mktemp)"
 trap 'rm -f "$skips" "$log"' EXIT
 ./scripts/module-cycles.py
+# Only the crates that load BPF programs (trace's capture side, net's
+# datapath, behind their `bpf` feature) may link libbpf or need clang to
+# build; those that read recordings, simulate or report may not.
+for crate in ontime-sched ontime-io ontime-scenario ontime-sim ontime-plan ontime-report ontime-sim-lab ontime-fleet; do
+  if cargo tree --locked -e normal,build -p "$crate" | grep -qE 'libbpf-(sys|cargo|rs)'; then
+    echo "test.sh: $crate depends on libbpf (cargo tree -e normal,build -p $crate): keep BPF behind the bpf feature" >&2
+    exit 1
+  fi
+done
 rc=0
 # --no-fail-fast: one failing test binary must not hide the others.
 ONTIME_TEST_SKIPS="$skips" cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log" || rc=$?

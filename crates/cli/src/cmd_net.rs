@@ -570,7 +570,7 @@ fn datapath(a: DatapathArgs) -> anyhow::Result<()> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     let stop = stop_flag(a.result.as_deref())?;
     // The kernel times BPF programs only while asked; put back at the end.
-    let _stats = ontime_lab::sysctl::SysctlGuard::set("/proc/sys/kernel/bpf_stats_enabled", "1").ok();
+    let _stats = ontime_core::sysctl::SysctlGuard::set("/proc/sys/kernel/bpf_stats_enabled", "1").ok();
     let mut plane = ontime_net::datapath::BpfPlane::attach(&stamps, &checks)?;
     for (id, flow, tc, deadline) in &channels {
         plane.install(*id, *flow, *tc, *deadline)?;

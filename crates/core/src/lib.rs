@@ -4,7 +4,8 @@
 //! ([`time`]), the real-time settings a probe thread may ask for ([`rt`]),
 //! HdrHistogram statistics with honest percentile support ([`stats`]), the
 //! one capability probe of the host ([`caps`]) and the manifest that every
-//! result carries ([`manifest`]).
+//! result carries ([`manifest`]), and kernel settings changed for a run and
+//! put back even after ontime was killed ([`sysctl`]).
 //!
 //! Does not own any workload, network protocol or output format of a verb.
 
@@ -25,6 +26,7 @@ pub mod proc;
 pub mod rt;
 pub mod size;
 pub mod stats;
+pub mod sysctl;
 pub mod time;
 pub mod wire;
 pub mod work;

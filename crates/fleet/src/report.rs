@@ -317,12 +317,12 @@ pub fn text(v: &FleetView) -> String {
 /// The view as an HTML page; `pprofs`: the hosts whose latest pprof sits
 /// beside it as `<host>.pb.gz`.
 pub fn html(v: &FleetView, pprofs: &[String]) -> String {
-    use ontime_report::html::esc;
+    use ontime_plot::html::esc;
     let mut h = String::new();
     let _ = write!(
         h,
         "<!doctype html><html><head><meta charset=utf-8><title>ontime fleet</title><style>{}</style></head><body><h1>ontime fleet report</h1>",
-        ontime_report::html::STYLE
+        ontime_plot::html::STYLE
     );
     if let Some(why) = &v.empty_because {
         let _ = write!(h, "<p class=note>{}</p>", esc(why));

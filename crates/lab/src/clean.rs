@@ -78,7 +78,7 @@ pub fn find() -> Result<Leftovers> {
         links,
         cgroups: dirs.iter().map(|d| d.display().to_string()).collect(),
         processes,
-        settings: crate::sysctl::leftovers(),
+        settings: ontime_core::sysctl::leftovers(),
         disks: crate::disk::leftovers(),
         files: [ontime_net::api::DEFAULT_SOCKET, ontime_net::api::DEFAULT_TOKEN]
             .iter()
@@ -159,6 +159,6 @@ fn remove(found: &Leftovers, files: bool) -> Result<()> {
             let _ = std::fs::remove_file(f);
         }
     }
-    crate::sysctl::restore_leftovers()?;
+    ontime_core::sysctl::restore_leftovers()?;
     Ok(())
 }

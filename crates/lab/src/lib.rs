@@ -5,9 +5,9 @@
 //! relay), loads, the runner that streams results to a directory
 //! ([`runner`]), the scheduler and I/O recordings of each run
 //! ([`observe`], [`iorec`]), document 003's channels in a run
-//! ([`netlab`]), QEMU guests as tenants ([`qemu`]), the clean-up of anything that escaped ([`clean`]) and
-//! kernel settings changed for a run and put back even after a kill
-//! ([`sysctl`]).
+//! ([`netlab`]), QEMU guests as tenants ([`qemu`]) and the clean-up of
+//! anything that escaped ([`clean`]); kernel settings a run changes are
+//! put back, even after a kill, by ontime-core's `sysctl`.
 //!
 //! Scenarios and the run record are ontime-scenario's, the report is
 //! ontime-report's, the simulator's front is ontime-sim-lab's: none of
@@ -29,5 +29,4 @@ pub mod runner;
 pub mod sandbox;
 pub mod stages;
 pub mod sys;
-pub mod sysctl;
 pub mod undo;

@@ -78,7 +78,7 @@ pub struct NetRun {
     best_effort: Vec<ChildProcess>,
     adder: Option<std::thread::JoinHandle<Vec<Requested>>>,
     outcome: NetOutcome,
-    _bpf_stats: Option<crate::sysctl::SysctlGuard>,
+    _bpf_stats: Option<ontime_core::sysctl::SysctlGuard>,
 }
 
 fn endpoint_of<'a>(lab: &'a Lab, name: &str) -> Result<&'a crate::sandbox::Endpoint> {
@@ -122,7 +122,7 @@ pub fn start(c: &RunConfig, lab: &Lab, relay: &Relay, dir: &Path, exe: &Path, in
         anyhow::bail!("no [net] in this run");
     };
     // The kernel measures the stamp's and the check's run time only while asked.
-    let bpf_stats = crate::sysctl::SysctlGuard::set("/proc/sys/kernel/bpf_stats_enabled", "1").ok();
+    let bpf_stats = ontime_core::sysctl::SysctlGuard::set("/proc/sys/kernel/bpf_stats_enabled", "1").ok();
     let mut endpoints = vec![Endpoint {
         name: "building".into(),
         addr: lab.building.addr,

@@ -40,7 +40,7 @@ impl RunHost for Sandboxes {
         // Before anything is created: a second lab would collide with this one.
         let lock = crate::lock::LabLock::acquire()?;
         // A run killed before it could put a kernel setting back: do it now.
-        for s in crate::sysctl::restore_leftovers()? {
+        for s in ontime_core::sysctl::restore_leftovers()? {
             ontime_core::errln!("ontime lab: restored {s}, left changed by a run that was killed");
         }
         crate::clean::remove_killed_labs_leftovers()?;
@@ -88,7 +88,10 @@ fn one_run(
     let native = c.tenant.backend == Backend::Native;
     let _rr = match c.host.rr_timeslice {
         Some(ns) => {
-            let g = crate::sysctl::SysctlGuard::set(crate::sysctl::RR_TIMESLICE, &(ns / 1_000_000).to_string())?;
+            let g = ontime_core::sysctl::SysctlGuard::set(
+                ontime_core::sysctl::RR_TIMESLICE,
+                &(ns / 1_000_000).to_string(),
+            )?;
             rec.environment.rr_timeslice_ms = g.current()?.parse().ok();
             Some(g)
         }

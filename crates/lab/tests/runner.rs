@@ -184,3 +184,28 @@ fn a_stop_ends_the_sweep_with_the_run_incomplete() {
     assert!(rec["error"].is_null(), "and not an error");
     assert!(!dir.path().join("runs/001-count=2-rep1").exists());
 }
+
+/// The real knob, as root (CI): set for a run and back afterwards.
+#[test]
+fn the_rr_time_slice_is_set_and_restored() {
+    if unsafe { libc::geteuid() } != 0 || !std::path::Path::new(ontime_core::sysctl::RR_TIMESLICE).exists() {
+        ontime_testkit::skip("needs root and /proc/sys/kernel/sched_rr_timeslice_ms");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let before = std::fs::read_to_string(ontime_core::sysctl::RR_TIMESLICE).unwrap();
+    let other = if before.trim() == "7" { "9" } else { "7" };
+    {
+        let g = ontime_core::sysctl::SysctlGuard::set_in(
+            d.path(),
+            std::path::Path::new(ontime_core::sysctl::RR_TIMESLICE),
+            other,
+        )
+        .unwrap();
+        assert_eq!(g.current().unwrap(), other);
+    }
+    assert_eq!(
+        std::fs::read_to_string(ontime_core::sysctl::RR_TIMESLICE).unwrap(),
+        before
+    );
+}

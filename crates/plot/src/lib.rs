@@ -1,6 +1,10 @@
 //! Line charts for reports: named series of (x, y) points, linear or log
 //! axes, category or duration tick labels, an optional dashed limit line,
-//! rendered to SVG (for HTML) and PNG (for files) with DejaVu Sans.
+//! rendered to SVG (for HTML) and PNG (for files) with DejaVu Sans; and the
+//! HTML the reports share ([`html`]).
+
+pub mod html;
+
 use std::path::Path;
 
 use anyhow::{Context, Result};

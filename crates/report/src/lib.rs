@@ -2,11 +2,12 @@
 //! ([`report`]: the verdict against `[targets]` first, then figures and
 //! tables, simulated runs beside measured ones), its document-004 I/O
 //! section ([`iocells`]) and document-003 channel section ([`netreport`]),
-//! and the small HTML helpers they share ([`html`]).
+//! and the HTML style and escaping they share with the fleet report
+//! ([`html`], from ontime-plot).
 //!
 //! It reads results only (through ontime-scenario); it runs nothing.
 
-pub mod html;
+pub use ontime_plot::html;
 pub mod iocells;
 pub mod netreport;
 pub mod report;

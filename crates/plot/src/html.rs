@@ -1,4 +1,5 @@
-//! HTML helpers of the report and its sections.
+//! HTML shared by the lab report and the fleet report: the style sheet and
+//! escaping.
 
 /// The reports' style sheet (the lab report, the fleet report).
 pub const STYLE: &str = "
