@@ -43,11 +43,20 @@ struct RunArgs {
 
 #[derive(Args)]
 struct ReportArgs {
-    /// A results directory written by `ontime lab run`
+    /// A results directory written by `ontime lab run`, or a pack of them
+    /// (.tar.xz, e.g. docs/results/NAME/runs.tar.xz)
     dir: PathBuf,
     /// Where to write report.html and the PNGs [default: DIR/report]
-    #[arg(long, short = 'o')]
+    #[arg(long, short = 'o', conflicts_with = "markdown")]
     out: Option<PathBuf>,
+    /// Print the headline table as Markdown (per setting: the runs' worst
+    /// tenant as median and range) instead of writing the HTML report
+    #[arg(long)]
+    markdown: bool,
+    /// Write the runs of DIR (measured ones, without recordings) into
+    /// this .tar.xz pack, for committing beside the docs
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["out", "markdown"])]
+    pack: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -172,6 +181,8 @@ pub fn execute(
         report(ReportArgs {
             dir: results,
             out: None,
+            markdown: false,
+            pack: None,
         })?;
     }
     Ok(())
@@ -180,6 +191,38 @@ pub fn execute(
 fn report(a: ReportArgs) -> anyhow::Result<()> {
     if !a.dir.exists() {
         return Err(usage(format!("no results directory at {}", a.dir.display())));
+    }
+    let bad_input = |e: anyhow::Error| match e.downcast_ref::<ontime_scenario::results::BadResultFile>() {
+        Some(bad) => usage(bad.to_string()),
+        None => e,
+    };
+    if let Some(pack) = &a.pack {
+        if !pack.to_string_lossy().ends_with(".tar.xz") {
+            return Err(usage("--pack: the file name ends in .tar.xz"));
+        }
+        crate::output::check_outputs(&[("--pack", Some(pack))])?;
+        let n = ontime_scenario::pack::write(pack, std::slice::from_ref(&a.dir)).map_err(bad_input)?;
+        crate::outln!("ontime lab report: {n} measured run(s) -> {}", pack.display());
+        return Ok(());
+    }
+    if a.markdown {
+        let (dirs, _unpacked) = if ontime_scenario::pack::is_pack(&a.dir) {
+            let u = ontime_scenario::pack::unpack(&a.dir).map_err(bad_input)?;
+            (u.results.clone(), Some(u))
+        } else {
+            (vec![a.dir.clone()], None)
+        };
+        for d in &dirs {
+            if dirs.len() > 1 {
+                let name = d
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                crate::outln!("### {name}\n");
+            }
+            crate::out!("{}", ontime_report::markdown::table(d).map_err(bad_input)?);
+        }
+        return Ok(());
     }
     let w = ontime_report::report::write(&a.dir, a.out.as_deref()).map_err(|e| {
         // A results file of the wrong shape is the user's input, not our failure.

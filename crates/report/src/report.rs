@@ -37,7 +37,7 @@ pub struct Written {
 /// Every run; when some were simulated, each run's settings gain a
 /// `source` (lab, or sim:<model>) so figures draw them as separate series
 /// side by side.
-fn load_runs(dir: &Path) -> Result<Vec<RunResults>> {
+pub(crate) fn load_runs(dir: &Path) -> Result<Vec<RunResults>> {
     let mut runs: Vec<RunResults> = ontime_scenario::results::run_dirs(dir)?
         .iter()
         .map(|d| ontime_scenario::results::read_run(d))

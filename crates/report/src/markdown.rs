@@ -1,0 +1,188 @@
+//! The lab report's headline table as Markdown (`ontime lab report DIR
+//! --markdown`), so the tables in docs/results.md are regenerated from
+//! committed runs by the binary, not by hand.
+//!
+//! One row per setting (and per source, when simulated runs sit beside
+//! measured ones): the repetitions' worst-tenant figures as the median
+//! with the range over the runs, so a reader sees how many runs a figure
+//! rests on and how far they spread.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Result;
+use ontime_scenario::results::RunResults;
+
+/// Median and range of one figure over a setting's runs.
+struct Spread {
+    median: u64,
+    min: u64,
+    max: u64,
+    n: usize,
+}
+
+impl Spread {
+    fn of(mut v: Vec<u64>) -> Option<Spread> {
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_unstable();
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2
+        };
+        Some(Spread {
+            median,
+            min: v[0],
+            max: v[n - 1],
+            n,
+        })
+    }
+
+    fn text(&self, show: fn(u64) -> String) -> String {
+        if self.n == 1 || self.min == self.max {
+            show(self.median)
+        } else {
+            format!("{} ({}-{})", show(self.median), show(self.min), show(self.max))
+        }
+    }
+}
+
+fn ms(ns: u64) -> String {
+    if ns < 1_000_000 {
+        format!("{:.0} us", ns as f64 / 1e3)
+    } else {
+        format!("{:.2} ms", ns as f64 / 1e6)
+    }
+}
+
+fn count(n: u64) -> String {
+    n.to_string()
+}
+
+/// The table of one results directory.
+pub fn table(dir: &Path) -> Result<String> {
+    let runs = super::report::load_runs(dir)?;
+    Ok(table_of(&runs))
+}
+
+fn setting(r: &RunResults) -> String {
+    let s: Vec<String> = r
+        .record
+        .vars
+        .iter()
+        .map(|(k, v)| format!("{}={v}", k.rsplit('.').next().unwrap_or(k)))
+        .collect();
+    if s.is_empty() {
+        "-".into()
+    } else {
+        s.join(", ")
+    }
+}
+
+fn table_of(runs: &[RunResults]) -> String {
+    let mut out = String::new();
+    let Some(first) = runs.first() else {
+        return "No runs.\n".into();
+    };
+    let workload = first.record.workload;
+    let metric = workload.metric();
+    let with_relay = runs.iter().any(|r| r.record.relay.is_some());
+    // Settings in the order the runs were made.
+    let mut keys: Vec<String> = Vec::new();
+    for r in runs {
+        let k = setting(r);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let _ = write!(
+        out,
+        "| setting | runs | worst {metric} p99 | p99.9 | max | {} |",
+        workload.misses()
+    );
+    if with_relay {
+        out.push_str(" relay delay p99 |");
+    }
+    out.push_str("\n|---|---|---|---|---|---|");
+    if with_relay {
+        out.push_str("---|");
+    }
+    out.push('\n');
+    for k in &keys {
+        let of: Vec<&RunResults> = runs
+            .iter()
+            .filter(|r| &setting(r) == k && (r.record.complete || r.record.simulated.is_some()))
+            .collect();
+        let incomplete = runs
+            .iter()
+            .filter(|r| &setting(r) == k && !r.record.complete && r.record.simulated.is_none())
+            .count();
+        let worst = |p: Option<f64>| {
+            Spread::of(
+                of.iter()
+                    .filter_map(|r| {
+                        r.tenants
+                            .iter()
+                            .filter_map(|(_, t)| match p {
+                                Some(p) => t.headline().percentile(p),
+                                None => t.headline().max_ns,
+                            })
+                            .max()
+                    })
+                    .collect(),
+            )
+        };
+        let cell = |s: Option<Spread>, show: fn(u64) -> String| s.map_or("n/a".to_string(), |s| s.text(show));
+        let missed = Spread::of(
+            of.iter()
+                .map(|r| r.tenants.iter().map(|(_, t)| t.missed()).sum())
+                .collect(),
+        );
+        let runs_text = if incomplete > 0 {
+            format!("{} (+{incomplete} incomplete)", of.len())
+        } else {
+            of.len().to_string()
+        };
+        let _ = write!(
+            out,
+            "| {k} | {runs_text} | {} | {} | {} | {} |",
+            cell(worst(Some(99.0)), ms),
+            cell(worst(Some(99.9)), ms),
+            cell(worst(None), ms),
+            cell(missed, count),
+        );
+        if with_relay {
+            let relay = Spread::of(
+                of.iter()
+                    .filter_map(|r| r.record.relay.as_ref().and_then(|x| x.delay.percentile(99.0)))
+                    .collect(),
+            );
+            let _ = write!(out, " {} |", cell(relay, ms));
+        }
+        out.push('\n');
+    }
+    let _ = writeln!(
+        out,
+        "\nPer setting: the worst tenant's {metric} of each run, as the median over the runs (min-max); {} summed over a run's tenants, likewise.",
+        workload.misses()
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spread_is_the_median_and_range_of_the_runs() {
+        let s = Spread::of(vec![5_000_000, 1_000_000, 3_000_000]).unwrap();
+        assert_eq!((s.median, s.min, s.max, s.n), (3_000_000, 1_000_000, 5_000_000, 3));
+        assert_eq!(s.text(ms), "3.00 ms (1.00 ms-5.00 ms)");
+        assert_eq!(Spread::of(vec![2_000, 4_000]).unwrap().median, 3_000);
+        assert!(Spread::of(vec![]).is_none());
+        assert_eq!(Spread::of(vec![7]).unwrap().text(count), "7");
+    }
+}
