@@ -84,6 +84,9 @@ struct ReportArgs {
     /// Also per vCPU thread
     #[arg(long)]
     vcpus: bool,
+    /// Wake-up placement and preemption by who woke whom onto whom, and where run-queue waits come from
+    #[arg(long)]
+    wakeups: bool,
     #[command(flatten)]
     out: output::OutputFlags,
     /// Include per-window series (windows of 10 ms and longer) in the JSON
@@ -180,13 +183,16 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
         return Err(usage("--windows: every window must be between 100us and 1h"));
     }
     let rec = Recording::read(&a.recording).map_err(|e| usage(format!("{e:#}")))?;
-    let analysis = ontime_sched::analyze(
+    let mut analysis = ontime_sched::analyze(
         &rec,
         &AnalysisOptions {
             windows: a.windows.clone(),
             series: a.series || a.plots.is_some(),
         },
     );
+    if a.wakeups {
+        analysis.wake_detail = Some(ontime_sched::wake_detail::of_recording(&rec));
+    }
     if let Some(dir) = &a.plots {
         let files = ontime_observe::plots::write_all(&analysis, dir)?;
         ontime_core::errln!("ontime: wrote {} figures to {}", files.len(), dir.display());

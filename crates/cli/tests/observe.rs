@@ -214,6 +214,18 @@ fn record_and_report(mechanism: &str, dir: &Path) {
     let text = run(&["observe", "report", file]);
     assert!(text.status.success());
     assert!(String::from_utf8_lossy(&text.stdout).contains("busy"));
+    assert!(report.get("wake_detail").is_none(), "only with --wakeups");
+    let text = run(&["observe", "report", file, "--wakeups"]);
+    assert!(text.status.success());
+    assert!(String::from_utf8_lossy(&text.stdout).contains("run-queue wait came from"));
+    let wakeups = json(&run(&["observe", "report", file, "--wakeups", "--json"]));
+    let detail = &wakeups["wake_detail"];
+    assert!(detail["queue_waits"].is_array(), "{detail}");
+    if cpus < 3.0 {
+        // More loops than CPUs: they preempt one another.
+        let preempted = detail["preempted_waits"].as_array().expect("preempted_waits");
+        assert!(!preempted.is_empty(), "{detail}");
+    }
 }
 
 #[test]

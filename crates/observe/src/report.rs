@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use ontime_core::duration::format_ns;
-use ontime_sched::analysis::Analysis;
+use ontime_sched::analysis::{Analysis, WakeDetail};
 use ontime_sched::analyze::WindowUsage;
 
 /// 1ms, 250us, 1s: window lengths in a table column.
@@ -250,8 +250,139 @@ fn text(a: &Analysis, vcpus: bool) -> String {
             );
         }
     }
+    if let Some(d) = &a.wake_detail {
+        wake_detail_text(&mut out, d);
+    }
     for n in &a.notes {
         let _ = writeln!(out, "\nnote: {n}");
     }
     out
+}
+
+/// Rows each wake-up table prints; the JSON has them all.
+const WAKE_ROWS: usize = 20;
+
+fn us(v: Option<u64>) -> String {
+    v.map(|n| format!("{:.0}", n as f64 / 1e3))
+        .unwrap_or_else(|| "n/a".into())
+}
+
+fn yes(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+fn more_rows(out: &mut String, rows: usize) {
+    if rows > WAKE_ROWS {
+        let _ = writeln!(out, "  ... {} more in the JSON", rows - WAKE_ROWS);
+    }
+}
+
+/// `observe report --wakeups`: placement by situation, preemption pairs,
+/// preempted waits and where the run-queue waits came from.
+fn wake_detail_text(out: &mut String, d: &WakeDetail) {
+    let _ = writeln!(
+        out,
+        "\nWake-up placement by situation (tracked threads that ran before; stayed = queued on the CPU it last ran on):"
+    );
+    if !d.wakers_recorded {
+        let _ = writeln!(out, "  (this recording does not name the thread current at a wake-up)");
+    }
+    let _ = writeln!(
+        out,
+        "  {:<9} {:<16} {:<10} {:<10} {:<10} {:>8} {:>8} {:>6}",
+        "woken", "woken by", "from", "last CPU", "others", "stayed", "moved", "moved%"
+    );
+    for r in d.placement.iter().take(WAKE_ROWS) {
+        let _ = writeln!(
+            out,
+            "  {:<9} {:<16} {:<10} {:<10} {:<10} {:>8} {:>8} {:>5.0}%",
+            r.woken,
+            r.by,
+            if r.from_last_cpu { "last CPU" } else { "another" },
+            r.last_cpu_runs,
+            r.other_cpus_run,
+            r.stayed,
+            r.moved,
+            r.moved_pct()
+        );
+    }
+    more_rows(out, d.placement.len());
+    let _ = writeln!(
+        out,
+        "\nWoken behind a busy CPU while another idled, by woken <- occupant: got the CPU by preempting it \
+         (preempt), as it slept (slept), within {} or later (late), by moving (moved), after another thread (other):",
+        format_ns(ontime_sched::analysis::WAKE_AT_ONCE_NS)
+    );
+    let _ = writeln!(
+        out,
+        "  {:<36} {:>8} {:>6} {:>8} {:>6} {:>6} {:>6}  {:>8} {:>8}",
+        "woken <- occupant", "preempt", "late", "slept", "late", "moved", "other", "p50 us", "p99 us"
+    );
+    for p in d.preemption.iter().take(WAKE_ROWS) {
+        let _ = writeln!(
+            out,
+            "  {:<36} {:>8} {:>6} {:>8} {:>6} {:>6} {:>6}  {:>8} {:>8}",
+            format!("{} <- {}", p.woken, p.occupant),
+            p.preempted_at_once,
+            p.preempted_late,
+            p.occupant_slept_at_once,
+            p.occupant_slept_late,
+            p.moved,
+            p.other,
+            us(p.wait_p50_ns),
+            us(p.wait_p99_ns)
+        );
+    }
+    more_rows(out, d.preemption.len());
+    let _ = writeln!(
+        out,
+        "\nPreempted (switched out still runnable), by preempted <- preemptor: how long until it ran again:"
+    );
+    let _ = writeln!(
+        out,
+        "  {:<36} {:<8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "preempted <- by", "ran next", "count", "p50 us", "p90 us", "p99 us", "max us"
+    );
+    for w in d.preempted_waits.iter().take(WAKE_ROWS) {
+        let _ = writeln!(
+            out,
+            "  {:<36} {:<8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            format!("{} <- {}", w.preempted, w.by),
+            if w.moved { "moved" } else { "same" },
+            w.count,
+            us(w.p50_ns),
+            us(w.p90_ns),
+            us(w.p99_ns),
+            us(Some(w.max_ns))
+        );
+    }
+    more_rows(out, d.preempted_waits.len());
+    let _ = writeln!(
+        out,
+        "\nWhere the tracked threads' run-queue wait came from (ms/s = ms waited per second per thread of the name):"
+    );
+    let _ = writeln!(
+        out,
+        "  {:<16} {:<9} {:<16} {:>10} {:>10} {:>8} {:>8} {:>8}",
+        "waiting", "began", "CPU held by", "other idle", "ran moved", "ms/s", "count", "mean us"
+    );
+    for q in d.queue_waits.iter().take(WAKE_ROWS) {
+        let _ = writeln!(
+            out,
+            "  {:<16} {:<9} {:<16} {:>10} {:>10} {:>8.2} {:>8} {:>8}",
+            q.waiting,
+            q.began,
+            q.held_by,
+            yes(q.idle_elsewhere),
+            yes(q.ran_elsewhere),
+            q.ms_per_s,
+            q.count,
+            us(Some(q.mean_ns()))
+        );
+    }
+    more_rows(out, d.queue_waits.len());
 }

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analyze::{AnalysisOptions, Analyzer};
 use crate::report::GroupReport;
+pub use crate::wake_detail::WakeDetail;
 pub use crate::wakeups::{WakePlacement, WakePreemption, WakePreemptionByKind, WAKE_AT_ONCE_NS};
 use ontime_trace::recording::{Group, GroupKind, Recording};
 use ontime_trace::targets::{counts_as_vcpu, is_vcpu_name};
@@ -43,6 +44,11 @@ pub struct Analysis {
     /// Whether the host kept its CPUs busy while vCPUs waited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub work_conservation: Option<WorkConservation>,
+    /// Wake-ups by who woke whom onto whom, and where the run-queue waits
+    /// came from ([`crate::wake_detail::of_recording`]; `observe report
+    /// --wakeups` adds them, absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_detail: Option<WakeDetail>,
 }
 
 /// vCPU time spent runnable behind a busy CPU, and how much of it passed
@@ -247,5 +253,6 @@ pub fn analyze_with(
             queued_while_idle_ns: a.queued_while_idle_ns,
             wakeups: Some(a.wake_placement),
         }),
+        wake_detail: None,
     }
 }

@@ -9,11 +9,14 @@
 //! ([`analyze::Analyzer`]), [`window`] its window accumulators,
 //! [`wakeups`] what it counts of the host's work conservation and wake-up
 //! placement, [`report`] the per-group figures it reports, and
-//! [`analysis`] a whole recording analysed.
+//! [`analysis`] a whole recording analysed. [`wake_detail`] breaks the
+//! wake-ups down by who woke whom onto whom, and the run-queue waits by
+//! where they came from, in a pass of its own (`observe report --wakeups`).
 
 pub mod analysis;
 pub mod analyze;
 pub mod report;
+pub mod wake_detail;
 pub mod wakeups;
 pub mod window;
 

@@ -829,7 +829,8 @@ pub fn write_runs(results: &Path, runs: &[SimRun]) -> Result<Vec<PathBuf>> {
                     serde_json::to_string_pretty(a)?.as_bytes(),
                 )?;
                 // The same events as a recording, for what reads events
-                // one by one (`ontime observe report`, scripts/wake-preemption.py).
+                // one by one (`ontime observe report`, with `--wakeups` who
+                // woke whom).
                 recording.write(&dir.join("observe.otrec"))?;
                 Some(ontime_scenario::record::ObserveOutcome {
                     recorder: "sim".into(),

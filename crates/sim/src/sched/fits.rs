@@ -25,11 +25,13 @@ pub struct MeasuredWakeups {
     pub preempts: Option<f64>,
     /// A fair thread waking while its last CPU runs a real-time or
     /// deadline thread goes to a CPU that runs none, idle first, else one
-    /// running a fair thread. The lab VM's kernel (`scripts/wake-placement.py`
-    /// on two runs of 4 tenants at 100/s, gateway at fifo:95): with the
-    /// relay at fifo:90, 741 of 741 crawlers so woken went to the idle
-    /// CPU and 1079 of 1235 (87 %) to the one running a crawler; with the
-    /// relay fair, 456 of 456 and 203 of 361 (56 %). The model moves all.
+    /// running a fair thread. The lab VM's kernel (`ontime observe report
+    /// --wakeups`, placement by what the last CPU ran: the host I/O path,
+    /// or the gateway among the untracked; two runs of 4 tenants at
+    /// 100/s, gateway at fifo:95): with the relay at fifo:90, 741 of 741
+    /// crawlers so woken went to the idle CPU and 1079 of 1235 (87 %) to
+    /// the one running a crawler; with the relay fair, 456 of 456 and 203
+    /// of 361 (56 %). The model moves all.
     /// false: only to an idle CPU, as `select_idle_sibling` does.
     pub leave_real_time: bool,
 }
