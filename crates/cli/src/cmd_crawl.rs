@@ -1,10 +1,11 @@
 //! `ontime crawl`: poll gateways on a fixed period and report send lag,
 //! response time, interval error and missed polls.
 
+use crate::flags::DurationFlag;
 use crate::output;
-use crate::usage;
 use anyhow::Context;
 use clap::Args;
+use ontime_core::bad_input;
 use ontime_core::caps::Capabilities;
 use ontime_core::duration::{format_ns, parse_ns};
 use ontime_core::manifest::Manifest;
@@ -22,7 +23,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// `-D` when not given: 10 s.
+const DURATION_NS: u64 = 10_000_000_000;
+
 #[derive(Args)]
+#[command(mut_arg("duration", DurationFlag::help("Length of the run", Some(DURATION_NS))))]
 pub struct CrawlArgs {
     /// Crawl config (TOML: [[gateway]] url/points, period, points_per_request, phase)
     #[arg(long, short = 'c')]
@@ -51,9 +56,8 @@ pub struct CrawlArgs {
     /// Connections per gateway and vCPU thread, at most
     #[arg(long)]
     max_connections: Option<usize>,
-    /// Length of the run
-    #[arg(short = 'D', long, default_value = "10s", value_parser = parse_ns)]
-    duration: u64,
+    #[command(flatten)]
+    duration: DurationFlag,
     /// Threads that do all the crawl's work (stands in for a k-vCPU guest)
     #[arg(long, default_value_t = 1)]
     vcpus: usize,
@@ -133,13 +137,13 @@ fn build_file(a: &CrawlArgs) -> anyhow::Result<CrawlFile> {
     let mut file = match &a.config {
         Some(p) => {
             if !a.url.is_empty() {
-                return Err(usage("give either --config or --url, not both"));
+                return Err(bad_input("give either --config or --url, not both"));
             }
-            CrawlFile::from_file(p).map_err(|e| usage(format!("{e:#}")))?
+            CrawlFile::from_file(p).map_err(|e| bad_input(format!("{e:#}")))?
         }
         None => {
             if a.url.is_empty() {
-                return Err(usage(
+                return Err(bad_input(
                     "no gateway to poll: give --url http://HOST:PORT/BUILDING (repeatable) or --config FILE",
                 ));
             }
@@ -148,7 +152,7 @@ fn build_file(a: &CrawlArgs) -> anyhow::Result<CrawlFile> {
             match (a.points, a.rate) {
                 (Some(p), _) => CrawlFile::of_points(a.url.clone(), p, n, period),
                 (None, Some(r)) => {
-                    CrawlFile::for_rate(a.url.clone(), r, n, period).map_err(|e| usage(format!("--{e}")))?
+                    CrawlFile::for_rate(a.url.clone(), r, n, period).map_err(|e| bad_input(format!("--{e}")))?
                 }
                 (None, None) => CrawlFile::of_points(a.url.clone(), 1000, n, period),
             }
@@ -185,7 +189,7 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
         crawl: build_file(&a)?,
         run: RunOptions {
             vcpus: a.vcpus,
-            duration_ns: a.duration,
+            duration_ns: a.duration.or(DURATION_NS),
             thread: ThreadSettings {
                 policy: a.policy,
                 affinity: a.affinity.clone().map(|c| c.0).unwrap_or_default(),
@@ -231,9 +235,9 @@ pub fn execute(
     out: &output::OutputFlags,
     origin: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
-    p.validate().map_err(|e| usage(format!("--{e}")))?;
+    p.validate().map_err(|e| bad_input(format!("--{e}")))?;
     let where_ = origin.map(|f| format!("{}: ", f.display())).unwrap_or_default();
-    let cfg = p.config().map_err(|e| usage(format!("{where_}{e:#}")))?;
+    let cfg = p.config().map_err(|e| bad_input(format!("{where_}{e:#}")))?;
     output::check_outputs(&[
         ("--result", p.result.as_deref()),
         ("--hlog", p.run.hlog.as_deref()),
@@ -315,7 +319,7 @@ impl LocalGateway {
         let mut seen = std::collections::HashSet::new();
         for gw in &cfg.gateways {
             if !gw.addr.ip().is_loopback() {
-                return Err(usage(format!(
+                return Err(bad_input(format!(
                     "--with-gateway serves loopback addresses only, not {}",
                     gw.addr
                 )));
@@ -341,7 +345,9 @@ impl LocalGateway {
             log: g.log.clone(),
             buildings,
         };
-        config.validate().map_err(|e| usage(format!("--with-gateway: {e:#}")))?;
+        config
+            .validate()
+            .map_err(|e| bad_input(format!("--with-gateway: {e:#}")))?;
         let file = tempfile::Builder::new()
             .prefix("ontime-gateway-")
             .suffix(".json")

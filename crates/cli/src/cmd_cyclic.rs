@@ -1,9 +1,10 @@
 //! `ontime cyclic`: periodic wake-up probe with cyclictest's flags where they
 //! mean the same (-t -a -i -d -p -m -l -D -h), optional stress-ng load.
 
+use crate::flags::DurationFlag;
 use crate::output;
-use crate::usage;
 use clap::{ArgAction, Args};
+use ontime_core::bad_input;
 use ontime_core::caps::Capabilities;
 use ontime_core::duration::{format_ns, parse_ns};
 use ontime_core::manifest::Manifest;
@@ -24,7 +25,10 @@ fn parse_us_or_duration(s: &str) -> Result<u64, String> {
 }
 
 #[derive(Args)]
-#[command(disable_help_flag = true)]
+#[command(
+    disable_help_flag = true,
+    mut_arg("duration", DurationFlag::help("Length of the run, e.g. 60s", None))
+)]
 pub struct CyclicArgs {
     /// Print help
     #[arg(long, action = ArgAction::Help)]
@@ -56,9 +60,8 @@ pub struct CyclicArgs {
     /// Number of wake-ups per thread
     #[arg(short = 'l', long)]
     loops: Option<u64>,
-    /// Length of the run, e.g. 60s
-    #[arg(short = 'D', long, value_parser = parse_ns)]
-    duration: Option<u64>,
+    #[command(flatten)]
+    duration: DurationFlag,
     /// Print a histogram with this many 1-us bins in cyclictest's -h layout
     #[arg(short = 'h', long, default_value_t = 0)]
     histogram: usize,
@@ -84,11 +87,11 @@ pub struct CyclicArgs {
 fn resolve_policy(policy: Option<&str>, prio: Option<u8>) -> anyhow::Result<Policy> {
     let p = match (policy, prio) {
         (None, None) => Policy::Other,
-        (None, Some(p)) => format!("fifo:{p}").parse().map_err(usage)?,
-        (Some(name @ ("fifo" | "rr")), Some(p)) => format!("{name}:{p}").parse().map_err(usage)?,
-        (Some(spec), None) => spec.parse().map_err(usage)?,
+        (None, Some(p)) => format!("fifo:{p}").parse().map_err(bad_input)?,
+        (Some(name @ ("fifo" | "rr")), Some(p)) => format!("{name}:{p}").parse().map_err(bad_input)?,
+        (Some(spec), None) => spec.parse().map_err(bad_input)?,
         (Some(spec), Some(_)) => {
-            return Err(usage(format!("-p goes with --policy fifo or rr, not '{spec}'")));
+            return Err(bad_input(format!("-p goes with --policy fifo or rr, not '{spec}'")));
         }
     };
     Ok(p)
@@ -111,7 +114,7 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
             policy,
             mlockall: a.mlockall,
             loops: a.loops,
-            duration_ns: a.duration,
+            duration_ns: a.duration.until_stopped(),
             histogram_us: a.histogram,
             threshold_ns: a.probe.threshold,
             dma_latency: !a.probe.no_dma_latency,
@@ -130,7 +133,7 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
 
 /// Runs a wake-up probe, whether its flags or a lab spec built it.
 pub fn execute(p: CyclicProbe, out: &output::OutputFlags) -> anyhow::Result<()> {
-    p.validate().map_err(usage)?;
+    p.validate().map_err(bad_input)?;
     output::check_outputs(&[
         ("--result", p.result.as_deref()),
         ("--histfile", p.histfile.as_deref()),
@@ -138,7 +141,7 @@ pub fn execute(p: CyclicProbe, out: &output::OutputFlags) -> anyhow::Result<()> 
         ("--hlog", p.options.hlog.as_deref()),
     ])?;
     let load: Option<LoadProfile> = match &p.load {
-        Some(l) => Some(l.parse().map_err(|e| usage(format!("--load {l}: {e}")))?),
+        Some(l) => Some(l.parse().map_err(|e| bad_input(format!("--load {l}: {e}")))?),
         None => None,
     };
     let stop = Arc::new(AtomicBool::new(false));

@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use ontime_fleet::conn::NatsArgs;
 
 use crate::output;
-use crate::usage;
+use ontime_core::bad_input;
 
 #[derive(Args, Debug)]
 pub struct AgentArgs {
@@ -23,7 +23,7 @@ pub struct AgentArgs {
 }
 
 pub fn agent(a: AgentArgs) -> anyhow::Result<()> {
-    let c = ontime_fleet::agent::AgentConfig::read(&a.config).map_err(|e| usage(format!("{e:#}")))?;
+    let c = ontime_fleet::agent::AgentConfig::read(&a.config).map_err(|e| bad_input(format!("{e:#}")))?;
     let targets = match &c.record {
         Some(r) => Some(
             crate::flags::TargetArgs {
@@ -83,7 +83,7 @@ pub struct AnalyseArgs {
 
 pub fn analyse(a: AnalyseArgs) -> anyhow::Result<()> {
     if !(1_000_000_000..=3_600_000_000_000).contains(&a.ack_wait) {
-        return Err(usage("--ack-wait: use 1s to 1h"));
+        return Err(bad_input("--ack-wait: use 1s to 1h"));
     }
     let name = a.name.clone().unwrap_or_else(|| {
         format!(
@@ -166,7 +166,7 @@ pub fn fleet(a: FleetArgs) -> anyhow::Result<()> {
         }
         FleetAction::Top(t) => {
             if !(500_000_000..=3_600_000_000_000).contains(&t.interval) {
-                return Err(usage("--interval: use 500ms to 1h"));
+                return Err(bad_input("--interval: use 500ms to 1h"));
             }
             let stop = Arc::new(AtomicBool::new(false));
             crate::signals::install_flag(stop.clone())?;

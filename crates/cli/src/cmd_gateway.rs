@@ -1,8 +1,8 @@
 //! `ontime gateway`: serve emulated building gateways; `ontime gateway
 //! analyze`: interval error from a gateway's receive log.
 
-use crate::usage;
 use clap::{Args, Subcommand};
+use ontime_core::bad_input;
 use ontime_core::duration::parse_ns;
 use ontime_gateway::{Faults, GatewayConfig};
 use ontime_scenario::probe::GatewayProbe;
@@ -104,7 +104,7 @@ struct ServeArgs {
 impl ServeArgs {
     fn to_config(&self) -> anyhow::Result<GatewayConfig> {
         let mut cfg = match &self.config {
-            Some(p) => GatewayConfig::from_file(p).map_err(|e| usage(format!("{e:#}")))?,
+            Some(p) => GatewayConfig::from_file(p).map_err(|e| bad_input(format!("{e:#}")))?,
             None => {
                 // Before anything is made: the buildings are built in memory.
                 GatewayConfig::check_size(
@@ -112,9 +112,9 @@ impl ServeArgs {
                     self.buildings as u64 * self.points as u64,
                     self.threads.unwrap_or(1) as u64,
                 )
-                .map_err(|e| usage(format!("{e:#}")))?;
+                .map_err(|e| bad_input(format!("{e:#}")))?;
                 if self.port_per_building && self.listen.port() as u64 + self.buildings as u64 - 1 > 65535 {
-                    return Err(usage(format!(
+                    return Err(bad_input(format!(
                         "--port-per-building: {} buildings from port {} go past port 65535",
                         self.buildings,
                         self.listen.port()
@@ -142,7 +142,7 @@ impl ServeArgs {
               spike_probability => spike_probability, error_probability => error_probability,
               drop_probability => drop_probability, malformed_probability => malformed_probability,
               point_fault_probability => point_fault_probability);
-        cfg.validate().map_err(|e| usage(format!("{e:#}")))?;
+        cfg.validate().map_err(|e| bad_input(format!("{e:#}")))?;
         Ok(cfg)
     }
 }
@@ -164,7 +164,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
 /// Serves a gateway until stopped, whether its flags or a spec built it.
 pub fn execute(p: GatewayProbe) -> anyhow::Result<()> {
     let GatewayProbe { config: cfg, result } = p;
-    cfg.validate().map_err(|e| usage(format!("{e:#}")))?;
+    cfg.validate().map_err(|e| bad_input(format!("{e:#}")))?;
     crate::output::check_outputs(&[("--result", result.as_deref()), ("--log", cfg.log.as_deref())])?;
     let summary: Vec<String> = cfg
         .buildings
@@ -202,7 +202,7 @@ pub fn execute(p: GatewayProbe) -> anyhow::Result<()> {
 
 fn analyze(a: AnalyzeArgs) -> anyhow::Result<()> {
     if !a.log.exists() {
-        return Err(usage(format!("no receive log at {}", a.log.display())));
+        return Err(bad_input(format!("no receive log at {}", a.log.display())));
     }
     ontime_core::limits::duration(
         "--period",
@@ -210,9 +210,12 @@ fn analyze(a: AnalyzeArgs) -> anyhow::Result<()> {
         ontime_core::limits::MIN_PERIOD_NS,
         ontime_core::limits::MAX_DURATION_NS,
     )
-    .map_err(usage)?;
+    .map_err(bad_input)?;
     if a.log.is_dir() {
-        return Err(usage(format!("{} is a directory, not a receive log", a.log.display())));
+        return Err(bad_input(format!(
+            "{} is a directory, not a receive log",
+            a.log.display()
+        )));
     }
     if let Some(t) = a.timeout {
         ontime_core::limits::duration(
@@ -221,13 +224,13 @@ fn analyze(a: AnalyzeArgs) -> anyhow::Result<()> {
             ontime_core::limits::MIN_PERIOD_NS,
             ontime_core::limits::MAX_DURATION_NS,
         )
-        .map_err(usage)?;
+        .map_err(bad_input)?;
     }
     crate::output::check_outputs(&[("--result", a.out.result.as_deref())])?;
     // The log is the user's input: a line that is not a receive-log line,
     // or a count that cannot be true, is bad input (exit 2).
     let r = ontime_gateway::recvlog::analyze(&a.log, a.period, a.timeout.unwrap_or(a.period), a.threshold)
-        .map_err(|e| usage(format!("{e:#}")))?;
+        .map_err(|e| bad_input(format!("{e:#}")))?;
     let text = ontime_core::export::TextReport::text(&r);
     a.out.emit(&r, &text)
 }

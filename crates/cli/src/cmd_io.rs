@@ -2,10 +2,10 @@
 //! virtual-disk and physical-disk layers, and which cache absorbed what
 //! (document 004).
 
-use crate::flags::TargetArgs;
+use crate::flags::{DurationFlag, TargetArgs};
 use crate::output;
-use crate::usage;
 use clap::{Args, Subcommand};
+use ontime_core::bad_input;
 use ontime_core::duration::{format_ns, parse_ns};
 use ontime_scenario::probe::IoWorkloadProbe;
 use ontime_trace::io::IoRecordOptions;
@@ -48,6 +48,10 @@ struct IoAdviseArgs {
 }
 
 #[derive(Args)]
+#[command(mut_arg(
+    "duration",
+    DurationFlag::help_and_d("How long to record, e.g. 30s [default: until Ctrl-C]", None)
+))]
 struct IoRecordArgs {
     #[command(flatten)]
     targets: TargetArgs,
@@ -60,9 +64,8 @@ struct IoRecordArgs {
     /// The recording file
     #[arg(short = 'o', long, default_value = "io.otrec")]
     output: PathBuf,
-    /// How long to record, e.g. 30s [default: until Ctrl-C]
-    #[arg(short = 'D', visible_short_alias = 'd', long, value_parser = parse_ns)]
-    duration: Option<u64>,
+    #[command(flatten)]
+    duration: DurationFlag,
     /// How often the ring is drained to the file
     #[arg(long, default_value = "100ms", value_parser = parse_ns)]
     drain_every: u64,
@@ -115,7 +118,7 @@ pub fn run(args: IoArgs) -> anyhow::Result<()> {
 fn record(a: IoRecordArgs) -> anyhow::Result<()> {
     let targets = a.targets.resolve()?;
     if targets.everything {
-        return Err(usage(
+        return Err(bad_input(
             "io record watches named tenants; --all is not supported (name them with --lab, --cgroup or --pid)",
         ));
     }
@@ -146,18 +149,18 @@ fn record(a: IoRecordArgs) -> anyhow::Result<()> {
             "ontime: --guest traces QEMU's calls on its images (--calls: its thread pool's preadv/pwritev, which carry every request with aio=threads and the misaligned ones with cache=none; only aio=io_uring without cache=none does not need it): every system call on this host is slower while it records"
         );
     }
-    crate::cmd_observe::check_recording_times(a.duration, a.drain_every)?;
+    crate::cmd_observe::check_recording_times(a.duration.until_stopped(), a.drain_every)?;
     if !(10_000_000..=60_000_000_000).contains(&a.state_every) {
-        return Err(usage("--state-every must be between 10ms and 60s"));
+        return Err(bad_input("--state-every must be between 10ms and 60s"));
     }
     output::check_outputs(&[("-o", Some(&a.output)), ("--result", a.out.result.as_deref())])?;
     let mut images: Vec<(u32, PathBuf)> = Vec::new();
     for spec in &a.disk {
         let Some((name, image)) = spec.split_once('=') else {
-            return Err(usage(format!("--disk {spec}: expected NAME=IMAGE")));
+            return Err(bad_input(format!("--disk {spec}: expected NAME=IMAGE")));
         };
         let Some(g) = targets.groups.iter().position(|g| g.name == name) else {
-            return Err(usage(format!(
+            return Err(bad_input(format!(
                 "--disk {spec}: no tenant named {name} (tenants: {})",
                 targets
                     .groups
@@ -169,7 +172,7 @@ fn record(a: IoRecordArgs) -> anyhow::Result<()> {
         };
         let block = ontime_trace::io::BlockDevice::of_node(Path::new(image)).is_some();
         if !Path::new(image).is_file() && !block {
-            return Err(usage(format!(
+            return Err(bad_input(format!(
                 "--disk {spec}: {image} is neither a file nor a block device"
             )));
         }
@@ -204,13 +207,14 @@ fn record(a: IoRecordArgs) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     crate::signals::install_flag(stop.clone())?;
     let names: Vec<&str> = targets.groups.iter().map(|g| g.name.as_str()).collect();
-    let summary = ontime_trace::io::record(&opts, &stop, a.duration.map(Duration::from_nanos), &mut |_| {
+    let until = a.duration.until_stopped();
+    let summary = ontime_trace::io::record(&opts, &stop, until.map(Duration::from_nanos), &mut |_| {
         ontime_core::errln!(
             "ontime: recording the I/O of {} ({} virtual disk(s)) to {} {}",
             names.join(", "),
             opts.images.len(),
             a.output.display(),
-            a.duration
+            until
                 .map(|d| format!("for {}", format_ns(d)))
                 .unwrap_or_else(|| "until Ctrl-C".into())
         );
@@ -225,8 +229,8 @@ fn record(a: IoRecordArgs) -> anyhow::Result<()> {
 
 fn report(path: &Path, figures: Option<&Path>, series: bool, out: &output::OutputFlags) -> anyhow::Result<()> {
     output::check_outputs(&[("--result", out.result.as_deref())])?;
-    let rec = Recording::read(path).map_err(|e| usage(format!("{e:#}")))?;
-    let mut analysis = ontime_io::analyze(&rec, path).map_err(|e| usage(format!("{e:#}")))?;
+    let rec = Recording::read(path).map_err(|e| bad_input(format!("{e:#}")))?;
+    let mut analysis = ontime_io::analyze(&rec, path).map_err(|e| bad_input(format!("{e:#}")))?;
     if let Some(dir) = figures {
         let files = ontime_io::figures(&analysis, dir)?;
         ontime_core::errln!("ontime: wrote {} figures to {}", files.len(), dir.display());
@@ -239,7 +243,17 @@ fn report(path: &Path, figures: Option<&Path>, series: bool, out: &output::Outpu
     out.emit(&analysis, &ontime_core::export::TextReport::text(&analysis))
 }
 
+/// `io workload -D` when not given: 10 s.
+const WORKLOAD_DURATION_NS: u64 = 10_000_000_000;
+
 #[derive(Args)]
+#[command(mut_arg(
+    "duration",
+    DurationFlag::help_and_d(
+        "How long fio runs; Postmark is sized to about this long; dd makes one pass",
+        Some(WORKLOAD_DURATION_NS)
+    )
+))]
 struct IoWorkloadArgs {
     /// fio (sequential or random I/O), dd (one sequential pass), postmark
     /// (small files) or command (your own program, after --)
@@ -260,9 +274,8 @@ struct IoWorkloadArgs {
     /// Where the data goes (a tenant's disk is mounted at /mnt/ontime-disk)
     #[arg(long, default_value = ontime_core::names::DISK_MOUNT)]
     dir: PathBuf,
-    /// How long fio runs; Postmark is sized to about this long; dd makes one pass
-    #[arg(short = 'D', visible_short_alias = 'd', long, default_value = "10s", value_parser = parse_ns)]
-    duration: u64,
+    #[command(flatten)]
+    duration: DurationFlag,
     /// Keep the tool's own output here
     #[arg(long, value_name = "FILE")]
     log: Option<PathBuf>,
@@ -285,7 +298,7 @@ fn workload(a: IoWorkloadArgs) -> anyhow::Result<()> {
                 command: a.command,
             },
             dir: a.dir,
-            duration_s: a.duration / 1_000_000_000,
+            duration_s: a.duration.or(WORKLOAD_DURATION_NS) / 1_000_000_000,
             log: a.log,
             result: a.out.result.clone(),
         },
@@ -296,13 +309,13 @@ fn workload(a: IoWorkloadArgs) -> anyhow::Result<()> {
 /// An I/O workload, whether its flags or a lab spec built it.
 pub fn execute_workload(p: IoWorkloadProbe, out: &output::OutputFlags) -> anyhow::Result<()> {
     if !p.dir.is_dir() {
-        return Err(usage(format!(
+        return Err(bad_input(format!(
             "--dir {}: no such directory (give the tenant disk's mount point)",
             p.dir.display()
         )));
     }
     output::check_outputs(&[("--result", p.result.as_deref()), ("--log", p.log.as_deref())])?;
-    p.validate().map_err(usage)?;
+    p.validate().map_err(bad_input)?;
     let r = ontime_io::workload::run(&p.workload, &p.dir, p.duration_s, p.log.as_deref())?;
     output::emit(
         &r,
@@ -314,7 +327,7 @@ pub fn execute_workload(p: IoWorkloadProbe, out: &output::OutputFlags) -> anyhow
 
 fn advise(a: IoAdviseArgs) -> anyhow::Result<()> {
     output::check_outputs(&[("--result", a.out.result.as_deref())])?;
-    let dirs = ontime_scenario::results::run_dirs(&a.results).map_err(|e| usage(format!("{e:#}")))?;
+    let dirs = ontime_scenario::results::run_dirs(&a.results).map_err(|e| bad_input(format!("{e:#}")))?;
     let mut runs = Vec::new();
     for d in dirs {
         match ontime_scenario::results::read_run(&d) {
@@ -324,7 +337,7 @@ fn advise(a: IoAdviseArgs) -> anyhow::Result<()> {
     }
     let report = ontime_report::iocells::advice(&runs);
     if report.cells == 0 {
-        return Err(usage(format!(
+        return Err(bad_input(format!(
             "{} has no finished run of I/O tenants ([tenant.io] with tenant.memory); run e.g. scenarios/doc-004.toml",
             a.results.display()
         )));

@@ -1,7 +1,7 @@
 //! `ontime lab run|report|clean`: experiments from scenario files.
 
-use crate::usage;
 use clap::{Args, Subcommand};
+use ontime_core::bad_input;
 use ontime_lab::runner::{self, Event, RunnerOptions};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -79,10 +79,10 @@ pub fn run(a: LabArgs) -> anyhow::Result<()> {
 
 fn run_scenario(a: RunArgs) -> anyhow::Result<()> {
     if !a.scenario.exists() {
-        return Err(usage(format!("no scenario file at {}", a.scenario.display())));
+        return Err(bad_input(format!("no scenario file at {}", a.scenario.display())));
     }
-    let text = ontime_core::fsio::read_text(&a.scenario, "scenario (TOML)").map_err(|e| usage(format!("{e:#}")))?;
-    let plan = ontime_scenario::scenario::load_str(&text, &a.scenario).map_err(|e| usage(format!("{e:#}")))?;
+    let text = ontime_core::fsio::read_text(&a.scenario, "scenario (TOML)").map_err(|e| bad_input(format!("{e:#}")))?;
+    let plan = ontime_scenario::scenario::load_str(&text, &a.scenario).map_err(|e| bad_input(format!("{e:#}")))?;
     let results = a
         .results
         .clone()
@@ -161,8 +161,11 @@ pub fn execute(
     );
     pb.finish_and_clear();
     let (done, skipped) = outcome.map_err(|e| {
+        // The host cannot run the scenario as written (no guest kit, QEMU
+        // or vhost-net): not bad input in the lab's terms, but the user's
+        // to fix before anything is made, so exit 2 as documented.
         if e.is::<ontime_lab::qemu::HostCannot>() {
-            usage(format!("{e:#}"))
+            bad_input(format!("{e:#}"))
         } else {
             e
         }
@@ -190,7 +193,7 @@ pub fn execute(
 
 fn report(a: ReportArgs) -> anyhow::Result<()> {
     if !a.dir.exists() {
-        return Err(usage(format!("no results directory at {}", a.dir.display())));
+        return Err(bad_input(format!("no results directory at {}", a.dir.display())));
     }
     let bad_input = |e: anyhow::Error| match e.downcast_ref::<ontime_scenario::results::BadResultFile>() {
         Some(bad) => usage(bad.to_string()),
@@ -225,9 +228,10 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let w = ontime_report::report::write(&a.dir, a.out.as_deref()).map_err(|e| {
-        // A results file of the wrong shape is the user's input, not our failure.
-        match e.downcast_ref::<ontime_scenario::results::BadResultFile>() {
-            Some(bad) => usage(bad.to_string()),
+        // A results file of the wrong shape is the user's input, not our
+        // failure: said as the file's own one line, without the context.
+        match e.downcast_ref::<ontime_core::BadInput>() {
+            Some(bad) => bad_input(bad.to_string()),
             None => e,
         }
     })?;
@@ -244,7 +248,7 @@ fn clean(a: CleanArgs) -> anyhow::Result<()> {
     } else {
         ontime_lab::clean::clean(a.force).map_err(|e| {
             if e.is::<ontime_lab::clean::LabRunning>() {
-                usage(format!("{e:#}"))
+                bad_input(format!("{e:#}"))
             } else {
                 e
             }

@@ -3,8 +3,9 @@
 //! a lab run (it needs the tenants and the relay's switch); the channel
 //! verbs are its clients over the HTTP/JSON API.
 
-use crate::usage;
+use crate::flags::DurationFlag;
 use clap::{Args, Subcommand, ValueEnum};
+use ontime_core::bad_input;
 use ontime_core::duration::{format_ns, parse_ns};
 use ontime_net::api::{self, Client, Target};
 use ontime_net::channel::ChannelKind;
@@ -45,13 +46,16 @@ enum NetAction {
     Receive(ReceiveArgs),
 }
 
+/// `net controller -D` when not given: 1 h.
+const CONTROLLER_DURATION_NS: u64 = 3_600_000_000_000;
+
 #[derive(Args)]
+#[command(mut_arg("duration", DurationFlag::help("How long to serve", Some(CONTROLLER_DURATION_NS))))]
 struct ControllerArgs {
     /// A lab scenario with [net] [default: scenarios/net-controller.toml, built in]
     scenario: Option<PathBuf>,
-    /// How long to serve
-    #[arg(short = 'D', long, default_value = "1h", value_parser = parse_ns)]
-    duration: u64,
+    #[command(flatten)]
+    duration: DurationFlag,
     /// Results directory (channels, actions, relay counters)
     #[arg(short = 'o', long, default_value = "results/net-controller")]
     results: PathBuf,
@@ -163,6 +167,10 @@ struct MissesArgs {
 }
 
 #[derive(Args)]
+#[command(mut_arg(
+    "duration",
+    DurationFlag::help("How long to stay attached [default: until Ctrl-C]", None)
+))]
 struct DatapathArgs {
     /// Stamp what NETNS:INTERFACE sends (tc egress); repeatable
     #[arg(long)]
@@ -174,15 +182,18 @@ struct DatapathArgs {
     /// 1,10.0.0.1,10.0.0.2:5000,5ms (ID 1..63 is its DSCP); repeatable
     #[arg(long)]
     channel: Vec<String>,
-    /// How long to stay attached [default: until Ctrl-C]
-    #[arg(short = 'D', long, value_parser = parse_ns)]
-    duration: Option<u64>,
+    #[command(flatten)]
+    duration: DurationFlag,
     /// Write the counters and the per-packet cost here (JSON) at the end
     #[arg(long)]
     result: Option<PathBuf>,
 }
 
+/// `net send -D` when not given: 10 s.
+const SEND_DURATION_NS: u64 = 10_000_000_000;
+
 #[derive(Args)]
+#[command(mut_arg("duration", DurationFlag::help("How long to send", Some(SEND_DURATION_NS))))]
 struct SendArgs {
     /// Destination ADDRESS:PORT
     #[arg(long)]
@@ -196,8 +207,8 @@ struct SendArgs {
     /// Datagrams sent back to back each time
     #[arg(long, default_value_t = 1)]
     burst: u32,
-    #[arg(short = 'D', long, default_value = "10s", value_parser = parse_ns)]
-    duration: u64,
+    #[command(flatten)]
+    duration: DurationFlag,
     /// Wait this long before sending
     #[arg(long, default_value = "0s", value_parser = parse_ns)]
     start_after: u64,
@@ -241,7 +252,7 @@ pub fn run(a: NetArgs) -> anyhow::Result<()> {
 fn controller(a: ControllerArgs) -> anyhow::Result<()> {
     let (text, origin) = match &a.scenario {
         Some(p) => (
-            std::fs::read_to_string(p).map_err(|e| usage(format!("cannot read {}: {e}", p.display())))?,
+            std::fs::read_to_string(p).map_err(|e| bad_input(format!("cannot read {}: {e}", p.display())))?,
             p.clone(),
         ),
         None => (
@@ -249,17 +260,17 @@ fn controller(a: ControllerArgs) -> anyhow::Result<()> {
             PathBuf::from("net-controller.toml (built in)"),
         ),
     };
-    let mut plan = ontime_scenario::scenario::load_str(&text, &origin).map_err(|e| usage(format!("{e:#}")))?;
+    let mut plan = ontime_scenario::scenario::load_str(&text, &origin).map_err(|e| bad_input(format!("{e:#}")))?;
     let Some(first) = plan.runs.first_mut() else {
-        return Err(usage("the scenario has no runs"));
+        return Err(bad_input("the scenario has no runs"));
     };
     if first.config.net.is_none() {
-        return Err(usage(format!(
+        return Err(bad_input(format!(
             "{}: the controller needs a [net] section (see scenarios/net-controller.toml)",
             origin.display()
         )));
     }
-    first.config.duration = a.duration;
+    first.config.duration = a.duration.or(CONTROLLER_DURATION_NS);
     plan.runs.truncate(1);
     ontime_core::errln!(
         "ontime net controller: API on {} (token in {}); add channels with\n  ontime net channel add --from t0 --to building --port 5000 --rate-mbit 2 --deadline 5ms\nCtrl-C stops it.",
@@ -271,9 +282,9 @@ fn controller(a: ControllerArgs) -> anyhow::Result<()> {
 
 /// The answer's body as T, or the controller's error as ours.
 /// A request the controller refused for its own fault is bad input (exit 2).
-fn refused_is_usage(e: anyhow::Error) -> anyhow::Error {
+fn refused_is_bad_input(e: anyhow::Error) -> anyhow::Error {
     match e.downcast_ref::<api::Refused>() {
-        Some(r) if r.is_bad_request() => usage(r.to_string()),
+        Some(r) if r.is_bad_request() => bad_input(r.to_string()),
         _ => e,
     }
 }
@@ -295,7 +306,7 @@ fn add(a: AddArgs) -> anyhow::Result<()> {
         deadline_ns: a.deadline,
         vcpu_policy: a.vcpu_policy,
     };
-    let s = c.add_channel(&req).map_err(refused_is_usage)?;
+    let s = c.add_channel(&req).map_err(refused_is_bad_input)?;
     if a.client.json {
         crate::outln!("{}", serde_json::to_string_pretty(&s)?);
     } else {
@@ -317,7 +328,7 @@ fn add(a: AddArgs) -> anyhow::Result<()> {
 
 /// With --json the value is printed as JSON (None), else handed back.
 fn shown<T: serde::Serialize>(a: &ClientArgs, v: anyhow::Result<T>) -> anyhow::Result<Option<T>> {
-    let v = v.map_err(refused_is_usage)?;
+    let v = v.map_err(refused_is_bad_input)?;
     if a.json {
         crate::outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(None);
@@ -382,7 +393,7 @@ fn list(a: ClientArgs) -> anyhow::Result<()> {
 
 fn rm(a: RmArgs) -> anyhow::Result<()> {
     let c = a.client.client()?;
-    let s = c.remove_channel(a.id).map_err(refused_is_usage)?;
+    let s = c.remove_channel(a.id).map_err(refused_is_bad_input)?;
     crate::outln!(
         "removed channel {}: {} stamped, {} on time, {} missed",
         s.id,
@@ -451,7 +462,7 @@ fn send(a: SendArgs) -> anyhow::Result<()> {
             to: a.to,
             rate_bps: a.rate_mbit * 1e6,
             size: a.size,
-            duration_ns: a.duration,
+            duration_ns: a.duration.or(SEND_DURATION_NS),
             start_after_ns: a.start_after,
             burst: a.burst,
             clock_offset_ns: 0,
@@ -467,7 +478,7 @@ pub fn execute_send(mut p: FlowSendProbe) -> anyhow::Result<()> {
     if let Some(f) = &p.clock_offset {
         p.send.clock_offset_ns = ontime_net::clock::read_offset(f)?.offset_ns;
     }
-    let report = ontime_net::flow::send(&p.send, &stop).map_err(|e| usage(format!("{e:#}")))?;
+    let report = ontime_net::flow::send(&p.send, &stop).map_err(|e| bad_input(format!("{e:#}")))?;
     put_result(&report, p.result.as_deref())
 }
 
@@ -488,7 +499,7 @@ fn receive(a: ReceiveArgs) -> anyhow::Result<()> {
 pub fn execute_clock_echo(p: ontime_scenario::probe::ClockEchoProbe) -> anyhow::Result<()> {
     let stop = stop_flag(None)?;
     let sock = std::net::UdpSocket::bind(p.listen)
-        .map_err(|e| usage(format!("cannot listen for clock requests on {}: {e}", p.listen)))?;
+        .map_err(|e| bad_input(format!("cannot listen for clock requests on {}: {e}", p.listen)))?;
     ontime_net::clock::serve_echo(&sock, &stop)?;
     Ok(())
 }
@@ -512,13 +523,13 @@ pub fn execute_receive(mut p: FlowReceiveProbe) -> anyhow::Result<()> {
 /// NETNS:INTERFACE as (namespace file, interface).
 fn ns_if(text: &str) -> anyhow::Result<(PathBuf, String)> {
     let (ns, ifname) = text.split_once(':').ok_or_else(|| {
-        usage(format!(
+        bad_input(format!(
             "'{text}': give NETNS:INTERFACE (a namespace from `ip netns list`)"
         ))
     })?;
     let file = ontime_core::names::netns_file(ns);
     if !file.exists() {
-        return Err(usage(format!("no network namespace '{ns}' (see `ip netns list`)")));
+        return Err(bad_input(format!("no network namespace '{ns}' (see `ip netns list`)")));
     }
     Ok((file, ifname.to_string()))
 }
@@ -526,7 +537,7 @@ fn ns_if(text: &str) -> anyhow::Result<(PathBuf, String)> {
 /// ID,SOURCE,DESTINATION[:PORT],DEADLINE[,reservation].
 fn channel_arg(text: &str) -> anyhow::Result<(u8, ontime_net::controller::FlowMatch, u8, u64)> {
     let bad = |why: &str| {
-        usage(format!(
+        bad_input(format!(
             "--channel '{text}': {why} (give ID,SOURCE,DESTINATION[:PORT],DEADLINE[,reservation])"
         ))
     };
@@ -559,7 +570,7 @@ fn channel_arg(text: &str) -> anyhow::Result<(u8, ontime_net::controller::FlowMa
 fn datapath(a: DatapathArgs) -> anyhow::Result<()> {
     use ontime_net::controller::Plane;
     if a.stamp.is_empty() && a.check.is_empty() {
-        return Err(usage("give at least one --stamp or --check NETNS:INTERFACE"));
+        return Err(bad_input("give at least one --stamp or --check NETNS:INTERFACE"));
     }
     let stamps = a.stamp.iter().map(|s| ns_if(s)).collect::<anyhow::Result<Vec<_>>>()?;
     let checks = a.check.iter().map(|s| ns_if(s)).collect::<anyhow::Result<Vec<_>>>()?;
@@ -583,7 +594,11 @@ fn datapath(a: DatapathArgs) -> anyhow::Result<()> {
     );
     let t0 = std::time::Instant::now();
     let mut missed = 0u64;
-    while !stop.load(Ordering::Relaxed) && a.duration.is_none_or(|d| t0.elapsed().as_nanos() < d as u128) {
+    while !stop.load(Ordering::Relaxed)
+        && a.duration
+            .until_stopped()
+            .is_none_or(|d| t0.elapsed().as_nanos() < d as u128)
+    {
         std::thread::sleep(std::time::Duration::from_millis(100));
         missed += plane.misses().len() as u64;
     }

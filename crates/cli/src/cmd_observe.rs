@@ -1,10 +1,10 @@
 //! `ontime observe record|report|top`: who used the CPU, at which
 //! millisecond, and who waited.
 
-use crate::flags::{MechanismFlag, TargetArgs};
+use crate::flags::{DurationFlag, MechanismFlag, TargetArgs};
 use crate::output;
-use crate::usage;
 use clap::{Args, Subcommand};
+use ontime_core::bad_input;
 use ontime_core::duration::{format_ns, parse_ns};
 use ontime_core::export::TextReport;
 use ontime_sched::analyze::AnalysisOptions;
@@ -41,25 +41,28 @@ pub fn check_recording_times(duration: Option<u64>, drain_every: u64) -> anyhow:
             ontime_core::limits::MIN_DURATION_NS,
             ontime_core::limits::MAX_DURATION_NS,
         )
-        .map_err(usage)?;
+        .map_err(bad_input)?;
     }
     if !(1_000_000..=10_000_000_000).contains(&drain_every) {
-        return Err(usage("--drain-every must be between 1ms and 10s"));
+        return Err(bad_input("--drain-every must be between 1ms and 10s"));
     }
     Ok(())
 }
 
 /// `record`'s arguments, shared with `profile record`.
 #[derive(Args)]
+#[command(mut_arg(
+    "duration",
+    DurationFlag::help_and_d("How long to record, e.g. 30s [default: until Ctrl-C]", None)
+))]
 pub struct RecordArgs {
     #[command(flatten)]
     targets: TargetArgs,
     /// The recording file [default: observe.otrec; profile.otrec for profile]
     #[arg(short = 'o', long)]
     output: Option<PathBuf>,
-    /// How long to record, e.g. 30s [default: until Ctrl-C]
-    #[arg(short = 'D', visible_short_alias = 'd', long, value_parser = parse_ns)]
-    duration: Option<u64>,
+    #[command(flatten)]
+    duration: DurationFlag,
     /// How often the ring is drained to the file
     #[arg(long, default_value = "100ms", value_parser = parse_ns)]
     drain_every: u64,
@@ -116,10 +119,10 @@ pub fn record(
 ) -> anyhow::Result<PathBuf> {
     let output = a.output.clone().unwrap_or_else(|| PathBuf::from(default_output));
     let targets = a.targets.resolve()?;
-    check_recording_times(a.duration, a.drain_every)?;
+    check_recording_times(a.duration.until_stopped(), a.drain_every)?;
     if window.is_some() {
         if output.exists() && !output.is_dir() {
-            return Err(usage(format!(
+            return Err(bad_input(format!(
                 "-o {}: is a file; continuous recording writes windows into a directory",
                 output.display()
             )));
@@ -144,7 +147,7 @@ pub fn record(
     let summary = recorder::record(
         &opts,
         &stop,
-        a.duration.map(Duration::from_nanos),
+        a.duration.until_stopped().map(Duration::from_nanos),
         &mut NoSink,
         &mut |_| {
             ontime_core::errln!(
@@ -166,6 +169,7 @@ pub fn record(
                 },
                 output.display(),
                 a.duration
+                    .until_stopped()
                     .map(|d| format!("for {}", format_ns(d)))
                     .unwrap_or_else(|| "until Ctrl-C".into())
             );
@@ -180,9 +184,9 @@ pub fn record(
 fn report(a: ReportArgs) -> anyhow::Result<()> {
     crate::output::check_outputs(&[("--result", a.out.result.as_deref())])?;
     if a.windows.iter().any(|&w| !(100_000..=3_600_000_000_000).contains(&w)) {
-        return Err(usage("--windows: every window must be between 100us and 1h"));
+        return Err(bad_input("--windows: every window must be between 100us and 1h"));
     }
-    let rec = Recording::read(&a.recording).map_err(|e| usage(format!("{e:#}")))?;
+    let rec = Recording::read(&a.recording).map_err(|e| bad_input(format!("{e:#}")))?;
     let mut analysis = ontime_sched::analyze(
         &rec,
         &AnalysisOptions {

@@ -1,7 +1,7 @@
 //! `ontime plan INPUT` and `ontime plan check PLACEMENT`.
 
-use crate::usage;
 use clap::{Args, Subcommand};
+use ontime_core::bad_input;
 use ontime_core::export::TextReport;
 use ontime_plan::input::FleetMeasure;
 use ontime_plan::{check, plan, PlanInput, PlanOptions};
@@ -68,14 +68,14 @@ struct CheckArgs {
 
 fn options(c: &Common) -> anyhow::Result<PlanOptions> {
     if c.jobs == Some(0) {
-        return Err(usage("--jobs must be above 0"));
+        return Err(bad_input("--jobs must be above 0"));
     }
     let mut o = PlanOptions {
         seed: c.seed,
         ..Default::default()
     };
     if let Some(p) = &c.calibration {
-        let cal = ontime_sim_lab::calibrate::read(p).map_err(|e| usage(format!("{e:#}")))?;
+        let cal = ontime_sim_lab::calibrate::read(p).map_err(|e| bad_input(format!("{e:#}")))?;
         let wakeups = cal.wakeups();
         let placement = if wakeups == MeasuredWakeups::default() {
             String::new()
@@ -106,14 +106,14 @@ fn options(c: &Common) -> anyhow::Result<PlanOptions> {
 
 fn read(p: &Path, c: &Common) -> anyhow::Result<PlanInput> {
     if !c.from_fleet {
-        return PlanInput::read(p).map_err(|e| usage(format!("{e:#}")));
+        return PlanInput::read(p).map_err(|e| bad_input(format!("{e:#}")));
     }
     let (view, _) = ontime_fleet::report::load(&c.nats, None)?;
     if let Some(why) = &view.empty_because {
-        return Err(usage(format!("--from-fleet: {why}")));
+        return Err(bad_input(format!("--from-fleet: {why}")));
     }
     let lookup = |name: &str| fleet_measure(&view, name);
-    PlanInput::read_measured(p, Some(&lookup)).map_err(|e| usage(format!("{e:#}")))
+    PlanInput::read_measured(p, Some(&lookup)).map_err(|e| bad_input(format!("{e:#}")))
 }
 
 /// A tenant's figures in the fleet's view: "HOST/TENANT", or "TENANT"
@@ -189,11 +189,11 @@ fn write_placement(
 pub fn run(a: PlanArgs) -> anyhow::Result<()> {
     if let Some(PlanCmd::Check(c)) = a.cmd {
         let input = read(&c.placement, &c.common)?;
-        let r = check(&input, &options(&c.common)?).map_err(|e| usage(format!("{e:#}")))?;
+        let r = check(&input, &options(&c.common)?).map_err(|e| bad_input(format!("{e:#}")))?;
         return c.common.out.emit(&r, &r.text());
     }
     let Some(path) = a.input.as_deref() else {
-        return Err(usage(
+        return Err(bad_input(
             "give a plan input: ontime plan INPUT (or ontime plan check PLACEMENT)",
         ));
     };
@@ -203,7 +203,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
         ("--mean-cpu-output", a.mean_cpu_output.as_deref()),
     ])?;
     let input = read(path, &a.common)?;
-    let r = plan(&input, &options(&a.common)?).map_err(|e| usage(format!("{e:#}")))?;
+    let r = plan(&input, &options(&a.common)?).map_err(|e| bad_input(format!("{e:#}")))?;
     let mut text = r.text();
     if let Some(o) = &a.output {
         write_placement(&input, &r.placement, o)?;

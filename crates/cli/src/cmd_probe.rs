@@ -4,8 +4,8 @@
 //! the same types, so both run one code path.
 
 use crate::output::OutputFlags;
-use crate::usage;
 use clap::Args;
+use ontime_core::bad_input;
 use ontime_scenario::probe::ProbeSpec;
 use std::path::PathBuf;
 
@@ -16,7 +16,7 @@ pub struct ProbeArgs {
 }
 
 pub fn run(a: ProbeArgs) -> anyhow::Result<()> {
-    let spec = ProbeSpec::read(&a.spec).map_err(|e| usage(format!("{e:#}")))?;
+    let spec = ProbeSpec::read(&a.spec).map_err(|e| bad_input(format!("{e:#}")))?;
     let out = OutputFlags::default();
     match spec {
         ProbeSpec::Crawl(p) => crate::cmd_crawl::execute(p, None, &out, Some(&a.spec)),

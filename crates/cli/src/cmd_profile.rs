@@ -3,8 +3,8 @@
 
 use crate::cmd_observe::RecordArgs;
 use crate::output;
-use crate::usage;
 use clap::{Args, Subcommand};
+use ontime_core::bad_input;
 use ontime_core::duration::parse_ns;
 use ontime_core::export::TextReport;
 use ontime_profile::FunctionView;
@@ -102,11 +102,14 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<()> {
     match args.action {
         ProfileAction::Record(a) => {
             if !(1..=10_000).contains(&a.rate) {
-                return Err(usage(format!("--rate {}: use 1 to 10000 samples per second", a.rate)));
+                return Err(bad_input(format!(
+                    "--rate {}: use 1 to 10000 samples per second",
+                    a.rate
+                )));
             }
             let output = if a.continuous {
                 if !(1_000_000_000..=3_600_000_000_000).contains(&a.window) {
-                    return Err(usage("--window: use 1s to 1h"));
+                    return Err(bad_input("--window: use 1s to 1h"));
                 }
                 crate::cmd_observe::record(
                     a.record,
@@ -150,21 +153,21 @@ pub fn run(args: ProfileArgs) -> anyhow::Result<()> {
 }
 
 fn guest(a: GuestArgs) -> anyhow::Result<()> {
-    let dump = ontime_profile::guest::GuestDump::read(&a.dump).map_err(|e| usage(format!("{e:#}")))?;
+    let dump = ontime_profile::guest::GuestDump::read(&a.dump).map_err(|e| bad_input(format!("{e:#}")))?;
     if let Some(r) = &a.root {
         if !r.is_dir() {
-            return Err(usage(format!("--root {}: not a directory", r.display())));
+            return Err(bad_input(format!("--root {}: not a directory", r.display())));
         }
     }
     let mut pcs = Vec::new();
     for s in &a.addresses {
         let hex = s.trim_start_matches("0x");
-        let pc = u64::from_str_radix(hex, 16).map_err(|_| usage(format!("{s}: not a hex address")))?;
+        let pc = u64::from_str_radix(hex, 16).map_err(|_| bad_input(format!("{s}: not a hex address")))?;
         pcs.push(pc);
     }
     if let Some(pid) = a.pid {
         if !dump.processes.contains_key(&pid) {
-            return Err(usage(format!("--pid {pid}: the dump has no process {pid}")));
+            return Err(bad_input(format!("--pid {pid}: the dump has no process {pid}")));
         }
     }
     ontime_core::errln!(
@@ -215,13 +218,13 @@ fn analyse(
 ) -> anyhow::Result<(serde_json::Value, String)> {
     if recording.is_dir() {
         if pprof.is_some() || figures.is_some() {
-            return Err(usage(
+            return Err(bad_input(
                 "--pprof and --figures take one recording: give a window file of the directory",
             ));
         }
-        let files = ontime_trace::store::window_files(recording).map_err(|e| usage(format!("{e:#}")))?;
+        let files = ontime_trace::store::window_files(recording).map_err(|e| bad_input(format!("{e:#}")))?;
         if files.is_empty() {
-            return Err(usage(format!(
+            return Err(bad_input(format!(
                 "{}: no window files (made by `ontime profile record --continuous -o DIR`)",
                 recording.display()
             )));
@@ -230,8 +233,8 @@ fn analyse(
         let r = ontime_profile::profile_windows(&files, top, jobs)?;
         return Ok((serde_json::to_value(&r)?, ontime_profile::windows_text(&r)));
     }
-    let rec = Recording::read(recording).map_err(|e| usage(format!("{e:#}")))?;
-    let p = ontime_profile::profile(&rec).map_err(|e| usage(format!("{}: {e:#}", recording.display())))?;
+    let rec = Recording::read(recording).map_err(|e| bad_input(format!("{e:#}")))?;
+    let p = ontime_profile::profile(&rec).map_err(|e| bad_input(format!("{}: {e:#}", recording.display())))?;
     if let Some(path) = pprof {
         p.write_pprof(path)?;
         ontime_core::errln!(

@@ -1,7 +1,7 @@
 //! `ontime sim SCENARIO`: a lab scenario run in the simulator.
 
-use crate::usage;
 use clap::{Args, Subcommand};
+use ontime_core::bad_input;
 use ontime_core::duration::parse_ns;
 use ontime_core::export::TextReport;
 use ontime_sim_lab::simulate::{simulate_plan, Model, SimLine, SimListing, SimOptions};
@@ -81,7 +81,7 @@ struct ModelSettings {
 
 impl ModelSettings {
     fn model(&self, name: &str) -> anyhow::Result<Model> {
-        Model::from_name(name, self.tslice, self.budget, self.period).map_err(usage)
+        Model::from_name(name, self.tslice, self.budget, self.period).map_err(bad_input)
     }
 }
 
@@ -163,19 +163,21 @@ const MAX_JOBS: f64 = 1e8;
 fn tasks(a: TasksArgs) -> anyhow::Result<()> {
     use std::io::Write as _;
     let file: ontime_sim::task::TaskSetFile =
-        ontime_core::config::read_toml(&a.set, "task set").map_err(|e| usage(format!("{e:#}")))?;
-    let set = file.tasks().map_err(|e| usage(format!("{}: {e}", a.set.display())))?;
-    ontime_core::limits::count("--cpus", a.cpus as u64, 1, ontime_core::limits::MAX_SIM_CPUS).map_err(usage)?;
+        ontime_core::config::read_toml(&a.set, "task set").map_err(|e| bad_input(format!("{e:#}")))?;
+    let set = file
+        .tasks()
+        .map_err(|e| bad_input(format!("{}: {e}", a.set.display())))?;
+    ontime_core::limits::count("--cpus", a.cpus as u64, 1, ontime_core::limits::MAX_SIM_CPUS).map_err(bad_input)?;
     let model = a.settings.model(&a.model)?;
     const HOUR: u64 = 3_600_000_000_000;
     let first = set.iter().map(|t| t.offset_ns).max().unwrap_or(0);
     let horizon = match a.horizon {
-        Some(h) => ontime_core::limits::duration("--horizon", h, 1_000, HOUR).map_err(usage)?,
+        Some(h) => ontime_core::limits::duration("--horizon", h, 1_000, HOUR).map_err(bad_input)?,
         None => first.saturating_add(ontime_sim::task::hyperperiod(&set)).min(HOUR),
     };
     let jobs: f64 = set.iter().map(|t| horizon as f64 / t.period_ns as f64).sum();
     if jobs > MAX_JOBS {
-        return Err(usage(format!(
+        return Err(bad_input(format!(
             "{jobs:.0} jobs in {}: at most {MAX_JOBS:.0}; give a shorter --horizon",
             ontime_core::duration::format_ns(horizon)
         )));
@@ -260,7 +262,7 @@ struct CalibrateArgs {
 fn calibrate(a: CalibrateArgs) -> anyhow::Result<()> {
     use ontime_core::export::TextReport;
     let dirs: Vec<&std::path::Path> = a.results.iter().map(PathBuf::as_path).collect();
-    let cal = ontime_sim_lab::calibrate::calibrate(&dirs).map_err(|e| usage(format!("{e:#}")))?;
+    let cal = ontime_sim_lab::calibrate::calibrate(&dirs).map_err(|e| bad_input(format!("{e:#}")))?;
     let path = a.output.unwrap_or_else(|| a.results[0].join("calibration.json"));
     ontime_core::fsio::write_atomic(&path, serde_json::to_string_pretty(&cal)?.as_bytes())?;
     let text = format!("{}written: {}\n", cal.text(), path.display());
@@ -280,18 +282,18 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         None => {}
     }
     let Some(scenario) = a.scenario.as_deref() else {
-        return Err(usage(
+        return Err(bad_input(
             "give a scenario file: ontime sim SCENARIO (or ontime sim calibrate RESULTS)",
         ));
     };
-    let plan = ontime_scenario::scenario::load(scenario).map_err(|e| usage(format!("{e:#}")))?;
+    let plan = ontime_scenario::scenario::load(scenario).map_err(|e| bad_input(format!("{e:#}")))?;
     // What the simulated host's noise and costs come from, and the first
     // line of the listing says so.
     let read = |p: &PathBuf, noise_only: bool| {
         ontime_sim_lab::calibrate::read(p)
             .and_then(|c| if noise_only { c.host_noise_only(p) } else { Ok(c) })
             .map(|c| Some((p.clone(), c)))
-            .map_err(|e| usage(format!("{e:#}")))
+            .map_err(|e| bad_input(format!("{e:#}")))
     };
     let (calibration, basis) = match (&a.calibration, &a.host_noise) {
         (Some(p), _) => (read(p, false)?, format!("calibration {}", p.display())),
@@ -308,7 +310,7 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
             if let Some(d) = dirs.first() {
                 let other = ontime_scenario::results::read_record(d)?.config.name;
                 if other != plan.name {
-                    return Err(usage(format!(
+                    return Err(bad_input(format!(
                         "{} holds runs of scenario '{other}', not '{}': give another --into",
                         dir.display(),
                         plan.name
@@ -318,12 +320,12 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         }
     }
     if a.tenant_rt_budget.is_some_and(|b| b > 1_000_000_000) {
-        return Err(usage(
+        return Err(bad_input(
             "--tenant-rt-budget: at most 1s (it is a share of each second's real-time time)",
         ));
     }
     if let Some(c) = a.cpus {
-        ontime_core::limits::count("--cpus", c as u64, 1, ontime_core::limits::MAX_SIM_CPUS).map_err(usage)?;
+        ontime_core::limits::count("--cpus", c as u64, 1, ontime_core::limits::MAX_SIM_CPUS).map_err(bad_input)?;
     }
     crate::output::check_outputs(&[("--result", a.out.result.as_deref())])?;
     let io_cost_known = a.io_cost.is_some()
@@ -331,7 +333,7 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
             .as_ref()
             .is_some_and(|(_, c)| c.io_cost_per_packet_ns.is_some());
     if a.io_vcpus > 1 && !io_cost_known {
-        return Err(usage(
+        return Err(bad_input(
             "--io-vcpus needs an I/O path: give --io-cost (or a calibration that measured one)",
         ));
     }
@@ -373,7 +375,7 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         summaries.push(serde_json::to_value(&r)?);
         Ok(())
     })
-    .map_err(|e| usage(format!("{e:#}")))?;
+    .map_err(|e| bad_input(format!("{e:#}")))?;
     listing.written_into = a.into.clone().map(|d| (written, d));
     a.out.emit(&summaries, &listing.text())
 }

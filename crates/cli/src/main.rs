@@ -1,6 +1,7 @@
 //! The `ontime` command: parses the command line, runs one verb, maps the
-//! outcome to an exit code (0 ok, 1 failure, 2 bad input). All work lives in
-//! the library crates.
+//! outcome to an exit code (0 ok, 1 failure, 2 bad input: a clap error or
+//! an [`ontime_core::BadInput`] from any verb). All work lives in the
+//! library crates.
 
 mod cmd_crawl;
 mod cmd_cyclic;
@@ -65,23 +66,6 @@ enum Verb {
     /// Run the probe a typed spec describes (the lab's tenants run this)
     #[command(hide = true)]
     Probe(cmd_probe::ProbeArgs),
-}
-
-/// An error caused by the user's input: exit code 2.
-#[derive(Debug)]
-pub struct UsageError(pub String);
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
-
-/// Shorthand for a usage error.
-pub fn usage(msg: impl Into<String>) -> anyhow::Error {
-    anyhow::Error::new(UsageError(msg.into()))
 }
 
 /// Parses the command line; a usage error becomes one line on stderr and
@@ -156,7 +140,13 @@ fn main() {
         Verb::Probe(a) => cmd_probe::run(a),
     };
     if let Err(e) = result {
-        let code = if e.downcast_ref::<UsageError>().is_some() { 2 } else { 1 };
+        // Bad input is exit 2 wherever it arose (anyhow finds it through
+        // any context added on the way up); everything else is a failure.
+        let code = if e.downcast_ref::<ontime_core::BadInput>().is_some() {
+            2
+        } else {
+            1
+        };
         ontime_core::errln!("ontime: error: {e:#}");
         std::process::exit(code);
     }

@@ -47,7 +47,7 @@ pub struct ProbeFlags {
 pub fn check_outputs(files: &[(&str, Option<&Path>)]) -> anyhow::Result<()> {
     for (flag, p) in files {
         if let Some(p) = p {
-            ontime_core::fsio::check_output_path(flag, p).map_err(crate::usage)?;
+            ontime_core::fsio::check_output_path(flag, p).map_err(ontime_core::bad_input)?;
         }
     }
     Ok(())

@@ -4,8 +4,11 @@
 //! ([`time`]), the real-time settings a probe thread may ask for ([`rt`]),
 //! HdrHistogram statistics with honest percentile support ([`stats`]), the
 //! one capability probe of the host ([`caps`]) and the manifest that every
-//! result carries ([`manifest`]), and kernel settings changed for a run and
-//! put back even after ontime was killed ([`sysctl`]).
+//! result carries ([`manifest`]), kernel settings changed for a run and
+//! put back even after ontime was killed ([`sysctl`]), and the one
+//! bad-input error ([`BadInput`], made by [`bad_input`]): every verb
+//! returns it for input the user must fix, and the CLI maps it to exit
+//! code 2.
 //!
 //! Does not own any workload, network protocol or output format of a verb.
 
@@ -14,6 +17,7 @@ pub mod cgroup;
 pub mod config;
 pub mod cputime;
 pub mod duration;
+pub mod error;
 pub mod export;
 pub mod fsio;
 pub mod hlog;
@@ -31,6 +35,7 @@ pub mod time;
 pub mod wire;
 pub mod work;
 
+pub use error::{bad_input, BadInput};
 pub use time::MonoNs;
 
 /// Standard error that may be closed (`ontime ... 2>&1 | head -1`): a

@@ -300,24 +300,13 @@ fn prometheus(
     o
 }
 
-/// `--prometheus ADDR` could not listen: the user's address is at fault.
-#[derive(Debug)]
-pub struct ListenError(pub String);
-
-impl std::fmt::Display for ListenError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ListenError {}
-
 /// Serves `body` as Prometheus text on `addr` at /metrics, from a thread
 /// that lives as long as the process (`observe top`, `ontime agent`);
-/// `flag` names where the address came from, for the error.
+/// `flag` names where the address came from, for the error. An address
+/// that cannot be listened on is the user's: [`ontime_core::BadInput`].
 pub fn serve_metrics(flag: &str, addr: &str, body: Arc<Mutex<String>>) -> anyhow::Result<()> {
     let server = tiny_http::Server::http(addr)
-        .map_err(|e| anyhow::Error::new(ListenError(format!("{flag} {addr}: cannot listen: {e}"))))?;
+        .map_err(|e| ontime_core::bad_input(format!("{flag} {addr}: cannot listen: {e}")))?;
     std::thread::Builder::new().name("prometheus".into()).spawn(move || {
         for req in server.incoming_requests() {
             let resp = if req.url() == "/metrics" {

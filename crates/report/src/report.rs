@@ -299,11 +299,7 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
     ontime_plot::register_font()?;
     let runs = load_runs(dir)?;
     if runs.is_empty() {
-        return Err(ontime_scenario::results::BadResultFile(format!(
-            "{} holds no finished run yet",
-            dir.join("runs").display()
-        ))
-        .into());
+        return Err(ontime_core::BadInput(format!("{} holds no finished run yet", dir.join("runs").display())).into());
     }
     let out = out.map(Path::to_path_buf).unwrap_or_else(|| dir.join("report"));
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;

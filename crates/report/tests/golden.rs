@@ -39,21 +39,15 @@ fn the_report_over_committed_results_is_the_golden_one() {
 }
 
 /// A results directory with no run, or a run record that is not one, is
-/// the user's input (the CLI exits 2 for `BadResultFile`).
+/// the user's input (the CLI exits 2 for `BadInput`).
 #[test]
 fn results_that_are_not_results_are_bad_input() {
     let dir = tempfile::tempdir().unwrap();
     let e = ontime_report::write(dir.path(), None).unwrap_err();
-    assert!(
-        e.downcast_ref::<ontime_scenario::results::BadResultFile>().is_some(),
-        "{e:#}"
-    );
+    assert!(e.downcast_ref::<ontime_core::BadInput>().is_some(), "{e:#}");
     std::fs::create_dir_all(dir.path().join("runs/000-rep1")).unwrap();
     std::fs::write(dir.path().join("runs/000-rep1/run.json"), "{\"complete\": tru").unwrap();
     let e = ontime_report::write(dir.path(), None).unwrap_err();
-    assert!(
-        e.downcast_ref::<ontime_scenario::results::BadResultFile>().is_some(),
-        "{e:#}"
-    );
+    assert!(e.downcast_ref::<ontime_core::BadInput>().is_some(), "{e:#}");
     assert!(format!("{e:#}").contains("run.json"), "{e:#}");
 }

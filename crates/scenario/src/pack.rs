@@ -14,7 +14,8 @@ use anyhow::{bail, Context, Result};
 use std::io::{BufRead, Read};
 use std::path::{Component, Path, PathBuf};
 
-use crate::results::{run_dirs, BadResultFile};
+use crate::results::run_dirs;
+use ontime_core::BadInput;
 
 /// At most this many bytes unpacked from one pack (the committed packs
 /// unpack to under 10 MB each): a pack is input, and a crafted one must not
@@ -132,15 +133,15 @@ fn hlog_header(path: &Path) -> Result<Vec<u8>> {
 /// directories whose paths stay below it are taken; anything else (links,
 /// devices, `..`, absolute paths) makes the pack bad input.
 pub fn unpack(file: &Path) -> Result<Unpacked> {
-    let f = std::fs::File::open(file).map_err(|e| BadResultFile(format!("cannot read {}: {e}", file.display())))?;
+    let f = std::fs::File::open(file).map_err(|e| BadInput(format!("cannot read {}: {e}", file.display())))?;
     if !f.metadata()?.is_file() {
-        return Err(BadResultFile(format!("{} is not a regular file", file.display())).into());
+        return Err(BadInput(format!("{} is not a regular file", file.display())).into());
     }
     let dir = tempfile::Builder::new()
         .prefix("ontime-pack-")
         .tempdir()
         .context("cannot make a temporary directory to unpack into")?;
-    let bad = |what: String| anyhow::Error::new(BadResultFile(format!("{}: {what}", file.display())));
+    let bad = |what: String| anyhow::Error::new(BadInput(format!("{}: {what}", file.display())));
     let mut archive = tar::Archive::new(liblzma::read::XzDecoder::new(std::io::BufReader::new(f)));
     let mut total = 0u64;
     let entries = archive.entries().map_err(|e| bad(format!("not a .tar.xz pack: {e}")))?;
@@ -208,7 +209,7 @@ mod tests {
         tar.into_inner().unwrap().finish().unwrap();
         let err = unpack(&p).err().unwrap();
         assert!(format!("{err:#}").contains("leaves the pack"), "{err:#}");
-        assert!(err.downcast_ref::<BadResultFile>().is_some());
+        assert!(err.downcast_ref::<BadInput>().is_some());
     }
 
     #[test]
@@ -217,6 +218,6 @@ mod tests {
         let p = dir.path().join("x.tar.xz");
         std::fs::write(&p, b"not xz").unwrap();
         let err = unpack(&p).err().unwrap();
-        assert!(err.downcast_ref::<BadResultFile>().is_some(), "{err:#}");
+        assert!(err.downcast_ref::<BadInput>().is_some(), "{err:#}");
     }
 }

@@ -2,35 +2,25 @@
 //! [`RunRecord`], each tenant's probe result as a [`ProbeResult`], and the
 //! run's pooled histogram. A file whose fields have the wrong types is an
 //! error naming the file and the field, never a report of zero samples.
+//! A result file that is not what its name says is bad input
+//! ([`BadInput`]: the CLI exits 2), not a failure of ontime.
 
 use crate::record::{RunRecord, Workload};
 use anyhow::Result;
 use ontime_core::stats::{LatencyHistogram, Summary};
+use ontime_core::BadInput;
 use ontime_crawl::CrawlResult;
 use ontime_cyclic::CyclicResult;
 use serde::de::DeserializeOwned;
 use std::path::{Path, PathBuf};
 
-/// A result file that is not what its name says: bad input, not a failure
-/// of ontime (the CLI exits 2).
-#[derive(Debug)]
-pub struct BadResultFile(pub String);
-
-impl std::fmt::Display for BadResultFile {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for BadResultFile {}
-
 /// Reads a JSON file as `T`; a wrong field names the file, line and field.
 pub fn read_json<T: DeserializeOwned>(path: &Path, what: &str) -> Result<T> {
-    let text = ontime_core::fsio::read_text(path, what).map_err(|e| BadResultFile(format!("{e:#}")))?;
+    let text = ontime_core::fsio::read_text(path, what).map_err(|e| BadInput(format!("{e:#}")))?;
     let de = &mut serde_json::Deserializer::from_str(&text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let field = e.path().to_string();
-        anyhow::Error::new(BadResultFile(format!(
+        anyhow::Error::new(BadInput(format!(
             "{} is not a valid {what}: field {field}: {}",
             path.display(),
             e.into_inner()
@@ -74,7 +64,7 @@ fn probe_results(run_dir: &Path) -> Vec<(usize, PathBuf)> {
 pub fn import_record(run_dir: &Path) -> Result<RunRecord> {
     let files = probe_results(run_dir);
     let Some((_, first)) = files.first() else {
-        anyhow::bail!(BadResultFile(format!(
+        anyhow::bail!(BadInput(format!(
             "{} holds no run.json and no tN.json results",
             run_dir.display()
         )));
@@ -90,13 +80,13 @@ pub fn import_record(run_dir: &Path) -> Result<RunRecord> {
         let interval = value["options"]["interval_ns"].as_u64().unwrap_or(1_000_000);
         format!("[tenant.cyclic]\ninterval = \"{}ns\"\n", interval.max(10_000))
     } else {
-        anyhow::bail!(BadResultFile(format!(
+        anyhow::bail!(BadInput(format!(
             "{} is neither an ontime crawl nor an ontime cyclic result",
             first.display()
         )));
     };
     let manifest: ontime_core::manifest::Manifest = serde_json::from_value(value["manifest"].clone())
-        .map_err(|e| BadResultFile(format!("{}: manifest: {e}", first.display())))?;
+        .map_err(|e| BadInput(format!("{}: manifest: {e}", first.display())))?;
     let duration = value["duration_ns"].as_u64().unwrap_or(0).max(1_000_000_000);
     let name = run_dir
         .file_name()
@@ -265,7 +255,7 @@ pub fn run_dirs(results: &Path) -> Result<Vec<PathBuf>> {
     let runs_dir = results.join("runs");
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&runs_dir)
         .map_err(|_| {
-            BadResultFile(format!(
+            BadInput(format!(
                 "{} has no runs/ directory: is it a lab results directory (ontime lab run -o DIR)?",
                 results.display()
             ))

@@ -16,8 +16,9 @@
 //! another's by the same rule): the ceiling no model can be held above.
 
 use anyhow::{Context, Result};
+use ontime_core::BadInput;
 use ontime_scenario::pack;
-use ontime_scenario::results::{read_run, run_dirs, BadResultFile};
+use ontime_scenario::results::{read_run, run_dirs};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -172,17 +173,16 @@ pub const RULE: &str = "a cell agrees when the simulated median lies within a fa
 
 /// Reads a manifest.
 pub fn read_manifest(path: &Path) -> Result<Manifest> {
-    let text =
-        ontime_core::fsio::read_text(path, "validation manifest").map_err(|e| BadResultFile(format!("{e:#}")))?;
-    let m: Manifest = toml::from_str(&text)
-        .map_err(|e| BadResultFile(format!("{} is not a validation manifest: {e}", path.display())))?;
+    let text = ontime_core::fsio::read_text(path, "validation manifest").map_err(|e| BadInput(format!("{e:#}")))?;
+    let m: Manifest =
+        toml::from_str(&text).map_err(|e| BadInput(format!("{} is not a validation manifest: {e}", path.display())))?;
     for p in &m.pool {
         if !m.set.iter().any(|s| &s.name == p) {
-            return Err(BadResultFile(format!("{}: pool names '{p}', which is no [[set]]", path.display())).into());
+            return Err(BadInput(format!("{}: pool names '{p}', which is no [[set]]", path.display())).into());
         }
     }
     if m.set.is_empty() {
-        return Err(BadResultFile(format!("{}: no [[set]]", path.display())).into());
+        return Err(BadInput(format!("{}: no [[set]]", path.display())).into());
     }
     Ok(m)
 }
@@ -205,7 +205,7 @@ pub fn validate(
     for name in only {
         if !manifest.set.iter().any(|s| &s.name == name) {
             let names: Vec<&str> = manifest.set.iter().map(|s| s.name.as_str()).collect();
-            return Err(BadResultFile(format!(
+            return Err(BadInput(format!(
                 "no set '{name}' in {}: {}",
                 manifest_path.display(),
                 names.join(", ")
@@ -321,7 +321,7 @@ fn simulate_set(
     let rt_budget = match &spec.tenant_rt_budget {
         Some(t) => Some(
             ontime_core::duration::parse_ns(t)
-                .map_err(|e| BadResultFile(format!("set {}: tenant_rt_budget: {e}", spec.name)))?,
+                .map_err(|e| BadInput(format!("set {}: tenant_rt_budget: {e}", spec.name)))?,
         ),
         None => None,
     };

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+use ontime_core::BadInput;
 
 use serde::{Deserialize, Serialize};
 
@@ -102,19 +103,6 @@ pub struct TargetSpecs {
     pub host_io: Vec<String>,
 }
 
-/// A target the user named that does not exist or does not parse: bad
-/// input (the CLI exits 2), with the flag and value named.
-#[derive(Debug)]
-pub struct BadTarget(pub String);
-
-impl std::fmt::Display for BadTarget {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for BadTarget {}
-
 fn split_named(spec: &str) -> (Option<&str>, &str) {
     match spec.split_once('=') {
         Some((n, v)) if !n.is_empty() => (Some(n), v),
@@ -123,9 +111,11 @@ fn split_named(spec: &str) -> (Option<&str>, &str) {
 }
 
 impl TargetSpecs {
-    /// The groups to record; every failure is a [`BadTarget`].
-    pub fn resolve(&self) -> std::result::Result<Targets, BadTarget> {
-        let bad = |m: String| BadTarget(m);
+    /// The groups to record. Every failure is a target the user named
+    /// that does not exist or does not parse: [`BadInput`] (the CLI exits
+    /// 2), with the flag and value named.
+    pub fn resolve(&self) -> std::result::Result<Targets, BadInput> {
+        let bad = |m: String| BadInput(m);
         let mut groups: Vec<TargetGroup> = Vec::new();
         let root = || CgroupRoot::detect().map_err(|e| bad(format!("{e:#}")));
         if self.lab {
