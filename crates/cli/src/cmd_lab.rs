@@ -195,22 +195,23 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
     if !a.dir.exists() {
         return Err(bad_input(format!("no results directory at {}", a.dir.display())));
     }
-    let bad_input = |e: anyhow::Error| match e.downcast_ref::<ontime_scenario::results::BadResultFile>() {
-        Some(bad) => usage(bad.to_string()),
+    // A results file of the wrong shape: its own line, without context.
+    let one_line = |e: anyhow::Error| match e.downcast_ref::<ontime_core::BadInput>() {
+        Some(bad) => bad_input(bad.to_string()),
         None => e,
     };
     if let Some(pack) = &a.pack {
         if !pack.to_string_lossy().ends_with(".tar.xz") {
-            return Err(usage("--pack: the file name ends in .tar.xz"));
+            return Err(bad_input("--pack: the file name ends in .tar.xz"));
         }
         crate::output::check_outputs(&[("--pack", Some(pack))])?;
-        let n = ontime_scenario::pack::write(pack, std::slice::from_ref(&a.dir)).map_err(bad_input)?;
+        let n = ontime_scenario::pack::write(pack, std::slice::from_ref(&a.dir)).map_err(one_line)?;
         crate::outln!("ontime lab report: {n} measured run(s) -> {}", pack.display());
         return Ok(());
     }
     if a.markdown {
         let (dirs, _unpacked) = if ontime_scenario::pack::is_pack(&a.dir) {
-            let u = ontime_scenario::pack::unpack(&a.dir).map_err(bad_input)?;
+            let u = ontime_scenario::pack::unpack(&a.dir).map_err(one_line)?;
             (u.results.clone(), Some(u))
         } else {
             (vec![a.dir.clone()], None)
@@ -223,7 +224,7 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
                     .unwrap_or_default();
                 crate::outln!("### {name}\n");
             }
-            crate::out!("{}", ontime_report::markdown::table(d).map_err(bad_input)?);
+            crate::out!("{}", ontime_report::markdown::table(d).map_err(one_line)?);
         }
         return Ok(());
     }
