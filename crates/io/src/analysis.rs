@@ -6,8 +6,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use ontime_trace::io::{AppLayer, IoOp, TenantDisk, NO_GROUP};
-use ontime_trace::recording::Recording;
+use ontime_recording::io_abi::{IoOp, NO_GROUP};
+use ontime_recording::io_layout::{AppLayer, TenantDisk};
+use ontime_recording::recording::Recording;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::{cache_state, Absorbed, Absorption, CacheState};
@@ -133,7 +134,7 @@ pub fn analyze(rec: &Recording, path: &Path) -> Result<IoAnalysis> {
         let moved = e.moved() as f64;
         if e.is_block() {
             requests_per_dev.entry(e.dev).or_default().add(e);
-            if e.flags & ontime_trace::io::F_UNPAIRED != 0 {
+            if e.flags & ontime_recording::io_abi::F_UNPAIRED != 0 {
                 unpaired += 1;
             }
             if let Some(&g) = loop_owner.get(&e.dev) {
@@ -178,7 +179,7 @@ pub fn analyze(rec: &Recording, path: &Path) -> Result<IoAnalysis> {
             continue;
         }
         app[g].add(e);
-        if e.flags & ontime_trace::io::F_DIRECT != 0 && matches!(op, IoOp::Read | IoOp::Write) {
+        if e.flags & ontime_recording::io_abi::F_DIRECT != 0 && matches!(op, IoOp::Read | IoOp::Write) {
             direct_bytes[g] += e.moved();
         }
         if let Some(p) = series[g].get_mut(bin) {
@@ -197,7 +198,7 @@ pub fn analyze(rec: &Recording, path: &Path) -> Result<IoAnalysis> {
             } else {
                 f.write_bytes += e.moved();
             }
-            f.direct |= e.flags & ontime_trace::io::F_DIRECT != 0;
+            f.direct |= e.flags & ontime_recording::io_abi::F_DIRECT != 0;
         }
     }
 

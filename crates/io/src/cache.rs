@@ -2,7 +2,7 @@
 //! below it absorbed (guest cache between the application and the virtual
 //! disk, host cache between the virtual disk and the physical disk), and
 //! the caches' sizes, dirty pages and swap over the recording.
-use ontime_trace::recording::Recording;
+use ontime_recording::recording::Recording;
 use serde::{Deserialize, Serialize};
 
 /// Page size cachestat counts in.

@@ -1,8 +1,8 @@
 //! A QEMU guest recorded from inside as well as from the host: its clock
 //! placed on the host's from requests seen on both sides, and its
 //! recording folded into the host's view of it.
-use ontime_trace::io::IoOp;
-use ontime_trace::recording::Recording;
+use ontime_recording::io_abi::IoOp;
+use ontime_recording::recording::Recording;
 
 use crate::analysis::{ClockOffset, GuestView, IoAnalysis};
 use crate::cache::Absorbed;
@@ -38,7 +38,7 @@ pub fn clock_offset(
     // Coarse: the two wall clocks (the guest's comes from its emulated RTC,
     // a second or so off), then the lag that best lines up the request
     // counts in 10 ms bins within 2 s of it.
-    let wall = |m: &ontime_trace::recording::Meta| m.start_ns as i64 - m.start_realtime_ns as i64;
+    let wall = |m: &ontime_recording::recording::Meta| m.start_ns as i64 - m.start_realtime_ns as i64;
     let d0 = wall(&host.meta) - wall(&guest.meta);
     const BIN: i64 = 10_000_000;
     const REACH: i64 = 200;
@@ -172,7 +172,7 @@ pub fn merge_guest(host: &mut IoAnalysis, tenant: &str, guest: &GuestRecording) 
 mod tests {
     use std::collections::HashMap;
 
-    use ontime_trace::io::IoEvent;
+    use ontime_recording::io_abi::IoEvent;
 
     use super::*;
 
@@ -180,8 +180,8 @@ mod tests {
     /// requests completing 40 us after its VMM's calls, at irregular times.
     #[test]
     fn the_guest_clock_is_found_from_the_requests_seen_on_both_sides() {
-        use ontime_trace::io::io_kind;
-        use ontime_trace::recording::Meta;
+        use ontime_recording::io_abi::io_kind;
+        use ontime_recording::recording::Meta;
         const OFFSET: i64 = 3 * 3600 * 1_000_000_000 + 7_000_000_000;
         const LAG: i64 = 40_000;
         let image = (8 << 20 | 1, 42);

@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 
 use ontime_core::stats::{LatencyHistogram, Summary};
-use ontime_trace::io::{IoEvent, IoOp};
-use ontime_trace::recording::Recording;
+use ontime_recording::io_abi::{IoEvent, IoOp};
+use ontime_recording::recording::Recording;
 use serde::{Deserialize, Serialize};
 
 /// Reads or writes at one layer.
@@ -53,7 +53,7 @@ pub struct BlockCounters {
     /// the requests in flight at either end. Absent when the device has no
     /// stat file or the recording has no state samples.
     #[serde(default)]
-    pub kernel: Option<ontime_trace::io::DiskStat>,
+    pub kernel: Option<ontime_recording::io_layout::DiskStat>,
 }
 
 /// Accumulates one layer.
@@ -148,7 +148,7 @@ pub(crate) fn counters(
         .last()
         .and_then(|s| s.devices.iter().find(|c| c.dev == dev));
     last?;
-    let d = |f: fn(&ontime_trace::io::DeviceCounters) -> u64| match (first, last) {
+    let d = |f: fn(&ontime_recording::io_layout::DeviceCounters) -> u64| match (first, last) {
         (Some(a), Some(b)) => f(b).saturating_sub(f(a)),
         (None, Some(b)) => f(b),
         _ => 0,
@@ -181,8 +181,9 @@ mod tests {
     /// bytes) beside the kernel's own statistics over the recording.
     #[test]
     fn a_devices_requests_are_set_beside_the_kernels_count() {
-        use ontime_trace::io::{io_kind, DeviceCounters, DiskStat, IoState};
-        use ontime_trace::recording::Meta;
+        use ontime_recording::io_abi::io_kind;
+        use ontime_recording::io_layout::{DeviceCounters, DiskStat, IoState};
+        use ontime_recording::recording::Meta;
         let dev = 254 << 20;
         let mut rec = Recording::of_events(Meta::of_this_host("bpf", 0, vec![]), HashMap::new(), vec![], 0);
         let state = |ts: u64, bios: u64, kernel: DiskStat| IoState {

@@ -4,8 +4,9 @@
 //! each layer's traffic the cache below it absorbed (guest cache between the
 //! application and the virtual disk, host cache between the virtual disk
 //! and the physical disk); requests split or merged on the way down; time
-//! series and the cache sizes beside them. The recording is ontime-trace's
-//! ([`ontime_trace::io`]).
+//! series and the cache sizes beside them. The recording and its I/O
+//! events are ontime-recording's ([`ontime_recording::io_abi`],
+//! [`ontime_recording::io_layout`]); ontime-trace makes them.
 //!
 //! [`analyze`] makes the [`IoAnalysis`]; [`merge_guest`] folds in what a
 //! guest recorded inside itself. Its text is its

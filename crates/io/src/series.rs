@@ -1,7 +1,7 @@
 //! The time series: bytes per second at each layer in bins of about a
 //! sixtieth of the recording, and spreading bytes moved over an interval
 //! across the bins it covers.
-use ontime_trace::io::IoOp;
+use ontime_recording::io_abi::IoOp;
 use serde::{Deserialize, Serialize};
 
 /// Bytes per second at each layer in one bin of the time series.

@@ -6,7 +6,7 @@
 use ontime_core::duration::format_ns;
 use ontime_core::export::TextReport;
 use ontime_core::stats::Summary;
-use ontime_trace::io::AppLayer;
+use ontime_recording::io_layout::AppLayer;
 
 use crate::analysis::GuestView;
 use crate::analysis::{IoAnalysis, TenantIo};

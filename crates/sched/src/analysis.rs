@@ -11,8 +11,8 @@ use crate::analyze::{AnalysisOptions, Analyzer};
 use crate::report::GroupReport;
 pub use crate::wake_detail::WakeDetail;
 pub use crate::wakeups::{WakePlacement, WakePreemption, WakePreemptionByKind, WAKE_AT_ONCE_NS};
-use ontime_trace::recording::{Group, GroupKind, Recording};
-use ontime_trace::targets::{counts_as_vcpu, is_vcpu_name};
+use ontime_recording::groups::{counts_as_vcpu, is_vcpu_name};
+use ontime_recording::recording::{Group, GroupKind, Recording};
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RecordingInfo {

@@ -19,8 +19,8 @@ use std::collections::HashMap;
 
 use ontime_core::stats::LatencyHistogram;
 
-use ontime_trace::event::{kind, Event, F_PREV_RUNNABLE, TASK_DEAD, TASK_UNINTERRUPTIBLE};
-use ontime_trace::recording::{Group, GroupKind};
+use ontime_recording::event::{kind, Event, F_PREV_RUNNABLE, TASK_DEAD, TASK_UNINTERRUPTIBLE};
+use ontime_recording::recording::{Group, GroupKind};
 
 pub use crate::report::{Contention, Episodes, GroupReport, Preemptor, ThreadReport, TimeShares};
 use crate::wakeups::{PendingWake, WakeOutcome, WakePair};
@@ -1061,7 +1061,7 @@ impl Analyzer {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use ontime_trace::recording::{Group, GroupKind};
+    use ontime_recording::recording::{Group, GroupKind};
 
     pub(crate) fn switch(ts: u64, cpu: u16, prev: u32, next: u32, flags: u8) -> Event {
         Event {

@@ -6,7 +6,7 @@
 use ontime_core::stats::LatencyHistogram;
 use serde::{Deserialize, Serialize};
 
-use ontime_trace::recording::GroupKind;
+use ontime_recording::recording::GroupKind;
 
 use crate::window::WindowUsage;
 
@@ -153,7 +153,7 @@ pub(crate) fn share_pct(part: u64, whole: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use crate::analyze::tests::{analyzer, switch};
-    use ontime_trace::event::{kind, Event, F_PREV_RUNNABLE};
+    use ontime_recording::event::{kind, Event, F_PREV_RUNNABLE};
 
     /// Steal as document 002 counts it: a vCPU's observed time is run,
     /// idle (asleep) or steal (runnable, not running), and the three shares

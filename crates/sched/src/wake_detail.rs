@@ -34,8 +34,8 @@ use std::hash::Hash;
 use ontime_core::stats::LatencyHistogram;
 use serde::{Deserialize, Serialize};
 
-use ontime_trace::event::{kind, Event, F_PREV_RUNNABLE};
-use ontime_trace::recording::{Group, GroupKind, Recording, ThreadInfo};
+use ontime_recording::event::{kind, Event, F_PREV_RUNNABLE};
+use ontime_recording::recording::{Group, GroupKind, Recording, ThreadInfo};
 
 use crate::report::share_pct;
 use crate::wakeups::WAKE_AT_ONCE_NS;

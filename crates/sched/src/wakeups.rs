@@ -198,8 +198,8 @@ mod tests {
     use crate::analyze::tests::{analyzer_on, switch};
     use crate::analyze::AnalysisOptions;
     use crate::analyze::Analyzer;
-    use ontime_trace::event::{kind, Event, F_PREV_RUNNABLE};
-    use ontime_trace::recording::{Group, GroupKind};
+    use ontime_recording::event::{kind, Event, F_PREV_RUNNABLE};
+    use ontime_recording::recording::{Group, GroupKind};
 
     /// Wake-ups are counted by where the kernel queued them: behind a busy
     /// CPU while another idled, then whether the thread preempted the

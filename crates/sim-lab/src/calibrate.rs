@@ -472,7 +472,7 @@ fn wake_placement(r: &RunResults) -> Result<Option<ontime_sched::analysis::WakeP
     if !file.exists() {
         return Ok(counted);
     }
-    let rec = ontime_trace::recording::Recording::read(&file)
+    let rec = ontime_recording::recording::Recording::read(&file)
         .with_context(|| format!("cannot read the scheduler recording {}", file.display()))?;
     let a = ontime_sched::analysis::analyze(
         &rec,

@@ -122,7 +122,7 @@ pub struct SimRun {
 /// (written as observe.otrec) and its analysis (observe.json).
 #[derive(Debug)]
 struct SchedulerView {
-    recording: ontime_trace::recording::Recording,
+    recording: ontime_recording::recording::Recording,
     analysis: ontime_sched::Analysis,
 }
 
@@ -132,7 +132,7 @@ struct SchedulerView {
 #[derive(Default)]
 struct EventTracer {
     keep_events: bool,
-    events: Vec<ontime_trace::event::Event>,
+    events: Vec<ontime_recording::event::Event>,
     io_path: IoPathSeconds,
 }
 
@@ -206,7 +206,7 @@ fn sim_tid(thread: usize) -> u32 {
 
 impl ontime_sim::engine::Tracer for EventTracer {
     fn wakeup(&mut self, ts: u64, thread: usize, cpu: usize, waker: Option<(usize, usize)>) {
-        use ontime_trace::event::{kind, Event};
+        use ontime_recording::event::{kind, Event};
         if !self.keep_events {
             return;
         }
@@ -225,7 +225,7 @@ impl ontime_sim::engine::Tracer for EventTracer {
         });
     }
     fn switch(&mut self, ts: u64, cpu: usize, prev: Option<usize>, next: Option<usize>, prev_runnable: bool) {
-        use ontime_trace::event::{kind, Event, F_PREEMPT, F_PREV_RUNNABLE};
+        use ontime_recording::event::{kind, Event, F_PREEMPT, F_PREV_RUNNABLE};
         self.io_path.switch(ts, cpu, next);
         if !self.keep_events {
             return;
@@ -320,7 +320,7 @@ fn tenant_cpu_ns(o: &ontime_sim::engine::SimOutcome, i: usize, threads: usize) -
 
 /// Analyses a simulated run's events with the scheduler view's own code:
 /// a group per tenant (its vCPU threads) and the host I/O path.
-fn scheduler_view(events: Vec<ontime_trace::event::Event>, shape: &ViewShape, end_ns: u64) -> SchedulerView {
+fn scheduler_view(events: Vec<ontime_recording::event::Event>, shape: &ViewShape, end_ns: u64) -> SchedulerView {
     let ViewShape {
         tenants,
         vcpus,
@@ -329,7 +329,7 @@ fn scheduler_view(events: Vec<ontime_trace::event::Event>, shape: &ViewShape, en
         cpus,
         polling: _,
     } = *shape;
-    use ontime_trace::recording::{Group, GroupKind, Meta, Recording, ThreadInfo};
+    use ontime_recording::recording::{Group, GroupKind, Meta, Recording, ThreadInfo};
     let mut groups: Vec<Group> = (0..tenants)
         .map(|i| Group {
             name: format!("t{i}"),

@@ -167,11 +167,11 @@ mod bpf_record {
             };
             // No entry yet: no bio on the device since recording began.
             if let Ok(Some(per_cpu)) = skel.maps.dev_counts.lookup_percpu(&dev.to_ne_bytes(), MapFlags::ANY) {
-                for v in per_cpu.iter().filter(|v| v.len() >= 32) {
-                    c.bios += u64_at(v, 0);
-                    c.bio_bytes += u64_at(v, 8);
-                    c.merges += u64_at(v, 16);
-                    c.splits += u64_at(v, 24);
+                for v in per_cpu.iter().filter_map(|v| DevCounts::from_bytes(v)) {
+                    c.bios += v.bios;
+                    c.bio_bytes += v.bio_bytes;
+                    c.merges += v.merges;
+                    c.splits += v.splits;
                 }
             }
             out.push(c);
@@ -219,17 +219,16 @@ mod bpf_record {
         (0..groups as u32)
             .filter_map(|g| {
                 let v = skel.maps.exited_io.lookup(&g.to_ne_bytes(), MapFlags::ANY).ok()??;
-                (v.len() >= 32).then(|| {
-                    (
-                        g,
-                        crate::io_app::ThreadIo {
-                            rchar: u64_at(&v, 0),
-                            wchar: u64_at(&v, 8),
-                            syscr: u64_at(&v, 16),
-                            syscw: u64_at(&v, 24),
-                        },
-                    )
-                })
+                let c = AppCounts::from_bytes(&v)?;
+                Some((
+                    g,
+                    crate::io_app::ThreadIo {
+                        rchar: c.rchar,
+                        wchar: c.wchar,
+                        syscr: c.syscr,
+                        syscw: c.syscw,
+                    },
+                ))
             })
             .collect()
     }
@@ -480,10 +479,13 @@ mod bpf_record {
         // subtracts them, the reader too.
         let apps = (!calls).then(|| crate::io_app::AppCounterReader::start(targets));
         for (tid, io) in apps.iter().flat_map(|a| a.baselines()) {
-            let mut v = Vec::with_capacity(32);
-            for x in [io.rchar, io.wchar, io.syscr, io.syscw] {
-                v.extend_from_slice(&x.to_ne_bytes());
+            let v = AppCounts {
+                rchar: io.rchar,
+                wchar: io.wchar,
+                syscr: io.syscr,
+                syscw: io.syscw,
             }
+            .to_bytes();
             skel.maps
                 .io_baseline
                 .update(&tid.to_ne_bytes(), &v, MapFlags::ANY)
@@ -644,131 +646,56 @@ mod bpf_record {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The layout build.rs generated from `io_event.h` (and so the offsets the
+/// codec reads) is the one the compiler gave the same structs in the BPF
+/// object (the skeleton's twins, from its BTF).
+#[cfg(all(test, feature = "bpf"))]
+mod layout_tests {
+    use super::{AppCounts, DevCounts, IoEvent, APP_COUNTS_SIZE, DEV_COUNTS_SIZE, IO_EVENT_SIZE};
+    use crate::io_skel::types::{app_counts, dev_counts, io_event};
+    use std::mem::{offset_of, size_of};
 
     #[test]
-    fn io_event_round_trips() {
-        let e = IoEvent {
-            ts: 1,
-            latency: 2,
-            offset: 3,
-            ino: 4,
-            ret: -5,
-            bytes: 6,
-            tid: 7,
-            dev: (7 << 20) | 3,
-            group: 9,
-            fd: 10,
-            cpu: 11,
-            kind: io_kind::BLOCK,
-            flags: F_UNPAIRED,
-            rwbs: *b"WS\0\0\0\0\0\0",
-        };
-        assert_eq!(IoEvent::from_bytes(&e.to_bytes()), Some(e));
-        assert_eq!(e.op(), IoOp::Write);
-        assert_eq!(e.moved(), 0, "a failed request moved nothing");
-        assert_eq!(e.rwbs_str(), "WS");
-        assert_eq!(IoEvent::from_bytes(&[0; 10]), None);
-    }
-
-    #[test]
-    fn block_operations_read_from_rwbs() {
-        let op = |s: &[u8]| {
-            let mut rwbs = [0u8; 8];
-            rwbs[..s.len()].copy_from_slice(s);
-            IoEvent {
-                kind: io_kind::BLOCK,
-                rwbs,
-                ..Default::default()
-            }
-            .op()
-        };
-        assert_eq!(op(b"R"), IoOp::Read);
-        assert_eq!(op(b"RA"), IoOp::Read);
-        assert_eq!(op(b"FWS"), IoOp::Write);
-        assert_eq!(op(b"FF"), IoOp::Sync);
-        assert_eq!(op(b"D"), IoOp::Discard);
-        assert_eq!(op(b"N"), IoOp::Other);
-    }
-
-    #[test]
-    fn extents_merge_and_owner_is_found_by_address() {
-        let merged = merge_extents(vec![
-            Extent {
-                logical: 4096,
-                physical: 20_000,
-                len: 4096,
-            },
-            Extent {
-                logical: 0,
-                physical: 10_000,
-                len: 4096,
-            },
-            Extent {
-                logical: 8192,
-                physical: 24_096,
-                len: 100,
-            },
-        ]);
-        assert_eq!(merged.len(), 2);
-        assert_eq!(merged[1].len, 4196);
-        let meta = IoMeta {
-            disks: vec![TenantDisk {
-                group: 2,
-                image: "/x".into(),
-                loop_device: Some(BlockDevice {
-                    dev: 7 << 20,
-                    name: "loop0".into(),
-                }),
-                direct: false,
-                physical: Some(BlockDevice {
-                    dev: 254 << 20,
-                    name: "vda".into(),
-                }),
-                partition_start: 0,
-                image_file: None,
-                aio: Default::default(),
-            }],
-            ..Default::default()
-        };
-        let layout = IoLayout {
-            images: vec![ImageExtents {
-                group: 2,
-                extents: merged,
-            }],
-        };
-        assert_eq!(layout.owner(&meta, 254 << 20, 10_000, 512), Some(2));
-        assert_eq!(layout.owner(&meta, 254 << 20, 14_095, 1), Some(2));
-        assert_eq!(layout.owner(&meta, 254 << 20, 14_096, 512), None);
-        assert_eq!(layout.owner(&meta, 254 << 20, 24_195, 1), Some(2));
-        assert_eq!(layout.owner(&meta, 7 << 20, 10_000, 512), None, "another device");
-        // A request merged across the image's edge belongs where most of
-        // its bytes go, whichever side its first sector is on.
-        assert_eq!(layout.owner(&meta, 254 << 20, 9_488, 4096), Some(2), "512 out, 3584 in");
-        assert_eq!(layout.owner(&meta, 254 << 20, 12_048, 4096), Some(2), "half in");
-        assert_eq!(layout.owner(&meta, 254 << 20, 13_596, 4096), None, "500 in, 3596 out");
-        // Over a hole of the image: both extents' parts count.
-        assert_eq!(
-            layout.owner(&meta, 254 << 20, 12_000, 12_196),
-            Some(2),
-            "6292 of 12196 in"
-        );
-        assert_eq!(layout.owner(&meta, 254 << 20, 12_000, 10_000), None, "4096 of 10000 in");
-    }
-
-    #[test]
-    fn memory_stat_reads_v1_and_v2_names() {
-        let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join("memory.stat"), "cache 4096\nrss 8192\ndirty 0\nswap 12\n").unwrap();
-        std::fs::write(d.path().join("memory.limit_in_bytes"), "134217728\n").unwrap();
-        let m = memory_state(1, d.path()).unwrap();
-        assert_eq!((m.file, m.anon, m.swap, m.limit), (4096, 8192, 12, Some(128 << 20)));
-        let d2 = tempfile::tempdir().unwrap();
-        std::fs::write(d2.path().join("memory.stat"), "anon 1\nfile 2\nfile_dirty 3\n").unwrap();
-        std::fs::write(d2.path().join("memory.max"), "max\n").unwrap();
-        let m = memory_state(0, d2.path()).unwrap();
-        assert_eq!((m.file, m.anon, m.dirty, m.limit), (2, 1, 3, None));
+    fn the_generated_layout_is_the_compilers() {
+        assert_eq!(size_of::<io_event>(), IO_EVENT_SIZE);
+        let at = [
+            (offset_of!(io_event, ts), offset_of!(IoEvent, ts)),
+            (offset_of!(io_event, latency), offset_of!(IoEvent, latency)),
+            (offset_of!(io_event, offset), offset_of!(IoEvent, offset)),
+            (offset_of!(io_event, ino), offset_of!(IoEvent, ino)),
+            (offset_of!(io_event, ret), offset_of!(IoEvent, ret)),
+            (offset_of!(io_event, bytes), offset_of!(IoEvent, bytes)),
+            (offset_of!(io_event, tid), offset_of!(IoEvent, tid)),
+            (offset_of!(io_event, dev), offset_of!(IoEvent, dev)),
+            (offset_of!(io_event, group), offset_of!(IoEvent, group)),
+            (offset_of!(io_event, fd), offset_of!(IoEvent, fd)),
+            (offset_of!(io_event, cpu), offset_of!(IoEvent, cpu)),
+            (offset_of!(io_event, kind), offset_of!(IoEvent, kind)),
+            (offset_of!(io_event, flags), offset_of!(IoEvent, flags)),
+            (offset_of!(io_event, rwbs), offset_of!(IoEvent, rwbs)),
+        ];
+        for (compiled, generated) in at {
+            assert_eq!(compiled, generated);
+        }
+        assert_eq!(size_of::<dev_counts>(), DEV_COUNTS_SIZE);
+        let at = [
+            (offset_of!(dev_counts, bios), offset_of!(DevCounts, bios)),
+            (offset_of!(dev_counts, bio_bytes), offset_of!(DevCounts, bio_bytes)),
+            (offset_of!(dev_counts, merges), offset_of!(DevCounts, merges)),
+            (offset_of!(dev_counts, splits), offset_of!(DevCounts, splits)),
+        ];
+        for (compiled, generated) in at {
+            assert_eq!(compiled, generated);
+        }
+        assert_eq!(size_of::<app_counts>(), APP_COUNTS_SIZE);
+        let at = [
+            (offset_of!(app_counts, rchar), offset_of!(AppCounts, rchar)),
+            (offset_of!(app_counts, wchar), offset_of!(AppCounts, wchar)),
+            (offset_of!(app_counts, syscr), offset_of!(AppCounts, syscr)),
+            (offset_of!(app_counts, syscw), offset_of!(AppCounts, syscw)),
+        ];
+        for (compiled, generated) in at {
+            assert_eq!(compiled, generated);
+        }
     }
 }

@@ -134,16 +134,6 @@ struct {
     __type(value, struct dev_counts);
 } dev_counts SEC(".maps");
 
-/* The application layer as counters (the mode without syscall
- * tracepoints): what the tracked groups' threads that exited during the
- * recording read and wrote, less what they had done before it began. */
-struct app_counts {
-    __u64 rchar;
-    __u64 wchar;
-    __u64 syscr;
-    __u64 syscw;
-};
-
 /* group -> counts of its exited threads */
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);

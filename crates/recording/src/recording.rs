@@ -9,9 +9,9 @@
 //!   EVENTS  length/24 events (event.rs layout, little endian)
 //!   THREADS JSON [ThreadInfo] (new or renamed threads since the last one)
 //!   END     JSON End (last block of a recording that stopped cleanly)
-//!   SAMPLES stack samples (sampler.rs layout; `ontime profile record`)
+//!   SAMPLES stack samples (samples.rs layout; `ontime profile record`)
 //!   MAPS    JSON [ProcessMaps] (executable mappings of sampled processes)
-//!   IO_EVENTS  length/72 I/O events (io.rs layout; `ontime io record`)
+//!   IO_EVENTS  length/72 I/O events (io_abi.rs layout; `ontime io record`)
 //!   IO_FILES   JSON [IoFile] (files opened by the tenants, by device+inode)
 //!   IO_STATE   JSON [IoState] (cache and memory samples, block counters)
 //!   IO_LAYOUT  JSON IoLayout (where the images lie on the disk, at the end)
@@ -27,11 +27,11 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::event::{Event, EVENT_SIZE};
+pub use crate::groups::{Group, GroupKind};
 use crate::io_abi::{IoEvent, IO_EVENT_SIZE};
 use crate::io_layout::{IoFile, IoLayout, IoState};
 use crate::maps::ProcessMaps;
-use crate::sampler::SampleBatch;
-pub use crate::targets::{Group, GroupKind};
+use crate::samples::SampleBatch;
 
 const MAGIC: &[u8; 6] = b"OTREC\0";
 const VERSION: u16 = 1;

@@ -1,13 +1,21 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
-// The scheduler event: the one definition shared by the BPF program (which
-// includes this file) and Rust (whose `Event`, kinds and flags build.rs
-// generates from it). The recording stores events in this layout,
-// little-endian. build.rs reads: the `enum kind` members, the `#define F_`
-// and `#define TASK_` lines, and the fields of `struct event` (__u64,
-// __u32, __u16, __u8 only), so keep to that form.
+// The scheduler event: the one definition shared by the BPF program
+// (crates/trace/src/bpf/sched.bpf.c includes this file) and Rust (whose
+// `Event`, kinds and flags crates/recording/build.rs generates from it).
+// The recording stores events in this layout, little-endian. build.rs
+// reads the enums and structs it names (`enum kind`, `struct event`; the
+// others, like `struct comm_event`, are C only) and every `#define NAME
+// VALUE`: enum members as `NAME = N,`, struct fields as `TYPE name;` with
+// __u64, __s64, __u32, __s32, __u16, __s16, __u8 or __s8, or `char
+// name[N];`, naturally aligned with no padding between or after them, and
+// defines with a decimal or hex value and a Rust type build.rs gives their
+// prefix (F_: u8, TASK_: u32). A comment just before an item or field, or
+// after it on its line, becomes its Rust doc (Markdown). build.rs stops on
+// anything else it is asked to read, naming the line.
 #ifndef ONTIME_EVENT_H
 #define ONTIME_EVENT_H
 
+/* Kinds of event. */
 enum kind {
     EV_SWITCH = 1,
     EV_WAKEUP = 2,
@@ -31,10 +39,13 @@ enum kind {
  * kernel (typically on I/O), not a voluntary sleep. */
 #define TASK_UNINTERRUPTIBLE 0x02
 
-/* | kind | a | b | c |
+/* One scheduler event, as the BPF ring carries it and the recording
+ * stores it. What a, b and c hold depends on the kind:
+ *
+ * | kind | a | b | c |
+ * |---|---|---|---|
  * | SWITCH | prev tid | next tid | prev state |
- * | WAKEUP(_NEW) | tid | current tid (the waker, or the thread an interrupt
- *   came in on; 0: the CPU idled) | target CPU |
+ * | WAKEUP(_NEW) | tid | current tid (the waker, or the thread an interrupt came in on; 0: the CPU idled) | target CPU |
  * | MIGRATE | tid | from CPU | to CPU |
  * | FORK | parent tid | child tid | child tgid |
  * | EXIT | tid | - | - |

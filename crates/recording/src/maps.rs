@@ -112,7 +112,7 @@ mod tests {
         assert!(
             me.maps
                 .iter()
-                .any(|m| m.path.contains("ontime_trace") || m.path.contains("deps/")),
+                .any(|m| m.path.contains("ontime_recording") || m.path.contains("deps/")),
             "{me:?}"
         );
     }

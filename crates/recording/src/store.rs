@@ -21,7 +21,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use crate::event::Event;
 use crate::maps::ProcessMaps;
 use crate::recording::{End, Meta, ThreadInfo, Writer};
-use crate::sampler::SampleBatch;
+use crate::samples::SampleBatch;
 
 /// How long a window stays open after its end for late events: the
 /// recorder drains every 100 ms and the kernel hands events over in time
@@ -71,7 +71,8 @@ enum Msg {
     Finish(End),
 }
 
-pub(crate) enum Store {
+/// Where a recorder's drains go (ontime-trace's recorder holds one).
+pub enum Store {
     /// A live view only.
     Nothing,
     File(Writer),
@@ -79,7 +80,9 @@ pub(crate) enum Store {
 }
 
 impl Store {
-    pub(crate) fn drained(
+    /// One drain's events, threads, samples and mappings, at `now_ns`,
+    /// with the events lost so far.
+    pub fn drained(
         &mut self,
         events: &[Event],
         threads: Vec<ThreadInfo>,
@@ -110,7 +113,7 @@ impl Store {
         }
     }
 
-    pub(crate) fn finish(self, end: &End) -> Result<()> {
+    pub fn finish(self, end: &End) -> Result<()> {
         match self {
             Store::Nothing => Ok(()),
             Store::File(w) => w.finish(end),
@@ -122,7 +125,8 @@ impl Store {
     }
 }
 
-pub(crate) struct WindowStore {
+/// The storage thread of a continuous recording's windows.
+pub struct WindowStore {
     tx: Option<mpsc::Sender<Msg>>,
     thread: Option<JoinHandle<Result<()>>>,
 }
@@ -130,12 +134,7 @@ pub(crate) struct WindowStore {
 impl WindowStore {
     /// Starts storing windows of `window_ns` from `meta.start_ns` into
     /// `dir` (created; it must hold no window files yet).
-    pub(crate) fn start(
-        dir: &Path,
-        meta: Meta,
-        window_ns: u64,
-        done: Option<mpsc::Sender<PathBuf>>,
-    ) -> Result<WindowStore> {
+    pub fn start(dir: &Path, meta: Meta, window_ns: u64, done: Option<mpsc::Sender<PathBuf>>) -> Result<WindowStore> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         if !window_files(dir)?.is_empty() {
             bail!(
