@@ -256,7 +256,7 @@ fn item<'a>(header: &str, lines: &'a [Line], open: &str) -> (&'a Line, &'a [Line
 /// A C integer literal (decimal or hex, `u`/`l` suffixes allowed) as
 /// Rust writes it, and its value.
 fn literal(header: &str, v: &str) -> (String, u64) {
-    let lit = v.trim_end_matches(|c: char| matches!(c, 'u' | 'U' | 'l' | 'L'));
+    let lit = v.trim_end_matches(['u', 'U', 'l', 'L']);
     let value = match lit.strip_prefix("0x").or_else(|| lit.strip_prefix("0X")) {
         Some(hex) => u64::from_str_radix(hex, 16).ok(),
         None if lit.len() > 1 && lit.starts_with('0') => {
