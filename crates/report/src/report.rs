@@ -189,7 +189,7 @@ type WorstPerRun = BTreeMap<Vars, BTreeMap<String, BTreeMap<String, Vec<[Option<
 
 /// Simulated beside measured: per setting of the other swept keys, one
 /// figure with p99 and p99.9 of each source on the basis
-/// `scripts/sim-vs-lab.py` judges agreement on: each run's worst tenant,
+/// `ontime sim validate` judges agreement on: each run's worst tenant,
 /// the median over the repetitions, a bar spanning them. Per-run summaries
 /// also hold for runs whose histogram logs were cut, where pooled
 /// percentiles cannot be had.
@@ -339,7 +339,7 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
     let cut = runs.iter().filter(|r| r.pooled_incomplete).count();
     if cut > 0 {
         notes.push(format!(
-            "{cut} runs have histogram logs that hold no samples (cut to their headers, as scripts/sim-vs-lab.py packs lab runs): figures of pooled percentiles leave their tenants out; the simulated-vs-measured figures use each run's own percentiles"
+            "{cut} runs have histogram logs that hold no samples (cut to their headers, as ontime lab report --pack packs lab runs): figures of pooled percentiles leave their tenants out; the simulated-vs-measured figures use each run's own percentiles"
         ));
     }
     if runs.iter().any(|r| r.pooled_from_bins) {

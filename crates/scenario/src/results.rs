@@ -188,7 +188,7 @@ pub struct RunResults {
     /// True when `pooled` came from log bins for some tenant.
     pub pooled_from_bins: bool,
     /// True when some tenant's histogram log holds no samples though its
-    /// result counted some (cut to its header, as `scripts/sim-vs-lab.py`
+    /// result counted some (cut to its header, as `ontime lab report --pack`
     /// packs lab runs): `pooled` lacks that tenant.
     pub pooled_incomplete: bool,
     /// The scheduler recording's analysis (`observe.json`), when the run

@@ -48,7 +48,7 @@ pub struct WakePlacement {
     pub waker_elsewhere_both_busy: u64,
     /// ... and of those, how many it queued on the waker's CPU (what the
     /// simulator's Linux model decides by the kernel's rules is checked
-    /// against it: `scripts/sim-vs-lab.py`).
+    /// against it: `ontime sim validate`).
     #[serde(default)]
     pub pulled_to_waker: u64,
     /// Every wake-up onto a CPU running another thread, by who woke onto
