@@ -169,7 +169,45 @@ fn table_of(runs: &[RunResults]) -> String {
         "\nPer setting: the worst tenant's {metric} of each run, as the median over the runs (min-max); {} summed over a run's tenants, likewise.",
         workload.misses()
     );
+    out.push_str(&class_waits(runs, &keys));
     out
+}
+
+/// Document 003's experiment 1: per setting and class at the bottleneck
+/// (a channel, or best effort), the longest wait in the relay's queue of
+/// each run (its fixed delay taken off), as median (min-max) over the runs.
+fn class_waits(runs: &[RunResults], keys: &[String]) -> String {
+    let mut rows = String::new();
+    for k in keys {
+        let of: Vec<&RunResults> = runs.iter().filter(|r| &setting(r) == k && r.record.complete).collect();
+        let mut classes: Vec<&String> = of
+            .iter()
+            .filter_map(|r| r.record.relay.as_ref()?.channels.as_ref())
+            .flat_map(|c| c.delay_by_class.keys())
+            .collect();
+        classes.sort();
+        classes.dedup();
+        for class in classes {
+            let waits = Spread::of(
+                of.iter()
+                    .filter_map(|r| {
+                        let relay = r.record.relay.as_ref()?;
+                        let max = relay.channels.as_ref()?.delay_by_class.get(class)?.max_ns?;
+                        Some(max.saturating_sub(relay.settings.delay_ns))
+                    })
+                    .collect(),
+            );
+            if let Some(w) = waits {
+                let _ = writeln!(rows, "| {k} | {class} | {} | {} |", w.n, w.text(ms));
+            }
+        }
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n| setting | class at the bottleneck | runs | longest queue wait |\n|---|---|---|---|\n{rows}\nThe longest wait of each class in the relay's queue in each run (its fixed delay taken off), as the median over the runs (min-max).\n"
+    )
 }
 
 #[cfg(test)]

@@ -6,17 +6,26 @@
 //! tenant whose image they touch) and the recorder itself ([`record`]).
 //!
 //! Interpretation (absorption per layer, splits and merges) is ontime-io's.
-use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
-use ontime_core::time::MonoNs;
+use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::recording::{End, Group, GroupKind, Meta, Writer};
-use crate::targets::{self, CgroupRoot, Targets};
+use crate::targets::{CgroupRoot, Targets};
+// What only the BPF recorder uses.
+#[cfg(feature = "bpf")]
+use crate::{
+    recording::{End, Group, GroupKind, Meta, Writer},
+    targets,
+};
+#[cfg(feature = "bpf")]
+use anyhow::Context;
+#[cfg(feature = "bpf")]
+use ontime_core::time::MonoNs;
+#[cfg(feature = "bpf")]
+use std::collections::{HashMap, HashSet};
 
 pub use crate::io_abi::*;
 pub use crate::io_layout::*;
