@@ -1,7 +1,7 @@
 /*
  * Where does Linux put a waking fair thread whose CPU is busy while
- * another CPU idles? The measurement behind docs/sim.md "What the lab's
- * light load is made of" (issue 24).
+ * another CPU idles? A probe of this host's kernel beside the lab's own
+ * recordings (docs/sim.md, the linux model's wake-up placement).
  *
  * R wakes W through a pipe (a synchronous wake-up, as a socket's data does),
  * W computes 1.4 ms (the lab crawler's work per poll), and R's own timer
@@ -12,14 +12,14 @@
  *   cc -O2 -pthread -o /tmp/wake-placement scripts/wake-placement.c
  *   /tmp/wake-placement 1000          # 10 s
  *
- * Needs 2+ CPUs and a quiet host. Session 17 on this VM (2 vCPUs, KVM,
+ * Needs 2+ CPUs and a quiet host. On the development VM (2 vCPUs, KVM,
  * kernel 6.18): 987-997 of 1000 wake-ups on W's CPU, W staying there,
  * 2-9 of them later than 0.3 ms (R, a light sleeper, preempts W at once);
  * on bare metal the kernel's idle-CPU scan (select_idle_sibling) would
  * put most of them on the idle CPU. This VM's kernel is a Firecracker build
  * (6.18.44-fc-v669, booted with sched_vcpu_pack=15), not mainline; the lab's
- * own recordings now count the same thing per run (`ontime observe report`,
- * wake-up placement; docs/sim.md, session 19).
+ * own recordings count the same thing per run (`ontime observe report
+ * --wakeups`).
  */
 #define _GNU_SOURCE
 #include <pthread.h>

@@ -43,8 +43,8 @@ struct RunArgs {
 
 #[derive(Args)]
 struct ReportArgs {
-    /// A results directory written by `ontime lab run`, or a pack of them
-    /// (.tar.xz, e.g. docs/results/NAME/runs.tar.xz)
+    /// A results directory written by `ontime lab run` (with --markdown,
+    /// also a pack of them: .tar.xz, e.g. docs/results/NAME/runs.tar.xz)
     dir: PathBuf,
     /// Where to write report.html and the PNGs [default: DIR/report]
     #[arg(long, short = 'o', conflicts_with = "markdown")]
@@ -228,14 +228,13 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let w = ontime_report::report::write(&a.dir, a.out.as_deref()).map_err(|e| {
-        // A results file of the wrong shape is the user's input, not our
-        // failure: said as the file's own one line, without the context.
-        match e.downcast_ref::<ontime_core::BadInput>() {
-            Some(bad) => bad_input(bad.to_string()),
-            None => e,
-        }
-    })?;
+    if ontime_scenario::pack::is_pack(&a.dir) {
+        return Err(bad_input(format!(
+            "{} is a pack: give --markdown for its tables, or unpack it (tar -xJf) for the HTML report",
+            a.dir.display()
+        )));
+    }
+    let w = ontime_report::report::write(&a.dir, a.out.as_deref()).map_err(one_line)?;
     crate::outln!("ontime lab report: {} run(s) -> {}", w.runs, w.html.display());
     for p in &w.pngs {
         crate::outln!("  {}", p.display());

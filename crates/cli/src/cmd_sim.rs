@@ -114,6 +114,9 @@ struct ValidateArgs {
     /// other side's median, the ratio
     #[arg(long)]
     cells: bool,
+    /// Print only each basis's counts as JSON (docs/results/sim/validation.json)
+    #[arg(long, conflicts_with = "cells")]
+    counts: bool,
     /// Leave the pooled sets' runs, measured and simulated, here: one
     /// results directory per scenario for `ontime lab report`
     #[arg(long, value_name = "DIR")]
@@ -385,5 +388,9 @@ fn validate(a: ValidateArgs) -> anyhow::Result<()> {
     let v = ontime_sim_lab::validate::validate(&a.manifest, a.seed, &a.sets, a.into.as_deref(), &mut |line| {
         ontime_core::errln!("ontime sim validate: {line}");
     })?;
+    if a.counts {
+        crate::outln!("{}", serde_json::to_string_pretty(&v.counts())?);
+        return Ok(());
+    }
     a.out.emit(&v, &v.markdown(a.cells))
 }

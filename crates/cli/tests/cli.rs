@@ -1323,7 +1323,7 @@ fn sim_takes_the_tenants_real_time_budget_from_flag_run_or_calibration() {
     assert!(budgets(&["--calibration", cal_arg, "--tenant-rt-budget", "0"])
         .iter()
         .all(Option::is_none));
-    // Beside session 25's measured runs, which recorded their budget.
+    // Beside the second VM's measured runs, which recorded their budget.
     let st = Command::new("tar")
         .arg("-xJf")
         .arg(format!("{root}/docs/results/sim/lab-runs-vm2.tar.xz"))

@@ -3,9 +3,10 @@
 //! [`STATE_DIR`]; the guard puts it back when dropped, and whatever a killed
 //! run left there is put back by the next `lab run` or by `lab clean`.
 //!
-//! The one setting today is `/proc/sys/kernel/sched_rr_timeslice_ms`, the
-//! Linux knob nearest to Xen credit's time slice (document 000, finding 5:
-//! 30 ms -> 1 ms kept the interval error under 10 ms at 8 VMs).
+//! The settings: `/proc/sys/kernel/sched_rr_timeslice_ms`, the Linux knob
+//! nearest to Xen credit's time slice (document 000, finding 5: 30 ms ->
+//! 1 ms kept the interval error under 10 ms at 8 VMs), and
+//! `kernel.bpf_stats_enabled` while document 003's programs are measured.
 
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
@@ -97,7 +98,7 @@ impl SysctlGuard {
 impl Drop for SysctlGuard {
     fn drop(&mut self) {
         if let Err(e) = self.restore() {
-            crate::errln!("ontime lab: {e:#}");
+            crate::errln!("ontime: {e:#}");
         }
     }
 }

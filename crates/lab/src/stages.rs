@@ -247,7 +247,9 @@ fn one_run(
     lab.destroy();
     let gw = dir.join(GATEWAY_RESULT);
     if gw.exists() {
-        rec.gateway = Some(ontime_scenario::results::read_json(&gw, "gateway result")?);
+        // The gateway's own file: broken, it is ontime's failure, not bad input.
+        rec.gateway =
+            Some(ontime_scenario::results::read_json(&gw, "gateway result").map_err(|e| anyhow::anyhow!("{e:#}"))?);
     }
     let log = dir.join(GATEWAY_LOG);
     if let (Some(cr), true) = (&c.tenant.crawl, log.exists()) {

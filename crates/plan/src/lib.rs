@@ -1,4 +1,4 @@
-//! `ontime plan` (document 000, section 4; issue 12): places timing-critical
+//! `ontime plan` (document 000, section 4): places timing-critical
 //! crawler tenants onto hosts so that every tenant keeps its target, and
 //! predicts an existing placement (`plan check`).
 //!

@@ -478,6 +478,11 @@ impl Recording {
             }
         }
         let meta = meta.with_context(|| format!("{}: no META block; the recording is empty", path.display()))?;
+        // Events name their CPU in 16 bits: a larger count is corruption,
+        // and every analysis sizes per-CPU state by it.
+        if meta.cpus == 0 || meta.cpus > usize::from(u16::MAX) + 1 {
+            bail!("{}: corrupt: META says {} CPUs", path.display(), meta.cpus);
+        }
         check_times(path, &meta, end.as_ref(), &events, &samples, &io_events)?;
         // Per-CPU rings interleave slightly; the analysis needs one time order.
         events.sort_by_key(|e| e.ts);

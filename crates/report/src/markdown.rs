@@ -31,7 +31,7 @@ impl Spread {
         let median = if n % 2 == 1 {
             v[n / 2]
         } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2
+            v[n / 2 - 1] + (v[n / 2] - v[n / 2 - 1]) / 2
         };
         Some(Spread {
             median,
@@ -65,6 +65,9 @@ fn count(n: u64) -> String {
 /// The table of one results directory.
 pub fn table(dir: &Path) -> Result<String> {
     let runs = super::report::load_runs(dir)?;
+    if runs.is_empty() {
+        return Err(ontime_core::bad_input(format!("{} holds no runs", dir.display())));
+    }
     Ok(table_of(&runs))
 }
 
@@ -138,7 +141,7 @@ fn table_of(runs: &[RunResults]) -> String {
         let cell = |s: Option<Spread>, show: fn(u64) -> String| s.map_or("n/a".to_string(), |s| s.text(show));
         let missed = Spread::of(
             of.iter()
-                .map(|r| r.tenants.iter().map(|(_, t)| t.missed()).sum())
+                .map(|r| r.tenants.iter().map(|(_, t)| t.missed()).fold(0, u64::saturating_add))
                 .collect(),
         );
         let runs_text = if incomplete > 0 {

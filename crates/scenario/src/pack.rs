@@ -17,10 +17,16 @@ use std::path::{Component, Path, PathBuf};
 use crate::results::run_dirs;
 use ontime_core::BadInput;
 
-/// At most this many bytes unpacked from one pack (the committed packs
-/// unpack to under 10 MB each): a pack is input, and a crafted one must not
-/// fill the disk.
-pub const MAX_UNPACKED_BYTES: u64 = 1 << 30;
+/// At most this many bytes unpacked from one pack, tar headers and long
+/// names included (the committed packs unpack to under 10 MB each): a
+/// pack is input, and a crafted one must not fill the disk or memory.
+pub const MAX_UNPACKED_BYTES: u64 = 256 << 20;
+
+/// At most this many members (the committed packs have under 1 400).
+pub const MAX_MEMBERS: usize = 100_000;
+
+/// The xz decoder's memory limit: presets up to 9 need 65 MiB.
+const XZ_MEMORY_LIMIT: u64 = 128 << 20;
 
 /// The results directories of a pack, unpacked into a temporary directory
 /// that is removed when this is dropped.
@@ -31,6 +37,7 @@ pub struct Unpacked {
 }
 
 impl Unpacked {
+    /// The directory the pack was unpacked into.
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
@@ -50,9 +57,14 @@ fn kept_whole(name: &str) -> bool {
 /// simulated runs are left out: they are recomputed) into `out`, each under
 /// its directory's name. Returns the number of runs packed.
 pub fn write(out: &Path, results: &[PathBuf]) -> Result<usize> {
-    let tmp = out.with_extension("tmp");
-    let file = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    let mut tar = tar::Builder::new(liblzma::write::XzEncoder::new(file, 9));
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let tmp =
+        tempfile::NamedTempFile::new_in(parent).with_context(|| format!("cannot write into {}", parent.display()))?;
+    let file = tmp.reopen()?;
+    let mut tar = tar::Builder::new(liblzma::write::XzEncoder::new(file, 6));
     tar.mode(tar::HeaderMode::Deterministic);
     let mut runs = 0;
     let result = (|| -> Result<()> {
@@ -97,11 +109,9 @@ pub fn write(out: &Path, results: &[PathBuf]) -> Result<usize> {
         tar.into_inner()?.finish()?;
         Ok(())
     })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    std::fs::rename(&tmp, out).with_context(|| format!("cannot write {}", out.display()))?;
+    result?;
+    tmp.persist(out)
+        .with_context(|| format!("cannot write {}", out.display()))?;
     Ok(runs)
 }
 
@@ -142,11 +152,25 @@ pub fn unpack(file: &Path) -> Result<Unpacked> {
         .tempdir()
         .context("cannot make a temporary directory to unpack into")?;
     let bad = |what: String| anyhow::Error::new(BadInput(format!("{}: {what}", file.display())));
-    let mut archive = tar::Archive::new(liblzma::read::XzDecoder::new(std::io::BufReader::new(f)));
+    let stream = liblzma::stream::Stream::new_stream_decoder(XZ_MEMORY_LIMIT, 0)
+        .map_err(|e| bad(format!("cannot start the xz decoder: {e}")))?;
+    // Every decompressed byte counts, so long names and PAX headers (which
+    // the tar reader holds whole) are bounded too.
+    let xz = liblzma::read::XzDecoder::new_stream(std::io::BufReader::new(f), stream).take(MAX_UNPACKED_BYTES);
+    let mut archive = tar::Archive::new(xz);
     let mut total = 0u64;
+    let mut members = 0usize;
     let entries = archive.entries().map_err(|e| bad(format!("not a .tar.xz pack: {e}")))?;
     for entry in entries {
-        let mut entry = entry.map_err(|e| bad(format!("not a .tar.xz pack: {e}")))?;
+        let mut entry = entry.map_err(|e| {
+            bad(format!(
+                "not a .tar.xz pack, or larger than {MAX_UNPACKED_BYTES} bytes: {e}"
+            ))
+        })?;
+        members += 1;
+        if members > MAX_MEMBERS {
+            return Err(bad(format!("holds more than {MAX_MEMBERS} members")));
+        }
         let path = entry
             .path()
             .map_err(|e| bad(format!("bad member name: {e}")))?
@@ -166,12 +190,10 @@ pub fn unpack(file: &Path) -> Result<Unpacked> {
                     std::fs::create_dir_all(parent)?;
                 }
                 let size = entry.size();
-                let mut bytes = Vec::with_capacity(size.min(1 << 24) as usize);
-                (&mut entry)
-                    .take(size)
-                    .read_to_end(&mut bytes)
+                let mut file =
+                    std::fs::File::create(&target).with_context(|| format!("cannot write {}", target.display()))?;
+                std::io::copy(&mut (&mut entry).take(size), &mut file)
                     .map_err(|e| bad(format!("member {}: {e}", path.display())))?;
-                std::fs::write(&target, bytes).with_context(|| format!("cannot write {}", target.display()))?;
             }
             other => return Err(bad(format!("member {} is a {other:?}, not a file", path.display()))),
         }

@@ -13,8 +13,9 @@
 //! the recording and only whole windows count.
 //!
 //! Whether the host conserved work and where it queued waking threads is
-//! counted in [`crate::wakeups`]; the figures [`Analyzer::report`] returns
-//! are [`crate::report`]'s types (re-exported here).
+//! counted by this state machine into [`crate::wakeups`]'s counters; the
+//! figures [`Analyzer::report`] returns are [`crate::report`]'s types
+//! (re-exported here).
 use std::collections::HashMap;
 
 use ontime_core::stats::LatencyHistogram;

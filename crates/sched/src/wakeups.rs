@@ -46,9 +46,9 @@ pub struct WakePlacement {
     /// choice between the waker's CPU (`wake_affine`) and the last one ...
     #[serde(default)]
     pub waker_elsewhere_both_busy: u64,
-    /// ... and of those, how many it queued on the waker's CPU (what the
-    /// simulator's Linux model decides by the kernel's rules is checked
-    /// against it: `ontime sim validate`).
+    /// ... and of those, how many it queued on the waker's CPU (the share
+    /// the simulator's Linux model was built against; `ontime sim
+    /// validate` compares interval errors, not this share).
     #[serde(default)]
     pub pulled_to_waker: u64,
     /// Every wake-up onto a CPU running another thread, by who woke onto

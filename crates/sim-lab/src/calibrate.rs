@@ -105,7 +105,7 @@ impl Calibration {
             // Measured on the lab host's recordings by their threads'
             // policies, which observe's counts do not carry: a host whose
             // placement was measured is taken to leave real-time CPUs as
-            // the lab's does (docs/sim.md, session 24).
+            // the lab's does (`ontime observe report --wakeups`).
             leave_real_time: self.wake_stay_share.is_some(),
         }
     }
@@ -173,10 +173,10 @@ struct HostWork {
 
 /// Fits the host's untracked CPU (CPUs) against the poll rate (polls per
 /// second), one point per unloaded run: least squares, the slope being the
-/// CPU per poll. Not each run's ratio, as before session 29: a fixed
-/// background divided by few polls inflates the slow runs' ratios, and
-/// clamping the negative ones (tick counting) biased the median up, to
-/// 83 us per poll on session 28's host where the slope is 59 us; the
+/// CPU per poll. Not each run's ratio: a fixed background divided by few
+/// polls inflates the slow runs' ratios, and clamping the negative ones
+/// (tick counting) biased the median up, to 83 us per poll on the third
+/// VM's host where the slope is 59 us; the
 /// difference decides whether six crawlers at 200 polls/s fit two CPUs.
 /// All runs at one rate: their total untracked CPU over their polls.
 fn fit_host_work(points: &[(f64, f64)]) -> Option<HostWork> {
@@ -299,7 +299,7 @@ pub fn calibrate(dirs: &[&Path]) -> Result<Calibration> {
         }
     }
     if host_work.is_empty() {
-        notes.push("no unloaded run recorded the host's CPU and the scheduler view: no host work fitted (runs made before session 6 lack host_cpu)".into());
+        notes.push("no unloaded run recorded the host's CPU and the scheduler view: no host work fitted (runs of early versions of ontime lack host_cpu)".into());
     }
     if io_cost.is_empty() {
         notes.push("no run recorded the host I/O path ([observe] in the scenario): no I/O cost fitted".into());

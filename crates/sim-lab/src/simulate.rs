@@ -1,4 +1,4 @@
-//! A scenario run in the simulator (`ontime sim`, issue 12): the same
+//! A scenario run in the simulator (`ontime sim`): the same
 //! scenario file as `lab run`, each run's crawler tenants as simulated
 //! threads on the host's CPUs (the tenant's cpuset, else all), with the
 //! host I/O path as a thread when its cost per packet is known, the
@@ -79,7 +79,7 @@ fn measured_rt_budget_ns(results: &Path, run_: &PlannedRun, tenants: usize) -> O
     let dir = results.join("runs").join(run_.dir_name());
     let record = ontime_scenario::results::read_record(&dir).ok()?;
     let per_tenant_us = record.environment.tenant_rt_runtime_us?;
-    Some(per_tenant_us * 1000 * tenants as u64)
+    per_tenant_us.checked_mul(1000)?.checked_mul(tenants as u64)
 }
 
 /// How long a crawler's vCPU thread runs before its first poll:
@@ -87,8 +87,8 @@ fn measured_rt_budget_ns(results: &Path, run_: &PlannedRun, tenants: usize) -> O
 /// from it (a second round trip) and polls from a common start 20 ms
 /// after every thread is ready (crates/crawl `warm_up`,
 /// `grow_before_start`, `common_start`); the lab's relay holds each
-/// packet `one_way_ns` each way. Session 26's recording of a lab run at
-/// 10 ms one way: 61 ms from the thread's first run to its first poll.
+/// packet `one_way_ns` each way. A lab run's recording at 10 ms one way:
+/// 61 ms from the thread's first run to its first poll.
 fn crawler_warm_up_ns(one_way_ns: u64) -> u64 {
     2 * (2 * one_way_ns) + 20_000_000
 }

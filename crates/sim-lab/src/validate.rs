@@ -144,6 +144,9 @@ pub struct Basis {
     pub cells: usize,
     pub first_missed: Vec<FirstMissed>,
     pub detail: Vec<Cell>,
+    /// Settings measured on one side with no runs on the other ("scenario:
+    /// setting"): a sweep that changed between them.
+    pub unmatched: Vec<String>,
 }
 
 impl Basis {
@@ -218,6 +221,14 @@ pub fn validate(
         .iter()
         .filter(|s| only.is_empty() || only.contains(&s.name))
         .collect();
+    let pooled_chosen = chosen.iter().filter(|s| manifest.pool.contains(&s.name)).count();
+    if into.is_some() && pooled_chosen < 2 {
+        return Err(BadInput(format!(
+            "--into keeps the pooled sets' runs: choose two or more of {}",
+            manifest.pool.join(", ")
+        ))
+        .into());
+    }
     let mut sets = Vec::new();
     for spec in &chosen {
         sets.push(simulate_set(
@@ -317,7 +328,8 @@ fn simulate_set(
 ) -> Result<SetRuns> {
     let unpacked = pack::unpack(&base.join(&spec.runs))?;
     let calibration_path = base.join(&spec.calibration);
-    let calibration = crate::calibrate::read(&calibration_path)?;
+    let calibration = crate::calibrate::read(&calibration_path)
+        .map_err(|e| BadInput(format!("set {}: calibration: {e:#}", spec.name)))?;
     let rt_budget = match &spec.tenant_rt_budget {
         Some(t) => Some(
             ontime_core::duration::parse_ns(t)
@@ -332,13 +344,20 @@ fn simulate_set(
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let scenario_file = scenarios.join(format!("{name}.toml"));
-        let plan = ontime_scenario::scenario::load(&scenario_file).with_context(|| {
-            format!(
-                "set {}: its runs of '{name}' need {}",
+        // The scenario the runs were made from, as packed beside them; the
+        // repository's only for packs without one.
+        let packed = results.join("scenario.toml");
+        let scenario_file = if packed.is_file() {
+            packed
+        } else {
+            scenarios.join(format!("{name}.toml"))
+        };
+        let plan = ontime_scenario::scenario::load(&scenario_file).map_err(|e| {
+            BadInput(format!(
+                "set {}: its runs of '{name}' need {}: {e:#}",
                 spec.name,
                 scenario_file.display()
-            )
+            ))
         })?;
         let dirs = run_dirs(results)?;
         let Some(first) = dirs.first() else { continue };
@@ -346,6 +365,8 @@ fn simulate_set(
             .environment
             .manifest
             .cpus_online;
+        ontime_core::limits::count("cpus_online", cpus as u64, 1, ontime_core::limits::MAX_SIM_CPUS)
+            .map_err(|e| BadInput(format!("set {}: {}: {e}", spec.name, first.display())))?;
         progress(&format!(
             "set {}: simulating {name} ({} lab runs)",
             spec.name,
@@ -448,14 +469,25 @@ fn compare(name: &str, kind: BasisKind, lab: &Side, other: &Side) -> Basis {
         cells: 0,
         first_missed: Vec::new(),
         detail: Vec::new(),
+        unmatched: Vec::new(),
     };
     for (scenario, settings) in lab {
         let Some(other_settings) = other.get(scenario) else {
+            basis.unmatched.push(format!("{scenario}: every setting"));
             continue;
         };
+        basis.unmatched.extend(
+            other_settings
+                .keys()
+                .filter(|k| !settings.contains_key(*k))
+                .map(|k| format!("{scenario}: {k} (no lab runs)")),
+        );
         let counts = basis.scenarios.entry(scenario.clone()).or_insert((0, 0));
         for (setting, lab_runs) in settings {
             let Some(other_runs) = other_settings.get(setting) else {
+                basis
+                    .unmatched
+                    .push(format!("{scenario}: {setting} (no runs to compare)"));
                 continue;
             };
             for (p, _) in PERCENTILES {
@@ -577,6 +609,14 @@ impl Validation {
             "\nTarget: {:.0} % of cells; each basis is shown, none is chosen.\n",
             100.0 * TARGET_SHARE
         ));
+        for b in self.bases.iter().filter(|b| !b.unmatched.is_empty()) {
+            out.push_str(&format!(
+                "\n{}: {} setting(s) not compared, one side has no runs: {}\n",
+                b.name,
+                b.unmatched.len(),
+                b.unmatched.join("; ")
+            ));
+        }
         for b in &self.bases {
             let differ: Vec<&FirstMissed> = b.first_missed.iter().filter(|f| f.lab != f.other).collect();
             let total = b.first_missed.len();
@@ -643,7 +683,7 @@ impl Validation {
                 })
             })
             .collect();
-        serde_json::json!({ "seed": self.seed, "bases": bases })
+        serde_json::json!({ "seed": self.seed, "rule": self.rule, "bases": bases })
     }
 }
 

@@ -540,7 +540,7 @@ impl PerCpu {
         // counts that wake-up against the thread it interrupted
         // (`record_wakee`), which feeds `wake_wide`; left out: counted so
         // here, it kept the relay where it was in spread runs whose lab
-        // pulled it (docs/sim.md, session 33), and the lab's untracked
+        // pulled it (docs/sim.md, rejected designs), and the lab's untracked
         // threads' wake-ups that would count too are not known.
         let target = waker.map_or(prev, |w| sched.affine_target(job, prev, w, self.home[w], &self.view));
         self.home[job.task] = sched.select_cpu(job, target, &self.view);

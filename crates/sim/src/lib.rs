@@ -1,4 +1,4 @@
-//! `ontime sim` (document 000, section 4; issue 12): a discrete-event
+//! `ontime sim` (document 000, section 4): a discrete-event
 //! simulator of CPU scheduling on one host.
 //!
 //! Owns periodic task sets and their textbook analysis ([`task`]), the
