@@ -101,16 +101,25 @@ fn table_of(runs: &[RunResults]) -> String {
             keys.push(k);
         }
     }
-    let _ = write!(
-        out,
-        "| setting | runs | worst {metric} p99 | p99.9 | max | {} |",
-        workload.misses()
-    );
+    // p99.999 where the runs support it (>= 100 000 samples a tenant).
+    let deep = runs
+        .iter()
+        .any(|r| r.tenants.iter().any(|(_, t)| t.headline().percentile(99.999).is_some()));
+    let mut columns: Vec<(&str, Option<f64>)> = vec![("p99", Some(99.0)), ("p99.9", Some(99.9))];
+    if deep {
+        columns.push(("p99.999", Some(99.999)));
+    }
+    columns.push(("max", None));
+    let _ = write!(out, "| setting | runs | worst {metric}");
+    for (name, _) in &columns {
+        let _ = write!(out, " {name} |");
+    }
+    let _ = write!(out, " {} |", workload.misses());
     if with_relay {
         out.push_str(" relay delay p99 |");
     }
-    out.push_str("\n|---|---|---|---|---|---|");
-    if with_relay {
+    out.push_str("\n|---|---|");
+    for _ in 0..columns.len() + 1 + usize::from(with_relay) {
         out.push_str("---|");
     }
     out.push('\n');
@@ -123,6 +132,9 @@ fn table_of(runs: &[RunResults]) -> String {
             .iter()
             .filter(|r| &setting(r) == k && !r.record.complete && r.record.simulated.is_none())
             .count();
+        // The worst tenant of a run; a run none of whose tenants supports
+        // the percentile is left out, and the cell says on how many runs
+        // it rests.
         let worst = |p: Option<f64>| {
             Spread::of(
                 of.iter()
@@ -138,7 +150,11 @@ fn table_of(runs: &[RunResults]) -> String {
                     .collect(),
             )
         };
-        let cell = |s: Option<Spread>, show: fn(u64) -> String| s.map_or("n/a".to_string(), |s| s.text(show));
+        let cell = |s: Option<Spread>, show: fn(u64) -> String| match s {
+            None => "n/a".to_string(),
+            Some(s) if s.n < of.len() => format!("{} [{} of {} runs]", s.text(show), s.n, of.len()),
+            Some(s) => s.text(show),
+        };
         let missed = Spread::of(
             of.iter()
                 .map(|r| r.tenants.iter().map(|(_, t)| t.missed()).fold(0, u64::saturating_add))
@@ -149,14 +165,11 @@ fn table_of(runs: &[RunResults]) -> String {
         } else {
             of.len().to_string()
         };
-        let _ = write!(
-            out,
-            "| {k} | {runs_text} | {} | {} | {} | {} |",
-            cell(worst(Some(99.0)), ms),
-            cell(worst(Some(99.9)), ms),
-            cell(worst(None), ms),
-            cell(missed, count),
-        );
+        let _ = write!(out, "| {k} | {runs_text} |");
+        for (_, p) in &columns {
+            let _ = write!(out, " {} |", cell(worst(*p), ms));
+        }
+        let _ = write!(out, " {} |", cell(missed, count));
         if with_relay {
             let relay = Spread::of(
                 of.iter()
