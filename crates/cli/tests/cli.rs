@@ -1566,3 +1566,69 @@ fn continuous_profile_windows_tile_and_survive_a_kill() {
     // A speed: reported, not judged here (bench/profile_analysis_speed.py).
     assert!(v["hosts_per_analyser"].is_u64(), "{v}");
 }
+
+/// The tables in docs/results.md come from committed packs: `lab report
+/// PACK --markdown` prints one row per setting with its runs' median and
+/// range, and a pack written by `--pack` from the unpacked runs gives the
+/// same table. An HTML report of a pack, or a pack of the wrong name, is
+/// bad input.
+#[test]
+fn committed_packs_give_their_tables_and_pack_again_the_same() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let pack = format!("{root}/docs/results/doc-001-vm/runs.tar.xz");
+    let out = ontime().args(["lab", "report", &pack, "--markdown"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        table.starts_with("| setting | runs | worst wake-up latency p99 |"),
+        "{table}"
+    );
+    for variant in [
+        "native",
+        "vm-idle",
+        "vm-kernel",
+        "vm-emulated",
+        "vm-virtio",
+        "vm-virtio-io-rt",
+        "vm-virtio-rt",
+    ] {
+        assert!(
+            table.contains(&format!("| variant={variant} | 3 |")),
+            "{variant}: three runs\n{table}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let st = Command::new("tar")
+        .arg("-xJf")
+        .arg(&pack)
+        .arg("-C")
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let again = dir.path().join("again.tar.xz");
+    let out = ontime()
+        .args(["lab", "report"])
+        .arg(dir.path().join("doc-001-vm"))
+        .arg("--pack")
+        .arg(&again)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = ontime()
+        .args(["lab", "report"])
+        .arg(&again)
+        .arg("--markdown")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), table);
+    for args in [vec![pack.as_str()], vec![pack.as_str(), "--pack", "/tmp/x.tar"]] {
+        let out = ontime().args(["lab", "report"]).args(&args).output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
