@@ -1106,15 +1106,15 @@ fn sim_runs_a_lab_scenario_and_refuses_what_it_cannot_model() {
     }
     assert!(p999(0) < 5_000_000, "fixed work alone: {}", p999(0));
     assert!(p999(2) > 50_000_000, "bursty work alone: {}", p999(2));
-    // Wake-up probe tenants run too: document 001's twelve runs, judged
-    // by wake-up latency.
+    // Wake-up probe tenants run too: document 001's twelve settings, three
+    // runs each, judged by wake-up latency.
     let out = ontime()
         .args(["sim", &format!("{dir}/doc-001.toml"), "--json"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(runs.as_array().unwrap().len(), 12);
+    assert_eq!(runs.as_array().unwrap().len(), 36);
     let t = &runs[0]["tenants"][0];
     assert!(t["polls"].as_u64().unwrap() >= 19_900, "{t}");
     assert!(t["latency"]["count"].as_u64().unwrap() >= 19_900, "{t}");
