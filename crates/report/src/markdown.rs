@@ -72,16 +72,11 @@ pub fn table(dir: &Path) -> Result<String> {
 }
 
 fn setting(r: &RunResults) -> String {
-    let s: Vec<String> = r
-        .record
-        .vars
-        .iter()
-        .map(|(k, v)| format!("{}={v}", k.rsplit('.').next().unwrap_or(k)))
-        .collect();
+    let s = r.setting();
     if s.is_empty() {
         "-".into()
     } else {
-        s.join(", ")
+        s
     }
 }
 
@@ -135,31 +130,13 @@ fn table_of(runs: &[RunResults]) -> String {
         // The worst tenant of a run; a run none of whose tenants supports
         // the percentile is left out, and the cell says on how many runs
         // it rests.
-        let worst = |p: Option<f64>| {
-            Spread::of(
-                of.iter()
-                    .filter_map(|r| {
-                        r.tenants
-                            .iter()
-                            .filter_map(|(_, t)| match p {
-                                Some(p) => t.headline().percentile(p),
-                                None => t.headline().max_ns,
-                            })
-                            .max()
-                    })
-                    .collect(),
-            )
-        };
+        let worst = |p: Option<f64>| Spread::of(of.iter().filter_map(|r| r.worst_tenant(p)).collect());
         let cell = |s: Option<Spread>, show: fn(u64) -> String| match s {
             None => "n/a".to_string(),
             Some(s) if s.n < of.len() => format!("{} [{} of {} runs]", s.text(show), s.n, of.len()),
             Some(s) => s.text(show),
         };
-        let missed = Spread::of(
-            of.iter()
-                .map(|r| r.tenants.iter().map(|(_, t)| t.missed()).fold(0, u64::saturating_add))
-                .collect(),
-        );
+        let missed = Spread::of(of.iter().map(|r| r.missed()).collect());
         let runs_text = if incomplete > 0 {
             format!("{} (+{incomplete} incomplete)", of.len())
         } else {

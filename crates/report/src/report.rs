@@ -270,8 +270,7 @@ fn worst_tenant_per_run(runs: &[RunResults], x_key: &str) -> WorstPerRun {
             .filter(|(k, _)| k != x_key && k != "source")
             .cloned()
             .collect();
-        let worst =
-            WORST_PERCENTILES.map(|(_, p)| r.tenants.iter().filter_map(|(_, t)| t.headline().percentile(p)).max());
+        let worst = WORST_PERCENTILES.map(|(_, p)| r.worst_tenant(Some(p)));
         out.entry(others)
             .or_default()
             .entry(value("source").unwrap_or_default())

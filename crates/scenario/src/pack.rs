@@ -31,16 +31,10 @@ const XZ_MEMORY_LIMIT: u64 = 128 << 20;
 /// The results directories of a pack, unpacked into a temporary directory
 /// that is removed when this is dropped.
 pub struct Unpacked {
-    dir: tempfile::TempDir,
+    /// Held so the directory lives as long as this does.
+    _dir: tempfile::TempDir,
     /// One results directory per scenario the pack holds, in name order.
     pub results: Vec<PathBuf>,
-}
-
-impl Unpacked {
-    /// The directory the pack was unpacked into.
-    pub fn path(&self) -> &Path {
-        self.dir.path()
-    }
 }
 
 /// True when `path` names a pack rather than a results directory.
@@ -207,7 +201,7 @@ pub fn unpack(file: &Path) -> Result<Unpacked> {
     if results.is_empty() {
         return Err(bad("holds no results directory (NAME/runs/...)".into()));
     }
-    Ok(Unpacked { dir, results })
+    Ok(Unpacked { _dir: dir, results })
 }
 
 #[cfg(test)]

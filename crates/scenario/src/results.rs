@@ -196,6 +196,41 @@ pub struct RunResults {
     pub analysis: Option<ontime_sched::Analysis>,
 }
 
+impl RunResults {
+    /// The run's worst tenant: the largest of the tenants' headline
+    /// percentile `p` (their maximum for None), over the tenants whose
+    /// sample counts support it. The lab report, its Markdown tables and
+    /// `ontime sim validate` all judge a run by this.
+    pub fn worst_tenant(&self, p: Option<f64>) -> Option<u64> {
+        self.tenants
+            .iter()
+            .filter_map(|(_, t)| match p {
+                Some(p) => t.headline().percentile(p),
+                None => t.headline().max_ns,
+            })
+            .max()
+    }
+
+    /// Polls missed (or periods overrun) by all of the run's tenants.
+    pub fn missed(&self) -> u64 {
+        self.tenants
+            .iter()
+            .map(|(_, t)| t.missed())
+            .fold(0, u64::saturating_add)
+    }
+
+    /// "count=4, rate=100": the run's swept values by their last name
+    /// segment; empty for a run of no sweep.
+    pub fn setting(&self) -> String {
+        self.record
+            .vars
+            .iter()
+            .map(|(k, v)| format!("{}={v}", k.rsplit('.').next().unwrap_or(k)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
 /// The histogram log tag of a workload's headline metric.
 fn hlog_tag(w: Workload) -> &'static str {
     match w {

@@ -399,7 +399,7 @@ fn simulate_set(
             };
             side.entry(name.clone())
                 .or_default()
-                .entry(setting_of(&run.record.vars))
+                .entry(run.setting())
                 .or_default()
                 .push(figures(&run));
         }
@@ -412,20 +412,11 @@ fn simulate_set(
     })
 }
 
-/// "count=4, rate=100, relay_policy=other": a run's swept values.
-fn setting_of(vars: &[(String, String)]) -> String {
-    vars.iter()
-        .map(|(k, v)| format!("{}={v}", k.rsplit('.').next().unwrap_or(k)))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 fn figures(run: &ontime_scenario::results::RunResults) -> RunFigures {
-    let worst = |p: f64| run.tenants.iter().filter_map(|(_, r)| r.headline().percentile(p)).max();
     RunFigures {
-        p99_ns: worst(99.0),
-        p999_ns: worst(99.9),
-        missed: run.tenants.iter().map(|(_, r)| r.missed()).sum(),
+        p99_ns: run.worst_tenant(Some(99.0)),
+        p999_ns: run.worst_tenant(Some(99.9)),
+        missed: run.missed(),
     }
 }
 
