@@ -60,9 +60,17 @@ pub fn free_port() -> u16 {
         .expect("binding 127.0.0.1:0 for a free port")
 }
 
+/// The least time any wait here allows. A limit only bounds a hang, and
+/// on a machine as busy as `stress-ng --cpu 2` beside the suite a 5 s
+/// crawl took over 30 s to exit (its collector runs at SCHED_IDLE, which
+/// such a load starves): no limit may be a timing the test depends on.
+pub const MIN_HANG_BOUND: Duration = Duration::from_secs(120);
+
 /// Polls `ready` every 10 ms until it holds; panics with `what` after
-/// `limit` (a bound on a hang, not a timing the test depends on).
+/// `limit` or [`MIN_HANG_BOUND`], whichever is longer (a bound on a hang,
+/// not a timing the test depends on).
 pub fn wait_until(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {
+    let limit = limit.max(MIN_HANG_BOUND);
     let t0 = Instant::now();
     while !ready() {
         assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
