@@ -1160,7 +1160,7 @@ mod tests {
             });
         }
         let t0 = std::time::Instant::now();
-        while !sw.priority(a.id) && t0.elapsed() < Duration::from_secs(5) {
+        while !sw.priority(a.id) && t0.elapsed() < Duration::from_secs(120) {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(sw.priority(a.id), "the switch gives the channel priority");
@@ -1264,7 +1264,7 @@ mod tests {
         );
         fake.lock().unwrap().counts[a.id as usize].missed = 1;
         let t0 = std::time::Instant::now();
-        while sw.reservation(a.id) == r0.ceil() as u64 && t0.elapsed() < Duration::from_secs(5) {
+        while sw.reservation(a.id) == r0.ceil() as u64 && t0.elapsed() < Duration::from_secs(120) {
             std::thread::sleep(Duration::from_millis(10));
         }
         let r1 = sw.reservation(a.id) as f64;
