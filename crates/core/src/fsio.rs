@@ -1,8 +1,12 @@
 //! Writing results so that a full disk or an interruption never leaves a
-//! half-written file that looks whole, and every failure names the file.
+//! half-written file that looks whole, and every failure names the file;
+//! and the one rule for opening input files: regular files only (a FIFO,
+//! a device or /dev/zero behind a symlink is refused, never read), opened
+//! without blocking, and no larger than a cap the error names.
 
 use anyhow::{Context, Result};
-use std::io::Write;
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Writes `bytes` to `path` through `path.tmp` + fsync + rename: readers see
@@ -29,20 +33,80 @@ fn tmp_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// Reads a text file the user named (`what` says what it should be): the
-/// error names the file and what is wrong with it: missing, a directory,
-/// or bytes that are not text (a binary given by mistake).
-pub fn read_text(path: &Path, what: &str) -> Result<String> {
-    if path.is_dir() {
-        anyhow::bail!("{} is a directory, not a {what}", path.display());
+/// The largest text input (a scenario, a run.json, a calibration, an
+/// agent's TOML) read whole: far above any file ontime writes (a 200-run
+/// sweep's run.json is under 1 MiB), far below what would strain memory.
+pub const MAX_TEXT_BYTES: u64 = 64 << 20;
+
+/// Opens an input file the user or a peer named (`what` says what it
+/// should be) under the one rule for inputs: it must be a regular file (a
+/// symlink is followed, but a FIFO, socket or device at its end is
+/// refused: opening with O_NONBLOCK keeps a FIFO from blocking the open)
+/// of at most `cap` bytes. Every refusal is [`crate::BadInput`] naming the
+/// file and, for size, the cap. Returns the file and its size.
+pub fn open_input(path: &Path, what: &str, cap: u64) -> Result<(std::fs::File, u64)> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| crate::bad_input(format!("cannot read {what} {}: {e}", path.display())))?;
+    let meta = f
+        .metadata()
+        .map_err(|e| crate::bad_input(format!("cannot read {what} {}: {e}", path.display())))?;
+    if meta.is_dir() {
+        return Err(crate::bad_input(format!("{} is a directory, not a {what}", path.display())));
     }
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {what} {}", path.display()))?;
+    if !meta.is_file() {
+        return Err(crate::bad_input(format!(
+            "{} is not a regular file (a FIFO, socket or device), not a {what}: give a file",
+            path.display()
+        )));
+    }
+    if meta.len() > cap {
+        return Err(crate::bad_input(format!(
+            "{} is {} bytes, more than a {what} may be ({} bytes)",
+            path.display(),
+            meta.len(),
+            cap
+        )));
+    }
+    Ok((f, meta.len()))
+}
+
+/// Reads a whole input file under [`open_input`]'s rule. A file that grows
+/// past `cap` while it is read is refused too (the read stops at the cap).
+pub fn read_input(path: &Path, what: &str, cap: u64) -> Result<Vec<u8>> {
+    let (f, len) = open_input(path, what, cap)?;
+    let mut bytes = Vec::with_capacity(len as usize);
+    f.take(cap + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| crate::bad_input(format!("cannot read {what} {}: {e}", path.display())))?;
+    if bytes.len() as u64 > cap {
+        return Err(crate::bad_input(format!(
+            "{} grew past {cap} bytes while it was read, more than a {what} may be",
+            path.display()
+        )));
+    }
+    Ok(bytes)
+}
+
+/// Reads a text file the user named (`what` says what it should be) under
+/// the input rule with [`MAX_TEXT_BYTES`]: the error names the file and
+/// what is wrong with it: missing, a directory, not a regular file, too
+/// large, or bytes that are not text (a binary given by mistake).
+pub fn read_text(path: &Path, what: &str) -> Result<String> {
+    read_text_capped(path, what, MAX_TEXT_BYTES)
+}
+
+/// [`read_text`] with its own cap (a password file, a small key).
+pub fn read_text_capped(path: &Path, what: &str, cap: u64) -> Result<String> {
+    let bytes = read_input(path, what, cap)?;
     String::from_utf8(bytes).map_err(|e| {
-        anyhow::anyhow!(
+        crate::bad_input(format!(
             "{} is not a {what}: byte {} is not UTF-8 text",
             path.display(),
             e.utf8_error().valid_up_to()
-        )
+        ))
     })
 }
 
@@ -71,6 +135,36 @@ pub fn check_output_path(flag: &str, path: &Path) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn is_bad_input(e: &anyhow::Error) -> bool {
+        e.downcast_ref::<crate::BadInput>().is_some()
+    }
+
+    #[test]
+    fn inputs_are_regular_files_under_their_cap() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("run.json");
+        std::fs::write(&p, b"{}").unwrap();
+        assert_eq!(read_text(&p, "run.json").unwrap(), "{}");
+        let e = read_input(&p, "run.json", 1).unwrap_err();
+        assert!(is_bad_input(&e) && e.to_string().contains("more than a run.json may be (1 bytes)"), "{e}");
+        // A FIFO would block a plain open for ever; here it is refused at once.
+        let fifo = d.path().join("fifo.json");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = read_text(&fifo, "run.json").unwrap_err();
+        assert!(is_bad_input(&e) && e.to_string().contains("not a regular file"), "{e}");
+        // /dev/zero behind a symlink is a device, not a file to read to the end.
+        let link = d.path().join("zero.json");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        let e = read_text(&link, "run.json").unwrap_err();
+        assert!(is_bad_input(&e) && e.to_string().contains("not a regular file"), "{e}");
+        let e = read_text(d.path(), "run.json").unwrap_err();
+        assert!(e.to_string().contains("is a directory"), "{e}");
+        let e = read_text(&d.path().join("missing"), "run.json").unwrap_err();
+        assert!(is_bad_input(&e), "{e}");
+    }
 
     #[test]
     fn atomic_write_replaces_whole_and_leaves_no_tmp() {
