@@ -54,7 +54,10 @@ pub fn open_input(path: &Path, what: &str, cap: u64) -> Result<(std::fs::File, u
         .metadata()
         .map_err(|e| crate::bad_input(format!("cannot read {what} {}: {e}", path.display())))?;
     if meta.is_dir() {
-        return Err(crate::bad_input(format!("{} is a directory, not a {what}", path.display())));
+        return Err(crate::bad_input(format!(
+            "{} is a directory, not a {what}",
+            path.display()
+        )));
     }
     if !meta.is_file() {
         return Err(crate::bad_input(format!(
@@ -147,7 +150,10 @@ mod tests {
         std::fs::write(&p, b"{}").unwrap();
         assert_eq!(read_text(&p, "run.json").unwrap(), "{}");
         let e = read_input(&p, "run.json", 1).unwrap_err();
-        assert!(is_bad_input(&e) && e.to_string().contains("more than a run.json may be (1 bytes)"), "{e}");
+        assert!(
+            is_bad_input(&e) && e.to_string().contains("more than a run.json may be (1 bytes)"),
+            "{e}"
+        );
         // A FIFO would block a plain open for ever; here it is refused at once.
         let fifo = d.path().join("fifo.json");
         let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
