@@ -225,7 +225,7 @@ pub fn start(c: &RunConfig, lab: &Lab, relay: &Relay, dir: &Path, exe: &Path, in
             record(
                 &mut outcome,
                 &f.name,
-                handle.add_blocking(r).map(|s| s.id).map_err(|e| e.message),
+                handle.add_blocking(r).map(|s| s.dscp).map_err(|e| e.message),
             );
         }
     }
@@ -243,7 +243,7 @@ pub fn start(c: &RunConfig, lab: &Lab, relay: &Relay, dir: &Path, exe: &Path, in
                 for (at, name, r) in later {
                     let wait = Duration::from_nanos(at).saturating_sub(t0.elapsed());
                     std::thread::sleep(wait);
-                    out.push((name, handle.add_blocking(r).map(|s| s.id).map_err(|e| e.message)));
+                    out.push((name, handle.add_blocking(r).map(|s| s.dscp).map_err(|e| e.message)));
                 }
                 out
             })

@@ -10,7 +10,7 @@
 //! | `GET /v1/status` | link, endpoints, totals |
 //! | `GET /v1/channels` | channels with their counters |
 //! | `POST /v1/channels` | add ([`ChannelRequest`]): 201, or 400/404/409 with the reason |
-//! | `DELETE /v1/channels/N` | remove channel N |
+//! | `DELETE /v1/channels/N` | remove channel N (ids are never reused: a stale one is 404) |
 //! | `GET /v1/actions` | the controller's log |
 //! | `GET /v1/misses[?from=t0]` | misses as they happen, one JSON per line (streamed) |
 use crate::controller::{Action, ApiError, ChannelRequest, ChannelState, ControllerHandle};
@@ -353,12 +353,12 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Arc<Shared>) -> Res
                 Err(e) => api_error(e),
             }
         }
-        (&Method::DELETE, ["v1", "channels", id]) => match id.parse::<u8>() {
+        (&Method::DELETE, ["v1", "channels", id]) => match id.parse::<u64>() {
             Ok(id) => match c.remove(id).await {
                 Ok(s) => json(StatusCode::OK, &s),
                 Err(e) => api_error(e),
             },
-            Err(_) => error(400, &format!("'{id}' is not a channel number")),
+            Err(_) => error(400, &format!("'{id}' is not a channel id")),
         },
         (&Method::GET, ["v1", "actions"]) => match c.actions().await {
             Ok(a) => json(StatusCode::OK, &a),
@@ -566,7 +566,7 @@ impl Client {
     }
 
     /// Removes channel `id`; its final counters.
-    pub fn remove_channel(&self, id: u8) -> Result<ChannelState> {
+    pub fn remove_channel(&self, id: u64) -> Result<ChannelState> {
         self.typed(Method::DELETE, &format!("{CHANNELS}/{id}"), None, 200)
     }
 
