@@ -66,7 +66,8 @@ pub fn link_of(n: &NetSpec, relay_delay_ns: u64) -> Link {
     }
 }
 
-/// A flow's channel request and its answer: the channel number or why not.
+/// A flow's channel request and its answer: the channel's DSCP (the key of
+/// the relay's per-class figures) or why not.
 type Requested = (String, Result<u8, String>);
 
 /// Everything a net run started, stopped in reverse by [`NetRun::finish`]
