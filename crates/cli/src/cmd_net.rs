@@ -148,8 +148,8 @@ struct AddArgs {
 
 #[derive(Args)]
 struct RmArgs {
-    /// The channel number (as `add` printed it)
-    id: u8,
+    /// The channel's id (as `add` printed it; ids are never reused)
+    id: u64,
     #[command(flatten)]
     client: ClientArgs,
 }

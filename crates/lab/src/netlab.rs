@@ -66,7 +66,8 @@ pub fn link_of(n: &NetSpec, relay_delay_ns: u64) -> Link {
     }
 }
 
-/// A flow's channel request and its answer: the channel number or why not.
+/// A flow's channel request and its answer: the channel's DSCP (the key of
+/// the relay's per-class figures) or why not.
 type Requested = (String, Result<u8, String>);
 
 /// Everything a net run started, stopped in reverse by [`NetRun::finish`]
@@ -225,7 +226,7 @@ pub fn start(c: &RunConfig, lab: &Lab, relay: &Relay, dir: &Path, exe: &Path, in
             record(
                 &mut outcome,
                 &f.name,
-                handle.add_blocking(r).map(|s| s.id).map_err(|e| e.message),
+                handle.add_blocking(r).map(|s| s.dscp).map_err(|e| e.message),
             );
         }
     }
@@ -243,7 +244,7 @@ pub fn start(c: &RunConfig, lab: &Lab, relay: &Relay, dir: &Path, exe: &Path, in
                 for (at, name, r) in later {
                     let wait = Duration::from_nanos(at).saturating_sub(t0.elapsed());
                     std::thread::sleep(wait);
-                    out.push((name, handle.add_blocking(r).map(|s| s.id).map_err(|e| e.message)));
+                    out.push((name, handle.add_blocking(r).map(|s| s.dscp).map_err(|e| e.message)));
                 }
                 out
             })

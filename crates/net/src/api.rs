@@ -3,17 +3,21 @@
 //! application can subscribe to its misses) and optionally on TCP. Every
 //! request needs `Authorization: Bearer <token>`, the token being the
 //! contents of a file created with mode 0600; without it, or with another,
-//! the answer is 401 and nothing changes.
+//! the answer is 401 and nothing changes. Each connection is served on its
+//! own; one client (a peer address, or a uid on the socket) holds a
+//! bounded share of them, and a connection must show the token soon after
+//! it opens ([`ServeLimits`]), so idle connections cannot keep others out.
 //!
 //! | method and path | what |
 //! |---|---|
 //! | `GET /v1/status` | link, endpoints, totals |
 //! | `GET /v1/channels` | channels with their counters |
 //! | `POST /v1/channels` | add ([`ChannelRequest`]): 201, or 400/404/409 with the reason |
-//! | `DELETE /v1/channels/N` | remove channel N |
+//! | `DELETE /v1/channels/N` | remove channel N (ids are never reused: a stale one is 404) |
 //! | `GET /v1/actions` | the controller's log |
 //! | `GET /v1/misses[?from=t0]` | misses as they happen, one JSON per line (streamed) |
 use crate::controller::{Action, ApiError, ChannelRequest, ChannelState, ControllerHandle};
+use crate::peers::{Listed, Peer, Peers};
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
@@ -120,21 +124,32 @@ impl Drop for ApiServer {
 struct Shared {
     token: String,
     controller: ControllerHandle,
-    idle: Duration,
+    limits: ServeLimits,
 }
 
-/// Serves the API for `controller`; `token` is what requests must carry.
 /// What one API server lets its clients hold.
 #[derive(Clone, Copy, Debug)]
 pub struct ServeLimits {
-    /// Connections open at once, over the socket and TCP together; more
-    /// wait in the kernel's accept queue (no descriptor of ours), so the
+    /// Connections open at once, over the socket and TCP together, so the
     /// controller's own descriptors (BPF maps, rings, the log) are never
-    /// starved by clients.
+    /// starved by clients. At the cap the oldest connection that has not
+    /// shown the token is closed to make room; when every one has, more
+    /// clients wait in the kernel's accept queue (no descriptor of ours).
     pub max_connections: usize,
-    /// A connection that does not send a request head within this is
-    /// closed (an idle keep-alive connection included; a miss stream
-    /// being answered is not idle).
+    /// Connections one client may hold: one peer address over TCP, one uid
+    /// over the Unix socket (root is one client, whichever process). At
+    /// the limit the client's oldest connection without the token is
+    /// closed for the new one; when all have shown it, the new one is
+    /// answered 429 and closed. 64 lets one client follow the misses of
+    /// each of the 63 channels at once and still ask for more.
+    pub per_client: usize,
+    /// A connection must send a request with the right token within this
+    /// of being accepted, or it is closed: holding a connection takes the
+    /// token, and a client with it asks at once.
+    pub first_request: Duration,
+    /// After that, a connection that sends no request head within this of
+    /// its last answer is closed (a miss stream being answered is not
+    /// idle).
     pub idle: Duration,
 }
 
@@ -142,11 +157,14 @@ impl Default for ServeLimits {
     fn default() -> Self {
         ServeLimits {
             max_connections: 256,
+            per_client: 64,
+            first_request: Duration::from_secs(2),
             idle: Duration::from_secs(30),
         }
     }
 }
 
+/// Serves the API for `controller`; `token` is what requests must carry.
 pub fn serve(listen: &Listen, token: String, controller: ControllerHandle) -> Result<ApiServer> {
     serve_with(listen, token, controller, ServeLimits::default())
 }
@@ -186,45 +204,22 @@ pub fn serve_with(
     }
     let tcp_addr = tcp.as_ref().and_then(|l| l.local_addr().ok());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let shared = Arc::new(Shared {
-        token,
-        controller,
-        idle: limits.idle,
-    });
-    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    let gate = Gate {
+        shared: Arc::new(Shared {
+            token,
+            controller,
+            limits,
+        }),
+        slots: Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1))),
+        peers: Peers::new(limits.per_client),
+    };
     let thread = std::thread::Builder::new()
         .name("ontime-netapi".into())
         .spawn(move || {
             runtime.block_on(async move {
-                let mut tasks = Vec::new();
-                let (s1, mut r1, q1) = (shared.clone(), stop_rx.clone(), slots.clone());
-                tasks.push(tokio::spawn(async move {
-                    loop {
-                        // A slot first: at the cap, clients wait in the accept queue.
-                        let slot = tokio::select! {
-                            p = q1.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
-                            _ = r1.changed() => return,
-                        };
-                        tokio::select! {
-                            r = unix.accept() => if let Ok((s, _)) = r { connection(s, s1.clone(), slot) },
-                            _ = r1.changed() => return,
-                        }
-                    }
-                }));
+                let mut tasks = vec![tokio::spawn(accept_unix(unix, gate.clone(), stop_rx.clone()))];
                 if let Some(tcp) = tcp {
-                    let (s2, mut r2, q2) = (shared.clone(), stop_rx.clone(), slots.clone());
-                    tasks.push(tokio::spawn(async move {
-                        loop {
-                            let slot = tokio::select! {
-                                p = q2.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
-                                _ = r2.changed() => return,
-                            };
-                            tokio::select! {
-                                r = tcp.accept() => if let Ok((s, _)) = r { connection(s, s2.clone(), slot) },
-                                _ = r2.changed() => return,
-                            }
-                        }
-                    }));
+                    tasks.push(tokio::spawn(accept_tcp(tcp, gate, stop_rx)));
                 }
                 for t in tasks {
                     let _ = t.await;
@@ -242,22 +237,171 @@ pub fn serve_with(
     })
 }
 
-fn connection<S>(stream: S, shared: Arc<Shared>, slot: tokio::sync::OwnedSemaphorePermit)
-where
+/// What the accept loops share: the API, the connection slots (the total
+/// cap) and who holds them (the per-client limit).
+#[derive(Clone)]
+struct Gate {
+    shared: Arc<Shared>,
+    slots: Arc<tokio::sync::Semaphore>,
+    peers: Arc<Peers>,
+}
+
+impl Gate {
+    /// A slot for one more connection. At the cap, the oldest connection
+    /// that has not shown the token is closed to free one; when every
+    /// connection has shown it, this waits for one to end (the client
+    /// waits in the accept queue meanwhile).
+    async fn slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        if let Ok(p) = self.slots.clone().try_acquire_owned() {
+            return Some(p);
+        }
+        self.peers.close_oldest_unauthenticated();
+        self.slots.clone().acquire_owned().await.ok()
+    }
+
+    /// Lists an accepted connection under its client and serves it, or,
+    /// with the client at its limit, answers 429 (what the socket takes at
+    /// once; the server never waits on a refused client) and closes it.
+    async fn admit<S>(&self, stream: S, peer: Peer, slot: tokio::sync::OwnedSemaphorePermit)
+    where
+        S: RefuseNow + tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        match self.peers.admit(peer) {
+            Some((listed, close)) => connection(stream, self.shared.clone(), slot, listed, close),
+            None => {
+                stream.refuse_now(&too_many(self.shared.limits.per_client));
+                drop((stream, slot));
+            }
+        }
+        // The new connection reads its request before the next one is
+        // accepted, so a queue of others behind it cannot close it to make
+        // room before it could show the token.
+        tokio::task::yield_now().await;
+    }
+}
+
+/// After a failed accept (out of descriptors, say), a pause, so the loop
+/// does not spin while the cause lasts.
+const ACCEPT_RETRY: Duration = Duration::from_millis(50);
+
+async fn accept_unix(l: tokio::net::UnixListener, gate: Gate, mut stop: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        let slot = tokio::select! {
+            s = gate.slot() => match s { Some(s) => s, None => return },
+            _ = stop.changed() => return,
+        };
+        let stream = tokio::select! {
+            r = l.accept() => match r {
+                Ok((s, _)) => s,
+                Err(_) => {
+                    drop(slot);
+                    tokio::time::sleep(ACCEPT_RETRY).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => return,
+        };
+        // Over the socket a client is a uid: every process of root's is one.
+        let peer = stream.peer_cred().map(|c| Peer::Uid(c.uid())).unwrap_or(Peer::Unknown);
+        gate.admit(stream, peer, slot).await;
+    }
+}
+
+async fn accept_tcp(l: tokio::net::TcpListener, gate: Gate, mut stop: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        let slot = tokio::select! {
+            s = gate.slot() => match s { Some(s) => s, None => return },
+            _ = stop.changed() => return,
+        };
+        let (stream, addr) = tokio::select! {
+            r = l.accept() => match r {
+                Ok(a) => a,
+                Err(_) => {
+                    drop(slot);
+                    tokio::time::sleep(ACCEPT_RETRY).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => return,
+        };
+        // An IPv4 client of a listener on [::] is the same client as over IPv4.
+        gate.admit(stream, Peer::Ip(addr.ip().to_canonical()), slot).await;
+    }
+}
+
+/// A stream that can be handed a refusal without waiting.
+trait RefuseNow {
+    fn refuse_now(&self, answer: &[u8]);
+}
+
+impl RefuseNow for tokio::net::UnixStream {
+    fn refuse_now(&self, answer: &[u8]) {
+        let _ = self.try_write(answer);
+    }
+}
+
+impl RefuseNow for tokio::net::TcpStream {
+    fn refuse_now(&self, answer: &[u8]) {
+        let _ = self.try_write(answer);
+    }
+}
+
+/// The whole HTTP answer to a client that holds its share of connections,
+/// each with the token shown.
+fn too_many(per_client: usize) -> Vec<u8> {
+    let message = format!(
+        "this client already holds {per_client} connections to the controller, the most one client may: close one"
+    );
+    let mut body = serde_json::to_vec(&ErrorBody { error: &message }).unwrap_or_default();
+    body.push(b'\n');
+    let mut answer = format!(
+        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    answer.extend_from_slice(&body);
+    answer
+}
+
+/// Serves one connection on its own task: whatever it does, it holds up
+/// no other.
+fn connection<S>(
+    stream: S,
+    shared: Arc<Shared>,
+    slot: tokio::sync::OwnedSemaphorePermit,
+    listed: Listed,
+    mut close: tokio::sync::oneshot::Receiver<()>,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     tokio::spawn(async move {
         let _slot = slot;
+        let limits = shared.limits;
+        let listed = Arc::new(listed);
         let io = hyper_util::rt::TokioIo::new(stream);
-        let idle = shared.idle;
-        let svc = hyper::service::service_fn(move |req| handle(req, shared.clone()));
+        let (s2, l2) = (shared.clone(), listed.clone());
+        let svc = hyper::service::service_fn(move |req| handle(req, s2.clone(), l2.clone()));
         // Errors are clients going away, speaking bad HTTP or idling past
         // the limit: the connection ends, the server goes on.
-        let _ = hyper::server::conn::http1::Builder::new()
+        let conn = hyper::server::conn::http1::Builder::new()
             .timer(hyper_util::rt::TokioTimer::new())
-            .header_read_timeout(idle)
-            .serve_connection(io, svc)
-            .await;
+            .header_read_timeout(limits.idle)
+            .serve_connection(io, svc);
+        tokio::pin!(conn);
+        let first = tokio::time::sleep(limits.first_request);
+        tokio::pin!(first);
+        // Until it shows the token it is closed when its time for a first
+        // request is up, or to make room for another.
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            _ = first.as_mut() => {
+                if !listed.is_authenticated() {
+                    return;
+                }
+            }
+            _ = &mut close => return,
+        }
+        let _ = conn.await;
     });
 }
 
@@ -297,7 +441,11 @@ fn same_token(given: &[u8], token: &[u8]) -> bool {
     given.len() == token.len() && given.iter().zip(token).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
 }
 
-async fn handle(req: Request<hyper::body::Incoming>, shared: Arc<Shared>) -> Result<Response<Body>, Infallible> {
+async fn handle(
+    req: Request<hyper::body::Incoming>,
+    shared: Arc<Shared>,
+    listed: Arc<Listed>,
+) -> Result<Response<Body>, Infallible> {
     let given = req
         .headers()
         .get(hyper::header::AUTHORIZATION)
@@ -315,6 +463,13 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Arc<Shared>) -> Res
             return Ok(error(401, "wrong token"));
         }
         Some(_) => {}
+    }
+    if !listed.authenticate() {
+        // Closed to make room a moment before its request came in.
+        return Ok(error(
+            503,
+            "this connection was closed to make room for others before its request arrived: connect again",
+        ));
     }
     let c = &shared.controller;
     let path = req.uri().path().to_string();
@@ -353,12 +508,12 @@ async fn handle(req: Request<hyper::body::Incoming>, shared: Arc<Shared>) -> Res
                 Err(e) => api_error(e),
             }
         }
-        (&Method::DELETE, ["v1", "channels", id]) => match id.parse::<u8>() {
+        (&Method::DELETE, ["v1", "channels", id]) => match id.parse::<u64>() {
             Ok(id) => match c.remove(id).await {
                 Ok(s) => json(StatusCode::OK, &s),
                 Err(e) => api_error(e),
             },
-            Err(_) => error(400, &format!("'{id}' is not a channel number")),
+            Err(_) => error(400, &format!("'{id}' is not a channel id")),
         },
         (&Method::GET, ["v1", "actions"]) => match c.actions().await {
             Ok(a) => json(StatusCode::OK, &a),
@@ -448,6 +603,8 @@ impl Client {
             .uri(path)
             .header("host", "ontime-controller")
             .header("authorization", format!("Bearer {}", self.token))
+            // One request per connection: none is left open idle.
+            .header("connection", "close")
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
             .context("building the request")
@@ -566,7 +723,7 @@ impl Client {
     }
 
     /// Removes channel `id`; its final counters.
-    pub fn remove_channel(&self, id: u8) -> Result<ChannelState> {
+    pub fn remove_channel(&self, id: u64) -> Result<ChannelState> {
         self.typed(Method::DELETE, &format!("{CHANNELS}/{id}"), None, 200)
     }
 

@@ -51,7 +51,7 @@ pub struct ChannelCounts {
 }
 
 impl ChannelCounts {
-    /// What was counted since `base` (a channel number reused after a removal).
+    /// What was counted since `base` (a DSCP reused after a removal).
     fn since(&self, base: &ChannelCounts) -> ChannelCounts {
         ChannelCounts {
             stamped: self.stamped.saturating_sub(base.stamped),
@@ -69,6 +69,7 @@ impl ChannelCounts {
 /// One missed deadline, as a receiver's check reported it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Miss {
+    /// The DSCP of the packet's channel: the data path knows channels by it.
     pub channel: u8,
     pub overrun_ns: u64,
     pub ip_id: u16,
@@ -76,12 +77,15 @@ pub struct Miss {
 
 /// What the controller programs on the hosts: the stamp and the check.
 /// The BPF data path implements it (the `datapath` module); tests use a fake.
+/// It knows a channel by its DSCP (1..63), which the controller hands out
+/// again after a removal; the channel's id is the controller's alone.
 pub trait Plane {
     /// Puts a channel into the sender's stamp (and its relative deadline
     /// into the receivers' checks).
-    fn install(&mut self, id: u8, flow: FlowMatch, tc: u8, deadline_ns: u64) -> Result<()>;
+    fn install(&mut self, dscp: u8, flow: FlowMatch, tc: u8, deadline_ns: u64) -> Result<()>;
     fn remove(&mut self, flow: FlowMatch) -> Result<()>;
-    fn counts(&self, id: u8) -> ChannelCounts;
+    /// Counters of the DSCP since the data path was loaded.
+    fn counts(&self, dscp: u8) -> ChannelCounts;
     /// Misses reported since the last call.
     fn misses(&mut self) -> Vec<Miss>;
     /// (malformed or foreign MPLS frames dropped, stamp failures).
@@ -157,8 +161,15 @@ fn default_kind() -> ChannelKind {
 /// A channel the controller holds, with what happened to it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ChannelState {
-    /// The channel number: its DSCP, 1..63.
-    pub id: u8,
+    /// The channel's id: given in order from 1 and never given again while
+    /// the controller runs, so a client holding a removed channel's id
+    /// reaches no other channel.
+    pub id: u64,
+    /// The DSCP its packets carry, 1..63: at most 63 channels at once, and
+    /// a removed channel's DSCP goes to a later one. 0 in results written
+    /// before ids and DSCPs were apart, whose `id` was the DSCP.
+    #[serde(default)]
+    pub dscp: u8,
     pub from: String,
     pub to: String,
     pub port: Option<u16>,
@@ -176,12 +187,24 @@ pub struct ChannelState {
     pub escalations: u32,
 }
 
+impl ChannelState {
+    /// Whether its packets carry `dscp` (in older results, where `dscp` is
+    /// absent, the id was the DSCP).
+    pub fn has_dscp(&self, dscp: u8) -> bool {
+        match self.dscp {
+            0 => self.id == u64::from(dscp),
+            d => d == dscp,
+        }
+    }
+}
+
 /// One thing the controller did, for the log and the report.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Action {
     /// ns since the controller started.
     pub at_ns: u64,
-    pub channel: Option<u8>,
+    /// The channel's id.
+    pub channel: Option<u64>,
     /// "admitted", "refused", "removed", "escalated", "cannot escalate", "vcpu".
     pub kind: String,
     pub message: String,
@@ -191,7 +214,8 @@ pub struct Action {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MissEvent {
     pub at_ns: u64,
-    pub channel: u8,
+    /// The channel's id.
+    pub channel: u64,
     /// The sending tenant.
     pub from: String,
     pub overrun_ns: u64,
@@ -262,7 +286,7 @@ type Reply<T> = tokio::sync::oneshot::Sender<T>;
 
 enum Command {
     Add(ChannelRequest, Reply<Result<ChannelState, ApiError>>),
-    Remove(u8, Reply<Result<ChannelState, ApiError>>),
+    Remove(u64, Reply<Result<ChannelState, ApiError>>),
     List(Reply<Vec<ChannelState>>),
     Actions(Reply<Vec<Action>>),
     Status(Reply<Status>),
@@ -288,7 +312,7 @@ impl ControllerHandle {
         self.ask(|tx| Command::Add(r, tx)).await?
     }
 
-    pub async fn remove(&self, id: u8) -> Result<ChannelState, ApiError> {
+    pub async fn remove(&self, id: u64) -> Result<ChannelState, ApiError> {
         self.ask(|tx| Command::Remove(id, tx)).await?
     }
 
@@ -419,7 +443,7 @@ impl Drop for Controller {
 struct Held {
     state: ChannelState,
     flow: FlowMatch,
-    /// Counters of this channel number before it was admitted.
+    /// Counters of its DSCP before it was admitted (a DSCP is reused).
     base: ChannelCounts,
     missed_seen: u64,
     last_escalation_ns: Option<u64>,
@@ -451,10 +475,13 @@ struct State {
     plane: Box<dyn Plane>,
     misses: tokio::sync::broadcast::Sender<MissEvent>,
     held: Vec<Held>,
-    /// Where the search for a free channel number starts: numbers are
-    /// handed out in turn, so a client holding a removed channel's number
-    /// cannot act on a new one that got it at once.
-    next_id: u8,
+    /// The next channel's id. Ids only grow: a client's stale id (a retry,
+    /// an old list) must never reach a channel added since.
+    next_id: u64,
+    /// Where the search for a free DSCP starts: DSCPs are handed out in
+    /// turn, so the last packets of a removed channel, still in flight,
+    /// are rarely counted for the channel that gets its DSCP next.
+    next_dscp: u8,
     gone: Vec<ChannelState>,
     actions: Vec<Action>,
     log: Option<std::fs::File>,
@@ -487,6 +514,7 @@ impl State {
             misses,
             held: Vec::new(),
             next_id: 1,
+            next_dscp: 1,
             gone: Vec::new(),
             actions: Vec::new(),
             log,
@@ -500,7 +528,7 @@ impl State {
         MonoNs::now().0.saturating_sub(self.start_ns)
     }
 
-    fn act(&mut self, channel: Option<u8>, kind: &str, message: String) {
+    fn act(&mut self, channel: Option<u64>, kind: &str, message: String) {
         let a = Action {
             at_ns: self.now(),
             channel,
@@ -598,7 +626,7 @@ impl State {
 
     /// A held channel's counters since it was admitted.
     fn counts_of(&self, h: &Held) -> ChannelCounts {
-        self.plane.counts(h.state.id).since(&h.base)
+        self.plane.counts(h.state.dscp).since(&h.base)
     }
 
     fn list(&self) -> Vec<ChannelState> {
@@ -674,18 +702,21 @@ impl State {
                 ),
             ));
         }
-        let numbers = MAX_CHANNELS as u8 - 1;
-        let Some(id) = (0..numbers)
-            .map(|k| 1 + (self.next_id - 1 + k) % numbers)
-            .find(|i| self.held.iter().all(|h| h.state.id != *i))
+        let dscps = MAX_CHANNELS as u8 - 1;
+        let Some(dscp) = (0..dscps)
+            .map(|k| 1 + (self.next_dscp - 1 + k) % dscps)
+            .find(|d| self.held.iter().all(|h| h.state.dscp != *d))
         else {
-            return Err(ApiError::new(409, "all 63 channel numbers (DSCPs) are in use"));
+            return Err(ApiError::new(
+                409,
+                "all 63 DSCPs are in use: at most 63 channels at once; remove one first",
+            ));
         };
         let existing: Vec<Admitted> = self
             .held
             .iter()
             .map(|h| Admitted {
-                id: h.state.id as u32,
+                id: u32::from(h.state.dscp),
                 spec: h.state.spec.clone(),
                 reserved_bps: h.state.reserved_bps,
             })
@@ -700,7 +731,7 @@ impl State {
             r.burst_bytes,
             r.deadline_ns as f64 / 1e6
         );
-        let admitted = match channel::admit(&existing, &spec, &self.cfg.link, id as u32) {
+        let admitted = match channel::admit(&existing, &spec, &self.cfg.link, u32::from(dscp)) {
             Ok(a) => a,
             Err(Refusal::Invalid(m)) => return Err(ApiError::new(400, m)),
             Err(e) => {
@@ -712,15 +743,18 @@ impl State {
             ChannelKind::Deadline => 1,
             ChannelKind::Reservation => 2,
         };
-        let base = self.plane.counts(id);
-        if let Err(e) = self.plane.install(id, flow, tc, r.deadline_ns) {
+        let base = self.plane.counts(dscp);
+        if let Err(e) = self.plane.install(dscp, flow, tc, r.deadline_ns) {
             return Err(ApiError::new(500, format!("cannot install the channel: {e:#}")));
         }
         if let (Some(sw), Some(bps)) = (&self.switch, admitted.reserved_bps) {
-            sw.set_reservation(id, bps.ceil() as u64);
+            sw.set_reservation(dscp, bps.ceil() as u64);
         }
+        let id = self.next_id;
+        self.next_id += 1;
         let state = ChannelState {
             id,
+            dscp,
             from: r.from.clone(),
             to: r.to.clone(),
             port: r.port,
@@ -737,8 +771,12 @@ impl State {
             .reserved_bps
             .map(|b| format!(", R = {:.3} Mbit/s", b / 1e6))
             .unwrap_or_default();
-        self.act(Some(id), "admitted", format!("channel {id}: {what}{reserved}"));
-        self.next_id = id % (MAX_CHANNELS as u8 - 1) + 1;
+        self.act(
+            Some(id),
+            "admitted",
+            format!("channel {id}: {what}{reserved}, DSCP {dscp}"),
+        );
+        self.next_dscp = dscp % dscps + 1;
         self.held.push(Held {
             state: state.clone(),
             flow,
@@ -757,9 +795,14 @@ impl State {
         Ok(state)
     }
 
-    fn remove(&mut self, id: u8) -> Result<ChannelState, ApiError> {
+    fn remove(&mut self, id: u64) -> Result<ChannelState, ApiError> {
         let Some(k) = self.held.iter().position(|h| h.state.id == id) else {
-            return Err(ApiError::new(404, format!("no channel {id}")));
+            let why = if self.gone.iter().any(|g| g.id == id) {
+                format!("no channel {id}: it was removed (ids are never given again)")
+            } else {
+                format!("no channel {id}")
+            };
+            return Err(ApiError::new(404, why));
         };
         let h = self.held.remove(k);
         if let Err(e) = self.plane.remove(h.flow) {
@@ -770,7 +813,7 @@ impl State {
             );
         }
         if let Some(sw) = &self.switch {
-            sw.clear(id);
+            sw.clear(h.state.dscp);
         }
         let counts = self.counts_of(&h);
         let mut s = h.state;
@@ -790,16 +833,19 @@ impl State {
         let now = self.now();
         for m in self.plane.misses() {
             self.misses_reported += 1;
-            let from = self
+            // The channel holding the DSCP now; while none does, the one
+            // removed last with it (its last packets were still in flight).
+            let owner = self
                 .held
                 .iter()
-                .find(|h| h.state.id == m.channel)
-                .map(|h| h.state.from.clone())
-                .unwrap_or_default();
+                .map(|h| &h.state)
+                .find(|s| s.dscp == m.channel)
+                .or_else(|| self.gone.iter().rev().find(|s| s.dscp == m.channel));
+            let Some(owner) = owner else { continue };
             let _ = self.misses.send(MissEvent {
                 at_ns: now,
-                channel: m.channel,
-                from,
+                channel: owner.id,
+                from: owner.from.clone(),
                 overrun_ns: m.overrun_ns,
                 ip_id: m.ip_id,
             });
@@ -863,7 +909,7 @@ impl State {
     /// (3/4 of the last target each time), within what admission leaves.
     fn escalate(&mut self, k: usize, new_misses: u64, max_overrun_ns: u64) {
         let now = self.now();
-        let id = self.held[k].state.id;
+        let (id, dscp) = (self.held[k].state.id, self.held[k].state.dscp);
         let why = format!(
             "{new_misses} misses in {} ms (largest overrun so far {:.3} ms)",
             TICK.as_millis(),
@@ -881,7 +927,7 @@ impl State {
                     return;
                 }
                 if let Some(sw) = &self.switch {
-                    sw.set_priority(id, true);
+                    sw.set_priority(dscp, true);
                 }
                 let h = &mut self.held[k];
                 h.state.priority = true;
@@ -920,7 +966,7 @@ impl State {
                     return;
                 }
                 if let Some(sw) = &self.switch {
-                    sw.set_reservation(id, target.ceil() as u64);
+                    sw.set_reservation(dscp, target.ceil() as u64);
                 }
                 let h = &mut self.held[k];
                 h.state.reserved_bps = Some(target);
@@ -1151,19 +1197,19 @@ mod tests {
         let a = h.add_blocking(request("t0", 5)).unwrap();
         {
             let mut f = fake.lock().unwrap();
-            f.counts[a.id as usize].missed = 3;
-            f.counts[a.id as usize].max_overrun_ns = 700_000;
+            f.counts[a.dscp as usize].missed = 3;
+            f.counts[a.dscp as usize].max_overrun_ns = 700_000;
             f.misses.push(Miss {
-                channel: a.id,
+                channel: a.dscp,
                 overrun_ns: 700_000,
                 ip_id: 42,
             });
         }
         let t0 = std::time::Instant::now();
-        while !sw.priority(a.id) && t0.elapsed() < Duration::from_secs(120) {
+        while !sw.priority(a.dscp) && t0.elapsed() < Duration::from_secs(120) {
             std::thread::sleep(Duration::from_millis(10));
         }
-        assert!(sw.priority(a.id), "the switch gives the channel priority");
+        assert!(sw.priority(a.dscp), "the switch gives the channel priority");
         let m = sub.blocking_recv().unwrap();
         assert_eq!((m.channel, m.from.as_str(), m.ip_id), (a.id, "t0", 42));
         let report = c.stop().unwrap();
@@ -1182,9 +1228,57 @@ mod tests {
         let a = h.add_blocking(request("t0", 5)).unwrap();
         h.ask_blocking(|tx| Command::Remove(a.id, tx)).unwrap().unwrap();
         let b = h.add_blocking(request("t0", 5)).unwrap();
-        assert_ne!(b.id, a.id, "the removed number was handed out again");
+        assert_ne!(b.id, a.id, "the removed id was handed out again");
         let stale = h.ask_blocking(|tx| Command::Remove(a.id, tx)).unwrap();
         assert_eq!(stale.unwrap_err().status, 404);
+        c.stop().unwrap();
+    }
+
+    /// Ids did wrap after 63 (they were the DSCP), so after enough adds
+    /// and removes a stale id removed whichever channel had the number
+    /// then. Now only the DSCP comes round again: more than twice round
+    /// all 63, a channel gets the removed channel's DSCP, the removed
+    /// channel's id is refused with 404 and every channel stays.
+    #[test]
+    fn a_stale_id_never_reaches_a_channel_with_its_dscp_after_wraps() {
+        let (c, fake, _) = started();
+        let h = c.handle();
+        let remove = |id: u64| h.ask_blocking(|tx| Command::Remove(id, tx)).unwrap();
+        let keep = h.add_blocking(request("t1", 5)).unwrap();
+        let stale = h.add_blocking(request("t0", 5)).unwrap();
+        remove(stale.id).unwrap();
+        let mut ids = vec![keep.id, stale.id];
+        let reused = loop {
+            let a = h.add_blocking(request("t0", 5)).unwrap();
+            assert!(ids.iter().all(|&i| i < a.id), "ids only grow: {} after {ids:?}", a.id);
+            ids.push(a.id);
+            assert_ne!(a.dscp, keep.dscp, "a held channel's DSCP was handed out");
+            if a.dscp == stale.dscp && ids.len() > 2 * MAX_CHANNELS {
+                break a;
+            }
+            remove(a.id).unwrap();
+            assert!(
+                ids.len() < 10 * MAX_CHANNELS,
+                "DSCP {} never came round again",
+                stale.dscp
+            );
+        };
+        let e = remove(stale.id).unwrap_err();
+        assert_eq!(e.status, 404, "{}", e.message);
+        assert!(e.message.contains("removed"), "{}", e.message);
+        let held: Vec<u64> = h.ask_blocking(Command::List).unwrap().iter().map(|s| s.id).collect();
+        assert_eq!(held, vec![keep.id, reused.id], "the stale id removed nothing");
+        let installed: Vec<u8> = fake.lock().unwrap().installed.iter().map(|i| i.0).collect();
+        assert_eq!(installed, vec![keep.dscp, reused.dscp], "the data path keeps both");
+        // A miss on the reused DSCP is the new channel's, by its own id.
+        let mut sub = h.subscribe();
+        fake.lock().unwrap().misses.push(Miss {
+            channel: reused.dscp,
+            overrun_ns: 1_000,
+            ip_id: 7,
+        });
+        let m = sub.blocking_recv().unwrap();
+        assert_eq!((m.channel, m.from.as_str()), (reused.id, "t0"));
         c.stop().unwrap();
     }
 
@@ -1197,8 +1291,8 @@ mod tests {
         // admission is far beyond.
         {
             let mut f = fake.lock().unwrap();
-            f.counts[a.id as usize].stamped_bytes = 1_000_000;
-            f.counts[a.id as usize].missed = 5;
+            f.counts[a.dscp as usize].stamped_bytes = 1_000_000;
+            f.counts[a.dscp as usize].missed = 5;
         }
         // Escalation is decided in the tick that logs "exceeds".
         let limit = std::time::Instant::now() + Duration::from_secs(30);
@@ -1206,7 +1300,7 @@ mod tests {
             assert!(std::time::Instant::now() < limit, "no tick logged the excess");
             std::thread::sleep(Duration::from_millis(10));
         }
-        assert!(!sw.priority(a.id));
+        assert!(!sw.priority(a.dscp));
         let report = c.stop().unwrap();
         let kinds: Vec<&str> = report.actions.iter().map(|a| a.kind.as_str()).collect();
         assert_eq!(kinds, vec!["admitted", "exceeds"], "{:?}", report.actions);
@@ -1225,17 +1319,17 @@ mod tests {
         let start = std::time::Instant::now();
         let due = |t: std::time::Instant| (2e6 / 8.0 * t.duration_since(start).as_secs_f64()) as u64;
         while start.elapsed() < Duration::from_secs(2) {
-            fake.lock().unwrap().counts[a.id as usize].stamped_bytes = due(std::time::Instant::now());
+            fake.lock().unwrap().counts[a.dscp as usize].stamped_bytes = due(std::time::Instant::now());
             std::thread::sleep(Duration::from_millis(10));
         }
         std::thread::sleep(Duration::from_millis(600));
         {
             let mut f = fake.lock().unwrap();
-            f.counts[a.id as usize].stamped_bytes = due(std::time::Instant::now());
-            f.counts[a.id as usize].missed = 3;
+            f.counts[a.dscp as usize].stamped_bytes = due(std::time::Instant::now());
+            f.counts[a.dscp as usize].missed = 3;
         }
         let limit = std::time::Instant::now() + Duration::from_secs(30);
-        while !sw.priority(a.id) {
+        while !sw.priority(a.dscp) {
             assert!(
                 std::time::Instant::now() < limit,
                 "not escalated: {:?}",
@@ -1256,18 +1350,18 @@ mod tests {
         r.kind = ChannelKind::Reservation;
         let a = h.add_blocking(r).unwrap();
         let r0 = a.reserved_bps.unwrap();
-        assert_eq!(sw.reservation(a.id), r0.ceil() as u64);
+        assert_eq!(sw.reservation(a.dscp), r0.ceil() as u64);
         assert_eq!(
             fake.lock().unwrap().installed[0].2,
             2,
             "reservation channels carry TC 2"
         );
-        fake.lock().unwrap().counts[a.id as usize].missed = 1;
+        fake.lock().unwrap().counts[a.dscp as usize].missed = 1;
         let t0 = std::time::Instant::now();
-        while sw.reservation(a.id) == r0.ceil() as u64 && t0.elapsed() < Duration::from_secs(120) {
+        while sw.reservation(a.dscp) == r0.ceil() as u64 && t0.elapsed() < Duration::from_secs(120) {
             std::thread::sleep(Duration::from_millis(10));
         }
-        let r1 = sw.reservation(a.id) as f64;
+        let r1 = sw.reservation(a.dscp) as f64;
         assert!(r1 > r0 && r1 <= 90e6, "R {r0} -> {r1}");
         let report = c.stop().unwrap();
         assert_eq!(report.channels[0].escalations, 1);
@@ -1283,7 +1377,7 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         let gone = rt.block_on(h.remove(a.id)).unwrap();
         assert!(gone.removed_ns.is_some());
-        assert_eq!(sw.reservation(a.id), 0);
+        assert_eq!(sw.reservation(a.dscp), 0);
         assert!(fake.lock().unwrap().installed.is_empty());
         assert_eq!(rt.block_on(h.remove(a.id)).unwrap_err().status, 404);
         assert!(rt.block_on(h.list()).unwrap().is_empty());

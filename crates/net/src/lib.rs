@@ -10,8 +10,9 @@
 //! bottleneck link: WFQ, EDF, best effort, and the switch table the
 //! controller programs), [`datapath`] (the stamp and check in BPF),
 //! [`controller`] (admission, installation, escalation, misses), [`api`]
-//! (its HTTP/JSON API and client) and [`flow`] (the measured flows: a paced
-//! UDP sender and a receiver that times every datagram).
+//! (its HTTP/JSON API and client; `peers` bounds what each client holds)
+//! and [`flow`] (the measured flows: a paced UDP sender and a receiver
+//! that times every datagram).
 //!
 //! It does not own the interfaces themselves (the lab's sandbox makes them).
 
@@ -24,6 +25,7 @@ pub mod datapath;
 pub mod discipline;
 pub mod edf;
 pub mod flow;
+mod peers;
 pub mod port;
 pub mod relay;
 

@@ -1,8 +1,9 @@
 //! The controller's HTTP API over its Unix socket, with a plane that only
 //! remembers what it was told (no root needed): the token file's mode,
 //! 401 without or with a wrong token (and nothing changes), 4xx with a
-//! clear message for bad requests, admission refusals, removal, and the
-//! misses stream a sender subscribes to.
+//! clear message for bad requests, admission refusals, removal, the
+//! misses stream a sender subscribes to, and what idle connections may
+//! hold (over the socket and over TCP).
 use hyper::Method;
 use ontime_net::api::{self, Client, Listen, Target};
 use ontime_net::channel::Link;
@@ -10,7 +11,8 @@ use ontime_net::controller::{
     ChannelCounts, Controller, ControllerConfig, Endpoint, FlowMatch, Miss, MissEvent, Plane,
 };
 use ontime_net::edf::SwitchTable;
-use ontime_testkit::wait_until;
+use ontime_testkit::{wait_until, MIN_HANG_BOUND};
+use std::io::{Read, Write};
 use std::net::Ipv4Addr;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::AtomicBool;
@@ -51,6 +53,8 @@ impl Plane for Fake {
 struct Setup {
     _dir: tempfile::TempDir,
     socket: std::path::PathBuf,
+    /// Where it listens over TCP too, if asked to.
+    tcp: Option<std::net::SocketAddr>,
     token: String,
     seen: Arc<Mutex<Seen>>,
     _server: api::ApiServer,
@@ -58,10 +62,10 @@ struct Setup {
 }
 
 fn setup() -> Setup {
-    setup_with(api::ServeLimits::default())
+    setup_with(api::ServeLimits::default(), false)
 }
 
-fn setup_with(limits: api::ServeLimits) -> Setup {
+fn setup_with(limits: api::ServeLimits, over_tcp: bool) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let ep = |name: &str, last: u8| Endpoint {
         name: name.into(),
@@ -97,7 +101,7 @@ fn setup_with(limits: api::ServeLimits) -> Setup {
     let server = api::serve_with(
         &Listen {
             socket: socket.clone(),
-            tcp: None,
+            tcp: over_tcp.then(|| std::net::SocketAddr::from((Ipv4Addr::LOCALHOST, 0))),
         },
         token.clone(),
         controller.handle(),
@@ -107,6 +111,7 @@ fn setup_with(limits: api::ServeLimits) -> Setup {
     Setup {
         _dir: dir,
         socket,
+        tcp: server.tcp,
         token,
         seen,
         _server: server,
@@ -262,28 +267,165 @@ fn a_sender_follows_its_misses() {
     });
 }
 
-/// Defect 5: ~20 000 idle connections took every descriptor of the
-/// controller (its miss ring reads failed with EMFILE). Connections are
-/// capped and an idle one is closed, so the API keeps answering.
+/// ~20 000 idle connections took every descriptor of the controller (its
+/// miss ring reads failed with EMFILE). Connections are capped and one
+/// that sends nothing is closed, so the API keeps answering.
 #[test]
 fn idle_connections_are_capped_and_closed() {
-    use std::io::Read;
-    let s = setup_with(api::ServeLimits {
-        max_connections: 4,
-        idle: Duration::from_millis(300),
-    });
-    // More idle connections than the cap: the rest wait in the accept queue.
-    let idle: Vec<std::os::unix::net::UnixStream> = (0..10)
-        .map(|_| std::os::unix::net::UnixStream::connect(&s.socket).unwrap())
-        .collect();
+    let s = setup_with(
+        api::ServeLimits {
+            max_connections: 4,
+            per_client: 64,
+            first_request: Duration::from_millis(300),
+            idle: Duration::from_secs(3600),
+        },
+        false,
+    );
+    // More idle connections than the cap.
+    let idle: Vec<Raw> = (0..10).map(|_| Raw::socket(&s)).collect();
     let c = Client::new(Target::Socket(s.socket.clone()), s.token.clone()).unwrap();
     let (st, _) = c.call(Method::GET, "/v1/channels", None).unwrap();
     assert_eq!(st, 200, "the API answers while idle clients hold connections");
     for mut conn in idle {
-        // 30 s bounds a hang; the server closes each after its idle time.
-        conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        let mut buf = [0u8; 64];
-        let n = conn.read(&mut buf).expect("the server closes an idle connection");
-        assert_eq!(n, 0, "closed without an answer");
+        // Closed to make room, or when its time for a first request is up.
+        assert!(conn.until_closed().is_empty(), "closed without an answer");
     }
+}
+
+/// A raw connection to the API, for what a client library would not do:
+/// connect and send nothing, or hold a stream open.
+enum Raw {
+    Socket(std::os::unix::net::UnixStream),
+    Tcp(std::net::TcpStream),
+}
+
+impl Raw {
+    fn socket(s: &Setup) -> Raw {
+        Raw::Socket(std::os::unix::net::UnixStream::connect(&s.socket).unwrap())
+    }
+
+    fn tcp(s: &Setup) -> Raw {
+        Raw::Tcp(std::net::TcpStream::connect(s.tcp.expect("listening over TCP")).unwrap())
+    }
+
+    fn io(&mut self) -> &mut dyn ReadWrite {
+        match self {
+            Raw::Socket(c) => {
+                c.set_read_timeout(Some(MIN_HANG_BOUND)).unwrap();
+                c as &mut dyn ReadWrite
+            }
+            Raw::Tcp(c) => {
+                c.set_read_timeout(Some(MIN_HANG_BOUND)).unwrap();
+                c as &mut dyn ReadWrite
+            }
+        }
+    }
+
+    /// All the server sends until it closes the connection; fails if it
+    /// does not close it within the hang bound.
+    fn until_closed(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.io()
+            .read_to_end(&mut out)
+            .expect("the server closes the connection");
+        out
+    }
+
+    /// Sends `request` and reads up to the end of the answer's head.
+    fn ask(&mut self, request: &str) -> String {
+        let io = self.io();
+        io.write_all(request.as_bytes()).unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            let n = io.read(&mut byte).expect("an answer within the hang bound");
+            assert_eq!(
+                n,
+                1,
+                "closed before the answer's head: {}",
+                String::from_utf8_lossy(&head)
+            );
+            head.push(byte[0]);
+        }
+        String::from_utf8_lossy(&head).into_owned()
+    }
+}
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
+/// A client may hold 4 of 6 connections, and a connection may wait an hour
+/// for its first request: only closing idle ones to make room (not their
+/// time running out) can let a client with the token in.
+fn crowded() -> api::ServeLimits {
+    api::ServeLimits {
+        max_connections: 6,
+        per_client: 4,
+        first_request: Duration::from_secs(3600),
+        idle: Duration::from_secs(3600),
+    }
+}
+
+/// `GET /v1/status` through `client`, on a thread of its own so that a
+/// hang fails the test at the hang bound instead of blocking it.
+fn status(client: Client) -> u16 {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = client.call(Method::GET, "/v1/status", None).map(|(st, _)| st);
+        let _ = tx.send(r.map_err(|e| format!("{e:#}")));
+    });
+    match rx.recv_timeout(MIN_HANG_BOUND) {
+        Ok(r) => r.unwrap(),
+        Err(_) => panic!("no answer to /v1/status within {MIN_HANG_BOUND:?}"),
+    }
+}
+
+/// About 260 idle connections without the token held every connection the
+/// controller would serve, so /v1/status and channel adds each waited the
+/// 30 s idle timeout. Here a client's idle connections (12 over the
+/// socket, and over TCP 12 more from 127.0.0.1: together four times the
+/// total) are held for good, and the client with the token is answered.
+#[test]
+fn idle_connections_without_the_token_keep_no_one_out() {
+    for over_tcp in [false, true] {
+        let s = setup_with(crowded(), over_tcp);
+        let mut idle: Vec<Raw> = (0..12).map(|_| Raw::socket(&s)).collect();
+        let target = match s.tcp {
+            Some(a) => {
+                idle.extend((0..12).map(|_| Raw::tcp(&s)));
+                Target::Tcp(a.to_string())
+            }
+            None => Target::Socket(s.socket.clone()),
+        };
+        let c = Client::new(target, s.token.clone()).unwrap();
+        assert_eq!(status(c), 200, "over TCP: {over_tcp}");
+        // The socket's client's oldest was closed to make room, unanswered.
+        assert!(idle[0].until_closed().is_empty());
+    }
+}
+
+/// Connections that have shown the token are never closed to make room: a
+/// client holding its limit of them (here miss streams over the socket)
+/// is refused the next with 429 and the reason; its streams go on, and
+/// another client (over TCP) is served.
+#[test]
+fn a_client_holding_its_limit_with_the_token_is_refused_with_429() {
+    let s = setup_with(crowded(), true);
+    let follow = format!(
+        "GET /v1/misses HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\n\r\n",
+        s.token
+    );
+    let mut streams: Vec<Raw> = (0..4).map(|_| Raw::socket(&s)).collect();
+    for st in &mut streams {
+        let head = st.ask(&follow);
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    }
+    let answer = String::from_utf8(Raw::socket(&s).until_closed()).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+    assert!(answer.contains("already holds 4 connections"), "{answer}");
+    assert_eq!(s._controller.handle().subscribers(), 4, "the streams go on");
+    let tcp = s.tcp.expect("listening over TCP").to_string();
+    let c = Client::new(Target::Tcp(tcp), s.token.clone()).unwrap();
+    assert_eq!(status(c), 200);
+    drop(streams);
 }

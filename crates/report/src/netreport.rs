@@ -219,7 +219,7 @@ a worst delay of 3.6 ms for flow A (5 ms deadline) and 8.7 ms for B (10 ms) with
                         .and_then(|c| {
                             c.channels
                                 .iter()
-                                .find(|c| c.id == id && c.from == ontime_core::names::tenant_name(f.from))
+                                .find(|c| c.has_dscp(id) && c.from == ontime_core::names::tenant_name(f.from))
                         })
                         .map(|c| {
                             let esc = if c.priority { ", escalated" } else { "" };
@@ -250,7 +250,7 @@ a worst delay of 3.6 ms for flow A (5 ms deadline) and 8.7 ms for B (10 ms) with
                         .as_ref()?
                         .channels
                         .iter()
-                        .find(|c| c.id == id)
+                        .find(|c| c.has_dscp(id))
                         .map(|c| format!("{} / {}", c.counts.on_time, c.counts.missed))
                 })
                 .unwrap_or_else(|| "-".into());
