@@ -315,6 +315,10 @@ struct LocalGateway {
 
 impl LocalGateway {
     fn start(cfg: &CrawlConfig, g: &LocalGatewayOptions) -> anyhow::Result<LocalGateway> {
+        if let Some(d) = g.delay_ns {
+            ontime_core::limits::duration("--gateway-delay", d, 0, ontime_core::limits::MAX_INJECTED_DELAY_NS)
+                .map_err(bad_input)?;
+        }
         let mut buildings = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for gw in &cfg.gateways {

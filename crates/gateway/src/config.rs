@@ -52,7 +52,20 @@ pub struct Faults {
 }
 
 impl Faults {
+    /// Each delay is at most [`MAX_INJECTED_DELAY_NS`], so the delay of one
+    /// answer (fixed + random + spike) neither overflows nor outlasts any
+    /// crawler's timeout by more than an hour; probabilities are 0..1.
+    ///
+    /// [`MAX_INJECTED_DELAY_NS`]: ontime_core::limits::MAX_INJECTED_DELAY_NS
     pub fn validate(&self) -> Result<()> {
+        use ontime_core::limits::{duration, MAX_INJECTED_DELAY_NS};
+        for (name, ns) in [
+            ("delay", self.delay_ns),
+            ("delay_random", self.delay_random_ns),
+            ("spike", self.spike_ns),
+        ] {
+            duration(&format!("faults.{name}"), ns, 0, MAX_INJECTED_DELAY_NS).map_err(anyhow::Error::msg)?;
+        }
         for (name, p) in [
             ("spike_probability", self.spike_probability),
             ("error_probability", self.error_probability),
@@ -209,6 +222,22 @@ mod tests {
         let mut cfg = GatewayConfig::generated(default_listen(), 1, 10, false);
         cfg.faults.drop_probability = 2.0;
         assert!(cfg.validate().is_err());
+    }
+
+    /// A delay of a million hours was accepted, and with a spike of five
+    /// million the answer's delay overflowed a u64.
+    #[test]
+    fn delays_are_bounded() {
+        let mut cfg = GatewayConfig::generated(default_listen(), 1, 10, false);
+        cfg.faults.delay_ns = 1_000_000 * 3_600_000_000_000;
+        let e = cfg.validate().unwrap_err().to_string();
+        assert!(e.contains("faults.delay =") && e.contains("out of range"), "{e}");
+        cfg.faults.delay_ns = ontime_core::limits::MAX_INJECTED_DELAY_NS;
+        cfg.faults.delay_random_ns = ontime_core::limits::MAX_INJECTED_DELAY_NS;
+        cfg.faults.spike_ns = ontime_core::limits::MAX_INJECTED_DELAY_NS;
+        cfg.validate().unwrap();
+        cfg.faults.spike_ns += 1;
+        assert!(cfg.validate().unwrap_err().to_string().contains("faults.spike ="));
     }
 
     #[test]
