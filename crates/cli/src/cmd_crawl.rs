@@ -328,6 +328,9 @@ impl LocalGateway {
                     gw.addr
                 )));
             }
+            // The gateway's names are identifiers; a URL path may hold more.
+            ontime_gateway::config::check_name(&gw.building)
+                .map_err(|e| bad_input(format!("--with-gateway cannot serve --url {}: {e}", gw.url)))?;
             if !seen.insert((gw.addr, gw.building.clone())) {
                 continue;
             }
