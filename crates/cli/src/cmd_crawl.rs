@@ -299,10 +299,20 @@ pub fn execute(
         output::emit(&result, &Text.export(&result)?, out.json, p.result.as_deref())?;
     }
     // The gateway's receive log is a measurement too: if it could not be
-    // stored, the run failed, loudly and naming the file.
-    match gateway {
+    // stored, the run failed, loudly and naming the file. So did a run
+    // whose own files were cut (the result, written above, says which).
+    let gateway = match gateway {
         Some(g) => g.finish(),
         None => Ok(()),
+    };
+    let mut failed: Vec<String> = gateway.err().map(|e| format!("{e:#}")).into_iter().collect();
+    if !result.incomplete_files.is_empty() {
+        failed.push(format!("incomplete: {}", result.incomplete_files.join("; ")));
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!("{}", failed.join("; "))
     }
 }
 
