@@ -299,10 +299,20 @@ pub fn execute(
         output::emit(&result, &Text.export(&result)?, out.json, p.result.as_deref())?;
     }
     // The gateway's receive log is a measurement too: if it could not be
-    // stored, the run failed, loudly and naming the file.
-    match gateway {
+    // stored, the run failed, loudly and naming the file. So did a run
+    // whose own files were cut (the result, written above, says which).
+    let gateway = match gateway {
         Some(g) => g.finish(),
         None => Ok(()),
+    };
+    let mut failed: Vec<String> = gateway.err().map(|e| format!("{e:#}")).into_iter().collect();
+    if !result.incomplete_files.is_empty() {
+        failed.push(format!("incomplete: {}", result.incomplete_files.join("; ")));
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!("{}", failed.join("; "))
     }
 }
 
@@ -315,6 +325,10 @@ struct LocalGateway {
 
 impl LocalGateway {
     fn start(cfg: &CrawlConfig, g: &LocalGatewayOptions) -> anyhow::Result<LocalGateway> {
+        if let Some(d) = g.delay_ns {
+            ontime_core::limits::duration("--gateway-delay", d, 0, ontime_core::limits::MAX_INJECTED_DELAY_NS)
+                .map_err(bad_input)?;
+        }
         let mut buildings = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for gw in &cfg.gateways {
@@ -324,6 +338,9 @@ impl LocalGateway {
                     gw.addr
                 )));
             }
+            // The gateway's names are identifiers; a URL path may hold more.
+            ontime_gateway::config::check_name(&gw.building)
+                .map_err(|e| bad_input(format!("--with-gateway cannot serve --url {}: {e}", gw.url)))?;
             if !seen.insert((gw.addr, gw.building.clone())) {
                 continue;
             }

@@ -132,6 +132,31 @@ impl ServeArgs {
         if let Some(p) = self.policy {
             cfg.policy = p;
         }
+        // Named by flag here; a config file's values are checked by key in
+        // Faults::validate.
+        for (flag, v) in [
+            ("--delay", self.delay),
+            ("--delay-random", self.delay_random),
+            ("--spike", self.spike),
+        ] {
+            if let Some(ns) = v {
+                ontime_core::limits::duration(flag, ns, 0, ontime_core::limits::MAX_INJECTED_DELAY_NS)
+                    .map_err(bad_input)?;
+            }
+        }
+        for (flag, v) in [
+            ("--spike-probability", self.spike_probability),
+            ("--error-probability", self.error_probability),
+            ("--drop-probability", self.drop_probability),
+            ("--malformed-probability", self.malformed_probability),
+            ("--point-fault-probability", self.point_fault_probability),
+        ] {
+            if let Some(p) = v.filter(|p| !(0.0..=1.0).contains(p)) {
+                return Err(bad_input(format!(
+                    "{flag} {p} is out of range: give a probability 0 .. 1"
+                )));
+            }
+        }
         let f: &mut Faults = &mut cfg.faults;
         macro_rules! over {
             ($($field:ident => $target:ident),*) => {$(

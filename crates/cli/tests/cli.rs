@@ -124,6 +124,10 @@ fn crawl_counts_add_up_and_interval_error_matches_gateway_log() {
     assert_eq!(u(&g["points"]), 20);
     assert_eq!(u(&g["missed"]), 0);
     assert_eq!(g["method"], "poll numbers");
+    assert_eq!(
+        g["complete"], true,
+        "a gateway stopped cleanly marks its log's end: {g}"
+    );
     let (c, gw) = (&r["interval_error"], &g["interval_error"]);
     assert_eq!(c["count"], gw["count"]);
     for p in ["p50", "p90", "p99"] {

@@ -366,3 +366,242 @@ fn a_full_disk_leaves_no_half_written_profile_or_figure() {
         assert!(len > 0, "{} left empty", f.path().display());
     }
 }
+
+/// `gateway --delay 1000000h` was accepted, and with `--spike 5000000h`
+/// the delay of an answer overflowed a u64: each injected delay is at most
+/// an hour, named by flag or key.
+#[test]
+fn injected_delays_beyond_an_hour_are_refused() {
+    refused(
+        &run(&["gateway", "--delay", "1000000h"]),
+        &["--delay", "out of range", "3600.000 s"],
+    );
+    refused(
+        &run(&["gateway", "--delay", "1h", "--spike", "5000000h"]),
+        &["--spike", "out of range"],
+    );
+    refused(
+        &run(&["gateway", "--spike-probability", "2"]),
+        &["--spike-probability", "0 .. 1"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(
+        dir.path(),
+        "gw.toml",
+        "[faults]\ndelay_random = \"1000000h\"\n[[building]]\nname = \"b0\"\npoints = 10\n",
+    );
+    refused(
+        &run(&["gateway", "--config", p(&cfg)]),
+        &["gw.toml", "faults.delay_random", "out of range"],
+    );
+    refused(
+        &run(&[
+            "crawl",
+            "--with-gateway",
+            "--url",
+            "http://127.0.0.1:1/b0",
+            "--gateway-delay",
+            "1000000h",
+        ]),
+        &["--gateway-delay", "out of range"],
+    );
+}
+
+/// Gateway building names with spaces or newlines broke the receive
+/// log's format: a name is an identifier, refused otherwise.
+#[test]
+fn building_names_that_would_break_the_receive_log_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for (i, name) in ["\"two words\"", "\"b0\\n1 b1 0 1\"", "\"a\\tb\""].iter().enumerate() {
+        let cfg = write(
+            dir.path(),
+            &format!("gw{i}.toml"),
+            &format!("[[building]]\nname = {name}\npoints = 10\n"),
+        );
+        refused(
+            &run(&["gateway", "--config", p(&cfg)]),
+            &["building name", "is not a name"],
+        );
+    }
+    refused(
+        &run(&["crawl", "--with-gateway", "--url", "http://127.0.0.1:1/a%20b"]),
+        &["--with-gateway", "building name \"a%20b\""],
+    );
+}
+
+/// A crawl URL holding `\r\nX-Injected: 1` was sent: a listener received
+/// `POST /b0\r\nX-Injected: 1...`. Refused before anything is sent.
+#[test]
+fn urls_with_control_characters_or_spaces_are_refused() {
+    // A listener that would see the request if one were sent.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    for url in [
+        format!("http://127.0.0.1:{port}/b0\r\nX-Injected: 1"),
+        format!("http://127.0.0.1:{port}/b0 HTTP/1.0"),
+    ] {
+        refused(
+            &run(&["crawl", "--url", &url, "-D", "1s", "--no-dma-latency"]),
+            &["url", "no space, control or non-ASCII character"],
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(
+        dir.path(),
+        "c.toml",
+        &format!("[[gateway]]\nurl = \"http://127.0.0.1:{port}/b0\\r\\nX-Injected: 1\"\npoints = 10\n"),
+    );
+    refused(
+        &run(&["crawl", "--config", p(&cfg), "-D", "1s", "--no-dma-latency"]),
+        &["c.toml", "gateway #1", "control"],
+    );
+    listener.set_nonblocking(true).unwrap();
+    assert!(listener.accept().is_err(), "a connection reached the listener");
+}
+
+/// `io advise` hung on a FIFO run.json and read /dev/zero through a
+/// symlinked run.json until memory ran out: both are refused at once.
+#[test]
+fn io_advise_refuses_a_fifo_or_a_device_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().join("runs/000-rep1");
+    std::fs::create_dir_all(&run_dir).unwrap();
+    let record = run_dir.join("run.json");
+    let c = std::ffi::CString::new(record.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let check = |out: &Output| {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("not a regular file"), "{err}");
+    };
+    check(&run(&["io", "advise", p(dir.path())]));
+    std::fs::remove_file(&record).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &record).unwrap();
+    check(&run(&["io", "advise", p(dir.path())]));
+}
+
+/// One getValues read of points 1 and 2 of /b0 on `port`, once a gateway
+/// listens there.
+fn read_two_points(port: u16) {
+    use std::io::Write;
+    let mut stream = None;
+    ontime_testkit::wait_until("the gateway listening", Duration::from_secs(120), || {
+        stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok();
+        stream.is_some()
+    });
+    let mut s = stream.unwrap();
+    let body = r#"{"points":[1,2]}"#;
+    write!(
+        s,
+        "POST /b0/getValues HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+/// A gateway receive log cut by kill -9 was analysed as if whole. Now it
+/// is analysed and said to be partial; a log closed by SIGTERM is whole.
+#[test]
+fn a_receive_log_cut_by_a_kill_is_analysed_as_partial() {
+    let dir = tempfile::tempdir().unwrap();
+    for (signal, partial) in [(libc::SIGKILL, true), (libc::SIGTERM, false)] {
+        let log = dir.path().join(format!("recv{signal}.log"));
+        let port = free_port();
+        let gw = KillOnDrop::spawn(
+            ontime()
+                .args(["gateway", "--listen", &format!("127.0.0.1:{port}"), "--log"])
+                .arg(&log),
+        );
+        read_two_points(port);
+        read_two_points(port);
+        // Flushed within 100 ms: wait until the four points are on disk.
+        ontime_testkit::wait_until("the reads in the log", Duration::from_secs(60), || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| !l.starts_with('#'))
+                .count()
+                >= 4
+        });
+        gw.signal(signal);
+        let _ = gw.wait_output(Duration::from_secs(60));
+        let out = run(&["gateway", "analyze", p(&log), "--period", "1s"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            text.contains("partial: the log ends without its end mark (cut by a kill or a full disk)"),
+            partial,
+            "signal {signal}: {text}"
+        );
+    }
+}
+
+/// On a full disk `crawl --polls`, `--hlog` and `--store` did not name the
+/// file ("database or disk is full", "cannot flush histogram log") and
+/// left no result. Each is named; a file cut during the run is listed in
+/// the result as incomplete, and the crawl exits 1.
+#[test]
+fn a_full_disk_under_the_crawls_files_names_each_file() {
+    if !is_root() {
+        skip("mounting a small tmpfs needs root");
+        return;
+    }
+    let Some(full) = ontime_testkit::SmallTmpfs::mount("64k") else {
+        skip("cannot mount tmpfs here");
+        return;
+    };
+    // Fill it, so not one more byte can be written.
+    let _ = std::fs::write(full.path().join("filler"), vec![0u8; 1 << 20]);
+    let dir = tempfile::tempdir().unwrap();
+    let crawl = |flag: &str, file: &Path, result: &Path| {
+        let port = free_port();
+        run(&[
+            "crawl",
+            "--with-gateway",
+            "--url",
+            &format!("http://127.0.0.1:{port}/b0"),
+            "--rate",
+            "100",
+            "-D",
+            "2s",
+            "--no-dma-latency",
+            flag,
+            p(file),
+            "--result",
+            p(result),
+        ])
+    };
+    for (flag, name) in [("--polls", "p.csv"), ("--hlog", "c.hlog")] {
+        let file = full.path().join(name);
+        let result = dir.path().join(format!("{name}.json"));
+        let out = crawl(flag, &file, &result);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        let last = err.lines().last().unwrap_or("");
+        let shown = file.display().to_string();
+        assert!(
+            last.contains(flag) && last.contains(&shown) && last.contains("space"),
+            "{err}"
+        );
+        let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&result).unwrap()).unwrap();
+        let cut = r["incomplete_files"][0].as_str().unwrap_or_default();
+        assert!(cut.starts_with(flag) && cut.contains(&shown), "{r}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains(&format!("incomplete: {flag}")),
+            "the summary says so"
+        );
+    }
+    // The store is made before the run starts: refused at once, by name.
+    let store = full.path().join("s.db");
+    let out = crawl("--store", &store, &dir.path().join("s.json"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--store: cannot") && err.contains(&store.display().to_string()),
+        "{err}"
+    );
+}

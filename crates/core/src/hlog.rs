@@ -7,12 +7,15 @@ use anyhow::{Context, Result};
 use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
 use hdrhistogram::serialization::V2DeflateSerializer;
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+/// An interval log being written. Every error names the file, so a full
+/// disk says which log it cut.
 pub struct HlogFile {
     out: BufWriter<std::fs::File>,
     ser: V2DeflateSerializer,
+    path: PathBuf,
 }
 
 impl HlogFile {
@@ -23,30 +26,45 @@ impl HlogFile {
         let mut h = HlogFile {
             out: BufWriter::new(file),
             ser: V2DeflateSerializer::new(),
+            path: path.to_path_buf(),
         };
         IntervalLogWriterBuilder::new()
             .add_comment(comment)
             .add_comment("values in nanoseconds")
             .with_start_time(start)
             .with_base_time(start)
-            .begin_log_with(&mut h.out, &mut h.ser)?;
+            .begin_log_with(&mut h.out, &mut h.ser)
+            .with_context(|| format!("cannot write histogram log {}", path.display()))?;
         Ok(h)
+    }
+
+    /// The file being written.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Appends one interval histogram; `offset` is from the run's start.
     pub fn write(&mut self, tag: &str, h: &LatencyHistogram, offset: Duration, length: Duration) -> Result<()> {
         // A builder without headers writes nothing when it begins, so one
         // can be made per interval over the same output.
-        let mut w = IntervalLogWriterBuilder::new().begin_log_with(&mut self.out, &mut self.ser)?;
+        let mut w = IntervalLogWriterBuilder::new()
+            .begin_log_with(&mut self.out, &mut self.ser)
+            .with_context(|| format!("cannot write histogram log {}", self.path.display()))?;
         w.write_histogram(h.inner(), offset, length, Tag::new(tag))
-            .map_err(|e| anyhow::anyhow!("cannot write histogram log: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("cannot write histogram log {}: {e}", self.path.display()))?;
         Ok(())
     }
 
     pub fn flush(&mut self) -> Result<()> {
-        self.out.flush().context("cannot flush histogram log")
+        self.out
+            .flush()
+            .with_context(|| format!("cannot write histogram log {}", self.path.display()))
     }
 }
+
+/// The largest interval log read back (whole, into memory): far above
+/// what a run of hours writes at one histogram per metric and second.
+pub const MAX_HLOG_BYTES: u64 = 1 << 30;
 
 /// Joins the per-thread parts of numbered intervals into whole intervals.
 ///
@@ -104,7 +122,9 @@ impl<T: Default> IntervalMerge<T> {
 pub fn read_merged(path: &Path, tag: &str) -> Result<LatencyHistogram> {
     use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
     use hdrhistogram::serialization::Deserializer;
-    let data = std::fs::read(path).with_context(|| format!("cannot read histogram log {}", path.display()))?;
+    // Under the input rule: a FIFO or a device behind the name is refused,
+    // not read for ever.
+    let data = crate::fsio::read_input(path, "histogram log", MAX_HLOG_BYTES)?;
     let mut out = LatencyHistogram::new();
     let mut de = Deserializer::new();
     for entry in IntervalLogIterator::new(&data) {
@@ -175,5 +195,43 @@ mod tests {
         assert_eq!(merged.len(), 2);
         assert_eq!(read_merged(&path, "other").unwrap().len(), 0);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `io advise` and `lab report` read a run's t0.hlog: a FIFO there
+    /// blocked them for ever, /dev/zero behind the name read until OOM.
+    #[test]
+    fn reads_only_regular_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("t0.hlog");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = read_merged(&fifo, "latency").unwrap_err();
+        assert!(e.downcast_ref::<crate::BadInput>().is_some(), "{e:#}");
+        let zero = dir.path().join("t1.hlog");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let e = read_merged(&zero, "latency").unwrap_err();
+        assert!(format!("{e:#}").contains("not a regular file"), "{e:#}");
+    }
+
+    /// A failed write names the log (it said only "cannot flush histogram
+    /// log" on a full disk).
+    #[test]
+    fn write_errors_name_the_file() {
+        if !std::path::Path::new("/dev/full").exists() {
+            eprintln!("skipped: no /dev/full to write to");
+            return;
+        }
+        let mut log = HlogFile::create(Path::new("/dev/full"), "test", SystemTime::now()).unwrap();
+        let mut h = LatencyHistogram::new();
+        h.record(1000);
+        let e = log
+            .write("x", &h, Duration::ZERO, Duration::from_secs(1))
+            .and_then(|_| log.flush())
+            .unwrap_err();
+        assert!(
+            format!("{e:#}").contains("cannot write histogram log /dev/full"),
+            "{e:#}"
+        );
     }
 }

@@ -36,6 +36,10 @@ pub const MAX_BUILDINGS: u64 = 10_000;
 pub const MAX_THREADS: u64 = 1024;
 /// Shortest period of a crawler point or gateway analysis.
 pub const MIN_PERIOD_NS: u64 = 1_000_000;
+/// Longest injected delay (a gateway's controller delay, its random part,
+/// a spike): an hour is already past any crawler's timeout and the
+/// summaries' one-hour ceiling, and three of them still add up in a u64.
+pub const MAX_INJECTED_DELAY_NS: u64 = 3600 * 1_000_000_000;
 /// Shortest wake-up interval of the cyclic probe.
 pub const MIN_INTERVAL_NS: u64 = 1_000;
 /// Longest run of any verb (a week): longer is a typo, not a plan.

@@ -197,7 +197,7 @@ impl CrawlConfig {
         }
         let mut gateways = Vec::new();
         for (i, g) in file.gateways.into_iter().enumerate() {
-            let ctx = || format!("gateway #{} ({})", i + 1, g.url);
+            let ctx = || format!("url {} (gateway #{})", shown(&g.url), i + 1);
             let (addr, host_header, building) = parse_url(&g.url).with_context(ctx)?;
             let point_ids = match (g.points, g.point_ids) {
                 (Some(_), Some(_)) => bail!("{}: give either points or point_ids, not both", ctx()),
@@ -260,17 +260,39 @@ impl CrawlConfig {
     }
 }
 
+/// A URL as errors show it: quoted with control characters escaped, and
+/// cut, so the error stays one short line whatever the URL holds.
+fn shown(url: &str) -> String {
+    const MAX: usize = 100;
+    let head: String = url.chars().take(MAX).collect();
+    let more = if head.len() < url.len() { "..." } else { "" };
+    format!("{head:?}{more}")
+}
+
 /// Splits `http://host:port/building` into a socket address, Host header and
 /// building name.
+///
+/// The host and the building are written into the head of every request
+/// ([`crate::http::RequestTemplate`]), so this is where a URL is refused
+/// unless it is visible ASCII: a CR or LF would end the request line or a
+/// header early and inject headers of the URL's choosing, a space would
+/// split the request line. The building is one path segment, without `?`
+/// or `#`.
 pub fn parse_url(url: &str) -> Result<(SocketAddr, String, String)> {
+    if let Some((at, c)) = url.char_indices().find(|(_, c)| !c.is_ascii_graphic()) {
+        bail!("{c:?} at byte {at}: a URL holds no space, control or non-ASCII character (percent-encode it)");
+    }
     let rest = url
         .strip_prefix("http://")
         .ok_or_else(|| anyhow!("url must start with http:// (https is not supported)"))?;
     let (hostport, path) = rest
         .split_once('/')
         .ok_or_else(|| anyhow!("url needs a building path, e.g. http://127.0.0.1:8080/b0"))?;
+    if hostport.is_empty() {
+        bail!("url needs a host, e.g. http://127.0.0.1:8080/b0");
+    }
     let building = path.trim_matches('/');
-    if building.is_empty() || building.contains('/') {
+    if building.is_empty() || building.contains(|c: char| matches!(c, '/' | '?' | '#')) {
         bail!("url path must be one building name, e.g. /b0");
     }
     let with_port = if hostport.contains(':') {
@@ -305,6 +327,34 @@ mod tests {
     fn point_ids_print_as_ranges() {
         assert_eq!(ranges(&[0, 1, 2, 5, 7, 8]), "0-2,5,7-8");
         assert_eq!(ranges(&[]), "");
+    }
+
+    /// A URL with `\r\nX-Injected: 1` was sent as an injected header.
+    #[test]
+    fn urls_that_would_inject_into_the_request_are_refused() {
+        for bad in [
+            "http://127.0.0.1:1/b0\r\nX-Injected: 1",
+            "http://127.0.0.1:1/b0\nX-Injected:1",
+            "http://127.0.0.1:1/b 0",
+            "http://127.0.0.1:1\r\nX: 1/b0",
+            "http://127.0.0.1:1/b0\u{0}",
+            "http://127.0.0.1:1/b\u{e9}",
+        ] {
+            let e = parse_url(bad).unwrap_err().to_string();
+            assert!(e.contains("no space, control or non-ASCII character"), "{bad:?}: {e}");
+        }
+        for bad in ["http://127.0.0.1:1/b0?x=1", "http://127.0.0.1:1/b#0", "http:///b0"] {
+            assert!(parse_url(bad).is_err(), "{bad}");
+        }
+        // A TOML basic string: the escapes become a real CR and LF.
+        let e = file("[[gateway]]\nurl=\"http://127.0.0.1:1/b0\\r\\nX-Injected: 1\"\npoints=1").unwrap_err();
+        let e = format!("{e:#}");
+        assert!(
+            e.contains("gateway #1") && e.contains("\\r\\n") && !e.contains('\n') && !e.contains('\r'),
+            "{e}"
+        );
+        let (_, host, building) = parse_url("http://127.0.0.1:1/b-0_x.y").unwrap();
+        assert_eq!((host.as_str(), building.as_str()), ("127.0.0.1:1", "b-0_x.y"));
     }
 
     #[test]

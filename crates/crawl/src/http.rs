@@ -27,9 +27,18 @@ pub struct RequestTemplate {
 
 impl RequestTemplate {
     /// `boot_id`: this host's boot id (CLOCK_MONOTONIC is comparable only
-    /// within one boot), or "" when unknown.
+    /// within one boot), or "" when unknown. `host` and `building` go into
+    /// the request's head as they are: they come from
+    /// [`crate::config::parse_url`], which refuses anything but visible
+    /// ASCII, so neither can end a line and inject a header.
     pub fn new(host: &str, building: &str, points: &[u32], boot_id: &str) -> RequestTemplate {
         let body = ontime_core::wire::request_body(points);
+        // The boot id is read from /proc; it is one token or none at all.
+        let boot_id = if boot_id.bytes().all(|b| b.is_ascii_graphic()) {
+            boot_id
+        } else {
+            ""
+        };
         let zeros = "0".repeat(DIGITS);
         let head = format!(
             "POST /{building}/{} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{}: ",

@@ -118,6 +118,12 @@ pub struct CrawlResult {
     /// Per-poll or store records lost because the writer fell behind.
     pub records_dropped: u64,
     pub sink: sink::SinkStats,
+    /// Files written during the run (`--hlog`, `--polls`, `--store`) that
+    /// stopped at a write error (a full disk), each as "FLAG: cannot write
+    /// FILE: ERROR". Such a file holds the run only up to that error;
+    /// `ontime crawl` exits 1 after writing this result.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub incomplete_files: Vec<String>,
     pub warnings: Vec<String>,
 }
 
@@ -242,6 +248,10 @@ pub fn run(
     if opts.mlockall {
         ontime_core::rt::mlockall()?;
     }
+    // Made before any thread polls: a file that cannot be written fails
+    // the crawl now, by name, not after the run.
+    let gateway_urls: Vec<String> = cfg.gateways.iter().map(|g| g.url.clone()).collect();
+    let sink_files = sink::SinkFiles::open(opts.polls_file.as_deref(), opts.store.as_deref(), &gateway_urls)?;
     let (per_thread, n_streams) = assign_streams(&cfg, opts.vcpus, &mut warnings);
     let k = per_thread.len();
     let mut threads = start_vcpu_threads(&cfg, &opts, &flags, per_thread)?;
@@ -252,10 +262,11 @@ pub fn run(
     }
     let align_ns = (cfg.phase == Phase::Clock).then(|| cfg.gateways.iter().map(|g| g.period_ns).max().unwrap_or(1));
     let (start, start_wall) = threads.common_start(align_ns, &mut warnings);
-    let sink = Sink::start(&cfg, &opts, &mut threads)?;
+    let sink = Sink::start(sink_files, &mut threads)?;
     let mut collector = Collector::new(&opts, k, start_wall)?;
-    let vcpu_cpu_ns = collector.run(&threads.reports, &threads.spares, on_progress)?;
+    let vcpu_cpu_ns = collector.run(&threads.reports, &threads.spares, on_progress);
     let totals = collector.totals;
+    let hlog_failure = collector.hlog_failure;
 
     let mut failures = Vec::new();
     for r in threads.group.join() {
@@ -263,10 +274,11 @@ pub fn run(
             failures.push(format!("{e:#}"));
         }
     }
-    let sink_stats = match sink {
+    let (sink_stats, mut incomplete_files) = match sink {
         Some(s) => s.finish()?,
-        None => sink::SinkStats::default(),
+        None => (sink::SinkStats::default(), Vec::new()),
     };
+    incomplete_files.extend(hlog_failure);
     if !failures.is_empty() {
         anyhow::bail!("crawl failed: {}", failures.join("; "));
     }
@@ -309,6 +321,7 @@ pub fn run(
         wall_ns: began.elapsed().as_nanos() as u64,
         records_dropped: dropped,
         sink: sink_stats,
+        incomplete_files,
         warnings,
         manifest,
         config: cfg,
@@ -455,37 +468,33 @@ impl VcpuThreads {
 /// The thread writing per-poll records and stored values, off the timing
 /// path.
 struct Sink {
-    handle: std::thread::JoinHandle<Result<sink::SinkStats>>,
+    handle: std::thread::JoinHandle<(sink::SinkStats, Vec<String>)>,
     done: Arc<AtomicBool>,
 }
 
 impl Sink {
-    /// Starts it when the run writes --polls or --store.
-    fn start(cfg: &CrawlConfig, opts: &RunOptions, threads: &mut VcpuThreads) -> Result<Option<Sink>> {
-        if opts.polls_file.is_none() && opts.store.is_none() {
+    /// Starts it on the files made before the run, when there are any.
+    fn start(files: sink::SinkFiles, threads: &mut VcpuThreads) -> Result<Option<Sink>> {
+        if files.is_empty() {
             return Ok(None);
         }
         let done = Arc::new(AtomicBool::new(false));
-        let setup = sink::SinkSetup {
-            polls_file: opts.polls_file.clone(),
-            store: opts.store.clone(),
-            gateway_urls: cfg.gateways.iter().map(|g| g.url.clone()).collect(),
-            polls: std::mem::take(&mut threads.poll_records),
-            values: std::mem::take(&mut threads.store_records),
-            done: done.clone(),
-        };
+        let polls = std::mem::take(&mut threads.poll_records);
+        let values = std::mem::take(&mut threads.store_records);
+        let flag = done.clone();
         let handle = std::thread::Builder::new()
             .name("crawl-sink".into())
-            .spawn(move || sink::run(setup))?;
+            .spawn(move || sink::run(files, polls, values, flag))?;
         Ok(Some(Sink { handle, done }))
     }
 
     /// Tells it the threads are done and waits for it to write the rest.
-    fn finish(self) -> Result<sink::SinkStats> {
+    /// Returns what it wrote and the files it had to give up.
+    fn finish(self) -> Result<(sink::SinkStats, Vec<String>)> {
         self.done.store(true, Ordering::Release);
         self.handle
             .join()
-            .map_err(|_| anyhow::anyhow!("the sink thread panicked"))?
+            .map_err(|_| anyhow::anyhow!("the sink thread panicked"))
     }
 }
 
@@ -495,6 +504,9 @@ impl Sink {
 struct Collector<'o> {
     opts: &'o RunOptions,
     hlog: Option<HlogFile>,
+    /// Why the histogram log stopped being written (a full disk), naming
+    /// the file; the crawl goes on, and its result says the log is cut.
+    hlog_failure: Option<String>,
     intervals: IntervalMerge<Metrics>,
     threads: usize,
     totals: Metrics,
@@ -513,6 +525,7 @@ impl<'o> Collector<'o> {
         Ok(Collector {
             opts,
             hlog,
+            hlog_failure: None,
             intervals: IntervalMerge::new(threads),
             threads,
             totals: Metrics::default(),
@@ -525,7 +538,7 @@ impl<'o> Collector<'o> {
         reports: &mpsc::Receiver<Report>,
         spares: &[mpsc::Sender<Box<Metrics>>],
         on_progress: &mut dyn FnMut(&Progress),
-    ) -> Result<u64> {
+    ) -> u64 {
         let (mut done, mut vcpu_cpu_ns) = (0, 0);
         while done < self.threads {
             match reports.recv() {
@@ -535,7 +548,7 @@ impl<'o> Collector<'o> {
                     metrics.reset();
                     let _ = spares[thread].send(metrics);
                     while let Some((i, m)) = self.intervals.pop_whole() {
-                        self.log(i, m, on_progress)?;
+                        self.log(i, m, on_progress);
                     }
                 }
                 Ok(Report::Done { thread, cpu_ns }) => {
@@ -547,13 +560,13 @@ impl<'o> Collector<'o> {
             }
         }
         while let Some((i, m)) = self.intervals.pop_any() {
-            self.log(i, m, on_progress)?;
+            self.log(i, m, on_progress);
         }
-        Ok(vcpu_cpu_ns)
+        vcpu_cpu_ns
     }
 
     /// Adds a whole interval to the totals and the log.
-    fn log(&mut self, i: u64, m: Metrics, on_progress: &mut dyn FnMut(&Progress)) -> Result<()> {
+    fn log(&mut self, i: u64, m: Metrics, on_progress: &mut dyn FnMut(&Progress)) {
         let interval = self.opts.report_interval_ns;
         // The drain after the end has its own interval; leave it out of
         // the log when nothing happened in it.
@@ -562,10 +575,17 @@ impl<'o> Collector<'o> {
         if let Some(h) = self.hlog.as_mut().filter(|_| !(idle && past_end)) {
             let off = Duration::from_nanos(i * interval);
             let len = Duration::from_nanos(interval);
-            h.write("send_lag", &m.send_lag, off, len)?;
-            h.write("response_time", &m.response_time, off, len)?;
-            h.write("interval_error", &m.interval_error, off, len)?;
-            h.flush()?;
+            let written = h
+                .write("send_lag", &m.send_lag, off, len)
+                .and_then(|_| h.write("response_time", &m.response_time, off, len))
+                .and_then(|_| h.write("interval_error", &m.interval_error, off, len))
+                .and_then(|_| h.flush());
+            // The measurement goes on without its log: the statistics are
+            // in memory, and the result will say the log is cut.
+            if let Err(e) = written {
+                self.hlog_failure = Some(format!("--hlog: {e:#}"));
+                self.hlog = None;
+            }
         }
         self.totals.add(&m);
         on_progress(&Progress {
@@ -575,7 +595,6 @@ impl<'o> Collector<'o> {
             send_lag_max_ns: self.totals.send_lag.max(),
             interval_error_max_ns: self.totals.interval_error.max(),
         });
-        Ok(())
     }
 }
 
@@ -637,6 +656,11 @@ impl ontime_core::export::TextReport for CrawlResult {
         ));
         if self.interval_error.count < 100_000 {
             s.push_str("note: percentiles the sample count cannot support are n/a (p99.999 needs >= 100000 samples)\n");
+        }
+        for f in &self.incomplete_files {
+            s.push_str(&format!(
+                "incomplete: {f} (the file holds the run only up to this error)\n"
+            ));
         }
         for w in &self.warnings {
             s.push_str(&format!("warning: {w}\n"));

@@ -27,6 +27,33 @@ fn default_analog_percent() -> u8 {
     70
 }
 
+/// Longest building name.
+pub const MAX_NAME_LEN: usize = 64;
+
+/// A building's name is an identifier: it is the path segment of its URL
+/// and a field of the receive log, whose fields are separated by spaces
+/// and whose records by newlines. So it is 1..[`MAX_NAME_LEN`] ASCII
+/// letters, digits, '-', '_' or '.', not starting with '.': a name with a
+/// space, a newline or a slash is refused, never escaped.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        return Ok(());
+    }
+    // Debug-quoted and cut, so the error stays one short line whatever
+    // the name holds.
+    let shown: String = name.chars().take(MAX_NAME_LEN).collect();
+    let more = if shown.len() < name.len() { "..." } else { "" };
+    Err(format!(
+        "building name {shown:?}{more} is not a name: give 1..{MAX_NAME_LEN} letters, digits, '-', '_' or '.' (not first), with no space, slash or control character"
+    ))
+}
+
 /// Local-controller delay and fault injection, applied per request.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -52,7 +79,20 @@ pub struct Faults {
 }
 
 impl Faults {
+    /// Each delay is at most [`MAX_INJECTED_DELAY_NS`], so the delay of one
+    /// answer (fixed + random + spike) neither overflows nor outlasts any
+    /// crawler's timeout by more than an hour; probabilities are 0..1.
+    ///
+    /// [`MAX_INJECTED_DELAY_NS`]: ontime_core::limits::MAX_INJECTED_DELAY_NS
     pub fn validate(&self) -> Result<()> {
+        use ontime_core::limits::{duration, MAX_INJECTED_DELAY_NS};
+        for (name, ns) in [
+            ("delay", self.delay_ns),
+            ("delay_random", self.delay_random_ns),
+            ("spike", self.spike_ns),
+        ] {
+            duration(&format!("faults.{name}"), ns, 0, MAX_INJECTED_DELAY_NS).map_err(anyhow::Error::msg)?;
+        }
         for (name, p) in [
             ("spike_probability", self.spike_probability),
             ("error_probability", self.error_probability),
@@ -151,9 +191,7 @@ impl GatewayConfig {
         Self::check_size(self.buildings.len() as u64, points.max(1), self.threads as u64)?;
         let mut seen = std::collections::HashSet::new();
         for b in &self.buildings {
-            if b.name.is_empty() || b.name.contains('/') {
-                bail!("building name '{}' must be non-empty and contain no '/'", b.name);
-            }
+            check_name(&b.name).map_err(anyhow::Error::msg)?;
             if !seen.insert((b.listen.unwrap_or(self.listen), b.name.clone())) {
                 bail!("building '{}' is declared twice on the same address", b.name);
             }
@@ -209,6 +247,51 @@ mod tests {
         let mut cfg = GatewayConfig::generated(default_listen(), 1, 10, false);
         cfg.faults.drop_probability = 2.0;
         assert!(cfg.validate().is_err());
+    }
+
+    /// A delay of a million hours was accepted, and with a spike of five
+    /// million the answer's delay overflowed a u64.
+    #[test]
+    fn delays_are_bounded() {
+        let mut cfg = GatewayConfig::generated(default_listen(), 1, 10, false);
+        cfg.faults.delay_ns = 1_000_000 * 3_600_000_000_000;
+        let e = cfg.validate().unwrap_err().to_string();
+        assert!(e.contains("faults.delay =") && e.contains("out of range"), "{e}");
+        cfg.faults.delay_ns = ontime_core::limits::MAX_INJECTED_DELAY_NS;
+        cfg.faults.delay_random_ns = ontime_core::limits::MAX_INJECTED_DELAY_NS;
+        cfg.faults.spike_ns = ontime_core::limits::MAX_INJECTED_DELAY_NS;
+        cfg.validate().unwrap();
+        cfg.faults.spike_ns += 1;
+        assert!(cfg.validate().unwrap_err().to_string().contains("faults.spike ="));
+    }
+
+    /// Names with spaces or newlines broke the receive log's format.
+    #[test]
+    fn building_names_are_identifiers() {
+        let longest = "x".repeat(MAX_NAME_LEN);
+        for good in ["b0", "HQ-north_2", "a.b", longest.as_str()] {
+            assert_eq!(check_name(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "",
+            "a b",
+            "b0\n1 b1 0 1",
+            "a/b",
+            "..",
+            ".hidden",
+            "\u{e9}t\u{e9}",
+            "a\r\nX: 1",
+        ] {
+            let e = check_name(bad).unwrap_err();
+            assert!(
+                e.starts_with("building name ") && !e.contains('\n') && !e.contains('\r'),
+                "{e}"
+            );
+        }
+        assert!(check_name(&"x".repeat(MAX_NAME_LEN + 1)).unwrap_err().contains("..."));
+        let mut cfg = GatewayConfig::generated(default_listen(), 1, 10, false);
+        cfg.buildings[0].name = "two words".into();
+        assert!(cfg.validate().unwrap_err().to_string().contains("\"two words\""));
     }
 
     #[test]

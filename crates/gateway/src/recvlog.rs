@@ -4,10 +4,17 @@
 //! Format (text, one record per line, `#` lines are comments):
 //!
 //! ```text
-//! # ontime gateway receive log v3: recv_ns building point lead poll planned_ns user_ns
+//! # ontime gateway receive log v4: recv_ns building point lead poll planned_ns user_ns
 //! 1234567890123 b0 17 1 42 1234567000000 1234567951000
 //! 1234567890123 b0 18 0 42 1234567000000 1234567951000
+//! # end: 2 lines
 //! ```
+//!
+//! The end mark is written when the log is closed cleanly and counts the
+//! records: a log cut by a kill or a full disk lacks it (and may end in a
+//! cut line), and its analysis says it is partial instead of passing it
+//! off as the whole run. v4 is v3 with the end mark; a log of an older
+//! version is analysed as before and said to be of unknown completeness.
 //!
 //! `lead` is 1 for the first point named in a request. Points read by one
 //! request share its receive time, so the analysis counts intervals of lead
@@ -17,7 +24,7 @@
 //! is not this host's). `recv_ns` is the kernel's receive stamp where the
 //! connection had one, else the handler's; `user_ns` is always the
 //! handler's, so the analysis can say how far the two differ. v1 (four
-//! columns) and v2 (six) logs are still read.
+//! columns), v2 (six) and v3 logs are still read.
 //!
 //! With poll numbers the analysis applies the crawler's own rule: a poll
 //! that never arrived, or arrived later than its planned time + the
@@ -32,12 +39,29 @@ use ontime_core::interval;
 use ontime_core::stats::{LatencyHistogram, Summary};
 use serde::Serialize;
 use std::collections::HashMap;
-use std::io::{BufRead, BufWriter, Write};
+use std::io::{BufRead, BufWriter, Read, Write};
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
-pub const HEADER: &str = "# ontime gateway receive log v3: recv_ns building point lead poll planned_ns user_ns";
+pub const HEADER: &str = "# ontime gateway receive log v4: recv_ns building point lead poll planned_ns user_ns";
+/// What the header says before its version number.
+const HEADER_PREFIX: &str = "# ontime gateway receive log v";
+/// The first version whose logs end with an end mark.
+const END_MARK_SINCE: u32 = 4;
+/// The end mark, followed by the count of records: `# end: 1234 lines`.
+pub const END_MARK: &str = "# end: ";
+
+/// The largest receive log analysed: about 16 GiB of lines, far past a
+/// lab run's (a 1 h run at 1000 polls/s of 10 points is about 2 GiB).
+pub const MAX_LOG_BYTES: u64 = 16 << 30;
+/// Polls (lead points) one analysis holds in memory, 40 bytes each plus
+/// the growth of their vectors: at most about 800 MB. 10 million is
+/// 2.8 h at 1000 polls/s.
+pub const MAX_LOG_POLLS: u64 = 10_000_000;
+/// The longest line read: a record is under 120 bytes, the header under
+/// 100, so anything longer is not a receive log.
+const MAX_LINE_BYTES: usize = 4096;
 
 /// One request's worth of log lines.
 pub struct LogBatch {
@@ -117,6 +141,7 @@ fn write_log(file: std::fs::File, rx: &mpsc::Receiver<LogBatch>, building_names:
     let mut w = BufWriter::with_capacity(1 << 20, file);
     writeln!(w, "{HEADER}")?;
     w.flush()?;
+    let mut records = 0u64;
     let mut last_flush = std::time::Instant::now();
     loop {
         let wait = FLUSH_EVERY.saturating_sub(last_flush.elapsed());
@@ -139,6 +164,7 @@ fn write_log(file: std::fs::File, rx: &mpsc::Receiver<LogBatch>, building_names:
                         b.user_ns
                     )?;
                 }
+                records += b.points.len() as u64;
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -148,6 +174,8 @@ fn write_log(file: std::fs::File, rx: &mpsc::Receiver<LogBatch>, building_names:
             last_flush = std::time::Instant::now();
         }
     }
+    // Only a log closed here, every record written, gets its end mark.
+    writeln!(w, "{END_MARK}{records} lines")?;
     w.flush()?;
     w.into_inner().map_err(|e| e.into_error())?.sync_all()
 }
@@ -169,6 +197,14 @@ pub struct LogAnalysis {
     /// Of `missed`, those that did arrive, too late.
     pub arrived_late: u64,
     pub interval_error: Summary,
+    /// Whether the log is known to be whole: it ends with the end mark the
+    /// gateway writes when it closes the log, counting every record.
+    pub complete: bool,
+    /// When not complete, why: "partial: ..." for a log cut by a kill or
+    /// a full disk (the analysis covers the run up to the cut), "unknown:
+    /// ..." for a log older than end marks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub incomplete: Option<String>,
     /// Handler stamp minus receive stamp per lead point (v3 logs): zero
     /// where the kernel gave no stamp, else the error a user-space stamp
     /// carried.
@@ -180,7 +216,7 @@ pub struct LogAnalysis {
 
 impl ontime_core::export::TextReport for LogAnalysis {
     fn text(&self) -> String {
-        format!(
+        let mut t = format!(
             "ontime gateway analyze: {} lines, {} lead points, period {}, missed {} ({} arrived too late; by {})\n{}\n{}\n",
             self.lines,
             self.points,
@@ -190,8 +226,55 @@ impl ontime_core::export::TextReport for LogAnalysis {
             self.method,
             ontime_core::stats::Summary::text_header(),
             self.interval_error.text_row("interval error")
-        )
+        );
+        if let Some(why) = &self.incomplete {
+            t += &format!("{why}\n");
+        }
+        t
     }
+}
+
+/// How whole a log is, from what its reading found.
+struct Ending {
+    /// The header's version (None: no header, as in v1 logs).
+    version: Option<u32>,
+    /// The end mark's count, and the records read before it.
+    end: Option<(u64, u64)>,
+    /// The last line had no newline: cut mid-way.
+    cut: bool,
+}
+
+impl Ending {
+    /// None when the log is whole, else why not (a "partial: " or an
+    /// "unknown: " sentence).
+    fn incomplete(&self, records: u64) -> Option<String> {
+        let marked = self.version.is_some_and(|v| v >= END_MARK_SINCE);
+        match self.end {
+            _ if self.cut => {
+                Some("partial: the log ends in a cut line, without its end mark (cut by a kill or a full disk)".into())
+            }
+            _ if !marked => Some(format!(
+                "unknown: a {} log has no end mark, so whether it is whole cannot be told",
+                self.version
+                    .map_or_else(|| String::from("headerless (v1)"), |v| format!("v{v}"))
+            )),
+            None => Some("partial: the log ends without its end mark (cut by a kill or a full disk)".into()),
+            Some((counted, before)) if counted != before || before != records => Some(format!(
+                "partial: its end mark counts {counted} lines, the log holds {records} (lines lost, or logs joined)"
+            )),
+            Some(_) => None,
+        }
+    }
+}
+
+/// `# ontime gateway receive log vN: ...` -> N.
+fn header_version(line: &str) -> Option<u32> {
+    line.strip_prefix(HEADER_PREFIX)?.split(':').next()?.trim().parse().ok()
+}
+
+/// `# end: N lines` -> N.
+fn end_mark(line: &str) -> Option<u64> {
+    line.strip_prefix(END_MARK)?.strip_suffix(" lines")?.parse().ok()
 }
 
 /// One lead point's reception.
@@ -205,18 +288,70 @@ struct Reception {
 /// Reads a receive log and computes the interval error of every lead point.
 /// `timeout_ns`: after how long past its planned time the crawler gave a
 /// poll up (its default is the period).
+///
+/// The log is input: opened under the input rule (a regular file of at
+/// most [`MAX_LOG_BYTES`]; a FIFO or device is refused, never read), read
+/// a line of at most 4 KiB at a time, holding at most [`MAX_LOG_POLLS`]
+/// polls. A log that lacks its end mark is analysed up to where it ends
+/// and said to be partial.
 pub fn analyze(path: &Path, period_ns: u64, timeout_ns: u64, threshold_ns: Option<u64>) -> Result<LogAnalysis> {
-    let file = std::fs::File::open(path).with_context(|| format!("cannot open receive log {}", path.display()))?;
+    let (file, _) = ontime_core::fsio::open_input(path, "receive log", MAX_LOG_BYTES)?;
+    let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
     let mut series: HashMap<(String, u32), Vec<Reception>> = HashMap::new();
     let mut lines = 0u64;
+    let mut polls = 0u64;
     let mut gap: Option<LatencyHistogram> = None;
-    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.with_context(|| format!("{}: cannot read line {}", path.display(), n + 1))?;
-        if line.starts_with('#') || line.trim().is_empty() {
+    let mut ending = Ending {
+        version: None,
+        end: None,
+        cut: false,
+    };
+    let mut buf = Vec::with_capacity(256);
+    let mut n = 0usize;
+    loop {
+        buf.clear();
+        let read = (&mut reader)
+            .take(MAX_LINE_BYTES as u64 + 1)
+            .read_until(b'\n', &mut buf)
+            .with_context(|| format!("{}: cannot read line {}", path.display(), n + 1))?;
+        if read == 0 {
+            break;
+        }
+        n += 1;
+        if buf.last() != Some(&b'\n') {
+            if buf.len() > MAX_LINE_BYTES {
+                bail!(
+                    "{}:{n}: a line longer than {MAX_LINE_BYTES} bytes: not a receive log",
+                    path.display()
+                );
+            }
+            // Only the last line can lack its newline: the writer ends
+            // every line with one, so this one was cut mid-way (a kill, a
+            // full disk) and its fields cannot be trusted.
+            ending.cut = true;
+            break;
+        }
+        let Ok(line) = std::str::from_utf8(&buf) else {
+            bail!("{}:{n}: not text: not a receive log", path.display());
+        };
+        let line = line.trim_end_matches(['\n', '\r']);
+        if line.starts_with('#') {
+            if n == 1 {
+                ending.version = header_version(line);
+            } else if let Some(counted) = end_mark(line) {
+                ending.end = Some((counted, lines));
+            }
+            continue;
+        }
+        if line.trim().is_empty() {
             continue;
         }
         lines += 1;
-        let bad = || anyhow::anyhow!("{}:{}: not a receive-log line: '{line}'", path.display(), n + 1);
+        let bad = || {
+            // Quoted and cut: the error stays one line whatever the log holds.
+            let shown: String = line.chars().take(80).collect();
+            anyhow::anyhow!("{}:{n}: not a receive-log line: {shown:?}", path.display())
+        };
         let mut f = line.split_ascii_whitespace();
         let (Some(t), Some(b), Some(p), Some(lead)) = (f.next(), f.next(), f.next(), f.next()) else {
             return Err(bad());
@@ -237,6 +372,13 @@ pub fn analyze(path: &Path, period_ns: u64, timeout_ns: u64, threshold_ns: Optio
             planned_ns,
         };
         let p: u32 = p.parse().map_err(|_| bad())?;
+        polls += 1;
+        if polls > MAX_LOG_POLLS {
+            bail!(
+                "{}: more than {MAX_LOG_POLLS} polls (lead points), more than one analysis holds: analyse a shorter run",
+                path.display()
+            );
+        }
         if let Some(u) = user_ns {
             gap.get_or_insert_with(LatencyHistogram::new)
                 .record(u.saturating_sub(r.recv_ns));
@@ -271,6 +413,7 @@ pub fn analyze(path: &Path, period_ns: u64, timeout_ns: u64, threshold_ns: Optio
             missed += interval::from_timestamps(&times, period_ns, &mut hist);
         }
     }
+    let incomplete = ending.incomplete(lines);
     Ok(LogAnalysis {
         period_ns,
         points: series.len(),
@@ -279,6 +422,8 @@ pub fn analyze(path: &Path, period_ns: u64, timeout_ns: u64, threshold_ns: Optio
         missed,
         arrived_late: late,
         interval_error: hist.summary(threshold_ns),
+        complete: incomplete.is_none(),
+        incomplete,
         user_minus_recv: gap.map(|g| g.summary(None)),
         histogram: hist,
     })
@@ -387,6 +532,70 @@ mod tests {
         assert_eq!(a.points, 1);
         assert_eq!((a.method, a.missed), ("gaps", 1));
         assert_eq!(a.interval_error.count, 4);
+        assert!(a.complete && a.incomplete.is_none(), "{:?}", a.incomplete);
+        assert!(std::fs::read_to_string(&path).unwrap().ends_with("\n# end: 8 lines\n"));
+    }
+
+    /// A log cut by kill -9 or a full disk was analysed as if whole.
+    #[test]
+    fn a_log_without_its_end_mark_is_partial() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("recv.log");
+        let p = 1_000_000_000u64;
+        let analyze_text = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            analyze(&path, p, p, None).unwrap()
+        };
+        let h = HEADER;
+        let whole = analyze_text(&format!(
+            "{h}\n0 b0 0 1 0 - -\n1000000000 b0 0 1 1 - -\n# end: 2 lines\n"
+        ));
+        assert!(whole.complete, "{:?}", whole.incomplete);
+        // Killed: no end mark; the lines there are still analysed.
+        let killed = analyze_text(&format!("{h}\n0 b0 0 1 0 - -\n1000000000 b0 0 1 1 - -\n"));
+        assert!(!killed.complete);
+        assert_eq!(killed.interval_error.count, 1);
+        let why = killed.incomplete.unwrap();
+        assert!(why.starts_with("partial: the log ends without its end mark"), "{why}");
+        use ontime_core::export::TextReport;
+        let cut = analyze_text(&format!(
+            "{h}\n0 b0 0 1 0 - -\n1000000000 b0 0 1 1 - -\n2000000000 b0 0 1 2 -"
+        ));
+        assert_eq!((cut.lines, cut.complete), (2, false));
+        assert!(
+            cut.text().contains("partial: the log ends in a cut line"),
+            "{}",
+            cut.text()
+        );
+        let short = analyze_text(&format!("{h}\n0 b0 0 1 0 - -\n# end: 5 lines\n"));
+        assert!(short
+            .incomplete
+            .unwrap()
+            .contains("end mark counts 5 lines, the log holds 1"));
+        // Logs older than end marks are analysed, their completeness unknown.
+        let v3 = analyze_text(
+            "# ontime gateway receive log v3: recv_ns building point lead poll planned_ns user_ns\n0 b0 0 1 0 - -\n",
+        );
+        assert!(!v3.complete && v3.incomplete.unwrap().starts_with("unknown: a v3 log"));
+        let v1 = analyze_text("0 b0 0 1\n");
+        assert!(v1.incomplete.unwrap().starts_with("unknown: a headerless (v1) log"));
+    }
+
+    /// The log is input: a FIFO is refused at once, a line without end
+    /// is not read into memory.
+    #[test]
+    fn the_log_is_read_under_the_input_rule() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("recv.log");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = analyze(&fifo, 1_000_000_000, 1_000_000_000, None).unwrap_err();
+        assert!(e.downcast_ref::<ontime_core::BadInput>().is_some(), "{e:#}");
+        let long = dir.path().join("long.log");
+        std::fs::write(&long, vec![b'1'; 10_000]).unwrap();
+        let e = analyze(&long, 1_000_000_000, 1_000_000_000, None).unwrap_err();
+        assert!(format!("{e:#}").contains("a line longer than 4096 bytes"), "{e:#}");
     }
 
     /// With poll numbers, a burst of late arrivals (a stalled gateway

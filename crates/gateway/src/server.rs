@@ -464,13 +464,15 @@ async fn handle(
     let f = &st.cfg.faults;
     let (error_now, drop_now, malformed_now, delay_ns) = {
         let mut rng = rand::thread_rng();
+        // Each part is at most an hour (Faults::validate); saturating all
+        // the same, so no configuration can wrap a delay to nothing.
         let mut delay = f.delay_ns;
         if f.delay_random_ns > 0 {
-            delay += rng.gen_range(0..f.delay_random_ns);
+            delay = delay.saturating_add(rng.gen_range(0..f.delay_random_ns));
         }
         if f.spike_probability > 0.0 && rng.gen_bool(f.spike_probability) {
             st.counters.injected_spikes.fetch_add(1, Relaxed);
-            delay += f.spike_ns;
+            delay = delay.saturating_add(f.spike_ns);
         }
         (
             f.error_probability > 0.0 && rng.gen_bool(f.error_probability),

@@ -114,4 +114,10 @@ fn the_kernel_receive_stamp_is_the_receive_time_when_present() {
         lines += 1;
     }
     assert_eq!(lines, 2 * (warmup + 5), "two points per request");
+    // Stopped cleanly, the log ends with its end mark counting them.
+    assert!(
+        text.ends_with(&format!("# end: {lines} lines\n")),
+        "{}",
+        text.lines().last().unwrap_or("")
+    );
 }

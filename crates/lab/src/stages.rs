@@ -258,6 +258,7 @@ fn one_run(
             log: GATEWAY_LOG.into(),
             missed: a.missed,
             interval_error: a.interval_error,
+            incomplete: a.incomplete,
         });
     }
     Ok(())

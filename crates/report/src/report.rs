@@ -1032,11 +1032,15 @@ fn vm_rows(runs: &[RunResults]) -> String {
                 .reference
                 .as_ref()
                 .map(|j| {
+                    // A receive log cut by a kill or a full disk judges
+                    // the run only up to the cut: say so.
+                    let cut = j.incomplete.as_ref().map(|w| format!(" ({w})"));
                     format!(
-                        "; by the gateway's receive stamps (host clock): interval error p99 {} max {}, missed {}",
+                        "; by the gateway's receive stamps (host clock): interval error p99 {} max {}, missed {}{}",
                         cell(j.interval_error.percentile(99.0)),
                         cell(j.interval_error.max_ns),
-                        j.missed
+                        j.missed,
+                        cut.unwrap_or_default()
                     )
                 })
                 .unwrap_or_default();

@@ -243,6 +243,12 @@ pub struct ReferenceJudgement {
     pub log: String,
     pub missed: u64,
     pub interval_error: Summary,
+    /// Why the log is not known to be whole ("partial: ..." when it lacks
+    /// the end mark a cleanly stopped gateway writes): the judgement then
+    /// covers the run only up to where the log ends. Absent when whole,
+    /// and in records older than end marks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incomplete: Option<String>,
 }
 
 /// The whole host's CPU time over a stretch (`core::cputime`): what no
