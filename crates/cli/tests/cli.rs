@@ -939,6 +939,75 @@ fn bursting_crawlers_are_not_calibrated_from() {
     assert!(!dir.path().join("cal.json").exists());
 }
 
+/// Every table in docs/results.md under a `<!-- table: COMMAND -->` mark,
+/// up to its `<!-- end table -->`, is exactly what COMMAND prints now from
+/// the committed runs (`DIR` is `pooled`, the runs `ontime sim validate
+/// --into` kept), so no table in the docs is written by hand or outlives
+/// the code that made it. `ONTIME_BLESS=1` writes the fresh tables into the
+/// file instead of failing.
+fn results_tables_are_what_the_binary_prints(root: &str, pooled: &Path) {
+    let path = format!("{root}/docs/results.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    let mut fresh = String::new();
+    let mut stale = Vec::new();
+    let mut lines = doc.split_inclusive('\n');
+    while let Some(line) = lines.next() {
+        fresh.push_str(line);
+        let Some(command) = line
+            .trim_end()
+            .strip_prefix("<!-- table: ")
+            .and_then(|c| c.strip_suffix(" -->"))
+        else {
+            continue;
+        };
+        let mut old = String::new();
+        let mut end = None;
+        for l in lines.by_ref() {
+            if l.trim_end() == "<!-- end table -->" {
+                end = Some(l);
+                break;
+            }
+            old.push_str(l);
+        }
+        let end = end.unwrap_or_else(|| panic!("docs/results.md: `{command}` has no <!-- end table -->"));
+        // "ontime sim validate --into DIR; ontime lab report DIR/x --markdown":
+        // the runs were kept by this test's own `sim validate --into`.
+        let report = command.rsplit("; ").next().unwrap();
+        let args: Vec<String> = report
+            .split_whitespace()
+            .skip(1)
+            .map(|a| match a.strip_prefix("DIR/") {
+                Some(rest) => pooled.join(rest).display().to_string(),
+                None => a.to_string(),
+            })
+            .collect();
+        let out = ontime().current_dir(root).args(&args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "`{command}`: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut new = String::from_utf8(out.stdout).unwrap();
+        if !new.ends_with('\n') {
+            new.push('\n');
+        }
+        if new != old {
+            stale.push(command.to_string());
+        }
+        fresh.push_str(&new);
+        fresh.push_str(end);
+    }
+    if std::env::var_os("ONTIME_BLESS").is_some() {
+        std::fs::write(&path, fresh).unwrap();
+    } else {
+        assert!(
+            stale.is_empty(),
+            "docs/results.md: these tables are not what the binary prints from the committed runs \
+             (ONTIME_BLESS=1 cargo test -p ontime-cli --test cli the_committed_lab_runs rewrites them): {stale:#?}"
+        );
+    }
+}
+
 /// `ontime sim validate` on the committed lab runs gives exactly the
 /// counts docs/results/sim/validation.json holds (and docs/sim.md
 /// quotes), on every basis: each set alone, the three VMs pooled and the
@@ -987,6 +1056,7 @@ fn the_committed_lab_runs_give_the_published_agreement() {
         .find(|b| b["kind"] == "pooled")
         .unwrap();
     assert_eq!(pooled_basis["cells"], 78, "four scenarios, every cell compared");
+    results_tables_are_what_the_binary_prints(root, &pooled);
     for scenario in ["doc-000-tenants", "doc-000-policy", "doc-000-bursts", "plan-proof"] {
         let st = ontime()
             .args(["lab", "report"])
