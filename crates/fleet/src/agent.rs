@@ -15,7 +15,7 @@ use anyhow::{bail, Context, Result};
 use async_nats::jetstream;
 use serde::Deserialize;
 
-use crate::conn::NatsArgs;
+use crate::conn::{Checked, NatsArgs, Origin};
 use crate::spool::Spool;
 use crate::wire::{self, WindowNotice};
 
@@ -105,10 +105,14 @@ fn default_spool() -> String {
 }
 
 impl AgentConfig {
+    /// Reads and checks the config: every error is one line of bad input
+    /// naming the file (and, for TOML, the line and key), so an agent that
+    /// could never publish refuses to start instead of spooling for ever.
     pub fn read(path: &Path) -> Result<AgentConfig> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-        let c: AgentConfig = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        c.check().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let c: AgentConfig = ontime_core::config::read_toml(path, "agent config")
+            .map_err(|e| ontime_core::bad_input(format!("{e:#}")))?;
+        c.check()
+            .map_err(|e| ontime_core::bad_input(format!("{}: {e}", path.display())))?;
         Ok(c)
     }
 
@@ -118,7 +122,12 @@ impl AgentConfig {
         if !(1_000_000_000..=3_600_000_000_000).contains(&w) {
             return Err(format!("window = {:?}: use 1s to 1h", self.window));
         }
-        self.spool_bytes()?;
+        if self.spool_bytes()? == 0 {
+            return Err(format!(
+                "spool.max_bytes = {:?}: give a size above 0",
+                self.spool.max_bytes
+            ));
+        }
         match (&self.record, &self.replay) {
             (Some(_), Some(_)) => return Err("give [record] or [replay], not both".into()),
             (None, None) => return Err("nothing to publish: add [record] (targets) or [replay] (dir)".into()),
@@ -130,6 +139,7 @@ impl AgentConfig {
             }
             _ => {}
         }
+        self.nats.check(Origin::Config).map_err(|e| format!("{e:#}"))?;
         Ok(())
     }
 
@@ -166,6 +176,9 @@ pub fn run(
     targets: Option<ontime_trace::targets::Targets>,
 ) -> Result<AgentSummary> {
     let window_ns = c.window_ns().map_err(anyhow::Error::msg)?;
+    // Before anything is recorded: a server that could never be reached
+    // with these options is refused now.
+    let nats = c.nats.check(Origin::Config)?;
     let mut spool = Spool::open(&c.spool.dir, c.spool_bytes().map_err(anyhow::Error::msg)?)?;
     let started = Instant::now();
     let run_dir = spool.run_dir(ontime_core::time::realtime_ns());
@@ -223,7 +236,7 @@ pub fn run(
         producer_stop: &producer_stop,
         producer_done: &producer_done,
     };
-    let result = rt.block_on(publish_loop(c, &mut spool, &rx, control, started, exposition));
+    let result = rt.block_on(publish_loop(c, &nats, &mut spool, &rx, control, started, exposition));
     producer_stop.store(true, Ordering::Relaxed);
     let produced = producer
         .join()
@@ -254,6 +267,7 @@ struct Control<'a> {
 
 async fn publish_loop(
     c: &AgentConfig,
+    nats: &Checked,
     spool: &mut Spool,
     rx: &mpsc::Receiver<PathBuf>,
     control: Control<'_>,
@@ -269,7 +283,7 @@ async fn publish_loop(
         host: c.host.clone(),
         ..Default::default()
     };
-    let client = c.nats.connect(&format!("ontime-agent {}", c.host), true).await?;
+    let (client, refusal) = nats.connect_in_background(&format!("ontime-agent {}", c.host)).await?;
     let js = jetstream::new(client.clone());
     let mut ready = false;
     let mut summary = AgentSummary::default();
@@ -278,6 +292,9 @@ async fn publish_loop(
     // Facts of the windows received this run, until published or dropped.
     let mut facts: std::collections::HashMap<PathBuf, WindowFacts> = std::collections::HashMap::new();
     loop {
+        if refusal.refused() {
+            return Err(nats.refused());
+        }
         if stop.load(Ordering::Relaxed) && stopping_at.is_none() {
             producer_stop.store(true, Ordering::Relaxed);
             stopping_at = Some(Instant::now());
@@ -359,6 +376,7 @@ async fn publish_loop(
                     spool.published();
                     summary.dropped += 1;
                 }
+                _ if refusal.refused() => return Err(nats.refused()),
                 res => {
                     if away_since.is_none() {
                         let why = match res {

@@ -190,7 +190,7 @@ pub fn view(results: &[WindowResult], dead_letters: u64) -> FleetView {
 pub fn load(nats: &NatsArgs, pprof_dir: Option<&Path>) -> Result<(FleetView, Vec<String>)> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
-        let client = nats.connect("ontime-fleet", false).await?;
+        let client = nats.connect("ontime-fleet").await?;
         let js = jetstream::new(client);
         let v = match fetch(&js).await? {
             Some((results, dead)) => view(&results, dead),

@@ -53,7 +53,7 @@ pub fn run(o: &WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummary> {
 }
 
 async fn serve(o: &WorkerOptions, stop: &AtomicBool) -> Result<WorkerSummary> {
-    let client = o.nats.connect(&format!("ontime-analyse {}", o.name), false).await?;
+    let client = o.nats.connect(&format!("ontime-analyse {}", o.name)).await?;
     let js = jetstream::new(client);
     crate::conn::ensure(&js).await?;
     let stream = js
