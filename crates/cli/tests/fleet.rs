@@ -499,6 +499,57 @@ fn a_server_with_little_storage_gets_smaller_streams_and_says_so() {
     server.stop();
 }
 
+/// Window files in an agent's spool, over its runs.
+fn spooled(spool: &Path) -> usize {
+    std::fs::read_dir(spool)
+        .map(|runs| {
+            runs.filter_map(|r| r.ok())
+                .filter_map(|r| ontime_trace::store::window_files(&r.path()).ok())
+                .map(|w| w.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// With the server unreachable, a stop ends the agent within the 5 s the
+/// docs promise, and nothing is recorded after it: it took 18-20 s (two
+/// 10 s publishes waited out) and recorded all the while. The bound here
+/// is 15 s, room for a loaded machine while still failing the old 18 s.
+#[test]
+fn an_agent_stops_within_its_grace_while_the_server_is_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let windows = replay_windows(d);
+    // Nothing listens there: every connection attempt is refused.
+    let url = format!("nats://127.0.0.1:{}", ontime_testkit::free_port());
+    let config = agent_config(d, "h1", &url, &format!("[replay]\ndir = '{}'", windows.display()));
+    let log = d.join("agent-h1.log");
+    let agent = spawn_logged(
+        ontime()
+            .args(["agent", "-c"])
+            .arg(&config)
+            .arg("--result")
+            .arg(log.with_extension("json")),
+        &log,
+    );
+    let spool = d.join("spool-h1");
+    ontime_testkit::wait_until("two windows spooled", Duration::from_secs(120), || spooled(&spool) >= 2);
+    let at_stop = spooled(&spool) as u64;
+    let t = std::time::Instant::now();
+    let s = summary_of(agent, &log);
+    let took = t.elapsed();
+    assert!(
+        took < Duration::from_secs(15),
+        "stopped after {took:?}: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    // At most the window being copied when the signal came.
+    let windows = s["windows"].as_u64().unwrap();
+    assert!(windows <= at_stop + 1, "{windows} windows, {at_stop} at the stop: {s}");
+    assert_eq!(s["published"], 0, "{s}");
+    assert_eq!(s["left_in_spool"].as_u64(), Some(windows), "{s}");
+}
+
 #[test]
 fn bad_agent_configs_are_refused_with_the_key() {
     let dir = tempfile::tempdir().unwrap();
