@@ -389,7 +389,12 @@ async fn publish_loop(
             // only: the functions are the workers' job).
             if let Ok(w) = window_facts(&f, exposition.is_some()) {
                 if exposition.is_some() {
-                    metrics.tenants = w.tenants.clone();
+                    // An almost empty window (a recording's last, cut at
+                    // its stop) has no shares: the exposition keeps the
+                    // figures of the last window that had them.
+                    if w.duration_ns >= crate::analysis::MIN_SHARE_WINDOW_NS {
+                        metrics.tenants = w.tenants.clone();
+                    }
                     metrics.last_window_end_realtime_ns = w.start_realtime_ns.saturating_add(w.duration_ns);
                 }
                 facts.insert(f.clone(), w);

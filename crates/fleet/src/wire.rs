@@ -95,11 +95,17 @@ impl WindowNotice {
 pub struct TenantFigures {
     pub name: String,
     /// Its vCPUs' (or threads') time stolen: runnable, not running (%).
-    pub steal_pct: f64,
+    /// None (n/a) in a window too short, or with too little of its time
+    /// observed, for a share to mean anything
+    /// ([`crate::analysis::MIN_SHARE_WINDOW_NS`]).
+    #[serde(default)]
+    pub steal_pct: Option<f64>,
     /// Its busiest 100 ms of CPU use, in CPUs.
     pub peak_100ms_cpus: Option<f64>,
-    /// Time with at least one of its threads waiting for a CPU (%).
-    pub contention_pct: f64,
+    /// Time with at least one of its threads waiting for a CPU (%); None
+    /// (n/a) in a window too short for a share.
+    #[serde(default)]
+    pub contention_pct: Option<f64>,
     pub on_cpu_ns: u64,
     /// Functions by corrected time (on-CPU + blocked, steal removed), when
     /// the window has stack samples: (function, ns).
