@@ -575,6 +575,18 @@ struct WindowFacts {
 /// A window file's facts. A replayed window (copied by [`replay`]) carries
 /// its new start in a `.start` file beside it.
 fn window_facts(file: &Path, figures: bool) -> Result<WindowFacts> {
+    // Sized before it is read: no worker would take a larger one.
+    let bytes = std::fs::metadata(file)
+        .map_err(|e| anyhow::Error::new(BadWindow(format!("{}: {e}", file.display()))))?
+        .len();
+    if bytes > wire::MAX_WINDOW_BYTES {
+        return Err(anyhow::Error::new(BadWindow(format!(
+            "{} is {} bytes, more than a worker takes ({} MiB): use a shorter window",
+            file.display(),
+            bytes,
+            wire::MAX_WINDOW_BYTES >> 20
+        ))));
+    }
     let rec = ontime_trace::recording::Recording::read(file)
         .map_err(|e| anyhow::Error::new(BadWindow(format!("{}: {e:#}", file.display()))))?;
     let end = rec.end.as_ref().map(|e| e.end_ns).unwrap_or(rec.meta.start_ns);
