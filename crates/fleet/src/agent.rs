@@ -5,6 +5,7 @@
 //! While the server is away windows wait in the spool, oldest published
 //! first when it returns.
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -15,7 +16,7 @@ use anyhow::{bail, Context, Result};
 use async_nats::jetstream;
 use serde::Deserialize;
 
-use crate::conn::NatsArgs;
+use crate::conn::{Checked, NatsArgs, Origin, Refusal};
 use crate::spool::Spool;
 use crate::wire::{self, WindowNotice};
 
@@ -105,10 +106,14 @@ fn default_spool() -> String {
 }
 
 impl AgentConfig {
+    /// Reads and checks the config: every error is one line of bad input
+    /// naming the file (and, for TOML, the line and key), so an agent that
+    /// could never publish refuses to start instead of spooling for ever.
     pub fn read(path: &Path) -> Result<AgentConfig> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-        let c: AgentConfig = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        c.check().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let c: AgentConfig = ontime_core::config::read_toml(path, "agent config")
+            .map_err(|e| ontime_core::bad_input(format!("{e:#}")))?;
+        c.check()
+            .map_err(|e| ontime_core::bad_input(format!("{}: {e}", path.display())))?;
         Ok(c)
     }
 
@@ -118,7 +123,12 @@ impl AgentConfig {
         if !(1_000_000_000..=3_600_000_000_000).contains(&w) {
             return Err(format!("window = {:?}: use 1s to 1h", self.window));
         }
-        self.spool_bytes()?;
+        if self.spool_bytes()? == 0 {
+            return Err(format!(
+                "spool.max_bytes = {:?}: give a size above 0",
+                self.spool.max_bytes
+            ));
+        }
         match (&self.record, &self.replay) {
             (Some(_), Some(_)) => return Err("give [record] or [replay], not both".into()),
             (None, None) => return Err("nothing to publish: add [record] (targets) or [replay] (dir)".into()),
@@ -130,6 +140,7 @@ impl AgentConfig {
             }
             _ => {}
         }
+        self.nats.check(Origin::Config).map_err(|e| format!("{e:#}"))?;
         Ok(())
     }
 
@@ -166,6 +177,9 @@ pub fn run(
     targets: Option<ontime_trace::targets::Targets>,
 ) -> Result<AgentSummary> {
     let window_ns = c.window_ns().map_err(anyhow::Error::msg)?;
+    // Before anything is recorded: a server that could never be reached
+    // with these options is refused now.
+    let nats = c.nats.check(Origin::Config)?;
     let mut spool = Spool::open(&c.spool.dir, c.spool_bytes().map_err(anyhow::Error::msg)?)?;
     let started = Instant::now();
     let run_dir = spool.run_dir(ontime_core::time::realtime_ns());
@@ -223,7 +237,10 @@ pub fn run(
         producer_stop: &producer_stop,
         producer_done: &producer_done,
     };
-    let result = rt.block_on(publish_loop(c, &mut spool, &rx, control, started, exposition));
+    let result = rt.block_on(publish_loop(c, &nats, &mut spool, &rx, control, started, exposition));
+    // The client's tasks (a connection still being retried) are not
+    // waited for: the stop's bound is the agent's, not theirs.
+    rt.shutdown_timeout(Duration::from_millis(200));
     producer_stop.store(true, Ordering::Relaxed);
     let produced = producer
         .join()
@@ -252,8 +269,87 @@ struct Control<'a> {
     producer_done: &'a AtomicBool,
 }
 
+/// How long after the stop the agent goes on publishing what is spooled;
+/// the rest waits for its next start (docs/fleet.md: 5 s).
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How often a wait (a publish, a pause) looks at the stop and at the
+/// server's refusal.
+const WATCH_EVERY: Duration = Duration::from_millis(100);
+/// The longest one publish may take before the server counts as away.
+const PUBLISH_LIMIT: Duration = Duration::from_secs(10);
+
+/// What cuts the agent's waits short: the stop, which stops the producer
+/// at once (no window is recorded after it) and leaves [`STOP_GRACE`] to
+/// publish, and the server's refusal of the credentials.
+struct Watch<'a> {
+    stop: &'a AtomicBool,
+    producer_stop: &'a AtomicBool,
+    refusal: &'a Refusal,
+    stopping_at: Option<Instant>,
+}
+
+/// How a bounded wait ended.
+enum Bounded<T> {
+    Done(T),
+    /// Its limit, or the stop's grace, ran out.
+    TimedOut,
+    Refused,
+}
+
+impl Watch<'_> {
+    /// Looks at the stop flag (and stops the producer on it); once
+    /// stopping, the moment the agent must be gone.
+    fn deadline(&mut self) -> Option<Instant> {
+        if self.stopping_at.is_none() && self.stop.load(Ordering::Relaxed) {
+            self.producer_stop.store(true, Ordering::Relaxed);
+            self.stopping_at = Some(Instant::now());
+        }
+        self.stopping_at.map(|t| t + STOP_GRACE)
+    }
+
+    /// Runs `work` for at most `limit`, and not past the stop's deadline,
+    /// nor once the server refused the credentials.
+    async fn bounded<T>(&mut self, limit: Duration, work: impl Future<Output = T>) -> Bounded<T> {
+        let started = Instant::now();
+        tokio::pin!(work);
+        loop {
+            let until = self.deadline().map_or(started + limit, |d| d.min(started + limit));
+            if self.refusal.refused() {
+                return Bounded::Refused;
+            }
+            let now = Instant::now();
+            if now >= until {
+                return Bounded::TimedOut;
+            }
+            if let Ok(v) = tokio::time::timeout((until - now).min(WATCH_EVERY), &mut work).await {
+                return Bounded::Done(v);
+            }
+        }
+    }
+
+    /// Waits `d`, less when the stop comes (or its deadline does) or the
+    /// server refuses the credentials.
+    async fn pause(&mut self, d: Duration) {
+        let started = Instant::now();
+        let was_stopping = self.stopping_at.is_some();
+        loop {
+            let deadline = self.deadline();
+            if self.refusal.refused() || (!was_stopping && deadline.is_some()) {
+                return;
+            }
+            let until = deadline.map_or(started + d, |dl| dl.min(started + d));
+            let now = Instant::now();
+            if now >= until {
+                return;
+            }
+            tokio::time::sleep((until - now).min(WATCH_EVERY)).await;
+        }
+    }
+}
+
 async fn publish_loop(
     c: &AgentConfig,
+    nats: &Checked,
     spool: &mut Spool,
     rx: &mpsc::Receiver<PathBuf>,
     control: Control<'_>,
@@ -269,27 +365,37 @@ async fn publish_loop(
         host: c.host.clone(),
         ..Default::default()
     };
-    let client = c.nats.connect(&format!("ontime-agent {}", c.host), true).await?;
+    let (client, refusal) = nats.connect_in_background(&format!("ontime-agent {}", c.host)).await?;
     let js = jetstream::new(client.clone());
+    let mut watch = Watch {
+        stop,
+        producer_stop,
+        refusal: &refusal,
+        stopping_at: None,
+    };
     let mut ready = false;
     let mut summary = AgentSummary::default();
     let mut away_since: Option<Instant> = None;
-    let mut stopping_at: Option<Instant> = None;
     // Facts of the windows received this run, until published or dropped.
     let mut facts: std::collections::HashMap<PathBuf, WindowFacts> = std::collections::HashMap::new();
     loop {
-        if stop.load(Ordering::Relaxed) && stopping_at.is_none() {
-            producer_stop.store(true, Ordering::Relaxed);
-            stopping_at = Some(Instant::now());
+        if refusal.refused() {
+            return Err(nats.refused());
         }
+        let deadline = watch.deadline();
         while let Ok(f) = rx.try_recv() {
             // Each window is read once, here: its facts for the notice and,
             // with an exposition, its tenants' figures (scheduler events
             // only: the functions are the workers' job).
             if let Ok(w) = window_facts(&f, exposition.is_some()) {
                 if exposition.is_some() {
-                    metrics.tenants = w.tenants.clone();
-                    metrics.last_window_end_realtime_ns = w.start_realtime_ns + w.duration_ns;
+                    // An almost empty window (a recording's last, cut at
+                    // its stop) has no shares: the exposition keeps the
+                    // figures of the last window that had them.
+                    if w.duration_ns >= crate::analysis::MIN_SHARE_WINDOW_NS {
+                        metrics.tenants = w.tenants.clone();
+                    }
+                    metrics.last_window_end_realtime_ns = w.start_realtime_ns.saturating_add(w.duration_ns);
                 }
                 facts.insert(f.clone(), w);
             }
@@ -310,8 +416,8 @@ async fn publish_loop(
                 *b = metrics.text();
             }
         }
-        if let Some(t) = stopping_at {
-            if spool.is_empty() || t.elapsed() > Duration::from_secs(5) {
+        if let Some(d) = deadline {
+            if spool.is_empty() || Instant::now() >= d {
                 return Ok(summary);
             }
         }
@@ -338,8 +444,8 @@ async fn publish_loop(
                 };
                 publish(c, &js, &front, w, spool.dropped, started).await
             };
-            match tokio::time::timeout(Duration::from_secs(10), attempt).await {
-                Ok(Ok(duplicate)) => {
+            match watch.bounded(PUBLISH_LIMIT, attempt).await {
+                Bounded::Done(Ok(duplicate)) => {
                     ready = true;
                     if let Some(t) = away_since.take() {
                         ontime_core::errln!(
@@ -353,17 +459,20 @@ async fn publish_loop(
                     summary.published += 1;
                     summary.duplicates += duplicate as u64;
                 }
-                Ok(Err(e)) if is_bad_window(&e) => {
+                Bounded::Done(Err(e)) if is_bad_window(&e) => {
                     ontime_core::errln!("ontime agent: {} cannot be published: {e:#}; dropped", front.display());
                     facts.remove(&front);
                     spool.published();
                     summary.dropped += 1;
                 }
+                Bounded::Refused => return Err(nats.refused()),
                 res => {
-                    if away_since.is_none() {
+                    // Cut short by the stop's deadline: what is left stays
+                    // in the spool, said once by the summary.
+                    if away_since.is_none() && watch.stopping_at.is_none() {
                         let why = match res {
-                            Ok(Err(e)) => format!("{e:#}"),
-                            _ => "no answer in 10 s".into(),
+                            Bounded::Done(Err(e)) => format!("{e:#}"),
+                            _ => format!("no answer in {} s", PUBLISH_LIMIT.as_secs()),
                         };
                         ontime_core::errln!(
                             "ontime agent: cannot publish ({why}): spooling in {}",
@@ -378,12 +487,13 @@ async fn publish_loop(
         }
         // New windows come every few seconds at most: poll gently, and
         // while the server is away retry once a second.
-        let pause = if failed {
-            Duration::from_secs(1)
-        } else {
-            Duration::from_millis(200)
-        };
-        tokio::time::sleep(pause).await;
+        watch
+            .pause(if failed {
+                Duration::from_secs(1)
+            } else {
+                Duration::from_millis(200)
+            })
+            .await;
     }
 }
 
@@ -465,6 +575,18 @@ struct WindowFacts {
 /// A window file's facts. A replayed window (copied by [`replay`]) carries
 /// its new start in a `.start` file beside it.
 fn window_facts(file: &Path, figures: bool) -> Result<WindowFacts> {
+    // Sized before it is read: no worker would take a larger one.
+    let bytes = std::fs::metadata(file)
+        .map_err(|e| anyhow::Error::new(BadWindow(format!("{}: {e}", file.display()))))?
+        .len();
+    if bytes > wire::MAX_WINDOW_BYTES {
+        return Err(anyhow::Error::new(BadWindow(format!(
+            "{} is {} bytes, more than a worker takes ({} MiB): use a shorter window",
+            file.display(),
+            bytes,
+            wire::MAX_WINDOW_BYTES >> 20
+        ))));
+    }
     let rec = ontime_trace::recording::Recording::read(file)
         .map_err(|e| anyhow::Error::new(BadWindow(format!("{}: {e:#}", file.display()))))?;
     let end = rec.end.as_ref().map(|e| e.end_ns).unwrap_or(rec.meta.start_ns);

@@ -21,6 +21,16 @@ pub struct Analysed {
 /// Functions kept per tenant and window.
 pub const TOP_FUNCTIONS: usize = 5;
 
+/// A window shorter than this says nothing of shares of its time: steal
+/// and contention are n/a. A continuous recording's last window, cut at
+/// its stop, can be under a millisecond, where one preempted thread is
+/// "100 % steal". A tenth of the shortest agent window (1 s).
+pub const MIN_SHARE_WINDOW_NS: u64 = 100_000_000;
+/// Less of a tenant's vCPU time observed than this in a window (threads
+/// are observed from their first event), its steal is n/a: one wake-up's
+/// wait is not a share.
+pub const MIN_OBSERVED_NS: u64 = 10_000_000;
+
 pub fn analyse(file: &Path) -> Result<Analysed> {
     let rec = Recording::read(file)?;
     let mut tenants = tenant_figures(&rec);
@@ -52,7 +62,9 @@ pub fn analyse(file: &Path) -> Result<Analysed> {
     Ok(Analysed { tenants, pprof, notes })
 }
 
-/// Each tenant's steal, busiest 100 ms and contention (no functions).
+/// Each tenant's steal, busiest 100 ms and contention (no functions);
+/// shares are n/a where the window or the tenant's observed time is too
+/// short for them ([`MIN_SHARE_WINDOW_NS`], [`MIN_OBSERVED_NS`]).
 pub fn tenant_figures(rec: &Recording) -> Vec<TenantFigures> {
     let a = ontime_sched::analyze(
         rec,
@@ -61,17 +73,84 @@ pub fn tenant_figures(rec: &Recording) -> Vec<TenantFigures> {
             series: false,
         },
     );
+    let long_enough = a.recording.duration_ns >= MIN_SHARE_WINDOW_NS;
     a.groups
         .iter()
         .filter(|g| g.kind == GroupKind::Tenant)
         .map(|g| TenantFigures {
             name: g.name.clone(),
-            steal_pct: g.time_shares.steal_pct,
+            steal_pct: (long_enough && g.time_shares.wall_ns >= MIN_OBSERVED_NS).then_some(g.time_shares.steal_pct),
             peak_100ms_cpus: g.usage.first().and_then(|u| u.max),
-            contention_pct: g.contention.any_pct,
+            contention_pct: long_enough.then_some(g.contention.any_pct),
             on_cpu_ns: g.on_cpu_ns,
             functions: Vec::new(),
             sample_period_ns: None,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ontime_trace::event::{kind, Event, F_PREV_RUNNABLE};
+    use ontime_trace::recording::{Group, Meta, ThreadInfo};
+
+    const START: u64 = 1_000_000_000;
+
+    fn switch(after_ns: u64, prev: u32, next: u32, flags: u8) -> Event {
+        Event {
+            ts: START + after_ns,
+            a: prev,
+            b: next,
+            c: 0,
+            cpu: 0,
+            kind: kind::SWITCH,
+            flags,
+        }
+    }
+
+    /// A window of `length_ns` of one tenant whose one thread is 10.
+    fn window(events: Vec<Event>, length_ns: u64) -> Recording {
+        let tenant = Group {
+            name: "t0".into(),
+            kind: GroupKind::Tenant,
+            source: vec![],
+            vcpu_names: false,
+        };
+        let thread = ThreadInfo {
+            tid: 10,
+            tgid: 10,
+            comm: "poll".into(),
+            group: Some(0),
+        };
+        Recording::of_events(
+            Meta::of_this_host("bpf", START, vec![tenant]),
+            [(10, thread)].into_iter().collect(),
+            events,
+            START + length_ns,
+        )
+    }
+
+    #[test]
+    fn an_almost_empty_window_has_no_steal_or_contention() {
+        // A continuous recording's last window, cut 0.86 ms in: its thread
+        // ran 10 us, was preempted and waited to the end (~99 % "steal").
+        let cut = vec![switch(10_000, 0, 10, 0), switch(20_000, 10, 0, F_PREV_RUNNABLE)];
+        let tiny = tenant_figures(&window(cut, 860_000));
+        assert_eq!(tiny.len(), 1);
+        assert_eq!((tiny[0].steal_pct, tiny[0].contention_pct), (None, None), "{tiny:?}");
+        // A whole window where it waited 100 ms of 1 s has both.
+        let waited = vec![
+            switch(10_000, 0, 10, 0),
+            switch(500_000_000, 10, 0, F_PREV_RUNNABLE),
+            switch(600_000_000, 0, 10, 0),
+        ];
+        let whole = tenant_figures(&window(waited, 1_000_000_000));
+        let steal = whole[0].steal_pct.expect("a whole window's steal");
+        assert!((steal - 10.0).abs() < 1.0, "{whole:?}");
+        assert!(
+            whole[0].contention_pct.is_some_and(|c| (c - 10.0).abs() < 1.0),
+            "{whole:?}"
+        );
+    }
 }

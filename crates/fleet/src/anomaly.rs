@@ -59,12 +59,16 @@ impl History {
                     out.push(a);
                 }
             };
-            check(
-                "steal_pct".into(),
-                f.steal_pct,
-                past.iter().map(|p| p.steal_pct).collect(),
-                &|_| 5.0,
-            );
+            // An n/a steal (an almost empty window) is neither compared
+            // nor part of the history compared with.
+            if let Some(v) = f.steal_pct {
+                check(
+                    "steal_pct".into(),
+                    v,
+                    past.iter().filter_map(|p| p.steal_pct).collect(),
+                    &|_| 5.0,
+                );
+            }
             if let Some(v) = f.peak_100ms_cpus {
                 check(
                     "peak_100ms_cpus".into(),
@@ -154,9 +158,9 @@ mod tests {
     fn fig(steal: f64, func_ms: u64) -> TenantFigures {
         TenantFigures {
             name: "t0".into(),
-            steal_pct: steal,
+            steal_pct: Some(steal),
             peak_100ms_cpus: Some(0.5),
-            contention_pct: 0.0,
+            contention_pct: Some(0.0),
             on_cpu_ns: 0,
             functions: vec![("poll".into(), func_ms * 1_000_000)],
             sample_period_ns: None,
@@ -216,6 +220,27 @@ mod tests {
             h.add(&[fig(i as f64, 1)]);
         }
         assert_eq!(h.of("t0").len(), HISTORY);
-        assert_eq!(h.of("t0")[0].steal_pct, 10.0);
+        assert_eq!(h.of("t0")[0].steal_pct, Some(10.0));
+    }
+
+    #[test]
+    fn an_na_steal_is_neither_flagged_nor_history() {
+        let mut h = History::default();
+        for s in [2.0, 3.0, 2.5, 3.5, 2.0] {
+            h.add(&[fig(s, 20)]);
+        }
+        let na = TenantFigures {
+            steal_pct: None,
+            ..fig(0.0, 20)
+        };
+        assert!(h.departures(&[na.clone()]).is_empty());
+        // Four real figures and an n/a one: too little history to flag.
+        let mut short = History::default();
+        for s in [2.0, 3.0, 2.5, 3.5] {
+            short.add(&[fig(s, 20)]);
+        }
+        short.add(&[na]);
+        assert!(short.departures(&[fig(90.0, 20)]).is_empty());
+        assert_eq!(h.departures(&[fig(90.0, 20)]).len(), 1);
     }
 }

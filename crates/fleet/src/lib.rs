@@ -6,7 +6,9 @@
 //! stream as one durable pull consumer, analyse each window once, flag
 //! windows that depart from a tenant's recent history, and publish the
 //! results; `ontime fleet report` and `fleet top` show every host.
-//! Malformed messages go to a dead-letter stream with the reason.
+//! Each message is isolated: one that cannot be used (malformed, claiming
+//! more than a worker takes, failing or crashing its analysis) goes to a
+//! dead-letter stream with the reason and the worker goes on.
 
 pub mod agent;
 pub mod analysis;

@@ -1,5 +1,6 @@
 //! The agent's Prometheus exposition (text format 0.0.4, `/metrics`):
-//! each tenant's figures from the latest finished window, and the agent's
+//! each tenant's figures from the latest finished window long enough for
+//! them (a share that is n/a in it is left out), and the agent's
 //! own counters and cost. Names follow Prometheus conventions (base units,
 //! `_total` counters, `_ratio` shares).
 
@@ -89,7 +90,10 @@ impl AgentMetrics {
             "ontime_tenant_steal_ratio",
             "gauge",
             "Steal in the latest window: the vCPUs' runnable-not-running share of their observed time.",
-            self.tenants.iter().map(|f| (t(&f.name), f.steal_pct / 100.0)).collect(),
+            self.tenants
+                .iter()
+                .filter_map(|f| Some((t(&f.name), f.steal_pct? / 100.0)))
+                .collect(),
         );
         per(
             "ontime_tenant_window_cpus_max",
@@ -106,7 +110,7 @@ impl AgentMetrics {
             "Share of the latest window with any of the tenant's threads waiting for a CPU.",
             self.tenants
                 .iter()
-                .map(|f| (t(&f.name), f.contention_pct / 100.0))
+                .filter_map(|f| Some((t(&f.name), f.contention_pct? / 100.0)))
                 .collect(),
         );
         o
@@ -124,9 +128,9 @@ mod tests {
             windows_published: 3,
             tenants: vec![TenantFigures {
                 name: "plc".into(),
-                steal_pct: 12.5,
+                steal_pct: Some(12.5),
                 peak_100ms_cpus: Some(0.75),
-                contention_pct: 4.0,
+                contention_pct: Some(4.0),
                 ..Default::default()
             }],
             ..Default::default()

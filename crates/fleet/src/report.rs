@@ -21,8 +21,10 @@ use crate::wire::{self, Anomaly, WindowResult};
 pub struct TenantRow {
     pub tenant: String,
     pub windows: u64,
-    pub steal_pct_last: f64,
-    pub steal_pct_max: f64,
+    /// Steal in the latest window that has one, and the most in any
+    /// (None: every window was too short for a share, n/a).
+    pub steal_pct_last: Option<f64>,
+    pub steal_pct_max: Option<f64>,
     pub peak_100ms_cpus_max: Option<f64>,
     /// Its CPU over the windows it was in, in CPUs (`on_cpu_ns` over
     /// `observed_ns`).
@@ -30,7 +32,7 @@ pub struct TenantRow {
     pub on_cpu_ns: u64,
     /// Those windows' wall time.
     pub observed_ns: u64,
-    pub contention_pct_max: f64,
+    pub contention_pct_max: Option<f64>,
     pub anomalies: Vec<Anomaly>,
     /// Functions by corrected time in the latest window with samples.
     pub top_functions: Vec<(String, u64)>,
@@ -131,7 +133,9 @@ pub fn view(results: &[WindowResult], dead_letters: u64) -> FleetView {
         });
         h.windows += 1;
         h.redelivered += (r.delivered > 1) as u64;
-        h.last_end_realtime_ns = h.last_end_realtime_ns.max(r.start_realtime_ns + r.duration_ns);
+        h.last_end_realtime_ns = h
+            .last_end_realtime_ns
+            .max(r.start_realtime_ns.saturating_add(r.duration_ns));
         h.replayed |= r.replayed;
         if r.pprof.is_some() {
             h.latest_pprof = r.pprof.clone();
@@ -156,12 +160,17 @@ pub fn view(results: &[WindowResult], dead_letters: u64) -> FleetView {
                 }
             };
             row.windows += 1;
-            row.observed_ns += r.duration_ns;
-            row.on_cpu_ns += t.on_cpu_ns;
+            row.observed_ns = row.observed_ns.saturating_add(r.duration_ns);
+            row.on_cpu_ns = row.on_cpu_ns.saturating_add(t.on_cpu_ns);
             row.mean_cpus = row.on_cpu_ns as f64 / row.observed_ns.max(1) as f64;
-            row.steal_pct_last = t.steal_pct;
-            row.steal_pct_max = row.steal_pct_max.max(t.steal_pct);
-            row.contention_pct_max = row.contention_pct_max.max(t.contention_pct);
+            // An almost empty window's n/a leaves the figures as they were.
+            if let Some(s) = t.steal_pct {
+                row.steal_pct_last = Some(s);
+                row.steal_pct_max = Some(row.steal_pct_max.map_or(s, |m| m.max(s)));
+            }
+            if let Some(c) = t.contention_pct {
+                row.contention_pct_max = Some(row.contention_pct_max.map_or(c, |m| m.max(c)));
+            }
             if let Some(p) = t.peak_100ms_cpus {
                 row.peak_100ms_cpus_max = Some(row.peak_100ms_cpus_max.map_or(p, |m: f64| m.max(p)));
             }
@@ -190,7 +199,7 @@ pub fn view(results: &[WindowResult], dead_letters: u64) -> FleetView {
 pub fn load(nats: &NatsArgs, pprof_dir: Option<&Path>) -> Result<(FleetView, Vec<String>)> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
-        let client = nats.connect("ontime-fleet", false).await?;
+        let client = nats.connect("ontime-fleet").await?;
         let js = jetstream::new(client);
         let v = match fetch(&js).await? {
             Some((results, dead)) => view(&results, dead),
@@ -244,8 +253,8 @@ impl TenantRow {
     }
 }
 
-fn pct(v: f64) -> String {
-    format!("{v:.1} %")
+fn pct(v: Option<f64>) -> String {
+    v.map_or("n/a".into(), |v| format!("{v:.1} %"))
 }
 
 fn cpus(v: Option<f64>) -> String {
@@ -408,4 +417,63 @@ pub fn html(v: &FleetView, pprofs: &[String]) -> String {
     }
     h.push_str("</table></body></html>\n");
     h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::TenantFigures;
+
+    fn result(start_s: u64, duration_ns: u64, steal: Option<f64>, contention: Option<f64>) -> WindowResult {
+        WindowResult {
+            version: wire::VERSION,
+            host: "h1".into(),
+            id: wire::WindowNotice::id_of("h1", start_s * 1_000_000_000),
+            start_realtime_ns: start_s * 1_000_000_000,
+            duration_ns,
+            replayed: true,
+            worker: "w1".into(),
+            analysis_ns: 1,
+            delivered: 1,
+            tenants: vec![TenantFigures {
+                name: "t0".into(),
+                steal_pct: steal,
+                peak_100ms_cpus: None,
+                contention_pct: contention,
+                on_cpu_ns: 0,
+                functions: vec![],
+                sample_period_ns: None,
+            }],
+            pprof: None,
+            anomalies: vec![],
+            notes: vec![],
+            dropped_by_agent: 0,
+            agent_cpu_ns: 0,
+            agent_rss_bytes: 0,
+            agent_uptime_ns: 0,
+        }
+    }
+
+    /// A recording's last, almost empty window is n/a: it neither becomes
+    /// the tenant's "steal last" nor its maximum (it showed 100 % steal).
+    #[test]
+    fn an_na_window_leaves_the_figures_and_shows_as_na() {
+        let v = view(
+            &[
+                result(1, 1_000_000_000, Some(4.0), Some(3.0)),
+                result(2, 860_000, None, None),
+            ],
+            0,
+        );
+        let t = &v.hosts[0].tenants[0];
+        assert_eq!(
+            (t.steal_pct_last, t.steal_pct_max, t.contention_pct_max),
+            (Some(4.0), Some(4.0), Some(3.0))
+        );
+        assert_eq!(t.windows, 2);
+        let only_na = view(&[result(2, 860_000, None, None)], 0);
+        let shown = text(&only_na);
+        let row = shown.lines().find(|l| l.starts_with("h1 ")).expect("a row for h1");
+        assert_eq!(row.matches("n/a").count(), 3, "steal last, max, contention: {shown}");
+    }
 }

@@ -1,6 +1,8 @@
 //! An agent's spool: finished window files waiting to be published,
 //! oldest first, bounded in bytes. When a new window would exceed the
-//! bound, the oldest are dropped and counted; nothing is dropped silently.
+//! bound, the oldest are dropped and counted (the new one too when it
+//! alone is larger than the bound): the finished windows never hold more
+//! than the bound. Nothing is dropped silently.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -58,27 +60,36 @@ impl Spool {
         d
     }
 
-    /// Queues a finished window, dropping the oldest beyond the bound;
-    /// the windows dropped.
+    /// Queues a finished window, dropping the oldest beyond the bound
+    /// (and this one, when it alone exceeds it); the windows dropped.
     pub fn push(&mut self, file: PathBuf) -> Vec<PathBuf> {
         let mut gone = Vec::new();
         let size = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
         self.queue.push_back((file, size));
         self.bytes += size;
         self.queued += 1;
-        while self.bytes > self.max_bytes && self.queue.len() > 1 {
-            if let Some((old, n)) = self.queue.pop_front() {
-                remove_window(&old);
-                self.bytes -= n;
-                self.dropped += 1;
+        while self.bytes > self.max_bytes {
+            let Some((old, n)) = self.queue.pop_front() else { break };
+            remove_window(&old);
+            self.bytes -= n;
+            self.dropped += 1;
+            if self.queue.is_empty() && n > self.max_bytes {
                 ontime_core::errln!(
-                    "ontime agent: spool full ({} MiB bound): dropped window {} ({} dropped so far)",
-                    self.max_bytes >> 20,
+                    "ontime agent: window {} ({}) is larger than the whole spool ({} bound): dropped ({} dropped so far); raise spool.max_bytes or shorten the window",
+                    old.display(),
+                    show_bytes(n),
+                    show_bytes(self.max_bytes),
+                    self.dropped
+                );
+            } else {
+                ontime_core::errln!(
+                    "ontime agent: spool full ({} bound): dropped window {} ({} dropped so far)",
+                    show_bytes(self.max_bytes),
                     old.display(),
                     self.dropped
                 );
-                gone.push(old);
             }
+            gone.push(old);
         }
         gone
     }
@@ -112,6 +123,22 @@ impl Spool {
     }
 }
 
+/// A size in the unit that shows it best: a 300 KiB bound is not "0 MiB".
+pub fn show_bytes(n: u64) -> String {
+    let (unit, scale) = match n {
+        n if n >= 1 << 30 => ("GiB", (1u64 << 30) as f64),
+        n if n >= 1 << 20 => ("MiB", (1u64 << 20) as f64),
+        n if n >= 1 << 10 => ("KiB", (1u64 << 10) as f64),
+        _ => return format!("{n} bytes"),
+    };
+    let v = n as f64 / scale;
+    if v.fract() == 0.0 {
+        format!("{v:.0} {unit}")
+    } else {
+        format!("{v:.1} {unit}")
+    }
+}
+
 /// A window file and what an agent keeps beside it (a replay's start).
 fn remove_window(p: &Path) {
     let _ = std::fs::remove_file(p);
@@ -142,5 +169,46 @@ mod tests {
         // A new agent finds what is left, in order.
         let again = Spool::open(d.path(), 250).unwrap();
         assert_eq!(again.front(), Some(ontime_trace::store::window_file(&run, 4).as_path()));
+    }
+
+    /// The bound holds exactly: a window larger than the whole spool is
+    /// dropped too (it was kept, so a 300K spool held a 700 KB window and
+    /// more), and never more than the bound is queued.
+    #[test]
+    fn the_spool_never_holds_more_than_its_bound() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = Spool::open(d.path(), 300 << 10).unwrap();
+        let run = s.run_dir(1);
+        std::fs::create_dir_all(&run).unwrap();
+        let sizes = [200 << 10, 700 << 10, 100 << 10, 250 << 10, 50 << 10];
+        for (i, n) in sizes.iter().enumerate() {
+            let f = ontime_trace::store::window_file(&run, i as u64 + 1);
+            std::fs::write(&f, vec![0u8; *n]).unwrap();
+            let gone = s.push(f.clone());
+            assert!(s.bytes() <= 300 << 10, "{} bytes after window {}", s.bytes(), i + 1);
+            let on_disk: u64 = ontime_trace::store::window_files(&run)
+                .unwrap()
+                .iter()
+                .map(|p| std::fs::metadata(p).unwrap().len())
+                .sum();
+            assert_eq!(on_disk, s.bytes(), "the spool counts what is on disk");
+            if *n > 300 << 10 {
+                assert!(
+                    gone.contains(&f) && !f.exists(),
+                    "window {} is over the bound alone",
+                    i + 1
+                );
+            }
+        }
+        // 200K; 700K drops 200K and itself; 100K; 250K drops 100K; 50K fits.
+        assert_eq!((s.len(), s.bytes(), s.dropped), (2, 300 << 10, 3));
+    }
+
+    #[test]
+    fn sizes_show_in_their_unit() {
+        assert_eq!(show_bytes(300 << 10), "300 KiB");
+        assert_eq!(show_bytes(1 << 30), "1 GiB");
+        assert_eq!(show_bytes(3 << 19), "1.5 MiB");
+        assert_eq!(show_bytes(250), "250 bytes");
     }
 }

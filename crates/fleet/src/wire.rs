@@ -35,6 +35,18 @@ pub fn history_subject(host: &str) -> String {
 /// The workers' shared durable consumer.
 pub const ANALYSERS: &str = "ontime-analysers";
 
+/// The largest window file an agent publishes and a worker takes. A
+/// worker holds a window in memory to analyse it, so what one window may
+/// claim is bounded here, before anything is read: a 60 s window of 10
+/// VMs at 1 kHz is about 6 MB.
+pub const MAX_WINDOW_BYTES: u64 = 512 << 20;
+/// The largest notice a worker reads (one is well under 1 KiB: ids,
+/// counts and the tenants' names).
+pub const MAX_NOTICE_BYTES: usize = 64 << 10;
+/// The longest window a notice may claim (an agent's window is 1 h at
+/// most; a recording may run a little past its window).
+pub const MAX_WINDOW_NS: u64 = 2 * 3_600_000_000_000;
+
 pub fn windows_subject(host: &str) -> String {
     format!("ontime.windows.{host}")
 }
@@ -95,11 +107,17 @@ impl WindowNotice {
 pub struct TenantFigures {
     pub name: String,
     /// Its vCPUs' (or threads') time stolen: runnable, not running (%).
-    pub steal_pct: f64,
+    /// None (n/a) in a window too short, or with too little of its time
+    /// observed, for a share to mean anything
+    /// ([`crate::analysis::MIN_SHARE_WINDOW_NS`]).
+    #[serde(default)]
+    pub steal_pct: Option<f64>,
     /// Its busiest 100 ms of CPU use, in CPUs.
     pub peak_100ms_cpus: Option<f64>,
-    /// Time with at least one of its threads waiting for a CPU (%).
-    pub contention_pct: f64,
+    /// Time with at least one of its threads waiting for a CPU (%); None
+    /// (n/a) in a window too short for a share.
+    #[serde(default)]
+    pub contention_pct: Option<f64>,
     pub on_cpu_ns: u64,
     /// Functions by corrected time (on-CPU + blocked, steal removed), when
     /// the window has stack samples: (function, ns).
