@@ -81,7 +81,7 @@ fn run_scenario(a: RunArgs) -> anyhow::Result<()> {
     if !a.scenario.exists() {
         return Err(bad_input(format!("no scenario file at {}", a.scenario.display())));
     }
-    let text = ontime_core::fsio::read_text(&a.scenario, "scenario (TOML)").map_err(|e| bad_input(format!("{e:#}")))?;
+    let text = ontime_scenario::scenario::read_text(&a.scenario).map_err(|e| bad_input(format!("{e:#}")))?;
     let plan = ontime_scenario::scenario::load_str(&text, &a.scenario).map_err(|e| bad_input(format!("{e:#}")))?;
     let results = a
         .results
@@ -252,6 +252,8 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
             a.dir.display()
         )));
     }
+    let out = a.out.clone().unwrap_or_else(|| a.dir.join("report"));
+    ontime_core::fsio::check_output_dir("--out", &out).map_err(bad_input)?;
     let w = ontime_report::report::write(&a.dir, a.out.as_deref()).map_err(one_line)?;
     crate::outln!("ontime lab report: {} run(s) -> {}", w.runs, w.html.display());
     for p in &w.pngs {
