@@ -95,9 +95,8 @@ fn check_record(r: &RunRecord, path: &Path) -> Result<()> {
         ("io.analysis", r.io.as_ref().and_then(|o| o.analysis.as_ref())),
     ];
     for (key, f) in others {
-        if let Some(f) = f {
-            plain_name(f).map_err(|e| corrupt(format!("{key} {e}")))?;
-        }
+        let Some(f) = f else { continue };
+        plain_name(f).map_err(|e| corrupt(format!("{key} {e}")))?;
     }
     Ok(())
 }
