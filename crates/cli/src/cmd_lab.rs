@@ -252,8 +252,16 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
             a.dir.display()
         )));
     }
-    let out = a.out.clone().unwrap_or_else(|| a.dir.join("report"));
-    ontime_core::fsio::check_output_dir("--out", &out).map_err(bad_input)?;
+    // Where the report goes, checked before any run is read; a DIR that
+    // is no directory is said by the reading, as before.
+    match &a.out {
+        Some(out) => ontime_core::fsio::check_output_dir("--out", out).map_err(bad_input)?,
+        None if a.dir.is_dir() => {
+            ontime_core::fsio::check_output_dir("--out (default DIR/report)", &a.dir.join("report"))
+                .map_err(bad_input)?
+        }
+        None => {}
+    }
     let w = ontime_report::report::write(&a.dir, a.out.as_deref()).map_err(one_line)?;
     crate::outln!("ontime lab report: {} run(s) -> {}", w.runs, w.html.display());
     for p in &w.pngs {
