@@ -98,12 +98,6 @@ struct Swept {
     runs: usize,
 }
 
-impl Swept {
-    fn summaries(&self) -> Vec<&str> {
-        self.lines.iter().map(|(l, _)| l.as_str()).collect()
-    }
-}
-
 /// What a sweep of `done` runs made and `skipped` skipped, of two.
 fn sweep_of(done: usize, skipped: usize, interrupted: bool) -> SweepOutcome {
     SweepOutcome {
@@ -188,7 +182,7 @@ fn a_tenant_without_a_result_fails_the_run_loudly() {
     let rec = record(dir.path(), "000-count=1-rep1");
     assert_eq!(rec["complete"], false);
     assert!(rec["error"].as_str().unwrap().contains("wrote no result"), "{rec}");
-    assert!(s.summaries()[0].starts_with("failed:"), "{:?}", s.lines);
+    assert!(s.lines[0].0.starts_with("failed:"), "{:?}", s.lines);
     assert!(!s.lines[0].1, "a failed run is not an interrupted one");
 }
 
@@ -199,7 +193,7 @@ fn a_requested_recorder_that_failed_fails_the_run() {
     let e = format!("{:#}", s.outcome.unwrap_err());
     assert!(e.contains("the I/O recorder ([observe] io) failed"), "{e}");
     assert!(
-        s.summaries()[0].contains("I/O recorder"),
+        s.lines[0].0.contains("I/O recorder"),
         "the run's line says so: {:?}",
         s.lines
     );
