@@ -75,7 +75,7 @@ pub struct CyclicArgs {
     /// Load during the run, by stress-ng: kernel, io, net, mixed or cpu
     #[arg(long)]
     load: Option<LoadProfile>,
-    /// stress-ng workers per stressor of the load
+    /// stress-ng workers per stressor of the load (1 to 1024)
     #[arg(long, default_value_t = 1)]
     load_workers: usize,
     #[command(flatten)]

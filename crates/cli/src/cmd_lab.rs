@@ -4,7 +4,7 @@ use clap::{Args, Subcommand};
 use ontime_core::bad_input;
 use ontime_lab::runner::{self, Event, RunnerOptions};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 #[derive(Args)]
@@ -81,7 +81,7 @@ fn run_scenario(a: RunArgs) -> anyhow::Result<()> {
     if !a.scenario.exists() {
         return Err(bad_input(format!("no scenario file at {}", a.scenario.display())));
     }
-    let text = ontime_core::fsio::read_text(&a.scenario, "scenario (TOML)").map_err(|e| bad_input(format!("{e:#}")))?;
+    let text = ontime_scenario::scenario::read_text(&a.scenario).map_err(|e| bad_input(format!("{e:#}")))?;
     let plan = ontime_scenario::scenario::load_str(&text, &a.scenario).map_err(|e| bad_input(format!("{e:#}")))?;
     let results = a
         .results
@@ -100,25 +100,31 @@ fn run_scenario(a: RunArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    execute(&plan, &text, results, a.resume, a.report)
+    let outcome = execute(&plan, &text, results, a.resume, a.report)?;
+    if outcome.interrupted {
+        return Err(crate::signals::Interrupted::by_first_signal().into());
+    }
+    Ok(())
 }
 
 /// Runs a plan with a progress bar and the stop handling of `lab run`
-/// (`ontime net controller` runs one this way too).
+/// (`ontime net controller` runs one this way too). A stop is not an
+/// error here: the sweep's outcome says it was interrupted, and what was
+/// kept has been said, for the caller to end as it should.
 pub fn execute(
     plan: &ontime_scenario::scenario::Plan,
     text: &str,
     results: PathBuf,
     resume: bool,
     with_report: bool,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<runner::SweepOutcome> {
     let stop = Arc::new(AtomicBool::new(false));
     crate::signals::install_flag(stop.clone())?;
     let opts = RunnerOptions {
         results: results.clone(),
         resume,
         exe: std::env::current_exe()?,
-        stop: stop.clone(),
+        stop,
     };
     let pb = crate::output::progress_bar(0);
     let mut total = plan.runs.len();
@@ -154,13 +160,18 @@ pub fn execute(
                 pb.set_position(elapsed_ns / 1_000_000_000);
                 pb.set_message(current.clone());
             }
-            Event::Finished { run, summary } => {
-                pb.suspend(|| ontime_core::errln!("ontime lab: [{}/{total}] done: {summary}", run.index + 1));
+            Event::Finished {
+                run,
+                summary,
+                interrupted,
+            } => {
+                let how = if interrupted { "interrupted, incomplete" } else { "done" };
+                pb.suspend(|| ontime_core::errln!("ontime lab: [{}/{total}] {how}: {summary}", run.index + 1));
             }
         },
     );
     pb.finish_and_clear();
-    let (done, skipped) = outcome.map_err(|e| {
+    let outcome = outcome.map_err(|e| {
         // The host cannot run the scenario as written (no guest kit, QEMU
         // or vhost-net): not bad input in the lab's terms, but the user's
         // to fix before anything is made, so exit 2 as documented.
@@ -170,13 +181,20 @@ pub fn execute(
             e
         }
     })?;
-    ontime_core::errln!(
-        "ontime lab: {done} run(s) done, {skipped} skipped; results in {}",
-        results.display()
-    );
-    if stop.load(Ordering::Relaxed) {
+    if outcome.interrupted {
         ontime_core::errln!(
-            "ontime lab: interrupted; finished runs are in {} (--resume continues)",
+            "ontime lab: interrupted: {} of {} runs complete ({} made now, {} skipped); results in {} (--resume continues)",
+            outcome.complete(),
+            outcome.planned,
+            outcome.done,
+            outcome.skipped,
+            results.display()
+        );
+    } else {
+        ontime_core::errln!(
+            "ontime lab: {} run(s) done, {} skipped; results in {}",
+            outcome.done,
+            outcome.skipped,
             results.display()
         );
     }
@@ -188,7 +206,7 @@ pub fn execute(
             pack: None,
         })?;
     }
-    Ok(())
+    Ok(outcome)
 }
 
 fn report(a: ReportArgs) -> anyhow::Result<()> {
@@ -233,6 +251,16 @@ fn report(a: ReportArgs) -> anyhow::Result<()> {
             "{} is a pack: give --markdown for its tables, or unpack it (tar -xJf) for the HTML report",
             a.dir.display()
         )));
+    }
+    // Where the report goes, checked before any run is read; a DIR that
+    // is no directory is said by the reading, as before.
+    match &a.out {
+        Some(out) => ontime_core::fsio::check_output_dir("--out", out).map_err(bad_input)?,
+        None if a.dir.is_dir() => {
+            ontime_core::fsio::check_output_dir("--out (default DIR/report)", &a.dir.join("report"))
+                .map_err(bad_input)?
+        }
+        None => {}
     }
     let w = ontime_report::report::write(&a.dir, a.out.as_deref()).map_err(one_line)?;
     crate::outln!("ontime lab report: {} run(s) -> {}", w.runs, w.html.display());

@@ -277,7 +277,8 @@ fn controller(a: ControllerArgs) -> anyhow::Result<()> {
         api::DEFAULT_SOCKET,
         api::DEFAULT_TOKEN
     );
-    crate::cmd_lab::execute(&plan, &text, a.results, false, false)
+    // Ctrl-C is how the controller ends: its stop is no interruption.
+    crate::cmd_lab::execute(&plan, &text, a.results, false, false).map(|_| ())
 }
 
 /// The answer's body as T, or the controller's error as ours.

@@ -183,6 +183,9 @@ pub fn record(
 
 fn report(a: ReportArgs) -> anyhow::Result<()> {
     crate::output::check_outputs(&[("--result", a.out.result.as_deref())])?;
+    if let Some(dir) = &a.plots {
+        ontime_core::fsio::check_output_dir("--plots", dir).map_err(bad_input)?;
+    }
     if a.windows.iter().any(|&w| !(100_000..=3_600_000_000_000).contains(&w)) {
         return Err(bad_input("--windows: every window must be between 100us and 1h"));
     }

@@ -1,7 +1,8 @@
 //! The `ontime` command: parses the command line, runs one verb, maps the
 //! outcome to an exit code (0 ok, 1 failure, 2 bad input: a clap error or
-//! an [`ontime_core::BadInput`] from any verb). All work lives in the
-//! library crates.
+//! an [`ontime_core::BadInput`] from any verb; 128 + the signal's number
+//! when a verb says a stop signal cut its work short,
+//! [`signals::Interrupted`]). All work lives in the library crates.
 
 mod cmd_crawl;
 mod cmd_cyclic;
@@ -140,6 +141,10 @@ fn main() {
         Verb::Probe(a) => cmd_probe::run(a),
     };
     if let Err(e) = result {
+        // The verb has said what it kept; the code says how it ended.
+        if let Some(i) = e.downcast_ref::<signals::Interrupted>() {
+            std::process::exit(i.exit_code());
+        }
         // Bad input is exit 2 wherever it arose (anyhow finds it through
         // any context added on the way up); everything else is a failure.
         let code = if e.downcast_ref::<ontime_core::BadInput>().is_some() {

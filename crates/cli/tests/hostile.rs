@@ -603,5 +603,145 @@ fn a_full_disk_under_the_crawls_files_names_each_file() {
     assert!(
         err.contains("--store: cannot") && err.contains(&store.display().to_string()),
         "{err}"
+
+// Issue "Hardening": what comes from files bounds memory, never blocks,
+// and bad input is exit 2 naming the key, flag or file.
+
+/// `lab run` accepted `relay_threads = 1000000` (4.3 GB, then "cannot
+/// start thread", exit 1), `rate = 1e-300`, `work_per_poll = "100h"`,
+/// and names that wrote results outside the results directory
+/// (`../../escaped-by-name`) or into it (`""`). Each is refused at
+/// planning, in --dry-run too, before anything is made.
+#[test]
+fn lab_run_refuses_scenario_values_no_run_can_take() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = |n: &str| SMALL.replace("name = 'small'", &format!("name = {n}"));
+    let cases: [(String, &[&str]); 6] = [
+        (
+            format!("{SMALL}[host]\nrelay_threads = 1000000\n"),
+            &["host.relay_threads = 1000000", "1 .. 64"],
+        ),
+        (
+            SMALL.replace("rate = 20", "rate = 1e-300"),
+            &["tenant.crawl.rate", "out of range", "one poll per"],
+        ),
+        (
+            SMALL.replace("rate = 20", "rate = 20\nwork_per_poll = '100h'"),
+            &["tenant.crawl.work_per_poll", "out of range"],
+        ),
+        (
+            name("'../../escaped-by-name'"),
+            &["name = \"../../escaped-by-name\"", "results directory"],
+        ),
+        (name("''"), &["name = \"\"", "results directory"]),
+        (name("'.hidden'"), &["name = \".hidden\"", "results directory"]),
+    ];
+    for (text, says) in cases {
+        let sc = write(dir.path(), "s.toml", &text);
+        refused(&run(&["lab", "run", "--dry-run", p(&sc)]), says);
+    }
+    // Without --dry-run, from a working directory two levels down: refused
+    // before the results directory (results/NAME) is made.
+    let deep = dir.path().join("a/b");
+    std::fs::create_dir_all(&deep).unwrap();
+    let sc = write(dir.path(), "esc.toml", &name("'../../escaped-by-name'"));
+    let out = KillOnDrop::spawn(ontime().current_dir(&deep).args(["lab", "run", p(&sc)]))
+        .wait_output(Duration::from_secs(120));
+    refused(&out, &["results directory"]);
+    assert!(!dir.path().join("a/escaped-by-name").exists());
+    assert!(!deep.join("results").exists());
+}
+
+/// The report crate's committed lab results (two crawler runs), copied.
+fn lab_results(dir: &Path) -> PathBuf {
+    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../report/tests/fixtures/golden-lab");
+    let to = dir.join("results");
+    for run in ["000-count=1-rep1", "001-count=2-rep1"] {
+        std::fs::create_dir_all(to.join("runs").join(run)).unwrap();
+        for f in std::fs::read_dir(from.join("runs").join(run)).unwrap() {
+            let f = f.unwrap();
+            std::fs::copy(f.path(), to.join("runs").join(run).join(f.file_name())).unwrap();
+        }
+    }
+    to
+}
+
+fn mkfifo(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(
+        unsafe { libc::mkfifo(c.as_ptr(), 0o600) },
+        0,
+        "mkfifo {}",
+        path.display()
+    );
+}
+
+/// `lab report` hung on a FIFO run.json or t0.json and read /dev/zero
+/// through a symlinked run.json until OOM; a 9 MB run.json listing
+/// 200 000 tenants took 4.3 GB; a corrupt t0.hlog was exit 1. Each is now
+/// bad input naming the file, at once.
+#[test]
+fn lab_report_reads_results_files_under_the_input_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let results = lab_results(dir.path());
+    let run0 = results.join("runs/000-count=1-rep1");
+    let report = || run(&["lab", "report", p(&results), "--markdown"]);
+    let ok = report();
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+
+    // A record claiming more tenants than a run may have.
+    let record = std::fs::read_to_string(run0.join("run.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&record).unwrap();
+    v["tenants"] = (0..=10_000u64)
+        .map(|i| serde_json::json!({"index": i, "result": null, "exit": 0}))
+        .collect();
+    std::fs::write(run0.join("run.json"), v.to_string()).unwrap();
+    refused(&report(), &["000-count=1-rep1/run.json", "10001 tenants", "10000"]);
+    std::fs::write(run0.join("run.json"), &record).unwrap();
+
+    // Files that are not regular files: refused without blocking.
+    mkfifo(&run0.join("t0.hlog"));
+    refused(&report(), &["t0.hlog is not a regular file"]);
+    std::fs::remove_file(run0.join("t0.hlog")).unwrap();
+    mkfifo(&run0.join("t0.json"));
+    refused(&report(), &["t0.json is not a regular file"]);
+    std::fs::remove_file(run0.join("t0.json")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", run0.join("run.json").with_extension("tmp")).unwrap();
+    std::fs::rename(run0.join("run.json").with_extension("tmp"), run0.join("run.json")).unwrap();
+    refused(&report(), &["run.json is not a regular file"]);
+
+    // A corrupt histogram log names itself and its line.
+    let results = lab_results(&dir.path().join("again"));
+    let run0 = results.join("runs/000-count=1-rep1");
+    std::fs::write(run0.join("t0.hlog"), "garbage\n").unwrap();
+    refused(
+        &run(&["lab", "report", p(&results), "--markdown"]),
+        &["t0.hlog is not a valid histogram log", "line 1"],
+    );
+
+    // An output directory that is a file: bad input naming the flag.
+    let file = write(dir.path(), "not-a-dir", "x");
+    refused(
+        &run(&["lab", "report", p(&results), "-o", p(&file)]),
+        &["--out", "is a file"],
+    );
+}
+
+/// `observe report --plots /etc/passwd` and `cyclic --load-workers
+/// 100000` were exit 1 after work had started.
+#[test]
+fn output_directories_and_load_workers_are_checked_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "figures", "x");
+    let rec = dir.path().join("none.otrec");
+    refused(
+        &run(&["observe", "report", p(&rec), "--plots", p(&file)]),
+        &["--plots", "is a file"],
+    );
+    refused(
+        &run(&["cyclic", "-D", "1s", "--load-workers", "100000"]),
+        &["--load-workers = 100000", "1 .. 1024"],
     );
 }

@@ -373,6 +373,44 @@ fn lab_clean_refuses_while_a_lab_runs_and_a_destroyed_run_fails_loudly() {
     assert!(e.contains("destroyed") || e.contains("wrote no result"), "{rec}");
 }
 
+/// Ctrl-C during the last run of `lab run` printed "[3/3] done ... 3
+/// run(s) done" with that run's record incomplete, and exited 0. The run's
+/// line and the summary now say it was interrupted, and the exit code is
+/// Ctrl-C's, 130.
+#[test]
+fn an_interrupted_lab_run_says_so_and_exits_130() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root_or_skip() {
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let dir = tempfile::tempdir().unwrap();
+    let sc = write(
+        dir.path(),
+        "cut.toml",
+        "name = 'cut'\nduration = '60s'\n[tenant]\ncount = 1\n[tenant.crawl]\nrate = 20\n[observe]\nrecorder = 'off'\n",
+    );
+    let results = dir.path().join("r");
+    let runner = ontime_testkit::KillOnDrop::spawn(ontime().args(["lab", "run"]).arg(&sc).arg("-o").arg(&results));
+    ontime_testkit::wait_until("the tenant's probe", Duration::from_secs(60), || {
+        Command::new("pgrep")
+            .args(["-f", "ontime probe .*/t[0-9]*.probe.json"])
+            .output()
+            .is_ok_and(|o| !o.stdout.is_empty())
+    });
+    runner.signal(libc::SIGINT);
+    let out = runner.wait_output(Duration::from_secs(120));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("[1/1] interrupted, incomplete"), "{err}");
+    assert!(err.contains("interrupted: 0 of 1 runs complete"), "{err}");
+    assert!(!err.contains("run(s) done"), "{err}");
+    let rec = read_json(&results.join("runs/000-rep1/run.json"));
+    assert_eq!(rec["complete"], false, "{rec}");
+    assert!(rec["error"].is_null(), "a stop is not an error: {rec}");
+    assert!(leftovers().contains("nothing of the lab's is left"), "{}", leftovers());
+}
+
 #[test]
 fn bad_scenarios_are_refused_before_anything_is_made() {
     let dir = tempfile::tempdir().unwrap();

@@ -135,6 +135,59 @@ pub fn check_output_path(flag: &str, path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks, before any work, that the directory an output flag names can
+/// take the files written into it (figures, a report): an existing
+/// directory that can be written, or a path whose nearest existing
+/// ancestor is one (the verb creates the rest). `flag` names the option in
+/// the error. A file in the way (`--plots /etc/passwd`) or a read-only
+/// place is the user's to fix, said before a recording is read or a run
+/// made.
+pub fn check_output_dir(flag: &str, dir: &Path) -> Result<(), String> {
+    let mut at = dir;
+    loop {
+        match std::fs::metadata(at) {
+            Ok(m) if m.is_dir() => {
+                if !writable(at) {
+                    return Err(format!(
+                        "{flag} {}: {} cannot be written (read-only, or not yours): give another directory",
+                        dir.display(),
+                        at.display()
+                    ));
+                }
+                return Ok(());
+            }
+            Ok(_) => {
+                return Err(format!(
+                    "{flag} {}: {} is a file, not a directory: give a directory",
+                    dir.display(),
+                    at.display()
+                ))
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) => {}
+            Err(e) => return Err(format!("{flag} {}: {e}", dir.display())),
+        }
+        at = match at.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ if at != Path::new(".") => Path::new("."),
+            _ => return Err(format!("{flag} {}: the working directory is gone", dir.display())),
+        };
+    }
+}
+
+/// True when this process may create files in `dir` (write and search
+/// permission; false on a read-only file system, also for root).
+fn writable(dir: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: a valid NUL-terminated path; access(2) only reads it.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,5 +242,30 @@ mod tests {
         assert!(check_output_path("--result", Path::new("/no/such/dir/x.json")).is_err());
         assert!(check_output_path("--result", Path::new("x.json")).is_ok());
         assert!(check_output_path("--result", Path::new("/tmp")).is_err());
+    }
+
+    #[test]
+    fn output_dirs_are_directories_that_can_be_written() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(check_output_dir("--plots", d.path()).is_ok());
+        assert!(check_output_dir("--plots", &d.path().join("new/deeper")).is_ok());
+        let file = d.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        let e = check_output_dir("--plots", &file).unwrap_err();
+        assert!(e.contains("--plots") && e.contains("is a file"), "{e}");
+        let e = check_output_dir("--plots", &file.join("below")).unwrap_err();
+        assert!(e.contains("is a file"), "{e}");
+        // A directory without write permission (root may write anywhere
+        // but a read-only file system, so this part needs a user).
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            use std::os::unix::fs::PermissionsExt;
+            let ro = d.path().join("ro");
+            std::fs::create_dir(&ro).unwrap();
+            std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o500)).unwrap();
+            let e = check_output_dir("--plots", &ro.join("figures")).unwrap_err();
+            assert!(e.contains("cannot be written"), "{e}");
+            std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
     }
 }

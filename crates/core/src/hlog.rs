@@ -62,10 +62,6 @@ impl HlogFile {
     }
 }
 
-/// The largest interval log read back (whole, into memory): far above
-/// what a run of hours writes at one histogram per metric and second.
-pub const MAX_HLOG_BYTES: u64 = 1 << 30;
-
 /// Joins the per-thread parts of numbered intervals into whole intervals.
 ///
 /// Probe threads hand over one interval's statistics when they move past it
@@ -118,30 +114,125 @@ impl<T: Default> IntervalMerge<T> {
     }
 }
 
+/// The largest histogram log read: a week's run (the longest any verb
+/// makes) logs a few tags a second at a few hundred bytes each, under
+/// 1 GiB. The log is read a line at a time, so this bounds time, not memory.
+pub const MAX_HLOG_BYTES: u64 = 2 << 30;
+
+/// The longest line of a histogram log: one interval of ontime's
+/// histograms (3 digits, up to an hour) encodes to under 400 KiB even with
+/// every bucket counted.
+pub const MAX_HLOG_LINE_BYTES: u64 = 1 << 20;
+
+/// One interval's histogram, decompressed: its V2 encoding takes at most
+/// 9 bytes per bucket, about 300 KiB for ontime's histograms.
+const MAX_INTERVAL_BYTES: u64 = 4 << 20;
+
 /// Reads every interval tagged `tag` in an interval log and adds them up.
+///
+/// The log is input (a results directory may come from anywhere): it is
+/// opened under the input rule (a regular file of at most
+/// [`MAX_HLOG_BYTES`]), read a line at a time, and every interval is
+/// checked before it is decoded, so memory stays bounded whatever the file
+/// claims. A line that is neither a comment nor an interval, or an
+/// interval that does not decode, is [`crate::BadInput`] naming the file
+/// and the line. A last line without its newline (a log cut by a kill) is
+/// left out: what was written whole counts.
 pub fn read_merged(path: &Path, tag: &str) -> Result<LatencyHistogram> {
+    use base64::Engine;
     use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
     use hdrhistogram::serialization::Deserializer;
-    // Under the input rule: a FIFO or a device behind the name is refused,
-    // not read for ever.
-    let data = crate::fsio::read_input(path, "histogram log", MAX_HLOG_BYTES)?;
+    use std::io::{BufRead, Read};
+    let (file, _) = crate::fsio::open_input(path, "histogram log", MAX_HLOG_BYTES)?;
+    let bad = |what: String| crate::bad_input(format!("{} is not a valid histogram log: {what}", path.display()));
+    let mut reader = std::io::BufReader::new(file.take(MAX_HLOG_BYTES));
     let mut out = LatencyHistogram::new();
     let mut de = Deserializer::new();
-    for entry in IntervalLogIterator::new(&data) {
-        let Ok(LogEntry::Interval(ilh)) = entry else { continue };
-        if ilh.tag().map(|t| t.as_str() == tag) != Some(true) {
+    let mut line = Vec::new();
+    let mut n = 0u64;
+    loop {
+        line.clear();
+        (&mut reader)
+            .take(MAX_HLOG_LINE_BYTES + 1)
+            .read_until(b'\n', &mut line)
+            .map_err(|e| crate::bad_input(format!("cannot read histogram log {}: {e}", path.display())))?;
+        if line.is_empty() {
+            break;
+        }
+        n += 1;
+        if line.len() as u64 > MAX_HLOG_LINE_BYTES {
+            return Err(bad(format!("line {n} is longer than {MAX_HLOG_LINE_BYTES} bytes")));
+        }
+        if line.last() != Some(&b'\n') {
+            break;
+        }
+        let interval = match IntervalLogIterator::new(&line).next() {
+            // A comment or the legend.
+            None => continue,
+            Some(Ok(LogEntry::Interval(i))) => i,
+            Some(Ok(_)) => continue,
+            Some(Err(_)) => return Err(bad(format!("line {n} is neither a comment nor an interval"))),
+        };
+        if interval.tag().map(|t| t.as_str() == tag) != Some(true) {
             continue;
         }
-        use base64::Engine;
         let bytes = base64::engine::general_purpose::STANDARD
-            .decode(ilh.encoded_histogram())
-            .with_context(|| format!("{}: an interval is not valid base64", path.display()))?;
+            .decode(interval.encoded_histogram())
+            .map_err(|_| bad(format!("line {n}: the interval is not valid base64")))?;
+        let raw = v2_encoding(&bytes).map_err(|e| bad(format!("line {n}: {e}")))?;
         let h: hdrhistogram::Histogram<u64> = de
-            .deserialize(&mut &bytes[..])
-            .map_err(|e| anyhow::anyhow!("{}: cannot decode an interval: {e:?}", path.display()))?;
+            .deserialize(&mut &raw[..])
+            .map_err(|e| bad(format!("line {n}: the interval does not decode ({e:?})")))?;
         out.add_raw(&h);
     }
     Ok(out)
+}
+
+/// The uncompressed HdrHistogram V2 encoding of one logged interval,
+/// checked so that decoding it allocates no more than it holds:
+/// hdrhistogram's decoder sizes its buffer from the payload length the
+/// header claims before it reads a byte of it (a forged 4 GiB claim in a
+/// few bytes of log), and inflating is capped at [`MAX_INTERVAL_BYTES`].
+fn v2_encoding(bytes: &[u8]) -> std::result::Result<std::borrow::Cow<'_, [u8]>, String> {
+    use std::io::Read;
+    const V2: u32 = 0x1c84_9313;
+    const V2_COMPRESSED: u32 = 0x1c84_9314;
+    // Cookie, payload length, normalising offset, digits, lowest,
+    // highest, integer-to-double ratio.
+    const HEADER: usize = 40;
+    fn word(b: &[u8], at: usize) -> Option<u32> {
+        b.get(at..at + 4).map(|w| u32::from_be_bytes([w[0], w[1], w[2], w[3]]))
+    }
+    let raw: std::borrow::Cow<'_, [u8]> = match word(bytes, 0) {
+        Some(V2) => std::borrow::Cow::Borrowed(bytes),
+        Some(V2_COMPRESSED) => {
+            let len = word(bytes, 4).ok_or("the interval is cut short")? as usize;
+            let deflated = bytes
+                .get(8..)
+                .filter(|d| d.len() >= len)
+                .ok_or("the interval's compressed length is beyond its end")?;
+            let mut inflated = Vec::new();
+            flate2::read::ZlibDecoder::new(&deflated[..len])
+                .take(MAX_INTERVAL_BYTES + 1)
+                .read_to_end(&mut inflated)
+                .map_err(|e| format!("the interval does not decompress ({e})"))?;
+            if inflated.len() as u64 > MAX_INTERVAL_BYTES {
+                return Err(format!(
+                    "the interval decompresses to more than {MAX_INTERVAL_BYTES} bytes"
+                ));
+            }
+            std::borrow::Cow::Owned(inflated)
+        }
+        _ => return Err("the interval is not an HdrHistogram V2 encoding".into()),
+    };
+    if word(&raw[..], 0) != Some(V2) {
+        return Err("the interval is not an HdrHistogram V2 encoding".into());
+    }
+    let payload = word(&raw[..], 4).ok_or("the interval is cut short")? as usize;
+    if raw.len() < HEADER || payload > raw.len() - HEADER {
+        return Err("the interval's payload length is beyond its end".into());
+    }
+    Ok(raw)
 }
 
 #[cfg(test)]
@@ -197,31 +288,108 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// `io advise` and `lab report` read a run's t0.hlog: a FIFO there
-    /// blocked them for ever, /dev/zero behind the name read until OOM.
+    fn is_bad_input(e: &anyhow::Error) -> bool {
+        e.downcast_ref::<crate::BadInput>().is_some()
+    }
+
+    /// A log of one good interval, then `tail`.
+    fn log_with(dir: &Path, tail: &[u8]) -> std::path::PathBuf {
+        let path = dir.join("t0.hlog");
+        let mut log = HlogFile::create(&path, "test", SystemTime::now()).unwrap();
+        let mut h = LatencyHistogram::new();
+        h.record(1000);
+        log.write("latency", &h, Duration::from_secs(0), Duration::from_secs(1))
+            .unwrap();
+        log.flush().unwrap();
+        drop(log);
+        let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(tail).unwrap();
+        path
+    }
+
+    fn interval_line(encoded: &[u8]) -> Vec<u8> {
+        use base64::Engine;
+        let mut line = b"Tag=latency,1.000,1.000,1.000,".to_vec();
+        line.extend_from_slice(base64::engine::general_purpose::STANDARD.encode(encoded).as_bytes());
+        line.push(b'\n');
+        line
+    }
+
+    /// A V2 header claiming `payload` bytes that are not there.
+    fn forged_v2(payload: u32) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&0x1c84_9313u32.to_be_bytes());
+        b.extend_from_slice(&payload.to_be_bytes());
+        b.extend_from_slice(&0u32.to_be_bytes());
+        b.extend_from_slice(&3u32.to_be_bytes());
+        b.extend_from_slice(&1u64.to_be_bytes());
+        b.extend_from_slice(&3_600_000_000_000u64.to_be_bytes());
+        b.extend_from_slice(&1.0f64.to_be_bytes());
+        b
+    }
+
     #[test]
-    fn reads_only_regular_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let fifo = dir.path().join("t0.hlog");
-        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        let e = read_merged(&fifo, "latency").unwrap_err();
-        assert!(e.downcast_ref::<crate::BadInput>().is_some(), "{e:#}");
-        let zero = dir.path().join("t1.hlog");
-        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
-        let e = read_merged(&zero, "latency").unwrap_err();
-        assert!(format!("{e:#}").contains("not a regular file"), "{e:#}");
+    fn a_corrupt_log_is_bad_input_naming_the_file_and_line() {
+        let d = tempfile::tempdir().unwrap();
+        // Garbage after a good interval: refused, not silently cut.
+        let p = log_with(d.path(), b"garbage\n");
+        let e = read_merged(&p, "latency").unwrap_err();
+        assert!(is_bad_input(&e), "{e:#}");
+        assert!(
+            e.to_string().contains("t0.hlog") && e.to_string().contains("neither a comment"),
+            "{e}"
+        );
+        // An interval that is not base64, or not a histogram.
+        let p = log_with(d.path(), b"Tag=latency,1.000,1.000,1.000,!!!\n");
+        let e = read_merged(&p, "latency").unwrap_err();
+        assert!(is_bad_input(&e) && e.to_string().contains("base64"), "{e}");
+        let p = log_with(d.path(), &interval_line(b"not a histogram"));
+        let e = read_merged(&p, "latency").unwrap_err();
+        assert!(is_bad_input(&e) && e.to_string().contains("V2"), "{e}");
+        // A last line cut by a kill is left out; the whole interval counts.
+        let p = log_with(d.path(), b"Tag=latency,1.000,1.0");
+        assert_eq!(read_merged(&p, "latency").unwrap().len(), 1);
+    }
+
+    /// hdrhistogram's decoder allocates the payload length a header claims
+    /// before reading it: 4 GiB from a line of a hundred bytes, plain or
+    /// inside a compressed interval. Both are refused before decoding.
+    #[test]
+    fn a_forged_payload_length_is_refused_before_it_is_allocated() {
+        let d = tempfile::tempdir().unwrap();
+        let p = log_with(d.path(), &interval_line(&forged_v2(u32::MAX - 64)));
+        let e = read_merged(&p, "latency").unwrap_err();
+        assert!(is_bad_input(&e) && e.to_string().contains("payload length"), "{e}");
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(&forged_v2(u32::MAX - 64)).unwrap();
+        let deflated = z.finish().unwrap();
+        let mut compressed = 0x1c84_9314u32.to_be_bytes().to_vec();
+        compressed.extend_from_slice(&(deflated.len() as u32).to_be_bytes());
+        compressed.extend_from_slice(&deflated);
+        let p = log_with(d.path(), &interval_line(&compressed));
+        let e = read_merged(&p, "latency").unwrap_err();
+        assert!(is_bad_input(&e) && e.to_string().contains("payload length"), "{e}");
+        // A compressed length beyond the interval's end.
+        let mut short = 0x1c84_9314u32.to_be_bytes().to_vec();
+        short.extend_from_slice(&1000u32.to_be_bytes());
+        let p = log_with(d.path(), &interval_line(&short));
+        let e = read_merged(&p, "latency").unwrap_err();
+        assert!(is_bad_input(&e) && e.to_string().contains("beyond its end"), "{e}");
+    }
+
+    #[test]
+    fn a_fifo_or_device_is_refused_without_blocking() {
+        let d = tempfile::tempdir().unwrap();
+        let link = d.path().join("t0.hlog");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        let e = read_merged(&link, "latency").unwrap_err();
+        assert!(is_bad_input(&e) && e.to_string().contains("not a regular file"), "{e}");
     }
 
     /// A failed write names the log (it said only "cannot flush histogram
     /// log" on a full disk).
     #[test]
     fn write_errors_name_the_file() {
-        if !std::path::Path::new("/dev/full").exists() {
-            eprintln!("skipped: no /dev/full to write to");
-            return;
-        }
         let mut log = HlogFile::create(Path::new("/dev/full"), "test", SystemTime::now()).unwrap();
         let mut h = LatencyHistogram::new();
         h.record(1000);

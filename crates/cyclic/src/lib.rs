@@ -659,6 +659,8 @@ impl CyclicProbe {
         if let Some(bad) = o.affinity.iter().find(|&&c| c >= online) {
             return Err(format!("CPU {bad} is not online (this host has {online})"));
         }
+        // stress-ng starts this many workers per stressor of the load.
+        limits::count("--load-workers", self.load_workers as u64, 1, limits::MAX_THREADS)?;
         if (self.histfile.is_some() || self.histfile_woken.is_some()) && o.histogram_us == 0 {
             return Err("a histogram file needs histogram bins (-h)".into());
         }

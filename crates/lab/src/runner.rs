@@ -39,7 +39,31 @@ pub enum Event<'a> {
     Finished {
         run: &'a PlannedRun,
         summary: String,
+        /// A stop (Ctrl-C, SIGTERM) ended the run before its end: its
+        /// record is written incomplete and `summary` covers what it made.
+        interrupted: bool,
     },
+}
+
+/// What a sweep came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SweepOutcome {
+    /// Runs of the plan.
+    pub planned: usize,
+    /// Runs made now and complete.
+    pub done: usize,
+    /// Runs skipped as complete already (`--resume`).
+    pub skipped: usize,
+    /// A stop ended the sweep before its end, during a run (written
+    /// incomplete) or between runs; no run started after it.
+    pub interrupted: bool,
+}
+
+impl SweepOutcome {
+    /// Runs of the plan complete in the results directory.
+    pub fn complete(&self) -> usize {
+        self.done + self.skipped
+    }
 }
 
 /// What makes one run happen on this host. The lab's own is
@@ -74,14 +98,16 @@ pub fn is_complete(dir: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// Runs the whole plan. Returns (runs done, runs skipped).
+/// Runs the whole plan, until its end or a stop. A run that fails ends
+/// the sweep with its error (its record written); a stop does not: the
+/// outcome says the sweep was interrupted.
 pub fn run_plan(
     host: &mut dyn RunHost,
     plan: &Plan,
     scenario_text: &str,
     opts: &RunnerOptions,
     on: &mut dyn FnMut(Event),
-) -> Result<(usize, usize)> {
+) -> Result<SweepOutcome> {
     let _held = host.prepare(plan)?;
     std::fs::create_dir_all(opts.results.join("runs"))
         .with_context(|| format!("cannot create {}", opts.results.display()))?;
@@ -91,9 +117,11 @@ pub fn run_plan(
         serde_json::to_string_pretty(plan)?.as_bytes(),
     )?;
     let (mut done, mut skipped) = (0, 0);
+    let mut interrupted = false;
     let mut overheads = 0u64;
     for (i, run) in plan.runs.iter().enumerate() {
         if opts.stop.load(Ordering::Relaxed) {
+            interrupted = true;
             break;
         }
         // Absolute: a tenant with a disk runs in its own mount namespace,
@@ -144,7 +172,7 @@ pub fn run_plan(
             .and_then(|()| recorders_worked(&record));
         record.finished_utc = ontime_core::manifest::utc_now();
         record.environment.manifest.finish();
-        let interrupted = opts.stop.load(Ordering::Relaxed);
+        let stopped = opts.stop.load(Ordering::Relaxed);
         // A run that ended without an error, uninterrupted, yet without
         // every tenant's result is a failure, said so.
         let outcome = outcome.and_then(|()| {
@@ -160,24 +188,38 @@ pub fn run_plan(
                     )
                 })
                 .collect();
-            if interrupted || missing.is_empty() {
+            if stopped || missing.is_empty() {
                 Ok(())
             } else {
                 Err(anyhow::anyhow!("tenant(s) {} wrote no result", missing.join(", ")))
             }
         });
         match &outcome {
-            Ok(()) => record.complete = !interrupted,
+            Ok(()) => record.complete = !stopped,
             Err(e) => record.error = Some(format!("{e:#}")),
         }
         write_atomic(&dir.join("run.json"), serde_json::to_string_pretty(&record)?.as_bytes())?;
         let summary = summarize(&dir, &record);
-        on(Event::Finished { run, summary });
+        on(Event::Finished {
+            run,
+            summary,
+            interrupted: outcome.is_ok() && stopped,
+        });
         outcome.with_context(|| format!("run {}", run.dir_name()))?;
+        if stopped {
+            // Written, incomplete: not done, and nothing after it starts.
+            interrupted = true;
+            break;
+        }
         overheads += (wall.elapsed().as_nanos() as u64).saturating_sub(run.config.duration);
         done += 1;
     }
-    Ok((done, skipped))
+    Ok(SweepOutcome {
+        planned: plan.runs.len(),
+        done,
+        skipped,
+        interrupted,
+    })
 }
 
 /// A recorder the scenario asked for that failed fails the run: its

@@ -5,7 +5,7 @@
 //! the completeness rule, failures that must be loud, and stopping.
 
 use anyhow::Result;
-use ontime_lab::runner::{run_plan, Event, RunHost, RunnerOptions};
+use ontime_lab::runner::{run_plan, Event, RunHost, RunnerOptions, SweepOutcome};
 use ontime_scenario::record::{IoOutcome, RunRecord, TenantOutcome};
 use ontime_scenario::scenario::{load_str, Plan, PlannedRun};
 use std::path::{Path, PathBuf};
@@ -25,6 +25,8 @@ enum Behaviour {
     HostFails,
     /// The user stops the sweep during the run.
     StopDuring,
+    /// The user stops the sweep during its last run.
+    StopDuringLast,
 }
 
 struct FakeHost {
@@ -73,7 +75,8 @@ impl RunHost for FakeHost {
                 ..Default::default()
             });
         }
-        if self.behaviour == Behaviour::StopDuring {
+        let last = run.index + 1 == plan().runs.len();
+        if self.behaviour == Behaviour::StopDuring || (self.behaviour == Behaviour::StopDuringLast && last) {
             opts.stop.store(true, Ordering::Relaxed);
         }
         Ok(())
@@ -86,8 +89,27 @@ fn plan() -> Plan {
     load_str(SCENARIO, Path::new("fake.toml")).unwrap()
 }
 
-/// Runs the plan on a fake host into `results`; the summaries it printed.
-fn sweep(results: &Path, behaviour: Behaviour, resume: bool) -> (Result<(usize, usize)>, Vec<String>, usize) {
+/// What a sweep on the fake host gave.
+struct Swept {
+    outcome: Result<SweepOutcome>,
+    /// Each finished run's summary line, and whether a stop cut it.
+    lines: Vec<(String, bool)>,
+    /// Runs the host was asked to make.
+    runs: usize,
+}
+
+/// What a sweep of `done` runs made and `skipped` skipped, of two.
+fn sweep_of(done: usize, skipped: usize, interrupted: bool) -> SweepOutcome {
+    SweepOutcome {
+        planned: 2,
+        done,
+        skipped,
+        interrupted,
+    }
+}
+
+/// Runs the plan on a fake host into `results`.
+fn sweep(results: &Path, behaviour: Behaviour, resume: bool) -> Swept {
     let opts = RunnerOptions {
         results: results.to_path_buf(),
         resume,
@@ -100,13 +122,20 @@ fn sweep(results: &Path, behaviour: Behaviour, resume: bool) -> (Result<(usize, 
         prepared: false,
     };
     let mut lines = Vec::new();
-    let r = run_plan(&mut host, &plan(), SCENARIO, &opts, &mut |e| {
-        if let Event::Finished { summary, .. } = e {
-            lines.push(summary);
+    let outcome = run_plan(&mut host, &plan(), SCENARIO, &opts, &mut |e| {
+        if let Event::Finished {
+            summary, interrupted, ..
+        } = e
+        {
+            lines.push((summary, interrupted));
         }
     });
     assert!(host.prepared, "the host prepares before the first run");
-    (r, lines, host.runs)
+    Swept {
+        outcome,
+        lines,
+        runs: host.runs,
+    }
 }
 
 fn record(results: &Path, run: &str) -> serde_json::Value {
@@ -117,9 +146,9 @@ fn record(results: &Path, run: &str) -> serde_json::Value {
 #[test]
 fn good_runs_are_complete_and_resume_skips_them() {
     let dir = tempfile::tempdir().unwrap();
-    let (r, lines, runs) = sweep(dir.path(), Behaviour::Good, false);
-    assert_eq!(r.unwrap(), (2, 0));
-    assert_eq!(runs, 2);
+    let s = sweep(dir.path(), Behaviour::Good, false);
+    assert_eq!(s.outcome.unwrap(), sweep_of(2, 0, false));
+    assert_eq!(s.runs, 2);
     assert!(dir.path().join("scenario.toml").exists() && dir.path().join("plan.json").exists());
     for run in ["000-count=1-rep1", "001-count=2-rep1"] {
         let rec = record(dir.path(), run);
@@ -128,46 +157,54 @@ fn good_runs_are_complete_and_resume_skips_them() {
         assert!(!rec["finished_utc"].as_str().unwrap_or("").is_empty());
     }
     assert!(
-        lines.iter().all(|l| l.starts_with("interval error worst p99")),
-        "{lines:?}"
+        s.lines
+            .iter()
+            .all(|(l, cut)| l.starts_with("interval error worst p99") && !cut),
+        "{:?}",
+        s.lines
     );
     // Resumed: both complete, nothing run again.
-    let (r, _, runs) = sweep(dir.path(), Behaviour::Good, true);
-    assert_eq!(r.unwrap(), (0, 2));
-    assert_eq!(runs, 0);
+    let s = sweep(dir.path(), Behaviour::Good, true);
+    assert_eq!(s.outcome.unwrap(), sweep_of(0, 2, false));
+    assert_eq!(s.runs, 0);
 }
 
 #[test]
 fn a_tenant_without_a_result_fails_the_run_loudly() {
     let dir = tempfile::tempdir().unwrap();
-    let (r, lines, runs) = sweep(dir.path(), Behaviour::LoseTenant0, false);
-    let e = format!("{:#}", r.unwrap_err());
+    let s = sweep(dir.path(), Behaviour::LoseTenant0, false);
+    let e = format!("{:#}", s.outcome.unwrap_err());
     assert!(
         e.contains("000-count=1-rep1") && e.contains("t0 (exit 1) wrote no result"),
         "{e}"
     );
-    assert_eq!(runs, 1, "the sweep stops at the failed run");
+    assert_eq!(s.runs, 1, "the sweep stops at the failed run");
     let rec = record(dir.path(), "000-count=1-rep1");
     assert_eq!(rec["complete"], false);
     assert!(rec["error"].as_str().unwrap().contains("wrote no result"), "{rec}");
-    assert!(lines[0].starts_with("failed:"), "{lines:?}");
+    assert!(s.lines[0].0.starts_with("failed:"), "{:?}", s.lines);
+    assert!(!s.lines[0].1, "a failed run is not an interrupted one");
 }
 
 #[test]
 fn a_requested_recorder_that_failed_fails_the_run() {
     let dir = tempfile::tempdir().unwrap();
-    let (r, lines, _) = sweep(dir.path(), Behaviour::RecorderFails, false);
-    let e = format!("{:#}", r.unwrap_err());
+    let s = sweep(dir.path(), Behaviour::RecorderFails, false);
+    let e = format!("{:#}", s.outcome.unwrap_err());
     assert!(e.contains("the I/O recorder ([observe] io) failed"), "{e}");
-    assert!(lines[0].contains("I/O recorder"), "the run's line says so: {lines:?}");
+    assert!(
+        s.lines[0].0.contains("I/O recorder"),
+        "the run's line says so: {:?}",
+        s.lines
+    );
     assert_eq!(record(dir.path(), "000-count=1-rep1")["complete"], false);
 }
 
 #[test]
 fn a_host_failure_is_recorded_and_returned() {
     let dir = tempfile::tempdir().unwrap();
-    let (r, _, _) = sweep(dir.path(), Behaviour::HostFails, false);
-    assert!(format!("{:#}", r.unwrap_err()).contains("the relay could not start"));
+    let s = sweep(dir.path(), Behaviour::HostFails, false);
+    assert!(format!("{:#}", s.outcome.unwrap_err()).contains("the relay could not start"));
     let rec = record(dir.path(), "000-count=1-rep1");
     assert_eq!(rec["complete"], false);
     assert!(rec["error"].as_str().unwrap().contains("relay"));
@@ -176,13 +213,67 @@ fn a_host_failure_is_recorded_and_returned() {
 #[test]
 fn a_stop_ends_the_sweep_with_the_run_incomplete() {
     let dir = tempfile::tempdir().unwrap();
-    let (r, _, runs) = sweep(dir.path(), Behaviour::StopDuring, false);
-    assert_eq!(r.unwrap(), (1, 0), "the stopped run is written, the next not started");
-    assert_eq!(runs, 1);
+    let s = sweep(dir.path(), Behaviour::StopDuring, false);
+    assert_eq!(
+        s.outcome.unwrap(),
+        sweep_of(0, 0, true),
+        "the stopped run is written but not done, the next not started"
+    );
+    assert_eq!(s.runs, 1);
+    assert_eq!(s.lines.len(), 1);
+    assert!(s.lines[0].1, "its line says it was interrupted");
     let rec = record(dir.path(), "000-count=1-rep1");
     assert_eq!(rec["complete"], false, "a stopped run is not complete");
     assert!(rec["error"].is_null(), "and not an error");
     assert!(!dir.path().join("runs/001-count=2-rep1").exists());
+}
+
+/// Ctrl-C during run 3 of 3 printed "[3/3] done ... 3 run(s) done" and
+/// exited 0 with that run's record incomplete. The outcome and the run's
+/// line now say the sweep was interrupted, whether the stop came during
+/// the last run or between runs.
+#[test]
+fn a_stop_during_the_last_run_is_an_interrupted_sweep() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sweep(dir.path(), Behaviour::StopDuringLast, false);
+    let outcome = s.outcome.unwrap();
+    assert_eq!(outcome, sweep_of(1, 0, true));
+    assert_eq!(outcome.complete(), 1, "1 of 2 runs complete");
+    assert_eq!(s.runs, 2);
+    let cut: Vec<bool> = s.lines.iter().map(|(_, cut)| *cut).collect();
+    assert_eq!(cut, [false, true]);
+    assert_eq!(record(dir.path(), "000-count=1-rep1")["complete"], true);
+    assert_eq!(record(dir.path(), "001-count=2-rep1")["complete"], false);
+    // Resumed after it: the complete run is skipped, the cut one made.
+    let s = sweep(dir.path(), Behaviour::Good, true);
+    assert_eq!(s.outcome.unwrap(), sweep_of(1, 1, false));
+}
+
+/// A stop that comes between runs (after one run's record is written,
+/// before the next starts) is the same interruption.
+#[test]
+fn a_stop_between_runs_is_an_interrupted_sweep() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = RunnerOptions {
+        results: dir.path().to_path_buf(),
+        resume: false,
+        exe: PathBuf::from("/nonexistent/ontime"),
+        stop: Arc::new(AtomicBool::new(false)),
+    };
+    let mut host = FakeHost {
+        behaviour: Behaviour::Good,
+        runs: 0,
+        prepared: false,
+    };
+    let stop = opts.stop.clone();
+    let outcome = run_plan(&mut host, &plan(), SCENARIO, &opts, &mut |e| {
+        if let Event::Finished { .. } = e {
+            stop.store(true, Ordering::Relaxed);
+        }
+    })
+    .unwrap();
+    assert_eq!(outcome, sweep_of(1, 0, true));
+    assert_eq!(host.runs, 1);
 }
 
 /// The real knob, as root (CI): set for a run and back afterwards.

@@ -622,6 +622,22 @@ host I/O = relay, vhost and ksoftirqd threads, CPU per 100 ms window.</p>\
     Ok((h, pngs))
 }
 
+/// The largest figure of a run directory copied into the report (a flame
+/// graph of a long recording is a few MiB).
+pub(crate) const MAX_FIGURE_BYTES: u64 = 64 << 20;
+
+/// Copies a figure of a run directory into the report under the input
+/// rule: a regular file of at most [`MAX_FIGURE_BYTES`], so a FIFO or a
+/// device in a results directory neither hangs the report nor fills it
+/// (bad input naming the file).
+pub(crate) fn copy_figure(src: &Path, dest: &Path) -> Result<()> {
+    use std::io::Read;
+    let (f, _) = ontime_core::fsio::open_input(src, "figure", MAX_FIGURE_BYTES)?;
+    let mut out = std::fs::File::create(dest).with_context(|| format!("cannot write {}", dest.display()))?;
+    std::io::copy(&mut f.take(MAX_FIGURE_BYTES), &mut out).with_context(|| format!("copying {}", src.display()))?;
+    Ok(())
+}
+
 /// "Where the tenants' time went": for the run with the largest error,
 /// when the scenario sampled stacks (`[observe] profile`), each tenant's
 /// time classes, who stole from it and the functions the steal is charged
@@ -630,9 +646,7 @@ fn profile_section(r: &RunResults, out: &Path, h: &mut String, pngs: &mut Vec<Pa
     let Some(file) = r.record.observe.as_ref().and_then(|o| o.profile.as_ref()) else {
         return Ok(());
     };
-    let text = std::fs::read_to_string(r.dir.join(file)).with_context(|| format!("reading runs/{}/{file}", r.name))?;
-    let p: ontime_profile::ProfileReport =
-        serde_json::from_str(&text).with_context(|| format!("runs/{}/{file}", r.name))?;
+    let p: ontime_profile::ProfileReport = ontime_scenario::results::read_json(&r.dir.join(file), "profile report")?;
     let pct = |part: u64, whole: u64| {
         if whole == 0 {
             "-".to_string()
@@ -695,8 +709,9 @@ Figures per tenant sum its vCPU threads. Steal after a wake-up is scheduling lat
     for (i, png) in classes.iter().take(4).enumerate() {
         let name = format!("profile-{}.png", i + 1);
         let dest = out.join(&name);
-        std::fs::copy(png, &dest).with_context(|| format!("copying {}", png.display()))?;
-        let svg = std::fs::read_to_string(png.with_extension("svg")).unwrap_or_default();
+        copy_figure(png, &dest)?;
+        let svg = ontime_core::fsio::read_text_capped(&png.with_extension("svg"), "figure", MAX_FIGURE_BYTES)
+            .unwrap_or_default();
         let _ = write!(h, "<figure>{svg}<figcaption>{name}</figcaption></figure>");
         pngs.push(dest);
     }
@@ -704,7 +719,7 @@ Figures per tenant sum its vCPU threads. Steal after a wake-up is scheduling lat
         let src = figs.join(f);
         if src.exists() {
             let name = format!("profile-{f}");
-            std::fs::copy(&src, out.join(&name)).with_context(|| format!("copying {}", src.display()))?;
+            copy_figure(&src, &out.join(&name))?;
             let _ = write!(
                 h,
                 "<p><a href=\"{name}\">Flame graph: {}</a></p>",

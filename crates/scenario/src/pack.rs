@@ -119,18 +119,38 @@ fn dir_name(dir: &Path) -> Result<String> {
     }
 }
 
-/// A histogram log's comment lines (its start time and legend).
+/// A histogram log's leading comment lines (its start time and legend),
+/// read under the input rule: a regular file, and no more than
+/// [`ontime_core::hlog::MAX_HLOG_LINE_BYTES`] of comments (a log's are
+/// a few lines; the intervals after them are not read).
 fn hlog_header(path: &Path) -> Result<Vec<u8>> {
-    let f = std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    use ontime_core::hlog::{MAX_HLOG_BYTES, MAX_HLOG_LINE_BYTES};
+    let (f, _) = ontime_core::fsio::open_input(path, "histogram log", MAX_HLOG_BYTES)?;
+    let mut reader = std::io::BufReader::new(f);
     let mut head = Vec::new();
-    for line in std::io::BufReader::new(f).split(b'\n') {
-        let line = line?;
-        if line.starts_with(b"#") {
-            head.extend_from_slice(&line);
-            head.push(b'\n');
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        (&mut reader)
+            .take(MAX_HLOG_LINE_BYTES + 1)
+            .read_until(b'\n', &mut line)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        if !line.starts_with(b"#") {
+            return Ok(head);
+        }
+        if line.last() == Some(&b'\n') {
+            line.pop();
+        }
+        head.extend_from_slice(&line);
+        head.push(b'\n');
+        if head.len() as u64 > MAX_HLOG_LINE_BYTES {
+            return Err(BadInput(format!(
+                "{}: more than {MAX_HLOG_LINE_BYTES} bytes of comments: not a histogram log",
+                path.display()
+            ))
+            .into());
         }
     }
-    Ok(head)
 }
 
 /// Unpacks `file` into a temporary directory. Only regular files and

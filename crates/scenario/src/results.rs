@@ -14,9 +14,27 @@ use ontime_cyclic::CyclicResult;
 use serde::de::DeserializeOwned;
 use std::path::{Path, PathBuf};
 
-/// Reads a JSON file as `T`; a wrong field names the file, line and field.
+/// The largest `run.json` read. The runner's hold a few hundred bytes per
+/// tenant beside the run's settings and summaries: under 1 MiB at the
+/// scenario's 200 tenants.
+pub const MAX_RUN_RECORD_BYTES: u64 = 16 << 20;
+
+/// The largest result or analysis file of a run read (`tN.json`,
+/// `observe.json`, `profile.json` ...): a flow's receiver keeps up to
+/// 100 000 bins, about 10 MiB of JSON.
+pub const MAX_RESULT_BYTES: u64 = 64 << 20;
+
+/// Reads a JSON file of a results directory (at most [`MAX_RESULT_BYTES`])
+/// as `T`; a wrong field names the file, line and field.
 pub fn read_json<T: DeserializeOwned>(path: &Path, what: &str) -> Result<T> {
-    let text = ontime_core::fsio::read_text(path, what).map_err(|e| BadInput(format!("{e:#}")))?;
+    read_json_capped(path, what, MAX_RESULT_BYTES)
+}
+
+/// [`read_json`] with its own size cap. The file is read under the input
+/// rule (a regular file: a FIFO or a device behind a symlink is refused
+/// without blocking); every refusal is bad input naming the file.
+pub fn read_json_capped<T: DeserializeOwned>(path: &Path, what: &str, cap: u64) -> Result<T> {
+    let text = ontime_core::fsio::read_text_capped(path, what, cap).map_err(|e| BadInput(format!("{e:#}")))?;
     let de = &mut serde_json::Deserializer::from_str(&text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let field = e.path().to_string();
@@ -36,7 +54,62 @@ pub fn read_record(run_dir: &Path) -> Result<RunRecord> {
     if !record.exists() && !probe_results(run_dir).is_empty() {
         return import_record(run_dir);
     }
-    read_json(&record, "lab run record")
+    let r: RunRecord = read_json_capped(&record, "lab run record", MAX_RUN_RECORD_BYTES)?;
+    check_record(&r, &record)?;
+    Ok(r)
+}
+
+/// What a run record claims, checked before anything is read or sized
+/// from it. The report reads and holds every tenant's result (about 20 KB
+/// each), so a record may list at most [`ontime_core::limits::MAX_TENANTS`]
+/// tenants, and each result file once: a forged record cannot make the
+/// report read one file ten thousand times. Files it names are plain names
+/// in the run directory. A record that claims more is corrupt: bad input
+/// naming the file.
+fn check_record(r: &RunRecord, path: &Path) -> Result<()> {
+    let corrupt = |what: String| {
+        anyhow::Error::new(BadInput(format!(
+            "{} is not a valid lab run record: {what}",
+            path.display()
+        )))
+    };
+    let max = ontime_core::limits::MAX_TENANTS;
+    if r.tenants.len() as u64 > max {
+        return Err(corrupt(format!(
+            "it lists {} tenants, more than a run may have ({max})",
+            r.tenants.len()
+        )));
+    }
+    let mut named = std::collections::HashSet::new();
+    for t in &r.tenants {
+        let Some(f) = &t.result else { continue };
+        plain_name(f).map_err(|e| corrupt(format!("tenant {}'s result {e}", t.index)))?;
+        if !named.insert(f.as_str()) {
+            return Err(corrupt(format!("two tenants name the same result {f:?}")));
+        }
+    }
+    let observe = r.observe.as_ref();
+    let others = [
+        ("observe.analysis", observe.and_then(|o| o.analysis.as_ref())),
+        ("observe.profile", observe.and_then(|o| o.profile.as_ref())),
+        ("io.analysis", r.io.as_ref().and_then(|o| o.analysis.as_ref())),
+    ];
+    for (key, f) in others {
+        let Some(f) = f else { continue };
+        plain_name(f).map_err(|e| corrupt(format!("{key} {e}")))?;
+    }
+    Ok(())
+}
+
+/// A file a run record names: a plain name in the run directory (a path
+/// joined to the directory could name any file on the host).
+fn plain_name(f: &str) -> Result<(), String> {
+    let p = Path::new(f);
+    let mut parts = p.components();
+    match (parts.next(), parts.next()) {
+        (Some(std::path::Component::Normal(_)), None) => Ok(()),
+        _ => Err(format!("{f:?} is not a file name in the run directory")),
+    }
 }
 
 /// `tN.json` files of a run directory, by tenant index.
@@ -75,7 +148,10 @@ pub fn import_record(run_dir: &Path) -> Result<RunRecord> {
         let planned = value["polls"]["planned"].as_u64().unwrap_or(0);
         let secs = value["duration_ns"].as_u64().unwrap_or(0) as f64 / 1e9;
         let rate = if secs > 0.0 { planned as f64 / secs } else { 1.0 };
-        format!("[tenant.crawl]\nrate = {:.3}\n", rate.max(0.001))
+        // At least one poll per period, as a scenario must plan.
+        let rate = ((rate * 1000.0).round() / 1000.0).max(0.001);
+        let period_s = (1.0 / rate).ceil().max(1.0);
+        format!("[tenant.crawl]\nrate = {rate:.3}\nperiod = \"{period_s}s\"\n")
     } else if value.get("latency").is_some() && value.get("overruns").is_some() {
         let interval = value["options"]["interval_ns"].as_u64().unwrap_or(1_000_000);
         format!("[tenant.cyclic]\ninterval = \"{}ns\"\n", interval.max(10_000))
@@ -88,10 +164,24 @@ pub fn import_record(run_dir: &Path) -> Result<RunRecord> {
     let manifest: ontime_core::manifest::Manifest = serde_json::from_value(value["manifest"].clone())
         .map_err(|e| BadInput(format!("{}: manifest: {e}", first.display())))?;
     let duration = value["duration_ns"].as_u64().unwrap_or(0).max(1_000_000_000);
-    let name = run_dir
+    // The directory's name, as a scenario name may be (run directories
+    // are named "000-count=1-rep1").
+    let name: String = run_dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .skip_while(|&c| c == '.')
+        .take(crate::scenario::MAX_NAME_LEN)
+        .collect();
+    let name = if name.is_empty() { "imported".to_string() } else { name };
     let scenario = format!(
         "name = {name:?}\nduration = \"{duration}ns\"\n[tenant]\ncount = {}\n{table}",
         files.len()
@@ -301,4 +391,101 @@ pub fn run_dirs(results: &Path) -> Result<Vec<PathBuf>> {
         .collect();
     dirs.sort();
     Ok(dirs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A copy of the report's committed crawler run, its record changed by
+    /// `edit`.
+    fn forged(edit: impl FnOnce(&mut serde_json::Value)) -> (tempfile::TempDir, PathBuf) {
+        let fixture =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../report/tests/fixtures/golden-lab/runs/000-count=1-rep1");
+        let d = tempfile::tempdir().unwrap();
+        let run = d.path().join("000-rep1");
+        std::fs::create_dir(&run).unwrap();
+        for f in ["run.json", "t0.json", "t0.hlog"] {
+            std::fs::copy(fixture.join(f), run.join(f)).unwrap();
+        }
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
+        edit(&mut v);
+        std::fs::write(run.join("run.json"), serde_json::to_string(&v).unwrap()).unwrap();
+        (d, run)
+    }
+
+    fn bad(run: &Path) -> String {
+        let e = read_run(run).err().expect("refused");
+        assert!(e.downcast_ref::<BadInput>().is_some(), "{e:#}");
+        format!("{e:#}")
+    }
+
+    #[test]
+    fn the_committed_run_reads() {
+        let (_d, run) = forged(|_| {});
+        let r = read_run(&run).unwrap();
+        assert_eq!(r.tenants.len(), 1);
+        assert!(!r.pooled.is_empty());
+    }
+
+    /// A 9 MB run.json listing 200 000 tenants took 4.3 GB in `lab
+    /// report`; one naming the same result for every tenant reads it
+    /// that many times.
+    #[test]
+    fn a_record_claiming_more_tenants_than_a_run_has_is_refused() {
+        let (_d, run) = forged(|v| {
+            let one = v["tenants"][0].clone();
+            v["tenants"] = serde_json::Value::Array(
+                (0..=ontime_core::limits::MAX_TENANTS)
+                    .map(|i| {
+                        let mut t = one.clone();
+                        t["index"] = i.into();
+                        t["result"] = serde_json::Value::Null;
+                        t
+                    })
+                    .collect(),
+            );
+        });
+        let e = bad(&run);
+        assert!(
+            e.contains("run.json") && e.contains("10001 tenants") && e.contains("10000"),
+            "{e}"
+        );
+        let (_d, run) = forged(|v| {
+            let one = v["tenants"][0].clone();
+            v["tenants"] = serde_json::Value::Array(vec![one.clone(), one]);
+        });
+        assert!(bad(&run).contains("two tenants name the same result"));
+        for name in ["../../../etc/passwd", "/etc/passwd", ""] {
+            let (_d, run) = forged(|v| v["tenants"][0]["result"] = name.into());
+            assert!(bad(&run).contains("not a file name in the run directory"), "{name}");
+        }
+    }
+
+    #[test]
+    fn results_that_are_no_regular_files_are_refused_without_blocking() {
+        let (_d, run) = forged(|_| {});
+        std::fs::remove_file(run.join("t0.hlog")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", run.join("t0.hlog")).unwrap();
+        assert!(bad(&run).contains("t0.hlog is not a regular file"));
+        std::fs::remove_file(run.join("t0.json")).unwrap();
+        let made = std::process::Command::new("mkfifo").arg(run.join("t0.json")).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        assert!(bad(&run).contains("t0.json is not a regular file"));
+        std::fs::remove_file(run.join("run.json")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", run.join("run.json")).unwrap();
+        assert!(bad(&run).contains("run.json is not a regular file"));
+    }
+
+    #[test]
+    fn a_corrupt_histogram_log_is_bad_input_naming_it() {
+        let (_d, run) = forged(|_| {});
+        std::fs::write(
+            run.join("t0.hlog"),
+            b"#[StartTime: 1.000 (seconds since epoch)]\nnot an interval\n",
+        )
+        .unwrap();
+        assert!(bad(&run).contains("t0.hlog is not a valid histogram log: line 2"));
+    }
 }

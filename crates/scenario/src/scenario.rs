@@ -605,6 +605,7 @@ impl NetSpec {
                 .map_err(|e| anyhow!("net.listen = \"{l}\": {e} (give ADDRESS:PORT)"))?;
         }
         let mut seen = std::collections::BTreeSet::new();
+        let mut names = std::collections::BTreeSet::new();
         for (k, f) in self.flows.iter().enumerate() {
             let at = format!("net.flow[{k}] ({})", f.name);
             if f.name.is_empty()
@@ -614,6 +615,10 @@ impl NetSpec {
                     .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
             {
                 bail!("{at}: name must be letters, digits, - or _");
+            }
+            // The name is its result file's (flow-NAME.json): one each.
+            if !names.insert(f.name.as_str()) {
+                bail!("{at}: another flow is already named {}", f.name);
             }
             if !seen.insert((f.to.clone(), f.port)) {
                 bail!("{at}: another flow already goes to {} port {}", f.to, f.port);
@@ -851,9 +856,20 @@ impl Plan {
 /// Set-up and teardown per run, for time estimates.
 pub const RUN_OVERHEAD_NS: u64 = 3_000_000_000;
 
+/// The largest scenario file read. A person writes it (the largest
+/// shipped is 3 KB), and a plan holds its settings once per run, up to
+/// [`ontime_core::limits::MAX_RUNS`] runs: the cap bounds that product.
+pub const MAX_SCENARIO_BYTES: u64 = 64 << 10;
+
+/// A scenario file's text under the input rule (a regular file of at most
+/// [`MAX_SCENARIO_BYTES`], UTF-8); a refusal is bad input naming the file.
+pub fn read_text(path: &Path) -> Result<String> {
+    ontime_core::fsio::read_text_capped(path, "scenario (TOML)", MAX_SCENARIO_BYTES)
+}
+
 /// Reads and expands a scenario file; every error names the file and key.
 pub fn load(path: &Path) -> Result<Plan> {
-    let text = ontime_core::fsio::read_text(path, "scenario (TOML)")?;
+    let text = read_text(path)?;
     load_str(&text, path)
 }
 
@@ -1046,8 +1062,37 @@ fn set_path(v: &mut toml::Value, path: &str, val: toml::Value) -> Result<(), Str
     Ok(())
 }
 
+/// The longest scenario name: it names the results directory.
+pub const MAX_NAME_LEN: usize = 64;
+
+/// Relay threads of one run. Each holds 8192 frame buffers (16 MiB) and a
+/// packet socket per port; tenant ports are dealt round-robin, so beyond
+/// the tenants (200 at most) and the host's CPUs more threads only idle.
+pub const MAX_RELAY_THREADS: u64 = 64;
+
+/// The slowest relay link (`host.relay_rate_mbit`): a 1500-byte frame
+/// every 120 ms; slower, an answer takes longer than any period.
+const MIN_RELAY_RATE_MBIT: f64 = 0.1;
+
+/// A scenario's name is the directory its results go to (`results/NAME`,
+/// `lab run` without `-o`): one path component of letters, digits, '.',
+/// '_' or '-', not hidden and not empty, so that `../../x` cannot write
+/// outside the results directory and "" cannot write into it.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if !name.is_empty() && name.len() <= MAX_NAME_LEN && !name.starts_with('.') && name.chars().all(allowed) {
+        return Ok(());
+    }
+    let shown: String = name.chars().take(MAX_NAME_LEN + 1).collect();
+    Err(format!(
+        "name = {shown:?}{}: give 1 to {MAX_NAME_LEN} letters, digits, '.', '_' or '-', not starting with '.' (it names the results directory)",
+        if shown.len() < name.len() { "..." } else { "" }
+    ))
+}
+
 /// Checks that the kernel would accept: keys named as in the file.
 fn validate(c: &RunConfig) -> Result<()> {
+    check_name(&c.name).map_err(anyhow::Error::msg)?;
     ontime_core::limits::duration(
         "duration",
         c.duration,
@@ -1100,8 +1145,13 @@ fn validate(c: &RunConfig) -> Result<()> {
             bail!("host.rr_timeslice must be whole milliseconds from 1ms to 1s (the kernel's unit)");
         }
     }
-    if c.host.relay_threads == 0 {
-        bail!("host.relay_threads must be at least 1");
+    ontime_core::limits::count("host.relay_threads", c.host.relay_threads as u64, 1, MAX_RELAY_THREADS)
+        .map_err(anyhow::Error::msg)?;
+    if let Some(r) = c.host.relay_rate_mbit {
+        ontime_core::limits::rate("host.relay_rate_mbit", r, 100_000.0).map_err(anyhow::Error::msg)?;
+        if r < MIN_RELAY_RATE_MBIT {
+            bail!("host.relay_rate_mbit = {r:?} is out of range: give {MIN_RELAY_RATE_MBIT} .. 100000 (Mbit/s)");
+        }
     }
     if c.host.relay_delay > 10_000_000_000 {
         bail!("host.relay_delay must be at most 10s");
@@ -1162,8 +1212,33 @@ fn validate(c: &RunConfig) -> Result<()> {
         (Some(_), Some(_)) => bail!("tenant: give either [tenant.crawl] or [tenant.cyclic], not both"),
         (None, None) => bail!("tenant: needs a workload, [tenant.crawl] (rate = ...), [tenant.cyclic] or [tenant.io]"),
         (Some(cr), None) => {
-            ontime_core::limits::rate("tenant.crawl.rate", cr.rate, ontime_core::limits::MAX_POLLS_PER_SECOND)
-                .map_err(anyhow::Error::msg)?;
+            use ontime_core::limits;
+            limits::rate("tenant.crawl.rate", cr.rate, limits::MAX_POLLS_PER_SECOND).map_err(anyhow::Error::msg)?;
+            limits::duration(
+                "tenant.crawl.period",
+                cr.period,
+                limits::MIN_PERIOD_NS,
+                limits::MAX_DURATION_NS,
+            )
+            .map_err(anyhow::Error::msg)?;
+            // The crawler plans whole polls per period, at least one: a
+            // rate below one poll per period would silently run as one.
+            let min_rate = 1e9 / cr.period as f64;
+            if cr.rate < min_rate {
+                bail!(
+                    "tenant.crawl.rate = {:?} is out of range: give {:?} .. {:?} per second (at least one poll per tenant.crawl.period = {}; a longer period allows less)",
+                    cr.rate,
+                    min_rate,
+                    limits::MAX_POLLS_PER_SECOND,
+                    ontime_core::duration::format_ns(cr.period)
+                );
+            }
+            // A poll's work beyond its whole period overruns every period
+            // on its thread, and keeps the thread past the run's end.
+            if let Some(w) = cr.work_per_poll {
+                limits::duration("tenant.crawl.work_per_poll", w, 0, cr.period)
+                    .map_err(|e| anyhow!("{e} (at most tenant.crawl.period: one poll's work fits its period)"))?;
+            }
             let points = cr.rate * cr.points_per_request as f64 * cr.period as f64 / 1e9;
             if points > ontime_core::limits::MAX_POINTS as f64 {
                 bail!(
@@ -1173,9 +1248,6 @@ fn validate(c: &RunConfig) -> Result<()> {
             }
             if cr.points_per_request == 0 || cr.points_per_request > 1000 {
                 bail!("tenant.crawl.points_per_request must be 1..1000");
-            }
-            if cr.period < 1_000_000 {
-                bail!("tenant.crawl.period must be at least 1ms");
             }
             cr.work_model()
                 .validate()
@@ -1468,6 +1540,64 @@ mod tests {
         assert!(e.contains("duration"), "{e}");
         let e = err(&BASE.replace("[tenant]\n", "[tenant]\nmemory = '99999999999999999G'\n"));
         assert!(e.contains("tenant.memory"), "{e}");
+    }
+
+    /// Values a hostile test found accepted: a million relay threads
+    /// (4.3 GB, then "cannot start thread"), a rate of 1e-300 (run as one
+    /// poll per period), 100 h of work per poll, and names that put the
+    /// results outside the results directory or into it. Each is refused
+    /// at planning (so in --dry-run too), naming the key and its range.
+    #[test]
+    fn values_no_run_can_take_are_refused_with_the_key_and_range() {
+        let e = err(&BASE.replace("[tenant]\n", "[host]\nrelay_threads = 1000000\n[tenant]\n"));
+        assert!(
+            e.contains("host.relay_threads = 1000000") && e.contains("1 .. 64"),
+            "{e}"
+        );
+        let e = err(&BASE.replace("[tenant]\n", "[host]\nrelay_rate_mbit = 1e-300\n[tenant]\n"));
+        assert!(e.contains("host.relay_rate_mbit") && e.contains("out of range"), "{e}");
+        let e = err(&BASE.replace("rate = 100", "rate = 1e-300"));
+        assert!(
+            e.contains("tenant.crawl.rate") && e.contains("out of range") && e.contains("one poll per"),
+            "{e}"
+        );
+        // A longer period allows a lower rate.
+        plan(&BASE.replace("rate = 100", "rate = 0.1\nperiod = '10s'")).unwrap();
+        let e = err(&BASE.replace("rate = 100", "rate = 100\nwork_per_poll = '100h'"));
+        assert!(
+            e.contains("tenant.crawl.work_per_poll") && e.contains("out of range"),
+            "{e}"
+        );
+        plan(&BASE.replace("rate = 100", "rate = 100\nwork_per_poll = '1.4ms'")).unwrap();
+        let e = err(&BASE.replace("rate = 100", "rate = 100\nperiod = '100000h'"));
+        assert!(e.contains("period = ") && e.contains("out of range"), "{e}");
+        for name in ["../../escaped-by-name", "", ".hidden", "a/b", "with space"] {
+            let e = err(&BASE.replace("name = 'x'", &format!("name = {name:?}")));
+            assert!(
+                e.contains("name = ") && e.contains("results directory"),
+                "{name:?}: {e}"
+            );
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+        let long = "n".repeat(MAX_NAME_LEN + 1);
+        let e = err(&BASE.replace("name = 'x'", &format!("name = '{long}'")));
+        assert!(e.contains("results directory"), "{e}");
+        plan(&BASE.replace("name = 'x'", "name = 'doc-000.v2_b'")).unwrap();
+    }
+
+    #[test]
+    fn a_scenario_file_is_read_under_the_input_rule() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.toml");
+        let filler = format!("# {}\n", "x".repeat(100)).repeat((MAX_SCENARIO_BYTES / 100) as usize);
+        std::fs::write(&big, format!("{BASE}{filler}")).unwrap();
+        let e = load(&big).unwrap_err();
+        assert!(e.downcast_ref::<ontime_core::BadInput>().is_some(), "{e:#}");
+        assert!(format!("{e:#}").contains(&MAX_SCENARIO_BYTES.to_string()), "{e:#}");
+        let link = dir.path().join("zero.toml");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        let e = load(&link).unwrap_err();
+        assert!(format!("{e:#}").contains("not a regular file"), "{e:#}");
     }
 
     proptest::proptest! {
