@@ -142,6 +142,8 @@ struct TasksArgs {
     #[arg(long, value_parser = parse_ns)]
     horizon: Option<u64>,
     /// Write every completed job as CSV: task,release_ns,completion_ns
+    /// (RFC 4180: a name with a comma, quote or line break is quoted; the
+    /// file appears whole or not at all)
     #[arg(long, value_name = "FILE")]
     jobs: Option<PathBuf>,
     #[command(flatten)]
@@ -187,29 +189,48 @@ fn tasks(a: TasksArgs) -> anyhow::Result<()> {
     }
     crate::output::check_outputs(&[("--result", a.out.result.as_deref()), ("--jobs", a.jobs.as_deref())])?;
     let mut sched = model.build(set.len(), a.cpus);
-    // Jobs stream to the file as they complete: memory stays the set's.
+    // Jobs stream to the file as they complete (memory stays the set's),
+    // through a temporary file renamed into place at the end: a full disk
+    // leaves no partial CSV, and the error names the file.
     let mut csv = match &a.jobs {
         Some(p) => {
-            let f = std::fs::File::create(p).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?;
-            let mut w = std::io::BufWriter::new(f);
-            writeln!(w, "task,release_ns,completion_ns")?;
+            let mut w = ontime_core::fsio::AtomicWriter::create(p)?;
+            writeln!(w, "task,release_ns,completion_ns")
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?;
             Some(w)
         }
         None => None,
     };
+    let names: Vec<String> = set
+        .iter()
+        .map(|t| ontime_core::export::csv_field(&t.name).into_owned())
+        .collect();
     let mut write_err = None;
     let outcome = ontime_sim::engine::simulate_jobs(&set, a.cpus, &mut *sched, horizon, 0, &mut |t, rel, done| {
+        if write_err.is_some() {
+            return;
+        }
         if let Some(w) = csv.as_mut() {
-            if let Err(e) = writeln!(w, "{},{rel},{done}", set[t].name) {
-                write_err.get_or_insert(e);
+            if let Err(e) = writeln!(w, "{},{rel},{done}", names[t]) {
+                write_err = Some(e);
             }
         }
     });
-    if let Some(mut w) = csv {
+    if let Some(w) = csv {
         if let Some(e) = write_err {
-            return Err(anyhow::anyhow!("--jobs: {e}"));
+            // Dropping the writer removes the partial file.
+            let path = w.path().display().to_string();
+            drop(w);
+            return Err(anyhow::anyhow!("cannot write {path}: {e}"));
         }
-        w.flush()?;
+        w.commit()?;
+    }
+    if outcome.end_ns < horizon {
+        ontime_core::errln!(
+            "ontime sim tasks: stopped at {}: more than {} jobs waited at once (the set is overloaded); every waiting job past its deadline by then is a miss",
+            ontime_core::duration::format_ns(outcome.end_ns),
+            ontime_sim::engine::MAX_WAITING_JOBS
+        );
     }
     let lines: Vec<TaskLine> = set
         .iter()
@@ -229,7 +250,7 @@ fn tasks(a: TasksArgs) -> anyhow::Result<()> {
         set.len(),
         model,
         a.cpus,
-        format_ns(horizon),
+        format_ns(outcome.end_ns),
         set.iter().map(ontime_sim::task::PeriodicTask::utilisation).sum::<f64>(),
         "task",
         "released",
