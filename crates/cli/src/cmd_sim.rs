@@ -42,8 +42,8 @@ pub struct SimArgs {
     #[command(flatten)]
     settings: ModelSettings,
     /// Model the host I/O path as a thread forwarding every request and
-    /// answer at this CPU cost per packet, e.g. 50us (default: a constant
-    /// WAN delay only)
+    /// answer at this CPU cost per packet, e.g. 50us, at most 1s (default:
+    /// a constant WAN delay only)
     #[arg(long, value_parser = parse_ns)]
     io_cost: Option<u64>,
     /// Threads of that I/O path, each tenant's packets on one of them (the
@@ -350,6 +350,9 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
     }
     if let Some(c) = a.cpus {
         ontime_core::limits::count("--cpus", c as u64, 1, ontime_core::limits::MAX_SIM_CPUS).map_err(bad_input)?;
+    }
+    if let Some(c) = a.io_cost {
+        ontime_core::limits::duration("--io-cost", c, 0, ontime_core::limits::MAX_IO_COST_NS).map_err(bad_input)?;
     }
     crate::output::check_outputs(&[("--result", a.out.result.as_deref())])?;
     let io_cost_known = a.io_cost.is_some()
