@@ -4,8 +4,10 @@ use clap::{Args, Subcommand};
 use ontime_core::bad_input;
 use ontime_core::duration::parse_ns;
 use ontime_core::export::TextReport;
-use ontime_sim_lab::simulate::{simulate_plan, Model, SimLine, SimListing, SimOptions};
+use ontime_sim_lab::simulate::{simulate_plan_until, Model, SimLine, SimListing, SimOptions};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -386,7 +388,11 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
     let mut summaries: Vec<serde_json::Value> = Vec::new();
     let mut written = 0usize;
     let total = plan.runs.len();
-    simulate_plan(&plan, &opts, &mut |r| {
+    // Ctrl-C stops the sweep between runs; the runs done are listed and
+    // written as a finished sweep's are, as `lab run` keeps its runs.
+    let stop = Arc::new(AtomicBool::new(false));
+    crate::signals::install_flag(stop.clone())?;
+    let done = simulate_plan_until(&plan, &opts, &stop, &mut |r| {
         let line = SimLine::of(&r);
         if total > 1 {
             ontime_core::errln!(
@@ -404,7 +410,19 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
     })
     .map_err(|e| bad_input(format!("{e:#}")))?;
     listing.written_into = a.into.clone().map(|d| (written, d));
-    a.out.emit(&summaries, &listing.text())
+    let interrupted = stop.load(Ordering::Relaxed) && done < total;
+    if interrupted {
+        listing.interrupted = Some((done, total));
+    }
+    a.out.emit(&summaries, &listing.text())?;
+    if interrupted {
+        return Err(crate::signals::Interrupted(format!(
+            "interrupted after {done} of {total} runs; the runs done are in the table{}",
+            if a.out.result.is_some() { " and --result" } else { "" }
+        ))
+        .into());
+    }
+    Ok(())
 }
 
 fn validate(a: ValidateArgs) -> anyhow::Result<()> {

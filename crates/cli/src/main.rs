@@ -1,6 +1,7 @@
 //! The `ontime` command: parses the command line, runs one verb, maps the
 //! outcome to an exit code (0 ok, 1 failure, 2 bad input: a clap error or
-//! an [`ontime_core::BadInput`] from any verb). All work lives in the
+//! an [`ontime_core::BadInput`] from any verb, 130 a run interrupted after
+//! it kept what it had: [`signals::Interrupted`]). All work lives in the
 //! library crates.
 
 mod cmd_crawl;
@@ -140,6 +141,10 @@ fn main() {
         Verb::Probe(a) => cmd_probe::run(a),
     };
     if let Err(e) = result {
+        if e.downcast_ref::<signals::Interrupted>().is_some() {
+            ontime_core::errln!("ontime: {e:#}");
+            std::process::exit(130);
+        }
         // Bad input is exit 2 wherever it arose (anyhow finds it through
         // any context added on the way up); everything else is a failure.
         let code = if e.downcast_ref::<ontime_core::BadInput>().is_some() {

@@ -29,6 +29,21 @@ pub fn install(on_first: impl Fn() + Send + 'static, on_second: impl Fn() + Send
     Ok(())
 }
 
+/// A run stopped by Ctrl-C or SIGTERM after it kept and wrote what it had
+/// done: `main` says so on stderr and exits 130, as a shell reports a
+/// command ended by SIGINT, so a script does not take the partial result
+/// for a whole one.
+#[derive(Debug)]
+pub struct Interrupted(pub String);
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
 /// For verbs with a single stop flag.
 pub fn install_flag(flag: Arc<std::sync::atomic::AtomicBool>) -> anyhow::Result<()> {
     let f2 = flag.clone();
