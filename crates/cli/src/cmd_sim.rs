@@ -4,8 +4,10 @@ use clap::{Args, Subcommand};
 use ontime_core::bad_input;
 use ontime_core::duration::parse_ns;
 use ontime_core::export::TextReport;
-use ontime_sim_lab::simulate::{simulate_plan, Model, SimLine, SimListing, SimOptions};
+use ontime_sim_lab::simulate::{simulate_plan_until, Model, SimLine, SimListing, SimOptions};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -42,8 +44,8 @@ pub struct SimArgs {
     #[command(flatten)]
     settings: ModelSettings,
     /// Model the host I/O path as a thread forwarding every request and
-    /// answer at this CPU cost per packet, e.g. 50us (default: a constant
-    /// WAN delay only)
+    /// answer at this CPU cost per packet, e.g. 50us, at most 1s (default:
+    /// a constant WAN delay only)
     #[arg(long, value_parser = parse_ns)]
     io_cost: Option<u64>,
     /// Threads of that I/O path, each tenant's packets on one of them (the
@@ -142,6 +144,8 @@ struct TasksArgs {
     #[arg(long, value_parser = parse_ns)]
     horizon: Option<u64>,
     /// Write every completed job as CSV: task,release_ns,completion_ns
+    /// (RFC 4180: a name with a comma, quote or line break is quoted; the
+    /// file appears whole or not at all)
     #[arg(long, value_name = "FILE")]
     jobs: Option<PathBuf>,
     #[command(flatten)]
@@ -187,29 +191,48 @@ fn tasks(a: TasksArgs) -> anyhow::Result<()> {
     }
     crate::output::check_outputs(&[("--result", a.out.result.as_deref()), ("--jobs", a.jobs.as_deref())])?;
     let mut sched = model.build(set.len(), a.cpus);
-    // Jobs stream to the file as they complete: memory stays the set's.
+    // Jobs stream to the file as they complete (memory stays the set's),
+    // through a temporary file renamed into place at the end: a full disk
+    // leaves no partial CSV, and the error names the file.
     let mut csv = match &a.jobs {
         Some(p) => {
-            let f = std::fs::File::create(p).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?;
-            let mut w = std::io::BufWriter::new(f);
-            writeln!(w, "task,release_ns,completion_ns")?;
+            let mut w = ontime_core::fsio::AtomicWriter::create(p)?;
+            writeln!(w, "task,release_ns,completion_ns")
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?;
             Some(w)
         }
         None => None,
     };
+    let names: Vec<String> = set
+        .iter()
+        .map(|t| ontime_core::export::csv_field(&t.name).into_owned())
+        .collect();
     let mut write_err = None;
     let outcome = ontime_sim::engine::simulate_jobs(&set, a.cpus, &mut *sched, horizon, 0, &mut |t, rel, done| {
+        if write_err.is_some() {
+            return;
+        }
         if let Some(w) = csv.as_mut() {
-            if let Err(e) = writeln!(w, "{},{rel},{done}", set[t].name) {
-                write_err.get_or_insert(e);
+            if let Err(e) = writeln!(w, "{},{rel},{done}", names[t]) {
+                write_err = Some(e);
             }
         }
     });
-    if let Some(mut w) = csv {
+    if let Some(w) = csv {
         if let Some(e) = write_err {
-            return Err(anyhow::anyhow!("--jobs: {e}"));
+            // Dropping the writer removes the partial file.
+            let path = w.path().display().to_string();
+            drop(w);
+            return Err(anyhow::anyhow!("cannot write {path}: {e}"));
         }
-        w.flush()?;
+        w.commit()?;
+    }
+    if outcome.end_ns < horizon {
+        ontime_core::errln!(
+            "ontime sim tasks: stopped at {}: more than {} jobs waited at once (the set is overloaded); every waiting job past its deadline by then is a miss",
+            ontime_core::duration::format_ns(outcome.end_ns),
+            ontime_sim::engine::MAX_WAITING_JOBS
+        );
     }
     let lines: Vec<TaskLine> = set
         .iter()
@@ -229,7 +252,7 @@ fn tasks(a: TasksArgs) -> anyhow::Result<()> {
         set.len(),
         model,
         a.cpus,
-        format_ns(horizon),
+        format_ns(outcome.end_ns),
         set.iter().map(ontime_sim::task::PeriodicTask::utilisation).sum::<f64>(),
         "task",
         "released",
@@ -330,6 +353,9 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
     if let Some(c) = a.cpus {
         ontime_core::limits::count("--cpus", c as u64, 1, ontime_core::limits::MAX_SIM_CPUS).map_err(bad_input)?;
     }
+    if let Some(c) = a.io_cost {
+        ontime_core::limits::duration("--io-cost", c, 0, ontime_core::limits::MAX_IO_COST_NS).map_err(bad_input)?;
+    }
     crate::output::check_outputs(&[("--result", a.out.result.as_deref())])?;
     let io_cost_known = a.io_cost.is_some()
         || calibration
@@ -362,7 +388,11 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
     let mut summaries: Vec<serde_json::Value> = Vec::new();
     let mut written = 0usize;
     let total = plan.runs.len();
-    simulate_plan(&plan, &opts, &mut |r| {
+    // Ctrl-C stops the sweep between runs; the runs done are listed and
+    // written as a finished sweep's are, as `lab run` keeps its runs.
+    let stop = Arc::new(AtomicBool::new(false));
+    crate::signals::install_flag(stop.clone())?;
+    let done = simulate_plan_until(&plan, &opts, &stop, &mut |r| {
         let line = SimLine::of(&r);
         if total > 1 {
             ontime_core::errln!(
@@ -380,7 +410,19 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
     })
     .map_err(|e| bad_input(format!("{e:#}")))?;
     listing.written_into = a.into.clone().map(|d| (written, d));
-    a.out.emit(&summaries, &listing.text())
+    let interrupted = stop.load(Ordering::Relaxed) && done < total;
+    if interrupted {
+        listing.interrupted = Some((done, total));
+    }
+    a.out.emit(&summaries, &listing.text())?;
+    if interrupted {
+        ontime_core::errln!(
+            "ontime sim: interrupted after {done} of {total} runs; the runs done are in the table{}",
+            if a.out.result.is_some() { " and --result" } else { "" }
+        );
+        return Err(crate::signals::Interrupted::by_first_signal().into());
+    }
+    Ok(())
 }
 
 fn validate(a: ValidateArgs) -> anyhow::Result<()> {

@@ -47,9 +47,31 @@ impl<T: TextReport + ?Sized> Exporter<T> for Text {
     }
 }
 
+/// One CSV field as RFC 4180 writes it: a field holding a comma, a double
+/// quote, CR or LF is enclosed in double quotes, its quotes doubled; any
+/// other is written as it is. Names from input files (a task set's) may
+/// hold any of these, and unquoted they break the row.
+pub fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.contains([',', '"', '\r', '\n']) {
+        std::borrow::Cow::Owned(format!("\"{}\"", s.replace('"', "\"\"")))
+    } else {
+        std::borrow::Cow::Borrowed(s)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn csv_fields_are_quoted_as_rfc_4180_says() {
+        assert_eq!(csv_field("t0"), "t0");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_field("two\nlines"), "\"two\nlines\"");
+        assert_eq!(csv_field("cr\r"), "\"cr\r\"");
+        assert_eq!(csv_field(""), "");
+    }
 
     #[derive(Serialize)]
     struct R {

@@ -27,6 +27,79 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// A file written as a stream and put in place whole, for outputs too
+/// large to hold in memory (`sim tasks --jobs`): bytes go to `path.tmp`,
+/// [`AtomicWriter::commit`] syncs it and renames it to `path`. Dropped
+/// without a commit (a write failed, the run was abandoned) it removes the
+/// temporary file, so a full disk never leaves a partial file under the
+/// real name; every error names `path`.
+pub struct AtomicWriter {
+    path: PathBuf,
+    tmp: PathBuf,
+    /// None once committed.
+    out: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+impl AtomicWriter {
+    pub fn create(path: &Path) -> Result<AtomicWriter> {
+        let tmp = tmp_path(path);
+        let f = std::fs::File::create(&tmp).with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(AtomicWriter {
+            path: path.to_path_buf(),
+            tmp,
+            out: Some(std::io::BufWriter::new(f)),
+        })
+    }
+
+    /// The file it writes (not the temporary one).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Flushes, syncs and renames the file into place; on failure the
+    /// temporary file is removed and the error names `path`.
+    pub fn commit(mut self) -> Result<()> {
+        let Some(out) = self.out.take() else {
+            return Ok(());
+        };
+        let r = (|| -> std::io::Result<()> {
+            let f = out.into_inner().map_err(|e| e.into_error())?;
+            f.sync_all()?;
+            std::fs::rename(&self.tmp, &self.path)
+        })();
+        if let Err(e) = r {
+            let _ = std::fs::remove_file(&self.tmp);
+            return Err(e).with_context(|| format!("cannot write {}", self.path.display()));
+        }
+        Ok(())
+    }
+}
+
+impl Write for AtomicWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self.out.as_mut() {
+            Some(o) => o.write(buf),
+            None => Err(std::io::Error::other("written after its commit")),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self.out.as_mut() {
+            Some(o) => o.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for AtomicWriter {
+    fn drop(&mut self) {
+        // Not committed: the partial file must not stay behind.
+        if self.out.take().is_some() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
 fn tmp_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".tmp");
@@ -235,6 +308,27 @@ mod tests {
         assert!(!d.path().join("r.json.tmp").exists());
         let e = write_atomic(&d.path().join("no/such/r.json"), b"x").unwrap_err();
         assert!(format!("{e:#}").contains("no/such/r.json"), "{e:#}");
+    }
+
+    #[test]
+    fn a_streamed_file_is_in_place_whole_or_not_at_all() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("jobs.csv");
+        let mut w = AtomicWriter::create(&p).unwrap();
+        writeln!(w, "task,release_ns").unwrap();
+        assert!(!p.exists(), "not under its name before the commit");
+        w.commit().unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "task,release_ns\n");
+        assert!(!d.path().join("jobs.csv.tmp").exists());
+        // Abandoned (a write failed on the way): nothing is left, and the
+        // earlier whole file stays.
+        let mut w = AtomicWriter::create(&p).unwrap();
+        writeln!(w, "half").unwrap();
+        drop(w);
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "task,release_ns\n");
+        assert!(!d.path().join("jobs.csv.tmp").exists());
+        let e = AtomicWriter::create(&d.path().join("no/such/jobs.csv")).err().unwrap();
+        assert!(format!("{e:#}").contains("no/such/jobs.csv"), "{e:#}");
     }
 
     #[test]

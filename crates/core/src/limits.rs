@@ -48,6 +48,39 @@ pub const MAX_DURATION_NS: u64 = 7 * 24 * 3600 * 1_000_000_000;
 pub const MIN_DURATION_NS: u64 = 1_000_000;
 /// Bins of a cyclictest-layout histogram (1 us each: one second).
 pub const MAX_HISTOGRAM_BINS: u64 = 1_000_000;
+/// CPU per packet of a simulated or planned host I/O path (`sim
+/// --io-cost`, a plan host's `io_cost`, a calibration's): a packet that
+/// costs more than a second of CPU is a typo, and a larger cost only piles
+/// up work the run never gets through.
+pub const MAX_IO_COST_NS: u64 = 1_000_000_000;
+/// How late a simulated host's timers may wake a thread, and how long it
+/// may stall as a whole (a calibration's noise and stall durations):
+/// longer is a host that is down, not noise.
+pub const MAX_HOST_DELAY_NS: u64 = 10_000_000_000;
+/// Stalls per second of a simulated host (a calibration's): the engine
+/// handles each as an event, and a host stalling more often than every
+/// millisecond is not running anything.
+pub const MAX_STALLS_PER_SECOND: f64 = 1000.0;
+/// Crawler or probe tenants on one simulated host (`ontime sim`, a host of
+/// `ontime plan`): each holds its interval-error and send-lag histograms,
+/// about 0.53 MB (`ontime_sim::crawl::Footprint`).
+pub const MAX_SIM_TENANTS: u64 = 1_000;
+/// Threads on one simulated host (vCPUs, the I/O path, CPU hogs): about
+/// 1 KB each, and the engine looks at each at every event.
+pub const MAX_SIM_THREADS: u64 = 20_000;
+/// Poll streams on one simulated host (each tenant's rate x period): each
+/// keeps its plan and its answers in flight, about 320 bytes.
+pub const MAX_SIM_STREAMS: u64 = 1_000_000;
+/// Polls (or probe wake-ups) one simulated run plans (rate x simulated
+/// time, summed over the tenants). A host that falls behind queues every
+/// poll it has not sent, up to 128 bytes each: 10 M polls bound that to
+/// 1.3 GB, and take about 20 s at the engine's speed (bench/results.md).
+pub const MAX_SIM_POLLS: u64 = 10_000_000;
+/// Polls of one simulated run that also records its scheduler view
+/// (`sim --into`): every wake-up and switch is kept as an event for the
+/// run's `observe.otrec`, about 512 bytes per poll with a holding I/O
+/// path. 2 M holds document 000's longest lab run (1000 s at 1000 polls/s).
+pub const MAX_SIM_VIEW_POLLS: u64 = 2_000_000;
 
 /// Checks `min <= value <= max`; the error names `what` and the range in
 /// the value's own words (`show` formats a bound).

@@ -236,7 +236,9 @@ impl TenantSpec {
 /// the tenant's rate makes in the observed time (the recording is taken to
 /// cover steady polling).
 fn measured_cpu_per_poll(path: &Path, rate: f64, group: Option<&str>) -> Result<u64> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    // Under the input rule: a FIFO or a device named here would block the
+    // plan or never end.
+    let text = ontime_core::fsio::read_text(path, "crawler result or observe analysis")?;
     let v: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
     if let Some(groups) = v.get("groups").and_then(serde_json::Value::as_array) {
@@ -431,7 +433,7 @@ impl PlanInput {
                     .map_err(msg)
                     .with_context(host)?;
             }
-            limits::duration("io_cost", h.io_cost, 0, 1_000_000_000)
+            limits::duration("io_cost", h.io_cost, 0, limits::MAX_IO_COST_NS)
                 .map_err(msg)
                 .with_context(host)?;
         }

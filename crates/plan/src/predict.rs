@@ -6,7 +6,7 @@ use crate::input::{HostSpec, Tenant};
 pub use crate::peak::{peak_cpu, PEAK_WINDOW_NS};
 use ontime_core::duration::format_ns;
 use ontime_core::work::Phase;
-use ontime_sim::crawl::{CrawlTenant, CrawlWorkload, HostIo};
+use ontime_sim::crawl::{CrawlTenant, CrawlWorkload, Footprint, HostIo};
 use ontime_sim::engine::{run_with_stalls, Workload};
 use ontime_sim::noise::StallSampler;
 use ontime_sim::sched::Model;
@@ -140,6 +140,10 @@ pub struct HostPrediction {
     pub pinning: Option<String>,
     /// ... as soft affinity (a preference, not a fence).
     pub soft_pinned: bool,
+    /// Why the host was not simulated (too large for the simulator's
+    /// memory bounds); its tenants are then not kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_simulated: Option<String>,
 }
 
 impl HostPrediction {
@@ -147,12 +151,15 @@ impl HostPrediction {
     /// simulated figure otherwise.
     pub fn why(&self, t: &TenantPrediction) -> String {
         if !self.rule_violations.is_empty() {
-            let sim = if t.meets {
-                "the simulation alone predicts it keeps the target"
-            } else {
-                "the simulation predicts a miss too"
+            let sim = match &self.not_simulated {
+                Some(why) => format!("not simulated: {why}"),
+                None if t.meets => "the simulation alone predicts it keeps the target".into(),
+                None => "the simulation predicts a miss too".into(),
             };
             return format!("{} (document 000's rules; {sim})", self.rule_violations.join("; "));
+        }
+        if let Some(why) = &self.not_simulated {
+            return format!("not simulated: {why}");
         }
         let cause = if self.tenants.len() == 1 {
             format!("its own bursts, alone on {} under {}", self.instance, self.scheduler)
@@ -238,7 +245,14 @@ pub fn horizon_ns(tenants: &[&Tenant]) -> u64 {
 }
 
 /// Predicts `tenants` on one instance of `host` under `sched`, with the
-/// host I/O path placed as `pin_io` says.
+/// host I/O path placed as `pin_io` says. A host too large for the
+/// simulator's memory bounds ([`Footprint::check`]: more than
+/// `limits::MAX_SIM_TENANTS` tenants, or more polls over the horizon than
+/// `limits::MAX_SIM_POLLS`) is not simulated: its tenants are judged by
+/// the rules alone and predicted to miss, with the reason
+/// (`not_simulated`). Simulating one takes about 0.53 MB per tenant,
+/// 1 KB per vCPU, 320 bytes per poll stream and, on a host that falls
+/// behind, up to 128 bytes per planned poll.
 pub fn predict_host(
     instance: &str,
     host: &HostSpec,
@@ -278,6 +292,105 @@ pub fn predict_host(
         // Dom0 / vhost forward at once; the WAN is outside the host.
         holds: false,
     });
+    let max_period = tenants.iter().map(|t| t.spec.period).max().unwrap_or(0);
+    let end = horizon + 2 * max_period;
+    // Counted before anything is built: a host of 10 000 tenants once took
+    // 6 GB and aborted.
+    let not_simulated = Footprint::of_crawl(&crawl, io.map_or(0, |io| io.vcpus.max(1)), horizon)
+        .check()
+        .err();
+    let sim = match &not_simulated {
+        Some(_) => Simulated {
+            preds: tenants
+                .iter()
+                .zip(&peaks)
+                .map(|(t, &peak)| unsimulated(t, peak))
+                .collect(),
+            busy_cpus: 0.0,
+            pin: None,
+        },
+        None => simulate(host, sched, pin_io, tenants, crawl, io, horizon, end, &peaks, opts),
+    };
+    let Simulated { preds, busy_cpus, pin } = sim;
+    let rule_violations = rule_violations(host, tenants, &peaks);
+    HostPrediction {
+        instance: instance.into(),
+        kind: host.name.clone(),
+        cores: host.cores,
+        scheduler: sched,
+        vcpus: tenants.iter().map(|t| t.spec.vcpus).sum(),
+        io_vcpus: host.io_vcpus(),
+        mean_cpu: tenants.iter().map(|t| t.spec.mean_cpu()).sum(),
+        peak_100ms_cpu: peaks.iter().sum(),
+        io_cpu: io_cpu(host, tenants),
+        io_cpus_allowed: host.io_cpus,
+        simulated_meets: preds.iter().all(|p| p.meets),
+        meets: preds.iter().all(|p| p.meets) && rule_violations.is_empty(),
+        tenants: preds,
+        rule_violations,
+        simulated_s: if not_simulated.is_some() { 0.0 } else { end as f64 / 1e9 },
+        busy_cpus,
+        soft_pinned: pin_io == IoPin::Soft && pin.is_some(),
+        pinning: pin.map(|r| {
+            let (on, how) = match pin_io {
+                IoPin::Soft => ("preferring", " (soft affinity)"),
+                _ => ("on", ""),
+            };
+            format!(
+                "I/O path {on} cores {}-{}, tenants {on} 0-{}{how}",
+                r.start,
+                r.end - 1,
+                r.start - 1
+            )
+        }),
+        not_simulated,
+    }
+}
+
+/// What the simulation of one host gave.
+struct Simulated {
+    preds: Vec<TenantPrediction>,
+    busy_cpus: f64,
+    /// The I/O path's cores when it ran pinned.
+    pin: Option<std::ops::Range<usize>>,
+}
+
+/// A tenant of a host that was not simulated: no prediction, so not
+/// kept.
+fn unsimulated(t: &Tenant, peak: f64) -> TenantPrediction {
+    TenantPrediction {
+        tenant: t.name.clone(),
+        percentile: t.spec.percentile.clone(),
+        predicted_ns: None,
+        target_ns: t.spec.target,
+        p99_ns: None,
+        max_ns: None,
+        missed: 0,
+        samples: 0,
+        above_target: 0,
+        allowed_above: 0,
+        mean_cpu: t.spec.mean_cpu(),
+        peak_100ms_cpu: peak,
+        meets: false,
+    }
+}
+
+/// Runs `crawl` (the host's `tenants`) on `host` until `end`, polls
+/// planned for `horizon`, stopping once a tenant is sure to miss.
+#[allow(clippy::too_many_arguments)]
+fn simulate(
+    host: &HostSpec,
+    sched: Model,
+    pin_io: IoPin,
+    tenants: &[&Tenant],
+    crawl: Vec<CrawlTenant>,
+    io: Option<HostIo>,
+    horizon: u64,
+    end: u64,
+    peaks: &[f64],
+    opts: &crate::input::PlanOptions,
+) -> Simulated {
+    let seed = opts.seed;
     // Stop as soon as a tenant is sure to miss: more samples above its
     // target than its percentile allows over the whole horizon.
     let limits: Vec<(u64, u64)> = tenants
@@ -312,8 +425,6 @@ pub fn predict_host(
         Some((m, io_cores)) => (m, Some(io_cores)),
         None => (sched.build_measured(threads, host.cores, opts.wakeups), None),
     };
-    let max_period = tenants.iter().map(|t| t.spec.period).max().unwrap_or(0);
-    let end = horizon + 2 * max_period;
     let o = if tenants.is_empty() {
         None
     } else {
@@ -354,36 +465,9 @@ pub fn predict_host(
             meets,
         });
     }
-    let rule_violations = rule_violations(host, tenants, &peaks);
-    HostPrediction {
-        instance: instance.into(),
-        kind: host.name.clone(),
-        cores: host.cores,
-        scheduler: sched,
-        vcpus: tenants.iter().map(|t| t.spec.vcpus).sum(),
-        io_vcpus: host.io_vcpus(),
-        mean_cpu: tenants.iter().map(|t| t.spec.mean_cpu()).sum(),
-        peak_100ms_cpu: peaks.iter().sum(),
-        io_cpu: io_cpu(host, tenants),
-        io_cpus_allowed: host.io_cpus,
-        simulated_meets: preds.iter().all(|p| p.meets),
-        meets: preds.iter().all(|p| p.meets) && rule_violations.is_empty(),
-        tenants: preds,
-        rule_violations,
-        simulated_s: end as f64 / 1e9,
+    Simulated {
+        preds,
         busy_cpus: o.map_or(0.0, |o| o.busy_ns as f64 / end.max(1) as f64),
-        soft_pinned: pin_io == IoPin::Soft && pin.is_some(),
-        pinning: pin.map(|r| {
-            let (on, how) = match pin_io {
-                IoPin::Soft => ("preferring", " (soft affinity)"),
-                _ => ("on", ""),
-            };
-            format!(
-                "I/O path {on} cores {}-{}, tenants {on} 0-{}{how}",
-                r.start,
-                r.end - 1,
-                r.start - 1
-            )
-        }),
+        pin,
     }
 }

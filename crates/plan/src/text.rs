@@ -66,6 +66,9 @@ fn host_table(hosts: &[HostPrediction]) -> String {
         if let Some(p) = &h.pinning {
             let _ = writeln!(s, "{}: pinned by the planner: {p}", h.instance);
         }
+        if let Some(why) = &h.not_simulated {
+            let _ = writeln!(s, "{}: not simulated: {why}", h.instance);
+        }
     }
     s
 }

@@ -26,6 +26,13 @@
 //!   while another idles: the share it keeps there (observe's wake-up
 //!   placement, pooled over every run that recorded the scheduler view;
 //!   recordings analysed before it was counted are analysed again).
+//!
+//! Every file it reads (run.json, the tenants' results, histogram logs,
+//! scheduler recordings) is opened under the one input rule
+//! (`ontime_core::fsio`): a regular file under a size cap, never a FIFO
+//! or a device behind a symlink. A calibration file is checked key by
+//! key as it is read ([`Calibration::validate`]), so a hand-edited one
+//! cannot make a run stall for ever or never end.
 
 use anyhow::{Context, Result};
 use ontime_core::stats::LatencyHistogram;
@@ -428,7 +435,7 @@ pub fn calibrate(dirs: &[&Path]) -> Result<Calibration> {
         }
         None => None,
     };
-    Ok(Calibration {
+    let cal = Calibration {
         format: FORMAT.into(),
         from,
         quiet_runs: quiet.iter().map(|r| r.name.clone()).collect(),
@@ -449,7 +456,12 @@ pub fn calibrate(dirs: &[&Path]) -> Result<Calibration> {
         wake_preempt_samples: decided,
         tenant_rt_budget_ns,
         notes,
-    })
+    };
+    // Never write what `read` would refuse: say which figure the runs
+    // gave out of range instead.
+    cal.validate()
+        .map_err(|e| ontime_core::bad_input(format!("the runs in {}: {e}", cal.from)))?;
+    Ok(cal)
 }
 
 /// A run's wake-up placement: from observe.json, or from its recording
@@ -472,6 +484,9 @@ fn wake_placement(r: &RunResults) -> Result<Option<ontime_sched::analysis::WakeP
     if !file.exists() {
         return Ok(counted);
     }
+    // The recording's own reader opens the file as it is: a FIFO would
+    // block it and /dev/zero behind a symlink never end.
+    ontime_core::fsio::open_input(&file, "scheduler recording", MAX_RECORDING_BYTES)?;
     let rec = ontime_recording::recording::Recording::read(&file)
         .with_context(|| format!("cannot read the scheduler recording {}", file.display()))?;
     let a = ontime_sched::analysis::analyze(
@@ -484,24 +499,92 @@ fn wake_placement(r: &RunResults) -> Result<Option<ontime_sched::analysis::WakeP
     Ok(a.work_conservation.and_then(|w| w.wakeups))
 }
 
-/// The start time in a histogram log's header, ns since the epoch.
+/// The largest scheduler recording read back to count wake-ups: a lab
+/// run's recording is tens of MB; the events are held in memory (24 bytes
+/// each), so a larger file is refused rather than read.
+const MAX_RECORDING_BYTES: u64 = 1 << 30;
+
+/// The start time in a histogram log's header, ns since the epoch. Only
+/// the head of the log is read (the header comes first), under the input
+/// rule.
 pub(crate) fn hlog_start_ns(path: &Path) -> Option<u64> {
-    let text = std::fs::read_to_string(path).ok()?;
+    use std::io::Read;
+    const HEAD: u64 = 64 << 10;
+    let (f, _) = ontime_core::fsio::open_input(path, "histogram log", ontime_core::hlog::MAX_HLOG_BYTES).ok()?;
+    let mut head = Vec::new();
+    f.take(HEAD).read_to_end(&mut head).ok()?;
+    let text = String::from_utf8_lossy(&head);
     let at = text.find("[StartTime: ")? + "[StartTime: ".len();
     let secs: f64 = text[at..].split_whitespace().next()?.parse().ok()?;
     Some((secs * 1e9) as u64)
 }
 
-/// Reads a calibration file.
+/// Reads a calibration file (under the input rule: a regular file of at
+/// most `fsio::MAX_TEXT_BYTES`) and checks every key that sizes a run
+/// ([`Calibration::validate`]); a refusal is bad input naming the file,
+/// the key and its range.
 pub fn read(path: &Path) -> Result<Calibration> {
     let c: Calibration = ontime_scenario::results::read_json(path, "simulator calibration")?;
-    anyhow::ensure!(
-        c.format == FORMAT,
-        "{}: format {} is not {FORMAT}: make it again with `ontime sim calibrate`",
-        path.display(),
-        c.format
-    );
+    if c.format != FORMAT {
+        return Err(ontime_core::bad_input(format!(
+            "{}: format {} is not {FORMAT}: make it again with `ontime sim calibrate`",
+            path.display(),
+            c.format
+        )));
+    }
+    c.validate().map_err(|e| {
+        ontime_core::bad_input(format!(
+            "{}: {e}; fix the file or make it again with `ontime sim calibrate`",
+            path.display()
+        ))
+    })?;
     Ok(c)
+}
+
+impl Calibration {
+    /// Checks what a calibration claims before a run is sized or drawn
+    /// from it: delays and costs within their ranges
+    /// (`limits::MAX_HOST_DELAY_NS`, `MAX_IO_COST_NS`), quantile functions
+    /// that do not decrease, shares between 0 and 1, a stall rate within
+    /// `limits::MAX_STALLS_PER_SECOND`. A negative rate, a share of 2 or a
+    /// cost of u64::MAX once made `plan` run for minutes.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        use ontime_core::limits::{self, MAX_HOST_DELAY_NS, MAX_IO_COST_NS, MAX_STALLS_PER_SECOND};
+        const SECOND: u64 = 1_000_000_000;
+        if let Some(q) = &self.host_noise {
+            q.check("host_noise", MAX_HOST_DELAY_NS)?;
+        }
+        limits::duration("stall_threshold_ns", self.stall_threshold_ns, 0, MAX_HOST_DELAY_NS)?;
+        if let Some(st) = &self.host_stalls {
+            st.check("host_stalls", MAX_STALLS_PER_SECOND, MAX_HOST_DELAY_NS)?;
+        }
+        if let Some(q) = &self.start_offsets {
+            q.check("start_offsets", PHASE_SCALE)?;
+        }
+        let costs = [
+            ("cpu_per_poll_overhead_ns", self.cpu_per_poll_overhead_ns, SECOND),
+            ("io_cost_per_packet_ns", self.io_cost_per_packet_ns, MAX_IO_COST_NS),
+            ("host_work_per_poll_ns", self.host_work_per_poll_ns, SECOND),
+            // A share of each second's real-time time, as --tenant-rt-budget.
+            ("tenant_rt_budget_ns", self.tenant_rt_budget_ns, SECOND),
+        ];
+        for (key, v, max) in costs {
+            if let Some(v) = v {
+                limits::duration(key, v, 0, max)?;
+            }
+        }
+        for (key, v) in [
+            ("wake_stay_share", self.wake_stay_share),
+            ("wake_preempt_share", self.wake_preempt_share),
+        ] {
+            if let Some(v) = v {
+                if !(v.is_finite() && (0.0..=1.0).contains(&v)) {
+                    return Err(format!("{key} = {v} is out of range: give a share, 0 .. 1"));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl ontime_core::export::TextReport for Calibration {
@@ -617,6 +700,58 @@ mod tests {
         let falling = fit_host_work(&[(100.0, 0.05), (1000.0, 0.01)]).expect("fitted");
         assert_eq!(falling.per_poll_ns, 0.0);
         assert!(fit_host_work(&[]).is_none());
+    }
+
+    /// A calibration is checked as it is read: negative rates, shares of 2
+    /// or -1, costs of u64::MAX and decreasing quantiles were accepted and
+    /// made `plan` run for minutes. Each is refused as bad input naming
+    /// the file, the key and the range.
+    #[test]
+    fn a_calibration_out_of_range_is_refused_as_it_is_read() {
+        let committed = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/results/sim/calibration-clock.json"
+        ));
+        let good: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(committed).unwrap()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cal.json");
+        let cases: [(&str, serde_json::Value, &str); 7] = [
+            (
+                "/host_stalls/per_second",
+                serde_json::json!(-3.0),
+                "host_stalls.per_second",
+            ),
+            ("/wake_stay_share", serde_json::json!(2.0), "wake_stay_share = 2"),
+            (
+                "/wake_preempt_share",
+                serde_json::json!(-1.0),
+                "wake_preempt_share = -1",
+            ),
+            (
+                "/io_cost_per_packet_ns",
+                serde_json::json!(u64::MAX),
+                "io_cost_per_packet_ns",
+            ),
+            (
+                "/cpu_per_poll_overhead_ns",
+                serde_json::json!(u64::MAX),
+                "cpu_per_poll_overhead_ns",
+            ),
+            ("/host_noise/points/1/1", serde_json::json!(1), "does not decrease"),
+            ("/host_stalls/durations/points/0/0", serde_json::json!(1.5), "0 .. 1"),
+        ];
+        for (at, bad, says) in cases {
+            let mut v = good.clone();
+            *v.pointer_mut(at)
+                .unwrap_or_else(|| panic!("{at} in the committed file")) = bad;
+            std::fs::write(&path, serde_json::to_string(&v).unwrap()).unwrap();
+            let e = read(&path).unwrap_err();
+            assert!(e.downcast_ref::<ontime_core::BadInput>().is_some(), "{at}: {e:#}");
+            let msg = format!("{e:#}");
+            assert!(msg.contains("cal.json") && msg.contains(says), "{at}: {msg}");
+        }
+        std::fs::write(&path, serde_json::to_string(&good).unwrap()).unwrap();
+        assert!(read(&path).is_ok());
     }
 
     /// `--host-noise` keeps the committed calibration's noise and nothing

@@ -18,6 +18,11 @@
 //! [`write_runs`] writes the runs in the lab's results layout (run.json,
 //! per-tenant results and histogram logs, marked simulated), so `ontime
 //! lab report` draws them beside measured runs of the same scenario.
+//!
+//! Every run's size is checked before the first starts ([`footprint`]):
+//! a run holds about 0.53 MB per tenant, 1 KB per thread, 320 bytes per
+//! poll stream and, on a host that falls behind, up to 128 bytes per
+//! planned poll (640 with `--into`'s scheduler view); one run at a time.
 
 use crate::calibrate::Calibration;
 use anyhow::{bail, Context, Result};
@@ -28,7 +33,7 @@ use ontime_scenario::record::{Environment, RunRecord, SimTenant, Simulated, Tena
 use ontime_scenario::scenario::Phase;
 use ontime_scenario::scenario::{Backend, LoadKind, Place, Plan, PlannedRun};
 
-use ontime_sim::crawl::{CrawlTenant, CrawlWorkload, HostIo};
+use ontime_sim::crawl::{CrawlTenant, CrawlWorkload, Footprint, HostIo};
 use ontime_sim::engine::run_with_stalls;
 use ontime_sim::noise::StallSampler;
 use ontime_sim::sched::{Linux, LinuxClass, RtBandwidth, Scheduler};
@@ -451,13 +456,83 @@ fn simulated_of(model: String, cpus: usize, seed: u64, opts: &SimOptions, busy_c
 /// (a run holds its histograms and scheduler view: a sweep's runs are
 /// never all in memory at once).
 pub fn simulate_plan(plan: &Plan, opts: &SimOptions, on_run: &mut dyn FnMut(SimRun) -> Result<()>) -> Result<()> {
+    simulate_plan_until(plan, opts, &std::sync::atomic::AtomicBool::new(false), on_run).map(|_| ())
+}
+
+/// [`simulate_plan`], stopping between runs once `stop` is set (Ctrl-C):
+/// returns how many runs were simulated, so the caller can keep what is
+/// done, as `lab run` keeps its finished runs. Every run's size is checked
+/// against the simulator's limits before the first starts.
+pub fn simulate_plan_until(
+    plan: &Plan,
+    opts: &SimOptions,
+    stop: &std::sync::atomic::AtomicBool,
+    on_run: &mut dyn FnMut(SimRun) -> Result<()>,
+) -> Result<usize> {
     if plan.runs.iter().any(|r| r.config.tenant.io.is_some()) {
         anyhow::bail!("the simulator models CPU scheduling; I/O tenants ([tenant.io]) run only in the lab");
     }
     for r in &plan.runs {
-        on_run(simulate_run(r, opts)?)?;
+        footprint(r, opts)?.check().map_err(|e| {
+            ontime_core::bad_input(format!(
+                "run {}: {e}; give fewer tenants, a lower rate or a shorter duration",
+                r.dir_name()
+            ))
+        })?;
     }
-    Ok(())
+    let mut done = 0;
+    for r in &plan.runs {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            break;
+        }
+        on_run(simulate_run(r, opts)?)?;
+        done += 1;
+    }
+    Ok(done)
+}
+
+/// What `run_` will hold (see [`Footprint`]), counted from its
+/// description as `simulate_run` and `simulate_cyclic` build it.
+pub fn footprint(run_: &PlannedRun, opts: &SimOptions) -> Result<Footprint> {
+    let c = &run_.config;
+    let t = &c.tenant;
+    let cpus = host_cpus(run_, opts)?;
+    let tenants = t.count as u64;
+    let Some(cr) = &t.crawl else {
+        // A probe: each thread plans a wake-up every interval.
+        let threads = tenants * t.vcpus.max(1) as u64;
+        let interval = t.cyclic.as_ref().map_or(u64::MAX, |cz| cz.interval.max(1));
+        let wakeups = threads as f64 * c.duration as f64 / interval as f64;
+        return Ok(Footprint {
+            tenants,
+            threads,
+            streams: threads,
+            polls: wakeups.ceil() as u64,
+            view: opts.scheduler_view,
+        });
+    };
+    let vcpus = (if t.backend == Backend::Native { cpus } else { t.vcpus }) as u64;
+    let cal = opts.calibration.as_ref().map(|(_, c)| c);
+    let io_threads = match opts.io_cost_ns.or(cal.and_then(|c| c.io_cost_per_packet_ns)) {
+        Some(_) => opts.io_vcpus.max(1) as u64,
+        None => 0,
+    };
+    let host_work = u64::from(cal.and_then(|c| c.host_work_per_poll_ns).is_some());
+    let hogs: u64 = c
+        .effective_loads()
+        .iter()
+        .filter(|l| matches!(l.profile, LoadKind::Stress(ontime_load::LoadProfile::Cpu)))
+        .map(|l| l.workers as u64 * if l.place == Place::Tenants { tenants } else { 1 })
+        .sum();
+    let streams = tenants as f64 * (cr.rate * cr.period as f64 / 1e9).round().max(1.0);
+    let polls = tenants as f64 * cr.rate * c.duration as f64 / 1e9;
+    Ok(Footprint {
+        tenants,
+        threads: tenants * vcpus + io_threads + host_work + hogs,
+        streams: streams as u64,
+        polls: polls.ceil() as u64,
+        view: opts.scheduler_view,
+    })
 }
 
 fn class_of(p: Policy, rr_slice_ns: u64) -> LinuxClass {
@@ -564,8 +639,9 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         holds: opts.model.is_none() && !matches!(c.host.wan_delay, ontime_scenario::scenario::WanDelay::Netem),
     });
     let seed = opts.seed ^ run_.index as u64;
-    // The last tenant may start a period late; then its last answers.
-    let horizon = c.duration + 2 * cr.period;
+    // The last tenant may start a period late; then its last answers, up
+    // to their timeout (every poll unanswered at the end is then a miss).
+    let horizon = c.duration + cr.period + cr.timeout.unwrap_or(cr.period).max(cr.period);
     let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     // Each tenant's start: as the lab's tenants started against each other
     // when the calibration saw it, else anywhere in the period.
@@ -695,9 +771,9 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         left_out,
         ..base
     };
-    let tenants = w
-        .measures
-        .iter()
+    // Moved, not copied: a copy was another 264 KiB per tenant.
+    let tenants = std::mem::take(&mut w.measures)
+        .into_iter()
         .enumerate()
         .map(|(i, m)| SimTenant {
             polls: m.polls,
@@ -706,7 +782,7 @@ fn simulate_run(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
             send_lag: Some(m.send_lag.summary(None)),
             latency: None,
             cpu_ns: tenant_cpu_ns(&o, i, vcpus),
-            histogram: m.interval_error.clone(),
+            histogram: m.interval_error,
         })
         .collect();
     Ok(SimRun::new(run_, simulated, tenants, view))
@@ -765,9 +841,8 @@ fn simulate_cyclic(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
         polling: 0..c.duration,
     };
     let (o, view, base) = run_simulated(&mut w, sched.as_mut(), horizon, seed, opts, &shape);
-    let tenants = w
-        .measures
-        .iter()
+    let tenants = std::mem::take(&mut w.measures)
+        .into_iter()
         .enumerate()
         .map(|(i, m)| SimTenant {
             polls: m.wakeups,
@@ -776,7 +851,7 @@ fn simulate_cyclic(run_: &PlannedRun, opts: &SimOptions) -> Result<SimRun> {
             send_lag: None,
             latency: Some(m.latency.summary(None)),
             cpu_ns: tenant_cpu_ns(&o, i, threads),
-            histogram: m.latency.clone(),
+            histogram: m.latency,
         })
         .collect();
     Ok(SimRun::new(run_, Simulated { left_out, ..base }, tenants, view))
@@ -933,6 +1008,8 @@ pub struct SimListing {
     pub written_into: Option<(usize, PathBuf)>,
     /// What the host's noise and costs came from, said on the first line.
     pub basis: Option<String>,
+    /// Stopped by Ctrl-C: (runs done, runs planned).
+    pub interrupted: Option<(usize, usize)>,
 }
 
 impl ontime_core::export::TextReport for SimListing {
@@ -956,6 +1033,11 @@ impl ontime_core::export::TextReport for SimListing {
             s.push_str(&l.text());
         }
         s.push_str("interval error (crawlers) or wake-up latency (probes) of the worst tenant per run; percentiles the sample count cannot support are n/a; I/O min: the host I/O path's (Dom0's) CPUs in its leanest second\n");
+        if let Some((done, total)) = self.interrupted {
+            s.push_str(&format!(
+                "interrupted after {done} of {total} runs: the table (and --result, --into) hold those\n"
+            ));
+        }
         if let Some((n, dir)) = &self.written_into {
             s.push_str(&format!(
                 "wrote {n} simulated run(s) into {}/runs; draw them beside the measured ones: ontime lab report {}\n",

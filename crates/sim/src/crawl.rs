@@ -25,6 +25,16 @@
 //! As `ontime crawl` does at the end of its run, every poll planned before
 //! the end whose request has not gone out by then is missed (an
 //! overloaded crawler's backlog); answers still on their way are read.
+//! When the run ends, a poll sent but never answered in time (its packets
+//! still queued behind a starved I/O path) is missed too: every planned
+//! poll is an answer or a miss ([`CrawlMeasures::answered`]).
+//!
+//! Memory ([`Footprint`]): per tenant its two histograms (interval error
+//! and send lag, 264 KiB each); per vCPU thread about 1 KB with the
+//! engine's share; per poll stream (rate x period) about 320 bytes; and
+//! per poll the host has not got to, up to 128 bytes (a host that falls
+//! behind queues every planned send). [`Footprint::check`] refuses a host
+//! beyond the limits in `ontime_core::limits` before anything is built.
 //!
 //! Leaves out (for now): connection pools (a poll waiting for a free
 //! connection).
@@ -106,8 +116,13 @@ pub struct CrawlMeasures {
     pub send_lag: LatencyHistogram,
     /// Polls planned in the run (sent or not).
     pub polls: u64,
-    /// Polls whose answer came after the timeout, or never sent; each
-    /// counts a period of interval error, as the crawler counts it.
+    /// Polls whose answer was read in time: each a sample of interval
+    /// error but a stream's first. Once the run has ended, `answered +
+    /// missed == polls`.
+    pub answered: u64,
+    /// Polls whose answer came after the timeout, or never came, or that
+    /// were never sent; each counts a period of interval error, as the
+    /// crawler counts it.
     pub missed: u64,
     /// Of the missed, those never sent: the backlog at the run's end.
     pub unsent: u64,
@@ -116,6 +131,104 @@ pub struct CrawlMeasures {
     pub limit_ns: u64,
     /// How many may be above the limit before the verdict is decided.
     pub allowed_above: u64,
+}
+
+/// What a simulated host of crawler (or probe) tenants holds, counted
+/// from its description before anything is built, so that a host too
+/// large for memory is refused with its size instead of aborting half-way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Footprint {
+    pub tenants: u64,
+    /// vCPU (or probe) threads, the I/O path's, the host work's and hogs.
+    pub threads: u64,
+    /// Poll streams: each tenant's rate x period (a probe: its threads).
+    pub streams: u64,
+    /// Polls (or wake-ups) planned over the run.
+    pub polls: u64,
+    /// The run keeps its scheduler view (every wake-up and switch).
+    pub view: bool,
+}
+
+/// Bytes per tenant: its interval-error and send-lag histograms (264 KiB
+/// each: 3 significant digits from 1 ns to an hour) and its description.
+pub const BYTES_PER_TENANT: u64 = 2 * 270_336 + 1024;
+/// Bytes per thread: the engine's outcome, queue and per-CPU bookkeeping,
+/// the model's state, the crawler's plan of its streams and its work
+/// sampler.
+pub const BYTES_PER_THREAD: u64 = 1024;
+/// Bytes per poll stream: its state (120), its next send in two heaps
+/// (72) and its answers in flight (pending list and heap, about 128).
+pub const BYTES_PER_STREAM: u64 = 320;
+/// Bytes per planned poll at worst: a host that falls behind queues every
+/// send it has not got to, one 64-byte job in a heap that may hold as
+/// much again spare.
+pub const BYTES_PER_POLL: u64 = 128;
+/// Bytes per poll of the scheduler view: about a dozen 24-byte events
+/// (wake-ups and switches of the crawler and a holding I/O path) in a
+/// vector that may hold as much again spare.
+pub const BYTES_PER_VIEW_POLL: u64 = 512;
+
+impl Footprint {
+    /// `tenants` on one host for `duration_ns` of planned polls, beside
+    /// `other_threads` threads (the I/O path, the host's work, hogs).
+    pub fn of_crawl(tenants: &[CrawlTenant], other_threads: usize, duration_ns: u64) -> Footprint {
+        let streams: f64 = tenants
+            .iter()
+            .map(|t| (t.rate * t.period_ns as f64 / 1e9).round().max(1.0))
+            .sum();
+        let polls: f64 = tenants.iter().map(|t| t.rate * duration_ns as f64 / 1e9).sum();
+        Footprint {
+            tenants: tenants.len() as u64,
+            threads: tenants.iter().map(|t| t.vcpus.max(1) as u64).sum::<u64>() + other_threads as u64,
+            // Saturating conversions: a count past u64 is refused all the same.
+            streams: streams as u64,
+            polls: polls.ceil() as u64,
+            view: false,
+        }
+    }
+
+    /// The most this host may take, in bytes: every term at its worst.
+    pub fn bytes(&self) -> u64 {
+        let per_poll = BYTES_PER_POLL + if self.view { BYTES_PER_VIEW_POLL } else { 0 };
+        self.tenants
+            .saturating_mul(BYTES_PER_TENANT)
+            .saturating_add(self.threads.saturating_mul(BYTES_PER_THREAD))
+            .saturating_add(self.streams.saturating_mul(BYTES_PER_STREAM))
+            .saturating_add(self.polls.saturating_mul(per_poll))
+    }
+
+    /// Refuses a host beyond the simulator's limits
+    /// (`ontime_core::limits::MAX_SIM_*`): the message names what is too
+    /// large, its limit and what the host would take.
+    pub fn check(&self) -> Result<(), String> {
+        use ontime_core::limits::{
+            MAX_SIM_POLLS, MAX_SIM_STREAMS, MAX_SIM_TENANTS, MAX_SIM_THREADS, MAX_SIM_VIEW_POLLS,
+        };
+        let (max_polls, polls_what) = if self.view {
+            (MAX_SIM_VIEW_POLLS, "polls planned with the scheduler view (--into)")
+        } else {
+            (MAX_SIM_POLLS, "polls planned (rate x duration over the tenants)")
+        };
+        let over = [
+            (self.tenants, MAX_SIM_TENANTS, "tenants"),
+            (self.threads, MAX_SIM_THREADS, "threads (vCPUs, I/O path, hogs)"),
+            (
+                self.streams,
+                MAX_SIM_STREAMS,
+                "poll streams (rate x period over the tenants)",
+            ),
+            (self.polls, max_polls, polls_what),
+        ]
+        .into_iter()
+        .find(|&(n, max, _)| n > max);
+        match over {
+            Some((n, max, what)) => Err(format!(
+                "{n} {what} on one simulated host, more than {max}: it would need up to {} MB",
+                self.bytes() / 1_000_000
+            )),
+            None => Ok(()),
+        }
+    }
 }
 
 struct Stream {
@@ -522,11 +635,32 @@ impl Workload for CrawlWorkload {
             s.tracker.missed(k, s.period_ns, &mut m.interval_error);
             return Some(1);
         }
+        m.answered += 1;
         let err = s.tracker.measured(k, recv, s.period_ns, &mut m.interval_error);
         if err.is_some_and(|e| e > m.limit_ns) {
             m.above_limit += 1;
         }
         None
+    }
+
+    fn ended(&mut self, _end_ns: u64) {
+        // Sent, neither answered nor given up: the answer is still on its
+        // way or its packets wait behind an I/O path that never got to
+        // them. The verbs run past every poll's timeout (`sim`: a period
+        // and the timeout after the last planned poll; `plan`: two
+        // periods), so each is a miss, a period of interval error as the
+        // crawler counts one.
+        for (m, t) in self.measures.iter_mut().zip(&self.tenants) {
+            let open = m.polls.saturating_sub(m.answered + m.missed);
+            if open == 0 {
+                continue;
+            }
+            m.missed += open;
+            m.interval_error.record_n(t.period_ns, open);
+            if t.period_ns > m.limit_ns {
+                m.above_limit += open;
+            }
+        }
     }
 
     fn finished(&self) -> bool {
@@ -803,6 +937,73 @@ mod tests {
         );
         assert!(fixed < 5 * MS, "fixed work: p99.9 {} us", fixed / 1000);
         assert!(bursty > 50 * MS, "bursty work: p99.9 {} us", bursty / 1000);
+    }
+
+    /// Every planned poll is an answer or a miss. An I/O path at 20 ms a
+    /// packet (two a poll) behind 100 polls/s never drains its backlog;
+    /// the polls still queued behind it at the end were once neither: 500
+    /// planned, 0 missed and no interval error at all (every percentile
+    /// n/a), and at 5 ms 340 of 500.
+    #[test]
+    fn every_planned_poll_is_an_answer_or_a_miss() {
+        let horizon = 5_000 * MS;
+        for cost in [20 * MS, 5 * MS, 50_000] {
+            let t = CrawlTenant {
+                rate: 100.0,
+                ..tenant(None)
+            };
+            let mut w = CrawlWorkload::new(vec![t], Some(HostIo::one_thread(cost)), horizon);
+            run(&mut w, 2, &mut Cfs::new(vec![1024; 2]), horizon + 2_000 * MS);
+            let m = &w.measures[0];
+            let (polls, answered, missed, samples) = (m.polls, m.answered, m.missed, m.interval_error.len());
+            assert_eq!(polls, 500, "I/O cost {cost} ns");
+            assert_eq!(
+                answered + missed,
+                polls,
+                "I/O cost {cost} ns: {answered} answered, {missed} missed"
+            );
+            // Every answer but each of the 100 streams' first is a sample,
+            // and every miss one.
+            assert!(samples + 100 >= polls, "I/O cost {cost} ns: {samples} samples");
+            if cost == 20 * MS {
+                assert!(missed > 0, "the path needs 4 CPUs and has one");
+            }
+            if cost == 50_000 {
+                assert_eq!(missed, 0, "50 us a packet keeps up");
+            }
+        }
+    }
+
+    /// A host too large for memory is refused from its description, with
+    /// what it would take; document 000's 8-core host fits.
+    #[test]
+    fn a_host_too_large_is_refused_before_it_is_built() {
+        // 200 tenants x 64 vCPUs at 50 000 polls/s once aborted at 6 GB.
+        let big = CrawlTenant {
+            vcpus: 64,
+            rate: 50_000.0,
+            ..tenant(None)
+        };
+        let f = Footprint::of_crawl(&vec![big; 200], 1, 60_000 * MS);
+        assert_eq!((f.tenants, f.threads, f.streams), (200, 12_801, 10_000_000));
+        let e = f.check().unwrap_err();
+        assert!(
+            e.contains("10000000 poll streams") && e.contains("more than 1000000") && e.contains(" MB"),
+            "{e}"
+        );
+        let vm = CrawlTenant {
+            rate: 200.0,
+            ..tenant(None)
+        };
+        let f = Footprint::of_crawl(&vec![vm.clone(); 24], 8, 1_200_000 * MS);
+        assert_eq!(f.polls, 5_760_000);
+        assert_eq!(f.check(), Ok(()));
+        assert!(f.bytes() < 1_000_000_000, "{} bytes", f.bytes());
+        // The scheduler view keeps every event: a lower bound on polls.
+        let viewed = Footprint { view: true, ..f };
+        assert!(viewed.check().unwrap_err().contains("scheduler view"));
+        let f = Footprint::of_crawl(&vec![vm; 1001], 0, 1_000 * MS);
+        assert!(f.check().unwrap_err().contains("1001 tenants"));
     }
 
     #[test]

@@ -41,6 +41,33 @@ impl Quantiles {
         Some(Quantiles { points })
     }
 
+    /// Checks a quantile function read from a file (`key` names it in the
+    /// message): at least one point, probabilities within 0 .. 1 and
+    /// values within 0 .. `max_ns`, neither decreasing from one point to
+    /// the next (a quantile function never does).
+    pub fn check(&self, key: &str, max_ns: u64) -> Result<(), String> {
+        if self.points.is_empty() {
+            return Err(format!("{key}.points is empty: give (probability, ns) points"));
+        }
+        let mut prev = (0.0f64, 0u64);
+        for (i, &(p, v)) in self.points.iter().enumerate() {
+            if !(p.is_finite() && (0.0..=1.0).contains(&p)) {
+                return Err(format!(
+                    "{key}.points[{i}]: probability {p} is out of range: give 0 .. 1"
+                ));
+            }
+            ontime_core::limits::duration(&format!("{key}.points[{i}]"), v, 0, max_ns)?;
+            if i > 0 && (p < prev.0 || v < prev.1) {
+                return Err(format!(
+                    "{key}.points[{i}] = ({p}, {v}) is below the point before it ({}, {}): a quantile function does not decrease",
+                    prev.0, prev.1
+                ));
+            }
+            prev = (p, v);
+        }
+        Ok(())
+    }
+
     /// The value at probability `u` (0..=1).
     pub fn at(&self, u: f64) -> u64 {
         let Some(&(_, first)) = self.points.first() else {
@@ -90,6 +117,21 @@ impl NoiseSampler {
 pub struct Stalls {
     pub per_second: f64,
     pub durations: Quantiles,
+}
+
+impl Stalls {
+    /// Checks stalls read from a file (`key` names them): a rate within
+    /// 0 .. `max_per_second`, durations a quantile function within 0 ..
+    /// `max_ns`.
+    pub fn check(&self, key: &str, max_per_second: f64, max_ns: u64) -> Result<(), String> {
+        let r = self.per_second;
+        if !(r.is_finite() && (0.0..=max_per_second).contains(&r)) {
+            return Err(format!(
+                "{key}.per_second = {r} is out of range: give 0 .. {max_per_second} stalls per second"
+            ));
+        }
+        self.durations.check(&format!("{key}.durations"), max_ns)
+    }
 }
 
 /// Draws the stalls one after another.
@@ -147,6 +189,34 @@ mod tests {
             assert!((a / b - 1.0).abs() < 0.03, "p{p}: fitted {a}, drawn {b}");
         }
         assert!(d.max() <= h.max());
+    }
+
+    /// A quantile function from a file is checked point by point.
+    #[test]
+    fn quantiles_from_a_file_are_checked() {
+        let q = |points: Vec<(f64, u64)>| Quantiles { points };
+        assert_eq!(q(vec![(0.0, 10), (0.5, 10), (1.0, 20)]).check("n", 100), Ok(()));
+        let e = q(vec![(0.0, 30), (1.0, 20)]).check("host_noise", 100).unwrap_err();
+        assert!(
+            e.contains("host_noise.points[1]") && e.contains("does not decrease"),
+            "{e}"
+        );
+        let e = q(vec![(0.0, 10), (2.0, 20)]).check("n", 100).unwrap_err();
+        assert!(e.contains("probability 2") && e.contains("0 .. 1"), "{e}");
+        assert!(q(vec![(-1.0, 10)]).check("n", 100).is_err());
+        assert!(q(vec![(0.0, 10), (f64::NAN, 20)]).check("n", 100).is_err());
+        let e = q(vec![(0.0, u64::MAX)]).check("n", 100).unwrap_err();
+        assert!(e.contains("out of range"), "{e}");
+        assert!(q(vec![]).check("n", 100).is_err());
+        let st = |per_second: f64| Stalls {
+            per_second,
+            durations: q(vec![(0.0, 10), (1.0, 20)]),
+        };
+        assert_eq!(st(2.0).check("host_stalls", 1000.0, 100), Ok(()));
+        for bad in [-1.0, f64::INFINITY, 1e9] {
+            let e = st(bad).check("host_stalls", 1000.0, 100).unwrap_err();
+            assert!(e.contains("host_stalls.per_second"), "{e}");
+        }
     }
 
     /// Stalls come at the fitted rate, each from the fitted durations.
