@@ -60,10 +60,10 @@ pub struct Interval {
 pub type IntervalSink = Box<dyn FnMut(&Interval)>;
 
 /// Longest gap between consecutive events (or to the end) the analysis
-/// accepts. A recording has scheduler events every few milliseconds; an
-/// event hours past the last one is a corrupt timestamp, and walking to it
-/// tick by tick would take hours.
-pub const MAX_EVENT_GAP_NS: u64 = 3_600_000_000_000;
+/// accepts: the recording reader refuses a longer one between the last
+/// stamp and END, and events that reach the analyzer otherwise (the live
+/// view, the simulator) are left out past it.
+pub const MAX_EVENT_GAP_NS: u64 = ontime_core::limits::MAX_EVENT_GAP_NS;
 
 #[derive(Clone, Debug)]
 pub struct AnalysisOptions {
