@@ -4,83 +4,22 @@
 //! what the file holds). The cases are seeded, so a failure names one
 //! that replays.
 //!
-//! One test in this file: the allocator below counts the whole process.
+//! One test in this file: the counting allocator counts the whole process.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ontime_recording::event::{kind, Event};
 use ontime_recording::groups::{Group, GroupKind};
 use ontime_recording::io_abi::IoEvent;
 use ontime_recording::io_layout::IoState;
 use ontime_recording::maps::{Mapping, ProcessMaps};
+use ontime_recording::recording::validate::{MAX_RECORDED_CPUS, MAX_RECORDED_GROUPS};
 use ontime_recording::recording::{End, Meta, Recording, ThreadInfo, Writer};
 use ontime_recording::samples::SampleBatch;
-use ontime_recording::recording::validate::{MAX_RECORDED_CPUS, MAX_RECORDED_GROUPS};
-
-/// Bytes allocated now, and the most since the last [`reset_peak`].
-static NOW: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-struct Counting;
-
-fn grew(by: usize) {
-    let now = NOW.fetch_add(by, Ordering::Relaxed) + by;
-    PEAK.fetch_max(now, Ordering::Relaxed);
-}
-
-// SAFETY: every call is passed on to the system allocator unchanged; the
-// counters only watch.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        // SAFETY: the caller's layout, as GlobalAlloc::alloc requires.
-        let p = unsafe { System.alloc(l) };
-        if !p.is_null() {
-            grew(l.size());
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        // SAFETY: as alloc.
-        let p = unsafe { System.alloc_zeroed(l) };
-        if !p.is_null() {
-            grew(l.size());
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: `p` came from this allocator with layout `l`.
-        unsafe { System.dealloc(p, l) };
-        NOW.fetch_sub(l.size(), Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: `p` came from this allocator with layout `l`.
-        let q = unsafe { System.realloc(p, l, new_size) };
-        if !q.is_null() {
-            if new_size >= l.size() {
-                grew(new_size - l.size());
-            } else {
-                NOW.fetch_sub(l.size() - new_size, Ordering::Relaxed);
-            }
-        }
-        q
-    }
-}
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-/// Starts measuring the peak from what is allocated now.
-fn reset_peak() -> usize {
-    let now = NOW.load(Ordering::Relaxed);
-    PEAK.store(now, Ordering::Relaxed);
-    now
-}
+static ALLOCATOR: ontime_testkit::alloc::Counting = ontime_testkit::alloc::Counting;
 
 const START: u64 = 1_000_000_000;
 const MS: u64 = 1_000_000;
@@ -217,9 +156,7 @@ fn every_corruption_reads_or_fails_as_bad_input_in_bounded_memory() {
     let (mut read, mut refused) = (0, 0);
     for (what, b) in ontime_testkit::corrupt::corruptions(&bytes, 0x07_11_3e, 500) {
         std::fs::write(&path, &b).unwrap();
-        let base = reset_peak();
-        let r = std::panic::catch_unwind(|| Recording::read(&path));
-        let peak = PEAK.load(Ordering::Relaxed).saturating_sub(base);
+        let (r, peak) = ontime_testkit::alloc::peak_of(|| std::panic::catch_unwind(|| Recording::read(&path)));
         // The reader's 1 MiB buffer, and a few times the file for what it
         // parses: nothing a claim in the file could inflate.
         let bound = (1 << 20) + 64 * b.len() + (64 << 10);
