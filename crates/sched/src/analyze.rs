@@ -16,9 +16,20 @@
 //! counted by this state machine into [`crate::wakeups`]'s counters; the
 //! figures [`Analyzer::report`] returns are [`crate::report`]'s types
 //! (re-exported here).
+//!
+//! Memory follows the events, not the threads a recording names or the
+//! CPUs it claims: a thread costs about 200 bytes, plus 8 per run-queue
+//! wait (up to 4096 of them, then a 270 KiB histogram: `Durations`); a
+//! vCPU or host I/O thread about 1 KiB more for its windows once it runs;
+//! a group about 400 bytes, and 1 KiB more once it runs. Each window
+//! length adds 16 bytes per distinct window usage (up to 512, then a
+//! histogram of 100 to 200 KiB) and 8 per window still open. So under
+//! `observe record --all`, where each process is a group, a short-lived
+//! process costs about 2.5 KiB; with a histogram per thread and three per
+//! group, each of fixed size, it cost some 2 MiB.
 use std::collections::HashMap;
 
-use ontime_core::stats::LatencyHistogram;
+use crate::durations::Durations;
 
 use ontime_recording::event::{kind, Event, F_PREV_RUNNABLE, TASK_DEAD, TASK_UNINTERRUPTIBLE};
 use ontime_recording::recording::{Group, GroupKind};
@@ -104,7 +115,9 @@ impl St {
 
 pub(crate) struct ThreadState {
     pub(crate) group: u32,
-    /// Thread entity (per-vCPU windows), if it has one.
+    /// Whether it keeps windows of its own (a vCPU, a host I/O thread).
+    windows: bool,
+    /// Its windows, once it has been credited time.
     entity: Option<usize>,
     vcpu: bool,
     st: St,
@@ -121,7 +134,7 @@ pub(crate) struct ThreadState {
     entered: u64,
     on_cpu_ns: u64,
     wait_ns: u64,
-    waits: LatencyHistogram,
+    waits: Durations,
     /// Time asleep (interruptible) and blocked (uninterruptible), closed
     /// intervals only.
     sleep_ns: u64,
@@ -141,7 +154,8 @@ enum Contend {
 
 pub(crate) struct GroupState {
     pub(crate) group: Group,
-    entity: usize,
+    /// Its windows, once it has been credited time.
+    entity: Option<usize>,
     threads: u32,
     vcpus: u32,
     running: u32,
@@ -149,9 +163,9 @@ pub(crate) struct GroupState {
     contend: Contend,
     contend_since: u64,
     any_since: Option<u64>,
-    full: LatencyHistogram,
-    partial: LatencyHistogram,
-    any: LatencyHistogram,
+    full: Durations,
+    partial: Durations,
+    any: Durations,
     /// Time with any vCPU waiting since `stats_from`, episodes still open
     /// not included.
     any_ns: u64,
@@ -177,8 +191,12 @@ pub struct Analyzer {
     series: bool,
     pub(crate) groups: Vec<GroupState>,
     entities: Vec<Entity>,
+    /// Where the window statistics start (the last `reset_stats`): an
+    /// entity made later counts its windows from there.
+    stats_horizon: u64,
+    /// Up to where `advance` last closed every entity's windows.
+    closed_to: u64,
     pub(crate) threads: HashMap<u32, ThreadState>,
-    thread_entities: Vec<u32>,
     /// Who is on each CPU (u32::MAX until its first switch).
     pub(crate) occupant: Vec<u32>,
     /// Tracked thread running on each CPU (for tick crediting).
@@ -250,8 +268,9 @@ impl Analyzer {
             series: opts.series,
             groups: Vec::new(),
             entities: Vec::new(),
+            stats_horizon: 0,
+            closed_to: 0,
             threads: HashMap::new(),
-            thread_entities: Vec::new(),
             occupant: vec![u32::MAX; cpus.max(1)],
             running_on: vec![None; cpus.max(1)],
             queued: vec![Vec::new(); cpus.max(1)],
@@ -276,10 +295,9 @@ impl Analyzer {
             intervals: None,
         };
         for g in groups {
-            let entity = a.new_entity();
             a.groups.push(GroupState {
                 group: g.clone(),
-                entity,
+                entity: None,
                 threads: 0,
                 vcpus: 0,
                 running: 0,
@@ -287,9 +305,9 @@ impl Analyzer {
                 contend: Contend::None,
                 contend_since: 0,
                 any_since: None,
-                full: LatencyHistogram::new(),
-                partial: LatencyHistogram::new(),
-                any: LatencyHistogram::new(),
+                full: Durations::default(),
+                partial: Durations::default(),
+                any: Durations::default(),
                 any_ns: 0,
                 hazard_ns: 0,
                 on_cpu_ns: 0,
@@ -300,14 +318,28 @@ impl Analyzer {
         a
     }
 
-    fn new_entity(&mut self) -> usize {
+    /// Windows for a group (with the series, when asked) or a thread.
+    fn new_entity(&mut self, series: bool) -> usize {
         let accs = self
             .windows
             .iter()
-            .map(|&w| WindowAcc::new(w, self.cpus, self.series))
+            .map(|&w| WindowAcc::new(w, self.cpus, series, self.stats_horizon))
             .collect();
         self.entities.push(Entity { accs });
         self.entities.len() - 1
+    }
+
+    /// What windows an entity made now would report: all empty (a group
+    /// or thread never credited keeps none until it is).
+    fn empty_usage(&self, series: bool) -> Vec<WindowUsage> {
+        self.windows
+            .iter()
+            .map(|&w| {
+                let mut acc = WindowAcc::new(w, self.cpus, series, self.stats_horizon);
+                acc.close_until(self.closed_to);
+                acc.report()
+            })
+            .collect()
     }
 
     /// Declares a thread of a group. `vcpu`: it counts towards contention
@@ -318,11 +350,6 @@ impl Analyzer {
             return;
         }
         let host_io = self.groups[group as usize].group.kind == GroupKind::HostIo;
-        let entity = (vcpu || host_io).then(|| {
-            let e = self.new_entity();
-            self.thread_entities.push(tid);
-            e
-        });
         let g = &mut self.groups[group as usize];
         g.threads += 1;
         if vcpu {
@@ -332,7 +359,8 @@ impl Analyzer {
             tid,
             ThreadState {
                 group,
-                entity,
+                windows: vcpu || host_io,
+                entity: None,
                 vcpu,
                 st: St::Unknown,
                 cpu: 0,
@@ -340,7 +368,7 @@ impl Analyzer {
                 entered: 0,
                 on_cpu_ns: 0,
                 wait_ns: 0,
-                waits: LatencyHistogram::new(),
+                waits: Durations::default(),
                 sleep_ns: 0,
                 blocked_ns: 0,
                 ran_on: None,
@@ -409,12 +437,30 @@ impl Analyzer {
         let (a, b) = (th.since, upto);
         th.since = upto;
         th.on_cpu_ns += b - a;
-        let (group, entity) = (th.group, th.entity);
+        let (group, entity, windows) = (th.group, th.entity, th.windows);
         self.groups[group as usize].on_cpu_ns += b - a;
-        let ge = self.groups[group as usize].entity;
-        self.entities[ge].add(a, b);
-        if let Some(e) = entity {
-            self.entities[e].add(a, b);
+        let horizon = self.horizon;
+        let ge = match self.groups[group as usize].entity {
+            Some(e) => e,
+            None => {
+                let e = self.new_entity(self.series);
+                self.groups[group as usize].entity = Some(e);
+                e
+            }
+        };
+        self.entities[ge].add(a, b, horizon);
+        if windows {
+            let e = match entity {
+                Some(e) => e,
+                None => {
+                    let e = self.new_entity(false);
+                    if let Some(th) = self.threads.get_mut(&tid) {
+                        th.entity = Some(e);
+                    }
+                    e
+                }
+            };
+            self.entities[e].add(a, b, horizon);
         }
     }
 
@@ -746,6 +792,7 @@ impl Analyzer {
         for e in &mut self.entities {
             e.close_until(h);
         }
+        self.closed_to = h;
         self.last_ts = t;
     }
 
@@ -764,6 +811,7 @@ impl Analyzer {
         for e in &mut self.entities {
             e.reset_stats();
         }
+        self.stats_horizon = self.closed_to;
         for g in &mut self.groups {
             g.on_cpu_ns = 0;
             g.wait_ns = 0;
@@ -829,13 +877,22 @@ impl Analyzer {
     /// The report so far. `name_of(tid)` names occupants that are not in a group.
     pub fn report(&self, name_of: &dyn Fn(u32) -> String) -> Vec<GroupReport> {
         let mut out = Vec::new();
-        for (gi, g) in self.groups.iter().enumerate() {
-            let usage = self.entities[g.entity].accs.iter().map(|a| a.report()).collect();
-            let mut threads: Vec<ThreadReport> = self
-                .threads
+        // One pass over the threads, not one per group: under `--all`
+        // every process is a group.
+        let mut of_group: Vec<Vec<(u32, &ThreadState)>> = (0..self.groups.len()).map(|_| Vec::new()).collect();
+        for (&tid, th) in &self.threads {
+            if let Some(list) = of_group.get_mut(th.group as usize) {
+                list.push((tid, th));
+            }
+        }
+        for (g, members) in self.groups.iter().zip(&of_group) {
+            let usage = match g.entity {
+                Some(e) => self.entities[e].accs.iter().map(|a| a.report()).collect(),
+                None => self.empty_usage(self.series),
+            };
+            let mut threads: Vec<ThreadReport> = members
                 .iter()
-                .filter(|(_, th)| th.group as usize == gi)
-                .map(|(&tid, th)| ThreadReport {
+                .map(|&(tid, th)| ThreadReport {
                     tid,
                     name: name_of(tid),
                     vcpu: th.vcpu,
@@ -863,19 +920,18 @@ impl Analyzer {
                     migrations: th.migrations,
                     wait_p99_ns: th.waits.percentile(99.0),
                     wait_max_ns: (!th.waits.is_empty()).then(|| th.waits.max()),
-                    usage: th
-                        .entity
-                        .map(|e| {
-                            self.entities[e]
-                                .accs
-                                .iter()
-                                .map(|a| WindowUsage {
-                                    series: None,
-                                    ..a.report()
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default(),
+                    usage: match (th.windows, th.entity) {
+                        (_, Some(e)) => self.entities[e]
+                            .accs
+                            .iter()
+                            .map(|a| WindowUsage {
+                                series: None,
+                                ..a.report()
+                            })
+                            .collect(),
+                        (true, None) => self.empty_usage(false),
+                        (false, None) => Vec::new(),
+                    },
                 })
                 .collect();
             threads.sort_by(|a, b| (!a.vcpu, &a.name, a.tid).cmp(&(!b.vcpu, &b.name, b.tid)));
