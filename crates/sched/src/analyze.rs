@@ -23,10 +23,12 @@
 //! vCPU or host I/O thread about 1 KiB more for its windows once it runs;
 //! a group about 400 bytes, and 1 KiB more once it runs. Each window
 //! length adds 16 bytes per distinct window usage (up to 512, then a
-//! histogram of 100 to 200 KiB) and 8 per window still open. So under
-//! `observe record --all`, where each process is a group, a short-lived
-//! process costs about 2.5 KiB; with a histogram per thread and three per
-//! group, each of fixed size, it cost some 2 MiB.
+//! histogram of 100 to 200 KiB) and 8 per window still open (those
+//! since the least recent last switch of any CPU: a CPU that runs one
+//! task for an hour without a switch keeps an hour of windows open). So
+//! under `observe record --all`, where each process is a group, a
+//! short-lived process costs about 2.5 KiB; with a histogram per thread
+//! and three per group, each of fixed size, it cost some 2 MiB.
 use std::collections::HashMap;
 
 use crate::durations::Durations;
@@ -196,6 +198,8 @@ pub struct Analyzer {
     stats_horizon: u64,
     /// Up to where `advance` last closed every entity's windows.
     closed_to: u64,
+    /// Windows ending by this time get no more credit (see `do_tick`).
+    closable: u64,
     pub(crate) threads: HashMap<u32, ThreadState>,
     /// Who is on each CPU (u32::MAX until its first switch).
     pub(crate) occupant: Vec<u32>,
@@ -270,6 +274,7 @@ impl Analyzer {
             entities: Vec::new(),
             stats_horizon: 0,
             closed_to: 0,
+            closable: 0,
             threads: HashMap::new(),
             occupant: vec![u32::MAX; cpus.max(1)],
             running_on: vec![None; cpus.max(1)],
@@ -419,6 +424,11 @@ impl Analyzer {
 
     /// Credits running threads up to `at` and closes the windows before it.
     fn do_tick(&mut self, at: u64) {
+        // No credit starts before the horizon, nor before a CPU's last
+        // switch (where time placed by inference starts when a switch-in
+        // went missing): windows ending by then are final and can close.
+        let last_switch = self.last_switch.iter().copied().min().unwrap_or(0);
+        self.closable = self.horizon.min(last_switch);
         for cpu in 0..self.cpus {
             if let Some(tid) = self.running_on[cpu] {
                 self.credit_running(tid, at);
@@ -439,7 +449,7 @@ impl Analyzer {
         th.on_cpu_ns += b - a;
         let (group, entity, windows) = (th.group, th.entity, th.windows);
         self.groups[group as usize].on_cpu_ns += b - a;
-        let horizon = self.horizon;
+        let horizon = self.closable;
         let ge = match self.groups[group as usize].entity {
             Some(e) => e,
             None => {
@@ -503,7 +513,8 @@ impl Analyzer {
         prev_dead: bool,
         prev_blocked: bool,
     ) {
-        if self.occupant[cpu] == u32::MAX {
+        let first_here = self.occupant[cpu] == u32::MAX;
+        if first_here {
             self.cpus_unseen = self.cpus_unseen.saturating_sub(1);
         }
         self.charge(cpu, t);
@@ -527,11 +538,14 @@ impl Analyzer {
         if self.threads.contains_key(&prev) {
             let was = self.threads[&prev].st;
             if was == St::Unknown {
-                // It was running when recording began.
+                // It was running when recording began; on a CPU seen
+                // switching before, its switch-in went missing, and it ran
+                // since that CPU's last switch at the most.
+                let from = if first_here { 0 } else { self.last_switch[cpu] };
                 let th = self.threads.get_mut(&prev).expect("checked above");
                 th.st = St::Running;
-                th.since = 0;
-                th.entered = 0;
+                th.since = from;
+                th.entered = from;
                 th.cpu = cpu as u16;
                 let g = th.group;
                 self.set_counts(g, t, 1, 0);

@@ -10,9 +10,9 @@
 //! the window) and move into an HdrHistogram (100 to 200 KiB) only past
 //! `DISTINCT` of them; the counts above k CPUs grow to the largest k
 //! passed, not to the host's CPUs; and windows are closed as credit comes
-//! in, once no credit can land in them, so only those since the last
-//! tick stay open. An accumulator that saw a few events takes about 250
-//! bytes.
+//! in, once no credit can land in them, so only those since every CPU's
+//! last switch stay open. An accumulator that saw a few events takes about
+//! 250 bytes.
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -133,10 +133,7 @@ impl WindowAcc {
     }
 
     pub(crate) fn add(&mut self, a: u64, b: u64) {
-        // Time placed by inference before a window already closed (a
-        // switch-in that never came) stays out of the windows: adding it
-        // to the first open one would show more than a CPU there.
-        let mut t = a.max(self.base.saturating_mul(self.w));
+        let mut t = a;
         while t < b {
             let idx = t / self.w;
             let end = ((idx + 1) * self.w).min(b);
@@ -222,7 +219,7 @@ pub(crate) struct Entity {
 impl Entity {
     /// Credits `[a, b)`; windows ending by `horizon` (no credit starts
     /// before it any more) are closed first, so a long recording keeps
-    /// no window of its past open.
+    /// no window of its past open while every CPU switches now and then.
     pub(crate) fn add(&mut self, a: u64, b: u64, horizon: u64) {
         for acc in &mut self.accs {
             acc.close_until(horizon.min(a));
