@@ -82,6 +82,36 @@ pub const MAX_SIM_POLLS: u64 = 10_000_000;
 /// path. 2 M holds document 000's longest lab run (1000 s at 1000 polls/s).
 pub const MAX_SIM_VIEW_POLLS: u64 = 2_000_000;
 
+/// The largest recording (`.otrec`) a reader takes. It is held whole in
+/// memory (an event takes in memory the 24 bytes it takes on disk), so
+/// this is about the most reading one costs, before its analysis.
+pub const MAX_RECORDING_BYTES: u64 = 4 << 30;
+/// CPUs a recording may claim. Every analysis keeps state per CPU and
+/// looks at every CPU per wake-up, so a claim of a billion CPUs is
+/// corruption, not a host; Linux builds for at most 8192, and 4096 is
+/// five times the largest two-socket host.
+pub const MAX_RECORDED_CPUS: u64 = 4096;
+/// Groups a recording's META may name: the targets a user or an agent
+/// names (a lab run has at most 200 tenants) and the host I/O path. Each
+/// is a tenant's worth of state in every analysis.
+pub const MAX_RECORDED_GROUPS: u64 = 1024;
+/// Thread ids a recording names lie below Linux's PID_MAX_LIMIT, so the
+/// threads one recording knows are at most that many.
+pub const TID_LIMIT: u64 = 4 << 20;
+/// Longest stretch of a recording without an event: a host's scheduler
+/// switches every few milliseconds, so an hour of silence is a corrupt
+/// stamp (or END), and walking to it tick by tick would take hours.
+pub const MAX_EVENT_GAP_NS: u64 = 3_600_000_000_000;
+/// Stack sampling period a recording may claim: `profile record --rate`
+/// takes 1 to 10 000 samples per second; below 10 us is not sampling.
+pub const MIN_SAMPLE_PERIOD_NS: u64 = 10_000;
+/// See [`MIN_SAMPLE_PERIOD_NS`]: one sample a second.
+pub const MAX_SAMPLE_PERIOD_NS: u64 = 1_000_000_000;
+/// The largest file symbolisation reads symbols from (a binary named by a
+/// recording's mappings): far above any program or library with its debug
+/// information, far below what a hostile path could make it read.
+pub const MAX_SYMBOL_FILE_BYTES: u64 = 2 << 30;
+
 /// Checks `min <= value <= max`; the error names `what` and the range in
 /// the value's own words (`show` formats a bound).
 pub fn check<T: PartialOrd + Copy>(

@@ -56,12 +56,14 @@ pub struct BlockCounters {
     pub kernel: Option<ontime_recording::io_layout::DiskStat>,
 }
 
-/// Accumulates one layer.
+/// Accumulates one layer. There are four per group a recording names and
+/// a histogram holds some 270 KiB whatever it holds, so one is made only
+/// for a layer that saw a latency.
 #[derive(Default)]
 pub(crate) struct LayerAcc {
     pub(crate) stats: LayerStats,
-    read_lat: LatencyHistogram,
-    write_lat: LatencyHistogram,
+    read_lat: Option<Box<LatencyHistogram>>,
+    write_lat: Option<Box<LatencyHistogram>>,
     read_sizes: HashMap<u64, u64>,
     write_sizes: HashMap<u64, u64>,
 }
@@ -90,7 +92,8 @@ impl LayerAcc {
         op.bytes += moved;
         *sizes.entry(size_bucket(moved)).or_default() += 1;
         if e.latency > 0 {
-            lat.record(e.latency);
+            lat.get_or_insert_with(|| Box::new(LatencyHistogram::new()))
+                .record(e.latency);
         }
     }
 
@@ -102,8 +105,8 @@ impl LayerAcc {
         };
         self.stats.read.sizes = sorted(self.read_sizes);
         self.stats.write.sizes = sorted(self.write_sizes);
-        self.stats.read.latency = (!self.read_lat.is_empty()).then(|| self.read_lat.summary(None));
-        self.stats.write.latency = (!self.write_lat.is_empty()).then(|| self.write_lat.summary(None));
+        self.stats.read.latency = self.read_lat.map(|h| h.summary(None));
+        self.stats.write.latency = self.write_lat.map(|h| h.summary(None));
         self.stats
     }
 }

@@ -354,7 +354,7 @@ pub fn join(rec: &Recording, syms: &Symbols) -> Joined {
         let Some(tenant) = group_of(tid).filter(|&g| (g as usize) < out.tenant_names.len()) else {
             continue;
         };
-        let run = samples.len() as u64 * period;
+        let run = (samples.len() as u64).saturating_mul(period);
         let name = rec
             .threads
             .get(&tid)

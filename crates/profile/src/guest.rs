@@ -10,15 +10,21 @@
 //! Guest PCs themselves come from KVM (kvm_exit's guest_rip, perf's guest
 //! sampling); this host has no KVM, so they are joined into recordings only
 //! where KVM is present.
+//!
+//! The dump is the guest's word: its paths are looked up only under
+//! `root`, never above it (no `..`), and opened under the input rule like
+//! a recording's mappings (regular files only, without blocking).
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::path::{Component, Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use ontime_trace::maps::{parse_maps, ProcessMaps};
 
-use crate::symbols::Frame;
+use crate::symbols::{fd_path, open_mapped, Frame};
 
 /// The agent, as shipped.
 pub const AGENT: &str = include_str!("../agent/ontime-guest-agent.sh");
@@ -100,7 +106,7 @@ impl GuestDump {
     }
 
     pub fn read(path: &Path) -> Result<GuestDump> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let text = ontime_core::fsio::read_text(path, "guest dump")?;
         GuestDump::parse(&text).with_context(|| path.display().to_string())
     }
 }
@@ -111,6 +117,9 @@ pub struct GuestSymbols {
     pub dump: GuestDump,
     root: Option<PathBuf>,
     sym: Symbolizer,
+    /// The guest's files under `root`, opened once each (None: refused or
+    /// missing).
+    files: RefCell<HashMap<PathBuf, Option<File>>>,
 }
 
 /// The first kernel address on x86-64 (the canonical upper half).
@@ -122,6 +131,7 @@ impl GuestSymbols {
             dump,
             root,
             sym: Symbolizer::new(),
+            files: RefCell::new(HashMap::new()),
         }
     }
 
@@ -137,13 +147,19 @@ impl GuestSymbols {
         let Some(m) = maps.find(pc) else {
             return raw(pc, "[guest]");
         };
-        let off = pc - m.start + m.offset;
-        if let Some(root) = &self.root {
-            if m.path.starts_with('/') {
-                let file = root.join(m.path.trim_start_matches('/'));
+        let off = (pc - m.start).saturating_add(m.offset);
+        if let Some(file) = self.root.as_deref().and_then(|root| under(root, &m.path)) {
+            let mut files = self.files.borrow_mut();
+            let open = files
+                .entry(file)
+                .or_insert_with_key(|f| open_mapped(f, 0).ok())
+                .as_ref()
+                .map(fd_path);
+            drop(files);
+            if let Some(fd) = open {
                 if let Ok(Symbolized::Sym(s)) = self
                     .sym
-                    .symbolize_single(&Source::Elf(Elf::new(&file)), Input::FileOffset(off))
+                    .symbolize_single(&Source::Elf(Elf::new(fd)), Input::FileOffset(off))
                 {
                     return Frame {
                         function: s.name.to_string(),
@@ -178,6 +194,15 @@ impl GuestSymbols {
             _ => raw(pc, "[guest kernel]"),
         }
     }
+}
+
+/// The guest's `path` (absolute) under `root`, unless it would climb out
+/// of it.
+fn under(root: &Path, path: &str) -> Option<PathBuf> {
+    let rel = Path::new(path).strip_prefix("/").ok()?;
+    rel.components()
+        .all(|c| matches!(c, Component::Normal(_)))
+        .then(|| root.join(rel))
 }
 
 fn raw(pc: u64, module: &str) -> Frame {

@@ -642,7 +642,8 @@ pub fn profile_windows(files: &[PathBuf], top: usize, jobs: usize) -> Result<Win
     }
     let first = bounds.first().map(|b| b.0).unwrap_or(0);
     for (w, b) in windows.iter_mut().zip(&bounds) {
-        w.offset_ns = b.0 - first;
+        // Windows are listed by name; a forged one may start earlier.
+        w.offset_ns = b.0.saturating_sub(first);
     }
     // A window cut short (killed while being stored) has no recorded end:
     // its seam with the next is unknown, not a gap.
@@ -660,7 +661,11 @@ pub fn profile_windows(files: &[PathBuf], top: usize, jobs: usize) -> Result<Win
     let t0 = median(whole.iter().filter_map(|w| w.store_ns).collect());
     let t2 = median(whole.iter().map(|w| w.analysis_ns).collect());
     // The largest n with (t0 + t2) x n < t0 + t1.
-    let hosts = (t0 + t1).saturating_sub(1).checked_div(t0 + t2).unwrap_or(0);
+    let hosts = t0
+        .saturating_add(t1)
+        .saturating_sub(1)
+        .checked_div(t0.saturating_add(t2))
+        .unwrap_or(0);
     Ok(WindowsReport {
         windows,
         median_collect_ns: t1,

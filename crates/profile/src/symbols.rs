@@ -3,8 +3,21 @@
 //! ended is still symbolised from its files), kernel frames through
 //! /proc/kallsyms. An address that cannot be named keeps its module and
 //! offset, or its raw value; a name is never guessed.
+//!
+//! The paths a recording's mappings name are opened here, on the host
+//! that reports (for the fleet, a worker, with paths a remote agent
+//! wrote), so they are opened under the input rule: a regular file of at
+//! most [`MAX_SYMBOL_FILE_BYTES`], without blocking (a FIFO or a device is
+//! skipped and counted in a note, never read). blazesym is handed the
+//! file that was checked, as `/proc/self/fd/N`, so nothing can swap the
+//! path for a FIFO between the check and the read.
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use ontime_core::limits::MAX_SYMBOL_FILE_BYTES;
 
 use blazesym::symbolize::source::{Elf, Kernel, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
@@ -155,7 +168,8 @@ pub fn symbolize(rec: &Recording) -> Symbols {
             }
             match maps.find(ip) {
                 Some(m) if m.path.starts_with('/') => {
-                    let off = ip - m.start + m.offset;
+                    // The reader checked that offset + length fits.
+                    let off = (ip - m.start).saturating_add(m.offset);
                     by_file
                         .entry((m.path.clone(), m.inode))
                         .or_default()
@@ -178,15 +192,26 @@ pub fn symbolize(rec: &Recording) -> Symbols {
         }
         kernel_ips.extend_from_slice(rec.samples.kernel_frames(s));
     }
-    for ((path, inode), addrs) in &by_file {
-        if !same_file(path, *inode) {
-            out.notes.push(format!(
-                "{path} changed since it was mapped (inode {inode}): its frames are left unnamed"
-            ));
-            continue;
-        }
+    let mut changed = Skipped::default();
+    let mut unreadable = Skipped::default();
+    let mut no_symbols = Skipped::default();
+    // In path order: the notes (their examples) read the same each time.
+    let mut files: Vec<(&FileId, &Vec<UserAddr>)> = by_file.iter().collect();
+    files.sort_by(|a, b| a.0.cmp(b.0));
+    for ((path, inode), addrs) in files {
+        let file = match open_mapped(Path::new(path), *inode) {
+            Ok(f) => f,
+            Err(Unusable::Changed) => {
+                changed.add(path.clone());
+                continue;
+            }
+            Err(Unusable::Refused(why)) => {
+                unreadable.add(why);
+                continue;
+            }
+        };
         let offsets: Vec<u64> = addrs.iter().map(|a| a.2).collect();
-        let src = Source::Elf(Elf::new(PathBuf::from(path)));
+        let src = Source::Elf(Elf::new(fd_path(&file)));
         match sym.symbolize(&src, Input::FileOffset(&offsets)) {
             Ok(results) => {
                 for (r, &(pid, ip, _)) in results.iter().zip(addrs) {
@@ -203,8 +228,24 @@ pub fn symbolize(rec: &Recording) -> Symbols {
                     }
                 }
             }
-            Err(e) => out.notes.push(format!("cannot read symbols of {path}: {e}")),
+            Err(e) => no_symbols.add(format!("{path}: {e}")),
         }
+        drop(file);
+    }
+    if let Some(n) =
+        changed.note("mapped file(s) changed since mapped (another inode) or gone: their frames are left unnamed")
+    {
+        out.notes.push(n);
+    }
+    let rule = format!(
+        "mapped file(s) not read (only regular files of at most {} MiB are): their frames are left unnamed",
+        MAX_SYMBOL_FILE_BYTES >> 20
+    );
+    if let Some(n) = unreadable.note(&rule) {
+        out.notes.push(n);
+    }
+    if let Some(n) = no_symbols.note("mapped file(s) without symbols blazesym can read") {
+        out.notes.push(n);
     }
     kernel_ips.sort_unstable();
     kernel_ips.dedup();
@@ -286,8 +327,151 @@ fn raw(ip: u64, kernel: bool) -> Frame {
     }
 }
 
-/// Whether the file at `path` is still the one mapped (same inode).
-fn same_file(path: &str, inode: u64) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    inode == 0 || std::fs::metadata(path).is_ok_and(|m| m.ino() == inode)
+/// Why a mapped file is not symbolised.
+pub(crate) enum Unusable {
+    /// Gone, or another file under its name (another inode).
+    Changed,
+    /// Refused by the input rule (a FIFO, a device, too large), or not
+    /// readable; the reason names the file.
+    Refused(String),
+}
+
+/// Opens a file a recording's mapping names, under the input rule, if it
+/// is still the one that was mapped (same inode; 0: not known).
+pub(crate) fn open_mapped(path: &Path, inode: u64) -> Result<File, Unusable> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Unusable::Changed),
+        _ => {}
+    }
+    let (file, _) = ontime_core::fsio::open_input(path, "mapped file", MAX_SYMBOL_FILE_BYTES)
+        .map_err(|e| Unusable::Refused(format!("{e:#}")))?;
+    let ino = file
+        .metadata()
+        .map(|m| m.ino())
+        .map_err(|e| Unusable::Refused(format!("{}: {e}", path.display())))?;
+    if inode != 0 && ino != inode {
+        return Err(Unusable::Changed);
+    }
+    Ok(file)
+}
+
+/// The path of an open file that names that very file, whatever becomes
+/// of the name it was opened by.
+pub(crate) fn fd_path(f: &File) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()))
+}
+
+/// Files left out for one reason: how many, and the first few.
+#[derive(Default)]
+struct Skipped {
+    count: usize,
+    examples: Vec<String>,
+}
+
+impl Skipped {
+    /// Examples a note shows: a recording can name any number of files.
+    const EXAMPLES: usize = 3;
+
+    fn add(&mut self, what: String) {
+        self.count += 1;
+        if self.examples.len() < Self::EXAMPLES {
+            self.examples.push(what);
+        }
+    }
+
+    fn note(&self, what: &str) -> Option<String> {
+        (self.count > 0).then(|| {
+            let more = if self.count > self.examples.len() { ", ..." } else { "" };
+            format!("{} {what} ({}{more})", self.count, self.examples.join("; "))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ontime_trace::maps::Mapping;
+    use ontime_trace::recording::Meta;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    fn mkfifo(p: &Path) {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    }
+
+    /// A recording whose only user frame lies in a mapping of `path`.
+    fn recording_mapping(path: &Path) -> Recording {
+        let mut rec = Recording::of_events(Meta::of_this_host("bpf", 0, vec![]), HashMap::new(), vec![], 1_000);
+        rec.samples.push(10, 42, 42, 0, &[], &[0x1010]);
+        rec.maps.insert(
+            42,
+            ProcessMaps {
+                pid: 42,
+                comm: "x".into(),
+                maps: vec![Mapping {
+                    start: 0x1000,
+                    end: 0x2000,
+                    offset: 0,
+                    path: path.to_string_lossy().into_owned(),
+                    dev: "00:00".into(),
+                    inode: 0,
+                }],
+            },
+        );
+        rec
+    }
+
+    /// A mapping naming a FIFO made `profile report` (and a fleet worker)
+    /// block for ever: it is skipped at once and counted in a note, and so
+    /// is a device.
+    #[test]
+    fn a_mapping_naming_a_fifo_or_a_device_is_skipped_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        mkfifo(&fifo);
+        for path in [fifo.clone(), PathBuf::from("/dev/zero")] {
+            let rec = recording_mapping(&path);
+            let (tx, rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = tx.send(symbolize(&rec));
+            });
+            // A regression blocks in open(2): fail instead of hanging.
+            let syms = rx
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("symbolising a mapping of {} blocked", path.display()));
+            let name = path.display().to_string();
+            assert!(
+                syms.notes
+                    .iter()
+                    .any(|n| n.starts_with("1 mapped file(s) not read") && n.contains(&name)),
+                "{:?}",
+                syms.notes
+            );
+            let leaf = syms.leaf(syms.sample_stack[0]).unwrap();
+            assert!(!syms.frames[leaf as usize].named, "{:?}", syms.frames[leaf as usize]);
+        }
+    }
+
+    #[test]
+    fn a_mapped_file_gone_or_replaced_is_changed_and_a_regular_one_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("bin");
+        std::fs::write(&f, b"not an ELF file").unwrap();
+        let ino = std::fs::metadata(&f).unwrap().ino();
+        assert!(open_mapped(&f, ino).is_ok());
+        assert!(open_mapped(&f, 0).is_ok());
+        assert!(matches!(open_mapped(&f, ino + 1), Err(Unusable::Changed)));
+        assert!(matches!(
+            open_mapped(&dir.path().join("gone"), 1),
+            Err(Unusable::Changed)
+        ));
+        assert!(matches!(open_mapped(dir.path(), 0), Err(Unusable::Refused(_))));
+        // The descriptor's path names the file opened, whatever its name
+        // becomes.
+        let opened = open_mapped(&f, ino).ok().unwrap();
+        std::fs::remove_file(&f).unwrap();
+        assert_eq!(std::fs::metadata(fd_path(&opened)).unwrap().ino(), ino);
+    }
 }

@@ -6,8 +6,9 @@
 //! so C and Rust share one definition), the recorded groups and how a
 //! thread is told to be a vCPU ([`groups`]), stack samples ([`samples`])
 //! and the mappings that symbolise them ([`maps`]), what an I/O recording
-//! describes ([`io_layout`]) and the windows of a continuous recording
-//! ([`store`]).
+//! describes ([`io_layout`]), the windows of a continuous recording
+//! ([`store`]). What a recording may claim is checked in one place,
+//! [`recording::validate`], by its one reader.
 //!
 //! It links no BPF and needs no clang: the readers (ontime-sched,
 //! ontime-io, the simulator) depend on it alone. Capture (the BPF and perf

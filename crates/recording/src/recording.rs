@@ -17,21 +17,26 @@
 //!   IO_LAYOUT  JSON IoLayout (where the images lie on the disk, at the end)
 //! ```
 //! Readers skip block kinds they do not know, so older recordings read
-//! and an older ontime reads newer ones without the blocks it lacks.
+//! and an older ontime reads newer ones without the blocks it lacks. What
+//! the blocks claim (counts, lengths, spans, paths) is checked by
+//! [`validate`] as they are read, before anything is sized from it.
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
+use self::validate::corrupt;
 use crate::event::{Event, EVENT_SIZE};
 pub use crate::groups::{Group, GroupKind};
 use crate::io_abi::{IoEvent, IO_EVENT_SIZE};
 use crate::io_layout::{IoFile, IoLayout, IoState};
 use crate::maps::ProcessMaps;
 use crate::samples::SampleBatch;
+
+pub mod validate;
 
 const MAGIC: &[u8; 6] = b"OTREC\0";
 const VERSION: u16 = 1;
@@ -45,8 +50,6 @@ const BLOCK_IO_EVENTS: u32 = 7;
 const BLOCK_IO_FILES: u32 = 8;
 const BLOCK_IO_STATE: u32 = 9;
 const BLOCK_IO_LAYOUT: u32 = 10;
-/// A block larger than this is corruption, not data.
-const MAX_BLOCK: u32 = 256 << 20;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Meta {
@@ -366,25 +369,36 @@ impl Recording {
         w.finish_as(&end, path)
     }
 
+    /// Reads a recording under the input rule (a regular file of at most
+    /// [`validate::MAX_RECORDING_BYTES`], never a FIFO or a device), up to
+    /// its last whole block. Whatever is wrong with the file, the error is
+    /// [`ontime_core::BadInput`] naming it.
     pub fn read(path: &Path) -> Result<Recording> {
-        let file = File::open(path).with_context(|| format!("cannot open recording {}", path.display()))?;
+        let (file, size) = ontime_core::fsio::open_input(path, "recording", validate::MAX_RECORDING_BYTES)?;
         let mut r = BufReader::with_capacity(1 << 20, file);
         let mut head = [0u8; 8];
-        r.read_exact(&mut head)
-            .with_context(|| format!("{} is not an ontime recording (too short)", path.display()))?;
+        if read_full(&mut r, &mut head, path)? < head.len() {
+            return Err(ontime_core::bad_input(format!(
+                "{} is not an ontime recording (too short)",
+                path.display()
+            )));
+        }
         if &head[..6] != MAGIC {
-            bail!(
+            return Err(ontime_core::bad_input(format!(
                 "{} is not an ontime recording (made by `ontime observe record`)",
                 path.display()
-            );
+            )));
         }
         let version = u16::from_le_bytes([head[6], head[7]]);
         if version != VERSION {
-            bail!(
+            return Err(ontime_core::bad_input(format!(
                 "{}: recording format version {version}, this ontime reads {VERSION}",
                 path.display()
-            );
+            )));
         }
+        // Bytes read so far: a block never claims more than the file has
+        // left, whatever its header says.
+        let mut at = head.len() as u64;
         let mut meta: Option<Meta> = None;
         let mut threads = HashMap::new();
         let mut events = Vec::new();
@@ -396,7 +410,7 @@ impl Recording {
         let mut payload = Vec::new();
         loop {
             let mut hdr = [0u8; 8];
-            match read_full(&mut r, &mut hdr)? {
+            match read_full(&mut r, &mut hdr, path)? {
                 0 => break,
                 n if n < 8 => {
                     truncated_bytes += n as u64;
@@ -406,12 +420,15 @@ impl Recording {
             }
             let kind = u32::from_le_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
             let len = u32::from_le_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]);
-            if len > MAX_BLOCK {
-                bail!("{}: corrupt block header (length {len})", path.display());
-            }
-            payload.resize(len as usize, 0);
-            let got = read_full(&mut r, &mut payload)?;
-            if got < payload.len() {
+            validate::block_len(path, kind, len, at)?;
+            at += 8;
+            // The file was this long when opened: a length past its end is
+            // a block cut short there, read up to what is there.
+            let here = u64::from(len).min(size.saturating_sub(at)) as usize;
+            payload.resize(here, 0);
+            let got = read_full(&mut r, &mut payload, path)?;
+            at += got as u64;
+            if got < len as usize {
                 truncated_bytes += 8 + got as u64;
                 // Keep the whole events of a cut-short EVENTS block.
                 if kind == BLOCK_EVENTS {
@@ -423,18 +440,19 @@ impl Recording {
                 }
                 break;
             }
+            let json =
+                |what: &str, e: serde_json::Error| corrupt(path, format!("its {what} block does not parse ({e})"));
             match kind {
                 BLOCK_META => {
-                    meta = Some(
-                        serde_json::from_slice(&payload)
-                            .with_context(|| format!("{}: corrupt META block", path.display()))?,
-                    )
+                    let m: Meta = serde_json::from_slice(&payload).map_err(|e| json("META", e))?;
+                    validate::meta(path, &m)?;
+                    meta = Some(m);
                 }
                 BLOCK_EVENTS => push_events(&mut events, &payload),
                 BLOCK_THREADS => {
-                    let list: Vec<ThreadInfo> = serde_json::from_slice(&payload)
-                        .with_context(|| format!("{}: corrupt THREADS block", path.display()))?;
+                    let list: Vec<ThreadInfo> = serde_json::from_slice(&payload).map_err(|e| json("THREADS", e))?;
                     for t in list {
+                        validate::thread(path, &t)?;
                         // A later block knows more: a name set after the
                         // thread started, a group found later.
                         let group = t
@@ -447,43 +465,31 @@ impl Recording {
                 BLOCK_IO_EVENTS => {
                     io_events.extend(payload.chunks_exact(IO_EVENT_SIZE).filter_map(IoEvent::from_bytes))
                 }
-                BLOCK_IO_FILES => io_files.extend(
-                    serde_json::from_slice::<Vec<IoFile>>(&payload)
-                        .with_context(|| format!("{}: corrupt IO_FILES block", path.display()))?,
-                ),
-                BLOCK_IO_STATE => io_states.extend(
-                    serde_json::from_slice::<Vec<IoState>>(&payload)
-                        .with_context(|| format!("{}: corrupt IO_STATE block", path.display()))?,
-                ),
+                BLOCK_IO_FILES => {
+                    io_files.extend(serde_json::from_slice::<Vec<IoFile>>(&payload).map_err(|e| json("IO_FILES", e))?)
+                }
+                BLOCK_IO_STATE => {
+                    io_states.extend(serde_json::from_slice::<Vec<IoState>>(&payload).map_err(|e| json("IO_STATE", e))?)
+                }
                 BLOCK_IO_LAYOUT => {
-                    io_layout = Some(
-                        serde_json::from_slice(&payload)
-                            .with_context(|| format!("{}: corrupt IO_LAYOUT block", path.display()))?,
-                    )
+                    io_layout = Some(serde_json::from_slice(&payload).map_err(|e| json("IO_LAYOUT", e))?)
                 }
                 BLOCK_MAPS => {
-                    let list: Vec<ProcessMaps> = serde_json::from_slice(&payload)
-                        .with_context(|| format!("{}: corrupt MAPS block", path.display()))?;
+                    let list: Vec<ProcessMaps> = serde_json::from_slice(&payload).map_err(|e| json("MAPS", e))?;
                     for m in list {
+                        validate::process_maps(path, &m)?;
                         maps.insert(m.pid, m);
                     }
                 }
-                BLOCK_END => {
-                    end = Some(
-                        serde_json::from_slice(&payload)
-                            .with_context(|| format!("{}: corrupt END block", path.display()))?,
-                    )
-                }
+                BLOCK_END => end = Some(serde_json::from_slice(&payload).map_err(|e| json("END", e))?),
                 _ => {} // from a newer ontime: skip
             }
         }
-        let meta = meta.with_context(|| format!("{}: no META block; the recording is empty", path.display()))?;
-        // Events name their CPU in 16 bits: a larger count is corruption,
-        // and every analysis sizes per-CPU state by it.
-        if meta.cpus == 0 || meta.cpus > usize::from(u16::MAX) + 1 {
-            bail!("{}: corrupt: META says {} CPUs", path.display(), meta.cpus);
-        }
-        check_times(path, &meta, end.as_ref(), &events, &samples, &io_events)?;
+        let meta = meta.ok_or_else(|| {
+            ontime_core::bad_input(format!("{}: no META block; the recording is empty", path.display()))
+        })?;
+        validate::thread_groups(path, &meta, threads.values())?;
+        validate::times(path, &meta, end.as_ref(), &events, &samples, &io_events, &io_states)?;
         // Per-CPU rings interleave slightly; the analysis needs one time order.
         events.sort_by_key(|e| e.ts);
         samples.sort_by_time();
@@ -503,60 +509,23 @@ impl Recording {
     }
 }
 
-/// Every stamp lies within the recording (its start to its end, or a week
-/// after its start when it was cut short), give or take a second for
-/// per-CPU buffers read late: a forged or corrupt block is refused, not
-/// turned into a recording of 72 million seconds.
-fn check_times(
-    path: &Path,
-    meta: &Meta,
-    end: Option<&End>,
-    events: &[Event],
-    samples: &SampleBatch,
-    io_events: &[IoEvent],
-) -> Result<()> {
-    const SLACK_NS: u64 = 1_000_000_000;
-    let first = meta.start_ns.saturating_sub(SLACK_NS);
-    let last = end
-        .map_or(
-            meta.start_ns.saturating_add(ontime_core::limits::MAX_DURATION_NS),
-            |e| e.end_ns,
-        )
-        .saturating_add(SLACK_NS);
-    if end.is_some_and(|e| e.end_ns < meta.start_ns) {
-        bail!("{}: corrupt recording: it ends before it starts", path.display());
-    }
-    let stamps = events
-        .iter()
-        .map(|e| (e.ts, "scheduler event"))
-        .chain(samples.samples.iter().map(|s| (s.ts, "stack sample")))
-        .chain(io_events.iter().map(|e| (e.ts, "I/O event")));
-    for (ts, what) in stamps {
-        if !(first..=last).contains(&ts) {
-            bail!(
-                "{}: corrupt recording: a {what} at {} s lies outside the recording ({} .. {} s)",
-                path.display(),
-                ts as f64 / 1e9,
-                meta.start_ns as f64 / 1e9,
-                last.saturating_sub(SLACK_NS) as f64 / 1e9
-            );
-        }
-    }
-    Ok(())
-}
-
 fn push_events(events: &mut Vec<Event>, bytes: &[u8]) {
     events.extend(bytes.chunks_exact(EVENT_SIZE).filter_map(Event::from_bytes));
 }
 
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> Result<usize> {
+fn read_full(r: &mut impl Read, buf: &mut [u8], path: &Path) -> Result<usize> {
     let mut got = 0;
     while got < buf.len() {
         match r.read(&mut buf[got..]) {
             Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e).context("reading recording"),
+            Err(e) => {
+                return Err(ontime_core::bad_input(format!(
+                    "cannot read recording {}: {e}",
+                    path.display()
+                )))
+            }
         }
     }
     Ok(got)
@@ -564,6 +533,7 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> Result<usize> {
 
 #[cfg(test)]
 mod tests {
+    use super::validate::{MAX_BLOCK, MAX_EVENT_GAP_NS};
     use super::*;
     use crate::event::kind;
 
@@ -635,6 +605,181 @@ mod tests {
         assert!(e.contains("corrupt recording") && e.contains("outside"), "{e}");
         write(1500);
         assert_eq!(Recording::read(&path).unwrap().events.len(), 1);
+    }
+
+    fn refused(path: &Path, words: &[&str]) {
+        let e = Recording::read(path).unwrap_err();
+        assert!(
+            e.downcast_ref::<ontime_core::BadInput>().is_some(),
+            "not bad input: {e:#}"
+        );
+        let text = format!("{e:#}");
+        assert!(!text.contains('\n'), "one line: {text}");
+        for w in words {
+            assert!(text.contains(w), "{w:?} not in: {text}");
+        }
+    }
+
+    fn switch(ts: u64) -> Event {
+        Event {
+            ts,
+            kind: kind::SWITCH,
+            ..Default::default()
+        }
+    }
+
+    /// Writes a recording of `meta` with switches at `events` and an END
+    /// block at `end_ns`.
+    fn write_with(path: &Path, meta: &Meta, events: &[u64], end_ns: u64) {
+        let mut w = Writer::create(path, meta).unwrap();
+        for &ts in events {
+            w.event(&switch(ts)).unwrap();
+        }
+        w.finish(&End {
+            end_ns,
+            events: events.len() as u64,
+            lost: 0,
+            store_ns: None,
+        })
+        .unwrap();
+    }
+
+    /// A META claiming a billion CPUs aborted the reports with an 8 GB
+    /// allocation; it is refused as corrupt with the range, as is a
+    /// crafted list of 5 000 groups.
+    #[test]
+    fn a_meta_claiming_too_many_cpus_or_groups_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.otrec");
+        let mut m = meta();
+        m.cpus = 1_000_000_000;
+        write_with(&path, &m, &[1000], 2000);
+        refused(&path, &["r.otrec", "corrupt recording", "1000000000 CPUs", "1 to 4096"]);
+        m.cpus = 0;
+        write_with(&path, &m, &[1000], 2000);
+        refused(&path, &["0 CPUs"]);
+        let mut m = meta();
+        m.groups = (0..5000)
+            .map(|i| Group {
+                name: format!("g{i}"),
+                kind: GroupKind::Tenant,
+                source: vec![],
+                vcpu_names: false,
+            })
+            .collect();
+        write_with(&path, &m, &[1000], 2000);
+        refused(&path, &["5000 groups", "at most 1024"]);
+        let mut m = meta();
+        m.sample_period_ns = Some(0);
+        write_with(&path, &m, &[1000], 2000);
+        refused(&path, &["sampled every 0 ns"]);
+        write_with(&path, &meta(), &[1000], 2000);
+        assert_eq!(Recording::read(&path).unwrap().meta.cpus, 2);
+    }
+
+    /// A forged END gave a recording of 604 800 000 s with its events
+    /// intact: END must lie within the longest recording of its start and
+    /// within an hour of its last event.
+    #[test]
+    fn a_forged_end_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.otrec");
+        let s = 1_000_000_000u64;
+        write_with(&path, &meta(), &[s, 2 * s], 604_800_000 * s);
+        refused(&path, &["corrupt recording", "END says it lasted", "at most"]);
+        // Within a week of the start, but days after the last event.
+        write_with(&path, &meta(), &[s, 2 * s], 3 * 24 * 3600 * s);
+        refused(&path, &["END at", "after its last event", "within"]);
+        // An hour after the last event is the most a whole recording has.
+        write_with(&path, &meta(), &[s, 2 * s], 2 * s + MAX_EVENT_GAP_NS);
+        assert!(Recording::read(&path).is_ok());
+        write_with(&path, &meta(), &[s, 2 * s], 2 * s + MAX_EVENT_GAP_NS + 1);
+        refused(&path, &["after its last event"]);
+        let mut m = meta();
+        m.start_ns = 10 * s;
+        write_with(&path, &m, &[], 5 * s);
+        refused(&path, &["ends before it starts"]);
+    }
+
+    /// A block header claiming more than the file holds reads as a
+    /// recording cut short there: nothing is sized from the claim.
+    #[test]
+    fn a_block_longer_than_the_file_is_read_as_cut_short() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.otrec");
+        write_with(&path, &meta(), &[1000], 2000);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let whole = bytes.len();
+        bytes.extend_from_slice(&BLOCK_EVENTS.to_le_bytes());
+        bytes.extend_from_slice(&(MAX_BLOCK).to_le_bytes());
+        bytes.extend_from_slice(&[0u8; 30]);
+        std::fs::write(&path, &bytes).unwrap();
+        let r = Recording::read(&path).unwrap();
+        assert_eq!(r.truncated_bytes, (bytes.len() - whole) as u64);
+        assert_eq!(r.events.len(), 2, "the whole event of the cut block is kept");
+        bytes.truncate(whole);
+        bytes.extend_from_slice(&BLOCK_EVENTS.to_le_bytes());
+        bytes.extend_from_slice(&(MAX_BLOCK + 1).to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        refused(&path, &["claims 268435457 bytes", "more than a block holds"]);
+    }
+
+    /// Threads and mappings name what lies in range: a thread id past
+    /// PID_MAX_LIMIT, a group META does not have, a mapping whose file
+    /// offset overflows.
+    #[test]
+    fn threads_and_mappings_out_of_range_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.otrec");
+        let write = |t: ThreadInfo, maps: Vec<ProcessMaps>| {
+            let mut w = Writer::create(&path, &meta()).unwrap();
+            w.event(&switch(1000)).unwrap();
+            w.threads(&[t]).unwrap();
+            w.maps(&maps).unwrap();
+            w.finish(&End {
+                end_ns: 2000,
+                ..End::default()
+            })
+            .unwrap();
+        };
+        let t = |tid: u32, group: Option<u32>| ThreadInfo {
+            tid,
+            tgid: tid,
+            comm: "x".into(),
+            group,
+        };
+        let pm = |offset: u64| ProcessMaps {
+            pid: 5,
+            comm: "x".into(),
+            maps: vec![crate::maps::Mapping {
+                start: 0x1000,
+                end: 0x2000,
+                offset,
+                path: "/bin/x".into(),
+                dev: "fe:01".into(),
+                inode: 1,
+            }],
+        };
+        write(t(5, Some(0)), vec![pm(0)]);
+        assert!(Recording::read(&path).is_ok());
+        write(t(u32::MAX - 1, Some(0)), vec![]);
+        refused(&path, &["thread 4294967294", "below 4194304"]);
+        write(t(5, Some(7)), vec![]);
+        refused(&path, &["group 7", "names 1 groups"]);
+        write(t(5, None), vec![pm(u64::MAX - 10)]);
+        refused(&path, &["MAPS maps", "not a range of a file"]);
+    }
+
+    /// A FIFO named as a recording would block the reader for ever: it is
+    /// refused without opening it for reading.
+    #[test]
+    fn a_fifo_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("r.otrec");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        refused(&fifo, &["not a regular file"]);
     }
 
     /// A recording published under its name is readable there at once,

@@ -16,9 +16,22 @@
 //! counted by this state machine into [`crate::wakeups`]'s counters; the
 //! figures [`Analyzer::report`] returns are [`crate::report`]'s types
 //! (re-exported here).
+//!
+//! Memory follows the events, not the threads a recording names or the
+//! CPUs it claims: a thread costs about 200 bytes, plus 8 per run-queue
+//! wait (up to 4096 of them, then a 270 KiB histogram: `Durations`); a
+//! vCPU or host I/O thread about 1 KiB more for its windows once it runs;
+//! a group about 400 bytes, and 1 KiB more once it runs. Each window
+//! length adds 16 bytes per distinct window usage (up to 512, then a
+//! histogram of 100 to 200 KiB) and 8 per window still open (those
+//! since the least recent last switch of any CPU: a CPU that runs one
+//! task for an hour without a switch keeps an hour of windows open). So
+//! under `observe record --all`, where each process is a group, a
+//! short-lived process costs about 2.5 KiB; with a histogram per thread
+//! and three per group, each of fixed size, it cost some 2 MiB.
 use std::collections::HashMap;
 
-use ontime_core::stats::LatencyHistogram;
+use crate::durations::Durations;
 
 use ontime_recording::event::{kind, Event, F_PREV_RUNNABLE, TASK_DEAD, TASK_UNINTERRUPTIBLE};
 use ontime_recording::recording::{Group, GroupKind};
@@ -60,10 +73,10 @@ pub struct Interval {
 pub type IntervalSink = Box<dyn FnMut(&Interval)>;
 
 /// Longest gap between consecutive events (or to the end) the analysis
-/// accepts. A recording has scheduler events every few milliseconds; an
-/// event hours past the last one is a corrupt timestamp, and walking to it
-/// tick by tick would take hours.
-pub const MAX_EVENT_GAP_NS: u64 = 3_600_000_000_000;
+/// accepts: the recording reader refuses a longer one between the last
+/// stamp and END, and events that reach the analyzer otherwise (the live
+/// view, the simulator) are left out past it.
+pub const MAX_EVENT_GAP_NS: u64 = ontime_core::limits::MAX_EVENT_GAP_NS;
 
 #[derive(Clone, Debug)]
 pub struct AnalysisOptions {
@@ -104,7 +117,9 @@ impl St {
 
 pub(crate) struct ThreadState {
     pub(crate) group: u32,
-    /// Thread entity (per-vCPU windows), if it has one.
+    /// Whether it keeps windows of its own (a vCPU, a host I/O thread).
+    windows: bool,
+    /// Its windows, once it has been credited time.
     entity: Option<usize>,
     vcpu: bool,
     st: St,
@@ -121,7 +136,7 @@ pub(crate) struct ThreadState {
     entered: u64,
     on_cpu_ns: u64,
     wait_ns: u64,
-    waits: LatencyHistogram,
+    waits: Durations,
     /// Time asleep (interruptible) and blocked (uninterruptible), closed
     /// intervals only.
     sleep_ns: u64,
@@ -141,7 +156,8 @@ enum Contend {
 
 pub(crate) struct GroupState {
     pub(crate) group: Group,
-    entity: usize,
+    /// Its windows, once it has been credited time.
+    entity: Option<usize>,
     threads: u32,
     vcpus: u32,
     running: u32,
@@ -149,9 +165,9 @@ pub(crate) struct GroupState {
     contend: Contend,
     contend_since: u64,
     any_since: Option<u64>,
-    full: LatencyHistogram,
-    partial: LatencyHistogram,
-    any: LatencyHistogram,
+    full: Durations,
+    partial: Durations,
+    any: Durations,
     /// Time with any vCPU waiting since `stats_from`, episodes still open
     /// not included.
     any_ns: u64,
@@ -177,8 +193,14 @@ pub struct Analyzer {
     series: bool,
     pub(crate) groups: Vec<GroupState>,
     entities: Vec<Entity>,
+    /// Where the window statistics start (the last `reset_stats`): an
+    /// entity made later counts its windows from there.
+    stats_horizon: u64,
+    /// Up to where `advance` last closed every entity's windows.
+    closed_to: u64,
+    /// Windows ending by this time get no more credit (see `do_tick`).
+    closable: u64,
     pub(crate) threads: HashMap<u32, ThreadState>,
-    thread_entities: Vec<u32>,
     /// Who is on each CPU (u32::MAX until its first switch).
     pub(crate) occupant: Vec<u32>,
     /// Tracked thread running on each CPU (for tick crediting).
@@ -250,8 +272,10 @@ impl Analyzer {
             series: opts.series,
             groups: Vec::new(),
             entities: Vec::new(),
+            stats_horizon: 0,
+            closed_to: 0,
+            closable: 0,
             threads: HashMap::new(),
-            thread_entities: Vec::new(),
             occupant: vec![u32::MAX; cpus.max(1)],
             running_on: vec![None; cpus.max(1)],
             queued: vec![Vec::new(); cpus.max(1)],
@@ -276,10 +300,9 @@ impl Analyzer {
             intervals: None,
         };
         for g in groups {
-            let entity = a.new_entity();
             a.groups.push(GroupState {
                 group: g.clone(),
-                entity,
+                entity: None,
                 threads: 0,
                 vcpus: 0,
                 running: 0,
@@ -287,9 +310,9 @@ impl Analyzer {
                 contend: Contend::None,
                 contend_since: 0,
                 any_since: None,
-                full: LatencyHistogram::new(),
-                partial: LatencyHistogram::new(),
-                any: LatencyHistogram::new(),
+                full: Durations::default(),
+                partial: Durations::default(),
+                any: Durations::default(),
                 any_ns: 0,
                 hazard_ns: 0,
                 on_cpu_ns: 0,
@@ -300,14 +323,28 @@ impl Analyzer {
         a
     }
 
-    fn new_entity(&mut self) -> usize {
+    /// Windows for a group (with the series, when asked) or a thread.
+    fn new_entity(&mut self, series: bool) -> usize {
         let accs = self
             .windows
             .iter()
-            .map(|&w| WindowAcc::new(w, self.cpus, self.series))
+            .map(|&w| WindowAcc::new(w, self.cpus, series, self.stats_horizon))
             .collect();
         self.entities.push(Entity { accs });
         self.entities.len() - 1
+    }
+
+    /// What windows an entity made now would report: all empty (a group
+    /// or thread never credited keeps none until it is).
+    fn empty_usage(&self, series: bool) -> Vec<WindowUsage> {
+        self.windows
+            .iter()
+            .map(|&w| {
+                let mut acc = WindowAcc::new(w, self.cpus, series, self.stats_horizon);
+                acc.close_until(self.closed_to);
+                acc.report()
+            })
+            .collect()
     }
 
     /// Declares a thread of a group. `vcpu`: it counts towards contention
@@ -318,11 +355,6 @@ impl Analyzer {
             return;
         }
         let host_io = self.groups[group as usize].group.kind == GroupKind::HostIo;
-        let entity = (vcpu || host_io).then(|| {
-            let e = self.new_entity();
-            self.thread_entities.push(tid);
-            e
-        });
         let g = &mut self.groups[group as usize];
         g.threads += 1;
         if vcpu {
@@ -332,7 +364,8 @@ impl Analyzer {
             tid,
             ThreadState {
                 group,
-                entity,
+                windows: vcpu || host_io,
+                entity: None,
                 vcpu,
                 st: St::Unknown,
                 cpu: 0,
@@ -340,7 +373,7 @@ impl Analyzer {
                 entered: 0,
                 on_cpu_ns: 0,
                 wait_ns: 0,
-                waits: LatencyHistogram::new(),
+                waits: Durations::default(),
                 sleep_ns: 0,
                 blocked_ns: 0,
                 ran_on: None,
@@ -391,6 +424,11 @@ impl Analyzer {
 
     /// Credits running threads up to `at` and closes the windows before it.
     fn do_tick(&mut self, at: u64) {
+        // No credit starts before the horizon, nor before a CPU's last
+        // switch (where time placed by inference starts when a switch-in
+        // went missing): windows ending by then are final and can close.
+        let last_switch = self.last_switch.iter().copied().min().unwrap_or(0);
+        self.closable = self.horizon.min(last_switch);
         for cpu in 0..self.cpus {
             if let Some(tid) = self.running_on[cpu] {
                 self.credit_running(tid, at);
@@ -409,12 +447,30 @@ impl Analyzer {
         let (a, b) = (th.since, upto);
         th.since = upto;
         th.on_cpu_ns += b - a;
-        let (group, entity) = (th.group, th.entity);
+        let (group, entity, windows) = (th.group, th.entity, th.windows);
         self.groups[group as usize].on_cpu_ns += b - a;
-        let ge = self.groups[group as usize].entity;
-        self.entities[ge].add(a, b);
-        if let Some(e) = entity {
-            self.entities[e].add(a, b);
+        let horizon = self.closable;
+        let ge = match self.groups[group as usize].entity {
+            Some(e) => e,
+            None => {
+                let e = self.new_entity(self.series);
+                self.groups[group as usize].entity = Some(e);
+                e
+            }
+        };
+        self.entities[ge].add(a, b, horizon);
+        if windows {
+            let e = match entity {
+                Some(e) => e,
+                None => {
+                    let e = self.new_entity(false);
+                    if let Some(th) = self.threads.get_mut(&tid) {
+                        th.entity = Some(e);
+                    }
+                    e
+                }
+            };
+            self.entities[e].add(a, b, horizon);
         }
     }
 
@@ -457,7 +513,8 @@ impl Analyzer {
         prev_dead: bool,
         prev_blocked: bool,
     ) {
-        if self.occupant[cpu] == u32::MAX {
+        let first_here = self.occupant[cpu] == u32::MAX;
+        if first_here {
             self.cpus_unseen = self.cpus_unseen.saturating_sub(1);
         }
         self.charge(cpu, t);
@@ -481,11 +538,14 @@ impl Analyzer {
         if self.threads.contains_key(&prev) {
             let was = self.threads[&prev].st;
             if was == St::Unknown {
-                // It was running when recording began.
+                // It was running when recording began; on a CPU seen
+                // switching before, its switch-in went missing, and it ran
+                // since that CPU's last switch at the most.
+                let from = if first_here { 0 } else { self.last_switch[cpu] };
                 let th = self.threads.get_mut(&prev).expect("checked above");
                 th.st = St::Running;
-                th.since = 0;
-                th.entered = 0;
+                th.since = from;
+                th.entered = from;
                 th.cpu = cpu as u16;
                 let g = th.group;
                 self.set_counts(g, t, 1, 0);
@@ -746,6 +806,7 @@ impl Analyzer {
         for e in &mut self.entities {
             e.close_until(h);
         }
+        self.closed_to = h;
         self.last_ts = t;
     }
 
@@ -764,6 +825,7 @@ impl Analyzer {
         for e in &mut self.entities {
             e.reset_stats();
         }
+        self.stats_horizon = self.closed_to;
         for g in &mut self.groups {
             g.on_cpu_ns = 0;
             g.wait_ns = 0;
@@ -829,13 +891,22 @@ impl Analyzer {
     /// The report so far. `name_of(tid)` names occupants that are not in a group.
     pub fn report(&self, name_of: &dyn Fn(u32) -> String) -> Vec<GroupReport> {
         let mut out = Vec::new();
-        for (gi, g) in self.groups.iter().enumerate() {
-            let usage = self.entities[g.entity].accs.iter().map(|a| a.report()).collect();
-            let mut threads: Vec<ThreadReport> = self
-                .threads
+        // One pass over the threads, not one per group: under `--all`
+        // every process is a group.
+        let mut of_group: Vec<Vec<(u32, &ThreadState)>> = (0..self.groups.len()).map(|_| Vec::new()).collect();
+        for (&tid, th) in &self.threads {
+            if let Some(list) = of_group.get_mut(th.group as usize) {
+                list.push((tid, th));
+            }
+        }
+        for (g, members) in self.groups.iter().zip(&of_group) {
+            let usage = match g.entity {
+                Some(e) => self.entities[e].accs.iter().map(|a| a.report()).collect(),
+                None => self.empty_usage(self.series),
+            };
+            let mut threads: Vec<ThreadReport> = members
                 .iter()
-                .filter(|(_, th)| th.group as usize == gi)
-                .map(|(&tid, th)| ThreadReport {
+                .map(|&(tid, th)| ThreadReport {
                     tid,
                     name: name_of(tid),
                     vcpu: th.vcpu,
@@ -863,19 +934,18 @@ impl Analyzer {
                     migrations: th.migrations,
                     wait_p99_ns: th.waits.percentile(99.0),
                     wait_max_ns: (!th.waits.is_empty()).then(|| th.waits.max()),
-                    usage: th
-                        .entity
-                        .map(|e| {
-                            self.entities[e]
-                                .accs
-                                .iter()
-                                .map(|a| WindowUsage {
-                                    series: None,
-                                    ..a.report()
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default(),
+                    usage: match (th.windows, th.entity) {
+                        (_, Some(e)) => self.entities[e]
+                            .accs
+                            .iter()
+                            .map(|a| WindowUsage {
+                                series: None,
+                                ..a.report()
+                            })
+                            .collect(),
+                        (true, None) => self.empty_usage(false),
+                        (false, None) => Vec::new(),
+                    },
                 })
                 .collect();
             threads.sort_by(|a, b| (!a.vcpu, &a.name, a.tid).cmp(&(!b.vcpu, &b.name, b.tid)));

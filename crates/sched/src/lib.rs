@@ -15,6 +15,7 @@
 
 pub mod analysis;
 pub mod analyze;
+mod durations;
 pub mod report;
 pub mod wake_detail;
 pub mod wakeups;

@@ -3,11 +3,11 @@
 //! contention episodes and who ran while the vCPUs waited. The streaming
 //! [`Analyzer`](crate::analyze::Analyzer) fills them in; every
 //! [`Analysis`](crate::analysis::Analysis) carries them as JSON.
-use ontime_core::stats::LatencyHistogram;
 use serde::{Deserialize, Serialize};
 
 use ontime_recording::recording::GroupKind;
 
+use crate::durations::Durations;
 use crate::window::WindowUsage;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -20,10 +20,10 @@ pub struct Episodes {
 }
 
 impl Episodes {
-    pub(crate) fn of(h: &LatencyHistogram) -> Episodes {
+    pub(crate) fn of(h: &Durations) -> Episodes {
         Episodes {
             count: h.len(),
-            total_ns: (h.inner().mean() * h.len() as f64) as u64,
+            total_ns: h.total(),
             p50_ns: h.percentile(50.0),
             p99_ns: h.percentile(99.0),
             max_ns: (!h.is_empty()).then(|| h.max()),

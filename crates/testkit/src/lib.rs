@@ -6,9 +6,16 @@
 //! skip with a reason, a free TCP port, and a child process that is killed
 //! when the test ends, also when it fails.
 //!
+//! It also makes seeded corruptions of a recording ([`corrupt`]) for the
+//! tests that every reader survives them, and measures the peak memory of
+//! a piece of code ([`alloc`]) for the tests that bound it.
+//!
 //! Nothing here waits a fixed time to let something happen: tests wait for
 //! a signal of readiness ([`wait_until`] polls a condition with a limit
 //! that only bounds a hang).
+
+pub mod alloc;
+pub mod corrupt;
 
 use std::io::Write;
 use std::process::{Child, Command, Output, Stdio};

@@ -289,7 +289,7 @@ mod bpf_record {
             let _ = self.ring.poll(timeout);
         }
 
-        fn stop(&mut self) {
+        fn stop(&mut self, _end: MonoNs) {
             // Detaching two dozen tracepoint links takes over a second: a
             // flag the programs check stops them at once.
             if let Some(data) = self.skel.maps.data_data.as_deref_mut() {

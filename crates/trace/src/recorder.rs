@@ -309,8 +309,9 @@ pub fn record(
         events_total: 0,
         samples_total: 0,
         lost: 0,
+        cut: until.map(|u| u.0),
     };
-    crate::pipeline::drive(&mut [&mut cap], stop, until, opts.drain_every)?;
+    let end = crate::pipeline::drive(&mut [&mut cap], stop, until, opts.drain_every)?;
     let SchedCapture {
         mut source,
         sampler,
@@ -321,7 +322,6 @@ pub fn record(
         mut lost,
         ..
     } = cap;
-    let end = MonoNs::now();
     lost = lost.max(source.lost());
     // Names set after a thread's first event (pthread_setname_np) show now.
     regroup(&mut threads, source.as_mut());
@@ -389,6 +389,9 @@ struct SchedCapture<'a, 'obj> {
     events_total: u64,
     samples_total: u64,
     lost: u64,
+    /// The recording's end, once known (from the start with a duration):
+    /// what the kernel stamps after it is not kept.
+    cut: Option<u64>,
 }
 
 impl crate::pipeline::Capture for SchedCapture<'_, '_> {
@@ -396,7 +399,8 @@ impl crate::pipeline::Capture for SchedCapture<'_, '_> {
         self.source.wait(timeout);
     }
 
-    fn stop(&mut self) {
+    fn stop(&mut self, end: MonoNs) {
+        self.cut = Some(self.cut.map_or(end.0, |c| c.min(end.0)));
         self.source.detach();
         if let Some(s) = self.sampler.as_mut() {
             s.disable();
@@ -406,6 +410,9 @@ impl crate::pipeline::Capture for SchedCapture<'_, '_> {
     fn drain(&mut self, _finishing: bool) -> Result<()> {
         let threads = &mut self.threads;
         self.source.drain(&mut self.batch, &mut self.comms)?;
+        if let Some(cut) = self.cut {
+            self.batch.retain(|e| e.ts <= cut);
+        }
         for (tid, comm) in self.comms.drain(..) {
             if let Some(t) = threads.infos.get(&tid).cloned() {
                 threads.set(ThreadInfo { comm, ..t });
@@ -433,16 +440,22 @@ impl crate::pipeline::Capture for SchedCapture<'_, '_> {
             s.drain(&mut self.samples, &mut self.mapped, &mut |pid, tid| {
                 sampled.keep(pid, tid, everything, threads, source)
             });
+            if let Some(cut) = self.cut {
+                // Frames of the samples left out stay in the batch unused.
+                self.samples.samples.retain(|x| x.ts <= cut);
+            }
             self.samples_total += self.samples.len() as u64;
             self.sampled.mapped(&self.mapped, &mut new_maps);
             self.sampled.maps_needed(&self.samples, &mut new_maps);
         }
+        // Past the end, the store must not open a window after it.
+        let now = MonoNs::now().0;
         self.store.drained(
             &self.batch,
             threads.take_pending(),
             &self.samples,
             new_maps,
-            MonoNs::now().0,
+            self.cut.map_or(now, |c| now.min(c)),
             self.lost,
         )?;
         self.sink.events(&self.batch, threads);
