@@ -1,7 +1,7 @@
-//! Regression tests of the defects a hostile test of the landed binary
-//! found (issue "Shape and trust", section 3): memory without bound from
-//! accepted input, a closed stderr, an overloaded crawler, nonsense plans,
-//! wrong exit codes, corrupt input accepted, and outputs left half-written.
+//! Regression tests of the defects hostile tests of the binary found:
+//! memory without bound from accepted input, a closed stderr, an
+//! overloaded crawler, nonsense plans, wrong exit codes, corrupt input
+//! accepted, inputs that block, and outputs left half-written.
 //! Each says which defect it guards. Bad input is exit 2 with one line that
 //! names the flag, key or file and what is allowed.
 
@@ -603,9 +603,8 @@ fn a_full_disk_under_the_crawls_files_names_each_file() {
     assert!(
         err.contains("--store: cannot") && err.contains(&store.display().to_string()),
         "{err}"
-
-// Issue "Hardening": what comes from files bounds memory, never blocks,
-// and bad input is exit 2 naming the key, flag or file.
+    );
+}
 
 /// `lab run` accepted `relay_threads = 1000000` (4.3 GB, then "cannot
 /// start thread", exit 1), `rate = 1e-300`, `work_per_poll = "100h"`,

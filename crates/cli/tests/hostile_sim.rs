@@ -1,7 +1,6 @@
 //! Regression tests of the simulator's and the planner's defects a
-//! hostile test of the landed binary found (issue "Hardening": what comes
-//! from files bounds memory and never blocks; what a run says about itself
-//! adds up). Each names the defect it guards. Bad input is exit 2 with one
+//! hostile test of the binary found: what comes from files bounds memory
+//! and never blocks; what a run says about itself adds up. Each names the defect it guards. Bad input is exit 2 with one
 //! line naming the flag, key or file and the range; a run interrupted
 //! after it kept what it had is exit 130.
 

@@ -292,7 +292,7 @@ pub fn parse_url(url: &str) -> Result<(SocketAddr, String, String)> {
         bail!("url needs a host, e.g. http://127.0.0.1:8080/b0");
     }
     let building = path.trim_matches('/');
-    if building.is_empty() || building.contains(|c: char| matches!(c, '/' | '?' | '#')) {
+    if building.is_empty() || building.contains(['/', '?', '#']) {
         bail!("url path must be one building name, e.g. /b0");
     }
     let with_port = if hostport.contains(':') {

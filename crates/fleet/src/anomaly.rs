@@ -233,7 +233,7 @@ mod tests {
             steal_pct: None,
             ..fig(0.0, 20)
         };
-        assert!(h.departures(&[na.clone()]).is_empty());
+        assert!(h.departures(std::slice::from_ref(&na)).is_empty());
         // Four real figures and an n/a one: too little history to flag.
         let mut short = History::default();
         for s in [2.0, 3.0, 2.5, 3.5] {

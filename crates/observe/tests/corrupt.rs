@@ -115,7 +115,7 @@ fn every_corrupted_recording_is_analysed_or_refused_in_bounded_memory() {
         series: true,
     };
     let mut analysed = 0;
-    for (what, b) in ontime_testkit::corrupt::corruptions(&bytes, 0x0b5e_7e, 200) {
+    for (what, b) in ontime_testkit::corrupt::corruptions(&bytes, 0x000b_5e7e, 200) {
         std::fs::write(&path, &b).unwrap();
         let (r, peak) = ontime_testkit::alloc::peak_of(|| {
             std::panic::catch_unwind(|| {
