@@ -1003,7 +1003,7 @@ fn results_tables_are_what_the_binary_prints(root: &str, pooled: &Path) {
         assert!(
             stale.is_empty(),
             "docs/results.md: these tables are not what the binary prints from the committed runs \
-             (ONTIME_BLESS=1 cargo test -p ontime-cli --test cli the_committed_lab_runs rewrites them): {stale:#?}"
+             (ONTIME_BLESS=1 cargo test -p ontime --test cli the_committed_lab_runs rewrites them): {stale:#?}"
         );
     }
 }
