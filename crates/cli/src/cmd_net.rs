@@ -252,7 +252,7 @@ pub fn run(a: NetArgs) -> anyhow::Result<()> {
 fn controller(a: ControllerArgs) -> anyhow::Result<()> {
     let (text, origin) = match &a.scenario {
         Some(p) => (
-            std::fs::read_to_string(p).map_err(|e| bad_input(format!("cannot read {}: {e}", p.display())))?,
+            ontime_scenario::scenario::read_text(p)?,
             p.clone(),
         ),
         None => (
