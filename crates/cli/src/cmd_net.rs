@@ -251,10 +251,7 @@ pub fn run(a: NetArgs) -> anyhow::Result<()> {
 
 fn controller(a: ControllerArgs) -> anyhow::Result<()> {
     let (text, origin) = match &a.scenario {
-        Some(p) => (
-            ontime_scenario::scenario::read_text(p)?,
-            p.clone(),
-        ),
+        Some(p) => (ontime_scenario::scenario::read_text(p)?, p.clone()),
         None => (
             DEFAULT_SCENARIO.to_string(),
             PathBuf::from("net-controller.toml (built in)"),

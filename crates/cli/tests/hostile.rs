@@ -5,40 +5,13 @@
 //! Each says which defect it guards. Bad input is exit 2 with one line that
 //! names the flag, key or file and what is allowed.
 
+mod common;
+use common::{mkfifo, ontime, p, refused, run, write};
 use ontime_testkit::{free_port, is_root, skip, KillOnDrop};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
-
-fn ontime() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ontime"))
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p
-}
-
-/// Runs `ontime ARGS` with a 120 s bound on a hang; returns its output.
-fn run(args: &[&str]) -> Output {
-    KillOnDrop::spawn(ontime().args(args)).wait_output(Duration::from_secs(120))
-}
-
-/// Exit 2 and a one-line error containing every one of `says`.
-fn refused(out: &Output, says: &[&str]) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
-    for s in says {
-        assert!(err.contains(s), "expected {s:?} in: {err}");
-    }
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
 
 /// A tenant of two crawler tenants at 20 polls/s, 1 s long, for sweeps.
 const SMALL: &str = "name = 'small'\nduration = '1s'\n[tenant]\ncount = 2\n[tenant.crawl]\nrate = 20\n";
@@ -663,18 +636,6 @@ fn lab_results(dir: &Path) -> PathBuf {
         }
     }
     to
-}
-
-fn mkfifo(path: &Path) {
-    let _ = std::fs::remove_file(path);
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(
-        unsafe { libc::mkfifo(c.as_ptr(), 0o600) },
-        0,
-        "mkfifo {}",
-        path.display()
-    );
 }
 
 /// `lab report` hung on a FIFO run.json or t0.json and read /dev/zero

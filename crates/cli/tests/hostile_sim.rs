@@ -4,46 +4,13 @@
 //! line naming the flag, key or file and the range; a run interrupted
 //! after it kept what it had is exit 130.
 
+mod common;
+use common::{mkfifo, ontime, p, refused, run, write};
 use ontime_testkit::{is_root, skip, KillOnDrop};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
-
-fn ontime() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ontime"))
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p
-}
-
-/// Runs `ontime ARGS` with a 120 s bound on a hang; returns its output.
-fn run(args: &[&str]) -> Output {
-    KillOnDrop::spawn(ontime().args(args)).wait_output(Duration::from_secs(120))
-}
-
-/// Exit 2 and a one-line error containing every one of `says`.
-fn refused(out: &Output, says: &[&str]) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
-    for s in says {
-        assert!(err.contains(s), "expected {s:?} in: {err}");
-    }
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
-
-fn mkfifo(path: &Path) {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-}
 
 /// Two crawler tenants at 20 polls/s, 1 s long.
 const SMALL: &str = "name = 'small'\nduration = '1s'\n[tenant]\ncount = 2\n[tenant.crawl]\nrate = 20\n";

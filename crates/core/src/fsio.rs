@@ -166,6 +166,17 @@ pub fn read_input(path: &Path, what: &str, cap: u64) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// Copies an input file (`what` names it) to `dest` under [`open_input`]'s
+/// rule: a FIFO or device in an input directory neither hangs the copy
+/// nor fills `dest`. A failure to write names `dest`.
+pub fn copy_input(src: &Path, what: &str, cap: u64, dest: &Path) -> Result<()> {
+    let (f, _) = open_input(src, what, cap)?;
+    let mut out = std::fs::File::create(dest).with_context(|| format!("cannot write {}", dest.display()))?;
+    std::io::copy(&mut f.take(cap), &mut out)
+        .with_context(|| format!("copying {} to {}", src.display(), dest.display()))?;
+    Ok(())
+}
+
 /// Reads a text file the user named (`what` says what it should be) under
 /// the input rule with [`MAX_TEXT_BYTES`]: the error names the file and
 /// what is wrong with it: missing, a directory, not a regular file, too

@@ -205,7 +205,7 @@ at the end count as absorbed. The host's page cache was dropped before every run
                 ));
                 if src.exists() {
                     let png = out.join("io-1.png");
-                    crate::report::copy_figure(&src, &png)?;
+                    ontime_core::fsio::copy_input(&src, "figure", crate::MAX_FIGURE_BYTES, &png)?;
                     let _ = write!(h, "<figure><img src=\"io-1.png\" width=900><figcaption>Bytes per second at each layer (io-1.png)</figcaption></figure>");
                     pngs.push(png);
                 }

@@ -15,3 +15,8 @@ pub mod netreport;
 pub mod report;
 
 pub use report::{write, Written};
+
+/// The largest figure of a run directory copied into the report (a flame
+/// graph of a long recording is a few MiB); a larger file, a FIFO or a
+/// device there is bad input naming the file.
+pub const MAX_FIGURE_BYTES: u64 = 64 << 20;

@@ -622,20 +622,12 @@ host I/O = relay, vhost and ksoftirqd threads, CPU per 100 ms window.</p>\
     Ok((h, pngs))
 }
 
-/// The largest figure of a run directory copied into the report (a flame
-/// graph of a long recording is a few MiB).
-pub(crate) const MAX_FIGURE_BYTES: u64 = 64 << 20;
-
 /// Copies a figure of a run directory into the report under the input
-/// rule: a regular file of at most [`MAX_FIGURE_BYTES`], so a FIFO or a
+/// rule: a regular file of at most [`crate::MAX_FIGURE_BYTES`], so a FIFO or a
 /// device in a results directory neither hangs the report nor fills it
 /// (bad input naming the file).
-pub(crate) fn copy_figure(src: &Path, dest: &Path) -> Result<()> {
-    use std::io::Read;
-    let (f, _) = ontime_core::fsio::open_input(src, "figure", MAX_FIGURE_BYTES)?;
-    let mut out = std::fs::File::create(dest).with_context(|| format!("cannot write {}", dest.display()))?;
-    std::io::copy(&mut f.take(MAX_FIGURE_BYTES), &mut out).with_context(|| format!("copying {}", src.display()))?;
-    Ok(())
+fn copy_figure(src: &Path, dest: &Path) -> Result<()> {
+    ontime_core::fsio::copy_input(src, "figure", crate::MAX_FIGURE_BYTES, dest)
 }
 
 /// "Where the tenants' time went": for the run with the largest error,
@@ -710,7 +702,7 @@ Figures per tenant sum its vCPU threads. Steal after a wake-up is scheduling lat
         let name = format!("profile-{}.png", i + 1);
         let dest = out.join(&name);
         copy_figure(png, &dest)?;
-        let svg = ontime_core::fsio::read_text_capped(&png.with_extension("svg"), "figure", MAX_FIGURE_BYTES)
+        let svg = ontime_core::fsio::read_text_capped(&png.with_extension("svg"), "figure", crate::MAX_FIGURE_BYTES)
             .unwrap_or_default();
         let _ = write!(h, "<figure>{svg}<figcaption>{name}</figcaption></figure>");
         pngs.push(dest);

@@ -1,11 +1,54 @@
-//! What the lab's end-to-end tests share: the binary, the root check with
-//! the tools the lab needs, and the clean-up that runs also when a test fails.
+//! What the end-to-end tests share: the binary, running it with a bound on
+//! a hang, the one-line refusal check, the root check with the tools the
+//! lab needs, and the clean-up that runs also when a test fails.
 #![allow(dead_code)]
 
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 pub fn ontime() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ontime"))
+}
+
+/// Writes `text` to `dir/name`.
+pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Runs `ontime ARGS` with a 120 s bound on a hang; returns its output.
+pub fn run(args: &[&str]) -> Output {
+    ontime_testkit::KillOnDrop::spawn(ontime().args(args)).wait_output(Duration::from_secs(120))
+}
+
+/// Exit 2 and a one-line error containing every one of `says`.
+pub fn refused(out: &Output, says: &[&str]) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    for s in says {
+        assert!(err.contains(s), "expected {s:?} in: {err}");
+    }
+}
+
+pub fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// A FIFO at `path` (replacing what is there): an input that would block
+/// a plain open for ever.
+pub fn mkfifo(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(
+        unsafe { libc::mkfifo(c.as_ptr(), 0o600) },
+        0,
+        "mkfifo {}",
+        path.display()
+    );
 }
 
 /// Root and the lab's tools (ip, ethtool) plus `more`; else a visible skip.
