@@ -141,7 +141,8 @@ pub struct Coverage {
     pub repaired: u64,
 }
 
-/// A probe thread of a [`Timeline`], and the CPUs it may run on.
+/// A probe thread of a [`Timeline`], and the CPUs it may run on; it
+/// indexes that time line, so explain it with no other.
 #[derive(Clone, Debug)]
 pub struct Probe {
     pub(crate) tid: u32,
