@@ -26,6 +26,16 @@ enum kind {
     EV_EXEC = 7,
     EV_KVM_ENTRY = 8,
     EV_KVM_EXIT = 9,
+    /* A hard interrupt handler entered on this CPU (irq_handler_entry;
+     * x86 system vectors from the irq_vectors entry tracepoints, with
+     * F_IRQ_VECTOR). Not recorded yet: the layout is fixed for the
+     * recorder to fill. */
+    EV_IRQ_ENTRY = 10,
+    EV_IRQ_EXIT = 11,
+    /* A softirq run on this CPU (softirq_entry, softirq_exit). Not
+     * recorded yet, like EV_IRQ_ENTRY. */
+    EV_SOFTIRQ_ENTRY = 12,
+    EV_SOFTIRQ_EXIT = 13,
 };
 
 /* flags of a switch: the previous task stays runnable (preempted or
@@ -33,6 +43,15 @@ enum kind {
 #define F_PREV_RUNNABLE 1
 /* flags of a switch: the kernel preempted the previous task. */
 #define F_PREEMPT 2
+/* flags of a switch: the previous task is real-time (prio below 100:
+ * SCHED_FIFO, SCHED_RR, SCHED_DEADLINE). Not set by the recorder yet;
+ * without it no real-time task can be told apart. */
+#define F_PREV_RT 4
+/* flags of a switch: the next task is real-time, as F_PREV_RT. */
+#define F_NEXT_RT 8
+/* flags of an IRQ entry or exit: a is an x86 system vector (local timer,
+ * reschedule or call-function IPI), not an IRQ number. */
+#define F_IRQ_VECTOR 16
 /* TASK_DEAD in the previous task's state: it will never run again. */
 #define TASK_DEAD 0x80
 /* TASK_UNINTERRUPTIBLE in the previous task's state: it blocked in the
@@ -50,7 +69,11 @@ enum kind {
  * | FORK | parent tid | child tid | child tgid |
  * | EXIT | tid | - | - |
  * | EXEC | tid | - | tgid |
- * | KVM_ENTRY/EXIT | tid | vCPU id | - | */
+ * | KVM_ENTRY/EXIT | tid | vCPU id | - |
+ * | IRQ_ENTRY/EXIT | IRQ number (vector with F_IRQ_VECTOR) | tid current on the CPU (0: idle) | - |
+ * | SOFTIRQ_ENTRY/EXIT | softirq vector (0 HI .. 9 RCU) | tid current on the CPU (0: idle) | - |
+ *
+ * In IRQ and softirq events `a` is not a thread id. */
 struct event {
     __u64 ts;
     __u32 a;

@@ -1,0 +1,639 @@
+//! Splits one late event's lateness, [planned, actual) of a probe thread,
+//! into causes read off a [`Timeline`] (the rules are docs/explain.md's,
+//! "How a late event is decomposed"). The probe's spans over the interval
+//! are walked in time order and each stretch gets exactly one cause, so
+//! the segments tile the interval and add up to the lateness; time the
+//! time line cannot account for is unexplained.
+//!
+//! - running on CPU c: interrupt time on c is interrupts, the rest own work;
+//! - queued on CPU c: interrupt time on c is interrupts; behind a thread,
+//!   waited for a CPU (split by occupant, with the time another allowed
+//!   CPU idled), or throttled for a real-time probe behind a non-real-time
+//!   occupant past [`RT_PREEMPT_GRACE_NS`]; on an idle c, a late timer
+//!   (idle exit); behind an unknown occupant, unexplained;
+//! - asleep: uninterruptibly, blocked on I/O; in the sleep it began before
+//!   its planned time, a late timer; in a sleep begun after it, blocked on
+//!   its waker (a thread, or an interrupt); the wake-up that ends the sleep
+//!   names the culprit;
+//! - unknown (before its first event, after a lost one), dead, or outside
+//!   the time line: unexplained.
+//!
+//! Explaining allocates nothing but the explanation's segments
+//! ([`explain_into`] reuses them).
+
+use crate::cause::{BlockedOn, Cause, Explanation, Gap, Late, Who, UNKNOWN_TID};
+use crate::timeline::{Probe, Slice, Span, State, Timeline};
+
+/// A real-time thread woken onto a CPU running a fair task (or idle)
+/// preempts it within microseconds; queued longer than this behind one,
+/// its class was throttled (RT throttling: no RT runtime left).
+pub const RT_PREEMPT_GRACE_NS: u64 = 50_000;
+
+/// The causes of `probe`'s lateness from `planned_ns` to `actual_ns`
+/// (CLOCK_MONOTONIC, as the recording stamps events). An event on time or
+/// early has no segments.
+pub fn explain(tl: &Timeline, probe: &Probe, planned_ns: u64, actual_ns: u64) -> Explanation {
+    let mut x = Explanation::default();
+    explain_into(tl, probe, planned_ns, actual_ns, &mut x);
+    x
+}
+
+/// [`explain`] into `out`, reusing its vector (a flight recorder
+/// explaining event after event).
+pub fn explain_into(tl: &Timeline, probe: &Probe, planned_ns: u64, actual_ns: u64, out: &mut Explanation) {
+    out.reset(probe.tid, planned_ns, actual_ns);
+    let side = tl.side;
+    let not_recorded = Cause::Unexplained { why: Gap::NotRecorded };
+    let mut a = planned_ns;
+    if a >= actual_ns {
+        return;
+    }
+    let from = tl.start_ns.min(actual_ns);
+    if a < from {
+        out.push(a, from, side, not_recorded);
+        a = from;
+    }
+    let to = tl.end_ns.min(actual_ns).max(a);
+    let spans = &tl.lines[probe.line].spans;
+    let mut i = spans.partition_point(|s| s.start <= a).saturating_sub(1);
+    while a < to {
+        let end = spans.get(i + 1).map_or(to, |s| s.start).min(to);
+        if end > a {
+            classify(tl, probe, spans, i, planned_ns, a, end, out);
+            a = end;
+        }
+        i += 1;
+    }
+    out.push(a, actual_ns, side, not_recorded);
+}
+
+/// The causes of [a, e), all within span `i` of the probe's spans.
+#[allow(clippy::too_many_arguments)]
+fn classify(
+    tl: &Timeline,
+    probe: &Probe,
+    spans: &[Span],
+    i: usize,
+    planned: u64,
+    a: u64,
+    e: u64,
+    out: &mut Explanation,
+) {
+    let side = tl.side;
+    let span = spans[i];
+    match span.state {
+        State::Unknown => {
+            let why = if i == 0 { Gap::NotRecorded } else { Gap::MissingEvent };
+            out.push(a, e, side, Cause::Unexplained { why });
+        }
+        State::Dead => out.push(a, e, side, Cause::Unexplained { why: Gap::NotRecorded }),
+        State::Running { cpu } => tl.cpu_walk(cpu, a, e, |p, q, _, irq| {
+            let cause = match irq {
+                Some(irq) => Cause::Interrupts { cpu, irq },
+                None => Cause::OwnWork { cpu },
+            };
+            out.push(p, q, side, cause);
+        }),
+        State::Queued { cpu, since, rt, .. } => tl.cpu_walk(cpu, a, e, |p, q, slice, irq| {
+            if let Some(irq) = irq {
+                out.push(p, q, side, Cause::Interrupts { cpu, irq });
+                return;
+            }
+            if slice.tid == UNKNOWN_TID || slice.tid == probe.tid {
+                // Queued behind itself: the time lines disagree, an event
+                // went missing.
+                let why = if slice.tid == UNKNOWN_TID {
+                    Gap::UnknownOccupant
+                } else {
+                    Gap::MissingEvent
+                };
+                out.push(p, q, side, Cause::Unexplained { why });
+                return;
+            }
+            let behind = Who::from_tid(slice.tid);
+            // Only throttling keeps a real-time thread queued behind a
+            // non-real-time occupant past a wake-up preemption.
+            let throttled_from = if rt && !slice.rt {
+                since.saturating_add(RT_PREEMPT_GRACE_NS)
+            } else {
+                u64::MAX
+            };
+            let mid = throttled_from.clamp(p, q);
+            if p < mid {
+                out.push(p, mid, side, queued(tl, probe, cpu, slice, p, mid));
+            }
+            if mid < q {
+                out.push(mid, q, side, Cause::Throttled { cpu, behind });
+            }
+        }),
+        State::Asleep { blocked } => {
+            let wake = match spans.get(i + 1).map(|s| s.state) {
+                Some(State::Queued { wake: Some(w), .. }) => Some(w),
+                _ => None,
+            };
+            let by = wake.map_or(Who::Unknown, |w| Who::from_tid(w.by));
+            let cpu = wake.map(|w| w.cpu);
+            let cause = if blocked {
+                Cause::Blocked {
+                    on: BlockedOn::Io,
+                    by,
+                    cpu,
+                }
+            } else if span.start <= planned {
+                // A probe sleeps until its planned time on a timer: still
+                // asleep past it in that sleep, the timer was late.
+                Cause::LateTimer {
+                    how: Late::Timer,
+                    by,
+                    cpu,
+                }
+            } else if wake.is_some() {
+                let on = match by {
+                    Who::Thread(_) => BlockedOn::Thread,
+                    Who::Idle | Who::Unknown => BlockedOn::Interrupt,
+                };
+                Cause::Blocked { on, by, cpu }
+            } else {
+                // Asleep to the end of the time line: what it waited for
+                // is not recorded.
+                Cause::Unexplained { why: Gap::NotRecorded }
+            };
+            out.push(a, e, side, cause);
+        }
+    }
+}
+
+/// Queued on `cpu` during [p, q) behind `slice`'s occupant, not throttled.
+fn queued(tl: &Timeline, probe: &Probe, cpu: u16, slice: Slice, p: u64, q: u64) -> Cause {
+    match Who::from_tid(slice.tid) {
+        // The CPU it is queued on idles: that CPU is to blame.
+        Who::Idle => Cause::LateTimer {
+            how: Late::IdleExit,
+            by: Who::Idle,
+            cpu: Some(cpu),
+        },
+        behind => Cause::WaitedForCpu {
+            cpu,
+            behind,
+            idle_elsewhere_ns: tl.idle_elsewhere(probe, cpu, p, q),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cause::{CauseKind, Irq, Side};
+    use crate::timeline::TimelineBuilder;
+    use ontime_recording::event::{kind, Event, F_NEXT_RT, F_PREV_RT, F_PREV_RUNNABLE, TASK_UNINTERRUPTIBLE};
+
+    const MS: u64 = 1_000_000;
+    const US: u64 = 1_000;
+    /// Where the recordings start.
+    const T0: u64 = 1_000 * MS;
+    /// Interruptible sleep, as sched_switch reports it.
+    const SLEEPING: u32 = 1;
+
+    const PROBE: u32 = 100;
+    const HOG: u32 = 200;
+    const OTHER: u32 = 300;
+    const WAKER: u32 = 400;
+
+    fn at(ms: u64) -> u64 {
+        T0 + ms * MS
+    }
+
+    fn switch(ts: u64, cpu: u16, prev: u32, next: u32, state: u32, flags: u8) -> Event {
+        Event {
+            ts,
+            a: prev,
+            b: next,
+            c: state,
+            cpu,
+            kind: kind::SWITCH,
+            flags,
+        }
+    }
+
+    /// `prev` leaves `cpu` still runnable (preempted).
+    fn preempt(ts: u64, cpu: u16, prev: u32, next: u32) -> Event {
+        switch(ts, cpu, prev, next, 0, F_PREV_RUNNABLE)
+    }
+
+    /// `prev` leaves `cpu` to sleep.
+    fn sleep(ts: u64, cpu: u16, prev: u32, next: u32) -> Event {
+        switch(ts, cpu, prev, next, SLEEPING, 0)
+    }
+
+    /// `tid` woken onto `target` by `by`, recorded on `on`.
+    fn wake(ts: u64, on: u16, tid: u32, by: u32, target: u32) -> Event {
+        Event {
+            ts,
+            a: tid,
+            b: by,
+            c: target,
+            cpu: on,
+            kind: kind::WAKEUP,
+            flags: 0,
+        }
+    }
+
+    fn irq(ts: u64, cpu: u16, kind: u8, a: u32) -> Event {
+        Event {
+            ts,
+            a,
+            b: 0,
+            c: 0,
+            cpu,
+            kind,
+            flags: 0,
+        }
+    }
+
+    fn timeline(cpus: usize, events: &[Event], end: u64) -> Timeline {
+        let mut b = TimelineBuilder::new(T0, cpus);
+        b.watch(PROBE);
+        let mut sorted = events.to_vec();
+        sorted.sort_by_key(|e| e.ts);
+        for e in &sorted {
+            b.feed(e);
+        }
+        b.finish(end)
+    }
+
+    /// The segments tile [planned, actual) and add up to the lateness.
+    fn assert_tiles(x: &Explanation) {
+        let mut t = x.planned_ns;
+        for s in &x.segments {
+            assert_eq!(s.start_ns, t, "a gap or overlap before {s:?} in {x:#?}");
+            assert!(s.end_ns > s.start_ns, "an empty segment {s:?}");
+            t = s.end_ns;
+        }
+        if x.actual_ns > x.planned_ns {
+            assert_eq!(t, x.actual_ns, "segments stop short in {x:#?}");
+        } else {
+            assert!(x.segments.is_empty());
+        }
+        assert_eq!(x.by_kind().iter().sum::<u64>(), x.lateness_ns());
+    }
+
+    /// CPU 1 busy with another thread throughout, so no CPU idles.
+    fn cpu1_busy() -> Vec<Event> {
+        vec![switch(T0, 1, 0, OTHER, 0, 0)]
+    }
+
+    /// The probe runs on CPU 0 for 1 ms and goes to sleep; a FIFO hog takes
+    /// CPU 0 at 2 ms.
+    fn probe_asleep_then_hog() -> Vec<Event> {
+        let mut ev = cpu1_busy();
+        ev.extend([
+            switch(T0, 0, 0, PROBE, 0, 0),
+            sleep(at(1), 0, PROBE, 0),
+            switch(at(2), 0, 0, HOG, 0, F_NEXT_RT),
+        ]);
+        ev
+    }
+
+    #[test]
+    fn behind_a_fifo_hog_it_waited_for_the_cpu() {
+        let mut ev = probe_asleep_then_hog();
+        ev.extend([wake(at(10), 0, PROBE, 0, 0), preempt(at(40), 0, HOG, PROBE)]);
+        let tl = timeline(2, &ev, at(50));
+        let p = tl.probe(PROBE).unwrap();
+        let x = explain(&tl, &p, at(10), at(40));
+        assert_tiles(&x);
+        assert_eq!(x.segments.len(), 1, "{x:#?}");
+        assert_eq!(
+            x.segments[0].cause,
+            Cause::WaitedForCpu {
+                cpu: 0,
+                behind: Who::Thread(HOG),
+                idle_elsewhere_ns: 0
+            }
+        );
+        assert_eq!(x.ns_of(CauseKind::WaitedForCpu), 30 * MS);
+    }
+
+    #[test]
+    fn woken_late_on_an_idle_cpu_the_timer_was_late() {
+        let mut ev = cpu1_busy();
+        ev.extend([
+            switch(T0, 0, 0, PROBE, 0, 0),
+            sleep(at(1), 0, PROBE, 0),
+            // Planned at 10 ms; the timer's wake-up comes at 13 ms, and the
+            // idle CPU takes 50 us to run it.
+            wake(at(13), 0, PROBE, 0, 0),
+            switch(at(13) + 50 * US, 0, 0, PROBE, 0, 0),
+        ]);
+        let tl = timeline(2, &ev, at(20));
+        let p = tl.probe(PROBE).unwrap();
+        let x = explain(&tl, &p, at(10), at(13) + 50 * US);
+        assert_tiles(&x);
+        assert_eq!(x.ns_of(CauseKind::LateTimer), x.lateness_ns());
+        assert_eq!(
+            x.segments[0].cause,
+            Cause::LateTimer {
+                how: Late::Timer,
+                by: Who::Idle,
+                cpu: Some(0)
+            }
+        );
+        assert_eq!(x.segments[0].len_ns(), 3 * MS);
+        assert_eq!(
+            x.segments[1].cause,
+            Cause::LateTimer {
+                how: Late::IdleExit,
+                by: Who::Idle,
+                cpu: Some(0)
+            }
+        );
+        assert_eq!(x.segments[1].len_ns(), 50 * US);
+    }
+
+    #[test]
+    fn work_past_its_slack_is_its_own() {
+        let mut ev = cpu1_busy();
+        ev.extend([switch(at(5), 0, 0, PROBE, 0, 0), sleep(at(30), 0, PROBE, 0)]);
+        let tl = timeline(2, &ev, at(40));
+        let p = tl.probe(PROBE).unwrap();
+        let x = explain(&tl, &p, at(10), at(30));
+        assert_tiles(&x);
+        assert_eq!(x.segments.len(), 1);
+        assert_eq!(x.segments[0].cause, Cause::OwnWork { cpu: 0 });
+        assert_eq!(x.ns_of(CauseKind::OwnWork), 20 * MS);
+    }
+
+    #[test]
+    fn an_interrupt_inside_a_wait_is_interrupts() {
+        let mut ev = probe_asleep_then_hog();
+        ev.extend([
+            wake(at(10), 0, PROBE, 0, 0),
+            irq(at(15), 0, kind::SOFTIRQ_ENTRY, 3),
+            irq(at(20), 0, kind::SOFTIRQ_EXIT, 3),
+            preempt(at(30), 0, HOG, PROBE),
+        ]);
+        let tl = timeline(2, &ev, at(40));
+        assert!(tl.coverage().irqs);
+        let p = tl.probe(PROBE).unwrap();
+        let x = explain(&tl, &p, at(10), at(30));
+        assert_tiles(&x);
+        assert_eq!(x.ns_of(CauseKind::Interrupts), 5 * MS);
+        assert_eq!(x.ns_of(CauseKind::WaitedForCpu), 15 * MS);
+        assert_eq!(
+            x.segments[1].cause,
+            Cause::Interrupts {
+                cpu: 0,
+                irq: Irq::Soft(3)
+            }
+        );
+    }
+
+    #[test]
+    fn a_hard_irq_nested_in_a_softirq_is_cut_out_of_it() {
+        let mut ev = cpu1_busy();
+        ev.extend([
+            switch(at(5), 0, 0, PROBE, 0, 0),
+            irq(at(12), 0, kind::SOFTIRQ_ENTRY, 3),
+            irq(at(13), 0, kind::IRQ_ENTRY, 24),
+            irq(at(14), 0, kind::IRQ_EXIT, 24),
+            irq(at(16), 0, kind::SOFTIRQ_EXIT, 3),
+            sleep(at(30), 0, PROBE, 0),
+        ]);
+        let tl = timeline(2, &ev, at(40));
+        let p = tl.probe(PROBE).unwrap();
+        let x = explain(&tl, &p, at(10), at(30));
+        assert_tiles(&x);
+        let pieces: Vec<(u64, Cause)> = x.segments.iter().map(|s| (s.len_ns(), s.cause)).collect();
+        let soft = Cause::Interrupts {
+            cpu: 0,
+            irq: Irq::Soft(3),
+        };
+        let own = Cause::OwnWork { cpu: 0 };
+        assert_eq!(
+            pieces,
+            vec![
+                (2 * MS, own),
+                (MS, soft),
+                (
+                    MS,
+                    Cause::Interrupts {
+                        cpu: 0,
+                        irq: Irq::Hard(24)
+                    }
+                ),
+                (2 * MS, soft),
+                (14 * MS, own),
+            ]
+        );
+    }
+
+    #[test]
+    fn another_cpu_idling_while_it_waits_is_flagged() {
+        let mut ev = probe_asleep_then_hog();
+        ev.extend([
+            wake(at(10), 0, PROBE, 0, 0),
+            sleep(at(20), 1, OTHER, 0),
+            wake(at(25), 1, OTHER, 0, 1),
+            switch(at(25), 1, 0, OTHER, 0, 0),
+            preempt(at(30), 0, HOG, PROBE),
+        ]);
+        let tl = timeline(2, &ev, at(40));
+        let p = tl.probe(PROBE).unwrap();
+        let x = explain(&tl, &p, at(10), at(30));
+        assert_tiles(&x);
+        assert_eq!(
+            x.segments,
+            vec![crate::cause::Segment {
+                start_ns: at(10),
+                end_ns: at(30),
+                side: Side::Host,
+                cause: Cause::WaitedForCpu {
+                    cpu: 0,
+                    behind: Who::Thread(HOG),
+                    idle_elsewhere_ns: 5 * MS
+                }
+            }]
+        );
+        // Pinned to CPU 0, no other CPU was one it could have used.
+        let pinned = tl.probe(PROBE).unwrap().on_cpus(&[0]).unwrap();
+        let x = explain(&tl, &pinned, at(10), at(30));
+        assert_eq!(
+            x.segments[0].cause,
+            Cause::WaitedForCpu {
+                cpu: 0,
+                behind: Who::Thread(HOG),
+                idle_elsewhere_ns: 0
+            }
+        );
+        assert!(tl.probe(PROBE).unwrap().on_cpus(&[2]).is_err());
+    }
+
+    #[test]
+    fn a_real_time_probe_behind_a_fair_task_is_throttled() {
+        let mut ev = cpu1_busy();
+        ev.extend([
+            switch(T0, 0, 0, PROBE, 0, F_NEXT_RT),
+            switch(at(1), 0, PROBE, 0, SLEEPING, F_PREV_RT),
+            switch(at(2), 0, 0, HOG, 0, 0),
+            wake(at(10), 0, PROBE, 0, 0),
+            switch(at(20), 0, HOG, PROBE, 0, F_PREV_RUNNABLE | F_NEXT_RT),
+        ]);
+        let tl = timeline(2, &ev, at(30));
+        assert!(tl.coverage().rt_classes);
+        let p = tl.probe(PROBE).unwrap();
+        let x = explain(&tl, &p, at(10), at(20));
+        assert_tiles(&x);
+        assert_eq!(x.ns_of(CauseKind::WaitedForCpu), RT_PREEMPT_GRACE_NS);
+        assert_eq!(x.ns_of(CauseKind::Throttled), 10 * MS - RT_PREEMPT_GRACE_NS);
+        assert_eq!(
+            x.segments[1].cause,
+            Cause::Throttled {
+                cpu: 0,
+                behind: Who::Thread(HOG)
+            }
+        );
+    }
+
+    #[test]
+    fn blocked_in_the_kernel_names_its_waker() {
+        let mut ev = cpu1_busy();
+        ev.extend([
+            switch(at(5), 0, 0, PROBE, 0, 0),
+            switch(at(12), 0, PROBE, 0, TASK_UNINTERRUPTIBLE, 0),
+            wake(at(17), 1, PROBE, WAKER, 0),
+            switch(at(17), 0, 0, PROBE, 0, 0),
+            sleep(at(30), 0, PROBE, 0),
+        ]);
+        let tl = timeline(2, &ev, at(40));
+        let p = tl.probe(PROBE).unwrap();
+        let x = explain(&tl, &p, at(10), at(20));
+        assert_tiles(&x);
+        assert_eq!(x.ns_of(CauseKind::OwnWork), 5 * MS);
+        assert_eq!(
+            x.segments[1].cause,
+            Cause::Blocked {
+                on: BlockedOn::Io,
+                by: Who::Thread(WAKER),
+                cpu: Some(1)
+            }
+        );
+        assert_eq!(x.segments[1].len_ns(), 5 * MS);
+    }
+
+    #[test]
+    fn a_lost_wake_up_leaves_the_sleep_unexplained() {
+        let mut ev = cpu1_busy();
+        ev.extend([
+            switch(T0, 0, 0, PROBE, 0, 0),
+            sleep(at(1), 0, PROBE, 0),
+            // No wake-up: it went missing.
+            switch(at(20), 0, 0, PROBE, 0, 0),
+            sleep(at(25), 0, PROBE, 0),
+        ]);
+        let tl = timeline(2, &ev, at(40));
+        let p = tl.probe(PROBE).unwrap();
+        let x = explain(&tl, &p, at(10), at(22));
+        assert_tiles(&x);
+        assert_eq!(x.segments[0].cause, Cause::Unexplained { why: Gap::MissingEvent });
+        assert_eq!(x.ns_of(CauseKind::Unexplained), 10 * MS);
+        assert_eq!(x.ns_of(CauseKind::OwnWork), 2 * MS);
+    }
+
+    #[test]
+    fn a_lost_switch_leaves_the_occupant_unknown() {
+        let mut ev = probe_asleep_then_hog();
+        ev.extend([
+            wake(at(10), 0, PROBE, 0, 0),
+            // CPU 0 ran HOG, but OTHER is seen leaving it: the switch from
+            // HOG to OTHER went missing, so who held it since 2 ms is open.
+            preempt(at(30), 0, OTHER, PROBE),
+        ]);
+        let tl = timeline(2, &ev, at(40));
+        assert_eq!(tl.coverage().repaired, 1);
+        let p = tl.probe(PROBE).unwrap();
+        let x = explain(&tl, &p, at(10), at(30));
+        assert_tiles(&x);
+        assert_eq!(
+            x.segments,
+            vec![crate::cause::Segment {
+                start_ns: at(10),
+                end_ns: at(30),
+                side: Side::Host,
+                cause: Cause::Unexplained {
+                    why: Gap::UnknownOccupant
+                }
+            }]
+        );
+    }
+
+    #[test]
+    fn time_outside_the_recording_is_unexplained() {
+        let mut ev = cpu1_busy();
+        ev.extend([switch(at(5), 0, 0, PROBE, 0, 0), sleep(at(30), 0, PROBE, 0)]);
+        let tl = timeline(2, &ev, at(40));
+        let p = tl.probe(PROBE).unwrap();
+        // Planned before the recording began, done after it ended.
+        let x = explain(&tl, &p, T0 - 3 * MS, at(45));
+        assert_tiles(&x);
+        let not_recorded = Cause::Unexplained { why: Gap::NotRecorded };
+        // Before the recording, and before the probe's first event (5 ms).
+        assert_eq!(x.segments[0].cause, not_recorded);
+        assert_eq!(x.segments[0].len_ns(), 3 * MS + 5 * MS);
+        assert_eq!(x.segments[1].cause, Cause::OwnWork { cpu: 0 });
+        assert_eq!(x.segments[1].len_ns(), 25 * MS);
+        // Asleep from 30 ms to the end (40 ms) with no wake-up seen, then
+        // past the end.
+        assert_eq!(x.segments[2].cause, not_recorded);
+        assert_eq!(x.segments[2].len_ns(), 10 * MS + 5 * MS);
+        assert_eq!(x.segments.len(), 3);
+    }
+
+    #[test]
+    fn on_time_or_early_has_no_causes() {
+        let tl = timeline(2, &probe_asleep_then_hog(), at(40));
+        let p = tl.probe(PROBE).unwrap();
+        assert!(explain(&tl, &p, at(10), at(10)).segments.is_empty());
+        assert!(explain(&tl, &p, at(10), at(9)).segments.is_empty());
+    }
+
+    #[test]
+    fn causes_always_add_up_to_the_lateness() {
+        // Everything at once, with a lost wake-up and a lost switch, on
+        // three CPUs; every interval on a 1 ms grid.
+        let mut ev = vec![
+            switch(T0, 1, 0, OTHER, 0, 0),
+            switch(T0, 0, 0, PROBE, 0, F_NEXT_RT),
+            switch(at(2), 0, PROBE, 0, SLEEPING, F_PREV_RT),
+            switch(at(3), 0, 0, HOG, 0, 0),
+            wake(at(6), 1, PROBE, OTHER, 0),
+            irq(at(7), 0, kind::IRQ_ENTRY, 9),
+            irq(at(8), 0, kind::IRQ_EXIT, 9),
+            preempt(at(12), 0, HOG, PROBE),
+            switch(at(15), 0, PROBE, HOG, TASK_UNINTERRUPTIBLE, 0),
+            wake(at(18), 2, PROBE, 0, 2),
+            switch(at(19), 2, 0, PROBE, 0, 0),
+            sleep(at(21), 2, PROBE, 0),
+            sleep(at(22), 1, OTHER, 0),
+            // Lost wake-up of the probe; lost switch on CPU 0.
+            switch(at(26), 1, 0, PROBE, 0, 0),
+            preempt(at(28), 1, PROBE, OTHER),
+            preempt(at(31), 0, WAKER, PROBE),
+            sleep(at(33), 0, PROBE, 0),
+        ];
+        ev.push(irq(at(29), 1, kind::SOFTIRQ_ENTRY, 7));
+        ev.push(irq(at(30), 1, kind::SOFTIRQ_EXIT, 7));
+        let tl = timeline(3, &ev, at(36));
+        let p = tl.probe(PROBE).unwrap();
+        let mut x = Explanation::default();
+        for planned in 0..36 {
+            for actual in planned..40 {
+                explain_into(&tl, &p, at(planned), at(actual) + 17 * US, &mut x);
+                assert_tiles(&x);
+            }
+        }
+        explain_into(&tl, &p, at(4), at(34), &mut x);
+        assert!(x.ns_of(CauseKind::Unexplained) > 0, "the lost events leave time open");
+        assert!(x.ns_of(CauseKind::Interrupts) > 0);
+        assert!(x.ns_of(CauseKind::Blocked) > 0);
+    }
+}
