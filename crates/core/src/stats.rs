@@ -187,6 +187,25 @@ impl LatencyHistogram {
     }
 }
 
+/// The q-quantile (0..=1) of a few values sorted ascending, between the
+/// closest ranks (linear interpolation, R's type 7): the median of an even
+/// count is the mean of the middle two. 0 for none. For the handful of
+/// runs a setting has (their median and quartiles), where a histogram's
+/// buckets would be coarser than the spread; `value` reads one as f64.
+pub fn quantile_sorted<T: Copy>(sorted: &[T], q: f64, value: impl Fn(T) -> f64) -> f64 {
+    match sorted.len() {
+        0 => 0.0,
+        1 => value(sorted[0]),
+        n => {
+            let at = q.clamp(0.0, 1.0) * (n - 1) as f64;
+            let lo = at.floor() as usize;
+            let hi = (lo + 1).min(n - 1);
+            let (a, b) = (value(sorted[lo]), value(sorted[hi]));
+            a + (at - lo as f64) * (b - a)
+        }
+    }
+}
+
 /// Whether `count` samples support percentile `p` (0..100).
 pub fn supports(count: u64, p: f64) -> bool {
     if count == 0 {
@@ -286,6 +305,17 @@ impl Summary {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn quantiles_of_a_few_values_interpolate_between_ranks() {
+        let v = [1u64, 2, 3, 10];
+        let q = |q| quantile_sorted(&v, q, |x| x as f64);
+        assert_eq!((q(0.0), q(0.5), q(1.0)), (1.0, 2.5, 10.0));
+        assert_eq!(q(0.25), 1.75);
+        assert_eq!(quantile_sorted::<u64>(&[], 0.5, |x| x as f64), 0.0);
+        assert_eq!(quantile_sorted(&[7.0], 0.9, |x| x), 7.0);
+    }
+
     use super::*;
 
     #[test]

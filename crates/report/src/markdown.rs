@@ -28,11 +28,8 @@ impl Spread {
         }
         v.sort_unstable();
         let n = v.len();
-        let median = if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            v[n / 2 - 1] + (v[n / 2] - v[n / 2 - 1]) / 2
-        };
+        // Whole nanoseconds: the mean of the middle two rounds down.
+        let median = ontime_core::stats::quantile_sorted(&v, 0.5, |x| x as f64) as u64;
         Some(Spread {
             median,
             min: v[0],

@@ -250,7 +250,7 @@ fn median_and_range(
         }
         v.sort_by(f64::total_cmp);
         let at = at(x);
-        pts.push((at, median_sorted(&v)));
+        pts.push((at, ontime_core::stats::quantile_sorted(&v, 0.5, |x| x)));
         if v.len() > 1 {
             bars.push((at, v[0], v[v.len() - 1]));
         }
@@ -280,17 +280,6 @@ fn worst_tenant_per_run(runs: &[RunResults], x_key: &str) -> WorstPerRun {
             .push(worst);
     }
     out
-}
-
-/// The median of sorted, non-empty values (the mean of the middle two
-/// for an even count, as Python's `statistics.median`).
-fn median_sorted(v: &[f64]) -> f64 {
-    let m = v.len() / 2;
-    if v.len().is_multiple_of(2) {
-        (v[m - 1] + v[m]) / 2.0
-    } else {
-        v[m]
-    }
 }
 
 /// Writes `report.html` and PNGs into `out` (default `DIR/report`).

@@ -423,16 +423,7 @@ fn figures(run: &ontime_scenario::results::RunResults) -> RunFigures {
 /// The `q`-quantile (0..=1) of sorted values, interpolated linearly
 /// between neighbours (numpy's default), so three runs have quartiles.
 pub fn quantile(sorted: &[u64], q: f64) -> f64 {
-    match sorted.len() {
-        0 => 0.0,
-        1 => sorted[0] as f64,
-        n => {
-            let at = q.clamp(0.0, 1.0) * (n - 1) as f64;
-            let lo = at.floor() as usize;
-            let hi = (lo + 1).min(n - 1);
-            sorted[lo] as f64 + (at - lo as f64) * (sorted[hi] as f64 - sorted[lo] as f64)
-        }
-    }
+    ontime_core::stats::quantile_sorted(sorted, q, |v| v as f64)
 }
 
 /// The rule, on one cell's values.
