@@ -13,7 +13,7 @@ are sorted and compared with t0 + i/rate, where t0 makes the smallest lag 0:
 the most charitable estimate for the peer. k6's dropped iterations (never
 sent) are reported beside it.
 
-Prints one JSON object on stdout; progress on stderr. Targets (issue 2):
+Prints one JSON object on stdout; progress on stderr. Targets:
 >= 10 000 polls/s on one core with p99.999 send lag < 1 ms on an idle
 machine, and ontime's p99.999 send lag <= 0.5 x the peer's.
 """

@@ -11,7 +11,7 @@ beside it. The load (stress-ng) is started once by this script and runs
 through every round of both tools.
 
 Prints one JSON object (machine-readable) on stdout; progress on stderr.
-Target (issue 2): ontime p99.99 <= 1.05 x cyclictest p99.99.
+Target: ontime p99.99 <= 1.05 x cyclictest p99.99.
 """
 import argparse, json, os, shutil, signal, subprocess, sys, tempfile, time
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The fleet on this machine (issue "Fleet"; docs/fleet.md): nats-server with
+"""The fleet on this machine (docs/fleet.md): nats-server with
 JetStream on a temporary store, document 002's load as one window (10 busy
 processes as 10 "VMs", stacks at 1 kHz, a 60 s window, recorded by
 `ontime profile record --continuous`), then:

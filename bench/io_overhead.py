@@ -15,7 +15,7 @@ rate and so the recorder's worst case) and "direct" (O_DIRECT: every read
 crosses the virtual disk, so the block probes fire too). Reported per case:
 median fio IOPS with each tool, the throughput loss against no recorder,
 the ratio of each ontime mode's loss to its perf peer's, and the events per
-second ontime handled with how many lost. Targets (issue 23): the default
+second ontime handled with how many lost. Targets: the default
 mode loses at most 2 % with O_DIRECT and 10 % with page-cache hits. Prints one JSON document. Needs root, fio, perf.
 Usage: bench/io_overhead.py [--rounds 5] [--seconds 5] [--cases cached,direct]
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Simulator speed (issue 12): 20 crawler tenants at 200 polls/s each on 8
+"""Simulator speed: 20 crawler tenants at 200 polls/s each on 8
 simulated CPUs for 20 simulated minutes (4.8 M polls, enough for p99.999),
 timed end to end through `ontime sim`. Prints one JSON document with the
 wall time and the ratio of simulated to real time (target: >= 100, i.e. at
