@@ -247,10 +247,10 @@ struct Gate {
 }
 
 impl Gate {
-    /// A slot for one more connection. At the cap, the oldest connection
-    /// that has not shown the token is closed to free one; when every
-    /// connection has shown it, this waits for one to end (the client
-    /// waits in the accept queue meanwhile).
+    /// A slot for a connection just accepted. At the cap, the oldest
+    /// connection that has not shown the token is closed to free one; when
+    /// every connection has shown it, this waits for one to end (later
+    /// clients wait in the accept queue meanwhile).
     async fn slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
         if let Ok(p) = self.slots.clone().try_acquire_owned() {
             return Some(p);
@@ -284,21 +284,24 @@ impl Gate {
 /// does not spin while the cause lasts.
 const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 
+// A slot is taken after a connection is accepted, not before: a slot
+// taken ahead, with every other held, closed the newest connection that
+// had not yet shown its token (its request still in flight) to make room
+// for one that had not come.
 async fn accept_unix(l: tokio::net::UnixListener, gate: Gate, mut stop: tokio::sync::watch::Receiver<bool>) {
     loop {
-        let slot = tokio::select! {
-            s = gate.slot() => match s { Some(s) => s, None => return },
-            _ = stop.changed() => return,
-        };
         let stream = tokio::select! {
             r = l.accept() => match r {
                 Ok((s, _)) => s,
                 Err(_) => {
-                    drop(slot);
                     tokio::time::sleep(ACCEPT_RETRY).await;
                     continue;
                 }
             },
+            _ = stop.changed() => return,
+        };
+        let slot = tokio::select! {
+            s = gate.slot() => match s { Some(s) => s, None => return },
             _ = stop.changed() => return,
         };
         // Over the socket a client is a uid: every process of root's is one.
@@ -309,19 +312,18 @@ async fn accept_unix(l: tokio::net::UnixListener, gate: Gate, mut stop: tokio::s
 
 async fn accept_tcp(l: tokio::net::TcpListener, gate: Gate, mut stop: tokio::sync::watch::Receiver<bool>) {
     loop {
-        let slot = tokio::select! {
-            s = gate.slot() => match s { Some(s) => s, None => return },
-            _ = stop.changed() => return,
-        };
         let (stream, addr) = tokio::select! {
             r = l.accept() => match r {
                 Ok(a) => a,
                 Err(_) => {
-                    drop(slot);
                     tokio::time::sleep(ACCEPT_RETRY).await;
                     continue;
                 }
             },
+            _ = stop.changed() => return,
+        };
+        let slot = tokio::select! {
+            s = gate.slot() => match s { Some(s) => s, None => return },
             _ = stop.changed() => return,
         };
         // An IPv4 client of a listener on [::] is the same client as over IPv4.
