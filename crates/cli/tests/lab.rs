@@ -325,6 +325,18 @@ fn sigkilled_runner_leaves_what_clean_removes() {
     );
 }
 
+/// `ontime lab run SC -o RESULTS`, returned once a tenant's probe runs.
+fn lab_run_until_its_probe_runs(sc: &Path, results: &Path) -> ontime_testkit::KillOnDrop {
+    let runner = ontime_testkit::KillOnDrop::spawn(ontime().args(["lab", "run"]).arg(sc).arg("-o").arg(results));
+    ontime_testkit::wait_until("the tenant's probe", Duration::from_secs(60), || {
+        Command::new("pgrep")
+            .args(["-f", "ontime probe .*/t[0-9]*.probe.json"])
+            .output()
+            .is_ok_and(|o| !o.stdout.is_empty())
+    });
+    runner
+}
+
 /// Defect 4: `lab clean` while a lab ran destroyed it, and the victim
 /// printed "missed 0" and exited 0 with `complete: false, error: null`.
 #[test]
@@ -341,14 +353,7 @@ fn lab_clean_refuses_while_a_lab_runs_and_a_destroyed_run_fails_loudly() {
         "name = 'victim'\nduration = '60s'\n[tenant]\ncount = 1\n[tenant.crawl]\nrate = 20\n",
     );
     let results = dir.path().join("r");
-    let runner = ontime_testkit::KillOnDrop::spawn(ontime().args(["lab", "run"]).arg(&sc).arg("-o").arg(&results));
-    // Ready once the tenant's probe runs.
-    ontime_testkit::wait_until("the victim's probe", Duration::from_secs(60), || {
-        Command::new("pgrep")
-            .args(["-f", "ontime probe .*/t[0-9]*.probe.json"])
-            .output()
-            .is_ok_and(|o| !o.stdout.is_empty())
-    });
+    let runner = lab_run_until_its_probe_runs(&sc, &results);
     let refused = ontime().args(["lab", "clean"]).output().unwrap();
     let err = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(2), "{err}");
@@ -391,13 +396,7 @@ fn an_interrupted_lab_run_says_so_and_exits_130() {
         "name = 'cut'\nduration = '60s'\n[tenant]\ncount = 1\n[tenant.crawl]\nrate = 20\n[observe]\nrecorder = 'off'\n",
     );
     let results = dir.path().join("r");
-    let runner = ontime_testkit::KillOnDrop::spawn(ontime().args(["lab", "run"]).arg(&sc).arg("-o").arg(&results));
-    ontime_testkit::wait_until("the tenant's probe", Duration::from_secs(60), || {
-        Command::new("pgrep")
-            .args(["-f", "ontime probe .*/t[0-9]*.probe.json"])
-            .output()
-            .is_ok_and(|o| !o.stdout.is_empty())
-    });
+    let runner = lab_run_until_its_probe_runs(&sc, &results);
     runner.signal(libc::SIGINT);
     let out = runner.wait_output(Duration::from_secs(120));
     let err = String::from_utf8_lossy(&out.stderr);

@@ -262,6 +262,14 @@ mod tests {
     }
 
     /// The segments tile [planned, actual) and add up to the lateness.
+    /// PROBE's event planned at `planned`, done at `actual`, explained on
+    /// `tl`; its segments checked to tile the lateness.
+    fn explained(tl: &Timeline, planned: u64, actual: u64) -> Explanation {
+        let x = explain(tl, &tl.probe(PROBE).unwrap(), planned, actual);
+        assert_tiles(&x);
+        x
+    }
+
     fn assert_tiles(x: &Explanation) {
         let mut t = x.planned_ns;
         for s in &x.segments {
@@ -299,9 +307,7 @@ mod tests {
         let mut ev = probe_asleep_then_hog();
         ev.extend([wake(at(10), 0, PROBE, 0, 0), preempt(at(40), 0, HOG, PROBE)]);
         let tl = timeline(2, &ev, at(50));
-        let p = tl.probe(PROBE).unwrap();
-        let x = explain(&tl, &p, at(10), at(40));
-        assert_tiles(&x);
+        let x = explained(&tl, at(10), at(40));
         assert_eq!(x.segments.len(), 1, "{x:#?}");
         assert_eq!(
             x.segments[0].cause,
@@ -326,9 +332,7 @@ mod tests {
             switch(at(13) + 50 * US, 0, 0, PROBE, 0, 0),
         ]);
         let tl = timeline(2, &ev, at(20));
-        let p = tl.probe(PROBE).unwrap();
-        let x = explain(&tl, &p, at(10), at(13) + 50 * US);
-        assert_tiles(&x);
+        let x = explained(&tl, at(10), at(13) + 50 * US);
         assert_eq!(x.ns_of(CauseKind::LateTimer), x.lateness_ns());
         assert_eq!(
             x.segments[0].cause,
@@ -355,9 +359,7 @@ mod tests {
         let mut ev = cpu1_busy();
         ev.extend([switch(at(5), 0, 0, PROBE, 0, 0), sleep(at(30), 0, PROBE, 0)]);
         let tl = timeline(2, &ev, at(40));
-        let p = tl.probe(PROBE).unwrap();
-        let x = explain(&tl, &p, at(10), at(30));
-        assert_tiles(&x);
+        let x = explained(&tl, at(10), at(30));
         assert_eq!(x.segments.len(), 1);
         assert_eq!(x.segments[0].cause, Cause::OwnWork { cpu: 0 });
         assert_eq!(x.ns_of(CauseKind::OwnWork), 20 * MS);
@@ -374,9 +376,7 @@ mod tests {
         ]);
         let tl = timeline(2, &ev, at(40));
         assert!(tl.coverage().irqs);
-        let p = tl.probe(PROBE).unwrap();
-        let x = explain(&tl, &p, at(10), at(30));
-        assert_tiles(&x);
+        let x = explained(&tl, at(10), at(30));
         assert_eq!(x.ns_of(CauseKind::Interrupts), 5 * MS);
         assert_eq!(x.ns_of(CauseKind::WaitedForCpu), 15 * MS);
         assert_eq!(
@@ -400,9 +400,7 @@ mod tests {
             sleep(at(30), 0, PROBE, 0),
         ]);
         let tl = timeline(2, &ev, at(40));
-        let p = tl.probe(PROBE).unwrap();
-        let x = explain(&tl, &p, at(10), at(30));
-        assert_tiles(&x);
+        let x = explained(&tl, at(10), at(30));
         let pieces: Vec<(u64, Cause)> = x.segments.iter().map(|s| (s.len_ns(), s.cause)).collect();
         let soft = Cause::Interrupts {
             cpu: 0,
@@ -438,9 +436,7 @@ mod tests {
             preempt(at(30), 0, HOG, PROBE),
         ]);
         let tl = timeline(2, &ev, at(40));
-        let p = tl.probe(PROBE).unwrap();
-        let x = explain(&tl, &p, at(10), at(30));
-        assert_tiles(&x);
+        let x = explained(&tl, at(10), at(30));
         assert_eq!(
             x.segments,
             vec![crate::cause::Segment {
@@ -480,9 +476,7 @@ mod tests {
         ]);
         let tl = timeline(2, &ev, at(30));
         assert!(tl.coverage().rt_classes);
-        let p = tl.probe(PROBE).unwrap();
-        let x = explain(&tl, &p, at(10), at(20));
-        assert_tiles(&x);
+        let x = explained(&tl, at(10), at(20));
         assert_eq!(x.ns_of(CauseKind::WaitedForCpu), RT_PREEMPT_GRACE_NS);
         assert_eq!(x.ns_of(CauseKind::Throttled), 10 * MS - RT_PREEMPT_GRACE_NS);
         assert_eq!(
@@ -505,9 +499,7 @@ mod tests {
             sleep(at(30), 0, PROBE, 0),
         ]);
         let tl = timeline(2, &ev, at(40));
-        let p = tl.probe(PROBE).unwrap();
-        let x = explain(&tl, &p, at(10), at(20));
-        assert_tiles(&x);
+        let x = explained(&tl, at(10), at(20));
         assert_eq!(x.ns_of(CauseKind::OwnWork), 5 * MS);
         assert_eq!(
             x.segments[1].cause,
@@ -531,9 +523,7 @@ mod tests {
             sleep(at(25), 0, PROBE, 0),
         ]);
         let tl = timeline(2, &ev, at(40));
-        let p = tl.probe(PROBE).unwrap();
-        let x = explain(&tl, &p, at(10), at(22));
-        assert_tiles(&x);
+        let x = explained(&tl, at(10), at(22));
         assert_eq!(x.segments[0].cause, Cause::Unexplained { why: Gap::MissingEvent });
         assert_eq!(x.ns_of(CauseKind::Unexplained), 10 * MS);
         assert_eq!(x.ns_of(CauseKind::OwnWork), 2 * MS);
@@ -550,9 +540,7 @@ mod tests {
         ]);
         let tl = timeline(2, &ev, at(40));
         assert_eq!(tl.coverage().repaired, 1);
-        let p = tl.probe(PROBE).unwrap();
-        let x = explain(&tl, &p, at(10), at(30));
-        assert_tiles(&x);
+        let x = explained(&tl, at(10), at(30));
         assert_eq!(
             x.segments,
             vec![crate::cause::Segment {

@@ -288,32 +288,37 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 // taken ahead, with every other held, closed the newest connection that
 // had not yet shown its token (its request still in flight) to make room
 // for one that had not come.
-async fn accept_unix(l: tokio::net::UnixListener, gate: Gate, mut stop: tokio::sync::watch::Receiver<bool>) {
-    loop {
-        let stream = tokio::select! {
-            r = l.accept() => match r {
-                Ok((s, _)) => s,
-                Err(_) => {
-                    tokio::time::sleep(ACCEPT_RETRY).await;
-                    continue;
-                }
-            },
-            _ = stop.changed() => return,
-        };
-        let slot = tokio::select! {
-            s = gate.slot() => match s { Some(s) => s, None => return },
-            _ = stop.changed() => return,
-        };
+async fn accept_unix(l: tokio::net::UnixListener, gate: Gate, stop: tokio::sync::watch::Receiver<bool>) {
+    let l = &l;
+    let next = move || async move {
+        let (stream, _) = l.accept().await?;
         // Over the socket a client is a uid: every process of root's is one.
         let peer = stream.peer_cred().map(|c| Peer::Uid(c.uid())).unwrap_or(Peer::Unknown);
-        gate.admit(stream, peer, slot).await;
-    }
+        Ok((stream, peer))
+    };
+    accept_loop(next, gate, stop).await
 }
 
-async fn accept_tcp(l: tokio::net::TcpListener, gate: Gate, mut stop: tokio::sync::watch::Receiver<bool>) {
+async fn accept_tcp(l: tokio::net::TcpListener, gate: Gate, stop: tokio::sync::watch::Receiver<bool>) {
+    let l = &l;
+    let next = move || async move {
+        let (stream, addr) = l.accept().await?;
+        // An IPv4 client of a listener on [::] is the same client as over IPv4.
+        Ok((stream, Peer::Ip(addr.ip().to_canonical())))
+    };
+    accept_loop(next, gate, stop).await
+}
+
+/// Accepts connections from `next` and admits each until `stop`.
+async fn accept_loop<S, F, Fut>(mut next: F, gate: Gate, mut stop: tokio::sync::watch::Receiver<bool>)
+where
+    S: RefuseNow + tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::io::Result<(S, Peer)>>,
+{
     loop {
-        let (stream, addr) = tokio::select! {
-            r = l.accept() => match r {
+        let (stream, peer) = tokio::select! {
+            r = next() => match r {
                 Ok(a) => a,
                 Err(_) => {
                     tokio::time::sleep(ACCEPT_RETRY).await;
@@ -326,8 +331,7 @@ async fn accept_tcp(l: tokio::net::TcpListener, gate: Gate, mut stop: tokio::syn
             s = gate.slot() => match s { Some(s) => s, None => return },
             _ = stop.changed() => return,
         };
-        // An IPv4 client of a listener on [::] is the same client as over IPv4.
-        gate.admit(stream, Peer::Ip(addr.ip().to_canonical()), slot).await;
+        gate.admit(stream, peer, slot).await;
     }
 }
 

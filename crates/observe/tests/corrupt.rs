@@ -26,27 +26,16 @@ fn valid(path: &std::path::Path) {
         source: vec![],
         vcpu_names: true,
     };
-    let meta = Meta {
-        version: 1,
-        mechanism: "bpf".into(),
-        start_ns: START,
-        start_realtime_ns: 0,
-        cpus: 2,
-        kernel: "test".into(),
-        hostname: "h".into(),
-        groups: vec![
+    let meta = Meta::synthetic(
+        "bpf",
+        2,
+        START,
+        vec![
             group("t0", GroupKind::Tenant),
             group("t1", GroupKind::Tenant),
             group("host-io", GroupKind::HostIo),
         ],
-        track_all: false,
-        unavailable: vec![],
-        command_line: vec![],
-        ontime_version: "test".into(),
-        clocksource: "tsc".into(),
-        sample_period_ns: None,
-        io: None,
-    };
+    );
     let mut w = Writer::create(path, &meta).unwrap();
     let mut threads = HashMap::new();
     for (tid, group, comm) in [

@@ -109,6 +109,28 @@ impl Meta {
             io: None,
         }
     }
+
+    /// A recording of `cpus` CPUs from `start_ns` with fixed host fields, for
+    /// recordings a test or a generator makes rather than a host.
+    pub fn synthetic(mechanism: &str, cpus: usize, start_ns: u64, groups: Vec<Group>) -> Meta {
+        Meta {
+            version: VERSION,
+            mechanism: mechanism.into(),
+            start_ns,
+            start_realtime_ns: 0,
+            cpus,
+            kernel: "test".into(),
+            hostname: "h".into(),
+            groups,
+            track_all: false,
+            unavailable: vec![],
+            command_line: vec![],
+            ontime_version: "test".into(),
+            clocksource: "tsc".into(),
+            sample_period_ns: None,
+            io: None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]

@@ -33,21 +33,15 @@ fn valid(path: &Path) {
         vcpu_names: false,
     };
     let meta = Meta {
-        version: 1,
-        mechanism: "bpf".into(),
-        start_ns: START,
         start_realtime_ns: 1_700_000_000_000_000_000,
-        cpus: 2,
-        kernel: "test".into(),
-        hostname: "h".into(),
-        groups: vec![group("t0", GroupKind::Tenant), group("host-io", GroupKind::HostIo)],
-        track_all: false,
-        unavailable: vec![],
         command_line: vec!["ontime".into()],
-        ontime_version: "test".into(),
-        clocksource: "tsc".into(),
         sample_period_ns: Some(MS),
-        io: None,
+        ..Meta::synthetic(
+            "bpf",
+            2,
+            START,
+            vec![group("t0", GroupKind::Tenant), group("host-io", GroupKind::HostIo)],
+        )
     };
     let mut w = Writer::create(path, &meta).unwrap();
     let threads: HashMap<u32, ThreadInfo> = [(10, Some(0)), (11, Some(0)), (12, Some(1)), (13, None)]

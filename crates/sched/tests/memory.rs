@@ -33,21 +33,8 @@ fn recording() -> Recording {
         })
         .collect();
     let meta = Meta {
-        version: 1,
-        mechanism: "bpf".into(),
-        start_ns: 0,
-        start_realtime_ns: 0,
-        cpus: 2,
-        kernel: "test".into(),
-        hostname: "h".into(),
-        groups,
         track_all: true,
-        unavailable: vec![],
-        command_line: vec![],
-        ontime_version: "test".into(),
-        clocksource: "tsc".into(),
-        sample_period_ns: None,
-        io: None,
+        ..Meta::synthetic("bpf", 2, 0, groups)
     };
     let mut threads = HashMap::new();
     let mut events = Vec::new();
