@@ -13,18 +13,10 @@ use std::path::{Path, PathBuf};
 /// the old file or the whole new one. On failure the temporary file is
 /// removed and the error names `path` (e.g. "No space left on device").
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = tmp_path(path);
-    let r = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = r {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("cannot write {}", path.display()));
-    }
-    Ok(())
+    let mut w = AtomicWriter::create(path)?;
+    // A failed write drops `w`, which removes the temporary file.
+    w.write_all(bytes).with_context(|| format!("cannot write {}", path.display()))?;
+    w.commit()
 }
 
 /// A file written as a stream and put in place whole, for outputs too
