@@ -4,6 +4,7 @@
 //! when a verb says a stop signal cut its work short,
 //! [`signals::Interrupted`]). All work lives in the library crates.
 
+mod cmd_bench;
 mod cmd_crawl;
 mod cmd_cyclic;
 mod cmd_fleet;
@@ -64,6 +65,8 @@ enum Verb {
     Analyse(cmd_fleet::AnalyseArgs),
     /// One view of every host: the analysed windows, anomalies, agents
     Fleet(cmd_fleet::FleetArgs),
+    /// Benchmark results: tables, ratios and verdicts from bench/*.py's raw files
+    Bench(cmd_bench::BenchArgs),
     /// Run the probe a typed spec describes (the lab's tenants run this)
     #[command(hide = true)]
     Probe(cmd_probe::ProbeArgs),
@@ -138,6 +141,7 @@ fn main() {
         Verb::Net(a) => cmd_net::run(a),
         Verb::Sim(a) => cmd_sim::run(a),
         Verb::Plan(a) => cmd_plan::run(*a),
+        Verb::Bench(a) => cmd_bench::run(a),
         Verb::Probe(a) => cmd_probe::run(a),
     };
     if let Err(e) = result {

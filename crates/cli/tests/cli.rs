@@ -285,6 +285,9 @@ fn bad_input_gives_one_error_line_and_exit_2() {
         words("profile record"),
         words("profile report /nonexistent.otrec"),
         words(&format!("profile report {log}")),
+        words("bench report /nonexistent.json"),
+        words(&format!("bench report {log}")),
+        words(&format!("bench report {}", dir.path().display())),
     ]);
     for args in cases {
         let out = ontime().args(&args).output().unwrap();
@@ -952,7 +955,13 @@ fn bursting_crawlers_are_not_calibrated_from() {
 /// the code that made it. `ONTIME_BLESS=1` writes the fresh tables into the
 /// file instead of failing.
 fn results_tables_are_what_the_binary_prints(root: &str, pooled: &Path) {
-    let path = format!("{root}/docs/results.md");
+    tables_are_what_the_binary_prints(root, "docs/results.md", pooled);
+}
+
+/// Each `<!-- table: COMMAND -->` ... `<!-- end table -->` block of the
+/// file holds what COMMAND prints now (`ONTIME_BLESS=1` rewrites them).
+fn tables_are_what_the_binary_prints(root: &str, file: &str, pooled: &Path) {
+    let path = format!("{root}/{file}");
     let doc = std::fs::read_to_string(&path).unwrap();
     let mut fresh = String::new();
     let mut stale = Vec::new();
@@ -975,7 +984,7 @@ fn results_tables_are_what_the_binary_prints(root: &str, pooled: &Path) {
             }
             old.push_str(l);
         }
-        let end = end.unwrap_or_else(|| panic!("docs/results.md: `{command}` has no <!-- end table -->"));
+        let end = end.unwrap_or_else(|| panic!("{file}: `{command}` has no <!-- end table -->"));
         // "ontime sim validate --into DIR; ontime lab report DIR/x --markdown":
         // the runs were kept by this test's own `sim validate --into`.
         let report = command.rsplit("; ").next().unwrap();
@@ -1008,10 +1017,18 @@ fn results_tables_are_what_the_binary_prints(root: &str, pooled: &Path) {
     } else {
         assert!(
             stale.is_empty(),
-            "docs/results.md: these tables are not what the binary prints from the committed runs \
-             (ONTIME_BLESS=1 cargo test -p ontime --test cli the_committed_lab_runs rewrites them): {stale:#?}"
+            "{file}: these tables are not what the binary prints from the committed results \
+             (ONTIME_BLESS=1 cargo test -p ontime --test cli the_committed rewrites them): {stale:#?}"
         );
     }
+}
+
+/// bench/results.md's tables are what `ontime bench report` prints from
+/// the raw results the bench scripts wrote (bench/results/*.json).
+#[test]
+fn the_committed_bench_results_give_the_published_tables() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    tables_are_what_the_binary_prints(root, "bench/results.md", Path::new(root));
 }
 
 /// `ontime sim validate` on the committed lab runs gives exactly the

@@ -9,6 +9,7 @@
 //! It reads results only (through ontime-scenario); it runs nothing.
 
 pub use ontime_plot::html;
+pub mod bench;
 pub mod iocells;
 pub mod markdown;
 pub mod netreport;

@@ -1,0 +1,167 @@
+"""The raw result every bench/*.py script writes (schema ontime-bench/1).
+
+A script drives the tools and keeps what they measured, per table (a
+condition: a load, a rate, a mode), tool and round: plain values and
+histograms. It computes no figure a claim rests on: medians, ranges,
+percentiles of histograms, ratios and target verdicts are computed by
+`ontime bench report FILE --markdown` (crates/report/src/bench.rs holds
+the schema, typed). Use:
+
+    res = BenchResult("cyclic_vs_cyclictest", "ontime cyclic vs cyclictest", sys.argv)
+    res.metric("p99.99", "us", quantile("latency", 0.9999))
+    res.metric("CPU", "%", value("cpu_pct"))
+    res.round("idle", "ontime", values={"cpu_pct": 1.2}, histograms={"latency": hist})
+    res.ratio("p99.99", "ontime", "cyclictest")
+    res.target("ontime p99.99 <= 1.05 x cyclictest", ratio_of("p99.99", "ontime", "cyclictest"), at_most=1.05)
+    res.write(args.out)   # and prints it on stdout
+"""
+import datetime
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+SCHEMA = "ontime-bench/1"
+
+
+def value(key, minus=None):
+    """values[key] of each round (less values[minus]); the cell: median (min-max) over the rounds."""
+    v = {"from": "value", "key": key}
+    if minus is not None:
+        v["minus"] = minus
+    return v
+
+
+def over(key, baseline, scale=1.0, relative=False, plus=None):
+    """What a row adds over the table's `baseline` row, round by round:
+    (values[key] - baseline's) * scale, / baseline's when relative, + values[plus]."""
+    v = {"from": "over", "key": key, "baseline": baseline, "scale": float(scale), "relative": bool(relative)}
+    if plus is not None:
+        v["plus"] = plus
+    return v
+
+
+def quantile(histogram, q):
+    return {"from": "quantile", "histogram": histogram, "q": q}
+
+
+def count(histogram):
+    return {"from": "count", "histogram": histogram}
+
+
+def maximum(histogram):
+    return {"from": "max", "histogram": histogram}
+
+
+def ratio_of(metric, ours, peer):
+    return {"on": "ratio", "metric": metric, "ours": ours, "peer": peer}
+
+
+def value_of(tool, metric):
+    return {"on": "value", "tool": tool, "metric": metric}
+
+
+def histogram(bins, bin_width=1.0, overflow=0, unbounded=0, max_value=None):
+    """bins: a list of counts per bin (dense) or a dict {bin index: count}."""
+    if isinstance(bins, dict):
+        items = sorted((int(i), int(c)) for i, c in bins.items() if c)
+    else:
+        items = [(i, int(c)) for i, c in enumerate(bins) if c]
+    h = {"bin_width": float(bin_width), "bins": [[i, c] for i, c in items],
+         "overflow": int(overflow), "unbounded": int(unbounded)}
+    if max_value is not None:
+        h["max"] = float(max_value)
+    return h
+
+
+def histogram_of(samples, bin_width=1.0, unbounded=0):
+    """Bins raw samples (in the metric's unit) of a tool that gives no histogram."""
+    bins = {}
+    top = None
+    for s in samples:
+        i = int(s // bin_width) if s > 0 else 0
+        bins[i] = bins.get(i, 0) + 1
+        top = s if top is None else max(top, s)
+    return histogram(bins, bin_width, 0, unbounded, top)
+
+
+def _sched_pipe_us():
+    try:
+        out = subprocess.run(["perf", "bench", "sched", "pipe", "-l", "50000"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in out.stdout.splitlines():
+        if "usecs/op" in line:
+            try:
+                return float(line.split()[0])
+            except ValueError:
+                return None
+    return None
+
+
+class BenchResult:
+    def __init__(self, bench, title, argv):
+        """argv: sys.argv of the script, kept as the command that made the file."""
+        script = os.path.relpath(os.path.abspath(argv[0]), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        with open("/proc/loadavg") as f:
+            load = float(f.read().split()[0])
+        self.doc = {
+            "schema": SCHEMA,
+            "bench": bench,
+            "title": title,
+            "command": " ".join(["sudo", script] + [shlex.quote(a) for a in argv[1:]]),
+            "started": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "host": {"kernel": os.uname().release, "cpus": os.cpu_count() or 0, "load_before": load,
+                     "sched_pipe_us": _sched_pipe_us()},
+            "metrics": [],
+            "tables": [],
+            "ratios": [],
+            "targets": [],
+            "method": [],
+        }
+
+    def metric(self, name, unit, source):
+        self.doc["metrics"].append({"name": name, "unit": unit, "source": source})
+
+    def method(self, sentence):
+        self.doc["method"].append(sentence)
+
+    def round(self, table, tool, values=None, histograms=None):
+        """Appends one round of `tool` in `table` (created in first-use order)."""
+        t = next((t for t in self.doc["tables"] if t["name"] == table), None)
+        if t is None:
+            t = {"name": table, "rows": []}
+            self.doc["tables"].append(t)
+        row = next((r for r in t["rows"] if r["tool"] == tool), None)
+        if row is None:
+            row = {"tool": tool, "rounds": []}
+            t["rows"].append(row)
+        row["rounds"].append({"values": {k: (None if v is None else float(v)) for k, v in (values or {}).items()},
+                              "histograms": histograms or {}})
+
+    def ratio(self, metric, ours, peer):
+        self.doc["ratios"].append({"metric": metric, "ours": ours, "peer": peer})
+
+    def target(self, name, judged, at_most=None, at_least=None, table=None):
+        t = {"name": name, "judged": judged}
+        if at_most is not None:
+            t["at_most"] = at_most
+        if at_least is not None:
+            t["at_least"] = at_least
+        if table is not None:
+            t["table"] = table
+        self.doc["targets"].append(t)
+
+    def write(self, path):
+        """Writes the result to `path` (whole or not at all) and prints it on stdout."""
+        text = json.dumps(self.doc, indent=1)
+        if path:
+            tmp = f"{path}.tmp"
+            with open(tmp, "w") as f:
+                f.write(text + "\n")
+            os.replace(tmp, path)
+            print(f"bench: wrote {path}; `ontime bench report {path} --markdown` prints its tables",
+                  file=sys.stderr)
+        print(text)
