@@ -2,15 +2,16 @@
 
 A script drives the tools and keeps what they measured, per table (a
 condition: a load, a rate, a mode), tool and round: plain values and
-histograms. It computes no figure a claim rests on: medians, ranges,
-percentiles of histograms, ratios and target verdicts are computed by
+histograms. It computes no figure a claim rests on: rates and shares
+(value(key, per=..., scale=...)), medians, ranges, percentiles of
+histograms, ratios and target verdicts are computed by
 `ontime bench report FILE --markdown` (crates/report/src/bench.rs holds
 the schema, typed). Use:
 
     res = BenchResult("cyclic_vs_cyclictest", "ontime cyclic vs cyclictest", sys.argv)
     res.metric("p99.99", "us", quantile("latency", 0.9999))
-    res.metric("CPU", "%", value("cpu_pct"))
-    res.round("idle", "ontime", values={"cpu_pct": 1.2}, histograms={"latency": hist})
+    res.metric("CPU", "%", value("cpu_s", per="seconds", scale=100))  # raw terms, the report divides
+    res.round("idle", "ontime", values={"cpu_s": 0.24, "seconds": 20}, histograms={"latency": hist})
     res.ratio("p99.99", "ontime", "cyclictest")
     res.target("ontime p99.99 <= 1.05 x cyclictest", ratio_of("p99.99", "ontime", "cyclictest"), at_most=1.05)
     res.write(args.out)   # and prints it on stdout
@@ -25,33 +26,47 @@ import sys
 SCHEMA = "ontime-bench/1"
 
 
-def value(key, minus=None):
-    """values[key] of each round (less values[minus]); the cell: median (min-max) over the rounds."""
-    v = {"from": "value", "key": key}
+def value(key, minus=None, per=None, scale=1.0):
+    """(values[key] - values[minus]) * scale / values[per] of each round, the
+    optional parts where given; the cell: median (min-max) over the rounds."""
+    v = {"from": "value", "key": key, "scale": float(scale)}
     if minus is not None:
         v["minus"] = minus
+    if per is not None:
+        v["per"] = per
     return v
 
 
 def over(key, baseline, scale=1.0, relative=False, plus=None):
     """What a row adds over the table's `baseline` row, round by round:
-    (values[key] - baseline's) * scale, / baseline's when relative, + values[plus]."""
+    (values[key] - baseline's) * scale, / baseline's when relative, + the
+    same round's value of the metric named `plus` (a value() metric)."""
     v = {"from": "over", "key": key, "baseline": baseline, "scale": float(scale), "relative": bool(relative)}
     if plus is not None:
         v["plus"] = plus
     return v
 
 
-def quantile(histogram, q):
-    return {"from": "quantile", "histogram": histogram, "q": q}
+def quantile(histogram, q, or_value=None):
+    """Quantile q of the rounds' pooled histograms; a row without the
+    histogram uses its own figure values[or_value] (a tool that computes
+    the quantile itself from all its samples, e.g. `ontime crawl --json`)."""
+    v = {"from": "quantile", "histogram": histogram, "q": q}
+    if or_value is not None:
+        v["or_value"] = or_value
+    return v
 
 
 def count(histogram):
     return {"from": "count", "histogram": histogram}
 
 
-def maximum(histogram):
-    return {"from": "max", "histogram": histogram}
+def maximum(histogram, or_value=None):
+    """The largest sample of the pooled histograms; a row without them uses values[or_value]."""
+    v = {"from": "max", "histogram": histogram}
+    if or_value is not None:
+        v["or_value"] = or_value
+    return v
 
 
 def ratio_of(metric, ours, peer):

@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
 """Benchmark: ontime cyclic vs cyclictest, same settings and load, alternating.
 
-Both tools write a histogram in cyclictest's -h layout (1 us bins); the same
-parser computes both sides' percentiles from those bins. cyclictest leaves
-out the periods it overran; ontime counts each as a sample with its full
-lateness. The ratio is therefore taken against ontime's histogram of
-wake-ups that happened (--histfile-woken), counted as cyclictest counts;
-ontime's all-samples figures and cyclictest's missing periods are reported
-beside it. The load (stress-ng) is started once by this script and runs
-through every round of both tools.
+Both tools write a histogram in cyclictest's -h layout (1 us bins); this
+script keeps each round's bins, overflow count and maximum as the tools
+wrote them, and `ontime bench report` computes every percentile and ratio
+from them. cyclictest leaves out the periods it overran; ontime counts each
+as a sample with its full lateness. So the row "ontime" is ontime's
+histogram of wake-ups that happened (--histfile-woken), counted as
+cyclictest counts, and the ratio is taken against it; the row "ontime, all
+planned" counts every planned wake-up. The load (stress-ng) is started once
+by this script and runs through every round of both tools.
 
-Prints one JSON object (machine-readable) on stdout; progress on stderr.
+Writes a raw result (schema ontime-bench/1, bench/benchresult.py) on stdout
+and to --out FILE; progress on stderr. Needs root.
 Target: ontime p99.99 <= 1.05 x cyclictest p99.99.
 """
-import argparse, json, os, shutil, signal, subprocess, sys, tempfile, time
+import argparse, os, shutil, signal, subprocess, sys, tempfile, time
+
+from benchresult import BenchResult, count, histogram, maximum, quantile, ratio_of, value
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOADS = {
@@ -24,47 +28,40 @@ LOADS = {
 }
 LOADS["mixed"] = LOADS["kernel"] + LOADS["io"] + LOADS["net"]
 
+CYCLICTEST, ONTIME, ONTIME_ALL = "cyclictest", "ontime", "ontime, all planned"
+
+
+def table_name(load):
+    return "idle" if load == "none" else f"{load} load"
+
 
 def parse_hist(path):
-    """Returns (bins, overflows, max_us) from a cyclictest -h layout file (thread 0)."""
-    bins, overflows, max_us = [], 0, 0
+    """Thread 0 of a cyclictest -h layout file, as written: {"bins": {us: count},
+    "overflow", "max_us", "total"} ("total": the file's own "# Total" count of
+    in-bin samples, None where it has none)."""
+    bins, overflow, max_us, total = {}, 0, None, None
     with open(path) as f:
         for line in f:
             if line.startswith("# Histogram Overflows:"):
-                overflows = int(line.split(":")[1].split()[0])
+                overflow = int(line.split(":")[1].split()[0])
             elif line.startswith("# Max Latencies:"):
                 max_us = int(line.split(":")[1].split()[0])
+            elif line.startswith("# Total:"):
+                total = int(line.split(":")[1].split()[0])
             elif line[:1].isdigit():
                 parts = line.split()
-                bins.append(int(parts[1]))
-    return bins, overflows, max_us
+                if len(parts) >= 2 and int(parts[1]):
+                    bins[int(parts[0])] = bins.get(int(parts[0]), 0) + int(parts[1])
+    if total is not None and total != sum(bins.values()):
+        sys.exit(f"bench: {path}: '# Total: {total}' disagrees with its bins ({sum(bins.values())})")
+    return {"bins": bins, "overflow": overflow, "max_us": max_us, "total": total}
 
 
-def percentiles(bins, overflows, max_us, ps=(50, 99, 99.9, 99.99)):
-    total = sum(bins) + overflows
-    out = {"count": total, "max_us": max_us}
-    for p in ps:
-        need = p / 100.0 * total
-        acc, val = 0, None
-        for us, c in enumerate(bins):
-            acc += c
-            if acc >= need:
-                val = us
-                break
-        # In the overflow: only the max is known; report it (an upper bound).
-        out[f"p{p}_us"] = val if val is not None else max_us
-        min_count = round(1 / (1 - p / 100.0))
-        if total < min_count:
-            out[f"p{p}_us"] = None
-    return out
-
-
-def merge(acc, new):
-    b, o, m = new
-    if acc is None:
-        return list(b), o, m
-    bins = [x + y for x, y in zip(acc[0], b)]
-    return bins, acc[1] + o, max(acc[2], m)
+def round_of(h, planned):
+    """One round's record: the histogram and the counts the tool wrote."""
+    woken = sum(h["bins"].values()) + h["overflow"]
+    return {"values": {"planned": planned, "woken": woken},
+            "histograms": {"latency": histogram(h["bins"], 1.0, h["overflow"], 0, h["max_us"])}}
 
 
 def main():
@@ -77,6 +74,7 @@ def main():
     ap.add_argument("--bins", type=int, default=20000, help="histogram bins (us)")
     ap.add_argument("--load", choices=sorted(LOADS), default="none")
     ap.add_argument("--ontime", default=os.path.join(ROOT, "target", "release", "ontime"))
+    ap.add_argument("--out", help="also write the result to this file")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench: run as root (SCHED_FIFO, mlockall)")
@@ -86,6 +84,29 @@ def main():
     if not os.path.exists(a.ontime):
         sys.exit(f"bench: {a.ontime} is missing: cargo build --release")
 
+    # Taken before the load starts: the host as it was.
+    res = BenchResult("cyclic_vs_cyclictest", "ontime cyclic vs cyclictest", sys.argv)
+    table = table_name(a.load)
+    res.metric("count", "", count("latency"))
+    for name, q in (("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999), ("p99.99", 0.9999)):
+        res.metric(name, "us", quantile("latency", q))
+    res.metric("max", "us", maximum("latency"))
+    res.metric("left out", "", value("planned", minus="woken"))
+    for name in ("p50", "p99", "p99.9", "p99.99", "max"):
+        res.ratio(name, ONTIME, CYCLICTEST)
+    res.target("ontime p99.99 <= 1.05 x cyclictest", ratio_of("p99.99", ONTIME, CYCLICTEST), at_most=1.05)
+    res.method(f"Both tools run with the same flags (-m -p {a.priority} -i {a.interval_us} -a {a.cpu} -t 1 "
+               f"-D {a.duration}s -h {a.bins}), alternating in turns of {a.duration} s, cyclictest first in each round; "
+               + ("no load." if a.load == "none" else
+                  f"one stress-ng load ({a.load}: {' '.join(LOADS[a.load])}) started once runs through every turn of both."))
+    res.method("Both sides' histograms are the 1-us bins of cyclictest's -h layout as each tool wrote them, "
+               "with its overflow count and its maximum, read by one parser; every statistic is taken from them.")
+    res.method("cyclictest leaves out the periods it overran. The row ontime is ontime's --histfile-woken histogram "
+               "(wake-ups that happened), counted as cyclictest counts, and the ratios and the target use it; "
+               "the row \"ontime, all planned\" counts every planned wake-up, an overrun one with its full lateness.")
+    res.method("planned = the turn's duration / the interval; left out = planned - the wake-ups the tool's file "
+               "counts (bins and overflow).")
+
     tmp = tempfile.mkdtemp(prefix="ontime-bench-")
     common = ["-m", "-p", str(a.priority), "-i", str(a.interval_us), "-a", str(a.cpu), "-t", "1", "-D", f"{a.duration}s", "-h", str(a.bins)]
     load = None
@@ -94,8 +115,7 @@ def main():
                                  f"{a.rounds * a.duration * 2 + 120}s"], start_new_session=True,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1)
-    acc = {"cyclictest": None, "ontime": None, "ontime_all_planned": None}
-    planned = a.rounds * a.duration * 1_000_000 // a.interval_us
+    planned = a.duration * 1_000_000 // a.interval_us
     try:
         for r in range(a.rounds):
             for tool in ("cyclictest", "ontime"):
@@ -107,33 +127,17 @@ def main():
                     cmd = [a.ontime, "cyclic", *common, "--histfile", hist_all, "--histfile-woken", hist]
                 print(f"bench: round {r + 1}/{a.rounds}: {tool}", file=sys.stderr)
                 subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                acc[tool] = merge(acc[tool], parse_hist(hist))
-                if tool == "ontime":
-                    acc["ontime_all_planned"] = merge(acc["ontime_all_planned"], parse_hist(hist_all))
+                if tool == "cyclictest":
+                    res.round(table, CYCLICTEST, **round_of(parse_hist(hist), planned))
+                else:
+                    res.round(table, ONTIME, **round_of(parse_hist(hist), planned))
+                    res.round(table, ONTIME_ALL, **round_of(parse_hist(hist_all), planned))
     finally:
         if load:
             os.killpg(load.pid, signal.SIGKILL)
             load.wait()
         shutil.rmtree(tmp, ignore_errors=True)
-    res = {tool: percentiles(*acc[tool]) for tool in acc}
-    ratio = {}
-    for k in ("p50_us", "p99_us", "p99.9_us", "p99.99_us", "max_us"):
-        c, o = res["cyclictest"].get(k), res["ontime"].get(k)
-        ratio[k] = round(o / c, 3) if c and o is not None else None
-    out = {
-        "bench": "cyclic-vs-cyclictest",
-        "settings": {"rounds": a.rounds, "duration_s": a.duration, "interval_us": a.interval_us,
-                     "priority": a.priority, "cpu": a.cpu, "load": a.load},
-        "planned_wakeups_per_tool": planned,
-        "cyclictest": res["cyclictest"],
-        "cyclictest_periods_missing": planned - res["cyclictest"]["count"],
-        "ontime": res["ontime"],
-        "ontime_all_planned_wakeups": res["ontime_all_planned"],
-        "ratio_ontime_over_cyclictest": ratio,
-        "target": "ontime p99.99 <= 1.05 x cyclictest p99.99",
-        "target_met": ratio["p99.99_us"] is not None and ratio["p99.99_us"] <= 1.05,
-    }
-    print(json.dumps(out))
+    res.write(a.out)
 
 
 if __name__ == "__main__":

@@ -4,25 +4,23 @@ JetStream on a temporary store, document 002's load as one window (10 busy
 processes as 10 "VMs", stacks at 1 kHz, a 60 s window, recorded by
 `ontime profile record --continuous`), then:
 
-- publishing: `ontime agent` replays K copies of that window unpaced; windows
-  and MB per second into JetStream, and how many hosts one server carries at
-  30 s windows (published windows per second x 30 s);
-- workers: 1 worker analyses K windows, then 2 workers K more; windows per
-  second per worker, the scaling ratio (2 workers over 1, on this 2-CPU
-  machine), and hosts per analyser by document 002's rule with t1 = the
-  window's length, t2 = the median analysis time in the results, t0 = 0 (the
-  agent stores on its own thread: collection never pauses);
+- publishing: `ontime agent` replays K copies of that window unpaced;
+- workers: 1 worker analyses K windows, then 2 workers K more;
 - agent cost: `ontime agent` recording the 10 processes for `--agent-seconds`
   with 30 s windows at 100 Hz and at 1 kHz, beside `ontime profile record
-  --continuous` alone on the same targets (CPU of the process, user + system,
-  as a share of one core; the BPF probes' own time is spent in the context
-  of the tasks they interrupt and is not in either figure: bench/
-  profile_overhead.py measures that).
+  --continuous` alone on the same targets.
 
-Prints one JSON document. Needs root (BPF) and nats-server.
-Usage: bench/fleet.py [--copies 6] [--agent-seconds 60] [--load-seconds 60]
+Writes a raw result (bench/benchresult.py): per table (publishing, analysis,
+agent at each rate, the stream) what each run measured: windows, bytes,
+wall and CPU seconds, the workers' busy time and windows analysed, memory,
+results. No peer, no target; `ontime bench report` computes the rates, the
+analysis time per window, the CPU shares, the scaling 2 workers / 1 and
+the agent's CPU over the recorder alone's. Needs root (BPF) and nats-server.
+Usage: bench/fleet.py [--copies 6] [--agent-seconds 60] [--load-seconds 60] [--out FILE]
 """
 import argparse, json, os, pathlib, resource, shutil, signal, socket, subprocess, sys, tempfile, time
+
+from benchresult import BenchResult, value
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ONTIME = str(ROOT / "target/release/ontime")
@@ -61,17 +59,61 @@ def agent_config(d, host, url, what, window="60s"):
     return p
 
 
+PUB_ROW, AGENT_ROW, ALONE_ROW = "ontime agent (replay, unpaced)", "ontime agent", "profile record alone"
+
+
+def result(a):
+    res = BenchResult("fleet", "The fleet on NATS JetStream", sys.argv)
+    res.metric("windows", "", value("windows"))
+    res.metric("wall", "s", value("wall_s"))
+    res.metric("window size", "MB", value("window_bytes", scale=1e-6))
+    res.metric("windows/s", "", value("windows", per="wall_s"))
+    res.metric("MB/s", "MB/s", value("published_bytes", per="wall_s", scale=1e-6))
+    # The workers' busy time over the windows they analysed.
+    res.metric("analysis per window", "s", value("busy_ns", per="analysed", scale=1e-9))
+    res.metric("CPU", "s", value("cpu_s"))
+    res.metric("CPU share", "%", value("cpu_s", per="seconds", scale=100))
+    res.metric("max resident", "MiB", value("max_rss_bytes", scale=2.0 ** -20))
+    res.metric("results", "", value("results"))
+    res.metric("duplicate results", "", value("duplicate_results"))
+    res.ratio("windows/s", "2 workers", "1 worker")
+    res.ratio("CPU", AGENT_ROW, ALONE_ROW)
+    res.method(f"A local nats-server with JetStream on a file store. Document 002's load: 10 busy processes as 10 "
+               f"\"VMs\", stacks at 1 kHz, one {a.load_seconds} s window recorded by `ontime profile record "
+               f"--continuous` (window size: its file); the load stops before publishing and analysis.")
+    res.method(f"Publishing: `ontime agent` replays {a.copies} copies of the window unpaced (object + notice + ack "
+               "per window) and exits; wall is its start to exit, windows what it published, published_bytes windows "
+               "x the window's file size. windows/s = windows / wall, MB/s = published_bytes / wall; one server "
+               "carries windows/s x 30 hosts at 30 s windows. A burst of copies, not a sustained rate.")
+    res.method(f"Analysis: one `ontime analyse` worker takes {a.copies} windows, then, after a second replay, two "
+               f"workers take {a.copies // 2} each at once; wall is their start until all exit (windows/s = windows "
+               "/ wall). Analysis per window is the workers' busy_ns (summed) over the windows they analysed "
+               "(summed): document 002's t2; its rule t0 + t1 > (t0 + t2) n "
+               f"gives the hosts per analyser with t1 = {a.load_seconds} s and t0 = 0 (the agent stores on its own "
+               "thread). Document 002 took 81.8 s to analyse a 60 s window of 10 VMs.")
+    res.method(f"Agent cost: `ontime agent` recording the 10 processes (30 s windows) for {a.agent_seconds} s, then "
+               f"`ontime profile record --continuous --window 30s -D {a.agent_seconds}s` alone on the same "
+               "processes; windows is what the agent published, CPU the process's user + system time (the agent's own cpu_ns "
+               f"in s, cpu_ns kept beside it; the recorder's from getrusage of children), CPU share that over seconds "
+               f"(--agent-seconds, {a.agent_seconds}), x 100. "
+               "The BPF probes' time is spent in the tasks they interrupt and is in neither "
+               "(bench/profile_overhead.py measures it). One run.")
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--copies", type=int, default=6)
     ap.add_argument("--agent-seconds", type=int, default=60)
     ap.add_argument("--load-seconds", type=int, default=60)
+    ap.add_argument("--out", help="also write the result to this file")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/fleet.py needs root (BPF)")
     if not shutil.which("nats-server"):
         sys.exit("bench/fleet.py needs nats-server (scripts/setup.sh installs it)")
     subprocess.run(["cargo", "build", "--release", "-q"], cwd=ROOT, check=True)
+    res = result(a)
     d = pathlib.Path(tempfile.mkdtemp(prefix="ontime-fleet-bench-"))
     procs = []
     try:
@@ -87,6 +129,7 @@ def main():
         pid_args = sum((["--pid", p] for p in pids), [])
 
         # Document 002's load: one window of 10 VMs at 1 kHz.
+        print(f"fleet: recording the load for {a.load_seconds} s", file=sys.stderr)
         rec = d / "rec"
         subprocess.run([ONTIME, "profile", "record", "--continuous", "--window", f"{a.load_seconds}s", "-D",
                         f"{a.load_seconds}s", "--rate", "1000", "-o", str(rec)] + pid_args,
@@ -113,6 +156,7 @@ def main():
             s = json.loads(out)
             return s, elapsed
 
+        print("fleet: publishing and analysis", file=sys.stderr)
         pub1, pub_s = backlog("a")
         published = pub1["published"]
 
@@ -129,21 +173,20 @@ def main():
         backlog("b")
         two, two_s = workers(2, "two")
         fleet = run_json([ONTIME, "fleet", "report", "--json", "--nats", url])
-        one_rate = a.copies // 1 / one_s
-        two_rate = (a.copies // 2) * 2 / two_s
-
-        # Analysis time per window (t2) from the workers' own results.
-        # The fleet view keeps hosts, not windows: read t2 from the busy time.
-        t2 = one[0]["busy_ns"] / max(one[0]["analysed"], 1) / 1e9
-        t1 = a.load_seconds
-        hosts_per_analyser = int((t1 - 1e-9) // t2) if t2 > 0 else 0
+        res.round("publishing", PUB_ROW, values={
+            "windows": published, "wall_s": pub_s, "window_bytes": size, "published_bytes": published * size})
+        for row, outs, windows, wall in (("1 worker", one, a.copies, one_s),
+                                         ("2 workers", two, (a.copies // 2) * 2, two_s)):
+            res.round("analysis", row, values={
+                "windows": windows, "wall_s": wall, "busy_ns": sum(o["busy_ns"] for o in outs),
+                "analysed": sum(o["analysed"] for o in outs)})
+        print("fleet: agent cost", file=sys.stderr)
 
         # Agent cost at 100 Hz and 1 kHz, 30 s windows, beside the recorder alone.
         vms = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(10)]
         procs.extend(vms)
         pids = [f"vm{i}={p.pid}" for i, p in enumerate(vms)]
         pid_args = sum((["--pid", p] for p in pids), [])
-        cost = {}
         for hz in (100, 1000):
             cfg = agent_config(d, f"rec{hz}", url, f"[record]\npids = {json.dumps(pids)}\nprofile_hz = {hz}", "30s")
             p = subprocess.Popen([ONTIME, "agent", "-c", str(cfg), "--json"], stdout=subprocess.PIPE,
@@ -159,36 +202,21 @@ def main():
             q.wait()
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             alone = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-            agent_share = s["cpu_ns"] / 1e9 / a.agent_seconds
-            cost[f"{hz}Hz"] = {
-                "agent_cpu_share_of_a_core": agent_share,
-                "recorder_alone_cpu_share_of_a_core": alone / a.agent_seconds,
-                "agent_over_recorder_alone": agent_share / (alone / a.agent_seconds) if alone > 0 else None,
-                "agent_max_rss_mib": s["max_rss_bytes"] / 2**20,
-                "agent_published": s["published"],
-            }
-        print(json.dumps({
-            "window_bytes": size,
-            "window_seconds": a.load_seconds,
-            "vms": 10,
-            "sample_hz": 1000,
-            "publish": {"windows": published, "seconds": pub_s, "windows_per_s": published / pub_s,
-                        "mb_per_s": published * size / pub_s / 1e6,
-                        "hosts_per_server_at_30s_windows": int(published / pub_s * 30)},
-            "workers": {"one": {"windows": a.copies, "seconds": one_s, "windows_per_s": one_rate},
-                        "two": {"windows": (a.copies // 2) * 2, "seconds": two_s, "windows_per_s": two_rate},
-                        "scaling_2_over_1": two_rate / one_rate,
-                        "analysis_s_per_window": t2,
-                        "hosts_per_analyser_doc002_rule": hosts_per_analyser},
-            "agent": cost,
-            "fleet_results": fleet["results"],
-            "duplicate_results": fleet["duplicate_results"],
-        }, indent=2))
+            table = f"agent at {hz // 1000} kHz" if hz % 1000 == 0 else f"agent at {hz} Hz"
+            res.round(table, AGENT_ROW, values={
+                "windows": s["published"], "cpu_ns": s["cpu_ns"],
+                # ns to s, the unit getrusage gives the recorder alone's in: one key for the column and the ratio.
+                "cpu_s": s["cpu_ns"] / 1e9, "seconds": a.agent_seconds, "max_rss_bytes": s["max_rss_bytes"]})
+            res.round(table, ALONE_ROW, values={"cpu_s": alone, "seconds": a.agent_seconds})
+        res.round("stream", "ontime fleet report", values={
+            "results": fleet["results"], "duplicate_results": fleet["duplicate_results"],
+            "dead_letters": fleet["dead_letters"]})
     finally:
         for p in procs:
             p.kill()
             p.wait()
         shutil.rmtree(d, ignore_errors=True)
+    res.write(a.out)
 
 
 if __name__ == "__main__":

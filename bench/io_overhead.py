@@ -12,14 +12,18 @@ The tenant is a cgroup (cpu + memory) with an image-file disk on a loop
 device, ext4, as the lab makes it. Two cases: "cached" (a 64 MiB file that
 fits the tenant's memory: every read is a page-cache hit, the highest call
 rate and so the recorder's worst case) and "direct" (O_DIRECT: every read
-crosses the virtual disk, so the block probes fire too). Reported per case:
-median fio IOPS with each tool, the throughput loss against no recorder,
-the ratio of each ontime mode's loss to its perf peer's, and the events per
-second ontime handled with how many lost. Targets: the default
-mode loses at most 2 % with O_DIRECT and 10 % with page-cache hits. Prints one JSON document. Needs root, fio, perf.
-Usage: bench/io_overhead.py [--rounds 5] [--seconds 5] [--cases cached,direct]
+crosses the virtual disk, so the block probes fire too). Each round keeps
+fio's IOPS per tool and the events ontime recorded and lost; `ontime bench
+report` derives the throughput loss against no recorder, the ratios of
+each ontime mode's loss to its perf peer's and the verdicts on the targets
+(the default mode loses at most 2 % with O_DIRECT and 10 % with page-cache
+hits). Writes a raw result (schema ontime-bench/1, bench/benchresult.py)
+on stdout and to --out FILE. Needs root, fio, perf.
+Usage: bench/io_overhead.py [--rounds 5] [--seconds 5] [--cases cached,direct] [--out FILE]
 """
-import argparse, json, os, pathlib, re, signal, statistics, subprocess, sys, time
+import argparse, json, os, pathlib, signal, subprocess, sys, time
+
+from benchresult import BenchResult, over, value, value_of
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NAME = "ontime-iobench"
@@ -34,7 +38,11 @@ PERF_EVENTS = {
 }
 TOOLS = ("none", "ontime", "perf-block", "ontime-merges", "perf-merges", "ontime-calls", "perf")
 PEER = {"ontime": "perf-block", "ontime-merges": "perf-merges", "ontime-calls": "perf"}
-TARGET_LOSS = {"cached": 0.10, "direct": 0.02}
+# Each tool's row.
+ROWS = {"none": "none", "ontime": "ontime (default)", "perf-block": "perf-block", "ontime-merges": "ontime --merges",
+        "perf-merges": "perf-merges", "ontime-calls": "ontime --calls", "perf": "perf (calls)"}
+# Each case's table and the default mode's largest throughput loss, %.
+CASES = {"cached": ("page-cache hits", 10.0), "direct": ("O_DIRECT", 2.0)}
 
 
 def sh(cmd):
@@ -118,11 +126,38 @@ def stop(p):
     return out
 
 
+def declare(res, a, cases):
+    """The columns, ratios and targets `ontime bench report` computes."""
+    res.metric("IOPS", "IOPS", value("iops"))
+    # (none - tool) / none, as %: the throughput the recorder took.
+    res.metric("throughput loss", "%", over("iops", baseline="none", scale=-100, relative=True))
+    # The events ontime recorded over fio's fixed run time.
+    res.metric("events/s", "", value("events", per="seconds"))
+    res.metric("lost", "", value("lost"))
+    for t, peer in PEER.items():
+        res.ratio("throughput loss", ROWS[t], ROWS[peer])
+    for case in cases:
+        table, bound = CASES[case]
+        res.target(f"default mode throughput loss <= {bound:g} % with {table}",
+                   value_of(ROWS["ontime"], "throughput loss"), at_most=bound, table=table)
+    res.method(f"fio: 4 KiB random reads of a 64 MiB file, psync, one job, {a.seconds} s per run, in a tenant "
+               "cgroup (cpu + memory, 512 MiB) on an ext4 image file behind a loop device, as the lab makes it; "
+               "page-cache hits: the file cached in the tenant's memory; O_DIRECT: every read crosses the "
+               "virtual disk.")
+    res.method("Each round runs no recorder, then each `ontime io record` mode followed by its peer, `perf record "
+               "-a` on the same tracepoints as that mode (default: the block request tracepoints; --merges: also "
+               "the bio queue, merge and split tracepoints; --calls: also the read and pread64 syscall "
+               "tracepoints), so rounds pair; throughput loss is against the same round's run with no recorder.")
+    res.method("events/s: the events ontime recorded (events) over fio's fixed run time (seconds: --seconds, kept "
+               "in every round); lost: the events ontime's ring dropped.")
+
+
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description="Cost of the I/O recorder per mode, beside perf record on the same tracepoints.")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--cases", default="cached,direct", help="cached, direct or both")
+    ap.add_argument("--out", default=None, help="also write the result to FILE")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("io_overhead: needs root (cgroups, loop devices, BPF)")
@@ -130,42 +165,31 @@ def main():
         if subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True).returncode:
             sys.exit(f"io_overhead: {tool} is not installed (scripts/setup.sh)")
     subprocess.run(["cargo", "build", "--release", "-q"], cwd=ROOT, check=True)
+    cases = [c for c in (("cached", False), ("direct", True)) if c[0] in a.cases.split(",")]
+    if not cases:
+        sys.exit("io_overhead: --cases names neither cached nor direct")
+    res = BenchResult("io_overhead", "I/O recorder cost per mode: ontime io record vs perf record", sys.argv)
+    declare(res, a, [c for c, _ in cases])
     tmp = pathlib.Path(sh("mktemp -d"))
-    result = {"bench": "io_overhead", "rounds": a.rounds, "seconds": a.seconds, "cases": {}}
     with Rig() as rig:
         rig.fio(2, False)  # lay the file out and warm the cache
-        cases = [c for c in (("cached", False), ("direct", True)) if c[0] in a.cases.split(",")]
         for case, direct in cases:
-            iops = {t: [] for t in TOOLS}
-            rates = {t: [] for t in PEER}
-            lost = {t: 0 for t in PEER}
-            for _ in range(a.rounds):
+            table = CASES[case][0]
+            for r in range(a.rounds):
                 for tool in TOOLS:
                     p = None if tool == "none" else recorder(tool, rig, tmp)
-                    v = rig.fio(a.seconds, direct)
+                    values = {"iops": rig.fio(a.seconds, direct), "seconds": a.seconds}
                     if p is not None:
                         out = stop(p)
                         if tool in PEER:
                             s = json.loads(out)
-                            secs = (s["end_ns"] - s["start_ns"]) / 1e9
-                            rates[tool].append(s["events"] / secs)
-                            lost[tool] += s["lost"]
-                    iops[tool].append(v)
-            med = {t: statistics.median(v) for t, v in iops.items()}
-            loss = {t: 1 - med[t] / med["none"] for t in TOOLS if t != "none"}
-            result["cases"][case] = {
-                "iops_median": med,
-                "throughput_loss_pct": {t: round(v * 100, 2) for t, v in loss.items()},
-                "loss_ratio_to_perf_peer": {
-                    t: round(loss[t] / loss[peer], 2) if loss[peer] > 0 else None for t, peer in PEER.items()
-                },
-                "events_per_s_median": {t: round(statistics.median(r)) for t, r in rates.items()},
-                "events_lost": lost,
-                "target_loss_pct": TARGET_LOSS[case] * 100,
-                "target_met": loss["ontime"] <= TARGET_LOSS[case],
-            }
+                            values.update(events=s["events"], lost=s["lost"], unpaired_lost=s.get("unpaired_lost"),
+                                          reader_cpu_ns=s.get("reader_cpu_ns"), start_ns=s["start_ns"],
+                                          end_ns=s["end_ns"])
+                    res.round(table, ROWS[tool], values=values)
+                    print(f"{case} round {r + 1}/{a.rounds} {tool}: {values['iops']:.0f} IOPS", file=sys.stderr)
     sh(f"rm -rf {tmp}")
-    print(json.dumps(result, indent=2))
+    res.write(a.out)
 
 
 if __name__ == "__main__":

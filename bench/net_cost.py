@@ -5,20 +5,27 @@
    iperf3 (the peer) sends UDP as fast as it can from one to the other,
    first with no programs attached, then with `ontime net datapath`
    stamping every datagram (a channel on the flow) at the sender's egress
-   and checking it at the receiver's XDP hook. Reported: the kernel's own
-   run-time statistics of the two programs (ns per packet,
-   kernel.bpf_stats_enabled), and iperf3's packet rate with and without
-   them (the ratio is the data path's cost as iperf3 sees it).
+   and checking it at the receiver's XDP hook. Kept per round: iperf3's
+   packets and seconds with and without the programs, the kernel's own
+   run-time statistics of the two programs (run time and run count,
+   kernel.bpf_stats_enabled; the ns per packet `ontime net datapath`
+   reports beside them) and the channel's counts (stamped, on time,
+   missed, malformed).
 2. The scheduler: `cargo bench -p ontime-net --bench scheduler`, enqueue
    plus dequeue per frame for the EDF/WFQ/best-effort mix beside the lab's
-   plain delay line on the same frames.
+   plain delay line on the same frames, as the bench reports them.
 
-Document 003 measured 23-80 us (mean 32) to insert the label, 14-72 us (mean
-23) to remove it and 92-160 us per packet for EDF; the target here is under
-1 us each. Prints one JSON document. Needs root, iperf3.
-Usage: bench/net_cost.py [--rounds 3] [--seconds 5]
+`ontime bench report` derives the packet rates, the rate lost to the data
+path, each program's run time per run, the scheduler's ratio to the delay
+line and the verdicts on the target (under 1 us per packet each; document
+003 measured 23-160 us). Writes a raw result (schema ontime-bench/1,
+bench/benchresult.py) on stdout and to --out FILE.
+Needs root, iperf3.
+Usage: bench/net_cost.py [--rounds 3] [--seconds 5] [--out FILE]
 """
-import argparse, json, pathlib, statistics, subprocess, sys, time
+import argparse, json, pathlib, subprocess, sys, time
+
+from benchresult import BenchResult, over, value, value_of
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ONTIME = ROOT / "target/release/ontime"
@@ -56,10 +63,11 @@ class Pair:
 
 
 def iperf(seconds):
+    """iperf3's packets, seconds and lost % of one run, as it reports them."""
     out = sh(f"ip netns exec {A} iperf3 -c {ADDR_B} -u -b 0 -l 64 -t {seconds} -J")
     end = json.loads(out)["end"]
     s = end["sum"]
-    return s["packets"] / s["seconds"], s.get("lost_percent", 0.0)
+    return {"packets": s["packets"], "seconds": s["seconds"], "lost_percent": s.get("lost_percent")}
 
 
 def with_datapath(seconds, result):
@@ -78,40 +86,84 @@ def with_datapath(seconds, result):
     return rate, json.loads(result.read_text())
 
 
+IPERF = "iperf3 64-byte UDP"
+COST = "per-packet cost"
+ALONE, WITH = "iperf3 alone", "iperf3 + ontime net datapath"
+STAMP, CHECK = "stamp (tc egress)", "check (XDP)"
+SCHED, DELAY = "scheduler (EDF/WFQ/best effort)", "delay line"
+
+
+def declare(res, a):
+    """The columns, ratios and targets `ontime bench report` computes."""
+    res.metric("packets/s", "pkt/s", value("packets", per="seconds"))
+    # (alone - with) / alone, as %: the rate the data path took, from the
+    # packets sent in the round's two runs of the same length (-t).
+    res.metric("rate lost", "%", over("packets", baseline=ALONE, scale=-100, relative=True))
+    res.metric("stamped", "", value("stamped"))
+    res.metric("on time", "", value("on_time"))
+    res.metric("missed", "", value("missed"))
+    res.metric("malformed", "", value("malformed_dropped"))
+    # The programs' run time over their run count (the kernel's statistics).
+    res.metric("ns per packet", "ns", value("run_time_ns", per="run_cnt"))
+    # The scheduler bench's own figure (it times FRAMES frames in Rust).
+    res.metric("ns per frame", "ns", value("ns_per_frame"))
+    res.ratio("ns per frame", SCHED, DELAY)
+    for row in (STAMP, CHECK):
+        res.target(f"{row} < 1 us per packet", value_of(row, "ns per packet"), at_most=1000.0, table=COST)
+    res.target(f"{SCHED} < 1 us per packet", value_of(SCHED, "ns per frame"), at_most=1000.0, table=COST)
+    res.method(f"Two network namespaces joined by a veth pair; iperf3 sends 64-byte UDP datagrams as fast as it "
+               f"can (`-u -b 0 -l 64 -t {a.seconds}`), in each round once with nothing attached and once with "
+               "`ontime net datapath` stamping every datagram (a channel on the flow: DSCP, 4 bytes of room, the "
+               "label) at the sender's tc egress and checking it at the receiver's XDP hook, so rounds pair.")
+    res.method("The stamp's and the check's cost per packet are the kernel's run-time statistics of the two "
+               "programs (kernel.bpf_stats_enabled): run time (run_time_ns) over run count (run_cnt); the ns "
+               "per packet `ontime net datapath` reports is kept beside them (tool_ns_per_packet). packets/s is "
+               "iperf3's packet count over its own seconds; rate lost compares the packets iperf3 sent in the "
+               "same round's two runs of equal length (-t), with the data path against without.")
+    res.method("Document 003 measured 23-80 us (mean 32) to insert the label, 14-72 us (mean 23) to remove it "
+               "and 92-160 us per packet for EDF.")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=5)
+    ap.add_argument("--out", default=None, help="also write the result to FILE")
     a = ap.parse_args()
     subprocess.run(["cargo", "build", "--release", "-q"], cwd=ROOT, check=True)
-    plain, stamped, stamp_ns, check_ns, counts = [], [], [], [], []
+    res = BenchResult("net_cost", "Real-time channels: per-packet cost", sys.argv)
+    declare(res, a)
     result = pathlib.Path("/tmp/ontime-net-cost.json")
     with Pair():
-        for _ in range(a.rounds):
-            plain.append(iperf(a.seconds)[0])
-            (pps, _lost), r = with_datapath(a.seconds, result)
-            stamped.append(pps)
-            stamp_ns.append(r["stamp_ns_per_packet"])
-            check_ns.append(r["check_ns_per_packet"])
-            counts.append(r["channels"][0]["counts"])
+        for r in range(a.rounds):
+            plain = iperf(a.seconds)
+            res.round(IPERF, ALONE, values=plain)
+            stamped, d = with_datapath(a.seconds, result)
+            counts = d["channels"][0]["counts"]
+            res.round(IPERF, WITH, values={
+                **stamped,
+                **{k: counts.get(k) for k in ("stamped", "on_time", "missed", "max_overrun_ns")},
+                "malformed_dropped": d.get("malformed_dropped"),
+                "stamp_failures": d.get("stamp_failures"),
+            })
+            cost = d.get("cost") or {}
+            res.round(COST, STAMP, values={"run_time_ns": cost.get("stamp_ns"), "run_cnt": cost.get("stamp_runs"),
+                                           "tool_ns_per_packet": d.get("stamp_ns_per_packet")})
+            res.round(COST, CHECK, values={"run_time_ns": cost.get("check_ns"), "run_cnt": cost.get("check_runs"),
+                                           "tool_ns_per_packet": d.get("check_ns_per_packet")})
+            print(f"round {r + 1}/{a.rounds}: {plain['packets']} -> {stamped['packets']} packets; "
+                  f"stamp {d.get('stamp_ns_per_packet')} ns, check {d.get('check_ns_per_packet')} ns",
+                  file=sys.stderr)
     sched = json.loads(subprocess.run(["cargo", "bench", "-q", "-p", "ontime-net", "--bench", "scheduler"],
                                       cwd=ROOT, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
-    med = statistics.median
-    print(json.dumps({
-        "rounds": a.rounds,
-        "seconds": a.seconds,
-        "stamp_ns_per_packet": med(stamp_ns),
-        "check_ns_per_packet": med(check_ns),
-        "scheduler_ns_per_frame": sched["channel_scheduler_ns_per_frame"],
-        "delay_line_ns_per_frame": sched["delay_line_ns_per_frame"],
-        "scheduler_vs_delay_line": sched["ratio"],
-        "iperf3_pps_without": med(plain),
-        "iperf3_pps_with_datapath": med(stamped),
-        "iperf3_pps_ratio": med(stamped) / med(plain),
-        "stamped_and_checked_last_round": counts[-1],
-        "target_ns": 1000,
-        "document_003_us": {"insert_label_mean": 32, "remove_label_mean": 23, "edf_per_packet": [92, 160]},
-    }, indent=2))
+    for row, key in ((SCHED, "channel_scheduler_ns_per_frame"), (DELAY, "delay_line_ns_per_frame")):
+        res.round(COST, row, values={"ns_per_frame": sched[key], "frames": sched.get("frames"),
+                                     "backlog": sched.get("backlog")})
+    res.method(f"The scheduler: `cargo bench -p ontime-net --bench scheduler`, run once after the rounds: "
+               f"{sched.get('frames')} frames through a {sched.get('backlog')}-frame backlog, enqueue plus dequeue "
+               "per frame, document 003's mix (two deadline channels, one reservation, best effort) beside the "
+               "lab's plain delay line on the same frames; the bench reports ns per frame.")
+    res.write(a.out)
 
 
 if __name__ == "__main__":

@@ -8,13 +8,18 @@ for perf. This one measures that too: `perf bench sched pipe` pinned to CPU 0
 then under each recorder, alternating: ontime with BPF recording everything
 (--all), ontime with BPF filtering for an empty cgroup (every switch is of
 an untracked task, the common case on a shared host), ontime's perf
-fallback, and perf sched record -a; and the slowdown per operation is the
-in-kernel cost. The recorder's own process runs on CPU 1; its threads'
-on-CPU time during the workload (schedstat) is added. Prints one JSON document: per recorder the kernel-side
-and reader cost per switch, and ratios to perf sched record.
-Needs root. Usage: bench/observe_switch_cost.py [--rounds 5] [--ops 200000]
+fallback, and perf sched record -a. The recorder's own process runs on CPU
+1. Each round keeps the workload's us per operation and the recorder
+threads' on-CPU time during it (schedstat); `ontime bench report` derives
+the kernel side (the slowdown against no recorder), the reader's and the
+total cost per switch and the ratios to perf sched record.
+Writes a raw result (schema ontime-bench/1, bench/benchresult.py) on stdout
+and to --out FILE. Needs root.
+Usage: bench/observe_switch_cost.py [--rounds 5] [--ops 200000] [--out FILE]
 """
-import argparse, json, os, pathlib, re, signal, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, pathlib, re, signal, subprocess, sys, tempfile, time
+
+from benchresult import BenchResult, over, ratio_of, value
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -85,10 +90,53 @@ def run_once(mode, exe, ops, tmp):
     return res
 
 
+# The row each mode writes, in the order a round runs them.
+ROWS = {
+    "off": "none",
+    "ontime-bpf": "ontime, BPF, --all",
+    "ontime-bpf-cgroup": "ontime, BPF, --cgroup (nothing tracked)",
+    "ontime-perf": "ontime, perf fallback, --all",
+    "perf-sched": "perf sched record -a",
+}
+SWITCHES_PER_OP = 2
+
+
+def declare(res, ops):
+    """The columns, ratios and targets `ontime bench report` computes."""
+    res.metric("us/op", "us", value("us_per_op"))
+    # The workload's slowdown: work done in the tracepoints on its CPU.
+    res.metric("kernel ns/switch", "ns", over("us_per_op", baseline="none", scale=1000 / SWITCHES_PER_OP))
+    # The recorder's own CPU over the workload's fixed switch count.
+    res.metric("reader ns/switch", "ns", value("recorder_cpu_ns", per="switches"))
+    res.metric("total ns/switch", "ns",
+               over("us_per_op", baseline="none", scale=1000 / SWITCHES_PER_OP, plus="reader ns/switch"))
+    res.metric("events", "", value("events"))
+    res.metric("lost", "", value("lost"))
+    peer = ROWS["perf-sched"]
+    for m in ("ontime-bpf", "ontime-bpf-cgroup", "ontime-perf"):
+        res.ratio("total ns/switch", ROWS[m], peer)
+    res.target("ontime (BPF, --all) <= 0.5 x perf sched record, total ns/switch",
+               ratio_of("total ns/switch", ROWS["ontime-bpf"], peer), at_most=0.5)
+    res.target("ontime (BPF, cgroup filter) <= 0.5 x perf sched record, total ns/switch",
+               ratio_of("total ns/switch", ROWS["ontime-bpf-cgroup"], peer), at_most=0.5)
+    res.method(f"Workload: `taskset -c 0 perf bench sched pipe -l {ops}`, two tasks ping-ponging on CPU 0, "
+               f"{SWITCHES_PER_OP} context switches per operation; each recorder's process runs on CPU 1.")
+    res.method("Kernel side: the workload's slowdown per switch against the same round's run with no recorder, "
+               "which counts the work each recorder does inside the kernel at every switch (perf sched record "
+               "does most of its work there); reader: the recorder threads' on-CPU time (schedstat) while the "
+               "workload ran (recorder_cpu_ns) over the workload's fixed switch count (switches: --ops x 2, kept "
+               "in every round); total: the two added, round by round.")
+    res.method("Each round runs the five configurations one after another (none, ontime BPF --all, ontime BPF "
+               "with a cgroup filter, ontime's perf fallback, perf sched record -a), so rounds pair. ontime runs "
+               "with its defaults (no BPF run-time statistics); the cgroup filter's cgroup is empty, so every "
+               "switch is of an untracked task (the filter's cost).")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--ops", type=int, default=200000)
+    ap.add_argument("--out", default=None, help="also write the result to FILE")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("observe_switch_cost: needs root (BPF, perf -a)")
@@ -98,47 +146,30 @@ def main():
     if not exe.exists():
         subprocess.run(["cargo", "build", "--release", "--locked"], cwd=ROOT, check=True)
     global EMPTY_CGROUP
-    modes = ["off", "ontime-bpf", "ontime-bpf-cgroup", "ontime-perf", "perf-sched"]
-    runs = {m: [] for m in modes}
     root = next((p for p in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup")
                  if pathlib.Path(p, "cgroup.procs").exists()), None)
     if root is None:
         sys.exit("observe_switch_cost: no cgroup hierarchy found")
+    res = BenchResult("observe_switch_cost", "ontime observe vs perf sched record: cost per context switch", sys.argv)
+    declare(res, args.ops)
+    switches = args.ops * SWITCHES_PER_OP
     EMPTY_CGROUP = pathlib.Path(root, f"ontime-bench-{os.getpid()}")
     EMPTY_CGROUP.mkdir()
     try:
         with tempfile.TemporaryDirectory(prefix="ontime-switch-cost-") as d:
             tmp = pathlib.Path(d)
             for r in range(args.rounds):
-                for m in modes:
-                    res = run_once(m, exe, args.ops, tmp)
-                    runs[m].append(res)
-                    print(f"round {r + 1}/{args.rounds} {m}: {res['usecs_per_op']:.3f} us/op", file=sys.stderr)
+                for m in ROWS:
+                    got = run_once(m, exe, args.ops, tmp)
+                    values = {"us_per_op": got["usecs_per_op"], "switches": switches}
+                    for k in ("recorder_cpu_ns", "events", "lost"):
+                        if k in got:
+                            values[k] = got[k]
+                    res.round("context switches", ROWS[m], values=values)
+                    print(f"round {r + 1}/{args.rounds} {m}: {got['usecs_per_op']:.3f} us/op", file=sys.stderr)
     finally:
         EMPTY_CGROUP.rmdir()
-    switches_per_op = 2
-    base = statistics.median(x["usecs_per_op"] for x in runs["off"])
-    out = {"workload": f"taskset -c 0 perf bench sched pipe -l {args.ops}", "rounds": args.rounds,
-           "baseline_usecs_per_op": base, "recorders": {}}
-    for m in modes[1:]:
-        us = statistics.median(x["usecs_per_op"] for x in runs[m])
-        switches = args.ops * switches_per_op
-        d = {"usecs_per_op": us,
-             # The workload's slowdown: work done in the tracepoints on its CPU.
-             "kernel_side_ns_per_switch": max(0.0, (us - base) * 1000 / switches_per_op),
-             # The recorder process's CPU during the workload, on the other CPU.
-             "reader_ns_per_switch": statistics.median(x["recorder_cpu_ns"] for x in runs[m]) / switches}
-        if m.startswith("ontime"):
-            d["events"] = statistics.median(x["events"] for x in runs[m])
-            d["lost"] = sum(x["lost"] for x in runs[m])
-        d["total_ns_per_switch"] = d["kernel_side_ns_per_switch"] + d["reader_ns_per_switch"]
-        out["recorders"][m] = d
-    ps = out["recorders"]["perf-sched"]["total_ns_per_switch"]
-    for m in ("ontime-bpf", "ontime-bpf-cgroup", "ontime-perf"):
-        if ps > 0:
-            out[f"ratio_{m.replace('-', '_')}_over_perf_sched"] = out["recorders"][m]["total_ns_per_switch"] / ps
-    out["target"] = "ontime at most half of perf sched record's cost"
-    print(json.dumps(out, indent=2))
+    res.write(args.out)
 
 
 if __name__ == "__main__":

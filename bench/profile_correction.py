@@ -10,17 +10,22 @@ moves by a third between runs, so it is measured here, with its spread,
 not asserted in a test.
 
 Each round: the compute program (crates/profile/tests/compute.c) alone on
-the last CPU (elapsed less its own run delay), then three copies pinned to
-that CPU under `ontime profile record --pid`, each's corrected time =
-elapsed - steal from `ontime profile report --json`. Prints one JSON
-document: per round the alone time and the three corrected times, and the
-median, min and max of corrected/alone. Needs root and cc.
-Usage: bench/profile_correction.py [--rounds 5]
+the last CPU, then three copies pinned to that CPU under `ontime profile
+record --pid`. Writes a raw result (bench/benchresult.py), one round per
+tenant-run: row "corrected" the copy's elapsed time and its steal from
+`ontime profile report --json`, row "alone" the alone run's elapsed time
+and run delay (repeated for each tenant-run of its round); `ontime bench
+report` computes elapsed - steal, corrected / alone and the verdict.
+Needs root and cc.
+Usage: bench/profile_correction.py [--rounds 5] [--out FILE]
 """
-import argparse, json, os, pathlib, statistics, subprocess, sys, tempfile
+import argparse, json, os, pathlib, subprocess, sys, tempfile
+
+from benchresult import BenchResult, ratio_of, value
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ROUNDS_OF_WORK, UNIT = "130", "1000000"
+COPIES = 3
 
 
 def build(tmp):
@@ -43,9 +48,9 @@ def outcome(p):
 
 
 def one_round(exe, ontime, cpu, tmp):
-    elapsed, _, run_delay = outcome(pinned(exe, cpu, False))
-    alone = elapsed - run_delay
-    procs = [pinned(exe, cpu, True) for _ in range(3)]
+    """The alone run's (elapsed, on-CPU, run delay) ns, and per copy (elapsed, on-CPU, run delay, steal) ns."""
+    alone = outcome(pinned(exe, cpu, False))
+    procs = [pinned(exe, cpu, True) for _ in range(COPIES)]
     rec = tmp / "p.otrec"
     cmd = [ontime, "profile", "record", "-F", "250", "-o", str(rec)]
     for i, p in enumerate(procs):
@@ -65,33 +70,51 @@ def one_round(exe, ontime, cpu, tmp):
     report = json.loads(subprocess.run([ontime, "profile", "report", str(rec), "--json"],
                                        check=True, capture_output=True, text=True).stdout)
     tenants = {t["name"]: t for t in report["tenants"]}
-    corrected = [ran[i][0] - tenants[f"t{i}"]["steal_runqueue_ns"] for i in range(3)]
-    return alone, corrected
+    return alone, [ran[i] + (tenants[f"t{i}"]["steal_runqueue_ns"],) for i in range(COPIES)]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--out", help="also write the result to this file")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("profile_correction: needs root (BPF recorder and perf sampling)")
     ontime = str(ROOT / "target/release/ontime")
     subprocess.run(["cargo", "build", "--release", "--locked", "-q"], cwd=ROOT, check=True)
     cpu = os.cpu_count() - 1
-    rounds, ratios = [], []
+    table = f"{COPIES} copies on CPU {cpu}"
+    res = BenchResult("profile_correction", "Profile: document 002's correction against the run alone", sys.argv)
+    # The program's and the report's ns, shown in s.
+    res.metric("elapsed", "s", value("elapsed_ns", scale=1e-9))
+    res.metric("steal", "s", value("steal_ns", scale=1e-9))
+    res.metric("elapsed - steal", "s", value("elapsed_ns", minus="steal_ns", scale=1e-9))
+    res.metric("on CPU (kernel)", "s", value("on_cpu_ns", scale=1e-9))
+    res.ratio("elapsed - steal", "corrected", "alone")
+    within = ratio_of("elapsed - steal", "corrected", "alone")
+    res.target("corrected / alone >= 0.97 (document 002: within 3 %)", within, at_least=0.97)
+    res.target("corrected / alone <= 1.03 (document 002: within 3 %)", within, at_most=1.03)
+    res.method(f"Each round runs the compute program of crates/profile/tests alone on CPU {cpu}, then {COPIES} "
+               f"copies pinned to that CPU under `ontime profile record -F 250 --pid`, started together once it "
+               f"records; one result round per copy (tenant-run), so a round of the \"alone\" row repeats its "
+               f"round's alone run {COPIES} times and pairs with each copy of that round.")
+    res.method("For \"corrected\", steal is the copy's steal_runqueue_ns from `ontime profile report --json`; for "
+               "\"alone\", it is the alone run's own run delay from /proc/self/schedstat (what it waited with no "
+               "copy beside it). Elapsed is the program's own CLOCK_MONOTONIC time, on CPU its schedstat run time.")
+    res.method("The two runs are taken at different moments, so the spread of corrected / alone includes this "
+               "host's speed moving between them; the exact parts (steal = run delay, corrected = on-CPU time) "
+               "are crates/profile/tests/validation.rs.")
     with tempfile.TemporaryDirectory() as d:
         exe = build(pathlib.Path(d))
-        for _ in range(a.rounds):
-            alone, corrected = one_round(exe, ontime, cpu, pathlib.Path(d))
-            rounds.append({"alone_ns": alone, "corrected_ns": corrected})
-            ratios += [c / alone for c in corrected]
-            print(f"alone {alone / 1e6:.1f} ms, corrected {[round(c / 1e6, 1) for c in corrected]} ms",
-                  file=sys.stderr)
-    print(json.dumps({
-        "rounds": rounds,
-        "corrected_over_alone": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)},
-        "document_002": "within 3 %",
-    }, indent=1))
+        for i in range(a.rounds):
+            alone, copies = one_round(exe, ontime, cpu, pathlib.Path(d))
+            for elapsed, on_cpu, run_delay, steal in copies:
+                res.round(table, "alone", values={"elapsed_ns": alone[0], "steal_ns": alone[2],
+                                                  "on_cpu_ns": alone[1]})
+                res.round(table, "corrected", values={"elapsed_ns": elapsed, "steal_ns": steal,
+                                                      "on_cpu_ns": on_cpu, "run_delay_ns": run_delay})
+            print(f"profile_correction: round {i + 1}/{a.rounds} done", file=sys.stderr)
+    res.write(a.out)
 
 
 if __name__ == "__main__":

@@ -6,16 +6,25 @@ frame pointers) runs pinned to CPU 0 for a fixed amount of work, timing
 itself; the profiler's own process runs on CPU 1. Alternating in rounds:
 no profiler, `ontime profile record --pid` and `perf record -g -p` at 400 Hz,
 1 kHz and 10 kHz (document 002 measured 0.133 % at 2.5 ms, 0.302 % at 1 ms,
-3.084 % at 0.1 ms). Cost per busy CPU = the workload's slowdown (the kernel
-side: sampling interrupts, unwinding, the scheduler probes) + the
-profiler process's CPU time over the run. Prints one JSON document with the
-medians and the ratio ontime / perf per rate. Needs root, cc and perf.
-Usage: bench/profile_overhead.py [--rounds 5] [--work 400]
+3.084 % at 0.1 ms). Writes a raw result (bench/benchresult.py): a table per
+rate, rows "alone", "ontime profile", "perf record -g", per round the
+workload's elapsed time and the profiler's CPU time during it; `ontime
+bench report` computes the cost per busy CPU (the workload's slowdown + the
+profiler's CPU), the ratio ontime / perf and the targets. Needs root, cc
+and perf.
+Usage: bench/profile_overhead.py [--rounds 5] [--work 400] [--out FILE]
 """
-import argparse, json, os, pathlib, signal, statistics, subprocess, sys, tempfile, time
+import argparse, os, pathlib, signal, subprocess, sys, tempfile, time
+
+from benchresult import BenchResult, over, ratio_of, value, value_of
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RATES = [400, 1000, 10000]
+ROWS = {"none": "alone", "ontime": "ontime profile", "perf": "perf record -g"}
+
+
+def rate_name(rate):
+    return f"{rate // 1000} kHz" if rate % 1000 == 0 else f"{rate} Hz"
 
 
 def build(tmp):
@@ -39,7 +48,7 @@ def process_cpu_ns(pid):
 
 
 def run_once(tool, rate, exe, ontime, work, tmp):
-    """(workload elapsed ns, profiler CPU ns during it)."""
+    """The workload's (elapsed, on-CPU, run delay) ns and the profiler's CPU ns during it (None alone)."""
     w = subprocess.Popen(["taskset", "-c", "0", str(exe), str(work), "1000000", "wait"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     rec = None
@@ -61,52 +70,63 @@ def run_once(tool, rate, exe, ontime, work, tmp):
     w.stdin.flush()
     out = w.stdout.read()
     w.wait()
-    cpu = 0
+    cpu = None
     if rec is not None:
         cpu = process_cpu_ns(rec.pid) - cpu0
         rec.send_signal(signal.SIGINT)
         rec.wait(timeout=120)
-    elapsed = int(out.split()[0])
-    return elapsed, cpu
+    elapsed, on_cpu, run_delay = (int(x) for x in out.split()[:3])
+    return elapsed, on_cpu, run_delay, cpu
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--work", type=int, default=400, help="rounds of the compute program (~3 ms each)")
+    ap.add_argument("--out", help="also write the result to this file")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("profile_overhead: run as root (perf sampling, BPF)")
     ontime = ROOT / "target/release/ontime"
     if not ontime.exists():
         sys.exit("profile_overhead: build first: cargo build --release")
+    res = BenchResult("profile_overhead", "Profile: stack sampling cost", sys.argv)
+    res.metric("workload", "s", value("work_ns", scale=1e-9))
+    res.metric("slowdown", "%", over("work_ns", "alone", 100, relative=True))
+    # The profiler's CPU over the workload's elapsed time, x 100.
+    res.metric("profiler CPU", "%", value("profiler_cpu_ns", per="work_ns", scale=100))
+    res.metric("cost", "%", over("work_ns", "alone", 100, relative=True, plus="profiler CPU"))
+    res.ratio("cost", ROWS["ontime"], ROWS["perf"])
+    res.target("at 1 kHz ontime <= 0.3 % of a core per busy CPU (document 002: 0.302 %)",
+               value_of(ROWS["ontime"], "cost"), at_most=0.3, table=rate_name(1000))
+    res.target("at 1 kHz ontime <= 0.5 x perf record -g", ratio_of("cost", ROWS["ontime"], ROWS["perf"]),
+               at_most=0.5, table=rate_name(1000))
+    res.method(f"The workload is the compute program of crates/profile/tests ({args.work} rounds of fixed CPU work, "
+               "frame pointers) pinned to CPU 0, timing itself (workload: its elapsed time); each profiler's "
+               "process runs on CPU 1 and starts 1.5 s before the workload.")
+    res.method("Each round runs the workload alone once, then under `ontime profile record --pid` and "
+               "`perf record -g -p` at each rate in turn; the round's alone run is the \"alone\" row of every "
+               "rate's table, so slowdowns pair round by round.")
+    res.method("Slowdown is the workload's elapsed time over its alone run of the same round: the kernel side of "
+               "sampling (interrupts, unwinding, scheduler probes), which neither profiler's process sees.")
+    res.method("Profiler CPU is the profiler process's run time (its threads' /proc schedstat) while the workload "
+               "ran (profiler_cpu_ns), over the workload's elapsed time (work_ns), x 100, per round; cost = "
+               "slowdown + profiler CPU, round by round.")
     with tempfile.TemporaryDirectory() as t:
         tmp = pathlib.Path(t)
         exe = build(tmp)
-        runs = {("none", 0): []}
-        for r in RATES:
-            runs[("ontime", r)] = []
-            runs[("perf", r)] = []
+        runs = [("none", 0)] + [(tool, r) for r in RATES for tool in ("ontime", "perf")]
         for i in range(args.rounds):
-            for (tool, rate) in runs:
-                runs[(tool, rate)].append(run_once(tool, rate, exe, ontime, args.work, tmp))
+            got = {run: run_once(*run, exe, ontime, args.work, tmp) for run in runs}
+            for r in RATES:
+                for tool in ("none", "ontime", "perf"):
+                    elapsed, on_cpu, run_delay, cpu = got[(tool, 0 if tool == "none" else r)]
+                    values = {"work_ns": elapsed, "work_on_cpu_ns": on_cpu, "work_run_delay_ns": run_delay}
+                    if cpu is not None:
+                        values["profiler_cpu_ns"] = cpu
+                    res.round(rate_name(r), ROWS[tool], values=values)
             print(f"profile_overhead: round {i + 1}/{args.rounds} done", file=sys.stderr)
-    base = statistics.median(e for e, _ in runs[("none", 0)])
-    result = {"workload_alone_ns": base, "rounds": args.rounds, "rates": {}}
-    for r in RATES:
-        row = {}
-        for tool in ("ontime", "perf"):
-            el = statistics.median(e for e, _ in runs[(tool, r)])
-            cpu = statistics.median(c for _, c in runs[(tool, r)])
-            slowdown = 100.0 * (el - base) / base
-            reader = 100.0 * cpu / el
-            row[tool] = {"elapsed_ns": el, "slowdown_pct": round(slowdown, 3),
-                         "profiler_cpu_pct": round(reader, 3), "cost_pct": round(slowdown + reader, 3)}
-        p = row["perf"]["cost_pct"]
-        row["ratio_ontime_to_perf"] = round(row["ontime"]["cost_pct"] / p, 3) if p > 0 else None
-        result["rates"][str(r)] = row
-    result["target_1khz"] = "at most 0.3 % of a core per busy CPU and at most half of perf's cost"
-    print(json.dumps(result, indent=2))
+    res.write(args.out)
 
 
 if __name__ == "__main__":

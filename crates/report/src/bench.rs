@@ -85,18 +85,24 @@ pub struct Metric {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(tag = "from", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Source {
-    /// `values[key]` of each round, less `values[minus]` where given; the
+    /// `values[key]` of each round, less `values[minus]`, times `scale`,
+    /// divided by `values[per]` (a rate, a share), each where given; the
     /// cell is the median and range over the rounds. A null value is a
     /// round where the tool gave no figure.
     Value {
         key: String,
         #[serde(default)]
         minus: Option<String>,
+        #[serde(default)]
+        per: Option<String>,
+        #[serde(default = "one")]
+        scale: f64,
     },
     /// What a tool adds over the table's `baseline` row (the run without
     /// it), round by round: (values[key] - the baseline's values[key]) x
     /// `scale`, divided by the baseline's value when `relative` (a
-    /// slowdown), plus `values[plus]` (the tool's own cost) where given.
+    /// slowdown), plus the same round's value of the metric named `plus`
+    /// (the tool's own cost) where given.
     /// Rounds pair by index when both rows ran the same number of rounds
     /// (they alternated); otherwise against the baseline's median.
     Over {
@@ -111,12 +117,25 @@ pub enum Source {
     },
     /// The quantile `q` (0 < q < 1) of `histograms[histogram]`, pooled
     /// over the row's rounds; unsupported (n/a) while the pool holds fewer
-    /// than 1 / (1 - q) samples.
-    Quantile { histogram: String, q: f64 },
+    /// than 1 / (1 - q) samples. A row whose rounds carry no such
+    /// histogram but `values[or_value]` is a tool that computes this
+    /// quantile itself from all its samples (ontime's probes do): the
+    /// median and range of its own figures.
+    Quantile {
+        histogram: String,
+        q: f64,
+        #[serde(default)]
+        or_value: Option<String>,
+    },
     /// The number of samples in the pooled histogram (unbounded ones too).
     Count { histogram: String },
-    /// The largest sample of the pooled histogram.
-    Max { histogram: String },
+    /// The largest sample of the pooled histogram; a row without it uses
+    /// `values[or_value]` as `Quantile` does.
+    Max {
+        histogram: String,
+        #[serde(default)]
+        or_value: Option<String>,
+    },
 }
 
 fn one() -> f64 {
@@ -277,9 +296,19 @@ impl BenchResult {
                 Source::Quantile { q, .. } if !(*q > 0.0 && *q < 1.0) => {
                     return Err(format!("metric {:?}: quantile {q} is not in (0, 1)", m.name));
                 }
-                Source::Over { baseline, scale, .. } => {
+                Source::Value { scale, .. } if !scale.is_finite() => {
+                    return Err(format!("metric {:?}: scale {scale}", m.name));
+                }
+                Source::Over {
+                    baseline, scale, plus, ..
+                } => {
                     if !scale.is_finite() {
                         return Err(format!("metric {:?}: scale {scale}", m.name));
+                    }
+                    if let Some(p) = plus {
+                        if !matches!(metric(p).map(|x| &x.source), Some(Source::Value { .. })) {
+                            return Err(format!("metric {:?}: plus {p:?} is not a metric of values", m.name));
+                        }
                     }
                     if !self.tables.iter().any(|t| t.rows.iter().any(|r| &r.tool == baseline)) {
                         return Err(format!("metric {:?}: no row is its baseline {baseline:?}", m.name));
@@ -343,22 +372,19 @@ impl BenchResult {
     /// A row's figure for one metric in its table.
     pub fn figure(&self, table: &Table, row: &Row, metric: &Metric) -> Figure {
         match &metric.source {
-            Source::Value { key, minus } => Figure::of_values(
-                row.rounds
-                    .iter()
-                    .filter_map(|r| {
-                        let v = r.values.get(key).copied().flatten()?;
-                        match minus {
-                            Some(m) => Some(v - r.values.get(m).copied().flatten()?),
-                            None => Some(v),
-                        }
-                    })
-                    .collect(),
-            ),
+            Source::Value { .. } => {
+                Figure::of_values(self.value_rounds(row, &metric.source).into_iter().flatten().collect())
+            }
             Source::Over { .. } => Figure::of_values(self.over(table, row, &metric.source)),
-            Source::Quantile { histogram, q } => match pooled(row, histogram) {
-                Some(h) => h.quantile(*q),
-                None => Figure::Missing,
+            Source::Quantile { histogram, q, or_value } => match (pooled(row, histogram), or_value) {
+                (Some(h), _) => h.quantile(*q),
+                (None, Some(key)) => Figure::of_values(
+                    row.rounds
+                        .iter()
+                        .filter_map(|r| r.values.get(key).copied().flatten())
+                        .collect(),
+                ),
+                (None, None) => Figure::Missing,
             },
             Source::Count { histogram } => match pooled(row, histogram) {
                 Some(h) => Figure::One {
@@ -366,9 +392,19 @@ impl BenchResult {
                 },
                 None => Figure::Missing,
             },
-            Source::Max { histogram } => match pooled(row, histogram).and_then(|h| h.max) {
-                Some(value) => Figure::One { value },
-                None => Figure::Missing,
+            Source::Max { histogram, or_value } => match (pooled(row, histogram), or_value) {
+                (Some(h), _) => h.max.map_or(Figure::Missing, |value| Figure::One { value }),
+                (None, Some(key)) => {
+                    let own: Vec<f64> = row
+                        .rounds
+                        .iter()
+                        .filter_map(|r| r.values.get(key).copied().flatten())
+                        .collect();
+                    own.into_iter()
+                        .reduce(f64::max)
+                        .map_or(Figure::Missing, |value| Figure::One { value })
+                }
+                (None, None) => Figure::Missing,
             },
         }
     }
@@ -376,24 +412,38 @@ impl BenchResult {
     /// Each round's value of a per-round source (`Value` or `Over`).
     fn per_round(&self, table: &Table, row: &Row, source: &Source) -> Option<Vec<Option<f64>>> {
         match source {
-            Source::Value { key, minus } => Some(
-                row.rounds
-                    .iter()
-                    .map(|r| {
-                        let v = r.values.get(key).copied().flatten()?;
-                        match minus {
-                            Some(m) => Some(v - r.values.get(m).copied().flatten()?),
-                            None => Some(v),
-                        }
-                    })
-                    .collect(),
-            ),
+            Source::Value { .. } => Some(self.value_rounds(row, source)),
             Source::Over { .. } => {
                 let v = self.over_rounds(table, row, source);
                 (v.len() == row.rounds.len()).then_some(v)
             }
             _ => None,
         }
+    }
+
+    fn value_rounds(&self, row: &Row, source: &Source) -> Vec<Option<f64>> {
+        let Source::Value { key, minus, per, scale } = source else {
+            return Vec::new();
+        };
+        let get = |r: &Round, k: &str| r.values.get(k).copied().flatten();
+        row.rounds
+            .iter()
+            .map(|r| {
+                let mut v = get(r, key)?;
+                if let Some(m) = minus {
+                    v -= get(r, m)?;
+                }
+                v *= scale;
+                if let Some(p) = per {
+                    let d = get(r, p)?;
+                    if d == 0.0 {
+                        return None;
+                    }
+                    v /= d;
+                }
+                Some(v)
+            })
+            .collect()
     }
 
     fn over(&self, table: &Table, row: &Row, source: &Source) -> Vec<f64> {
@@ -421,6 +471,14 @@ impl BenchResult {
             .collect();
         let base_median = Figure::of_values(base_values.iter().flatten().copied().collect()).central();
         let paired = base.rounds.len() == row.rounds.len();
+        let own: Option<Vec<Option<f64>>> = plus.as_ref().and_then(|name| {
+            let m = self.metric(name)?;
+            // A cost over the baseline cannot add itself.
+            (!matches!(m.source, Source::Over { .. })).then(|| self.value_rounds(row, &m.source))
+        });
+        if plus.is_some() && own.is_none() {
+            return Vec::new();
+        }
         row.rounds
             .iter()
             .enumerate()
@@ -434,8 +492,8 @@ impl BenchResult {
                     }
                     v /= b;
                 }
-                if let Some(p) = plus {
-                    v += r.values.get(p).copied().flatten()?;
+                if let Some(own) = &own {
+                    v += own.get(i).copied().flatten()?;
                 }
                 Some(v)
             })
@@ -583,6 +641,8 @@ impl Histogram {
 }
 
 fn number(v: f64) -> String {
+    // A baseline's cost over itself is -0.0: no sign on nothing.
+    let v = if v == 0.0 { 0.0 } else { v };
     let a = v.abs();
     if a == 0.0 || a >= 100.0 {
         format!("{v:.0}")
@@ -929,6 +989,8 @@ mod tests {
                 source: Source::Value {
                     key: "cpu".into(),
                     minus: None,
+                    per: None,
+                    scale: 1.0,
                 },
             }],
             tables: vec![Table {
@@ -978,6 +1040,56 @@ mod tests {
     }
 
     #[test]
+    fn a_cost_over_the_baseline_adds_the_tools_own_share_round_by_round() {
+        let mut r = result(&[110.0, 104.0], &[100.0, 100.0]);
+        // "perf" plays the run alone here; ontime's own CPU: 2 s of 100 s.
+        for (round, cpu_s) in r.tables[0].rows[0].rounds.iter_mut().zip([2.0, 1.0]) {
+            round.values.insert("own_s".into(), Some(cpu_s));
+        }
+        r.metrics.push(Metric {
+            name: "own".into(),
+            unit: "%".into(),
+            source: Source::Value {
+                key: "own_s".into(),
+                minus: None,
+                per: Some("cpu".into()),
+                scale: 100.0,
+            },
+        });
+        r.metrics.push(Metric {
+            name: "cost".into(),
+            unit: "%".into(),
+            source: Source::Over {
+                key: "cpu".into(),
+                baseline: "perf".into(),
+                scale: 100.0,
+                relative: true,
+                plus: Some("own".into()),
+            },
+        });
+        r.check().unwrap();
+        let t = &r.tables[0];
+        let cost = r.figure(t, &t.rows[0], r.metric("cost").unwrap());
+        let Figure::Spread { min, max, .. } = cost else {
+            panic!("{cost:?}")
+        };
+        // 10 % slower + 2/110 of its time; 4 % + 1/104.
+        assert!((max - (10.0 + 200.0 / 110.0)).abs() < 1e-9 && (min - (4.0 + 100.0 / 104.0)).abs() < 1e-9);
+        r.metrics[2] = Metric {
+            name: "cost".into(),
+            unit: "%".into(),
+            source: Source::Over {
+                key: "cpu".into(),
+                baseline: "perf".into(),
+                scale: 1.0,
+                relative: false,
+                plus: Some("cost".into()),
+            },
+        };
+        assert!(r.check().unwrap_err().contains("plus"));
+    }
+
+    #[test]
     fn a_result_naming_what_it_lacks_is_refused() {
         let mut r = result(&[1.0], &[2.0]);
         r.targets[0].judged = Judged::Value {
@@ -999,6 +1111,7 @@ mod tests {
             source: Source::Quantile {
                 histogram: "lag".into(),
                 q: 0.99,
+                or_value: None,
             },
         });
         r.tables[0].rows[0].rounds[0]
