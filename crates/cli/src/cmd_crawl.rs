@@ -77,6 +77,8 @@ pub struct CrawlArgs {
     out: output::OutputFlags,
     #[command(flatten)]
     probe: output::ProbeFlags,
+    #[command(flatten)]
+    explain: crate::explain::ExplainFlags,
     /// Write one CSV line per poll (planned, sent, gateway receive, done, outcome)
     #[arg(long)]
     polls: Option<PathBuf>,
@@ -210,6 +212,8 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
             hlog: a.probe.hlog.clone(),
             polls_file: a.polls.clone(),
             store: a.store.clone(),
+            keep_worst: a.explain.keep(),
+            explain_over: a.explain.explain_over,
         },
         result: a.out.result.clone(),
         dma_latency: !a.probe.no_dma_latency,
@@ -218,7 +222,8 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
         log: a.gateway_log.clone(),
         delay_ns: a.gateway_delay,
     });
-    execute(probe, gateway, &a.out, a.config.as_deref())
+    a.explain.check()?;
+    execute(probe, gateway, &a.out, a.config.as_deref(), &a.explain)
 }
 
 /// `--with-gateway`: a local gateway serving what the crawl polls.
@@ -234,6 +239,7 @@ pub fn execute(
     gateway: Option<LocalGatewayOptions>,
     out: &output::OutputFlags,
     origin: Option<&std::path::Path>,
+    explain: &crate::explain::ExplainFlags,
 ) -> anyhow::Result<()> {
     p.validate().map_err(|e| bad_input(format!("--{e}")))?;
     let where_ = origin.map(|f| format!("{}: ", f.display())).unwrap_or_default();
@@ -244,6 +250,7 @@ pub fn execute(
         ("--polls", p.run.polls_file.as_deref()),
         ("--store", p.run.store.as_deref()),
         ("--gateway-log", gateway.as_ref().and_then(|g| g.log.as_deref())),
+        ("--keep-recording", explain.keep_recording.as_deref()),
     ])?;
     let gateway = match gateway {
         Some(g) => Some(LocalGateway::start(&cfg, &g)?),
@@ -281,6 +288,13 @@ pub fn execute(
             p.run.vcpus
         );
     }
+    let recording = if explain.explain {
+        Some(crate::explain::RecordingBeside::start(
+            explain.keep_recording.as_deref(),
+        )?)
+    } else {
+        None
+    };
     let pb = output::progress_bar(duration.div_ceil(1_000_000_000));
     let result = ontime_crawl::run(cfg, p.run.clone(), flags, manifest, &mut |pr| {
         pb.set_position(pr.elapsed_ns / 1_000_000_000);
@@ -293,10 +307,17 @@ pub fn execute(
         ));
     });
     pb.finish_and_clear();
-    let result = result?;
+    let mut result = result?;
+    let mut why = String::new();
+    if let (Some(r), Some(late)) = (recording, result.late_events.as_ref()) {
+        let (rec, _) = r.finish()?;
+        let x = crate::explain::explain(&rec, late);
+        why = crate::explain::text(&x, "polls sent late");
+        result.explanation = Some(x);
+    }
     {
         use ontime_core::export::{Exporter, Text};
-        output::emit(&result, &Text.export(&result)?, out.json, p.result.as_deref())?;
+        output::emit(&result, &(Text.export(&result)? + &why), out.json, p.result.as_deref())?;
     }
     // The gateway's receive log is a measurement too: if it could not be
     // stored, the run failed, loudly and naming the file. So did a run

@@ -82,6 +82,8 @@ pub struct CyclicArgs {
     out: output::OutputFlags,
     #[command(flatten)]
     probe: output::ProbeFlags,
+    #[command(flatten)]
+    explain: crate::explain::ExplainFlags,
 }
 
 fn resolve_policy(policy: Option<&str>, prio: Option<u8>) -> anyhow::Result<Policy> {
@@ -121,6 +123,8 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
             load: a.load.map(|l| l.to_string()),
             hlog: a.probe.hlog.clone(),
             hlog_interval_ns: a.probe.hlog_interval,
+            keep_worst: a.explain.keep(),
+            explain_over: a.explain.explain_over,
         },
         load: a.load.map(|l| l.to_string()),
         load_workers: a.load_workers,
@@ -128,17 +132,23 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
         histfile_woken: a.histfile_woken,
         result: a.out.result.clone(),
     };
-    execute(probe, &a.out)
+    a.explain.check()?;
+    execute(probe, &a.out, &a.explain)
 }
 
 /// Runs a wake-up probe, whether its flags or a lab spec built it.
-pub fn execute(p: CyclicProbe, out: &output::OutputFlags) -> anyhow::Result<()> {
+pub fn execute(
+    p: CyclicProbe,
+    out: &output::OutputFlags,
+    explain: &crate::explain::ExplainFlags,
+) -> anyhow::Result<()> {
     p.validate().map_err(bad_input)?;
     output::check_outputs(&[
         ("--result", p.result.as_deref()),
         ("--histfile", p.histfile.as_deref()),
         ("--histfile-woken", p.histfile_woken.as_deref()),
         ("--hlog", p.options.hlog.as_deref()),
+        ("--keep-recording", explain.keep_recording.as_deref()),
     ])?;
     let load: Option<LoadProfile> = match &p.load {
         Some(l) => Some(l.parse().map_err(|e| bad_input(format!("--load {l}: {e}")))?),
@@ -166,6 +176,13 @@ pub fn execute(p: CyclicProbe, out: &output::OutputFlags) -> anyhow::Result<()> 
         }
         None => None,
     };
+    let recording = if explain.explain {
+        Some(crate::explain::RecordingBeside::start(
+            explain.keep_recording.as_deref(),
+        )?)
+    } else {
+        None
+    };
     let manifest = Manifest::start("native", Capabilities::probe());
     let pb = output::progress_bar(expected_ns.div_ceil(1_000_000_000));
     let t0 = std::time::Instant::now();
@@ -182,8 +199,14 @@ pub fn execute(p: CyclicProbe, out: &output::OutputFlags) -> anyhow::Result<()> 
     });
     pb.finish_and_clear();
     drop(_load);
-    let result = result?;
+    let mut result = result?;
     let mut text = ontime_core::export::TextReport::text(&result);
+    if let (Some(r), Some(late)) = (recording, result.late_events.as_ref()) {
+        let (rec, _) = r.finish()?;
+        let x = crate::explain::explain(&rec, late);
+        text.push_str(&crate::explain::text(&x, "wake-ups"));
+        result.explanation = Some(x);
+    }
     if let Some(f) = &p.histfile_woken {
         ontime_core::fsio::write_atomic(f, result.cyclictest_histogram_woken().as_bytes())?;
     }

@@ -19,8 +19,8 @@ pub fn run(a: ProbeArgs) -> anyhow::Result<()> {
     let spec = ProbeSpec::read(&a.spec).map_err(|e| bad_input(format!("{e:#}")))?;
     let out = OutputFlags::default();
     match spec {
-        ProbeSpec::Crawl(p) => crate::cmd_crawl::execute(p, None, &out, Some(&a.spec)),
-        ProbeSpec::Cyclic(p) => crate::cmd_cyclic::execute(p, &out),
+        ProbeSpec::Crawl(p) => crate::cmd_crawl::execute(p, None, &out, Some(&a.spec), &Default::default()),
+        ProbeSpec::Cyclic(p) => crate::cmd_cyclic::execute(p, &out, &Default::default()),
         ProbeSpec::Gateway(p) => crate::cmd_gateway::execute(p),
         ProbeSpec::IoWorkload(p) => crate::cmd_io::execute_workload(p, &out),
         ProbeSpec::FlowSend(p) => crate::cmd_net::execute_send(p),

@@ -7,6 +7,7 @@
 mod cmd_bench;
 mod cmd_crawl;
 mod cmd_cyclic;
+mod cmd_explain;
 mod cmd_fleet;
 mod cmd_gateway;
 mod cmd_io;
@@ -18,6 +19,7 @@ mod cmd_probe;
 mod cmd_profile;
 mod cmd_sim;
 mod cmd_top;
+mod explain;
 mod flags;
 mod output;
 mod signals;
@@ -45,6 +47,8 @@ enum Verb {
     Crawl(cmd_crawl::CrawlArgs),
     /// Periodic wake-up probe (cyclictest's job; missed periods count)
     Cyclic(cmd_cyclic::CyclicArgs),
+    /// Why each late poll or wake-up was late, from a probe's kept late events and a recording
+    Explain(cmd_explain::ExplainArgs),
     /// Sandboxed tenants, host relay, loads: run scenarios and report them
     Lab(cmd_lab::LabArgs),
     /// Who used the CPU, at which millisecond, and who waited (scheduler events by BPF)
@@ -131,6 +135,7 @@ fn main() {
         Verb::Gateway(a) => cmd_gateway::run(a),
         Verb::Crawl(a) => cmd_crawl::run(a),
         Verb::Cyclic(a) => cmd_cyclic::run(a),
+        Verb::Explain(a) => cmd_explain::run(a),
         Verb::Lab(a) => cmd_lab::run(a),
         Verb::Observe(a) => cmd_observe::run(a),
         Verb::Profile(a) => cmd_profile::run(a),

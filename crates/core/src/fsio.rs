@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut w = AtomicWriter::create(path)?;
     // A failed write drops `w`, which removes the temporary file.
-    w.write_all(bytes).with_context(|| format!("cannot write {}", path.display()))?;
+    w.write_all(bytes)
+        .with_context(|| format!("cannot write {}", path.display()))?;
     w.commit()
 }
 

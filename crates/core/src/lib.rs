@@ -23,6 +23,7 @@ pub mod fsio;
 pub mod hlog;
 pub mod interval;
 pub mod kstamp;
+pub mod late;
 pub mod limits;
 pub mod manifest;
 pub mod names;

@@ -19,6 +19,7 @@ use mio::net::TcpStream;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use ontime_core::interval::IntervalTracker;
+use ontime_core::late::{ProbeEvent, WorstEvents};
 use ontime_core::time::{Clock, SystemClock};
 use ontime_core::wire::PointStatus;
 use ontime_core::MonoNs;
@@ -102,6 +103,8 @@ pub struct EngineSetup {
     pub store_records: Option<rtrb::Producer<StoreRecord>>,
     /// Counts records lost because a writer fell behind.
     pub records_dropped: Arc<std::sync::atomic::AtomicU64>,
+    /// Polls kept with their send lag for explanation, the worst (0: none).
+    pub keep_worst: usize,
 }
 
 /// A thread's pool before the start.
@@ -186,6 +189,9 @@ struct Engine<C: Clock = SystemClock> {
     start: u64,
     end: u64,
     warming: bool,
+    /// This thread's id and its worst send lags, for `--explain`.
+    tid: u32,
+    worst: WorstEvents,
 }
 
 /// The most streams planned at the same instant of every period (same
@@ -211,11 +217,12 @@ fn burn_cpu(ns: u64) {
 const MAX_WAITING: usize = 4096;
 
 /// Runs one vCPU thread's share of the crawl until the end time or a stop.
-pub fn run(setup: EngineSetup) -> anyhow::Result<()> {
+/// Returns its worst polls by send lag (`keep_worst` of them).
+pub fn run(setup: EngineSetup) -> anyhow::Result<WorstEvents> {
     let mut e = Engine::new(setup, SystemClock)?;
     e.warm_up()?;
     e.main_loop()?;
-    Ok(())
+    Ok(std::mem::take(&mut e.worst))
 }
 
 impl<C: Clock> Engine<C> {
@@ -271,6 +278,9 @@ impl<C: Clock> Engine<C> {
             start: u64::MAX,
             end: u64::MAX,
             warming: true,
+            // SAFETY: gettid has no preconditions.
+            tid: unsafe { libc::gettid() } as u32,
+            worst: WorstEvents::new(s.keep_worst),
             s,
         };
         // Connect ahead of the start so the first polls do not each pay for,
@@ -634,6 +644,11 @@ impl<C: Clock> Engine<C> {
         if p.sent == 0 {
             p.sent = self.clock.now().0;
             self.metrics.send_lag.record(p.sent.saturating_sub(p.planned));
+            self.worst.offer(ProbeEvent {
+                tid: self.tid,
+                planned_ns: p.planned,
+                actual_ns: p.sent,
+            });
         }
         while c.written < req.len() {
             match c.sock.write(&req[c.written..]) {
@@ -899,6 +914,11 @@ impl<C: Clock> Engine<C> {
         if p.sent == 0 {
             // Never sent: its send lag is all the time it waited.
             m.send_lag.record(done.saturating_sub(p.planned));
+            self.worst.offer(ProbeEvent {
+                tid: self.tid,
+                planned_ns: p.planned,
+                actual_ns: done.max(p.planned),
+            });
         } else {
             m.response_time.record(done.saturating_sub(p.sent));
         }
@@ -999,6 +1019,7 @@ mod tests {
             poll_records: None,
             store_records: None,
             records_dropped: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            keep_worst: 4,
         };
         let mut engine = Engine::new(setup, FakeClock::new(START, vec![])).unwrap();
         engine.warming = false;
@@ -1089,6 +1110,11 @@ mod tests {
         assert!(o.not_sent >= 2, "two polls had no connection: {o:?}");
         assert_eq!(e.metrics.interval_error.len(), 3);
         assert!(e.metrics.send_lag.max() >= 20 * MS);
+        // Kept for --explain: the polls never sent, by this thread, with
+        // their whole wait.
+        let worst = std::mem::take(&mut e.worst).into_worst_first();
+        assert!(worst.len() >= 2 && worst[0].lateness_ns() >= 20 * MS, "{worst:?}");
+        assert!(worst.iter().all(|w| w.tid == e.tid && w.planned_ns == START));
     }
 
     /// Polls that fell due while the thread worked on an answer go out

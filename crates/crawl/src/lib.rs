@@ -58,6 +58,12 @@ pub struct RunOptions {
     pub hlog: Option<PathBuf>,
     pub polls_file: Option<PathBuf>,
     pub store: Option<PathBuf>,
+    /// Polls each vCPU thread keeps for explanation, the worst by send lag
+    /// (0: none), and what counts as late [default: the run's p99.9].
+    #[serde(default)]
+    pub keep_worst: usize,
+    #[serde(default)]
+    pub explain_over: Option<u64>,
 }
 
 /// Progress, once per report interval.
@@ -125,6 +131,14 @@ pub struct CrawlResult {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub incomplete_files: Vec<String>,
     pub warnings: Vec<String>,
+    /// Why the late polls were sent late (`--explain`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<ontime_explain::RunExplanation>,
+    /// The polls sent late (`--explain`, `--keep-late`): the worst kept,
+    /// each with its vCPU thread, planned and send time; what
+    /// `ontime explain RESULT RECORDING` explains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_events: Option<ontime_core::late::LateSet>,
 }
 
 /// What a crawl used, measured on the run: CPU per poll (document 000's
@@ -269,11 +283,15 @@ pub fn run(
     let hlog_failure = collector.hlog_failure;
 
     let mut failures = Vec::new();
+    let mut worst = ontime_core::late::WorstEvents::new(opts.keep_worst.saturating_mul(k));
     for r in threads.group.join() {
-        if let Err(e) = r {
-            failures.push(format!("{e:#}"));
+        match r {
+            Ok(w) => worst.add(&w),
+            Err(e) => failures.push(format!("{e:#}")),
         }
     }
+    let late_events =
+        (opts.keep_worst > 0).then(|| ontime_core::late::LateSet::choose(worst, &totals.send_lag, opts.explain_over));
     let (sink_stats, mut incomplete_files) = match sink {
         Some(s) => s.finish()?,
         None => (sink::SinkStats::default(), Vec::new()),
@@ -323,6 +341,8 @@ pub fn run(
         sink: sink_stats,
         incomplete_files,
         warnings,
+        explanation: None,
+        late_events,
         manifest,
         config: cfg,
     })
@@ -348,7 +368,7 @@ fn assign_streams(cfg: &CrawlConfig, vcpus: usize, warnings: &mut Vec<String>) -
 
 /// The running vCPU threads and the channels to them.
 struct VcpuThreads {
-    group: ontime_core::rt::ThreadGroup<()>,
+    group: ontime_core::rt::ThreadGroup<ontime_core::late::WorstEvents>,
     warm: mpsc::Receiver<engine::Warm>,
     starts: Vec<mpsc::Sender<MonoNs>>,
     reports: mpsc::Receiver<Report>,
@@ -418,6 +438,7 @@ fn start_vcpu_threads(
             poll_records,
             store_records,
             records_dropped: t.records_dropped.clone(),
+            keep_worst: opts.keep_worst,
         };
         t.group.spawn(&format!("crawl-vcpu{i}"), opts.thread.clone(), move || {
             engine::run(setup)

@@ -12,6 +12,7 @@
 
 use anyhow::Result;
 use ontime_core::duration::format_ns;
+use ontime_core::late::{ProbeEvent, WorstEvents};
 use ontime_core::manifest::Manifest;
 use ontime_core::rt::{Policy, ThreadSettings};
 use ontime_core::stats::{LatencyHistogram, Summary};
@@ -40,6 +41,10 @@ pub struct ThreadStats {
     pub sum_ns: u128,
     /// Per-interval histograms handed to the collector (`--hlog`).
     pub split: Option<IntervalSplit>,
+    /// This probe thread's id, and its worst wake-ups kept for
+    /// explanation (`--explain`; capacity 0 keeps none).
+    pub tid: u32,
+    pub worst: WorstEvents,
 }
 
 /// One interval's histogram of one thread, on its way to the histogram log.
@@ -107,10 +112,15 @@ impl ThreadStats {
     }
 
     #[inline]
-    fn record(&mut self, cycle: u64, lat_ns: u64) {
+    fn record(&mut self, cycle: u64, planned: MonoNs, lat_ns: u64) {
         if let Some(s) = self.split.as_mut() {
             s.record(cycle, lat_ns);
         }
+        self.worst.offer(ProbeEvent {
+            tid: self.tid,
+            planned_ns: planned.0,
+            actual_ns: planned.0 + lat_ns,
+        });
         self.latency.record(lat_ns);
         self.sum_ns += lat_ns as u128;
         if !self.bins.is_empty() {
@@ -169,7 +179,7 @@ pub fn probe_loop<C: Clock>(
         clock.sleep_until(planned);
         let now = clock.now();
         let lat = now.since(planned);
-        stats.record(k, lat);
+        stats.record(k, planned, lat);
         stats.woken.record(lat);
         if let Some(b) = stats.woken_bins.get_mut((lat / 1000) as usize) {
             *b += 1;
@@ -182,7 +192,7 @@ pub fn probe_loop<C: Clock>(
             if next > now || loops.is_some_and(|l| k >= l) || end.is_some_and(|e| next >= e) {
                 break;
             }
-            stats.record(k, now.since(next));
+            stats.record(k, next, now.since(next));
             stats.overruns += 1;
             k += 1;
         }
@@ -217,6 +227,12 @@ pub struct CyclicOptions {
     pub hlog: Option<std::path::PathBuf>,
     #[serde(default = "one_second")]
     pub hlog_interval_ns: u64,
+    /// Wake-ups kept per thread for explanation, the worst ones (0: none),
+    /// and what counts as late [default: the run's p99.9].
+    #[serde(default)]
+    pub keep_worst: usize,
+    #[serde(default)]
+    pub explain_over: Option<u64>,
 }
 
 fn one_second() -> u64 {
@@ -274,6 +290,14 @@ pub struct CyclicResult {
     pub histogram_log: Vec<ontime_core::stats::LogBin>,
     pub threads: Vec<ThreadResult>,
     pub warnings: Vec<String>,
+    /// Why the late wake-ups were late (`--explain`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<ontime_explain::RunExplanation>,
+    /// The late wake-ups (`--explain`, `--keep-late`): the worst kept, each
+    /// with its thread, planned and actual time; what `ontime explain
+    /// RESULT RECORDING` explains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_events: Option<ontime_core::late::LateSet>,
 }
 
 /// Runs the probe threads to the end (or until `stop`), with `on_tick`
@@ -330,12 +354,14 @@ pub fn run(
             timer_slack_ns: Some(1),
         };
         let interval = opts.interval_ns + t as u64 * opts.distance_ns;
-        let (loops, hist_us, stop) = (opts.loops, opts.histogram_us, stop.clone());
+        let (loops, hist_us, keep, stop) = (opts.loops, opts.histogram_us, opts.keep_worst, stop.clone());
         let split = collector.as_mut().map(|c| c.split_for(t, interval));
         group.spawn(&format!("cyclic{t}"), settings, move || {
             // SAFETY: gettid has no preconditions.
             let tid = unsafe { libc::gettid() };
             let mut stats = ThreadStats::new(hist_us);
+            stats.tid = tid as u32;
+            stats.worst = WorstEvents::new(keep);
             let plan = Schedule {
                 start,
                 interval_ns: interval,
@@ -372,8 +398,10 @@ pub fn run(
     }
     let mut threads = Vec::new();
     let (mut all, mut woken) = (LatencyHistogram::new(), LatencyHistogram::new());
+    let mut worst = WorstEvents::new(opts.keep_worst.saturating_mul(opts.threads));
     for r in group.join() {
         let mut r = r?;
+        worst.add(&std::mem::take(&mut r.stats.worst));
         all.add(&r.stats.latency);
         woken.add(&r.stats.woken);
         r.latency = r.stats.latency.summary(opts.threshold_ns);
@@ -398,6 +426,8 @@ pub fn run(
         histogram_log: all.log_bins(),
         threads,
         warnings,
+        explanation: None,
+        late_events: (opts.keep_worst > 0).then(|| ontime_core::late::LateSet::choose(worst, &all, opts.explain_over)),
         manifest,
         options: opts,
     })

@@ -210,6 +210,29 @@ pub enum Detail {
     UnknownOccupant,
 }
 
+impl Detail {
+    /// The name the JSON uses, for text.
+    pub fn label(self) -> &'static str {
+        match self {
+            Detail::Hardirq => "hardirq",
+            Detail::Vector => "vector",
+            Detail::Softirq => "softirq",
+            Detail::Io => "io",
+            Detail::Thread => "thread",
+            Detail::Interrupt => "interrupt",
+            Detail::RelayQueue => "relay_queue",
+            Detail::RelayWait => "relay_wait",
+            Detail::Wan => "wan",
+            Detail::Gateway => "gateway",
+            Detail::Timer => "timer",
+            Detail::IdleExit => "idle_exit",
+            Detail::NotRecorded => "not_recorded",
+            Detail::MissingEvent => "missing_event",
+            Detail::UnknownOccupant => "unknown_occupant",
+        }
+    }
+}
+
 impl Cause {
     pub fn kind(&self) -> CauseKind {
         match self {

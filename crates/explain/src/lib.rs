@@ -19,9 +19,11 @@
 pub mod attribute;
 pub mod cause;
 pub mod report;
+pub mod summary;
 pub mod timeline;
 
 pub use attribute::{explain, explain_into, RT_PREEMPT_GRACE_NS};
 pub use cause::{BlockedOn, Cause, CauseKind, Detail, Explanation, Gap, Irq, Late, Segment, Side, Who};
 pub use report::{CauseShare, Culprit, LateEvent};
+pub use summary::{explain_run, RunExplanation};
 pub use timeline::{Coverage, Probe, Timeline, TimelineBuilder};

@@ -157,6 +157,8 @@ impl crate::scenario::RunConfig {
                     hlog: file("hlog"),
                     polls_file: None,
                     store: None,
+                    keep_worst: 0,
+                    explain_over: None,
                 },
                 result: file("json"),
                 // The runner holds /dev/cpu_dma_latency once for the run.
@@ -192,6 +194,8 @@ impl crate::scenario::RunConfig {
                     load: None,
                     hlog: file("hlog"),
                     hlog_interval_ns: 1_000_000_000,
+                    keep_worst: 0,
+                    explain_over: None,
                 },
                 load: None,
                 load_workers: 1,

@@ -1,0 +1,53 @@
+//! `ontime explain RESULT RECORDING`: why the late events a probe kept
+//! (`ontime crawl|cyclic --keep-late`) were late, on a scheduler recording
+//! made beside the run (`ontime observe record --all`), on the same clock.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+use ontime_core::bad_input;
+use ontime_core::late::LateSet;
+use ontime_trace::recording::Recording;
+
+use crate::output;
+
+#[derive(Args)]
+pub struct ExplainArgs {
+    /// A probe's JSON result holding `late_events` (crawl or cyclic with
+    /// --keep-late or --explain)
+    #[arg(value_name = "RESULT")]
+    probe_result: PathBuf,
+    /// A recording of every CPU made during the run (`ontime observe
+    /// record --all`)
+    recording: PathBuf,
+    #[command(flatten)]
+    out: output::OutputFlags,
+}
+
+/// The largest probe result read.
+const MAX_RESULT_BYTES: u64 = 256 << 20;
+
+pub fn run(a: ExplainArgs) -> Result<()> {
+    output::check_outputs(&[("--result", a.out.result.as_deref())])?;
+    let text = ontime_core::fsio::read_text_capped(&a.probe_result, "probe result", MAX_RESULT_BYTES)?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| bad_input(format!("{}: not a JSON result: {e}", a.probe_result.display())))?;
+    let what = if v.get("send_lag").is_some() {
+        "polls sent late"
+    } else {
+        "wake-ups"
+    };
+    let Some(late) = v.get("late_events").filter(|l| !l.is_null()) else {
+        return Err(bad_input(format!(
+            "{}: no late_events: run the probe with --keep-late (or --explain)",
+            a.probe_result.display()
+        )));
+    };
+    let late: LateSet = serde_json::from_value(late.clone())
+        .map_err(|e| bad_input(format!("{}: late_events: {e}", a.probe_result.display())))?;
+    let rec = Recording::read(&a.recording).map_err(|e| bad_input(format!("{e:#}")))?;
+    let x = crate::explain::explain(&rec, &late);
+    let text = crate::explain::text(&x, what);
+    a.out.emit(&x, &text)
+}

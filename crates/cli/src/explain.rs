@@ -1,0 +1,195 @@
+//! `--explain` for the probes: a scheduler recording of the whole host made
+//! beside the probe (ontime-trace), then each late event's lateness split
+//! into causes with culprits (ontime-explain). Shared by crawl and cyclic.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use ontime_core::late::LateSet;
+use ontime_explain::RunExplanation;
+use ontime_trace::recorder::{self, NoSink, RecordOptions, RecordSummary};
+use ontime_trace::recording::Recording;
+use ontime_trace::targets::Targets;
+
+/// The flags of `--explain`, declared once for crawl and cyclic.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ExplainFlags {
+    /// Record every CPU's scheduler events during the run (BPF, else perf)
+    /// and say why each late event was late: its lateness split into
+    /// causes (waited for a CPU behind whom, own work, blocked, late
+    /// timer, ...) with culprits; docs/explain.md
+    #[arg(long)]
+    pub explain: bool,
+    /// Keep the late events (the worst, each with its thread, planned and
+    /// actual time) in the result, without recording: `ontime explain
+    /// RESULT RECORDING` explains them with a recording made beside the
+    /// run (`ontime observe record --all`)
+    #[arg(long, conflicts_with = "explain")]
+    pub keep_late: bool,
+    /// Late means later than this [default: the run's p99.9]
+    #[arg(long, value_name = "DURATION", value_parser = ontime_core::duration::parse_ns)]
+    pub explain_over: Option<u64>,
+    /// Late events kept at most per probe thread, the worst
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub explain_max: usize,
+    /// Keep the recording there (for `ontime explain`, `observe report`);
+    /// otherwise it is deleted after the run
+    #[arg(long, value_name = "FILE", requires = "explain")]
+    pub keep_recording: Option<PathBuf>,
+}
+
+impl ExplainFlags {
+    /// Worst events each probe thread keeps (0 without --explain).
+    pub fn keep(&self) -> usize {
+        if self.explain || self.keep_late {
+            self.explain_max
+        } else {
+            0
+        }
+    }
+
+    pub fn check(&self) -> Result<()> {
+        let keeping = self.explain || self.keep_late;
+        if keeping && !(1..=1_000_000).contains(&self.explain_max) {
+            return Err(ontime_core::bad_input("--explain-max must be between 1 and 1000000"));
+        }
+        if !keeping && self.explain_over.is_some() {
+            return Err(ontime_core::bad_input(
+                "--explain-over goes with --explain or --keep-late",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A recording of every CPU's scheduler events running beside a probe.
+pub struct RecordingBeside {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Result<RecordSummary>>,
+    path: PathBuf,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl RecordingBeside {
+    /// Starts recording and returns once the recorder is attached, so the
+    /// probe's first event is inside the recording.
+    pub fn start(keep: Option<&Path>) -> Result<RecordingBeside> {
+        let (dir, path) = match keep {
+            Some(p) => (None, p.to_path_buf()),
+            None => {
+                let d = tempfile::Builder::new()
+                    .prefix("ontime-explain-")
+                    .tempdir()
+                    .context("a temporary directory for the --explain recording")?;
+                let p = d.path().join("explain.otrec");
+                (Some(d), p)
+            }
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let opts = RecordOptions {
+            targets: Targets {
+                groups: Vec::new(),
+                everything: true,
+                host_io: Vec::new(),
+            },
+            output: Some(path.clone()),
+            drain_every: Duration::from_millis(100),
+            measure_overhead: false,
+            mechanism: Default::default(),
+            sample_hz: None,
+            window: None,
+            windows_done: None,
+        };
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("explain-rec".into())
+            .spawn(move || {
+                recorder::record(&opts, &flag, None, &mut NoSink, &mut |_| {
+                    let _ = ready_tx.send(());
+                })
+            })
+            .context("starting the --explain recorder")?;
+        if ready_rx.recv_timeout(Duration::from_secs(30)).is_err() {
+            stop.store(true, Ordering::Relaxed);
+            return match thread.join() {
+                Ok(Err(e)) => Err(e.context("--explain: the scheduler recorder could not start")),
+                _ => Err(anyhow::anyhow!(
+                    "--explain: the scheduler recorder did not start within 30 s"
+                )),
+            };
+        }
+        Ok(RecordingBeside {
+            stop,
+            thread,
+            path,
+            _dir: dir,
+        })
+    }
+
+    /// Stops recording and reads the recording back.
+    pub fn finish(self) -> Result<(Recording, RecordSummary)> {
+        self.stop.store(true, Ordering::Relaxed);
+        let summary = self
+            .thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("--explain: the recorder thread panicked"))??;
+        let rec = Recording::read(&self.path).with_context(|| format!("reading {}", self.path.display()))?;
+        Ok((rec, summary))
+    }
+}
+
+/// Explains a run's late events on the recording made beside it.
+pub fn explain(rec: &Recording, late: &LateSet) -> RunExplanation {
+    ontime_explain::explain_run(rec, &late.events, late.late, late.threshold_ns, &late.threshold_from)
+}
+
+/// The explanation as text: the sentence, the causes, the worst events.
+pub fn text(x: &RunExplanation, what: &str) -> String {
+    use std::fmt::Write as _;
+    let mut s = format!("why late: {}\n", x.sentence(what));
+    if x.late > 0 {
+        for c in x.causes.iter().take(10) {
+            let _ = writeln!(
+                s,
+                "  {:>5.1} %  {:>10}  {}",
+                c.share * 100.0,
+                ontime_core::duration::format_ns(c.ns),
+                ontime_explain::summary::describe(c.cause, c.detail, c.side, c.culprit.as_ref())
+            );
+        }
+        let _ = writeln!(s, "  worst:");
+        for e in x.worst.iter().take(5) {
+            let parts: Vec<String> = e
+                .causes
+                .iter()
+                .filter(|c| c.ns > 0)
+                .take(3)
+                .map(|c| {
+                    format!(
+                        "{} {}",
+                        ontime_core::duration::format_ns(c.ns),
+                        ontime_explain::summary::describe(c.cause, c.detail, c.side, c.culprit.as_ref())
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                s,
+                "    planned {:.6} s, {} late: {}",
+                e.planned_ns as f64 / 1e9,
+                ontime_core::duration::format_ns(e.lateness_ns),
+                parts.join("; ")
+            );
+        }
+    }
+    for u in &x.unseen {
+        let _ = writeln!(s, "  not recorded: {u}");
+    }
+    for n in &x.notes {
+        let _ = writeln!(s, "  note: {n}");
+    }
+    s
+}

@@ -1,0 +1,224 @@
+//! End-to-end tests of per-event explanation through the binary: a probe
+//! pinned to CPU 1 where a SCHED_FIFO process busies the CPU for 80 ms
+//! twice a second, the probe below it at a lower real-time priority (so a
+//! busy machine's fair-class work does not delay it); the late events must
+//! be charged to that process. Assertions are on who and which cause,
+//! never on timings. As root (BPF or perf tracepoints); skipped otherwise.
+
+use serde_json::Value;
+use std::process::{Child, Command, Stdio};
+
+fn ontime() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ontime"))
+}
+
+/// The tests take turns: each needs CPU 1 to itself and its hog.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A process at SCHED_FIFO 50 on CPU 1, busy 80 ms of every 500 ms;
+/// killed on drop.
+struct Hog(Child);
+
+const HOG: &str = r#"
+import os, time
+os.sched_setaffinity(0, {1})
+os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
+print("ready", flush=True)
+while True:
+    end = time.monotonic() + 0.08
+    while time.monotonic() < end:
+        pass
+    time.sleep(0.42)
+"#;
+
+impl Hog {
+    fn start() -> Hog {
+        let mut child = Command::new("python3")
+            .args(["-c", HOG])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 for the hog");
+        let mut line = String::new();
+        use std::io::BufRead;
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "the hog could not take SCHED_FIFO on CPU 1");
+        Hog(child)
+    }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn can_run() -> bool {
+    if !ontime_testkit::is_root() {
+        ontime_testkit::skip("needs root (SCHED_FIFO, BPF or perf tracepoints)");
+        return false;
+    }
+    if ontime_core::limits::online_cpus() < 2 {
+        ontime_testkit::skip("needs two CPUs (the probe and its hog on CPU 1)");
+        return false;
+    }
+    ontime_testkit::tools_or_skip(&["python3"])
+}
+
+/// The share of the explained lateness whose culprit is process `pid`.
+fn share_of(explanation: &Value, pid: u32) -> f64 {
+    explanation["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["culprit"]["pid"].as_u64() == Some(pid as u64))
+        .map(|c| c["share"].as_f64().unwrap())
+        .sum()
+}
+
+fn assert_charged_to_hog(x: &Value, hog: u32, what: &str) {
+    assert!(x["late"].as_u64().unwrap() > 0, "{what}: no late event: {x:#}");
+    assert!(x["explained"].as_u64().unwrap() > 0, "{what}: nothing explained: {x:#}");
+    let first = &x["causes"][0];
+    assert_eq!(first["cause"], "waited_for_cpu", "{what}: {x:#}");
+    assert_eq!(first["culprit"]["pid"].as_u64(), Some(hog as u64), "{what}: {x:#}");
+    assert_eq!(first["culprit"]["cpu"].as_u64(), Some(1), "{what}: {x:#}");
+    let share = share_of(x, hog);
+    assert!(
+        share >= 0.9,
+        "{what}: the hog accounts for {share:.3} of the lateness: {x:#}"
+    );
+    let sum: u64 = x["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["ns"].as_u64().unwrap())
+        .sum();
+    assert_eq!(sum, x["lateness_ns"].as_u64().unwrap(), "{what}: causes add up");
+}
+
+#[test]
+fn crawl_explain_names_the_fifo_process_that_held_its_cpu() {
+    if !can_run() {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let hog = Hog::start();
+    let out = ontime()
+        .args([
+            "crawl",
+            "--with-gateway",
+            "--rate",
+            "500",
+            "-D",
+            "4s",
+            "--vcpus",
+            "1",
+            "-a",
+            "1",
+            "--policy",
+            "fifo:10",
+            "--explain",
+            "--json",
+            "--keep-recording",
+        ])
+        .arg(dir.path().join("crawl.otrec"))
+        .output()
+        .unwrap();
+    let hog_pid = hog.0.id();
+    drop(hog);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_charged_to_hog(&r["explanation"], hog_pid, "crawl --explain");
+    assert!(dir.path().join("crawl.otrec").exists(), "--keep-recording kept it");
+}
+
+#[test]
+fn explain_joins_a_cyclic_result_with_a_recording_made_beside_it() {
+    if !can_run() {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("host.otrec");
+    let result = dir.path().join("cyclic.json");
+    let hog = Hog::start();
+    let mut recorder = ontime()
+        .args(["observe", "record", "--all", "-D", "6s", "-o"])
+        .arg(&rec)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The recorder says when it records.
+    {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(recorder.stderr.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains("recording"), "{line}");
+    }
+    let out = ontime()
+        .args([
+            "cyclic",
+            "-a",
+            "1",
+            "-p",
+            "10",
+            "-i",
+            "1000",
+            "-D",
+            "3s",
+            "--keep-late",
+            "--result",
+        ])
+        .arg(&result)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let st = recorder.wait().unwrap();
+    assert!(st.success(), "observe record failed");
+    let hog_pid = hog.0.id();
+    drop(hog);
+    let kept: Value = serde_json::from_str(&std::fs::read_to_string(&result).unwrap()).unwrap();
+    assert!(
+        kept["late_events"]["events"].as_array().is_some_and(|e| !e.is_empty()),
+        "{kept:#}"
+    );
+    assert!(kept.get("explanation").is_none(), "--keep-late does not record");
+    let out = ontime()
+        .arg("explain")
+        .arg(&result)
+        .arg(&rec)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let x: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_charged_to_hog(&x, hog_pid, "ontime explain");
+    // The text says it in words.
+    let text = ontime().arg("explain").arg(&result).arg(&rec).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("behind python3"), "{text}");
+}
+
+#[test]
+fn explain_refuses_a_result_without_late_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let result = dir.path().join("r.json");
+    std::fs::write(&result, r#"{"latency": {}}"#).unwrap();
+    let out = ontime()
+        .arg("explain")
+        .arg(&result)
+        .arg(dir.path().join("none.otrec"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--keep-late"), "{err}");
+}

@@ -1,0 +1,194 @@
+//! The late events a probe keeps for explanation: which thread, when the
+//! event was planned and when it happened. A probe offers every event to a
+//! [`WorstEvents`], which keeps the latest-coming worst ones in a bounded,
+//! preallocated heap (no allocation per event on the measurement path);
+//! which of them count as late is decided at the end, against a threshold
+//! the whole run's distribution gives (ontime-explain explains them).
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use serde::{Deserialize, Serialize};
+
+/// One probe event on CLOCK_MONOTONIC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ProbeEvent {
+    /// The thread that waited for it (the probe's own thread).
+    pub tid: u32,
+    pub planned_ns: u64,
+    pub actual_ns: u64,
+}
+
+impl ProbeEvent {
+    pub fn lateness_ns(&self) -> u64 {
+        self.actual_ns.saturating_sub(self.planned_ns)
+    }
+}
+
+/// The `capacity` worst events offered (ties: the earlier kept), and how
+/// many were offered.
+#[derive(Debug)]
+pub struct WorstEvents {
+    // Min-heap on lateness: the root is the mildest kept, the one a worse
+    // newcomer replaces.
+    heap: BinaryHeap<Reverse<(u64, u64, u64, u32)>>,
+    capacity: usize,
+    offered: u64,
+}
+
+impl Default for WorstEvents {
+    fn default() -> Self {
+        WorstEvents::new(0)
+    }
+}
+
+impl WorstEvents {
+    pub fn new(capacity: usize) -> WorstEvents {
+        WorstEvents {
+            heap: BinaryHeap::with_capacity(capacity),
+            capacity,
+            offered: 0,
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Events offered in all (kept or not).
+    pub fn offered(&self) -> u64 {
+        self.offered
+    }
+
+    #[inline]
+    pub fn offer(&mut self, e: ProbeEvent) {
+        if self.capacity == 0 {
+            return;
+        }
+        self.offered += 1;
+        let key = Reverse((e.lateness_ns(), e.planned_ns, e.actual_ns, e.tid));
+        if self.heap.len() < self.capacity {
+            self.heap.push(key);
+        } else if self.heap.peek().is_some_and(|min| key.0 .0 > min.0 .0) {
+            // Replacing the root in place: the heap never grows past its
+            // capacity, so it never reallocates.
+            if let Some(mut root) = self.heap.peek_mut() {
+                *root = key;
+            }
+        }
+    }
+
+    /// Adds another thread's kept events to these (keeping this one's
+    /// capacity).
+    pub fn add(&mut self, other: &WorstEvents) {
+        let offered = self.offered + other.offered;
+        for &Reverse((_, planned_ns, actual_ns, tid)) in other.heap.iter() {
+            self.offer(ProbeEvent {
+                tid,
+                planned_ns,
+                actual_ns,
+            });
+        }
+        self.offered = offered;
+    }
+
+    /// The kept events, worst first (ties: earlier planned first).
+    pub fn into_worst_first(self) -> Vec<ProbeEvent> {
+        let mut v: Vec<ProbeEvent> = self
+            .heap
+            .into_iter()
+            .map(|Reverse((_, planned_ns, actual_ns, tid))| ProbeEvent {
+                tid,
+                planned_ns,
+                actual_ns,
+            })
+            .collect();
+        v.sort_by_key(|e| (Reverse(e.lateness_ns()), e.planned_ns));
+        v
+    }
+}
+
+/// The late events of a run: the kept events later than a threshold, and
+/// how many events of the whole run were.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LateSet {
+    /// Worst first; at most what the probe kept.
+    pub events: Vec<ProbeEvent>,
+    /// Events of the run later than the threshold (kept or not).
+    pub late: u64,
+    pub threshold_ns: u64,
+    /// What chose the threshold, for the reader.
+    pub threshold_from: String,
+}
+
+impl LateSet {
+    /// Late = later than `over` when given, else than the run's p99.9
+    /// (`all`: every event's lateness).
+    pub fn choose(worst: WorstEvents, all: &crate::stats::LatencyHistogram, over: Option<u64>) -> LateSet {
+        let (threshold_ns, threshold_from) = match over {
+            Some(ns) => (ns, "the threshold given".to_string()),
+            None if crate::stats::supports(all.len(), 99.9) => {
+                (all.percentile(99.9).unwrap_or(0), "p99.9 of the run".to_string())
+            }
+            None => (
+                all.percentile(99.9).unwrap_or(0),
+                "p99.9 of the run (too few events to support it: about the largest)".to_string(),
+            ),
+        };
+        let events: Vec<ProbeEvent> = worst
+            .into_worst_first()
+            .into_iter()
+            .filter(|e| e.lateness_ns() > threshold_ns)
+            .collect();
+        LateSet {
+            late: all.count_above(threshold_ns).max(events.len() as u64),
+            events,
+            threshold_ns,
+            threshold_from,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(planned: u64, late: u64) -> ProbeEvent {
+        ProbeEvent {
+            tid: 7,
+            planned_ns: planned,
+            actual_ns: planned + late,
+        }
+    }
+
+    #[test]
+    fn keeps_the_worst_within_its_capacity() {
+        let mut w = WorstEvents::new(3);
+        for (i, late) in [5, 1, 9, 3, 7, 2, 9].into_iter().enumerate() {
+            w.offer(ev(i as u64 * 100, late));
+        }
+        assert_eq!(w.offered(), 7);
+        assert_eq!(w.heap.capacity(), 3, "never grew");
+        let kept: Vec<u64> = w.into_worst_first().iter().map(|e| e.lateness_ns()).collect();
+        assert_eq!(kept, vec![9, 9, 7]);
+    }
+
+    #[test]
+    fn merging_threads_keeps_the_worst_of_both_and_counts_all() {
+        let mut a = WorstEvents::new(2);
+        let mut b = WorstEvents::new(2);
+        [4, 8].into_iter().for_each(|l| a.offer(ev(l, l)));
+        [6, 1, 2].into_iter().for_each(|l| b.offer(ev(l, l)));
+        a.add(&b);
+        assert_eq!(a.offered(), 5);
+        let kept: Vec<u64> = a.into_worst_first().iter().map(|e| e.lateness_ns()).collect();
+        assert_eq!(kept, vec![8, 6]);
+    }
+
+    #[test]
+    fn capacity_zero_keeps_nothing_and_costs_nothing() {
+        let mut w = WorstEvents::new(0);
+        w.offer(ev(0, 10));
+        assert!(w.into_worst_first().is_empty());
+    }
+}

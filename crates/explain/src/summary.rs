@@ -1,0 +1,364 @@
+//! Many late events of one run explained together: which causes and
+//! culprits account for how much of their summed lateness, the worst
+//! events with their own breakdowns, and what the recording could not see.
+//! This is what `--explain` prints and keeps in a probe's JSON result.
+
+use std::collections::HashSet;
+
+use ontime_core::late::ProbeEvent;
+use ontime_recording::recording::Recording;
+use serde::{Deserialize, Serialize};
+
+use crate::cause::{CauseKind, Detail, Side};
+use crate::report::{Culprit, LateEvent};
+use crate::timeline::Timeline;
+
+/// The explanation of a run's late events (docs/explain.md, "The JSON of
+/// a run's explanation").
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunExplanation {
+    /// Events later than this are late.
+    pub threshold_ns: u64,
+    /// How the threshold was chosen ("--explain-over", "p99.9 of the run").
+    pub threshold_from: String,
+    /// Late events in the run (over the threshold), as far as the probe
+    /// kept count.
+    pub late: u64,
+    /// Of those, the ones explained (the worst, up to the probe's bound).
+    pub explained: u64,
+    /// Their lateness summed; the causes' `ns` add up to it.
+    pub lateness_ns: u64,
+    /// Summed over the explained events by cause, detail, side and
+    /// culprit (threads of one process together), largest first.
+    pub causes: Vec<CauseTotal>,
+    /// The worst events, each with its own causes, worst first.
+    pub worst: Vec<LateEvent>,
+    /// Causes this recording could not see (no interrupt or real-time
+    /// events): time they took shows as another cause.
+    pub unseen: Vec<String>,
+    /// Events that could not be explained and why (their probe thread had
+    /// no event in the recording).
+    pub notes: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CauseTotal {
+    pub cause: CauseKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Detail>,
+    pub side: Side,
+    pub ns: u64,
+    /// ns / the explained events' summed lateness.
+    pub share: f64,
+    /// Explained events this cause took part in.
+    pub events: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub culprit: Option<Culprit>,
+}
+
+/// The worst events a result lists one by one.
+pub const WORST_LISTED: usize = 20;
+
+/// Explains `events` (already the late ones, worst first) on `rec`.
+pub fn explain_run(
+    rec: &Recording,
+    events: &[ProbeEvent],
+    late: u64,
+    threshold_ns: u64,
+    threshold_from: &str,
+) -> RunExplanation {
+    let tids: Vec<u32> = {
+        let mut seen = HashSet::new();
+        events.iter().map(|e| e.tid).filter(|t| seen.insert(*t)).collect()
+    };
+    let tl = Timeline::from_recording(rec, &tids);
+    let mut notes = Vec::new();
+    let mut reports = Vec::with_capacity(events.len());
+    let mut out = crate::cause::Explanation::default();
+    for &tid in &tids {
+        if let Err(e) = tl.probe(tid) {
+            notes.push(format!("{e}: its late events are not explained"));
+        }
+    }
+    for e in events {
+        let Ok(probe) = tl.probe(e.tid) else { continue };
+        crate::attribute::explain_into(&tl, &probe, e.planned_ns, e.actual_ns, &mut out);
+        reports.push(out.report(&tl));
+    }
+    let coverage = tl.coverage();
+    let mut unseen = Vec::new();
+    if !coverage.irqs {
+        unseen.push("interrupts: their time shows as waiting behind the occupant or as own work".to_string());
+    }
+    if !coverage.rt_classes {
+        unseen.push("throttling: a throttled real-time probe shows as waiting behind the fair occupant".to_string());
+    }
+    if coverage.repaired > 0 {
+        notes.push(format!(
+            "{} contradictions in the recording (lost events) were marked unknown",
+            coverage.repaired
+        ));
+    }
+    summarize(reports, late, threshold_ns, threshold_from, unseen, notes)
+}
+
+/// Sums explained events into a run's explanation.
+pub fn summarize(
+    reports: Vec<LateEvent>,
+    late: u64,
+    threshold_ns: u64,
+    threshold_from: &str,
+    unseen: Vec<String>,
+    notes: Vec<String>,
+) -> RunExplanation {
+    let lateness_ns: u64 = reports.iter().map(|r| r.lateness_ns).sum();
+    let mut totals: Vec<CauseTotal> = Vec::new();
+    for r in &reports {
+        for c in &r.causes {
+            // Threads of one process are one culprit in the sum.
+            let culprit = c.culprit.clone().map(|mut k| {
+                if k.pid.is_some() {
+                    k.tid = None;
+                }
+                k
+            });
+            match totals
+                .iter_mut()
+                .find(|t| t.cause == c.cause && t.detail == c.detail && t.side == c.side && t.culprit == culprit)
+            {
+                Some(t) => {
+                    t.ns += c.ns;
+                    t.events += u64::from(c.ns > 0);
+                }
+                None => totals.push(CauseTotal {
+                    cause: c.cause,
+                    detail: c.detail,
+                    side: c.side,
+                    ns: c.ns,
+                    share: 0.0,
+                    events: u64::from(c.ns > 0),
+                    culprit,
+                }),
+            }
+        }
+    }
+    totals.retain(|t| t.ns > 0 || t.cause == CauseKind::Unexplained);
+    if !totals.iter().any(|t| t.cause == CauseKind::Unexplained) {
+        totals.push(CauseTotal {
+            cause: CauseKind::Unexplained,
+            detail: None,
+            side: Side::Host,
+            ns: 0,
+            share: 0.0,
+            events: 0,
+            culprit: None,
+        });
+    }
+    for t in &mut totals {
+        t.share = if lateness_ns == 0 {
+            0.0
+        } else {
+            t.ns as f64 / lateness_ns as f64
+        };
+    }
+    totals.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.cause.cmp(&b.cause)));
+    let explained = reports.len() as u64;
+    let mut worst = reports;
+    worst.truncate(WORST_LISTED);
+    RunExplanation {
+        threshold_ns,
+        threshold_from: threshold_from.to_string(),
+        late,
+        explained,
+        lateness_ns,
+        causes: totals,
+        worst,
+        unseen,
+        notes,
+    }
+}
+
+/// "waiting for CPU 1 behind stress-ng (pid 4242, host)".
+pub fn describe(cause: CauseKind, detail: Option<Detail>, side: Side, who: Option<&Culprit>) -> String {
+    let name = |c: &Culprit| -> String {
+        if c.idle {
+            return "the idle task".into();
+        }
+        let mut s = c.comm.clone().unwrap_or_else(|| "an unknown thread".into());
+        let mut tags = Vec::new();
+        match (c.pid, c.tid) {
+            (Some(p), _) => tags.push(format!("pid {p}")),
+            (None, Some(t)) => tags.push(format!("tid {t}")),
+            _ => {}
+        }
+        if let Some(g) = &c.group {
+            tags.push(g.clone());
+        }
+        if !tags.is_empty() {
+            s += &format!(" ({})", tags.join(", "));
+        }
+        s
+    };
+    let cpu = who.and_then(|c| c.cpu).map(|c| format!("CPU {c}"));
+    let side = match side {
+        Side::Host => "",
+        Side::Guest => " in the guest",
+    };
+    let text = match cause {
+        CauseKind::WaitedForCpu => format!(
+            "waiting for {} behind {}",
+            cpu.unwrap_or_else(|| "a CPU".into()),
+            who.map(name).unwrap_or_else(|| "another thread".into())
+        ),
+        CauseKind::Interrupts => format!(
+            "in {}{}",
+            who.and_then(|c| c.irq.clone()).unwrap_or_else(|| "interrupts".into()),
+            cpu.map(|c| format!(" on {c}")).unwrap_or_default()
+        ),
+        CauseKind::Throttled => format!(
+            "throttled (real-time) on {} behind {}",
+            cpu.unwrap_or_else(|| "its CPU".into()),
+            who.map(name).unwrap_or_else(|| "fair work".into())
+        ),
+        CauseKind::OwnWork => "running its own work".into(),
+        CauseKind::Blocked => format!(
+            "blocked{}{}",
+            detail.map(|d| format!(" ({})", d.label())).unwrap_or_default(),
+            who.map(|c| format!(", woken by {}", name(c))).unwrap_or_default()
+        ),
+        CauseKind::LateTimer => format!(
+            "a late timer{}{}",
+            detail.map(|d| format!(" ({})", d.label())).unwrap_or_default(),
+            cpu.map(|c| format!(" on {c}")).unwrap_or_default()
+        ),
+        CauseKind::Emulation => format!(
+            "its vCPU emulating{}",
+            who.map(|c| format!(" ({})", name(c))).unwrap_or_default()
+        ),
+        CauseKind::Unexplained => format!(
+            "unexplained{}",
+            detail.map(|d| format!(" ({})", d.label())).unwrap_or_default()
+        ),
+    };
+    text + side
+}
+
+impl RunExplanation {
+    /// "14 wake-ups over 10.0 ms; 78 % of their lateness waiting for CPU 1
+    /// behind stress-ng (pid 4242), 15 % ..., 7 % unexplained".
+    pub fn sentence(&self, what: &str) -> String {
+        let over = if self.threshold_ns >= 1_000_000 {
+            format!("{:.1} ms", self.threshold_ns as f64 / 1e6)
+        } else {
+            format!("{} us", self.threshold_ns / 1000)
+        };
+        if self.late == 0 {
+            return format!("no {what} over {over}");
+        }
+        let of = if self.explained < self.late {
+            format!(" (the worst {} explained)", self.explained)
+        } else {
+            String::new()
+        };
+        let parts: Vec<String> = self
+            .causes
+            .iter()
+            .filter(|c| c.share >= 0.01 || c.cause == CauseKind::Unexplained)
+            .take(4)
+            .map(|c| {
+                format!(
+                    "{:.0} % {}",
+                    c.share * 100.0,
+                    describe(c.cause, c.detail, c.side, c.culprit.as_ref())
+                )
+            })
+            .collect();
+        format!(
+            "{} {what} over {over}{of}; of their lateness: {}",
+            self.late,
+            parts.join(", ")
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::CauseShare;
+
+    const MS: u64 = 1_000_000;
+
+    fn who(tid: u32, pid: u32, comm: &str, cpu: u16) -> Culprit {
+        Culprit {
+            tid: Some(tid),
+            pid: Some(pid),
+            comm: Some(comm.into()),
+            cpu: Some(cpu),
+            ..Culprit::default()
+        }
+    }
+
+    fn late(planned: u64, causes: Vec<(CauseKind, u64, Option<Culprit>)>) -> LateEvent {
+        let lateness_ns = causes.iter().map(|c| c.1).sum();
+        LateEvent {
+            probe: who(100, 99, "cyclic0", 1),
+            planned_ns: planned,
+            actual_ns: planned + lateness_ns,
+            lateness_ns,
+            causes: causes
+                .into_iter()
+                .map(|(cause, ns, culprit)| CauseShare {
+                    cause,
+                    detail: None,
+                    side: Side::Host,
+                    ns,
+                    idle_elsewhere_ns: 0,
+                    culprit,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn threads_of_one_process_sum_as_one_culprit_and_shares_add_up() {
+        let reports = vec![
+            late(
+                0,
+                vec![
+                    (CauseKind::WaitedForCpu, 70 * MS, Some(who(4242, 4242, "stress-ng", 1))),
+                    (CauseKind::OwnWork, 2 * MS, Some(who(100, 99, "cyclic0", 1))),
+                    (CauseKind::Unexplained, 0, None),
+                ],
+            ),
+            late(
+                100 * MS,
+                vec![
+                    (CauseKind::WaitedForCpu, 20 * MS, Some(who(4243, 4242, "stress-ng", 1))),
+                    (CauseKind::Unexplained, 8 * MS, None),
+                ],
+            ),
+        ];
+        let run = summarize(reports, 2, 10 * MS, "--explain-over", vec![], vec![]);
+        assert_eq!(run.lateness_ns, 100 * MS);
+        let first = &run.causes[0];
+        assert_eq!(
+            (first.cause, first.ns, first.events),
+            (CauseKind::WaitedForCpu, 90 * MS, 2)
+        );
+        assert_eq!(first.culprit.as_ref().unwrap().tid, None, "the process, not a thread");
+        assert!((run.causes.iter().map(|c| c.share).sum::<f64>() - 1.0).abs() < 1e-9);
+        let text = run.sentence("wake-ups");
+        assert!(
+            text == "2 wake-ups over 10.0 ms; of their lateness: 90 % waiting for CPU 1 behind stress-ng \
+                     (pid 4242), 8 % unexplained, 2 % running its own work",
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn no_late_event_says_so() {
+        let run = summarize(vec![], 0, 5 * MS, "p99.9 of the run", vec![], vec![]);
+        assert_eq!(run.sentence("polls"), "no polls over 5.0 ms");
+        assert_eq!(run.causes.len(), 1, "unexplained is listed even then");
+    }
+}
