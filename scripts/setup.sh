@@ -61,6 +61,20 @@ if [ "$(id -u)" = 0 ] && ! "$simso/bin/python" -c 'import simso' 2>/dev/null; th
   fi
 fi
 
+# Perfetto's own trace definitions (the PyPI perfetto package ships them
+# compiled) in their own environment: the test of `--perfetto` decodes the
+# traces ontime writes with them (scripts/perfetto-check.py).
+perfetto=/var/cache/ontime/perfetto
+if [ "$(id -u)" = 0 ] && ! "$perfetto/bin/python" -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2' 2>/dev/null; then
+  echo "setup: installing Perfetto's trace definitions into $perfetto"
+  rm -rf "$perfetto"
+  mkdir -p "$(dirname "$perfetto")"
+  if ! { python3 -m venv "$perfetto" && "$perfetto/bin/pip" install -q perfetto==0.59.1 'protobuf>=6.31.1,<8'; }; then
+    rm -rf "$perfetto"
+    echo "setup: no Perfetto definitions (the Perfetto trace check will skip)" >&2
+  fi
+fi
+
 if ! command -v cargo >/dev/null 2>&1; then
   for d in "$HOME/.cargo/bin" /root/.cargo/bin /usr/local/cargo/bin; do
     [ -x "$d/cargo" ] && export PATH="$d:$PATH" && break

@@ -251,6 +251,7 @@ pub fn execute(
         ("--store", p.run.store.as_deref()),
         ("--gateway-log", gateway.as_ref().and_then(|g| g.log.as_deref())),
         ("--keep-recording", explain.keep_recording.as_deref()),
+        ("--perfetto", explain.perfetto.as_deref()),
     ])?;
     let gateway = match gateway {
         Some(g) => Some(LocalGateway::start(&cfg, &g)?),
@@ -311,7 +312,7 @@ pub fn execute(
     let mut why = String::new();
     if let (Some(r), Some(late)) = (recording, result.late_events.as_ref()) {
         let (rec, _) = r.finish()?;
-        let x = crate::explain::explain(&rec, late);
+        let x = crate::explain::explain(&rec, late, explain.perfetto.as_deref())?;
         why = crate::explain::text(&x, "polls sent late");
         result.explanation = Some(x);
     }

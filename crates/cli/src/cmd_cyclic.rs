@@ -149,6 +149,7 @@ pub fn execute(
         ("--histfile-woken", p.histfile_woken.as_deref()),
         ("--hlog", p.options.hlog.as_deref()),
         ("--keep-recording", explain.keep_recording.as_deref()),
+        ("--perfetto", explain.perfetto.as_deref()),
     ])?;
     let load: Option<LoadProfile> = match &p.load {
         Some(l) => Some(l.parse().map_err(|e| bad_input(format!("--load {l}: {e}")))?),
@@ -203,7 +204,7 @@ pub fn execute(
     let mut text = ontime_core::export::TextReport::text(&result);
     if let (Some(r), Some(late)) = (recording, result.late_events.as_ref()) {
         let (rec, _) = r.finish()?;
-        let x = crate::explain::explain(&rec, late);
+        let x = crate::explain::explain(&rec, late, explain.perfetto.as_deref())?;
         text.push_str(&crate::explain::text(&x, "wake-ups"));
         result.explanation = Some(x);
     }

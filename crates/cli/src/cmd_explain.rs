@@ -21,6 +21,10 @@ pub struct ExplainArgs {
     /// A recording of every CPU made during the run (`ontime observe
     /// record --all`)
     recording: PathBuf,
+    /// Also write the scheduling around the worst late events as a
+    /// Perfetto trace (ui.perfetto.dev)
+    #[arg(long, value_name = "FILE")]
+    perfetto: Option<PathBuf>,
     #[command(flatten)]
     out: output::OutputFlags,
 }
@@ -29,7 +33,10 @@ pub struct ExplainArgs {
 const MAX_RESULT_BYTES: u64 = 256 << 20;
 
 pub fn run(a: ExplainArgs) -> Result<()> {
-    output::check_outputs(&[("--result", a.out.result.as_deref())])?;
+    output::check_outputs(&[
+        ("--result", a.out.result.as_deref()),
+        ("--perfetto", a.perfetto.as_deref()),
+    ])?;
     let text = ontime_core::fsio::read_text_capped(&a.probe_result, "probe result", MAX_RESULT_BYTES)?;
     let v: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| bad_input(format!("{}: not a JSON result: {e}", a.probe_result.display())))?;
@@ -47,7 +54,7 @@ pub fn run(a: ExplainArgs) -> Result<()> {
     let late: LateSet = serde_json::from_value(late.clone())
         .map_err(|e| bad_input(format!("{}: late_events: {e}", a.probe_result.display())))?;
     let rec = Recording::read(&a.recording).map_err(|e| bad_input(format!("{e:#}")))?;
-    let x = crate::explain::explain(&rec, &late);
+    let x = crate::explain::explain(&rec, &late, a.perfetto.as_deref())?;
     let text = crate::explain::text(&x, what);
     a.out.emit(&x, &text)
 }

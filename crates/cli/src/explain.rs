@@ -39,6 +39,11 @@ pub struct ExplainFlags {
     /// otherwise it is deleted after the run
     #[arg(long, value_name = "FILE", requires = "explain")]
     pub keep_recording: Option<PathBuf>,
+    /// Write the scheduling around the worst late events as a Perfetto
+    /// trace (open it at ui.perfetto.dev): CPU tracks, thread states, the
+    /// late events as slices on their probe's thread
+    #[arg(long, value_name = "FILE", requires = "explain")]
+    pub perfetto: Option<PathBuf>,
 }
 
 impl ExplainFlags {
@@ -142,9 +147,19 @@ impl RecordingBeside {
     }
 }
 
-/// Explains a run's late events on the recording made beside it.
-pub fn explain(rec: &Recording, late: &LateSet) -> RunExplanation {
-    ontime_explain::explain_run(rec, &late.events, late.late, late.threshold_ns, &late.threshold_from)
+/// Explains a run's late events on the recording made beside it, and
+/// writes the Perfetto trace of the worst when asked.
+pub fn explain(rec: &Recording, late: &LateSet, perfetto: Option<&Path>) -> Result<RunExplanation> {
+    let x = ontime_explain::explain_run(rec, &late.events, late.late, late.threshold_ns, &late.threshold_from);
+    if let Some(path) = perfetto {
+        let mut file = ontime_core::fsio::AtomicWriter::create(path)?;
+        let mut buf = std::io::BufWriter::new(&mut file);
+        ontime_explain::perfetto::write(rec, &x.worst, ontime_explain::perfetto::AROUND_NS, &mut buf)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        drop(buf);
+        file.commit()?;
+    }
+    Ok(x)
 }
 
 /// The explanation as text: the sentence, the causes, the worst events.

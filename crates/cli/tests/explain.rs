@@ -127,6 +127,8 @@ fn crawl_explain_names_the_fifo_process_that_held_its_cpu() {
             "--keep-recording",
         ])
         .arg(dir.path().join("crawl.otrec"))
+        .arg("--perfetto")
+        .arg(dir.path().join("crawl.pftrace"))
         .output()
         .unwrap();
     let hog_pid = hog.0.id();
@@ -135,6 +137,45 @@ fn crawl_explain_names_the_fifo_process_that_held_its_cpu() {
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_charged_to_hog(&r["explanation"], hog_pid, "crawl --explain");
     assert!(dir.path().join("crawl.otrec").exists(), "--keep-recording kept it");
+    perfetto_holds_the_late_events(&dir.path().join("crawl.pftrace"), &r["explanation"], hog_pid);
+}
+
+/// Perfetto's own definitions (scripts/setup.sh installs the PyPI
+/// perfetto package into its own environment) decode the trace: CPU 1's
+/// switches, the hog named, and a slice per listed late event on a track
+/// of the probe's thread.
+fn perfetto_holds_the_late_events(trace: &std::path::Path, x: &Value, hog: u32) {
+    let python = "/var/cache/ontime/perfetto/bin/python";
+    if !std::path::Path::new(python).exists() {
+        ontime_testkit::skip("Perfetto's definitions are not installed (scripts/setup.sh installs them)");
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/perfetto-check.py");
+    let out = Command::new(python).arg(script).arg(trace).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(got["switches"].as_u64().unwrap() > 0, "{got}");
+    assert!(got["cpus"].as_array().unwrap().contains(&Value::from(1)), "{got}");
+    assert_eq!(got["threads"][hog.to_string()]["name"], "python3", "{got}");
+    let worst = x["worst"].as_array().unwrap();
+    assert_eq!(got["slices"].as_array().unwrap().len(), worst.len(), "{got}");
+    let probe = worst[0]["probe"]["tid"].as_u64().unwrap();
+    assert!(
+        got["tracks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["tid"].as_u64() == Some(probe)),
+        "{got}"
+    );
+    assert!(
+        got["slices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["name"].as_str().unwrap().contains("behind python3")),
+        "{got}"
+    );
 }
 
 #[test]

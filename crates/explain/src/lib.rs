@@ -18,6 +18,7 @@
 
 pub mod attribute;
 pub mod cause;
+pub mod perfetto;
 pub mod report;
 pub mod summary;
 pub mod timeline;
