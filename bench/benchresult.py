@@ -5,7 +5,7 @@ condition: a load, a rate, a mode), tool and round: plain values and
 histograms. It computes no figure a claim rests on: rates and shares
 (value(key, per=..., scale=...)), medians, ranges, percentiles of
 histograms, ratios and target verdicts are computed by
-`ontime bench report FILE --markdown` (crates/report/src/bench.rs holds
+`ontime bench report FILE` (crates/report/src/bench.rs holds
 the schema, typed). Use:
 
     res = BenchResult("cyclic_vs_cyclictest", "ontime cyclic vs cyclictest", sys.argv)
@@ -18,6 +18,7 @@ the schema, typed). Use:
 """
 import datetime
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -145,16 +146,26 @@ class BenchResult:
 
     def round(self, table, tool, values=None, histograms=None):
         """Appends one round of `tool` in `table` (created in first-use order)."""
-        t = next((t for t in self.doc["tables"] if t["name"] == table), None)
-        if t is None:
-            t = {"name": table, "rows": []}
-            self.doc["tables"].append(t)
+        t = self.round_table(table)
         row = next((r for r in t["rows"] if r["tool"] == tool), None)
         if row is None:
             row = {"tool": tool, "rounds": []}
             t["rows"].append(row)
-        row["rounds"].append({"values": {k: (None if v is None else float(v)) for k, v in (values or {}).items()},
-                              "histograms": histograms or {}})
+        # JSON has no NaN or infinity: a value a tool did not give is null.
+        clean = {k: (None if v is None or not math.isfinite(float(v)) else float(v)) for k, v in (values or {}).items()}
+        row["rounds"].append({"values": clean, "histograms": histograms or {}})
+
+    def not_alternated(self, table):
+        """Marks a table whose rows ran one after another, not in turn: its
+        rows then compare by their medians, not round by round."""
+        self.round_table(table)["alternated"] = False
+
+    def round_table(self, table):
+        t = next((t for t in self.doc["tables"] if t["name"] == table), None)
+        if t is None:
+            t = {"name": table, "alternated": True, "rows": []}
+            self.doc["tables"].append(t)
+        return t
 
     def ratio(self, metric, ours, peer):
         self.doc["ratios"].append({"metric": metric, "ours": ours, "peer": peer})
@@ -171,12 +182,12 @@ class BenchResult:
 
     def write(self, path):
         """Writes the result to `path` (whole or not at all) and prints it on stdout."""
-        text = json.dumps(self.doc, indent=1)
+        text = json.dumps(self.doc, indent=1, allow_nan=False)
         if path:
             tmp = f"{path}.tmp"
             with open(tmp, "w") as f:
                 f.write(text + "\n")
             os.replace(tmp, path)
-            print(f"bench: wrote {path}; `ontime bench report {path} --markdown` prints its tables",
+            print(f"bench: wrote {path}; `ontime bench report {path}` prints its tables",
                   file=sys.stderr)
         print(text)

@@ -222,7 +222,7 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
         log: a.gateway_log.clone(),
         delay_ns: a.gateway_delay,
     });
-    a.explain.check()?;
+    a.explain.check(a.vcpus)?;
     execute(probe, gateway, &a.out, a.config.as_deref(), &a.explain)
 }
 
@@ -292,6 +292,7 @@ pub fn execute(
     let recording = if explain.explain {
         Some(crate::explain::RecordingBeside::start(
             explain.keep_recording.as_deref(),
+            &p.run.thread.affinity,
         )?)
     } else {
         None
@@ -311,10 +312,20 @@ pub fn execute(
     let mut result = result?;
     let mut why = String::new();
     if let (Some(r), Some(late)) = (recording, result.late_events.as_ref()) {
-        let (rec, _) = r.finish()?;
-        let x = crate::explain::explain(&rec, late, explain.perfetto.as_deref())?;
-        why = crate::explain::text(&x, "polls sent late");
-        result.explanation = Some(x);
+        // The measurement stands without its explanation.
+        match r
+            .finish()
+            .and_then(|(rec, _)| crate::explain::explain(&rec, late, explain.perfetto.as_deref()))
+        {
+            Ok(x) => {
+                why = crate::explain::text(&x, "polls sent late");
+                result.explanation = Some(x);
+            }
+            Err(e) => {
+                ontime_core::errln!("ontime: --explain: {e:#}; the result has no explanation");
+                result.warnings.push(format!("--explain: {e:#}"));
+            }
+        }
     }
     {
         use ontime_core::export::{Exporter, Text};

@@ -132,7 +132,7 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
         histfile_woken: a.histfile_woken,
         result: a.out.result.clone(),
     };
-    a.explain.check()?;
+    a.explain.check(probe.options.threads)?;
     execute(probe, &a.out, &a.explain)
 }
 
@@ -180,6 +180,7 @@ pub fn execute(
     let recording = if explain.explain {
         Some(crate::explain::RecordingBeside::start(
             explain.keep_recording.as_deref(),
+            &p.options.affinity,
         )?)
     } else {
         None
@@ -203,10 +204,20 @@ pub fn execute(
     let mut result = result?;
     let mut text = ontime_core::export::TextReport::text(&result);
     if let (Some(r), Some(late)) = (recording, result.late_events.as_ref()) {
-        let (rec, _) = r.finish()?;
-        let x = crate::explain::explain(&rec, late, explain.perfetto.as_deref())?;
-        text.push_str(&crate::explain::text(&x, "wake-ups"));
-        result.explanation = Some(x);
+        // The measurement stands without its explanation.
+        match r
+            .finish()
+            .and_then(|(rec, _)| crate::explain::explain(&rec, late, explain.perfetto.as_deref()))
+        {
+            Ok(x) => {
+                text.push_str(&crate::explain::text(&x, "wake-ups"));
+                result.explanation = Some(x);
+            }
+            Err(e) => {
+                ontime_core::errln!("ontime: --explain: {e:#}; the result has no explanation");
+                result.warnings.push(format!("--explain: {e:#}"));
+            }
+        }
     }
     if let Some(f) = &p.histfile_woken {
         ontime_core::fsio::write_atomic(f, result.cyclictest_histogram_woken().as_bytes())?;

@@ -29,6 +29,16 @@ pub struct ExplainArgs {
     out: output::OutputFlags,
 }
 
+/// What `explain` reads of a crawl or cyclic result: its late events, and
+/// whether it is a crawl's (it has a send lag).
+#[derive(serde::Deserialize)]
+struct Kept {
+    #[serde(default)]
+    late_events: Option<LateSet>,
+    #[serde(default)]
+    send_lag: Option<serde::de::IgnoredAny>,
+}
+
 /// The largest probe result read.
 const MAX_RESULT_BYTES: u64 = 256 << 20;
 
@@ -38,21 +48,19 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         ("--perfetto", a.perfetto.as_deref()),
     ])?;
     let text = ontime_core::fsio::read_text_capped(&a.probe_result, "probe result", MAX_RESULT_BYTES)?;
-    let v: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| bad_input(format!("{}: not a JSON result: {e}", a.probe_result.display())))?;
-    let what = if v.get("send_lag").is_some() {
+    let kept: Kept = serde_json::from_str(&text)
+        .map_err(|e| bad_input(format!("{}: not a probe result: {e}", a.probe_result.display())))?;
+    let what = if kept.send_lag.is_some() {
         "polls sent late"
     } else {
         "wake-ups"
     };
-    let Some(late) = v.get("late_events").filter(|l| !l.is_null()) else {
+    let Some(late) = kept.late_events else {
         return Err(bad_input(format!(
             "{}: no late_events: run the probe with --keep-late (or --explain)",
             a.probe_result.display()
         )));
     };
-    let late: LateSet = serde_json::from_value(late.clone())
-        .map_err(|e| bad_input(format!("{}: late_events: {e}", a.probe_result.display())))?;
     let rec = Recording::read(&a.recording).map_err(|e| bad_input(format!("{e:#}")))?;
     let x = crate::explain::explain(&rec, &late, a.perfetto.as_deref())?;
     let text = crate::explain::text(&x, what);

@@ -56,10 +56,18 @@ impl ExplainFlags {
         }
     }
 
-    pub fn check(&self) -> Result<()> {
+    /// `threads`: the probe threads, each keeping up to --explain-max.
+    pub fn check(&self, threads: usize) -> Result<()> {
         let keeping = self.explain || self.keep_late;
-        if keeping && !(1..=1_000_000).contains(&self.explain_max) {
-            return Err(ontime_core::bad_input("--explain-max must be between 1 and 1000000"));
+        if keeping && !(1..=100_000).contains(&self.explain_max) {
+            return Err(ontime_core::bad_input("--explain-max must be between 1 and 100000"));
+        }
+        // 32 bytes an event, per thread: at most 320 MiB in all.
+        if keeping && self.explain_max.saturating_mul(threads) > 10_000_000 {
+            return Err(ontime_core::bad_input(format!(
+                "--explain-max {} x {threads} probe threads keeps more than 10 000 000 events: give a smaller --explain-max",
+                self.explain_max
+            )));
         }
         if !keeping && self.explain_over.is_some() {
             return Err(ontime_core::bad_input(
@@ -70,18 +78,32 @@ impl ExplainFlags {
     }
 }
 
-/// A recording of every CPU's scheduler events running beside a probe.
+/// A recording of every CPU's scheduler events running beside a probe;
+/// stopped and joined when dropped (an error on the way), before its
+/// temporary directory goes.
 pub struct RecordingBeside {
     stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<Result<RecordSummary>>,
+    thread: Option<std::thread::JoinHandle<Result<RecordSummary>>>,
     path: PathBuf,
     _dir: Option<tempfile::TempDir>,
 }
 
+impl Drop for RecordingBeside {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 impl RecordingBeside {
     /// Starts recording and returns once the recorder is attached, so the
-    /// probe's first event is inside the recording.
-    pub fn start(keep: Option<&Path>) -> Result<RecordingBeside> {
+    /// probe's first event is inside the recording. The recorder's thread
+    /// keeps off `probe_cpus` where other CPUs are online (it would
+    /// otherwise delay the probe it explains; where it cannot, it is in the
+    /// recording and named like any culprit).
+    pub fn start(keep: Option<&Path>, probe_cpus: &[usize]) -> Result<RecordingBeside> {
         let (dir, path) = match keep {
             Some(p) => (None, p.to_path_buf()),
             None => {
@@ -110,9 +132,16 @@ impl RecordingBeside {
         };
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let flag = stop.clone();
+        let elsewhere: Vec<usize> = (0..ontime_core::limits::online_cpus())
+            .filter(|c| !probe_cpus.contains(c))
+            .collect();
         let thread = std::thread::Builder::new()
             .name("explain-rec".into())
             .spawn(move || {
+                if !elsewhere.is_empty() {
+                    // Best effort: a cpuset may forbid it.
+                    let _ = ontime_core::rt::set_affinity(&elsewhere);
+                }
                 recorder::record(&opts, &flag, None, &mut NoSink, &mut |_| {
                     let _ = ready_tx.send(());
                 })
@@ -129,18 +158,20 @@ impl RecordingBeside {
         }
         Ok(RecordingBeside {
             stop,
-            thread,
+            thread: Some(thread),
             path,
             _dir: dir,
         })
     }
 
     /// Stops recording and reads the recording back.
-    pub fn finish(self) -> Result<(Recording, RecordSummary)> {
+    pub fn finish(mut self) -> Result<(Recording, RecordSummary)> {
         self.stop.store(true, Ordering::Relaxed);
         let summary = self
             .thread
-            .join()
+            .take()
+            .map(|t| t.join())
+            .ok_or_else(|| anyhow::anyhow!("--explain: the recorder was already stopped"))?
             .map_err(|_| anyhow::anyhow!("--explain: the recorder thread panicked"))??;
         let rec = Recording::read(&self.path).with_context(|| format!("reading {}", self.path.display()))?;
         Ok((rec, summary))

@@ -1,7 +1,8 @@
 //! The late events a probe keeps for explanation: which thread, when the
 //! event was planned and when it happened. A probe offers every event to a
-//! [`WorstEvents`], which keeps the latest-coming worst ones in a bounded,
-//! preallocated heap (no allocation per event on the measurement path);
+//! [`WorstEvents`], which keeps the worst ones (of equal lateness, the
+//! earliest planned) in a bounded heap allocated and touched before the
+//! run (no allocation or page fault per event on the measurement path);
 //! which of them count as late is decided at the end, against a threshold
 //! the whole run's distribution gives (ontime-explain explains them).
 
@@ -44,8 +45,12 @@ impl Default for WorstEvents {
 
 impl WorstEvents {
     pub fn new(capacity: usize) -> WorstEvents {
+        let mut heap = BinaryHeap::with_capacity(capacity);
+        // Touch every page now, not on the measurement path.
+        heap.extend(std::iter::repeat_n(Reverse((0, 0, 0, 0)), capacity));
+        heap.clear();
         WorstEvents {
-            heap: BinaryHeap::with_capacity(capacity),
+            heap,
             capacity,
             offered: 0,
         }
@@ -66,7 +71,8 @@ impl WorstEvents {
             return;
         }
         self.offered += 1;
-        let key = Reverse((e.lateness_ns(), e.planned_ns, e.actual_ns, e.tid));
+        // Of equal lateness the later planned is the smaller: it goes first.
+        let key = Reverse((e.lateness_ns(), u64::MAX - e.planned_ns, e.actual_ns, e.tid));
         if self.heap.len() < self.capacity {
             self.heap.push(key);
         } else if self.heap.peek().is_some_and(|min| key.0 .0 > min.0 .0) {
@@ -82,10 +88,10 @@ impl WorstEvents {
     /// capacity).
     pub fn add(&mut self, other: &WorstEvents) {
         let offered = self.offered + other.offered;
-        for &Reverse((_, planned_ns, actual_ns, tid)) in other.heap.iter() {
+        for &Reverse((_, later, actual_ns, tid)) in other.heap.iter() {
             self.offer(ProbeEvent {
                 tid,
-                planned_ns,
+                planned_ns: u64::MAX - later,
                 actual_ns,
             });
         }
@@ -97,9 +103,9 @@ impl WorstEvents {
         let mut v: Vec<ProbeEvent> = self
             .heap
             .into_iter()
-            .map(|Reverse((_, planned_ns, actual_ns, tid))| ProbeEvent {
+            .map(|Reverse((_, later, actual_ns, tid))| ProbeEvent {
                 tid,
-                planned_ns,
+                planned_ns: u64::MAX - later,
                 actual_ns,
             })
             .collect();
@@ -126,13 +132,18 @@ impl LateSet {
     /// (`all`: every event's lateness).
     pub fn choose(worst: WorstEvents, all: &crate::stats::LatencyHistogram, over: Option<u64>) -> LateSet {
         let (threshold_ns, threshold_from) = match over {
-            Some(ns) => (ns, "the threshold given".to_string()),
+            Some(ns) => (ns, "--explain-over".to_string()),
             None if crate::stats::supports(all.len(), 99.9) => {
                 (all.percentile(99.9).unwrap_or(0), "p99.9 of the run".to_string())
             }
+            // Fewer than 1000 events cannot support p99.9: the value at it
+            // is the largest, so no event is late; say why.
             None => (
-                all.percentile(99.9).unwrap_or(0),
-                "p99.9 of the run (too few events to support it: about the largest)".to_string(),
+                all.max(),
+                format!(
+                    "p99.9 of the run, which {} events cannot support: give --explain-over",
+                    all.len()
+                ),
             ),
         };
         let events: Vec<ProbeEvent> = worst
@@ -183,6 +194,32 @@ mod tests {
         assert_eq!(a.offered(), 5);
         let kept: Vec<u64> = a.into_worst_first().iter().map(|e| e.lateness_ns()).collect();
         assert_eq!(kept, vec![8, 6]);
+    }
+
+    #[test]
+    fn too_few_events_for_p999_make_none_late_and_say_so() {
+        let mut all = crate::stats::LatencyHistogram::new();
+        let mut w = WorstEvents::new(10);
+        for late in [1_000, 2_000, 90_000] {
+            all.record(late);
+            w.offer(ev(late, late));
+        }
+        let set = LateSet::choose(w, &all, None);
+        assert!(set.events.is_empty() && set.late == 0, "{set:?}");
+        assert!(set.threshold_from.contains("--explain-over"), "{}", set.threshold_from);
+        let mut w = WorstEvents::new(10);
+        [1_000, 90_000].into_iter().for_each(|l| w.offer(ev(l, l)));
+        let set = LateSet::choose(w, &all, Some(50_000));
+        assert_eq!(set.events.len(), 1);
+        assert_eq!(set.late, 1);
+    }
+
+    #[test]
+    fn of_equal_lateness_the_earliest_planned_is_kept() {
+        let mut w = WorstEvents::new(1);
+        w.offer(ev(100, 5));
+        w.offer(ev(200, 5));
+        assert_eq!(w.into_worst_first()[0].planned_ns, 100);
     }
 
     #[test]

@@ -11,10 +11,13 @@
 //! vocabulary, [`attribute`] the rules ([`explain`]), [`report`] the JSON
 //! of one late event with its culprits named.
 //!
+//! [`summary`] explains a run's late events together and words them;
+//! [`perfetto`] writes the scheduling around them as a Perfetto trace.
+//!
 //! It does not capture (ontime-trace records; the recording format is
-//! ontime-recording's), decide which events are late (the probe's result
-//! and its threshold do), or print: crawl, cyclic, the lab and the CLI
-//! wire it. No BPF.
+//! ontime-recording's) or decide which events are late (the probe's
+//! result and its threshold do, `ontime_core::late`): crawl, cyclic and
+//! the CLI wire it. No BPF.
 
 pub mod attribute;
 pub mod cause;

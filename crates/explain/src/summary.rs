@@ -80,6 +80,16 @@ pub fn explain_run(
             notes.push(format!("{e}: its late events are not explained"));
         }
     }
+    let outside = events
+        .iter()
+        .filter(|e| e.actual_ns <= tl.start_ns() || e.planned_ns >= tl.end_ns())
+        .count();
+    if outside > 0 {
+        notes.push(format!(
+            "{outside} of {} late events fall outside the recording: was it made during this run?",
+            events.len()
+        ));
+    }
     for e in events {
         let Ok(probe) = tl.probe(e.tid) else { continue };
         crate::attribute::explain_into(&tl, &probe, e.planned_ns, e.actual_ns, &mut out);
@@ -99,12 +109,27 @@ pub fn explain_run(
             coverage.repaired
         ));
     }
-    summarize(reports, late, threshold_ns, threshold_from, unseen, notes)
+    let process_comm: std::collections::HashMap<u32, String> = rec
+        .threads
+        .values()
+        .filter(|t| t.tid == t.tgid && !t.comm.is_empty())
+        .map(|t| (t.tgid, t.comm.clone()))
+        .collect();
+    summarize(
+        reports,
+        &process_comm,
+        late,
+        threshold_ns,
+        threshold_from,
+        unseen,
+        notes,
+    )
 }
 
 /// Sums explained events into a run's explanation.
 pub fn summarize(
     reports: Vec<LateEvent>,
+    process_comm: &std::collections::HashMap<u32, String>,
     late: u64,
     threshold_ns: u64,
     threshold_from: &str,
@@ -113,32 +138,42 @@ pub fn summarize(
 ) -> RunExplanation {
     let lateness_ns: u64 = reports.iter().map(|r| r.lateness_ns).sum();
     let mut totals: Vec<CauseTotal> = Vec::new();
-    for r in &reports {
+    // The event each total last counted, so an event counts once per total.
+    let mut counted: Vec<usize> = Vec::new();
+    for (i, r) in reports.iter().enumerate() {
         for c in &r.causes {
-            // Threads of one process are one culprit in the sum.
+            // Threads of one process are one culprit in the sum, whatever
+            // their names (QEMU's vCPU threads): the process is.
             let culprit = c.culprit.clone().map(|mut k| {
                 if k.pid.is_some() {
                     k.tid = None;
+                    k.comm = k.pid.and_then(|p| process_comm.get(&p).cloned()).or(k.comm);
                 }
                 k
             });
-            match totals
-                .iter_mut()
-                .find(|t| t.cause == c.cause && t.detail == c.detail && t.side == c.side && t.culprit == culprit)
-            {
-                Some(t) => {
+            let key =
+                |t: &CauseTotal| t.cause == c.cause && t.detail == c.detail && t.side == c.side && t.culprit == culprit;
+            match totals.iter().position(key) {
+                Some(at) => {
+                    let t = &mut totals[at];
                     t.ns += c.ns;
-                    t.events += u64::from(c.ns > 0);
+                    if c.ns > 0 && counted[at] != i + 1 {
+                        t.events += 1;
+                        counted[at] = i + 1;
+                    }
                 }
-                None => totals.push(CauseTotal {
-                    cause: c.cause,
-                    detail: c.detail,
-                    side: c.side,
-                    ns: c.ns,
-                    share: 0.0,
-                    events: u64::from(c.ns > 0),
-                    culprit,
-                }),
+                None => {
+                    totals.push(CauseTotal {
+                        cause: c.cause,
+                        detail: c.detail,
+                        side: c.side,
+                        ns: c.ns,
+                        share: 0.0,
+                        events: u64::from(c.ns > 0),
+                        culprit,
+                    });
+                    counted.push(if c.ns > 0 { i + 1 } else { 0 });
+                }
             }
         }
     }
@@ -338,7 +373,8 @@ mod tests {
                 ],
             ),
         ];
-        let run = summarize(reports, 2, 10 * MS, "--explain-over", vec![], vec![]);
+        let names = std::collections::HashMap::from([(4242, "stress-ng".to_string())]);
+        let run = summarize(reports, &names, 2, 10 * MS, "--explain-over", vec![], vec![]);
         assert_eq!(run.lateness_ns, 100 * MS);
         let first = &run.causes[0];
         assert_eq!(
@@ -357,7 +393,15 @@ mod tests {
 
     #[test]
     fn no_late_event_says_so() {
-        let run = summarize(vec![], 0, 5 * MS, "p99.9 of the run", vec![], vec![]);
+        let run = summarize(
+            vec![],
+            &Default::default(),
+            0,
+            5 * MS,
+            "p99.9 of the run",
+            vec![],
+            vec![],
+        );
         assert_eq!(run.sentence("polls"), "no polls over 5.0 ms");
         assert_eq!(run.causes.len(), 1, "unexplained is listed even then");
     }

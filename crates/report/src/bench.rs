@@ -148,7 +148,16 @@ fn one() -> f64 {
 #[serde(deny_unknown_fields)]
 pub struct Table {
     pub name: String,
+    /// The rows' rounds ran alternately (round i of each row in turn), so
+    /// round i of one row pairs with round i of another for per-round
+    /// ratios and costs; otherwise rows compare by their medians.
+    #[serde(default = "yes")]
+    pub alternated: bool,
     pub rows: Vec<Row>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Deserialize, Serialize)]
@@ -319,16 +328,14 @@ impl BenchResult {
         }
         for t in &self.tables {
             for row in &t.rows {
+                let mut widths: BTreeMap<&str, f64> = BTreeMap::new();
                 for (i, round) in row.rounds.iter().enumerate() {
                     for (name, h) in &round.histograms {
-                        h.check().map_err(|e| {
-                            format!(
-                                "table {:?}, {} round {}: histogram {name:?}: {e}",
-                                t.name,
-                                row.tool,
-                                i + 1
-                            )
-                        })?;
+                        let at = || format!("table {:?}, {} round {}: histogram {name:?}", t.name, row.tool, i + 1);
+                        h.check().map_err(|e| format!("{}: {e}", at()))?;
+                        if *widths.entry(name).or_insert(h.bin_width) != h.bin_width {
+                            return Err(format!("{}: bins of another width than its other rounds'", at()));
+                        }
                     }
                 }
             }
@@ -470,7 +477,7 @@ impl BenchResult {
             .map(|r| r.values.get(key).copied().flatten())
             .collect();
         let base_median = Figure::of_values(base_values.iter().flatten().copied().collect()).central();
-        let paired = base.rounds.len() == row.rounds.len();
+        let paired = table.alternated && base.rounds.len() == row.rounds.len();
         let own: Option<Vec<Option<f64>>> = plus.as_ref().and_then(|name| {
             let m = self.metric(name)?;
             // A cost over the baseline cannot add itself.
@@ -510,14 +517,14 @@ impl BenchResult {
         ) else {
             return Figure::Missing;
         };
-        if a.rounds.len() == b.rounds.len() && a.rounds.len() > 1 {
+        if table.alternated && a.rounds.len() == b.rounds.len() && a.rounds.len() > 1 {
             if let (Some(x), Some(y)) = (self.per_round(table, a, &m.source), self.per_round(table, b, &m.source)) {
                 let paired: Option<Vec<f64>> = x
                     .iter()
                     .zip(&y)
                     .map(|(x, y)| {
                         let (x, y) = ((*x)?, (*y)?);
-                        (y != 0.0).then_some(x / y)
+                        (y > 0.0).then_some(x / y)
                     })
                     .collect();
                 if let Some(v) = paired {
@@ -525,10 +532,16 @@ impl BenchResult {
                 }
             }
         }
-        match (self.figure(table, a, m).central(), self.figure(table, b, m).central()) {
-            (Some(x), Some(y)) if y.is_infinite() && x.is_finite() => Figure::One { value: 0.0 },
-            (Some(x), Some(y)) if y > 0.0 && y.is_finite() => Figure::One { value: x / y },
+        let (fa, fb) = (self.figure(table, a, m), self.figure(table, b, m));
+        // A bound is not a value: ours over "at most the peer's maximum"
+        // would understate the ratio.
+        if matches!(fa, Figure::AtMost { .. }) || matches!(fb, Figure::AtMost { .. }) {
+            return Figure::Missing;
+        }
+        match (fa.central(), fb.central()) {
             (Some(x), Some(_)) if x.is_infinite() => Figure::Unbounded,
+            (Some(_), Some(y)) if y.is_infinite() => Figure::One { value: 0.0 },
+            (Some(x), Some(y)) if y > 0.0 => Figure::One { value: x / y },
             _ => Figure::Missing,
         }
     }
@@ -586,6 +599,16 @@ impl Histogram {
         if self.max.is_some_and(|m| !m.is_finite()) {
             return Err("max is not a number".into());
         }
+        let total = self
+            .bins
+            .iter()
+            .try_fold(self.overflow.checked_add(self.unbounded), |acc, b| {
+                acc.and_then(|a| a.checked_add(b[1])).map(Some)
+            })
+            .flatten();
+        if total.is_none_or(|t| t > 1 << 53) {
+            return Err("more than 2^53 samples".into());
+        }
         Ok(())
     }
 
@@ -593,20 +616,20 @@ impl Histogram {
         self.bins
             .iter()
             .map(|b| b[1])
-            .fold(self.overflow + self.unbounded, u64::saturating_add)
+            .fold(self.overflow.saturating_add(self.unbounded), u64::saturating_add)
     }
 
+    /// Pools another round's histogram of the same bins (the result's
+    /// check refuses a row whose rounds' bins differ in width).
     fn add(&mut self, other: &Histogram) {
         let mut merged: BTreeMap<u64, u64> = self.bins.iter().map(|b| (b[0], b[1])).collect();
-        // Different widths cannot pool bin by bin; the wider bins win.
-        let scale = other.bin_width / self.bin_width;
         for b in &other.bins {
-            let i = (b[0] as f64 * scale).floor() as u64;
-            *merged.entry(i).or_default() += b[1];
+            let c = merged.entry(b[0]).or_default();
+            *c = c.saturating_add(b[1]);
         }
         self.bins = merged.into_iter().map(|(i, c)| [i, c]).collect();
-        self.overflow += other.overflow;
-        self.unbounded += other.unbounded;
+        self.overflow = self.overflow.saturating_add(other.overflow);
+        self.unbounded = self.unbounded.saturating_add(other.unbounded);
         self.max = match (self.max, other.max) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
@@ -616,24 +639,25 @@ impl Histogram {
     /// The lower edge of the bin holding the sample of rank ceil(q * n).
     fn quantile(&self, q: f64) -> Figure {
         let total = self.total();
-        if total == 0 || (total as f64) < (1.0 / (1.0 - q)).round() {
+        if total == 0 || !ontime_core::stats::supports(total, q * 100.0) {
             return Figure::Unsupported;
         }
         let rank = ((q * total as f64).ceil() as u64).max(1);
         let mut seen = 0u64;
         for b in &self.bins {
-            seen += b[1];
+            seen = seen.saturating_add(b[1]);
             if seen >= rank {
                 return Figure::One {
                     value: b[0] as f64 * self.bin_width,
                 };
             }
         }
-        seen += self.overflow;
+        seen = seen.saturating_add(self.overflow);
         if seen >= rank {
+            // Above the last bin: only the maximum bounds it, if known.
             return match self.max {
                 Some(value) => Figure::AtMost { value },
-                None => Figure::Unbounded,
+                None => Figure::Unsupported,
             };
         }
         Figure::Unbounded
@@ -673,7 +697,9 @@ pub fn text(fig: &Figure, unit: &str) -> String {
         Figure::AtMost { value } => format!("<= {}", with_unit(value, unit)),
         Figure::One { value } => with_unit(value, unit),
         Figure::Spread { median, min, max, .. } => {
-            format!("{} ({}-{})", with_unit(median, unit), number(min), number(max))
+            // "(-1.0--0.5)" would not read; a negative range says "to".
+            let dash = if min < 0.0 { " to " } else { "-" };
+            format!("{} ({}{dash}{})", with_unit(median, unit), number(min), number(max))
         }
     }
 }
@@ -732,7 +758,19 @@ pub fn markdown(r: &BenchResult) -> String {
         for row in &t.rows {
             let _ = write!(s, "| {} | {} |", row.tool, row.rounds.len());
             for m in &r.metrics {
-                let _ = write!(s, " {} |", text(&r.figure(t, row, m), &m.unit));
+                let fig = r.figure(t, row, m);
+                // Rounds that gave no figure are said, not hidden.
+                let used = match (&m.source, &fig) {
+                    (Source::Value { .. } | Source::Over { .. }, Figure::Spread { n, .. }) => *n,
+                    (Source::Value { .. } | Source::Over { .. }, Figure::One { .. }) => 1,
+                    _ => row.rounds.len(),
+                };
+                let of = if used < row.rounds.len() && !matches!(fig, Figure::Missing) {
+                    format!(" ({used} of {})", row.rounds.len())
+                } else {
+                    String::new()
+                };
+                let _ = write!(s, " {}{of} |", text(&fig, &m.unit));
             }
             let _ = writeln!(s);
         }
@@ -766,7 +804,7 @@ pub fn markdown(r: &BenchResult) -> String {
         let _ = writeln!(s);
         let _ = writeln!(
             s,
-            "Cells: the median (min-max) over the rounds, or, for a histogram's statistic, of the rounds pooled; ratios per round where the rounds alternate."
+            "Cells: the median (min-max) over the rounds, or a statistic of the rounds' histograms pooled; ratios and costs round by round where the rounds alternated, else of the medians or pooled figures."
         );
         let _ = writeln!(s);
         for t in &r.targets {
@@ -995,6 +1033,7 @@ mod tests {
             }],
             tables: vec![Table {
                 name: "idle".into(),
+                alternated: true,
                 rows: vec![rows("ontime", ours), rows("perf", peer)],
             }],
             ratios: vec![RatioSpec {
