@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 use ontime_core::bad_input;
-use ontime_core::late::LateSet;
 use ontime_trace::recording::Recording;
 
 use crate::output;
@@ -29,33 +28,12 @@ pub struct ExplainArgs {
     out: output::OutputFlags,
 }
 
-/// What `explain` reads of a crawl or cyclic result: its late events, and
-/// whether it is a crawl's (it has a send lag).
-#[derive(serde::Deserialize)]
-struct Kept {
-    #[serde(default)]
-    late_events: Option<LateSet>,
-    #[serde(default)]
-    send_lag: Option<serde::de::IgnoredAny>,
-}
-
-/// The largest probe result read.
-const MAX_RESULT_BYTES: u64 = 256 << 20;
-
 pub fn run(a: ExplainArgs) -> Result<()> {
     output::check_outputs(&[
         ("--result", a.out.result.as_deref()),
         ("--perfetto", a.perfetto.as_deref()),
     ])?;
-    let text = ontime_core::fsio::read_text_capped(&a.probe_result, "probe result", MAX_RESULT_BYTES)?;
-    let kept: Kept = serde_json::from_str(&text)
-        .map_err(|e| bad_input(format!("{}: not a probe result: {e}", a.probe_result.display())))?;
-    let what = if kept.send_lag.is_some() {
-        "polls sent late"
-    } else {
-        "wake-ups"
-    };
-    let Some(late) = kept.late_events else {
+    let Some((late, what)) = ontime_explain::kept::read(&a.probe_result)? else {
         return Err(bad_input(format!(
             "{}: no late_events: run the probe with --keep-late (or --explain)",
             a.probe_result.display()

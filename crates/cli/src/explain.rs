@@ -59,15 +59,12 @@ impl ExplainFlags {
     /// `threads`: the probe threads, each keeping up to --explain-max.
     pub fn check(&self, threads: usize) -> Result<()> {
         let keeping = self.explain || self.keep_late;
-        if keeping && !(1..=100_000).contains(&self.explain_max) {
-            return Err(ontime_core::bad_input("--explain-max must be between 1 and 100000"));
-        }
-        // 32 bytes an event, per thread: at most 320 MiB in all.
-        if keeping && self.explain_max.saturating_mul(threads) > 10_000_000 {
-            return Err(ontime_core::bad_input(format!(
-                "--explain-max {} x {threads} probe threads keeps more than 10 000 000 events: give a smaller --explain-max",
-                self.explain_max
-            )));
+        if keeping {
+            if self.explain_max == 0 {
+                return Err(ontime_core::bad_input("--explain-max must be at least 1"));
+            }
+            ontime_core::limits::kept_events("--explain-max", self.explain_max, threads)
+                .map_err(ontime_core::bad_input)?;
         }
         if !keeping && self.explain_over.is_some() {
             return Err(ontime_core::bad_input(

@@ -155,6 +155,19 @@ pub fn rate(what: &str, value: f64, max: f64) -> Result<f64, String> {
     Ok(value)
 }
 
+/// Late events a probe keeps per thread for explanation (0: none): at most
+/// 100 000 a thread and 10 million in all (32 bytes each, allocated before
+/// the run).
+pub fn kept_events(flag: &str, per_thread: usize, threads: usize) -> Result<(), String> {
+    count(flag, per_thread as u64, 0, 100_000)?;
+    if per_thread.saturating_mul(threads) > 10_000_000 {
+        return Err(format!(
+            "{flag} {per_thread} x {threads} threads keeps more than 10 000 000 events: give a smaller {flag}"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -712,6 +712,7 @@ impl CrawlProbe {
         use ontime_core::limits;
         let r = &self.run;
         limits::count("vcpus", r.vcpus as u64, 1, limits::MAX_THREADS)?;
+        limits::kept_events("explain-max", r.keep_worst, r.vcpus)?;
         limits::duration(
             "duration",
             r.duration_ns,

@@ -670,6 +670,7 @@ impl CyclicProbe {
             return Err("give a duration (-D 60s) or a loop count (-l 100000)".into());
         }
         limits::count("-t", o.threads as u64, 1, limits::MAX_THREADS)?;
+        limits::kept_events("--explain-max", o.keep_worst, o.threads)?;
         limits::duration("-i", o.interval_ns, limits::MIN_INTERVAL_NS, limits::MAX_DURATION_NS)?;
         limits::duration("-d", o.distance_ns, 0, limits::MAX_DURATION_NS)?;
         limits::count("-h", o.histogram_us as u64, 0, limits::MAX_HISTOGRAM_BINS)?;

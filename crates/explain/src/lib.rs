@@ -21,6 +21,7 @@
 
 pub mod attribute;
 pub mod cause;
+pub mod kept;
 pub mod perfetto;
 pub mod report;
 pub mod summary;

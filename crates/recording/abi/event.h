@@ -26,14 +26,14 @@ enum kind {
     EV_EXEC = 7,
     EV_KVM_ENTRY = 8,
     EV_KVM_EXIT = 9,
-    /* A hard interrupt handler entered on this CPU (irq_handler_entry;
-     * x86 system vectors from the irq_vectors entry tracepoints, with
-     * F_IRQ_VECTOR). Not recorded yet: the layout is fixed for the
-     * recorder to fill. */
+    /* A hard interrupt handler entered on this CPU (irq_handler_entry),
+     * recorded on every CPU whatever it interrupts. x86 system vectors
+     * (the irq_vectors entry tracepoints, with F_IRQ_VECTOR) are not
+     * recorded yet. */
     EV_IRQ_ENTRY = 10,
     EV_IRQ_EXIT = 11,
-    /* A softirq run on this CPU (softirq_entry, softirq_exit). Not
-     * recorded yet, like EV_IRQ_ENTRY. */
+    /* A softirq run on this CPU (softirq_entry, softirq_exit), recorded
+     * like EV_IRQ_ENTRY. */
     EV_SOFTIRQ_ENTRY = 12,
     EV_SOFTIRQ_EXIT = 13,
 };
@@ -44,8 +44,8 @@ enum kind {
 /* flags of a switch: the kernel preempted the previous task. */
 #define F_PREEMPT 2
 /* flags of a switch: the previous task is real-time (prio below 100:
- * SCHED_FIFO, SCHED_RR, SCHED_DEADLINE). Not set by the recorder yet;
- * without it no real-time task can be told apart. */
+ * SCHED_FIFO, SCHED_RR, SCHED_DEADLINE). Set by the BPF recorder; the
+ * perf fallback does not read the priorities. */
 #define F_PREV_RT 4
 /* flags of a switch: the next task is real-time, as F_PREV_RT. */
 #define F_NEXT_RT 8

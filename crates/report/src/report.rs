@@ -804,7 +804,7 @@ the worst {metric} per run is below.</p><table><tr><th>run</th><th>setting</th><
         .collect();
     let _ = write!(
         h,
-        "<p>Targets, per tenant: {}.</p><table><tr><th>run</th><th>setting</th><th>verdict</th><th>tenants that met them</th><th>worst miss</th><th>why: scheduler view</th></tr>",
+        "<p>Targets, per tenant: {}.</p><table><tr><th>run</th><th>setting</th><th>verdict</th><th>tenants that met them</th><th>worst miss</th><th>why</th></tr>",
         stated.join(", ")
     );
     let mut all_met = true;
@@ -839,7 +839,23 @@ the worst {metric} per run is below.</p><table><tr><th>run</th><th>setting</th><
             (None, None) if incomplete => "the run is incomplete".into(),
             _ => "-".into(),
         };
+        // The late events explained (the worst tenant's, else the tenant
+        // with the most lateness); the scheduler's aggregates otherwise.
+        let explained = r.explanations.as_ref().and_then(|x| {
+            let worst_name = worst.as_ref().map(|(i, _)| format!("t{i}"));
+            let (name, t) = match worst_name.as_ref().and_then(|n| x.tenants.get_key_value(n)) {
+                Some(kv) => kv,
+                None => x.tenants.iter().max_by_key(|(_, t)| t.explanation.lateness_ns)?,
+            };
+            Some(format!(
+                "<a href=\"#run-{}\">{}: {}</a>",
+                esc(&r.name),
+                esc(name),
+                esc(&t.explanation.sentence(&t.what))
+            ))
+        });
         let why = match &r.record.observe {
+            _ if explained.is_some() => explained.unwrap_or_default(),
             None if r.record.simulated.is_some() => "simulated".into(),
             Some(_) => match &r.analysis {
                 Some(a) => {
@@ -1133,6 +1149,48 @@ fn figures_section(charts: &[Chart], svgs: &[String]) -> String {
     h
 }
 
+/// A run's late events explained: per tenant the sentence, then the worst
+/// events with their causes.
+fn worst_events_table(x: &ontime_explain::kept::RunExplanations) -> String {
+    use ontime_explain::summary::describe;
+    let mut h = String::new();
+    for (name, t) in &x.tenants {
+        let e = &t.explanation;
+        let _ = write!(h, "<p>why {}: {}</p>", esc(name), esc(&e.sentence(&t.what)));
+        if e.worst.is_empty() {
+            continue;
+        }
+        h.push_str("<table><tr><th>planned (s)</th><th>late</th><th>causes</th></tr>");
+        for w in e.worst.iter().take(10) {
+            let causes: Vec<String> = w
+                .causes
+                .iter()
+                .filter(|c| c.ns > 0)
+                .take(3)
+                .map(|c| {
+                    format!(
+                        "{} {}",
+                        format_ns(c.ns),
+                        describe(c.cause, c.detail, c.side, c.culprit.as_ref())
+                    )
+                })
+                .collect();
+            let _ = write!(
+                h,
+                "<tr><td>{:.6}</td><td>{}</td><td class=l>{}</td></tr>",
+                w.planned_ns as f64 / 1e9,
+                format_ns(w.lateness_ns),
+                esc(&causes.join("; "))
+            );
+        }
+        h.push_str("</table>");
+        for u in &e.unseen {
+            let _ = write!(h, "<p class=model>not recorded: {}</p>", esc(u));
+        }
+    }
+    h
+}
+
 /// Per run: each tenant's percentiles, misses, send lag, the pooled row and
 /// the relay's delay.
 fn runs_section(runs: &[RunResults], crawl: bool) -> String {
@@ -1210,6 +1268,9 @@ fn runs_section(runs: &[RunResults], crawl: bool) -> String {
             cell(p.max_ns),
             if crawl { "<td></td>" } else { "" }
         );
+        if let Some(x) = &r.explanations {
+            h.push_str(&worst_events_table(x));
+        }
         if let Some(g) = &r.record.gateway {
             let _ = write!(h, "<p>gateway: {}</p>", esc(&stamp_line(g)));
         }

@@ -124,7 +124,21 @@ impl ProbeSpec {
     }
 }
 
+/// Late events a tenant's probe keeps per thread for the run's
+/// explanation (`explain.json`).
+const KEEP_LATE: usize = 1000;
+
 impl crate::scenario::RunConfig {
+    /// Late events a tenant's probe keeps: the host's recording explains
+    /// them for sandboxed and native tenants, whose threads are the
+    /// host's; a QEMU guest's probe threads are the guest's.
+    fn keep_late(&self) -> usize {
+        match self.tenant.backend {
+            crate::scenario::Backend::Qemu => 0,
+            _ => KEEP_LATE,
+        }
+    }
+
     /// What tenant `i` of this run runs (None: a `[net]` run, whose flows
     /// are its tenants' work), its files in `dir`. `vcpus` is the crawler's
     /// thread count (the host's CPUs for native runs).
@@ -157,7 +171,7 @@ impl crate::scenario::RunConfig {
                     hlog: file("hlog"),
                     polls_file: None,
                     store: None,
-                    keep_worst: 0,
+                    keep_worst: self.keep_late(),
                     explain_over: None,
                 },
                 result: file("json"),
@@ -194,7 +208,7 @@ impl crate::scenario::RunConfig {
                     load: None,
                     hlog: file("hlog"),
                     hlog_interval_ns: 1_000_000_000,
-                    keep_worst: 0,
+                    keep_worst: self.keep_late(),
                     explain_over: None,
                 },
                 load: None,

@@ -284,6 +284,9 @@ pub struct RunResults {
     /// The scheduler recording's analysis (`observe.json`), when the run
     /// has one.
     pub analysis: Option<ontime_sched::Analysis>,
+    /// Why the tenants' late polls or wake-ups were late (`explain.json`,
+    /// written beside observe.json when the probes kept their late events).
+    pub explanations: Option<ontime_explain::kept::RunExplanations>,
 }
 
 impl RunResults {
@@ -364,8 +367,15 @@ pub fn read_run(dir: &Path) -> Result<RunResults> {
         Some(f) => Some(read_json(&dir.join(f), "observe analysis")?),
         None => None,
     };
+    let explain = dir.join("explain.json");
+    let explanations = if explain.exists() {
+        Some(read_json(&explain, "explanation of the late events")?)
+    } else {
+        None
+    };
     Ok(RunResults {
         analysis,
+        explanations,
         dir: dir.to_path_buf(),
         name: dir
             .file_name()

@@ -153,6 +153,10 @@ impl EventSource for BpfSource<'_> {
         l.on_exec = None;
         l.on_kvm_entry = None;
         l.on_kvm_exit = None;
+        l.on_irq_entry = None;
+        l.on_irq_exit = None;
+        l.on_softirq_entry = None;
+        l.on_softirq_exit = None;
     }
 
     fn group_of(&mut self, tid: u32) -> Option<u32> {
@@ -253,6 +257,10 @@ fn bpf_run_time(skel: &SchedSkel) -> Option<(u64, u64, u64)> {
         &p.on_exec,
         &p.on_kvm_entry,
         &p.on_kvm_exit,
+        &p.on_irq_entry,
+        &p.on_irq_exit,
+        &p.on_softirq_entry,
+        &p.on_softirq_exit,
     ];
     let mut total = (0u64, 0u64, 0u64);
     for prog in progs {

@@ -40,10 +40,14 @@ enum Tracepoint {
     Exec,
     KvmEntry,
     KvmExit,
+    IrqEntry,
+    IrqExit,
+    SoftirqEntry,
+    SoftirqExit,
 }
 
 /// (tracepoint, tracefs path, fields read in order, required).
-const TRACEPOINTS: [(Tracepoint, &str, [&str; 3], bool); 9] = [
+const TRACEPOINTS: [(Tracepoint, &str, [&str; 3], bool); 13] = [
     (
         Tracepoint::Switch,
         "sched/sched_switch",
@@ -88,6 +92,10 @@ const TRACEPOINTS: [(Tracepoint, &str, [&str; 3], bool); 9] = [
         ["vcpu_id", "exit_reason", "isa"],
         false,
     ),
+    (Tracepoint::IrqEntry, "irq/irq_handler_entry", ["irq", "", ""], false),
+    (Tracepoint::IrqExit, "irq/irq_handler_exit", ["irq", "", ""], false),
+    (Tracepoint::SoftirqEntry, "irq/softirq_entry", ["vec", "", ""], false),
+    (Tracepoint::SoftirqExit, "irq/softirq_exit", ["vec", "", ""], false),
 ];
 
 /// Where a field sits in a tracepoint's raw record; size 0 when absent.
@@ -464,6 +472,7 @@ impl PerfSource {
             source.decoders.push(Decoder { id, tp, fields });
         }
         unavailable.push("kernel-side cost of the perf mechanism (only the reader's CPU is counted)".into());
+        unavailable.push("real-time bits of switches (the perf mechanism does not read the priorities)".into());
 
         let (cpus, page) = cpus_and_page()?;
         for cpu in cpus {
@@ -585,6 +594,17 @@ impl PerfSource {
                 let file = f1.str(raw);
                 set_comm(file.rsplit(|&c| c == b'/').next().unwrap_or(file));
             }
+            Tracepoint::IrqEntry | Tracepoint::IrqExit | Tracepoint::SoftirqEntry | Tracepoint::SoftirqExit => {
+                event.kind = match d.tp {
+                    Tracepoint::IrqEntry => kind::IRQ_ENTRY,
+                    Tracepoint::IrqExit => kind::IRQ_EXIT,
+                    Tracepoint::SoftirqEntry => kind::SOFTIRQ_ENTRY,
+                    _ => kind::SOFTIRQ_EXIT,
+                };
+                event.a = f0.int(raw) as u32;
+                // The sample's thread is the one interrupted (0: idle).
+                event.b = tid;
+            }
             Tracepoint::KvmEntry | Tracepoint::KvmExit => {
                 event.kind = if d.tp == Tracepoint::KvmEntry {
                     kind::KVM_ENTRY
@@ -696,7 +716,9 @@ impl EventSource for PerfSource {
             let p = self.pending[i];
             let e = p.event;
             let keep = match e.kind {
-                kind::SWITCH => true,
+                // Every CPU's switches and interrupts: a tracked thread
+                // waits or runs through them.
+                kind::SWITCH | kind::IRQ_ENTRY | kind::IRQ_EXIT | kind::SOFTIRQ_ENTRY | kind::SOFTIRQ_EXIT => true,
                 kind::FORK => match self.lookup(e.a) {
                     Some(group) => {
                         self.tracked.insert(e.b, group);

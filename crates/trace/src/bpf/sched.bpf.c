@@ -24,6 +24,7 @@ struct task_struct {
     unsigned int __state;
     int pid;
     int tgid;
+    int prio;
     unsigned int cpu;
     int wake_cpu;
     struct css_set *cgroups;
@@ -31,6 +32,7 @@ struct task_struct {
 } __attribute__((preserve_access_index));
 struct task_struct___old { long state; } __attribute__((preserve_access_index));
 struct kvm_vcpu { int vcpu_id; } __attribute__((preserve_access_index));
+struct irqaction;
 
 #include "event.h"
 
@@ -197,6 +199,12 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
         flags |= F_PREEMPT;
     if (preempt || state == 0)
         flags |= F_PREV_RUNNABLE;
+    /* Real-time classes (prio below 100): a real-time thread queued behind
+     * a fair one is throttled, which only these bits can show. */
+    if (BPF_CORE_READ(prev, prio) < 100)
+        flags |= F_PREV_RT;
+    if (BPF_CORE_READ(next, prio) < 100)
+        flags |= F_NEXT_RT;
     /* Cheap filter first: a tracked side makes the lookup worth it. */
     is_tracked(prev);
     is_tracked(next);
@@ -269,6 +277,37 @@ int BPF_PROG(on_exec, struct task_struct *p)
         return 0;
     __u32 tid = BPF_CORE_READ(p, pid);
     emit_comm(EV_EXEC, p, tid, 0);
+    return 0;
+}
+
+/* Interrupt time on every CPU, whatever it interrupts: a late event's wait
+ * or run includes it (docs/explain.md). b: the thread current on the CPU
+ * (0: idle). */
+SEC("tp_btf/irq_handler_entry")
+int BPF_PROG(on_irq_entry, int irq, struct irqaction *action)
+{
+    emit(EV_IRQ_ENTRY, 0, (__u32)irq, (__u32)bpf_get_current_pid_tgid(), 0);
+    return 0;
+}
+
+SEC("tp_btf/irq_handler_exit")
+int BPF_PROG(on_irq_exit, int irq, struct irqaction *action, int ret)
+{
+    emit(EV_IRQ_EXIT, 0, (__u32)irq, (__u32)bpf_get_current_pid_tgid(), 0);
+    return 0;
+}
+
+SEC("tp_btf/softirq_entry")
+int BPF_PROG(on_softirq_entry, unsigned int vec_nr)
+{
+    emit(EV_SOFTIRQ_ENTRY, 0, vec_nr, (__u32)bpf_get_current_pid_tgid(), 0);
+    return 0;
+}
+
+SEC("tp_btf/softirq_exit")
+int BPF_PROG(on_softirq_exit, unsigned int vec_nr)
+{
+    emit(EV_SOFTIRQ_EXIT, 0, vec_nr, (__u32)bpf_get_current_pid_tgid(), 0);
     return 0;
 }
 

@@ -1,0 +1,76 @@
+//! The late events a probe kept in its JSON result (`late_events` of a
+//! crawl or cyclic result, `--explain` or `--keep-late`, and the lab's
+//! tenants), read typed; and a lab run's tenants explained together on
+//! the run's recording (`explain.json`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::Result;
+use ontime_core::late::LateSet;
+use ontime_recording::recording::Recording;
+use serde::{Deserialize, Serialize};
+
+use crate::summary::RunExplanation;
+
+/// What is read of a probe's result: its late events, and whether it is a
+/// crawl's (a crawl has a send lag).
+#[derive(Deserialize)]
+struct Kept {
+    #[serde(default)]
+    late_events: Option<LateSet>,
+    #[serde(default)]
+    send_lag: Option<serde::de::IgnoredAny>,
+}
+
+/// A probe result's late events and what they are ("polls sent late" or
+/// "wake-ups"); None when it kept none.
+pub fn read(path: &Path) -> Result<Option<(LateSet, &'static str)>> {
+    let text = ontime_core::fsio::read_text_capped(path, "probe result", 256 << 20)?;
+    let kept: Kept = serde_json::from_str(&text)
+        .map_err(|e| ontime_core::bad_input(format!("{}: not a probe result: {e}", path.display())))?;
+    let what = if kept.send_lag.is_some() {
+        "polls sent late"
+    } else {
+        "wake-ups"
+    };
+    Ok(kept.late_events.map(|l| (l, what)))
+}
+
+/// A lab run's `explain.json`: each tenant's late events explained.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunExplanations {
+    /// By tenant name (t0, t1, ...).
+    pub tenants: BTreeMap<String, TenantExplanation>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TenantExplanation {
+    /// "polls sent late" or "wake-ups".
+    pub what: String,
+    pub explanation: RunExplanation,
+}
+
+/// Explains every `tN.json` in `dir` that kept late events, on `rec`;
+/// None when none did.
+pub fn explain_tenants(rec: &Recording, dir: &Path, tenants: usize) -> Result<Option<RunExplanations>> {
+    let mut out = RunExplanations::default();
+    for i in 0..tenants {
+        let file = dir.join(format!("t{i}.json"));
+        if !file.exists() {
+            continue;
+        }
+        if let Some((late, what)) = read(&file)? {
+            let explanation =
+                crate::summary::explain_run(rec, &late.events, late.late, late.threshold_ns, &late.threshold_from);
+            out.tenants.insert(
+                format!("t{i}"),
+                TenantExplanation {
+                    what: what.to_string(),
+                    explanation,
+                },
+            );
+        }
+    }
+    Ok((!out.tenants.is_empty()).then_some(out))
+}
