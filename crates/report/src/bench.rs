@@ -696,6 +696,7 @@ pub fn text(fig: &Figure, unit: &str) -> String {
         Figure::Unbounded => "unbounded".into(),
         Figure::AtMost { value } => format!("<= {}", with_unit(value, unit)),
         Figure::One { value } => with_unit(value, unit),
+        Figure::Spread { median, min, max, .. } if min == max => with_unit(median, unit),
         Figure::Spread { median, min, max, .. } => {
             // "(-1.0--0.5)" would not read; a negative range says "to".
             let dash = if min < 0.0 { " to " } else { "-" };
