@@ -46,6 +46,28 @@ pub enum XTicks {
     Duration,
 }
 
+/// Whether fewer of the chart's points lie in its upper left than in its
+/// upper right (the top third, the outer 40 % on each side): the legend
+/// goes where it covers the least data.
+fn fewer_points_upper_left(c: &Chart, xa: f64, xb: f64, y0: f64, y1: f64) -> bool {
+    let top = match c.y_scale {
+        Scale::Linear => y0 + (y1 - y0) * 2.0 / 3.0,
+        Scale::Log if y0 > 0.0 => y0 * (y1 / y0).powf(2.0 / 3.0),
+        Scale::Log => y1,
+    };
+    let (left, right) = (xa + (xb - xa) * 0.4, xb - (xb - xa) * 0.4);
+    let upper = c.series.iter().flat_map(|s| s.1.iter()).filter(|p| p.1 >= top);
+    let (mut l, mut r) = (0, 0);
+    for p in upper {
+        if p.0 <= left {
+            l += 1;
+        } else if p.0 >= right {
+            r += 1;
+        }
+    }
+    l < r
+}
+
 /// A vertical bar at x from low to high: (x, low, high).
 pub type Range = (f64, f64, f64);
 
@@ -74,8 +96,12 @@ pub struct Chart {
     /// e.g. the spread of the repetitions behind each point.
     pub ranges: Vec<(usize, Vec<Range>)>,
     /// The legend in the upper left corner instead of the upper right
-    /// (for lines that rise to the right).
+    /// (for lines that rise to the right); otherwise in the upper corner
+    /// where the fewest points lie.
     pub legend_left: bool,
+    /// Points (with their ranges) not joined by lines: x values are named
+    /// categories, not a scale.
+    pub points_only: bool,
 }
 
 impl Chart {
@@ -96,6 +122,7 @@ impl Chart {
             stacked: false,
             ranges: Vec::new(),
             legend_left: false,
+            points_only: false,
         }
     }
 
@@ -253,7 +280,15 @@ where
                     .label(name.0.as_str())
                     .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 18, y + 5)], col.mix(0.75).filled()));
             }
-            for (i, (name, points)) in c.series.iter().enumerate().filter(|_| !c.stacked) {
+            for (i, (name, points)) in c.series.iter().enumerate().filter(|_| !c.stacked && c.points_only) {
+                let col = COLORS[i % COLORS.len()];
+                chart
+                    .draw_series(points.iter().map(|&p| Circle::new(p, 5, col.filled())))
+                    .map_err(e)?
+                    .label(name.as_str())
+                    .legend(move |(x, y)| Circle::new((x + 9, y), 5, col.filled()));
+            }
+            for (i, (name, points)) in c.series.iter().enumerate().filter(|_| !c.stacked && !c.points_only) {
                 let col = COLORS[i % COLORS.len()];
                 chart
                     .draw_series(LineSeries::new(points.iter().copied(), col.stroke_width(2)))
@@ -285,7 +320,7 @@ where
             }
             chart
                 .configure_series_labels()
-                .position(if c.legend_left {
+                .position(if c.legend_left || fewer_points_upper_left(c, xa, xb, y0, y1) {
                     SeriesLabelPosition::UpperLeft
                 } else {
                     SeriesLabelPosition::UpperRight
@@ -362,6 +397,46 @@ fn tick_label(v: f64) -> String {
         s.trim_end_matches('0').trim_end_matches('.').to_string()
     } else {
         s
+    }
+}
+
+#[cfg(test)]
+mod category_tests {
+    use super::*;
+
+    fn variants() -> Chart {
+        let mut c = Chart::new("f", "Wake-up latency vs variant", "variant", "ms");
+        c.x_labels = Some(vec!["vm-emulated".into(), "vm-kernel".into(), "vm-virtio".into()]);
+        c.y_scale = Scale::Log;
+        c.series = vec![
+            ("p99".into(), vec![(0.0, 150.0), (1.0, 40.0), (2.0, 90.0)]),
+            ("max".into(), vec![(0.0, 100.0), (1.0, 71.0), (2.0, 284.0)]),
+        ];
+        c
+    }
+
+    #[test]
+    fn named_categories_are_points_not_lines() {
+        register_font().expect("font (fonts-dejavu-core)");
+        let mut c = variants();
+        let lines = c.svg().unwrap().matches("<polyline").count();
+        c.points_only = true;
+        let points = c.svg().unwrap().matches("<polyline").count();
+        assert!(points < lines, "joined: {lines} polylines, as points: {points}");
+        if let Some(p) = std::env::var_os("ONTIME_PLOT_DEMO") {
+            c.png(std::path::Path::new(&p)).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_legend_goes_where_fewer_points_are() {
+        let c = variants();
+        // The tallest point (284 ms) is at the right: the legend goes left.
+        assert!(fewer_points_upper_left(&c, -0.5, 2.5, 10.0, 600.0));
+        let mut c = variants();
+        c.series[1].1[0].1 = 500.0;
+        c.series[1].1[2].1 = 20.0;
+        assert!(!fewer_points_upper_left(&c, -0.5, 2.5, 10.0, 600.0));
     }
 }
 

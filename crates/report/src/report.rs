@@ -82,6 +82,11 @@ fn lab_chart(
     x_scale: Scale,
 ) -> Chart {
     let mut c = Chart::new("figure", title, x_desc, y_desc);
+    // Named settings (variants) are categories, not a scale: a line
+    // between two of them would claim something lies between.
+    c.points_only = x_labels
+        .as_ref()
+        .is_some_and(|l| l.iter().any(|v| number_or_size(v).is_none()));
     c.x_labels = x_labels;
     c.series = series;
     c.x_scale = x_scale;
@@ -90,19 +95,31 @@ fn lab_chart(
     c
 }
 
-/// Swept values as x-axis categories: numbers and sizes ("96M") in their
-/// order, other values as text; each once.
-fn sort_categories(cats: &mut Vec<String>) {
-    let key = |v: &str| {
-        v.parse::<f64>()
-            .ok()
-            .or_else(|| ontime_scenario::scenario::parse_bytes(v).ok().map(|b| b as f64))
-    };
-    cats.sort_by(|a, b| match (key(a), key(b)) {
-        (Some(x), Some(y)) => x.total_cmp(&y),
-        _ => a.cmp(b),
-    });
-    cats.dedup();
+fn number_or_size(v: &str) -> Option<f64> {
+    v.parse::<f64>()
+        .ok()
+        .or_else(|| ontime_scenario::scenario::parse_bytes(v).ok().map(|b| b as f64))
+}
+
+/// Swept values of `key` as x-axis categories, each once: numbers and sizes
+/// ("96M") in their order; named settings (variants) in the order the runs
+/// ran them, which is the scenario's.
+fn sort_categories(cats: &mut Vec<String>, runs: &[RunResults], key: &str) {
+    let mut seen = std::collections::HashSet::new();
+    cats.retain(|c| seen.insert(c.clone()));
+    if cats.iter().all(|c| number_or_size(c).is_some()) {
+        cats.sort_by(|a, b| {
+            number_or_size(a)
+                .unwrap_or(0.0)
+                .total_cmp(&number_or_size(b).unwrap_or(0.0))
+        });
+        return;
+    }
+    let ran: Vec<&str> = runs
+        .iter()
+        .filter_map(|r| r.record.vars.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str()))
+        .collect();
+    cats.sort_by_key(|c| ran.iter().position(|v| v == c).unwrap_or(usize::MAX));
 }
 
 /// I/O runs: mean throughput of the tenants against the x key, one figure
@@ -142,7 +159,7 @@ fn io_charts(runs: &[RunResults], cells: &[ontime_io::advise::Cell], x_key: Opti
     }
     for (class, series) in by_class {
         let mut cats: Vec<String> = series.values().flat_map(|m| m.keys().cloned()).collect();
-        sort_categories(&mut cats);
+        sort_categories(&mut cats, runs, xk);
         let lines: Vec<(String, Vec<(f64, f64)>)> = series
             .iter()
             .map(|(rest, pts)| {
@@ -383,7 +400,7 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
             .keys()
             .filter_map(|v| v.iter().find(|(k, _)| k == xk).map(|(_, x)| x.clone()))
             .collect();
-        sort_categories(&mut cats);
+        sort_categories(&mut cats, &runs, xk);
         let xpos = |x: &str| cats.iter().position(|c| c == x).unwrap_or(0) as f64;
         let line = |pts: &[(String, &LatencyHistogram)], p: Option<f64>| -> Vec<(f64, f64)> {
             let mut v: Vec<(f64, f64)> = pts
