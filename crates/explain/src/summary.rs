@@ -39,7 +39,24 @@ pub struct RunExplanation {
     /// Events that could not be explained and why (their probe thread had
     /// no event in the recording).
     pub notes: Vec<String>,
+    /// The explained lateness over the run by cause: the events grouped by
+    /// their planned time into at most [`TIME_BUCKETS`] equal stretches.
+    #[serde(default)]
+    pub over_time: Vec<TimeBucket>,
 }
+
+/// The explained events planned in [start_ns, start_ns + width): their
+/// lateness summed by cause, in [`CauseKind::ALL`]'s order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimeBucket {
+    pub start_ns: u64,
+    pub width_ns: u64,
+    pub events: u64,
+    pub ns_by_cause: [u64; CauseKind::COUNT],
+}
+
+/// Stretches of [`RunExplanation::over_time`] at most.
+pub const TIME_BUCKETS: u64 = 100;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CauseTotal {
@@ -197,6 +214,7 @@ pub fn summarize(
         };
     }
     totals.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.cause.cmp(&b.cause)));
+    let over_time = buckets(&reports);
     let explained = reports.len() as u64;
     let mut worst = reports;
     worst.truncate(WORST_LISTED);
@@ -210,7 +228,40 @@ pub fn summarize(
         worst,
         unseen,
         notes,
+        over_time,
     }
+}
+
+/// The events' lateness by cause in equal stretches of planned time (whole
+/// milliseconds wide, at most [`TIME_BUCKETS`]).
+fn buckets(reports: &[LateEvent]) -> Vec<TimeBucket> {
+    let (Some(first), Some(last)) = (
+        reports.iter().map(|r| r.planned_ns).min(),
+        reports.iter().map(|r| r.planned_ns).max(),
+    ) else {
+        return Vec::new();
+    };
+    let span = last - first + 1;
+    let width = span.div_ceil(TIME_BUCKETS).div_ceil(1_000_000).max(1) * 1_000_000;
+    let n = span.div_ceil(width) as usize;
+    let mut out: Vec<TimeBucket> = (0..n as u64)
+        .map(|i| TimeBucket {
+            start_ns: first + i * width,
+            width_ns: width,
+            events: 0,
+            ns_by_cause: [0; CauseKind::COUNT],
+        })
+        .collect();
+    for r in reports {
+        let b = &mut out[((r.planned_ns - first) / width) as usize];
+        b.events += 1;
+        for c in &r.causes {
+            if let Some(k) = CauseKind::ALL.iter().position(|k| *k == c.cause) {
+                b.ns_by_cause[k] += c.ns;
+            }
+        }
+    }
+    out
 }
 
 /// "waiting for CPU 1 behind stress-ng (pid 4242, host)".
@@ -389,6 +440,24 @@ mod tests {
                      (pid 4242), 8 % unexplained, 2 % running its own work",
             "{text}"
         );
+    }
+
+    #[test]
+    fn lateness_over_time_adds_up_by_cause() {
+        let reports = vec![
+            late(0, vec![(CauseKind::WaitedForCpu, 70 * MS, None)]),
+            late(
+                1_000 * MS,
+                vec![(CauseKind::OwnWork, 5 * MS, None), (CauseKind::Unexplained, MS, None)],
+            ),
+        ];
+        let run = summarize(reports, &Default::default(), 2, MS, "--explain-over", vec![], vec![]);
+        let b = &run.over_time;
+        assert!(b.len() <= TIME_BUCKETS as usize && b.len() > 1, "{b:?}");
+        let sum: u64 = b.iter().flat_map(|b| b.ns_by_cause.iter()).sum();
+        assert_eq!(sum, run.lateness_ns);
+        assert_eq!(b[0].ns_by_cause[0], 70 * MS, "waited for a CPU first");
+        assert_eq!(b.last().unwrap().events, 1);
     }
 
     #[test]

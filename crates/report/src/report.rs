@@ -505,6 +505,7 @@ pub fn write(dir: &Path, out: Option<&Path>) -> Result<Written> {
         }
     }
 
+    explanation_charts(&runs, &mut charts);
     // A figure with nothing to draw (every run behind it lacks the
     // samples: histogram logs cut to their headers) would be a blank PNG.
     charts.retain(|c| c.series.iter().any(|s| !s.1.is_empty()));
@@ -1164,6 +1165,60 @@ fn figures_section(charts: &[Chart], svgs: &[String]) -> String {
         h.push_str("<p>No sweep: see the table.</p>");
     }
     h
+}
+
+/// The runs with the most explained lateness (six at most, each its tenant
+/// with the most): that lateness over the run, stacked by cause.
+fn explanation_charts(runs: &[RunResults], charts: &mut Vec<Chart>) {
+    use ontime_explain::CauseKind;
+    let mut picked: Vec<_> = runs
+        .iter()
+        .filter_map(|r| {
+            let (name, t) = r
+                .explanations
+                .as_ref()?
+                .tenants
+                .iter()
+                .max_by_key(|(_, t)| t.explanation.lateness_ns)?;
+            Some((r, name, t))
+        })
+        .filter(|(_, _, t)| !t.explanation.over_time.is_empty())
+        .collect();
+    picked.sort_by_key(|(_, _, t)| std::cmp::Reverse(t.explanation.lateness_ns));
+    for (r, name, t) in picked.into_iter().take(6) {
+        let b = &t.explanation.over_time;
+        let t0 = b[0].start_ns;
+        let mut c = Chart::new(
+            "figure",
+            format!("Why late: run {}, {name}'s {} by cause", r.name, t.what),
+            "planned time since its first late event (s)",
+            "lateness summed per stretch (ms)",
+        );
+        c.stacked = true;
+        c.size = (1000, 480);
+        for (k, kind) in CauseKind::ALL.iter().enumerate() {
+            if b.iter().all(|x| x.ns_by_cause[k] == 0) {
+                continue;
+            }
+            let label = match kind {
+                CauseKind::WaitedForCpu => "waited for a CPU",
+                CauseKind::Interrupts => "interrupts",
+                CauseKind::Throttled => "throttled",
+                CauseKind::OwnWork => "own work",
+                CauseKind::Blocked => "blocked",
+                CauseKind::LateTimer => "late timer",
+                CauseKind::Emulation => "emulation",
+                CauseKind::Unexplained => "unexplained",
+            };
+            c.series.push((
+                label.to_string(),
+                b.iter()
+                    .map(|x| ((x.start_ns - t0) as f64 / 1e9, x.ns_by_cause[k] as f64 / 1e6))
+                    .collect(),
+            ));
+        }
+        charts.push(c);
+    }
 }
 
 /// A run's late events explained: per tenant the sentence, then the worst
