@@ -270,8 +270,14 @@ fn analyse(file: &Path, dir: &Path) -> Result<bool> {
     )?;
     // Why each tenant's late polls or wake-ups were late (its probe kept
     // them: `keep_worst` in the probe spec), on this recording.
-    if let Some(x) = ontime_explain::kept::explain_tenants(&rec, dir, rec.meta.groups.len())? {
-        ontime_core::fsio::write_atomic(&dir.join("explain.json"), &serde_json::to_vec(&x)?)?;
+    // The run stands without it.
+    match ontime_explain::kept::explain_tenants(&rec, dir, rec.meta.groups.len()) {
+        Ok(Some(x)) => ontime_core::fsio::write_atomic(&dir.join("explain.json"), &serde_json::to_vec(&x)?)?,
+        Ok(None) => {}
+        Err(e) => ontime_core::errln!(
+            "ontime lab: {}: no explanation of the late events: {e:#}",
+            dir.display()
+        ),
     }
     if rec.meta.sample_period_ns.is_none() {
         return Ok(false);
