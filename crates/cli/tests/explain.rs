@@ -121,6 +121,8 @@ fn crawl_explain_names_the_fifo_process_that_held_its_cpu() {
         .args([
             "crawl",
             "--with-gateway",
+            "--url",
+            &format!("http://127.0.0.1:{}/b0", ontime_testkit::free_port()),
             "--rate",
             "500",
             "-D",

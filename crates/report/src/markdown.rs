@@ -65,7 +65,61 @@ pub fn table(dir: &Path) -> Result<String> {
     if runs.is_empty() {
         return Err(ontime_core::bad_input(format!("{} holds no runs", dir.display())));
     }
-    Ok(table_of(&runs))
+    let mut t = table_of(&runs);
+    if runs[0].record.workload == ontime_scenario::record::Workload::Io {
+        t.push('\n');
+        t.push_str(&io_table(&runs));
+    }
+    Ok(t)
+}
+
+/// Document 004's figures per setting: the tenants' mean throughput (the
+/// median and range over the runs), and over the runs' means what each
+/// cache absorbed of the reads and how reads reached the virtual disk.
+fn io_table(runs: &[RunResults]) -> String {
+    let cells = crate::iocells::cells(runs);
+    let mut out = String::from(
+        "| setting | runs | MiB/s | guest cache absorbed (reads) | host cache absorbed (reads) | virtual reads per read | mean virtual read |\n|---|---|---|---|---|---|---|\n",
+    );
+    let mut keys: Vec<String> = Vec::new();
+    for r in runs {
+        let k = setting(r);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let mean = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+    let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.0} %", v * 100.0));
+    for k in &keys {
+        let of: Vec<&ontime_io::advise::Cell> = cells
+            .iter()
+            .filter(|c| runs.iter().any(|r| r.name == c.run && &setting(r) == k))
+            .collect();
+        if of.is_empty() {
+            continue;
+        }
+        let mut mibs: Vec<f64> = of.iter().map(|c| c.throughput_bps / 1048576.0).collect();
+        mibs.sort_by(f64::total_cmp);
+        let median = ontime_core::stats::quantile_sorted(&mibs, 0.5, |x| x);
+        let spread = if mibs.len() > 1 {
+            format!("{median:.1} ({:.1}-{:.1})", mibs[0], mibs[mibs.len() - 1])
+        } else {
+            format!("{median:.1}")
+        };
+        let per_read = mean(of.iter().filter_map(|c| c.requests?.virtual_per_op()).collect());
+        let size = mean(of.iter().filter_map(|c| c.requests?.virtual_mean_bytes()).collect());
+        let _ = writeln!(
+            out,
+            "| {k} | {} | {spread} | {} | {} | {} | {} |",
+            of.len(),
+            pct(mean(of.iter().filter_map(|c| c.guest_absorbed).collect())),
+            pct(mean(of.iter().filter_map(|c| c.host_absorbed).collect())),
+            per_read.map_or("-".into(), |v| format!("{v:.2}")),
+            size.map_or("-".into(), |v| format!("{:.0} KiB", v / 1024.0)),
+        );
+    }
+    out.push_str("\nPer setting: MiB/s is the tenants' mean throughput of each run, as the median over the runs (min-max); the other columns are means over the runs of the tenants' means.\n");
+    out
 }
 
 fn setting(r: &RunResults) -> String {
