@@ -960,7 +960,8 @@ fn results_tables_are_what_the_binary_prints(root: &str, pooled: &Path) {
 
 /// Each `<!-- table: COMMAND -->` ... `<!-- end table -->` block of the
 /// file holds what COMMAND prints now (`ONTIME_BLESS=1` rewrites them).
-fn tables_are_what_the_binary_prints(root: &str, file: &str, pooled: &Path) {
+fn tables_are_what_the_binary_prints(root: &str, file: &str, pooled: &Path) -> usize {
+    let mut blocks = 0;
     let path = format!("{root}/{file}");
     let doc = std::fs::read_to_string(&path).unwrap();
     let mut fresh = String::new();
@@ -985,6 +986,7 @@ fn tables_are_what_the_binary_prints(root: &str, file: &str, pooled: &Path) {
             old.push_str(l);
         }
         let end = end.unwrap_or_else(|| panic!("{file}: `{command}` has no <!-- end table -->"));
+        blocks += 1;
         // "ontime sim validate --into DIR; ontime lab report DIR/x --markdown":
         // the runs were kept by this test's own `sim validate --into`.
         let report = command.rsplit("; ").next().unwrap();
@@ -1021,6 +1023,7 @@ fn tables_are_what_the_binary_prints(root: &str, file: &str, pooled: &Path) {
              (ONTIME_BLESS=1 cargo test -p ontime --test cli the_committed rewrites them): {stale:#?}"
         );
     }
+    blocks
 }
 
 /// bench/results.md's tables are what `ontime bench report` prints from
@@ -1028,7 +1031,8 @@ fn tables_are_what_the_binary_prints(root: &str, file: &str, pooled: &Path) {
 #[test]
 fn the_committed_bench_results_give_the_published_tables() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    tables_are_what_the_binary_prints(root, "bench/results.md", Path::new(root));
+    let blocks = tables_are_what_the_binary_prints(root, "bench/results.md", Path::new(root));
+    assert!(blocks > 0, "bench/results.md holds no generated table");
 }
 
 /// `ontime sim validate` on the committed lab runs gives exactly the

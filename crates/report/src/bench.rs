@@ -668,7 +668,8 @@ fn number(v: f64) -> String {
     // A baseline's cost over itself is -0.0: no sign on nothing.
     let v = if v == 0.0 { 0.0 } else { v };
     let a = v.abs();
-    if a == 0.0 || a >= 100.0 {
+    // Counts and whole values read without decimals.
+    if a == 0.0 || a >= 100.0 || (a >= 1.0 && v.fract() == 0.0) {
         format!("{v:.0}")
     } else if a >= 10.0 {
         format!("{v:.1}")
