@@ -117,6 +117,15 @@ def _sched_pipe_us():
     return None
 
 
+def timed_json(cmd, cwd=None):
+    """Runs a command that prints JSON; returns (wall seconds from start to
+    exit on time.monotonic, the parsed output)."""
+    import time
+    t0 = time.monotonic()
+    out = subprocess.run([str(c) for c in cmd], check=True, capture_output=True, text=True, cwd=cwd).stdout
+    return time.monotonic() - t0, json.loads(out)
+
+
 class BenchResult:
     def __init__(self, bench, title, argv):
         """argv: sys.argv of the script, kept as the command that made the file."""

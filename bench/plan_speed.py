@@ -9,13 +9,10 @@ simulated tail latency.
 Usage: bench/plan_speed.py [--repeat 3] [--out FILE]
 """
 import argparse
-import json
 import pathlib
-import subprocess
 import sys
-import time
 
-from benchresult import BenchResult, value, value_of
+from benchresult import BenchResult, timed_json, value, value_of
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ROW = "ontime plan"
@@ -40,10 +37,7 @@ def main():
     table = pathlib.Path(args.input).stem
     for i in range(args.repeat):
         print(f"plan_speed: run {i + 1}/{args.repeat}", file=sys.stderr)
-        t0 = time.monotonic()
-        out = subprocess.run([str(exe), "plan", args.input, "--json"], check=True, capture_output=True, text=True)
-        wall = time.monotonic() - t0
-        plan = json.loads(out.stdout)
+        wall, plan = timed_json([exe, "plan", args.input, "--json"])
         hosts = plan.get("hosts")
         res.round(table, ROW, values={"wall_s": wall, "hosts": len(hosts) if isinstance(hosts, list) else None})
     res.write(args.out)

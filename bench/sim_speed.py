@@ -9,14 +9,12 @@ minutes in at most 12 s).
 Usage: bench/sim_speed.py [--minutes 20] [--out FILE]
 """
 import argparse
-import json
 import pathlib
 import subprocess
 import sys
 import tempfile
-import time
 
-from benchresult import BenchResult, value, value_of
+from benchresult import BenchResult, timed_json, value, value_of
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ROW = "ontime sim"
@@ -56,11 +54,7 @@ work_per_poll = "1.4ms"
         p = pathlib.Path(d) / "speed.toml"
         p.write_text(scen)
         print(f"sim_speed: simulating {seconds} s", file=sys.stderr)
-        t0 = time.monotonic()
-        out = subprocess.run([str(exe), "sim", str(p), "--cpus", "8", "--json"],
-                             check=True, capture_output=True, text=True).stdout
-        wall = time.monotonic() - t0
-    runs = json.loads(out)
+        wall, runs = timed_json([exe, "sim", p, "--cpus", "8", "--json"])
     polls = sum(t["polls"] for t in runs[0]["tenants"])
     res.round(table, ROW, values={"simulated_s": seconds, "wall_s": wall, "polls": polls})
     res.write(args.out)

@@ -318,7 +318,7 @@ pub fn execute(
             .and_then(|(rec, _)| crate::explain::explain(&rec, late, explain.perfetto.as_deref()))
         {
             Ok(x) => {
-                why = crate::explain::text(&x, "polls sent late");
+                why = x.text("polls sent late");
                 result.explanation = Some(x);
             }
             Err(e) => {

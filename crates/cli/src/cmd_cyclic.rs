@@ -210,7 +210,7 @@ pub fn execute(
             .and_then(|(rec, _)| crate::explain::explain(&rec, late, explain.perfetto.as_deref()))
         {
             Ok(x) => {
-                text.push_str(&crate::explain::text(&x, "wake-ups"));
+                text.push_str(&x.text("wake-ups"));
                 result.explanation = Some(x);
             }
             Err(e) => {

@@ -41,6 +41,6 @@ pub fn run(a: ExplainArgs) -> Result<()> {
     };
     let rec = Recording::read(&a.recording).map_err(|e| bad_input(format!("{e:#}")))?;
     let x = crate::explain::explain(&rec, &late, a.perfetto.as_deref())?;
-    let text = crate::explain::text(&x, what);
+    let text = x.text(what);
     a.out.emit(&x, &text)
 }

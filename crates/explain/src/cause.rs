@@ -211,24 +211,12 @@ pub enum Detail {
 }
 
 impl Detail {
-    /// The name the JSON uses, for text.
-    pub fn label(self) -> &'static str {
-        match self {
-            Detail::Hardirq => "hardirq",
-            Detail::Vector => "vector",
-            Detail::Softirq => "softirq",
-            Detail::Io => "io",
-            Detail::Thread => "thread",
-            Detail::Interrupt => "interrupt",
-            Detail::RelayQueue => "relay_queue",
-            Detail::RelayWait => "relay_wait",
-            Detail::Wan => "wan",
-            Detail::Gateway => "gateway",
-            Detail::Timer => "timer",
-            Detail::IdleExit => "idle_exit",
-            Detail::NotRecorded => "not_recorded",
-            Detail::MissingEvent => "missing_event",
-            Detail::UnknownOccupant => "unknown_occupant",
+    /// The name the JSON uses, for text: taken from serde so that the two
+    /// cannot drift apart.
+    pub fn label(self) -> String {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::String(s)) => s,
+            _ => format!("{self:?}"),
         }
     }
 }

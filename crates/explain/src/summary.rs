@@ -329,7 +329,62 @@ pub fn describe(cause: CauseKind, detail: Option<Detail>, side: Side, who: Optio
     text + side
 }
 
+impl LateEvent {
+    /// Its three largest causes, largest first: "12.0 ms waiting for CPU 1
+    /// behind python3 (pid 77); 1.2 ms in timer on CPU 1".
+    pub fn causes_text(&self) -> String {
+        let parts: Vec<String> = self
+            .causes
+            .iter()
+            .filter(|c| c.ns > 0)
+            .take(3)
+            .map(|c| {
+                format!(
+                    "{} {}",
+                    ontime_core::duration::format_ns(c.ns),
+                    describe(c.cause, c.detail, c.side, c.culprit.as_ref())
+                )
+            })
+            .collect();
+        parts.join("; ")
+    }
+}
+
 impl RunExplanation {
+    /// The explanation as text: the sentence, the causes, the worst events.
+    pub fn text(&self, what: &str) -> String {
+        use std::fmt::Write as _;
+        let mut s = format!("why late: {}\n", self.sentence(what));
+        if self.late > 0 {
+            for c in self.causes.iter().take(10) {
+                let _ = writeln!(
+                    s,
+                    "  {:>5.1} %  {:>10}  {}",
+                    c.share * 100.0,
+                    ontime_core::duration::format_ns(c.ns),
+                    describe(c.cause, c.detail, c.side, c.culprit.as_ref())
+                );
+            }
+            let _ = writeln!(s, "  worst:");
+            for e in self.worst.iter().take(5) {
+                let _ = writeln!(
+                    s,
+                    "    planned {:.6} s, {} late: {}",
+                    e.planned_ns as f64 / 1e9,
+                    ontime_core::duration::format_ns(e.lateness_ns),
+                    e.causes_text()
+                );
+            }
+        }
+        for u in &self.unseen {
+            let _ = writeln!(s, "  not recorded: {u}");
+        }
+        for n in &self.notes {
+            let _ = writeln!(s, "  note: {n}");
+        }
+        s
+    }
+
     /// "14 wake-ups over 10.0 ms; 78 % of their lateness waiting for CPU 1
     /// behind stress-ng (pid 4242), 15 % ..., 7 % unexplained".
     pub fn sentence(&self, what: &str) -> String {

@@ -1224,7 +1224,6 @@ fn explanation_charts(runs: &[RunResults], charts: &mut Vec<Chart>) {
 /// A run's late events explained: per tenant the sentence, then the worst
 /// events with their causes.
 fn worst_events_table(x: &ontime_explain::kept::RunExplanations) -> String {
-    use ontime_explain::summary::describe;
     let mut h = String::new();
     for (name, t) in &x.tenants {
         let e = &t.explanation;
@@ -1234,25 +1233,12 @@ fn worst_events_table(x: &ontime_explain::kept::RunExplanations) -> String {
         }
         h.push_str("<table><tr><th>planned (s)</th><th>late</th><th>causes</th></tr>");
         for w in e.worst.iter().take(10) {
-            let causes: Vec<String> = w
-                .causes
-                .iter()
-                .filter(|c| c.ns > 0)
-                .take(3)
-                .map(|c| {
-                    format!(
-                        "{} {}",
-                        format_ns(c.ns),
-                        describe(c.cause, c.detail, c.side, c.culprit.as_ref())
-                    )
-                })
-                .collect();
             let _ = write!(
                 h,
                 "<tr><td>{:.6}</td><td>{}</td><td class=l>{}</td></tr>",
                 w.planned_ns as f64 / 1e9,
                 format_ns(w.lateness_ns),
-                esc(&causes.join("; "))
+                esc(&w.causes_text())
             );
         }
         h.push_str("</table>");
