@@ -27,5 +27,32 @@ pub fn run(a: ProbeArgs) -> anyhow::Result<()> {
         ProbeSpec::FlowReceive(p) => crate::cmd_net::execute_receive(p),
         ProbeSpec::ClockEcho(p) => crate::cmd_net::execute_clock_echo(p),
         ProbeSpec::ClockSync(p) => crate::cmd_net::execute_clock_sync(p),
+        ProbeSpec::CpuBurst(p) => cpu_bursts(p),
     }
+}
+
+/// An injected cause: bursts until SIGTERM or their time is up, then
+/// their actual windows (the ground truth) into the result.
+fn cpu_bursts(p: ontime_scenario::probe::CpuBurstProbe) -> anyhow::Result<()> {
+    use ontime_explain::truth::{InjectedClass, Injection, Injections};
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Before the pinning and the priority: the signal thread stays free.
+    crate::signals::install_flag(stop.clone())?;
+    // The process's name, as the attribution names the culprit.
+    ontime_core::rt::set_thread_name("ontime-burst");
+    let windows = ontime_load::inject::cpu_bursts(&p.bursts, &stop)?;
+    let pid = std::process::id();
+    let out = Injections {
+        injections: windows
+            .into_iter()
+            .map(|(start_ns, end_ns)| Injection {
+                class: InjectedClass::CpuBurst,
+                start_ns,
+                end_ns,
+                pid,
+                cpu: u16::try_from(p.bursts.cpu).ok(),
+            })
+            .collect(),
+    };
+    ontime_core::fsio::write_atomic(&p.result, &serde_json::to_vec_pretty(&out)?)
 }

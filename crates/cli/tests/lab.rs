@@ -599,3 +599,58 @@ fn a_tenant_disk_is_mounted_only_inside_the_tenant_and_removed_after() {
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mounts.contains(ontime_core::names::MNTNS_DIR), "no mount left behind");
 }
+
+/// Ground truth (docs/explain.md): SCHED_FIFO bursts injected on the
+/// crawler tenant's CPU; the run's truth.json scores the attribution of
+/// the late polls inside them, and the largest share is the right cause
+/// naming the injector. Who and which cause only, never timings; the
+/// Markdown report prints the matrix.
+#[test]
+fn injected_cpu_bursts_are_charged_to_the_injector() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root_or_skip() {
+        return;
+    }
+    if ontime_core::limits::online_cpus() < 2 {
+        ontime_testkit::skip("needs two CPUs (the tenant and its bursts on CPU 1)");
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let (_dir, _sc, results) = run_lab(
+        "name = 'truth'\nduration = '6s'\n[tenant]\ncount = 1\nvcpus = 1\ncpuset = '1'\n\
+[tenant.crawl]\nrate = 200\n[observe]\nrecorder = 'ontime'\n[targets]\n'p99.9' = '5ms'\n\
+[[inject]]\ncause = 'cpu-burst'\nlength = '60ms..80ms'\nevery = '1s'\nstart_after = '1s'\n",
+    );
+    let run = results.join("runs/000-rep1");
+    let truth = read_json(&run.join("truth.json"));
+    let row = &truth["confusion"]["rows"]["cpu-burst"];
+    assert!(row["injected"].as_u64().unwrap_or(0) >= 2, "{truth:#}");
+    assert!(
+        row["events"].as_u64().unwrap_or(0) > 0,
+        "no late poll inside a burst: {truth:#}"
+    );
+    let right = row["right_ns"].as_u64().unwrap();
+    let mut rest = vec![
+        row["right_cause_other_culprit_ns"].as_u64().unwrap(),
+        row["unexplained_ns"].as_u64().unwrap(),
+    ];
+    rest.extend(
+        row["other_ns"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().unwrap()),
+    );
+    assert!(
+        rest.iter().all(|&r| right > r),
+        "waiting behind the injector is not the largest share: {truth:#}"
+    );
+    let md = ontime()
+        .args(["lab", "report"])
+        .arg(&results)
+        .arg("--markdown")
+        .output()
+        .unwrap();
+    let md = String::from_utf8_lossy(&md.stdout);
+    assert!(md.contains("| cpu-burst |"), "{md}");
+}

@@ -128,11 +128,15 @@ pub struct LateSet {
 }
 
 impl LateSet {
-    /// Late = later than `over` when given, else than the run's p99.9
+    /// Late = later than `over` when given (a user's `--explain-over`, a
+    /// lab scenario's tightest target), else than the run's p99.9
     /// (`all`: every event's lateness).
     pub fn choose(worst: WorstEvents, all: &crate::stats::LatencyHistogram, over: Option<u64>) -> LateSet {
         let (threshold_ns, threshold_from) = match over {
-            Some(ns) => (ns, "--explain-over".to_string()),
+            Some(ns) => (
+                ns,
+                "the threshold given (--explain-over, or the scenario's target)".to_string(),
+            ),
             None if crate::stats::supports(all.len(), 99.9) => {
                 (all.percentile(99.9).unwrap_or(0), "p99.9 of the run".to_string())
             }

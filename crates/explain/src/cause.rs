@@ -187,6 +187,20 @@ impl CauseKind {
         CauseKind::Emulation,
         CauseKind::Unexplained,
     ];
+
+    /// The name the JSON uses, for text.
+    pub fn label(self) -> String {
+        serde_name(&self)
+    }
+}
+
+/// A unit variant's name as serde writes it: text takes its names from the
+/// JSON's so that the two cannot drift apart.
+pub(crate) fn serde_name<T: Serialize + std::fmt::Debug>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => format!("{v:?}"),
+    }
 }
 
 /// The variant of a cause, as the JSON names it (`detail`).
@@ -211,13 +225,9 @@ pub enum Detail {
 }
 
 impl Detail {
-    /// The name the JSON uses, for text: taken from serde so that the two
-    /// cannot drift apart.
+    /// The name the JSON uses, for text.
     pub fn label(self) -> String {
-        match serde_json::to_value(self) {
-            Ok(serde_json::Value::String(s)) => s,
-            _ => format!("{self:?}"),
-        }
+        serde_name(&self)
     }
 }
 

@@ -26,6 +26,7 @@ pub mod perfetto;
 pub mod report;
 pub mod summary;
 pub mod timeline;
+pub mod truth;
 
 pub use attribute::{explain, explain_into, RT_PREEMPT_GRACE_NS};
 pub use cause::{BlockedOn, Cause, CauseKind, Detail, Explanation, Gap, Irq, Late, Segment, Side, Who};

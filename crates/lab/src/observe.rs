@@ -279,6 +279,12 @@ fn analyse(file: &Path, dir: &Path) -> Result<bool> {
             dir.display()
         ),
     }
+    // Causes injected at known times (`[[inject]]`) against the attribution.
+    match ontime_explain::truth::check_run(&rec, dir, rec.meta.groups.len()) {
+        Ok(Some(t)) => ontime_core::fsio::write_atomic(&dir.join("truth.json"), &serde_json::to_vec(&t)?)?,
+        Ok(None) => {}
+        Err(e) => ontime_core::errln!("ontime lab: {}: no ground-truth check: {e:#}", dir.display()),
+    }
     if rec.meta.sample_period_ns.is_none() {
         return Ok(false);
     }

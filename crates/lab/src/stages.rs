@@ -9,7 +9,7 @@ use crate::sandbox::{iperf3_server, spawn_in, Lab, TenantSpec};
 use crate::{names, sys};
 use anyhow::{bail, Context, Result};
 use ontime_core::fsio::write_atomic;
-use ontime_core::proc::ChildProcess;
+use ontime_core::proc::{ChildProcess, SpawnOptions};
 use ontime_core::rt::{parse_cpu_list, ThreadSettings};
 use ontime_load::{LoadGuard, LoadProfile};
 use ontime_net::{Relay, RelaySettings};
@@ -170,6 +170,7 @@ fn one_run(
             crate::netlab::go_when_guests_ready(dir, &mut probes, &opts.stop)?;
         }
     }
+    let injectors = start_injectors(c, dir, &opts.exe)?;
     let mut exits = if probes.is_empty() && c.net.is_some() {
         // A controller to talk to and no flows of its own (`ontime net controller`).
         hold_for(run, opts, on);
@@ -177,6 +178,10 @@ fn one_run(
     } else {
         wait_for_probes(run, &mut probes, &guest_files, opts, on)?
     };
+    // Stopped, each writes the windows it actually held.
+    for mut j in injectors {
+        j.stop();
+    }
     if let (Some(b), Some(vm)) = (cache_bound, rec.environment.vm.as_mut()) {
         vm.host_cache_bound = Some(b.bound);
         vm.vmm_resident_bytes = b.finish();
@@ -423,6 +428,26 @@ fn start_gateway(c: &ontime_scenario::scenario::RunConfig, lab: &mut Lab, dir: &
     }
 
     Ok(())
+}
+
+/// The causes injected at known times (`[[inject]]`), on the host, once the
+/// probes run; the run's directory name seeds their draws.
+fn start_injectors(c: &ontime_scenario::scenario::RunConfig, dir: &Path, exe: &Path) -> Result<Vec<ChildProcess>> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    dir.file_name().hash(&mut h);
+    let specs = c.injectors(dir, h.finish()).map_err(|e| anyhow::anyhow!(e))?;
+    let mut out = Vec::with_capacity(specs.len());
+    for (i, spec) in specs.iter().enumerate() {
+        let file = dir.join(format!("inject-{i}.probe.json"));
+        spec.write(&file)?;
+        let mut cmd = Command::new(exe);
+        cmd.arg("probe")
+            .arg(&file)
+            .stderr(std::fs::File::create(dir.join(format!("inject-{i}.err")))?);
+        out.push(ChildProcess::spawn("an injector", &mut cmd, SpawnOptions::default())?);
+    }
+    Ok(out)
 }
 
 /// Stage 4: the scheduler recorder; a recorder that cannot start is noted

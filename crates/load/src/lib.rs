@@ -15,6 +15,8 @@ use std::process::{Command, Stdio};
 use std::str::FromStr;
 use std::time::Duration;
 
+pub mod inject;
+
 /// A load profile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

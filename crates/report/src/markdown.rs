@@ -70,7 +70,24 @@ pub fn table(dir: &Path) -> Result<String> {
         t.push('\n');
         t.push_str(&io_table(&runs));
     }
+    if runs.iter().any(|r| r.truth.is_some()) {
+        t.push('\n');
+        t.push_str(&confusion_table(&runs));
+    }
     Ok(t)
+}
+
+/// The attribution against the causes injected at known times, pooled
+/// over the runs (docs/explain.md, "Ground truth").
+fn confusion_table(runs: &[RunResults]) -> String {
+    let (with, pooled) = ontime_explain::truth::Confusion::pooled(runs.iter().filter_map(|r| r.truth.as_ref()));
+    let mut s = format!("{}\n\n", ontime_explain::truth::Confusion::caption(with));
+    let _ = writeln!(s, "| {} |", ontime_explain::truth::COLUMNS.join(" | "));
+    let _ = writeln!(s, "|{}", "---|".repeat(ontime_explain::truth::COLUMNS.len()));
+    for row in pooled.cells() {
+        let _ = writeln!(s, "| {} |", row.join(" | "));
+    }
+    s
 }
 
 /// Document 004's figures per setting: the tenants' mean throughput (the

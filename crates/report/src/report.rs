@@ -977,10 +977,38 @@ fn render_html(
         let _ = write!(h, "<p>{}</p>", esc(d));
     }
     h.push_str(&environment_section(runs));
+    h.push_str(&truth_section(runs));
     h.push_str(&notes_section(notes));
     h.push_str(&figures_section(charts, svgs));
     h.push_str(&runs_section(runs, crawl));
     h.push_str("<p><small>Made by ontime lab report. Numbers are the runs' own measurements; n/a marks a percentile the sample count cannot support.</small></p></body></html>\n");
+    h
+}
+
+/// The attribution against the causes the runs injected (`[[inject]]`),
+/// pooled over the runs.
+fn truth_section(runs: &[RunResults]) -> String {
+    use ontime_explain::truth::{Confusion, COLUMNS};
+    let (with, pooled) = Confusion::pooled(runs.iter().filter_map(|r| r.truth.as_ref()));
+    if with == 0 {
+        return String::new();
+    }
+    let mut h = format!(
+        "<h2>Ground truth</h2><p>{}</p><table><tr>",
+        esc(&Confusion::caption(with))
+    );
+    for c in COLUMNS {
+        let _ = write!(h, "<th>{}</th>", esc(c));
+    }
+    h.push_str("</tr>");
+    for row in pooled.cells() {
+        h.push_str("<tr>");
+        for c in row {
+            let _ = write!(h, "<td>{}</td>", esc(&c));
+        }
+        h.push_str("</tr>");
+    }
+    h.push_str("</table>");
     h
 }
 

@@ -22,6 +22,17 @@ pub enum ProbeSpec {
     FlowReceive(FlowReceiveProbe),
     ClockEcho(ClockEchoProbe),
     ClockSync(ClockSyncProbe),
+    CpuBurst(CpuBurstProbe),
+}
+
+/// An injected cause (`[[inject]] cause = "cpu-burst"`): busy bursts on a
+/// CPU, their actual windows written to `result` as
+/// `ontime_explain::truth::Injections` when it stops.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CpuBurstProbe {
+    pub bursts: ontime_load::inject::CpuBurstSpec,
+    pub result: PathBuf,
 }
 
 /// The host's clock echo for guests' flows (`ontime_net::clock`).
@@ -120,6 +131,7 @@ impl ProbeSpec {
             ProbeSpec::ClockSync(p) => {
                 ontime_core::limits::count("clock samples", p.samples as u64, 1, 100_000).map(|_| ())
             }
+            ProbeSpec::CpuBurst(p) => p.bursts.check().map_err(|e| format!("{e:#}")),
         }
     }
 }
@@ -137,6 +149,39 @@ impl crate::scenario::RunConfig {
             crate::scenario::Backend::Qemu => 0,
             _ => KEEP_LATE,
         }
+    }
+
+    /// Late, for the explanation: over the tightest of the scenario's
+    /// targets, else (None) over the run's p99.9.
+    fn explain_over(&self) -> Option<u64> {
+        self.targets.latency.iter().map(|(_, ns)| *ns).min()
+    }
+
+    /// The run's injectors (`[[inject]]`): the i-th writes `inject-i.json`
+    /// in `dir`. `seed` draws the bursts' lengths (one per run, so that
+    /// repetitions differ and a run can be repeated).
+    pub fn injectors(&self, dir: &Path, seed: u64) -> Result<Vec<ProbeSpec>, String> {
+        let mut out = Vec::new();
+        for (i, inj) in self.injections.iter().enumerate() {
+            let (min_ns, max_ns) = inj.length_ns().map_err(|e| format!("inject[{i}].length: {e}"))?;
+            let cpu = inj.cpu_of(&self.tenant).map_err(|e| format!("inject[{i}]: {e}"))?;
+            out.push(match inj.cause {
+                crate::scenario::InjectCause::CpuBurst => ProbeSpec::CpuBurst(CpuBurstProbe {
+                    bursts: ontime_load::inject::CpuBurstSpec {
+                        cpu,
+                        priority: inj.priority,
+                        min_ns,
+                        max_ns,
+                        every_ns: inj.every,
+                        start_after_ns: inj.start_after,
+                        for_ns: self.duration.saturating_sub(inj.start_after),
+                        seed: seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                    },
+                    result: dir.join(format!("inject-{i}.json")),
+                }),
+            });
+        }
+        Ok(out)
     }
 
     /// What tenant `i` of this run runs (None: a `[net]` run, whose flows
@@ -172,7 +217,7 @@ impl crate::scenario::RunConfig {
                     polls_file: None,
                     store: None,
                     keep_worst: self.keep_late(),
-                    explain_over: None,
+                    explain_over: self.explain_over(),
                 },
                 result: file("json"),
                 // The runner holds /dev/cpu_dma_latency once for the run.
@@ -209,7 +254,7 @@ impl crate::scenario::RunConfig {
                     hlog: file("hlog"),
                     hlog_interval_ns: 1_000_000_000,
                     keep_worst: self.keep_late(),
-                    explain_over: None,
+                    explain_over: self.explain_over(),
                 },
                 load: None,
                 load_workers: 1,

@@ -287,6 +287,9 @@ pub struct RunResults {
     /// Why the tenants' late polls or wake-ups were late (`explain.json`,
     /// written beside observe.json when the probes kept their late events).
     pub explanations: Option<ontime_explain::kept::RunExplanations>,
+    /// The causes injected at known times and how the attribution scored
+    /// against them (`truth.json`, with `[[inject]]`).
+    pub truth: Option<ontime_explain::truth::RunTruth>,
 }
 
 impl RunResults {
@@ -373,9 +376,16 @@ pub fn read_run(dir: &Path) -> Result<RunResults> {
     } else {
         None
     };
+    let truth_file = dir.join("truth.json");
+    let truth = if truth_file.exists() {
+        Some(read_json(&truth_file, "ground-truth check")?)
+    } else {
+        None
+    };
     Ok(RunResults {
         analysis,
         explanations,
+        truth,
         dir: dir.to_path_buf(),
         name: dir
             .file_name()

@@ -431,6 +431,86 @@ pub struct RunConfig {
     /// controller and the measured flows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub net: Option<NetSpec>,
+    /// Causes injected at known times, the attribution's ground truth
+    /// (`[[inject]]`; docs/explain.md, "Ground truth").
+    #[serde(default, rename = "inject", skip_serializing_if = "Vec::is_empty")]
+    pub injections: Vec<InjectSpec>,
+}
+
+/// What `[[inject]]` injects.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum InjectCause {
+    /// A SCHED_FIFO busy loop on a tenant's CPU, on the host.
+    CpuBurst,
+}
+
+/// One injected cause, repeated through the run:
+///
+/// ```toml
+/// [[inject]]
+/// cause = "cpu-burst"     # a SCHED_FIFO busy loop on the tenant's CPU
+/// tenant = 0              # whose CPU: the first of tenant.cpuset
+/// # cpu = 1               # ... or this CPU
+/// length = "30ms..80ms"   # each burst's length, drawn uniformly (or "50ms")
+/// every = "1s"            # from one burst's start to the next
+/// priority = 90           # SCHED_FIFO priority, above the tenant's
+/// start_after = "1s"      # the probes measure by then
+/// ```
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct InjectSpec {
+    pub cause: InjectCause,
+    #[serde(default)]
+    pub tenant: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<usize>,
+    pub length: String,
+    #[serde(with = "ontime_core::duration::text_ns")]
+    pub every: u64,
+    #[serde(default = "default_inject_priority")]
+    pub priority: u8,
+    #[serde(with = "ontime_core::duration::text_ns", default = "default_inject_start")]
+    pub start_after: u64,
+}
+
+fn default_inject_priority() -> u8 {
+    90
+}
+
+fn default_inject_start() -> u64 {
+    1_000_000_000
+}
+
+impl InjectSpec {
+    /// `length` as (min, max) ns: "30ms..80ms" or "50ms".
+    pub fn length_ns(&self) -> Result<(u64, u64), String> {
+        let (a, b) = match self.length.split_once("..") {
+            Some((a, b)) => (a.trim(), b.trim()),
+            None => (self.length.trim(), self.length.trim()),
+        };
+        let min = ontime_core::duration::parse_ns(a)?;
+        let max = ontime_core::duration::parse_ns(b)?;
+        if min == 0 || min > max {
+            return Err(format!("\"{}\": give min..max with 0 < min <= max", self.length));
+        }
+        Ok((min, max))
+    }
+
+    /// The CPU it holds: `cpu`, else the first of the tenants' cpuset.
+    pub fn cpu_of(&self, tenant: &TenantTemplate) -> Result<usize, String> {
+        if let Some(c) = self.cpu {
+            return Ok(c);
+        }
+        let set = tenant
+            .cpuset
+            .as_deref()
+            .ok_or("give inject.cpu, or tenant.cpuset so that the tenant's CPU is known")?;
+        ontime_core::rt::parse_cpu_list(set)?
+            .first()
+            .copied()
+            .ok_or_else(|| format!("tenant.cpuset \"{set}\" names no CPU"))
+    }
 }
 
 /// Document 003's experiment (`[net]`): the relay becomes one bottleneck
@@ -1259,7 +1339,33 @@ fn validate(c: &RunConfig) -> Result<()> {
             }
         }
     }
-    validate_loads(c)
+    validate_loads(c)?;
+    validate_injections(c)
+}
+
+fn validate_injections(c: &RunConfig) -> Result<()> {
+    for (i, inj) in c.injections.iter().enumerate() {
+        let what = format!("inject[{i}]");
+        if c.tenant.backend == Backend::Qemu {
+            bail!("{what}: injections on QEMU tenants are not built yet (their probes keep no late events)");
+        }
+        if inj.tenant >= c.tenant.count {
+            bail!("{what}.tenant = {}: there are {} tenants", inj.tenant, c.tenant.count);
+        }
+        let (_, max) = inj.length_ns().map_err(|e| anyhow::anyhow!("{what}.length: {e}"))?;
+        if inj.every <= max {
+            bail!("{what}.every must exceed the longest length, or the CPU never frees");
+        }
+        if !(1..=99).contains(&inj.priority) {
+            bail!("{what}.priority: a SCHED_FIFO priority is 1..=99");
+        }
+        let cpu = inj.cpu_of(&c.tenant).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+        let online = ontime_core::limits::online_cpus();
+        if cpu >= online {
+            bail!("{what}: CPU {cpu} is not online (this host has {online})");
+        }
+    }
+    Ok(())
 }
 
 impl TenantTemplate {
@@ -1532,6 +1638,18 @@ mod tests {
         assert!(e.contains("tenant.crawl.rate") && e.contains("out of range"), "{e}");
         let e = err(&format!("{BASE}[targets]\n\"p42\" = '1ms'\n"));
         assert!(e.contains("targets") && e.contains("p42"), "{e}");
+        // Injections: a CPU to hold, lengths that leave it free between.
+        let inject = |extra: &str| format!("{BASE}[[inject]]\ncause = 'cpu-burst'\nevery = '1s'\n{extra}");
+        let e = err(&inject("length = '30ms'\n"));
+        assert!(e.contains("inject[0]") && e.contains("tenant.cpuset"), "{e}");
+        let e = err(&inject("cpu = 0\nlength = '80ms..30ms'\n"));
+        assert!(e.contains("inject[0].length"), "{e}");
+        let e = err(&inject("cpu = 0\nlength = '2s'\n"));
+        assert!(e.contains("inject[0].every"), "{e}");
+        let e = err(&inject("cpu = 0\nlength = '30ms'\ntenant = 5\n"));
+        assert!(e.contains("inject[0].tenant"), "{e}");
+        let e = err(&inject("cpu = 0\nlength = '30ms'\ncause2 = 1\n"));
+        assert!(e.contains("cause2"), "{e}");
         let ok = plan(&format!("{BASE}[targets]\n\"p99.9\" = '10ms'\nmissed = 0\n")).unwrap();
         let t = &ok.runs[0].config.targets;
         assert_eq!(t.latency, vec![("p99.9".to_string(), 10_000_000)]);

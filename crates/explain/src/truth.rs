@@ -1,0 +1,410 @@
+//! Ground truth: causes injected at known times (a lab scenario's
+//! `[[inject]]`), and how the attribution of the late events that overlap
+//! them scores against them, as a confusion matrix (docs/explain.md,
+//! "Ground truth").
+//!
+//! A cell is attributed nanoseconds inside the injection windows over the
+//! lateness inside them, summed over the late events whose [planned,
+//! actual) overlaps a window, so each row adds up to the lateness it
+//! covers: right cause with the right culprit, right cause with another
+//! culprit, each other cause, unexplained.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use ontime_core::late::ProbeEvent;
+use ontime_recording::recording::Recording;
+use serde::{Deserialize, Serialize};
+
+use crate::cause::{Cause, CauseKind, Explanation, Who};
+use crate::timeline::Timeline;
+
+/// What was injected: each class has the cause the attribution should
+/// find (docs/explain.md's table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InjectedClass {
+    /// A SCHED_FIFO busy loop on the probe's CPU: the probe waits behind it.
+    CpuBurst,
+}
+
+impl InjectedClass {
+    /// The cause the attribution should give the injected time.
+    pub fn expected(self) -> CauseKind {
+        match self {
+            InjectedClass::CpuBurst => CauseKind::WaitedForCpu,
+        }
+    }
+
+    /// As a scenario names it.
+    pub fn label(self) -> String {
+        crate::cause::serde_name(&self)
+    }
+}
+
+/// One injection as the injector carried it out: the window is when it
+/// actually held the cause (CLOCK_MONOTONIC), not when it was planned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Injection {
+    pub class: InjectedClass,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// The process that is the culprit (the injector's); any of its
+    /// threads counts as the right culprit.
+    pub pid: u32,
+    /// The CPU it held, where it held one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<u16>,
+}
+
+/// An injector's result file (`inject-N.json` in a lab run).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Injections {
+    pub injections: Vec<Injection>,
+}
+
+/// One row of the matrix: an injected class.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfusionRow {
+    /// Injections of this class.
+    pub injected: u64,
+    /// Late events overlapping one of them.
+    pub events: u64,
+    /// The late events' lateness inside the windows: the row's 100 %.
+    pub lateness_ns: u64,
+    /// The expected cause, naming the injector.
+    pub right_ns: u64,
+    /// The expected cause, naming someone else.
+    pub right_cause_other_culprit_ns: u64,
+    /// Every other cause but unexplained, by cause.
+    pub other_ns: BTreeMap<CauseKind, u64>,
+    pub unexplained_ns: u64,
+}
+
+impl ConfusionRow {
+    fn share(&self, ns: u64) -> Option<f64> {
+        (self.lateness_ns > 0).then(|| ns as f64 / self.lateness_ns as f64)
+    }
+
+    /// The diagonal: right cause and right culprit, of the lateness.
+    pub fn right_share(&self) -> Option<f64> {
+        self.share(self.right_ns)
+    }
+
+    pub fn unexplained_share(&self) -> Option<f64> {
+        self.share(self.unexplained_ns)
+    }
+
+    /// Adds another run's row (the matrix pooled over runs).
+    pub fn add(&mut self, o: &ConfusionRow) {
+        self.injected += o.injected;
+        self.events += o.events;
+        self.lateness_ns += o.lateness_ns;
+        self.right_ns += o.right_ns;
+        self.right_cause_other_culprit_ns += o.right_cause_other_culprit_ns;
+        for (k, v) in &o.other_ns {
+            *self.other_ns.entry(*k).or_default() += v;
+        }
+        self.unexplained_ns += o.unexplained_ns;
+    }
+}
+
+/// The matrix: a row per injected class.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Confusion {
+    pub rows: BTreeMap<InjectedClass, ConfusionRow>,
+}
+
+impl Confusion {
+    pub fn add(&mut self, o: &Confusion) {
+        for (c, r) in &o.rows {
+            self.rows.entry(*c).or_default().add(r);
+        }
+    }
+}
+
+/// The matrix's columns, as a report prints them.
+pub const COLUMNS: [&str; 9] = [
+    "injected",
+    "injections",
+    "late events",
+    "lateness",
+    "right cause, right culprit",
+    "right cause, other culprit",
+    "other causes",
+    "unexplained",
+    "target",
+];
+
+/// The target on every row: this share of the lateness inside the
+/// injections on the right cause and culprit, at most `UNEXPLAINED_AT_MOST`
+/// unexplained.
+pub const RIGHT_AT_LEAST: f64 = 0.95;
+pub const UNEXPLAINED_AT_MOST: f64 = 0.05;
+
+impl Confusion {
+    /// The runs' matrices added up, and how many runs had one.
+    pub fn pooled<'a>(runs: impl Iterator<Item = &'a RunTruth>) -> (usize, Confusion) {
+        let mut out = Confusion::default();
+        let mut n = 0;
+        for t in runs {
+            out.add(&t.confusion);
+            n += 1;
+        }
+        (n, out)
+    }
+
+    /// What a table of `runs` runs' matrix says.
+    pub fn caption(runs: usize) -> String {
+        format!(
+            "Ground truth, {runs} runs: of the late events' lateness inside the injections, what the attribution \
+             gave it (target: right cause and culprit >= {:.0} %, unexplained <= {:.0} %).",
+            RIGHT_AT_LEAST * 100.0,
+            UNEXPLAINED_AT_MOST * 100.0
+        )
+    }
+
+    /// A row of [`COLUMNS`] per injected class.
+    pub fn cells(&self) -> Vec<[String; 9]> {
+        let pct = |ns: u64, of: u64| {
+            if of == 0 {
+                "-".to_string()
+            } else {
+                format!("{:.1} %", ns as f64 * 100.0 / of as f64)
+            }
+        };
+        self.rows
+            .iter()
+            .map(|(class, r)| {
+                let others: Vec<String> = r
+                    .other_ns
+                    .iter()
+                    .filter(|(_, ns)| **ns > 0)
+                    .map(|(k, ns)| format!("{} {}", k.label(), pct(*ns, r.lateness_ns)))
+                    .collect();
+                let verdict = match (r.right_share(), r.unexplained_share()) {
+                    (Some(right), Some(unexplained))
+                        if right >= RIGHT_AT_LEAST && unexplained <= UNEXPLAINED_AT_MOST =>
+                    {
+                        "met"
+                    }
+                    (Some(_), Some(_)) => "not met",
+                    _ => "no late event in an injection",
+                };
+                [
+                    class.label(),
+                    r.injected.to_string(),
+                    r.events.to_string(),
+                    ontime_core::duration::format_ns(r.lateness_ns),
+                    pct(r.right_ns, r.lateness_ns),
+                    pct(r.right_cause_other_culprit_ns, r.lateness_ns),
+                    if others.is_empty() {
+                        "-".to_string()
+                    } else {
+                        others.join(", ")
+                    },
+                    pct(r.unexplained_ns, r.lateness_ns),
+                    verdict.to_string(),
+                ]
+            })
+            .collect()
+    }
+}
+
+/// The thread a cause names as its culprit.
+fn culprit_tid(c: &Cause) -> Option<u32> {
+    let who = match c {
+        Cause::WaitedForCpu { behind, .. } | Cause::Throttled { behind, .. } => behind,
+        Cause::Blocked { by, .. } | Cause::LateTimer { by, .. } => by,
+        _ => return None,
+    };
+    match who {
+        Who::Thread(t) => Some(*t),
+        _ => None,
+    }
+}
+
+/// Scores already explained events against the injections; `tgid` maps a
+/// culprit thread to its process.
+pub fn score(explained: &[Explanation], injections: &[Injection], tgid: impl Fn(u32) -> Option<u32>) -> Confusion {
+    let mut out = Confusion::default();
+    for i in injections {
+        out.rows.entry(i.class).or_default().injected += 1;
+    }
+    for x in explained {
+        let mut counted: HashSet<InjectedClass> = HashSet::new();
+        for i in injections {
+            let (a, b) = (x.planned_ns.max(i.start_ns), x.actual_ns.min(i.end_ns));
+            if a >= b {
+                continue;
+            }
+            let row = out.rows.entry(i.class).or_default();
+            if counted.insert(i.class) {
+                row.events += 1;
+            }
+            row.lateness_ns += b - a;
+            for s in &x.segments {
+                let (sa, sb) = (s.start_ns.max(a), s.end_ns.min(b));
+                if sa >= sb {
+                    continue;
+                }
+                let ns = sb - sa;
+                let kind = s.cause.kind();
+                if kind == CauseKind::Unexplained {
+                    row.unexplained_ns += ns;
+                } else if kind == i.class.expected() {
+                    let by_injector = culprit_tid(&s.cause).and_then(&tgid) == Some(i.pid);
+                    if by_injector {
+                        row.right_ns += ns;
+                    } else {
+                        row.right_cause_other_culprit_ns += ns;
+                    }
+                } else {
+                    *row.other_ns.entry(kind).or_default() += ns;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Explains the late events of `events` that overlap an injection, on
+/// `rec`, and scores them.
+pub fn check(rec: &Recording, events: &[ProbeEvent], injections: &[Injection]) -> Confusion {
+    let overlapping: Vec<&ProbeEvent> = events
+        .iter()
+        .filter(|e| {
+            injections
+                .iter()
+                .any(|i| e.planned_ns < i.end_ns && e.actual_ns > i.start_ns)
+        })
+        .collect();
+    let tids: Vec<u32> = {
+        let mut seen = HashSet::new();
+        overlapping.iter().map(|e| e.tid).filter(|t| seen.insert(*t)).collect()
+    };
+    let tl = Timeline::from_recording(rec, &tids);
+    let mut explained = Vec::with_capacity(overlapping.len());
+    for e in overlapping {
+        let Ok(probe) = tl.probe(e.tid) else { continue };
+        explained.push(crate::attribute::explain(&tl, &probe, e.planned_ns, e.actual_ns));
+    }
+    let tgids: HashMap<u32, u32> = rec.threads.values().map(|t| (t.tid, t.tgid)).collect();
+    score(&explained, injections, |tid| tgids.get(&tid).copied())
+}
+
+/// A lab run's ground truth (`truth.json`): its injections and how the
+/// attribution of its tenants' late events scored against them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunTruth {
+    pub injections: Vec<Injection>,
+    pub confusion: Confusion,
+}
+
+/// The injectors' results in a lab run's `dir` (`inject-N.json`) against
+/// every tenant's kept late events (`tN.json`), on the run's recording;
+/// None when nothing was injected.
+pub fn check_run(rec: &Recording, dir: &std::path::Path, tenants: usize) -> anyhow::Result<Option<RunTruth>> {
+    let mut injections = Vec::new();
+    for i in 0.. {
+        let file = dir.join(format!("inject-{i}.json"));
+        if !file.exists() {
+            break;
+        }
+        let text = ontime_core::fsio::read_text_capped(&file, "injector result", 64 << 20)?;
+        let got: Injections = serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{}: not an injector's result: {e}", file.display()))?;
+        injections.extend(got.injections);
+    }
+    if injections.is_empty() {
+        return Ok(None);
+    }
+    let mut events = Vec::new();
+    for i in 0..tenants {
+        let file = dir.join(format!("t{i}.json"));
+        if file.exists() {
+            if let Some((late, _)) = crate::kept::read(&file)? {
+                events.extend(late.events);
+            }
+        }
+    }
+    let confusion = check(rec, &events, &injections);
+    Ok(Some(RunTruth { injections, confusion }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cause::{Gap, Segment, Side};
+
+    fn seg(start_ns: u64, end_ns: u64, cause: Cause) -> Segment {
+        Segment {
+            start_ns,
+            end_ns,
+            side: Side::Host,
+            cause,
+        }
+    }
+
+    fn behind(tid: u32) -> Cause {
+        Cause::WaitedForCpu {
+            cpu: 1,
+            behind: Who::Thread(tid),
+            idle_elsewhere_ns: 0,
+        }
+    }
+
+    #[test]
+    fn a_burst_scores_its_window_only_by_cause_and_culprit() {
+        // Planned at 0, done at 100: 10 ms own work, 60 behind the
+        // injector (tid 501 of pid 500), 20 behind another thread, 10
+        // unexplained; the burst held the CPU from 5 to 95.
+        let x = Explanation {
+            tid: 7,
+            planned_ns: 0,
+            actual_ns: 100,
+            segments: vec![
+                seg(0, 10, Cause::OwnWork { cpu: 1 }),
+                seg(10, 70, behind(501)),
+                seg(70, 90, behind(900)),
+                seg(90, 100, Cause::Unexplained { why: Gap::NotRecorded }),
+            ],
+        };
+        let inj = Injection {
+            class: InjectedClass::CpuBurst,
+            start_ns: 5,
+            end_ns: 95,
+            pid: 500,
+            cpu: Some(1),
+        };
+        let m = score(&[x], &[inj], |t| Some(if t == 501 { 500 } else { t }));
+        let r = &m.rows[&InjectedClass::CpuBurst];
+        assert_eq!((r.injected, r.events, r.lateness_ns), (1, 1, 90));
+        assert_eq!(r.right_ns, 60);
+        assert_eq!(r.right_cause_other_culprit_ns, 20);
+        assert_eq!(r.other_ns[&CauseKind::OwnWork], 5);
+        assert_eq!(r.unexplained_ns, 5);
+        let sum = r.right_ns + r.right_cause_other_culprit_ns + r.other_ns.values().sum::<u64>() + r.unexplained_ns;
+        assert_eq!(sum, r.lateness_ns, "a row adds up to its lateness");
+    }
+
+    #[test]
+    fn an_event_outside_every_window_scores_nothing() {
+        let x = Explanation {
+            tid: 7,
+            planned_ns: 200,
+            actual_ns: 300,
+            segments: vec![seg(200, 300, behind(501))],
+        };
+        let inj = Injection {
+            class: InjectedClass::CpuBurst,
+            start_ns: 5,
+            end_ns: 95,
+            pid: 500,
+            cpu: Some(1),
+        };
+        let m = score(&[x], &[inj], |_| Some(500));
+        let r = &m.rows[&InjectedClass::CpuBurst];
+        assert_eq!((r.injected, r.events, r.lateness_ns), (1, 0, 0));
+        assert_eq!(r.right_share(), None);
+    }
+}

@@ -1,0 +1,87 @@
+//! Causes injected at known times, for checking the attribution against
+//! ground truth (docs/explain.md, "Ground truth"): a SCHED_FIFO busy loop
+//! held on one CPU for a drawn length, again and again. The windows
+//! returned are when the loop actually held the CPU, read on
+//! CLOCK_MONOTONIC around it, not when it was planned.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::{bail, Result};
+use ontime_core::rt::Policy;
+use ontime_core::time::MonoNs;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+/// Busy bursts on one CPU.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CpuBurstSpec {
+    pub cpu: usize,
+    /// SCHED_FIFO priority: above the probe's, so the probe waits.
+    pub priority: u8,
+    /// Each burst's length is drawn uniformly from [min_ns, max_ns].
+    pub min_ns: u64,
+    pub max_ns: u64,
+    /// From one burst's start to the next's.
+    pub every_ns: u64,
+    /// The first burst starts this long after the injector starts, so the
+    /// probes are measuring by then.
+    pub start_after_ns: u64,
+    /// No burst starts later than this after the injector starts.
+    pub for_ns: u64,
+    pub seed: u64,
+}
+
+impl CpuBurstSpec {
+    pub fn check(&self) -> Result<()> {
+        if self.min_ns == 0 || self.min_ns > self.max_ns {
+            bail!("a burst's length must be a range min..max with 0 < min <= max");
+        }
+        if self.every_ns <= self.max_ns {
+            bail!("bursts must start further apart than their longest length (every > max), or the CPU never frees");
+        }
+        if !(1..=99).contains(&self.priority) {
+            bail!("a SCHED_FIFO priority is 1..=99, not {}", self.priority);
+        }
+        Ok(())
+    }
+}
+
+/// Runs the bursts on the calling thread (pinned to the CPU, SCHED_FIFO
+/// while it runs them) until `for_ns` has passed or `stop` is set; returns
+/// each burst's [start, end) on CLOCK_MONOTONIC.
+pub fn cpu_bursts(spec: &CpuBurstSpec, stop: &AtomicBool) -> Result<Vec<(u64, u64)>> {
+    spec.check()?;
+    ontime_core::rt::set_affinity(&[spec.cpu])?;
+    ontime_core::rt::set_policy(Policy::Fifo {
+        priority: spec.priority,
+    })?;
+    let _ = ontime_core::rt::set_timer_slack_ns(1);
+    let mut rng = SmallRng::seed_from_u64(spec.seed);
+    let t0 = MonoNs::now();
+    let last_start = t0.0 + spec.start_after_ns + spec.for_ns;
+    let mut next = t0.0 + spec.start_after_ns;
+    // One burst per `every`, preallocated: no allocation while the loop
+    // holds the CPU.
+    let mut windows = Vec::with_capacity((spec.for_ns / spec.every_ns + 1) as usize);
+    while next <= last_start && !stop.load(Ordering::Relaxed) {
+        ontime_core::time::sleep_until(MonoNs(next));
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let len = rng.gen_range(spec.min_ns..=spec.max_ns);
+        let start = MonoNs::now().0;
+        let until = start + len;
+        let mut now = start;
+        while now < until && !stop.load(Ordering::Relaxed) {
+            std::hint::spin_loop();
+            now = MonoNs::now().0;
+        }
+        if windows.len() < windows.capacity() {
+            windows.push((start, now));
+        }
+        next += spec.every_ns;
+    }
+    Ok(windows)
+}
