@@ -948,7 +948,8 @@ fn bursting_crawlers_are_not_calibrated_from() {
     assert!(!dir.path().join("cal.json").exists());
 }
 
-/// Every table in docs/results.md under a `<!-- table: COMMAND -->` mark,
+/// Every table in docs/results.md and docs/explain.md under a
+/// `<!-- table: COMMAND -->` mark,
 /// up to its `<!-- end table -->`, is exactly what COMMAND prints now from
 /// the committed runs (`DIR` is `pooled`, the runs `ontime sim validate
 /// --into` kept), so no table in the docs is written by hand or outlives
@@ -956,6 +957,7 @@ fn bursting_crawlers_are_not_calibrated_from() {
 /// file instead of failing.
 fn results_tables_are_what_the_binary_prints(root: &str, pooled: &Path) {
     tables_are_what_the_binary_prints(root, "docs/results.md", pooled);
+    tables_are_what_the_binary_prints(root, "docs/explain.md", pooled);
 }
 
 /// Each `<!-- table: COMMAND -->` ... `<!-- end table -->` block of the
