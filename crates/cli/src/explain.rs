@@ -180,12 +180,7 @@ impl RecordingBeside {
 pub fn explain(rec: &Recording, late: &LateSet, perfetto: Option<&Path>) -> Result<RunExplanation> {
     let x = ontime_explain::explain_run(rec, &late.events, late.late, late.threshold_ns, &late.threshold_from);
     if let Some(path) = perfetto {
-        let mut file = ontime_core::fsio::AtomicWriter::create(path)?;
-        let mut buf = std::io::BufWriter::new(&mut file);
-        ontime_explain::perfetto::write(rec, &x.worst, ontime_explain::perfetto::AROUND_NS, &mut buf)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-        drop(buf);
-        file.commit()?;
+        ontime_explain::perfetto::write_file(rec, &x.worst, path)?;
     }
     Ok(x)
 }

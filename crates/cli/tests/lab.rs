@@ -653,4 +653,32 @@ fn injected_cpu_bursts_are_charged_to_the_injector() {
         .unwrap();
     let md = String::from_utf8_lossy(&md.stdout);
     assert!(md.contains("| cpu-burst |"), "{md}");
+    assert!(
+        md.contains("behind ontime-burst"),
+        "the why table names the injector: {md}"
+    );
+    // The run's Perfetto trace decodes with Perfetto's own definitions
+    // (scripts/setup.sh installs them) and names the injector.
+    let python = "/var/cache/ontime/perfetto/bin/python";
+    if !Path::new(python).exists() {
+        ontime_testkit::skip("Perfetto's definitions are not installed (scripts/setup.sh installs them)");
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/perfetto-check.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(run.join("trace.pftrace"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(got["switches"].as_u64().unwrap() > 0, "{got}");
+    assert!(
+        got["slices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["name"].as_str().unwrap_or("").contains("behind ontime-burst")),
+        "{got}"
+    );
 }

@@ -97,6 +97,20 @@ pub struct Written {
     pub bytes: u64,
 }
 
+/// [`write`] into the file `path`, whole or not at all, with
+/// [`AROUND_NS`] around each event.
+pub fn write_file(rec: &Recording, late: &[LateEvent], path: &std::path::Path) -> anyhow::Result<Written> {
+    use anyhow::Context as _;
+    let mut file = ontime_core::fsio::AtomicWriter::create(path)?;
+    let mut buf = std::io::BufWriter::new(&mut file);
+    let w = write(rec, late, AROUND_NS, &mut buf).with_context(|| format!("cannot write {}", path.display()))?;
+    buf.flush()
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    drop(buf);
+    file.commit()?;
+    Ok(w)
+}
+
 /// Writes the recording's scheduling within `around` of each late event
 /// (planned - around .. actual + around) and the late events themselves.
 pub fn write(rec: &Recording, late: &[LateEvent], around_ns: u64, out: &mut dyn Write) -> std::io::Result<Written> {

@@ -422,6 +422,99 @@ impl RunExplanation {
     }
 }
 
+/// Several runs' explanations together (a lab setting's repetitions, its
+/// tenants): the causes summed by what they are and who, with process ids
+/// left out (they differ from run to run), shares of the pooled lateness.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PooledExplanation {
+    /// Explanations pooled.
+    pub runs: u64,
+    pub late: u64,
+    pub explained: u64,
+    pub lateness_ns: u64,
+    /// Largest first.
+    pub causes: Vec<CauseTotal>,
+}
+
+impl PooledExplanation {
+    pub fn of<'a>(runs: impl Iterator<Item = &'a RunExplanation>) -> PooledExplanation {
+        let mut out = PooledExplanation::default();
+        for r in runs {
+            out.runs += 1;
+            out.late += r.late;
+            out.explained += r.explained;
+            out.lateness_ns += r.lateness_ns;
+            for c in &r.causes {
+                let culprit = c.culprit.clone().map(|mut k| {
+                    k.tid = None;
+                    k.pid = None;
+                    k
+                });
+                let same = |t: &CauseTotal| {
+                    t.cause == c.cause && t.detail == c.detail && t.side == c.side && t.culprit == culprit
+                };
+                match out.causes.iter_mut().find(|t| same(t)) {
+                    Some(t) => {
+                        t.ns += c.ns;
+                        t.events += c.events;
+                    }
+                    None => out.causes.push(CauseTotal {
+                        culprit,
+                        share: 0.0,
+                        ..c.clone()
+                    }),
+                }
+            }
+        }
+        for t in &mut out.causes {
+            t.share = if out.lateness_ns == 0 {
+                0.0
+            } else {
+                t.ns as f64 / out.lateness_ns as f64
+            };
+        }
+        out.causes.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.cause.cmp(&b.cause)));
+        out
+    }
+
+    /// "931 of 931 late events explained; 99.9 % waiting for CPU 1 behind
+    /// ontime-burst, 0.1 % in irq 11 on CPU 1, 0 % unexplained".
+    pub fn sentence(&self) -> String {
+        if self.explained == 0 {
+            return format!("{} late events, none explained", self.late);
+        }
+        let mut parts: Vec<String> = self
+            .causes
+            .iter()
+            .filter(|c| c.share >= 0.01 && c.cause != CauseKind::Unexplained)
+            .take(3)
+            .map(|c| {
+                format!(
+                    "{:.1} % {}",
+                    c.share * 100.0,
+                    describe(c.cause, c.detail, c.side, c.culprit.as_ref())
+                )
+            })
+            .collect();
+        let unexplained: u64 = self
+            .causes
+            .iter()
+            .filter(|c| c.cause == CauseKind::Unexplained)
+            .map(|c| c.ns)
+            .sum();
+        parts.push(format!(
+            "{:.1} % unexplained",
+            unexplained as f64 * 100.0 / self.lateness_ns.max(1) as f64
+        ));
+        format!(
+            "{} of {} late events explained; {}",
+            self.explained,
+            self.late,
+            parts.join(", ")
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -494,6 +587,39 @@ mod tests {
             text == "2 wake-ups over 10.0 ms; of their lateness: 90 % waiting for CPU 1 behind stress-ng \
                      (pid 4242), 8 % unexplained, 2 % running its own work",
             "{text}"
+        );
+    }
+
+    #[test]
+    fn runs_pool_by_what_and_who_across_process_ids() {
+        let names = std::collections::HashMap::new();
+        let run = |pid: u32, waited: u64, unexplained: u64| {
+            summarize(
+                vec![late(
+                    0,
+                    vec![
+                        (CauseKind::WaitedForCpu, waited, Some(who(pid, pid, "ontime-burst", 1))),
+                        (CauseKind::Unexplained, unexplained, None),
+                    ],
+                )],
+                &names,
+                1,
+                MS,
+                "p99.9 of the run",
+                vec![],
+                vec![],
+            )
+        };
+        let (a, b) = (run(500, 30 * MS, 0), run(700, 60 * MS, 10 * MS));
+        let pooled = PooledExplanation::of([&a, &b].into_iter());
+        assert_eq!((pooled.runs, pooled.late, pooled.lateness_ns), (2, 2, 100 * MS));
+        let first = &pooled.causes[0];
+        assert_eq!((first.ns, first.events), (90 * MS, 2), "one culprit whatever its pid");
+        assert_eq!(first.culprit.as_ref().unwrap().pid, None);
+        assert!((pooled.causes.iter().map(|c| c.share).sum::<f64>() - 1.0).abs() < 1e-9);
+        assert_eq!(
+            pooled.sentence(),
+            "2 of 2 late events explained; 90.0 % waiting for CPU 1 behind ontime-burst, 10.0 % unexplained"
         );
     }
 

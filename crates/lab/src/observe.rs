@@ -240,6 +240,9 @@ impl Observer {
     }
 }
 
+/// A run's Perfetto trace: the recording around its tenants' worst events.
+pub const PERFETTO_TRACE: &str = "trace.pftrace";
+
 /// observe.json and observe.txt; with stack samples also profile.json,
 /// profile.pb.gz and profile/ (figures). True when it profiled.
 fn analyse(file: &Path, dir: &Path) -> Result<bool> {
@@ -272,7 +275,19 @@ fn analyse(file: &Path, dir: &Path) -> Result<bool> {
     // them: `keep_worst` in the probe spec), on this recording.
     // The run stands without it.
     match ontime_explain::kept::explain_tenants(&rec, dir, rec.meta.groups.len()) {
-        Ok(Some(x)) => ontime_core::fsio::write_atomic(&dir.join("explain.json"), &serde_json::to_vec(&x)?)?,
+        Ok(Some(x)) => {
+            ontime_core::fsio::write_atomic(&dir.join("explain.json"), &serde_json::to_vec(&x)?)?;
+            // The scheduling around every tenant's worst events, for
+            // ui.perfetto.dev.
+            let worst: Vec<_> = x
+                .tenants
+                .values()
+                .flat_map(|t| t.explanation.worst.iter().cloned())
+                .collect();
+            if let Err(e) = ontime_explain::perfetto::write_file(&rec, &worst, &dir.join(PERFETTO_TRACE)) {
+                ontime_core::errln!("ontime lab: {}: no Perfetto trace: {e:#}", dir.display());
+            }
+        }
         Ok(None) => {}
         Err(e) => ontime_core::errln!(
             "ontime lab: {}: no explanation of the late events: {e:#}",

@@ -4,9 +4,13 @@
 //! lifetime of the stress-ng processes: a [`LoadGuard`] starts them in their
 //! own process group, asks the kernel to kill them if ontime dies
 //! (PR_SET_PDEATHSIG), and stops the whole group on drop. stress-ng's own
-//! `--timeout` is a last line of defence.
+//! `--timeout` is a last line of defence. [`inject`] holds causes at
+//! known times (the attribution's ground truth) and returns when it held
+//! them.
 //!
-//! Does not measure anything.
+//! Does not measure anything else.
+
+pub mod inject;
 
 use anyhow::{bail, Context, Result};
 use ontime_core::proc::{ChildProcess, SpawnOptions};
@@ -14,8 +18,6 @@ use serde::{Deserialize, Serialize};
 use std::process::{Command, Stdio};
 use std::str::FromStr;
 use std::time::Duration;
-
-pub mod inject;
 
 /// A load profile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

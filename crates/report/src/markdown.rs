@@ -70,11 +70,47 @@ pub fn table(dir: &Path) -> Result<String> {
         t.push('\n');
         t.push_str(&io_table(&runs));
     }
+    if runs.iter().any(|r| r.explanations.is_some()) {
+        t.push('\n');
+        t.push_str(&why_table(&runs));
+    }
     if runs.iter().any(|r| r.truth.is_some()) {
         t.push('\n');
         t.push_str(&confusion_table(&runs));
     }
     Ok(t)
+}
+
+/// Why, per setting: every tenant's late events of every run explained
+/// together (docs/explain.md), the largest causes first.
+fn why_table(runs: &[RunResults]) -> String {
+    let mut keys: Vec<String> = Vec::new();
+    for r in runs {
+        let k = setting(r);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let mut s = String::from(
+        "| setting | runs explained | why late (all tenants' late events of the runs together) |\n|---|---|---|\n",
+    );
+    for k in &keys {
+        let of: Vec<&RunResults> = runs.iter().filter(|r| &setting(r) == k).collect();
+        let with = of.iter().filter(|r| r.explanations.is_some()).count();
+        let pooled = ontime_explain::summary::PooledExplanation::of(
+            of.iter()
+                .filter_map(|r| r.explanations.as_ref())
+                .flat_map(|x| x.tenants.values().map(|t| &t.explanation)),
+        );
+        let why = if with == 0 {
+            "no recording explained".to_string()
+        } else {
+            pooled.sentence()
+        };
+        let _ = writeln!(s, "| {k} | {with} of {} | {why} |", of.len());
+    }
+    s.push_str("\nLate: over each run's threshold (the scenario's tightest target, else the run's p99.9); a cause's share is of the explained events' summed lateness.\n");
+    s
 }
 
 /// The attribution against the causes injected at known times, pooled
