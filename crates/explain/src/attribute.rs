@@ -133,11 +133,18 @@ fn classify(
             };
             let by = wake.map_or(Who::Unknown, |w| Who::from_tid(w.by));
             let cpu = wake.map(|w| w.cpu);
+            // A wake-up inside an interrupt handler's run came from it, not
+            // from the thread it interrupted.
+            let irq = match (wake, spans.get(i + 1)) {
+                (Some(w), Some(next)) => tl.irq_at(w.cpu, next.start),
+                _ => None,
+            };
             let cause = if blocked {
                 Cause::Blocked {
                     on: BlockedOn::Io,
                     by,
                     cpu,
+                    irq,
                 }
             } else if span.start <= planned {
                 // A probe sleeps until its planned time on a timer: still
@@ -148,11 +155,12 @@ fn classify(
                     cpu,
                 }
             } else if wake.is_some() {
-                let on = match by {
-                    Who::Thread(_) => BlockedOn::Thread,
-                    Who::Idle | Who::Unknown => BlockedOn::Interrupt,
+                let on = match (irq, by) {
+                    (None, Who::Thread(_)) => BlockedOn::Thread,
+                    _ => BlockedOn::Interrupt,
                 };
-                Cause::Blocked { on, by, cpu }
+                let by = if irq.is_some() { Who::Unknown } else { by };
+                Cause::Blocked { on, by, cpu, irq }
             } else {
                 // Asleep to the end of the time line: what it waited for
                 // is not recorded.
@@ -506,10 +514,41 @@ mod tests {
             Cause::Blocked {
                 on: BlockedOn::Io,
                 by: Who::Thread(WAKER),
-                cpu: Some(1)
+                cpu: Some(1),
+                irq: None,
             }
         );
         assert_eq!(x.segments[1].len_ns(), 5 * MS);
+    }
+
+    #[test]
+    fn a_wake_up_inside_a_softirq_is_the_interrupts_not_the_thread_it_interrupted() {
+        let mut ev = cpu1_busy();
+        ev.extend([
+            switch(at(5), 0, 0, PROBE, 0, 0),
+            sleep(at(12), 0, PROBE, 0),
+            // NET_RX (3) on CPU 1 while OTHER runs there wakes the probe.
+            irq(at(16), 1, kind::SOFTIRQ_ENTRY, 3),
+            wake(at(17), 1, PROBE, OTHER, 0),
+            irq(at(18), 1, kind::SOFTIRQ_EXIT, 3),
+            switch(at(17), 0, 0, PROBE, 0, 0),
+            sleep(at(30), 0, PROBE, 0),
+        ]);
+        let tl = timeline(2, &ev, at(40));
+        let x = explained(&tl, at(10), at(20));
+        assert_eq!(
+            x.segments[1].cause,
+            Cause::Blocked {
+                on: BlockedOn::Interrupt,
+                by: Who::Unknown,
+                cpu: Some(1),
+                irq: Some(Irq::Soft(3)),
+            }
+        );
+        let report = x.report(&tl);
+        let text = report.causes.iter().find(|c| c.cause == CauseKind::Blocked).unwrap();
+        let said = crate::summary::describe(text.cause, text.detail, text.side, text.culprit.as_ref());
+        assert_eq!(said, "blocked (interrupt), woken in softirq NET_RX on CPU 1");
     }
 
     #[test]

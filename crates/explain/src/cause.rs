@@ -147,8 +147,15 @@ pub enum Cause {
     Throttled { cpu: u16, behind: Who },
     /// The probe ran: its own work outlasted its slack.
     OwnWork { cpu: u16 },
-    /// Asleep on something other than its timer; `by` woke it, on `cpu`.
-    Blocked { on: BlockedOn, by: Who, cpu: Option<u16> },
+    /// Asleep on something other than its timer; `by` woke it, on `cpu`;
+    /// from inside `irq` when the wake-up came in an interrupt handler's
+    /// run (a device, the network's softirq), whoever it interrupted.
+    Blocked {
+        on: BlockedOn,
+        by: Who,
+        cpu: Option<u16>,
+        irq: Option<Irq>,
+    },
     /// Late with nothing runnable in the way. [`Late::Timer`]: `by` was
     /// current where the wake-up came, on `cpu`; [`Late::IdleExit`]: `cpu`
     /// idled (`by` is [`Who::Idle`]).
@@ -285,7 +292,8 @@ impl Cause {
             }
             Cause::Interrupts { cpu, irq } => (None, Some(cpu), Some(irq)),
             Cause::OwnWork { cpu } => (Some(Who::Thread(probe)), Some(cpu), None),
-            Cause::Blocked { by, cpu, .. } | Cause::LateTimer { by, cpu, .. } => (Some(by), cpu, None),
+            Cause::Blocked { by, cpu, irq, .. } => (Some(by), cpu, irq),
+            Cause::LateTimer { by, cpu, .. } => (Some(by), cpu, None),
             Cause::Emulation { cpu, vcpu } => (Some(Who::Thread(vcpu)), Some(cpu), None),
             Cause::Unexplained { .. } => (None, None, None),
         }
@@ -461,6 +469,7 @@ mod tests {
             on: BlockedOn::RelayQueue,
             by: Who::Thread(33),
             cpu: None,
+            irq: None,
         };
         x.refine(120, 180, Side::Host, relay);
         let pieces: Vec<(u64, u64, CauseKind)> = x

@@ -310,7 +310,17 @@ pub fn describe(cause: CauseKind, detail: Option<Detail>, side: Side, who: Optio
         CauseKind::Blocked => format!(
             "blocked{}{}",
             detail.map(|d| format!(" ({})", d.label())).unwrap_or_default(),
-            who.map(|c| format!(", woken by {}", name(c))).unwrap_or_default()
+            match who {
+                // Woken from an interrupt handler: it is the culprit.
+                Some(Culprit { irq: Some(irq), .. }) => {
+                    format!(
+                        ", woken in {irq}{}",
+                        cpu.map(|c| format!(" on {c}")).unwrap_or_default()
+                    )
+                }
+                Some(c) if c.tid.is_some() || c.comm.is_some() || c.idle => format!(", woken by {}", name(c)),
+                _ => String::new(),
+            }
         ),
         CauseKind::LateTimer => format!(
             "a late timer{}{}",

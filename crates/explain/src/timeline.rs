@@ -564,6 +564,13 @@ impl Timeline {
         self.side
     }
 
+    /// The interrupt handler running on `cpu` at `t`, if one was.
+    pub(crate) fn irq_at(&self, cpu: u16, t: u64) -> Option<Irq> {
+        let irqs = &self.cpus.get(usize::from(cpu))?.irqs;
+        let i = irqs.partition_point(|p| p.end <= t);
+        irqs.get(i).filter(|p| p.start <= t).map(|p| p.irq)
+    }
+
     pub fn cpus(&self) -> usize {
         self.cpus.len()
     }
