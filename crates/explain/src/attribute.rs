@@ -396,6 +396,31 @@ mod tests {
         );
     }
 
+    /// Exits lost under load: a switch on the CPU, or another handler of
+    /// the same kind entering, ends the handler whose exit went missing,
+    /// so its time cannot swallow the rest of the time line.
+    #[test]
+    fn a_lost_interrupt_exit_ends_at_the_next_switch_or_entry() {
+        let mut ev = probe_asleep_then_hog();
+        ev.extend([
+            wake(at(10), 0, PROBE, 0, 0),
+            // Exit lost; another softirq entering ends it.
+            irq(at(12), 0, kind::SOFTIRQ_ENTRY, 9),
+            irq(at(13), 0, kind::SOFTIRQ_ENTRY, 3),
+            irq(at(14), 0, kind::SOFTIRQ_EXIT, 3),
+            // Exit lost; the switch ends it.
+            irq(at(20), 0, kind::IRQ_ENTRY, 24),
+            preempt(at(22), 0, HOG, OTHER),
+            preempt(at(30), 0, OTHER, PROBE),
+        ]);
+        let tl = timeline(2, &ev, at(40));
+        assert!(tl.coverage().repaired >= 2, "{:?}", tl.coverage());
+        let x = explained(&tl, at(10), at(30));
+        // 12-13 and 13-14 in softirqs, 20-22 in IRQ 24; the rest queued.
+        assert_eq!(x.ns_of(CauseKind::Interrupts), 4 * MS);
+        assert_eq!(x.ns_of(CauseKind::WaitedForCpu), 16 * MS);
+    }
+
     #[test]
     fn a_hard_irq_nested_in_a_softirq_is_cut_out_of_it() {
         let mut ev = cpu1_busy();

@@ -331,6 +331,14 @@ impl TimelineBuilder {
         self.coverage.rt_classes |= prev_rt || next_rt;
         let st = &mut self.cpu_state[cpu];
         let line = &mut self.cpus[cpu];
+        if st.depth > 0 {
+            // No switch happens inside a handler (hard IRQs and softirqs
+            // run to their end, in ksoftirqd too, outside PREEMPT_RT): an
+            // exit went missing, and the handler was over by now.
+            close_irq(&mut line.irqs, st.irq_since, t, st.irq_stack[st.depth - 1]);
+            st.depth = 0;
+            self.coverage.repaired += 1;
+        }
         let first_here = !st.seen;
         if first_here {
             // Whoever leaves has held the CPU since the time line began, as
@@ -447,6 +455,17 @@ impl TimelineBuilder {
         let irqs = &mut self.cpus[cpu].irqs;
         if st.depth > 0 {
             close_irq(irqs, st.irq_since, t, st.irq_stack[st.depth - 1]);
+        }
+        // Softirqs do not nest in softirqs, nor hard IRQs in hard IRQs
+        // (handlers run with interrupts off): one of the same kind below
+        // lost its exit, and it and what it interrupted are over.
+        let soft = matches!(irq, Irq::Soft(_));
+        if let Some(below) = st.irq_stack[..st.depth]
+            .iter()
+            .position(|i| matches!(i, Irq::Soft(_)) == soft)
+        {
+            st.depth = below;
+            self.coverage.repaired += 1;
         }
         if st.depth == IRQ_DEPTH {
             // Exits went missing; the handlers below are over by now.
