@@ -15,7 +15,7 @@ use ontime_core::late::ProbeEvent;
 use ontime_recording::recording::Recording;
 use serde::{Deserialize, Serialize};
 
-use crate::cause::{Cause, CauseKind, Explanation, Who};
+use crate::cause::{CauseKind, Explanation, Who};
 use crate::timeline::Timeline;
 
 /// What was injected: each class has the cause the attribution should
@@ -210,19 +210,6 @@ impl Confusion {
     }
 }
 
-/// The thread a cause names as its culprit.
-fn culprit_tid(c: &Cause) -> Option<u32> {
-    let who = match c {
-        Cause::WaitedForCpu { behind, .. } | Cause::Throttled { behind, .. } => behind,
-        Cause::Blocked { by, .. } | Cause::LateTimer { by, .. } => by,
-        _ => return None,
-    };
-    match who {
-        Who::Thread(t) => Some(*t),
-        _ => None,
-    }
-}
-
 /// Scores already explained events against the injections; `tgid` maps a
 /// culprit thread to its process.
 pub fn score(explained: &[Explanation], injections: &[Injection], tgid: impl Fn(u32) -> Option<u32>) -> Confusion {
@@ -252,7 +239,10 @@ pub fn score(explained: &[Explanation], injections: &[Injection], tgid: impl Fn(
                 if kind == CauseKind::Unexplained {
                     row.unexplained_ns += ns;
                 } else if kind == i.class.expected() {
-                    let by_injector = culprit_tid(&s.cause).and_then(&tgid) == Some(i.pid);
+                    let by_injector = match s.cause.culprit(x.tid).0 {
+                        Some(Who::Thread(t)) => tgid(t) == Some(i.pid),
+                        _ => false,
+                    };
                     if by_injector {
                         row.right_ns += ns;
                     } else {
@@ -334,7 +324,7 @@ pub fn check_run(rec: &Recording, dir: &std::path::Path, tenants: usize) -> anyh
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cause::{Gap, Segment, Side};
+    use crate::cause::{Cause, Gap, Segment, Side};
 
     fn seg(start_ns: u64, end_ns: u64, cause: Cause) -> Segment {
         Segment {
@@ -350,6 +340,17 @@ mod tests {
             cpu: 1,
             behind: Who::Thread(tid),
             idle_elsewhere_ns: 0,
+        }
+    }
+
+    /// pid 500 held CPU 1 from 5 to 95.
+    fn burst_5_to_95() -> Injection {
+        Injection {
+            class: InjectedClass::CpuBurst,
+            start_ns: 5,
+            end_ns: 95,
+            pid: 500,
+            cpu: Some(1),
         }
     }
 
@@ -369,13 +370,7 @@ mod tests {
                 seg(90, 100, Cause::Unexplained { why: Gap::NotRecorded }),
             ],
         };
-        let inj = Injection {
-            class: InjectedClass::CpuBurst,
-            start_ns: 5,
-            end_ns: 95,
-            pid: 500,
-            cpu: Some(1),
-        };
+        let inj = burst_5_to_95();
         let m = score(&[x], &[inj], |t| Some(if t == 501 { 500 } else { t }));
         let r = &m.rows[&InjectedClass::CpuBurst];
         assert_eq!((r.injected, r.events, r.lateness_ns), (1, 1, 90));
@@ -395,13 +390,7 @@ mod tests {
             actual_ns: 300,
             segments: vec![seg(200, 300, behind(501))],
         };
-        let inj = Injection {
-            class: InjectedClass::CpuBurst,
-            start_ns: 5,
-            end_ns: 95,
-            pid: 500,
-            cpu: Some(1),
-        };
+        let inj = burst_5_to_95();
         let m = score(&[x], &[inj], |_| Some(500));
         let r = &m.rows[&InjectedClass::CpuBurst];
         assert_eq!((r.injected, r.events, r.lateness_ns), (1, 0, 0));
