@@ -406,6 +406,10 @@ host-warm-io_uring = { 'tenant.io.direct' = true, 'tenant.disk.aio' = 'io_uring'
 cold-native = { 'tenant.io.direct' = true, 'tenant.disk.cache' = 'none', 'tenant.disk.aio' = 'native' }\n\
 [sweep]\nvariant = ['guest-warm', 'host-warm', 'cold', 'host-warm-io_uring', 'cold-native']\n",
     );
+    let _keep = common::KeepOnFailure {
+        dir: _dir.path().to_path_buf(),
+        name: "vm-dd",
+    };
     const MOVED: u64 = 16 << 20;
     // ext4's metadata and journal beside the file, and the guest's
     // read-ahead past what dd asked for (buffered reads only).
@@ -417,11 +421,17 @@ cold-native = { 'tenant.io.direct' = true, 'tenant.disk.cache' = 'none', 'tenant
         assert!(
             (MOVED..=MOVED + ALLOWANCE).contains(&v),
             "{what}: {v} bytes, dd moved {MOVED} (+ {ALLOWANCE} allowed); guest block reads {} writes {}, \
-             physical reads {}; events lost {} (inside the guest {}), unpaired requests {}; \
+             physical reads {}; QEMU's image reads by size {}, guest block reads by size {}; \
+             the disk's counters {}; physical reads of no image {}; \
+             events lost {} (inside the guest {}), unpaired requests {}; \
              unavailable {}; tenant: {t:#}",
             layer_bytes(t, "guest_block", "read"),
             layer_bytes(t, "guest_block", "write"),
             layer_bytes(t, "physical_disk", "read"),
+            t["virtual_disk"]["read"]["sizes"],
+            t["inside_guest"]["block"]["read"]["sizes"],
+            io["physical_counters"],
+            io["physical_other"]["read"]["bytes"],
             io["lost"],
             t["inside_guest"]["lost"],
             io["unpaired_requests"],

@@ -103,3 +103,37 @@ pub fn leftovers() -> String {
         .expect("running ontime lab clean");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// A failed test's results, kept for a person to read: on a panic the
+/// directory is moved to `$ONTIME_TEST_KEEP` (default /var/tmp) and its new
+/// path printed, so a failure that happens once in many runs leaves its
+/// recordings behind. A passing test's directory is removed as usual.
+pub struct KeepOnFailure {
+    pub dir: PathBuf,
+    pub name: &'static str,
+}
+
+impl Drop for KeepOnFailure {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let base = std::env::var_os("ONTIME_TEST_KEEP")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/var/tmp"));
+        let to = base.join(format!("ontime-failed-{}-{}", self.name, std::process::id()));
+        let _ = std::fs::create_dir_all(&base);
+        match std::fs::rename(&self.dir, &to).or_else(|_| {
+            // Another file system: copy what matters instead.
+            Command::new("cp")
+                .arg("-a")
+                .arg(&self.dir)
+                .arg(&to)
+                .status()
+                .map(|_| ())
+        }) {
+            Ok(()) => eprintln!("the failed test's results are kept in {}", to.display()),
+            Err(e) => eprintln!("cannot keep {} in {}: {e}", self.dir.display(), to.display()),
+        }
+    }
+}
