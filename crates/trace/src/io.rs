@@ -68,9 +68,11 @@ pub struct IoRecordSummary {
     pub start_ns: u64,
     pub end_ns: u64,
     pub events: u64,
-    /// Events the ring had no room for.
+    /// Events not recorded: the ring had no room, a program was skipped,
+    /// or a call's start could not be remembered (`unpaired_lost`).
     pub lost: u64,
-    /// Calls or requests whose start could not be remembered (map full).
+    /// Of `lost`: calls or requests whose start could not be remembered
+    /// (map full), so their end was not recorded.
     pub unpaired_lost: u64,
     pub reader_cpu_ns: u64,
     pub output: PathBuf,
@@ -83,7 +85,7 @@ impl ontime_core::export::TextReport for IoRecordSummary {
         use ontime_core::duration::format_ns;
         let span = self.end_ns.saturating_sub(self.start_ns);
         format!(
-            "recorded {} I/O events in {} ({} lost, {} starts not remembered) to {}\nrecorder cost: {:.3}% of one core (reader only)\n{}",
+            "recorded {} I/O events in {} ({} lost, of them {} starts not remembered) to {}\nrecorder cost: {:.3}% of one core (reader only)\n{}",
             self.events,
             format_ns(span),
             self.lost,
@@ -633,8 +635,10 @@ mod bpf_record {
         // program) records nothing: each skip is an event lost, as a full
         // ring's are.
         let skipped: u64 = skel.object().progs().map(|p| crate::bpf::recursion_misses(&p)).sum();
-        let lost = crate::bpfmap::percpu_sum(&skel.maps.lost, 0) + skipped;
         let unpaired_lost = crate::bpfmap::percpu_sum(&skel.maps.lost, 1);
+        // A call or request whose start found no room is never recorded
+        // when it ends: an event lost like the others.
+        let lost = crate::bpfmap::percpu_sum(&skel.maps.lost, 0) + skipped + unpaired_lost;
         writer.finish(&End {
             end_ns: end.0,
             events,

@@ -535,10 +535,12 @@ int bio_split(struct bio_ctx *ctx)
 /* A VMM's asynchronous I/O on its images, which the syscall tracepoints
  * do not see (document 004's virtual disk when QEMU runs aio=io_uring or
  * aio=native). Both are paired in flight by the kernel's own request
- * pointer in an LRU map, so a request whose completion is never traced
- * (a cancelled one) cannot fill it. */
+ * pointer. A plain hash, not an LRU: an LRU evicts silently, and a
+ * request evicted in flight would vanish from the counts; here a full map
+ * refuses the insert, which is counted as an event lost. A request whose
+ * completion is never traced (a cancelled one) holds its entry. */
 struct {
-    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(type, BPF_MAP_TYPE_HASH);
     __uint(max_entries, 16384);
     __type(key, __u64);
     __type(value, struct io_event);
