@@ -328,6 +328,34 @@ mod tests {
         assert_eq!(x.ns_of(CauseKind::WaitedForCpu), 30 * MS);
     }
 
+    /// A host that hides its own agent's events: the CPU switched to the
+    /// agent at 8 ms and the next switch seen (at 12 ms) is from another
+    /// thread, so 8-12 ms is dark; the probe's wake-up (planned at 10 ms)
+    /// is not seen. It came in the dark stretch: its time there is
+    /// unexplained, and from 12 ms the probe waited behind what ran.
+    #[test]
+    fn a_wake_up_lost_in_a_dark_stretch_leaves_only_the_stretch_unexplained() {
+        const AGENT: u32 = 500;
+        let mut ev = probe_asleep_then_hog();
+        ev.extend([
+            preempt(at(8), 0, HOG, AGENT),
+            // AGENT's switch-out and the probe's wake-up are hidden.
+            preempt(at(12), 0, OTHER + 1, HOG),
+            preempt(at(40), 0, HOG, PROBE),
+        ]);
+        let tl = timeline(2, &ev, at(50));
+        let x = explained(&tl, at(10), at(40));
+        assert_eq!(x.ns_of(CauseKind::Unexplained), 2 * MS, "{x:#?}");
+        assert_eq!(x.ns_of(CauseKind::WaitedForCpu), 28 * MS, "{x:#?}");
+        // Without the dark stretch the same missing wake-up leaves it all
+        // open.
+        let mut ev = probe_asleep_then_hog();
+        ev.push(preempt(at(40), 0, HOG, PROBE));
+        let tl = timeline(2, &ev, at(50));
+        let x = explained(&tl, at(10), at(40));
+        assert_eq!(x.ns_of(CauseKind::Unexplained), 30 * MS, "{x:#?}");
+    }
+
     #[test]
     fn woken_late_on_an_idle_cpu_the_timer_was_late() {
         let mut ev = cpu1_busy();

@@ -206,6 +206,10 @@ struct CpuState {
     depth: usize,
     /// Start of the interrupt piece still open (the innermost handler's).
     irq_since: u64,
+    /// The last stretch whose events are missing here: from the switch to
+    /// an occupant whose switch-out was never seen to the next switch seen
+    /// (some hosts hide the events of their own agents' threads).
+    dark: Option<(u64, u64)>,
 }
 
 impl Default for CpuState {
@@ -216,6 +220,7 @@ impl Default for CpuState {
             irq_stack: [Irq::Hard(0); IRQ_DEPTH],
             depth: 0,
             irq_since: 0,
+            dark: None,
         }
     }
 }
@@ -353,6 +358,7 @@ impl TimelineBuilder {
             // one is open.
             if let Some(last) = line.slices.last_mut() {
                 last.tid = UNKNOWN_TID;
+                st.dark = Some((last.start, t));
             }
             self.coverage.repaired += 1;
         }
@@ -407,11 +413,33 @@ impl TimelineBuilder {
     fn thread_in(&mut self, ix: usize, t: u64, cpu: usize, rt: bool) {
         let line = &mut self.lines[ix];
         line.rt = rt;
-        match line.current() {
-            State::Queued { .. } | State::Unknown => {}
+        let asleep_since = line
+            .spans
+            .last()
+            .filter(|s| matches!(s.state, State::Asleep { .. }))
+            .map(|s| s.start);
+        match (line.current(), asleep_since, self.cpu_state[cpu].dark) {
+            // Woken with no wake-up seen, after this CPU went dark since it
+            // slept: a wake-up here would have been seen outside the dark
+            // stretch, so it came inside it (when, not known), and the
+            // thread was queued from the stretch's end. A waker on another
+            // CPU whose events were seen is ruled out the same way.
+            (State::Asleep { .. }, Some(slept), Some((dark_from, dark_to))) if dark_to > slept && dark_to <= t => {
+                line.push(dark_from.max(slept), State::Unknown);
+                line.push(
+                    dark_to,
+                    State::Queued {
+                        cpu: cpu as u16,
+                        since: dark_to,
+                        wake: None,
+                        rt,
+                    },
+                );
+            }
+            (State::Queued { .. } | State::Unknown, ..) => {}
             // Its wake-up, or its switch-out elsewhere, went missing: the
             // stretch since its last event is open.
-            State::Running { .. } | State::Asleep { .. } | State::Dead => line.set_current(State::Unknown),
+            (State::Running { .. } | State::Asleep { .. } | State::Dead, ..) => line.set_current(State::Unknown),
         }
         line.push(t, State::Running { cpu: cpu as u16 });
     }
