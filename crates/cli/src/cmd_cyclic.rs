@@ -125,12 +125,14 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
             hlog_interval_ns: a.probe.hlog_interval,
             keep_worst: a.explain.keep(),
             explain_over: a.explain.explain_over,
+            own_work: None,
         },
         load: a.load.map(|l| l.to_string()),
         load_workers: a.load_workers,
         histfile: a.histfile,
         histfile_woken: a.histfile_woken,
         result: a.out.result.clone(),
+        injected_work_result: None,
     };
     a.explain.check(probe.options.threads)?;
     execute(probe, &a.out, &a.explain)
@@ -230,9 +232,37 @@ pub fn execute(
             None => {}
         }
     }
+    if let Some(f) = &p.injected_work_result {
+        write_injected_work(f, &result)?;
+    }
     output::emit(&result, &text, out.json, p.result.as_deref())?;
     if stop.load(Ordering::Relaxed) {
         ontime_core::errln!("ontime cyclic: interrupted; results cover the run so far");
     }
     Ok(())
+}
+
+/// The injected own work's windows as the ground truth reads them: the
+/// culprit is this process, on the first thread's CPU where it is pinned.
+fn write_injected_work(file: &std::path::Path, r: &ontime_cyclic::CyclicResult) -> anyhow::Result<()> {
+    use ontime_explain::truth::{InjectedClass, Injection, Injections};
+    let cpu = r
+        .threads
+        .first()
+        .and_then(|t| t.cpu)
+        .and_then(|c| u16::try_from(c).ok());
+    let out = Injections {
+        injections: r
+            .injected_work
+            .iter()
+            .map(|&(start_ns, end_ns)| Injection {
+                class: InjectedClass::OwnWork,
+                start_ns,
+                end_ns,
+                pid: std::process::id(),
+                cpu,
+            })
+            .collect(),
+    };
+    ontime_core::fsio::write_atomic(file, &serde_json::to_vec_pretty(&out)?)
 }

@@ -46,7 +46,11 @@ fn cpu_bursts(p: ontime_scenario::probe::CpuBurstProbe) -> anyhow::Result<()> {
         injections: windows
             .into_iter()
             .map(|(start_ns, end_ns)| Injection {
-                class: InjectedClass::CpuBurst,
+                class: if p.bursts.fair_companion {
+                    InjectedClass::RtThrottle
+                } else {
+                    InjectedClass::CpuBurst
+                },
                 start_ns,
                 end_ns,
                 pid,

@@ -137,6 +137,82 @@ impl WorkSampler {
     }
 }
 
+/// A probe's own work injected at known times, the ground truth of the
+/// attribution's "own work" (docs/explain.md, "Ground truth"): at its
+/// first event on or after each planned instant the probe's thread spins
+/// for a length drawn from `[min_ns, max_ns]`, so the events after it are
+/// late by work of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InjectedWork {
+    pub min_ns: u64,
+    pub max_ns: u64,
+    /// From one burst's planned start to the next's.
+    pub every_ns: u64,
+    /// After the probe's start, so that it is measuring by then.
+    pub start_after_ns: u64,
+    pub seed: u64,
+}
+
+impl InjectedWork {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.min_ns == 0 || self.min_ns > self.max_ns {
+            return Err("injected work: give a length min..max with 0 < min <= max".into());
+        }
+        if self.every_ns <= self.max_ns {
+            return Err("injected work: bursts must start further apart than their longest length".into());
+        }
+        Ok(())
+    }
+}
+
+/// The bursts of one probe thread as it does them: the windows are when
+/// it actually spun, on CLOCK_MONOTONIC, kept in room made at the start
+/// (no allocation on the probe's path).
+#[derive(Debug)]
+pub struct WorkBursts {
+    spec: InjectedWork,
+    next_ns: u64,
+    rng: SmallRng,
+    windows: Vec<(u64, u64)>,
+}
+
+impl WorkBursts {
+    /// Bursts from `start` (+ `start_after_ns`) for `for_ns`.
+    pub fn new(spec: InjectedWork, start: crate::time::MonoNs, for_ns: u64) -> WorkBursts {
+        WorkBursts {
+            spec,
+            next_ns: start.0.saturating_add(spec.start_after_ns),
+            rng: SmallRng::seed_from_u64(spec.seed),
+            windows: Vec::with_capacity((for_ns / spec.every_ns.max(1) + 1).min(1 << 20) as usize),
+        }
+    }
+
+    /// Spins for the next burst if it is due at `now` (and room is left).
+    #[inline]
+    pub fn burn_if_due(&mut self, now: crate::time::MonoNs) {
+        if now.0 < self.next_ns || self.windows.len() == self.windows.capacity() {
+            return;
+        }
+        let len = self.rng.gen_range(self.spec.min_ns..=self.spec.max_ns);
+        let start = crate::time::MonoNs::now().0;
+        let mut t = start;
+        while t < start + len {
+            std::hint::spin_loop();
+            t = crate::time::MonoNs::now().0;
+        }
+        self.windows.push((start, t));
+        // A burst that started late does not bring the next forward.
+        while self.next_ns <= t {
+            self.next_ns += self.spec.every_ns;
+        }
+    }
+
+    pub fn windows(&self) -> &[(u64, u64)] {
+        &self.windows
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,5 +261,44 @@ mod tests {
             };
             assert!(m.validate().is_err(), "{a}");
         }
+    }
+
+    /// Bursts happen at the first event on or after their planned instant,
+    /// last at least their drawn length, and a late one does not bring the
+    /// next forward.
+    #[test]
+    fn injected_work_spins_when_due_and_keeps_its_windows() {
+        use crate::time::MonoNs;
+        let spec = InjectedWork {
+            min_ns: 2_000_000,
+            max_ns: 3_000_000,
+            every_ns: 10_000_000,
+            start_after_ns: 5_000_000,
+            seed: 7,
+        };
+        assert!(spec.validate().is_ok());
+        assert!(InjectedWork {
+            every_ns: 3_000_000,
+            ..spec
+        }
+        .validate()
+        .is_err());
+        assert!(InjectedWork { min_ns: 0, ..spec }.validate().is_err());
+        let t0 = MonoNs::now();
+        let mut w = WorkBursts::new(spec, t0, 100_000_000);
+        w.burn_if_due(t0);
+        assert!(w.windows().is_empty(), "not due before start_after");
+        w.burn_if_due(t0.add_ns(5_000_000));
+        assert_eq!(w.windows().len(), 1);
+        let (a, b) = w.windows()[0];
+        assert!(b - a >= 2_000_000, "{a}..{b}");
+        // The next is due a whole number of periods after the first's
+        // plan, past the first's end, and not a moment before.
+        let next = w.next_ns;
+        assert!(next > b && (next - t0.0 - 5_000_000) % 10_000_000 == 0, "{next}");
+        w.burn_if_due(MonoNs(next - 1));
+        assert_eq!(w.windows().len(), 1);
+        w.burn_if_due(MonoNs(next));
+        assert_eq!(w.windows().len(), 2);
     }
 }

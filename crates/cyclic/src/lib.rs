@@ -45,6 +45,9 @@ pub struct ThreadStats {
     /// explanation (`--explain`; capacity 0 keeps none).
     pub tid: u32,
     pub worst: WorstEvents,
+    /// Own work injected at known times (the first thread's, when the
+    /// options ask for it): ground truth for the attribution.
+    pub own_work: Option<ontime_core::work::WorkBursts>,
 }
 
 /// One interval's histogram of one thread, on its way to the histogram log.
@@ -196,6 +199,10 @@ pub fn probe_loop<C: Clock>(
             stats.overruns += 1;
             k += 1;
         }
+        // After the wake-up is recorded: the burst delays the ones after.
+        if let Some(w) = stats.own_work.as_mut() {
+            w.burn_if_due(now);
+        }
         live.cycles.store(k, Ordering::Relaxed);
         live.overruns.store(stats.overruns, Ordering::Relaxed);
         live.max_ns.store(stats.latency.max(), Ordering::Relaxed);
@@ -233,6 +240,11 @@ pub struct CyclicOptions {
     pub keep_worst: usize,
     #[serde(default)]
     pub explain_over: Option<u64>,
+    /// Bursts of the first thread's own work at known times (a lab
+    /// scenario's `[[inject]] cause = "own-work"`); their windows are the
+    /// result's `injected_work`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub own_work: Option<ontime_core::work::InjectedWork>,
 }
 
 fn one_second() -> u64 {
@@ -298,6 +310,10 @@ pub struct CyclicResult {
     /// RESULT RECORDING` explains.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub late_events: Option<ontime_core::late::LateSet>,
+    /// When the injected own work ran (`options.own_work`): [start, end)
+    /// on CLOCK_MONOTONIC, as the thread actually spun.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub injected_work: Vec<(u64, u64)>,
 }
 
 /// Runs the probe threads to the end (or until `stop`), with `on_tick`
@@ -355,6 +371,10 @@ pub fn run(
         };
         let interval = opts.interval_ns + t as u64 * opts.distance_ns;
         let (loops, hist_us, keep, stop) = (opts.loops, opts.histogram_us, opts.keep_worst, stop.clone());
+        let own_work = opts.own_work.filter(|_| t == 0);
+        let for_ns = opts
+            .duration_ns
+            .unwrap_or_else(|| opts.loops.unwrap_or(0).saturating_mul(interval));
         let split = collector.as_mut().map(|c| c.split_for(t, interval));
         group.spawn(&format!("cyclic{t}"), settings, move || {
             // SAFETY: gettid has no preconditions.
@@ -362,6 +382,7 @@ pub fn run(
             let mut stats = ThreadStats::new(hist_us);
             stats.tid = tid as u32;
             stats.worst = WorstEvents::new(keep);
+            stats.own_work = own_work.map(|w| ontime_core::work::WorkBursts::new(w, start, for_ns));
             let plan = Schedule {
                 start,
                 interval_ns: interval,
@@ -413,6 +434,11 @@ pub fn run(
     }
     let mut manifest = manifest;
     manifest.finish();
+    let injected_work = threads
+        .iter()
+        .filter_map(|t| t.stats.own_work.as_ref())
+        .flat_map(|w| w.windows().iter().copied())
+        .collect();
     Ok(CyclicResult {
         interrupted: stop.load(Ordering::Relaxed),
         duration_ns: threads
@@ -428,6 +454,7 @@ pub fn run(
         warnings,
         explanation: None,
         late_events: (opts.keep_worst > 0).then(|| ontime_core::late::LateSet::choose(worst, &all, opts.explain_over)),
+        injected_work,
         manifest,
         options: opts,
     })
@@ -658,6 +685,10 @@ pub struct CyclicProbe {
     pub histfile: Option<std::path::PathBuf>,
     pub histfile_woken: Option<std::path::PathBuf>,
     pub result: Option<std::path::PathBuf>,
+    /// Where the injected own work's windows go, as the ground truth's
+    /// `Injections` (`inject-i.json` in a lab run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub injected_work_result: Option<std::path::PathBuf>,
 }
 
 impl CyclicProbe {

@@ -25,6 +25,13 @@ use crate::timeline::Timeline;
 pub enum InjectedClass {
     /// A SCHED_FIFO busy loop on the probe's CPU: the probe waits behind it.
     CpuBurst,
+    /// A real-time probe's class throttled on its CPU (a lower real-time
+    /// loop used its budget): the probe waits behind the ordinary thread
+    /// the injector keeps busy there.
+    RtThrottle,
+    /// The probe's own work at known times: the events after it are late
+    /// by work of its own.
+    OwnWork,
 }
 
 impl InjectedClass {
@@ -32,6 +39,8 @@ impl InjectedClass {
     pub fn expected(self) -> CauseKind {
         match self {
             InjectedClass::CpuBurst => CauseKind::WaitedForCpu,
+            InjectedClass::RtThrottle => CauseKind::Throttled,
+            InjectedClass::OwnWork => CauseKind::OwnWork,
         }
     }
 
@@ -395,5 +404,60 @@ mod tests {
         let r = &m.rows[&InjectedClass::CpuBurst];
         assert_eq!((r.injected, r.events, r.lateness_ns), (1, 0, 0));
         assert_eq!(r.right_share(), None);
+    }
+
+    /// Own work is right when the probe's own process injected it;
+    /// throttling when the injector's ordinary thread is what ran.
+    #[test]
+    fn own_work_and_throttling_score_their_own_culprits() {
+        let own = Injection {
+            class: InjectedClass::OwnWork,
+            pid: 70,
+            ..burst_5_to_95()
+        };
+        let throttle = Injection {
+            class: InjectedClass::RtThrottle,
+            start_ns: 200,
+            end_ns: 300,
+            ..burst_5_to_95()
+        };
+        let x = Explanation {
+            tid: 7,
+            planned_ns: 0,
+            actual_ns: 100,
+            segments: vec![seg(0, 100, Cause::OwnWork { cpu: 1 })],
+        };
+        let y = Explanation {
+            tid: 7,
+            planned_ns: 200,
+            actual_ns: 300,
+            segments: vec![
+                seg(
+                    200,
+                    260,
+                    Cause::Throttled {
+                        cpu: 1,
+                        behind: Who::Thread(501),
+                    },
+                ),
+                seg(
+                    260,
+                    300,
+                    Cause::Throttled {
+                        cpu: 1,
+                        behind: Who::Idle,
+                    },
+                ),
+            ],
+        };
+        // The probe thread 7 is of pid 70; 501 of the injector, 500.
+        let m = score(&[x, y], &[own, throttle], |t| Some(if t == 7 { 70 } else { 500 }));
+        let r = &m.rows[&InjectedClass::OwnWork];
+        assert_eq!((r.lateness_ns, r.right_ns), (90, 90));
+        let r = &m.rows[&InjectedClass::RtThrottle];
+        assert_eq!(
+            (r.lateness_ns, r.right_ns, r.right_cause_other_culprit_ns),
+            (100, 60, 40)
+        );
     }
 }

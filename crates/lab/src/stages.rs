@@ -433,10 +433,7 @@ fn start_gateway(c: &ontime_scenario::scenario::RunConfig, lab: &mut Lab, dir: &
 /// The causes injected at known times (`[[inject]]`), on the host, once the
 /// probes run; the run's directory name seeds their draws.
 fn start_injectors(c: &ontime_scenario::scenario::RunConfig, dir: &Path, exe: &Path) -> Result<Vec<ChildProcess>> {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    dir.file_name().hash(&mut h);
-    let specs = c.injectors(dir, h.finish()).map_err(|e| anyhow::anyhow!(e))?;
+    let specs = c.injectors(dir).map_err(|e| anyhow::anyhow!(e))?;
     let mut out = Vec::with_capacity(specs.len());
     for (i, spec) in specs.iter().enumerate() {
         let file = dir.join(format!("inject-{i}.probe.json"));

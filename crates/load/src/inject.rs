@@ -1,8 +1,10 @@
 //! Causes injected at known times, for checking the attribution against
 //! ground truth (docs/explain.md, "Ground truth"): a SCHED_FIFO busy loop
-//! held on one CPU for a drawn length, again and again. The windows
-//! returned are when the loop actually held the CPU, read on
-//! CLOCK_MONOTONIC around it, not when it was planned.
+//! held on one CPU for a drawn length, again and again; with a fair
+//! companion, an ordinary thread busy on that CPU meanwhile too, so the
+//! real-time class's budget runs out and the companion is what runs while
+//! it is throttled. The windows returned are when the loop actually held
+//! the CPU, read on CLOCK_MONOTONIC around it, not when it was planned.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -31,6 +33,11 @@ pub struct CpuBurstSpec {
     /// No burst starts later than this after the injector starts.
     pub for_ns: u64,
     pub seed: u64,
+    /// An ordinary (SCHED_OTHER) thread busy on the CPU through each
+    /// burst: what the CPU runs when the real-time class is throttled
+    /// (bursts longer than the class's budget, 950 ms of 1 s by default).
+    #[serde(default)]
+    pub fair_companion: bool,
 }
 
 impl CpuBurstSpec {
@@ -53,6 +60,12 @@ impl CpuBurstSpec {
 /// each burst's [start, end) on CLOCK_MONOTONIC.
 pub fn cpu_bursts(spec: &CpuBurstSpec, stop: &AtomicBool) -> Result<Vec<(u64, u64)>> {
     spec.check()?;
+    // Made before this thread turns real-time, so it stays SCHED_OTHER.
+    let companion = if spec.fair_companion {
+        Some(FairCompanion::start(spec.cpu)?)
+    } else {
+        None
+    };
     ontime_core::rt::set_affinity(&[spec.cpu])?;
     ontime_core::rt::set_policy(Policy::Fifo {
         priority: spec.priority,
@@ -73,6 +86,9 @@ pub fn cpu_bursts(spec: &CpuBurstSpec, stop: &AtomicBool) -> Result<Vec<(u64, u6
         let len = rng.gen_range(spec.min_ns..=spec.max_ns);
         let start = MonoNs::now().0;
         let until = start + len;
+        if let Some(c) = &companion {
+            c.busy_until(until);
+        }
         let mut now = start;
         while now < until && !stop.load(Ordering::Relaxed) {
             std::hint::spin_loop();
@@ -84,4 +100,60 @@ pub fn cpu_bursts(spec: &CpuBurstSpec, stop: &AtomicBool) -> Result<Vec<(u64, u6
         next += spec.every_ns;
     }
     Ok(windows)
+}
+
+/// An ordinary thread pinned to the bursts' CPU that spins while told to
+/// and sleeps on a channel otherwise: no load outside the bursts.
+struct FairCompanion {
+    /// Spin until this CLOCK_MONOTONIC instant; 0 cuts a burst short.
+    until: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    tx: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FairCompanion {
+    fn start(cpu: usize) -> Result<FairCompanion> {
+        let until = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
+        let shared = until.clone();
+        let thread = std::thread::Builder::new().name("ontime-burst".into()).spawn(move || {
+            let pinned = ontime_core::rt::set_affinity(&[cpu]);
+            let ok = pinned.is_ok();
+            let _ = ready_tx.send(pinned);
+            if !ok {
+                return;
+            }
+            while rx.recv().is_ok() {
+                while MonoNs::now().0 < shared.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            }
+        })?;
+        ready_rx
+            .recv()
+            .map_err(|_| anyhow::anyhow!("the fair companion thread ended before it was pinned"))??;
+        Ok(FairCompanion {
+            until,
+            tx: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    fn busy_until(&self, until_ns: u64) {
+        self.until.store(until_ns, Ordering::Relaxed);
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl Drop for FairCompanion {
+    fn drop(&mut self) {
+        self.until.store(0, Ordering::Relaxed);
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }

@@ -25,8 +25,8 @@ pub enum ProbeSpec {
     CpuBurst(CpuBurstProbe),
 }
 
-/// An injected cause (`[[inject]] cause = "cpu-burst"`): busy bursts on a
-/// CPU, their actual windows written to `result` as
+/// An injected cause (`[[inject]] cause = "cpu-burst"` or `"rt-throttle"`):
+/// busy bursts on a CPU, their actual windows written to `result` as
 /// `ontime_explain::truth::Injections` when it stops.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -157,16 +157,57 @@ impl crate::scenario::RunConfig {
         self.targets.latency.iter().map(|(_, ns)| *ns).min()
     }
 
-    /// The run's injectors (`[[inject]]`): the i-th writes `inject-i.json`
-    /// in `dir`. `seed` draws the bursts' lengths (one per run, so that
-    /// repetitions differ and a run can be repeated).
-    pub fn injectors(&self, dir: &Path, seed: u64) -> Result<Vec<ProbeSpec>, String> {
+    /// The seed of the i-th injection's draws in the run directory `dir`:
+    /// one per run (FNV-1a of the directory's name), so that repetitions
+    /// differ and a run can be repeated.
+    fn injection_seed(dir: &Path, i: usize) -> u64 {
+        let name = dir.file_name().map(|n| n.as_encoded_bytes()).unwrap_or_default();
+        let run = name.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ *b as u64).wrapping_mul(0x100_0000_01b3)
+        });
+        run ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+
+    /// The own work injected into tenant `tenant`'s probe
+    /// (`cause = "own-work"`), and where its windows go (`inject-i.json`).
+    fn own_work_of(
+        &self,
+        tenant: usize,
+        dir: &Path,
+    ) -> Result<Option<(ontime_core::work::InjectedWork, PathBuf)>, String> {
+        let Some((i, inj)) = self
+            .injections
+            .iter()
+            .enumerate()
+            .find(|(_, j)| j.cause == crate::scenario::InjectCause::OwnWork && j.tenant == tenant)
+        else {
+            return Ok(None);
+        };
+        let (min_ns, max_ns) = inj.length_ns().map_err(|e| format!("inject[{i}].length: {e}"))?;
+        let work = ontime_core::work::InjectedWork {
+            min_ns,
+            max_ns,
+            every_ns: inj.every,
+            start_after_ns: inj.start_after,
+            seed: Self::injection_seed(dir, i),
+        };
+        Ok(Some((work, dir.join(format!("inject-{i}.json")))))
+    }
+
+    /// The run's injector processes (`[[inject]]` but own work, which the
+    /// tenant's probe does): the i-th writes `inject-i.json` in `dir`.
+    pub fn injectors(&self, dir: &Path) -> Result<Vec<ProbeSpec>, String> {
         let mut out = Vec::new();
         for (i, inj) in self.injections.iter().enumerate() {
+            use crate::scenario::InjectCause;
+            if inj.cause == InjectCause::OwnWork {
+                continue;
+            }
             let (min_ns, max_ns) = inj.length_ns().map_err(|e| format!("inject[{i}].length: {e}"))?;
             let cpu = inj.cpu_of(&self.tenant).map_err(|e| format!("inject[{i}]: {e}"))?;
             out.push(match inj.cause {
-                crate::scenario::InjectCause::CpuBurst => ProbeSpec::CpuBurst(CpuBurstProbe {
+                InjectCause::OwnWork => continue,
+                InjectCause::CpuBurst | InjectCause::RtThrottle => ProbeSpec::CpuBurst(CpuBurstProbe {
                     bursts: ontime_load::inject::CpuBurstSpec {
                         cpu,
                         priority: inj.priority,
@@ -175,7 +216,8 @@ impl crate::scenario::RunConfig {
                         every_ns: inj.every,
                         start_after_ns: inj.start_after,
                         for_ns: self.duration.saturating_sub(inj.start_after),
-                        seed: seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                        seed: Self::injection_seed(dir, i),
+                        fair_companion: inj.cause == InjectCause::RtThrottle,
                     },
                     result: dir.join(format!("inject-{i}.json")),
                 }),
@@ -234,6 +276,7 @@ impl crate::scenario::RunConfig {
             })));
         }
         if let Some(cy) = &t.cyclic {
+            let own_work = self.own_work_of(i, dir)?;
             return Ok(Some(ProbeSpec::Cyclic(ontime_cyclic::CyclicProbe {
                 options: ontime_cyclic::CyclicOptions {
                     // The same program natively and in a tenant (document
@@ -255,12 +298,14 @@ impl crate::scenario::RunConfig {
                     hlog_interval_ns: 1_000_000_000,
                     keep_worst: self.keep_late(),
                     explain_over: self.explain_over(),
+                    own_work: own_work.as_ref().map(|(w, _)| *w),
                 },
                 load: None,
                 load_workers: 1,
                 histfile: file("hist"),
                 histfile_woken: None,
                 result: file("json"),
+                injected_work_result: own_work.map(|(_, f)| f),
             })));
         }
         Ok(None)

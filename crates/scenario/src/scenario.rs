@@ -443,6 +443,14 @@ pub struct RunConfig {
 pub enum InjectCause {
     /// A SCHED_FIFO busy loop on a tenant's CPU, on the host.
     CpuBurst,
+    /// A SCHED_FIFO busy loop below a real-time tenant's priority, longer
+    /// than the real-time class's budget, with an ordinary busy thread
+    /// beside it: when the budget runs out the class is throttled and the
+    /// tenant waits behind the ordinary thread.
+    RtThrottle,
+    /// Bursts of the tenant's probe's own work (its first thread spins):
+    /// the events after each are late by work of its own.
+    OwnWork,
 }
 
 /// One injected cause, repeated through the run:
@@ -457,6 +465,14 @@ pub enum InjectCause {
 /// priority = 90           # SCHED_FIFO priority, above the tenant's
 /// start_after = "1s"      # the probes measure by then
 /// ```
+///
+/// `cause = "rt-throttle"` holds the CPU at a priority below a real-time
+/// tenant's for longer than the class's budget (e.g. `length =
+/// "1500ms..2s"`, `every = "4s"`, `priority = 1`), with an ordinary thread
+/// busy beside it: the tenant preempts the loop, but not the throttling.
+///
+/// `cause = "own-work"` makes the tenant's cyclic probe spin for `length`
+/// at its first wake-up after each `every` (no CPU or priority).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct InjectSpec {
@@ -1356,8 +1372,33 @@ fn validate_injections(c: &RunConfig) -> Result<()> {
         if inj.every <= max {
             bail!("{what}.every must exceed the longest length, or the CPU never frees");
         }
+        if inj.cause == InjectCause::OwnWork {
+            if c.tenant.cyclic.is_none() {
+                bail!("{what}: own-work is injected into a cyclic probe: give the tenant [tenant.cyclic]");
+            }
+            if c.injections[..i]
+                .iter()
+                .any(|j| j.cause == InjectCause::OwnWork && j.tenant == inj.tenant)
+            {
+                bail!("{what}: tenant {} already has own work injected", inj.tenant);
+            }
+            continue;
+        }
         if !(1..=99).contains(&inj.priority) {
             bail!("{what}.priority: a SCHED_FIFO priority is 1..=99");
+        }
+        if inj.cause == InjectCause::RtThrottle {
+            let tenant_priority = match c.tenant.policy {
+                ontime_core::rt::Policy::Fifo { priority } | ontime_core::rt::Policy::Rr { priority } => priority,
+                _ => 0,
+            };
+            if tenant_priority <= inj.priority {
+                bail!(
+                    "{what}: rt-throttle throttles a real-time tenant: set tenant.policy to fifo:N or rr:N with N above \
+                     the loop's priority {} (a tenant below it waits behind the loop itself: that is cpu-burst)",
+                    inj.priority
+                );
+            }
         }
         let cpu = inj.cpu_of(&c.tenant).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
         let online = ontime_core::limits::online_cpus();
@@ -1650,6 +1691,20 @@ mod tests {
         assert!(e.contains("inject[0].tenant"), "{e}");
         let e = err(&inject("cpu = 0\nlength = '30ms'\ncause2 = 1\n"));
         assert!(e.contains("cause2"), "{e}");
+        // Own work goes into a cyclic probe, once per tenant.
+        let own = "[[inject]]\ncause = 'own-work'\nlength = '30ms'\nevery = '1s'\n";
+        let e = err(&format!("{BASE}{own}"));
+        assert!(e.contains("inject[0]") && e.contains("[tenant.cyclic]"), "{e}");
+        // Throttling needs a real-time tenant above the loop.
+        let throttle = |policy: &str| {
+            BASE.replace("[tenant]\n", &format!("[tenant]\npolicy = '{policy}'\n"))
+                + "[[inject]]\ncause = 'rt-throttle'\ncpu = 0\nlength = '1500ms..2s'\nevery = '4s'\npriority = 1\n"
+        };
+        let e = err(&throttle("other"));
+        assert!(e.contains("inject[0]") && e.contains("tenant.policy"), "{e}");
+        let e = err(&throttle("fifo:80").replace("priority = 1", "priority = 90"));
+        assert!(e.contains("above the loop's priority 90"), "{e}");
+        assert!(plan(&throttle("fifo:80")).is_ok());
         let ok = plan(&format!("{BASE}[targets]\n\"p99.9\" = '10ms'\nmissed = 0\n")).unwrap();
         let t = &ok.runs[0].config.targets;
         assert_eq!(t.latency, vec![("p99.9".to_string(), 10_000_000)]);
