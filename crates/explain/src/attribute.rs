@@ -123,7 +123,8 @@ fn classify(
                 out.push(p, mid, side, queued(tl, probe, cpu, slice, p, mid));
             }
             if mid < q {
-                out.push(mid, q, side, Cause::Throttled { cpu, behind });
+                let budget = Who::from_tid(tl.rt_budget_user(cpu, mid));
+                out.push(mid, q, side, Cause::Throttled { cpu, behind, budget });
             }
         }),
         State::Asleep { blocked } => {
@@ -527,11 +528,13 @@ mod tests {
 
     #[test]
     fn a_real_time_probe_behind_a_fair_task_is_throttled() {
+        // A real-time loop (WAKER's tid) used the budget from 0.5 ms to
+        // 2 ms; the fair HOG runs while the class is throttled.
         let mut ev = cpu1_busy();
         ev.extend([
             switch(T0, 0, 0, PROBE, 0, F_NEXT_RT),
-            switch(at(1), 0, PROBE, 0, SLEEPING, F_PREV_RT),
-            switch(at(2), 0, 0, HOG, 0, 0),
+            switch(T0 + 500 * US, 0, PROBE, WAKER, SLEEPING, F_PREV_RT | F_NEXT_RT),
+            switch(at(2), 0, WAKER, HOG, 0, F_PREV_RT | F_PREV_RUNNABLE),
             wake(at(10), 0, PROBE, 0, 0),
             switch(at(20), 0, HOG, PROBE, 0, F_PREV_RUNNABLE | F_NEXT_RT),
         ]);
@@ -544,9 +547,11 @@ mod tests {
             x.segments[1].cause,
             Cause::Throttled {
                 cpu: 0,
-                behind: Who::Thread(HOG)
+                behind: Who::Thread(HOG),
+                budget: Who::Thread(WAKER)
             }
         );
+        assert_eq!(x.segments[1].cause.culprit(PROBE).0, Some(Who::Thread(WAKER)));
     }
 
     #[test]

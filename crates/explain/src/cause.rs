@@ -143,8 +143,10 @@ pub enum Cause {
     Interrupts { cpu: u16, irq: Irq },
     /// A real-time probe queued behind a non-real-time occupant (or an
     /// idle CPU) longer than a wake-up preemption takes: its class was
-    /// throttled. Seen only where switches carry the real-time bits.
-    Throttled { cpu: u16, behind: Who },
+    /// throttled. `budget`: the real-time thread that used most of the
+    /// class's budget on `cpu` in the period before, the culprit; `behind`
+    /// ran meanwhile. Seen only where switches carry the real-time bits.
+    Throttled { cpu: u16, behind: Who, budget: Who },
     /// The probe ran: its own work outlasted its slack.
     OwnWork { cpu: u16 },
     /// Asleep on something other than its timer; `by` woke it, on `cpu`;
@@ -287,9 +289,9 @@ impl Cause {
     /// probe thread, the culprit of its own work).
     pub fn culprit(&self, probe: u32) -> (Option<Who>, Option<u16>, Option<Irq>) {
         match *self {
-            Cause::WaitedForCpu { cpu, behind, .. } | Cause::Throttled { cpu, behind } => {
-                (Some(behind), Some(cpu), None)
-            }
+            Cause::WaitedForCpu { cpu, behind, .. } => (Some(behind), Some(cpu), None),
+            // Who used the budget throttled it, not who ran meanwhile.
+            Cause::Throttled { cpu, budget, .. } => (Some(budget), Some(cpu), None),
             Cause::Interrupts { cpu, irq } => (None, Some(cpu), Some(irq)),
             Cause::OwnWork { cpu } => (Some(Who::Thread(probe)), Some(cpu), None),
             Cause::Blocked { by, cpu, irq, .. } => (Some(by), cpu, irq),

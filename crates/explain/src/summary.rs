@@ -302,9 +302,9 @@ pub fn describe(cause: CauseKind, detail: Option<Detail>, side: Side, who: Optio
             cpu.map(|c| format!(" on {c}")).unwrap_or_default()
         ),
         CauseKind::Throttled => format!(
-            "throttled (real-time) on {} behind {}",
+            "throttled (real-time) on {}, its budget used by {}",
             cpu.unwrap_or_else(|| "its CPU".into()),
-            who.map(name).unwrap_or_else(|| "fair work".into())
+            who.map(name).unwrap_or_else(|| "real-time work".into())
         ),
         CauseKind::OwnWork => "running its own work".into(),
         CauseKind::Blocked => format!(

@@ -663,6 +663,45 @@ impl Timeline {
         }
     }
 
+    /// The real-time thread that ran longest on `cpu` in the real-time
+    /// class's period before `at` (Linux's default, 1 s: the recording does
+    /// not carry the host's setting): whose use of the class's budget got
+    /// it throttled there. Unknown when no real-time thread ran.
+    pub(crate) fn rt_budget_user(&self, cpu: u16, at: u64) -> u32 {
+        const RT_PERIOD_NS: u64 = 1_000_000_000;
+        // A few real-time threads share a CPU's budget at once; past this
+        // many, the rest are not weighed.
+        const MAX_THREADS: usize = 16;
+        let line = &self.cpus[(cpu as usize).min(self.cpus.len() - 1)];
+        let from = at.saturating_sub(RT_PERIOD_NS);
+        let first = line.slices.partition_point(|s| s.start <= from).saturating_sub(1);
+        let mut used = [(UNKNOWN_TID, 0u64); MAX_THREADS];
+        let mut n = 0;
+        for (i, s) in line.slices.iter().enumerate().skip(first) {
+            if s.start >= at {
+                break;
+            }
+            if !s.rt || s.tid == UNKNOWN_TID || s.tid == IDLE_TID {
+                continue;
+            }
+            let end = line.slices.get(i + 1).map_or(at, |n| n.start).min(at);
+            let ns = end.saturating_sub(s.start.max(from));
+            match used[..n].iter_mut().find(|(t, _)| *t == s.tid) {
+                Some(u) => u.1 += ns,
+                None if n < MAX_THREADS => {
+                    used[n] = (s.tid, ns);
+                    n += 1;
+                }
+                None => {}
+            }
+        }
+        used[..n]
+            .iter()
+            .filter(|(_, ns)| *ns > 0)
+            .max_by_key(|(_, ns)| *ns)
+            .map_or(UNKNOWN_TID, |(t, _)| *t)
+    }
+
     /// Of [a, e), the time during which at least one CPU other than `cpu`
     /// that `probe` may run on ran its idle task. A CPU whose occupant is
     /// unknown counts as busy. Costs a binary search per CPU per switch on

@@ -407,7 +407,8 @@ mod tests {
     }
 
     /// Own work is right when the probe's own process injected it;
-    /// throttling when the injector's ordinary thread is what ran.
+    /// throttling when the injector used the class's budget, whoever ran
+    /// meanwhile.
     #[test]
     fn own_work_and_throttling_score_their_own_culprits() {
         let own = Injection {
@@ -437,7 +438,8 @@ mod tests {
                     260,
                     Cause::Throttled {
                         cpu: 1,
-                        behind: Who::Thread(501),
+                        behind: Who::Idle,
+                        budget: Who::Thread(501),
                     },
                 ),
                 seg(
@@ -445,13 +447,20 @@ mod tests {
                     300,
                     Cause::Throttled {
                         cpu: 1,
-                        behind: Who::Idle,
+                        behind: Who::Thread(501),
+                        budget: Who::Thread(900),
                     },
                 ),
             ],
         };
         // The probe thread 7 is of pid 70; 501 of the injector, 500.
-        let m = score(&[x, y], &[own, throttle], |t| Some(if t == 7 { 70 } else { 500 }));
+        let m = score(&[x, y], &[own, throttle], |t| {
+            Some(match t {
+                7 => 70,
+                501 => 500,
+                other => other,
+            })
+        });
         let r = &m.rows[&InjectedClass::OwnWork];
         assert_eq!((r.lateness_ns, r.right_ns), (90, 90));
         let r = &m.rows[&InjectedClass::RtThrottle];
