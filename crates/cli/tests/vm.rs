@@ -439,6 +439,14 @@ cold-native = { 'tenant.io.direct' = true, 'tenant.disk.cache' = 'none', 'tenant
         );
     };
     let share = |t: &serde_json::Value, k: &str| t["absorption"][k]["share"].as_f64().unwrap_or(-1.0);
+    // QEMU's image reads: those seen to complete, and those begun and never
+    // seen to complete at the size they asked for. This host hides every
+    // event while its own agent's threads run (docs/io.md), so a Linux AIO
+    // or io_uring read completing in an interrupt that came then is seen
+    // only begun.
+    let image_reads = |t: &serde_json::Value| {
+        layer_bytes(t, "virtual_disk", "read") + t["virtual_unfinished"]["read_bytes"].as_u64().unwrap_or(0)
+    };
     for (variant, run) in [
         ("guest-warm", "000"),
         ("host-warm", "001"),
@@ -489,11 +497,7 @@ cold-native = { 'tenant.io.direct' = true, 'tenant.disk.cache' = 'none', 'tenant
                     layer_bytes(t, "guest_block", "read"),
                     &io,
                 );
-                within(
-                    &format!("{variant}: QEMU's image reads"),
-                    layer_bytes(t, "virtual_disk", "read"),
-                    &io,
-                );
+                within(&format!("{variant}: QEMU's image reads"), image_reads(t), &io);
                 assert!(
                     share(t, "guest_cache_reads") < 0.1,
                     "{variant}: O_DIRECT in the guest: {t:#}"
@@ -507,11 +511,7 @@ cold-native = { 'tenant.io.direct' = true, 'tenant.disk.cache' = 'none', 'tenant
                 // cache = none: QEMU bounces misaligned requests through its
                 // thread pool whatever its aio=, which only calls show.
                 assert_eq!(io["app_layer"], "calls", "{variant}");
-                within(
-                    &format!("{variant}: QEMU's image reads"),
-                    layer_bytes(t, "virtual_disk", "read"),
-                    &io,
-                );
+                within(&format!("{variant}: QEMU's image reads"), image_reads(t), &io);
                 assert!(share(t, "host_cache_reads") < 0.1, "{variant}: cache = none: {t:#}");
                 // Every byte QEMU read came from the physical disk; with
                 // cache = none its writes went there too.
@@ -519,11 +519,20 @@ cold-native = { 'tenant.io.direct' = true, 'tenant.disk.cache' = 'none', 'tenant
                 // count of the disk's bytes beside the events', are shown:
                 // a shortfall with as much elsewhere is an attribution, a
                 // kernel count above the events' a missed event.
+                // A completion the host hid is missing from the events but
+                // not from the kernel's own count of the disk's bytes: the
+                // events plus what the kernel counted beyond them.
                 let physical = |op: &str| {
+                    let c = &io["physical_counters"][0];
+                    let hidden = c["kernel"][format!("{op}_bytes")]
+                        .as_u64()
+                        .unwrap_or(0)
+                        .saturating_sub(c[format!("{op}_bytes")].as_u64().unwrap_or(0));
                     let v = layer_bytes(t, "physical_disk", op);
                     assert!(
-                        v >= MOVED,
-                        "{variant}: physical {op}s {v} bytes, dd moved {MOVED}: {t:#}\n\
+                        v + hidden >= MOVED,
+                        "{variant}: physical {op}s {v} bytes (and {hidden} the kernel counted beyond the \
+                         events), dd moved {MOVED}: {t:#}\n\
                          physical I/O of no image: {:#}\nthe disk's counters: {:#}",
                         io["physical_other"],
                         io["physical_counters"]

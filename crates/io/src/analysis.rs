@@ -43,9 +43,30 @@ pub struct TenantIo {
     pub files: Vec<FileIo>,
     pub series_bin_s: f64,
     pub series: Vec<SeriesPoint>,
+    /// The VMM's asynchronous requests on the image begun in the recording
+    /// and never seen to complete, by the size they asked for (not in
+    /// `virtual_disk`): in flight at its end, or completed where the host
+    /// hides the events.
+    #[serde(default, skip_serializing_if = "Unfinished::is_empty")]
+    pub virtual_unfinished: Unfinished,
     /// A QEMU guest recorded from inside too ([`merge_guest`](crate::merge_guest)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inside_guest: Option<GuestView>,
+}
+
+/// Requests begun and never seen to complete, by the bytes they asked for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unfinished {
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub writes: u64,
+    pub write_bytes: u64,
+}
+
+impl Unfinished {
+    pub fn is_empty(&self) -> bool {
+        self.reads + self.writes == 0
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -59,8 +80,9 @@ pub struct IoAnalysis {
     /// Events the kernel side had no room for; non-zero makes every count
     /// a lower bound.
     pub lost: u64,
-    /// Block requests that completed without their issue (issued before
-    /// the recording, or the issue map was full).
+    /// Requests seen at one end only: block requests completed without
+    /// their issue, asynchronous requests begun and never seen to complete
+    /// (each tenant's `virtual_unfinished`).
     pub unpaired_requests: u64,
     /// The recording was cut short (no END block).
     pub truncated: bool,
@@ -120,6 +142,7 @@ pub fn analyze(rec: &Recording, path: &Path) -> Result<IoAnalysis> {
     let mut elsewhere = (0..n).map(|_| LayerAcc::default()).collect::<Vec<_>>();
     let mut virt = (0..n).map(|_| LayerAcc::default()).collect::<Vec<_>>();
     let mut phys = (0..n).map(|_| LayerAcc::default()).collect::<Vec<_>>();
+    let mut unfinished = vec![Unfinished::default(); n];
     let mut phys_other = LayerAcc::default();
     let mut series = vec![vec![SeriesPoint::default(); bins]; n];
     let mut direct_bytes = vec![0u64; n];
@@ -162,6 +185,18 @@ pub fn analyze(rec: &Recording, path: &Path) -> Result<IoAnalysis> {
             continue;
         }
         let g = e.group as usize;
+        if e.flags & ontime_recording::io_abi::F_UNPAIRED != 0 {
+            unpaired += 1;
+            if vmm_image.get(&(e.dev, e.ino)) == Some(&e.group) {
+                let u = &mut unfinished[g];
+                match op {
+                    IoOp::Read => (u.reads, u.read_bytes) = (u.reads + 1, u.read_bytes + e.bytes as u64),
+                    IoOp::Write => (u.writes, u.write_bytes) = (u.writes + 1, u.write_bytes + e.bytes as u64),
+                    _ => {}
+                }
+            }
+            continue;
+        }
         if vmm_image.get(&(e.dev, e.ino)) == Some(&e.group) {
             virt[g].add(e);
             if let Some(p) = series[g].get_mut(bin) {
@@ -257,6 +292,7 @@ pub fn analyze(rec: &Recording, path: &Path) -> Result<IoAnalysis> {
             physical_disk,
             absorption,
             virtual_counters,
+            virtual_unfinished: unfinished[g],
             files: tenant_files,
             series_bin_s: bin_s,
             series: points,
@@ -340,4 +376,72 @@ pub struct ClockOffset {
     pub spread_ns: u64,
     /// Requests paired.
     pub pairs: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ontime_recording::groups::{Group, GroupKind};
+    use ontime_recording::io_abi::{io_kind, IoEvent, F_UNPAIRED};
+    use ontime_recording::io_layout::{IoMeta, TenantDisk, VmmAio};
+    use ontime_recording::recording::Meta;
+
+    /// A QEMU guest's image read through Linux AIO: one read seen to
+    /// complete, one begun and never seen to complete (the reader's last
+    /// drain marks it unpaired, at the size it asked for). The first is in
+    /// the virtual disk; the second only in `virtual_unfinished`, and in
+    /// `unpaired_requests`.
+    #[test]
+    fn reads_never_seen_to_complete_are_kept_apart_at_their_size() {
+        const MIB: u32 = 1 << 20;
+        let image = ((8 << 20) | 1, 42);
+        let mut meta = Meta::of_this_host("bpf", 1_000, vec![]);
+        meta.groups = vec![Group {
+            name: "t0".into(),
+            kind: GroupKind::Tenant,
+            source: vec![],
+            vcpu_names: false,
+        }];
+        meta.io = Some(IoMeta {
+            disks: vec![TenantDisk {
+                group: 0,
+                image: "/img".into(),
+                loop_device: None,
+                direct: true,
+                physical: None,
+                partition_start: 0,
+                image_file: Some(image),
+                aio: VmmAio::Native,
+            }],
+            memory: vec![],
+            state_every_ns: 250_000_000,
+            cachestat: false,
+            app_layer: AppLayer::Calls,
+        });
+        let read = |ts: u64, ret: i64, flags: u8| IoEvent {
+            ts,
+            dev: image.0,
+            ino: image.1,
+            group: 0,
+            kind: io_kind::AIO_READ,
+            bytes: MIB,
+            ret,
+            flags,
+            ..Default::default()
+        };
+        let mut rec = Recording::of_events(meta, HashMap::new(), vec![], 10_000);
+        rec.io_events = vec![read(2_000, MIB as i64, 0), read(3_000, 0, F_UNPAIRED)];
+        let a = analyze(&rec, Path::new("x.otrec")).unwrap();
+        let t = &a.tenants[0];
+        assert_eq!((t.virtual_disk.read.ops, t.virtual_disk.read.bytes), (1, MIB as u64));
+        assert_eq!(
+            t.virtual_unfinished,
+            Unfinished {
+                reads: 1,
+                read_bytes: MIB as u64,
+                ..Default::default()
+            }
+        );
+        assert_eq!(a.unpaired_requests, 1);
+    }
 }

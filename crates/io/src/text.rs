@@ -173,6 +173,17 @@ fn layer_table(s: &mut String, t: &TenantIo) {
     }
     if t.disk.is_some() {
         s.push_str(&layer_line("virtual disk", &t.virtual_disk));
+        let u = &t.virtual_unfinished;
+        if !u.is_empty() {
+            s.push_str(&format!(
+                "  and never seen to complete (in flight at the end, or completed where the host hides events): \
+                 {} reads {}, {} writes {}\n",
+                u.reads,
+                format_bytes(u.read_bytes),
+                u.writes,
+                format_bytes(u.write_bytes)
+            ));
+        }
         s.push_str(&layer_line("physical disk", &t.physical_disk));
     }
     if let Some(g) = &t.inside_guest {

@@ -43,7 +43,10 @@ enum io_kind {
 #define IO_PATH_MAX 128
 /* The file was opened with O_DIRECT. */
 #define IO_F_DIRECT 1
-/* A block request completed whose issue was not seen. */
+/* A block request completed whose issue was not seen; or an asynchronous
+ * request begun whose completion was not seen by the recording's end (in
+ * flight then, or completed where the host hides the events: `bytes` is
+ * what it asked for, `ret` 0). */
 #define IO_F_UNPAIRED 2
 /* A value of the `devices` map: a tenant's virtual disk (its loop device). */
 #define IO_LAYER_VIRTUAL 1

@@ -224,6 +224,31 @@ mod bpf_record {
         apps: Option<crate::io_app::AppCounterReader>,
     }
 
+    impl IoCapture<'_, '_> {
+        /// Asynchronous requests begun and never seen to complete, staged
+        /// as events marked unpaired, at the size they asked for: in flight
+        /// at the end, or completed in a context whose events the host
+        /// hides (an interrupt that came while a thread the host keeps out
+        /// of tracing ran). Dropped, they would vanish from the counts.
+        fn unfinished_async(&mut self) {
+            let map = &self.skel.maps.async_pending;
+            let mut s = self.staged.borrow_mut();
+            for key in map.keys() {
+                let Ok(Some(v)) = map.lookup(&key, MapFlags::ANY) else {
+                    continue;
+                };
+                let Some(mut e) = IoEvent::from_bytes(&v) else { continue };
+                if e.kind == 0 || e.dev == 0 {
+                    continue;
+                }
+                e.flags |= ontime_recording::io_abi::F_UNPAIRED;
+                e.ret = 0;
+                e.latency = 0;
+                s.0.extend_from_slice(&e.to_bytes());
+            }
+        }
+    }
+
     /// What the tracked groups' exited threads did (the exit program's
     /// sums), per group index.
     fn exited_io(skel: &IoSkel, groups: usize) -> HashMap<u32, crate::io_app::ThreadIo> {
@@ -304,6 +329,9 @@ mod bpf_record {
 
         fn drain(&mut self, finishing: bool) -> Result<()> {
             self.ring.consume().context("draining the BPF I/O ring")?;
+            if finishing {
+                self.unfinished_async();
+            }
             {
                 let mut s = self.staged.borrow_mut();
                 self.events += (s.0.len() / IO_EVENT_SIZE) as u64;

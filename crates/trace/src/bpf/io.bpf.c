@@ -655,8 +655,9 @@ static __always_inline void async_done(__u64 key, __s64 ret)
     if (!p)
         return;
     if (p->kind && p->dev) {
-        /* The request's size is what it moved (submit does not say). */
-        p->bytes = ret > 0 ? (__u32)ret : 0;
+        /* io_uring's submit does not say the size: what it moved. */
+        if (!p->bytes)
+            p->bytes = ret > 0 ? (__u32)ret : 0;
         emit_done(p, ret);
     }
     bpf_map_delete_elem(&async_pending, &key);
@@ -677,6 +678,12 @@ struct kiocb {
     int ki_flags;
 } __attribute__((preserve_access_index));
 
+/* The bytes a request asks for (inside an anonymous member on recent
+ * kernels; CO-RE finds it there). */
+struct iov_iter {
+    unsigned long count;
+} __attribute__((preserve_access_index));
+
 /* The kiocb flags marking a Linux AIO read or write and a write
  * (IOCB_AIO_RW, IOCB_WRITE), read by the recorder from the tracepoint's
  * format, where the kernel prints them; 0 keeps these programs out. */
@@ -687,7 +694,7 @@ const volatile __u32 iocb_write = 0;
  * thread. Only Linux AIO's: the thread pool's calls are the syscall
  * programs' and io_uring's requests the io_uring programs'. */
 SEC("tp_btf/iomap_dio_rw_begin")
-int BPF_PROG(aio_begin, struct kiocb *iocb)
+int BPF_PROG(aio_begin, struct kiocb *iocb, struct iov_iter *iter)
 {
     if (!enabled || !iocb_aio_rw)
         return 0;
@@ -706,6 +713,9 @@ int BPF_PROG(aio_begin, struct kiocb *iocb)
     ev.group = group;
     ev.tid = (__u32)bpf_get_current_pid_tgid();
     ev.kind = (flags & iocb_write) ? IO_AIO_WRITE : IO_AIO_READ;
+    /* What it asks for: a request whose completion is never seen is
+     * still counted at its size (the reader's last drain). */
+    ev.bytes = (__u32)BPF_CORE_READ(iter, count);
     __u64 key = (__u64)iocb;
     if (bpf_map_update_elem(&async_pending, &key, &ev, BPF_ANY))
         count_lost(1);
