@@ -38,13 +38,17 @@ def value(key, minus=None, per=None, scale=1.0):
     return v
 
 
-def over(key, baseline, scale=1.0, relative=False, plus=None):
+def over(key, baseline, scale=1.0, relative=False, plus=None, per=None):
     """What a row adds over the table's `baseline` row, round by round:
-    (values[key] - baseline's) * scale, / baseline's when relative, + the
-    same round's value of the metric named `plus` (a value() metric)."""
+    (values[key] - baseline's) * scale, each side first divided by its own
+    values[per] where given (rows that ran for different lengths), /
+    baseline's when relative, + the same round's value of the metric named
+    `plus` (a value() metric)."""
     v = {"from": "over", "key": key, "baseline": baseline, "scale": float(scale), "relative": bool(relative)}
     if plus is not None:
         v["plus"] = plus
+    if per is not None:
+        v["per"] = per
     return v
 
 

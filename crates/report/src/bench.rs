@@ -100,9 +100,10 @@ pub enum Source {
     },
     /// What a tool adds over the table's `baseline` row (the run without
     /// it), round by round: (values[key] - the baseline's values[key]) x
-    /// `scale`, divided by the baseline's value when `relative` (a
-    /// slowdown), plus the same round's value of the metric named `plus`
-    /// (the tool's own cost) where given.
+    /// `scale`, each side first divided by its own values[per] where given
+    /// (a rate: rows that ran for different lengths), divided by the
+    /// baseline's value when `relative` (a slowdown), plus the same round's
+    /// value of the metric named `plus` (the tool's own cost) where given.
     /// Rounds pair by index when both rows ran the same number of rounds
     /// (they alternated); otherwise against the baseline's median.
     Over {
@@ -114,6 +115,8 @@ pub enum Source {
         relative: bool,
         #[serde(default)]
         plus: Option<String>,
+        #[serde(default)]
+        per: Option<String>,
     },
     /// The quantile `q` (0 < q < 1) of `histograms[histogram]`, pooled
     /// over the row's rounds; unsupported (n/a) while the pool holds fewer
@@ -464,6 +467,7 @@ impl BenchResult {
             scale,
             relative,
             plus,
+            per,
         } = source
         else {
             return Vec::new();
@@ -471,11 +475,18 @@ impl BenchResult {
         let Some(base) = table.rows.iter().find(|r| &r.tool == baseline) else {
             return Vec::new();
         };
-        let base_values: Vec<Option<f64>> = base
-            .rounds
-            .iter()
-            .map(|r| r.values.get(key).copied().flatten())
-            .collect();
+        // values[key], as a rate of values[per] where given.
+        let of = |r: &Round| -> Option<f64> {
+            let v = r.values.get(key).copied().flatten()?;
+            match per {
+                Some(p) => {
+                    let d = r.values.get(p).copied().flatten()?;
+                    (d != 0.0).then(|| v / d)
+                }
+                None => Some(v),
+            }
+        };
+        let base_values: Vec<Option<f64>> = base.rounds.iter().map(of).collect();
         let base_median = Figure::of_values(base_values.iter().flatten().copied().collect()).central();
         let paired = table.alternated && base.rounds.len() == row.rounds.len();
         let own: Option<Vec<Option<f64>>> = plus.as_ref().and_then(|name| {
@@ -490,7 +501,7 @@ impl BenchResult {
             .iter()
             .enumerate()
             .map(|(i, r)| {
-                let x = r.values.get(key).copied().flatten()?;
+                let x = of(r)?;
                 let b = if paired { base_values[i]? } else { base_median? };
                 let mut v = (x - b) * scale;
                 if *relative {
@@ -1080,6 +1091,38 @@ mod tests {
         assert!(md.contains("- ontime <= 0.5 x perf: met (0.300 (0.250-1))"), "{md}");
     }
 
+    /// Rows that ran for different lengths compare as rates: each side's
+    /// value over its own values[per] before the difference.
+    #[test]
+    fn a_rate_over_the_baseline_divides_each_side_by_its_own_length() {
+        let mut r = result(&[30.0, 22.0], &[20.0, 20.0]);
+        for (rows, spans) in [(0, [15.0, 11.0]), (1, [10.0, 10.0])] {
+            for (round, span) in r.tables[0].rows[rows].rounds.iter_mut().zip(spans) {
+                round.values.insert("span".into(), Some(span));
+            }
+        }
+        r.metrics.push(Metric {
+            name: "added".into(),
+            unit: "%".into(),
+            source: Source::Over {
+                key: "cpu".into(),
+                baseline: "perf".into(),
+                scale: 100.0,
+                relative: false,
+                plus: None,
+                per: Some("span".into()),
+            },
+        });
+        r.check().unwrap();
+        let t = &r.tables[0];
+        let added = r.figure(t, &t.rows[0], r.metric("added").unwrap());
+        let Figure::Spread { min, max, .. } = added else {
+            panic!("{added:?}")
+        };
+        // 30/15 - 20/10 = 0; 22/11 - 20/10 = 0: the same rate.
+        assert!(min.abs() < 1e-9 && max.abs() < 1e-9, "{added:?}");
+    }
+
     #[test]
     fn a_cost_over_the_baseline_adds_the_tools_own_share_round_by_round() {
         let mut r = result(&[110.0, 104.0], &[100.0, 100.0]);
@@ -1106,6 +1149,7 @@ mod tests {
                 scale: 100.0,
                 relative: true,
                 plus: Some("own".into()),
+                per: None,
             },
         });
         r.check().unwrap();
@@ -1125,6 +1169,7 @@ mod tests {
                 scale: 1.0,
                 relative: false,
                 plus: Some("cost".into()),
+                per: None,
             },
         };
         assert!(r.check().unwrap_err().contains("plus"));
