@@ -32,7 +32,8 @@ pub struct CrawlArgs {
     /// Crawl config (TOML: [[gateway]] url/points, period, points_per_request, phase)
     #[arg(long, short = 'c')]
     config: Option<PathBuf>,
-    /// Gateway URL http://HOST:PORT/BUILDING (repeatable); required unless --config
+    /// Gateway URL http://HOST:PORT/BUILDING (repeatable); required unless --config or --with-gateway
+    /// (then a free port of 127.0.0.1, building b0)
     #[arg(long)]
     url: Vec<String>,
     /// Points per gateway (ids 0..points) [default: 1000, or from --rate]
@@ -134,6 +135,12 @@ enum WorkAtArg {
     Request,
 }
 
+/// A TCP port of the loopback nothing listens on now (the kernel's pick).
+fn free_local_port() -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0)).context("finding a free port for --with-gateway")?;
+    Ok(l.local_addr()?.port())
+}
+
 /// The crawl's gateways and plan from --config or the flags.
 fn build_file(a: &CrawlArgs) -> anyhow::Result<CrawlFile> {
     let mut file = match &a.config {
@@ -144,19 +151,23 @@ fn build_file(a: &CrawlArgs) -> anyhow::Result<CrawlFile> {
             CrawlFile::from_file(p).map_err(|e| bad_input(format!("{e:#}")))?
         }
         None => {
-            if a.url.is_empty() {
+            let urls = if !a.url.is_empty() {
+                a.url.clone()
+            } else if a.with_gateway {
+                // The local gateway on a port free now, building b0.
+                vec![format!("http://127.0.0.1:{}/b0", free_local_port()?)]
+            } else {
                 return Err(bad_input(
-                    "no gateway to poll: give --url http://HOST:PORT/BUILDING (repeatable) or --config FILE",
+                    "no gateway to poll: give --url http://HOST:PORT/BUILDING (repeatable), --config FILE, \
+                     or --with-gateway for a local one",
                 ));
-            }
+            };
             let n = a.points_per_request.unwrap_or(ontime_crawl::config::DEFAULT_N);
             let period = a.period.unwrap_or(ontime_crawl::config::DEFAULT_PERIOD_NS);
             match (a.points, a.rate) {
-                (Some(p), _) => CrawlFile::of_points(a.url.clone(), p, n, period),
-                (None, Some(r)) => {
-                    CrawlFile::for_rate(a.url.clone(), r, n, period).map_err(|e| bad_input(format!("--{e}")))?
-                }
-                (None, None) => CrawlFile::of_points(a.url.clone(), 1000, n, period),
+                (Some(p), _) => CrawlFile::of_points(urls, p, n, period),
+                (None, Some(r)) => CrawlFile::for_rate(urls, r, n, period).map_err(|e| bad_input(format!("--{e}")))?,
+                (None, None) => CrawlFile::of_points(urls, 1000, n, period),
             }
         }
     };

@@ -26,6 +26,28 @@ fn crawl_with_gateway(port: u16) -> Command {
     c
 }
 
+/// `--with-gateway` without a URL (docs/explain.md's example) polls a
+/// local gateway on a free port.
+#[test]
+fn with_gateway_alone_polls_a_local_gateway() {
+    let out = ontime()
+        .args([
+            "crawl",
+            "--with-gateway",
+            "--rate",
+            "100",
+            "-D",
+            "1s",
+            "--json",
+            "--no-dma-latency",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(r["polls"]["ok"].as_u64().unwrap_or(0) > 0, "{r}");
+}
+
 /// After `after`, stops the process (SIGSTOP) for `length`, then resumes it.
 fn pause_after(p: &Proc, after: Duration, length: Duration) {
     std::thread::sleep(after);
