@@ -266,6 +266,19 @@ fn explain_joins_a_cyclic_result_with_a_recording_made_beside_it() {
     let text = ontime().arg("explain").arg(&result).arg(&rec).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("behind python3"), "{text}");
+    // On x86 the local timer's runs are in it, flagged as a system vector,
+    // or the recording says why not.
+    let recording = ontime_trace::recording::Recording::read(&rec).unwrap();
+    if cfg!(target_arch = "x86_64") && !recording.meta.unavailable.iter().any(|u| u.contains("system vectors")) {
+        use ontime_trace::event::{kind, F_IRQ_VECTOR};
+        assert!(
+            recording
+                .events
+                .iter()
+                .any(|e| e.kind == kind::IRQ_ENTRY && e.flags & F_IRQ_VECTOR != 0 && e.a == 0xec),
+            "no local timer entry in the recording"
+        );
+    }
 }
 
 #[test]

@@ -66,10 +66,16 @@ pub const SOFTIRQ_NAMES: [&str; 10] = [
 ];
 
 impl Irq {
-    /// As a report names it: `irq 24`, `vector 236`, `softirq NET_RX`.
+    /// As a report names it: `irq 24`, `local timer` (an x86 system
+    /// vector by its name, else `vector 240`), `softirq NET_RX`.
     pub fn label(self) -> String {
         match self {
             Irq::Hard(n) => format!("irq {n}"),
+            // x86's (arch/x86/include/asm/irq_vectors.h).
+            Irq::Vector(0xec) => "local timer".into(),
+            Irq::Vector(0xfd) => "reschedule IPI".into(),
+            Irq::Vector(0xfc) => "call-function IPI".into(),
+            Irq::Vector(0xfb) => "call-function-single IPI".into(),
             Irq::Vector(v) => format!("vector {v}"),
             Irq::Soft(v) => match SOFTIRQ_NAMES.get(v as usize) {
                 Some(name) => format!("softirq {name}"),
@@ -488,5 +494,15 @@ mod tests {
             ]
         );
         assert_eq!(x.by_kind().iter().sum::<u64>(), x.lateness_ns());
+    }
+
+    /// Interrupts as reports name them: x86's system vectors by name.
+    #[test]
+    fn interrupts_are_named_as_a_person_reads_them() {
+        assert_eq!(Irq::Hard(24).label(), "irq 24");
+        assert_eq!(Irq::Vector(0xec).label(), "local timer");
+        assert_eq!(Irq::Vector(0xfd).label(), "reschedule IPI");
+        assert_eq!(Irq::Vector(240).label(), "vector 240");
+        assert_eq!(Irq::Soft(3).label(), "softirq NET_RX");
     }
 }

@@ -27,9 +27,9 @@ enum kind {
     EV_KVM_ENTRY = 8,
     EV_KVM_EXIT = 9,
     /* A hard interrupt handler entered on this CPU (irq_handler_entry),
-     * recorded on every CPU whatever it interrupts. x86 system vectors
-     * (the irq_vectors entry tracepoints, with F_IRQ_VECTOR) are not
-     * recorded yet. */
+     * recorded on every CPU whatever it interrupts; and x86's local timer
+     * and scheduler and call-function IPIs (the irq_vectors tracepoints,
+     * with F_IRQ_VECTOR, a the vector), where the kernel has them. */
     EV_IRQ_ENTRY = 10,
     EV_IRQ_EXIT = 11,
     /* A softirq run on this CPU (softirq_entry, softirq_exit), recorded

@@ -59,6 +59,22 @@ impl<'obj> BpfSource<'obj> {
             open.progs.on_kvm_entry.set_autoload(false);
             open.progs.on_kvm_exit.set_autoload(false);
         }
+        if !has_system_vectors() {
+            unavailable.push("x86 system vectors (no irq_vectors tracepoints on this kernel)".to_string());
+            let p = &mut open.progs;
+            for prog in [
+                &mut p.on_local_timer_entry,
+                &mut p.on_local_timer_exit,
+                &mut p.on_reschedule_entry,
+                &mut p.on_reschedule_exit,
+                &mut p.on_call_function_entry,
+                &mut p.on_call_function_exit,
+                &mut p.on_call_function_single_entry,
+                &mut p.on_call_function_single_exit,
+            ] {
+                prog.set_autoload(false);
+            }
+        }
         let skel = open.load().map_err(|e| {
             anyhow::anyhow!(
                 "loading the BPF scheduler probes failed: {e}. They need root (CAP_BPF and CAP_PERFMON) and a kernel with BTF (/sys/kernel/btf/vmlinux)"
@@ -157,6 +173,14 @@ impl EventSource for BpfSource<'_> {
         l.on_irq_exit = None;
         l.on_softirq_entry = None;
         l.on_softirq_exit = None;
+        l.on_local_timer_entry = None;
+        l.on_local_timer_exit = None;
+        l.on_reschedule_entry = None;
+        l.on_reschedule_exit = None;
+        l.on_call_function_entry = None;
+        l.on_call_function_exit = None;
+        l.on_call_function_single_entry = None;
+        l.on_call_function_single_exit = None;
     }
 
     fn group_of(&mut self, tid: u32) -> Option<u32> {
@@ -261,6 +285,14 @@ fn bpf_run_time(skel: &SchedSkel) -> Option<(u64, u64, u64)> {
         &p.on_irq_exit,
         &p.on_softirq_entry,
         &p.on_softirq_exit,
+        &p.on_local_timer_entry,
+        &p.on_local_timer_exit,
+        &p.on_reschedule_entry,
+        &p.on_reschedule_exit,
+        &p.on_call_function_entry,
+        &p.on_call_function_exit,
+        &p.on_call_function_single_entry,
+        &p.on_call_function_single_exit,
     ];
     let mut total = (0u64, 0u64, 0u64);
     for prog in progs {
@@ -273,4 +305,12 @@ fn bpf_run_time(skel: &SchedSkel) -> Option<(u64, u64, u64)> {
         total.2 += info.recursion_misses;
     }
     Some(total)
+}
+
+/// The kernel has the x86 irq_vectors tracepoints (their BTF types are in
+/// vmlinux's BTF: other architectures, and kernels built without them,
+/// have none).
+fn has_system_vectors() -> bool {
+    const NEEDLE: &[u8] = b"btf_trace_local_timer_entry";
+    std::fs::read("/sys/kernel/btf/vmlinux").is_ok_and(|btf| btf.windows(NEEDLE.len()).any(|w| w == NEEDLE))
 }

@@ -311,6 +311,28 @@ int BPF_PROG(on_softirq_exit, unsigned int vec_nr)
     return 0;
 }
 
+/* x86 system vectors: the local timer and the scheduler's and
+ * call-function IPIs, which irq_handler_entry does not see. Entry and exit
+ * like a device interrupt's, a the vector, flagged F_IRQ_VECTOR. Not
+ * loaded where the kernel lacks the tracepoints (other architectures). */
+#define SYSTEM_VECTOR(name)                                                      \
+    SEC("tp_btf/" #name "_entry")                                                \
+    int BPF_PROG(on_##name##_entry, int vector)                                  \
+    {                                                                            \
+        emit(EV_IRQ_ENTRY, F_IRQ_VECTOR, (__u32)vector, (__u32)bpf_get_current_pid_tgid(), 0); \
+        return 0;                                                                \
+    }                                                                            \
+    SEC("tp_btf/" #name "_exit")                                                 \
+    int BPF_PROG(on_##name##_exit, int vector)                                   \
+    {                                                                            \
+        emit(EV_IRQ_EXIT, F_IRQ_VECTOR, (__u32)vector, (__u32)bpf_get_current_pid_tgid(), 0); \
+        return 0;                                                                \
+    }
+SYSTEM_VECTOR(local_timer)
+SYSTEM_VECTOR(reschedule)
+SYSTEM_VECTOR(call_function)
+SYSTEM_VECTOR(call_function_single)
+
 SEC("tp_btf/kvm_entry")
 int BPF_PROG(on_kvm_entry, struct kvm_vcpu *vcpu)
 {
