@@ -74,6 +74,14 @@ pub struct CauseTotal {
     pub culprit: Option<Culprit>,
 }
 
+impl CauseTotal {
+    /// This total is the one a piece of `cause` (`detail`, on `side`,
+    /// naming `culprit`) adds to: what shares are summed by.
+    fn sums(&self, cause: CauseKind, detail: Option<Detail>, side: Side, culprit: &Option<Culprit>) -> bool {
+        self.cause == cause && self.detail == detail && self.side == side && &self.culprit == culprit
+    }
+}
+
 /// The worst events a result lists one by one.
 pub const WORST_LISTED: usize = 20;
 
@@ -169,9 +177,7 @@ pub fn summarize(
                 }
                 k
             });
-            let key =
-                |t: &CauseTotal| t.cause == c.cause && t.detail == c.detail && t.side == c.side && t.culprit == culprit;
-            match totals.iter().position(key) {
+            match totals.iter().position(|t| t.sums(c.cause, c.detail, c.side, &culprit)) {
                 Some(at) => {
                     let t = &mut totals[at];
                     t.ns += c.ns;
@@ -461,10 +467,11 @@ impl PooledExplanation {
                     k.pid = None;
                     k
                 });
-                let same = |t: &CauseTotal| {
-                    t.cause == c.cause && t.detail == c.detail && t.side == c.side && t.culprit == culprit
-                };
-                match out.causes.iter_mut().find(|t| same(t)) {
+                match out
+                    .causes
+                    .iter_mut()
+                    .find(|t| t.sums(c.cause, c.detail, c.side, &culprit))
+                {
                     Some(t) => {
                         t.ns += c.ns;
                         t.events += c.events;

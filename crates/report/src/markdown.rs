@@ -83,7 +83,8 @@ pub fn table(dir: &Path) -> Result<String> {
 
 /// Why, per setting: every tenant's late events of every run explained
 /// together (docs/explain.md), the largest causes first.
-fn why_table(runs: &[RunResults]) -> String {
+/// The runs' settings, each once, in the order the runs were made.
+fn settings_in_order(runs: &[RunResults]) -> Vec<String> {
     let mut keys: Vec<String> = Vec::new();
     for r in runs {
         let k = setting(r);
@@ -91,6 +92,11 @@ fn why_table(runs: &[RunResults]) -> String {
             keys.push(k);
         }
     }
+    keys
+}
+
+fn why_table(runs: &[RunResults]) -> String {
+    let keys = settings_in_order(runs);
     let mut s = String::from(
         "| setting | runs explained | why late (all tenants' late events of the runs together) |\n|---|---|---|\n",
     );
@@ -192,14 +198,7 @@ fn table_of(runs: &[RunResults]) -> String {
     let workload = first.record.workload;
     let metric = workload.metric();
     let with_relay = runs.iter().any(|r| r.record.relay.is_some());
-    // Settings in the order the runs were made.
-    let mut keys: Vec<String> = Vec::new();
-    for r in runs {
-        let k = setting(r);
-        if !keys.contains(&k) {
-            keys.push(k);
-        }
-    }
+    let keys = settings_in_order(runs);
     // p99.999 where some run supports it (>= 100 000 samples in every
     // tenant: the worst tenant is unknown while one of them falls short).
     let deep = runs.iter().any(|r| r.worst_tenant(Some(99.999)).is_some());
