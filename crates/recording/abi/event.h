@@ -44,8 +44,8 @@ enum kind {
 /* flags of a switch: the kernel preempted the previous task. */
 #define F_PREEMPT 2
 /* flags of a switch: the previous task is real-time (prio below 100:
- * SCHED_FIFO, SCHED_RR, SCHED_DEADLINE). Set by the BPF recorder; the
- * perf fallback does not read the priorities. */
+ * SCHED_FIFO, SCHED_RR, SCHED_DEADLINE). Set by both mechanisms (the
+ * perf fallback reads sched_switch's prev_prio and next_prio). */
 #define F_PREV_RT 4
 /* flags of a switch: the next task is real-time, as F_PREV_RT. */
 #define F_NEXT_RT 8

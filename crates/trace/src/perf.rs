@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 use ontime_core::time::MonoNs;
 use perf_event_open_sys as sys;
 
-use crate::event::{kind, Event, F_PREEMPT, F_PREV_RUNNABLE, TASK_DEAD};
+use crate::event::{kind, Event, F_NEXT_RT, F_PREEMPT, F_PREV_RT, F_PREV_RUNNABLE, TASK_DEAD};
 use crate::source::{EventSource, SourceCost};
 use crate::targets::{self, CgroupRoot, Targets};
 use crate::tracefs::Tracefs;
@@ -46,56 +46,91 @@ enum Tracepoint {
     SoftirqExit,
 }
 
+/// Fields read of one tracepoint at most (the switch's five).
+const FIELDS: usize = 5;
+
 /// (tracepoint, tracefs path, fields read in order, required).
-const TRACEPOINTS: [(Tracepoint, &str, [&str; 3], bool); 13] = [
+const TRACEPOINTS: [(Tracepoint, &str, [&str; FIELDS], bool); 13] = [
     (
         Tracepoint::Switch,
         "sched/sched_switch",
-        ["prev_pid", "prev_state", "next_pid"],
+        // The priorities mark real-time tasks (prio below 100), as the
+        // BPF probe's F_PREV_RT / F_NEXT_RT do.
+        ["prev_pid", "prev_state", "next_pid", "prev_prio", "next_prio"],
         true,
     ),
     (
         Tracepoint::Wakeup,
         "sched/sched_wakeup",
-        ["pid", "target_cpu", ""],
+        ["pid", "target_cpu", "", "", ""],
         true,
     ),
     (
         Tracepoint::WakeupNew,
         "sched/sched_wakeup_new",
-        ["pid", "target_cpu", ""],
+        ["pid", "target_cpu", "", "", ""],
         true,
     ),
     (
         Tracepoint::Migrate,
         "sched/sched_migrate_task",
-        ["pid", "orig_cpu", "dest_cpu"],
+        ["pid", "orig_cpu", "dest_cpu", "", ""],
         true,
     ),
     (
         Tracepoint::Fork,
         "sched/sched_process_fork",
-        ["parent_pid", "child_pid", "child_comm"],
+        ["parent_pid", "child_pid", "child_comm", "", ""],
         true,
     ),
-    (Tracepoint::Exit, "sched/sched_process_exit", ["pid", "", ""], true),
+    (
+        Tracepoint::Exit,
+        "sched/sched_process_exit",
+        ["pid", "", "", "", ""],
+        true,
+    ),
     (
         Tracepoint::Exec,
         "sched/sched_process_exec",
-        ["pid", "filename", ""],
+        ["pid", "filename", "", "", ""],
         true,
     ),
-    (Tracepoint::KvmEntry, "kvm/kvm_entry", ["vcpu_id", "", ""], false),
+    (
+        Tracepoint::KvmEntry,
+        "kvm/kvm_entry",
+        ["vcpu_id", "", "", "", ""],
+        false,
+    ),
     (
         Tracepoint::KvmExit,
         "kvm/kvm_exit",
-        ["vcpu_id", "exit_reason", "isa"],
+        ["vcpu_id", "exit_reason", "isa", "", ""],
         false,
     ),
-    (Tracepoint::IrqEntry, "irq/irq_handler_entry", ["irq", "", ""], false),
-    (Tracepoint::IrqExit, "irq/irq_handler_exit", ["irq", "", ""], false),
-    (Tracepoint::SoftirqEntry, "irq/softirq_entry", ["vec", "", ""], false),
-    (Tracepoint::SoftirqExit, "irq/softirq_exit", ["vec", "", ""], false),
+    (
+        Tracepoint::IrqEntry,
+        "irq/irq_handler_entry",
+        ["irq", "", "", "", ""],
+        false,
+    ),
+    (
+        Tracepoint::IrqExit,
+        "irq/irq_handler_exit",
+        ["irq", "", "", "", ""],
+        false,
+    ),
+    (
+        Tracepoint::SoftirqEntry,
+        "irq/softirq_entry",
+        ["vec", "", "", "", ""],
+        false,
+    ),
+    (
+        Tracepoint::SoftirqExit,
+        "irq/softirq_exit",
+        ["vec", "", "", "", ""],
+        false,
+    ),
 ];
 
 /// Where a field sits in a tracepoint's raw record; size 0 when absent.
@@ -248,7 +283,7 @@ fn preempt_bit(print_fmt: &str) -> Option<u64> {
 struct Decoder {
     id: u16,
     tp: Tracepoint,
-    fields: [Field; 3],
+    fields: [Field; FIELDS],
 }
 
 /// One CPU's perf buffer and the events that write into it.
@@ -452,7 +487,7 @@ impl PerfSource {
                     format.id
                 );
             };
-            let mut fields = [Field::default(); 3];
+            let mut fields = [Field::default(); FIELDS];
             for (slot, name) in fields.iter_mut().zip(names) {
                 if name.is_empty() {
                     continue;
@@ -460,6 +495,9 @@ impl PerfSource {
                 match format.fields.get(name) {
                     Some(f) => *slot = *f,
                     None if tp == Tracepoint::KvmExit => unavailable.push(format!("{name} on kvm_exit (older kernel)")),
+                    None if name.ends_with("_prio") => {
+                        unavailable.push(format!("real-time bits of switches (no {name} on sched_switch)"))
+                    }
                     None => bail!("tracepoint {path} has no field {name}; this kernel's layout is not supported"),
                 }
             }
@@ -472,7 +510,6 @@ impl PerfSource {
             source.decoders.push(Decoder { id, tp, fields });
         }
         unavailable.push("kernel-side cost of the perf mechanism (only the reader's CPU is counted)".into());
-        unavailable.push("real-time bits of switches (the perf mechanism does not read the priorities)".into());
 
         let (cpus, page) = cpus_and_page()?;
         for cpu in cpus {
@@ -527,7 +564,7 @@ impl PerfSource {
         let raw = record.get(36..36 + raw_len)?;
         let common_type = u16::from_ne_bytes([*raw.first()?, *raw.get(1)?]);
         let d = self.decoders.iter().find(|d| d.id == common_type)?;
-        let [f0, f1, f2] = d.fields;
+        let [f0, f1, f2, f3, f4] = d.fields;
         let mut event = Event {
             ts,
             cpu,
@@ -556,6 +593,13 @@ impl PerfSource {
                 }
                 if preempt || state == 0 {
                     event.flags |= F_PREV_RUNNABLE;
+                }
+                // Absent fields (size 0) read as 0: no real-time bits then.
+                if f3.size > 0 && (f3.int(raw) as i64 as i32) < 100 {
+                    event.flags |= F_PREV_RT;
+                }
+                if f4.size > 0 && (f4.int(raw) as i64 as i32) < 100 {
+                    event.flags |= F_NEXT_RT;
                 }
             }
             Tracepoint::Wakeup | Tracepoint::WakeupNew => {
@@ -829,12 +873,20 @@ print fmt: "prev_comm=%s prev_pid=%d prev_prio=%d prev_state=%s%s ==> next_comm=
         assert_eq!(comm.str(&raw), b"sh");
     }
 
+    /// A sched_switch record in SWITCH_FORMAT's layout, both tasks at a
+    /// fair priority (120).
     fn switch_record(decoder_id: u16, prev: u32, state: u64, next: u32) -> Vec<u8> {
+        switch_record_prio(decoder_id, prev, state, next, (120, 120))
+    }
+
+    fn switch_record_prio(decoder_id: u16, prev: u32, state: u64, next: u32, prio: (i32, i32)) -> Vec<u8> {
         let mut raw = vec![0u8; 64];
         raw[0..2].copy_from_slice(&decoder_id.to_ne_bytes());
         raw[24..28].copy_from_slice(&prev.to_ne_bytes());
+        raw[28..32].copy_from_slice(&prio.0.to_ne_bytes());
         raw[32..40].copy_from_slice(&state.to_ne_bytes());
         raw[56..60].copy_from_slice(&next.to_ne_bytes());
+        raw[60..64].copy_from_slice(&prio.1.to_ne_bytes());
         let mut rec = Vec::new();
         rec.extend_from_slice(&sys::bindings::PERF_RECORD_SAMPLE.to_ne_bytes());
         rec.extend_from_slice(&0u16.to_ne_bytes());
@@ -852,8 +904,11 @@ print fmt: "prev_comm=%s prev_pid=%d prev_prio=%d prev_state=%s%s ==> next_comm=
     #[test]
     fn decodes_switch_states_like_the_bpf_probe() {
         let f = parse_format(SWITCH_FORMAT).expect("parses");
-        let mut fields = [Field::default(); 3];
-        for (slot, name) in fields.iter_mut().zip(["prev_pid", "prev_state", "next_pid"]) {
+        let mut fields = [Field::default(); FIELDS];
+        for (slot, name) in fields
+            .iter_mut()
+            .zip(["prev_pid", "prev_state", "next_pid", "prev_prio", "next_prio"])
+        {
             *slot = f.fields[name];
         }
         let source = PerfSource {
@@ -895,6 +950,18 @@ print fmt: "prev_comm=%s prev_pid=%d prev_prio=%d prev_state=%s%s ==> next_comm=
         assert_eq!(yielded.flags, F_PREV_RUNNABLE);
         let dead = decode(0x10);
         assert_eq!(dead.c & TASK_DEAD, TASK_DEAD);
+        // Real-time sides, as the BPF probe marks them: a FIFO task
+        // (prio 19 for priority 80) and a deadline one (prio -1).
+        let rt = |prio| {
+            source
+                .decode(&switch_record_prio(372, 10, 0x1, 20, prio))
+                .expect("decodes")
+                .event
+                .flags
+        };
+        assert_eq!(rt((19, 120)) & (F_PREV_RT | F_NEXT_RT), F_PREV_RT);
+        assert_eq!(rt((120, -1)) & (F_PREV_RT | F_NEXT_RT), F_NEXT_RT);
+        assert_eq!(rt((120, 139)) & (F_PREV_RT | F_NEXT_RT), 0);
         assert!(source.decode(&switch_record(999, 1, 0, 2)).is_none());
     }
 }
