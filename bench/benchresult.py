@@ -121,6 +121,14 @@ def _sched_pipe_us():
     return None
 
 
+def children_cpu_s():
+    """User + system seconds of the script's waited-for children so far
+    (a child's own children included once it has waited for them)."""
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def timed_json(cmd, cwd=None):
     """Runs a command that prints JSON; returns (wall seconds from start to
     exit on time.monotonic, the parsed output)."""

@@ -21,9 +21,9 @@ and to --out FILE; progress on stderr. Targets: >= 10 000 polls/s on one
 core with p99.999 send lag < 1 ms on an idle machine, and ontime's p99.999
 send lag <= 0.5 x the peer's.
 """
-import argparse, csv, json, math, os, resource, shutil, signal, socket, subprocess, sys, tempfile, time
+import argparse, csv, json, math, os, shutil, signal, socket, subprocess, sys, tempfile, time
 
-from benchresult import BenchResult, histogram_of, maximum, quantile, ratio_of, value, value_of
+from benchresult import BenchResult, children_cpu_s, histogram_of, maximum, quantile, ratio_of, value, value_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The send-lag percentiles of ontime's --json result, as values in us.
@@ -43,10 +43,6 @@ export default function () { http.post(__ENV.URL, body, params); }
 """
 
 
-def cpu_children():
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
 
 def wait_port(port):
     t0 = time.time()
@@ -63,9 +59,9 @@ def run_ontime(a, rate, url, tmp, duration):
     """One round of ontime crawl: its values, with its own send-lag percentiles (us)."""
     cmd = ["taskset", "-c", str(a.crawler_cpu), a.ontime, "crawl", "--url", url, "--rate", str(rate),
            "-D", f"{duration}s", "--json"]
-    c0 = cpu_children()
+    c0 = children_cpu_s()
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    cpu = cpu_children() - c0
+    cpu = children_cpu_s() - c0
     r = json.loads(out)
     lag = r["send_lag"]
     if r.get("incomplete_files"):
@@ -96,9 +92,9 @@ def run_k6(a, rate, url, tmp, duration):
     env = dict(os.environ, RATE=str(rate), DUR=f"{duration}s", URL=url, VUS=str(max(50, rate // 50)),
                GOMAXPROCS="1", K6_CSV_TIME_FORMAT="unix_nano", K6_NO_USAGE_REPORT="true")
     cmd = ["taskset", "-c", str(a.crawler_cpu), a.k6, "run", "--quiet", "--out", f"csv={out_csv}", script]
-    c0 = cpu_children()
+    c0 = children_cpu_s()
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    cpu = cpu_children() - c0
+    cpu = children_cpu_s() - c0
     sends, dropped = [], 0
     with open(out_csv) as f:
         for row in csv.DictReader(f):

@@ -12,9 +12,9 @@ ratio to perf's and the target verdict (<= 1 % of a core: docs/explain.md,
 "Cost"). Needs root (BPF, perf -a).
 Usage: bench/explain_cost.py [--rounds 3] [--seconds 20] [--rate 1000] [--out FILE]
 """
-import argparse, json, os, pathlib, resource, shutil, signal, subprocess, sys, tempfile, time
+import argparse, json, os, pathlib, shutil, signal, subprocess, sys, tempfile, time
 
-from benchresult import BenchResult, over, ratio_of, value, value_of
+from benchresult import BenchResult, children_cpu_s, over, value, value_of
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ALONE, EXPLAIN, PERF = "crawl", "crawl --explain", "crawl beside perf sched record -a"
@@ -42,11 +42,6 @@ def declare(res, table):
     res.method("perf sched record -a records the scheduler's tracepoints (switch, wake-ups, migrations, "
                "forks, exits and the sched_stat ones); ontime's recorder also records every interrupt "
                "handler and softirq, which perf sched record does not.")
-
-
-def children_cpu_ns():
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return int((r.ru_utime + r.ru_stime) * 1e9)
 
 
 def crawl(exe, rate, seconds, explain, tmp):
@@ -92,13 +87,13 @@ def main():
                     perf = subprocess.Popen(["perf", "sched", "record", "-a", "-o", str(tmp / "perf.data")],
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     time.sleep(1.0)
-                cpu0, t0 = children_cpu_ns(), time.monotonic_ns()
+                cpu0, t0 = int(children_cpu_s() * 1e9), time.monotonic_ns()
                 result = crawl(exe, args.rate, args.seconds, mode == EXPLAIN, tmp)
                 t1 = time.monotonic_ns()
                 if perf is not None:
                     perf.send_signal(signal.SIGINT)
                     perf.wait(timeout=120)
-                cpu1 = children_cpu_ns()
+                cpu1 = int(children_cpu_s() * 1e9)
                 values = {
                     "span_ns": t1 - t0,
                     # perf's whole CPU (it writes after the crawl too) is its cost.

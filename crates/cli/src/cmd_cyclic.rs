@@ -245,24 +245,12 @@ pub fn execute(
 /// The injected own work's windows as the ground truth reads them: the
 /// culprit is this process, on the first thread's CPU where it is pinned.
 fn write_injected_work(file: &std::path::Path, r: &ontime_cyclic::CyclicResult) -> anyhow::Result<()> {
-    use ontime_explain::truth::{InjectedClass, Injection, Injections};
+    use ontime_explain::truth::{InjectedClass, Injections};
     let cpu = r
         .threads
         .first()
         .and_then(|t| t.cpu)
         .and_then(|c| u16::try_from(c).ok());
-    let out = Injections {
-        injections: r
-            .injected_work
-            .iter()
-            .map(|&(start_ns, end_ns)| Injection {
-                class: InjectedClass::OwnWork,
-                start_ns,
-                end_ns,
-                pid: std::process::id(),
-                cpu,
-            })
-            .collect(),
-    };
+    let out = Injections::of_windows(InjectedClass::OwnWork, &r.injected_work, std::process::id(), cpu);
     ontime_core::fsio::write_atomic(file, &serde_json::to_vec_pretty(&out)?)
 }

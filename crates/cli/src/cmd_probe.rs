@@ -34,29 +34,18 @@ pub fn run(a: ProbeArgs) -> anyhow::Result<()> {
 /// An injected cause: bursts until SIGTERM or their time is up, then
 /// their actual windows (the ground truth) into the result.
 fn cpu_bursts(p: ontime_scenario::probe::CpuBurstProbe) -> anyhow::Result<()> {
-    use ontime_explain::truth::{InjectedClass, Injection, Injections};
+    use ontime_explain::truth::{InjectedClass, Injections};
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Before the pinning and the priority: the signal thread stays free.
     crate::signals::install_flag(stop.clone())?;
     // The process's name, as the attribution names the culprit.
     ontime_core::rt::set_thread_name("ontime-burst");
     let windows = ontime_load::inject::cpu_bursts(&p.bursts, &stop)?;
-    let pid = std::process::id();
-    let out = Injections {
-        injections: windows
-            .into_iter()
-            .map(|(start_ns, end_ns)| Injection {
-                class: if p.bursts.fair_companion {
-                    InjectedClass::RtThrottle
-                } else {
-                    InjectedClass::CpuBurst
-                },
-                start_ns,
-                end_ns,
-                pid,
-                cpu: u16::try_from(p.bursts.cpu).ok(),
-            })
-            .collect(),
+    let class = if p.bursts.fair_companion {
+        InjectedClass::RtThrottle
+    } else {
+        InjectedClass::CpuBurst
     };
+    let out = Injections::of_windows(class, &windows, std::process::id(), u16::try_from(p.bursts.cpu).ok());
     ontime_core::fsio::write_atomic(&p.result, &serde_json::to_vec_pretty(&out)?)
 }

@@ -691,7 +691,7 @@ fn right_is_largest(run: &Path, class: &str) {
 
 /// Ground truth classes d and e on a real-time cyclic tenant: its class
 /// throttled by a lower real-time loop that outlasts the budget (the
-/// wake-ups wait behind the injector's ordinary thread), and its own work
+/// wake-ups are charged to the loop that used it), and its own work
 /// in bursts (the wake-ups after each are late by its own work).
 #[test]
 fn throttling_and_own_work_are_charged_to_their_causes() {

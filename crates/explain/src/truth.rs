@@ -71,6 +71,25 @@ pub struct Injections {
     pub injections: Vec<Injection>,
 }
 
+impl Injections {
+    /// The windows [start, end) one injector held `class` in, on `cpu`,
+    /// its process `pid` the culprit.
+    pub fn of_windows(class: InjectedClass, windows: &[(u64, u64)], pid: u32, cpu: Option<u16>) -> Injections {
+        Injections {
+            injections: windows
+                .iter()
+                .map(|&(start_ns, end_ns)| Injection {
+                    class,
+                    start_ns,
+                    end_ns,
+                    pid,
+                    cpu,
+                })
+                .collect(),
+        }
+    }
+}
+
 /// One row of the matrix: an injected class.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConfusionRow {

@@ -205,23 +205,20 @@ impl crate::scenario::RunConfig {
             }
             let (min_ns, max_ns) = inj.length_ns().map_err(|e| format!("inject[{i}].length: {e}"))?;
             let cpu = inj.cpu_of(&self.tenant).map_err(|e| format!("inject[{i}]: {e}"))?;
-            out.push(match inj.cause {
-                InjectCause::OwnWork => continue,
-                InjectCause::CpuBurst | InjectCause::RtThrottle => ProbeSpec::CpuBurst(CpuBurstProbe {
-                    bursts: ontime_load::inject::CpuBurstSpec {
-                        cpu,
-                        priority: inj.priority,
-                        min_ns,
-                        max_ns,
-                        every_ns: inj.every,
-                        start_after_ns: inj.start_after,
-                        for_ns: self.duration.saturating_sub(inj.start_after),
-                        seed: Self::injection_seed(dir, i),
-                        fair_companion: inj.cause == InjectCause::RtThrottle,
-                    },
-                    result: dir.join(format!("inject-{i}.json")),
-                }),
-            });
+            out.push(ProbeSpec::CpuBurst(CpuBurstProbe {
+                bursts: ontime_load::inject::CpuBurstSpec {
+                    cpu,
+                    priority: inj.priority,
+                    min_ns,
+                    max_ns,
+                    every_ns: inj.every,
+                    start_after_ns: inj.start_after,
+                    for_ns: self.duration.saturating_sub(inj.start_after),
+                    seed: Self::injection_seed(dir, i),
+                    fair_companion: inj.cause == InjectCause::RtThrottle,
+                },
+                result: dir.join(format!("inject-{i}.json")),
+            }));
         }
         Ok(out)
     }
