@@ -661,6 +661,46 @@ fn injected_cpu_bursts_are_charged_to_the_injector() {
     );
 }
 
+/// With the flight recorder on, a run keeps only the windows around its
+/// late intervals, and its late polls are still explained on them, the
+/// injector named.
+#[test]
+fn the_flight_recorder_keeps_the_windows_around_late_polls_and_explains_them() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root_or_skip() {
+        return;
+    }
+    if ontime_core::limits::online_cpus() < 2 {
+        ontime_testkit::skip("needs two CPUs (the tenant and its bursts on CPU 1)");
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let (_dir, _sc, results) = run_lab(
+        "name = 'flight'\nduration = '14s'\n[tenant]\ncount = 1\nvcpus = 1\ncpuset = '1'\n\
+[tenant.crawl]\nrate = 200\n[observe]\nrecorder = 'ontime'\nflight = 'on'\nring = '3s'\nkeep_around = '0s'\n\
+[targets]\n'p99.9' = '5ms'\n\
+[[inject]]\ncause = 'cpu-burst'\nlength = '60ms..80ms'\nevery = '5s'\nstart_after = '2s'\n",
+    );
+    let run = results.join("runs/000-rep1");
+    let record = read_json(&run.join("run.json"));
+    let flight = &record["observe"]["flight"];
+    let (windows, kept) = (flight["windows"].as_u64().unwrap(), flight["kept"].as_u64().unwrap());
+    assert!(flight["triggers"].as_u64().unwrap() >= 2, "{flight:#}");
+    assert!(
+        kept > 0 && kept < windows,
+        "some windows deleted, some kept: {flight:#}"
+    );
+    let on_disk = ontime_trace::store::window_files(&run.join("observe")).unwrap();
+    assert_eq!(on_disk.len() as u64, kept, "{on_disk:?}");
+    assert!(!run.join("observe.otrec").exists(), "no whole recording");
+    let x = read_json(&run.join("explain.json"));
+    let e = &x["tenants"]["t0"]["explanation"];
+    assert!(e["explained"].as_u64().unwrap() > 0, "{e:#}");
+    let top = &e["causes"][0];
+    assert_eq!(top["cause"], "waited_for_cpu", "{e:#}");
+    assert_eq!(top["culprit"]["comm"], "ontime-burst", "{e:#}");
+}
+
 /// The largest cell of `class`'s row in a run's truth.json is the right
 /// cause with the right culprit (who and which cause only, never timings).
 fn right_is_largest(run: &Path, class: &str) {

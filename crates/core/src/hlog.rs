@@ -235,6 +235,103 @@ fn v2_encoding(bytes: &[u8]) -> std::result::Result<std::borrow::Cow<'_, [u8]>, 
     Ok(raw)
 }
 
+/// One interval of a histogram log another process is writing: when it
+/// started (wall clock, ns since the epoch), how long it was, and its
+/// largest value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IntervalPeak {
+    pub start_wall_ns: u64,
+    pub length_ns: u64,
+    pub max_ns: u64,
+}
+
+/// Follows an interval log as another process appends to it (a lab
+/// probe's `--hlog`, flushed once per interval): each poll reads what was
+/// added since the last, whole lines only, and hands over the intervals of
+/// one tag with their maxima. Memory is one line at most
+/// ([`MAX_HLOG_LINE_BYTES`]) whatever the file holds.
+#[derive(Debug)]
+pub struct HlogTail {
+    path: PathBuf,
+    tag: String,
+    offset: u64,
+    partial: Vec<u8>,
+    /// The log's BaseTime (else StartTime), ns since the epoch.
+    base_ns: Option<u64>,
+}
+
+impl HlogTail {
+    pub fn new(path: &Path, tag: &str) -> HlogTail {
+        HlogTail {
+            path: path.to_path_buf(),
+            tag: tag.to_string(),
+            offset: 0,
+            partial: Vec::new(),
+            base_ns: None,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads what was appended since the last poll (nothing while the
+    /// file does not exist yet) and calls `peak` for each whole interval
+    /// of the tag.
+    pub fn poll(&mut self, peak: &mut dyn FnMut(IntervalPeak)) -> Result<()> {
+        use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+        use std::io::{Read, Seek, SeekFrom};
+        let mut file = match std::fs::File::open(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e).with_context(|| format!("cannot read histogram log {}", self.path.display())),
+        };
+        file.seek(SeekFrom::Start(self.offset))
+            .with_context(|| format!("cannot read histogram log {}", self.path.display()))?;
+        let mut chunk = [0u8; 64 << 10];
+        loop {
+            let n = file
+                .read(&mut chunk)
+                .with_context(|| format!("cannot read histogram log {}", self.path.display()))?;
+            if n == 0 {
+                return Ok(());
+            }
+            self.offset += n as u64;
+            let mut rest = &chunk[..n];
+            while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
+                self.partial.extend_from_slice(&rest[..=nl]);
+                rest = &rest[nl + 1..];
+                let line = std::mem::take(&mut self.partial);
+                match IntervalLogIterator::new(&line).next() {
+                    Some(Ok(LogEntry::BaseTime(d))) => self.base_ns = Some(d.as_nanos() as u64),
+                    Some(Ok(LogEntry::StartTime(d))) => {
+                        self.base_ns.get_or_insert(d.as_nanos() as u64);
+                    }
+                    Some(Ok(LogEntry::Interval(i))) if i.tag().is_some_and(|t| t.as_str() == self.tag) => {
+                        if let Some(base) = self.base_ns {
+                            peak(IntervalPeak {
+                                start_wall_ns: base + i.start_timestamp().as_nanos() as u64,
+                                length_ns: i.duration().as_nanos() as u64,
+                                max_ns: i.max().max(0.0) as u64,
+                            });
+                        }
+                    }
+                    _ => {}
+                }
+                self.partial = line;
+                self.partial.clear();
+            }
+            if self.partial.len() + rest.len() > MAX_HLOG_LINE_BYTES as usize {
+                return Err(crate::bad_input(format!(
+                    "{}: a line longer than {MAX_HLOG_LINE_BYTES} bytes: not a histogram log",
+                    self.path.display()
+                )));
+            }
+            self.partial.extend_from_slice(rest);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,6 +382,45 @@ mod tests {
         let merged = read_merged(&path, "send_lag").unwrap();
         assert_eq!(merged.len(), 2);
         assert_eq!(read_merged(&path, "other").unwrap().len(), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_tail_hands_over_each_whole_interval_once_with_its_max_and_wall_time() {
+        let dir = std::env::temp_dir().join(format!("ontime-hlog-tail-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t0.hlog");
+        let mut tail = HlogTail::new(&path, "latency");
+        let mut got = Vec::new();
+        tail.poll(&mut |p| got.push(p)).unwrap();
+        assert!(got.is_empty(), "no file yet: nothing, and no error");
+        let start = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut log = HlogFile::create(&path, "test", start).unwrap();
+        let mut h = LatencyHistogram::new();
+        h.record(2_000_000);
+        log.write("latency", &h, Duration::from_secs(0), Duration::from_secs(1))
+            .unwrap();
+        log.write("other", &h, Duration::from_secs(0), Duration::from_secs(1))
+            .unwrap();
+        log.flush().unwrap();
+        tail.poll(&mut |p| got.push(p)).unwrap();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].start_wall_ns, 1_700_000_000_000_000_000);
+        assert_eq!(got[0].length_ns, 1_000_000_000);
+        assert!((got[0].max_ns as f64 / 2e6 - 1.0).abs() < 0.01, "{got:?}");
+        h.record(30_000_000);
+        log.write("latency", &h, Duration::from_secs(1), Duration::from_secs(1))
+            .unwrap();
+        log.flush().unwrap();
+        // Half a line written: held until its newline comes.
+        let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        std::io::Write::write_all(&mut f, b"2.000,1.000,").unwrap();
+        tail.poll(&mut |p| got.push(p)).unwrap();
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[1].start_wall_ns, 1_700_000_001_000_000_000);
+        assert!(got[1].max_ns >= 30_000_000 * 99 / 100, "{got:?}");
+        tail.poll(&mut |p| got.push(p)).unwrap();
+        assert_eq!(got.len(), 2, "each interval once");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

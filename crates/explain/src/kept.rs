@@ -74,3 +74,34 @@ pub fn explain_tenants(rec: &Recording, dir: &Path, tenants: usize) -> Result<Op
     }
     Ok((!out.tenants.is_empty()).then_some(out))
 }
+
+/// As [`explain_tenants`], on the stretches of windows a flight recorder
+/// kept (`summary::explain_stretches`), each read once for all tenants.
+pub fn explain_tenants_in(
+    stretches: &[Vec<std::path::PathBuf>],
+    dir: &Path,
+    tenants: usize,
+) -> Result<Option<RunExplanations>> {
+    let mut sets = Vec::new();
+    for i in 0..tenants {
+        let file = dir.join(format!("t{i}.json"));
+        if file.exists() {
+            if let Some((late, what)) = read(&file)? {
+                sets.push((format!("t{i}"), late, what));
+            }
+        }
+    }
+    let refs: Vec<&LateSet> = sets.iter().map(|(_, l, _)| l).collect();
+    let explained = crate::summary::explain_stretches(stretches, &refs)?;
+    let mut out = RunExplanations::default();
+    for ((name, _, what), explanation) in sets.into_iter().zip(explained) {
+        out.tenants.insert(
+            name,
+            TenantExplanation {
+                what: what.to_string(),
+                explanation,
+            },
+        );
+    }
+    Ok((!out.tenants.is_empty()).then_some(out))
+}

@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use ontime_core::late::ProbeEvent;
+use ontime_core::late::{LateSet, ProbeEvent};
 use ontime_recording::recording::Recording;
 use serde::{Deserialize, Serialize};
 
@@ -93,63 +93,156 @@ pub fn explain_run(
     threshold_ns: u64,
     threshold_from: &str,
 ) -> RunExplanation {
-    let tids: Vec<u32> = {
-        let mut seen = HashSet::new();
-        events.iter().map(|e| e.tid).filter(|t| seen.insert(*t)).collect()
-    };
-    let tl = Timeline::from_recording(rec, &tids);
-    let mut notes = Vec::new();
-    let mut reports = Vec::with_capacity(events.len());
-    let mut out = crate::cause::Explanation::default();
-    for &tid in &tids {
-        if let Err(e) = tl.probe(tid) {
-            notes.push(format!("{e}: its late events are not explained"));
-        }
-    }
+    let mut parts = Parts::default();
+    parts.explain(rec, events);
     let outside = events
         .iter()
-        .filter(|e| e.actual_ns <= tl.start_ns() || e.planned_ns >= tl.end_ns())
+        .filter(|e| e.actual_ns <= rec.meta.start_ns || e.planned_ns >= parts.end_ns)
         .count();
     if outside > 0 {
-        notes.push(format!(
+        parts.notes.push(format!(
             "{outside} of {} late events fall outside the recording: was it made during this run?",
             events.len()
         ));
     }
-    for e in events {
-        let Ok(probe) = tl.probe(e.tid) else { continue };
-        crate::attribute::explain_into(&tl, &probe, e.planned_ns, e.actual_ns, &mut out);
-        reports.push(out.report(&tl));
+    parts.summarize(late, threshold_ns, threshold_from)
+}
+
+/// Explains each set of late events (one per probe: `sets`) on the
+/// stretches of recording a flight recorder kept: each stretch its
+/// contiguous windows, in time order, read once. An event is explained on
+/// the stretch its planned time falls in; the events no stretch holds are
+/// counted in a note, not explained.
+pub fn explain_stretches(
+    stretches: &[Vec<std::path::PathBuf>],
+    sets: &[&LateSet],
+) -> anyhow::Result<Vec<RunExplanation>> {
+    let mut parts: Vec<Parts> = sets.iter().map(|_| Parts::default()).collect();
+    let mut placed: Vec<Vec<bool>> = sets.iter().map(|s| vec![false; s.events.len()]).collect();
+    for files in stretches {
+        let rec = read_stretch(files)?;
+        let (start, end) = (rec.meta.start_ns, rec.end.as_ref().map_or(0, |e| e.end_ns));
+        for ((set, placed), part) in sets.iter().zip(&mut placed).zip(&mut parts) {
+            let mine: Vec<ProbeEvent> = set
+                .events
+                .iter()
+                .zip(placed.iter_mut())
+                .filter(|(e, done)| !**done && e.planned_ns >= start && e.planned_ns < end)
+                .map(|(e, done)| {
+                    *done = true;
+                    *e
+                })
+                .collect();
+            if !mine.is_empty() {
+                part.explain(&rec, &mine);
+            }
+        }
     }
-    let coverage = tl.coverage();
-    let mut unseen = Vec::new();
-    if !coverage.irqs {
-        unseen.push("interrupts: their time shows as waiting behind the occupant or as own work".to_string());
+    Ok(sets
+        .iter()
+        .zip(placed)
+        .zip(parts)
+        .map(|((set, placed), mut part)| {
+            let outside = placed.iter().filter(|p| !**p).count();
+            if outside > 0 {
+                part.notes.push(format!(
+                    "{outside} of {} late events fall outside the windows the flight recorder kept: not explained",
+                    set.events.len()
+                ));
+            }
+            part.summarize(set.late, set.threshold_ns, &set.threshold_from)
+        })
+        .collect())
+}
+
+/// One stretch of contiguous window files as one recording.
+pub fn read_stretch(files: &[std::path::PathBuf]) -> anyhow::Result<Recording> {
+    let parts = files
+        .iter()
+        .map(|f| Recording::read(f))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Recording::concat(parts)
+}
+
+/// The explained events of one or more recordings, and what those
+/// recordings could not see.
+#[derive(Default)]
+struct Parts {
+    reports: Vec<LateEvent>,
+    notes: Vec<String>,
+    /// Some recording had interrupt events, real-time classes.
+    irqs: bool,
+    rt_classes: bool,
+    /// Whether any recording was explained on.
+    any: bool,
+    repaired: u64,
+    end_ns: u64,
+    process_comm: std::collections::HashMap<u32, String>,
+}
+
+impl Parts {
+    fn explain(&mut self, rec: &Recording, events: &[ProbeEvent]) {
+        let tids: Vec<u32> = {
+            let mut seen = HashSet::new();
+            events.iter().map(|e| e.tid).filter(|t| seen.insert(*t)).collect()
+        };
+        let tl = Timeline::from_recording(rec, &tids);
+        self.end_ns = tl.end_ns();
+        for &tid in &tids {
+            if let Err(e) = tl.probe(tid) {
+                let note = format!("{e}: its late events are not explained");
+                if !self.notes.contains(&note) {
+                    self.notes.push(note);
+                }
+            }
+        }
+        let mut out = crate::cause::Explanation::default();
+        for e in events {
+            let Ok(probe) = tl.probe(e.tid) else { continue };
+            crate::attribute::explain_into(&tl, &probe, e.planned_ns, e.actual_ns, &mut out);
+            self.reports.push(out.report(&tl));
+        }
+        let coverage = tl.coverage();
+        self.any = true;
+        self.irqs |= coverage.irqs;
+        self.rt_classes |= coverage.rt_classes;
+        self.repaired += coverage.repaired;
+        self.process_comm.extend(
+            rec.threads
+                .values()
+                .filter(|t| t.tid == t.tgid && !t.comm.is_empty())
+                .map(|t| (t.tgid, t.comm.clone())),
+        );
     }
-    if !coverage.rt_classes {
-        unseen.push("throttling: a throttled real-time probe shows as waiting behind the fair occupant".to_string());
+
+    fn summarize(mut self, late: u64, threshold_ns: u64, threshold_from: &str) -> RunExplanation {
+        let mut unseen = Vec::new();
+        if self.any && !self.irqs {
+            unseen.push("interrupts: their time shows as waiting behind the occupant or as own work".to_string());
+        }
+        if self.any && !self.rt_classes {
+            unseen
+                .push("throttling: a throttled real-time probe shows as waiting behind the fair occupant".to_string());
+        }
+        if self.repaired > 0 {
+            self.notes.push(format!(
+                "{} contradictions in the recording (lost events) were marked unknown",
+                self.repaired
+            ));
+        }
+        // Stretches are explained in time order; the worst come first.
+        self.reports
+            .sort_by(|a, b| b.lateness_ns.cmp(&a.lateness_ns).then(a.planned_ns.cmp(&b.planned_ns)));
+        summarize(
+            self.reports,
+            &self.process_comm,
+            late,
+            threshold_ns,
+            threshold_from,
+            unseen,
+            self.notes,
+        )
     }
-    if coverage.repaired > 0 {
-        notes.push(format!(
-            "{} contradictions in the recording (lost events) were marked unknown",
-            coverage.repaired
-        ));
-    }
-    let process_comm: std::collections::HashMap<u32, String> = rec
-        .threads
-        .values()
-        .filter(|t| t.tid == t.tgid && !t.comm.is_empty())
-        .map(|t| (t.tgid, t.comm.clone()))
-        .collect();
-    summarize(
-        reports,
-        &process_comm,
-        late,
-        threshold_ns,
-        threshold_from,
-        unseen,
-        notes,
-    )
 }
 
 /// Sums explained events into a run's explanation.

@@ -2,15 +2,20 @@
 //! cgroups and the host I/O path (or `perf sched record`, the peer in the
 //! overhead benchmark), plus the host's busy CPU over the run.
 use ontime_core::export::TextReport;
+use ontime_core::hlog::HlogTail;
 use ontime_core::proc::{ChildProcess, SpawnOptions};
 use ontime_profile::ProfileText;
-use ontime_scenario::record::ObserveOutcome;
+use ontime_scenario::probe::FlightPlan;
+use ontime_scenario::record::{FlightOutcome, ObserveOutcome};
 use ontime_scenario::scenario::Recorder;
-use std::path::Path;
+use ontime_trace::flight::FlightRing;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+use std::time::Instant;
 
 use anyhow::Result;
 use ontime_core::time::MonoNs;
@@ -38,6 +43,8 @@ pub enum Observer {
     Ontime {
         stop: StopOnDrop,
         handle: JoinHandle<Result<RecordSummary>>,
+        /// The flight recorder's keeper, when the run has one.
+        flight: Option<JoinHandle<Result<Kept>>>,
         busy0: Option<u64>,
         t0: MonoNs,
     },
@@ -60,7 +67,13 @@ fn host_busy_ns() -> Option<u64> {
 
 /// Starts the recorder chosen by `observe.recorder` once the lab, its relay
 /// and gateway exist and before loads and probes start.
-pub fn start(recorder: Recorder, sample_hz: Option<u32>, lab: &Lab, dir: &Path) -> Result<Observer> {
+pub fn start(
+    recorder: Recorder,
+    sample_hz: Option<u32>,
+    flight: Option<FlightPlan>,
+    lab: &Lab,
+    dir: &Path,
+) -> Result<Observer> {
     let busy0 = host_busy_ns();
     match recorder {
         Recorder::Off => Ok(Observer::Off {
@@ -101,19 +114,29 @@ pub fn start(recorder: Recorder, sample_hz: Option<u32>, lab: &Lab, dir: &Path) 
                     Ok(TargetGroup::cgroup(&names::tenant_name(t.index), path, true))
                 })
                 .collect::<Result<Vec<_>>>()?;
+            let (output, window, windows_done, keeper) = match flight {
+                None => (dir.join(RECORDING), None, None, None),
+                Some(plan) => {
+                    let (tx, rx) = std::sync::mpsc::channel();
+                    let keeper = std::thread::Builder::new()
+                        .name("ontime-flight".into())
+                        .spawn(move || keep(plan, rx))?;
+                    (dir.join(FLIGHT_DIR), Some(FLIGHT_WINDOW), Some(tx), Some(keeper))
+                }
+            };
             let opts = RecordOptions {
                 targets: Targets {
                     groups,
                     everything: false,
                     host_io: DEFAULT_HOST_IO.iter().map(|s| s.to_string()).collect(),
                 },
-                output: Some(dir.join("observe.otrec")),
+                output: Some(output),
                 drain_every: Duration::from_millis(100),
                 measure_overhead: true,
                 mechanism: Mechanism::Auto,
                 sample_hz,
-                window: None,
-                windows_done: None,
+                window,
+                windows_done,
             };
             let (stop, handle) = spawn_recorder("observe", move |stop, ready| {
                 record(&opts, stop, None, &mut NoSink, ready)
@@ -121,11 +144,79 @@ pub fn start(recorder: Recorder, sample_hz: Option<u32>, lab: &Lab, dir: &Path) 
             Ok(Observer::Ontime {
                 stop,
                 handle,
+                flight: keeper,
                 busy0,
                 t0: MonoNs::now(),
             })
         }
     }
+}
+
+/// A run's whole recording.
+pub const RECORDING: &str = "observe.otrec";
+/// The flight recorder's windows.
+pub const FLIGHT_DIR: &str = "observe";
+const FLIGHT_WINDOW: Duration = Duration::from_secs(1);
+
+/// What the flight recorder kept.
+pub struct Kept {
+    outcome: FlightOutcome,
+    /// Contiguous kept windows, each in time order.
+    stretches: Vec<Vec<PathBuf>>,
+}
+
+/// The flight recorder's keeper: follows the finished windows and the
+/// tenants' histogram logs, and deletes the windows no late interval
+/// needs once they leave the ring. Ends when the recorder has finished its
+/// last window (the channel closes), after a last read of the logs (the
+/// probes are done by then).
+fn keep(plan: FlightPlan, windows: Receiver<PathBuf>) -> Result<Kept> {
+    let mut ring = FlightRing::new(plan.options);
+    let mut tails: Vec<HlogTail> = plan.logs.iter().map(|(p, tag)| HlogTail::new(p, tag)).collect();
+    let started = Instant::now();
+    let (mut rss_first, mut rss_peak) = (None::<u64>, None::<u64>);
+    let mut last_rss = None::<Instant>;
+    let follow = |ring: &mut FlightRing, tails: &mut Vec<HlogTail>| {
+        tails.retain_mut(|t| match t.poll(&mut |p| ring.interval(p)) {
+            Ok(()) => true,
+            Err(e) => {
+                ontime_core::errln!("ontime lab: flight recorder: {e:#}; no longer following it");
+                false
+            }
+        });
+    };
+    loop {
+        match windows.recv_timeout(Duration::from_millis(250)) {
+            Ok(path) => {
+                let meta = Recording::read_meta(&path)?;
+                let start = meta.start_realtime_ns;
+                ring.window_done(&path, start, start + FLIGHT_WINDOW.as_nanos() as u64);
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        follow(&mut ring, &mut tails);
+        ring.expire(ontime_core::time::realtime_ns())?;
+        if last_rss.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+            last_rss = Some(Instant::now());
+            if let Some(rss) = ontime_core::proc::own_resident_bytes() {
+                rss_peak = Some(rss_peak.unwrap_or(0).max(rss));
+                if started.elapsed() <= Duration::from_secs(60) {
+                    rss_first = Some(rss_first.unwrap_or(0).max(rss));
+                }
+            }
+        }
+    }
+    follow(&mut ring, &mut tails);
+    let (summary, kept) = ring.finish()?;
+    Ok(Kept {
+        outcome: FlightOutcome {
+            ring: summary,
+            rss_first_minute_bytes: rss_first,
+            rss_peak_bytes: rss_peak,
+        },
+        stretches: ontime_trace::store::contiguous(kept),
+    })
 }
 
 /// Runs a recorder (`record(stop, ready)`) on its own thread and waits up
@@ -198,6 +289,7 @@ impl Observer {
             Observer::Ontime {
                 stop,
                 handle,
+                flight,
                 busy0,
                 t0,
             } => {
@@ -220,12 +312,32 @@ impl Observer {
                         return out;
                     }
                 };
-                let file = dir.join("observe.otrec");
-                out.file = Some("observe.otrec".into());
                 out.cpu_ns = Some(summary.reader_cpu_ns + summary.bpf_run_ns.unwrap_or(0));
                 out.overhead_pct = Some(summary.overhead_pct());
                 out.events = Some(summary.events);
                 out.lost = Some(summary.lost);
+                if let Some(keeper) = flight {
+                    out.file = Some(FLIGHT_DIR.into());
+                    let kept = match keeper.join() {
+                        Ok(Ok(k)) => k,
+                        Ok(Err(e)) => {
+                            out.error = Some(format!("flight recorder: {e:#}"));
+                            return out;
+                        }
+                        Err(_) => {
+                            out.error = Some("the flight recorder's keeper panicked".into());
+                            return out;
+                        }
+                    };
+                    out.bytes = Some(kept.outcome.ring.bytes_kept);
+                    out.flight = Some(kept.outcome);
+                    if let Err(e) = explain_kept(&kept.stretches, dir) {
+                        out.error = Some(format!("explaining the kept windows: {e:#}"));
+                    }
+                    return out;
+                }
+                let file = dir.join(RECORDING);
+                out.file = Some(RECORDING.into());
                 out.bytes = std::fs::metadata(&file).map(|m| m.len()).ok();
                 match analyse(&file, dir) {
                     Ok(sampled) => {
@@ -242,6 +354,48 @@ impl Observer {
 
 /// A run's Perfetto trace: the recording around its tenants' worst events.
 pub const PERFETTO_TRACE: &str = "trace.pftrace";
+
+/// explain.json and the Perfetto trace from the windows a flight recorder
+/// kept (no observe.json: the aggregates need the whole recording).
+fn explain_kept(stretches: &[Vec<PathBuf>], dir: &Path) -> Result<()> {
+    let Some(first) = stretches.first().and_then(|s| s.first()) else {
+        return Ok(());
+    };
+    let tenants = Recording::read_meta(first)?.groups.len();
+    let Some(x) = ontime_explain::kept::explain_tenants_in(stretches, dir, tenants)? else {
+        return Ok(());
+    };
+    ontime_core::fsio::write_atomic(&dir.join("explain.json"), &serde_json::to_vec(&x)?)?;
+    // The trace around the worst event of all, on the stretch holding it.
+    let worst = x
+        .tenants
+        .values()
+        .flat_map(|t| t.explanation.worst.iter())
+        .max_by_key(|e| e.lateness_ns);
+    if let Some(w) = worst {
+        let holding = stretches.iter().find(|s| {
+            let start = s.first().and_then(|f| Recording::read_meta(f).ok()).map(|m| m.start_ns);
+            let end = s.last().and_then(|f| Recording::read_meta(f).ok()).map(|m| m.start_ns);
+            start.is_some_and(|a| a <= w.planned_ns)
+                && end.is_some_and(|b| w.planned_ns < b + FLIGHT_WINDOW.as_nanos() as u64)
+        });
+        if let Some(files) = holding {
+            let rec = ontime_explain::summary::read_stretch(files)?;
+            let around: Vec<_> = x
+                .tenants
+                .values()
+                .flat_map(|t| t.explanation.worst.iter().cloned())
+                .filter(|e| {
+                    e.planned_ns >= rec.meta.start_ns && rec.end.as_ref().is_some_and(|end| e.actual_ns <= end.end_ns)
+                })
+                .collect();
+            if let Err(e) = ontime_explain::perfetto::write_file(&rec, &around, &dir.join(PERFETTO_TRACE)) {
+                ontime_core::errln!("ontime lab: {}: no Perfetto trace: {e:#}", dir.display());
+            }
+        }
+    }
+    Ok(())
+}
 
 /// observe.json and observe.txt; with stack samples also profile.json,
 /// profile.pb.gz and profile/ (figures). True when it profiled.

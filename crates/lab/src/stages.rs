@@ -456,7 +456,7 @@ fn start_recorder(
     dir: &Path,
     rec: &mut RunRecord,
 ) -> Option<crate::observe::Observer> {
-    match crate::observe::start(c.observe.recorder, c.observe.profile, lab, dir) {
+    match crate::observe::start(c.observe.recorder, c.observe.profile, c.flight(dir), lab, dir) {
         Ok(o) => Some(o),
         Err(e) => {
             rec.observe = Some(ontime_scenario::record::ObserveOutcome {

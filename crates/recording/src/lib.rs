@@ -7,7 +7,8 @@
 //! thread is told to be a vCPU ([`groups`]), stack samples ([`samples`])
 //! and the mappings that symbolise them ([`maps`]), what an I/O recording
 //! describes ([`io_layout`]), the windows of a continuous recording
-//! ([`store`]). What a recording may claim is checked in one place,
+//! ([`store`]) and which of them a flight recorder keeps ([`flight`]).
+//! What a recording may claim is checked in one place,
 //! [`recording::validate`], by its one reader.
 //!
 //! It links no BPF and needs no clang: the readers (ontime-sched,
@@ -16,6 +17,7 @@
 //! ontime-trace's, which re-exports these modules under their old paths.
 
 pub mod event;
+pub mod flight;
 pub mod groups;
 pub mod io_abi;
 pub mod io_layout;

@@ -531,6 +531,89 @@ impl Recording {
     }
 }
 
+impl Recording {
+    /// The META block of a recording, read without its events (a window's
+    /// start and span, for the flight recorder's bookkeeping).
+    pub fn read_meta(path: &Path) -> Result<Meta> {
+        let (file, size) = ontime_core::fsio::open_input(path, "recording", validate::MAX_RECORDING_BYTES)?;
+        let mut r = BufReader::new(file);
+        let mut head = [0u8; 16];
+        if read_full(&mut r, &mut head, path)? < head.len() || &head[..6] != MAGIC {
+            return Err(ontime_core::bad_input(format!(
+                "{} is not an ontime recording",
+                path.display()
+            )));
+        }
+        let kind = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
+        let len = u32::from_le_bytes([head[12], head[13], head[14], head[15]]);
+        if kind != BLOCK_META {
+            return Err(corrupt(path, "its first block is not META".to_string()));
+        }
+        validate::block_len(path, kind, len, 8)?;
+        if u64::from(len) > size.saturating_sub(16) {
+            return Err(corrupt(path, "its META block is cut short".to_string()));
+        }
+        let mut payload = vec![0u8; len as usize];
+        read_full(&mut r, &mut payload, path)?;
+        let m: Meta = serde_json::from_slice(&payload)
+            .map_err(|e| corrupt(path, format!("its META block does not parse ({e})")))?;
+        validate::meta(path, &m)?;
+        Ok(m)
+    }
+
+    /// Back-to-back windows of one continuous recording (`store`), in
+    /// time order, as one recording: the first window's start, the last's
+    /// end, every event and sample, the thread table as the last window
+    /// knows it, the events and losses summed. Windows that do not follow
+    /// each other (a gap, a window missing) are refused: a time line over
+    /// a gap would take the gap for time in which nothing happened.
+    pub fn concat(parts: Vec<Recording>) -> Result<Recording> {
+        let mut parts = parts.into_iter();
+        let mut out = parts.next().ok_or_else(|| anyhow::anyhow!("no windows to join"))?;
+        for next in parts {
+            let at = out.end.as_ref().map(|e| e.end_ns);
+            if at != Some(next.meta.start_ns) {
+                anyhow::bail!(
+                    "windows do not follow each other: one ends at {at:?}, the next starts at {} ns",
+                    next.meta.start_ns
+                );
+            }
+            for (tid, t) in next.threads {
+                let group = t.group.or_else(|| out.threads.get(&tid).and_then(|o| o.group));
+                out.threads.insert(tid, ThreadInfo { group, ..t });
+            }
+            out.events.extend(next.events);
+            for s in &next.samples.samples {
+                out.samples.push(
+                    s.ts,
+                    s.pid,
+                    s.tid,
+                    s.cpu,
+                    next.samples.kernel_frames(s),
+                    next.samples.user_frames(s),
+                );
+            }
+            out.maps.extend(next.maps);
+            out.truncated_bytes += next.truncated_bytes;
+            out.end = match (out.end.take(), next.end) {
+                (Some(a), Some(b)) => Some(End {
+                    end_ns: b.end_ns,
+                    events: a.events + b.events,
+                    lost: a.lost + b.lost,
+                    store_ns: a.store_ns.zip(b.store_ns).map(|(x, y)| x + y),
+                }),
+                // A window cut short ends the stretch where it was cut.
+                _ => None,
+            };
+        }
+        // Stragglers stored in the oldest open window sit just past its
+        // neighbour's events: one time order again.
+        out.events.sort_by_key(|e| e.ts);
+        out.samples.sort_by_time();
+        Ok(out)
+    }
+}
+
 fn push_events(events: &mut Vec<Event>, bytes: &[u8]) {
     events.extend(bytes.chunks_exact(EVENT_SIZE).filter_map(Event::from_bytes));
 }
@@ -816,6 +899,56 @@ mod tests {
         let r = Recording::read(&path).unwrap();
         assert!(r.end.is_none() && r.events.is_empty());
         drop(w);
+    }
+
+    #[test]
+    fn back_to_back_windows_join_and_a_gap_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let window = |i: u64, start: u64, end: u64, events: &[u64]| {
+            let path = dir.path().join(format!("window-{i:06}.otrec"));
+            let m = Meta {
+                start_ns: start,
+                ..meta()
+            };
+            let mut w = Writer::create(&path, &m).unwrap();
+            w.threads(&[ThreadInfo {
+                tid: 5,
+                tgid: 5,
+                comm: format!("w{i}"),
+                group: (i == 1).then_some(0),
+            }])
+            .unwrap();
+            for &ts in events {
+                w.event(&switch(ts)).unwrap();
+            }
+            w.finish(&End {
+                end_ns: end,
+                events: events.len() as u64,
+                lost: i,
+                store_ns: None,
+            })
+            .unwrap();
+            path
+        };
+        let files = vec![
+            window(1, 100, 200, &[150, 120]),
+            window(2, 200, 300, &[250]),
+            window(4, 400, 500, &[450]),
+        ];
+        assert_eq!(Recording::read_meta(&files[1]).unwrap().start_ns, 200);
+        let runs = crate::store::contiguous(files.clone());
+        assert_eq!(runs, vec![files[..2].to_vec(), files[2..].to_vec()]);
+        let read = |fs: &[PathBuf]| fs.iter().map(|f| Recording::read(f).unwrap()).collect::<Vec<_>>();
+        let joined = Recording::concat(read(&runs[0])).unwrap();
+        assert_eq!(joined.meta.start_ns, 100);
+        let ts: Vec<u64> = joined.events.iter().map(|e| e.ts).collect();
+        assert_eq!(ts, vec![120, 150, 250]);
+        let end = joined.end.unwrap();
+        assert_eq!((end.end_ns, end.events, end.lost), (300, 3, 3));
+        assert_eq!(joined.threads[&5].comm, "w2", "the later window knows more");
+        assert_eq!(joined.threads[&5].group, Some(0), "a group found once stays");
+        let gap = Recording::concat(read(&files)).unwrap_err();
+        assert!(gap.to_string().contains("do not follow"), "{gap}");
     }
 
     #[test]

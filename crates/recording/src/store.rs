@@ -125,6 +125,33 @@ impl Store {
     }
 }
 
+/// The index of a window file (`window-000123.otrec` is 123).
+fn window_index(file: &Path) -> Option<u64> {
+    file.file_name()?
+        .to_str()?
+        .strip_prefix("window-")?
+        .strip_suffix(".otrec")?
+        .parse()
+        .ok()
+}
+
+/// Window files, in order, split into runs of consecutive windows: each
+/// run covers a stretch of time with no window missing (what a flight
+/// recorder kept around one late moment).
+pub fn contiguous(files: Vec<PathBuf>) -> Vec<Vec<PathBuf>> {
+    let mut out: Vec<Vec<PathBuf>> = Vec::new();
+    let mut last = None;
+    for f in files {
+        let i = window_index(&f);
+        match (out.last_mut(), last, i) {
+            (Some(run), Some(prev), Some(i)) if i == prev + 1 => run.push(f),
+            _ => out.push(vec![f]),
+        }
+        last = i;
+    }
+    out
+}
+
 /// The storage thread of a continuous recording's windows.
 pub struct WindowStore {
     tx: Option<mpsc::Sender<Msg>>,

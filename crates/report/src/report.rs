@@ -566,7 +566,18 @@ fn observe_section(runs: &[RunResults], out: &Path) -> Result<(String, Vec<PathB
                 "<tr><td class=l>{}</td><td class=l colspan=9>{} {}</td><td>{}</td></tr>",
                 esc(&r.name),
                 esc(&o.recorder),
-                esc(o.error.as_deref().unwrap_or("")),
+                esc(&match (&o.error, &o.flight) {
+                    (Some(e), _) => e.clone(),
+                    (None, Some(f)) => format!(
+                        "flight recorder: kept {} of {} windows ({:.1} MB) around {} late intervals; \
+                         no aggregates (observe.flight = \"off\" records the whole run)",
+                        f.ring.kept,
+                        f.ring.windows,
+                        f.ring.bytes_kept as f64 / 1e6,
+                        f.ring.triggers
+                    ),
+                    (None, None) => String::new(),
+                }),
                 f2(o.overhead_pct)
             );
             continue;

@@ -136,6 +136,14 @@ impl ProbeSpec {
     }
 }
 
+/// A run's flight recorder: what it keeps and what triggers it.
+#[derive(Clone, Debug)]
+pub struct FlightPlan {
+    pub options: ontime_recording::flight::FlightOptions,
+    /// Histogram logs (tN.hlog) and the tag whose interval maxima count.
+    pub logs: Vec<(std::path::PathBuf, &'static str)>,
+}
+
 /// Late events a tenant's probe keeps per thread for the run's
 /// explanation (`explain.json`).
 const KEEP_LATE: usize = 1000;
@@ -149,6 +157,45 @@ impl crate::scenario::RunConfig {
             crate::scenario::Backend::Qemu => 0,
             _ => KEEP_LATE,
         }
+    }
+
+    /// The flight recorder of a run in `dir`, when it has one
+    /// (`observe.flight`): what it keeps, and the tenants' histogram logs
+    /// whose late intervals trigger it, each with the tag to read.
+    pub fn flight(&self, dir: &Path) -> Option<FlightPlan> {
+        use crate::scenario::{Flight, Recorder, FLIGHT_AUTO_NS};
+        let on = match self.observe.flight {
+            Flight::On => true,
+            Flight::Off => false,
+            Flight::Auto => self.duration > FLIGHT_AUTO_NS,
+        };
+        if !on || self.observe.recorder != Recorder::Ontime {
+            return None;
+        }
+        let tag = match (&self.tenant.crawl, &self.tenant.cyclic) {
+            _ if self.keep_late() == 0 => None,
+            (Some(_), _) => Some("send_lag"),
+            (None, Some(_)) => Some("latency"),
+            _ => None,
+        };
+        let logs = tag
+            .map(|tag| {
+                (0..self.tenant.count)
+                    .map(|i| (dir.join(format!("t{i}.hlog")), tag))
+                    .collect()
+            })
+            .unwrap_or_default();
+        // Checked when the scenario was read.
+        let ns = |s: &str| ontime_core::duration::parse_ns(s).unwrap_or(0);
+        Some(FlightPlan {
+            options: ontime_recording::flight::FlightOptions {
+                ring_ns: ns(&self.observe.ring),
+                keep_around_ns: ns(&self.observe.keep_around),
+                max_kept: self.observe.max_kept,
+                threshold_ns: self.explain_over().unwrap_or(0),
+            },
+            logs,
+        })
     }
 
     /// Late, for the explanation: over the tightest of the scenario's

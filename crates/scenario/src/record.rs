@@ -311,7 +311,25 @@ pub struct ObserveOutcome {
     /// (profile.json), its pprof (profile.pb.gz) and figures (profile/).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
+    /// The flight recorder, when the run had one: `file` is then the
+    /// directory of the windows it kept, and there is no `analysis` (the
+    /// scheduler's aggregates need the whole recording).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flight: Option<FlightOutcome>,
     pub error: Option<String>,
+}
+
+/// What the flight recorder kept and held, and the runner's memory while
+/// it ran (the recorder, its store and the keeper are threads of it).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlightOutcome {
+    #[serde(flatten)]
+    pub ring: ontime_recording::flight::FlightSummary,
+    /// The runner's resident memory at its most in the run's first minute
+    /// and over the whole run (bytes, /proc/self/status VmRSS sampled
+    /// every second): the second staying at the first says it is bounded.
+    pub rss_first_minute_bytes: Option<u64>,
+    pub rss_peak_bytes: Option<u64>,
 }
 
 /// What the run's I/O recorder did.

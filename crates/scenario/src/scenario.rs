@@ -888,6 +888,47 @@ pub struct ObserveSpec {
     /// nothing but counts those too.
     #[serde(default = "yes")]
     pub io_calls: bool,
+    /// The flight recorder (docs/lab.md, "The flight recorder"): the
+    /// recording kept only around the tenants' late intervals, so a long
+    /// run's disk stays bounded. "auto" (the default) turns it on for runs
+    /// longer than [`FLIGHT_AUTO_NS`].
+    #[serde(default)]
+    pub flight: Flight,
+    /// Kept on either side of a late interval.
+    #[serde(default = "default_keep_around")]
+    pub keep_around: String,
+    /// How long a finished 1 s window is held before it is kept or deleted.
+    #[serde(default = "default_ring")]
+    pub ring: String,
+    /// Kept windows at most (1 s each).
+    #[serde(default = "default_max_kept")]
+    pub max_kept: u64,
+}
+
+/// `observe.flight`.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Flight {
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+/// Runs longer than this get the flight recorder by default: five minutes
+/// of a whole recording is a few hundred MB on a busy host.
+pub const FLIGHT_AUTO_NS: u64 = 300_000_000_000;
+
+fn default_keep_around() -> String {
+    "2s".into()
+}
+
+fn default_ring() -> String {
+    "10s".into()
+}
+
+fn default_max_kept() -> u64 {
+    300
 }
 
 impl Default for ObserveSpec {
@@ -897,6 +938,10 @@ impl Default for ObserveSpec {
             profile: None,
             io: false,
             io_calls: true,
+            flight: Flight::Auto,
+            keep_around: default_keep_around(),
+            ring: default_ring(),
+            max_kept: default_max_kept(),
         }
     }
 }
@@ -1197,6 +1242,27 @@ fn validate(c: &RunConfig) -> Result<()> {
     )
     .map_err(anyhow::Error::msg)?;
     ontime_core::limits::count("repetitions", c.repetitions as u64, 1, 10_000).map_err(anyhow::Error::msg)?;
+    if c.observe.flight == Flight::On && c.observe.recorder != Recorder::Ontime {
+        bail!(
+            "observe.flight = \"on\" needs observe.recorder = \"ontime\" (the flight recorder keeps ontime's windows)"
+        );
+    }
+    let keep = ontime_core::duration::parse_ns(&c.observe.keep_around)
+        .map_err(|e| anyhow::anyhow!("observe.keep_around = {:?}: {e}", c.observe.keep_around))?;
+    let ring = ontime_core::duration::parse_ns(&c.observe.ring)
+        .map_err(|e| anyhow::anyhow!("observe.ring = {:?}: {e}", c.observe.ring))?;
+    if keep > 60_000_000_000 {
+        bail!("observe.keep_around = {:?}: give at most 60s", c.observe.keep_around);
+    }
+    if !(3_000_000_000..=600_000_000_000).contains(&ring) {
+        bail!(
+            "observe.ring = {:?}: give 3s to 10m (longer than a probe takes to log an interval)",
+            c.observe.ring
+        );
+    }
+    if !(1..=100_000).contains(&c.observe.max_kept) {
+        bail!("observe.max_kept = {}: give 1 to 100000 windows", c.observe.max_kept);
+    }
     if let Some(hz) = c.observe.profile {
         if !(1..=10_000).contains(&hz) {
             bail!("observe.profile = {hz}: give stack samples per second, 1 to 10000 (e.g. 1000)");

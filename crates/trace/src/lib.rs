@@ -46,4 +46,4 @@ mod source;
 pub mod targets;
 pub mod tracefs;
 
-pub use ontime_recording::{event, io_abi, maps, recording, store};
+pub use ontime_recording::{event, flight, io_abi, maps, recording, store};

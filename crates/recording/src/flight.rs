@@ -1,0 +1,363 @@
+//! The flight recorder's retention rule over a continuous recording's
+//! windows ([`crate::store`]): every finished window is held for a ring of
+//! the last seconds; a window any late interval's surroundings overlap is
+//! kept, the others are deleted once they leave the ring. Disk holds the
+//! ring, the windows still open and at most `max_kept` kept windows; when
+//! more would be kept, the kept window near the mildest late interval goes
+//! first. What the rule kept, dropped and held at most is counted in a
+//! [`FlightSummary`].
+//!
+//! The trigger is a probe's histogram log read as it is written
+//! ([`ontime_core::hlog::HlogTail`]): each interval line carries the
+//! interval's largest value, so a window is kept around every interval
+//! whose maximum is over the threshold, at the interval's granularity.
+//! Times are wall clock (the log's and the windows' `start_realtime_ns`):
+//! both come from one clock on one host.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use ontime_core::hlog::IntervalPeak;
+use serde::{Deserialize, Serialize};
+
+/// What the rule keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlightOptions {
+    /// How long a finished window is held before it is kept or deleted:
+    /// longer than a probe takes to log an interval.
+    pub ring_ns: u64,
+    /// Kept on either side of a late interval (its planned times and its
+    /// largest lateness).
+    pub keep_around_ns: u64,
+    /// Kept windows at most.
+    pub max_kept: u64,
+    /// An interval whose largest value exceeds this keeps its windows
+    /// (0: every interval does, and the cap keeps those of the worst).
+    pub threshold_ns: u64,
+}
+
+/// What the flight recorder did over a run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlightSummary {
+    pub options: Option<FlightOptions>,
+    /// Finished windows it saw.
+    pub windows: u64,
+    /// Windows kept at the end, and their bytes.
+    pub kept: u64,
+    pub bytes_kept: u64,
+    /// Kept windows deleted because more than `max_kept` were kept.
+    pub evicted: u64,
+    /// Intervals over the threshold.
+    pub triggers: u64,
+    /// Of those, the ones logged after the windows around them had left
+    /// the ring (their events cannot be explained).
+    pub triggers_too_late: u64,
+    /// The most window bytes and files on disk at once (open windows
+    /// aside).
+    pub peak_bytes: u64,
+    pub peak_windows: u64,
+}
+
+#[derive(Debug)]
+struct Window {
+    path: PathBuf,
+    end_wall: u64,
+    bytes: u64,
+    /// The largest maximum of the late intervals around it (0: none).
+    keep: u64,
+    /// It left the ring and was kept.
+    decided: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Trigger {
+    from_wall: u64,
+    to_wall: u64,
+    max_ns: u64,
+}
+
+/// The windows on disk and the late intervals around them.
+#[derive(Debug)]
+pub struct FlightRing {
+    opts: FlightOptions,
+    /// By start (wall clock).
+    windows: BTreeMap<u64, Window>,
+    /// Late intervals whose surroundings may still reach a window not
+    /// finished yet.
+    pending: Vec<Trigger>,
+    /// Everything before this was deleted.
+    deleted_upto_wall: u64,
+    bytes_on_disk: u64,
+    summary: FlightSummary,
+}
+
+impl FlightRing {
+    pub fn new(opts: FlightOptions) -> FlightRing {
+        FlightRing {
+            opts,
+            windows: BTreeMap::new(),
+            pending: Vec::new(),
+            deleted_upto_wall: 0,
+            bytes_on_disk: 0,
+            summary: FlightSummary {
+                options: Some(opts),
+                ..FlightSummary::default()
+            },
+        }
+    }
+
+    /// A window file was finished: it covers [start_wall, end_wall).
+    pub fn window_done(&mut self, path: &Path, start_wall: u64, end_wall: u64) {
+        let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        let keep = self
+            .pending
+            .iter()
+            .filter(|t| t.from_wall < end_wall && t.to_wall > start_wall)
+            .map(|t| t.max_ns)
+            .max()
+            .unwrap_or(0);
+        self.windows.insert(
+            start_wall,
+            Window {
+                path: path.to_path_buf(),
+                end_wall,
+                bytes,
+                keep,
+                decided: false,
+            },
+        );
+        self.summary.windows += 1;
+        self.bytes_on_disk += bytes;
+        self.summary.peak_bytes = self.summary.peak_bytes.max(self.bytes_on_disk);
+        self.summary.peak_windows = self.summary.peak_windows.max(self.windows.len() as u64);
+    }
+
+    /// A probe logged an interval: over the threshold, the windows around
+    /// it are to be kept.
+    pub fn interval(&mut self, p: IntervalPeak) {
+        if p.max_ns <= self.opts.threshold_ns || p.max_ns == 0 {
+            return;
+        }
+        let t = Trigger {
+            from_wall: p.start_wall_ns.saturating_sub(self.opts.keep_around_ns),
+            to_wall: p.start_wall_ns + p.length_ns + p.max_ns + self.opts.keep_around_ns,
+            max_ns: p.max_ns,
+        };
+        self.summary.triggers += 1;
+        // The interval's own stretch (planned time and lateness) already
+        // gone: its events cannot be explained.
+        if p.start_wall_ns < self.deleted_upto_wall {
+            self.summary.triggers_too_late += 1;
+        }
+        for (_, w) in self.windows.range_mut(..t.to_wall) {
+            if w.end_wall > t.from_wall {
+                w.keep = w.keep.max(t.max_ns);
+            }
+        }
+        self.pending.push(t);
+    }
+
+    /// Decides the windows that left the ring by `now_wall`.
+    pub fn expire(&mut self, now_wall: u64) -> Result<()> {
+        let due: Vec<u64> = self
+            .windows
+            .iter()
+            .filter(|(_, w)| !w.decided && w.end_wall + self.opts.ring_ns <= now_wall)
+            .map(|(&s, _)| s)
+            .collect();
+        self.decide(&due)
+    }
+
+    /// Decides every window left (the run is over) and says what was kept.
+    pub fn finish(&mut self) -> Result<(FlightSummary, Vec<PathBuf>)> {
+        let all: Vec<u64> = self.windows.keys().copied().collect();
+        self.decide(&all)?;
+        let kept: Vec<PathBuf> = self.windows.values().map(|w| w.path.clone()).collect();
+        self.summary.kept = kept.len() as u64;
+        self.summary.bytes_kept = self.windows.values().map(|w| w.bytes).sum();
+        Ok((self.summary.clone(), kept))
+    }
+
+    fn decide(&mut self, starts: &[u64]) -> Result<()> {
+        for s in starts {
+            let Some(w) = self.windows.get_mut(s) else { continue };
+            if w.decided {
+                continue;
+            }
+            if w.keep > 0 {
+                w.decided = true;
+            } else {
+                let end = w.end_wall;
+                self.delete(*s)?;
+                self.deleted_upto_wall = self.deleted_upto_wall.max(end);
+            }
+        }
+        // Over the cap: the kept window around the mildest late interval
+        // (of those, the oldest) goes.
+        loop {
+            let kept = self.windows.values().filter(|w| w.decided).count() as u64;
+            if kept <= self.opts.max_kept {
+                break;
+            }
+            let Some(victim) = self
+                .windows
+                .iter()
+                .filter(|(_, w)| w.decided)
+                .min_by_key(|(&s, w)| (w.keep, s))
+                .map(|(&s, _)| s)
+            else {
+                break;
+            };
+            self.delete(victim)?;
+            self.summary.evicted += 1;
+        }
+        // A late interval whose surroundings end before every undecided
+        // window can keep nothing more.
+        let oldest_open = self
+            .windows
+            .iter()
+            .find(|(_, w)| !w.decided)
+            .map_or(u64::MAX, |(&s, _)| s);
+        let newest = self.windows.values().map(|w| w.end_wall).max().unwrap_or(0);
+        self.pending.retain(|t| t.to_wall > oldest_open.min(newest));
+        Ok(())
+    }
+
+    fn delete(&mut self, start: u64) -> Result<()> {
+        if let Some(w) = self.windows.remove(&start) {
+            self.bytes_on_disk = self.bytes_on_disk.saturating_sub(w.bytes);
+            match std::fs::remove_file(&w.path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e).with_context(|| format!("cannot delete {}", w.path.display())),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    /// A ring over real (empty) files in a fresh directory, windows of 1 s
+    /// from t = 100 s.
+    struct Fixture {
+        dir: PathBuf,
+        ring: FlightRing,
+    }
+
+    impl Fixture {
+        fn new(name: &str, max_kept: u64, threshold_ns: u64) -> Fixture {
+            let dir = std::env::temp_dir().join(format!("ontime-flight-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            Fixture {
+                dir,
+                ring: FlightRing::new(FlightOptions {
+                    ring_ns: 5 * S,
+                    keep_around_ns: 2 * S,
+                    max_kept,
+                    threshold_ns,
+                }),
+            }
+        }
+
+        /// Window i covers [100 + i, 101 + i) s; finished at its end.
+        fn window(&mut self, i: u64) {
+            let path = self.dir.join(format!("w{i:03}"));
+            std::fs::write(&path, [0u8; 10]).unwrap();
+            self.ring.window_done(&path, (100 + i) * S, (101 + i) * S);
+            self.ring.expire((101 + i) * S).unwrap();
+        }
+
+        fn on_disk(&self) -> Vec<u64> {
+            let mut v: Vec<u64> = std::fs::read_dir(&self.dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy()[1..].parse().unwrap())
+                .collect();
+            v.sort();
+            v
+        }
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn peak(second: u64, max_ns: u64) -> IntervalPeak {
+        IntervalPeak {
+            start_wall_ns: (100 + second) * S,
+            length_ns: S,
+            max_ns,
+        }
+    }
+
+    #[test]
+    fn only_the_ring_and_the_windows_around_late_intervals_stay() {
+        let mut f = Fixture::new("ring", 100, 10_000_000);
+        for i in 0..30 {
+            f.window(i);
+            // Interval 12 logged one second after it ended; interval 20
+            // is under the threshold.
+            if i == 13 {
+                f.ring.interval(peak(12, 50_000_000));
+            }
+            if i == 21 {
+                f.ring.interval(peak(20, 5_000_000));
+            }
+        }
+        // The ring: windows 25..29 (ends within 5 s of 130 s); around
+        // interval 12 (planned 112-113 s, 50 ms late): 110 s to 115.05 s.
+        assert_eq!(f.on_disk(), vec![10, 11, 12, 13, 14, 15, 25, 26, 27, 28, 29]);
+        let (summary, kept) = f.ring.finish().unwrap();
+        assert_eq!(kept.len(), 6, "the ring's windows go at the end: {kept:?}");
+        assert_eq!(f.on_disk(), vec![10, 11, 12, 13, 14, 15]);
+        assert_eq!(summary.triggers, 1);
+        assert_eq!(summary.triggers_too_late, 0);
+        assert_eq!(summary.windows, 30);
+        assert_eq!(summary.kept, 6);
+        assert_eq!(summary.bytes_kept, 60);
+        assert!(summary.peak_windows <= 13, "{summary:?}");
+    }
+
+    #[test]
+    fn an_interval_logged_after_its_windows_left_the_ring_is_counted() {
+        let mut f = Fixture::new("late", 100, 0);
+        for i in 0..20 {
+            f.window(i);
+        }
+        f.ring.interval(peak(3, 1_000_000));
+        let (summary, kept) = f.ring.finish().unwrap();
+        assert_eq!(summary.triggers_too_late, 1);
+        assert!(kept.iter().all(|p| p.exists()));
+    }
+
+    #[test]
+    fn over_the_cap_the_windows_of_the_mildest_interval_go_first() {
+        let mut f = Fixture::new("cap", 5, 0);
+        for i in 0..40 {
+            f.window(i);
+            if i == 6 {
+                f.ring.interval(peak(5, 30_000_000));
+            }
+            if i == 21 {
+                f.ring.interval(peak(20, 10_000_000));
+            }
+            if i == 31 {
+                f.ring.interval(peak(30, 80_000_000));
+            }
+        }
+        let (summary, _) = f.ring.finish().unwrap();
+        // Each interval keeps 6 windows (2 s either side of its second
+        // and its lateness); the cap of 5 holds the worst's but its oldest.
+        assert_eq!(f.on_disk(), vec![29, 30, 31, 32, 33]);
+        assert_eq!(summary.kept, 5);
+        assert_eq!(summary.evicted, 13);
+        assert_eq!(summary.triggers, 3);
+    }
+}
