@@ -258,6 +258,8 @@ pub struct HlogTail {
     partial: Vec<u8>,
     /// The log's BaseTime (else StartTime), ns since the epoch.
     base_ns: Option<u64>,
+    /// The end of the last interval of the tag handed over (wall clock).
+    logged_upto_ns: Option<u64>,
 }
 
 impl HlogTail {
@@ -268,11 +270,18 @@ impl HlogTail {
             offset: 0,
             partial: Vec::new(),
             base_ns: None,
+            logged_upto_ns: None,
         }
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Where the log has got to: the end of the last interval handed over
+    /// (wall clock, ns since the epoch); None before the first.
+    pub fn logged_upto_ns(&self) -> Option<u64> {
+        self.logged_upto_ns
     }
 
     /// Reads what was appended since the last poll (nothing while the
@@ -309,11 +318,13 @@ impl HlogTail {
                     }
                     Some(Ok(LogEntry::Interval(i))) if i.tag().is_some_and(|t| t.as_str() == self.tag) => {
                         if let Some(base) = self.base_ns {
-                            peak(IntervalPeak {
+                            let p = IntervalPeak {
                                 start_wall_ns: base + i.start_timestamp().as_nanos() as u64,
                                 length_ns: i.duration().as_nanos() as u64,
                                 max_ns: i.max().max(0.0) as u64,
-                            });
+                            };
+                            self.logged_upto_ns = Some(p.start_wall_ns + p.length_ns);
+                            peak(p);
                         }
                     }
                     _ => {}
@@ -418,6 +429,7 @@ mod tests {
         tail.poll(&mut |p| got.push(p)).unwrap();
         assert_eq!(got.len(), 2, "{got:?}");
         assert_eq!(got[1].start_wall_ns, 1_700_000_001_000_000_000);
+        assert_eq!(tail.logged_upto_ns(), Some(1_700_000_002_000_000_000));
         assert!(got[1].max_ns >= 30_000_000 * 99 / 100, "{got:?}");
         tail.poll(&mut |p| got.push(p)).unwrap();
         assert_eq!(got.len(), 2, "each interval once");

@@ -92,7 +92,7 @@ pub fn explain_tenants_in(
         }
     }
     let refs: Vec<&LateSet> = sets.iter().map(|(_, l, _)| l).collect();
-    let explained = crate::summary::explain_stretches(stretches, &refs)?;
+    let explained = crate::summary::explain_stretches(stretches, &refs);
     let mut out = RunExplanations::default();
     for ((name, _, what), explanation) in sets.into_iter().zip(explained) {
         out.tenants.insert(

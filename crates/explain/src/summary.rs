@@ -108,41 +108,67 @@ pub fn explain_run(
     parts.summarize(late, threshold_ns, threshold_from)
 }
 
+/// Windows read as one recording at most: a stretch longer than this is
+/// read in overlapping pieces, so memory stays that of a few minutes of
+/// recording whatever a flight recorder kept.
+const PIECE_WINDOWS: usize = 300;
+/// Windows two consecutive pieces share: an event that starts near a
+/// piece's end is explained on the next, with time before it.
+const PIECE_OVERLAP: usize = 10;
+
 /// Explains each set of late events (one per probe: `sets`) on the
 /// stretches of recording a flight recorder kept: each stretch its
-/// contiguous windows, in time order, read once. An event is explained on
-/// the stretch its planned time falls in; the events no stretch holds are
-/// counted in a note, not explained.
-pub fn explain_stretches(
-    stretches: &[Vec<std::path::PathBuf>],
-    sets: &[&LateSet],
-) -> anyhow::Result<Vec<RunExplanation>> {
+/// contiguous windows, in time order, read once (in pieces of at most
+/// [`PIECE_WINDOWS`]). An event is explained on the first piece that
+/// holds it whole, [planned, actual]; the events none holds are counted in
+/// a note, not explained. A piece that cannot be read is noted and
+/// skipped.
+pub fn explain_stretches(stretches: &[Vec<std::path::PathBuf>], sets: &[&LateSet]) -> Vec<RunExplanation> {
     let mut parts: Vec<Parts> = sets.iter().map(|_| Parts::default()).collect();
     let mut placed: Vec<Vec<bool>> = sets.iter().map(|s| vec![false; s.events.len()]).collect();
+    let mut unreadable = Vec::new();
     for files in stretches {
-        let rec = read_stretch(files)?;
-        let (start, end) = (rec.meta.start_ns, rec.end.as_ref().map_or(0, |e| e.end_ns));
-        for ((set, placed), part) in sets.iter().zip(&mut placed).zip(&mut parts) {
-            let mine: Vec<ProbeEvent> = set
-                .events
-                .iter()
-                .zip(placed.iter_mut())
-                .filter(|(e, done)| !**done && e.planned_ns >= start && e.planned_ns < end)
-                .map(|(e, done)| {
-                    *done = true;
-                    *e
-                })
-                .collect();
-            if !mine.is_empty() {
-                part.explain(&rec, &mine);
+        let mut at = 0;
+        while at < files.len() {
+            let piece = &files[at..(at + PIECE_WINDOWS).min(files.len())];
+            at = if at + PIECE_WINDOWS >= files.len() {
+                files.len()
+            } else {
+                at + PIECE_WINDOWS - PIECE_OVERLAP
+            };
+            let rec = match read_stretch(piece) {
+                Ok(r) => r,
+                Err(e) => {
+                    unreadable.push(format!("{e:#}"));
+                    continue;
+                }
+            };
+            let (start, end) = (rec.meta.start_ns, rec.end.as_ref().map_or(0, |e| e.end_ns));
+            for ((set, placed), part) in sets.iter().zip(&mut placed).zip(&mut parts) {
+                let mine: Vec<ProbeEvent> = set
+                    .events
+                    .iter()
+                    .zip(placed.iter_mut())
+                    .filter(|(e, done)| !**done && e.planned_ns >= start && e.actual_ns <= end)
+                    .map(|(e, done)| {
+                        *done = true;
+                        *e
+                    })
+                    .collect();
+                if !mine.is_empty() {
+                    part.explain(&rec, &mine);
+                }
             }
         }
     }
-    Ok(sets
-        .iter()
+    sets.iter()
         .zip(placed)
         .zip(parts)
         .map(|((set, placed), mut part)| {
+            for e in &unreadable {
+                part.notes
+                    .push(format!("a stretch of kept windows could not be read: {e}"));
+            }
             let outside = placed.iter().filter(|p| !**p).count();
             if outside > 0 {
                 part.notes.push(format!(
@@ -152,7 +178,7 @@ pub fn explain_stretches(
             }
             part.summarize(set.late, set.threshold_ns, &set.threshold_from)
         })
-        .collect())
+        .collect()
 }
 
 /// One stretch of contiguous window files as one recording.

@@ -44,7 +44,7 @@ pub enum Observer {
         stop: StopOnDrop,
         handle: JoinHandle<Result<RecordSummary>>,
         /// The flight recorder's keeper, when the run has one.
-        flight: Option<JoinHandle<Result<Kept>>>,
+        flight: Option<JoinHandle<Kept>>,
         busy0: Option<u64>,
         t0: MonoNs,
     },
@@ -157,6 +157,8 @@ pub const RECORDING: &str = "observe.otrec";
 /// The flight recorder's windows.
 pub const FLIGHT_DIR: &str = "observe";
 const FLIGHT_WINDOW: Duration = Duration::from_secs(1);
+/// A week of minutes.
+const MAX_RSS_MINUTES: usize = 7 * 24 * 60;
 
 /// What the flight recorder kept.
 pub struct Kept {
@@ -170,12 +172,15 @@ pub struct Kept {
 /// needs once they leave the ring. Ends when the recorder has finished its
 /// last window (the channel closes), after a last read of the logs (the
 /// probes are done by then).
-fn keep(plan: FlightPlan, windows: Receiver<PathBuf>) -> Result<Kept> {
+fn keep(plan: FlightPlan, windows: Receiver<PathBuf>) -> Kept {
     let mut ring = FlightRing::new(plan.options);
     let mut tails: Vec<HlogTail> = plan.logs.iter().map(|(p, tag)| HlogTail::new(p, tag)).collect();
     let started = Instant::now();
     let (mut rss_first, mut rss_peak) = (None::<u64>, None::<u64>);
     let mut last_rss = None::<Instant>;
+    let mut by_minute: Vec<u64> = Vec::new();
+    // A log that cannot be read is no longer followed; its windows wait
+    // out the ring.
     let follow = |ring: &mut FlightRing, tails: &mut Vec<HlogTail>| {
         tails.retain_mut(|t| match t.poll(&mut |p| ring.interval(p)) {
             Ok(()) => true,
@@ -187,16 +192,23 @@ fn keep(plan: FlightPlan, windows: Receiver<PathBuf>) -> Result<Kept> {
     };
     loop {
         match windows.recv_timeout(Duration::from_millis(250)) {
-            Ok(path) => {
-                let meta = Recording::read_meta(&path)?;
-                let start = meta.start_realtime_ns;
-                ring.window_done(&path, start, start + FLIGHT_WINDOW.as_nanos() as u64);
-            }
+            Ok(path) => match Recording::read_meta(&path) {
+                Ok(meta) => {
+                    let start = meta.start_realtime_ns;
+                    ring.window_done(&path, start, start + FLIGHT_WINDOW.as_nanos() as u64, MonoNs::now().0);
+                }
+                // Unreadable, so of no use to an explanation: it goes.
+                Err(e) => {
+                    ontime_core::errln!("ontime lab: flight recorder: {e:#}; deleting it");
+                    let _ = std::fs::remove_file(&path);
+                }
+            },
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
         follow(&mut ring, &mut tails);
-        ring.expire(ontime_core::time::realtime_ns())?;
+        let logged = tails.iter().map(|t| t.logged_upto_ns()).min().flatten();
+        ring.expire(MonoNs::now().0, logged);
         if last_rss.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
             last_rss = Some(Instant::now());
             if let Some(rss) = ontime_core::proc::own_resident_bytes() {
@@ -204,19 +216,27 @@ fn keep(plan: FlightPlan, windows: Receiver<PathBuf>) -> Result<Kept> {
                 if started.elapsed() <= Duration::from_secs(60) {
                     rss_first = Some(rss_first.unwrap_or(0).max(rss));
                 }
+                let minute = (started.elapsed().as_secs() / 60) as usize;
+                if minute < MAX_RSS_MINUTES {
+                    if by_minute.len() <= minute {
+                        by_minute.resize(minute + 1, 0);
+                    }
+                    by_minute[minute] = by_minute[minute].max(rss);
+                }
             }
         }
     }
     follow(&mut ring, &mut tails);
-    let (summary, kept) = ring.finish()?;
-    Ok(Kept {
+    let (summary, kept) = ring.finish();
+    Kept {
         outcome: FlightOutcome {
             ring: summary,
             rss_first_minute_bytes: rss_first,
             rss_peak_bytes: rss_peak,
+            rss_by_minute_bytes: by_minute,
         },
         stretches: ontime_trace::store::contiguous(kept),
-    })
+    }
 }
 
 /// Runs a recorder (`record(stop, ready)`) on its own thread and waits up
@@ -301,7 +321,11 @@ impl Observer {
                     host_busy_pct,
                     ..Default::default()
                 };
-                let summary = match handle.join() {
+                let summary = handle.join();
+                // The keeper ends once the recorder's windows are all
+                // finished (its channel closes with the recorder).
+                let kept = flight.map(|k| k.join());
+                let summary = match summary {
                     Ok(Ok(s)) => s,
                     Ok(Err(e)) => {
                         out.error = Some(format!("{e:#}"));
@@ -316,18 +340,11 @@ impl Observer {
                 out.overhead_pct = Some(summary.overhead_pct());
                 out.events = Some(summary.events);
                 out.lost = Some(summary.lost);
-                if let Some(keeper) = flight {
+                if let Some(kept) = kept {
                     out.file = Some(FLIGHT_DIR.into());
-                    let kept = match keeper.join() {
-                        Ok(Ok(k)) => k,
-                        Ok(Err(e)) => {
-                            out.error = Some(format!("flight recorder: {e:#}"));
-                            return out;
-                        }
-                        Err(_) => {
-                            out.error = Some("the flight recorder's keeper panicked".into());
-                            return out;
-                        }
+                    let Ok(kept) = kept else {
+                        out.error = Some("the flight recorder's keeper panicked".into());
+                        return out;
                     };
                     out.bytes = Some(kept.outcome.ring.bytes_kept);
                     out.flight = Some(kept.outcome);

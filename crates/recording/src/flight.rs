@@ -16,15 +16,16 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
 use ontime_core::hlog::IntervalPeak;
 use serde::{Deserialize, Serialize};
 
 /// What the rule keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlightOptions {
-    /// How long a finished window is held before it is kept or deleted:
-    /// longer than a probe takes to log an interval.
+    /// How long a finished window is held at most before it is kept or
+    /// deleted: it is decided sooner once every probe has logged past it
+    /// (and `keep_around`), so this is the wait for a probe that stopped
+    /// logging.
     pub ring_ns: u64,
     /// Kept on either side of a late interval (its planned times and its
     /// largest lateness).
@@ -49,9 +50,15 @@ pub struct FlightSummary {
     pub evicted: u64,
     /// Intervals over the threshold.
     pub triggers: u64,
-    /// Of those, the ones logged after the windows around them had left
-    /// the ring (their events cannot be explained).
+    /// Of those, the ones logged after some of the windows around them
+    /// had been deleted (their events may not be explained).
     pub triggers_too_late: u64,
+    /// Window files that could not be deleted (left on disk, not kept),
+    /// and the first error.
+    #[serde(default)]
+    pub delete_failures: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
     /// The most window bytes and files on disk at once (open windows
     /// aside).
     pub peak_bytes: u64,
@@ -62,6 +69,8 @@ pub struct FlightSummary {
 struct Window {
     path: PathBuf,
     end_wall: u64,
+    /// When it was finished (the caller's monotonic clock, ns).
+    done_ns: u64,
     bytes: u64,
     /// The largest maximum of the late intervals around it (0: none).
     keep: u64,
@@ -106,8 +115,9 @@ impl FlightRing {
         }
     }
 
-    /// A window file was finished: it covers [start_wall, end_wall).
-    pub fn window_done(&mut self, path: &Path, start_wall: u64, end_wall: u64) {
+    /// A window file was finished at `now_ns` (monotonic): it covers
+    /// [start_wall, end_wall).
+    pub fn window_done(&mut self, path: &Path, start_wall: u64, end_wall: u64, now_ns: u64) {
         let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
         let keep = self
             .pending
@@ -121,6 +131,7 @@ impl FlightRing {
             Window {
                 path: path.to_path_buf(),
                 end_wall,
+                done_ns: now_ns,
                 bytes,
                 keep,
                 decided: false,
@@ -144,9 +155,9 @@ impl FlightRing {
             max_ns: p.max_ns,
         };
         self.summary.triggers += 1;
-        // The interval's own stretch (planned time and lateness) already
-        // gone: its events cannot be explained.
-        if p.start_wall_ns < self.deleted_upto_wall {
+        // Some of the windows around it already gone: its events may not
+        // be explained.
+        if t.from_wall < self.deleted_upto_wall {
             self.summary.triggers_too_late += 1;
         }
         for (_, w) in self.windows.range_mut(..t.to_wall) {
@@ -157,28 +168,35 @@ impl FlightRing {
         self.pending.push(t);
     }
 
-    /// Decides the windows that left the ring by `now_wall`.
-    pub fn expire(&mut self, now_wall: u64) -> Result<()> {
+    /// Decides the windows no late interval can reach any more: those
+    /// every probe has logged past (`logged_upto_wall`: the end of the
+    /// earliest of the probes' last logged intervals, None while one has
+    /// logged none) by `keep_around`, and those finished `ring` before
+    /// `now_ns` whatever the logs say.
+    pub fn expire(&mut self, now_ns: u64, logged_upto_wall: Option<u64>) {
+        let (ring, keep) = (self.opts.ring_ns, self.opts.keep_around_ns);
         let due: Vec<u64> = self
             .windows
             .iter()
-            .filter(|(_, w)| !w.decided && w.end_wall + self.opts.ring_ns <= now_wall)
+            .filter(|(_, w)| {
+                !w.decided && (w.done_ns + ring <= now_ns || logged_upto_wall.is_some_and(|l| w.end_wall + keep <= l))
+            })
             .map(|(&s, _)| s)
             .collect();
-        self.decide(&due)
+        self.decide(&due);
     }
 
     /// Decides every window left (the run is over) and says what was kept.
-    pub fn finish(&mut self) -> Result<(FlightSummary, Vec<PathBuf>)> {
+    pub fn finish(&mut self) -> (FlightSummary, Vec<PathBuf>) {
         let all: Vec<u64> = self.windows.keys().copied().collect();
-        self.decide(&all)?;
+        self.decide(&all);
         let kept: Vec<PathBuf> = self.windows.values().map(|w| w.path.clone()).collect();
         self.summary.kept = kept.len() as u64;
         self.summary.bytes_kept = self.windows.values().map(|w| w.bytes).sum();
-        Ok((self.summary.clone(), kept))
+        (self.summary.clone(), kept)
     }
 
-    fn decide(&mut self, starts: &[u64]) -> Result<()> {
+    fn decide(&mut self, starts: &[u64]) {
         for s in starts {
             let Some(w) = self.windows.get_mut(s) else { continue };
             if w.decided {
@@ -188,7 +206,7 @@ impl FlightRing {
                 w.decided = true;
             } else {
                 let end = w.end_wall;
-                self.delete(*s)?;
+                self.delete(*s);
                 self.deleted_upto_wall = self.deleted_upto_wall.max(end);
             }
         }
@@ -208,7 +226,7 @@ impl FlightRing {
             else {
                 break;
             };
-            self.delete(victim)?;
+            self.delete(victim);
             self.summary.evicted += 1;
         }
         // A late interval whose surroundings end before every undecided
@@ -220,19 +238,24 @@ impl FlightRing {
             .map_or(u64::MAX, |(&s, _)| s);
         let newest = self.windows.values().map(|w| w.end_wall).max().unwrap_or(0);
         self.pending.retain(|t| t.to_wall > oldest_open.min(newest));
-        Ok(())
     }
 
-    fn delete(&mut self, start: u64) -> Result<()> {
+    /// Deletes a window; one that cannot be deleted is left on disk,
+    /// counted, and no longer tracked (the run goes on).
+    fn delete(&mut self, start: u64) {
         if let Some(w) = self.windows.remove(&start) {
             self.bytes_on_disk = self.bytes_on_disk.saturating_sub(w.bytes);
             match std::fs::remove_file(&w.path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e).with_context(|| format!("cannot delete {}", w.path.display())),
+                Err(e) => {
+                    self.summary.delete_failures += 1;
+                    self.summary
+                        .first_error
+                        .get_or_insert_with(|| format!("cannot delete {}: {e}", w.path.display()));
+                }
             }
         }
-        Ok(())
     }
 }
 
@@ -269,8 +292,9 @@ mod tests {
         fn window(&mut self, i: u64) {
             let path = self.dir.join(format!("w{i:03}"));
             std::fs::write(&path, [0u8; 10]).unwrap();
-            self.ring.window_done(&path, (100 + i) * S, (101 + i) * S);
-            self.ring.expire((101 + i) * S).unwrap();
+            self.ring
+                .window_done(&path, (100 + i) * S, (101 + i) * S, (101 + i) * S);
+            self.ring.expire((101 + i) * S, None);
         }
 
         fn on_disk(&self) -> Vec<u64> {
@@ -314,7 +338,7 @@ mod tests {
         // The ring: windows 25..29 (ends within 5 s of 130 s); around
         // interval 12 (planned 112-113 s, 50 ms late): 110 s to 115.05 s.
         assert_eq!(f.on_disk(), vec![10, 11, 12, 13, 14, 15, 25, 26, 27, 28, 29]);
-        let (summary, kept) = f.ring.finish().unwrap();
+        let (summary, kept) = f.ring.finish();
         assert_eq!(kept.len(), 6, "the ring's windows go at the end: {kept:?}");
         assert_eq!(f.on_disk(), vec![10, 11, 12, 13, 14, 15]);
         assert_eq!(summary.triggers, 1);
@@ -326,13 +350,27 @@ mod tests {
     }
 
     #[test]
+    fn a_window_every_probe_logged_past_is_decided_before_the_ring_is_up() {
+        let mut f = Fixture::new("logged", 100, 0);
+        let path = f.dir.join("w000");
+        std::fs::write(&path, [0u8; 10]).unwrap();
+        f.ring.window_done(&path, 100 * S, 101 * S, 101 * S);
+        // Logged up to 102.5 s: an interval that could still reach the
+        // window (start before 101 s + keep_around) may come.
+        f.ring.expire(102 * S, Some(102 * S + S / 2));
+        assert_eq!(f.on_disk(), vec![0]);
+        f.ring.expire(102 * S, Some(103 * S));
+        assert!(f.on_disk().is_empty(), "no late interval near it: deleted at once");
+    }
+
+    #[test]
     fn an_interval_logged_after_its_windows_left_the_ring_is_counted() {
         let mut f = Fixture::new("late", 100, 0);
         for i in 0..20 {
             f.window(i);
         }
         f.ring.interval(peak(3, 1_000_000));
-        let (summary, kept) = f.ring.finish().unwrap();
+        let (summary, kept) = f.ring.finish();
         assert_eq!(summary.triggers_too_late, 1);
         assert!(kept.iter().all(|p| p.exists()));
     }
@@ -352,7 +390,7 @@ mod tests {
                 f.ring.interval(peak(30, 80_000_000));
             }
         }
-        let (summary, _) = f.ring.finish().unwrap();
+        let (summary, _) = f.ring.finish();
         // Each interval keeps 6 windows (2 s either side of its second
         // and its lateness); the cap of 5 holds the worst's but its oldest.
         assert_eq!(f.on_disk(), vec![29, 30, 31, 32, 33]);

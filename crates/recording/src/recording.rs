@@ -564,9 +564,10 @@ impl Recording {
     /// Back-to-back windows of one continuous recording (`store`), in
     /// time order, as one recording: the first window's start, the last's
     /// end, every event and sample, the thread table as the last window
-    /// knows it, the events and losses summed. Windows that do not follow
-    /// each other (a gap, a window missing) are refused: a time line over
-    /// a gap would take the gap for time in which nothing happened.
+    /// knows it, the events and losses summed (the losses an upper
+    /// bound). Windows that do not follow each other (a gap, a window
+    /// missing) are refused: a time line over a gap would take the gap for
+    /// time in which nothing happened.
     pub fn concat(parts: Vec<Recording>) -> Result<Recording> {
         let mut parts = parts.into_iter();
         let mut out = parts.next().ok_or_else(|| anyhow::anyhow!("no windows to join"))?;
@@ -596,6 +597,9 @@ impl Recording {
             out.maps.extend(next.maps);
             out.truncated_bytes += next.truncated_bytes;
             out.end = match (out.end.take(), next.end) {
+                // A window counts what was lost while it was open, grace
+                // included, so the sum may count a loss in the overlap
+                // twice: an upper bound.
                 (Some(a), Some(b)) => Some(End {
                     end_ns: b.end_ns,
                     events: a.events + b.events,

@@ -326,10 +326,14 @@ pub struct FlightOutcome {
     #[serde(flatten)]
     pub ring: ontime_recording::flight::FlightSummary,
     /// The runner's resident memory at its most in the run's first minute
-    /// and over the whole run (bytes, /proc/self/status VmRSS sampled
-    /// every second): the second staying at the first says it is bounded.
+    /// and over the whole run (bytes, /proc/self/statm's resident pages
+    /// sampled every second): the second staying at the first says it is
+    /// bounded.
     pub rss_first_minute_bytes: Option<u64>,
     pub rss_peak_bytes: Option<u64>,
+    /// The most in each minute of the run, in order (at most a week's).
+    #[serde(default)]
+    pub rss_by_minute_bytes: Vec<u64>,
 }
 
 /// What the run's I/O recorder did.
