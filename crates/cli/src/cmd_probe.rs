@@ -28,7 +28,31 @@ pub fn run(a: ProbeArgs) -> anyhow::Result<()> {
         ProbeSpec::ClockEcho(p) => crate::cmd_net::execute_clock_echo(p),
         ProbeSpec::ClockSync(p) => crate::cmd_net::execute_clock_sync(p),
         ProbeSpec::CpuBurst(p) => cpu_bursts(p),
+        ProbeSpec::SoftirqFlood(p) => softirq_flood(p),
     }
+}
+
+/// An injected flood: floods until SIGTERM or its time is up, then its
+/// windows into the result, on the tenant's CPU where its receipt ran.
+fn softirq_flood(p: ontime_scenario::probe::SoftirqFloodProbe) -> anyhow::Result<()> {
+    use ontime_explain::truth::{InjectedClass, Injections};
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    crate::signals::install_flag(stop.clone())?;
+    ontime_core::rt::set_thread_name("ontime-flood");
+    let f = ontime_net::flood::flood(&p.flood, &stop)?;
+    ontime_core::errln!(
+        "ontime-flood: {} frames in {} windows ({} refused)",
+        f.frames,
+        f.windows.len(),
+        f.refused
+    );
+    let out = Injections::of_windows(
+        InjectedClass::SoftirqFlood,
+        &f.windows,
+        std::process::id(),
+        u16::try_from(p.tenant_cpu).ok(),
+    );
+    ontime_core::fsio::write_atomic(&p.result, &serde_json::to_vec_pretty(&out)?)
 }
 
 /// An injected cause: bursts until SIGTERM or their time is up, then

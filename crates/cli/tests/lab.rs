@@ -701,6 +701,28 @@ fn the_flight_recorder_keeps_the_windows_around_late_polls_and_explains_them() {
     assert_eq!(top["culprit"]["comm"], "ontime-burst", "{e:#}");
 }
 
+/// A UDP flood received on the tenant's CPU is charged to the network's
+/// receive softirq there (or to ksoftirqd running it), not to the
+/// flooder on the other CPU.
+#[test]
+fn a_softirq_flood_is_charged_to_the_receive_softirq_on_the_tenants_cpu() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root_or_skip() {
+        return;
+    }
+    if ontime_core::limits::online_cpus() < 2 {
+        ontime_testkit::skip("needs two CPUs (the tenant on CPU 1, the flooder on another)");
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let (_dir, _sc, results) = run_lab(
+        "name = 'flood'\nduration = '8s'\n[tenant]\ncount = 1\nvcpus = 1\ncpuset = '1'\n\
+[tenant.cyclic]\ninterval = '1ms'\n[observe]\nrecorder = 'ontime'\n[targets]\n'p99.9' = '300us'\n\
+[[inject]]\ncause = 'softirq-flood'\nlength = '200ms..300ms'\nevery = '2s'\nstart_after = '1s'\n",
+    );
+    right_is_largest(&results.join("runs/000-rep1"), "softirq-flood");
+}
+
 /// The largest cell of `class`'s row in a run's truth.json is the right
 /// cause with the right culprit (who and which cause only, never timings).
 fn right_is_largest(run: &Path, class: &str) {

@@ -15,7 +15,7 @@ use ontime_core::late::ProbeEvent;
 use ontime_recording::recording::Recording;
 use serde::{Deserialize, Serialize};
 
-use crate::cause::{CauseKind, Explanation, Who};
+use crate::cause::{Cause, CauseKind, Explanation, Irq, Who};
 use crate::timeline::Timeline;
 
 /// What was injected: each class has the cause the attribution should
@@ -32,6 +32,11 @@ pub enum InjectedClass {
     /// The probe's own work at known times: the events after it are late
     /// by work of its own.
     OwnWork,
+    /// A UDP flood received on the probe's CPU: the NET_RX softirq ran
+    /// there (in interrupt context, or in ksoftirqd when the kernel handed
+    /// it to its thread). The injector's process is not the culprit; the
+    /// softirq on the injection's CPU is.
+    SoftirqFlood,
 }
 
 impl InjectedClass {
@@ -41,6 +46,7 @@ impl InjectedClass {
             InjectedClass::CpuBurst => CauseKind::WaitedForCpu,
             InjectedClass::RtThrottle => CauseKind::Throttled,
             InjectedClass::OwnWork => CauseKind::OwnWork,
+            InjectedClass::SoftirqFlood => CauseKind::Interrupts,
         }
     }
 
@@ -238,9 +244,62 @@ impl Confusion {
     }
 }
 
-/// Scores already explained events against the injections; `tgid` maps a
-/// culprit thread to its process.
-pub fn score(explained: &[Explanation], injections: &[Injection], tgid: impl Fn(u32) -> Option<u32>) -> Confusion {
+/// What the score knows of a culprit thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner {
+    /// Its process.
+    pub tgid: u32,
+    /// It is the kernel's softirq thread (ksoftirqd/N).
+    pub ksoftirqd: bool,
+}
+
+impl Owner {
+    pub fn process(tgid: u32) -> Owner {
+        Owner { tgid, ksoftirqd: false }
+    }
+}
+
+/// The softirq vector of network receipt.
+const NET_RX: u32 = 3;
+
+/// A segment's cell in an injection's row.
+enum Cell {
+    Right,
+    RightCauseOtherCulprit,
+    Other(CauseKind),
+    Unexplained,
+}
+
+fn cell(i: &Injection, cause: &Cause, probe: u32, owner: &impl Fn(u32) -> Option<Owner>) -> Cell {
+    let kind = cause.kind();
+    if kind == CauseKind::Unexplained {
+        return Cell::Unexplained;
+    }
+    if i.class == InjectedClass::SoftirqFlood {
+        return match *cause {
+            Cause::Interrupts { cpu, irq } if irq == Irq::Soft(NET_RX) && Some(cpu) == i.cpu => Cell::Right,
+            Cause::Interrupts { .. } => Cell::RightCauseOtherCulprit,
+            // The same softirq, run by the kernel's thread for it.
+            Cause::WaitedForCpu {
+                cpu,
+                behind: Who::Thread(t),
+                ..
+            } if Some(cpu) == i.cpu && owner(t).is_some_and(|o| o.ksoftirqd) => Cell::Right,
+            _ => Cell::Other(kind),
+        };
+    }
+    if kind != i.class.expected() {
+        return Cell::Other(kind);
+    }
+    match cause.culprit(probe).0 {
+        Some(Who::Thread(t)) if owner(t).map(|o| o.tgid) == Some(i.pid) => Cell::Right,
+        _ => Cell::RightCauseOtherCulprit,
+    }
+}
+
+/// Scores already explained events against the injections; `owner` says
+/// whose a culprit thread is.
+pub fn score(explained: &[Explanation], injections: &[Injection], owner: impl Fn(u32) -> Option<Owner>) -> Confusion {
     let mut out = Confusion::default();
     for i in injections {
         out.rows.entry(i.class).or_default().injected += 1;
@@ -263,21 +322,11 @@ pub fn score(explained: &[Explanation], injections: &[Injection], tgid: impl Fn(
                     continue;
                 }
                 let ns = sb - sa;
-                let kind = s.cause.kind();
-                if kind == CauseKind::Unexplained {
-                    row.unexplained_ns += ns;
-                } else if kind == i.class.expected() {
-                    let by_injector = match s.cause.culprit(x.tid).0 {
-                        Some(Who::Thread(t)) => tgid(t) == Some(i.pid),
-                        _ => false,
-                    };
-                    if by_injector {
-                        row.right_ns += ns;
-                    } else {
-                        row.right_cause_other_culprit_ns += ns;
-                    }
-                } else {
-                    *row.other_ns.entry(kind).or_default() += ns;
+                match cell(i, &s.cause, x.tid, &owner) {
+                    Cell::Right => row.right_ns += ns,
+                    Cell::RightCauseOtherCulprit => row.right_cause_other_culprit_ns += ns,
+                    Cell::Other(kind) => *row.other_ns.entry(kind).or_default() += ns,
+                    Cell::Unexplained => row.unexplained_ns += ns,
                 }
             }
         }
@@ -306,8 +355,20 @@ pub fn check(rec: &Recording, events: &[ProbeEvent], injections: &[Injection]) -
         let Ok(probe) = tl.probe(e.tid) else { continue };
         explained.push(crate::attribute::explain(&tl, &probe, e.planned_ns, e.actual_ns));
     }
-    let tgids: HashMap<u32, u32> = rec.threads.values().map(|t| (t.tid, t.tgid)).collect();
-    score(&explained, injections, |tid| tgids.get(&tid).copied())
+    let owners: HashMap<u32, Owner> = rec
+        .threads
+        .values()
+        .map(|t| {
+            (
+                t.tid,
+                Owner {
+                    tgid: t.tgid,
+                    ksoftirqd: t.comm.starts_with("ksoftirqd/"),
+                },
+            )
+        })
+        .collect();
+    score(&explained, injections, |tid| owners.get(&tid).copied())
 }
 
 /// A lab run's ground truth (`truth.json`): its injections and how the
@@ -399,7 +460,7 @@ mod tests {
             ],
         };
         let inj = burst_5_to_95();
-        let m = score(&[x], &[inj], |t| Some(if t == 501 { 500 } else { t }));
+        let m = score(&[x], &[inj], |t| Some(Owner::process(if t == 501 { 500 } else { t })));
         let r = &m.rows[&InjectedClass::CpuBurst];
         assert_eq!((r.injected, r.events, r.lateness_ns), (1, 1, 90));
         assert_eq!(r.right_ns, 60);
@@ -419,10 +480,52 @@ mod tests {
             segments: vec![seg(200, 300, behind(501))],
         };
         let inj = burst_5_to_95();
-        let m = score(&[x], &[inj], |_| Some(500));
+        let m = score(&[x], &[inj], |_| Some(Owner::process(500)));
         let r = &m.rows[&InjectedClass::CpuBurst];
         assert_eq!((r.injected, r.events, r.lateness_ns), (1, 0, 0));
         assert_eq!(r.right_share(), None);
+    }
+
+    /// A flood is right as NET_RX softirq time on the injection's CPU, or
+    /// as waiting behind that CPU's ksoftirqd; other interrupts are the
+    /// right cause with another culprit; the flooder itself is not it.
+    #[test]
+    fn a_flood_is_charged_to_net_rx_on_its_cpu_or_to_ksoftirqd() {
+        let flood = Injection {
+            class: InjectedClass::SoftirqFlood,
+            ..burst_5_to_95()
+        };
+        let irq = |cpu, v| Cause::Interrupts { cpu, irq: Irq::Soft(v) };
+        let x = Explanation {
+            tid: 7,
+            planned_ns: 0,
+            actual_ns: 100,
+            segments: vec![
+                seg(0, 30, irq(1, NET_RX)),
+                seg(30, 50, behind(33)),
+                seg(50, 60, irq(1, 1)),
+                seg(60, 70, irq(0, NET_RX)),
+                seg(70, 90, behind(501)),
+                seg(90, 100, Cause::OwnWork { cpu: 1 }),
+            ],
+        };
+        // 33 is ksoftirqd/1; 501 the flooder (pid 500).
+        let m = score(&[x], &[flood], |t| {
+            Some(Owner {
+                tgid: if t == 501 { 500 } else { t },
+                ksoftirqd: t == 33,
+            })
+        });
+        let r = &m.rows[&InjectedClass::SoftirqFlood];
+        assert_eq!(r.lateness_ns, 90);
+        assert_eq!(r.right_ns, 25 + 20, "NET_RX on CPU 1 and ksoftirqd");
+        assert_eq!(r.right_cause_other_culprit_ns, 10 + 10, "another softirq, another CPU");
+        assert_eq!(
+            r.other_ns[&CauseKind::WaitedForCpu],
+            20,
+            "the flooder is not the culprit"
+        );
+        assert_eq!(r.other_ns[&CauseKind::OwnWork], 5);
     }
 
     /// Own work is right when the probe's own process injected it;
@@ -474,11 +577,11 @@ mod tests {
         };
         // The probe thread 7 is of pid 70; 501 of the injector, 500.
         let m = score(&[x, y], &[own, throttle], |t| {
-            Some(match t {
+            Some(Owner::process(match t {
                 7 => 70,
                 501 => 500,
                 other => other,
-            })
+            }))
         });
         let r = &m.rows[&InjectedClass::OwnWork];
         assert_eq!((r.lateness_ns, r.right_ns), (90, 90));

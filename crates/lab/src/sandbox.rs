@@ -32,6 +32,38 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// Receive packet steering on this endpoint's own end: frames arriving
+    /// on it are processed (NET_RX softirq) on `cpu`, whichever CPU sent
+    /// them onto the veth. The namespace goes with the lab, and this with
+    /// it.
+    pub fn steer_receipt_to(&self, cpu: usize) -> Result<()> {
+        // The kernel reads the mask in comma-separated 32-bit groups,
+        // highest first.
+        let mut mask = format!("{:x}", 1u32 << (cpu % 32));
+        for _ in 0..cpu / 32 {
+            mask.push_str(",00000000");
+        }
+        let file = format!("/sys/class/net/{}/queues/rx-0/rps_cpus", self.ns_if);
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.netns,
+                "sh",
+                "-c",
+                &format!("echo {mask} > {file}"),
+            ])
+            .output()
+            .context("cannot run ip netns exec")?;
+        anyhow::ensure!(
+            out.status.success(),
+            "cannot steer {}'s receipt to CPU {cpu} ({file}): {} (a kernel without CONFIG_RPS cannot)",
+            self.ns_if,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        Ok(())
+    }
+
     /// The relay's view of this endpoint: its host-side interface and the
     /// station behind it.
     pub fn port(&self) -> ontime_net::port::PortId {

@@ -170,7 +170,7 @@ fn one_run(
             crate::netlab::go_when_guests_ready(dir, &mut probes, &opts.stop)?;
         }
     }
-    let injectors = start_injectors(c, dir, &opts.exe)?;
+    let injectors = start_injectors(c, &lab, dir, &opts.exe)?;
     let mut exits = if probes.is_empty() && c.net.is_some() {
         // A controller to talk to and no flows of its own (`ontime net controller`).
         hold_for(run, opts, on);
@@ -432,10 +432,30 @@ fn start_gateway(c: &ontime_scenario::scenario::RunConfig, lab: &mut Lab, dir: &
 
 /// The causes injected at known times (`[[inject]]`), on the host, once the
 /// probes run; the run's directory name seeds their draws.
-fn start_injectors(c: &ontime_scenario::scenario::RunConfig, dir: &Path, exe: &Path) -> Result<Vec<ChildProcess>> {
-    let specs = c.injectors(dir).map_err(|e| anyhow::anyhow!(e))?;
+fn start_injectors(
+    c: &ontime_scenario::scenario::RunConfig,
+    lab: &Lab,
+    dir: &Path,
+    exe: &Path,
+) -> Result<Vec<ChildProcess>> {
+    let veths: Vec<ontime_scenario::probe::TenantVeth> = lab
+        .tenants
+        .iter()
+        .map(|t| ontime_scenario::probe::TenantVeth {
+            host_if: t.net.host_if.clone(),
+            mac: t.net.mac,
+            addr: t.net.addr,
+        })
+        .collect();
+    let specs = c.injectors(dir, &veths).map_err(|e| anyhow::anyhow!(e))?;
     let mut out = Vec::with_capacity(specs.len());
     for (i, spec) in specs.iter().enumerate() {
+        if let ontime_scenario::probe::ProbeSpec::SoftirqFlood(f) = spec {
+            // The flood's receipt on the tenant's CPU, not the flooder's.
+            if let Some(t) = lab.tenants.iter().find(|t| t.net.host_if == f.flood.host_if) {
+                t.net.steer_receipt_to(f.tenant_cpu)?;
+            }
+        }
         let file = dir.join(format!("inject-{i}.probe.json"));
         spec.write(&file)?;
         let mut cmd = Command::new(exe);

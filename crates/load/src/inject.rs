@@ -41,13 +41,19 @@ pub struct CpuBurstSpec {
 }
 
 impl CpuBurstSpec {
+    pub fn timing(&self) -> Timing {
+        Timing {
+            min_ns: self.min_ns,
+            max_ns: self.max_ns,
+            every_ns: self.every_ns,
+            start_after_ns: self.start_after_ns,
+            for_ns: self.for_ns,
+            seed: self.seed,
+        }
+    }
+
     pub fn check(&self) -> Result<()> {
-        if self.min_ns == 0 || self.min_ns > self.max_ns {
-            bail!("a burst's length must be a range min..max with 0 < min <= max");
-        }
-        if self.every_ns <= self.max_ns {
-            bail!("bursts must start further apart than their longest length (every > max), or the CPU never frees");
-        }
+        self.timing().check()?;
         if !(1..=99).contains(&self.priority) {
             bail!("a SCHED_FIFO priority is 1..=99, not {}", self.priority);
         }
@@ -71,35 +77,71 @@ pub fn cpu_bursts(spec: &CpuBurstSpec, stop: &AtomicBool) -> Result<Vec<(u64, u6
         priority: spec.priority,
     })?;
     let _ = ontime_core::rt::set_timer_slack_ns(1);
-    let mut rng = SmallRng::seed_from_u64(spec.seed);
+    Ok(hold_windows(&spec.timing(), stop, |until| {
+        if let Some(c) = &companion {
+            c.busy_until(until);
+        }
+        let mut now = MonoNs::now().0;
+        while now < until && !stop.load(Ordering::Relaxed) {
+            std::hint::spin_loop();
+            now = MonoNs::now().0;
+        }
+        now
+    }))
+}
+
+/// When an injector holds its cause: each window's length drawn uniformly
+/// from [min_ns, max_ns], one window per `every_ns`, the first
+/// `start_after_ns` after it starts, none starting later than `for_ns`
+/// after that.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timing {
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub every_ns: u64,
+    pub start_after_ns: u64,
+    pub for_ns: u64,
+    pub seed: u64,
+}
+
+impl Timing {
+    pub fn check(&self) -> Result<()> {
+        if self.min_ns == 0 || self.min_ns > self.max_ns {
+            bail!("a window's length must be a range min..max with 0 < min <= max");
+        }
+        if self.every_ns <= self.max_ns {
+            bail!("windows must start further apart than their longest length (every > max)");
+        }
+        Ok(())
+    }
+}
+
+/// Holds a cause in the windows `timing` draws, on the calling thread:
+/// sleeps to each window's start (absolute, CLOCK_MONOTONIC), then
+/// `hold(until)` holds it and returns when it let go. Returns each
+/// window's actual [start, end), read around `hold`, until `for_ns` has
+/// passed or `stop` is set; no allocation while a window is held.
+pub fn hold_windows(timing: &Timing, stop: &AtomicBool, mut hold: impl FnMut(u64) -> u64) -> Vec<(u64, u64)> {
+    let mut rng = SmallRng::seed_from_u64(timing.seed);
     let t0 = MonoNs::now();
-    let last_start = t0.0 + spec.start_after_ns + spec.for_ns;
-    let mut next = t0.0 + spec.start_after_ns;
-    // One burst per `every`, preallocated: no allocation while the loop
-    // holds the CPU.
-    let mut windows = Vec::with_capacity((spec.for_ns / spec.every_ns + 1) as usize);
+    let last_start = t0.0 + timing.start_after_ns + timing.for_ns;
+    let mut next = t0.0 + timing.start_after_ns;
+    let mut windows = Vec::with_capacity((timing.for_ns / timing.every_ns.max(1) + 1) as usize);
     while next <= last_start && !stop.load(Ordering::Relaxed) {
         ontime_core::time::sleep_until(MonoNs(next));
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let len = rng.gen_range(spec.min_ns..=spec.max_ns);
+        let len = rng.gen_range(timing.min_ns..=timing.max_ns);
         let start = MonoNs::now().0;
-        let until = start + len;
-        if let Some(c) = &companion {
-            c.busy_until(until);
-        }
-        let mut now = start;
-        while now < until && !stop.load(Ordering::Relaxed) {
-            std::hint::spin_loop();
-            now = MonoNs::now().0;
-        }
+        let end = hold(start + len);
         if windows.len() < windows.capacity() {
-            windows.push((start, now));
+            windows.push((start, end));
         }
-        next += spec.every_ns;
+        next += timing.every_ns;
     }
-    Ok(windows)
+    windows
 }
 
 /// An ordinary thread pinned to the bursts' CPU that spins while told to

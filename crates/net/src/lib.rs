@@ -12,7 +12,8 @@
 //! [`controller`] (admission, installation, escalation, misses), [`api`]
 //! (its HTTP/JSON API and client; `peers` bounds what each client holds)
 //! and [`flow`] (the measured flows: a paced UDP sender and a receiver
-//! that times every datagram).
+//! that times every datagram). [`flood`] is the UDP flood the
+//! attribution's ground truth injects at a tenant's interface.
 //!
 //! It does not own the interfaces themselves (the lab's sandbox makes them).
 
@@ -24,6 +25,7 @@ pub mod controller;
 pub mod datapath;
 pub mod discipline;
 pub mod edf;
+pub mod flood;
 pub mod flow;
 mod peers;
 pub mod port;

@@ -35,13 +35,16 @@ pub struct PacketPort {
 
 impl PacketPort {
     /// A socket for sending only (to any interface, see [`PacketPort::send`]).
+    /// Opened with protocol 0 it receives nothing until bound: with
+    /// ETH_P_ALL the kernel would hand it a copy of every frame on the host,
+    /// in the receiving CPU's softirq, for no reader.
     pub fn unbound() -> Result<PacketPort> {
         // SAFETY: plain socket(2); the result is checked.
         let fd = unsafe {
             libc::socket(
                 libc::AF_PACKET,
                 libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                (ETH_P_ALL).to_be() as i32,
+                0,
             )
         };
         if fd < 0 {
@@ -53,7 +56,8 @@ impl PacketPort {
         })
     }
 
-    /// A socket receiving every frame that arrives on `ifindex`.
+    /// A socket receiving every frame that arrives on `ifindex` (bound with
+    /// ETH_P_ALL).
     pub fn bind(ifindex: i32) -> Result<PacketPort> {
         let port = PacketPort::unbound()?;
         let sa = sockaddr(ifindex);
@@ -68,6 +72,20 @@ impl PacketPort {
         if rc != 0 {
             return Err(std::io::Error::last_os_error())
                 .with_context(|| format!("cannot bind a packet socket to interface index {ifindex}"));
+        }
+        // Frames sent out of the interface (the relay's own, a flood
+        // written onto a tenant's veth) are not arrivals: the kernel need
+        // not wake the reader for them. Before Linux 4.20 `recv` drops them.
+        let on: libc::c_int = 1;
+        // SAFETY: setsockopt with an int option value.
+        unsafe {
+            libc::setsockopt(
+                port.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                PACKET_IGNORE_OUTGOING,
+                &on as *const libc::c_int as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as u32,
+            );
         }
         Ok(port)
     }
@@ -157,6 +175,9 @@ impl AsRawFd for PacketPort {
         self.fd.as_raw_fd()
     }
 }
+
+/// linux/if_packet.h (4.20+); not in the libc crate.
+const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 
 fn sockaddr(ifindex: i32) -> libc::sockaddr_ll {
     // SAFETY: sockaddr_ll is plain data.

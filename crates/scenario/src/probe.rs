@@ -23,6 +23,18 @@ pub enum ProbeSpec {
     ClockEcho(ClockEchoProbe),
     ClockSync(ClockSyncProbe),
     CpuBurst(CpuBurstProbe),
+    SoftirqFlood(SoftirqFloodProbe),
+}
+
+/// An injected softirq flood (`[[inject]] cause = "softirq-flood"`): its
+/// windows written to `result` as `ontime_explain::truth::Injections`,
+/// on `tenant_cpu` (where the lab steered the receipt).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SoftirqFloodProbe {
+    pub flood: ontime_net::flood::FloodSpec,
+    pub tenant_cpu: usize,
+    pub result: PathBuf,
 }
 
 /// An injected cause (`[[inject]] cause = "cpu-burst"` or `"rt-throttle"`):
@@ -132,8 +144,18 @@ impl ProbeSpec {
                 ontime_core::limits::count("clock samples", p.samples as u64, 1, 100_000).map(|_| ())
             }
             ProbeSpec::CpuBurst(p) => p.bursts.check().map_err(|e| format!("{e:#}")),
+            ProbeSpec::SoftirqFlood(p) => p.flood.timing.check().map_err(|e| format!("{e:#}")),
         }
     }
+}
+
+/// A tenant's network end as an injector needs it: the host end of its
+/// veth, and its own end's MAC and address.
+#[derive(Clone, Debug)]
+pub struct TenantVeth {
+    pub host_if: String,
+    pub mac: [u8; 6],
+    pub addr: std::net::Ipv4Addr,
 }
 
 /// A run's flight recorder: what it keeps and what triggers it.
@@ -172,19 +194,13 @@ impl crate::scenario::RunConfig {
         if !on || self.observe.recorder != Recorder::Ontime {
             return None;
         }
-        let tag = match (&self.tenant.crawl, &self.tenant.cyclic) {
-            _ if self.keep_late() == 0 => None,
-            (Some(_), _) => Some("send_lag"),
-            (None, Some(_)) => Some("latency"),
-            _ => None,
-        };
-        let logs = tag
-            .map(|tag| {
-                (0..self.tenant.count)
-                    .map(|i| (dir.join(format!("t{i}.hlog")), tag))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let tag = self.flight_tag();
+        // Without probes that log late intervals nothing would trigger it,
+        // and every window would go: such runs record whole.
+        let tag = tag?;
+        let logs = (0..self.tenant.count)
+            .map(|i| (dir.join(format!("t{i}.hlog")), tag))
+            .collect();
         // Checked when the scenario was read.
         let ns = |s: &str| ontime_core::duration::parse_ns(s).unwrap_or(0);
         Some(FlightPlan {
@@ -196,6 +212,20 @@ impl crate::scenario::RunConfig {
             },
             logs,
         })
+    }
+
+    /// The histogram-log tag whose interval maxima trigger the flight
+    /// recorder: the lateness the tenants' probes keep late events by
+    /// (None: they keep none, as QEMU tenants and `[net]` runs).
+    pub fn flight_tag(&self) -> Option<&'static str> {
+        if self.keep_late() == 0 || self.net.is_some() {
+            return None;
+        }
+        match (&self.tenant.crawl, &self.tenant.cyclic) {
+            (Some(_), _) => Some("send_lag"),
+            (None, Some(_)) => Some("latency"),
+            _ => None,
+        }
     }
 
     /// Late, for the explanation: over the tightest of the scenario's
@@ -243,7 +273,8 @@ impl crate::scenario::RunConfig {
 
     /// The run's injector processes (`[[inject]]` but own work, which the
     /// tenant's probe does): the i-th writes `inject-i.json` in `dir`.
-    pub fn injectors(&self, dir: &Path) -> Result<Vec<ProbeSpec>, String> {
+    /// `veths` are the tenants' interfaces, by tenant (floods need them).
+    pub fn injectors(&self, dir: &Path, veths: &[TenantVeth]) -> Result<Vec<ProbeSpec>, String> {
         let mut out = Vec::new();
         for (i, inj) in self.injections.iter().enumerate() {
             use crate::scenario::InjectCause;
@@ -251,6 +282,32 @@ impl crate::scenario::RunConfig {
                 continue;
             }
             let (min_ns, max_ns) = inj.length_ns().map_err(|e| format!("inject[{i}].length: {e}"))?;
+            if inj.cause == InjectCause::SoftirqFlood {
+                let veth = veths
+                    .get(inj.tenant)
+                    .ok_or_else(|| format!("inject[{i}]: tenant {} has no interface", inj.tenant))?;
+                out.push(ProbeSpec::SoftirqFlood(SoftirqFloodProbe {
+                    flood: ontime_net::flood::FloodSpec {
+                        host_if: veth.host_if.clone(),
+                        dst_mac: veth.mac,
+                        dst_addr: veth.addr,
+                        src_addr: ontime_core::names::building_addr(),
+                        flooder_cpu: inj.flooder_cpu(&self.tenant).map_err(|e| format!("inject[{i}]: {e}"))?,
+                        rate_pps: inj.rate,
+                        timing: ontime_load::inject::Timing {
+                            min_ns,
+                            max_ns,
+                            every_ns: inj.every,
+                            start_after_ns: inj.start_after,
+                            for_ns: self.duration.saturating_sub(inj.start_after),
+                            seed: Self::injection_seed(dir, i),
+                        },
+                    },
+                    tenant_cpu: inj.tenant_cpu(&self.tenant).map_err(|e| format!("inject[{i}]: {e}"))?,
+                    result: dir.join(format!("inject-{i}.json")),
+                }));
+                continue;
+            }
             let cpu = inj.cpu_of(&self.tenant).map_err(|e| format!("inject[{i}]: {e}"))?;
             out.push(ProbeSpec::CpuBurst(CpuBurstProbe {
                 bursts: ontime_load::inject::CpuBurstSpec {

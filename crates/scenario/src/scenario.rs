@@ -451,6 +451,9 @@ pub enum InjectCause {
     /// Bursts of the tenant's probe's own work (its first thread spins):
     /// the events after each are late by work of its own.
     OwnWork,
+    /// A UDP flood written onto the tenant's veth from another CPU, its
+    /// receipt steered to the tenant's CPU: softirq time there.
+    SoftirqFlood,
 }
 
 /// One injected cause, repeated through the run:
@@ -473,6 +476,11 @@ pub enum InjectCause {
 ///
 /// `cause = "own-work"` makes the tenant's cyclic probe spin for `length`
 /// at its first wake-up after each `every` (no CPU or priority).
+///
+/// `cause = "softirq-flood"` floods the tenant's interface with UDP for
+/// `length` every `every` from another CPU, its receipt steered to the
+/// tenant's CPU (`cpu`: the flooder's CPU; `rate`: frames per second at
+/// most; sandbox tenants).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct InjectSpec {
@@ -488,6 +496,10 @@ pub struct InjectSpec {
     pub priority: u8,
     #[serde(with = "ontime_core::duration::text_ns", default = "default_inject_start")]
     pub start_after: u64,
+    /// softirq-flood: frames per second at most (default: as fast as the
+    /// flooder sends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<u64>,
 }
 
 fn default_inject_priority() -> u8 {
@@ -518,6 +530,38 @@ impl InjectSpec {
         if let Some(c) = self.cpu {
             return Ok(c);
         }
+        self.tenant_cpu(tenant)
+    }
+
+    /// A flood's flooder: `cpu`, else the first online CPU outside the
+    /// tenants' cpuset; never inside it (the flooder's own time would
+    /// delay the probe there).
+    pub fn flooder_cpu(&self, tenant: &TenantTemplate) -> Result<usize, String> {
+        let online = ontime_core::limits::online_cpus();
+        let set = tenant
+            .cpuset
+            .as_deref()
+            .ok_or("give tenant.cpuset, so that the flood's receipt goes to a known CPU of the tenant's")?;
+        let theirs = ontime_core::rt::parse_cpu_list(set)?;
+        let cpu = match self.cpu {
+            Some(c) => c,
+            None => (0..online)
+                .find(|c| !theirs.contains(c))
+                .ok_or_else(|| format!("a flood's flooder needs a CPU outside tenant.cpuset \"{set}\""))?,
+        };
+        if cpu >= online {
+            return Err(format!("CPU {cpu} is not online (this host has {online})"));
+        }
+        if theirs.contains(&cpu) {
+            return Err(format!(
+                "cpu = {cpu}: the flooder runs outside tenant.cpuset \"{set}\", beside the tenant, not on it"
+            ));
+        }
+        Ok(cpu)
+    }
+
+    /// The tenant's CPU: the first of tenant.cpuset.
+    pub fn tenant_cpu(&self, tenant: &TenantTemplate) -> Result<usize, String> {
         let set = tenant
             .cpuset
             .as_deref()
@@ -897,7 +941,8 @@ pub struct ObserveSpec {
     /// Kept on either side of a late interval.
     #[serde(default = "default_keep_around")]
     pub keep_around: String,
-    /// How long a finished 1 s window is held before it is kept or deleted.
+    /// How long a finished 1 s window is held at most before it is kept or
+    /// deleted (sooner once every tenant's probe has logged past it).
     #[serde(default = "default_ring")]
     pub ring: String,
     /// Kept windows at most (1 s each).
@@ -924,7 +969,7 @@ fn default_keep_around() -> String {
 }
 
 fn default_ring() -> String {
-    "10s".into()
+    "30s".into()
 }
 
 fn default_max_kept() -> u64 {
@@ -1254,14 +1299,22 @@ fn validate(c: &RunConfig) -> Result<()> {
     if keep > 60_000_000_000 {
         bail!("observe.keep_around = {:?}: give at most 60s", c.observe.keep_around);
     }
-    if !(3_000_000_000..=600_000_000_000).contains(&ring) {
+    if !(3_000_000_000..=600_000_000_000).contains(&ring) || ring < keep + 3_000_000_000 {
         bail!(
-            "observe.ring = {:?}: give 3s to 10m (longer than a probe takes to log an interval)",
+            "observe.ring = {:?}: give 3s to 10m, and at least observe.keep_around + 3s (a probe logs an interval a second or more after it began)",
             c.observe.ring
         );
     }
-    if !(1..=100_000).contains(&c.observe.max_kept) {
-        bail!("observe.max_kept = {}: give 1 to 100000 windows", c.observe.max_kept);
+    if !(1..=3600).contains(&c.observe.max_kept) {
+        bail!(
+            "observe.max_kept = {}: give 1 to 3600 windows (an hour)",
+            c.observe.max_kept
+        );
+    }
+    if c.observe.flight == Flight::On && c.flight_tag().is_none() {
+        bail!(
+            "observe.flight = \"on\" keeps windows around the late intervals of crawl or cyclic tenants that keep late events: this scenario's tenants keep none"
+        );
     }
     if let Some(hz) = c.observe.profile {
         if !(1..=10_000).contains(&hz) {
@@ -1449,6 +1502,20 @@ fn validate_injections(c: &RunConfig) -> Result<()> {
                 bail!("{what}: tenant {} already has own work injected", inj.tenant);
             }
             continue;
+        }
+        if inj.cause == InjectCause::SoftirqFlood {
+            if c.tenant.backend != Backend::Sandbox {
+                bail!("{what}: softirq-flood floods a sandbox tenant's veth: give tenant.backend = \"sandbox\"");
+            }
+            inj.flooder_cpu(&c.tenant).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+            if let Some(r) = inj.rate {
+                ontime_core::limits::count(&format!("{what}.rate"), r, 1_000, 100_000_000)
+                    .map_err(anyhow::Error::msg)?;
+            }
+            continue;
+        }
+        if inj.rate.is_some() {
+            bail!("{what}.rate paces a softirq-flood only");
         }
         if !(1..=99).contains(&inj.priority) {
             bail!("{what}.priority: a SCHED_FIFO priority is 1..=99");
@@ -1822,6 +1889,35 @@ mod tests {
         let e = err(&BASE.replace("name = 'x'", &format!("name = '{long}'")));
         assert!(e.contains("results directory"), "{e}");
         plan(&BASE.replace("name = 'x'", "name = 'doc-000.v2_b'")).unwrap();
+    }
+
+    #[test]
+    fn the_flight_recorder_is_on_for_long_runs_of_probes_that_keep_late_events() {
+        let dir = std::path::Path::new("/r");
+        let p = plan(BASE).unwrap();
+        assert!(p.runs[0].config.flight(dir).is_none(), "2 s: whole recording");
+        let p = plan(&BASE.replace("duration = '2s'", "duration = '20m'")).unwrap();
+        let f = p.runs[0].config.flight(dir).expect("auto: on over 5 minutes");
+        assert_eq!(f.logs, vec![(dir.join("t0.hlog"), "send_lag")]);
+        assert_eq!(f.options.ring_ns, 30_000_000_000);
+        let p = plan(&format!("{BASE}[observe]\nflight = 'off'\n").replace("'2s'", "'20m'")).unwrap();
+        assert!(p.runs[0].config.flight(dir).is_none());
+        let e = err(&format!(
+            "{BASE}[observe]\nflight = 'on'\nring = '3s'\nkeep_around = '2s'\n"
+        ));
+        assert!(e.contains("observe.ring") && e.contains("keep_around + 3s"), "{e}");
+        let e = err(&format!("{BASE}[observe]\nflight = 'on'\nrecorder = 'perf'\n"));
+        assert!(e.contains("observe.flight"), "{e}");
+    }
+
+    #[test]
+    fn a_flood_needs_a_flooder_outside_the_tenants_cpus() {
+        let flood = "[[inject]]\ncause = 'softirq-flood'\nlength = '100ms'\nevery = '1s'\n";
+        let e = err(&format!("{BASE}{flood}"));
+        assert!(e.contains("inject[0]") && e.contains("tenant.cpuset"), "{e}");
+        let on_it = BASE.replace("count = 1\n", "count = 1\ncpuset = '0'\n");
+        let e = err(&format!("{on_it}{flood}cpu = 0\n"));
+        assert!(e.contains("outside tenant.cpuset"), "{e}");
     }
 
     #[test]
