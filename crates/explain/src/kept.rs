@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Result;
-use ontime_core::late::LateSet;
+use ontime_core::late::{LateSet, ProbeEvent};
 use ontime_recording::recording::Recording;
 use serde::{Deserialize, Serialize};
 
@@ -51,28 +51,69 @@ pub struct TenantExplanation {
     pub explanation: RunExplanation,
 }
 
+/// The late events each tenant's `tN.json` in `dir` kept: (tenant name,
+/// events, what they are), for those that kept any.
+pub fn read_tenants(dir: &Path, tenants: usize) -> Result<Vec<(String, LateSet, &'static str)>> {
+    let mut out = Vec::new();
+    for i in 0..tenants {
+        let file = dir.join(format!("t{i}.json"));
+        if file.exists() {
+            if let Some((late, what)) = read(&file)? {
+                out.push((format!("t{i}"), late, what));
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Explains every `tN.json` in `dir` that kept late events, on `rec`;
 /// None when none did.
 pub fn explain_tenants(rec: &Recording, dir: &Path, tenants: usize) -> Result<Option<RunExplanations>> {
+    let sets = read_tenants(dir, tenants)?;
+    let events: Vec<ProbeEvent> = sets.iter().flat_map(|(_, l, _)| l.events.iter().copied()).collect();
+    let tl = crate::timeline::Timeline::from_recording(rec, &crate::summary::probe_tids(&events));
+    Ok(explain_sets_on(&tl, rec, sets))
+}
+
+/// A lab run's tenants explained (`explain.json`) and, where causes were
+/// injected, scored against them (`truth.json`), on one time line of `rec`
+/// watching every tenant's late threads.
+pub fn explain_and_check(
+    rec: &Recording,
+    dir: &Path,
+    tenants: usize,
+) -> Result<(Option<RunExplanations>, Option<crate::truth::RunTruth>)> {
+    let sets = read_tenants(dir, tenants)?;
+    let events: Vec<ProbeEvent> = sets.iter().flat_map(|(_, l, _)| l.events.iter().copied()).collect();
+    let tl = crate::timeline::Timeline::from_recording(rec, &crate::summary::probe_tids(&events));
+    let truth = crate::truth::check_run_on(&tl, rec, dir, &events)?;
+    Ok((explain_sets_on(&tl, rec, sets), truth))
+}
+
+fn explain_sets_on(
+    tl: &crate::timeline::Timeline,
+    rec: &Recording,
+    sets: Vec<(String, LateSet, &'static str)>,
+) -> Option<RunExplanations> {
     let mut out = RunExplanations::default();
-    for i in 0..tenants {
-        let file = dir.join(format!("t{i}.json"));
-        if !file.exists() {
-            continue;
-        }
-        if let Some((late, what)) = read(&file)? {
-            let explanation =
-                crate::summary::explain_run(rec, &late.events, late.late, late.threshold_ns, &late.threshold_from);
-            out.tenants.insert(
-                format!("t{i}"),
-                TenantExplanation {
-                    what: what.to_string(),
-                    explanation,
-                },
-            );
-        }
+    for (name, late, what) in sets {
+        let explanation = crate::summary::explain_run_on(
+            tl,
+            rec,
+            &late.events,
+            late.late,
+            late.threshold_ns,
+            &late.threshold_from,
+        );
+        out.tenants.insert(
+            name,
+            TenantExplanation {
+                what: what.to_string(),
+                explanation,
+            },
+        );
     }
-    Ok((!out.tenants.is_empty()).then_some(out))
+    (!out.tenants.is_empty()).then_some(out)
 }
 
 /// As [`explain_tenants`], on the stretches of windows a flight recorder
@@ -82,15 +123,7 @@ pub fn explain_tenants_in(
     dir: &Path,
     tenants: usize,
 ) -> Result<Option<RunExplanations>> {
-    let mut sets = Vec::new();
-    for i in 0..tenants {
-        let file = dir.join(format!("t{i}.json"));
-        if file.exists() {
-            if let Some((late, what)) = read(&file)? {
-                sets.push((format!("t{i}"), late, what));
-            }
-        }
-    }
+    let sets = read_tenants(dir, tenants)?;
     let refs: Vec<&LateSet> = sets.iter().map(|(_, l, _)| l).collect();
     let explained = crate::summary::explain_stretches(stretches, &refs);
     let mut out = RunExplanations::default();

@@ -85,6 +85,12 @@ impl CauseTotal {
 /// The worst events a result lists one by one.
 pub const WORST_LISTED: usize = 20;
 
+/// The probe threads of `events`, each once, in order of first mention.
+pub fn probe_tids(events: &[ProbeEvent]) -> Vec<u32> {
+    let mut seen = HashSet::new();
+    events.iter().map(|e| e.tid).filter(|t| seen.insert(*t)).collect()
+}
+
 /// Explains `events` (already the late ones, worst first) on `rec`.
 pub fn explain_run(
     rec: &Recording,
@@ -93,8 +99,22 @@ pub fn explain_run(
     threshold_ns: u64,
     threshold_from: &str,
 ) -> RunExplanation {
+    let tl = Timeline::from_recording(rec, &probe_tids(events));
+    explain_run_on(&tl, rec, events, late, threshold_ns, threshold_from)
+}
+
+/// As [`explain_run`], on a time line already built from `rec` that
+/// watches the events' threads (one time line for several probes).
+pub fn explain_run_on(
+    tl: &Timeline,
+    rec: &Recording,
+    events: &[ProbeEvent],
+    late: u64,
+    threshold_ns: u64,
+    threshold_from: &str,
+) -> RunExplanation {
     let mut parts = Parts::default();
-    parts.explain(rec, events);
+    parts.explain_on(tl, rec, events);
     let outside = events
         .iter()
         .filter(|e| e.actual_ns <= rec.meta.start_ns || e.planned_ns >= parts.end_ns)
@@ -208,11 +228,14 @@ struct Parts {
 
 impl Parts {
     fn explain(&mut self, rec: &Recording, events: &[ProbeEvent]) {
-        let tids: Vec<u32> = {
-            let mut seen = HashSet::new();
-            events.iter().map(|e| e.tid).filter(|t| seen.insert(*t)).collect()
-        };
-        let tl = Timeline::from_recording(rec, &tids);
+        let tl = Timeline::from_recording(rec, &probe_tids(events));
+        self.explain_on(&tl, rec, events);
+    }
+
+    /// On a time line already built from `rec` that watches the events'
+    /// threads (among others).
+    fn explain_on(&mut self, tl: &Timeline, rec: &Recording, events: &[ProbeEvent]) {
+        let tids = probe_tids(events);
         self.end_ns = tl.end_ns();
         for &tid in &tids {
             if let Err(e) = tl.probe(tid) {
@@ -225,8 +248,8 @@ impl Parts {
         let mut out = crate::cause::Explanation::default();
         for e in events {
             let Ok(probe) = tl.probe(e.tid) else { continue };
-            crate::attribute::explain_into(&tl, &probe, e.planned_ns, e.actual_ns, &mut out);
-            self.reports.push(out.report(&tl));
+            crate::attribute::explain_into(tl, &probe, e.planned_ns, e.actual_ns, &mut out);
+            self.reports.push(out.report(tl));
         }
         let coverage = tl.coverage();
         self.any = true;

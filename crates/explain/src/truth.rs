@@ -337,23 +337,23 @@ pub fn score(explained: &[Explanation], injections: &[Injection], owner: impl Fn
 /// Explains the late events of `events` that overlap an injection, on
 /// `rec`, and scores them.
 pub fn check(rec: &Recording, events: &[ProbeEvent], injections: &[Injection]) -> Confusion {
-    let overlapping: Vec<&ProbeEvent> = events
-        .iter()
-        .filter(|e| {
-            injections
-                .iter()
-                .any(|i| e.planned_ns < i.end_ns && e.actual_ns > i.start_ns)
-        })
-        .collect();
-    let tids: Vec<u32> = {
-        let mut seen = HashSet::new();
-        overlapping.iter().map(|e| e.tid).filter(|t| seen.insert(*t)).collect()
-    };
-    let tl = Timeline::from_recording(rec, &tids);
-    let mut explained = Vec::with_capacity(overlapping.len());
-    for e in overlapping {
+    let tl = Timeline::from_recording(rec, &crate::summary::probe_tids(events));
+    check_on(&tl, rec, events, injections)
+}
+
+/// As [`check`], on a time line already built from `rec` that watches the
+/// events' threads.
+pub fn check_on(tl: &Timeline, rec: &Recording, events: &[ProbeEvent], injections: &[Injection]) -> Confusion {
+    let mut explained = Vec::new();
+    for e in events {
+        let overlaps = injections
+            .iter()
+            .any(|i| e.planned_ns < i.end_ns && e.actual_ns > i.start_ns);
+        if !overlaps {
+            continue;
+        }
         let Ok(probe) = tl.probe(e.tid) else { continue };
-        explained.push(crate::attribute::explain(&tl, &probe, e.planned_ns, e.actual_ns));
+        explained.push(crate::attribute::explain(tl, &probe, e.planned_ns, e.actual_ns));
     }
     let owners: HashMap<u32, Owner> = rec
         .threads
@@ -383,6 +383,20 @@ pub struct RunTruth {
 /// every tenant's kept late events (`tN.json`), on the run's recording;
 /// None when nothing was injected.
 pub fn check_run(rec: &Recording, dir: &std::path::Path, tenants: usize) -> anyhow::Result<Option<RunTruth>> {
+    let late = crate::kept::read_tenants(dir, tenants)?;
+    let events: Vec<ProbeEvent> = late.iter().flat_map(|(_, l, _)| l.events.iter().copied()).collect();
+    let tl = Timeline::from_recording(rec, &crate::summary::probe_tids(&events));
+    check_run_on(&tl, rec, dir, &events)
+}
+
+/// As [`check_run`], on a time line already built from `rec` that watches
+/// the threads of `events` (the tenants' kept late events).
+pub fn check_run_on(
+    tl: &Timeline,
+    rec: &Recording,
+    dir: &std::path::Path,
+    events: &[ProbeEvent],
+) -> anyhow::Result<Option<RunTruth>> {
     let mut injections = Vec::new();
     for i in 0.. {
         let file = dir.join(format!("inject-{i}.json"));
@@ -397,16 +411,7 @@ pub fn check_run(rec: &Recording, dir: &std::path::Path, tenants: usize) -> anyh
     if injections.is_empty() {
         return Ok(None);
     }
-    let mut events = Vec::new();
-    for i in 0..tenants {
-        let file = dir.join(format!("t{i}.json"));
-        if file.exists() {
-            if let Some((late, _)) = crate::kept::read(&file)? {
-                events.extend(late.events);
-            }
-        }
-    }
-    let confusion = check(rec, &events, &injections);
+    let confusion = check_on(tl, rec, events, &injections);
     Ok(Some(RunTruth { injections, confusion }))
 }
 

@@ -443,33 +443,34 @@ fn analyse(file: &Path, dir: &Path) -> Result<bool> {
         .as_bytes(),
     )?;
     // Why each tenant's late polls or wake-ups were late (its probe kept
-    // them: `keep_worst` in the probe spec), on this recording.
-    // The run stands without it.
-    match ontime_explain::kept::explain_tenants(&rec, dir, rec.meta.groups.len()) {
-        Ok(Some(x)) => {
-            ontime_core::fsio::write_atomic(&dir.join("explain.json"), &serde_json::to_vec(&x)?)?;
-            // The scheduling around every tenant's worst events, for
-            // ui.perfetto.dev.
-            let worst: Vec<_> = x
-                .tenants
-                .values()
-                .flat_map(|t| t.explanation.worst.iter().cloned())
-                .collect();
-            if let Err(e) = ontime_explain::perfetto::write_file(&rec, &worst, &dir.join(PERFETTO_TRACE)) {
-                ontime_core::errln!("ontime lab: {}: no Perfetto trace: {e:#}", dir.display());
-            }
+    // them: `keep_worst` in the probe spec), and with causes injected at
+    // known times (`[[inject]]`) how that scores, on one time line of this
+    // recording. The run stands without them.
+    let (explained, truth) = match ontime_explain::kept::explain_and_check(&rec, dir, rec.meta.groups.len()) {
+        Ok(x) => x,
+        Err(e) => {
+            ontime_core::errln!(
+                "ontime lab: {}: no explanation of the late events: {e:#}",
+                dir.display()
+            );
+            (None, None)
         }
-        Ok(None) => {}
-        Err(e) => ontime_core::errln!(
-            "ontime lab: {}: no explanation of the late events: {e:#}",
-            dir.display()
-        ),
+    };
+    if let Some(x) = explained {
+        ontime_core::fsio::write_atomic(&dir.join("explain.json"), &serde_json::to_vec(&x)?)?;
+        // The scheduling around every tenant's worst events, for
+        // ui.perfetto.dev.
+        let worst: Vec<_> = x
+            .tenants
+            .values()
+            .flat_map(|t| t.explanation.worst.iter().cloned())
+            .collect();
+        if let Err(e) = ontime_explain::perfetto::write_file(&rec, &worst, &dir.join(PERFETTO_TRACE)) {
+            ontime_core::errln!("ontime lab: {}: no Perfetto trace: {e:#}", dir.display());
+        }
     }
-    // Causes injected at known times (`[[inject]]`) against the attribution.
-    match ontime_explain::truth::check_run(&rec, dir, rec.meta.groups.len()) {
-        Ok(Some(t)) => ontime_core::fsio::write_atomic(&dir.join("truth.json"), &serde_json::to_vec(&t)?)?,
-        Ok(None) => {}
-        Err(e) => ontime_core::errln!("ontime lab: {}: no ground-truth check: {e:#}", dir.display()),
+    if let Some(t) = truth {
+        ontime_core::fsio::write_atomic(&dir.join("truth.json"), &serde_json::to_vec(&t)?)?;
     }
     if rec.meta.sample_period_ns.is_none() {
         return Ok(false);
