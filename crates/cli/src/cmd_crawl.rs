@@ -246,7 +246,7 @@ pub struct LocalGatewayOptions {
 /// Runs a crawl, whether its flags or a lab spec built it. `origin` names
 /// the crawl config file in errors.
 pub fn execute(
-    p: CrawlProbe,
+    mut p: CrawlProbe,
     gateway: Option<LocalGatewayOptions>,
     out: &output::OutputFlags,
     origin: Option<&std::path::Path>,
@@ -301,10 +301,17 @@ pub fn execute(
         );
     }
     let recording = if explain.explain {
-        Some(crate::explain::RecordingBeside::start(
+        let r = crate::explain::RecordingBeside::start(
             explain.keep_recording.as_deref(),
             &p.run.thread.affinity,
-        )?)
+            explain.flight(p.run.duration_ns, "send_lag"),
+            p.run.hlog.as_deref(),
+        )?;
+        // The flight recorder follows the probe's histogram log.
+        if let Some(log) = r.flight_log() {
+            p.run.hlog = Some(log.to_path_buf());
+        }
+        Some(r)
     } else {
         None
     };
@@ -326,7 +333,7 @@ pub fn execute(
         // The measurement stands without its explanation.
         match r
             .finish()
-            .and_then(|(rec, _)| crate::explain::explain(&rec, late, explain.perfetto.as_deref()))
+            .and_then(|(recorded, _)| crate::explain::explain(&recorded, late, explain.perfetto.as_deref()))
         {
             Ok(x) => {
                 why = x.text("polls sent late");

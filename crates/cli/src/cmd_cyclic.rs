@@ -140,7 +140,7 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
 
 /// Runs a wake-up probe, whether its flags or a lab spec built it.
 pub fn execute(
-    p: CyclicProbe,
+    mut p: CyclicProbe,
     out: &output::OutputFlags,
     explain: &crate::explain::ExplainFlags,
 ) -> anyhow::Result<()> {
@@ -180,10 +180,17 @@ pub fn execute(
         None => None,
     };
     let recording = if explain.explain {
-        Some(crate::explain::RecordingBeside::start(
+        let r = crate::explain::RecordingBeside::start(
             explain.keep_recording.as_deref(),
             &p.options.affinity,
-        )?)
+            explain.flight(expected_ns, "latency"),
+            p.options.hlog.as_deref(),
+        )?;
+        // The flight recorder follows the probe's histogram log.
+        if let Some(log) = r.flight_log() {
+            p.options.hlog = Some(log.to_path_buf());
+        }
+        Some(r)
     } else {
         None
     };
@@ -209,7 +216,7 @@ pub fn execute(
         // The measurement stands without its explanation.
         match r
             .finish()
-            .and_then(|(rec, _)| crate::explain::explain(&rec, late, explain.perfetto.as_deref()))
+            .and_then(|(recorded, _)| crate::explain::explain(&recorded, late, explain.perfetto.as_deref()))
         {
             Ok(x) => {
                 text.push_str(&x.text("wake-ups"));

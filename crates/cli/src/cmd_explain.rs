@@ -40,7 +40,11 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         )));
     };
     let rec = Recording::read(&a.recording).map_err(|e| bad_input(format!("{e:#}")))?;
-    let x = crate::explain::explain(&rec, &late, a.perfetto.as_deref())?;
+    let x = crate::explain::explain(
+        &crate::explain::Recorded::Whole(Box::new(rec)),
+        &late,
+        a.perfetto.as_deref(),
+    )?;
     let text = x.text(what);
     a.out.emit(&x, &text)
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use ontime_core::late::LateSet;
 use ontime_explain::RunExplanation;
+use ontime_trace::flight::{FlightOptions, Kept};
 use ontime_trace::recorder::{self, NoSink, RecordOptions, RecordSummary};
 use ontime_trace::recording::Recording;
 use ontime_trace::targets::Targets;
@@ -36,7 +37,8 @@ pub struct ExplainFlags {
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub explain_max: usize,
     /// Keep the recording there (for `ontime explain`, `observe report`);
-    /// otherwise it is deleted after the run
+    /// otherwise it is deleted after the run. With the flight recorder it
+    /// is a directory of the kept 1 s windows
     #[arg(long, value_name = "FILE", requires = "explain")]
     pub keep_recording: Option<PathBuf>,
     /// Write the scheduling around the worst late events as a Perfetto
@@ -44,9 +46,42 @@ pub struct ExplainFlags {
     /// late events as slices on their probe's thread
     #[arg(long, value_name = "FILE", requires = "explain")]
     pub perfetto: Option<PathBuf>,
+    /// Keep the recording only around late intervals (1 s windows; the
+    /// others deleted as the run goes): auto turns it on for runs longer
+    /// than 5 minutes, whose whole recording would take gigabytes
+    #[arg(long, value_name = "WHEN", default_value = "auto", value_parser = ["auto", "on", "off"], requires = "explain")]
+    pub flight: String,
+    /// With the flight recorder: kept on either side of a late interval
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = ontime_core::duration::parse_ns, requires = "explain")]
+    pub keep_around: u64,
 }
 
+/// Runs longer than this get the flight recorder under `--flight auto`.
+const FLIGHT_AUTO_NS: u64 = 300_000_000_000;
+/// With the flight recorder: windows kept at most (an hour).
+const FLIGHT_MAX_KEPT: u64 = 3600;
+
 impl ExplainFlags {
+    /// The flight recorder for a run of `duration_ns` whose probe logs
+    /// its intervals' maxima under `tag`; None: record the whole run.
+    pub fn flight(&self, duration_ns: u64, tag: &'static str) -> Option<FlightBeside> {
+        let on = match self.flight.as_str() {
+            "on" => true,
+            "off" => false,
+            _ => duration_ns > FLIGHT_AUTO_NS,
+        };
+        on.then(|| FlightBeside {
+            options: FlightOptions {
+                // A probe logs an interval a second or so after it began.
+                ring_ns: self.keep_around + 30_000_000_000,
+                keep_around_ns: self.keep_around,
+                max_kept: FLIGHT_MAX_KEPT,
+                threshold_ns: self.explain_over.unwrap_or(0),
+            },
+            tag,
+        })
+    }
+
     /// Worst events each probe thread keeps (0 without --explain).
     pub fn keep(&self) -> usize {
         if self.explain || self.keep_late {
@@ -75,14 +110,33 @@ impl ExplainFlags {
     }
 }
 
+/// The flight recorder beside a probe: what it keeps, and the tag of the
+/// probe's histogram log whose interval maxima trigger it.
+#[derive(Clone, Debug)]
+pub struct FlightBeside {
+    pub options: FlightOptions,
+    pub tag: &'static str,
+}
+
 /// A recording of every CPU's scheduler events running beside a probe;
 /// stopped and joined when dropped (an error on the way), before its
 /// temporary directory goes.
 pub struct RecordingBeside {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<Result<RecordSummary>>>,
+    /// The file, or with the flight recorder the windows' directory.
     path: PathBuf,
+    keeper: Option<std::thread::JoinHandle<Kept>>,
+    /// The histogram log the probe writes for the flight recorder.
+    log: Option<PathBuf>,
     _dir: Option<tempfile::TempDir>,
+}
+
+/// What was recorded beside the probe.
+pub enum Recorded {
+    Whole(Box<Recording>),
+    /// The windows the flight recorder kept.
+    Kept(Box<Kept>),
 }
 
 impl Drop for RecordingBeside {
@@ -100,16 +154,56 @@ impl RecordingBeside {
     /// keeps off `probe_cpus` where other CPUs are online (it would
     /// otherwise delay the probe it explains; where it cannot, it is in the
     /// recording and named like any culprit).
-    pub fn start(keep: Option<&Path>, probe_cpus: &[usize]) -> Result<RecordingBeside> {
-        let (dir, path) = match keep {
-            Some(p) => (None, p.to_path_buf()),
-            None => {
-                let d = tempfile::Builder::new()
-                    .prefix("ontime-explain-")
-                    .tempdir()
-                    .context("a temporary directory for the --explain recording")?;
+    ///
+    /// With `flight`, the recording is 1 s windows in a directory (`keep`,
+    /// else a temporary one), and only those around the intervals the
+    /// probe logs over the threshold are kept: the probe must write its
+    /// histogram log to [`RecordingBeside::flight_log`] (or `hlog`, the
+    /// one it writes anyway).
+    pub fn start(
+        keep: Option<&Path>,
+        probe_cpus: &[usize],
+        flight: Option<FlightBeside>,
+        hlog: Option<&Path>,
+    ) -> Result<RecordingBeside> {
+        let temp = || {
+            tempfile::Builder::new()
+                .prefix("ontime-explain-")
+                .tempdir()
+                .context("a temporary directory for the --explain recording")
+        };
+        let (dir, path) = match (keep, &flight) {
+            (Some(p), _) => (None, p.to_path_buf()),
+            (None, None) => {
+                let d = temp()?;
                 let p = d.path().join("explain.otrec");
                 (Some(d), p)
+            }
+            (None, Some(_)) => {
+                let d = temp()?;
+                let p = d.path().join("windows");
+                (Some(d), p)
+            }
+        };
+        let log = match (&flight, hlog) {
+            (None, _) => None,
+            (Some(_), Some(h)) => Some(h.to_path_buf()),
+            (Some(_), None) => Some(match &dir {
+                Some(d) => d.path().join("probe.hlog"),
+                None => path.join("probe.hlog"),
+            }),
+        };
+        let (window, windows_done, keeper) = match &flight {
+            None => (None, None, None),
+            Some(f) => {
+                let (tx, rx) = std::sync::mpsc::channel();
+                let logs = vec![(log.clone().unwrap_or_default(), f.tag)];
+                let options = f.options;
+                let keeper = std::thread::Builder::new()
+                    .name("ontime-flight".into())
+                    .spawn(move || ontime_trace::flight::keep(options, &logs, rx))
+                    .context("starting the flight recorder")?;
+                (Some(ontime_trace::flight::WINDOW), Some(tx), Some(keeper))
             }
         };
         let stop = Arc::new(AtomicBool::new(false));
@@ -124,8 +218,8 @@ impl RecordingBeside {
             measure_overhead: false,
             mechanism: Default::default(),
             sample_hz: None,
-            window: None,
-            windows_done: None,
+            window,
+            windows_done,
         };
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let flag = stop.clone();
@@ -157,30 +251,88 @@ impl RecordingBeside {
             stop,
             thread: Some(thread),
             path,
+            keeper,
+            log,
             _dir: dir,
         })
     }
 
-    /// Stops recording and reads the recording back.
-    pub fn finish(mut self) -> Result<(Recording, RecordSummary)> {
+    /// Where the probe writes the histogram log the flight recorder
+    /// follows (None: no flight recorder).
+    pub fn flight_log(&self) -> Option<&Path> {
+        self.log.as_deref()
+    }
+
+    /// Stops recording and reads the recording back (with the flight
+    /// recorder: what it kept).
+    pub fn finish(mut self) -> Result<(Recorded, RecordSummary)> {
         self.stop.store(true, Ordering::Relaxed);
         let summary = self
             .thread
             .take()
             .map(|t| t.join())
             .ok_or_else(|| anyhow::anyhow!("--explain: the recorder was already stopped"))?
-            .map_err(|_| anyhow::anyhow!("--explain: the recorder thread panicked"))??;
+            .map_err(|_| anyhow::anyhow!("--explain: the recorder thread panicked"));
+        // The keeper ends once the recorder's last window is finished.
+        let kept = self.keeper.take().map(|k| k.join());
+        let summary = summary??;
+        if let Some(kept) = kept {
+            let kept = kept.map_err(|_| anyhow::anyhow!("--explain: the flight recorder's keeper panicked"))?;
+            return Ok((Recorded::Kept(Box::new(kept)), summary));
+        }
         let rec = Recording::read(&self.path).with_context(|| format!("reading {}", self.path.display()))?;
-        Ok((rec, summary))
+        Ok((Recorded::Whole(Box::new(rec)), summary))
     }
 }
 
 /// Explains a run's late events on the recording made beside it, and
 /// writes the Perfetto trace of the worst when asked.
-pub fn explain(rec: &Recording, late: &LateSet, perfetto: Option<&Path>) -> Result<RunExplanation> {
+pub fn explain(recorded: &Recorded, late: &LateSet, perfetto: Option<&Path>) -> Result<RunExplanation> {
+    let rec = match recorded {
+        Recorded::Whole(rec) => rec,
+        Recorded::Kept(kept) => return explain_kept(kept, late, perfetto),
+    };
     let x = ontime_explain::explain_run(rec, &late.events, late.late, late.threshold_ns, &late.threshold_from);
     if let Some(path) = perfetto {
         ontime_explain::perfetto::write_file(rec, &x.worst, path)?;
+    }
+    Ok(x)
+}
+
+/// On the windows the flight recorder kept; the trace covers the stretch
+/// holding the worst event.
+fn explain_kept(kept: &Kept, late: &LateSet, perfetto: Option<&Path>) -> Result<RunExplanation> {
+    let mut x = ontime_explain::summary::explain_stretches(&kept.stretches, &[late])
+        .pop()
+        .ok_or_else(|| anyhow::anyhow!("no explanation"))?;
+    let s = &kept.summary;
+    x.notes.push(format!(
+        "flight recorder: kept {} of {} 1 s windows ({:.1} MB) around {} late intervals{}",
+        s.kept,
+        s.windows,
+        s.bytes_kept as f64 / 1e6,
+        s.triggers,
+        if s.evicted > 0 {
+            format!("; {} dropped over the cap", s.evicted)
+        } else {
+            String::new()
+        }
+    ));
+    if let (Some(path), Some(worst)) = (perfetto, x.worst.first()) {
+        for files in &kept.stretches {
+            let rec = ontime_explain::summary::read_stretch(files)?;
+            let end = rec.end.as_ref().map_or(0, |e| e.end_ns);
+            if rec.meta.start_ns <= worst.planned_ns && worst.actual_ns <= end {
+                let around: Vec<_> = x
+                    .worst
+                    .iter()
+                    .filter(|e| e.planned_ns >= rec.meta.start_ns && e.actual_ns <= end)
+                    .cloned()
+                    .collect();
+                ontime_explain::perfetto::write_file(&rec, &around, path)?;
+                break;
+            }
+        }
     }
     Ok(x)
 }

@@ -22,7 +22,7 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 struct Hog(KillOnDrop);
 
 const HOG: &str = r#"
-import os, time
+import os, sys, time
 os.sched_setaffinity(0, {1})
 os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
 print("ready", flush=True)
@@ -30,7 +30,7 @@ while True:
     end = time.monotonic() + 0.08
     while time.monotonic() < end:
         pass
-    time.sleep(0.42)
+    time.sleep(float(sys.argv[1]))
 "#;
 
 impl Hog {
@@ -38,9 +38,14 @@ impl Hog {
     /// or CPU 1 (a container without CAP_SYS_NICE, a cpuset, no real-time
     /// budget for the cgroup): the test then skips.
     fn start() -> Option<Hog> {
+        Hog::start_resting(0.42)
+    }
+
+    /// Busy 80 ms, then resting `rest_s`, again and again.
+    fn start_resting(rest_s: f64) -> Option<Hog> {
         let mut child = KillOnDrop(
             Command::new("python3")
-                .args(["-c", HOG])
+                .args(["-c", HOG, &rest_s.to_string()])
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -153,6 +158,55 @@ fn crawl_explain_names_the_fifo_process_that_held_its_cpu() {
     assert_charged_to_hog(&r["explanation"], hog_pid, "crawl --explain");
     assert!(dir.path().join("crawl.otrec").exists(), "--keep-recording kept it");
     perfetto_holds_the_late_events(&dir.path().join("crawl.pftrace"), &r["explanation"], hog_pid);
+}
+
+/// With the flight recorder on, the recording keeps only the windows
+/// around the late intervals, and the late wake-ups are still charged to
+/// the hog.
+#[test]
+fn cyclic_explain_with_the_flight_recorder_keeps_only_windows_around_late_intervals() {
+    if !can_run() {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let windows = dir.path().join("windows");
+    // Busy once every 3 s: most seconds have no late wake-up.
+    let Some(hog) = Hog::start_resting(2.92) else { return };
+    let out = ontime()
+        .args([
+            "cyclic",
+            "-a",
+            "1",
+            "-p",
+            "10",
+            "-i",
+            "1000",
+            "-D",
+            "8s",
+            "--explain",
+            "--explain-over",
+            "20ms",
+            "--flight",
+            "on",
+            "--keep-around",
+            "0s",
+            "--json",
+            "--keep-recording",
+        ])
+        .arg(&windows)
+        .output()
+        .unwrap();
+    let hog_pid = hog.pid();
+    drop(hog);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let x = &r["explanation"];
+    assert_charged_to_hog(x, hog_pid, "cyclic --explain --flight on");
+    let note = x["notes"].to_string();
+    assert!(note.contains("flight recorder: kept"), "{x:#}");
+    let kept = ontime_trace::store::window_files(&windows).unwrap().len();
+    assert!(kept > 0 && kept < 8, "{kept} of about 9 windows kept: {note}");
 }
 
 /// Perfetto's own definitions (scripts/setup.sh installs the PyPI

@@ -2,20 +2,17 @@
 //! cgroups and the host I/O path (or `perf sched record`, the peer in the
 //! overhead benchmark), plus the host's busy CPU over the run.
 use ontime_core::export::TextReport;
-use ontime_core::hlog::HlogTail;
 use ontime_core::proc::{ChildProcess, SpawnOptions};
 use ontime_profile::ProfileText;
 use ontime_scenario::probe::FlightPlan;
 use ontime_scenario::record::{FlightOutcome, ObserveOutcome};
 use ontime_scenario::scenario::Recorder;
-use ontime_trace::flight::FlightRing;
+use ontime_trace::flight;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-use std::time::Instant;
 
 use anyhow::Result;
 use ontime_core::time::MonoNs;
@@ -44,7 +41,7 @@ pub enum Observer {
         stop: StopOnDrop,
         handle: JoinHandle<Result<RecordSummary>>,
         /// The flight recorder's keeper, when the run has one.
-        flight: Option<JoinHandle<Kept>>,
+        flight: Option<JoinHandle<flight::Kept>>,
         busy0: Option<u64>,
         t0: MonoNs,
     },
@@ -120,8 +117,8 @@ pub fn start(
                     let (tx, rx) = std::sync::mpsc::channel();
                     let keeper = std::thread::Builder::new()
                         .name("ontime-flight".into())
-                        .spawn(move || keep(plan, rx))?;
-                    (dir.join(FLIGHT_DIR), Some(FLIGHT_WINDOW), Some(tx), Some(keeper))
+                        .spawn(move || ontime_trace::flight::keep(plan.options, &plan.logs, rx))?;
+                    (dir.join(FLIGHT_DIR), Some(flight::WINDOW), Some(tx), Some(keeper))
                 }
             };
             let opts = RecordOptions {
@@ -156,88 +153,6 @@ pub fn start(
 pub const RECORDING: &str = "observe.otrec";
 /// The flight recorder's windows.
 pub const FLIGHT_DIR: &str = "observe";
-const FLIGHT_WINDOW: Duration = Duration::from_secs(1);
-/// A week of minutes.
-const MAX_RSS_MINUTES: usize = 7 * 24 * 60;
-
-/// What the flight recorder kept.
-pub struct Kept {
-    outcome: FlightOutcome,
-    /// Contiguous kept windows, each in time order.
-    stretches: Vec<Vec<PathBuf>>,
-}
-
-/// The flight recorder's keeper: follows the finished windows and the
-/// tenants' histogram logs, and deletes the windows no late interval
-/// needs once they leave the ring. Ends when the recorder has finished its
-/// last window (the channel closes), after a last read of the logs (the
-/// probes are done by then).
-fn keep(plan: FlightPlan, windows: Receiver<PathBuf>) -> Kept {
-    let mut ring = FlightRing::new(plan.options);
-    let mut tails: Vec<HlogTail> = plan.logs.iter().map(|(p, tag)| HlogTail::new(p, tag)).collect();
-    let started = Instant::now();
-    let (mut rss_first, mut rss_peak) = (None::<u64>, None::<u64>);
-    let mut last_rss = None::<Instant>;
-    let mut by_minute: Vec<u64> = Vec::new();
-    // A log that cannot be read is no longer followed; its windows wait
-    // out the ring.
-    let follow = |ring: &mut FlightRing, tails: &mut Vec<HlogTail>| {
-        tails.retain_mut(|t| match t.poll(&mut |p| ring.interval(p)) {
-            Ok(()) => true,
-            Err(e) => {
-                ontime_core::errln!("ontime lab: flight recorder: {e:#}; no longer following it");
-                false
-            }
-        });
-    };
-    loop {
-        match windows.recv_timeout(Duration::from_millis(250)) {
-            Ok(path) => match Recording::read_meta(&path) {
-                Ok(meta) => {
-                    let start = meta.start_realtime_ns;
-                    ring.window_done(&path, start, start + FLIGHT_WINDOW.as_nanos() as u64, MonoNs::now().0);
-                }
-                // Unreadable, so of no use to an explanation: it goes.
-                Err(e) => {
-                    ontime_core::errln!("ontime lab: flight recorder: {e:#}; deleting it");
-                    let _ = std::fs::remove_file(&path);
-                }
-            },
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break,
-        }
-        follow(&mut ring, &mut tails);
-        let logged = tails.iter().map(|t| t.logged_upto_ns()).min().flatten();
-        ring.expire(MonoNs::now().0, logged);
-        if last_rss.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-            last_rss = Some(Instant::now());
-            if let Some(rss) = ontime_core::proc::own_resident_bytes() {
-                rss_peak = Some(rss_peak.unwrap_or(0).max(rss));
-                if started.elapsed() <= Duration::from_secs(60) {
-                    rss_first = Some(rss_first.unwrap_or(0).max(rss));
-                }
-                let minute = (started.elapsed().as_secs() / 60) as usize;
-                if minute < MAX_RSS_MINUTES {
-                    if by_minute.len() <= minute {
-                        by_minute.resize(minute + 1, 0);
-                    }
-                    by_minute[minute] = by_minute[minute].max(rss);
-                }
-            }
-        }
-    }
-    follow(&mut ring, &mut tails);
-    let (summary, kept) = ring.finish();
-    Kept {
-        outcome: FlightOutcome {
-            ring: summary,
-            rss_first_minute_bytes: rss_first,
-            rss_peak_bytes: rss_peak,
-            rss_by_minute_bytes: by_minute,
-        },
-        stretches: ontime_trace::store::contiguous(kept),
-    }
-}
 
 /// Runs a recorder (`record(stop, ready)`) on its own thread and waits up
 /// to 20 s for it to call `ready` (its probes attached); a recorder that
@@ -346,8 +261,13 @@ impl Observer {
                         out.error = Some("the flight recorder's keeper panicked".into());
                         return out;
                     };
-                    out.bytes = Some(kept.outcome.ring.bytes_kept);
-                    out.flight = Some(kept.outcome);
+                    out.bytes = Some(kept.summary.bytes_kept);
+                    out.flight = Some(FlightOutcome {
+                        ring: kept.summary.clone(),
+                        rss_first_minute_bytes: kept.rss_first_minute_bytes,
+                        rss_peak_bytes: kept.rss_peak_bytes,
+                        rss_by_minute_bytes: kept.rss_by_minute_bytes.clone(),
+                    });
                     if let Err(e) = explain_kept(&kept.stretches, dir) {
                         out.error = Some(format!("explaining the kept windows: {e:#}"));
                     }
@@ -394,7 +314,7 @@ fn explain_kept(stretches: &[Vec<PathBuf>], dir: &Path) -> Result<()> {
             let start = s.first().and_then(|f| Recording::read_meta(f).ok()).map(|m| m.start_ns);
             let end = s.last().and_then(|f| Recording::read_meta(f).ok()).map(|m| m.start_ns);
             start.is_some_and(|a| a <= w.planned_ns)
-                && end.is_some_and(|b| w.planned_ns < b + FLIGHT_WINDOW.as_nanos() as u64)
+                && end.is_some_and(|b| w.planned_ns < b + flight::WINDOW.as_nanos() as u64)
         });
         if let Some(files) = holding {
             let rec = ontime_explain::summary::read_stretch(files)?;

@@ -15,6 +15,13 @@
 //! both come from one clock on one host.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use ontime_core::hlog::HlogTail;
+use ontime_core::time::MonoNs;
+
+use crate::recording::Recording;
 
 use ontime_core::hlog::IntervalPeak;
 use serde::{Deserialize, Serialize};
@@ -256,6 +263,96 @@ impl FlightRing {
                 }
             }
         }
+    }
+}
+
+/// A run's windows as one second each: what the lab and `--explain` store.
+pub const WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
+/// A week of minutes.
+const MAX_RSS_MINUTES: usize = 7 * 24 * 60;
+
+/// What a keeper kept, and the process's resident memory while it ran
+/// (the recorder, its store and the keeper are threads of the process).
+#[derive(Debug)]
+pub struct Kept {
+    pub summary: FlightSummary,
+    /// Contiguous kept windows, each in time order.
+    pub stretches: Vec<Vec<PathBuf>>,
+    /// The most in the first minute, over the run, and in each minute
+    /// (at most a week's), bytes.
+    pub rss_first_minute_bytes: Option<u64>,
+    pub rss_peak_bytes: Option<u64>,
+    pub rss_by_minute_bytes: Vec<u64>,
+}
+
+/// The flight recorder's keeper, run on a thread of its own beside a
+/// continuous recording of [`WINDOW`]s: follows the finished windows
+/// (`windows`: the store's `windows_done`) and the probes' histogram logs
+/// (`logs`: file and tag), and applies the retention rule. Ends when the
+/// recorder has finished its last window (the channel closes), after a
+/// last read of the logs (the probes are done by then). Nothing stops it:
+/// a log that cannot be read is no longer followed (its windows wait out
+/// the ring), an unreadable window is deleted, one that cannot be deleted
+/// is counted.
+pub fn keep(options: FlightOptions, logs: &[(PathBuf, &str)], windows: Receiver<PathBuf>) -> Kept {
+    let mut ring = FlightRing::new(options);
+    let mut tails: Vec<HlogTail> = logs.iter().map(|(p, tag)| HlogTail::new(p, tag)).collect();
+    let started = Instant::now();
+    let (mut rss_first, mut rss_peak) = (None::<u64>, None::<u64>);
+    let mut last_rss = None::<Instant>;
+    let mut by_minute: Vec<u64> = Vec::new();
+    let follow = |ring: &mut FlightRing, tails: &mut Vec<HlogTail>| {
+        tails.retain_mut(|t| match t.poll(&mut |p| ring.interval(p)) {
+            Ok(()) => true,
+            Err(e) => {
+                ontime_core::errln!("ontime: flight recorder: {e:#}; no longer following it");
+                false
+            }
+        });
+    };
+    loop {
+        match windows.recv_timeout(Duration::from_millis(250)) {
+            Ok(path) => match Recording::read_meta(&path) {
+                Ok(meta) => {
+                    let start = meta.start_realtime_ns;
+                    ring.window_done(&path, start, start + WINDOW.as_nanos() as u64, MonoNs::now().0);
+                }
+                Err(e) => {
+                    ontime_core::errln!("ontime: flight recorder: {e:#}; deleting it");
+                    let _ = std::fs::remove_file(&path);
+                }
+            },
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        follow(&mut ring, &mut tails);
+        let logged = tails.iter().map(|t| t.logged_upto_ns()).min().flatten();
+        ring.expire(MonoNs::now().0, logged);
+        if last_rss.is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(1)) {
+            last_rss = Some(Instant::now());
+            if let Some(rss) = ontime_core::proc::own_resident_bytes() {
+                rss_peak = Some(rss_peak.unwrap_or(0).max(rss));
+                if started.elapsed() <= Duration::from_secs(60) {
+                    rss_first = Some(rss_first.unwrap_or(0).max(rss));
+                }
+                let minute = (started.elapsed().as_secs() / 60) as usize;
+                if minute < MAX_RSS_MINUTES {
+                    if by_minute.len() <= minute {
+                        by_minute.resize(minute + 1, 0);
+                    }
+                    by_minute[minute] = by_minute[minute].max(rss);
+                }
+            }
+        }
+    }
+    follow(&mut ring, &mut tails);
+    let (summary, kept) = ring.finish();
+    Kept {
+        summary,
+        stretches: crate::store::contiguous(kept),
+        rss_first_minute_bytes: rss_first,
+        rss_peak_bytes: rss_peak,
+        rss_by_minute_bytes: by_minute,
     }
 }
 
