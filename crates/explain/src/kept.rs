@@ -75,22 +75,7 @@ pub fn explain_tenants(rec: &Recording, dir: &Path, tenants: usize) -> Result<Op
     Ok(explain_sets_on(&tl, rec, sets))
 }
 
-/// A lab run's tenants explained (`explain.json`) and, where causes were
-/// injected, scored against them (`truth.json`), on one time line of `rec`
-/// watching every tenant's late threads.
-pub fn explain_and_check(
-    rec: &Recording,
-    dir: &Path,
-    tenants: usize,
-) -> Result<(Option<RunExplanations>, Option<crate::truth::RunTruth>)> {
-    let sets = read_tenants(dir, tenants)?;
-    let events: Vec<ProbeEvent> = sets.iter().flat_map(|(_, l, _)| l.events.iter().copied()).collect();
-    let tl = crate::timeline::Timeline::from_recording(rec, &crate::summary::probe_tids(&events));
-    let truth = crate::truth::check_run_on(&tl, rec, dir, &events)?;
-    Ok((explain_sets_on(&tl, rec, sets), truth))
-}
-
-fn explain_sets_on(
+pub(crate) fn explain_sets_on(
     tl: &crate::timeline::Timeline,
     rec: &Recording,
     sets: Vec<(String, LateSet, &'static str)>,

@@ -389,6 +389,21 @@ pub fn check_run(rec: &Recording, dir: &std::path::Path, tenants: usize) -> anyh
     check_run_on(&tl, rec, dir, &events)
 }
 
+/// A lab run's tenants explained (`explain.json`) and, where causes were
+/// injected, scored against them (`truth.json`), on one time line of `rec`
+/// watching every tenant's late threads.
+pub fn explain_and_check(
+    rec: &Recording,
+    dir: &std::path::Path,
+    tenants: usize,
+) -> anyhow::Result<(Option<crate::kept::RunExplanations>, Option<RunTruth>)> {
+    let sets = crate::kept::read_tenants(dir, tenants)?;
+    let events: Vec<ProbeEvent> = sets.iter().flat_map(|(_, l, _)| l.events.iter().copied()).collect();
+    let tl = Timeline::from_recording(rec, &crate::summary::probe_tids(&events));
+    let truth = check_run_on(&tl, rec, dir, &events)?;
+    Ok((crate::kept::explain_sets_on(&tl, rec, sets), truth))
+}
+
 /// As [`check_run`], on a time line already built from `rec` that watches
 /// the threads of `events` (the tenants' kept late events).
 pub fn check_run_on(

@@ -366,7 +366,7 @@ fn analyse(file: &Path, dir: &Path) -> Result<bool> {
     // them: `keep_worst` in the probe spec), and with causes injected at
     // known times (`[[inject]]`) how that scores, on one time line of this
     // recording. The run stands without them.
-    let (explained, truth) = match ontime_explain::kept::explain_and_check(&rec, dir, rec.meta.groups.len()) {
+    let (explained, truth) = match ontime_explain::truth::explain_and_check(&rec, dir, rec.meta.groups.len()) {
         Ok(x) => x,
         Err(e) => {
             ontime_core::errln!(

@@ -22,17 +22,8 @@ pub struct CpuBurstSpec {
     pub cpu: usize,
     /// SCHED_FIFO priority: above the probe's, so the probe waits.
     pub priority: u8,
-    /// Each burst's length is drawn uniformly from [min_ns, max_ns].
-    pub min_ns: u64,
-    pub max_ns: u64,
-    /// From one burst's start to the next's.
-    pub every_ns: u64,
-    /// The first burst starts this long after the injector starts, so the
-    /// probes are measuring by then.
-    pub start_after_ns: u64,
-    /// No burst starts later than this after the injector starts.
-    pub for_ns: u64,
-    pub seed: u64,
+    /// When the bursts come and how long each holds the CPU.
+    pub timing: Timing,
     /// An ordinary (SCHED_OTHER) thread busy on the CPU through each
     /// burst: what the CPU runs when the real-time class is throttled
     /// (bursts longer than the class's budget, 950 ms of 1 s by default).
@@ -41,19 +32,8 @@ pub struct CpuBurstSpec {
 }
 
 impl CpuBurstSpec {
-    pub fn timing(&self) -> Timing {
-        Timing {
-            min_ns: self.min_ns,
-            max_ns: self.max_ns,
-            every_ns: self.every_ns,
-            start_after_ns: self.start_after_ns,
-            for_ns: self.for_ns,
-            seed: self.seed,
-        }
-    }
-
     pub fn check(&self) -> Result<()> {
-        self.timing().check()?;
+        self.timing.check()?;
         if !(1..=99).contains(&self.priority) {
             bail!("a SCHED_FIFO priority is 1..=99, not {}", self.priority);
         }
@@ -77,7 +57,7 @@ pub fn cpu_bursts(spec: &CpuBurstSpec, stop: &AtomicBool) -> Result<Vec<(u64, u6
         priority: spec.priority,
     })?;
     let _ = ontime_core::rt::set_timer_slack_ns(1);
-    Ok(hold_windows(&spec.timing(), stop, |until| {
+    Ok(hold_windows(&spec.timing, stop, |until| {
         if let Some(c) = &companion {
             c.busy_until(until);
         }

@@ -281,7 +281,9 @@ impl crate::scenario::RunConfig {
             if inj.cause == InjectCause::OwnWork {
                 continue;
             }
-            let (min_ns, max_ns) = inj.length_ns().map_err(|e| format!("inject[{i}].length: {e}"))?;
+            let timing = inj
+                .timing(self.duration, Self::injection_seed(dir, i))
+                .map_err(|e| format!("inject[{i}].length: {e}"))?;
             if inj.cause == InjectCause::SoftirqFlood {
                 let veth = veths
                     .get(inj.tenant)
@@ -294,14 +296,7 @@ impl crate::scenario::RunConfig {
                         src_addr: ontime_core::names::building_addr(),
                         flooder_cpu: inj.flooder_cpu(&self.tenant).map_err(|e| format!("inject[{i}]: {e}"))?,
                         rate_pps: inj.rate,
-                        timing: ontime_load::inject::Timing {
-                            min_ns,
-                            max_ns,
-                            every_ns: inj.every,
-                            start_after_ns: inj.start_after,
-                            for_ns: self.duration.saturating_sub(inj.start_after),
-                            seed: Self::injection_seed(dir, i),
-                        },
+                        timing,
                     },
                     tenant_cpu: inj.tenant_cpu(&self.tenant).map_err(|e| format!("inject[{i}]: {e}"))?,
                     result: dir.join(format!("inject-{i}.json")),
@@ -313,12 +308,7 @@ impl crate::scenario::RunConfig {
                 bursts: ontime_load::inject::CpuBurstSpec {
                     cpu,
                     priority: inj.priority,
-                    min_ns,
-                    max_ns,
-                    every_ns: inj.every,
-                    start_after_ns: inj.start_after,
-                    for_ns: self.duration.saturating_sub(inj.start_after),
-                    seed: Self::injection_seed(dir, i),
+                    timing,
                     fair_companion: inj.cause == InjectCause::RtThrottle,
                 },
                 result: dir.join(format!("inject-{i}.json")),

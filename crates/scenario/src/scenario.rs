@@ -525,6 +525,20 @@ impl InjectSpec {
         Ok((min, max))
     }
 
+    /// When it injects, in a run of `duration_ns` (the draws seeded by
+    /// `seed`).
+    pub fn timing(&self, duration_ns: u64, seed: u64) -> Result<ontime_load::inject::Timing, String> {
+        let (min_ns, max_ns) = self.length_ns()?;
+        Ok(ontime_load::inject::Timing {
+            min_ns,
+            max_ns,
+            every_ns: self.every,
+            start_after_ns: self.start_after,
+            for_ns: duration_ns.saturating_sub(self.start_after),
+            seed,
+        })
+    }
+
     /// The CPU it holds: `cpu`, else the first of the tenants' cpuset.
     pub fn cpu_of(&self, tenant: &TenantTemplate) -> Result<usize, String> {
         if let Some(c) = self.cpu {
