@@ -763,6 +763,9 @@ impl EventSource for PerfSource {
                 // Every CPU's switches and interrupts: a tracked thread
                 // waits or runs through them.
                 kind::SWITCH | kind::IRQ_ENTRY | kind::IRQ_EXIT | kind::SOFTIRQ_ENTRY | kind::SOFTIRQ_EXIT => true,
+                // Every task's exec: it renames a culprit first seen
+                // before it.
+                kind::EXEC => true,
                 kind::FORK => match self.lookup(e.a) {
                     Some(group) => {
                         self.tracked.insert(e.b, group);

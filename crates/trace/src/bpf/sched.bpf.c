@@ -270,11 +270,11 @@ int BPF_PROG(on_exit, struct task_struct *p)
     return 0;
 }
 
+/* Every task's, tracked or not: a culprit first seen before its exec
+ * (forked from a shell) is named by what it became. Execs are rare. */
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct *p)
 {
-    if (!is_tracked(p))
-        return 0;
     __u32 tid = BPF_CORE_READ(p, pid);
     emit_comm(EV_EXEC, p, tid, 0);
     return 0;

@@ -1,0 +1,84 @@
+//! A culprit is named by what it runs: a process first seen as the shell
+//! that forked it, then exec'd into another program, is named by the
+//! program in the recording's thread table, with either mechanism. Needs
+//! root (BPF or perf tracepoints); skips with one line otherwise.
+use std::process::{Child, Command};
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use ontime_trace::recorder::{record, Mechanism, NoSink, RecordOptions};
+use ontime_trace::recording::Recording;
+use ontime_trace::targets::Targets;
+
+/// Killed on drop, also when an assertion fails.
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn renamed_after_exec(mechanism: Mechanism) {
+    if !ontime_testkit::is_root() {
+        ontime_testkit::skip("needs root (BPF or perf tracepoints)");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("names.otrec");
+    let opts = RecordOptions {
+        targets: Targets {
+            groups: vec![],
+            everything: false,
+            host_io: vec![],
+        },
+        output: Some(file.clone()),
+        drain_every: Duration::from_millis(100),
+        measure_overhead: false,
+        mechanism,
+        sample_hz: None,
+        window: None,
+        windows_done: None,
+    };
+    let stop = AtomicBool::new(false);
+    let mut pid = 0;
+    std::thread::scope(|s| {
+        let rec = s.spawn(|| {
+            record(
+                &opts,
+                &stop,
+                Some(Duration::from_millis(2500)),
+                &mut NoSink,
+                &mut |_| {},
+            )
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        // The shell runs and waits for its sleep (switches: named "sh" at
+        // first sight, well before the exec), then becomes a sleep itself.
+        let mut child = Kill(
+            Command::new("sh")
+                .args(["-c", "sleep 0.6; exec sleep 0.5"])
+                .spawn()
+                .expect("sh"),
+        );
+        pid = child.0.id();
+        // Reaped before the recording ends: its name cannot be read again
+        // from /proc at the end, only its exec says it.
+        child.0.wait().expect("sh");
+        rec.join().expect("recorder thread").expect("recording");
+    });
+    let r = Recording::read(&file).expect("read");
+    let name = r.threads.get(&pid).map(|t| t.comm.clone());
+    assert_eq!(name.as_deref(), Some("sleep"), "pid {pid} after its exec");
+}
+
+#[test]
+fn bpf_names_a_process_by_what_it_exec_d() {
+    renamed_after_exec(Mechanism::Bpf);
+}
+
+#[test]
+fn perf_names_a_process_by_what_it_exec_d() {
+    renamed_after_exec(Mechanism::Perf);
+}
