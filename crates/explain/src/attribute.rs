@@ -18,6 +18,10 @@
 //! - unknown (before its first event, after a lost one), dead, or outside
 //!   the time line: unexplained.
 //!
+//! A request's arrival at the gateway ([`explain_arrival`]) adds the host
+//! I/O path: the time its frame was held past its due time, read off the
+//! relay thread's time line.
+//!
 //! Explaining allocates nothing but the explanation's segments
 //! ([`explain_into`] reuses them).
 
@@ -65,6 +69,103 @@ pub fn explain_into(tl: &Timeline, probe: &Probe, planned_ns: u64, actual_ns: u6
         i += 1;
     }
     out.push(a, actual_ns, side, not_recorded);
+}
+
+/// A request's arrival at the gateway, late by (arrived − planned) beyond
+/// the host I/O path's nominal one-way delay (`nominal_ns`: the relay's
+/// setting). [planned, sent) is the probe's send lag, explained on its own
+/// time line as [`explain`] does. The rest, (arrived − sent) − nominal, is
+/// the frame held in the path past when it was due to leave (sent +
+/// nominal): each stretch of [due, arrived) is read off the relay thread's
+/// time line (`relay`; None: not recorded) and placed nominal earlier, so
+/// the segments tile [planned, arrived − nominal):
+///
+/// - the relay running: busy with other frames, [`BlockedOn::RelayQueue`]
+///   naming it;
+/// - the relay queued on CPU c: interrupts on c, else waiting for c behind
+///   its occupant (the frame waited because the relay did);
+/// - the relay asleep: it held the frame without running (stopped, or its
+///   timer late), [`BlockedOn::RelayWait`] naming it;
+/// - unknown: unexplained.
+pub fn explain_arrival(
+    tl: &Timeline,
+    probe: &Probe,
+    relay: Option<&Probe>,
+    planned_ns: u64,
+    sent_ns: u64,
+    arrived_ns: u64,
+    nominal_ns: u64,
+) -> Explanation {
+    let actual = arrived_ns.saturating_sub(nominal_ns).max(planned_ns);
+    let sent = sent_ns.clamp(planned_ns, actual);
+    let mut out = explain(tl, probe, planned_ns, sent);
+    out.actual_ns = actual;
+    let side = tl.side;
+    let not_recorded = Cause::Unexplained { why: Gap::NotRecorded };
+    let Some(relay) = relay else {
+        out.push(sent, actual, side, not_recorded);
+        return out;
+    };
+    // On the relay's clock: [due, arrived).
+    let (due, arrived) = (sent + nominal_ns, actual + nominal_ns);
+    let mut a = due;
+    let from = tl.start_ns.min(arrived);
+    if a < from {
+        out.push(a - nominal_ns, from - nominal_ns, side, not_recorded);
+        a = from;
+    }
+    let to = tl.end_ns.min(arrived).max(a);
+    let spans = &tl.lines[relay.line].spans;
+    let mut i = spans.partition_point(|s| s.start <= a).saturating_sub(1);
+    let by = Who::Thread(relay.tid);
+    let mut put = |p: u64, q: u64, cause: Cause| out.push(p - nominal_ns, q - nominal_ns, side, cause);
+    while a < to {
+        let end = spans.get(i + 1).map_or(to, |s| s.start).min(to);
+        if end > a {
+            match spans[i].state {
+                State::Running { cpu } => put(
+                    a,
+                    end,
+                    Cause::Blocked {
+                        on: BlockedOn::RelayQueue,
+                        by,
+                        cpu: Some(cpu),
+                        irq: None,
+                    },
+                ),
+                State::Queued { cpu, .. } => tl.cpu_walk(cpu, a, end, |p, q, slice, irq| {
+                    let cause = match irq {
+                        Some(irq) => Cause::Interrupts { cpu, irq },
+                        None if slice.tid == UNKNOWN_TID || slice.tid == relay.tid => Cause::Unexplained {
+                            why: Gap::UnknownOccupant,
+                        },
+                        None => Cause::WaitedForCpu {
+                            cpu,
+                            behind: Who::from_tid(slice.tid),
+                            idle_elsewhere_ns: 0,
+                        },
+                    };
+                    put(p, q, cause);
+                }),
+                State::Asleep { .. } => put(
+                    a,
+                    end,
+                    Cause::Blocked {
+                        on: BlockedOn::RelayWait,
+                        by,
+                        cpu: None,
+                        irq: None,
+                    },
+                ),
+                State::Unknown => put(a, end, Cause::Unexplained { why: Gap::MissingEvent }),
+                State::Dead => put(a, end, not_recorded),
+            }
+            a = end;
+        }
+        i += 1;
+    }
+    put(a, arrived, not_recorded);
+    out
 }
 
 /// The causes of [a, e), all within span `i` of the probe's spans.
@@ -207,6 +308,7 @@ mod tests {
     const HOG: u32 = 200;
     const OTHER: u32 = 300;
     const WAKER: u32 = 400;
+    const RELAY: u32 = 500;
 
     fn at(ms: u64) -> u64 {
         T0 + ms * MS
@@ -262,6 +364,7 @@ mod tests {
     fn timeline(cpus: usize, events: &[Event], end: u64) -> Timeline {
         let mut b = TimelineBuilder::new(T0, cpus);
         b.watch(PROBE);
+        b.watch(RELAY);
         let mut sorted = events.to_vec();
         sorted.sort_by_key(|e| e.ts);
         for e in &sorted {
@@ -292,6 +395,83 @@ mod tests {
             assert!(x.segments.is_empty());
         }
         assert_eq!(x.by_kind().iter().sum::<u64>(), x.lateness_ns());
+    }
+
+    /// A request sent 1 ms late to a relay that then stopped for 139 ms
+    /// past the frame's due time: 1 ms of the probe's own work, then the
+    /// relay holding the frame asleep, then the relay running it out,
+    /// each named, placed the relay's 10 ms nominal delay earlier.
+    #[test]
+    fn a_stopped_relay_is_named_for_the_frame_it_held() {
+        let events = [
+            wake(at(0), 0, PROBE, 0, 0),
+            switch(at(0), 0, 0, PROBE, 0, 0),
+            sleep(at(1), 0, PROBE, 0),
+            switch(at(0) + 500 * US, 1, 0, RELAY, 0, 0),
+            sleep(at(2), 1, RELAY, 0),
+            wake(at(150), 1, RELAY, 0, 1),
+            switch(at(150), 1, 0, RELAY, 0, 0),
+            sleep(at(151), 1, RELAY, 0),
+        ];
+        let tl = timeline(2, &events, at(200));
+        let (probe, relay) = (tl.probe(PROBE).unwrap(), tl.probe(RELAY).unwrap());
+        let x = explain_arrival(&tl, &probe, Some(&relay), at(0), at(1), at(150) + 500 * US, 10 * MS);
+        assert_tiles(&x);
+        assert_eq!(x.lateness_ns(), 140 * MS + 500 * US);
+        let wait = Cause::Blocked {
+            on: BlockedOn::RelayWait,
+            by: Who::Thread(RELAY),
+            cpu: None,
+            irq: None,
+        };
+        let queue = Cause::Blocked {
+            on: BlockedOn::RelayQueue,
+            by: Who::Thread(RELAY),
+            cpu: Some(1),
+            irq: None,
+        };
+        let got: Vec<(u64, u64, Cause)> = x.segments.iter().map(|s| (s.start_ns, s.end_ns, s.cause)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (at(0), at(1), Cause::OwnWork { cpu: 0 }),
+                (at(1), at(140), wait),
+                (at(140), at(140) + 500 * US, queue),
+            ]
+        );
+    }
+
+    /// The relay woken at the frame's due time onto a CPU a hog holds:
+    /// the frame waited behind the hog, the relay's wait.
+    #[test]
+    fn a_relay_queued_behind_a_hog_names_the_hog() {
+        let events = [
+            sleep(at(0), 0, PROBE, 0),
+            switch(at(0), 1, 0, HOG, 0, 0),
+            wake(at(10), 1, RELAY, HOG, 1),
+            preempt(at(40), 1, HOG, RELAY),
+            sleep(at(40) + 200 * US, 1, RELAY, HOG),
+        ];
+        let tl = timeline(2, &events, at(100));
+        let (probe, relay) = (tl.probe(PROBE).unwrap(), tl.probe(RELAY).unwrap());
+        let x = explain_arrival(&tl, &probe, Some(&relay), at(0), at(0), at(40) + 200 * US, 10 * MS);
+        assert_tiles(&x);
+        let kinds: Vec<(u64, CauseKind)> = x.segments.iter().map(|s| (s.len_ns(), s.cause.kind())).collect();
+        assert_eq!(
+            kinds,
+            vec![(30 * MS, CauseKind::WaitedForCpu), (200 * US, CauseKind::Blocked)]
+        );
+        assert_eq!(x.segments[0].cause.culprit(PROBE).0, Some(Who::Thread(HOG)));
+        // No relay recorded: the path's part is unexplained, never guessed.
+        let x = explain_arrival(&tl, &probe, None, at(0), at(0), at(40), 10 * MS);
+        assert_tiles(&x);
+        assert_eq!(
+            x.by_kind()[CauseKind::ALL
+                .iter()
+                .position(|k| *k == CauseKind::Unexplained)
+                .unwrap()],
+            30 * MS
+        );
     }
 
     /// CPU 1 busy with another thread throughout, so no CPU idles.

@@ -28,7 +28,7 @@ pub mod summary;
 pub mod timeline;
 pub mod truth;
 
-pub use attribute::{explain, explain_into, RT_PREEMPT_GRACE_NS};
+pub use attribute::{explain, explain_arrival, explain_into, RT_PREEMPT_GRACE_NS};
 pub use cause::{BlockedOn, Cause, CauseKind, Detail, Explanation, Gap, Irq, Late, Segment, Side, Who};
 pub use report::{CauseShare, Culprit, LateEvent};
 pub use summary::{explain_run, RunExplanation};
