@@ -726,6 +726,27 @@ fn a_softirq_flood_is_charged_to_the_receive_softirq_on_the_tenants_cpu() {
     right_is_largest_of(&results.join("runs/000-rep1"), "softirq-flood", false);
 }
 
+/// Requests a held relay kept reach the gateway late, and their lateness
+/// is charged to the relay's thread holding them.
+#[test]
+fn a_stopped_relay_is_charged_for_the_requests_it_held() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root_or_skip() {
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let (_dir, _sc, results) = run_lab(
+        "name = 'relay'\nduration = '8s'\n[host]\nrelay_delay = '10ms'\n[tenant]\ncount = 1\nvcpus = 1\n\
+[tenant.crawl]\nrate = 200\n[observe]\nrecorder = 'ontime'\n[targets]\n'p99.9' = '5ms'\n\
+[[inject]]\ncause = 'relay-stall'\nlength = '200ms..300ms'\nevery = '2s'\nstart_after = '1s'\n",
+    );
+    let run = results.join("runs/000-rep1");
+    right_is_largest(&run, "relay-stall");
+    let x = read_json(&run.join("explain.json"));
+    let arrivals = &x["tenants"]["t0"]["arrivals"];
+    assert_eq!(arrivals["causes"][0]["detail"], "relay_wait", "{arrivals:#}");
+}
+
 /// The largest cell of `class`'s row in a run's truth.json is the right
 /// cause with the right culprit (who and which cause only, never timings).
 fn right_is_largest(run: &Path, class: &str) {

@@ -18,6 +18,11 @@ pub struct ProbeEvent {
     pub tid: u32,
     pub planned_ns: u64,
     pub actual_ns: u64,
+    /// A request's arrival at the gateway (a crawl's `late_arrivals`):
+    /// when the probe sent it; `actual_ns` is then the gateway's kernel
+    /// receive stamp less the path's nominal one-way delay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_ns: Option<u64>,
 }
 
 impl ProbeEvent {
@@ -26,13 +31,18 @@ impl ProbeEvent {
     }
 }
 
+/// A kept event as the heap orders it: lateness, u64::MAX − planned (of
+/// equal lateness the earlier planned ranks higher), actual, tid, sent
+/// (u64::MAX: none).
+type Key = (u64, u64, u64, u32, u64);
+
 /// The `capacity` worst events offered (ties: the earlier kept), and how
 /// many were offered.
 #[derive(Debug)]
 pub struct WorstEvents {
     // Min-heap on lateness: the root is the mildest kept, the one a worse
     // newcomer replaces.
-    heap: BinaryHeap<Reverse<(u64, u64, u64, u32)>>,
+    heap: BinaryHeap<Reverse<Key>>,
     capacity: usize,
     offered: u64,
 }
@@ -47,7 +57,7 @@ impl WorstEvents {
     pub fn new(capacity: usize) -> WorstEvents {
         let mut heap = BinaryHeap::with_capacity(capacity);
         // Touch every page now, not on the measurement path.
-        heap.extend(std::iter::repeat_n(Reverse((0, 0, 0, 0)), capacity));
+        heap.extend(std::iter::repeat_n(Reverse((0, 0, 0, 0, 0)), capacity));
         heap.clear();
         WorstEvents {
             heap,
@@ -72,7 +82,14 @@ impl WorstEvents {
         }
         self.offered += 1;
         // Of equal lateness the later planned is the smaller: it goes first.
-        let key = Reverse((e.lateness_ns(), u64::MAX - e.planned_ns, e.actual_ns, e.tid));
+        // A sent time of u64::MAX is none.
+        let key = Reverse((
+            e.lateness_ns(),
+            u64::MAX - e.planned_ns,
+            e.actual_ns,
+            e.tid,
+            e.sent_ns.unwrap_or(u64::MAX),
+        ));
         if self.heap.len() < self.capacity {
             self.heap.push(key);
         } else if self.heap.peek().is_some_and(|min| key.0 .0 > min.0 .0) {
@@ -88,29 +105,26 @@ impl WorstEvents {
     /// capacity).
     pub fn add(&mut self, other: &WorstEvents) {
         let offered = self.offered + other.offered;
-        for &Reverse((_, later, actual_ns, tid)) in other.heap.iter() {
-            self.offer(ProbeEvent {
-                tid,
-                planned_ns: u64::MAX - later,
-                actual_ns,
-            });
+        for &key in other.heap.iter() {
+            self.offer(unkey(key));
         }
         self.offered = offered;
     }
 
     /// The kept events, worst first (ties: earlier planned first).
     pub fn into_worst_first(self) -> Vec<ProbeEvent> {
-        let mut v: Vec<ProbeEvent> = self
-            .heap
-            .into_iter()
-            .map(|Reverse((_, later, actual_ns, tid))| ProbeEvent {
-                tid,
-                planned_ns: u64::MAX - later,
-                actual_ns,
-            })
-            .collect();
+        let mut v: Vec<ProbeEvent> = self.heap.into_iter().map(unkey).collect();
         v.sort_by_key(|e| (Reverse(e.lateness_ns()), e.planned_ns));
         v
+    }
+}
+
+fn unkey(Reverse((_, later, actual_ns, tid, sent)): Reverse<Key>) -> ProbeEvent {
+    ProbeEvent {
+        tid,
+        planned_ns: u64::MAX - later,
+        actual_ns,
+        sent_ns: (sent != u64::MAX).then_some(sent),
     }
 }
 
@@ -125,6 +139,16 @@ pub struct LateSet {
     pub threshold_ns: u64,
     /// What chose the threshold, for the reader.
     pub threshold_from: String,
+}
+
+/// The requests of a crawl that arrived late at the gateway: each event's
+/// `actual_ns` is the gateway's receive stamp less the path's nominal
+/// one-way delay (`nominal_ns`), its `sent_ns` when it was sent.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LateArrivals {
+    pub nominal_ns: u64,
+    #[serde(flatten)]
+    pub set: LateSet,
 }
 
 impl LateSet {
@@ -173,6 +197,7 @@ mod tests {
             tid: 7,
             planned_ns: planned,
             actual_ns: planned + late,
+            sent_ns: None,
         }
     }
 

@@ -105,6 +105,17 @@ pub struct EngineSetup {
     pub records_dropped: Arc<std::sync::atomic::AtomicU64>,
     /// Polls kept with their send lag for explanation, the worst (0: none).
     pub keep_worst: usize,
+    /// With it, arrivals at the gateway late beyond this nominal delay are
+    /// kept too (`keep_worst` of them).
+    pub arrival_nominal_ns: Option<u64>,
+}
+
+/// What a vCPU thread kept for explanation: its worst polls by send lag
+/// and by arrival at the gateway.
+#[derive(Debug, Default)]
+pub struct KeptPolls {
+    pub send_lag: WorstEvents,
+    pub arrivals: WorstEvents,
 }
 
 /// A thread's pool before the start.
@@ -189,9 +200,11 @@ struct Engine<C: Clock = SystemClock> {
     start: u64,
     end: u64,
     warming: bool,
-    /// This thread's id and its worst send lags, for `--explain`.
+    /// This thread's id and its worst send lags and arrivals, for
+    /// `--explain`.
     tid: u32,
     worst: WorstEvents,
+    worst_arrivals: WorstEvents,
 }
 
 /// The most streams planned at the same instant of every period (same
@@ -217,12 +230,16 @@ fn burn_cpu(ns: u64) {
 const MAX_WAITING: usize = 4096;
 
 /// Runs one vCPU thread's share of the crawl until the end time or a stop.
-/// Returns its worst polls by send lag (`keep_worst` of them).
-pub fn run(setup: EngineSetup) -> anyhow::Result<WorstEvents> {
+/// Returns its worst polls by send lag and by arrival (`keep_worst` of
+/// each).
+pub fn run(setup: EngineSetup) -> anyhow::Result<KeptPolls> {
     let mut e = Engine::new(setup, SystemClock)?;
     e.warm_up()?;
     e.main_loop()?;
-    Ok(std::mem::take(&mut e.worst))
+    Ok(KeptPolls {
+        send_lag: std::mem::take(&mut e.worst),
+        arrivals: std::mem::take(&mut e.worst_arrivals),
+    })
 }
 
 impl<C: Clock> Engine<C> {
@@ -281,6 +298,11 @@ impl<C: Clock> Engine<C> {
             // SAFETY: gettid has no preconditions.
             tid: unsafe { libc::gettid() } as u32,
             worst: WorstEvents::new(s.keep_worst),
+            worst_arrivals: WorstEvents::new(if s.arrival_nominal_ns.is_some() {
+                s.keep_worst
+            } else {
+                0
+            }),
             s,
         };
         // Connect ahead of the start so the first polls do not each pay for,
@@ -648,6 +670,7 @@ impl<C: Clock> Engine<C> {
                 tid: self.tid,
                 planned_ns: p.planned,
                 actual_ns: p.sent,
+                sent_ns: None,
             });
         }
         while c.written < req.len() {
@@ -918,10 +941,25 @@ impl<C: Clock> Engine<C> {
                 tid: self.tid,
                 planned_ns: p.planned,
                 actual_ns: done.max(p.planned),
+                sent_ns: None,
             });
         } else {
             m.response_time.record(done.saturating_sub(p.sent));
         }
+        // The request's arrival, on this host's clock where the gateway
+        // stamps on it (the lab's emulator).
+        let arrived = outcome == Outcome::Ok && recv > 0 && p.sent > 0;
+        if let Some(nominal) = self.s.arrival_nominal_ns.filter(|_| arrived) {
+            let due = p.planned.saturating_add(nominal);
+            self.metrics.arrival_lag.record(recv.saturating_sub(due));
+            self.worst_arrivals.offer(ProbeEvent {
+                tid: self.tid,
+                planned_ns: p.planned,
+                actual_ns: recv.saturating_sub(nominal).max(p.planned),
+                sent_ns: Some(p.sent),
+            });
+        }
+        let m = &mut self.metrics;
         let st = &self.s.streams[p.stream as usize];
         let tracker = &mut self.trackers[p.stream as usize];
         if outcome == Outcome::Ok {
@@ -1020,6 +1058,7 @@ mod tests {
             store_records: None,
             records_dropped: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             keep_worst: 4,
+            arrival_nominal_ns: Some(10 * MS),
         };
         let mut engine = Engine::new(setup, FakeClock::new(START, vec![])).unwrap();
         engine.warming = false;
@@ -1077,6 +1116,42 @@ mod tests {
         assert_eq!(m.interval_error.max(), 100 * MS);
         let waited = m.send_lag.max().max(m.response_time.max());
         assert_eq!(waited, 40 * MS, "the whole wait is one sample");
+    }
+
+    /// An answered poll whose gateway receive stamp is on this clock is an
+    /// arrival: late by (receive − planned) − the nominal delay, kept with
+    /// its sent time; an answer without a stamp is not.
+    #[test]
+    fn an_answered_poll_is_kept_as_an_arrival_beyond_the_nominal_delay() {
+        let mut r = rig(1, 100 * MS, 1_000 * MS, 1_000 * MS, 64);
+        let e = &mut r.engine;
+        let poll = |planned, sent| InFlight {
+            stream: 0,
+            index: 0,
+            planned,
+            sent,
+            resent: false,
+        };
+        e.finish(
+            poll(START, START + MS),
+            START + 70 * MS,
+            Outcome::Ok,
+            START + 50 * MS,
+            200,
+        );
+        e.finish(poll(START, START + MS), START + 70 * MS, Outcome::Ok, 0, 200);
+        assert_eq!(e.metrics.arrival_lag.len(), 1);
+        assert_eq!(e.metrics.arrival_lag.max(), 40 * MS);
+        let kept = std::mem::take(&mut e.worst_arrivals).into_worst_first();
+        assert_eq!(
+            kept,
+            vec![ProbeEvent {
+                tid: e.tid,
+                planned_ns: START,
+                actual_ns: START + 40 * MS,
+                sent_ns: Some(START + MS),
+            }]
+        );
     }
 
     /// A thread that wakes 35 ms late plans every poll that fell due

@@ -64,6 +64,12 @@ pub struct RunOptions {
     pub keep_worst: usize,
     #[serde(default)]
     pub explain_over: Option<u64>,
+    /// The path's nominal one-way delay to a gateway stamping on this
+    /// host's clock (the lab's relay delay): with it (and `keep_worst`)
+    /// each thread also keeps its worst arrivals at the gateway, late by
+    /// (gateway receive − planned) − this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrival_nominal_ns: Option<u64>,
 }
 
 /// Progress, once per report interval.
@@ -139,6 +145,11 @@ pub struct CrawlResult {
     /// `ontime explain RESULT RECORDING` explains.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub late_events: Option<ontime_core::late::LateSet>,
+    /// The requests that arrived late at the gateway (with
+    /// `arrival_nominal_ns`): each event's `actual_ns` is the gateway's
+    /// receive stamp less the nominal delay, `sent_ns` when it was sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_arrivals: Option<ontime_core::late::LateArrivals>,
 }
 
 /// What a crawl used, measured on the run: CPU per poll (document 000's
@@ -284,14 +295,30 @@ pub fn run(
 
     let mut failures = Vec::new();
     let mut worst = ontime_core::late::WorstEvents::new(opts.keep_worst.saturating_mul(k));
+    let arrivals_kept = if opts.arrival_nominal_ns.is_some() {
+        opts.keep_worst
+    } else {
+        0
+    };
+    let mut worst_arrivals = ontime_core::late::WorstEvents::new(arrivals_kept.saturating_mul(k));
     for r in threads.group.join() {
         match r {
-            Ok(w) => worst.add(&w),
+            Ok(w) => {
+                worst.add(&w.send_lag);
+                worst_arrivals.add(&w.arrivals);
+            }
             Err(e) => failures.push(format!("{e:#}")),
         }
     }
     let late_events =
         (opts.keep_worst > 0).then(|| ontime_core::late::LateSet::choose(worst, &totals.send_lag, opts.explain_over));
+    let late_arrivals =
+        opts.arrival_nominal_ns
+            .filter(|_| arrivals_kept > 0)
+            .map(|nominal_ns| ontime_core::late::LateArrivals {
+                nominal_ns,
+                set: ontime_core::late::LateSet::choose(worst_arrivals, &totals.arrival_lag, opts.explain_over),
+            });
     let (sink_stats, mut incomplete_files) = match sink {
         Some(s) => s.finish()?,
         None => (sink::SinkStats::default(), Vec::new()),
@@ -343,6 +370,7 @@ pub fn run(
         warnings,
         explanation: None,
         late_events,
+        late_arrivals,
         manifest,
         config: cfg,
     })
@@ -368,7 +396,7 @@ fn assign_streams(cfg: &CrawlConfig, vcpus: usize, warnings: &mut Vec<String>) -
 
 /// The running vCPU threads and the channels to them.
 struct VcpuThreads {
-    group: ontime_core::rt::ThreadGroup<ontime_core::late::WorstEvents>,
+    group: ontime_core::rt::ThreadGroup<engine::KeptPolls>,
     warm: mpsc::Receiver<engine::Warm>,
     starts: Vec<mpsc::Sender<MonoNs>>,
     reports: mpsc::Receiver<Report>,
@@ -439,6 +467,7 @@ fn start_vcpu_threads(
             store_records,
             records_dropped: t.records_dropped.clone(),
             keep_worst: opts.keep_worst,
+            arrival_nominal_ns: opts.arrival_nominal_ns,
         };
         t.group.spawn(&format!("crawl-vcpu{i}"), opts.thread.clone(), move || {
             engine::run(setup)

@@ -123,6 +123,7 @@ impl ThreadStats {
             tid: self.tid,
             planned_ns: planned.0,
             actual_ns: planned.0 + lat_ns,
+            sent_ns: None,
         });
         self.latency.record(lat_ns);
         self.sum_ns += lat_ns as u128;

@@ -73,12 +73,12 @@ pub fn explain_into(tl: &Timeline, probe: &Probe, planned_ns: u64, actual_ns: u6
 
 /// A request's arrival at the gateway, late by (arrived − planned) beyond
 /// the host I/O path's nominal one-way delay (`nominal_ns`: the relay's
-/// setting). [planned, sent) is the probe's send lag, explained on its own
+/// setting); `actual_ns` is arrived − nominal (as a crawl keeps it). [planned, sent) is the probe's send lag, explained on its own
 /// time line as [`explain`] does. The rest, (arrived − sent) − nominal, is
 /// the frame held in the path past when it was due to leave (sent +
 /// nominal): each stretch of [due, arrived) is read off the relay thread's
 /// time line (`relay`; None: not recorded) and placed nominal earlier, so
-/// the segments tile [planned, arrived − nominal):
+/// the segments tile [planned, actual):
 ///
 /// - the relay running: busy with other frames, [`BlockedOn::RelayQueue`]
 ///   naming it;
@@ -87,38 +87,71 @@ pub fn explain_into(tl: &Timeline, probe: &Probe, planned_ns: u64, actual_ns: u6
 /// - the relay asleep: it held the frame without running (stopped, or its
 ///   timer late), [`BlockedOn::RelayWait`] naming it;
 /// - unknown: unexplained.
+///
+/// In the send lag, a stretch the probe slept past its planned time with
+/// the poll due (blocked on a waker) is the relay's too, read at the same
+/// time: a crawler that cannot send is short of a connection, and its
+/// connections cross the relay.
 pub fn explain_arrival(
     tl: &Timeline,
     probe: &Probe,
     relay: Option<&Probe>,
     planned_ns: u64,
     sent_ns: u64,
-    arrived_ns: u64,
+    actual_ns: u64,
     nominal_ns: u64,
 ) -> Explanation {
-    let actual = arrived_ns.saturating_sub(nominal_ns).max(planned_ns);
+    let actual = actual_ns.max(planned_ns);
     let sent = sent_ns.clamp(planned_ns, actual);
-    let mut out = explain(tl, probe, planned_ns, sent);
-    out.actual_ns = actual;
+    let send_lag = explain(tl, probe, planned_ns, sent);
+    let mut out = Explanation::default();
+    out.reset(probe.tid, planned_ns, actual);
     let side = tl.side;
     let not_recorded = Cause::Unexplained { why: Gap::NotRecorded };
+    // The send lag: a crawler asleep past its planned time with a poll
+    // due could not send it, for want of a connection, and its
+    // connections cross the relay: those stretches are the relay's.
+    for seg in &send_lag.segments {
+        let waited_on_network = matches!(
+            seg.cause,
+            Cause::Blocked {
+                on: BlockedOn::Interrupt | BlockedOn::Thread,
+                ..
+            }
+        );
+        match relay {
+            Some(r) if waited_on_network => relay_walk(tl, r, seg.start_ns, seg.end_ns, 0, &mut out),
+            _ => out.push(seg.start_ns, seg.end_ns, seg.side, seg.cause),
+        }
+    }
     let Some(relay) = relay else {
         out.push(sent, actual, side, not_recorded);
         return out;
     };
-    // On the relay's clock: [due, arrived).
-    let (due, arrived) = (sent + nominal_ns, actual + nominal_ns);
-    let mut a = due;
-    let from = tl.start_ns.min(arrived);
+    // The frame due out at sent + nominal: each stretch of [due, arrived)
+    // placed nominal earlier.
+    relay_walk(tl, relay, sent + nominal_ns, actual + nominal_ns, nominal_ns, &mut out);
+    out
+}
+
+/// The relay thread's states over [a, e) (its clock) as causes of the
+/// stretch `shift` earlier: running, busy with other frames; queued,
+/// waiting for its CPU behind the occupant (or interrupts); asleep,
+/// holding the frame; unknown, unexplained.
+fn relay_walk(tl: &Timeline, relay: &Probe, a: u64, e: u64, shift: u64, out: &mut Explanation) {
+    let side = tl.side;
+    let not_recorded = Cause::Unexplained { why: Gap::NotRecorded };
+    let mut put = |p: u64, q: u64, cause: Cause| out.push(p - shift, q - shift, side, cause);
+    let mut a = a;
+    let from = tl.start_ns.min(e);
     if a < from {
-        out.push(a - nominal_ns, from - nominal_ns, side, not_recorded);
+        put(a, from, not_recorded);
         a = from;
     }
-    let to = tl.end_ns.min(arrived).max(a);
+    let to = tl.end_ns.min(e).max(a);
     let spans = &tl.lines[relay.line].spans;
     let mut i = spans.partition_point(|s| s.start <= a).saturating_sub(1);
     let by = Who::Thread(relay.tid);
-    let mut put = |p: u64, q: u64, cause: Cause| out.push(p - nominal_ns, q - nominal_ns, side, cause);
     while a < to {
         let end = spans.get(i + 1).map_or(to, |s| s.start).min(to);
         if end > a {
@@ -164,8 +197,7 @@ pub fn explain_arrival(
         }
         i += 1;
     }
-    put(a, arrived, not_recorded);
-    out
+    put(a, e.max(a), not_recorded);
 }
 
 /// The causes of [a, e), all within span `i` of the probe's spans.
@@ -415,7 +447,7 @@ mod tests {
         ];
         let tl = timeline(2, &events, at(200));
         let (probe, relay) = (tl.probe(PROBE).unwrap(), tl.probe(RELAY).unwrap());
-        let x = explain_arrival(&tl, &probe, Some(&relay), at(0), at(1), at(150) + 500 * US, 10 * MS);
+        let x = explain_arrival(&tl, &probe, Some(&relay), at(0), at(1), at(140) + 500 * US, 10 * MS);
         assert_tiles(&x);
         assert_eq!(x.lateness_ns(), 140 * MS + 500 * US);
         let wait = Cause::Blocked {
@@ -441,6 +473,49 @@ mod tests {
         );
     }
 
+    /// A crawler that slept past its planned time with the poll due (no
+    /// connection to send it on) waited on the relay: that stretch of its
+    /// send lag is read off the relay's time line at the same time.
+    #[test]
+    fn a_send_held_up_by_a_stopped_relay_is_the_relays() {
+        let events = [
+            wake(at(0), 0, PROBE, 0, 0),
+            switch(at(0), 0, 0, PROBE, 0, 0),
+            sleep(at(1), 0, PROBE, 0),
+            wake(at(50), 0, PROBE, 0, 0),
+            switch(at(50), 0, 0, PROBE, 0, 0),
+            sleep(at(51), 0, PROBE, 0),
+            sleep(at(0) + 100 * US, 1, RELAY, 0),
+            wake(at(45), 1, RELAY, 0, 1),
+            switch(at(45), 1, 0, RELAY, 0, 0),
+            sleep(at(46), 1, RELAY, 0),
+        ];
+        let tl = timeline(2, &events, at(100));
+        let (probe, relay) = (tl.probe(PROBE).unwrap(), tl.probe(RELAY).unwrap());
+        let x = explain_arrival(&tl, &probe, Some(&relay), at(0), at(50), at(50), 10 * MS);
+        assert_tiles(&x);
+        let got: Vec<(u64, u64, BlockedOn)> = x
+            .segments
+            .iter()
+            .filter_map(|s| match s.cause {
+                Cause::Blocked { on, by, .. } => {
+                    assert_eq!(by, Who::Thread(RELAY));
+                    Some((s.start_ns, s.end_ns, on))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (at(1), at(45), BlockedOn::RelayWait),
+                (at(45), at(46), BlockedOn::RelayQueue),
+                (at(46), at(50), BlockedOn::RelayWait),
+            ]
+        );
+        assert_eq!(x.segments[0].cause, Cause::OwnWork { cpu: 0 });
+    }
+
     /// The relay woken at the frame's due time onto a CPU a hog holds:
     /// the frame waited behind the hog, the relay's wait.
     #[test]
@@ -454,7 +529,7 @@ mod tests {
         ];
         let tl = timeline(2, &events, at(100));
         let (probe, relay) = (tl.probe(PROBE).unwrap(), tl.probe(RELAY).unwrap());
-        let x = explain_arrival(&tl, &probe, Some(&relay), at(0), at(0), at(40) + 200 * US, 10 * MS);
+        let x = explain_arrival(&tl, &probe, Some(&relay), at(0), at(0), at(30) + 200 * US, 10 * MS);
         assert_tiles(&x);
         let kinds: Vec<(u64, CauseKind)> = x.segments.iter().map(|s| (s.len_ns(), s.cause.kind())).collect();
         assert_eq!(
@@ -463,7 +538,7 @@ mod tests {
         );
         assert_eq!(x.segments[0].cause.culprit(PROBE).0, Some(Who::Thread(HOG)));
         // No relay recorded: the path's part is unexplained, never guessed.
-        let x = explain_arrival(&tl, &probe, None, at(0), at(0), at(40), 10 * MS);
+        let x = explain_arrival(&tl, &probe, None, at(0), at(0), at(30), 10 * MS);
         assert_tiles(&x);
         assert_eq!(
             x.by_kind()[CauseKind::ALL

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Result;
-use ontime_core::late::{LateSet, ProbeEvent};
+use ontime_core::late::{LateArrivals, LateSet, ProbeEvent};
 use ontime_recording::recording::Recording;
 use serde::{Deserialize, Serialize};
 
@@ -20,21 +20,50 @@ struct Kept {
     #[serde(default)]
     late_events: Option<LateSet>,
     #[serde(default)]
+    late_arrivals: Option<LateArrivals>,
+    #[serde(default)]
     send_lag: Option<serde::de::IgnoredAny>,
+}
+
+fn read_kept(path: &Path) -> Result<Kept> {
+    let text = ontime_core::fsio::read_text_capped(path, "probe result", 256 << 20)?;
+    serde_json::from_str(&text)
+        .map_err(|e| ontime_core::bad_input(format!("{}: not a probe result: {e}", path.display())))
 }
 
 /// A probe result's late events and what they are ("polls sent late" or
 /// "wake-ups"); None when it kept none.
 pub fn read(path: &Path) -> Result<Option<(LateSet, &'static str)>> {
-    let text = ontime_core::fsio::read_text_capped(path, "probe result", 256 << 20)?;
-    let kept: Kept = serde_json::from_str(&text)
-        .map_err(|e| ontime_core::bad_input(format!("{}: not a probe result: {e}", path.display())))?;
+    let kept = read_kept(path)?;
     let what = if kept.send_lag.is_some() {
         "polls sent late"
     } else {
         "wake-ups"
     };
     Ok(kept.late_events.map(|l| (l, what)))
+}
+
+/// A lab tenant's kept late events: by its probe's own lateness, and a
+/// crawl's requests late at the gateway.
+#[derive(Clone, Debug)]
+pub struct TenantLate {
+    /// t0, t1, ...
+    pub name: String,
+    pub late: LateSet,
+    /// "polls sent late" or "wake-ups".
+    pub what: &'static str,
+    pub arrivals: Option<LateArrivals>,
+}
+
+impl TenantLate {
+    /// Every kept event, the arrivals' too (marked by their sent time).
+    pub fn events(&self) -> impl Iterator<Item = ProbeEvent> + '_ {
+        self.late
+            .events
+            .iter()
+            .chain(self.arrivals.iter().flat_map(|a| a.set.events.iter()))
+            .copied()
+    }
 }
 
 /// A lab run's `explain.json`: each tenant's late events explained.
@@ -49,39 +78,77 @@ pub struct TenantExplanation {
     /// "polls sent late" or "wake-ups".
     pub what: String,
     pub explanation: RunExplanation,
+    /// A crawl's requests that arrived late at the gateway, explained
+    /// with the host I/O path's part (not on a flight recorder's windows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrivals: Option<RunExplanation>,
+}
+
+impl TenantExplanation {
+    /// What a report leads with, and what its events are: the requests
+    /// late at the gateway where a crawl kept and explained any (the
+    /// gateway's receive stamp is the point's measured time, so they are
+    /// what a crawl's interval error is made of), else the probe's own
+    /// late events.
+    pub fn primary(&self) -> (&RunExplanation, &str) {
+        match &self.arrivals {
+            Some(a) if a.explained > 0 => (a, "requests late at the gateway"),
+            _ => (&self.explanation, &self.what),
+        }
+    }
 }
 
 /// The late events each tenant's `tN.json` in `dir` kept: (tenant name,
 /// events, what they are), for those that kept any.
-pub fn read_tenants(dir: &Path, tenants: usize) -> Result<Vec<(String, LateSet, &'static str)>> {
+pub fn read_tenants(dir: &Path, tenants: usize) -> Result<Vec<TenantLate>> {
     let mut out = Vec::new();
     for i in 0..tenants {
         let file = dir.join(format!("t{i}.json"));
         if file.exists() {
-            if let Some((late, what)) = read(&file)? {
-                out.push((format!("t{i}"), late, what));
+            let kept = read_kept(&file)?;
+            let what = if kept.send_lag.is_some() {
+                "polls sent late"
+            } else {
+                "wake-ups"
+            };
+            if let Some(late) = kept.late_events {
+                out.push(TenantLate {
+                    name: format!("t{i}"),
+                    late,
+                    what,
+                    arrivals: kept.late_arrivals,
+                });
             }
         }
     }
     Ok(out)
 }
 
+/// The threads a time line of `rec` must watch to explain `tenants`: their
+/// probe threads and the relay's (for the arrivals).
+pub fn watched(rec: &Recording, tenants: &[TenantLate]) -> Vec<u32> {
+    let events: Vec<ProbeEvent> = tenants.iter().flat_map(|t| t.events()).collect();
+    let mut tids = crate::summary::probe_tids(&events);
+    tids.extend(crate::summary::relay_tid(rec));
+    tids
+}
+
 /// Explains every `tN.json` in `dir` that kept late events, on `rec`;
 /// None when none did.
 pub fn explain_tenants(rec: &Recording, dir: &Path, tenants: usize) -> Result<Option<RunExplanations>> {
     let sets = read_tenants(dir, tenants)?;
-    let events: Vec<ProbeEvent> = sets.iter().flat_map(|(_, l, _)| l.events.iter().copied()).collect();
-    let tl = crate::timeline::Timeline::from_recording(rec, &crate::summary::probe_tids(&events));
+    let tl = crate::timeline::Timeline::from_recording(rec, &watched(rec, &sets));
     Ok(explain_sets_on(&tl, rec, sets))
 }
 
 pub(crate) fn explain_sets_on(
     tl: &crate::timeline::Timeline,
     rec: &Recording,
-    sets: Vec<(String, LateSet, &'static str)>,
+    sets: Vec<TenantLate>,
 ) -> Option<RunExplanations> {
     let mut out = RunExplanations::default();
-    for (name, late, what) in sets {
+    for t in sets {
+        let late = &t.late;
         let explanation = crate::summary::explain_run_on(
             tl,
             rec,
@@ -90,11 +157,16 @@ pub(crate) fn explain_sets_on(
             late.threshold_ns,
             &late.threshold_from,
         );
+        let arrivals = t
+            .arrivals
+            .as_ref()
+            .map(|a| crate::summary::explain_arrivals_on(tl, rec, a));
         out.tenants.insert(
-            name,
+            t.name,
             TenantExplanation {
-                what: what.to_string(),
+                what: t.what.to_string(),
                 explanation,
+                arrivals,
             },
         );
     }
@@ -109,15 +181,16 @@ pub fn explain_tenants_in(
     tenants: usize,
 ) -> Result<Option<RunExplanations>> {
     let sets = read_tenants(dir, tenants)?;
-    let refs: Vec<&LateSet> = sets.iter().map(|(_, l, _)| l).collect();
+    let refs: Vec<&LateSet> = sets.iter().map(|t| &t.late).collect();
     let explained = crate::summary::explain_stretches(stretches, &refs);
     let mut out = RunExplanations::default();
-    for ((name, _, what), explanation) in sets.into_iter().zip(explained) {
+    for (t, explanation) in sets.into_iter().zip(explained) {
         out.tenants.insert(
-            name,
+            t.name,
             TenantExplanation {
-                what: what.to_string(),
+                what: t.what.to_string(),
                 explanation,
+                arrivals: None,
             },
         );
     }

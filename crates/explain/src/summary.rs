@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use ontime_core::late::{LateSet, ProbeEvent};
+use ontime_core::late::{LateArrivals, LateSet, ProbeEvent};
 use ontime_recording::recording::Recording;
 use serde::{Deserialize, Serialize};
 
@@ -89,6 +89,27 @@ pub const WORST_LISTED: usize = 20;
 pub fn probe_tids(events: &[ProbeEvent]) -> Vec<u32> {
     let mut seen = HashSet::new();
     events.iter().map(|e| e.tid).filter(|t| seen.insert(*t)).collect()
+}
+
+/// The host relay's thread in `rec` (the lab's `ontime-relay0`, the first
+/// when it has several: frames of one tenant go through one, not known
+/// which); None when it is not recorded.
+pub fn relay_tid(rec: &Recording) -> Option<u32> {
+    rec.threads
+        .values()
+        .filter(|t| t.comm.starts_with("ontime-relay"))
+        .map(|t| t.tid)
+        .min()
+}
+
+/// A crawl's requests late at the gateway, explained on a time line of
+/// `rec` that watches their threads and the relay's.
+pub fn explain_arrivals_on(tl: &Timeline, rec: &Recording, arrivals: &LateArrivals) -> RunExplanation {
+    let set = &arrivals.set;
+    let mut parts = Parts::default();
+    let relay = relay_tid(rec).and_then(|t| tl.probe(t).ok());
+    parts.explain_arrivals_on(tl, rec, &set.events, relay.as_ref(), arrivals.nominal_ns);
+    parts.summarize(set.late, set.threshold_ns, &set.threshold_from)
 }
 
 /// Explains `events` (already the late ones, worst first) on `rec`.
@@ -251,6 +272,11 @@ impl Parts {
             crate::attribute::explain_into(tl, &probe, e.planned_ns, e.actual_ns, &mut out);
             self.reports.push(out.report(tl));
         }
+        self.note_coverage(tl, rec);
+    }
+
+    /// What the time line could see, and the processes' names.
+    fn note_coverage(&mut self, tl: &Timeline, rec: &Recording) {
         let coverage = tl.coverage();
         self.any = true;
         self.irqs |= coverage.irqs;
@@ -262,6 +288,31 @@ impl Parts {
                 .filter(|t| t.tid == t.tgid && !t.comm.is_empty())
                 .map(|t| (t.tgid, t.comm.clone())),
         );
+    }
+
+    /// Arrivals at the gateway (events with a sent time) on a time line
+    /// that watches their threads and `relay`.
+    fn explain_arrivals_on(
+        &mut self,
+        tl: &Timeline,
+        rec: &Recording,
+        events: &[ProbeEvent],
+        relay: Option<&crate::timeline::Probe>,
+        nominal_ns: u64,
+    ) {
+        self.end_ns = tl.end_ns();
+        if relay.is_none() {
+            self.notes
+                .push("the relay's thread is not in the recording: the path's part is unexplained".into());
+        }
+        for e in events {
+            let (Ok(probe), Some(sent)) = (tl.probe(e.tid), e.sent_ns) else {
+                continue;
+            };
+            let x = crate::attribute::explain_arrival(tl, &probe, relay, e.planned_ns, sent, e.actual_ns, nominal_ns);
+            self.reports.push(x.report(tl));
+        }
+        self.note_coverage(tl, rec);
     }
 
     fn summarize(mut self, late: u64, threshold_ns: u64, threshold_from: &str) -> RunExplanation {
@@ -456,6 +507,15 @@ pub fn describe(cause: CauseKind, detail: Option<Detail>, side: Side, who: Optio
             who.map(name).unwrap_or_else(|| "real-time work".into())
         ),
         CauseKind::OwnWork => "running its own work".into(),
+        // The host I/O path: the frame, not the probe, was held.
+        CauseKind::Blocked if detail == Some(Detail::RelayWait) => format!(
+            "held in the relay while {} slept",
+            who.map(name).unwrap_or_else(|| "its thread".into())
+        ),
+        CauseKind::Blocked if detail == Some(Detail::RelayQueue) => format!(
+            "queued in the relay while {} carried other frames",
+            who.map(name).unwrap_or_else(|| "its thread".into())
+        ),
         CauseKind::Blocked => format!(
             "blocked{}{}",
             detail.map(|d| format!(" ({})", d.label())).unwrap_or_default(),

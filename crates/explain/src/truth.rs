@@ -37,6 +37,10 @@ pub enum InjectedClass {
     /// it to its thread). The injector's process is not the culprit; the
     /// softirq on the injection's CPU is.
     SoftirqFlood,
+    /// The host relay's threads stopped (they hold every frame until the
+    /// window ends): requests arrive late at the gateway, and the relay
+    /// thread that held them is the culprit.
+    RelayStall,
 }
 
 impl InjectedClass {
@@ -47,7 +51,14 @@ impl InjectedClass {
             InjectedClass::RtThrottle => CauseKind::Throttled,
             InjectedClass::OwnWork => CauseKind::OwnWork,
             InjectedClass::SoftirqFlood => CauseKind::Interrupts,
+            InjectedClass::RelayStall => CauseKind::Blocked,
         }
+    }
+
+    /// It delays requests on their way (scored on the arrivals at the
+    /// gateway), not the probe's own events.
+    pub fn on_the_path(self) -> bool {
+        self == InjectedClass::RelayStall
     }
 
     /// As a scenario names it.
@@ -338,22 +349,48 @@ pub fn score(explained: &[Explanation], injections: &[Injection], owner: impl Fn
 /// `rec`, and scores them.
 pub fn check(rec: &Recording, events: &[ProbeEvent], injections: &[Injection]) -> Confusion {
     let tl = Timeline::from_recording(rec, &crate::summary::probe_tids(events));
-    check_on(&tl, rec, events, injections)
+    check_on(&tl, rec, events, None, injections)
 }
 
 /// As [`check`], on a time line already built from `rec` that watches the
-/// events' threads.
-pub fn check_on(tl: &Timeline, rec: &Recording, events: &[ProbeEvent], injections: &[Injection]) -> Confusion {
-    let mut explained = Vec::new();
-    for e in events {
-        let overlaps = injections
+/// events' threads (and the relay's): the probes' own late events against
+/// the injections that act on the probes, the arrivals at the gateway
+/// (`arrivals`: the events and the path's nominal delay) against those
+/// that act on the path.
+pub fn check_on(
+    tl: &Timeline,
+    rec: &Recording,
+    events: &[ProbeEvent],
+    arrivals: Option<(&[ProbeEvent], u64)>,
+    injections: &[Injection],
+) -> Confusion {
+    let overlaps = |e: &ProbeEvent, on_path: bool| {
+        injections
             .iter()
-            .any(|i| e.planned_ns < i.end_ns && e.actual_ns > i.start_ns);
-        if !overlaps {
-            continue;
-        }
+            .any(|i| i.class.on_the_path() == on_path && e.planned_ns < i.end_ns && e.actual_ns > i.start_ns)
+    };
+    let mut explained = Vec::new();
+    for e in events.iter().filter(|e| overlaps(e, false)) {
         let Ok(probe) = tl.probe(e.tid) else { continue };
         explained.push(crate::attribute::explain(tl, &probe, e.planned_ns, e.actual_ns));
+    }
+    let mut on_path = Vec::new();
+    if let Some((arrived, nominal)) = arrivals {
+        let relay = crate::summary::relay_tid(rec).and_then(|t| tl.probe(t).ok());
+        for e in arrived.iter().filter(|e| overlaps(e, true)) {
+            let (Ok(probe), Some(sent)) = (tl.probe(e.tid), e.sent_ns) else {
+                continue;
+            };
+            on_path.push(crate::attribute::explain_arrival(
+                tl,
+                &probe,
+                relay.as_ref(),
+                e.planned_ns,
+                sent,
+                e.actual_ns,
+                nominal,
+            ));
+        }
     }
     let owners: HashMap<u32, Owner> = rec
         .threads
@@ -368,7 +405,12 @@ pub fn check_on(tl: &Timeline, rec: &Recording, events: &[ProbeEvent], injection
             )
         })
         .collect();
-    score(&explained, injections, |tid| owners.get(&tid).copied())
+    let owner = |tid: u32| owners.get(&tid).copied();
+    let (path, probe): (Vec<Injection>, Vec<Injection>) =
+        injections.iter().cloned().partition(|i| i.class.on_the_path());
+    let mut out = score(&explained, &probe, owner);
+    out.add(&score(&on_path, &path, owner));
+    out
 }
 
 /// A lab run's ground truth (`truth.json`): its injections and how the
@@ -384,9 +426,8 @@ pub struct RunTruth {
 /// None when nothing was injected.
 pub fn check_run(rec: &Recording, dir: &std::path::Path, tenants: usize) -> anyhow::Result<Option<RunTruth>> {
     let late = crate::kept::read_tenants(dir, tenants)?;
-    let events: Vec<ProbeEvent> = late.iter().flat_map(|(_, l, _)| l.events.iter().copied()).collect();
-    let tl = Timeline::from_recording(rec, &crate::summary::probe_tids(&events));
-    check_run_on(&tl, rec, dir, &events)
+    let tl = Timeline::from_recording(rec, &crate::kept::watched(rec, &late));
+    check_run_on(&tl, rec, dir, &late)
 }
 
 /// A lab run's tenants explained (`explain.json`) and, where causes were
@@ -398,9 +439,8 @@ pub fn explain_and_check(
     tenants: usize,
 ) -> anyhow::Result<(Option<crate::kept::RunExplanations>, Option<RunTruth>)> {
     let sets = crate::kept::read_tenants(dir, tenants)?;
-    let events: Vec<ProbeEvent> = sets.iter().flat_map(|(_, l, _)| l.events.iter().copied()).collect();
-    let tl = Timeline::from_recording(rec, &crate::summary::probe_tids(&events));
-    let truth = check_run_on(&tl, rec, dir, &events)?;
+    let tl = Timeline::from_recording(rec, &crate::kept::watched(rec, &sets));
+    let truth = check_run_on(&tl, rec, dir, &sets)?;
     Ok((crate::kept::explain_sets_on(&tl, rec, sets), truth))
 }
 
@@ -410,7 +450,7 @@ pub fn check_run_on(
     tl: &Timeline,
     rec: &Recording,
     dir: &std::path::Path,
-    events: &[ProbeEvent],
+    tenants: &[crate::kept::TenantLate],
 ) -> anyhow::Result<Option<RunTruth>> {
     let mut injections = Vec::new();
     for i in 0.. {
@@ -426,7 +466,14 @@ pub fn check_run_on(
     if injections.is_empty() {
         return Ok(None);
     }
-    let confusion = check_on(tl, rec, events, &injections);
+    let events: Vec<ProbeEvent> = tenants.iter().flat_map(|t| t.late.events.iter().copied()).collect();
+    let arrived: Vec<ProbeEvent> = tenants
+        .iter()
+        .flat_map(|t| t.arrivals.iter().flat_map(|a| a.set.events.iter().copied()))
+        .collect();
+    // One relay for the lab: every tenant's path has the same nominal delay.
+    let nominal = tenants.iter().find_map(|t| t.arrivals.as_ref().map(|a| a.nominal_ns));
+    let confusion = check_on(tl, rec, &events, nominal.map(|n| (arrived.as_slice(), n)), &injections);
     Ok(Some(RunTruth { injections, confusion }))
 }
 

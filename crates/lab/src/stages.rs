@@ -11,15 +11,17 @@ use anyhow::{bail, Context, Result};
 use ontime_core::fsio::write_atomic;
 use ontime_core::proc::{ChildProcess, SpawnOptions};
 use ontime_core::rt::{parse_cpu_list, ThreadSettings};
+use ontime_core::time::MonoNs;
 use ontime_load::{LoadGuard, LoadProfile};
 use ontime_net::{Relay, RelaySettings};
 use ontime_scenario::probe::{GatewayProbe, ProbeSpec};
 use ontime_scenario::record::{HostCpu, ReferenceJudgement, RunRecord, TenantOutcome, WanDelayBy, GATEWAY_RESULT};
 use ontime_scenario::scenario::{parse_bytes, Backend, LoadKind, Place, PlannedRun, WanDelay};
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Runs in sandboxes on this host.
@@ -171,6 +173,7 @@ fn one_run(
         }
     }
     let injectors = start_injectors(c, &lab, dir, &opts.exe)?;
+    let stalls = RelayStalls::start(c, &relay, dir)?;
     let mut exits = if probes.is_empty() && c.net.is_some() {
         // A controller to talk to and no flows of its own (`ontime net controller`).
         hold_for(run, opts, on);
@@ -182,6 +185,7 @@ fn one_run(
     for mut j in injectors {
         j.stop();
     }
+    stalls.finish()?;
     if let (Some(b), Some(vm)) = (cache_bound, rec.environment.vm.as_mut()) {
         vm.host_cache_bound = Some(b.bound);
         vm.vmm_resident_bytes = b.finish();
@@ -465,6 +469,63 @@ fn start_injectors(
         out.push(ChildProcess::spawn("an injector", &mut cmd, SpawnOptions::default())?);
     }
     Ok(out)
+}
+
+/// [start, end) on CLOCK_MONOTONIC, each.
+type Windows = Vec<(u64, u64)>;
+
+/// The run's relay stalls (`cause = "relay-stall"`): threads of the
+/// runner that hold its relay in the windows each draws; dropped, they
+/// stop holding it.
+struct RelayStalls {
+    stop: Arc<AtomicBool>,
+    /// Each stall's thread (it returns the windows it held) and its file.
+    threads: Vec<(std::thread::JoinHandle<Windows>, PathBuf)>,
+}
+
+impl RelayStalls {
+    fn start(c: &ontime_scenario::scenario::RunConfig, relay: &Relay, dir: &Path) -> Result<RelayStalls> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        for (timing, file) in c.relay_stalls(dir).map_err(|e| anyhow::anyhow!(e))? {
+            let (hold, flag) = (relay.hold(), stop.clone());
+            let t = std::thread::Builder::new().name("ontime-stall".into()).spawn(move || {
+                let windows = ontime_load::inject::hold_windows(&timing, &flag, |until| {
+                    hold.hold_until(until);
+                    ontime_core::time::sleep_until(MonoNs(until));
+                    MonoNs::now().0
+                });
+                hold.hold_until(0);
+                windows
+            })?;
+            threads.push((t, file));
+        }
+        Ok(RelayStalls { stop, threads })
+    }
+
+    /// Stops holding the relay and writes each stall's windows.
+    fn finish(mut self) -> Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        for (t, file) in std::mem::take(&mut self.threads) {
+            let windows = t
+                .join()
+                .map_err(|_| anyhow::anyhow!("a relay stall's thread panicked"))?;
+            let out = ontime_explain::truth::Injections::of_windows(
+                ontime_explain::truth::InjectedClass::RelayStall,
+                &windows,
+                std::process::id(),
+                None,
+            );
+            ontime_core::fsio::write_atomic(&file, &serde_json::to_vec_pretty(&out)?)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for RelayStalls {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Stage 4: the scheduler recorder; a recorder that cannot start is noted

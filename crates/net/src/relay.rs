@@ -262,6 +262,21 @@ pub struct Relay {
     threads: ontime_core::rt::ThreadGroup<ThreadTotals>,
     settings: RelaySettings,
     table: Arc<SwitchTable>,
+    held_until: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// Holds a running relay's threads: until the instant stored
+/// (CLOCK_MONOTONIC ns), each sleeps as soon as it next wakes and carries
+/// no frame, as a stopped Dom0 or vhost would (the attribution's ground
+/// truth, class b). 0: not held.
+#[derive(Clone)]
+pub struct RelayHold(Arc<std::sync::atomic::AtomicU64>);
+
+impl RelayHold {
+    /// Holds the relay until `until_ns`.
+    pub fn hold_until(&self, until_ns: u64) {
+        self.0.store(until_ns, Ordering::Relaxed);
+    }
 }
 
 /// One interface a relay thread reads.
@@ -283,6 +298,7 @@ impl Relay {
         let stopper = stop.clone();
         let table = SwitchTable::new();
         let mut threads = ontime_core::rt::ThreadGroup::new(move || stopper.store(true, Ordering::Relaxed));
+        let held_until = Arc::new(std::sync::atomic::AtomicU64::new(0));
         for j in 0..settings.threads {
             let mut ingress: Vec<Ingress> = tenants
                 .iter()
@@ -306,10 +322,11 @@ impl Relay {
             let fan = (settings.threads > 1).then_some(fanout_id);
             let ports = open_ports(&routes, fan)?;
             let delay_ns = settings.delay_ns;
+            let held = held_until.clone();
             threads.spawn(
                 &ontime_core::names::relay_thread(j),
                 settings.thread.clone(),
-                move || run_thread(routes, ports, discipline, delay_ns, &stop),
+                move || run_thread(routes, ports, discipline, delay_ns, &stop, &held),
             )?;
         }
         threads
@@ -319,7 +336,13 @@ impl Relay {
             threads,
             settings,
             table,
+            held_until,
         })
+    }
+
+    /// What holds the relay's threads (an injected stall).
+    pub fn hold(&self) -> RelayHold {
+        RelayHold(self.held_until.clone())
     }
 
     /// What the controller programs while the relay runs (channels only).
@@ -481,6 +504,7 @@ fn run_thread(
     mut discipline: RelayDiscipline,
     delay_ns: u64,
     stop: &AtomicBool,
+    held_until: &std::sync::atomic::AtomicU64,
 ) -> Result<ThreadTotals> {
     let mut poll = Poll::new()?;
     for (i, port) in ports.iter().enumerate() {
@@ -501,6 +525,13 @@ fn run_thread(
     let timed = discipline.classifies();
     let mut events = Events::with_capacity(256);
     while !stop.load(Ordering::Relaxed) {
+        let held = held_until.load(Ordering::Relaxed);
+        if held > MonoNs::now().0 {
+            // Held (an injected stall): asleep, carrying nothing; frames
+            // wait in the sockets and the release queue.
+            ontime_core::time::sleep_until(MonoNs(held.min(MonoNs::now().0 + IDLE_WAKE_NS)));
+            continue;
+        }
         let now = MonoNs::now().0;
         send_released(&mut discipline, &egress, &mut frames, now, delay_ns, &mut t, timed);
         let next = discipline.next_release_ns().unwrap_or(u64::MAX).min(now + IDLE_WAKE_NS);

@@ -106,7 +106,7 @@ fn why_table(runs: &[RunResults]) -> String {
         let pooled = ontime_explain::summary::PooledExplanation::of(
             of.iter()
                 .filter_map(|r| r.explanations.as_ref())
-                .flat_map(|x| x.tenants.values().map(|t| &t.explanation)),
+                .flat_map(|x| x.tenants.values().map(|t| t.primary().0)),
         );
         let why = if with == 0 {
             "no recording explained".to_string()

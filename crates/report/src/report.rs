@@ -874,13 +874,14 @@ the worst {metric} per run is below.</p><table><tr><th>run</th><th>setting</th><
             let worst_name = worst.as_ref().map(|(i, _)| format!("t{i}"));
             let (name, t) = match worst_name.as_ref().and_then(|n| x.tenants.get_key_value(n)) {
                 Some(kv) => kv,
-                None => x.tenants.iter().max_by_key(|(_, t)| t.explanation.lateness_ns)?,
+                None => x.tenants.iter().max_by_key(|(_, t)| t.primary().0.lateness_ns)?,
             };
+            let (e, what) = t.primary();
             Some(format!(
                 "<a href=\"#run-{}\">{}: {}</a>",
                 esc(&r.name),
                 esc(name),
-                esc(&t.explanation.sentence(&t.what))
+                esc(&e.sentence(what))
             ))
         });
         let why = match &r.record.observe {
@@ -1218,18 +1219,19 @@ fn explanation_charts(runs: &[RunResults], charts: &mut Vec<Chart>) {
                 .as_ref()?
                 .tenants
                 .iter()
-                .max_by_key(|(_, t)| t.explanation.lateness_ns)?;
+                .max_by_key(|(_, t)| t.primary().0.lateness_ns)?;
             Some((r, name, t))
         })
-        .filter(|(_, _, t)| !t.explanation.over_time.is_empty())
+        .filter(|(_, _, t)| !t.primary().0.over_time.is_empty())
         .collect();
-    picked.sort_by_key(|(_, _, t)| std::cmp::Reverse(t.explanation.lateness_ns));
+    picked.sort_by_key(|(_, _, t)| std::cmp::Reverse(t.primary().0.lateness_ns));
     for (r, name, t) in picked.into_iter().take(6) {
-        let b = &t.explanation.over_time;
+        let (e, what) = t.primary();
+        let b = &e.over_time;
         let t0 = b[0].start_ns;
         let mut c = Chart::new(
             "figure",
-            format!("Why late: run {}, {name}'s {} by cause", r.name, t.what),
+            format!("Why late: run {}, {name}'s {what} by cause", r.name),
             "planned time since its first late event (s)",
             "lateness summed per stretch (ms)",
         );
@@ -1265,8 +1267,18 @@ fn explanation_charts(runs: &[RunResults], charts: &mut Vec<Chart>) {
 fn worst_events_table(x: &ontime_explain::kept::RunExplanations) -> String {
     let mut h = String::new();
     for (name, t) in &x.tenants {
-        let e = &t.explanation;
-        let _ = write!(h, "<p>why {}: {}</p>", esc(name), esc(&e.sentence(&t.what)));
+        let (e, what) = t.primary();
+        if t.arrivals.is_some() {
+            // The send lag too: how much of it was the crawler's own.
+            let _ = write!(
+                h,
+                "<p>why {} ({}): {}</p>",
+                esc(name),
+                esc(&t.what),
+                esc(&t.explanation.sentence(&t.what))
+            );
+        }
+        let _ = write!(h, "<p>why {}: {}</p>", esc(name), esc(&e.sentence(what)));
         if e.worst.is_empty() {
             continue;
         }

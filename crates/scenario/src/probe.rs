@@ -271,14 +271,31 @@ impl crate::scenario::RunConfig {
         Ok(Some((work, dir.join(format!("inject-{i}.json")))))
     }
 
+    /// The run's relay stalls (`[[inject]] cause = "relay-stall"`, carried
+    /// out by the runner, whose threads the relay's are): the i-th's
+    /// timing, and the file its windows go to.
+    pub fn relay_stalls(&self, dir: &Path) -> Result<Vec<(ontime_load::inject::Timing, PathBuf)>, String> {
+        let mut out = Vec::new();
+        for (i, inj) in self.injections.iter().enumerate() {
+            if inj.cause == crate::scenario::InjectCause::RelayStall {
+                let timing = inj
+                    .timing(self.duration, Self::injection_seed(dir, i))
+                    .map_err(|e| format!("inject[{i}].length: {e}"))?;
+                out.push((timing, dir.join(format!("inject-{i}.json"))));
+            }
+        }
+        Ok(out)
+    }
+
     /// The run's injector processes (`[[inject]]` but own work, which the
-    /// tenant's probe does): the i-th writes `inject-i.json` in `dir`.
+    /// tenant's probe does, and relay stalls, the runner's): the i-th
+    /// writes `inject-i.json` in `dir`.
     /// `veths` are the tenants' interfaces, by tenant (floods need them).
     pub fn injectors(&self, dir: &Path, veths: &[TenantVeth]) -> Result<Vec<ProbeSpec>, String> {
         let mut out = Vec::new();
         for (i, inj) in self.injections.iter().enumerate() {
             use crate::scenario::InjectCause;
-            if inj.cause == InjectCause::OwnWork {
+            if matches!(inj.cause, InjectCause::OwnWork | InjectCause::RelayStall) {
                 continue;
             }
             let timing = inj
@@ -351,6 +368,9 @@ impl crate::scenario::RunConfig {
                     store: None,
                     keep_worst: self.keep_late(),
                     explain_over: self.explain_over(),
+                    // The gateway stamps on this host's clock; the relay's
+                    // delay is the path's one way.
+                    arrival_nominal_ns: (self.keep_late() > 0).then_some(self.host.relay_delay),
                 },
                 result: file("json"),
                 // The runner holds /dev/cpu_dma_latency once for the run.

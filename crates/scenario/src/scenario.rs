@@ -454,6 +454,9 @@ pub enum InjectCause {
     /// A UDP flood written onto the tenant's veth from another CPU, its
     /// receipt steered to the tenant's CPU: softirq time there.
     SoftirqFlood,
+    /// The host relay's threads held (asleep, carrying nothing) for
+    /// `length`: requests reach the gateway late.
+    RelayStall,
 }
 
 /// One injected cause, repeated through the run:
@@ -476,6 +479,9 @@ pub enum InjectCause {
 ///
 /// `cause = "own-work"` makes the tenant's cyclic probe spin for `length`
 /// at its first wake-up after each `every` (no CPU or priority).
+///
+/// `cause = "relay-stall"` holds the host relay's threads for `length`
+/// every `every` (all tenants' frames wait; no CPU or priority).
 ///
 /// `cause = "softirq-flood"` floods the tenant's interface with UDP for
 /// `length` every `every` from another CPU, its receipt steered to the
@@ -1514,6 +1520,14 @@ fn validate_injections(c: &RunConfig) -> Result<()> {
                 .any(|j| j.cause == InjectCause::OwnWork && j.tenant == inj.tenant)
             {
                 bail!("{what}: tenant {} already has own work injected", inj.tenant);
+            }
+            continue;
+        }
+        if inj.cause == InjectCause::RelayStall {
+            if c.tenant.crawl.is_none() || c.net.is_some() {
+                bail!(
+                    "{what}: relay-stall delays crawl tenants' requests on their way: give [tenant.crawl] (no [net])"
+                );
             }
             continue;
         }
