@@ -318,21 +318,8 @@ fn explain_kept(kept: &Kept, late: &LateSet, perfetto: Option<&Path>) -> Result<
             String::new()
         }
     ));
-    if let (Some(path), Some(worst)) = (perfetto, x.worst.first()) {
-        for files in &kept.stretches {
-            let rec = ontime_explain::summary::read_stretch(files)?;
-            let end = rec.end.as_ref().map_or(0, |e| e.end_ns);
-            if rec.meta.start_ns <= worst.planned_ns && worst.actual_ns <= end {
-                let around: Vec<_> = x
-                    .worst
-                    .iter()
-                    .filter(|e| e.planned_ns >= rec.meta.start_ns && e.actual_ns <= end)
-                    .cloned()
-                    .collect();
-                ontime_explain::perfetto::write_file(&rec, &around, path)?;
-                break;
-            }
-        }
+    if let Some(path) = perfetto {
+        ontime_explain::perfetto::write_kept(&kept.stretches, &x.worst, path)?;
     }
     Ok(x)
 }

@@ -25,6 +25,17 @@ struct Kept {
     send_lag: Option<serde::de::IgnoredAny>,
 }
 
+impl Kept {
+    /// What the probe's late events are: a crawl has a send lag.
+    fn what(&self) -> &'static str {
+        if self.send_lag.is_some() {
+            "polls sent late"
+        } else {
+            "wake-ups"
+        }
+    }
+}
+
 fn read_kept(path: &Path) -> Result<Kept> {
     let text = ontime_core::fsio::read_text_capped(path, "probe result", 256 << 20)?;
     serde_json::from_str(&text)
@@ -35,11 +46,7 @@ fn read_kept(path: &Path) -> Result<Kept> {
 /// "wake-ups"); None when it kept none.
 pub fn read(path: &Path) -> Result<Option<(LateSet, &'static str)>> {
     let kept = read_kept(path)?;
-    let what = if kept.send_lag.is_some() {
-        "polls sent late"
-    } else {
-        "wake-ups"
-    };
+    let what = kept.what();
     Ok(kept.late_events.map(|l| (l, what)))
 }
 
@@ -106,11 +113,7 @@ pub fn read_tenants(dir: &Path, tenants: usize) -> Result<Vec<TenantLate>> {
         let file = dir.join(format!("t{i}.json"));
         if file.exists() {
             let kept = read_kept(&file)?;
-            let what = if kept.send_lag.is_some() {
-                "polls sent late"
-            } else {
-                "wake-ups"
-            };
+            let what = kept.what();
             if let Some(late) = kept.late_events {
                 out.push(TenantLate {
                     name: format!("t{i}"),

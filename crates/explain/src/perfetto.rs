@@ -350,6 +350,32 @@ fn slice_name(e: &LateEvent) -> String {
     format!("late {}: {}", ms(e.lateness_ns), causes.join("; "))
 }
 
+/// The Perfetto trace of a flight recorder's kept windows: the stretch
+/// holding the worst of `worst` (worst first), with every listed event it
+/// holds. Nothing is written when no stretch holds it.
+pub fn write_kept(
+    stretches: &[Vec<std::path::PathBuf>],
+    worst: &[LateEvent],
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    let Some(first) = worst.iter().max_by_key(|e| e.lateness_ns) else {
+        return Ok(());
+    };
+    for files in stretches {
+        let rec = crate::summary::read_stretch(files)?;
+        let end = rec.end.as_ref().map_or(0, |e| e.end_ns);
+        if rec.meta.start_ns <= first.planned_ns && first.actual_ns <= end {
+            let around: Vec<LateEvent> = worst
+                .iter()
+                .filter(|e| e.planned_ns >= rec.meta.start_ns && e.actual_ns <= end)
+                .cloned()
+                .collect();
+            return write_file(&rec, &around, path).map(|_| ());
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -304,32 +304,13 @@ fn explain_kept(stretches: &[Vec<PathBuf>], dir: &Path) -> Result<()> {
     };
     ontime_core::fsio::write_atomic(&dir.join("explain.json"), &serde_json::to_vec(&x)?)?;
     // The trace around the worst event of all, on the stretch holding it.
-    let worst = x
+    let worst: Vec<_> = x
         .tenants
         .values()
-        .flat_map(|t| t.explanation.worst.iter())
-        .max_by_key(|e| e.lateness_ns);
-    if let Some(w) = worst {
-        let holding = stretches.iter().find(|s| {
-            let start = s.first().and_then(|f| Recording::read_meta(f).ok()).map(|m| m.start_ns);
-            let end = s.last().and_then(|f| Recording::read_meta(f).ok()).map(|m| m.start_ns);
-            start.is_some_and(|a| a <= w.planned_ns)
-                && end.is_some_and(|b| w.planned_ns < b + flight::WINDOW.as_nanos() as u64)
-        });
-        if let Some(files) = holding {
-            let rec = ontime_explain::summary::read_stretch(files)?;
-            let around: Vec<_> = x
-                .tenants
-                .values()
-                .flat_map(|t| t.explanation.worst.iter().cloned())
-                .filter(|e| {
-                    e.planned_ns >= rec.meta.start_ns && rec.end.as_ref().is_some_and(|end| e.actual_ns <= end.end_ns)
-                })
-                .collect();
-            if let Err(e) = ontime_explain::perfetto::write_file(&rec, &around, &dir.join(PERFETTO_TRACE)) {
-                ontime_core::errln!("ontime lab: {}: no Perfetto trace: {e:#}", dir.display());
-            }
-        }
+        .flat_map(|t| t.explanation.worst.iter().cloned())
+        .collect();
+    if let Err(e) = ontime_explain::perfetto::write_kept(stretches, &worst, &dir.join(PERFETTO_TRACE)) {
+        ontime_core::errln!("ontime lab: {}: no Perfetto trace: {e:#}", dir.display());
     }
     Ok(())
 }

@@ -526,7 +526,8 @@ fn run_thread(
     let mut events = Events::with_capacity(256);
     while !stop.load(Ordering::Relaxed) {
         let held = held_until.load(Ordering::Relaxed);
-        if held > MonoNs::now().0 {
+        // 0 (not held) costs no clock read.
+        if held != 0 && held > MonoNs::now().0 {
             // Held (an injected stall): asleep, carrying nothing; frames
             // wait in the sockets and the release queue.
             ontime_core::time::sleep_until(MonoNs(held.min(MonoNs::now().0 + IDLE_WAKE_NS)));

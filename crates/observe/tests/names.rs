@@ -34,12 +34,9 @@ fn renamed_after_exec(mechanism: Mechanism) {
             host_io: vec![],
         },
         output: Some(file.clone()),
-        drain_every: Duration::from_millis(100),
         measure_overhead: false,
         mechanism,
-        sample_hz: None,
-        window: None,
-        windows_done: None,
+        ..Default::default()
     };
     let stop = AtomicBool::new(false);
     let mut pid = 0;
