@@ -300,6 +300,16 @@ fn socket_table_has(table: &str, port: u16, listen: bool) -> bool {
     })
 }
 
+/// This process's resident memory (bytes), from /proc/self/statm; None
+/// where it cannot be read.
+pub fn own_resident_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = text.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok().filter(|p| *p > 0)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,14 +382,4 @@ mod tests {
         let port = l.local_addr().unwrap().port();
         assert!(has_socket(std::process::id(), Bound::TcpListen(port)));
     }
-}
-
-/// This process's resident memory (bytes), from /proc/self/statm; None
-/// where it cannot be read.
-pub fn own_resident_bytes() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = text.split_whitespace().nth(1)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    Some(pages * u64::try_from(page).ok().filter(|p| *p > 0)?)
 }

@@ -295,7 +295,10 @@ mod tests {
         // The next is due a whole number of periods after the first's
         // plan, past the first's end, and not a moment before.
         let next = w.next_ns;
-        assert!(next > b && (next - t0.0 - 5_000_000) % 10_000_000 == 0, "{next}");
+        assert!(
+            next > b && (next - t0.0 - 5_000_000).is_multiple_of(10_000_000),
+            "{next}"
+        );
         w.burn_if_due(MonoNs(next - 1));
         assert_eq!(w.windows().len(), 1);
         w.burn_if_due(MonoNs(next));
