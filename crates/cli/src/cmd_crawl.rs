@@ -227,7 +227,7 @@ pub fn run(a: CrawlArgs) -> anyhow::Result<()> {
             explain_over: a.explain.explain_over,
             // A gateway elsewhere stamps on another clock: arrivals are
             // judged in the lab, whose gateway shares the host's.
-            arrival_nominal_ns: None,
+            path_nominal: None,
         },
         result: a.out.result.clone(),
         dma_latency: !a.probe.no_dma_latency,
@@ -423,7 +423,12 @@ impl LocalGateway {
             .prefix("ontime-gateway-")
             .suffix(".json")
             .tempfile()?;
-        ProbeSpec::Gateway(GatewayProbe { config, result: None }).write(file.path())?;
+        ProbeSpec::Gateway(GatewayProbe {
+            config,
+            result: None,
+            stalls: Vec::new(),
+        })
+        .write(file.path())?;
         let exe = std::env::current_exe().context("cannot find the ontime binary")?;
         let mut cmd = Command::new(exe);
         cmd.arg("probe").arg(file.path());

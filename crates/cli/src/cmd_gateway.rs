@@ -183,12 +183,17 @@ fn serve(a: ServeArgs) -> anyhow::Result<()> {
     execute(GatewayProbe {
         config: a.to_config()?,
         result: a.result,
+        stalls: Vec::new(),
     })
 }
 
 /// Serves a gateway until stopped, whether its flags or a spec built it.
 pub fn execute(p: GatewayProbe) -> anyhow::Result<()> {
-    let GatewayProbe { config: cfg, result } = p;
+    let GatewayProbe {
+        config: cfg,
+        result,
+        stalls,
+    } = p;
     cfg.validate().map_err(|e| bad_input(format!("{e:#}")))?;
     crate::output::check_outputs(&[("--result", result.as_deref()), ("--log", cfg.log.as_deref())])?;
     let summary: Vec<String> = cfg
@@ -208,6 +213,14 @@ pub fn execute(p: GatewayProbe) -> anyhow::Result<()> {
     let _ = std::io::stdout().flush();
     let stop = Arc::new(AtomicBool::new(false));
     crate::signals::install_flag(stop.clone())?;
+    let mut stallers = Vec::new();
+    for s in stalls {
+        let stall = gw.stall();
+        let t = ontime_load::inject::spawn_holder("ontime-gw-stall", s.timing, stop.clone(), move |until| {
+            stall.stall_until(until)
+        })?;
+        stallers.push((t, s.result));
+    }
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(std::time::Duration::from_millis(50));
         if let Some(e) = gw.log_failure() {
@@ -215,6 +228,19 @@ pub fn execute(p: GatewayProbe) -> anyhow::Result<()> {
             let _ = gw.stop();
             anyhow::bail!("{e}; the gateway stopped (free space and run again)");
         }
+    }
+    // Stopped, each stall writes the windows it held (the ground truth).
+    for (t, file) in stallers {
+        let windows = t
+            .join()
+            .map_err(|_| anyhow::anyhow!("a gateway stall's thread panicked"))?;
+        ontime_explain::truth::Injections::of_windows(
+            ontime_explain::truth::InjectedClass::GatewayStall,
+            &windows,
+            std::process::id(),
+            None,
+        )
+        .write(&file)?;
     }
     let stats = gw.stop()?;
     crate::outln!("ontime gateway: stopped; {}", stats.stamps.text());

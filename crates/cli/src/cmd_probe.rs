@@ -46,13 +46,13 @@ fn softirq_flood(p: ontime_scenario::probe::SoftirqFloodProbe) -> anyhow::Result
         f.windows.len(),
         f.refused
     );
-    let out = Injections::of_windows(
+    Injections::of_windows(
         InjectedClass::SoftirqFlood,
         &f.windows,
         std::process::id(),
         u16::try_from(p.tenant_cpu).ok(),
-    );
-    ontime_core::fsio::write_atomic(&p.result, &serde_json::to_vec_pretty(&out)?)
+    )
+    .write(&p.result)
 }
 
 /// An injected cause: bursts until SIGTERM or their time is up, then
@@ -70,6 +70,5 @@ fn cpu_bursts(p: ontime_scenario::probe::CpuBurstProbe) -> anyhow::Result<()> {
     } else {
         InjectedClass::CpuBurst
     };
-    let out = Injections::of_windows(class, &windows, std::process::id(), u16::try_from(p.bursts.cpu).ok());
-    ontime_core::fsio::write_atomic(&p.result, &serde_json::to_vec_pretty(&out)?)
+    Injections::of_windows(class, &windows, std::process::id(), u16::try_from(p.bursts.cpu).ok()).write(&p.result)
 }

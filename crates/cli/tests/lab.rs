@@ -747,6 +747,30 @@ fn a_stopped_relay_is_charged_for_the_requests_it_held() {
     assert_eq!(arrivals["causes"][0]["detail"], "relay_wait", "{arrivals:#}");
 }
 
+/// Answers a stalled gateway held come back late, and their lateness is
+/// charged to the gateway (its own stamps), not to the path or the
+/// crawler.
+#[test]
+fn a_stalled_gateway_is_charged_for_the_answers_it_held() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root_or_skip() {
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let (_dir, _sc, results) = run_lab(
+        "name = 'gateway'\nduration = '8s'\n[host]\nrelay_delay = '10ms'\n[tenant]\ncount = 1\nvcpus = 1\n\
+[tenant.crawl]\nrate = 200\n[observe]\nrecorder = 'ontime'\n[targets]\n'p99.9' = '5ms'\n\
+[[inject]]\ncause = 'gateway-stall'\nlength = '200ms..300ms'\nevery = '2s'\nstart_after = '1s'\n",
+    );
+    let run = results.join("runs/000-rep1");
+    right_is_largest(&run, "gateway-stall");
+    let x = read_json(&run.join("explain.json"));
+    let answers = &x["tenants"]["t0"]["answers"];
+    assert_eq!(answers["causes"][0]["detail"], "gateway", "{answers:#}");
+    let gw = read_json(&run.join("gateway.json"));
+    assert!(gw["stalled"].as_u64().unwrap() > 0, "{gw:#}");
+}
+
 /// The largest cell of `class`'s row in a run's truth.json is the right
 /// cause with the right culprit (who and which cause only, never timings).
 fn right_is_largest(run: &Path, class: &str) {

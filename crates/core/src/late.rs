@@ -23,6 +23,19 @@ pub struct ProbeEvent {
     /// receive stamp less the path's nominal one-way delay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent_ns: Option<u64>,
+    /// A request's answer (a crawl's `late_answers`): the gateway's own
+    /// stamps of it; `actual_ns` is then the answer's arrival at the
+    /// crawler less the round trip's nominal time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<GatewayStamps>,
+}
+
+/// When the gateway received a request and when it answered it, on its
+/// clock (the host's, in the lab).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct GatewayStamps {
+    pub recv_ns: u64,
+    pub answered_ns: u64,
 }
 
 impl ProbeEvent {
@@ -32,9 +45,9 @@ impl ProbeEvent {
 }
 
 /// A kept event as the heap orders it: lateness, u64::MAX − planned (of
-/// equal lateness the earlier planned ranks higher), actual, tid, sent
-/// (u64::MAX: none).
-type Key = (u64, u64, u64, u32, u64);
+/// equal lateness the earlier planned ranks higher), actual, tid, sent,
+/// the gateway's receive and answer stamps (u64::MAX: none).
+type Key = (u64, u64, u64, u32, u64, u64, u64);
 
 /// The `capacity` worst events offered (ties: the earlier kept), and how
 /// many were offered.
@@ -57,7 +70,7 @@ impl WorstEvents {
     pub fn new(capacity: usize) -> WorstEvents {
         let mut heap = BinaryHeap::with_capacity(capacity);
         // Touch every page now, not on the measurement path.
-        heap.extend(std::iter::repeat_n(Reverse((0, 0, 0, 0, 0)), capacity));
+        heap.extend(std::iter::repeat_n(Reverse((0, 0, 0, 0, 0, 0, 0)), capacity));
         heap.clear();
         WorstEvents {
             heap,
@@ -89,6 +102,8 @@ impl WorstEvents {
             e.actual_ns,
             e.tid,
             e.sent_ns.unwrap_or(u64::MAX),
+            e.gateway.map_or(u64::MAX, |g| g.recv_ns),
+            e.gateway.map_or(u64::MAX, |g| g.answered_ns),
         ));
         if self.heap.len() < self.capacity {
             self.heap.push(key);
@@ -119,12 +134,16 @@ impl WorstEvents {
     }
 }
 
-fn unkey(Reverse((_, later, actual_ns, tid, sent)): Reverse<Key>) -> ProbeEvent {
+fn unkey(Reverse((_, later, actual_ns, tid, sent, recv, answered)): Reverse<Key>) -> ProbeEvent {
     ProbeEvent {
         tid,
         planned_ns: u64::MAX - later,
         actual_ns,
         sent_ns: (sent != u64::MAX).then_some(sent),
+        gateway: (recv != u64::MAX).then_some(GatewayStamps {
+            recv_ns: recv,
+            answered_ns: answered,
+        }),
     }
 }
 
@@ -147,6 +166,33 @@ pub struct LateSet {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LateArrivals {
     pub nominal_ns: u64,
+    #[serde(flatten)]
+    pub set: LateSet,
+}
+
+/// The path a crawl's requests take, as set up (the lab's): what a request
+/// and its answer take when nothing holds them up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PathNominal {
+    /// Each way between the crawler and the gateway (the relay's delay).
+    pub one_way_ns: u64,
+    /// The gateway's fixed controller delay before it answers.
+    pub gateway_ns: u64,
+}
+
+impl PathNominal {
+    /// A request's round trip, sent to answered back.
+    pub fn round_trip_ns(&self) -> u64 {
+        self.one_way_ns.saturating_mul(2).saturating_add(self.gateway_ns)
+    }
+}
+
+/// The requests of a crawl whose answers came back late: each event's
+/// `actual_ns` is the answer's arrival less the round trip's nominal time
+/// (`path`), with its sent time and the gateway's stamps.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LateAnswers {
+    pub path: PathNominal,
     #[serde(flatten)]
     pub set: LateSet,
 }
@@ -198,6 +244,7 @@ mod tests {
             planned_ns: planned,
             actual_ns: planned + late,
             sent_ns: None,
+            gateway: None,
         }
     }
 

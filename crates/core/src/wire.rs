@@ -94,6 +94,11 @@ pub struct GetValuesResponse {
     /// Which clock took `recv_ns`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stamp: Option<ReceiveStamp>,
+    /// When the gateway answered, after its controller delay and any
+    /// stall (same clock as `recv_ns`): what the gateway itself took of a
+    /// round trip is answered − recv.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_ns: Option<u64>,
     pub values: Vec<PointValue>,
 }
 

@@ -19,7 +19,7 @@ use mio::net::TcpStream;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use ontime_core::interval::IntervalTracker;
-use ontime_core::late::{ProbeEvent, WorstEvents};
+use ontime_core::late::{GatewayStamps, PathNominal, ProbeEvent, WorstEvents};
 use ontime_core::time::{Clock, SystemClock};
 use ontime_core::wire::PointStatus;
 use ontime_core::MonoNs;
@@ -105,17 +105,19 @@ pub struct EngineSetup {
     pub records_dropped: Arc<std::sync::atomic::AtomicU64>,
     /// Polls kept with their send lag for explanation, the worst (0: none).
     pub keep_worst: usize,
-    /// With it, arrivals at the gateway late beyond this nominal delay are
-    /// kept too (`keep_worst` of them).
-    pub arrival_nominal_ns: Option<u64>,
+    /// With it, arrivals at the gateway late beyond its one-way delay, and
+    /// answers late beyond its round trip, are kept too (`keep_worst` of
+    /// each).
+    pub path_nominal: Option<PathNominal>,
 }
 
-/// What a vCPU thread kept for explanation: its worst polls by send lag
-/// and by arrival at the gateway.
+/// What a vCPU thread kept for explanation: its worst polls by send lag,
+/// by arrival at the gateway and by the arrival of their answers.
 #[derive(Debug, Default)]
 pub struct KeptPolls {
     pub send_lag: WorstEvents,
     pub arrivals: WorstEvents,
+    pub answers: WorstEvents,
 }
 
 /// A thread's pool before the start.
@@ -200,11 +202,12 @@ struct Engine<C: Clock = SystemClock> {
     start: u64,
     end: u64,
     warming: bool,
-    /// This thread's id and its worst send lags and arrivals, for
-    /// `--explain`.
+    /// This thread's id and its worst send lags, arrivals and answers,
+    /// for `--explain`.
     tid: u32,
     worst: WorstEvents,
     worst_arrivals: WorstEvents,
+    worst_answers: WorstEvents,
 }
 
 /// The most streams planned at the same instant of every period (same
@@ -230,8 +233,8 @@ fn burn_cpu(ns: u64) {
 const MAX_WAITING: usize = 4096;
 
 /// Runs one vCPU thread's share of the crawl until the end time or a stop.
-/// Returns its worst polls by send lag and by arrival (`keep_worst` of
-/// each).
+/// Returns its worst polls by send lag, by arrival and by answer
+/// (`keep_worst` of each).
 pub fn run(setup: EngineSetup) -> anyhow::Result<KeptPolls> {
     let mut e = Engine::new(setup, SystemClock)?;
     e.warm_up()?;
@@ -239,6 +242,7 @@ pub fn run(setup: EngineSetup) -> anyhow::Result<KeptPolls> {
     Ok(KeptPolls {
         send_lag: std::mem::take(&mut e.worst),
         arrivals: std::mem::take(&mut e.worst_arrivals),
+        answers: std::mem::take(&mut e.worst_answers),
     })
 }
 
@@ -256,6 +260,7 @@ impl<C: Clock> Engine<C> {
         poll.registry()
             .register(&mut SourceFd(&timer.as_raw_fd()), TIMER, Interest::READABLE)?;
         let cap = s.max_connections * s.gateways.len();
+        let on_path = if s.path_nominal.is_some() { s.keep_worst } else { 0 };
         let pools = s
             .gateways
             .iter()
@@ -298,11 +303,8 @@ impl<C: Clock> Engine<C> {
             // SAFETY: gettid has no preconditions.
             tid: unsafe { libc::gettid() } as u32,
             worst: WorstEvents::new(s.keep_worst),
-            worst_arrivals: WorstEvents::new(if s.arrival_nominal_ns.is_some() {
-                s.keep_worst
-            } else {
-                0
-            }),
+            worst_arrivals: WorstEvents::new(on_path),
+            worst_answers: WorstEvents::new(on_path),
             s,
         };
         // Connect ahead of the start so the first polls do not each pay for,
@@ -472,7 +474,7 @@ impl<C: Clock> Engine<C> {
                     sent: 0,
                     resent: false,
                 };
-                self.finish(p, now, Outcome::NotSent, 0, 0);
+                self.finish(p, now, Outcome::NotSent, 0, 0, 0);
                 at += period;
                 k += 1;
             }
@@ -568,7 +570,7 @@ impl<C: Clock> Engine<C> {
         } else if self.pools[gw].open < self.s.max_connections {
             match self.connect(gw) {
                 Some(slot) => self.assign(slot, p),
-                None => self.finish(p, self.clock.now().0, Outcome::ConnectionLost, 0, 0),
+                None => self.finish(p, self.clock.now().0, Outcome::ConnectionLost, 0, 0, 0),
             }
         } else if self.pools[gw].waiting.len() < MAX_WAITING {
             self.pools[gw].waiting.push_back(p);
@@ -576,7 +578,7 @@ impl<C: Clock> Engine<C> {
             // Overloaded: a poll that would wait behind this many others
             // will not be sent in time; it is missed now, and memory stays
             // bounded however far the plan outruns the connections.
-            self.finish(p, self.clock.now().0, Outcome::NotSent, 0, 0);
+            self.finish(p, self.clock.now().0, Outcome::NotSent, 0, 0, 0);
         }
     }
 
@@ -671,6 +673,7 @@ impl<C: Clock> Engine<C> {
                 planned_ns: p.planned,
                 actual_ns: p.sent,
                 sent_ns: None,
+                gateway: None,
             });
         }
         while c.written < req.len() {
@@ -793,8 +796,8 @@ impl<C: Clock> Engine<C> {
             };
             let done = self.clock.now().0;
             let gw = c.gateway as u16;
-            let (outcome, recv) = if status != 200 {
-                (Outcome::HttpError, 0)
+            let (outcome, recv, answered) = if status != 200 {
+                (Outcome::HttpError, 0, 0)
             } else {
                 let store = &mut self.s.store_records;
                 let dropped = &self.s.records_dropped;
@@ -820,16 +823,16 @@ impl<C: Clock> Engine<C> {
                     Ok(r) => {
                         self.metrics.outcomes.point_faults += faults;
                         self.metrics.stamps.count(r.stamp);
-                        (Outcome::Ok, r.recv_ns)
+                        (Outcome::Ok, r.recv_ns, r.answered_ns.unwrap_or(0))
                     }
-                    Err(_) => (Outcome::Malformed, 0),
+                    Err(_) => (Outcome::Malformed, 0, 0),
                 }
             };
             // Keep what follows this answer (pipelined bytes) in the buffer.
             c.rbuf.copy_within(len..c.rlen, 0);
             c.rlen -= len;
             c.poll = None;
-            self.finish(p, done, outcome, recv, status);
+            self.finish(p, done, outcome, recv, answered, status);
             if outcome == Outcome::Ok && self.s.work.mean_ns > 0 && self.s.work_at.is_answer() {
                 burn_cpu(self.work.next_ns());
             }
@@ -847,7 +850,7 @@ impl<C: Clock> Engine<C> {
         let now = self.clock.now().0;
         while let Some(p) = self.pools[gw].waiting.pop_front() {
             if now >= p.planned + self.s.timeout_ns {
-                self.finish(p, now, Outcome::NotSent, 0, 0);
+                self.finish(p, now, Outcome::NotSent, 0, 0, 0);
                 continue;
             }
             self.assign(slot, p);
@@ -886,7 +889,7 @@ impl<C: Clock> Engine<C> {
             } else {
                 outcome
             };
-            self.finish(p, self.clock.now().0, outcome, 0, 0);
+            self.finish(p, self.clock.now().0, outcome, 0, 0, 0);
         }
         // Waiting polls need a connection: open one now rather than letting
         // them time out behind a closed pool.
@@ -912,7 +915,7 @@ impl<C: Clock> Engine<C> {
                     break;
                 }
                 self.pools[gw].waiting.pop_front();
-                self.finish(p, now, Outcome::NotSent, 0, 0);
+                self.finish(p, now, Outcome::NotSent, 0, 0, 0);
             }
         }
     }
@@ -925,13 +928,14 @@ impl<C: Clock> Engine<C> {
         }
         for gw in 0..self.pools.len() {
             while let Some(p) = self.pools[gw].waiting.pop_front() {
-                self.finish(p, now, Outcome::Abandoned, 0, 0);
+                self.finish(p, now, Outcome::Abandoned, 0, 0, 0);
             }
         }
     }
 
     /// Every planned poll ends here exactly once.
-    fn finish(&mut self, p: InFlight, done: u64, outcome: Outcome, recv: u64, http_status: u16) {
+    /// `recv`, `answered`: the gateway's stamps of the request (0: none).
+    fn finish(&mut self, p: InFlight, done: u64, outcome: Outcome, recv: u64, answered: u64, http_status: u16) {
         let m = &mut self.metrics;
         outcome.count(&mut m.outcomes);
         if p.sent == 0 {
@@ -942,6 +946,7 @@ impl<C: Clock> Engine<C> {
                 planned_ns: p.planned,
                 actual_ns: done.max(p.planned),
                 sent_ns: None,
+                gateway: None,
             });
         } else {
             m.response_time.record(done.saturating_sub(p.sent));
@@ -949,15 +954,32 @@ impl<C: Clock> Engine<C> {
         // The request's arrival, on this host's clock where the gateway
         // stamps on it (the lab's emulator).
         let arrived = outcome == Outcome::Ok && recv > 0 && p.sent > 0;
-        if let Some(nominal) = self.s.arrival_nominal_ns.filter(|_| arrived) {
-            let due = p.planned.saturating_add(nominal);
+        if let Some(path) = self.s.path_nominal.filter(|_| arrived) {
+            let due = p.planned.saturating_add(path.one_way_ns);
             self.metrics.arrival_lag.record(recv.saturating_sub(due));
             self.worst_arrivals.offer(ProbeEvent {
                 tid: self.tid,
                 planned_ns: p.planned,
-                actual_ns: recv.saturating_sub(nominal).max(p.planned),
+                actual_ns: recv.saturating_sub(path.one_way_ns).max(p.planned),
                 sent_ns: Some(p.sent),
+                gateway: None,
             });
+            // Its answer, where the gateway stamped when it answered.
+            if answered >= recv {
+                let round_trip = path.round_trip_ns();
+                let due = p.planned.saturating_add(round_trip);
+                self.metrics.answer_lag.record(done.saturating_sub(due));
+                self.worst_answers.offer(ProbeEvent {
+                    tid: self.tid,
+                    planned_ns: p.planned,
+                    actual_ns: done.saturating_sub(round_trip).max(p.planned),
+                    sent_ns: Some(p.sent),
+                    gateway: Some(GatewayStamps {
+                        recv_ns: recv,
+                        answered_ns: answered,
+                    }),
+                });
+            }
         }
         let m = &mut self.metrics;
         let st = &self.s.streams[p.stream as usize];
@@ -1058,7 +1080,10 @@ mod tests {
             store_records: None,
             records_dropped: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             keep_worst: 4,
-            arrival_nominal_ns: Some(10 * MS),
+            path_nominal: Some(PathNominal {
+                one_way_ns: 10 * MS,
+                gateway_ns: 2 * MS,
+            }),
         };
         let mut engine = Engine::new(setup, FakeClock::new(START, vec![])).unwrap();
         engine.warming = false;
@@ -1137,9 +1162,10 @@ mod tests {
             START + 70 * MS,
             Outcome::Ok,
             START + 50 * MS,
+            0,
             200,
         );
-        e.finish(poll(START, START + MS), START + 70 * MS, Outcome::Ok, 0, 200);
+        e.finish(poll(START, START + MS), START + 70 * MS, Outcome::Ok, 0, 0, 200);
         assert_eq!(e.metrics.arrival_lag.len(), 1);
         assert_eq!(e.metrics.arrival_lag.max(), 40 * MS);
         let kept = std::mem::take(&mut e.worst_arrivals).into_worst_first();
@@ -1150,7 +1176,36 @@ mod tests {
                 planned_ns: START,
                 actual_ns: START + 40 * MS,
                 sent_ns: Some(START + MS),
+                gateway: None,
             }]
+        );
+        assert!(e.metrics.answer_lag.is_empty(), "no answer stamp, no answer kept");
+    }
+
+    /// An answer the gateway stamped is kept as late by (back − planned) −
+    /// the round trip's nominal time (twice the one-way delay and the
+    /// controller's), with the gateway's stamps.
+    #[test]
+    fn an_answer_stamped_by_the_gateway_is_kept_beyond_the_round_trip() {
+        let mut r = rig(1, 100 * MS, 1_000 * MS, 1_000 * MS, 64);
+        let e = &mut r.engine;
+        let p = InFlight {
+            stream: 0,
+            index: 0,
+            planned: START,
+            sent: START + MS,
+            resent: false,
+        };
+        e.finish(p, START + 300 * MS, Outcome::Ok, START + 11 * MS, START + 290 * MS, 200);
+        assert_eq!(e.metrics.answer_lag.max(), 278 * MS);
+        let kept = std::mem::take(&mut e.worst_answers).into_worst_first();
+        assert_eq!(kept[0].actual_ns, START + 278 * MS);
+        assert_eq!(
+            kept[0].gateway,
+            Some(GatewayStamps {
+                recv_ns: START + 11 * MS,
+                answered_ns: START + 290 * MS,
+            })
         );
     }
 

@@ -276,6 +276,8 @@ pub struct PointReading {
 pub struct Received {
     pub recv_ns: u64,
     pub stamp: Option<ReceiveStamp>,
+    /// When the gateway answered (None: it did not say).
+    pub answered_ns: Option<u64>,
 }
 
 /// Parses a getValues body, calling `on_point` for each point; returns the
@@ -331,12 +333,14 @@ impl<'de, F: FnMut(PointReading)> Visitor<'de> for ResponseSeed<'_, F> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Read, A::Error> {
         let mut recv = self.known_recv;
         let mut stamp = None;
+        let mut answered_ns = None;
         let mut values = false;
         let mut skipped = false;
         while let Some(key) = map.next_key::<Key>()? {
             match key {
                 Key::RecvNs => recv = Some(map.next_value::<u64>()?),
                 Key::Stamp => stamp = map.next_value::<StampField>()?.0,
+                Key::AnsweredNs => answered_ns = map.next_value::<Option<u64>>()?,
                 Key::Values => {
                     match recv {
                         Some(r) => map.next_value_seed(ValuesSeed {
@@ -359,7 +363,11 @@ impl<'de, F: FnMut(PointReading)> Visitor<'de> for ResponseSeed<'_, F> {
             return Err(de::Error::missing_field("values"));
         }
         let recv_ns = recv.ok_or_else(|| de::Error::missing_field("recv_ns"))?;
-        let r = Received { recv_ns, stamp };
+        let r = Received {
+            recv_ns,
+            stamp,
+            answered_ns,
+        };
         Ok(if skipped { Read::ValuesFirst(r) } else { Read::Done(r) })
     }
 }
@@ -432,6 +440,7 @@ impl<'de> de::Deserialize<'de> for StampField {
 enum Key {
     RecvNs,
     Stamp,
+    AnsweredNs,
     Values,
     Other,
 }
@@ -448,6 +457,7 @@ impl<'de> de::Deserialize<'de> for Key {
                 Ok(match s {
                     "recv_ns" => Key::RecvNs,
                     "stamp" => Key::Stamp,
+                    "answered_ns" => Key::AnsweredNs,
                     "values" => Key::Values,
                     _ => Key::Other,
                 })
@@ -485,7 +495,8 @@ mod tests {
             recv,
             Received {
                 recv_ns: 42,
-                stamp: None
+                stamp: None,
+                answered_ns: None,
             }
         );
         assert_eq!(seen.len(), 2);
@@ -560,7 +571,8 @@ mod tests {
             parse_body(kernel, &mut |_| n += 1).unwrap(),
             Received {
                 recv_ns: 5,
-                stamp: Some(ReceiveStamp::Kernel)
+                stamp: Some(ReceiveStamp::Kernel),
+                answered_ns: None,
             }
         );
         assert_eq!(
@@ -569,6 +581,17 @@ mod tests {
         );
         assert_eq!(parse_body(newer, &mut |_| n += 1).unwrap().stamp, None);
         assert_eq!(n, 2, "every point passed on once");
+    }
+
+    /// The gateway's answer stamp, where it gives one, in any position.
+    #[test]
+    fn the_answer_stamp_is_read_where_given() {
+        let after = br#"{"recv_ns":5,"values":[],"answered_ns":9}"#;
+        let before = br#"{"answered_ns":8,"values":[{"id":1,"value":1.0,"status":"ok"}],"recv_ns":5}"#;
+        assert_eq!(parse_body(after, &mut |_| {}).unwrap().answered_ns, Some(9));
+        assert_eq!(parse_body(before, &mut |_| {}).unwrap().answered_ns, Some(8));
+        let none = br#"{"recv_ns":5,"values":[],"answered_ns":null}"#;
+        assert_eq!(parse_body(none, &mut |_| {}).unwrap().answered_ns, None);
     }
 
     #[test]

@@ -64,12 +64,13 @@ pub struct RunOptions {
     pub keep_worst: usize,
     #[serde(default)]
     pub explain_over: Option<u64>,
-    /// The path's nominal one-way delay to a gateway stamping on this
-    /// host's clock (the lab's relay delay): with it (and `keep_worst`)
+    /// The path to a gateway stamping on this host's clock, as set up (the
+    /// lab's relay delay and controller delay): with it (and `keep_worst`)
     /// each thread also keeps its worst arrivals at the gateway, late by
-    /// (gateway receive − planned) − this.
+    /// (gateway receive − planned) − the one-way delay, and its worst
+    /// answers, late by (answer back − planned) − the round trip.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub arrival_nominal_ns: Option<u64>,
+    pub path_nominal: Option<ontime_core::late::PathNominal>,
 }
 
 /// Progress, once per report interval.
@@ -146,10 +147,16 @@ pub struct CrawlResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub late_events: Option<ontime_core::late::LateSet>,
     /// The requests that arrived late at the gateway (with
-    /// `arrival_nominal_ns`): each event's `actual_ns` is the gateway's
-    /// receive stamp less the nominal delay, `sent_ns` when it was sent.
+    /// `path_nominal`): each event's `actual_ns` is the gateway's receive
+    /// stamp less the nominal one-way delay, `sent_ns` when it was sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub late_arrivals: Option<ontime_core::late::LateArrivals>,
+    /// The requests whose answers came back late (with `path_nominal`, from
+    /// a gateway that stamps its answers): each event's `actual_ns` is the
+    /// answer's arrival less the nominal round trip, with `sent_ns` and
+    /// the gateway's receive and answer stamps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_answers: Option<ontime_core::late::LateAnswers>,
 }
 
 /// What a crawl used, measured on the run: CPU per poll (document 000's
@@ -295,30 +302,37 @@ pub fn run(
 
     let mut failures = Vec::new();
     let mut worst = ontime_core::late::WorstEvents::new(opts.keep_worst.saturating_mul(k));
-    let arrivals_kept = if opts.arrival_nominal_ns.is_some() {
+    let on_path_kept = if opts.path_nominal.is_some() {
         opts.keep_worst
     } else {
         0
     };
-    let mut worst_arrivals = ontime_core::late::WorstEvents::new(arrivals_kept.saturating_mul(k));
+    let mut worst_arrivals = ontime_core::late::WorstEvents::new(on_path_kept.saturating_mul(k));
+    let mut worst_answers = ontime_core::late::WorstEvents::new(on_path_kept.saturating_mul(k));
     for r in threads.group.join() {
         match r {
             Ok(w) => {
                 worst.add(&w.send_lag);
                 worst_arrivals.add(&w.arrivals);
+                worst_answers.add(&w.answers);
             }
             Err(e) => failures.push(format!("{e:#}")),
         }
     }
     let late_events =
         (opts.keep_worst > 0).then(|| ontime_core::late::LateSet::choose(worst, &totals.send_lag, opts.explain_over));
-    let late_arrivals =
-        opts.arrival_nominal_ns
-            .filter(|_| arrivals_kept > 0)
-            .map(|nominal_ns| ontime_core::late::LateArrivals {
-                nominal_ns,
-                set: ontime_core::late::LateSet::choose(worst_arrivals, &totals.arrival_lag, opts.explain_over),
-            });
+    let path = opts.path_nominal.filter(|_| on_path_kept > 0);
+    let late_arrivals = path.map(|p| ontime_core::late::LateArrivals {
+        nominal_ns: p.one_way_ns,
+        set: ontime_core::late::LateSet::choose(worst_arrivals, &totals.arrival_lag, opts.explain_over),
+    });
+    // A gateway that does not stamp its answers (not ontime's) gives none.
+    let late_answers = path
+        .filter(|_| !totals.answer_lag.is_empty())
+        .map(|path| ontime_core::late::LateAnswers {
+            path,
+            set: ontime_core::late::LateSet::choose(worst_answers, &totals.answer_lag, opts.explain_over),
+        });
     let (sink_stats, mut incomplete_files) = match sink {
         Some(s) => s.finish()?,
         None => (sink::SinkStats::default(), Vec::new()),
@@ -371,6 +385,7 @@ pub fn run(
         explanation: None,
         late_events,
         late_arrivals,
+        late_answers,
         manifest,
         config: cfg,
     })
@@ -467,7 +482,7 @@ fn start_vcpu_threads(
             store_records,
             records_dropped: t.records_dropped.clone(),
             keep_worst: opts.keep_worst,
-            arrival_nominal_ns: opts.arrival_nominal_ns,
+            path_nominal: opts.path_nominal,
         };
         t.group.spawn(&format!("crawl-vcpu{i}"), opts.thread.clone(), move || {
             engine::run(setup)

@@ -92,9 +92,12 @@ impl StampCounts {
 #[derive(Clone, Debug, Default)]
 pub struct Metrics {
     pub send_lag: LatencyHistogram,
-    /// (gateway receive − planned) − the path's nominal delay, where the
-    /// crawl knows it (`RunOptions::arrival_nominal_ns`).
+    /// (gateway receive − planned) − the path's nominal one-way delay, where
+    /// the crawl knows it (`RunOptions::path_nominal`).
     pub arrival_lag: LatencyHistogram,
+    /// (answer back − planned) − the path's nominal round trip, for the
+    /// answers the gateway stamped (`RunOptions::path_nominal`).
+    pub answer_lag: LatencyHistogram,
     pub response_time: LatencyHistogram,
     pub interval_error: LatencyHistogram,
     pub outcomes: Outcomes,
@@ -106,6 +109,7 @@ impl Metrics {
     pub fn add(&mut self, o: &Metrics) {
         self.send_lag.add(&o.send_lag);
         self.arrival_lag.add(&o.arrival_lag);
+        self.answer_lag.add(&o.answer_lag);
         self.response_time.add(&o.response_time);
         self.interval_error.add(&o.interval_error);
         self.outcomes.add(&o.outcomes);
@@ -117,6 +121,7 @@ impl Metrics {
     pub fn reset(&mut self) {
         self.send_lag.reset();
         self.arrival_lag.reset();
+        self.answer_lag.reset();
         self.response_time.reset();
         self.interval_error.reset();
         self.outcomes = Outcomes::default();

@@ -124,6 +124,7 @@ impl ThreadStats {
             planned_ns: planned.0,
             actual_ns: planned.0 + lat_ns,
             sent_ns: None,
+            gateway: None,
         });
         self.latency.record(lat_ns);
         self.sum_ns += lat_ns as u128;

@@ -27,6 +27,7 @@
 
 use crate::cause::{BlockedOn, Cause, Explanation, Gap, Late, Who, UNKNOWN_TID};
 use crate::timeline::{Probe, Slice, Span, State, Timeline};
+use ontime_core::late::{GatewayStamps, PathNominal};
 
 /// A real-time thread woken onto a CPU running a fair task (or idle)
 /// preempts it within microseconds; queued longer than this behind one,
@@ -132,6 +133,99 @@ pub fn explain_arrival(
     // placed nominal earlier.
     relay_walk(tl, relay, sent + nominal_ns, actual + nominal_ns, nominal_ns, &mut out);
     out
+}
+
+/// A request's answer, back late by (back − planned) beyond the path's
+/// nominal round trip (`path`); `actual_ns` is back − that round trip (as
+/// a crawl keeps it), `gateway` the gateway's receive and answer stamps.
+/// The lateness is the legs' excesses in order, so the segments tile
+/// [planned, actual):
+///
+/// - to the gateway: the arrival, as [`explain_arrival`] explains it, up to
+///   receive − one way;
+/// - the gateway: (answered − received) beyond its controller delay,
+///   [`BlockedOn::Gateway`] (its own stamps: what it did meanwhile is not
+///   recorded here);
+/// - the way back: the rest, the stretch of the same length that ends
+///   when the answer was back, on the probe's time line: the probe asleep
+///   (its answer not in) is the relay's, read off its time line as on the
+///   way out; the probe queued or running is its own causes (it had the
+///   answer and had not got to it).
+#[allow(clippy::too_many_arguments)]
+pub fn explain_answer(
+    tl: &Timeline,
+    probe: &Probe,
+    relay: Option<&Probe>,
+    planned_ns: u64,
+    sent_ns: u64,
+    gateway: GatewayStamps,
+    actual_ns: u64,
+    path: PathNominal,
+) -> Explanation {
+    let actual = actual_ns.max(planned_ns);
+    let arrived = gateway
+        .recv_ns
+        .saturating_sub(path.one_way_ns)
+        .clamp(planned_ns, actual);
+    let mut out = explain_arrival(tl, probe, relay, planned_ns, sent_ns, arrived, path.one_way_ns);
+    out.actual_ns = actual;
+    let held = gateway
+        .answered_ns
+        .saturating_sub(gateway.recv_ns)
+        .saturating_sub(path.gateway_ns)
+        .min(actual - arrived);
+    let gateway_cause = Cause::Blocked {
+        on: BlockedOn::Gateway,
+        by: Who::Unknown,
+        cpu: None,
+        irq: None,
+    };
+    out.push(arrived, arrived + held, tl.side, gateway_cause);
+    let from = arrived + held;
+    if from >= actual {
+        return out;
+    }
+    // The way back: the last (actual − from) before the answer was back.
+    let shift = path.round_trip_ns();
+    let (back_from, back) = (from + shift, actual + shift);
+    let own = explain(tl, probe, back_from, back);
+    for seg in &own.segments {
+        let awaiting = matches!(
+            seg.cause,
+            Cause::Blocked {
+                on: BlockedOn::Interrupt | BlockedOn::Thread,
+                ..
+            } | Cause::LateTimer { how: Late::Timer, .. }
+        );
+        match relay {
+            Some(r) if awaiting => relay_walk(tl, r, seg.start_ns, seg.end_ns, shift, &mut out),
+            None if awaiting => out.push(
+                seg.start_ns - shift,
+                seg.end_ns - shift,
+                tl.side,
+                Cause::Unexplained { why: Gap::NotRecorded },
+            ),
+            _ => out.push(seg.start_ns - shift, seg.end_ns - shift, seg.side, seg.cause),
+        }
+    }
+    out
+}
+
+/// A crawl's kept event on the path: an answer where it carries the
+/// gateway's stamps ([`explain_answer`]), else an arrival
+/// ([`explain_arrival`]); None without a sent time.
+pub fn explain_on_path(
+    tl: &Timeline,
+    probe: &Probe,
+    relay: Option<&Probe>,
+    e: &ontime_core::late::ProbeEvent,
+    path: PathNominal,
+) -> Option<Explanation> {
+    let sent = e.sent_ns?;
+    Some(match e.gateway {
+        Some(g) => explain_answer(tl, probe, relay, e.planned_ns, sent, g, e.actual_ns, path),
+        None => explain_arrival(tl, probe, relay, e.planned_ns, sent, e.actual_ns, path.one_way_ns),
+    })
 }
 
 /// The relay thread's states over [a, e) (its clock) as causes of the
@@ -471,6 +565,82 @@ mod tests {
                 (at(140), at(140) + 500 * US, queue),
             ]
         );
+    }
+
+    /// A request answered 200 ms late by a stalled gateway: 1 ms of the
+    /// probe's own work before it went out, the 200 ms the gateway held it
+    /// (from its stamps), then on the way back 2 ms of the relay carrying
+    /// it and 7 ms of the probe, woken, queued behind a hog; placed the
+    /// round trip (10 ms each way) earlier.
+    #[test]
+    fn a_stalled_gateway_is_named_for_the_answer_it_held() {
+        let events = [
+            wake(at(0), 0, PROBE, 0, 0),
+            switch(at(0), 0, 0, PROBE, 0, 0),
+            sleep(at(1), 0, PROBE, 0),
+            switch(at(215), 0, 0, HOG, 0, 0),
+            switch(at(0) + 500 * US, 1, 0, RELAY, 0, 0),
+            sleep(at(2), 1, RELAY, 0),
+            wake(at(221), 1, RELAY, 0, 1),
+            switch(at(221), 1, 0, RELAY, 0, 0),
+            wake(at(223), 1, PROBE, RELAY, 0),
+            sleep(at(223) + 100 * US, 1, RELAY, 0),
+            preempt(at(230), 0, HOG, PROBE),
+        ];
+        let tl = timeline(2, &events, at(300));
+        let (probe, relay) = (tl.probe(PROBE).unwrap(), tl.probe(RELAY).unwrap());
+        let path = PathNominal {
+            one_way_ns: 10 * MS,
+            gateway_ns: 0,
+        };
+        let stamps = GatewayStamps {
+            recv_ns: at(11),
+            answered_ns: at(211),
+        };
+        let x = explain_answer(&tl, &probe, Some(&relay), at(0), at(1), stamps, at(210), path);
+        assert_tiles(&x);
+        let got: Vec<(u64, u64, Cause)> = x.segments.iter().map(|s| (s.start_ns, s.end_ns, s.cause)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (at(0), at(1), Cause::OwnWork { cpu: 0 }),
+                (
+                    at(1),
+                    at(201),
+                    Cause::Blocked {
+                        on: BlockedOn::Gateway,
+                        by: Who::Unknown,
+                        cpu: None,
+                        irq: None
+                    }
+                ),
+                (
+                    at(201),
+                    at(203),
+                    Cause::Blocked {
+                        on: BlockedOn::RelayQueue,
+                        by: Who::Thread(RELAY),
+                        cpu: Some(1),
+                        irq: None
+                    }
+                ),
+                (
+                    at(203),
+                    at(210),
+                    // CPU 1 idled once the relay slept.
+                    Cause::WaitedForCpu {
+                        cpu: 0,
+                        behind: Who::Thread(HOG),
+                        idle_elsewhere_ns: 6_900 * US
+                    }
+                ),
+            ]
+        );
+        // Without the relay's time line the way back is not recorded, the
+        // gateway's part still is (its stamps).
+        let x = explain_answer(&tl, &probe, None, at(0), at(1), stamps, at(210), path);
+        assert_tiles(&x);
+        assert_eq!(x.ns_of(CauseKind::Blocked), 200 * MS);
     }
 
     /// A crawler that slept past its planned time with the poll due (no

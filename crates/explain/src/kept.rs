@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Result;
-use ontime_core::late::{LateArrivals, LateSet, ProbeEvent};
+use ontime_core::late::{LateAnswers, LateArrivals, LateSet, ProbeEvent};
 use ontime_recording::recording::Recording;
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +21,8 @@ struct Kept {
     late_events: Option<LateSet>,
     #[serde(default)]
     late_arrivals: Option<LateArrivals>,
+    #[serde(default)]
+    late_answers: Option<LateAnswers>,
     #[serde(default)]
     send_lag: Option<serde::de::IgnoredAny>,
 }
@@ -60,15 +62,22 @@ pub struct TenantLate {
     /// "polls sent late" or "wake-ups".
     pub what: &'static str,
     pub arrivals: Option<LateArrivals>,
+    /// A crawl's requests whose answers came back late.
+    pub answers: Option<LateAnswers>,
 }
 
+/// The answers a report describes its late events as.
+pub const ANSWERS_WHAT: &str = "answers back late";
+
 impl TenantLate {
-    /// Every kept event, the arrivals' too (marked by their sent time).
+    /// Every kept event, the arrivals' and answers' too (marked by their
+    /// sent time).
     pub fn events(&self) -> impl Iterator<Item = ProbeEvent> + '_ {
         self.late
             .events
             .iter()
             .chain(self.arrivals.iter().flat_map(|a| a.set.events.iter()))
+            .chain(self.answers.iter().flat_map(|a| a.set.events.iter()))
             .copied()
     }
 }
@@ -89,6 +98,10 @@ pub struct TenantExplanation {
     /// with the host I/O path's part (not on a flight recorder's windows).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arrivals: Option<RunExplanation>,
+    /// A crawl's requests whose answers came back late, explained with the
+    /// path's and the gateway's parts (not on a flight recorder's windows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answers: Option<RunExplanation>,
 }
 
 impl TenantExplanation {
@@ -120,6 +133,7 @@ pub fn read_tenants(dir: &Path, tenants: usize) -> Result<Vec<TenantLate>> {
                     late,
                     what,
                     arrivals: kept.late_arrivals,
+                    answers: kept.late_answers,
                 });
             }
         }
@@ -164,12 +178,17 @@ pub(crate) fn explain_sets_on(
             .arrivals
             .as_ref()
             .map(|a| crate::summary::explain_arrivals_on(tl, rec, a));
+        let answers = t
+            .answers
+            .as_ref()
+            .map(|a| crate::summary::explain_answers_on(tl, rec, a));
         out.tenants.insert(
             t.name,
             TenantExplanation {
                 what: t.what.to_string(),
                 explanation,
                 arrivals,
+                answers,
             },
         );
     }
@@ -194,6 +213,7 @@ pub fn explain_tenants_in(
                 what: t.what.to_string(),
                 explanation,
                 arrivals: None,
+                answers: None,
             },
         );
     }

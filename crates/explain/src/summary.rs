@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use ontime_core::late::{LateArrivals, LateSet, ProbeEvent};
+use ontime_core::late::{LateAnswers, LateArrivals, LateSet, PathNominal, ProbeEvent};
 use ontime_recording::recording::Recording;
 use serde::{Deserialize, Serialize};
 
@@ -108,7 +108,21 @@ pub fn explain_arrivals_on(tl: &Timeline, rec: &Recording, arrivals: &LateArriva
     let set = &arrivals.set;
     let mut parts = Parts::default();
     let relay = relay_tid(rec).and_then(|t| tl.probe(t).ok());
-    parts.explain_arrivals_on(tl, rec, &set.events, relay.as_ref(), arrivals.nominal_ns);
+    let path = PathNominal {
+        one_way_ns: arrivals.nominal_ns,
+        gateway_ns: 0,
+    };
+    parts.explain_path_on(tl, rec, &set.events, relay.as_ref(), path);
+    parts.summarize(set.late, set.threshold_ns, &set.threshold_from)
+}
+
+/// A crawl's requests whose answers came back late, explained on a time
+/// line of `rec` that watches their threads and the relay's.
+pub fn explain_answers_on(tl: &Timeline, rec: &Recording, answers: &LateAnswers) -> RunExplanation {
+    let set = &answers.set;
+    let mut parts = Parts::default();
+    let relay = relay_tid(rec).and_then(|t| tl.probe(t).ok());
+    parts.explain_path_on(tl, rec, &set.events, relay.as_ref(), answers.path);
     parts.summarize(set.late, set.threshold_ns, &set.threshold_from)
 }
 
@@ -292,13 +306,13 @@ impl Parts {
 
     /// Arrivals at the gateway (events with a sent time) on a time line
     /// that watches their threads and `relay`.
-    fn explain_arrivals_on(
+    fn explain_path_on(
         &mut self,
         tl: &Timeline,
         rec: &Recording,
         events: &[ProbeEvent],
         relay: Option<&crate::timeline::Probe>,
-        nominal_ns: u64,
+        path: PathNominal,
     ) {
         self.end_ns = tl.end_ns();
         if relay.is_none() {
@@ -306,11 +320,10 @@ impl Parts {
                 .push("the relay's thread is not in the recording: the path's part is unexplained".into());
         }
         for e in events {
-            let (Ok(probe), Some(sent)) = (tl.probe(e.tid), e.sent_ns) else {
-                continue;
-            };
-            let x = crate::attribute::explain_arrival(tl, &probe, relay, e.planned_ns, sent, e.actual_ns, nominal_ns);
-            self.reports.push(x.report(tl));
+            let Ok(probe) = tl.probe(e.tid) else { continue };
+            if let Some(x) = crate::attribute::explain_on_path(tl, &probe, relay, e, path) {
+                self.reports.push(x.report(tl));
+            }
         }
         self.note_coverage(tl, rec);
     }
@@ -516,6 +529,8 @@ pub fn describe(cause: CauseKind, detail: Option<Detail>, side: Side, who: Optio
             "queued in the relay while {} carried other frames",
             who.map(name).unwrap_or_else(|| "its thread".into())
         ),
+        // The gateway's own stamps say how long it held the answer, not why.
+        CauseKind::Blocked if detail == Some(Detail::Gateway) => "held by the gateway before it answered".into(),
         CauseKind::Blocked => format!(
             "blocked{}{}",
             detail.map(|d| format!(" ({})", d.label())).unwrap_or_default(),

@@ -15,8 +15,9 @@ use ontime_core::late::ProbeEvent;
 use ontime_recording::recording::Recording;
 use serde::{Deserialize, Serialize};
 
-use crate::cause::{Cause, CauseKind, Explanation, Irq, Who};
+use crate::cause::{BlockedOn, Cause, CauseKind, Explanation, Irq, Who};
 use crate::timeline::Timeline;
+use ontime_core::late::PathNominal;
 
 /// What was injected: each class has the cause the attribution should
 /// find (docs/explain.md's table).
@@ -41,6 +42,9 @@ pub enum InjectedClass {
     /// window ends): requests arrive late at the gateway, and the relay
     /// thread that held them is the culprit.
     RelayStall,
+    /// The gateway held every answer due (its own fault injection): the
+    /// answers come back late, and the gateway is the culprit.
+    GatewayStall,
 }
 
 impl InjectedClass {
@@ -51,20 +55,34 @@ impl InjectedClass {
             InjectedClass::RtThrottle => CauseKind::Throttled,
             InjectedClass::OwnWork => CauseKind::OwnWork,
             InjectedClass::SoftirqFlood => CauseKind::Interrupts,
-            InjectedClass::RelayStall => CauseKind::Blocked,
+            InjectedClass::RelayStall | InjectedClass::GatewayStall => CauseKind::Blocked,
         }
     }
 
-    /// It delays requests on their way (scored on the arrivals at the
-    /// gateway), not the probe's own events.
-    pub fn on_the_path(self) -> bool {
-        self == InjectedClass::RelayStall
+    /// Which of a probe's late events it delays, and so is scored on.
+    pub fn scored_on(self) -> ScoredOn {
+        match self {
+            InjectedClass::RelayStall => ScoredOn::Arrivals,
+            InjectedClass::GatewayStall => ScoredOn::Answers,
+            _ => ScoredOn::ProbeEvents,
+        }
     }
 
     /// As a scenario names it.
     pub fn label(self) -> String {
         crate::cause::serde_name(&self)
     }
+}
+
+/// The late events an injected class is scored on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScoredOn {
+    /// The probe's own (wake-ups, sends).
+    ProbeEvents,
+    /// A crawl's requests late at the gateway.
+    Arrivals,
+    /// A crawl's answers late back.
+    Answers,
 }
 
 /// One injection as the injector carried it out: the window is when it
@@ -89,6 +107,12 @@ pub struct Injections {
 }
 
 impl Injections {
+    /// Writes them whole (`inject-N.json`), as an injector does when it
+    /// stops.
+    pub fn write(&self, path: &std::path::Path) -> anyhow::Result<()> {
+        ontime_core::fsio::write_atomic(path, &serde_json::to_vec_pretty(self)?)
+    }
+
     /// The windows [start, end) one injector held `class` in, on `cpu`,
     /// its process `pid` the culprit.
     pub fn of_windows(class: InjectedClass, windows: &[(u64, u64)], pid: u32, cpu: Option<u16>) -> Injections {
@@ -286,6 +310,16 @@ fn cell(i: &Injection, cause: &Cause, probe: u32, owner: &impl Fn(u32) -> Option
     if kind == CauseKind::Unexplained {
         return Cell::Unexplained;
     }
+    if i.class == InjectedClass::GatewayStall {
+        // The gateway's part comes from its own stamps: no thread to name.
+        return match *cause {
+            Cause::Blocked {
+                on: BlockedOn::Gateway, ..
+            } => Cell::Right,
+            Cause::Blocked { .. } => Cell::RightCauseOtherCulprit,
+            _ => Cell::Other(kind),
+        };
+    }
     if i.class == InjectedClass::SoftirqFlood {
         return match *cause {
             Cause::Interrupts { cpu, irq } if irq == Irq::Soft(NET_RX) && Some(cpu) == i.cpu => Cell::Right,
@@ -349,49 +383,50 @@ pub fn score(explained: &[Explanation], injections: &[Injection], owner: impl Fn
 /// `rec`, and scores them.
 pub fn check(rec: &Recording, events: &[ProbeEvent], injections: &[Injection]) -> Confusion {
     let tl = Timeline::from_recording(rec, &crate::summary::probe_tids(events));
-    check_on(&tl, rec, events, None, injections)
+    check_on(&tl, rec, events, &OnPath::default(), injections)
+}
+
+/// A crawl's kept events on the path: the requests late at the gateway,
+/// the answers late back, and the path as set up.
+#[derive(Clone, Debug, Default)]
+pub struct OnPath {
+    pub arrivals: Vec<ProbeEvent>,
+    pub answers: Vec<ProbeEvent>,
+    pub path: PathNominal,
 }
 
 /// As [`check`], on a time line already built from `rec` that watches the
 /// events' threads (and the relay's): the probes' own late events against
-/// the injections that act on the probes, the arrivals at the gateway
-/// (`arrivals`: the events and the path's nominal delay) against those
-/// that act on the path.
+/// the injections that act on the probes, the arrivals at the gateway and
+/// the answers against those that act on the path.
+///
+/// An event on the path is explained on an axis shifted from the clock (a
+/// leg's excess is placed the nominal time of the legs before it earlier,
+/// [`crate::attribute::explain_answer`]); an injection acting on a leg is
+/// scored with its window shifted alike: a gateway stall by the one way
+/// out and the controller's delay.
 pub fn check_on(
     tl: &Timeline,
     rec: &Recording,
     events: &[ProbeEvent],
-    arrivals: Option<(&[ProbeEvent], u64)>,
+    on_path: &OnPath,
     injections: &[Injection],
 ) -> Confusion {
-    let overlaps = |e: &ProbeEvent, on_path: bool| {
-        injections
-            .iter()
-            .any(|i| i.class.on_the_path() == on_path && e.planned_ns < i.end_ns && e.actual_ns > i.start_ns)
-    };
-    let mut explained = Vec::new();
-    for e in events.iter().filter(|e| overlaps(e, false)) {
-        let Ok(probe) = tl.probe(e.tid) else { continue };
-        explained.push(crate::attribute::explain(tl, &probe, e.planned_ns, e.actual_ns));
-    }
-    let mut on_path = Vec::new();
-    if let Some((arrived, nominal)) = arrivals {
-        let relay = crate::summary::relay_tid(rec).and_then(|t| tl.probe(t).ok());
-        for e in arrived.iter().filter(|e| overlaps(e, true)) {
-            let (Ok(probe), Some(sent)) = (tl.probe(e.tid), e.sent_ns) else {
-                continue;
+    let placed: Vec<Injection> = injections
+        .iter()
+        .map(|i| {
+            let shift = match i.class.scored_on() {
+                ScoredOn::Answers => on_path.path.one_way_ns + on_path.path.gateway_ns,
+                _ => 0,
             };
-            on_path.push(crate::attribute::explain_arrival(
-                tl,
-                &probe,
-                relay.as_ref(),
-                e.planned_ns,
-                sent,
-                e.actual_ns,
-                nominal,
-            ));
-        }
-    }
+            Injection {
+                start_ns: i.start_ns.saturating_sub(shift),
+                end_ns: i.end_ns.saturating_sub(shift),
+                ..i.clone()
+            }
+        })
+        .collect();
+    let relay = crate::summary::relay_tid(rec).and_then(|t| tl.probe(t).ok());
     let owners: HashMap<u32, Owner> = rec
         .threads
         .values()
@@ -406,10 +441,27 @@ pub fn check_on(
         })
         .collect();
     let owner = |tid: u32| owners.get(&tid).copied();
-    let (path, probe): (Vec<Injection>, Vec<Injection>) =
-        injections.iter().cloned().partition(|i| i.class.on_the_path());
-    let mut out = score(&explained, &probe, owner);
-    out.add(&score(&on_path, &path, owner));
+    let mut out = Confusion::default();
+    for (on, events) in [
+        (ScoredOn::ProbeEvents, events),
+        (ScoredOn::Arrivals, &on_path.arrivals[..]),
+        (ScoredOn::Answers, &on_path.answers[..]),
+    ] {
+        let mine: Vec<Injection> = placed.iter().filter(|i| i.class.scored_on() == on).cloned().collect();
+        let mut explained = Vec::new();
+        for e in events
+            .iter()
+            .filter(|e| mine.iter().any(|i| e.planned_ns < i.end_ns && e.actual_ns > i.start_ns))
+        {
+            let Ok(probe) = tl.probe(e.tid) else { continue };
+            let x = match on {
+                ScoredOn::ProbeEvents => Some(crate::attribute::explain(tl, &probe, e.planned_ns, e.actual_ns)),
+                _ => crate::attribute::explain_on_path(tl, &probe, relay.as_ref(), e, on_path.path),
+            };
+            explained.extend(x);
+        }
+        out.add(&score(&explained, &mine, owner));
+    }
     out
 }
 
@@ -467,13 +519,30 @@ pub fn check_run_on(
         return Ok(None);
     }
     let events: Vec<ProbeEvent> = tenants.iter().flat_map(|t| t.late.events.iter().copied()).collect();
-    let arrived: Vec<ProbeEvent> = tenants
-        .iter()
-        .flat_map(|t| t.arrivals.iter().flat_map(|a| a.set.events.iter().copied()))
-        .collect();
-    // One relay for the lab: every tenant's path has the same nominal delay.
-    let nominal = tenants.iter().find_map(|t| t.arrivals.as_ref().map(|a| a.nominal_ns));
-    let confusion = check_on(tl, rec, &events, nominal.map(|n| (arrived.as_slice(), n)), &injections);
+    let on_path = OnPath {
+        arrivals: tenants
+            .iter()
+            .flat_map(|t| t.arrivals.iter().flat_map(|a| a.set.events.iter().copied()))
+            .collect(),
+        answers: tenants
+            .iter()
+            .flat_map(|t| t.answers.iter().flat_map(|a| a.set.events.iter().copied()))
+            .collect(),
+        // One relay and gateway for the lab: every tenant's path is alike.
+        path: tenants
+            .iter()
+            .find_map(|t| {
+                t.answers
+                    .as_ref()
+                    .map(|a| a.path)
+                    .or(t.arrivals.as_ref().map(|a| PathNominal {
+                        one_way_ns: a.nominal_ns,
+                        gateway_ns: 0,
+                    }))
+            })
+            .unwrap_or_default(),
+    };
+    let confusion = check_on(tl, rec, &events, &on_path, &injections);
     Ok(Some(RunTruth { injections, confusion }))
 }
 
@@ -556,6 +625,43 @@ mod tests {
     /// A flood is right as NET_RX softirq time on the injection's CPU, or
     /// as waiting behind that CPU's ksoftirqd; other interrupts are the
     /// right cause with another culprit; the flooder itself is not it.
+    /// A gateway stall's right cell is the gateway's part (no thread to
+    /// name); the relay's part of the same answer is the right cause with
+    /// another culprit.
+    #[test]
+    fn a_gateway_stall_is_charged_to_the_gateway() {
+        let stall = Injection {
+            class: InjectedClass::GatewayStall,
+            cpu: None,
+            ..burst_5_to_95()
+        };
+        let blocked = |on| Cause::Blocked {
+            on,
+            by: Who::Unknown,
+            cpu: None,
+            irq: None,
+        };
+        let x = Explanation {
+            tid: 7,
+            planned_ns: 0,
+            actual_ns: 100,
+            segments: vec![
+                seg(0, 10, Cause::OwnWork { cpu: 1 }),
+                seg(10, 80, blocked(BlockedOn::Gateway)),
+                seg(80, 90, blocked(BlockedOn::RelayQueue)),
+                seg(90, 100, behind(501)),
+            ],
+        };
+        let m = score(&[x], &[stall], |_| None);
+        let r = &m.rows[&InjectedClass::GatewayStall];
+        assert_eq!(r.lateness_ns, 90);
+        assert_eq!(r.right_ns, 70);
+        assert_eq!(r.right_cause_other_culprit_ns, 10);
+        assert_eq!(r.other_ns[&CauseKind::OwnWork], 5);
+        assert_eq!(r.other_ns[&CauseKind::WaitedForCpu], 5);
+        assert_eq!(InjectedClass::GatewayStall.scored_on(), ScoredOn::Answers);
+    }
+
     #[test]
     fn a_flood_is_charged_to_net_rx_on_its_cpu_or_to_ksoftirqd() {
         let flood = Injection {

@@ -34,6 +34,9 @@ pub struct GatewayStats {
     pub injected_drops: u64,
     pub injected_malformed: u64,
     pub injected_spikes: u64,
+    /// Answers held by a stall ([`GatewayStall`]).
+    #[serde(default)]
+    pub stalled: u64,
     pub bad_requests: u64,
     /// Which clock stamped the requests' receive times.
     #[serde(default)]
@@ -123,6 +126,7 @@ struct Counters {
     injected_drops: AtomicU64,
     injected_malformed: AtomicU64,
     injected_spikes: AtomicU64,
+    stalled: AtomicU64,
     bad_requests: AtomicU64,
 }
 
@@ -135,6 +139,7 @@ impl Counters {
             injected_drops: self.injected_drops.load(Relaxed),
             injected_malformed: self.injected_malformed.load(Relaxed),
             injected_spikes: self.injected_spikes.load(Relaxed),
+            stalled: self.stalled.load(Relaxed),
             bad_requests: self.bad_requests.load(Relaxed),
             stamps: StampStats::default(),
         }
@@ -151,6 +156,23 @@ struct State {
     /// This host's boot id, to tell whether a crawler's planned times are
     /// on our clock.
     boot_id: String,
+    /// Answers wait until this CLOCK_MONOTONIC instant (0: none): a
+    /// stalled controller ([`GatewayStall`]).
+    stalled_until: Arc<AtomicU64>,
+}
+
+/// Stalls a running gateway: until the instant stored (CLOCK_MONOTONIC
+/// ns), every answer due waits, as a controller busy with something else
+/// would hold it; requests are still received and stamped (the ground
+/// truth of the attribution's class c). 0: not stalled.
+#[derive(Clone)]
+pub struct GatewayStall(Arc<AtomicU64>);
+
+impl GatewayStall {
+    /// Holds every answer due until `until_ns`.
+    pub fn stall_until(&self, until_ns: u64) {
+        self.0.store(until_ns, Relaxed);
+    }
 }
 
 /// Returned by the service to make hyper close the connection unanswered.
@@ -185,6 +207,11 @@ impl RunningGateway {
     /// should stop, since measurements are no longer stored.
     pub fn log_failure(&self) -> Option<String> {
         self.log.as_ref().and_then(|l| l.failure())
+    }
+
+    /// What stalls this gateway's answers (an injected stall).
+    pub fn stall(&self) -> GatewayStall {
+        GatewayStall(self.state.stalled_until.clone())
     }
 
     /// Stops serving, flushes the receive log and returns the counters.
@@ -228,6 +255,7 @@ impl State {
             stamps: StampTally::default(),
             log: None,
             boot_id: String::new(),
+            stalled_until: Arc::default(),
         }
     }
 }
@@ -281,6 +309,7 @@ pub fn start(cfg: GatewayConfig) -> Result<RunningGateway> {
         log: log.as_ref().map(|l| l.sender()),
         cfg,
         boot_id: wire::boot_id(),
+        stalled_until: Arc::default(),
     });
     let policy = state.cfg.policy;
     if policy.is_realtime() {
@@ -533,6 +562,20 @@ async fn handle(
     if delay_ns > 0 {
         tokio::time::sleep(Duration::from_nanos(delay_ns)).await;
     }
+    // A stall holds whatever is due to go out while it lasts; one that
+    // begins while this answer waits holds it too.
+    let mut stalled = false;
+    loop {
+        let (until, now) = (st.stalled_until.load(Relaxed), MonoNs::now().0);
+        if until <= now {
+            break;
+        }
+        stalled = true;
+        tokio::time::sleep(Duration::from_nanos(until - now)).await;
+    }
+    if stalled {
+        st.counters.stalled.fetch_add(1, Relaxed);
+    }
     if drop_now {
         st.counters.injected_drops.fetch_add(1, Relaxed);
         return Err(DropConnection);
@@ -540,6 +583,7 @@ async fn handle(
     let resp = GetValuesResponse {
         recv_ns,
         stamp: Some(stamp),
+        answered_ns: Some(MonoNs::now().0),
         values,
     };
     if malformed_now {

@@ -11,7 +11,6 @@ use anyhow::{bail, Context, Result};
 use ontime_core::fsio::write_atomic;
 use ontime_core::proc::{ChildProcess, SpawnOptions};
 use ontime_core::rt::{parse_cpu_list, ThreadSettings};
-use ontime_core::time::MonoNs;
 use ontime_load::{LoadGuard, LoadProfile};
 use ontime_net::{Relay, RelaySettings};
 use ontime_scenario::probe::{GatewayProbe, ProbeSpec};
@@ -186,6 +185,11 @@ fn one_run(
         j.stop();
     }
     stalls.finish()?;
+    // The probes are done with the gateway: stopped now, it writes its
+    // counters and its stalls' windows before the run is explained.
+    for gateway in lab.children().iter_mut() {
+        gateway.stop();
+    }
     if let (Some(b), Some(vm)) = (cache_bound, rec.environment.vm.as_mut()) {
         vm.host_cache_bound = Some(b.bound);
         vm.vmm_resident_bytes = b.finish();
@@ -252,7 +256,7 @@ fn one_run(
         });
     }
     drop(probes);
-    // Stops the gateway, which writes its counters as it exits.
+    // Tears the lab down (the gateway stopped above and wrote its counters).
     lab.destroy();
     let gw = dir.join(GATEWAY_RESULT);
     if gw.exists() {
@@ -405,6 +409,7 @@ fn start_gateway(c: &ontime_scenario::scenario::RunConfig, lab: &mut Lab, dir: &
         let spec = ProbeSpec::Gateway(GatewayProbe {
             config,
             result: Some(dir.join(GATEWAY_RESULT)),
+            stalls: c.gateway_stalls(dir).map_err(|e| anyhow::anyhow!(e))?,
         });
         let spec_file = dir.join("gateway.probe.json");
         spec.write(&spec_file)?;
@@ -488,15 +493,9 @@ impl RelayStalls {
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
         for (timing, file) in c.relay_stalls(dir).map_err(|e| anyhow::anyhow!(e))? {
-            let (hold, flag) = (relay.hold(), stop.clone());
-            let t = std::thread::Builder::new().name("ontime-stall".into()).spawn(move || {
-                let windows = ontime_load::inject::hold_windows(&timing, &flag, |until| {
-                    hold.hold_until(until);
-                    ontime_core::time::sleep_until(MonoNs(until));
-                    MonoNs::now().0
-                });
-                hold.hold_until(0);
-                windows
+            let hold = relay.hold();
+            let t = ontime_load::inject::spawn_holder("ontime-stall", timing, stop.clone(), move |until| {
+                hold.hold_until(until)
             })?;
             threads.push((t, file));
         }
@@ -510,13 +509,13 @@ impl RelayStalls {
             let windows = t
                 .join()
                 .map_err(|_| anyhow::anyhow!("a relay stall's thread panicked"))?;
-            let out = ontime_explain::truth::Injections::of_windows(
+            ontime_explain::truth::Injections::of_windows(
                 ontime_explain::truth::InjectedClass::RelayStall,
                 &windows,
                 std::process::id(),
                 None,
-            );
-            ontime_core::fsio::write_atomic(&file, &serde_json::to_vec_pretty(&out)?)?;
+            )
+            .write(&file)?;
         }
         Ok(())
     }

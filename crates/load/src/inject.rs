@@ -97,6 +97,9 @@ impl Timing {
     }
 }
 
+/// How long a holder sleeping to its next window takes to hear a stop.
+const STOP_HEARD_WITHIN_NS: u64 = 100_000_000;
+
 /// Holds a cause in the windows `timing` draws, on the calling thread:
 /// sleeps to each window's start (absolute, CLOCK_MONOTONIC), then
 /// `hold(until)` holds it and returns when it let go. Returns each
@@ -109,7 +112,11 @@ pub fn hold_windows(timing: &Timing, stop: &AtomicBool, mut hold: impl FnMut(u64
     let mut next = t0.0 + timing.start_after_ns;
     let mut windows = Vec::with_capacity((timing.for_ns / timing.every_ns.max(1) + 1) as usize);
     while next <= last_start && !stop.load(Ordering::Relaxed) {
-        ontime_core::time::sleep_until(MonoNs(next));
+        // In steps, so a stop is heard within one (a process told to end
+        // writes its windows before its grace runs out).
+        while MonoNs::now().0 < next && !stop.load(Ordering::Relaxed) {
+            ontime_core::time::sleep_until(MonoNs(next.min(MonoNs::now().0 + STOP_HEARD_WITHIN_NS)));
+        }
         if stop.load(Ordering::Relaxed) {
             break;
         }
@@ -122,6 +129,27 @@ pub fn hold_windows(timing: &Timing, stop: &AtomicBool, mut hold: impl FnMut(u64
         next += timing.every_ns;
     }
     windows
+}
+
+/// Holds a cause that another thread carries out (a relay or a gateway
+/// that waits while a stored instant lies ahead): a thread named `name`
+/// stores each window's end through `set` and sleeps to it, then stores 0.
+/// Joined, it returns the windows it held ([`hold_windows`]).
+pub fn spawn_holder(
+    name: &str,
+    timing: Timing,
+    stop: std::sync::Arc<AtomicBool>,
+    set: impl Fn(u64) + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<Vec<(u64, u64)>>> {
+    std::thread::Builder::new().name(name.into()).spawn(move || {
+        let windows = hold_windows(&timing, &stop, |until| {
+            set(until);
+            ontime_core::time::sleep_until(MonoNs(until));
+            MonoNs::now().0
+        });
+        set(0);
+        windows
+    })
 }
 
 /// An ordinary thread pinned to the bursts' CPU that spins while told to

@@ -1279,6 +1279,10 @@ fn worst_events_table(x: &ontime_explain::kept::RunExplanations) -> String {
             );
         }
         let _ = write!(h, "<p>why {}: {}</p>", esc(name), esc(&e.sentence(what)));
+        if let Some(a) = t.answers.as_ref().filter(|a| a.late > 0) {
+            let what = ontime_explain::kept::ANSWERS_WHAT;
+            let _ = write!(h, "<p>why {} ({what}): {}</p>", esc(name), esc(&a.sentence(what)));
+        }
         if e.worst.is_empty() {
             continue;
         }

@@ -70,6 +70,18 @@ pub struct ClockSyncProbe {
 pub struct GatewayProbe {
     pub config: ontime_gateway::config::GatewayConfig,
     pub result: Option<PathBuf>,
+    /// Stalls it injects into its own answers (the attribution's ground
+    /// truth), each writing the windows it held to its `result`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stalls: Vec<InjectedStall>,
+}
+
+/// An injected stall: when, and where its windows go (`inject-N.json`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InjectedStall {
+    pub timing: ontime_load::inject::Timing,
+    pub result: PathBuf,
 }
 
 /// fio, dd, Postmark or the user's program on a tenant's disk.
@@ -275,9 +287,27 @@ impl crate::scenario::RunConfig {
     /// out by the runner, whose threads the relay's are): the i-th's
     /// timing, and the file its windows go to.
     pub fn relay_stalls(&self, dir: &Path) -> Result<Vec<(ontime_load::inject::Timing, PathBuf)>, String> {
+        self.stalls_of(crate::scenario::InjectCause::RelayStall, dir)
+    }
+
+    /// The run's gateway stalls (`cause = "gateway-stall"`, carried out by
+    /// the gateway's process), as [`RunConfig::relay_stalls`].
+    pub fn gateway_stalls(&self, dir: &Path) -> Result<Vec<InjectedStall>, String> {
+        Ok(self
+            .stalls_of(crate::scenario::InjectCause::GatewayStall, dir)?
+            .into_iter()
+            .map(|(timing, result)| InjectedStall { timing, result })
+            .collect())
+    }
+
+    fn stalls_of(
+        &self,
+        cause: crate::scenario::InjectCause,
+        dir: &Path,
+    ) -> Result<Vec<(ontime_load::inject::Timing, PathBuf)>, String> {
         let mut out = Vec::new();
         for (i, inj) in self.injections.iter().enumerate() {
-            if inj.cause == crate::scenario::InjectCause::RelayStall {
+            if inj.cause == cause {
                 let timing = inj
                     .timing(self.duration, Self::injection_seed(dir, i))
                     .map_err(|e| format!("inject[{i}].length: {e}"))?;
@@ -295,7 +325,10 @@ impl crate::scenario::RunConfig {
         let mut out = Vec::new();
         for (i, inj) in self.injections.iter().enumerate() {
             use crate::scenario::InjectCause;
-            if matches!(inj.cause, InjectCause::OwnWork | InjectCause::RelayStall) {
+            if matches!(
+                inj.cause,
+                InjectCause::OwnWork | InjectCause::RelayStall | InjectCause::GatewayStall
+            ) {
                 continue;
             }
             let timing = inj
@@ -369,8 +402,12 @@ impl crate::scenario::RunConfig {
                     keep_worst: self.keep_late(),
                     explain_over: self.explain_over(),
                     // The gateway stamps on this host's clock; the relay's
-                    // delay is the path's one way.
-                    arrival_nominal_ns: (self.keep_late() > 0).then_some(self.host.relay_delay),
+                    // delay is the path's one way, and the lab's gateway
+                    // runs with the default faults (its controller delay).
+                    path_nominal: (self.keep_late() > 0).then_some(ontime_core::late::PathNominal {
+                        one_way_ns: self.host.relay_delay,
+                        gateway_ns: ontime_gateway::config::Faults::default().delay_ns,
+                    }),
                 },
                 result: file("json"),
                 // The runner holds /dev/cpu_dma_latency once for the run.

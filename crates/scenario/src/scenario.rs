@@ -457,6 +457,9 @@ pub enum InjectCause {
     /// The host relay's threads held (asleep, carrying nothing) for
     /// `length`: requests reach the gateway late.
     RelayStall,
+    /// The building gateway holds every answer due for `length` (it still
+    /// receives and stamps requests): answers come back late.
+    GatewayStall,
 }
 
 /// One injected cause, repeated through the run:
@@ -482,6 +485,10 @@ pub enum InjectCause {
 ///
 /// `cause = "relay-stall"` holds the host relay's threads for `length`
 /// every `every` (all tenants' frames wait; no CPU or priority).
+///
+/// `cause = "gateway-stall"` makes the building gateway hold every answer
+/// due for `length` every `every` (it still receives and stamps requests;
+/// no CPU or priority).
 ///
 /// `cause = "softirq-flood"` floods the tenant's interface with UDP for
 /// `length` every `every` from another CPU, its receipt steered to the
@@ -1523,11 +1530,9 @@ fn validate_injections(c: &RunConfig) -> Result<()> {
             }
             continue;
         }
-        if inj.cause == InjectCause::RelayStall {
+        if matches!(inj.cause, InjectCause::RelayStall | InjectCause::GatewayStall) {
             if c.tenant.crawl.is_none() || c.net.is_some() {
-                bail!(
-                    "{what}: relay-stall delays crawl tenants' requests on their way: give [tenant.crawl] (no [net])"
-                );
+                bail!("{what}: relay-stall and gateway-stall delay crawl tenants' requests: give [tenant.crawl] (no [net])");
             }
             continue;
         }
