@@ -149,6 +149,45 @@ fn a_vm_tenant_runs_cyclic_and_a_crawler_and_leaves_nothing() {
     nothing_left();
 }
 
+/// A guest that records itself: its probe's late wake-ups are explained
+/// in the guest and split by the host, and a FIFO burst on its vCPU's
+/// host CPU is named on the host's side as the largest cell of its row
+/// (who and which cause only, never timings).
+#[test]
+fn a_guests_late_wakeups_are_split_between_guest_and_host() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !vm_or_skip() {
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let (_dir, results) = run_lab(
+        "name = 'guest-split'\nduration = '10s'\n[tenant]\ncount = 1\nbackend = 'qemu'\nvcpus = 1\nmemory = '256M'\n\
+cpuset = '1'\n[tenant.cyclic]\ninterval = '1ms'\n[observe]\nguest = true\n[targets]\n'p99.9' = '20ms'\n\
+[[inject]]\ncause = 'cpu-burst'\nlength = '60ms..80ms'\nevery = '2s'\nstart_after = '4s'\n",
+    );
+    let run = results.join("runs/000-rep1");
+    let clock = read_json(&run.join("t0.clock.json"));
+    assert!(clock["answered"].as_u64().unwrap() > 0, "{clock}");
+    let x = read_json(&run.join("explain.json"));
+    let t = &x["tenants"]["t0"];
+    assert_eq!(t["guest"], true, "{t:#}");
+    let causes = t["explanation"]["causes"].as_array().unwrap();
+    assert!(
+        causes.iter().any(|c| c["side"] == "guest"),
+        "the guest's own causes: {t:#}"
+    );
+    let truth = read_json(&run.join("truth.json"));
+    let row = &truth["confusion"]["rows"]["cpu-burst"];
+    let right = row["right_ns"].as_u64().unwrap();
+    assert!(right > 0, "{row:#}");
+    for other in ["right_cause_other_culprit_ns", "unexplained_ns"] {
+        assert!(right > row[other].as_u64().unwrap(), "{other}: {row:#}");
+    }
+    for (_, ns) in row["other_ns"].as_object().unwrap() {
+        assert!(right > ns.as_u64().unwrap(), "{row:#}");
+    }
+}
+
 #[test]
 fn emulated_and_virtio_nics_carry_polls_and_ide_and_virtio_blk_carry_fio() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

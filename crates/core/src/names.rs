@@ -68,6 +68,24 @@ pub fn tenant_index(name: &str) -> Option<usize> {
     name.strip_prefix('t')?.parse().ok()
 }
 
+/// Tenant `i`'s guest clock against the host's (`ontime_net::clock`'s
+/// offset, JSON), in its run directory.
+pub fn guest_clock_file(i: usize) -> String {
+    format!("t{i}.clock.json")
+}
+
+/// The spec of tenant `i`'s guest clock measurement (its job runs it), in
+/// its run directory.
+pub fn guest_clock_probe(i: usize) -> String {
+    format!("t{i}.clock.probe.json")
+}
+
+/// Tenant `i`'s scheduler recording made inside its guest, on the guest's
+/// clock, in its run directory.
+pub fn guest_sched_recording(i: usize) -> String {
+    format!("t{i}.guest-sched.otrec")
+}
+
 /// Thread names of the lab's host I/O path (the relay's threads).
 pub fn relay_thread(k: usize) -> String {
     format!("{PREFIX}-relay{k}")

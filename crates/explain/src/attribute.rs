@@ -211,6 +211,104 @@ pub fn explain_answer(
     out
 }
 
+/// A guest probe's explanation (`guest`, on the guest's time line placed
+/// on the host's clock) split by the host's: each stretch in which the
+/// guest's scheduler had the probe running, queued (behind a guest
+/// thread, or on an idle vCPU), in interrupts, throttled or late in its
+/// timer on guest CPU c is read off the host time line of c's vCPU
+/// thread (`vcpu_of(c)`), as [`explain`] reads a probe's (a guest thread
+/// the guest saw run across a stretch ran only while its vCPU did): the vCPU
+/// thread queued on a host CPU is waiting for it behind the host's
+/// occupant (or its interrupts), asleep is the host's wake-up of it (late
+/// timer, or its waker, whose own stretch is read the same way when the
+/// host watched it: a TCG vCPU's timers come from QEMU's main loop), each
+/// told on the host's side; the vCPU thread
+/// running, or not recorded, leaves the guest's cause (docs/explain.md,
+/// "Guest and host"). A guest's blocked stretches stand. The segments
+/// still tile the lateness.
+pub fn split_by_host(guest: &Explanation, host: &Timeline, vcpu_of: impl Fn(u16) -> Option<Probe>) -> Explanation {
+    let mut out = Explanation::default();
+    out.reset(guest.tid, guest.planned_ns, guest.actual_ns);
+    for seg in &guest.segments {
+        // Whatever the guest's scheduler says ran on guest CPU c ran only
+        // while c's vCPU thread did.
+        let cpu = match seg.cause {
+            Cause::OwnWork { cpu }
+            | Cause::LateTimer { cpu: Some(cpu), .. }
+            | Cause::WaitedForCpu { cpu, .. }
+            | Cause::Interrupts { cpu, .. }
+            | Cause::Throttled { cpu, .. }
+                if seg.side == crate::cause::Side::Guest =>
+            {
+                Some(cpu)
+            }
+            _ => None,
+        };
+        let Some(vcpu) = cpu.and_then(&vcpu_of) else {
+            out.push(seg.start_ns, seg.end_ns, seg.side, seg.cause);
+            continue;
+        };
+        let on_host = explain(host, &vcpu, seg.start_ns, seg.end_ns);
+        for h in &on_host.segments {
+            // The vCPU thread asleep until another thread of the host woke
+            // it (a TCG vCPU's timers come from QEMU's main loop): that
+            // thread's own stretch is why.
+            let waker = match h.cause {
+                Cause::LateTimer {
+                    how: Late::Timer,
+                    by: Who::Thread(w),
+                    ..
+                }
+                | Cause::Blocked {
+                    on: BlockedOn::Thread,
+                    by: Who::Thread(w),
+                    ..
+                } if w != vcpu.tid => host.probe(w).ok(),
+                _ => None,
+            };
+            if let Some(w) = waker {
+                for ws in &explain(host, &w, h.start_ns, h.end_ns).segments {
+                    let cause = match ws.cause {
+                        // The waker ran: the vCPU waited on its work.
+                        Cause::OwnWork { cpu } => Cause::Blocked {
+                            on: BlockedOn::Thread,
+                            by: Who::Thread(w.tid),
+                            cpu: Some(cpu),
+                            irq: None,
+                        },
+                        c => c,
+                    };
+                    out.push(ws.start_ns, ws.end_ns, ws.side, cause);
+                }
+                continue;
+            }
+            match (h.cause, seg.cause) {
+                // The vCPU ran the guest, or the host does not say: the
+                // guest's cause stands.
+                (Cause::OwnWork { .. } | Cause::Unexplained { .. }, _) => {
+                    out.push(h.start_ns, h.end_ns, seg.side, seg.cause)
+                }
+                // The guest had the probe running and its vCPU thread
+                // slept on the host: blocked there (QEMU's lock, the
+                // host's scheduling), its waker named; not a timer.
+                (Cause::LateTimer { by, cpu, .. }, Cause::OwnWork { .. }) => out.push(
+                    h.start_ns,
+                    h.end_ns,
+                    h.side,
+                    Cause::Blocked {
+                        on: BlockedOn::Thread,
+                        by,
+                        cpu,
+                        irq: None,
+                    },
+                ),
+                _ => out.push(h.start_ns, h.end_ns, h.side, h.cause),
+            }
+        }
+    }
+    out
+}
+
 /// A crawl's kept event on the path: an answer where it carries the
 /// gateway's stamps ([`explain_answer`]), else an arrival
 /// ([`explain_arrival`]); None without a sent time.
@@ -641,6 +739,125 @@ mod tests {
         let x = explain_answer(&tl, &probe, None, at(0), at(1), stamps, at(210), path);
         assert_tiles(&x);
         assert_eq!(x.ns_of(CauseKind::Blocked), 200 * MS);
+    }
+
+    /// A guest probe queued 10 ms behind a guest thread, then running
+    /// 20 ms while its vCPU thread waited 15 ms on the host behind a hog:
+    /// the guest's wait stands, of its "running" 5 ms is its own work and
+    /// 15 ms waiting for host CPU 1 behind the hog, on the host's side.
+    #[test]
+    fn a_guest_probe_whose_vcpu_waited_on_the_host_names_the_host_hog() {
+        const VCPU: u32 = 600;
+        const GUEST_HOG: u32 = 900;
+        let mut b = TimelineBuilder::new(T0, 2);
+        b.watch(VCPU);
+        for e in [
+            wake(at(0), 1, VCPU, 0, 1),
+            switch(at(0), 1, 0, VCPU, 0, 0),
+            preempt(at(15), 1, VCPU, HOG),
+            preempt(at(30), 1, HOG, VCPU),
+        ] {
+            b.feed(&e);
+        }
+        let host = b.finish(at(40));
+        let mut guest = Explanation::default();
+        guest.reset(PROBE, at(0), at(30));
+        let behind_guest_hog = Cause::WaitedForCpu {
+            cpu: 0,
+            behind: Who::Thread(GUEST_HOG),
+            idle_elsewhere_ns: 0,
+        };
+        guest.push(at(0), at(10), Side::Guest, behind_guest_hog);
+        guest.push(at(10), at(30), Side::Guest, Cause::OwnWork { cpu: 0 });
+        let x = split_by_host(&guest, &host, |cpu| (cpu == 0).then(|| host.probe(VCPU).unwrap()));
+        assert_tiles(&x);
+        let got: Vec<(u64, u64, Side, Cause)> = x
+            .segments
+            .iter()
+            .map(|s| (s.start_ns, s.end_ns, s.side, s.cause))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (at(0), at(10), Side::Guest, behind_guest_hog),
+                (at(10), at(15), Side::Guest, Cause::OwnWork { cpu: 0 }),
+                (
+                    at(15),
+                    at(30),
+                    Side::Host,
+                    Cause::WaitedForCpu {
+                        cpu: 1,
+                        behind: Who::Thread(HOG),
+                        idle_elsewhere_ns: 0
+                    }
+                ),
+            ]
+        );
+    }
+
+    /// A halted guest's timer late by 31 ms: its vCPU thread slept on the
+    /// host until QEMU's main loop woke it, and the main loop had waited
+    /// 30 ms for host CPU 1 behind a hog, then ran 1 ms: the hog, then
+    /// the main loop's work, on the host's side.
+    #[test]
+    fn a_halted_vcpu_woken_late_by_qemus_main_loop_names_what_held_the_loop() {
+        const VCPU: u32 = 600;
+        const MAINLOOP: u32 = 601;
+        let mut b = TimelineBuilder::new(T0, 2);
+        b.watch(VCPU);
+        b.watch(MAINLOOP);
+        for e in [
+            switch(at(0), 1, 0, VCPU, 0, 0),
+            sleep(at(1), 1, VCPU, HOG),
+            wake(at(10), 1, MAINLOOP, 0, 1),
+            preempt(at(40), 1, HOG, MAINLOOP),
+            wake(at(41), 1, VCPU, MAINLOOP, 1),
+            sleep(at(41), 1, MAINLOOP, VCPU),
+        ] {
+            b.feed(&e);
+        }
+        let host = b.finish(at(50));
+        let mut guest = Explanation::default();
+        guest.reset(PROBE, at(10), at(41));
+        let late_timer = Cause::LateTimer {
+            how: Late::Timer,
+            by: Who::Idle,
+            cpu: Some(0),
+        };
+        guest.push(at(10), at(41), Side::Guest, late_timer);
+        let x = split_by_host(&guest, &host, |cpu| (cpu == 0).then(|| host.probe(VCPU).unwrap()));
+        assert_tiles(&x);
+        let got: Vec<(u64, u64, Side, Cause)> = x
+            .segments
+            .iter()
+            .map(|s| (s.start_ns, s.end_ns, s.side, s.cause))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    at(10),
+                    at(40),
+                    Side::Host,
+                    Cause::WaitedForCpu {
+                        cpu: 1,
+                        behind: Who::Thread(HOG),
+                        idle_elsewhere_ns: 0
+                    }
+                ),
+                (
+                    at(40),
+                    at(41),
+                    Side::Host,
+                    Cause::Blocked {
+                        on: BlockedOn::Thread,
+                        by: Who::Thread(MAINLOOP),
+                        cpu: Some(1),
+                        irq: None
+                    }
+                ),
+            ]
+        );
     }
 
     /// A crawler that slept past its planned time with the poll due (no

@@ -64,6 +64,42 @@ pub struct TenantLate {
     pub arrivals: Option<LateArrivals>,
     /// A crawl's requests whose answers came back late.
     pub answers: Option<LateAnswers>,
+    /// A QEMU tenant's: its events are on the guest's clock, explained on
+    /// the guest's own recording and split by the host's.
+    pub guest: Option<GuestSide>,
+}
+
+/// What places a guest tenant's late events: the recording made inside
+/// the guest and the guest's clock offset to the host's.
+#[derive(Clone, Debug)]
+pub struct GuestSide {
+    pub recording: std::path::PathBuf,
+    /// Host clock = guest clock + this.
+    pub offset_ns: i64,
+}
+
+/// The offset a guest measured (`ontime_net::clock::ClockOffset`; only
+/// the offset is read).
+#[derive(Deserialize)]
+struct GuestClock {
+    offset_ns: i64,
+}
+
+/// Tenant `i`'s guest side in `dir`, where its guest recorded itself and
+/// measured its clock.
+fn guest_side(dir: &Path, i: usize) -> Result<Option<GuestSide>> {
+    let recording = dir.join(ontime_core::names::guest_sched_recording(i));
+    let clock = dir.join(ontime_core::names::guest_clock_file(i));
+    if !recording.exists() || !clock.exists() {
+        return Ok(None);
+    }
+    let text = ontime_core::fsio::read_text_capped(&clock, "guest clock offset", 1 << 20)?;
+    let c: GuestClock = serde_json::from_str(&text)
+        .map_err(|e| ontime_core::bad_input(format!("{}: not a clock offset: {e}", clock.display())))?;
+    Ok(Some(GuestSide {
+        recording,
+        offset_ns: c.offset_ns,
+    }))
 }
 
 /// The answers a report describes its late events as.
@@ -93,6 +129,10 @@ pub struct RunExplanations {
 pub struct TenantExplanation {
     /// "polls sent late" or "wake-ups".
     pub what: String,
+    /// A QEMU tenant's probe, explained on its guest's recording and split
+    /// by the host's: its threads are the guest's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub guest: bool,
     pub explanation: RunExplanation,
     /// A crawl's requests that arrived late at the gateway, explained
     /// with the host I/O path's part (not on a flight recorder's windows).
@@ -134,6 +174,7 @@ pub fn read_tenants(dir: &Path, tenants: usize) -> Result<Vec<TenantLate>> {
                     what,
                     arrivals: kept.late_arrivals,
                     answers: kept.late_answers,
+                    guest: guest_side(dir, i)?,
                 });
             }
         }
@@ -142,10 +183,18 @@ pub fn read_tenants(dir: &Path, tenants: usize) -> Result<Vec<TenantLate>> {
 }
 
 /// The threads a time line of `rec` must watch to explain `tenants`: their
-/// probe threads and the relay's (for the arrivals).
+/// probe threads, a guest's QEMU threads (its vCPUs and their wakers),
+/// and the relay's (for the arrivals).
 pub fn watched(rec: &Recording, tenants: &[TenantLate]) -> Vec<u32> {
-    let events: Vec<ProbeEvent> = tenants.iter().flat_map(|t| t.events()).collect();
+    let events: Vec<ProbeEvent> = tenants
+        .iter()
+        .filter(|t| t.guest.is_none())
+        .flat_map(|t| t.events())
+        .collect();
     let mut tids = crate::summary::probe_tids(&events);
+    for t in tenants.iter().filter(|t| t.guest.is_some()) {
+        tids.extend(crate::summary::guest_threads(rec, &t.name));
+    }
     tids.extend(crate::summary::relay_tid(rec));
     tids
 }
@@ -166,14 +215,38 @@ pub(crate) fn explain_sets_on(
     let mut out = RunExplanations::default();
     for t in sets {
         let late = &t.late;
-        let explanation = crate::summary::explain_run_on(
-            tl,
-            rec,
-            &late.events,
-            late.late,
-            late.threshold_ns,
-            &late.threshold_from,
-        );
+        let explanation = match &t.guest {
+            Some(g) => match Recording::read(&g.recording) {
+                Ok(guest) => crate::summary::explain_guest_on(
+                    tl,
+                    rec,
+                    &guest,
+                    g.offset_ns,
+                    &crate::summary::vcpu_threads(rec, &t.name),
+                    late,
+                ),
+                Err(e) => {
+                    let mut x = crate::summary::explain_run_on(
+                        tl,
+                        rec,
+                        &[],
+                        late.late,
+                        late.threshold_ns,
+                        &late.threshold_from,
+                    );
+                    x.notes.push(format!("the guest's recording cannot be read: {e:#}"));
+                    x
+                }
+            },
+            None => crate::summary::explain_run_on(
+                tl,
+                rec,
+                &late.events,
+                late.late,
+                late.threshold_ns,
+                &late.threshold_from,
+            ),
+        };
         let arrivals = t
             .arrivals
             .as_ref()
@@ -186,6 +259,7 @@ pub(crate) fn explain_sets_on(
             t.name,
             TenantExplanation {
                 what: t.what.to_string(),
+                guest: t.guest.is_some(),
                 explanation,
                 arrivals,
                 answers,
@@ -211,6 +285,7 @@ pub fn explain_tenants_in(
             t.name,
             TenantExplanation {
                 what: t.what.to_string(),
+                guest: false,
                 explanation,
                 arrivals: None,
                 answers: None,

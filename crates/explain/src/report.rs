@@ -76,6 +76,17 @@ type Key = (CauseKind, Option<Detail>, Side, Option<Who>, Option<u16>, Option<Ir
 impl Explanation {
     /// This explanation as its JSON reports it, culprits named from `tl`.
     pub fn report(&self, tl: &Timeline) -> LateEvent {
+        self.report_sides(tl, None)
+    }
+
+    /// As [`Explanation::report`] for a guest's probe: culprits on the
+    /// guest's side named from `guest`'s thread table, the host's from
+    /// `tl`'s, the probe from the guest's.
+    pub fn report_sides(&self, tl: &Timeline, guest: Option<&Timeline>) -> LateEvent {
+        let on = |side: Side| match (side, guest) {
+            (Side::Guest, Some(g)) => g,
+            _ => tl,
+        };
         let mut sums: Vec<(Key, u64, u64)> = Vec::new();
         for s in &self.segments {
             let (who, cpu, irq) = s.cause.culprit(self.tid);
@@ -106,11 +117,11 @@ impl Explanation {
                 side,
                 ns,
                 idle_elsewhere_ns: idle,
-                culprit: culprit(tl, who, cpu, irq),
+                culprit: culprit(on(side), who, cpu, irq),
             })
             .collect();
         LateEvent {
-            probe: culprit(tl, Some(Who::Thread(self.tid)), None, None).unwrap_or_default(),
+            probe: culprit(guest.unwrap_or(tl), Some(Who::Thread(self.tid)), None, None).unwrap_or_default(),
             planned_ns: self.planned_ns,
             actual_ns: self.actual_ns,
             lateness_ns: self.lateness_ns(),

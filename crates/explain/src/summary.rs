@@ -126,6 +126,122 @@ pub fn explain_answers_on(tl: &Timeline, rec: &Recording, answers: &LateAnswers)
     parts.summarize(set.late, set.threshold_ns, &set.threshold_from)
 }
 
+/// The host threads of a recorded guest's vCPUs, by guest CPU: QEMU names
+/// them `CPU n/KVM` or `CPU n/TCG`, in the guest's group (`group`, its
+/// tenant's name).
+pub fn vcpu_threads(rec: &Recording, group: &str) -> Vec<(u16, u32)> {
+    let Some(g) = rec.meta.groups.iter().position(|g| g.name == group) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(u16, u32)> = rec
+        .threads
+        .values()
+        .filter(|t| t.group == Some(g as u32))
+        .filter_map(|t| {
+            let n = t.comm.strip_prefix("CPU ")?;
+            let (n, accel) = n.split_once('/')?;
+            matches!(accel, "KVM" | "TCG").then_some(())?;
+            Some((n.parse().ok()?, t.tid))
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// Every host thread in a guest's group (its QEMU's): the vCPU threads
+/// and the threads that wake them.
+pub fn guest_threads(rec: &Recording, group: &str) -> Vec<u32> {
+    let Some(g) = rec.meta.groups.iter().position(|g| g.name == group) else {
+        return Vec::new();
+    };
+    let mut out: Vec<u32> = rec
+        .threads
+        .values()
+        .filter(|t| t.group == Some(g as u32))
+        .map(|t| t.tid)
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// A guest probe's late events explained: on the guest's recording placed
+/// on the host's clock, each split by the host's time line of the guest's
+/// vCPU threads ([`crate::attribute::split_by_host`]).
+pub struct GuestExplainer<'a> {
+    pub guest: Timeline,
+    host: &'a Timeline,
+    /// Host clock = guest clock + this.
+    offset_ns: i64,
+    /// Guest CPU, its vCPU thread on the host.
+    vcpus: Vec<(u16, crate::timeline::Probe)>,
+}
+
+impl<'a> GuestExplainer<'a> {
+    /// `guest`: the recording made inside the guest; `vcpus`: guest CPU,
+    /// host tid (watched by `host`); `tids`: the guest's probe threads.
+    pub fn new(host: &'a Timeline, guest: &Recording, offset_ns: i64, vcpus: &[(u16, u32)], tids: &[u32]) -> Self {
+        GuestExplainer {
+            guest: Timeline::from_recording_placed(guest, tids, offset_ns, Side::Guest),
+            host,
+            offset_ns,
+            vcpus: vcpus
+                .iter()
+                .filter_map(|&(cpu, tid)| Some((cpu, host.probe(tid).ok()?)))
+                .collect(),
+        }
+    }
+
+    /// Whether a vCPU thread of the guest is on the host's time line.
+    pub fn has_vcpus(&self) -> bool {
+        !self.vcpus.is_empty()
+    }
+
+    /// `e` (on the guest's clock) explained on the host's clock.
+    pub fn explain(&self, e: &ProbeEvent) -> Result<crate::cause::Explanation, ontime_core::BadInput> {
+        let probe = self.guest.probe(e.tid)?;
+        let place = |t: u64| t.saturating_add_signed(self.offset_ns);
+        let x = crate::attribute::explain(&self.guest, &probe, place(e.planned_ns), place(e.actual_ns));
+        Ok(crate::attribute::split_by_host(&x, self.host, |cpu| {
+            self.vcpus.iter().find(|(c, _)| *c == cpu).map(|(_, p)| p.clone())
+        }))
+    }
+}
+
+/// A guest probe's late events (`set`, on the guest's clock) explained
+/// by a [`GuestExplainer`] on `guest`, the recording made inside the
+/// guest, and reported on the host's clock.
+pub fn explain_guest_on(
+    host: &Timeline,
+    host_rec: &Recording,
+    guest: &Recording,
+    offset_ns: i64,
+    vcpus: &[(u16, u32)],
+    set: &LateSet,
+) -> RunExplanation {
+    let mut parts = Parts::default();
+    let g = GuestExplainer::new(host, guest, offset_ns, vcpus, &probe_tids(&set.events));
+    parts.end_ns = g.guest.end_ns();
+    if !g.has_vcpus() {
+        parts
+            .notes
+            .push("the guest's vCPU threads are not in the host's recording: only the guest's side is told".into());
+    }
+    for e in &set.events {
+        match g.explain(e) {
+            Ok(x) => parts.reports.push(x.report_sides(host, Some(&g.guest))),
+            Err(err) => {
+                let note = format!("{err} (the guest's recording): its late events are not explained");
+                if !parts.notes.contains(&note) {
+                    parts.notes.push(note);
+                }
+            }
+        }
+    }
+    parts.note_coverage(&g.guest, guest);
+    parts.note_coverage(host, host_rec);
+    parts.summarize(set.late, set.threshold_ns, &set.threshold_from)
+}
+
 /// Explains `events` (already the late ones, worst first) on `rec`.
 pub fn explain_run(
     rec: &Recording,
@@ -258,8 +374,12 @@ struct Parts {
     any: bool,
     repaired: u64,
     end_ns: u64,
-    process_comm: std::collections::HashMap<u32, String>,
+    process_comm: ProcessNames,
 }
+
+/// Processes' names by the side whose scheduler saw them and their pid (a
+/// guest's pids are its own).
+pub type ProcessNames = std::collections::HashMap<(Side, u32), String>;
 
 impl Parts {
     fn explain(&mut self, rec: &Recording, events: &[ProbeEvent]) {
@@ -296,11 +416,12 @@ impl Parts {
         self.irqs |= coverage.irqs;
         self.rt_classes |= coverage.rt_classes;
         self.repaired += coverage.repaired;
+        let side = tl.side();
         self.process_comm.extend(
             rec.threads
                 .values()
                 .filter(|t| t.tid == t.tgid && !t.comm.is_empty())
-                .map(|t| (t.tgid, t.comm.clone())),
+                .map(|t| ((side, t.tgid), t.comm.clone())),
         );
     }
 
@@ -361,7 +482,7 @@ impl Parts {
 /// Sums explained events into a run's explanation.
 pub fn summarize(
     reports: Vec<LateEvent>,
-    process_comm: &std::collections::HashMap<u32, String>,
+    process_comm: &ProcessNames,
     late: u64,
     threshold_ns: u64,
     threshold_from: &str,
@@ -379,7 +500,7 @@ pub fn summarize(
             let culprit = c.culprit.clone().map(|mut k| {
                 if k.pid.is_some() {
                     k.tid = None;
-                    k.comm = k.pid.and_then(|p| process_comm.get(&p).cloned()).or(k.comm);
+                    k.comm = k.pid.and_then(|p| process_comm.get(&(c.side, p)).cloned()).or(k.comm);
                 }
                 k
             });
@@ -859,7 +980,7 @@ mod tests {
                 ],
             ),
         ];
-        let names = std::collections::HashMap::from([(4242, "stress-ng".to_string())]);
+        let names = std::collections::HashMap::from([((Side::Host, 4242), "stress-ng".to_string())]);
         let run = summarize(reports, &names, 2, 10 * MS, "--explain-over", vec![], vec![]);
         assert_eq!(run.lateness_ns, 100 * MS);
         let first = &run.causes[0];

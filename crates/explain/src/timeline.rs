@@ -576,6 +576,25 @@ impl Timeline {
         b.finish(rec.end.as_ref().map_or(last, |end| end.end_ns))
     }
 
+    /// As [`Timeline::from_recording`], for a recording made on another
+    /// clock (a guest's): every stamp placed `offset_ns` later (reference =
+    /// its clock + offset, as `ontime_net::clock` measures it), its
+    /// scheduler's causes told as `side`'s.
+    pub fn from_recording_placed(rec: &Recording, watch: &[u32], offset_ns: i64, side: Side) -> Timeline {
+        let place = |t: u64| t.saturating_add_signed(offset_ns);
+        let mut b = TimelineBuilder::new(place(rec.meta.start_ns), rec.meta.cpus)
+            .side(side)
+            .names(rec.threads.clone(), rec.meta.groups.clone());
+        for &tid in watch {
+            b.watch(tid);
+        }
+        for e in &rec.events {
+            b.feed(&Event { ts: place(e.ts), ..*e });
+        }
+        let last = rec.events.last().map_or(rec.meta.start_ns, |e| e.ts);
+        b.finish(place(rec.end.as_ref().map_or(last, |end| end.end_ns)))
+    }
+
     /// A watched thread as a probe to explain, on every CPU.
     pub fn probe(&self, tid: u32) -> Result<Probe, BadInput> {
         let Some(&line) = self.watched.get(&tid) else {

@@ -367,7 +367,14 @@ pub fn score(explained: &[Explanation], injections: &[Injection], owner: impl Fn
                     continue;
                 }
                 let ns = sb - sa;
-                match cell(i, &s.cause, x.tid, &owner) {
+                // The injectors are host processes: a guest's thread is
+                // never one of theirs, whatever its id.
+                let cell = if s.side == crate::cause::Side::Guest {
+                    cell(i, &s.cause, x.tid, &|_: u32| None)
+                } else {
+                    cell(i, &s.cause, x.tid, &owner)
+                };
+                match cell {
                     Cell::Right => row.right_ns += ns,
                     Cell::RightCauseOtherCulprit => row.right_cause_other_culprit_ns += ns,
                     Cell::Other(kind) => *row.other_ns.entry(kind).or_default() += ns,
@@ -518,7 +525,12 @@ pub fn check_run_on(
     if injections.is_empty() {
         return Ok(None);
     }
-    let events: Vec<ProbeEvent> = tenants.iter().flat_map(|t| t.late.events.iter().copied()).collect();
+    // A guest's events are on its clock and its threads: not scored here.
+    let events: Vec<ProbeEvent> = tenants
+        .iter()
+        .filter(|t| t.guest.is_none())
+        .flat_map(|t| t.late.events.iter().copied())
+        .collect();
     let on_path = OnPath {
         arrivals: tenants
             .iter()
@@ -542,8 +554,61 @@ pub fn check_run_on(
             })
             .unwrap_or_default(),
     };
-    let confusion = check_on(tl, rec, &events, &on_path, &injections);
+    let mut confusion = check_on(tl, rec, &events, &on_path, &injections);
+    confusion.add(&check_guests(tl, rec, tenants, &injections)?);
     Ok(Some(RunTruth { injections, confusion }))
+}
+
+/// The guests' probes' late events that overlap an injection acting on
+/// probes, explained in the guest and split by the host
+/// ([`crate::summary::GuestExplainer`]), scored against them (the rows'
+/// injections are counted by [`check_on`]).
+fn check_guests(
+    tl: &Timeline,
+    rec: &Recording,
+    tenants: &[crate::kept::TenantLate],
+    injections: &[Injection],
+) -> anyhow::Result<Confusion> {
+    let mine: Vec<Injection> = injections
+        .iter()
+        .filter(|i| i.class.scored_on() == ScoredOn::ProbeEvents)
+        .cloned()
+        .collect();
+    let mut out = Confusion::default();
+    for t in tenants {
+        let Some(g) = &t.guest else { continue };
+        let guest = Recording::read(&g.recording)?;
+        let vcpus = crate::summary::vcpu_threads(rec, &t.name);
+        let explainer = crate::summary::GuestExplainer::new(
+            tl,
+            &guest,
+            g.offset_ns,
+            &vcpus,
+            &crate::summary::probe_tids(&t.late.events),
+        );
+        let place = |ns: u64| ns.saturating_add_signed(g.offset_ns);
+        let explained: Vec<Explanation> = t
+            .late
+            .events
+            .iter()
+            .filter(|e| {
+                mine.iter()
+                    .any(|i| place(e.planned_ns) < i.end_ns && place(e.actual_ns) > i.start_ns)
+            })
+            .filter_map(|e| explainer.explain(e).ok())
+            .collect();
+        let mut scored = score(&explained, &mine, |tid| {
+            rec.threads.get(&tid).map(|t| Owner {
+                tgid: t.tgid,
+                ksoftirqd: t.comm.starts_with("ksoftirqd/"),
+            })
+        });
+        for row in scored.rows.values_mut() {
+            row.injected = 0;
+        }
+        out.add(&scored);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -202,6 +202,25 @@ pub fn job_script(
             shell_quote(&dir.join(format!("t{i}.{GUEST_IO_RECORDING}")).display().to_string()),
         ));
     }
+    // The guest's own scheduling (the guest side of its probe's late
+    // events): its clock measured against the host's echo first, then
+    // every task's switches and wake-ups recorded, before the loads start.
+    let guest_sched = c.records_guests() && net.is_none();
+    if guest_sched {
+        let q = |name: String| shell_quote(&dir.join(name).display().to_string());
+        let rec_err = q(format!("t{i}.guest-sched.err"));
+        // Without a clock the recording cannot be placed: the probe runs
+        // all the same, its late events unexplained (the error says why).
+        s.push_str(&format!(
+            "srec=\nif {exe_q} probe {} >/dev/null 2>{rec_err}; then\n\
+             {exe_q} observe record --all -o {} >/dev/null 2>>{rec_err} &\n\
+             srec=$!\nn=0\n\
+             while ! grep -q 'ontime: recording' {rec_err} && kill -0 $srec 2>/dev/null && [ $n -lt 900 ]; do sleep 0.2; n=$((n + 1)); done\n\
+             else echo 'ontime: the guest could not measure its clock against the host: not recorded' >>{rec_err}; fi\n",
+            q(names::guest_clock_probe(i)),
+            q(names::guest_sched_recording(i)),
+        ));
+    }
     let max = Duration::from_nanos(c.duration) + Duration::from_secs(60);
     for l in c.effective_loads().iter().filter(|l| l.place == Place::Tenants) {
         match l.profile {
@@ -241,6 +260,9 @@ pub fn job_script(
     if guest_io {
         // The recorder writes what it has on SIGINT, like a sandbox's.
         s.push_str("kill -INT $rec 2>/dev/null\nwait $rec\n");
+    }
+    if guest_sched {
+        s.push_str("if [ -n \"$srec\" ]; then kill -INT $srec 2>/dev/null; wait $srec; fi\n");
     }
     s.push_str("kill $(jobs -p) 2>/dev/null\n");
     if swap {
@@ -354,6 +376,24 @@ mod tests {
         assert!(at("net.go") < at("'/o' probe '/r/flow-C.probe.json'"));
         assert!(at("flow-C.probe.json") < at("/run/ontime-probe.pid"));
         assert!(!s.contains("t1.probe.json"), "no probe of its own:\n{s}");
+        assert_valid_shell(&s);
+    }
+
+    /// With the scheduler recorder on, a guest measures its clock, then
+    /// records itself from before its loads start to after its probe
+    /// ends; the shell accepts it.
+    #[test]
+    fn a_recorded_guest_measures_its_clock_and_records_around_its_probe() {
+        let c = config(
+            "name = 'j'\nduration = '5s'\n[tenant]\ncount = 1\nbackend = 'qemu'\n[tenant.cyclic]\ninterval = '1ms'\n\
+             [[load]]\nprofile = 'kernel'\nplace = 'tenants'\n[observe]\nguest = true\n",
+        );
+        let s = job_script(&c, 0, Path::new("/r"), Path::new("/o"), false, None).unwrap();
+        let at = |what: &str| s.find(what).unwrap_or_else(|| panic!("no {what:?} in\n{s}"));
+        assert!(at("'/o' probe '/r/t0.clock.probe.json'") < at("observe record --all -o '/r/t0.guest-sched.otrec'"));
+        assert!(at("observe record") < at("stress-ng"));
+        assert!(at("stress-ng") < at("'/o' probe '/r/t0.probe.json'"));
+        assert!(at("'/r/t0.probe.json'") < at("kill -INT $srec"));
         assert_valid_shell(&s);
     }
 

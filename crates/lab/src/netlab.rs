@@ -445,8 +445,8 @@ pub fn guest_net(c: &RunConfig, lab: &Lab, i: usize, dir: &Path) -> Result<ontim
 
 /// Guest `i`'s clock offset to the host's (`ontime_net::clock`), measured
 /// by its job before its flows start.
-fn guest_clock_file(dir: &Path, i: usize) -> PathBuf {
-    dir.join(format!("t{i}.clock.json"))
+pub(crate) fn guest_clock_file(dir: &Path, i: usize) -> PathBuf {
+    dir.join(ontime_core::names::guest_clock_file(i))
 }
 
 /// The clock echo's port on the building side: the first from 5399 down
@@ -460,19 +460,34 @@ fn clock_echo_port(n: &NetSpec) -> u16 {
 
 /// Guest `i`'s clock measurement: its spec, written beside the results.
 fn guest_clock_sync(n: &NetSpec, lab: &Lab, i: usize, dir: &Path) -> Result<PathBuf> {
+    write_guest_clock_sync(lab, clock_echo_port(n), i, dir, 200)
+}
+
+/// Guest `i`'s clock measurement against the echo at `port` on the
+/// building side: its spec (`tN.clock.probe.json`), beside the results;
+/// the guest's job runs it and writes `tN.clock.json`.
+pub(crate) fn write_guest_clock_sync(lab: &Lab, port: u16, i: usize, dir: &Path, samples: u32) -> Result<PathBuf> {
     let spec = ProbeSpec::ClockSync(ontime_scenario::probe::ClockSyncProbe {
-        server: std::net::SocketAddr::from((lab.building.addr, clock_echo_port(n))),
-        samples: 200,
+        server: std::net::SocketAddr::from((lab.building.addr, port)),
+        samples,
         result: guest_clock_file(dir, i),
     });
-    let file = dir.join(format!("t{i}.clock.probe.json"));
+    let file = dir.join(ontime_core::names::guest_clock_probe(i));
     spec.write(&file)?;
     Ok(file)
 }
 
+/// The clock echo's port for guests that run a probe (no flows).
+pub(crate) const GUEST_CLOCK_PORT: u16 = 5399;
+
 /// The host's clock echo, on the building side, for the guests' flows.
 fn start_clock_echo(n: &NetSpec, lab: &Lab, dir: &Path, exe: &Path) -> Result<ChildProcess> {
-    let port = clock_echo_port(n);
+    start_clock_echo_at(clock_echo_port(n), lab, dir, exe)
+}
+
+/// The host's clock echo on the building side at `port`, for the guests
+/// to measure their clocks against.
+pub(crate) fn start_clock_echo_at(port: u16, lab: &Lab, dir: &Path, exe: &Path) -> Result<ChildProcess> {
     let spec = ProbeSpec::ClockEcho(ontime_scenario::probe::ClockEchoProbe {
         listen: std::net::SocketAddr::from((lab.building.addr, port)),
     });
@@ -486,7 +501,7 @@ fn start_clock_echo(n: &NetSpec, lab: &Lab, dir: &Path, exe: &Path) -> Result<Ch
     let mut echo = spawn_in(&mut cmd, &lab.building.netns, None)?;
     let pid = echo.id();
     echo.wait_until(crate::sandbox::BIND_LIMIT, || has_socket(pid, Bound::Udp(port)))
-        .context("the clock echo for the guests' flows (log: clock-echo.err)")?;
+        .context("the clock echo for the guests (log: clock-echo.err)")?;
     Ok(echo)
 }
 

@@ -360,10 +360,11 @@ fn analyse(file: &Path, dir: &Path) -> Result<bool> {
     if let Some(x) = explained {
         ontime_core::fsio::write_atomic(&dir.join("explain.json"), &serde_json::to_vec(&x)?)?;
         // The scheduling around every tenant's worst events, for
-        // ui.perfetto.dev.
+        // ui.perfetto.dev (a guest's threads are not this recording's).
         let worst: Vec<_> = x
             .tenants
             .values()
+            .filter(|t| !t.guest)
             .flat_map(|t| t.explanation.worst.iter().cloned())
             .collect();
         if let Err(e) = ontime_explain::perfetto::write_file(&rec, &worst, &dir.join(PERFETTO_TRACE)) {

@@ -158,7 +158,22 @@ fn one_run(
             out
         }
         (Some(_), None) => crate::netlab::start_senders(c, &lab, dir, &opts.exe)?,
-        (None, _) => start_probes(c, &lab, dir, &opts.exe, native, guests.as_ref(), &mut guest_files)?,
+        (None, _) => {
+            if c.records_guests() {
+                // Each guest measures its clock against the host's before
+                // its probe starts, to place its late events and its own
+                // recording on the host's clock.
+                let port = crate::netlab::GUEST_CLOCK_PORT;
+                let echo = crate::netlab::start_clock_echo_at(port, &lab, dir, &opts.exe)?;
+                lab.children().push(echo);
+                for t in &lab.tenants {
+                    // Each exchange crosses the relay twice: 50 take about
+                    // a second of the run (the injections run meanwhile).
+                    crate::netlab::write_guest_clock_sync(&lab, port, t.index, dir, 50)?;
+                }
+            }
+            start_probes(c, &lab, dir, &opts.exe, native, guests.as_ref(), &mut guest_files)?
+        }
     };
     // Which tenant each probe is (a net run's probes are its flows' senders,
     // or its guests).
@@ -185,10 +200,11 @@ fn one_run(
         j.stop();
     }
     stalls.finish()?;
-    // The probes are done with the gateway: stopped now, it writes its
-    // counters and its stalls' windows before the run is explained.
-    for gateway in lab.children().iter_mut() {
-        gateway.stop();
+    // The probes are done with the gateway (and the guests' clock echo):
+    // stopped now, it writes its counters and its stalls' windows before
+    // the run is explained.
+    for child in lab.children().iter_mut() {
+        child.stop();
     }
     if let (Some(b), Some(vm)) = (cache_bound, rec.environment.vm.as_mut()) {
         vm.host_cache_bound = Some(b.bound);

@@ -188,9 +188,20 @@ impl crate::scenario::RunConfig {
     /// host's; a QEMU guest's probe threads are the guest's.
     fn keep_late(&self) -> usize {
         match self.tenant.backend {
-            crate::scenario::Backend::Qemu => 0,
+            crate::scenario::Backend::Qemu if !self.records_guests() => 0,
             _ => KEEP_LATE,
         }
+    }
+
+    /// A QEMU tenant's guest records its own scheduling and measures its
+    /// clock against the host's, so its probe's late events can be
+    /// explained on both sides: `observe.guest`, with the scheduler
+    /// recorder on, without `[net]` (whose guests run flows, not a probe).
+    pub fn records_guests(&self) -> bool {
+        self.tenant.backend == crate::scenario::Backend::Qemu
+            && self.observe.guest
+            && self.observe.recorder == crate::scenario::Recorder::Ontime
+            && self.net.is_none()
     }
 
     /// The flight recorder of a run in `dir`, when it has one
@@ -230,7 +241,8 @@ impl crate::scenario::RunConfig {
     /// recorder: the lateness the tenants' probes keep late events by
     /// (None: they keep none, as QEMU tenants and `[net]` runs).
     pub fn flight_tag(&self) -> Option<&'static str> {
-        if self.keep_late() == 0 || self.net.is_some() {
+        // A guest's histogram logs are on its clock, not the windows'.
+        if self.keep_late() == 0 || self.net.is_some() || self.tenant.backend == crate::scenario::Backend::Qemu {
             return None;
         }
         match (&self.tenant.crawl, &self.tenant.cyclic) {
@@ -401,13 +413,16 @@ impl crate::scenario::RunConfig {
                     store: None,
                     keep_worst: self.keep_late(),
                     explain_over: self.explain_over(),
-                    // The gateway stamps on this host's clock; the relay's
-                    // delay is the path's one way, and the lab's gateway
-                    // runs with the default faults (its controller delay).
-                    path_nominal: (self.keep_late() > 0).then_some(ontime_core::late::PathNominal {
-                        one_way_ns: self.host.relay_delay,
-                        gateway_ns: ontime_gateway::config::Faults::default().delay_ns,
-                    }),
+                    // The gateway stamps on this host's clock (not a
+                    // guest's); the relay's delay is the path's one way,
+                    // and the lab's gateway runs with the default faults
+                    // (its controller delay).
+                    path_nominal: (self.keep_late() > 0 && t.backend != crate::scenario::Backend::Qemu).then_some(
+                        ontime_core::late::PathNominal {
+                            one_way_ns: self.host.relay_delay,
+                            gateway_ns: ontime_gateway::config::Faults::default().delay_ns,
+                        },
+                    ),
                 },
                 result: file("json"),
                 // The runner holds /dev/cpu_dma_latency once for the run.

@@ -975,6 +975,14 @@ pub struct ObserveSpec {
     /// Kept windows at most (1 s each).
     #[serde(default = "default_max_kept")]
     pub max_kept: u64,
+    /// QEMU tenants: each guest also records its own scheduling (`ontime
+    /// observe record --all` inside it) and measures its clock against the
+    /// host's, so its probe's late events are explained on the guest's
+    /// side and split by the host's (docs/explain.md, "Guest and host").
+    /// Off by default: the guest's recorder runs on the guest's vCPUs,
+    /// beside the probe it explains.
+    #[serde(default)]
+    pub guest: bool,
 }
 
 /// `observe.flight`.
@@ -1014,6 +1022,7 @@ impl Default for ObserveSpec {
             keep_around: default_keep_around(),
             ring: default_ring(),
             max_kept: default_max_kept(),
+            guest: false,
         }
     }
 }
@@ -1508,8 +1517,11 @@ fn validate(c: &RunConfig) -> Result<()> {
 fn validate_injections(c: &RunConfig) -> Result<()> {
     for (i, inj) in c.injections.iter().enumerate() {
         let what = format!("inject[{i}]");
-        if c.tenant.backend == Backend::Qemu {
-            bail!("{what}: injections on QEMU tenants are not built yet (their probes keep no late events)");
+        if c.tenant.backend == Backend::Qemu && !(inj.cause == InjectCause::CpuBurst && c.records_guests()) {
+            bail!(
+                "{what}: on QEMU tenants only cpu-burst is injected (on the host, on the vCPU's CPU), with \
+                 observe.guest = true (their probes' late events are explained in the guest)"
+            );
         }
         if inj.tenant >= c.tenant.count {
             bail!("{what}.tenant = {}: there are {} tenants", inj.tenant, c.tenant.count);
