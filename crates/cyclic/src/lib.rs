@@ -347,21 +347,15 @@ pub fn run(
     if opts.mlockall {
         ontime_core::rt::mlockall()?;
     }
-    let start = MonoNs::now().add_ns(100_000_000);
-    let start_wall = std::time::SystemTime::now() + std::time::Duration::from_millis(100);
-    let end = opts.duration_ns.map(|d| start.add_ns(d));
-    let mut collector = match &opts.hlog {
-        Some(p) => Some(HlogCollector::create(
-            p,
-            opts.threads,
-            opts.hlog_interval_ns,
-            start_wall,
-        )?),
-        None => None,
-    };
     let stopper = stop.clone();
     let mut group = ontime_core::rt::ThreadGroup::new(move || stopper.store(true, Ordering::Relaxed));
     let mut lives = Vec::new();
+    // Each thread waits for the common start (and its share of the
+    // histogram log) until every thread runs with its settings: a start
+    // planned before the threads exist (a loaded guest takes a while to
+    // make them) would count their first wake-ups late.
+    let mut go = Vec::with_capacity(opts.threads);
+    let mut intervals = Vec::with_capacity(opts.threads);
     for t in 0..opts.threads {
         let live = Arc::new(LiveCounters::default());
         lives.push(live.clone());
@@ -372,15 +366,21 @@ pub fn run(
             timer_slack_ns: Some(1),
         };
         let interval = opts.interval_ns + t as u64 * opts.distance_ns;
+        intervals.push(interval);
         let (loops, hist_us, keep, stop) = (opts.loops, opts.histogram_us, opts.keep_worst, stop.clone());
         let own_work = opts.own_work.filter(|_| t == 0);
+        let duration_ns = opts.duration_ns;
         let for_ns = opts
             .duration_ns
             .unwrap_or_else(|| opts.loops.unwrap_or(0).saturating_mul(interval));
-        let split = collector.as_mut().map(|c| c.split_for(t, interval));
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<(MonoNs, Option<IntervalSplit>)>();
+        go.push(go_tx);
         group.spawn(&format!("cyclic{t}"), settings, move || {
             // SAFETY: gettid has no preconditions.
             let tid = unsafe { libc::gettid() };
+            let (start, split) = go_rx
+                .recv()
+                .map_err(|_| anyhow::anyhow!("the probe stopped before its threads started"))?;
             let mut stats = ThreadStats::new(hist_us);
             stats.tid = tid as u32;
             stats.worst = WorstEvents::new(keep);
@@ -389,7 +389,7 @@ pub fn run(
                 start,
                 interval_ns: interval,
                 loops,
-                end,
+                end: duration_ns.map(|d| start.add_ns(d)),
             };
             stats.split = split;
             probe_loop(&SystemClock, plan, &stop, &mut stats, &live);
@@ -412,6 +412,22 @@ pub fn run(
     group
         .await_ready(std::time::Duration::from_secs(5))
         .map_err(anyhow::Error::msg)?;
+    let start = MonoNs::now().add_ns(100_000_000);
+    let start_wall = std::time::SystemTime::now() + std::time::Duration::from_millis(100);
+    let mut collector = match &opts.hlog {
+        Some(p) => Some(HlogCollector::create(
+            p,
+            opts.threads,
+            opts.hlog_interval_ns,
+            start_wall,
+        )?),
+        None => None,
+    };
+    for (t, (tx, interval)) in go.into_iter().zip(intervals).enumerate() {
+        let split = collector.as_mut().map(|c| c.split_for(t, interval));
+        // A thread that already failed has said why (joined below).
+        let _ = tx.send((start, split));
+    }
     while !group.all_finished() {
         std::thread::sleep(std::time::Duration::from_millis(200));
         on_tick(&lives);
