@@ -67,8 +67,12 @@ fn cpu_bursts(p: ontime_scenario::probe::CpuBurstProbe) -> anyhow::Result<()> {
     let windows = ontime_load::inject::cpu_bursts(&p.bursts, &stop)?;
     let class = if p.bursts.fair_companion {
         InjectedClass::RtThrottle
+    } else if p.guest.is_some() {
+        InjectedClass::CpuBurstInGuest
     } else {
         InjectedClass::CpuBurst
     };
-    Injections::of_windows(class, &windows, std::process::id(), u16::try_from(p.bursts.cpu).ok()).write(&p.result)
+    Injections::of_windows(class, &windows, std::process::id(), u16::try_from(p.bursts.cpu).ok())
+        .in_guest(p.guest)
+        .write(&p.result)
 }

@@ -838,7 +838,8 @@ impl PooledExplanation {
     /// threads 99.9 %), interrupts 0.1 %; largest: 99.9 % waiting for CPU 1
     /// behind ontime-burst; 0.0 % unexplained". Every cause over 1 % is
     /// listed, so the shares add up; then the three largest causes with
-    /// their culprits.
+    /// their culprits. A guest's events say first how much of their
+    /// lateness each side saw.
     pub fn sentence(&self) -> String {
         if self.explained == 0 {
             return format!("{} late events, none explained", self.late);
@@ -899,6 +900,22 @@ impl PooledExplanation {
             .map(|c| c.ns)
             .sum();
         let mut out = format!("{} of {} late events explained", self.explained, self.late);
+        // A guest's events: how much its own scheduler saw, how much the
+        // host's (docs/explain.md, "Guest and host").
+        let on = |side: Side| -> u64 {
+            self.causes
+                .iter()
+                .filter(|c| c.side == side && c.cause != CauseKind::Unexplained)
+                .map(|c| c.ns)
+                .sum()
+        };
+        if on(Side::Guest) > 0 {
+            out += &format!(
+                "; in the guest {:.1} %, on the host {:.1} %",
+                of(on(Side::Guest)),
+                of(on(Side::Host))
+            );
+        }
         if !by_cause.is_empty() {
             out += &format!("; by cause: {}", by_cause.join(", "));
         }

@@ -15,7 +15,7 @@ use ontime_core::late::ProbeEvent;
 use ontime_recording::recording::Recording;
 use serde::{Deserialize, Serialize};
 
-use crate::cause::{BlockedOn, Cause, CauseKind, Explanation, Irq, Who};
+use crate::cause::{BlockedOn, Cause, CauseKind, Explanation, Irq, Side, Who};
 use crate::timeline::Timeline;
 use ontime_core::late::PathNominal;
 
@@ -26,6 +26,9 @@ use ontime_core::late::PathNominal;
 pub enum InjectedClass {
     /// A SCHED_FIFO busy loop on the probe's CPU: the probe waits behind it.
     CpuBurst,
+    /// The same loop inside a QEMU tenant's guest, on the probe's guest
+    /// CPU: the probe waits behind it in the guest.
+    CpuBurstInGuest,
     /// A real-time probe's class throttled on its CPU (a lower real-time
     /// loop used its budget): the probe waits behind the ordinary thread
     /// the injector keeps busy there.
@@ -51,7 +54,7 @@ impl InjectedClass {
     /// The cause the attribution should give the injected time.
     pub fn expected(self) -> CauseKind {
         match self {
-            InjectedClass::CpuBurst => CauseKind::WaitedForCpu,
+            InjectedClass::CpuBurst | InjectedClass::CpuBurstInGuest => CauseKind::WaitedForCpu,
             InjectedClass::RtThrottle => CauseKind::Throttled,
             InjectedClass::OwnWork => CauseKind::OwnWork,
             InjectedClass::SoftirqFlood => CauseKind::Interrupts,
@@ -98,6 +101,10 @@ pub struct Injection {
     /// The CPU it held, where it held one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<u16>,
+    /// Held inside this tenant's guest: the window on the guest's clock,
+    /// the pid and CPU the guest's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest: Option<String>,
 }
 
 /// An injector's result file (`inject-N.json` in a lab run).
@@ -125,9 +132,18 @@ impl Injections {
                     end_ns,
                     pid,
                     cpu,
+                    guest: None,
                 })
                 .collect(),
         }
+    }
+
+    /// These, held inside tenant `name`'s guest.
+    pub fn in_guest(mut self, name: Option<String>) -> Injections {
+        for i in &mut self.injections {
+            i.guest = name.clone();
+        }
+        self
     }
 }
 
@@ -344,7 +360,12 @@ fn cell(i: &Injection, cause: &Cause, probe: u32, owner: &impl Fn(u32) -> Option
 
 /// Scores already explained events against the injections; `owner` says
 /// whose a culprit thread is.
-pub fn score(explained: &[Explanation], injections: &[Injection], owner: impl Fn(u32) -> Option<Owner>) -> Confusion {
+/// `owner(side, tid)`: whose a thread of that side's recording is.
+pub fn score(
+    explained: &[Explanation],
+    injections: &[Injection],
+    owner: impl Fn(Side, u32) -> Option<Owner>,
+) -> Confusion {
     let mut out = Confusion::default();
     for i in injections {
         out.rows.entry(i.class).or_default().injected += 1;
@@ -367,13 +388,11 @@ pub fn score(explained: &[Explanation], injections: &[Injection], owner: impl Fn
                     continue;
                 }
                 let ns = sb - sa;
-                // The injectors are host processes: a guest's thread is
-                // never one of theirs, whatever its id.
-                let cell = if s.side == crate::cause::Side::Guest {
-                    cell(i, &s.cause, x.tid, &|_: u32| None)
-                } else {
-                    cell(i, &s.cause, x.tid, &owner)
-                };
+                // An injector on the host is never a guest's thread, nor
+                // one inside a guest the host's, whatever their ids.
+                let same_side = (s.side == Side::Guest) == i.guest.is_some();
+                let own = |t: u32| if same_side { owner(s.side, t) } else { None };
+                let cell = cell(i, &s.cause, x.tid, &own);
                 match cell {
                     Cell::Right => row.right_ns += ns,
                     Cell::RightCauseOtherCulprit => row.right_cause_other_culprit_ns += ns,
@@ -447,7 +466,7 @@ pub fn check_on(
             )
         })
         .collect();
-    let owner = |tid: u32| owners.get(&tid).copied();
+    let owner = |side: Side, tid: u32| (side == Side::Host).then(|| owners.get(&tid).copied()).flatten();
     let mut out = Confusion::default();
     for (on, events) in [
         (ScoredOn::ProbeEvents, events),
@@ -554,29 +573,45 @@ pub fn check_run_on(
             })
             .unwrap_or_default(),
     };
-    let mut confusion = check_on(tl, rec, &events, &on_path, &injections);
+    // Injections inside a guest are on its clock: only its events see them.
+    let on_host: Vec<Injection> = injections.iter().filter(|i| i.guest.is_none()).cloned().collect();
+    let mut confusion = check_on(tl, rec, &events, &on_path, &on_host);
     confusion.add(&check_guests(tl, rec, tenants, &injections)?);
     Ok(Some(RunTruth { injections, confusion }))
 }
 
 /// The guests' probes' late events that overlap an injection acting on
 /// probes, explained in the guest and split by the host
-/// ([`crate::summary::GuestExplainer`]), scored against them (the rows'
-/// injections are counted by [`check_on`]).
+/// ([`crate::summary::GuestExplainer`]), scored against them: the host's
+/// injections (counted by [`check_on`]) and those inside the tenant's own
+/// guest, placed on the host's clock by its offset (counted here), each
+/// culprit looked up in its side's recording.
 fn check_guests(
     tl: &Timeline,
     rec: &Recording,
     tenants: &[crate::kept::TenantLate],
     injections: &[Injection],
 ) -> anyhow::Result<Confusion> {
-    let mine: Vec<Injection> = injections
-        .iter()
-        .filter(|i| i.class.scored_on() == ScoredOn::ProbeEvents)
-        .cloned()
-        .collect();
     let mut out = Confusion::default();
     for t in tenants {
         let Some(g) = &t.guest else { continue };
+        let place = |ns: u64| ns.saturating_add_signed(g.offset_ns);
+        let mine: Vec<Injection> = injections
+            .iter()
+            .filter(|i| i.class.scored_on() == ScoredOn::ProbeEvents)
+            .filter(|i| i.guest.is_none() || i.guest.as_deref() == Some(t.name.as_str()))
+            .map(|i| match i.guest {
+                Some(_) => Injection {
+                    start_ns: place(i.start_ns),
+                    end_ns: place(i.end_ns),
+                    ..i.clone()
+                },
+                None => i.clone(),
+            })
+            .collect();
+        if mine.is_empty() {
+            continue;
+        }
         let guest = Recording::read(&g.recording)?;
         let vcpus = crate::summary::vcpu_threads(rec, &t.name);
         let explainer = crate::summary::GuestExplainer::new(
@@ -586,7 +621,6 @@ fn check_guests(
             &vcpus,
             &crate::summary::probe_tids(&t.late.events),
         );
-        let place = |ns: u64| ns.saturating_add_signed(g.offset_ns);
         let explained: Vec<Explanation> = t
             .late
             .events
@@ -597,14 +631,20 @@ fn check_guests(
             })
             .filter_map(|e| explainer.explain(e).ok())
             .collect();
-        let mut scored = score(&explained, &mine, |tid| {
-            rec.threads.get(&tid).map(|t| Owner {
+        let owner = |side: Side, tid: u32| {
+            let threads = match side {
+                Side::Host => &rec.threads,
+                Side::Guest => &guest.threads,
+            };
+            threads.get(&tid).map(|t| Owner {
                 tgid: t.tgid,
                 ksoftirqd: t.comm.starts_with("ksoftirqd/"),
             })
-        });
-        for row in scored.rows.values_mut() {
-            row.injected = 0;
+        };
+        let mut scored = score(&explained, &mine, owner);
+        // The host's injections were counted with the host's events.
+        for (class, row) in scored.rows.iter_mut() {
+            row.injected = mine.iter().filter(|i| i.class == *class && i.guest.is_some()).count() as u64;
         }
         out.add(&scored);
     }
@@ -641,6 +681,7 @@ mod tests {
             end_ns: 95,
             pid: 500,
             cpu: Some(1),
+            guest: None,
         }
     }
 
@@ -661,7 +702,9 @@ mod tests {
             ],
         };
         let inj = burst_5_to_95();
-        let m = score(&[x], &[inj], |t| Some(Owner::process(if t == 501 { 500 } else { t })));
+        let m = score(&[x], &[inj], |_, t| {
+            Some(Owner::process(if t == 501 { 500 } else { t }))
+        });
         let r = &m.rows[&InjectedClass::CpuBurst];
         assert_eq!((r.injected, r.events, r.lateness_ns), (1, 1, 90));
         assert_eq!(r.right_ns, 60);
@@ -681,7 +724,7 @@ mod tests {
             segments: vec![seg(200, 300, behind(501))],
         };
         let inj = burst_5_to_95();
-        let m = score(&[x], &[inj], |_| Some(Owner::process(500)));
+        let m = score(&[x], &[inj], |_, _| Some(Owner::process(500)));
         let r = &m.rows[&InjectedClass::CpuBurst];
         assert_eq!((r.injected, r.events, r.lateness_ns), (1, 0, 0));
         assert_eq!(r.right_share(), None);
@@ -717,7 +760,7 @@ mod tests {
                 seg(90, 100, behind(501)),
             ],
         };
-        let m = score(&[x], &[stall], |_| None);
+        let m = score(&[x], &[stall], |_, _| None);
         let r = &m.rows[&InjectedClass::GatewayStall];
         assert_eq!(r.lateness_ns, 90);
         assert_eq!(r.right_ns, 70);
@@ -748,7 +791,7 @@ mod tests {
             ],
         };
         // 33 is ksoftirqd/1; 501 the flooder (pid 500).
-        let m = score(&[x], &[flood], |t| {
+        let m = score(&[x], &[flood], |_, t| {
             Some(Owner {
                 tgid: if t == 501 { 500 } else { t },
                 ksoftirqd: t == 33,
@@ -814,7 +857,7 @@ mod tests {
             ],
         };
         // The probe thread 7 is of pid 70; 501 of the injector, 500.
-        let m = score(&[x, y], &[own, throttle], |t| {
+        let m = score(&[x, y], &[own, throttle], |_, t| {
             Some(Owner::process(match t {
                 7 => 70,
                 501 => 500,

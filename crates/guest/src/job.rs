@@ -255,7 +255,13 @@ pub fn job_script(
     if let Some(n) = net {
         s.push_str(&net_part(n, &exe_q));
     } else {
-        probe_part(&mut s, i, dir, &exe_q, &err, guest_io);
+        let injectors: Vec<PathBuf> = c
+            .guest_injectors(dir, i)
+            .map_err(anyhow::Error::msg)?
+            .into_iter()
+            .map(|(file, _)| file)
+            .collect();
+        probe_part(&mut s, i, dir, &exe_q, &err, guest_io, &injectors);
     }
     if guest_io {
         // The recorder writes what it has on SIGINT, like a sandbox's.
@@ -273,8 +279,10 @@ pub fn job_script(
     Ok(s)
 }
 
-/// The probe of a run without [net]: sets `rc` to its status.
-fn probe_part(s: &mut String, i: usize, dir: &Path, exe_q: &str, err: &str, guest_io: bool) {
+/// The probe of a run without [net], with the causes injected inside the
+/// guest (`injectors`: their specs) started once it runs and stopped
+/// (they write their windows) once it ends: sets `rc` to its status.
+fn probe_part(s: &mut String, i: usize, dir: &Path, exe_q: &str, err: &str, guest_io: bool, injectors: &[PathBuf]) {
     let spec = shell_quote(&dir.join(format!("t{i}.probe.json")).display().to_string());
     let out = shell_quote(&dir.join(format!("t{i}.out")).display().to_string());
     let probe = if guest_io {
@@ -285,8 +293,20 @@ fn probe_part(s: &mut String, i: usize, dir: &Path, exe_q: &str, err: &str, gues
         format!("{exe_q} probe {spec}")
     };
     s.push_str(&format!(
-        "{probe} >{out} 2>{err} &\necho $! >/run/ontime-probe.pid\nwait $!\nrc=$?\n"
+        "{probe} >{out} 2>{err} &\np=$!\necho $p >/run/ontime-probe.pid\ninj=\n"
     ));
+    for spec in injectors {
+        let q = |p: &Path| shell_quote(&p.display().to_string());
+        s.push_str(&format!(
+            "{exe_q} probe {} 2>{} &\ninj=\"$inj $!\"\n",
+            q(spec),
+            q(&spec.with_extension("err"))
+        ));
+    }
+    s.push_str("wait $p\nrc=$?\n");
+    if !injectors.is_empty() {
+        s.push_str("kill -TERM $inj 2>/dev/null\nfor x in $inj; do wait $x; done\n");
+    }
 }
 
 #[cfg(test)]

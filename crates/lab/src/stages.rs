@@ -170,6 +170,11 @@ fn one_run(
                     // Each exchange crosses the relay twice: 50 take about
                     // a second of the run (the injections run meanwhile).
                     crate::netlab::write_guest_clock_sync(&lab, port, t.index, dir, 50)?;
+                    // The causes injected inside the guest, which its job
+                    // starts beside its probe.
+                    for (file, spec) in c.guest_injectors(dir, t.index).map_err(|e| anyhow::anyhow!(e))? {
+                        spec.write(&file)?;
+                    }
                 }
             }
             start_probes(c, &lab, dir, &opts.exe, native, guests.as_ref(), &mut guest_files)?

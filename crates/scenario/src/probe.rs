@@ -45,6 +45,10 @@ pub struct SoftirqFloodProbe {
 pub struct CpuBurstProbe {
     pub bursts: ontime_load::inject::CpuBurstSpec,
     pub result: PathBuf,
+    /// Run inside this tenant's guest (its windows on the guest's clock,
+    /// its pid the guest's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest: Option<String>,
 }
 
 /// The host's clock echo for guests' flows (`ontime_net::clock`).
@@ -329,6 +333,35 @@ impl crate::scenario::RunConfig {
         Ok(out)
     }
 
+    /// The injectors tenant `tenant`'s guest runs (`inside = "guest"`):
+    /// each one's spec file in `dir` and the spec, which the runner writes
+    /// before the guest starts; the i-th writes `inject-i.json`.
+    pub fn guest_injectors(&self, dir: &Path, tenant: usize) -> Result<Vec<(PathBuf, ProbeSpec)>, String> {
+        let mut out = Vec::new();
+        for (i, inj) in self.injections.iter().enumerate() {
+            if inj.inside != crate::scenario::InjectInside::Guest || inj.tenant != tenant {
+                continue;
+            }
+            let timing = inj
+                .timing(self.duration, Self::injection_seed(dir, i))
+                .map_err(|e| format!("inject[{i}].length: {e}"))?;
+            out.push((
+                dir.join(format!("inject-{i}.guest.probe.json")),
+                ProbeSpec::CpuBurst(CpuBurstProbe {
+                    bursts: ontime_load::inject::CpuBurstSpec {
+                        cpu: inj.cpu.unwrap_or(0),
+                        priority: inj.priority,
+                        timing,
+                        fair_companion: false,
+                    },
+                    result: dir.join(format!("inject-{i}.json")),
+                    guest: Some(ontime_core::names::tenant_name(tenant)),
+                }),
+            ));
+        }
+        Ok(out)
+    }
+
     /// The run's injector processes (`[[inject]]` but own work, which the
     /// tenant's probe does, and relay stalls, the runner's): the i-th
     /// writes `inject-i.json` in `dir`.
@@ -340,7 +373,8 @@ impl crate::scenario::RunConfig {
             if matches!(
                 inj.cause,
                 InjectCause::OwnWork | InjectCause::RelayStall | InjectCause::GatewayStall
-            ) {
+            ) || inj.inside == crate::scenario::InjectInside::Guest
+            {
                 continue;
             }
             let timing = inj
@@ -374,6 +408,7 @@ impl crate::scenario::RunConfig {
                     fair_companion: inj.cause == InjectCause::RtThrottle,
                 },
                 result: dir.join(format!("inject-{i}.json")),
+                guest: None,
             }));
         }
         Ok(out)

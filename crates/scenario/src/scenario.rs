@@ -483,6 +483,10 @@ pub enum InjectCause {
 /// `cause = "own-work"` makes the tenant's cyclic probe spin for `length`
 /// at its first wake-up after each `every` (no CPU or priority).
 ///
+/// On QEMU tenants (with `[observe] guest = true`) a cpu-burst runs on the
+/// host, on the vCPU's CPU, or with `inside = "guest"` in the tenant's
+/// guest, on its guest CPU `cpu` (default 0), started by the guest's job.
+///
 /// `cause = "relay-stall"` holds the host relay's threads for `length`
 /// every `every` (all tenants' frames wait; no CPU or priority).
 ///
@@ -513,6 +517,19 @@ pub struct InjectSpec {
     /// flooder sends).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<u64>,
+    /// cpu-burst on a QEMU tenant: on the host (the vCPU's CPU, the
+    /// default) or inside the tenant's guest (its guest CPU `cpu`, else 0).
+    #[serde(default)]
+    pub inside: InjectInside,
+}
+
+/// Where a cpu-burst on a QEMU tenant runs.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum InjectInside {
+    #[default]
+    Host,
+    Guest,
 }
 
 fn default_inject_priority() -> u8 {
@@ -1519,9 +1536,12 @@ fn validate_injections(c: &RunConfig) -> Result<()> {
         let what = format!("inject[{i}]");
         if c.tenant.backend == Backend::Qemu && !(inj.cause == InjectCause::CpuBurst && c.records_guests()) {
             bail!(
-                "{what}: on QEMU tenants only cpu-burst is injected (on the host, on the vCPU's CPU), with \
-                 observe.guest = true (their probes' late events are explained in the guest)"
+                "{what}: on QEMU tenants only cpu-burst is injected (on the host, on the vCPU's CPU, or inside = \
+                 \"guest\"), with observe.guest = true (their probes' late events are explained in the guest)"
             );
+        }
+        if inj.inside == InjectInside::Guest && c.tenant.backend != Backend::Qemu {
+            bail!("{what}.inside = \"guest\" injects inside a QEMU tenant's guest: give tenant.backend = \"qemu\"");
         }
         if inj.tenant >= c.tenant.count {
             bail!("{what}.tenant = {}: there are {} tenants", inj.tenant, c.tenant.count);
