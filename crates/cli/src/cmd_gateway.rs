@@ -224,12 +224,30 @@ pub fn execute(p: GatewayProbe) -> anyhow::Result<()> {
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(std::time::Duration::from_millis(50));
         if let Some(e) = gw.log_failure() {
-            // Measurements are no longer stored: stop now, not at exit.
+            // Measurements are no longer stored: stop now, not at exit
+            // (the stalls' windows written first).
+            stop.store(true, Ordering::Relaxed);
+            write_stalls(stallers)?;
             let _ = gw.stop();
             anyhow::bail!("{e}; the gateway stopped (free space and run again)");
         }
     }
-    // Stopped, each stall writes the windows it held (the ground truth).
+    write_stalls(stallers)?;
+    let stats = gw.stop()?;
+    crate::outln!("ontime gateway: stopped; {}", stats.stamps.text());
+    crate::outln!("ontime gateway: {}", serde_json::to_string(&stats)?);
+    if let Some(p) = &result {
+        ontime_core::fsio::write_atomic(p, &serde_json::to_vec_pretty(&stats)?)?;
+    }
+    Ok(())
+}
+
+/// A stall's holder (it returns the windows it held) and its file.
+type Staller = (std::thread::JoinHandle<Vec<(u64, u64)>>, std::path::PathBuf);
+
+/// Joins the stalls' holders (stopped) and writes the windows each held
+/// (the ground truth).
+fn write_stalls(stallers: Vec<Staller>) -> anyhow::Result<()> {
     for (t, file) in stallers {
         let windows = t
             .join()
@@ -241,12 +259,6 @@ pub fn execute(p: GatewayProbe) -> anyhow::Result<()> {
             None,
         )
         .write(&file)?;
-    }
-    let stats = gw.stop()?;
-    crate::outln!("ontime gateway: stopped; {}", stats.stamps.text());
-    crate::outln!("ontime gateway: {}", serde_json::to_string(&stats)?);
-    if let Some(p) = &result {
-        ontime_core::fsio::write_atomic(p, &serde_json::to_vec_pretty(&stats)?)?;
     }
     Ok(())
 }

@@ -663,7 +663,8 @@ fn injected_cpu_bursts_are_charged_to_the_injector() {
 
 /// With the flight recorder on, a run keeps only the windows around its
 /// late intervals, and its late polls are still explained on them, the
-/// injector named.
+/// injector named. Late is over 30 ms, so that only the 60-80 ms bursts
+/// trigger it on a busy host (a crawler on a shared CPU sees 5 ms often).
 #[test]
 fn the_flight_recorder_keeps_the_windows_around_late_polls_and_explains_them() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -678,7 +679,7 @@ fn the_flight_recorder_keeps_the_windows_around_late_polls_and_explains_them() {
     let (_dir, _sc, results) = run_lab(
         "name = 'flight'\nduration = '14s'\n[tenant]\ncount = 1\nvcpus = 1\ncpuset = '1'\n\
 [tenant.crawl]\nrate = 200\n[observe]\nrecorder = 'ontime'\nflight = 'on'\nring = '3s'\nkeep_around = '0s'\n\
-[targets]\n'p99.9' = '5ms'\n\
+[targets]\n'p99.9' = '30ms'\n\
 [[inject]]\ncause = 'cpu-burst'\nlength = '60ms..80ms'\nevery = '5s'\nstart_after = '2s'\n",
     );
     let run = results.join("runs/000-rep1");

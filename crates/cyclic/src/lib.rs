@@ -378,9 +378,15 @@ pub fn run(
         group.spawn(&format!("cyclic{t}"), settings, move || {
             // SAFETY: gettid has no preconditions.
             let tid = unsafe { libc::gettid() };
-            let (start, split) = go_rx
-                .recv()
-                .map_err(|_| anyhow::anyhow!("the probe stopped before its threads started"))?;
+            // The group's stop (a thread that failed its settings, the
+            // ready wait timing out) ends the wait too.
+            let (start, split) = loop {
+                match go_rx.recv_timeout(std::time::Duration::from_millis(50)) {
+                    Ok(go) => break go,
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) if !stop.load(Ordering::Relaxed) => {}
+                    Err(_) => anyhow::bail!("the probe stopped before its threads started"),
+                }
+            };
             let mut stats = ThreadStats::new(hist_us);
             stats.tid = tid as u32;
             stats.worst = WorstEvents::new(keep);

@@ -85,21 +85,32 @@ struct GuestClock {
     offset_ns: i64,
 }
 
-/// Tenant `i`'s guest side in `dir`, where its guest recorded itself and
-/// measured its clock.
-fn guest_side(dir: &Path, i: usize) -> Result<Option<GuestSide>> {
+/// Tenant `i`'s guest side in `dir`: None when it is no recorded guest
+/// (no clock measurement was asked of it), else its recording and offset,
+/// or why they cannot place its events.
+fn guest_side(dir: &Path, i: usize) -> Option<std::result::Result<GuestSide, String>> {
+    if !dir.join(ontime_core::names::guest_clock_probe(i)).exists() {
+        return None;
+    }
     let recording = dir.join(ontime_core::names::guest_sched_recording(i));
     let clock = dir.join(ontime_core::names::guest_clock_file(i));
-    if !recording.exists() || !clock.exists() {
-        return Ok(None);
-    }
-    let text = ontime_core::fsio::read_text_capped(&clock, "guest clock offset", 1 << 20)?;
-    let c: GuestClock = serde_json::from_str(&text)
-        .map_err(|e| ontime_core::bad_input(format!("{}: not a clock offset: {e}", clock.display())))?;
-    Ok(Some(GuestSide {
-        recording,
-        offset_ns: c.offset_ns,
-    }))
+    let placed = (|| {
+        if !recording.exists() {
+            return Err(format!(
+                "the guest did not record itself ({}; see t{i}.guest-sched.err)",
+                recording.display()
+            ));
+        }
+        let text = ontime_core::fsio::read_text_capped(&clock, "guest clock offset", 1 << 20)
+            .map_err(|e| format!("the guest's clock was not measured: {e:#}"))?;
+        let c: GuestClock =
+            serde_json::from_str(&text).map_err(|e| format!("{}: not a clock offset: {e}", clock.display()))?;
+        Ok(GuestSide {
+            recording: recording.clone(),
+            offset_ns: c.offset_ns,
+        })
+    })();
+    Some(placed)
 }
 
 /// The answers a report describes its late events as.
@@ -168,13 +179,23 @@ pub fn read_tenants(dir: &Path, tenants: usize) -> Result<Vec<TenantLate>> {
             let kept = read_kept(&file)?;
             let what = kept.what();
             if let Some(late) = kept.late_events {
+                // A guest's events are on its clock and its threads: without
+                // its recording and offset they cannot be placed at all.
+                let guest = match guest_side(dir, i) {
+                    None => None,
+                    Some(Ok(g)) => Some(g),
+                    Some(Err(why)) => {
+                        ontime_core::errln!("t{i}: its late events are not explained: {why}");
+                        continue;
+                    }
+                };
                 out.push(TenantLate {
                     name: format!("t{i}"),
                     late,
                     what,
                     arrivals: kept.late_arrivals,
                     answers: kept.late_answers,
-                    guest: guest_side(dir, i)?,
+                    guest,
                 });
             }
         }

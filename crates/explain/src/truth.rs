@@ -531,11 +531,18 @@ pub fn check_run_on(
     tenants: &[crate::kept::TenantLate],
 ) -> anyhow::Result<Option<RunTruth>> {
     let mut injections = Vec::new();
-    for i in 0.. {
-        let file = dir.join(format!("inject-{i}.json"));
-        if !file.exists() {
-            break;
-        }
+    // Every injector's file, a missing one (an injector that could not
+    // write) skipped rather than ending the list.
+    let mut files: Vec<(usize, std::path::PathBuf)> = std::fs::read_dir(dir)?
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let n: usize = name.strip_prefix("inject-")?.strip_suffix(".json")?.parse().ok()?;
+            Some((n, e.path()))
+        })
+        .collect();
+    files.sort();
+    for (_, file) in files {
         let text = ontime_core::fsio::read_text_capped(&file, "injector result", 64 << 20)?;
         let got: Injections = serde_json::from_str(&text)
             .map_err(|e| anyhow::anyhow!("{}: not an injector's result: {e}", file.display()))?;
@@ -612,7 +619,14 @@ fn check_guests(
         if mine.is_empty() {
             continue;
         }
-        let guest = Recording::read(&g.recording)?;
+        // One guest's unreadable recording costs its score, not the run's.
+        let guest = match Recording::read(&g.recording) {
+            Ok(r) => r,
+            Err(e) => {
+                ontime_core::errln!("{}: not scored: its guest's recording: {e:#}", t.name);
+                continue;
+            }
+        };
         let vcpus = crate::summary::vcpu_threads(rec, &t.name);
         let explainer = crate::summary::GuestExplainer::new(
             tl,

@@ -169,9 +169,14 @@ struct State {
 pub struct GatewayStall(Arc<AtomicU64>);
 
 impl GatewayStall {
-    /// Holds every answer due until `until_ns`.
+    /// Holds every answer due until `until_ns` (the latest of the stalls
+    /// held at once); 0 lets go of every stall.
     pub fn stall_until(&self, until_ns: u64) {
-        self.0.store(until_ns, Relaxed);
+        if until_ns == 0 {
+            self.0.store(0, Relaxed);
+        } else {
+            self.0.fetch_max(until_ns, Relaxed);
+        }
     }
 }
 

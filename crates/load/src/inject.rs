@@ -133,7 +133,8 @@ pub fn hold_windows(timing: &Timing, stop: &AtomicBool, mut hold: impl FnMut(u64
 
 /// Holds a cause that another thread carries out (a relay or a gateway
 /// that waits while a stored instant lies ahead): a thread named `name`
-/// stores each window's end through `set` and sleeps to it, then stores 0.
+/// stores each window's end through `set` and sleeps to it (a stop cuts it
+/// short), then stores 0.
 /// Joined, it returns the windows it held ([`hold_windows`]).
 pub fn spawn_holder(
     name: &str,
@@ -144,7 +145,11 @@ pub fn spawn_holder(
     std::thread::Builder::new().name(name.into()).spawn(move || {
         let windows = hold_windows(&timing, &stop, |until| {
             set(until);
-            ontime_core::time::sleep_until(MonoNs(until));
+            // In steps: a stop ends the window (its end is when it did).
+            while MonoNs::now().0 < until && !stop.load(Ordering::Relaxed) {
+                ontime_core::time::sleep_until(MonoNs(until.min(MonoNs::now().0 + STOP_HEARD_WITHIN_NS)));
+            }
+            set(0);
             MonoNs::now().0
         });
         set(0);
