@@ -721,10 +721,30 @@ fn a_softirq_flood_is_charged_to_the_receive_softirq_on_the_tenants_cpu() {
 [tenant.cyclic]\ninterval = '1ms'\n[observe]\nrecorder = 'ontime'\n[targets]\n'p99.9' = '300us'\n\
 [[inject]]\ncause = 'softirq-flood'\nlength = '200ms..300ms'\nevery = '2s'\nstart_after = '1s'\n",
     );
-    // Of the explained time: on this host the flood lets its hidden agent
-    // run on the tenant's CPU, whose stretches no recorder sees
-    // (docs/explain.md, class f), so unexplained time varies with it.
-    right_is_largest_of(&results.join("runs/000-rep1"), "softirq-flood", false);
+    // The largest single cause with its culprit, not the row's cells: the
+    // flood's row sums every thread waited behind into one cell, and on
+    // this host the kernel's own threads (kdamond, a memory monitor the
+    // machine runs) and the hidden agent take the tenant's CPU at times,
+    // which no single culprit outweighs but their sum may.
+    let run = results.join("runs/000-rep1");
+    let truth = read_json(&run.join("truth.json"));
+    assert!(
+        truth["confusion"]["rows"]["softirq-flood"]["right_ns"]
+            .as_u64()
+            .unwrap()
+            > 0,
+        "{truth:#}"
+    );
+    let x = read_json(&run.join("explain.json"));
+    let e = &x["tenants"]["t0"]["explanation"];
+    let top = &e["causes"][0];
+    let on_cpu1 = top["culprit"]["cpu"] == 1;
+    let net_rx = top["cause"] == "interrupts" && top["culprit"]["irq"] == "softirq NET_RX";
+    let ksoftirqd = top["cause"] == "waited_for_cpu"
+        && top["culprit"]["comm"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("ksoftirqd/"));
+    assert!(on_cpu1 && (net_rx || ksoftirqd), "{e:#}");
 }
 
 /// Requests a held relay kept reach the gateway late, and their lateness
@@ -775,12 +795,6 @@ fn a_stalled_gateway_is_charged_for_the_answers_it_held() {
 /// The largest cell of `class`'s row in a run's truth.json is the right
 /// cause with the right culprit (who and which cause only, never timings).
 fn right_is_largest(run: &Path, class: &str) {
-    right_is_largest_of(run, class, true)
-}
-
-/// As [`right_is_largest`]; without `unexplained`, of the explained cells
-/// only.
-fn right_is_largest_of(run: &Path, class: &str, unexplained: bool) {
     let truth = read_json(&run.join("truth.json"));
     let row = &truth["confusion"]["rows"][class];
     assert!(row["injected"].as_u64().unwrap_or(0) >= 2, "{truth:#}");
@@ -789,10 +803,10 @@ fn right_is_largest_of(run: &Path, class: &str, unexplained: bool) {
         "no late event inside an injection: {truth:#}"
     );
     let right = row["right_ns"].as_u64().unwrap();
-    let mut rest = vec![row["right_cause_other_culprit_ns"].as_u64().unwrap()];
-    if unexplained {
-        rest.push(row["unexplained_ns"].as_u64().unwrap());
-    }
+    let mut rest = vec![
+        row["right_cause_other_culprit_ns"].as_u64().unwrap(),
+        row["unexplained_ns"].as_u64().unwrap(),
+    ];
     rest.extend(
         row["other_ns"]
             .as_object()
