@@ -79,3 +79,69 @@ fn bpf_names_a_process_by_what_it_exec_d() {
 fn perf_names_a_process_by_what_it_exec_d() {
     renamed_after_exec(Mechanism::Perf);
 }
+
+/// A thread that names itself after the recording first saw it (as
+/// pthread_setname_np and Rust's thread names do, after the clone) is
+/// named by its new name, also when it is gone before the recording ends.
+fn renamed_after_first_sight(mechanism: Mechanism) {
+    if !ontime_testkit::is_root() {
+        ontime_testkit::skip("needs root (BPF or perf tracepoints)");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("rename.otrec");
+    let opts = RecordOptions {
+        targets: Targets {
+            groups: vec![],
+            everything: false,
+            host_io: vec![],
+        },
+        output: Some(file.clone()),
+        measure_overhead: false,
+        mechanism,
+        ..Default::default()
+    };
+    let stop = AtomicBool::new(false);
+    let mut tid = 0;
+    std::thread::scope(|s| {
+        let rec = s.spawn(|| {
+            record(
+                &opts,
+                &stop,
+                Some(Duration::from_millis(2500)),
+                &mut NoSink,
+                &mut |_| {},
+            )
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        // Sleeps under its first name across several drains (every
+        // 100 ms), renames itself, and exits well before the end.
+        tid = std::thread::spawn(|| {
+            ontime_core::rt::set_thread_name("first-name");
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() } as u32;
+            for _ in 0..5 {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            ontime_core::rt::set_thread_name("renamed-late");
+            std::thread::sleep(Duration::from_millis(100));
+            tid
+        })
+        .join()
+        .expect("renaming thread");
+        rec.join().expect("recorder thread").expect("recording");
+    });
+    let r = Recording::read(&file).expect("read");
+    let name = r.threads.get(&tid).map(|t| t.comm.clone());
+    assert_eq!(name.as_deref(), Some("renamed-late"), "tid {tid} after its rename");
+}
+
+#[test]
+fn bpf_names_a_thread_by_its_last_rename() {
+    renamed_after_first_sight(Mechanism::Bpf);
+}
+
+#[test]
+fn perf_names_a_thread_by_its_last_rename() {
+    renamed_after_first_sight(Mechanism::Perf);
+}

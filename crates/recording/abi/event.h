@@ -36,6 +36,10 @@ enum kind {
      * like EV_IRQ_ENTRY. */
     EV_SOFTIRQ_ENTRY = 12,
     EV_SOFTIRQ_EXIT = 13,
+    /* A task renamed itself (task_rename: prctl PR_SET_NAME, which is how
+     * threads get their names), recorded for every task like EV_EXEC: a
+     * culprit seen before its rename is named by its new name. */
+    EV_RENAME = 14,
 };
 
 /* flags of a switch: the previous task stays runnable (preempted or
@@ -69,6 +73,7 @@ enum kind {
  * | FORK | parent tid | child tid | child tgid |
  * | EXIT | tid | - | - |
  * | EXEC | tid | - | tgid |
+ * | RENAME | tid | - | tgid |
  * | KVM_ENTRY/EXIT | tid | vCPU id | - |
  * | IRQ_ENTRY/EXIT | IRQ number (vector with F_IRQ_VECTOR) | tid current on the CPU (0: idle) | - |
  * | SOFTIRQ_ENTRY/EXIT | softirq vector (0 HI .. 9 RCU) | tid current on the CPU (0: idle) | - |
@@ -84,7 +89,8 @@ struct event {
     __u8 flags;
 };
 
-/* FORK and EXEC carry the task's comm after the event in the ring. */
+/* FORK, EXEC and RENAME carry the task's (new) comm after the event in
+ * the ring. */
 struct comm_event {
     struct event ev;
     char comm[16];

@@ -5,11 +5,11 @@
 
 include!(concat!(env!("OUT_DIR"), "/event_abi.rs"));
 
-/// A FORK or EXEC record in the ring carries the task's comm after the event.
+/// A FORK, EXEC or RENAME record in the ring carries the task's comm after the event.
 pub const COMM_EVENT_SIZE: usize = EVENT_SIZE + 16;
 
 impl Event {
-    /// The comm carried after a FORK/EXEC event in the ring, if any.
+    /// The comm carried after a FORK, EXEC or RENAME event in the ring, if any.
     pub fn comm_from_bytes(b: &[u8]) -> Option<String> {
         let raw = b.get(EVENT_SIZE..COMM_EVENT_SIZE)?;
         let end = raw.iter().position(|&c| c == 0).unwrap_or(raw.len());

@@ -167,6 +167,7 @@ impl EventSource for BpfSource<'_> {
         l.on_fork = None;
         l.on_exit = None;
         l.on_exec = None;
+        l.on_rename = None;
         l.on_kvm_entry = None;
         l.on_kvm_exit = None;
         l.on_irq_entry = None;
@@ -279,6 +280,7 @@ fn bpf_run_time(skel: &SchedSkel) -> Option<(u64, u64, u64)> {
         &p.on_fork,
         &p.on_exit,
         &p.on_exec,
+        &p.on_rename,
         &p.on_kvm_entry,
         &p.on_kvm_exit,
         &p.on_irq_entry,

@@ -38,6 +38,7 @@ enum Tracepoint {
     Fork,
     Exit,
     Exec,
+    Rename,
     KvmEntry,
     KvmExit,
     IrqEntry,
@@ -50,7 +51,7 @@ enum Tracepoint {
 const FIELDS: usize = 5;
 
 /// (tracepoint, tracefs path, fields read in order, required).
-const TRACEPOINTS: [(Tracepoint, &str, [&str; FIELDS], bool); 13] = [
+const TRACEPOINTS: [(Tracepoint, &str, [&str; FIELDS], bool); 14] = [
     (
         Tracepoint::Switch,
         "sched/sched_switch",
@@ -93,6 +94,12 @@ const TRACEPOINTS: [(Tracepoint, &str, [&str; FIELDS], bool); 13] = [
         Tracepoint::Exec,
         "sched/sched_process_exec",
         ["pid", "filename", "", "", ""],
+        true,
+    ),
+    (
+        Tracepoint::Rename,
+        "task/task_rename",
+        ["pid", "newcomm", "", "", ""],
         true,
     ),
     (
@@ -638,6 +645,14 @@ impl PerfSource {
                 let file = f1.str(raw);
                 set_comm(file.rsplit(|&c| c == b'/').next().unwrap_or(file));
             }
+            Tracepoint::Rename => {
+                event.kind = kind::RENAME;
+                event.a = f0.int(raw) as u32;
+                // The sample's process is the renamer's, which is the
+                // task's own unless another wrote its /proc comm.
+                event.c = if event.a == tid { tgid } else { 0 };
+                set_comm(f1.str(raw));
+            }
             Tracepoint::IrqEntry | Tracepoint::IrqExit | Tracepoint::SoftirqEntry | Tracepoint::SoftirqExit => {
                 event.kind = match d.tp {
                     Tracepoint::IrqEntry => kind::IRQ_ENTRY,
@@ -763,9 +778,9 @@ impl EventSource for PerfSource {
                 // Every CPU's switches and interrupts: a tracked thread
                 // waits or runs through them.
                 kind::SWITCH | kind::IRQ_ENTRY | kind::IRQ_EXIT | kind::SOFTIRQ_ENTRY | kind::SOFTIRQ_EXIT => true,
-                // Every task's exec: it renames a culprit first seen
-                // before it.
-                kind::EXEC => true,
+                // Every task's exec and rename: they rename a culprit
+                // first seen before them.
+                kind::EXEC | kind::RENAME => true,
                 kind::FORK => match self.lookup(e.a) {
                     Some(group) => {
                         self.tracked.insert(e.b, group);

@@ -280,6 +280,30 @@ int BPF_PROG(on_exec, struct task_struct *p)
     return 0;
 }
 
+/* Every task's rename, as its exec: a thread names itself after it
+ * starts (pthread_setname_np, Rust's thread names), so a culprit seen
+ * before would keep its parent's name. The tracepoint fires before the
+ * copy, so the new name is the argument, not p->comm. */
+SEC("tp_btf/task_rename")
+int BPF_PROG(on_rename, struct task_struct *p, const char *comm)
+{
+    struct comm_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+    if (!e) {
+        count_lost();
+        return 0;
+    }
+    e->ev.ts = bpf_ktime_get_ns();
+    e->ev.a = BPF_CORE_READ(p, pid);
+    e->ev.b = 0;
+    e->ev.c = BPF_CORE_READ(p, tgid);
+    e->ev.cpu = bpf_get_smp_processor_id();
+    e->ev.kind = EV_RENAME;
+    e->ev.flags = 0;
+    bpf_probe_read_kernel_str(&e->comm, sizeof(e->comm), comm);
+    bpf_ringbuf_submit(e, submit_flags());
+    return 0;
+}
+
 /* Interrupt time on every CPU, whatever it interrupts: a late event's wait
  * or run includes it (docs/explain.md). b: the thread current on the CPU
  * (0: idle). */
