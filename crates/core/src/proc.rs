@@ -31,6 +31,8 @@ pub struct SpawnOptions {
     pub stop_signal: i32,
     /// How long a stop waits before SIGKILL.
     pub grace: Duration,
+    /// CPUs to pin it to (empty: inherit the spawner's).
+    pub affinity: Vec<usize>,
 }
 
 impl Default for SpawnOptions {
@@ -43,6 +45,7 @@ impl Default for SpawnOptions {
             death_signal: libc::SIGKILL,
             stop_signal: libc::SIGTERM,
             grace: Duration::from_secs(3),
+            affinity: Vec::new(),
         }
     }
 }
@@ -83,6 +86,17 @@ impl ChildProcess {
         let mnt_fd = mnt.as_ref().map(|f| f.as_raw_fd());
         let proc_fds: Vec<i32> = procs.iter().map(|f| f.as_raw_fd()).collect();
         let (group, death) = (opts.own_group, opts.death_signal);
+        // Built before the fork: the child only hands it to the kernel.
+        // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+        let mut cpus: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        for &c in &opts.affinity {
+            if c >= libc::CPU_SETSIZE as usize {
+                anyhow::bail!("{what}: CPU {c} is out of range");
+            }
+            // SAFETY: index checked against CPU_SETSIZE above.
+            unsafe { libc::CPU_SET(c, &mut cpus) };
+        }
+        let pin = !opts.affinity.is_empty();
         // SAFETY: only async-signal-safe syscalls between fork and exec; the
         // descriptors stay open in the parent (`ns`, `procs`) until spawn
         // returns.
@@ -92,6 +106,9 @@ impl ChildProcess {
                     libc::setpgid(0, 0);
                 }
                 libc::prctl(libc::PR_SET_PDEATHSIG, death);
+                if pin && libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &cpus) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
                 if let Some(fd) = ns_fd {
                     if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
                         return Err(std::io::Error::last_os_error());

@@ -238,6 +238,26 @@ pub fn set_timer_slack_ns(ns: u64) -> Result<()> {
     Ok(())
 }
 
+/// The online CPUs, as /sys/devices/system/cpu/online lists them.
+pub fn online_cpu_list() -> Result<Vec<usize>> {
+    let text =
+        std::fs::read_to_string("/sys/devices/system/cpu/online").context("reading /sys/devices/system/cpu/online")?;
+    parse_cpu_list(text.trim()).map_err(|e| anyhow::anyhow!("online CPUs: {e}"))
+}
+
+/// The online CPUs outside `busy` (say, the tenants' cpuset), where a
+/// tool's own threads keep off the CPUs they measure. Empty, meaning "stay
+/// unpinned", when `busy` is empty, covers every online CPU, or the online
+/// CPUs cannot be read.
+pub fn housekeeping_cpus(busy: &[usize]) -> Vec<usize> {
+    if busy.is_empty() {
+        return Vec::new();
+    }
+    online_cpu_list()
+        .map(|online| online.into_iter().filter(|c| !busy.contains(c)).collect())
+        .unwrap_or_default()
+}
+
 /// Parses a CPU list such as "0", "0-3", "0,2,4-5".
 pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
     let mut out = Vec::new();

@@ -63,11 +63,14 @@ fn host_busy_ns() -> Option<u64> {
 }
 
 /// Starts the recorder chosen by `observe.recorder` once the lab, its relay
-/// and gateway exist and before loads and probes start.
+/// and gateway exist and before loads and probes start. Its threads run on
+/// `housekeeping` (unpinned when empty): a recorder draining a flood's
+/// events on the tenant's CPU is itself a cause of the lateness it records.
 pub fn start(
     recorder: Recorder,
     sample_hz: Option<u32>,
     flight: Option<FlightPlan>,
+    housekeeping: &[usize],
     lab: &Lab,
     dir: &Path,
 ) -> Result<Observer> {
@@ -89,6 +92,7 @@ pub fn start(
                 SpawnOptions {
                     stop_signal: libc::SIGINT,
                     grace: Duration::from_secs(30),
+                    affinity: housekeeping.to_vec(),
                     ..Default::default()
                 },
             )?;
@@ -115,9 +119,13 @@ pub fn start(
                 None => (dir.join(RECORDING), None, None, None),
                 Some(plan) => {
                     let (tx, rx) = std::sync::mpsc::channel();
+                    let cpus = housekeeping.to_vec();
                     let keeper = std::thread::Builder::new()
                         .name("ontime-flight".into())
-                        .spawn(move || ontime_trace::flight::keep(plan.options, &plan.logs, rx))?;
+                        .spawn(move || {
+                            pin_or_say(&cpus);
+                            ontime_trace::flight::keep(plan.options, &plan.logs, rx)
+                        })?;
                     (dir.join(FLIGHT_DIR), Some(flight::WINDOW), Some(tx), Some(keeper))
                 }
             };
@@ -135,7 +143,9 @@ pub fn start(
                 window,
                 windows_done,
             };
+            let cpus = housekeeping.to_vec();
             let (stop, handle) = spawn_recorder("observe", move |stop, ready| {
+                pin_or_say(&cpus);
                 record(&opts, stop, None, &mut NoSink, ready)
             })?;
             Ok(Observer::Ontime {
@@ -146,6 +156,14 @@ pub fn start(
                 t0: MonoNs::now(),
             })
         }
+    }
+}
+
+/// Pins the calling thread to `cpus`; a recorder that cannot be pinned
+/// still records, and says so.
+fn pin_or_say(cpus: &[usize]) {
+    if let Err(e) = ontime_core::rt::set_affinity(cpus) {
+        ontime_core::errln!("ontime lab: the recorder stays unpinned: {e:#}");
     }
 }
 

@@ -557,7 +557,22 @@ fn start_recorder(
     dir: &Path,
     rec: &mut RunRecord,
 ) -> Option<crate::observe::Observer> {
-    match crate::observe::start(c.observe.recorder, c.observe.profile, c.flight(dir), lab, dir) {
+    // Off the tenants' CPUs when they are pinned and others remain.
+    let tenant_cpus = c
+        .tenant
+        .cpuset
+        .as_deref()
+        .and_then(|s| parse_cpu_list(s).ok())
+        .unwrap_or_default();
+    let housekeeping = ontime_core::rt::housekeeping_cpus(&tenant_cpus);
+    match crate::observe::start(
+        c.observe.recorder,
+        c.observe.profile,
+        c.flight(dir),
+        &housekeeping,
+        lab,
+        dir,
+    ) {
         Ok(o) => Some(o),
         Err(e) => {
             rec.observe = Some(ontime_scenario::record::ObserveOutcome {

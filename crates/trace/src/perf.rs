@@ -207,9 +207,7 @@ pub(crate) fn sample_attr(
 /// The online CPUs (one perf buffer each) and the page size (the buffer's
 /// unit).
 pub(crate) fn cpus_and_page() -> Result<(Vec<usize>, usize)> {
-    let cpus =
-        std::fs::read_to_string("/sys/devices/system/cpu/online").context("reading /sys/devices/system/cpu/online")?;
-    let cpus = ontime_core::rt::parse_cpu_list(cpus.trim()).map_err(|e| anyhow::anyhow!("online CPUs: {e}"))?;
+    let cpus = ontime_core::rt::online_cpu_list()?;
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
     Ok((cpus, page))
