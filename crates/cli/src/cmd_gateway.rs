@@ -4,6 +4,7 @@
 use clap::{Args, Subcommand};
 use ontime_core::bad_input;
 use ontime_core::duration::parse_ns;
+use ontime_explain::truth::{InjectedClass, Injections};
 use ontime_gateway::{Faults, GatewayConfig};
 use ontime_scenario::probe::GatewayProbe;
 use std::net::SocketAddr;
@@ -227,38 +228,17 @@ pub fn execute(p: GatewayProbe) -> anyhow::Result<()> {
             // Measurements are no longer stored: stop now, not at exit
             // (the stalls' windows written first).
             stop.store(true, Ordering::Relaxed);
-            write_stalls(stallers)?;
+            Injections::write_held(InjectedClass::GatewayStall, stallers)?;
             let _ = gw.stop();
             anyhow::bail!("{e}; the gateway stopped (free space and run again)");
         }
     }
-    write_stalls(stallers)?;
+    Injections::write_held(InjectedClass::GatewayStall, stallers)?;
     let stats = gw.stop()?;
     crate::outln!("ontime gateway: stopped; {}", stats.stamps.text());
     crate::outln!("ontime gateway: {}", serde_json::to_string(&stats)?);
     if let Some(p) = &result {
         ontime_core::fsio::write_atomic(p, &serde_json::to_vec_pretty(&stats)?)?;
-    }
-    Ok(())
-}
-
-/// A stall's holder (it returns the windows it held) and its file.
-type Staller = (std::thread::JoinHandle<Vec<(u64, u64)>>, std::path::PathBuf);
-
-/// Joins the stalls' holders (stopped) and writes the windows each held
-/// (the ground truth).
-fn write_stalls(stallers: Vec<Staller>) -> anyhow::Result<()> {
-    for (t, file) in stallers {
-        let windows = t
-            .join()
-            .map_err(|_| anyhow::anyhow!("a gateway stall's thread panicked"))?;
-        ontime_explain::truth::Injections::of_windows(
-            ontime_explain::truth::InjectedClass::GatewayStall,
-            &windows,
-            std::process::id(),
-            None,
-        )
-        .write(&file)?;
     }
     Ok(())
 }

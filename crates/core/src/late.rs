@@ -170,6 +170,16 @@ pub struct LateArrivals {
     pub set: LateSet,
 }
 
+impl LateArrivals {
+    /// The path as far as the arrivals know it: one way, no gateway.
+    pub fn path(&self) -> PathNominal {
+        PathNominal {
+            one_way_ns: self.nominal_ns,
+            gateway_ns: 0,
+        }
+    }
+}
+
 /// The path a crawl's requests take, as set up (the lab's): what a request
 /// and its answer take when nothing holds them up.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

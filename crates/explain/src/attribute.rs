@@ -25,7 +25,7 @@
 //! Explaining allocates nothing but the explanation's segments
 //! ([`explain_into`] reuses them).
 
-use crate::cause::{BlockedOn, Cause, Explanation, Gap, Late, Who, UNKNOWN_TID};
+use crate::cause::{BlockedOn, Cause, Explanation, Gap, Late, Segment, Who, UNKNOWN_TID};
 use crate::timeline::{Probe, Slice, Span, State, Timeline};
 use ontime_core::late::{GatewayStamps, PathNominal};
 
@@ -47,29 +47,11 @@ pub fn explain(tl: &Timeline, probe: &Probe, planned_ns: u64, actual_ns: u64) ->
 /// explaining event after event).
 pub fn explain_into(tl: &Timeline, probe: &Probe, planned_ns: u64, actual_ns: u64, out: &mut Explanation) {
     out.reset(probe.tid, planned_ns, actual_ns);
-    let side = tl.side;
-    let not_recorded = Cause::Unexplained { why: Gap::NotRecorded };
-    let mut a = planned_ns;
-    if a >= actual_ns {
-        return;
-    }
-    let from = tl.start_ns.min(actual_ns);
-    if a < from {
-        out.push(a, from, side, not_recorded);
-        a = from;
-    }
-    let to = tl.end_ns.min(actual_ns).max(a);
     let spans = &tl.lines[probe.line].spans;
-    let mut i = spans.partition_point(|s| s.start <= a).saturating_sub(1);
-    while a < to {
-        let end = spans.get(i + 1).map_or(to, |s| s.start).min(to);
-        if end > a {
-            classify(tl, probe, spans, i, planned_ns, a, end, out);
-            a = end;
-        }
-        i += 1;
-    }
-    out.push(a, actual_ns, side, not_recorded);
+    tl.line_walk(probe.line, planned_ns, actual_ns, |a, e, span| match span {
+        Some(i) => classify(tl, probe, spans, i, planned_ns, a, e, out),
+        None => out.push(a, e, tl.side, Cause::Unexplained { why: Gap::NotRecorded }),
+    });
 }
 
 /// A request's arrival at the gateway, late by (arrived − planned) beyond
@@ -112,19 +94,16 @@ pub fn explain_arrival(
     // The send lag: a crawler asleep past its planned time with a poll
     // due could not send it, for want of a connection, and its
     // connections cross the relay: those stretches are the relay's.
-    for seg in &send_lag.segments {
-        let waited_on_network = matches!(
-            seg.cause,
+    let short_of_connection = |c: &Cause| {
+        matches!(
+            c,
             Cause::Blocked {
                 on: BlockedOn::Interrupt | BlockedOn::Thread,
                 ..
             }
-        );
-        match relay {
-            Some(r) if waited_on_network => relay_walk(tl, r, seg.start_ns, seg.end_ns, 0, &mut out),
-            _ => out.push(seg.start_ns, seg.end_ns, seg.side, seg.cause),
-        }
-    }
+        )
+    };
+    read_waits_off_relay(tl, &send_lag, relay, 0, short_of_connection, None, &mut out);
     let Some(relay) = relay else {
         out.push(sent, actual, side, not_recorded);
         return out;
@@ -189,26 +168,44 @@ pub fn explain_answer(
     let shift = path.round_trip_ns();
     let (back_from, back) = (from + shift, actual + shift);
     let own = explain(tl, probe, back_from, back);
-    for seg in &own.segments {
-        let awaiting = matches!(
-            seg.cause,
+    let awaiting_answer = |c: &Cause| {
+        matches!(
+            c,
             Cause::Blocked {
                 on: BlockedOn::Interrupt | BlockedOn::Thread,
                 ..
             } | Cause::LateTimer { how: Late::Timer, .. }
-        );
+        )
+    };
+    // Asleep for its answer is no cause of the probe's own: unrecorded
+    // without the relay's time line.
+    let unrecorded = Cause::Unexplained { why: Gap::NotRecorded };
+    read_waits_off_relay(tl, &own, relay, shift, awaiting_answer, Some(unrecorded), &mut out);
+    out
+}
+
+/// `own`'s segments, the probe's own time line `shift` later than the
+/// stretch they explain, into `out` placed `shift` earlier: those in which
+/// the probe waited on the network (`waiting`) are the relay's, read off
+/// its time line ([`relay_walk`]); without it they stay as they are, or
+/// become `unrecorded` when given. Any other stands.
+fn read_waits_off_relay(
+    tl: &Timeline,
+    own: &Explanation,
+    relay: Option<&Probe>,
+    shift: u64,
+    waiting: impl Fn(&Cause) -> bool,
+    unrecorded: Option<Cause>,
+    out: &mut Explanation,
+) {
+    for seg in &own.segments {
+        let (a, e) = (seg.start_ns - shift, seg.end_ns - shift);
         match relay {
-            Some(r) if awaiting => relay_walk(tl, r, seg.start_ns, seg.end_ns, shift, &mut out),
-            None if awaiting => out.push(
-                seg.start_ns - shift,
-                seg.end_ns - shift,
-                tl.side,
-                Cause::Unexplained { why: Gap::NotRecorded },
-            ),
-            _ => out.push(seg.start_ns - shift, seg.end_ns - shift, seg.side, seg.cause),
+            Some(r) if waiting(&seg.cause) => relay_walk(tl, r, seg.start_ns, seg.end_ns, shift, out),
+            None if waiting(&seg.cause) => out.push(a, e, seg.side, unrecorded.unwrap_or(seg.cause)),
+            _ => out.push(a, e, seg.side, seg.cause),
         }
     }
-    out
 }
 
 /// A guest probe's explanation (`guest`, on the guest's time line placed
@@ -250,36 +247,7 @@ pub fn split_by_host(guest: &Explanation, host: &Timeline, vcpu_of: impl Fn(u16)
         };
         let on_host = explain(host, &vcpu, seg.start_ns, seg.end_ns);
         for h in &on_host.segments {
-            // The vCPU thread asleep until another thread of the host woke
-            // it (a TCG vCPU's timers come from QEMU's main loop): that
-            // thread's own stretch is why.
-            let waker = match h.cause {
-                Cause::LateTimer {
-                    how: Late::Timer,
-                    by: Who::Thread(w),
-                    ..
-                }
-                | Cause::Blocked {
-                    on: BlockedOn::Thread,
-                    by: Who::Thread(w),
-                    ..
-                } if w != vcpu.tid => host.probe(w).ok(),
-                _ => None,
-            };
-            if let Some(w) = waker {
-                for ws in &explain(host, &w, h.start_ns, h.end_ns).segments {
-                    let cause = match ws.cause {
-                        // The waker ran: the vCPU waited on its work.
-                        Cause::OwnWork { cpu } => Cause::Blocked {
-                            on: BlockedOn::Thread,
-                            by: Who::Thread(w.tid),
-                            cpu: Some(cpu),
-                            irq: None,
-                        },
-                        c => c,
-                    };
-                    out.push(ws.start_ns, ws.end_ns, ws.side, cause);
-                }
+            if via_waker(host, &vcpu, h, &mut out) {
                 continue;
             }
             match (h.cause, seg.cause) {
@@ -309,6 +277,43 @@ pub fn split_by_host(guest: &Explanation, host: &Timeline, vcpu_of: impl Fn(u16)
     out
 }
 
+/// A vCPU thread's stretch `h` on the host, asleep until another
+/// recorded thread of the host woke it (a TCG vCPU's timers come from
+/// QEMU's main loop), told as that thread's own stretch: its running is
+/// the vCPU waiting on its work. False, with nothing pushed, when no other
+/// thread woke it.
+fn via_waker(host: &Timeline, vcpu: &Probe, h: &Segment, out: &mut Explanation) -> bool {
+    let waker = match h.cause {
+        Cause::LateTimer {
+            how: Late::Timer,
+            by: Who::Thread(w),
+            ..
+        }
+        | Cause::Blocked {
+            on: BlockedOn::Thread,
+            by: Who::Thread(w),
+            ..
+        } if w != vcpu.tid => host.probe(w).ok(),
+        _ => None,
+    };
+    let Some(w) = waker else {
+        return false;
+    };
+    for ws in &explain(host, &w, h.start_ns, h.end_ns).segments {
+        let cause = match ws.cause {
+            Cause::OwnWork { cpu } => Cause::Blocked {
+                on: BlockedOn::Thread,
+                by: Who::Thread(w.tid),
+                cpu: Some(cpu),
+                irq: None,
+            },
+            c => c,
+        };
+        out.push(ws.start_ns, ws.end_ns, ws.side, cause);
+    }
+    true
+}
+
 /// A crawl's kept event on the path: an answer where it carries the
 /// gateway's stamps ([`explain_answer`]), else an arrival
 /// ([`explain_arrival`]); None without a sent time.
@@ -332,64 +337,53 @@ pub fn explain_on_path(
 /// holding the frame; unknown, unexplained.
 fn relay_walk(tl: &Timeline, relay: &Probe, a: u64, e: u64, shift: u64, out: &mut Explanation) {
     let side = tl.side;
-    let not_recorded = Cause::Unexplained { why: Gap::NotRecorded };
     let mut put = |p: u64, q: u64, cause: Cause| out.push(p - shift, q - shift, side, cause);
-    let mut a = a;
-    let from = tl.start_ns.min(e);
-    if a < from {
-        put(a, from, not_recorded);
-        a = from;
-    }
-    let to = tl.end_ns.min(e).max(a);
     let spans = &tl.lines[relay.line].spans;
-    let mut i = spans.partition_point(|s| s.start <= a).saturating_sub(1);
     let by = Who::Thread(relay.tid);
-    while a < to {
-        let end = spans.get(i + 1).map_or(to, |s| s.start).min(to);
-        if end > a {
-            match spans[i].state {
-                State::Running { cpu } => put(
-                    a,
-                    end,
-                    Cause::Blocked {
-                        on: BlockedOn::RelayQueue,
-                        by,
-                        cpu: Some(cpu),
-                        irq: None,
+    tl.line_walk(relay.line, a, e, |a, end, span| {
+        let Some(i) = span else {
+            put(a, end, Cause::Unexplained { why: Gap::NotRecorded });
+            return;
+        };
+        match spans[i].state {
+            State::Running { cpu } => put(
+                a,
+                end,
+                Cause::Blocked {
+                    on: BlockedOn::RelayQueue,
+                    by,
+                    cpu: Some(cpu),
+                    irq: None,
+                },
+            ),
+            State::Queued { cpu, .. } => tl.cpu_walk(cpu, a, end, |p, q, slice, irq| {
+                let cause = match irq {
+                    Some(irq) => Cause::Interrupts { cpu, irq },
+                    None if slice.tid == UNKNOWN_TID || slice.tid == relay.tid => Cause::Unexplained {
+                        why: Gap::UnknownOccupant,
                     },
-                ),
-                State::Queued { cpu, .. } => tl.cpu_walk(cpu, a, end, |p, q, slice, irq| {
-                    let cause = match irq {
-                        Some(irq) => Cause::Interrupts { cpu, irq },
-                        None if slice.tid == UNKNOWN_TID || slice.tid == relay.tid => Cause::Unexplained {
-                            why: Gap::UnknownOccupant,
-                        },
-                        None => Cause::WaitedForCpu {
-                            cpu,
-                            behind: Who::from_tid(slice.tid),
-                            idle_elsewhere_ns: 0,
-                        },
-                    };
-                    put(p, q, cause);
-                }),
-                State::Asleep { .. } => put(
-                    a,
-                    end,
-                    Cause::Blocked {
-                        on: BlockedOn::RelayWait,
-                        by,
-                        cpu: None,
-                        irq: None,
+                    None => Cause::WaitedForCpu {
+                        cpu,
+                        behind: Who::from_tid(slice.tid),
+                        idle_elsewhere_ns: 0,
                     },
-                ),
-                State::Unknown => put(a, end, Cause::Unexplained { why: Gap::MissingEvent }),
-                State::Dead => put(a, end, not_recorded),
-            }
-            a = end;
+                };
+                put(p, q, cause);
+            }),
+            State::Asleep { .. } => put(
+                a,
+                end,
+                Cause::Blocked {
+                    on: BlockedOn::RelayWait,
+                    by,
+                    cpu: None,
+                    irq: None,
+                },
+            ),
+            State::Unknown => put(a, end, Cause::Unexplained { why: Gap::MissingEvent }),
+            State::Dead => put(a, end, Cause::Unexplained { why: Gap::NotRecorded }),
         }
-        i += 1;
-    }
-    put(a, e.max(a), not_recorded);
+    });
 }
 
 /// The causes of [a, e), all within span `i` of the probe's spans.

@@ -69,6 +69,17 @@ pub struct TenantLate {
     pub guest: Option<GuestSide>,
 }
 
+impl TenantLate {
+    /// Its path's nominal times: the answers' (the whole round trip),
+    /// else the arrivals' (one way); None for a tenant off the path.
+    pub fn path(&self) -> Option<ontime_core::late::PathNominal> {
+        self.answers
+            .as_ref()
+            .map(|a| a.path)
+            .or(self.arrivals.as_ref().map(|a| a.path()))
+    }
+}
+
 /// What places a guest tenant's late events: the recording made inside
 /// the guest and the guest's clock offset to the host's.
 #[derive(Clone, Debug)]

@@ -108,11 +108,7 @@ pub fn explain_arrivals_on(tl: &Timeline, rec: &Recording, arrivals: &LateArriva
     let set = &arrivals.set;
     let mut parts = Parts::default();
     let relay = relay_tid(rec).and_then(|t| tl.probe(t).ok());
-    let path = PathNominal {
-        one_way_ns: arrivals.nominal_ns,
-        gateway_ns: 0,
-    };
-    parts.explain_path_on(tl, rec, &set.events, relay.as_ref(), path);
+    parts.explain_path_on(tl, rec, &set.events, relay.as_ref(), arrivals.path());
     parts.summarize(set.late, set.threshold_ns, &set.threshold_from)
 }
 

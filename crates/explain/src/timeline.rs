@@ -653,6 +653,36 @@ impl Timeline {
         self.groups.get(index as usize)
     }
 
+    /// Calls `f(p, q, Some(i))` for each stretch [p, q) of [a, e) within
+    /// span `i` of time line `line`, and `f(p, q, None)` for the parts
+    /// before or after the recording, in time order; the stretches tile
+    /// [a, e).
+    pub(crate) fn line_walk(&self, line: usize, a: u64, e: u64, mut f: impl FnMut(u64, u64, Option<usize>)) {
+        let mut a = a;
+        if a >= e {
+            return;
+        }
+        let from = self.start_ns.min(e);
+        if a < from {
+            f(a, from, None);
+            a = from;
+        }
+        let to = self.end_ns.min(e).max(a);
+        let spans = &self.lines[line].spans;
+        let mut i = spans.partition_point(|s| s.start <= a).saturating_sub(1);
+        while a < to {
+            let end = spans.get(i + 1).map_or(to, |s| s.start).min(to);
+            if end > a {
+                f(a, end, Some(i));
+                a = end;
+            }
+            i += 1;
+        }
+        if a < e {
+            f(a, e, None);
+        }
+    }
+
     /// Calls `f` for each stretch of [a, e) on `cpu` over which its
     /// occupant and its interrupt state do not change, in time order; the
     /// stretches tile [a, e).

@@ -138,6 +138,19 @@ impl Injections {
         }
     }
 
+    /// Joins threads of this process that held `class` (stopped first)
+    /// and writes the windows each held to its file, this process the
+    /// culprit.
+    pub fn write_held(class: InjectedClass, holders: Vec<Holder>) -> anyhow::Result<()> {
+        for (t, file) in holders {
+            let windows = t
+                .join()
+                .map_err(|_| anyhow::anyhow!("the thread holding a {} panicked", class.label()))?;
+            Injections::of_windows(class, &windows, std::process::id(), None).write(&file)?;
+        }
+        Ok(())
+    }
+
     /// These, held inside tenant `name`'s guest.
     pub fn in_guest(mut self, name: Option<String>) -> Injections {
         for i in &mut self.injections {
@@ -146,6 +159,10 @@ impl Injections {
         self
     }
 }
+
+/// A thread that holds a cause (it returns the windows [start, end) it
+/// held when joined) and the file those windows go to.
+pub type Holder = (std::thread::JoinHandle<Vec<(u64, u64)>>, std::path::PathBuf);
 
 /// One row of the matrix: an injected class.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -567,18 +584,7 @@ pub fn check_run_on(
             .flat_map(|t| t.answers.iter().flat_map(|a| a.set.events.iter().copied()))
             .collect(),
         // One relay and gateway for the lab: every tenant's path is alike.
-        path: tenants
-            .iter()
-            .find_map(|t| {
-                t.answers
-                    .as_ref()
-                    .map(|a| a.path)
-                    .or(t.arrivals.as_ref().map(|a| PathNominal {
-                        one_way_ns: a.nominal_ns,
-                        gateway_ns: 0,
-                    }))
-            })
-            .unwrap_or_default(),
+        path: tenants.iter().find_map(|t| t.path()).unwrap_or_default(),
     };
     // Injections inside a guest are on its clock: only its events see them.
     let on_host: Vec<Injection> = injections.iter().filter(|i| i.guest.is_none()).cloned().collect();

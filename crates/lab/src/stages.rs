@@ -17,7 +17,7 @@ use ontime_scenario::probe::{GatewayProbe, ProbeSpec};
 use ontime_scenario::record::{HostCpu, ReferenceJudgement, RunRecord, TenantOutcome, WanDelayBy, GATEWAY_RESULT};
 use ontime_scenario::scenario::{parse_bytes, Backend, LoadKind, Place, PlannedRun, WanDelay};
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -497,16 +497,13 @@ fn start_injectors(
     Ok(out)
 }
 
-/// [start, end) on CLOCK_MONOTONIC, each.
-type Windows = Vec<(u64, u64)>;
-
 /// The run's relay stalls (`cause = "relay-stall"`): threads of the
 /// runner that hold its relay in the windows each draws; dropped, they
 /// stop holding it.
 struct RelayStalls {
     stop: Arc<AtomicBool>,
-    /// Each stall's thread (it returns the windows it held) and its file.
-    threads: Vec<(std::thread::JoinHandle<Windows>, PathBuf)>,
+    /// Each stall's thread and its file.
+    threads: Vec<ontime_explain::truth::Holder>,
 }
 
 impl RelayStalls {
@@ -526,19 +523,10 @@ impl RelayStalls {
     /// Stops holding the relay and writes each stall's windows.
     fn finish(mut self) -> Result<()> {
         self.stop.store(true, Ordering::Relaxed);
-        for (t, file) in std::mem::take(&mut self.threads) {
-            let windows = t
-                .join()
-                .map_err(|_| anyhow::anyhow!("a relay stall's thread panicked"))?;
-            ontime_explain::truth::Injections::of_windows(
-                ontime_explain::truth::InjectedClass::RelayStall,
-                &windows,
-                std::process::id(),
-                None,
-            )
-            .write(&file)?;
-        }
-        Ok(())
+        ontime_explain::truth::Injections::write_held(
+            ontime_explain::truth::InjectedClass::RelayStall,
+            std::mem::take(&mut self.threads),
+        )
     }
 }
 
