@@ -122,14 +122,53 @@ fn why_table(runs: &[RunResults]) -> String {
 /// The attribution against the causes injected at known times, pooled
 /// over the runs (docs/explain.md, "Ground truth").
 fn confusion_table(runs: &[RunResults]) -> String {
-    let (with, pooled) = ontime_explain::truth::Confusion::pooled(runs.iter().filter_map(|r| r.truth.as_ref()));
-    let mut s = format!("{}\n\n", ontime_explain::truth::Confusion::caption(with));
-    let _ = writeln!(s, "| {} |", ontime_explain::truth::COLUMNS.join(" | "));
-    let _ = writeln!(s, "|{}", "---|".repeat(ontime_explain::truth::COLUMNS.len()));
-    for row in pooled.cells() {
+    let Some((caption, columns, rows)) = truth_table(runs) else {
+        return String::new();
+    };
+    let mut s = format!("{caption}\n\n");
+    let _ = writeln!(s, "| {} |", columns.join(" | "));
+    let _ = writeln!(s, "|{}", "---|".repeat(columns.len()));
+    for row in rows {
         let _ = writeln!(s, "| {} |", row.join(" | "));
     }
     s
+}
+
+/// The ground truth's caption, columns and rows: a row per injected
+/// class, and per setting when the runs sweep several (each setting's
+/// runs pooled: a class may meet its target on one device and not on
+/// another); None when no run has one.
+pub(crate) fn truth_table(runs: &[RunResults]) -> Option<(String, Vec<String>, Vec<Vec<String>>)> {
+    use ontime_explain::truth::{Confusion, COLUMNS};
+    let (with, _) = Confusion::pooled(runs.iter().filter_map(|r| r.truth.as_ref()));
+    if with == 0 {
+        return None;
+    }
+    let keys = settings_in_order(runs);
+    let by_setting = keys.len() > 1;
+    let mut columns: Vec<String> = COLUMNS.iter().map(|c| c.to_string()).collect();
+    if by_setting {
+        columns.insert(0, "setting".into());
+    }
+    let mut rows = Vec::new();
+    for k in &keys {
+        let (n, pooled) = Confusion::pooled(
+            runs.iter()
+                .filter(|r| &setting(r) == k)
+                .filter_map(|r| r.truth.as_ref()),
+        );
+        if n == 0 {
+            continue;
+        }
+        for row in pooled.cells() {
+            let mut cells: Vec<String> = row.into();
+            if by_setting {
+                cells.insert(0, k.clone());
+            }
+            rows.push(cells);
+        }
+    }
+    Some((Confusion::caption(with), columns, rows))
 }
 
 /// Document 004's figures per setting: the tenants' mean throughput (the

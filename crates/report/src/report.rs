@@ -998,22 +998,17 @@ fn render_html(
 }
 
 /// The attribution against the causes the runs injected (`[[inject]]`),
-/// pooled over the runs.
+/// pooled over the runs of each setting.
 fn truth_section(runs: &[RunResults]) -> String {
-    use ontime_explain::truth::{Confusion, COLUMNS};
-    let (with, pooled) = Confusion::pooled(runs.iter().filter_map(|r| r.truth.as_ref()));
-    if with == 0 {
+    let Some((caption, columns, rows)) = crate::markdown::truth_table(runs) else {
         return String::new();
-    }
-    let mut h = format!(
-        "<h2>Ground truth</h2><p>{}</p><table><tr>",
-        esc(&Confusion::caption(with))
-    );
-    for c in COLUMNS {
+    };
+    let mut h = format!("<h2>Ground truth</h2><p>{}</p><table><tr>", esc(&caption));
+    for c in &columns {
         let _ = write!(h, "<th>{}</th>", esc(c));
     }
     h.push_str("</tr>");
-    for row in pooled.cells() {
+    for row in rows {
         h.push_str("<tr>");
         for c in row {
             let _ = write!(h, "<td>{}</td>", esc(&c));
