@@ -418,13 +418,6 @@ pub fn run(
     group
         .await_ready(std::time::Duration::from_secs(5))
         .map_err(anyhow::Error::msg)?;
-    // This thread reports progress and writes the histogram log: it may
-    // share the probe threads' CPU (a tenant's cpuset) and must not take
-    // time they want. After the spawns: a thread inherits its creator's
-    // policy.
-    if let Err(e) = ontime_core::rt::set_idle() {
-        warnings.push(format!("collector not at SCHED_IDLE: {e:#}"));
-    }
     let start = MonoNs::now().add_ns(100_000_000);
     let start_wall = std::time::SystemTime::now() + std::time::Duration::from_millis(100);
     let mut collector = match &opts.hlog {
