@@ -1,12 +1,16 @@
 //! `ontime explain RESULT RECORDING`: why the late events a probe kept
 //! (`ontime crawl|cyclic --keep-late`) were late, on a scheduler recording
-//! made beside the run (`ontime observe record --all`), on the same clock.
+//! made beside the run (`ontime observe record --all`), on the same clock;
+//! for a probe that ran in a QEMU guest, on the guest's own recording
+//! placed on the host's clock and split by the host's at the vCPU threads.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::Args;
 use ontime_core::bad_input;
+use ontime_core::late::LateSet;
+use ontime_explain::summary::RunExplanation;
 use ontime_trace::recording::Recording;
 
 use crate::output;
@@ -18,11 +22,26 @@ pub struct ExplainArgs {
     #[arg(value_name = "RESULT")]
     probe_result: PathBuf,
     /// A recording of every CPU made during the run (`ontime observe
-    /// record --all`)
+    /// record --all`); with --guest, the host's
     recording: PathBuf,
+    /// RESULT's probe ran in a QEMU guest: the recording made inside it
+    /// during the run (`ontime observe record --all` in the guest). Each
+    /// late event is explained in the guest and split by RECORDING, the
+    /// host's, at the guest's vCPU threads
+    #[arg(long, value_name = "RECORDING", requires = "guest_clock")]
+    guest: Option<PathBuf>,
+    /// The guest's clock against the host's, measured in the guest
+    /// (`ontime net clock measure --server HOST:5399 --result FILE` beside
+    /// `ontime net clock echo` on the host)
+    #[arg(long, value_name = "FILE", requires = "guest")]
+    guest_clock: Option<PathBuf>,
+    /// The guest's QEMU process on the host [default: the one process in
+    /// RECORDING with vCPU threads]
+    #[arg(long, value_name = "PID", requires = "guest")]
+    vm: Option<u32>,
     /// Also write the scheduling around the worst late events as a
-    /// Perfetto trace (ui.perfetto.dev)
-    #[arg(long, value_name = "FILE")]
+    /// Perfetto trace (ui.perfetto.dev; not with --guest)
+    #[arg(long, value_name = "FILE", conflicts_with = "guest")]
     perfetto: Option<PathBuf>,
     #[command(flatten)]
     out: output::OutputFlags,
@@ -39,12 +58,70 @@ pub fn run(a: ExplainArgs) -> Result<()> {
             a.probe_result.display()
         )));
     };
-    let rec = Recording::read(&a.recording).map_err(|e| bad_input(format!("{e:#}")))?;
-    let x = crate::explain::explain(
-        &crate::explain::Recorded::Whole(Box::new(rec)),
-        &late,
-        a.perfetto.as_deref(),
-    )?;
+    let rec = read_recording(&a.recording)?;
+    let x = match (&a.guest, &a.guest_clock) {
+        (Some(guest), Some(clock)) => explain_guest(&rec, guest, clock, a.vm, &late)?,
+        _ => crate::explain::explain(
+            &crate::explain::Recorded::Whole(Box::new(rec)),
+            &late,
+            a.perfetto.as_deref(),
+        )?,
+    };
     let text = x.text(what);
     a.out.emit(&x, &text)
+}
+
+fn read_recording(path: &Path) -> Result<Recording> {
+    Recording::read(path).map_err(|e| bad_input(format!("{e:#}")))
+}
+
+/// A guest probe's late events on the guest's recording, placed on the
+/// host's clock by the measured offset and split by the host's at the
+/// vCPU threads of its QEMU process.
+fn explain_guest(
+    host: &Recording,
+    guest: &Path,
+    clock: &Path,
+    vm: Option<u32>,
+    late: &LateSet,
+) -> Result<RunExplanation> {
+    let guest_rec = read_recording(guest)?;
+    let offset = ontime_net::clock::read_offset(clock)
+        .map_err(|e| bad_input(format!("--guest-clock: {e:#}")))?
+        .offset_ns;
+    let vms = ontime_explain::summary::vm_processes(host);
+    let pid = match vm {
+        Some(pid) if vms.contains(&pid) => pid,
+        Some(pid) => {
+            return Err(bad_input(format!(
+            "--vm {pid}: no vCPU threads (CPU n/KVM or CPU n/TCG) of that process in {}; QEMU processes there: {vms:?}",
+            "the host's recording"
+        )))
+        }
+        None => match vms.as_slice() {
+            [pid] => *pid,
+            [] => {
+                return Err(bad_input(
+                    "the host's recording has no QEMU vCPU threads (CPU n/KVM or CPU n/TCG): record the host with \
+                     `ontime observe record --all` while the guest runs"
+                        .to_string(),
+                ))
+            }
+            many => {
+                return Err(bad_input(format!(
+                    "the host's recording has several QEMU processes ({many:?}): say which ran the guest with --vm PID"
+                )))
+            }
+        },
+    };
+    let vcpus = ontime_explain::summary::vcpu_threads_of_process(host, pid);
+    let qemu: Vec<u32> = host.threads.values().filter(|t| t.tgid == pid).map(|t| t.tid).collect();
+    let tl = ontime_explain::timeline::Timeline::from_recording(host, &qemu);
+    let mut x = ontime_explain::summary::explain_guest_on(&tl, host, &guest_rec, offset, &vcpus, late);
+    x.notes.push(format!(
+        "in a QEMU guest: its recording placed on the host's clock (offset {} ns), split at QEMU {pid}'s {} vCPU thread(s)",
+        offset,
+        vcpus.len()
+    ));
+    Ok(x)
 }

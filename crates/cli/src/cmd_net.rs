@@ -1,4 +1,4 @@
-//! `ontime net controller|channel|misses|actions|send|receive`: document
+//! `ontime net controller|channel|misses|actions|send|receive|clock`: document
 //! 003's real-time channels between lab tenants. The controller runs inside
 //! a lab run (it needs the tenants and the relay's switch); the channel
 //! verbs are its clients over the HTTP/JSON API.
@@ -44,6 +44,40 @@ enum NetAction {
     Send(SendArgs),
     /// Receive a measured flow and time every datagram end to end
     Receive(ReceiveArgs),
+    /// A guest's clock against its host's: the host answers (`echo`), the
+    /// guest measures its offset (`measure`), for `ontime explain --guest`
+    /// and measured flows
+    Clock(ClockArgs),
+}
+
+#[derive(Args)]
+struct ClockArgs {
+    #[command(subcommand)]
+    action: ClockAction,
+}
+
+#[derive(Subcommand)]
+enum ClockAction {
+    /// Answer clock requests on ADDRESS:PORT (UDP) until Ctrl-C: run it on
+    /// the host
+    Echo {
+        /// ADDRESS:PORT to answer on, reachable from the guest
+        #[arg(long, default_value = "0.0.0.0:5399")]
+        listen: std::net::SocketAddr,
+    },
+    /// Measure this clock's offset to an echo (host = this + offset): run
+    /// it in the guest, during or right after the run it explains
+    Measure {
+        /// The host's echo, ADDRESS:PORT
+        #[arg(long)]
+        server: std::net::SocketAddr,
+        /// Exchanges, 1 ms apart; the one with the shortest round trip is kept
+        #[arg(long, default_value_t = 50)]
+        samples: u32,
+        /// Write the offset here (JSON) instead of printing it
+        #[arg(long)]
+        result: Option<PathBuf>,
+    },
 }
 
 /// `net controller -D` when not given: 1 h.
@@ -246,6 +280,22 @@ pub fn run(a: NetArgs) -> anyhow::Result<()> {
         NetAction::Datapath(d) => datapath(d),
         NetAction::Send(s) => send(s),
         NetAction::Receive(r) => receive(r),
+        NetAction::Clock(c) => match c.action {
+            ClockAction::Echo { listen } => execute_clock_echo(ontime_scenario::probe::ClockEchoProbe { listen }),
+            ClockAction::Measure {
+                server,
+                samples,
+                result,
+            } => {
+                crate::output::check_outputs(&[("--result", result.as_deref())])?;
+                let o = ontime_net::clock::measure_offset(server, samples).map_err(|e| {
+                    bad_input(format!(
+                        "{e:#}: is `ontime net clock echo` running on the host, and {server} reachable?"
+                    ))
+                })?;
+                put_result(&o, result.as_deref())
+            }
+        },
     }
 }
 

@@ -316,6 +316,32 @@ fn explain_joins_a_cyclic_result_with_a_recording_made_beside_it() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let x: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_charged_to_hog(&x, hog_pid, "ontime explain");
+    // As a guest's: a host recording without QEMU is refused by name,
+    // and a guest recording without its clock offset by clap.
+    let clock = dir.path().join("clock.json");
+    std::fs::write(&clock, r#"{"offset_ns": 0, "rtt_ns": 0, "answered": 1, "asked": 1}"#).unwrap();
+    let out = ontime()
+        .arg("explain")
+        .arg(&result)
+        .arg(&rec)
+        .arg("--guest")
+        .arg(&rec)
+        .arg("--guest-clock")
+        .arg(&clock)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("no QEMU vCPU threads"), "{err}");
+    let out = ontime()
+        .arg("explain")
+        .arg(&result)
+        .arg(&rec)
+        .arg("--guest")
+        .arg(&rec)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     // The text says it in words.
     let text = ontime().arg("explain").arg(&result).arg(&rec).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);

@@ -186,6 +186,28 @@ cpuset = '1'\n[tenant.cyclic]\ninterval = '1ms'\n[observe]\nguest = true\n[targe
     for (_, ns) in row["other_ns"].as_object().unwrap() {
         assert!(right > ns.as_u64().unwrap(), "{row:#}");
     }
+    // The same from the files a user would have: the guest's result and
+    // recording, the host's recording, the guest's clock offset.
+    let out = ontime()
+        .arg("explain")
+        .arg(run.join("t0.json"))
+        .arg(run.join("observe.otrec"))
+        .arg("--guest")
+        .arg(run.join("t0.guest-sched.otrec"))
+        .arg("--guest-clock")
+        .arg(run.join("t0.clock.json"))
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cli: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let lab = &t["explanation"];
+    assert_eq!(cli["explained"], lab["explained"], "{cli:#}");
+    let top = |x: &serde_json::Value| {
+        let c = &x["causes"][0];
+        (c["side"].clone(), c["cause"].clone(), c["culprit"]["comm"].clone())
+    };
+    assert_eq!(top(&cli), top(lab), "{cli:#}");
 }
 
 #[test]

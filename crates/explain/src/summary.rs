@@ -129,16 +129,40 @@ pub fn vcpu_threads(rec: &Recording, group: &str) -> Vec<(u16, u32)> {
     let Some(g) = rec.meta.groups.iter().position(|g| g.name == group) else {
         return Vec::new();
     };
+    vcpus_where(rec, |t| t.group == Some(g as u32))
+}
+
+/// The vCPU threads of QEMU process `pid` (its tgid), by guest CPU.
+pub fn vcpu_threads_of_process(rec: &Recording, pid: u32) -> Vec<(u16, u32)> {
+    vcpus_where(rec, |t| t.tgid == pid)
+}
+
+/// The processes in `rec` with vCPU threads (QEMU guests), lowest first.
+pub fn vm_processes(rec: &Recording) -> Vec<u32> {
+    let mut out: Vec<u32> = rec
+        .threads
+        .values()
+        .filter(|t| vcpu_index(&t.comm).is_some() && t.tgid != 0 && t.tgid != u32::MAX)
+        .map(|t| t.tgid)
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Guest CPU n of a thread QEMU named `CPU n/KVM` or `CPU n/TCG`.
+fn vcpu_index(comm: &str) -> Option<u16> {
+    let (n, accel) = comm.strip_prefix("CPU ")?.split_once('/')?;
+    matches!(accel, "KVM" | "TCG").then_some(())?;
+    n.parse().ok()
+}
+
+fn vcpus_where(rec: &Recording, keep: impl Fn(&ontime_recording::recording::ThreadInfo) -> bool) -> Vec<(u16, u32)> {
     let mut out: Vec<(u16, u32)> = rec
         .threads
         .values()
-        .filter(|t| t.group == Some(g as u32))
-        .filter_map(|t| {
-            let n = t.comm.strip_prefix("CPU ")?;
-            let (n, accel) = n.split_once('/')?;
-            matches!(accel, "KVM" | "TCG").then_some(())?;
-            Some((n.parse().ok()?, t.tid))
-        })
+        .filter(|t| keep(t))
+        .filter_map(|t| Some((vcpu_index(&t.comm)?, t.tid)))
         .collect();
     out.sort_unstable();
     out
