@@ -25,7 +25,7 @@
 //! Explaining allocates nothing but the explanation's segments
 //! ([`explain_into`] reuses them).
 
-use crate::cause::{BlockedOn, Cause, Explanation, Gap, Late, Segment, Who, UNKNOWN_TID};
+use crate::cause::{BlockedOn, Cause, Explanation, Gap, Irq, Late, Segment, Who, UNKNOWN_TID};
 use crate::timeline::{Probe, Slice, Span, State, Timeline};
 use ontime_core::late::{GatewayStamps, PathNominal};
 
@@ -466,12 +466,20 @@ fn classify(
                     cpu,
                     irq,
                 }
-            } else if span.start <= planned {
+            } else if span.start <= planned || irq.is_some_and(Irq::is_timer) {
                 // A probe sleeps until its planned time on a timer: still
-                // asleep past it in that sleep, the timer was late.
+                // asleep past it in that sleep, the timer was late. So is
+                // a sleep that began after it and that a timer interrupt
+                // ended: a sleep woken before its time (a TCG guest's
+                // timer, early by its clock) sleeps again in the kernel,
+                // and only its timer ends it. The thread a timer's
+                // interrupt came in on did not wake it.
                 Cause::LateTimer {
                     how: Late::Timer,
-                    by,
+                    by: match (irq, by) {
+                        (Some(_), Who::Thread(_)) => Who::Unknown,
+                        _ => by,
+                    },
                     cpu,
                 }
             } else if wake.is_some() {
@@ -1025,6 +1033,40 @@ mod tests {
             }
         );
         assert_eq!(x.segments[1].len_ns(), 50 * US);
+    }
+
+    #[test]
+    fn a_sleep_its_timer_ended_after_an_early_wake_is_a_late_timer() {
+        use ontime_recording::event::F_IRQ_VECTOR;
+        let timer = |ts: u64, kind: u8| Event {
+            ts,
+            a: 0xec,
+            b: OTHER,
+            c: 0,
+            cpu: 0,
+            kind,
+            flags: F_IRQ_VECTOR,
+        };
+        let ev = vec![
+            switch(T0, 0, 0, PROBE, 0, 0),
+            sleep(at(1), 0, PROBE, OTHER),
+            // Planned at 10 ms. At 12 ms the local timer wakes it before its
+            // time (a guest's timer, early by its clock): it runs 300 us in
+            // the kernel and sleeps again, until the timer at 20 ms.
+            timer(at(12), kind::IRQ_ENTRY),
+            wake(at(12) + 10 * US, 0, PROBE, OTHER, 0),
+            timer(at(12) + 20 * US, kind::IRQ_EXIT),
+            preempt(at(12) + 30 * US, 0, OTHER, PROBE),
+            sleep(at(12) + 300 * US, 0, PROBE, OTHER),
+            timer(at(20), kind::IRQ_ENTRY),
+            wake(at(20) + 10 * US, 0, PROBE, OTHER, 0),
+            timer(at(20) + 20 * US, kind::IRQ_EXIT),
+            preempt(at(20) + 50 * US, 0, OTHER, PROBE),
+        ];
+        let tl = timeline(2, &ev, at(30));
+        let x = explained(&tl, at(10), at(20) + 50 * US);
+        assert_eq!(x.ns_of(CauseKind::Blocked), 0, "{x:#?}");
+        assert!(x.ns_of(CauseKind::LateTimer) >= 9 * MS, "{x:#?}");
     }
 
     #[test]

@@ -66,6 +66,13 @@ pub const SOFTIRQ_NAMES: [&str; 10] = [
 ];
 
 impl Irq {
+    /// An interrupt that runs expired timers: x86's local timer (hrtimers)
+    /// or the TIMER and HRTIMER softirqs. A sleeper woken in one was woken
+    /// by its timeout.
+    pub fn is_timer(self) -> bool {
+        matches!(self, Irq::Vector(0xec) | Irq::Soft(1) | Irq::Soft(8))
+    }
+
     /// As a report names it: `irq 24`, `local timer` (an x86 system
     /// vector by its name, else `vector 240`), `softirq NET_RX`.
     pub fn label(self) -> String {
