@@ -20,10 +20,13 @@ impl Drop for Kill {
     }
 }
 
-fn renamed_after_exec(mechanism: Mechanism) {
+/// Records every CPU for 2.5 s with `mechanism`, runs `act` 300 ms in
+/// (it returns the id of the thread it made), and gives that thread's name
+/// in the recording; None, with a skip line, without root.
+fn name_recorded(mechanism: Mechanism, act: impl FnOnce() -> u32 + Send) -> Option<(u32, Option<String>)> {
     if !ontime_testkit::is_root() {
         ontime_testkit::skip("needs root (BPF or perf tracepoints)");
-        return;
+        return None;
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("names.otrec");
@@ -39,7 +42,7 @@ fn renamed_after_exec(mechanism: Mechanism) {
         ..Default::default()
     };
     let stop = AtomicBool::new(false);
-    let mut pid = 0;
+    let mut id = 0;
     std::thread::scope(|s| {
         let rec = s.spawn(|| {
             record(
@@ -51,6 +54,15 @@ fn renamed_after_exec(mechanism: Mechanism) {
             )
         });
         std::thread::sleep(Duration::from_millis(300));
+        id = act();
+        rec.join().expect("recorder thread").expect("recording");
+    });
+    let r = Recording::read(&file).expect("read");
+    Some((id, r.threads.get(&id).map(|t| t.comm.clone())))
+}
+
+fn renamed_after_exec(mechanism: Mechanism) {
+    let Some((pid, name)) = name_recorded(mechanism, || {
         // The shell runs and waits for its sleep (switches: named "sh" at
         // first sight, well before the exec), then becomes a sleep itself.
         let mut child = Kill(
@@ -59,14 +71,13 @@ fn renamed_after_exec(mechanism: Mechanism) {
                 .spawn()
                 .expect("sh"),
         );
-        pid = child.0.id();
         // Reaped before the recording ends: its name cannot be read again
         // from /proc at the end, only its exec says it.
         child.0.wait().expect("sh");
-        rec.join().expect("recorder thread").expect("recording");
-    });
-    let r = Recording::read(&file).expect("read");
-    let name = r.threads.get(&pid).map(|t| t.comm.clone());
+        child.0.id()
+    }) else {
+        return;
+    };
     assert_eq!(name.as_deref(), Some("sleep"), "pid {pid} after its exec");
 }
 
@@ -84,39 +95,10 @@ fn perf_names_a_process_by_what_it_exec_d() {
 /// pthread_setname_np and Rust's thread names do, after the clone) is
 /// named by its new name, also when it is gone before the recording ends.
 fn renamed_after_first_sight(mechanism: Mechanism) {
-    if !ontime_testkit::is_root() {
-        ontime_testkit::skip("needs root (BPF or perf tracepoints)");
-        return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("rename.otrec");
-    let opts = RecordOptions {
-        targets: Targets {
-            groups: vec![],
-            everything: false,
-            host_io: vec![],
-        },
-        output: Some(file.clone()),
-        measure_overhead: false,
-        mechanism,
-        ..Default::default()
-    };
-    let stop = AtomicBool::new(false);
-    let mut tid = 0;
-    std::thread::scope(|s| {
-        let rec = s.spawn(|| {
-            record(
-                &opts,
-                &stop,
-                Some(Duration::from_millis(2500)),
-                &mut NoSink,
-                &mut |_| {},
-            )
-        });
-        std::thread::sleep(Duration::from_millis(300));
+    let Some((tid, name)) = name_recorded(mechanism, || {
         // Sleeps under its first name across several drains (every
         // 100 ms), renames itself, and exits well before the end.
-        tid = std::thread::spawn(|| {
+        std::thread::spawn(|| {
             ontime_core::rt::set_thread_name("first-name");
             // SAFETY: gettid has no preconditions.
             let tid = unsafe { libc::gettid() } as u32;
@@ -128,11 +110,10 @@ fn renamed_after_first_sight(mechanism: Mechanism) {
             tid
         })
         .join()
-        .expect("renaming thread");
-        rec.join().expect("recorder thread").expect("recording");
-    });
-    let r = Recording::read(&file).expect("read");
-    let name = r.threads.get(&tid).map(|t| t.comm.clone());
+        .expect("renaming thread")
+    }) else {
+        return;
+    };
     assert_eq!(name.as_deref(), Some("renamed-late"), "tid {tid} after its rename");
 }
 
