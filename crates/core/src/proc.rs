@@ -87,15 +87,7 @@ impl ChildProcess {
         let proc_fds: Vec<i32> = procs.iter().map(|f| f.as_raw_fd()).collect();
         let (group, death) = (opts.own_group, opts.death_signal);
         // Built before the fork: the child only hands it to the kernel.
-        // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
-        let mut cpus: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        for &c in &opts.affinity {
-            if c >= libc::CPU_SETSIZE as usize {
-                anyhow::bail!("{what}: CPU {c} is out of range");
-            }
-            // SAFETY: index checked against CPU_SETSIZE above.
-            unsafe { libc::CPU_SET(c, &mut cpus) };
-        }
+        let cpus = crate::rt::cpu_set(&opts.affinity).with_context(|| format!("{what}: affinity"))?;
         let pin = !opts.affinity.is_empty();
         // SAFETY: only async-signal-safe syscalls between fork and exec; the
         // descriptors stay open in the parent (`ns`, `procs`) until spawn

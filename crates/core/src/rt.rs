@@ -194,11 +194,8 @@ pub fn set_policy_of(tid: i32, policy: Policy) -> Result<()> {
     Ok(())
 }
 
-/// Pins the calling thread to the given CPUs.
-pub fn set_affinity(cpus: &[usize]) -> Result<()> {
-    if cpus.is_empty() {
-        return Ok(());
-    }
+/// `cpus` as the kernel's CPU set.
+pub fn cpu_set(cpus: &[usize]) -> Result<libc::cpu_set_t> {
     // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     for &c in cpus {
@@ -208,6 +205,15 @@ pub fn set_affinity(cpus: &[usize]) -> Result<()> {
         // SAFETY: index checked against CPU_SETSIZE above.
         unsafe { libc::CPU_SET(c, &mut set) };
     }
+    Ok(set)
+}
+
+/// Pins the calling thread to the given CPUs.
+pub fn set_affinity(cpus: &[usize]) -> Result<()> {
+    if cpus.is_empty() {
+        return Ok(());
+    }
+    let set = cpu_set(cpus)?;
     // SAFETY: pid 0 is the calling thread; `set` is a valid cpu_set_t.
     let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
     if rc != 0 {
