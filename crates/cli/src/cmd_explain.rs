@@ -61,6 +61,14 @@ pub fn run(a: ExplainArgs) -> Result<()> {
     let rec = read_recording(&a.recording)?;
     let x = match (&a.guest, &a.guest_clock) {
         (Some(guest), Some(clock)) => explain_guest(&rec, guest, clock, a.vm, &late)?,
+        // A flow receiver waits for datagrams, not for its timer.
+        _ if what == ontime_explain::kept::FLOW_WHAT => {
+            let x = ontime_explain::summary::explain_datagrams(&rec, &late);
+            if let Some(path) = a.perfetto.as_deref() {
+                ontime_explain::perfetto::write_file(&rec, &x.worst, path)?;
+            }
+            x
+        }
         _ => crate::explain::explain(
             &crate::explain::Recorded::Whole(Box::new(rec)),
             &late,

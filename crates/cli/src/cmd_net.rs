@@ -262,6 +262,10 @@ struct ReceiveArgs {
     /// Time-series bin width
     #[arg(long, default_value = "100ms", value_parser = parse_ns)]
     bin: u64,
+    /// Keep this many of the worst late datagrams in the result
+    /// (`late_events`), for `ontime explain RESULT RECORDING`
+    #[arg(long, default_value_t = ontime_net::flow::KEEP_LATE)]
+    keep_late: usize,
     /// Write the result here (JSON) when stopped (SIGINT/SIGTERM)
     #[arg(long)]
     result: Option<PathBuf>,
@@ -472,8 +476,14 @@ fn misses(a: MissesArgs) -> anyhow::Result<()> {
         if json {
             crate::outln!("{}", String::from_utf8_lossy(line));
         } else if let Ok(m) = serde_json::from_slice::<MissEvent>(line) {
+            // The largest part of the overrun, where the relay recorded the frame.
+            let why = m
+                .why
+                .first()
+                .map(|p| format!("; {} {}", format_ns(p.ns), p.part.words()))
+                .unwrap_or_default();
             crate::outln!(
-                "{:>10.3} s  channel {:>2} from {:<4} late by {:>10}  (IP id {})",
+                "{:>10.3} s  channel {:>2} from {:<4} late by {:>10}  (IP id {}{why})",
                 m.at_ns as f64 / 1e9,
                 m.channel,
                 m.from,
@@ -537,6 +547,7 @@ fn receive(a: ReceiveArgs) -> anyhow::Result<()> {
             deadline_ns: a.deadline,
             bin_ns: a.bin,
             clock_offset_ns: 0,
+            keep_late: a.keep_late,
         },
         result: a.result,
         clock_offset: None,

@@ -151,6 +151,16 @@ fn channels_between_tenants_end_to_end() {
         lines.iter().all(|m| m["from"] == "t0" && m["channel"] == 3),
         "{lines:?}"
     );
+    // Each miss comes with its overrun's parts, which add up to it.
+    for m in &lines {
+        let parts: u64 = m["why"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["ns"].as_u64().unwrap())
+            .sum();
+        assert_eq!(parts, m["overrun_ns"].as_u64().unwrap(), "{m}");
+    }
 
     let st = runner.wait_with_output().unwrap();
     assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
@@ -218,6 +228,28 @@ fn channels_between_tenants_end_to_end() {
         "a channel beyond its declaration is not escalated: {actions:?}"
     );
     assert!(actions.iter().any(|a| a.starts_with("refused")), "{actions:?}");
+    // Why they missed, from the relay's record of each missed frame: M
+    // queued behind its own earlier frames, A behind M's.
+    let why = |id: u64| {
+        let c = net["miss_causes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["channel"] == id)
+            .unwrap_or_else(|| panic!("channel {id} has no miss causes: {}", net["miss_causes"]))
+            .clone();
+        assert!(c["with_path"].as_u64().unwrap() > 0, "{c}");
+        let sum: u64 = c["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["ns"].as_u64().unwrap())
+            .sum();
+        assert_eq!(sum, c["overrun_ns"].as_u64().unwrap(), "{c}");
+        c["parts"][0]["part"].as_str().unwrap().to_string()
+    };
+    assert_eq!(why(3), "behind_own_channel");
+    assert_eq!(why(1), "behind_other_channels");
     // The channel senders' threads were made real-time (document 003's
     // real-time VMs).
     assert!(

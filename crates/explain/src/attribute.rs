@@ -466,7 +466,7 @@ fn classify(
                     cpu,
                     irq,
                 }
-            } else if span.start <= planned || irq.is_some_and(Irq::is_timer) {
+            } else if !probe.on_message && (span.start <= planned || irq.is_some_and(Irq::is_timer)) {
                 // A probe sleeps until its planned time on a timer: still
                 // asleep past it in that sleep, the timer was late. So is
                 // a sleep that began after it and that a timer interrupt
@@ -1033,6 +1033,51 @@ mod tests {
             }
         );
         assert_eq!(x.segments[1].len_ns(), 50 * US);
+    }
+
+    #[test]
+    fn a_receiver_asleep_until_its_datagram_came_was_blocked_on_it() {
+        use ontime_recording::event::F_IRQ_VECTOR;
+        // A local timer's run with the network's softirq inside it.
+        let irq = |ts: u64, kind: u8, a: u32, flags: u8| Event {
+            ts,
+            a,
+            b: OTHER,
+            c: 0,
+            cpu: 0,
+            kind,
+            flags,
+        };
+        let ev = vec![
+            switch(T0, 0, 0, PROBE, 0, 0),
+            // In recv since 1 ms; the datagram is due at 10 ms and comes in
+            // at 14 ms, from NET_RX (3) run at the end of a timer interrupt.
+            sleep(at(1), 0, PROBE, OTHER),
+            irq(at(14), kind::IRQ_ENTRY, 0xec, F_IRQ_VECTOR),
+            irq(at(14) + 5 * US, kind::SOFTIRQ_ENTRY, 3, 0),
+            wake(at(14) + 10 * US, 0, PROBE, OTHER, 0),
+            irq(at(14) + 15 * US, kind::SOFTIRQ_EXIT, 3, 0),
+            irq(at(14) + 20 * US, kind::IRQ_EXIT, 0xec, F_IRQ_VECTOR),
+            preempt(at(14) + 30 * US, 0, OTHER, PROBE),
+        ];
+        let tl = timeline(2, &ev, at(30));
+        let receiver = tl.probe(PROBE).unwrap().on_messages();
+        let x = explain(&tl, &receiver, at(10), at(14) + 30 * US);
+        assert_eq!(x.ns_of(CauseKind::LateTimer), 0, "{x:#?}");
+        assert_eq!(
+            x.segments[0].cause,
+            Cause::Blocked {
+                on: BlockedOn::Interrupt,
+                by: Who::Unknown,
+                cpu: Some(0),
+                irq: Some(Irq::Soft(3))
+            },
+            "{x:#?}"
+        );
+        assert!(x.segments[0].len_ns() >= 4 * MS, "{x:#?}");
+        // The same thread as a probe that sleeps on its timer: a late timer.
+        let x = explained(&tl, at(10), at(14) + 30 * US);
+        assert!(x.ns_of(CauseKind::LateTimer) >= 4 * MS, "{x:#?}");
     }
 
     #[test]

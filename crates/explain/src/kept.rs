@@ -25,13 +25,19 @@ struct Kept {
     late_answers: Option<LateAnswers>,
     #[serde(default)]
     send_lag: Option<serde::de::IgnoredAny>,
+    /// A flow receiver's (`ontime net receive`).
+    #[serde(default)]
+    reordered: Option<serde::de::IgnoredAny>,
 }
 
 impl Kept {
-    /// What the probe's late events are: a crawl has a send lag.
+    /// What the probe's late events are: a crawl has a send lag, a flow
+    /// receiver counts datagrams out of order.
     fn what(&self) -> &'static str {
         if self.send_lag.is_some() {
             "polls sent late"
+        } else if self.reordered.is_some() {
+            FLOW_WHAT
         } else {
             "wake-ups"
         }
@@ -124,6 +130,9 @@ fn guest_side(dir: &Path, i: usize) -> Option<std::result::Result<GuestSide, Str
     Some(placed)
 }
 
+/// A flow receiver's late events, as a report describes them.
+pub const FLOW_WHAT: &str = "datagrams late end to end";
+
 /// The answers a report describes its late events as.
 pub const ANSWERS_WHAT: &str = "answers back late";
 
@@ -138,6 +147,38 @@ impl TenantLate {
             .chain(self.answers.iter().flat_map(|a| a.set.events.iter()))
             .copied()
     }
+}
+
+/// A lab run's `net-explain.json`: per real-time channel with misses, the
+/// relay thread's part of its worst misses, and per flow its worst late
+/// datagrams, explained on the run's recording (docs/net.md, "Why a packet
+/// missed").
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NetExplanation {
+    pub channels: Vec<RelayPartOfMisses>,
+    /// Per flow with late datagrams (over its deadline, end to end: the
+    /// sender's send call to the receiver's return from recv), the worst
+    /// of them explained as late events of the receiving thread.
+    #[serde(default)]
+    pub flows: Vec<FlowLateExplanation>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FlowLateExplanation {
+    pub flow: String,
+    pub explanation: RunExplanation,
+}
+
+/// Where a lab run keeps its [`NetExplanation`].
+pub const NET_EXPLANATION: &str = "net-explain.json";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RelayPartOfMisses {
+    /// The channel's id and its sending tenant.
+    pub channel: u64,
+    pub from: String,
+    /// Each stretch a miss put on the relay is one event of its thread.
+    pub explanation: RunExplanation,
 }
 
 /// A lab run's `explain.json`: each tenant's late events explained.

@@ -102,6 +102,30 @@ pub fn relay_tid(rec: &Recording) -> Option<u32> {
         .min()
 }
 
+/// The relay thread's part of real-time channels' deadline misses: each
+/// stretch [from, to) a miss's overrun put on it (waiting to be read,
+/// or to be handed over with the link free) explained as a late event of
+/// the relay's thread on `rec`: queued behind whom, running (busy with
+/// other frames: `own_work`), asleep past its timer. None when the
+/// relay's thread is not in the recording.
+pub fn explain_relay_stretches(rec: &Recording, stretches: &[(u64, u64)]) -> Option<RunExplanation> {
+    let tid = relay_tid(rec)?;
+    let mut events: Vec<ProbeEvent> = stretches
+        .iter()
+        .filter(|(a, e)| e > a)
+        .map(|&(planned_ns, actual_ns)| ProbeEvent {
+            tid,
+            planned_ns,
+            actual_ns,
+            sent_ns: None,
+            gateway: None,
+        })
+        .collect();
+    events.sort_by_key(|e| std::cmp::Reverse(e.actual_ns - e.planned_ns));
+    let n = events.len() as u64;
+    Some(explain_run(rec, &events, n, 0, "the relay's part of the worst misses"))
+}
+
 /// A crawl's requests late at the gateway, explained on a time line of
 /// `rec` that watches their threads and the relay's.
 pub fn explain_arrivals_on(tl: &Timeline, rec: &Recording, arrivals: &LateArrivals) -> RunExplanation {
@@ -262,6 +286,16 @@ pub fn explain_guest_on(
     parts.summarize(set.late, set.threshold_ns, &set.threshold_from)
 }
 
+/// A flow receiver's late datagrams (`set`), each an event of the
+/// receiving thread planned at its send time plus the deadline, explained
+/// on `rec` as a thread waiting for messages ([`crate::Probe::on_messages`]).
+pub fn explain_datagrams(rec: &Recording, set: &LateSet) -> RunExplanation {
+    let tl = Timeline::from_recording(rec, &probe_tids(&set.events));
+    let mut parts = Parts::default();
+    parts.explain_waiting_on(&tl, rec, &set.events, true);
+    parts.summarize(set.late, set.threshold_ns, &set.threshold_from)
+}
+
 /// Explains `events` (already the late ones, worst first) on `rec`.
 pub fn explain_run(
     rec: &Recording,
@@ -410,6 +444,12 @@ impl Parts {
     /// On a time line already built from `rec` that watches the events'
     /// threads (among others).
     fn explain_on(&mut self, tl: &Timeline, rec: &Recording, events: &[ProbeEvent]) {
+        self.explain_waiting_on(tl, rec, events, false);
+    }
+
+    /// As [`Parts::explain_on`]; `on_message`: the threads wait for
+    /// messages, not timers ([`crate::Probe::on_messages`]).
+    fn explain_waiting_on(&mut self, tl: &Timeline, rec: &Recording, events: &[ProbeEvent], on_message: bool) {
         let tids = probe_tids(events);
         self.end_ns = tl.end_ns();
         for &tid in &tids {
@@ -422,7 +462,10 @@ impl Parts {
         }
         let mut out = crate::cause::Explanation::default();
         for e in events {
-            let Ok(probe) = tl.probe(e.tid) else { continue };
+            let Ok(mut probe) = tl.probe(e.tid) else { continue };
+            if on_message {
+                probe = probe.on_messages();
+            }
             crate::attribute::explain_into(tl, &probe, e.planned_ns, e.actual_ns, &mut out);
             self.reports.push(out.report(tl));
         }

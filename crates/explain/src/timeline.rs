@@ -148,11 +148,22 @@ pub struct Probe {
     pub(crate) tid: u32,
     pub(crate) line: usize,
     pub(crate) allowed: Vec<bool>,
+    /// It waits for messages (a flow's receiver), not for its timer.
+    pub(crate) on_message: bool,
 }
 
 impl Probe {
     pub fn tid(&self) -> u32 {
         self.tid
+    }
+
+    /// A thread that waits for a message (a datagram) due at its planned
+    /// time, not for its timer: asleep past the planned time, the message
+    /// was not in yet, and what woke it (the network's softirq) is what
+    /// it was blocked on, not a late timer.
+    pub fn on_messages(mut self) -> Probe {
+        self.on_message = true;
+        self
     }
 
     /// Limits the CPUs it may run on (its affinity; the recording does not
@@ -615,6 +626,7 @@ impl Timeline {
             tid,
             line,
             allowed: vec![true; self.cpus.len()],
+            on_message: false,
         })
     }
 

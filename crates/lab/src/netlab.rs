@@ -176,6 +176,7 @@ pub fn start(c: &RunConfig, lab: &Lab, relay: &Relay, dir: &Path, exe: &Path, in
                 deadline_ns: Some(f.deadline),
                 bin_ns: ontime_net::flow::BIN_NS,
                 clock_offset_ns: 0,
+                keep_late: ontime_net::flow::KEEP_LATE,
             },
             result: Some(dir.join(format!("flow-{}.json", f.name))),
             clock_offset: in_guest.then(|| guest_clock_file(dir, ontime_core::names::tenant_index(&f.to).unwrap_or(0))),
@@ -597,4 +598,57 @@ impl NetRun {
         }
         self.outcome.clone()
     }
+}
+
+/// `net-explain.json`: the relay thread's part of each channel's worst
+/// misses (net.json's `miss_causes`) and each flow's worst late datagrams
+/// (its receiver's `late_events`), explained on the run's recording.
+/// Nothing when there is neither, or no whole recording (a flight
+/// recorder's windows are not read here).
+pub fn explain_net(dir: &Path, flows: &[FlowOutcome]) -> Result<()> {
+    use ontime_explain::kept::{FlowLateExplanation, NetExplanation, RelayPartOfMisses, NET_EXPLANATION};
+    let recording = dir.join("observe.otrec");
+    if !recording.exists() {
+        return Ok(());
+    }
+    let report: Option<ControllerReport> = dir
+        .join("net.json")
+        .exists()
+        .then(|| ontime_scenario::results::read_json(&dir.join("net.json"), "controller report"))
+        .transpose()?;
+    let per_channel: Vec<(&ontime_net::miss::MissCauses, Vec<(u64, u64)>)> = report
+        .iter()
+        .flat_map(|r| r.miss_causes.iter())
+        .map(|c| (c, c.worst.iter().flat_map(|w| w.relay_stretches()).collect::<Vec<_>>()))
+        .filter(|(_, s)| !s.is_empty())
+        .collect();
+    let mut late_flows = Vec::new();
+    for f in flows {
+        let Some(result) = &f.result else { continue };
+        if let Some((set, _)) = ontime_explain::kept::read(&dir.join(result))? {
+            if !set.events.is_empty() {
+                late_flows.push((f.name.clone(), set));
+            }
+        }
+    }
+    if per_channel.is_empty() && late_flows.is_empty() {
+        return Ok(());
+    }
+    let rec = ontime_trace::recording::Recording::read(&recording)?;
+    let mut out = NetExplanation::default();
+    for (c, stretches) in per_channel {
+        let Some(explanation) = ontime_explain::summary::explain_relay_stretches(&rec, &stretches) else {
+            anyhow::bail!("the relay's thread is not in {}", recording.display());
+        };
+        out.channels.push(RelayPartOfMisses {
+            channel: c.channel,
+            from: c.from.clone(),
+            explanation,
+        });
+    }
+    for (flow, set) in late_flows {
+        let explanation = ontime_explain::summary::explain_datagrams(&rec, &set);
+        out.flows.push(FlowLateExplanation { flow, explanation });
+    }
+    ontime_core::fsio::write_atomic(&dir.join(NET_EXPLANATION), &serde_json::to_vec(&out)?)
 }

@@ -66,11 +66,15 @@ fn host_busy_ns() -> Option<u64> {
 /// and gateway exist and before loads and probes start. Its threads run on
 /// `housekeeping` (unpinned when empty): a recorder draining a flood's
 /// events on the tenant's CPU is itself a cause of the lateness it records.
+/// `all_wakeups`: record every task's wake-ups, not only the tenants' and
+/// the host I/O path's (a `[net]` run's flow receivers are the lab's own
+/// processes, in no tenant).
 pub fn start(
     recorder: Recorder,
     sample_hz: Option<u32>,
     flight: Option<FlightPlan>,
     housekeeping: &[usize],
+    all_wakeups: bool,
     lab: &Lab,
     dir: &Path,
 ) -> Result<Observer> {
@@ -132,7 +136,7 @@ pub fn start(
             let opts = RecordOptions {
                 targets: Targets {
                     groups,
-                    everything: false,
+                    everything: all_wakeups,
                     host_io: DEFAULT_HOST_IO.iter().map(|s| s.to_string()).collect(),
                 },
                 output: Some(output),

@@ -244,6 +244,14 @@ fn one_run(
     }
     if let Some(n) = net {
         let outcome = n.finish(dir);
+        if rec.observe.is_some() {
+            if let Err(e) = crate::netlab::explain_net(dir, &outcome.flows) {
+                ontime_core::errln!(
+                    "ontime lab: {}: the net's late packets are not explained: {e:#}",
+                    dir.display()
+                );
+            }
+        }
         // A flow's receiver result stands for its sending tenant, whose
         // exit is its sender's (its guest's, with QEMU tenants).
         for (k, f) in outcome.flows.iter().enumerate() {
@@ -558,6 +566,8 @@ fn start_recorder(
         c.observe.profile,
         c.flight(dir),
         &housekeeping,
+        // The flows' receivers, to explain their late datagrams.
+        c.net.is_some(),
         lab,
         dir,
     ) {

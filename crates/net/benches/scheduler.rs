@@ -40,6 +40,7 @@ fn run(d: &mut dyn Discipline) -> f64 {
                 len: 1000,
                 egress: 1,
                 class: class(next_slot, now),
+                ahead: Default::default(),
             };
             next_slot += 1;
             let _ = d.enqueue(q);

@@ -13,6 +13,7 @@
 //! the HTTP API (the `api` module) talks to it through [`ControllerHandle`].
 use crate::channel::{self, Admitted, ChannelKind, ChannelSpec, Link, Refusal};
 use crate::edf::{SwitchTable, MAX_CHANNELS};
+use crate::miss::{explain_miss, MissCauses, MissPart, PathIndex};
 use anyhow::{Context, Result};
 use ontime_core::rt::Policy;
 use ontime_core::MonoNs;
@@ -73,6 +74,8 @@ pub struct Miss {
     pub channel: u8,
     pub overrun_ns: u64,
     pub ip_id: u16,
+    /// When the check ran (CLOCK_MONOTONIC ns).
+    pub checked_ns: u64,
 }
 
 /// What the controller programs on the hosts: the stamp and the check.
@@ -220,6 +223,13 @@ pub struct MissEvent {
     pub from: String,
     pub overrun_ns: u64,
     pub ip_id: u16,
+    /// When the receiver's check ran (CLOCK_MONOTONIC ns).
+    #[serde(default)]
+    pub checked_ns: u64,
+    /// The overrun's parts, largest first (`miss::explain_miss`): they add
+    /// up to `overrun_ns`. Empty where the controller runs without a relay.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub why: Vec<MissPart>,
 }
 
 /// An answer the API turns into an HTTP status.
@@ -267,6 +277,15 @@ pub struct ControllerReport {
     /// Per-packet cost of the stamp and the check (None: not measured).
     #[serde(default)]
     pub cost: Option<PlaneCost>,
+    /// Per channel with misses: what their overruns were made of, from
+    /// the relay's record of each missed frame (`miss`); empty where the
+    /// controller ran without a relay.
+    #[serde(default)]
+    pub miss_causes: Vec<MissCauses>,
+    /// Channel frames' paths the relay's log overwrote before the
+    /// controller read them (their misses are `not_recorded`).
+    #[serde(default)]
+    pub paths_lost: u64,
 }
 
 /// Status for `GET /v1/status`.
@@ -366,6 +385,11 @@ pub struct Controller {
     thread: Option<std::thread::JoinHandle<Result<ControllerReport>>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
 }
+
+/// How long a miss waits for its frame's path in the relay's log before
+/// it is reported without (`not_recorded`), and how many may wait.
+const PATH_WAIT_NS: u64 = 1_000_000_000;
+const MAX_UNMATCHED: usize = 1 << 16;
 
 /// How often misses are read and escalation decided.
 const TICK: Duration = Duration::from_millis(50);
@@ -488,6 +512,11 @@ struct State {
     start_ns: u64,
     misses_reported: u64,
     last_vcpu_ns: u64,
+    /// The relay's channel frames, to look misses up in.
+    paths: PathIndex,
+    /// Misses whose frame's path the relay has not logged yet.
+    unmatched: Vec<Miss>,
+    miss_causes: Vec<MissCauses>,
 }
 
 impl State {
@@ -521,6 +550,9 @@ impl State {
             start_ns: MonoNs::now().0,
             misses_reported: 0,
             last_vcpu_ns: 0,
+            paths: PathIndex::default(),
+            unmatched: Vec::new(),
+            miss_causes: Vec::new(),
         })
     }
 
@@ -563,11 +595,11 @@ impl State {
                 Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(Duration::from_nanos(wait)),
             }
             if MonoNs::now().0 >= next_tick {
-                self.tick();
+                self.tick(false);
                 next_tick += TICK.as_nanos() as u64;
             }
         }
-        self.tick();
+        self.tick(true);
         Ok(self.report())
     }
 
@@ -584,6 +616,8 @@ impl State {
             malformed_dropped,
             stamp_failures,
             cost: self.plane.cost(),
+            miss_causes: self.miss_causes.clone(),
+            paths_lost: self.paths.lost,
         }
     }
 
@@ -828,11 +862,31 @@ impl State {
         Ok(s)
     }
 
-    /// Misses to subscribers, then escalation, then vCPU policies.
-    fn tick(&mut self) {
+    /// Misses to subscribers, then escalation, then vCPU policies; `last`:
+    /// the controller stops, no miss waits for its path.
+    fn tick(&mut self, last: bool) {
         let now = self.now();
-        for m in self.plane.misses() {
-            self.misses_reported += 1;
+        if let Some(switch) = &self.switch {
+            self.paths.follow(&switch.paths);
+        }
+        let fresh = self.plane.misses();
+        self.misses_reported += fresh.len() as u64;
+        let mut waiting = std::mem::take(&mut self.unmatched);
+        waiting.extend(fresh);
+        let mono = MonoNs::now().0;
+        for m in waiting {
+            // A relay thread appends a frame's path after its batch of
+            // sends: preempted (or throttled) in between, the path comes
+            // after the check's miss. Such a miss waits for it, a while.
+            if self.switch.is_some()
+                && !last
+                && self.unmatched.len() < MAX_UNMATCHED
+                && mono.saturating_sub(m.checked_ns) < PATH_WAIT_NS
+                && self.paths.find(m.channel, m.ip_id, m.checked_ns).is_none()
+            {
+                self.unmatched.push(m);
+                continue;
+            }
             // The channel holding the DSCP now; while none does, the one
             // removed last with it (its last packets were still in flight).
             let owner = self
@@ -842,12 +896,29 @@ impl State {
                 .find(|s| s.dscp == m.channel)
                 .or_else(|| self.gone.iter().rev().find(|s| s.dscp == m.channel));
             let Some(owner) = owner else { continue };
+            let (id, from) = (owner.id, owner.from.clone());
+            let mut why = Vec::new();
+            if self.switch.is_some() {
+                let path = self.paths.find(m.channel, m.ip_id, m.checked_ns);
+                let deadline = m.checked_ns.saturating_sub(m.overrun_ns);
+                explain_miss(path, deadline, owner.spec.deadline_ns, m.checked_ns, &mut why);
+                let causes = match self.miss_causes.iter().position(|c| c.channel == id) {
+                    Some(i) => &mut self.miss_causes[i],
+                    None => {
+                        self.miss_causes.push(MissCauses::new(id, &from));
+                        self.miss_causes.last_mut().expect("just pushed")
+                    }
+                };
+                causes.add(m.checked_ns, m.ip_id, path, &why);
+            }
             let _ = self.misses.send(MissEvent {
                 at_ns: now,
-                channel: owner.id,
-                from: owner.from.clone(),
+                channel: id,
+                from,
                 overrun_ns: m.overrun_ns,
                 ip_id: m.ip_id,
+                checked_ns: m.checked_ns,
+                why,
             });
         }
         for k in 0..self.held.len() {
@@ -1203,6 +1274,7 @@ mod tests {
                 channel: a.dscp,
                 overrun_ns: 700_000,
                 ip_id: 42,
+                checked_ns: 0,
             });
         }
         let t0 = std::time::Instant::now();
@@ -1276,6 +1348,7 @@ mod tests {
             channel: reused.dscp,
             overrun_ns: 1_000,
             ip_id: 7,
+            checked_ns: 0,
         });
         let m = sub.blocking_recv().unwrap();
         assert_eq!((m.channel, m.from.as_str()), (reused.id, "t0"));

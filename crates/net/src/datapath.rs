@@ -218,6 +218,7 @@ impl<'obj> DataPath<'obj> {
                     channel: m.channel as u8,
                     overrun_ns: m.overrun_ns,
                     ip_id: m.ip_id,
+                    checked_ns: m.checked_ns,
                 });
             }
             0

@@ -21,6 +21,20 @@ pub struct Queued {
     /// Its real-time channel, if the sender stamped one (document 003);
     /// best effort unless the discipline [`Discipline::classifies`].
     pub class: FrameClass,
+    /// Set when it leaves, for a channel's frame under a discipline that
+    /// classifies: what the link carried while it waited eligible.
+    pub ahead: LinkAhead,
+}
+
+/// Link time other frames took while a channel frame waited eligible
+/// (its fixed delay over, not yet sent), by whose frames they were: what
+/// its wait at the link was made of (`miss::explain_miss`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct LinkAhead {
+    pub best_effort_ns: u64,
+    /// Its own channel's earlier frames.
+    pub own_channel_ns: u64,
+    pub other_channels_ns: u64,
 }
 
 /// What a frame is, as the stamp (tc-BPF on the sender's side) marked it.
@@ -32,6 +46,16 @@ pub enum FrameClass {
     Deadline { channel: u8, deadline_ns: u64 },
     /// A reservation channel's frame.
     Reservation { channel: u8 },
+}
+
+impl FrameClass {
+    /// Its channel (its DSCP); None for best effort.
+    pub fn channel(self) -> Option<u8> {
+        match self {
+            FrameClass::Deadline { channel, .. } | FrameClass::Reservation { channel } => Some(channel),
+            FrameClass::BestEffort => None,
+        }
+    }
 }
 
 /// The order and time at which queued frames leave.
@@ -136,6 +160,7 @@ impl Discipline for DelayLine {
             egress: k.egress,
             // It does not classify: every frame is best effort.
             class: FrameClass::BestEffort,
+            ahead: LinkAhead::default(),
         })
     }
 
@@ -155,6 +180,7 @@ mod tests {
             len,
             egress,
             class: Default::default(),
+            ahead: Default::default(),
         }
     }
 

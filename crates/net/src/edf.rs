@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub use crate::discipline::FrameClass;
-use crate::discipline::{Discipline, Queued};
+use crate::discipline::{Discipline, LinkAhead, Queued};
 
 /// Channels are numbered by their DSCP: at most 64.
 pub const MAX_CHANNELS: usize = 64;
@@ -56,6 +56,9 @@ pub fn classify(frame: &[u8], now_ns: u64) -> FrameClass {
 pub struct SwitchTable {
     reserved_bps: [AtomicU64; MAX_CHANNELS],
     priority: [AtomicBool; MAX_CHANNELS],
+    /// What the switch saw of each channel frame it forwarded, for the
+    /// controller to explain a miss (`miss`).
+    pub paths: crate::miss::PathLog,
 }
 
 impl SwitchTable {
@@ -63,6 +66,7 @@ impl SwitchTable {
         Arc::new(SwitchTable {
             reserved_bps: std::array::from_fn(|_| AtomicU64::new(0)),
             priority: std::array::from_fn(|_| AtomicBool::new(false)),
+            paths: crate::miss::PathLog::default(),
         })
     }
 
@@ -138,6 +142,27 @@ struct Frame {
     arrived_ns: u64,
     len: usize,
     egress: i32,
+    /// The link's service counters when a channel frame became eligible.
+    mark: ServedMark,
+}
+
+/// Link time served so far (frames handed over, by their wire time), as
+/// a channel frame found it at eligibility: the difference at its own turn
+/// is what went ahead of it ([`LinkAhead`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct ServedMark {
+    total_ns: u64,
+    best_effort_ns: u64,
+    own_channel_ns: u64,
+}
+
+/// Wire time handed to the link, in all, to best effort and per channel.
+struct Served {
+    total_ns: u64,
+    best_effort_ns: u64,
+    channel_ns: [u64; MAX_CHANNELS],
+    /// The last frame handed over: 0 best effort, else its channel.
+    last: u8,
 }
 
 impl Frame {
@@ -147,18 +172,25 @@ impl Frame {
             arrived_ns: q.arrived_ns,
             len: q.len,
             egress: q.egress,
+            mark: ServedMark::default(),
         }
     }
 
-    fn queued(self, class: FrameClass) -> Queued {
+    fn queued(self, class: FrameClass, ahead: LinkAhead) -> Queued {
         Queued {
             slot: self.slot,
             arrived_ns: self.arrived_ns,
             len: self.len,
             egress: self.egress,
             class,
+            ahead,
         }
     }
+}
+
+/// A channel's slot in per-channel arrays.
+fn channel_index(channel: u8) -> usize {
+    (channel as usize).min(MAX_CHANNELS - 1)
 }
 
 /// (0 for a channel raised to priority else 1, deadline, seq, frame, channel).
@@ -197,6 +229,7 @@ pub struct ChannelScheduler {
     /// Wire time of the deadline frames queued (eligible), ns.
     deadline_backlog_ns: u64,
     busy_until: u64,
+    served: Served,
     seq: u64,
     pub stats: EdfStats,
 }
@@ -229,6 +262,12 @@ impl ChannelScheduler {
             virtual_now: 0,
             deadline_backlog_ns: 0,
             busy_until: 0,
+            served: Served {
+                total_ns: 0,
+                best_effort_ns: 0,
+                channel_ns: [0; MAX_CHANNELS],
+                last: 0,
+            },
             seq: 0,
             stats: EdfStats::default(),
         }
@@ -257,13 +296,32 @@ impl ChannelScheduler {
         len as u64 * 8 * 1_000_000_000 / self.rate_bps
     }
 
+    /// The link's service counters for a channel frame eligible at
+    /// `eligible_ns`: what is still on the wire then counts as gone ahead
+    /// of it, charged to whose frame it was.
+    fn mark(&self, channel: u8, eligible_ns: u64) -> ServedMark {
+        let s = &self.served;
+        let on_wire = self.busy_until.saturating_sub(eligible_ns);
+        let own = s.channel_ns[channel_index(channel)];
+        ServedMark {
+            total_ns: s.total_ns.saturating_sub(on_wire),
+            best_effort_ns: s.best_effort_ns.saturating_sub(if s.last == 0 { on_wire } else { 0 }),
+            own_channel_ns: own.saturating_sub(if s.last == channel { on_wire } else { 0 }),
+        }
+    }
+
     /// Moves frames whose delay has passed into their class queues.
     fn admit_eligible(&mut self, now_ns: u64) {
-        while let Some(&(f, class)) = self.waiting.front() {
+        while let Some(&(mut f, class)) = self.waiting.front() {
             if f.arrived_ns + self.delay_ns > now_ns {
                 break;
             }
             self.waiting.pop_front();
+            if let Some(channel) = class.channel() {
+                // Nothing was handed over since it became eligible: every
+                // hand-over admits first.
+                f.mark = self.mark(channel, f.arrived_ns + self.delay_ns);
+            }
             self.seq += 1;
             match class {
                 FrameClass::BestEffort => self.best_effort.push_back(f),
@@ -286,12 +344,35 @@ impl ChannelScheduler {
     }
 
     fn send(&mut self, f: Frame, class: FrameClass, now_ns: u64) -> Queued {
-        if let FrameClass::Deadline { channel, .. } | FrameClass::Reservation { channel } = class {
-            let held = &mut self.channel_bytes[(channel as usize).min(MAX_CHANNELS - 1)];
+        let mut ahead = LinkAhead::default();
+        // 0: best effort (no channel has DSCP 0).
+        let channel = class.channel().unwrap_or(0);
+        if channel != 0 {
+            let held = &mut self.channel_bytes[channel_index(channel)];
             *held = held.saturating_sub(f.len as u64);
+            let s = &self.served;
+            let total = s.total_ns.saturating_sub(f.mark.total_ns);
+            let best_effort = s.best_effort_ns.saturating_sub(f.mark.best_effort_ns).min(total);
+            let own = s.channel_ns[channel_index(channel)]
+                .saturating_sub(f.mark.own_channel_ns)
+                .min(total - best_effort);
+            ahead = LinkAhead {
+                best_effort_ns: best_effort,
+                own_channel_ns: own,
+                other_channels_ns: total - best_effort - own,
+            };
         }
         let start = now_ns.max(self.busy_until);
-        self.busy_until = start + self.wire_ns(f.len);
+        let wire = self.wire_ns(f.len);
+        self.busy_until = start + wire;
+        let s = &mut self.served;
+        s.total_ns += wire;
+        if channel == 0 {
+            s.best_effort_ns += wire;
+        } else {
+            s.channel_ns[channel_index(channel)] += wire;
+        }
+        s.last = channel;
         let k = match class {
             FrameClass::BestEffort => 0,
             FrameClass::Deadline { deadline_ns, .. } => {
@@ -304,7 +385,7 @@ impl ChannelScheduler {
         };
         self.stats.sent[k] += 1;
         self.stats.sent_bytes[k] += f.len as u64;
-        f.queued(class)
+        f.queued(class, ahead)
     }
 }
 
@@ -327,7 +408,7 @@ impl Discipline for ChannelScheduler {
                 self.best_effort_bytes += len;
             }
             FrameClass::Deadline { channel, .. } | FrameClass::Reservation { channel } => {
-                let held = &mut self.channel_bytes[(channel as usize).min(MAX_CHANNELS - 1)];
+                let held = &mut self.channel_bytes[channel_index(channel)];
                 if *held + len > limit {
                     self.stats.channel_dropped += 1;
                     return Err(q);
@@ -404,6 +485,7 @@ mod tests {
             len: 1000,
             egress: 1,
             class,
+            ahead: LinkAhead::default(),
         }
     }
 
@@ -423,6 +505,43 @@ mod tests {
             out.push((t, f.slot));
         }
         out
+    }
+
+    #[test]
+    fn a_channel_frame_learns_whose_frames_the_link_carried_while_it_waited() {
+        let mut s = sched(0, 8);
+        // Best effort goes first (every deadline stays safe behind it),
+        // then channel 1's two frames, then channel 2's.
+        s.enqueue(q(0, 0, FrameClass::BestEffort)).unwrap();
+        s.enqueue(q(1, 0, dl(1, 10 * MS))).unwrap();
+        s.enqueue(q(2, 0, dl(1, 10 * MS + 1))).unwrap();
+        s.enqueue(q(3, 0, dl(2, 20 * MS))).unwrap();
+        let mut ahead = Vec::new();
+        while let Some(t) = s.next_release_ns() {
+            let f = s.dequeue(t).expect("due at its release");
+            ahead.push((f.slot, f.ahead));
+        }
+        let la = |best_effort_ns, own_channel_ns, other_channels_ns| LinkAhead {
+            best_effort_ns,
+            own_channel_ns,
+            other_channels_ns,
+        };
+        assert_eq!(
+            ahead,
+            vec![
+                (0, la(0, 0, 0)),
+                (1, la(MS, 0, 0)),
+                (2, la(MS, MS, 0)),
+                (3, la(MS, 0, 2 * MS)),
+            ]
+        );
+        // One eligible while a best-effort frame is still on the wire
+        // counts the rest of that frame as ahead of it.
+        s.enqueue(q(4, 10 * MS, FrameClass::BestEffort)).unwrap();
+        assert_eq!(s.dequeue(10 * MS).map(|f| f.slot), Some(4));
+        s.enqueue(q(5, 10 * MS + MS / 4, dl(1, 30 * MS))).unwrap();
+        let f = s.dequeue(11 * MS).expect("the link is free");
+        assert_eq!((f.slot, f.ahead), (5, la(3 * MS / 4, 0, 0)));
     }
 
     #[test]

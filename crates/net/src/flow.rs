@@ -101,6 +101,16 @@ pub struct ReceiveSettings {
     /// sender's for send times: both ends on one clock.
     #[serde(default)]
     pub clock_offset_ns: i64,
+    /// The worst late datagrams kept, to be explained (`late_events`).
+    #[serde(default = "default_keep_late")]
+    pub keep_late: usize,
+}
+
+/// Late datagrams a receiver keeps unless told otherwise.
+pub const KEEP_LATE: usize = 1000;
+
+fn default_keep_late() -> usize {
+    KEEP_LATE
 }
 
 /// One time-series bin.
@@ -133,6 +143,12 @@ pub struct FlowResult {
     pub jitter_ns: u64,
     pub series: Vec<FlowBin>,
     pub started_utc: String,
+    /// The worst datagrams later than the deadline (at most `keep_late`),
+    /// each as an event of the receiving thread: planned = its send time
+    /// plus the deadline, actual = its return from recv (on this host's
+    /// clock), for `ontime explain` and the lab.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_events: Option<ontime_core::late::LateSet>,
 }
 
 /// Receives until `stop` is set; the result covers every datagram seen.
@@ -161,6 +177,9 @@ pub fn receive_on(sock: UdpSocket, s: &ReceiveSettings, stop: &AtomicBool) -> Re
     };
     let mut highest: Option<u64> = None;
     let mut buf = [0u8; 65_536];
+    let mut worst = ontime_core::late::WorstEvents::new(if s.deadline_ns.is_some() { s.keep_late } else { 0 });
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() } as u32;
     let mut draining = false;
     loop {
         if !draining && stop.load(Ordering::Relaxed) {
@@ -195,6 +214,14 @@ pub fn receive_on(sock: UdpSocket, s: &ReceiveSettings, stop: &AtomicBool) -> Re
         let missed = s.deadline_ns.is_some_and(|d| delay > d);
         if missed {
             r.misses += 1;
+            let late = delay - s.deadline_ns.unwrap_or(0);
+            worst.offer(ontime_core::late::ProbeEvent {
+                tid,
+                planned_ns: now.saturating_sub(late),
+                actual_ns: now,
+                sent_ns: None,
+                gateway: None,
+            });
         }
         let k = ((now - start) / bin_ns) as usize;
         while series.len() <= k {
@@ -217,6 +244,14 @@ pub fn receive_on(sock: UdpSocket, s: &ReceiveSettings, stop: &AtomicBool) -> Re
         _ => 0,
     };
     r.series = series;
+    if let Some(d) = s.deadline_ns.filter(|_| worst.capacity() > 0) {
+        r.late_events = Some(ontime_core::late::LateSet {
+            late: worst.offered(),
+            events: worst.into_worst_first(),
+            threshold_ns: d,
+            threshold_from: "the flow's deadline".into(),
+        });
+    }
     Ok(r)
 }
 
@@ -251,6 +286,7 @@ mod tests {
             deadline_ns: Some(1_000_000_000),
             bin_ns: 100_000_000,
             clock_offset_ns: 0,
+            keep_late: KEEP_LATE,
         };
         // Bound before the sender starts: nothing is sent to a port not yet listened on.
         let sock = UdpSocket::bind("127.0.0.1:0").unwrap();

@@ -27,6 +27,7 @@ pub mod discipline;
 pub mod edf;
 pub mod flood;
 pub mod flow;
+pub mod miss;
 mod peers;
 pub mod port;
 pub mod relay;

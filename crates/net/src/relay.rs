@@ -11,8 +11,9 @@
 //! uses static neighbours). Nothing is allocated per frame: frame buffers,
 //! the discipline's queue and the histogram are sized at start.
 
-use crate::discipline::{DelayLine, Discipline, FrameClass, Queued};
+use crate::discipline::{DelayLine, Discipline, FrameClass, LinkAhead, Queued};
 use crate::edf::{classify, ChannelScheduler, EdfStats, SwitchTable};
+use crate::miss::{FramePath, PathLog};
 use crate::port::{PacketPort, PortId, Received};
 use anyhow::{Context, Result};
 use mio::unix::SourceFd;
@@ -323,10 +324,11 @@ impl Relay {
             let ports = open_ports(&routes, fan)?;
             let delay_ns = settings.delay_ns;
             let held = held_until.clone();
+            let table = table.clone();
             threads.spawn(
                 &ontime_core::names::relay_thread(j),
                 settings.thread.clone(),
-                move || run_thread(routes, ports, discipline, delay_ns, &stop, &held),
+                move || run_thread(routes, ports, discipline, delay_ns, &stop, &held, &table.paths),
             )?;
         }
         threads
@@ -505,6 +507,7 @@ fn run_thread(
     delay_ns: u64,
     stop: &AtomicBool,
     held_until: &std::sync::atomic::AtomicU64,
+    paths: &PathLog,
 ) -> Result<ThreadTotals> {
     let mut poll = Poll::new()?;
     for (i, port) in ports.iter().enumerate() {
@@ -523,6 +526,8 @@ fn run_thread(
     };
     let mut t = ThreadTotals::default();
     let timed = discipline.classifies();
+    // Channel frames' paths not yet in the shared log (it may be being read).
+    let mut pending: Vec<FramePath> = Vec::with_capacity(PENDING_PATHS);
     let mut events = Events::with_capacity(256);
     while !stop.load(Ordering::Relaxed) {
         let held = held_until.load(Ordering::Relaxed);
@@ -534,7 +539,17 @@ fn run_thread(
             continue;
         }
         let now = MonoNs::now().0;
-        send_released(&mut discipline, &egress, &mut frames, now, delay_ns, &mut t, timed);
+        send_released(
+            &mut discipline,
+            &egress,
+            &mut frames,
+            now,
+            delay_ns,
+            &mut t,
+            timed,
+            &mut pending,
+        );
+        paths.try_append(&mut pending);
         let next = discipline.next_release_ns().unwrap_or(u64::MAX).min(now + IDLE_WAKE_NS);
         arm_at(&timer, next);
         if let Err(e) = poll.poll(&mut events, None) {
@@ -558,8 +573,15 @@ fn run_thread(
     Ok(t)
 }
 
+/// Channel frames' paths a relay thread holds while the log is being read
+/// (some 50 ms of 100 Mbit/s of 500-byte channel frames); beyond, a path is
+/// not recorded.
+const PENDING_PATHS: usize = 1024;
+
 /// Sends every frame the discipline releases by `now`, measuring the delay
-/// each was given (and, when `timed`, the scheduler's own time).
+/// each was given (and, when `timed`, the scheduler's own time, and each
+/// channel frame's path into `paths`).
+#[allow(clippy::too_many_arguments)]
 fn send_released(
     discipline: &mut impl Discipline,
     egress: &PacketPort,
@@ -568,6 +590,7 @@ fn send_released(
     delay_ns: u64,
     t: &mut ThreadTotals,
     timed: bool,
+    paths: &mut Vec<FramePath>,
 ) {
     loop {
         let t0 = if timed { MonoNs::now().0 } else { 0 };
@@ -576,6 +599,20 @@ fn send_released(
             t.scheduler_ns += MonoNs::now().0 - t0;
         }
         let Some(f) = next else { break };
+        if let (Some(dscp), true) = (f.class.channel(), paths.len() < PENDING_PATHS) {
+            let frame = &frames.bufs[f.slot][..f.len];
+            paths.push(FramePath {
+                dscp,
+                // Behind the label: 14 bytes of MAC header, 4 of label, then IPv4's id.
+                ip_id: frame.get(22..24).map_or(0, |b| u16::from_be_bytes([b[0], b[1]])),
+                received_ns: frames.meta[f.slot].received_ns,
+                read_ns: f.arrived_ns,
+                eligible_ns: f.arrived_ns + delay_ns,
+                // Before the send: the receiver's check may run inside it.
+                handed_ns: MonoNs::now().0,
+                ahead: f.ahead,
+            });
+        }
         match egress.send(f.egress, &frames.bufs[f.slot][..f.len]) {
             Ok(()) => {
                 t.frames += 1;
@@ -668,6 +705,7 @@ fn take_in(
             len: n,
             egress: to,
             class,
+            ahead: LinkAhead::default(),
         });
         if timed {
             t.scheduler_ns += MonoNs::now().0 - t0;

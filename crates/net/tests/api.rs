@@ -246,6 +246,7 @@ fn a_sender_follows_its_misses() {
                 channel: 1,
                 overrun_ns: 1_000_000,
                 ip_id,
+                checked_ns: 0,
             });
         }
     });

@@ -304,7 +304,98 @@ fn table_of(runs: &[RunResults]) -> String {
         workload.misses()
     );
     out.push_str(&class_waits(runs, &keys));
+    out.push_str(&why_missed(runs, &keys));
     out
+}
+
+/// Per setting and channel: every run's deadline misses together, what
+/// their overruns were made of (docs/net.md, "Why a packet missed").
+fn why_missed(runs: &[RunResults], keys: &[String]) -> String {
+    use ontime_explain::kept::{NetExplanation, NET_EXPLANATION};
+    use ontime_explain::summary::PooledExplanation;
+    use ontime_net::miss::MissCauses;
+    let (mut rows, mut flows) = (String::new(), String::new());
+    for k in keys {
+        // Each complete run of the setting: its controller's report and
+        // its explanation on the recording, read once.
+        let mut n = 0;
+        let mut pooled: Vec<MissCauses> = Vec::new();
+        let mut explained: Vec<NetExplanation> = Vec::new();
+        for r in runs.iter().filter(|r| &setting(r) == k && r.record.complete) {
+            let report = r.record.net.as_ref().and_then(|n| n.controller.as_ref()).and_then(|p| {
+                ontime_scenario::results::read_json::<ontime_net::controller::ControllerReport>(
+                    &r.dir.join(p),
+                    "controller report",
+                )
+                .ok()
+            });
+            if let Some(c) = report {
+                n += 1;
+                for m in &c.miss_causes {
+                    match pooled.iter_mut().find(|p| p.channel == m.channel && p.from == m.from) {
+                        Some(p) => p.merge(m),
+                        None => pooled.push(m.clone()),
+                    }
+                }
+            }
+            if let Ok(x) = ontime_scenario::results::read_json(&r.dir.join(NET_EXPLANATION), "net explanation") {
+                explained.push(x);
+            }
+        }
+        pooled.sort_by_key(|p| p.channel);
+        for p in &pooled {
+            // The relay thread's part of the worst misses, every run's together.
+            let relay: Vec<_> = explained
+                .iter()
+                .flat_map(|x| x.channels.iter())
+                .filter(|c| c.channel == p.channel && c.from == p.from)
+                .map(|c| &c.explanation)
+                .collect();
+            let relay = if relay.is_empty() {
+                String::new()
+            } else {
+                let pooled = PooledExplanation::of(relay.into_iter());
+                format!("; the relay's part of the worst, on its thread: {}", pooled.sentence())
+            };
+            let _ = writeln!(
+                rows,
+                "| {k} | {} from {} | {n} | {} of {} | {}{relay} |",
+                p.channel,
+                p.from,
+                p.with_path,
+                p.misses,
+                p.sentence()
+            );
+        }
+        let mut names: Vec<&str> = explained
+            .iter()
+            .flat_map(|x| x.flows.iter())
+            .map(|f| f.flow.as_str())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        for name in names {
+            let pooled = PooledExplanation::of(
+                explained
+                    .iter()
+                    .flat_map(|x| x.flows.iter())
+                    .filter(|f| f.flow == name)
+                    .map(|f| &f.explanation),
+            );
+            let _ = writeln!(flows, "| {k} | {name} | {} | {} |", pooled.runs, pooled.sentence());
+        }
+    }
+    if !flows.is_empty() {
+        flows = format!(
+            "\n| setting | flow | runs | why its datagrams were late end to end (the worst of each run, all runs together) |\n|---|---|---|---|\n{flows}\nEnd to end: the sender's send call to the receiver's return from recv, each late datagram an event of the receiving thread.\n"
+        );
+    }
+    if rows.is_empty() {
+        return flows;
+    }
+    format!(
+        "\n| setting | channel | runs | recorded | why the deadlines were missed (all runs together) |\n|---|---|---|---|---|\n{rows}\nEach miss the receivers' checks reported, joined with the relay's record of its frame; a share is of the misses' summed overrun (docs/net.md, \"Why a packet missed\").\n{flows}"
+    )
 }
 
 /// Document 003's experiment 1: per setting and class at the bottleneck

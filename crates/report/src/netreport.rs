@@ -27,6 +27,9 @@ pub struct NetRunView {
     pub relay: Option<ontime_net::relay::ChannelReport>,
     /// Best effort received, Mbit/s, as iperf3 measured it (sum of clients).
     pub best_effort_mbit: Option<f64>,
+    /// The relay thread's part of each channel's worst misses, explained
+    /// on the run's recording.
+    pub relay_part: Option<ontime_explain::kept::NetExplanation>,
 }
 
 /// What iperf3's UDP clients say their server received, Mbit/s in all.
@@ -68,6 +71,11 @@ pub fn views(runs: &[RunResults]) -> Vec<NetRunView> {
                 controller,
                 relay: r.record.relay.as_ref().and_then(|x| x.channels.clone()),
                 best_effort_mbit: best_effort_received(&r.dir, &net.best_effort),
+                relay_part: ontime_scenario::results::read_json(
+                    &r.dir.join(ontime_explain::kept::NET_EXPLANATION),
+                    "net explanation",
+                )
+                .ok(),
             })
         })
         .collect()
@@ -141,6 +149,8 @@ pub fn charts(views: &[NetRunView], charts: &mut Vec<Chart>) {
             "one-way delay (ms)",
         );
         c.x_labels = Some(labels.clone());
+        // Settings are categories, not a scale: points, not lines.
+        c.points_only = true;
         c.series = series;
         c.y_scale = Scale::Log;
         c.size = (1000, 560);
@@ -335,6 +345,7 @@ a worst delay of 3.6 ms for flow A (5 ms deadline) and 8.7 ms for B (10 ms) with
 per frame sent, clock reads included; stamp and check are the kernel's own run-time statistics of the BPF programs \
 (kernel.bpf_stats_enabled during the run); the stamp runs on every packet a tenant sends, channel or not.</p>",
     );
+    h.push_str(&why_missed(views));
     // The controller's log of runs where something happened beyond admissions.
     for v in views {
         let Some(c) = &v.controller else { continue };
@@ -367,4 +378,98 @@ per frame sent, clock reads included; stamp and check are the kernel's own run-t
         }
     }
     Ok((h, pngs))
+}
+
+/// Per run and channel with misses: what their overruns were made of, from
+/// the relay's record of each missed frame (docs/net.md, "Why a packet
+/// missed").
+fn why_missed(views: &[NetRunView]) -> String {
+    let mut rows = String::new();
+    for v in views {
+        let Some(c) = &v.controller else { continue };
+        for m in &c.miss_causes {
+            let worst = m
+                .worst
+                .first()
+                .map(|w| {
+                    let parts: Vec<String> = w
+                        .parts
+                        .iter()
+                        .map(|p| format!("{} {}", format_ns(p.ns), p.part.words()))
+                        .collect();
+                    format!("{}: {}", format_ns(w.overrun_ns), parts.join(", "))
+                })
+                .unwrap_or_default();
+            let relay = v
+                .relay_part
+                .as_ref()
+                .and_then(|x| x.channels.iter().find(|c| c.channel == m.channel))
+                .map(|c| relay_causes(&c.explanation))
+                .unwrap_or_else(|| "-".into());
+            let _ = write!(
+                rows,
+                "<tr><td class=l>{}</td><td class=l>{} from {}</td><td>{} of {}</td><td class=l>{}</td><td class=l>{}</td><td class=l>{}</td></tr>",
+                esc(&v.label),
+                m.channel,
+                esc(&m.from),
+                m.with_path,
+                m.misses,
+                esc(&m.sentence()),
+                esc(&relay),
+                esc(&worst)
+            );
+        }
+    }
+    let mut flows = String::new();
+    for v in views {
+        for f in v.relay_part.iter().flat_map(|x| x.flows.iter()) {
+            let _ = write!(
+                flows,
+                "<tr><td class=l>{}</td><td>{}</td><td class=l>{}</td></tr>",
+                esc(&v.label),
+                esc(&f.flow),
+                esc(&f.explanation.sentence(ontime_explain::kept::FLOW_WHAT))
+            );
+        }
+    }
+    if !flows.is_empty() {
+        flows = format!(
+            "<p>End to end (the sender's send call to the receiver's return from recv), each flow's worst late datagrams explained \
+as late events of the receiving thread: asleep with the datagram not yet in is the way there (blocked, woken by the network's \
+softirq); queued or running after it arrived is the receiver's own.</p><table><tr><th>run</th><th>flow</th><th>why late</th></tr>{flows}</table>"
+        );
+    }
+    if rows.is_empty() {
+        return flows;
+    }
+    format!(
+        "<h3>Why packets missed their deadlines</h3><p>Each miss the receiver's check reported, joined with the relay's record of \
+the frame: its overrun split into where the frame was once its budget's slack was spent (held on the sender's side before the relay \
+received it, received by the host and not yet read by the relay, queued behind other frames at the link, the relay late to send it with the link free, \
+on the receiver's side). The parts add up to the overrun. The relay's part of the 20 worst misses of each channel is explained on \
+the run's recording as late events of the relay's thread (queued behind whom, busy with other frames, asleep).</p><table><tr><th>run</th>\
+<th>channel</th><th>recorded</th><th>why</th><th>the relay's part, on its thread's time line</th><th>worst miss</th></tr>{rows}</table>{flows}"
+    )
+}
+
+/// "2.1 ms: 80 % waiting for CPU 0 behind iperf3, 20 % running its own work":
+/// the relay thread's part of a channel's worst misses, by cause.
+pub(crate) fn relay_causes(x: &ontime_explain::summary::RunExplanation) -> String {
+    if x.explained == 0 {
+        return "not explained".into();
+    }
+    let parts: Vec<String> = x
+        .causes
+        .iter()
+        .filter(|c| c.share >= 0.01 || c.cause == ontime_explain::cause::CauseKind::Unexplained)
+        .take(4)
+        .map(|c| {
+            format!(
+                "{:.0} % {}",
+                c.share * 100.0,
+                ontime_explain::summary::describe(c.cause, c.detail, c.side, c.culprit.as_ref())
+            )
+        })
+        .collect();
+    format!("{}: {}", format_ns(x.lateness_ns), parts.join(", "))
 }

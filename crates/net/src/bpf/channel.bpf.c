@@ -53,6 +53,8 @@ struct miss {
     __u32 channel;
     __u16 ip_id;
     __u16 pad;
+    /* when the check ran (CLOCK_MONOTONIC), to join the relay's record */
+    __u64 checked_ns;
 };
 
 /* The ring carries `struct miss`, which no map names: this global puts it
@@ -214,6 +216,7 @@ int check(struct xdp_md *ctx)
             m->channel = channel;
             m->ip_id = bpf_ntohs(ip->id);
             m->pad = 0;
+            m->checked_ns = now;
             bpf_ringbuf_submit(m, 0);
         }
     } else if (st) {
