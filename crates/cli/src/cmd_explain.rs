@@ -123,7 +123,7 @@ fn explain_guest(
         },
     };
     let vcpus = ontime_explain::summary::vcpu_threads_of_process(host, pid);
-    let qemu: Vec<u32> = host.threads.values().filter(|t| t.tgid == pid).map(|t| t.tid).collect();
+    let qemu = ontime_explain::summary::threads_of_process(host, pid);
     let tl = ontime_explain::timeline::Timeline::from_recording(host, &qemu);
     let mut x = ontime_explain::summary::explain_guest_on(&tl, host, &guest_rec, offset, &vcpus, late);
     x.notes.push(format!(

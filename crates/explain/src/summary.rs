@@ -198,12 +198,17 @@ pub fn guest_threads(rec: &Recording, group: &str) -> Vec<u32> {
     let Some(g) = rec.meta.groups.iter().position(|g| g.name == group) else {
         return Vec::new();
     };
-    let mut out: Vec<u32> = rec
-        .threads
-        .values()
-        .filter(|t| t.group == Some(g as u32))
-        .map(|t| t.tid)
-        .collect();
+    threads_where(rec, |t| t.group == Some(g as u32))
+}
+
+/// Every thread of process `pid` (its tgid) in `rec`: a QEMU's vCPU
+/// threads and the threads that wake them, when it is in no group.
+pub fn threads_of_process(rec: &Recording, pid: u32) -> Vec<u32> {
+    threads_where(rec, |t| t.tgid == pid)
+}
+
+fn threads_where(rec: &Recording, keep: impl Fn(&ontime_recording::recording::ThreadInfo) -> bool) -> Vec<u32> {
+    let mut out: Vec<u32> = rec.threads.values().filter(|t| keep(t)).map(|t| t.tid).collect();
     out.sort_unstable();
     out
 }

@@ -114,6 +114,9 @@ pub struct Lab {
     /// Each tenant cgroup's real-time budget per second, with RT group
     /// scheduling.
     pub tenant_rt_runtime_us: Option<u64>,
+    /// The CPUs the tenants are pinned to (their cpusets together; empty:
+    /// not pinned), so the lab's own threads can keep off them.
+    pub tenant_cpus: Vec<usize>,
     children: Vec<ChildProcess>,
     undo: Undo,
 }
@@ -323,11 +326,15 @@ impl Lab {
                 disk,
             });
         }
+        let mut tenant_cpus: Vec<usize> = tenants.iter().flat_map(|t| t.limits.cpuset.iter().copied()).collect();
+        tenant_cpus.sort_unstable();
+        tenant_cpus.dedup();
         Ok(Lab {
             building,
             tenants: out,
             cgroup_version: version,
             tenant_rt_runtime_us,
+            tenant_cpus,
             children: Vec::new(),
             undo,
         })

@@ -554,13 +554,7 @@ fn start_recorder(
     rec: &mut RunRecord,
 ) -> Option<crate::observe::Observer> {
     // Off the tenants' CPUs when they are pinned and others remain.
-    let tenant_cpus = c
-        .tenant
-        .cpuset
-        .as_deref()
-        .and_then(|s| parse_cpu_list(s).ok())
-        .unwrap_or_default();
-    let housekeeping = ontime_core::rt::housekeeping_cpus(&tenant_cpus);
+    let housekeeping = ontime_core::rt::housekeeping_cpus(&lab.tenant_cpus);
     match crate::observe::start(
         c.observe.recorder,
         c.observe.profile,
