@@ -50,17 +50,6 @@ impl LatencyHistogram {
         }
     }
 
-    /// A new histogram whose counts are all in memory: the allocator hands
-    /// out untouched pages (a histogram this size is an mmap), and the
-    /// first record into each would fault, on the measuring thread, where
-    /// the fault can wait for another thread's mmap or munmap.
-    pub fn resident() -> LatencyHistogram {
-        let mut h = LatencyHistogram::new();
-        // Writes every count.
-        h.hist.reset();
-        h
-    }
-
     /// Records one value; never allocates.
     #[inline]
     pub fn record(&mut self, ns: u64) {

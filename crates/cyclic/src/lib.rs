@@ -107,8 +107,6 @@ const MAX_OVERFLOW_RECORDS: usize = 1000;
 impl ThreadStats {
     pub fn new(histogram_us: usize) -> ThreadStats {
         ThreadStats {
-            latency: LatencyHistogram::resident(),
-            woken: LatencyHistogram::resident(),
             bins: vec![0; histogram_us],
             woken_bins: vec![0; histogram_us],
             overflow_at: Vec::with_capacity(MAX_OVERFLOW_RECORDS),
@@ -380,10 +378,6 @@ pub fn run(
         group.spawn(&format!("cyclic{t}"), settings, move || {
             // SAFETY: gettid has no preconditions.
             let tid = unsafe { libc::gettid() };
-            // Its memory in place before the start is known.
-            let mut stats = ThreadStats::new(hist_us);
-            stats.tid = tid as u32;
-            stats.worst = WorstEvents::new(keep);
             // The group's stop (a thread that failed its settings, the
             // ready wait timing out) ends the wait too.
             let (start, split) = loop {
@@ -393,6 +387,9 @@ pub fn run(
                     Err(_) => anyhow::bail!("the probe stopped before its threads started"),
                 }
             };
+            let mut stats = ThreadStats::new(hist_us);
+            stats.tid = tid as u32;
+            stats.worst = WorstEvents::new(keep);
             stats.own_work = own_work.map(|w| ontime_core::work::WorkBursts::new(w, start, for_ns));
             let plan = Schedule {
                 start,
@@ -487,9 +484,6 @@ pub fn run(
     })
 }
 
-/// Spare interval histograms per probe thread (some 280 KB each).
-const SPARE_INTERVALS: usize = 4;
-
 /// Gathers the threads' interval histograms and writes each interval to the
 /// log once every thread has moved past it (or at the end).
 struct HlogCollector {
@@ -519,14 +513,12 @@ impl HlogCollector {
         })
     }
 
-    /// The split for thread `t`, with spare histograms so that it never
-    /// allocates while the collector is at most that many intervals behind
-    /// (a busy guest's collector falls behind), all resident: the probe
-    /// thread never faults on them.
+    /// The split for thread `t`, with two spare histograms so that it never
+    /// allocates while the collector keeps up.
     fn split_for(&mut self, t: usize, wake_interval_ns: u64) -> IntervalSplit {
         let (back_tx, back_rx) = std::sync::mpsc::channel();
-        for _ in 0..SPARE_INTERVALS {
-            let _ = back_tx.send(Box::new(LatencyHistogram::resident()));
+        for _ in 0..2 {
+            let _ = back_tx.send(Box::default());
         }
         self.recycle.push(back_tx);
         IntervalSplit {
@@ -534,7 +526,7 @@ impl HlogCollector {
             wake_interval_ns,
             every_ns: self.every_ns,
             index: 0,
-            current: Box::new(LatencyHistogram::resident()),
+            current: Box::default(),
             out: self.tx.clone(),
             recycled: back_rx,
         }
