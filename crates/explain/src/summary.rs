@@ -296,9 +296,8 @@ pub fn explain_guest_on(
 /// on `rec` as a thread waiting for messages ([`crate::Probe::on_messages`]).
 pub fn explain_datagrams(rec: &Recording, set: &LateSet) -> RunExplanation {
     let tl = Timeline::from_recording(rec, &probe_tids(&set.events));
-    let mut parts = Parts::default();
-    parts.explain_waiting_on(&tl, rec, &set.events, true);
-    parts.summarize(set.late, set.threshold_ns, &set.threshold_from)
+    let over = (set.late, set.threshold_ns, set.threshold_from.as_str());
+    explain_events_on(&tl, rec, &set.events, over, true)
 }
 
 /// Explains `events` (already the late ones, worst first) on `rec`.
@@ -323,8 +322,21 @@ pub fn explain_run_on(
     threshold_ns: u64,
     threshold_from: &str,
 ) -> RunExplanation {
+    explain_events_on(tl, rec, events, (late, threshold_ns, threshold_from), false)
+}
+
+/// [`explain_run_on`]; `on_message`: the threads wait for messages, not
+/// timers ([`crate::Probe::on_messages`]). `over`: late, threshold and
+/// what chose it.
+fn explain_events_on(
+    tl: &Timeline,
+    rec: &Recording,
+    events: &[ProbeEvent],
+    (late, threshold_ns, threshold_from): (u64, u64, &str),
+    on_message: bool,
+) -> RunExplanation {
     let mut parts = Parts::default();
-    parts.explain_on(tl, rec, events);
+    parts.explain_on(tl, rec, events, on_message);
     let outside = events
         .iter()
         .filter(|e| e.actual_ns <= rec.meta.start_ns || e.planned_ns >= parts.end_ns)
@@ -443,18 +455,13 @@ pub type ProcessNames = std::collections::HashMap<(Side, u32), String>;
 impl Parts {
     fn explain(&mut self, rec: &Recording, events: &[ProbeEvent]) {
         let tl = Timeline::from_recording(rec, &probe_tids(events));
-        self.explain_on(&tl, rec, events);
+        self.explain_on(&tl, rec, events, false);
     }
 
     /// On a time line already built from `rec` that watches the events'
-    /// threads (among others).
-    fn explain_on(&mut self, tl: &Timeline, rec: &Recording, events: &[ProbeEvent]) {
-        self.explain_waiting_on(tl, rec, events, false);
-    }
-
-    /// As [`Parts::explain_on`]; `on_message`: the threads wait for
+    /// threads (among others); `on_message`: the threads wait for
     /// messages, not timers ([`crate::Probe::on_messages`]).
-    fn explain_waiting_on(&mut self, tl: &Timeline, rec: &Recording, events: &[ProbeEvent], on_message: bool) {
+    fn explain_on(&mut self, tl: &Timeline, rec: &Recording, events: &[ProbeEvent], on_message: bool) {
         let tids = probe_tids(events);
         self.end_ns = tl.end_ns();
         for &tid in &tids {
@@ -824,6 +831,17 @@ impl RunExplanation {
         } else {
             String::new()
         };
+        format!(
+            "{} {what} over {over}{of}; of their lateness: {}",
+            self.late,
+            self.largest_causes()
+        )
+    }
+
+    /// "78 % waiting for CPU 1 behind stress-ng (pid 4242), 15 % ...": the
+    /// four largest causes with their culprits, those of 1 % or more
+    /// (and what is unexplained, whatever its share).
+    pub fn largest_causes(&self) -> String {
         let parts: Vec<String> = self
             .causes
             .iter()
@@ -837,11 +855,7 @@ impl RunExplanation {
                 )
             })
             .collect();
-        format!(
-            "{} {what} over {over}{of}; of their lateness: {}",
-            self.late,
-            parts.join(", ")
-        )
+        parts.join(", ")
     }
 }
 

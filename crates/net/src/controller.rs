@@ -875,14 +875,15 @@ impl State {
         waiting.extend(fresh);
         let mono = MonoNs::now().0;
         for m in waiting {
+            let path = self.paths.find(m.channel, m.ip_id, m.checked_ns).copied();
             // A relay thread appends a frame's path after its batch of
             // sends: preempted (or throttled) in between, the path comes
             // after the check's miss. Such a miss waits for it, a while.
             if self.switch.is_some()
+                && path.is_none()
                 && !last
                 && self.unmatched.len() < MAX_UNMATCHED
                 && mono.saturating_sub(m.checked_ns) < PATH_WAIT_NS
-                && self.paths.find(m.channel, m.ip_id, m.checked_ns).is_none()
             {
                 self.unmatched.push(m);
                 continue;
@@ -899,9 +900,8 @@ impl State {
             let (id, from) = (owner.id, owner.from.clone());
             let mut why = Vec::new();
             if self.switch.is_some() {
-                let path = self.paths.find(m.channel, m.ip_id, m.checked_ns);
                 let deadline = m.checked_ns.saturating_sub(m.overrun_ns);
-                explain_miss(path, deadline, owner.spec.deadline_ns, m.checked_ns, &mut why);
+                explain_miss(path.as_ref(), deadline, owner.spec.deadline_ns, m.checked_ns, &mut why);
                 let causes = match self.miss_causes.iter().position(|c| c.channel == id) {
                     Some(i) => &mut self.miss_causes[i],
                     None => {
@@ -909,7 +909,7 @@ impl State {
                         self.miss_causes.last_mut().expect("just pushed")
                     }
                 };
-                causes.add(m.checked_ns, m.ip_id, path, &why);
+                causes.add(m.checked_ns, m.ip_id, path.as_ref(), &why);
             }
             let _ = self.misses.send(MissEvent {
                 at_ns: now,

@@ -178,18 +178,6 @@ pub enum PathPart {
 }
 
 impl PathPart {
-    pub const COUNT: usize = 8;
-    pub const ALL: [PathPart; PathPart::COUNT] = [
-        PathPart::Sender,
-        PathPart::RelayRead,
-        PathPart::BehindBestEffort,
-        PathPart::BehindOwnChannel,
-        PathPart::BehindOtherChannels,
-        PathPart::RelayLate,
-        PathPart::Receiver,
-        PathPart::NotRecorded,
-    ];
-
     /// In words, for reports.
     pub fn words(self) -> &'static str {
         match self {

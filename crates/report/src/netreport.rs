@@ -458,18 +458,5 @@ pub(crate) fn relay_causes(x: &ontime_explain::summary::RunExplanation) -> Strin
     if x.explained == 0 {
         return "not explained".into();
     }
-    let parts: Vec<String> = x
-        .causes
-        .iter()
-        .filter(|c| c.share >= 0.01 || c.cause == ontime_explain::cause::CauseKind::Unexplained)
-        .take(4)
-        .map(|c| {
-            format!(
-                "{:.0} % {}",
-                c.share * 100.0,
-                ontime_explain::summary::describe(c.cause, c.detail, c.side, c.culprit.as_ref())
-            )
-        })
-        .collect();
-    format!("{}: {}", format_ns(x.lateness_ns), parts.join(", "))
+    format!("{}: {}", format_ns(x.lateness_ns), x.largest_causes())
 }
