@@ -78,6 +78,14 @@ pub struct CyclicArgs {
     /// stress-ng workers per stressor of the load (1 to 1024)
     #[arg(long, default_value_t = 1)]
     load_workers: usize,
+    /// Stream the wake-ups later than --late-over to FILE as they happen:
+    /// a JSON line per --hlog-interval of planned time (docs/cyclic-json.md;
+    /// a FIFO works), for a fleet agent or a long run
+    #[arg(long, value_name = "FILE", requires = "late_over")]
+    late_log: Option<PathBuf>,
+    /// What counts as late in the --late-log, e.g. 500us
+    #[arg(long, value_parser = ontime_core::duration::parse_ns, requires = "late_log")]
+    late_over: Option<u64>,
     #[command(flatten)]
     out: output::OutputFlags,
     #[command(flatten)]
@@ -123,6 +131,8 @@ pub fn run(a: CyclicArgs) -> anyhow::Result<()> {
             load: a.load.map(|l| l.to_string()),
             hlog: a.probe.hlog.clone(),
             hlog_interval_ns: a.probe.hlog_interval,
+            late_log: a.late_log,
+            late_log_over_ns: a.late_over,
             keep_worst: a.explain.keep(),
             explain_over: a.explain.explain_over,
             own_work: None,

@@ -6,6 +6,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::{Args, Subcommand};
 use ontime_fleet::conn::NatsArgs;
 
@@ -31,7 +32,9 @@ pub fn agent(a: AgentArgs) -> anyhow::Result<()> {
                 cgroup: r.cgroups.clone(),
                 pid: r.pids.clone(),
                 guest: r.guests.clone(),
-                all: false,
+                // A probe's late wake-ups are explained by whoever else
+                // ran: every thread is recorded.
+                all: !c.probes.is_empty(),
                 host_io: Vec::new(),
             }
             .resolve()?,
@@ -48,7 +51,7 @@ pub fn agent(a: AgentArgs) -> anyhow::Result<()> {
         c.nats.servers.join(","),
         c.spool.dir.display()
     );
-    let s = ontime_fleet::agent::run(&c, stop, targets)?;
+    let s = ontime_fleet::agent::run(&c, stop, targets, Some(Box::new(probe_command)))?;
     let text = format!(
         "ontime agent: {} window(s) published ({} already there), {} dropped, {} left in the spool; {:.3} s CPU, {} MiB max resident",
         s.published,
@@ -59,6 +62,17 @@ pub fn agent(a: AgentArgs) -> anyhow::Result<()> {
         s.max_rss_bytes >> 20
     );
     a.out.emit(&s, &text)
+}
+
+/// How the agent starts a probe: this binary's `ontime probe SPEC.json`
+/// (the lab's way: no command line assembled from the spec).
+fn probe_command(probe: &ontime_cyclic::CyclicProbe, spec: &std::path::Path) -> anyhow::Result<std::process::Command> {
+    let doc = ontime_scenario::probe::ProbeSpec::Cyclic(probe.clone());
+    ontime_core::fsio::write_atomic(spec, &serde_json::to_vec_pretty(&doc)?)?;
+    let exe = std::env::current_exe().context("where this ontime binary is")?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("probe").arg(spec);
+    Ok(cmd)
 }
 
 #[derive(Args, Debug)]

@@ -19,52 +19,19 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// A process at SCHED_FIFO 50 on CPU 1, busy 80 ms of every 500 ms;
 /// killed on drop.
-struct Hog(KillOnDrop);
-
-const HOG: &str = r#"
-import os, sys, time
-os.sched_setaffinity(0, {1})
-os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
-print("ready", flush=True)
-while True:
-    end = time.monotonic() + 0.08
-    while time.monotonic() < end:
-        pass
-    time.sleep(float(sys.argv[1]))
-"#;
+struct Hog(ontime_testkit::FifoHog);
 
 impl Hog {
-    /// None, with the reason said, where this machine refuses SCHED_FIFO
-    /// or CPU 1 (a container without CAP_SYS_NICE, a cpuset, no real-time
-    /// budget for the cgroup): the test then skips.
     fn start() -> Option<Hog> {
         Hog::start_resting(0.42)
     }
 
-    /// Busy 80 ms, then resting `rest_s`, again and again.
     fn start_resting(rest_s: f64) -> Option<Hog> {
-        let mut child = KillOnDrop(
-            Command::new("python3")
-                .args(["-c", HOG, &rest_s.to_string()])
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("python3 for the hog"),
-        );
-        let mut line = String::new();
-        use std::io::BufRead;
-        // EOF when it fails: never a hang.
-        let _ = std::io::BufReader::new(child.0.stdout.take().unwrap()).read_line(&mut line);
-        if line.trim() != "ready" {
-            ontime_testkit::skip("this machine refuses a SCHED_FIFO process on CPU 1");
-            return None;
-        }
-        Some(Hog(child))
+        ontime_testkit::FifoHog::start_resting(rest_s).map(Hog)
     }
 
     fn pid(&self) -> u32 {
-        self.0.id()
+        self.0.pid()
     }
 }
 

@@ -547,7 +547,9 @@ fn an_agent_stops_recording_at_a_stop_while_the_server_is_away() {
 fn bad_agent_configs_are_refused_with_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let base = "host = 'a'\n[replay]\ndir = '/'\n[spool]\ndir = '/tmp/x'\n";
-    let cases: [(String, &[&str]); 10] = [
+    let record = "host = 'a'\n[record]\nprofile_hz = 0\n[spool]\ndir = '/tmp/x'\n";
+    let probe = "[[probe]]\nname = 'plc'\n";
+    let cases: [(String, &[&str]); 15] = [
         (
             "host = 'a.b'\n[replay]\ndir = '/'\n[spool]\ndir = '/tmp/x'\n".into(),
             &["subject token"],
@@ -582,6 +584,15 @@ fn bad_agent_configs_are_refused_with_the_key() {
             format!("{base}[nats]\nuser = 'u'\npassword_file = '/dev/zero'\n"),
             &["nats.password_file", "not a regular file"],
         ),
+        // The flight recorder's probes.
+        (format!("{base}{probe}"), &["[[probe]] needs [record]"]),
+        (format!("{record}[flight]\n"), &["add a [[probe]]"]),
+        (
+            format!("{record}{probe}late_over = 'soon'\n"),
+            &["probe \"plc\"", "late_over"],
+        ),
+        (format!("{record}{probe}cpus = [999]\n"), &["CPU 999 is not online"]),
+        (format!("{record}{probe}{probe}"), &["two probes named \"plc\""]),
     ];
     for (i, (text, says)) in cases.iter().enumerate() {
         let p = dir.path().join(format!("c{i}.toml"));
@@ -646,4 +657,90 @@ fn bad_connection_flags_are_bad_input_before_connecting() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("not a NATS URL"), "{err}");
+}
+
+/// An agent's probe on CPU 1 below a SCHED_FIFO hog (busy 80 ms every 3
+/// s): its late wake-ups travel with the windows, a worker explains them
+/// on each window's own recording, and the fleet report names the hog,
+/// waited behind on CPU 1. With `[flight]`, windows away from any late
+/// wake-up are not published. Who and which cause, never timings.
+#[test]
+fn an_agents_probe_has_its_late_wakeups_explained_by_the_fleet() {
+    if !ontime_testkit::root_or_skip("the recording agent (BPF) and a SCHED_FIFO probe")
+        || !ontime_testkit::tools_or_skip(&["nats-server", "python3"])
+    {
+        return;
+    }
+    if ontime_core::limits::online_cpus() < 2 {
+        ontime_testkit::skip("needs two CPUs (the probe and its hog on CPU 1)");
+        return;
+    }
+    let Some(hog) = ontime_testkit::FifoHog::start_resting(2.92) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let server = Server::start(d, ontime_testkit::free_port(), None);
+    let url = server.url();
+    let config = agent_config(
+        d,
+        "rt1",
+        &url,
+        "[record]\nprofile_hz = 0\n[[probe]]\nname = 'plc'\ncpus = [1]\npolicy = 'fifo:40'\nlate_over = '5ms'\n[flight]\nkeep_around = '200ms'",
+    );
+    let w = worker(d, &url, "w1");
+    let log = d.join("agent.log");
+    let agent = spawn_logged(
+        ontime()
+            .args(["agent", "-c"])
+            .arg(&config)
+            .arg("--result")
+            .arg(log.with_extension("json")),
+        &log,
+    );
+    std::thread::sleep(Duration::from_secs(10));
+    let s = summary_of(agent, &log);
+    drop(hog);
+    let probes = &s["probes"];
+    assert_eq!(probes["starts"], 1, "{s}");
+    assert!(
+        probes["windows_late"].as_u64() > Some(0),
+        "no window held a late wake-up: {s}"
+    );
+    assert!(
+        probes["windows_quiet"].as_u64() > Some(0),
+        "the flight recorder published every window: {s}"
+    );
+    let published = s["published"].as_u64().unwrap();
+    let mut v = serde_json::Value::Null;
+    ontime_testkit::wait_until("every published window analysed", Duration::from_secs(60), || {
+        v = fleet_json(&url);
+        v["results"].as_u64() == Some(published)
+    });
+    summary_of(w, &d.join("w1.log"));
+    let host = &v["hosts"][0];
+    // The host's tenants are the probe's own, not one per process: the
+    // agent records every thread only to name culprits.
+    let tenants: Vec<&str> = host["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["tenant"].as_str().unwrap())
+        .collect();
+    assert_eq!(tenants, ["probe-plc"], "{v}");
+    let probe = &host["probes"][0];
+    assert_eq!(probe["probe"], "plc", "{v}");
+    let pooled = &probe["pooled"];
+    assert!(pooled["explained"].as_u64() > Some(0), "{v}");
+    let top = &pooled["causes"][0];
+    assert_eq!(top["cause"], "waited_for_cpu", "{v}");
+    assert_eq!(top["culprit"]["comm"], "python3", "{v}");
+    let worst = &probe["worst"][0];
+    assert!(
+        worst["causes"].as_str().is_some_and(|c| c.contains("behind python3")),
+        "{v}"
+    );
+    let text = ontime().args(["fleet", "report", "--nats", &url]).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("probe plc:") && text.contains("behind python3"), "{text}");
 }

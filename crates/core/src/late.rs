@@ -132,6 +132,15 @@ impl WorstEvents {
         v.sort_by_key(|e| (Reverse(e.lateness_ns()), e.planned_ns));
         v
     }
+    /// Moves the kept events into `out` (worst first) and starts over,
+    /// keeping the heap's memory: a buffer handed back and forth between
+    /// a probe thread and its collector. Returns how many were offered.
+    pub fn drain_into(&mut self, out: &mut Vec<ProbeEvent>) -> u64 {
+        let start = out.len();
+        out.extend(self.heap.drain().map(unkey));
+        out[start..].sort_by_key(|e| (Reverse(e.lateness_ns()), e.planned_ns));
+        std::mem::take(&mut self.offered)
+    }
 }
 
 fn unkey(Reverse((_, later, actual_ns, tid, sent, recv, answered)): Reverse<Key>) -> ProbeEvent {
@@ -244,6 +253,32 @@ impl LateSet {
     }
 }
 
+/// Events kept per probe thread and interval in a late log: the worst of
+/// an interval's late events, the rest counted.
+pub const LATE_LOG_PER_THREAD: usize = 64;
+
+/// One interval of a probe's planned time as its late log streams it
+/// (`ontime cyclic --late-log`): one JSON line per interval, written once
+/// every probe thread has moved past it, so a reader that has seen the
+/// interval ending at `to_ns` knows every late event planned before it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LateInterval {
+    /// Planned times in [from_ns, to_ns), CLOCK_MONOTONIC.
+    pub from_ns: u64,
+    pub to_ns: u64,
+    /// Events later than this are late.
+    pub threshold_ns: u64,
+    /// The interval's late events (kept or not).
+    pub late: u64,
+    /// The worst of them, worst first: at most [`LATE_LOG_PER_THREAD`]
+    /// per probe thread.
+    pub events: Vec<ProbeEvent>,
+}
+
+/// The longest line a late log reader takes: an interval of 64 threads'
+/// kept events is under 300 KiB.
+pub const MAX_LATE_LINE_BYTES: usize = 1 << 20;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,5 +348,18 @@ mod tests {
         let mut w = WorstEvents::new(0);
         w.offer(ev(0, 10));
         assert!(w.into_worst_first().is_empty());
+    }
+
+    #[test]
+    fn a_drained_buffer_starts_over_with_its_memory() {
+        let mut w = WorstEvents::new(2);
+        [3, 9, 5].into_iter().for_each(|l| w.offer(ev(l * 10, l)));
+        let mut out = Vec::new();
+        assert_eq!(w.drain_into(&mut out), 3);
+        assert_eq!(out.iter().map(|e| e.lateness_ns()).collect::<Vec<_>>(), vec![9, 5]);
+        assert_eq!((w.offered(), w.heap.capacity()), (0, 2));
+        w.offer(ev(1, 1));
+        assert_eq!(w.drain_into(&mut out), 1);
+        assert_eq!(out.len(), 3);
     }
 }

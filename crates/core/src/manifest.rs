@@ -59,6 +59,12 @@ pub fn utc_now() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
 
+/// A wall-clock time (ns since the epoch) as RFC 3339 UTC with
+/// milliseconds: "2026-11-29T12:03:07.412Z".
+pub fn utc_millis(realtime_ns: u64) -> String {
+    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_nanos(realtime_ns)).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

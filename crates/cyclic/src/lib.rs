@@ -50,25 +50,47 @@ pub struct ThreadStats {
     pub own_work: Option<ontime_core::work::WorkBursts>,
 }
 
-/// One interval's histogram of one thread, on its way to the histogram log.
+/// One interval's samples of one thread, on their way to the histogram log
+/// and the late log.
 pub struct IntervalPart {
     pub thread: usize,
     /// Interval number: planned wake-up time since start / interval length.
     pub index: u64,
+    pub buffers: PartBuffers,
+}
+
+/// What a thread fills for one interval, handed back and forth between the
+/// thread and the collector so that neither allocates in steady state.
+pub struct PartBuffers {
     pub latency: Box<LatencyHistogram>,
+    /// The interval's wake-ups over the late log's threshold, the worst
+    /// kept (capacity 0 without a late log).
+    pub late: WorstEvents,
+}
+
+impl PartBuffers {
+    fn new(late_capacity: usize) -> PartBuffers {
+        PartBuffers {
+            latency: Box::default(),
+            late: WorstEvents::new(late_capacity),
+        }
+    }
 }
 
 /// Splits a thread's samples into fixed intervals of planned time and hands
-/// each finished one to the collector, taking a recycled histogram back, so
+/// each finished one to the collector, taking recycled buffers back, so
 /// the probe loop never allocates in steady state.
 pub struct IntervalSplit {
     thread: usize,
     wake_interval_ns: u64,
     every_ns: u64,
     index: u64,
-    current: Box<LatencyHistogram>,
+    /// Wake-ups later than this go to the late log (u64::MAX: none).
+    late_over_ns: u64,
+    late_capacity: usize,
+    current: PartBuffers,
     out: std::sync::mpsc::Sender<IntervalPart>,
-    recycled: std::sync::mpsc::Receiver<Box<LatencyHistogram>>,
+    recycled: std::sync::mpsc::Receiver<PartBuffers>,
 }
 
 impl std::fmt::Debug for IntervalSplit {
@@ -79,25 +101,30 @@ impl std::fmt::Debug for IntervalSplit {
 
 impl IntervalSplit {
     #[inline]
-    fn record(&mut self, cycle: u64, lat_ns: u64) {
+    fn record(&mut self, cycle: u64, event: ProbeEvent) {
         let index = cycle.saturating_mul(self.wake_interval_ns) / self.every_ns;
         if index != self.index {
             self.ship();
             self.index = index;
         }
-        self.current.record(lat_ns);
+        let lat_ns = event.lateness_ns();
+        self.current.latency.record(lat_ns);
+        if lat_ns > self.late_over_ns {
+            self.current.late.offer(event);
+        }
     }
 
     fn ship(&mut self) {
-        if self.current.is_empty() {
+        if self.current.latency.is_empty() {
             return;
         }
-        let fresh = self.recycled.try_recv().unwrap_or_default();
+        let cap = self.late_capacity;
+        let fresh = self.recycled.try_recv().unwrap_or_else(|_| PartBuffers::new(cap));
         let full = std::mem::replace(&mut self.current, fresh);
         let _ = self.out.send(IntervalPart {
             thread: self.thread,
             index: self.index,
-            latency: full,
+            buffers: full,
         });
     }
 }
@@ -116,16 +143,17 @@ impl ThreadStats {
 
     #[inline]
     fn record(&mut self, cycle: u64, planned: MonoNs, lat_ns: u64) {
-        if let Some(s) = self.split.as_mut() {
-            s.record(cycle, lat_ns);
-        }
-        self.worst.offer(ProbeEvent {
+        let event = ProbeEvent {
             tid: self.tid,
             planned_ns: planned.0,
             actual_ns: planned.0 + lat_ns,
             sent_ns: None,
             gateway: None,
-        });
+        };
+        if let Some(s) = self.split.as_mut() {
+            s.record(cycle, event);
+        }
+        self.worst.offer(event);
         self.latency.record(lat_ns);
         self.sum_ns += lat_ns as u128;
         if !self.bins.is_empty() {
@@ -236,6 +264,14 @@ pub struct CyclicOptions {
     pub hlog: Option<std::path::PathBuf>,
     #[serde(default = "one_second")]
     pub hlog_interval_ns: u64,
+    /// A JSON line per `hlog_interval_ns` of planned time with the
+    /// interval's wake-ups later than `late_log_over_ns`, as it goes
+    /// (`ontime_core::late::LateInterval`): what a fleet agent follows. A
+    /// FIFO works; a reader that goes away ends the probe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_log: Option<std::path::PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_log_over_ns: Option<u64>,
     /// Wake-ups kept per thread for explanation, the worst ones (0: none),
     /// and what counts as late [default: the run's p99.9].
     #[serde(default)]
@@ -420,15 +456,7 @@ pub fn run(
         .map_err(anyhow::Error::msg)?;
     let start = MonoNs::now().add_ns(100_000_000);
     let start_wall = std::time::SystemTime::now() + std::time::Duration::from_millis(100);
-    let mut collector = match &opts.hlog {
-        Some(p) => Some(HlogCollector::create(
-            p,
-            opts.threads,
-            opts.hlog_interval_ns,
-            start_wall,
-        )?),
-        None => None,
-    };
+    let mut collector = IntervalCollector::create(&opts, start, start_wall)?;
     for (t, (tx, interval)) in go.into_iter().zip(intervals).enumerate() {
         let split = collector.as_mut().map(|c| c.split_for(t, interval));
         // A thread that already failed has said why (joined below).
@@ -484,41 +512,85 @@ pub fn run(
     })
 }
 
-/// Gathers the threads' interval histograms and writes each interval to the
-/// log once every thread has moved past it (or at the end).
-struct HlogCollector {
-    log: ontime_core::hlog::HlogFile,
+/// An interval's samples of every thread, merged.
+#[derive(Default)]
+struct IntervalTotal {
+    latency: LatencyHistogram,
+    late: u64,
+    events: Vec<ProbeEvent>,
+}
+
+/// Gathers the threads' intervals and writes each to the histogram log
+/// and the late log once every thread has moved past it (or at the end).
+struct IntervalCollector {
+    hlog: Option<ontime_core::hlog::HlogFile>,
+    /// The late log, and its threshold.
+    late_log: Option<(std::io::BufWriter<std::fs::File>, u64)>,
+    start: MonoNs,
     every_ns: u64,
     rx: std::sync::mpsc::Receiver<IntervalPart>,
     tx: std::sync::mpsc::Sender<IntervalPart>,
-    recycle: Vec<std::sync::mpsc::Sender<Box<LatencyHistogram>>>,
-    intervals: ontime_core::hlog::IntervalMerge<LatencyHistogram>,
+    recycle: Vec<std::sync::mpsc::Sender<PartBuffers>>,
+    intervals: ontime_core::hlog::IntervalMerge<IntervalTotal>,
 }
 
-impl HlogCollector {
-    fn create(path: &std::path::Path, threads: usize, every_ns: u64, start: std::time::SystemTime) -> Result<Self> {
+impl IntervalCollector {
+    /// None when neither log is asked for.
+    fn create(opts: &CyclicOptions, start: MonoNs, start_wall: std::time::SystemTime) -> Result<Option<Self>> {
+        if opts.hlog.is_none() && opts.late_log.is_none() {
+            return Ok(None);
+        }
+        let every_ns = opts.hlog_interval_ns;
         anyhow::ensure!(
             every_ns >= 10_000_000,
             "the histogram log interval must be at least 10ms"
         );
-        let log = ontime_core::hlog::HlogFile::create(path, "ontime cyclic: latency (every planned wake-up)", start)?;
+        let hlog = match &opts.hlog {
+            Some(p) => Some(ontime_core::hlog::HlogFile::create(
+                p,
+                "ontime cyclic: latency (every planned wake-up)",
+                start_wall,
+            )?),
+            None => None,
+        };
+        let late_log = match &opts.late_log {
+            Some(p) => {
+                let over = opts
+                    .late_log_over_ns
+                    .ok_or_else(|| anyhow::anyhow!("a late log needs its threshold (--late-over)"))?;
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(p)
+                    .map_err(|e| anyhow::anyhow!("cannot write the late log {}: {e}", p.display()))?;
+                Some((std::io::BufWriter::new(f), over))
+            }
+            None => None,
+        };
         let (tx, rx) = std::sync::mpsc::channel();
-        Ok(HlogCollector {
-            log,
+        Ok(Some(IntervalCollector {
+            hlog,
+            late_log,
+            start,
             every_ns,
             rx,
             tx,
-            recycle: Vec::with_capacity(threads),
-            intervals: ontime_core::hlog::IntervalMerge::new(threads),
-        })
+            recycle: Vec::with_capacity(opts.threads),
+            intervals: ontime_core::hlog::IntervalMerge::new(opts.threads),
+        }))
     }
 
-    /// The split for thread `t`, with two spare histograms so that it never
+    /// The split for thread `t`, with two spare buffers so that it never
     /// allocates while the collector keeps up.
     fn split_for(&mut self, t: usize, wake_interval_ns: u64) -> IntervalSplit {
+        let (late_over_ns, late_capacity) = match &self.late_log {
+            Some((_, over)) => (*over, ontime_core::late::LATE_LOG_PER_THREAD),
+            None => (u64::MAX, 0),
+        };
         let (back_tx, back_rx) = std::sync::mpsc::channel();
         for _ in 0..2 {
-            let _ = back_tx.send(Box::default());
+            let _ = back_tx.send(PartBuffers::new(late_capacity));
         }
         self.recycle.push(back_tx);
         IntervalSplit {
@@ -526,7 +598,9 @@ impl HlogCollector {
             wake_interval_ns,
             every_ns: self.every_ns,
             index: 0,
-            current: Box::default(),
+            late_over_ns,
+            late_capacity,
+            current: PartBuffers::new(late_capacity),
             out: self.tx.clone(),
             recycled: back_rx,
         }
@@ -535,10 +609,13 @@ impl HlogCollector {
     /// Logs every whole interval; `all`: every interval (the threads are done).
     fn drain(&mut self, all: bool) -> Result<()> {
         while let Ok(part) = self.rx.try_recv() {
-            self.intervals.add(part.thread, part.index, |h| h.add(&part.latency));
-            let mut h = part.latency;
-            h.reset();
-            let _ = self.recycle[part.thread].send(h);
+            let mut b = part.buffers;
+            self.intervals.add(part.thread, part.index, |t| {
+                t.latency.add(&b.latency);
+                t.late += b.late.drain_into(&mut t.events);
+            });
+            b.latency.reset();
+            let _ = self.recycle[part.thread].send(b);
         }
         let len = std::time::Duration::from_nanos(self.every_ns);
         loop {
@@ -547,11 +624,37 @@ impl HlogCollector {
             } else {
                 self.intervals.pop_whole()
             };
-            let Some((i, h)) = next else { break };
-            let off = std::time::Duration::from_nanos(i.saturating_mul(self.every_ns));
-            self.log.write("latency", &h, off, len)?;
+            let Some((i, mut t)) = next else { break };
+            if let Some(log) = self.hlog.as_mut() {
+                let off = std::time::Duration::from_nanos(i.saturating_mul(self.every_ns));
+                log.write("latency", &t.latency, off, len)?;
+            }
+            if let Some((w, over)) = self.late_log.as_mut() {
+                t.events
+                    .sort_by_key(|e| (std::cmp::Reverse(e.lateness_ns()), e.planned_ns));
+                let from_ns = self.start.0.saturating_add(i.saturating_mul(self.every_ns));
+                let line = ontime_core::late::LateInterval {
+                    from_ns,
+                    to_ns: from_ns.saturating_add(self.every_ns),
+                    threshold_ns: *over,
+                    late: t.late,
+                    events: t.events,
+                };
+                use std::io::Write;
+                // A reader gone (a FIFO's agent) ends the probe.
+                serde_json::to_writer(&mut *w, &line)
+                    .map_err(std::io::Error::from)
+                    .and_then(|_| w.write_all(b"\n"))
+                    .map_err(|e| anyhow::anyhow!("writing the late log: {e}"))?;
+            }
         }
-        self.log.flush()?;
+        if let Some(log) = self.hlog.as_mut() {
+            log.flush()?;
+        }
+        if let Some((w, _)) = self.late_log.as_mut() {
+            use std::io::Write;
+            w.flush().map_err(|e| anyhow::anyhow!("writing the late log: {e}"))?;
+        }
         Ok(())
     }
 }
@@ -652,6 +755,87 @@ mod tests {
     use super::*;
     use ontime_core::time::FakeClock;
 
+    /// Two threads, 1 ms wake-ups, 1 s log intervals, late over 2 ms: each
+    /// interval's line comes once both threads are past it, with its late
+    /// wake-ups counted and the worst kept, on the probe's clock.
+    #[test]
+    fn the_late_log_streams_each_interval_once_every_thread_is_past_it() {
+        let dir = std::env::temp_dir().join(format!("ontime-late-log-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("late.jsonl");
+        let opts = CyclicOptions {
+            threads: 2,
+            affinity: vec![],
+            interval_ns: 1_000_000,
+            distance_ns: 0,
+            policy: Policy::Other,
+            mlockall: false,
+            loops: Some(3000),
+            duration_ns: None,
+            histogram_us: 0,
+            threshold_ns: None,
+            dma_latency: false,
+            load: None,
+            hlog: None,
+            hlog_interval_ns: 1_000_000_000,
+            late_log: Some(path.clone()),
+            late_log_over_ns: Some(2_000_000),
+            keep_worst: 0,
+            explain_over: None,
+            own_work: None,
+        };
+        let start = MonoNs(5_000_000_000);
+        let mut c = IntervalCollector::create(&opts, start, std::time::SystemTime::now())
+            .unwrap()
+            .unwrap();
+        let mut splits = [c.split_for(0, 1_000_000), c.split_for(1, 1_000_000)];
+        let wake = |tid: u32, k: u64, late_ms: u64| ProbeEvent {
+            tid,
+            planned_ns: start.0 + k * 1_000_000,
+            actual_ns: start.0 + k * 1_000_000 + late_ms * 1_000_000,
+            sent_ns: None,
+            gateway: None,
+        };
+        let lines = |p: &std::path::Path| -> Vec<ontime_core::late::LateInterval> {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect()
+        };
+        // Thread 0 runs into interval 1; thread 1 is still in interval 0.
+        for k in 0..1500 {
+            let late = if k == 10 || k == 20 { 5 } else { 0 };
+            splits[0].record(k, wake(1, k, late));
+        }
+        for k in 0..500 {
+            splits[1].record(k, wake(2, k, if k == 30 { 9 } else { 1 }));
+        }
+        c.drain(false).unwrap();
+        assert!(lines(&path).is_empty(), "thread 1 has not finished interval 0");
+        for k in 500..1200 {
+            splits[1].record(k, wake(2, k, 0));
+        }
+        c.drain(false).unwrap();
+        let got = lines(&path);
+        assert_eq!(got.len(), 1, "{got:?}");
+        let first = &got[0];
+        assert_eq!((first.from_ns, first.to_ns), (start.0, start.0 + 1_000_000_000));
+        assert_eq!((first.threshold_ns, first.late), (2_000_000, 3));
+        let worst: Vec<(u32, u64)> = first
+            .events
+            .iter()
+            .map(|e| (e.tid, (e.planned_ns - start.0) / 1_000_000))
+            .collect();
+        assert_eq!(worst, vec![(2, 30), (1, 10), (1, 20)], "worst first, then the earlier");
+        for s in &mut splits {
+            s.ship();
+        }
+        c.drain(true).unwrap();
+        assert_eq!(lines(&path).len(), 2, "the rest at the end");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn overrun_periods_are_samples_with_full_lateness() {
         // Interval 1000 ns. Wake-up 2 is 3500 ns late, so wake-ups 3, 4 and 5
@@ -747,6 +931,14 @@ impl CyclicProbe {
         }
         // stress-ng starts this many workers per stressor of the load.
         limits::count("--load-workers", self.load_workers as u64, 1, limits::MAX_THREADS)?;
+        match (&o.late_log, o.late_log_over_ns) {
+            (Some(_), None) => return Err("a late log needs its threshold (--late-over)".into()),
+            (None, Some(_)) => return Err("--late-over goes with --late-log".into()),
+            (Some(_), Some(over)) => {
+                limits::duration("--late-over", over, 1, limits::MAX_DURATION_NS)?;
+            }
+            (None, None) => {}
+        }
         if (self.histfile.is_some() || self.histfile_woken.is_some()) && o.histogram_us == 0 {
             return Err("a histogram file needs histogram bins (-h)".into());
         }

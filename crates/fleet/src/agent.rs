@@ -17,6 +17,7 @@ use async_nats::jetstream;
 use serde::Deserialize;
 
 use crate::conn::{Checked, NatsArgs, Origin, Refusal};
+use crate::probes::{FlightConfig, ProbeCommand, ProbeConfig, ProbeCounts, Probes};
 use crate::spool::Spool;
 use crate::wire::{self, WindowNotice};
 
@@ -43,6 +44,13 @@ pub struct AgentConfig {
     /// "0.0.0.0:9464": each tenant's latest window, the agent's counters.
     #[serde(default)]
     pub prometheus: Option<String>,
+    /// Wake-up probes run beside the recording (`[[probe]]`): their late
+    /// wake-ups travel with the windows and are explained on them.
+    #[serde(default, rename = "probe")]
+    pub probes: Vec<ProbeConfig>,
+    /// Publish only the windows around late wake-ups (`[flight]`).
+    #[serde(default)]
+    pub flight: Option<FlightConfig>,
 }
 
 fn default_window() -> String {
@@ -140,7 +148,44 @@ impl AgentConfig {
             }
             _ => {}
         }
+        self.check_probes(w)?;
         self.nats.check(Origin::Config).map_err(|e| format!("{e:#}"))?;
+        Ok(())
+    }
+
+    fn check_probes(&self, window_ns: u64) -> Result<(), String> {
+        if self.probes.is_empty() {
+            return match self.flight {
+                Some(_) => Err("[flight] keeps the windows around probes' late wake-ups: add a [[probe]]".into()),
+                None => Ok(()),
+            };
+        }
+        if self.record.is_none() {
+            return Err("[[probe]] needs [record]: its late wake-ups are explained on the live recording".into());
+        }
+        if self.probes.len() > crate::probes::MAX_PROBES {
+            return Err(format!(
+                "{} probes: use at most {}",
+                self.probes.len(),
+                crate::probes::MAX_PROBES
+            ));
+        }
+        for (i, p) in self.probes.iter().enumerate() {
+            p.check()?;
+            if self.probes[..i].iter().any(|q| q.name == p.name) {
+                return Err(format!("two probes named {:?}", p.name));
+            }
+        }
+        if let Some(f) = &self.flight {
+            let k = ontime_core::duration::parse_ns(&f.keep_around)
+                .map_err(|e| format!("flight.keep_around = {:?}: {e}", f.keep_around))?;
+            if k > window_ns {
+                return Err(format!(
+                    "flight.keep_around = {:?} is longer than a window ({}): use at most one window",
+                    f.keep_around, self.window
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -167,14 +212,20 @@ pub struct AgentSummary {
     pub left_in_spool: usize,
     pub cpu_ns: u64,
     pub max_rss_bytes: u64,
+    /// What its probes and flight recorder did (with `[[probe]]`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probes: Option<ProbeCounts>,
 }
 
 /// Runs the agent until `stop`; then publishes what it can within a few
 /// seconds and leaves the rest in the spool.
+/// With `[[probe]]`, `probe_command` starts each probe, `targets` record
+/// every thread (the explanation names whoever delayed a probe).
 pub fn run(
     c: &AgentConfig,
     stop: Arc<AtomicBool>,
     targets: Option<ontime_trace::targets::Targets>,
+    probe_command: Option<ProbeCommand>,
 ) -> Result<AgentSummary> {
     let window_ns = c.window_ns().map_err(anyhow::Error::msg)?;
     // Before anything is recorded: a server that could never be reached
@@ -183,6 +234,14 @@ pub fn run(
     let mut spool = Spool::open(&c.spool.dir, c.spool_bytes().map_err(anyhow::Error::msg)?)?;
     let started = Instant::now();
     let run_dir = spool.run_dir(ontime_core::time::realtime_ns());
+    let mut probes = match (c.probes.is_empty(), probe_command) {
+        (true, _) => None,
+        (false, None) => bail!("[[probe]] given, but nothing to start probes with"),
+        (false, Some(command)) => Some(
+            Probes::start(&c.probes, c.flight.as_ref(), &c.spool.dir.join("probes"), command)
+                .context("starting the agent's probes")?,
+        ),
+    };
     let (tx, rx) = mpsc::channel::<PathBuf>();
     let producer_stop = Arc::new(AtomicBool::new(false));
     // A replay that does not loop ends; the agent then ends once its
@@ -190,7 +249,10 @@ pub fn run(
     let producer_done = Arc::new(AtomicBool::new(false));
     let producer = match (&c.record, &c.replay) {
         (Some(r), _) => {
-            let targets = targets.context("recording needs its targets resolved")?;
+            let mut targets = targets.context("recording needs its targets resolved")?;
+            if let Some(p) = &probes {
+                targets.groups.extend(p.groups());
+            }
             let opts = ontime_trace::recorder::RecordOptions {
                 targets,
                 output: Some(run_dir.clone()),
@@ -237,7 +299,18 @@ pub fn run(
         producer_stop: &producer_stop,
         producer_done: &producer_done,
     };
-    let result = rt.block_on(publish_loop(c, &nats, &mut spool, &rx, control, started, exposition));
+    let result = rt.block_on(publish_loop(
+        c,
+        &nats,
+        Queue {
+            spool: &mut spool,
+            rx: &rx,
+            probes: probes.as_mut(),
+        },
+        control,
+        started,
+        exposition,
+    ));
     // The client's tasks (a connection still being retried) are not
     // waited for: the stop's bound is the agent's, not theirs.
     rt.shutdown_timeout(Duration::from_millis(200));
@@ -247,10 +320,18 @@ pub fn run(
         .map_err(|_| anyhow::anyhow!("the recording thread panicked"))?;
     // The recorder's last windows, finished at its stop: into the spool
     // (published at the next start).
-    while let Ok(f) = rx.try_recv() {
-        spool.push(f);
+    let mut queue = Queue {
+        spool: &mut spool,
+        rx: &rx,
+        probes: probes.as_mut(),
+    };
+    let mut facts = std::collections::HashMap::new();
+    queue.take_finished(&mut facts, None, true);
+    if let Some(p) = probes.as_mut() {
+        p.stop();
     }
     let mut summary = result?;
+    summary.probes = probes.as_ref().map(|p| p.counts.clone());
     produced?;
     summary.windows = spool.queued;
     summary.dropped += spool.dropped;
@@ -347,11 +428,68 @@ impl Watch<'_> {
     }
 }
 
+/// Where finished windows go: through the probes' wait for their late
+/// events (when there are probes) into the spool.
+struct Queue<'a> {
+    spool: &'a mut Spool,
+    rx: &'a mpsc::Receiver<PathBuf>,
+    probes: Option<&'a mut Probes>,
+}
+
+impl Queue<'_> {
+    /// Takes the windows the producer finished: reads each once, here, for
+    /// its facts (the notice's, and with `metrics` its tenants' figures,
+    /// scheduler events only: the functions are the workers' job), and
+    /// spools those ready (with probes: once their late events are known;
+    /// `all`: every one, the agent is stopping).
+    fn take_finished(
+        &mut self,
+        facts: &mut std::collections::HashMap<PathBuf, WindowFacts>,
+        mut metrics: Option<&mut crate::metrics::AgentMetrics>,
+        all: bool,
+    ) {
+        let mut ready = Vec::new();
+        while let Ok(f) = self.rx.try_recv() {
+            let w = window_facts(&f, metrics.is_some()).ok();
+            if let (Some(m), Some(w)) = (metrics.as_deref_mut(), &w) {
+                // An almost empty window (a recording's last, cut at its
+                // stop) has no shares: the exposition keeps the figures of
+                // the last window that had them.
+                if w.duration_ns >= crate::analysis::MIN_SHARE_WINDOW_NS {
+                    m.tenants = w.tenants.clone();
+                }
+                m.last_window_end_realtime_ns = w.start_realtime_ns.saturating_add(w.duration_ns);
+            }
+            match self.probes.as_deref_mut() {
+                // A window that does not read goes on as it is: publishing
+                // says why it cannot be.
+                Some(p) => {
+                    let (start, end) = w.as_ref().map_or((0, 0), |w| (w.start_ns, w.start_ns + w.duration_ns));
+                    p.window_finished(f.clone(), start, end);
+                }
+                None => ready.push(f.clone()),
+            }
+            if let Some(w) = w {
+                facts.insert(f, w);
+            }
+        }
+        if let Some(p) = self.probes.as_deref_mut() {
+            ready.extend(p.ready(all));
+            // The flight recorder deleted the quiet windows.
+            facts.retain(|f, _| f.exists());
+        }
+        for f in ready {
+            for gone in self.spool.push(f) {
+                facts.remove(&gone);
+            }
+        }
+    }
+}
+
 async fn publish_loop(
     c: &AgentConfig,
     nats: &Checked,
-    spool: &mut Spool,
-    rx: &mpsc::Receiver<PathBuf>,
+    queue: Queue<'_>,
     control: Control<'_>,
     started: Instant,
     exposition: Option<Arc<std::sync::Mutex<String>>>,
@@ -361,6 +499,7 @@ async fn publish_loop(
         producer_stop,
         producer_done,
     } = control;
+    let mut queue = queue;
     let mut metrics = crate::metrics::AgentMetrics {
         host: c.host.clone(),
         ..Default::default()
@@ -383,33 +522,18 @@ async fn publish_loop(
             return Err(nats.refused());
         }
         let deadline = watch.deadline();
-        while let Ok(f) = rx.try_recv() {
-            // Each window is read once, here: its facts for the notice and,
-            // with an exposition, its tenants' figures (scheduler events
-            // only: the functions are the workers' job).
-            if let Ok(w) = window_facts(&f, exposition.is_some()) {
-                if exposition.is_some() {
-                    // An almost empty window (a recording's last, cut at
-                    // its stop) has no shares: the exposition keeps the
-                    // figures of the last window that had them.
-                    if w.duration_ns >= crate::analysis::MIN_SHARE_WINDOW_NS {
-                        metrics.tenants = w.tenants.clone();
-                    }
-                    metrics.last_window_end_realtime_ns = w.start_realtime_ns.saturating_add(w.duration_ns);
-                }
-                facts.insert(f.clone(), w);
-            }
-            for gone in spool.push(f) {
-                facts.remove(&gone);
-            }
-        }
+        queue.take_finished(
+            &mut facts,
+            exposition.is_some().then_some(&mut metrics),
+            deadline.is_some(),
+        );
         if let Some(body) = &exposition {
             let (cpu, rss) = own_cost();
-            metrics.windows_queued = spool.queued;
+            metrics.windows_queued = queue.spool.queued;
             metrics.windows_published = summary.published;
-            metrics.windows_dropped = spool.dropped + summary.dropped;
-            metrics.spool_bytes = spool.bytes();
-            metrics.spool_windows = spool.len();
+            metrics.windows_dropped = queue.spool.dropped + summary.dropped;
+            metrics.spool_bytes = queue.spool.bytes();
+            metrics.spool_windows = queue.spool.len();
             metrics.cpu_ns = cpu;
             metrics.max_rss_bytes = rss;
             if let Ok(mut b) = body.lock() {
@@ -417,22 +541,20 @@ async fn publish_loop(
             }
         }
         if let Some(d) = deadline {
-            if spool.is_empty() || Instant::now() >= d {
+            if queue.spool.is_empty() || Instant::now() >= d {
                 return Ok(summary);
             }
         }
         // Everything replayed was sent (the channel is drained after the
         // flag, so no window is left behind).
-        if producer_done.load(Ordering::Relaxed) && spool.is_empty() {
-            while let Ok(f) = rx.try_recv() {
-                spool.push(f);
-            }
-            if spool.is_empty() {
+        if producer_done.load(Ordering::Relaxed) && queue.spool.is_empty() {
+            queue.take_finished(&mut facts, None, true);
+            if queue.spool.is_empty() {
                 return Ok(summary);
             }
         }
         let mut failed = false;
-        while let Some(front) = spool.front().map(Path::to_path_buf) {
+        while let Some(front) = queue.spool.front().map(Path::to_path_buf) {
             let attempt = async {
                 if !ready {
                     crate::conn::ensure(&js).await?;
@@ -442,7 +564,7 @@ async fn publish_loop(
                     Some(w) => w.clone(),
                     None => window_facts(&front, false)?,
                 };
-                publish(c, &js, &front, w, spool.dropped, started).await
+                publish(c, &js, &front, w, queue.spool.dropped, started).await
             };
             match watch.bounded(PUBLISH_LIMIT, attempt).await {
                 Bounded::Done(Ok(duplicate)) => {
@@ -451,18 +573,18 @@ async fn publish_loop(
                         ontime_core::errln!(
                             "ontime agent: NATS is back after {:.1} s: publishing {} spooled window(s)",
                             t.elapsed().as_secs_f64(),
-                            spool.len()
+                            queue.spool.len()
                         );
                     }
                     facts.remove(&front);
-                    spool.published();
+                    queue.spool.published();
                     summary.published += 1;
                     summary.duplicates += duplicate as u64;
                 }
                 Bounded::Done(Err(e)) if is_bad_window(&e) => {
                     ontime_core::errln!("ontime agent: {} cannot be published: {e:#}; dropped", front.display());
                     facts.remove(&front);
-                    spool.published();
+                    queue.spool.published();
                     summary.dropped += 1;
                 }
                 Bounded::Refused => return Err(nats.refused()),
@@ -546,6 +668,7 @@ async fn publish(
         agent_cpu_ns: cpu,
         agent_rss_bytes: rss,
         agent_uptime_ns: started.elapsed().as_nanos() as u64,
+        late: crate::probes::read_late_file(file),
     };
     let ack = js
         .send_publish(
@@ -566,6 +689,8 @@ async fn publish(
 #[derive(Clone)]
 struct WindowFacts {
     start_realtime_ns: u64,
+    /// Its start on CLOCK_MONOTONIC (the probes' clock).
+    start_ns: u64,
     duration_ns: u64,
     targets: Vec<String>,
     replayed: bool,
@@ -595,6 +720,7 @@ fn window_facts(file: &Path, figures: bool) -> Result<WindowFacts> {
         .and_then(|s| s.trim().parse::<u64>().ok());
     Ok(WindowFacts {
         start_realtime_ns: replayed_start.unwrap_or(rec.meta.start_realtime_ns),
+        start_ns: rec.meta.start_ns,
         duration_ns: end.saturating_sub(rec.meta.start_ns),
         targets: rec
             .meta

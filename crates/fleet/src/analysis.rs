@@ -8,7 +8,8 @@ use anyhow::Result;
 use ontime_sched::analyze::AnalysisOptions;
 use ontime_trace::recording::{GroupKind, Recording};
 
-use crate::wire::TenantFigures;
+use crate::probes::ProbeLate;
+use crate::wire::{ProbeLateExplained, TenantFigures, LATE_SHOWN};
 
 /// What a window gives: its tenants' figures, the pprof (gzipped
 /// profile.proto) when it has samples, and notes.
@@ -16,6 +17,8 @@ pub struct Analysed {
     pub tenants: Vec<TenantFigures>,
     pub pprof: Option<Vec<u8>>,
     pub notes: Vec<String>,
+    /// The agent's probes' late wake-ups, explained.
+    pub late: Vec<ProbeLateExplained>,
 }
 
 /// Functions kept per tenant and window.
@@ -31,8 +34,9 @@ pub const MIN_SHARE_WINDOW_NS: u64 = 100_000_000;
 /// wait is not a share.
 pub const MIN_OBSERVED_NS: u64 = 10_000_000;
 
-pub fn analyse(file: &Path) -> Result<Analysed> {
+pub fn analyse(file: &Path, late: &[ProbeLate]) -> Result<Analysed> {
     let rec = Recording::read(file)?;
+    let late = explain_late(&rec, late);
     let mut tenants = tenant_figures(&rec);
     let mut notes = Vec::new();
     let mut pprof = None;
@@ -59,7 +63,43 @@ pub fn analyse(file: &Path) -> Result<Analysed> {
             Err(e) => notes.push(format!("no profile: {e:#}")),
         }
     }
-    Ok(Analysed { tenants, pprof, notes })
+    Ok(Analysed {
+        tenants,
+        pprof,
+        notes,
+        late,
+    })
+}
+
+/// Each probe's late wake-ups explained on the window (one time line for
+/// all of them); the worst [`LATE_SHOWN`] kept with their causes.
+pub fn explain_late(rec: &Recording, late: &[ProbeLate]) -> Vec<ProbeLateExplained> {
+    if late.is_empty() {
+        return Vec::new();
+    }
+    let all: Vec<ontime_core::late::ProbeEvent> = late.iter().flat_map(|l| l.events.iter().copied()).collect();
+    let tl = ontime_explain::timeline::Timeline::from_recording(rec, &ontime_explain::summary::probe_tids(&all));
+    late.iter()
+        .map(|l| {
+            let mut x = ontime_explain::summary::explain_run_on(
+                &tl,
+                rec,
+                &l.events,
+                l.late,
+                l.threshold_ns,
+                "the probe's late_over",
+            );
+            x.worst.truncate(LATE_SHOWN);
+            // The fleet's view lists events, it draws no time line.
+            x.over_time.clear();
+            ProbeLateExplained {
+                probe: l.probe.clone(),
+                window_start_ns: rec.meta.start_ns,
+                complete: l.complete,
+                explanation: x,
+            }
+        })
+        .collect()
 }
 
 /// Each tenant's steal, busiest 100 ms and contention (no functions);
@@ -74,9 +114,13 @@ pub fn tenant_figures(rec: &Recording) -> Vec<TenantFigures> {
         },
     );
     let long_enough = a.recording.duration_ns >= MIN_SHARE_WINDOW_NS;
+    // An agent with probes records every thread (to name whoever delays
+    // them); its tenants are still the ones it was given, not one per
+    // process of the host.
+    let named = |name: &str| !rec.meta.track_all || rec.meta.groups.iter().any(|g| g.name == name);
     a.groups
         .iter()
-        .filter(|g| g.kind == GroupKind::Tenant)
+        .filter(|g| g.kind == GroupKind::Tenant && named(&g.name))
         .map(|g| TenantFigures {
             name: g.name.clone(),
             steal_pct: (long_enough && g.time_shares.wall_ns >= MIN_OBSERVED_NS).then_some(g.time_shares.steal_pct),

@@ -55,7 +55,39 @@ pub struct HostRow {
     pub dropped_by_agent: u64,
     /// Workers that analysed this host's windows.
     pub workers: Vec<String>,
+    /// The agent's probes' late wake-ups, explained.
+    pub probes: Vec<ProbeRow>,
 }
+
+/// One agent probe's late wake-ups over every window of its host.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ProbeRow {
+    pub probe: String,
+    pub threshold_ns: u64,
+    /// Windows with a late wake-up, and of them those whose late events
+    /// may be missing (the probe's log had not reached the window's end).
+    pub windows: u64,
+    pub windows_incomplete: u64,
+    /// The windows' explanations pooled: late, explained, causes.
+    pub pooled: ontime_explain::summary::PooledExplanation,
+    /// The worst late wake-ups over all windows, worst first.
+    pub worst: Vec<LateRow>,
+}
+
+/// One late wake-up, as the report lists it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LateRow {
+    /// When it was planned: wall clock (ns since the epoch), from its
+    /// window's start.
+    pub planned_realtime_ns: u64,
+    pub window: String,
+    pub lateness_ns: u64,
+    /// Its largest causes, in words.
+    pub causes: String,
+}
+
+/// Late wake-ups listed per probe in the fleet's view.
+pub const WORST_LISTED: usize = 20;
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct FleetView {
@@ -124,6 +156,8 @@ pub fn view(results: &[WindowResult], dead_letters: u64) -> FleetView {
     let mut ids: BTreeMap<&str, u64> = BTreeMap::new();
     let mut sorted: Vec<&WindowResult> = results.iter().collect();
     sorted.sort_by_key(|r| (r.host.clone(), r.start_realtime_ns));
+    // Each host's probes' explanations, pooled at the end.
+    let mut explained: BTreeMap<(&str, &str), Vec<&ontime_explain::RunExplanation>> = BTreeMap::new();
     for r in sorted {
         *ids.entry(&r.id).or_default() += 1;
         let h = hosts.entry(&r.host).or_insert_with(|| HostRow {
@@ -182,6 +216,53 @@ pub fn view(results: &[WindowResult], dead_letters: u64) -> FleetView {
             if let Some(row) = h.tenants.iter_mut().find(|x| x.tenant == a.tenant) {
                 row.anomalies.push(a.clone());
             }
+        }
+        for l in &r.late {
+            let x = &l.explanation;
+            let i = match h.probes.iter().position(|p| p.probe == l.probe) {
+                Some(i) => i,
+                None => {
+                    h.probes.push(ProbeRow {
+                        probe: l.probe.clone(),
+                        ..Default::default()
+                    });
+                    h.probes.len() - 1
+                }
+            };
+            let row = &mut h.probes[i];
+            row.threshold_ns = x.threshold_ns;
+            if x.late > 0 {
+                row.windows += 1;
+                row.windows_incomplete += !l.complete as u64;
+            }
+            explained
+                .entry((r.host.as_str(), l.probe.as_str()))
+                .or_default()
+                .push(x);
+            row.worst.extend(x.worst.iter().map(|e| {
+                LateRow {
+                    planned_realtime_ns: r
+                        .start_realtime_ns
+                        .saturating_add(e.planned_ns.saturating_sub(l.window_start_ns)),
+                    window: r.id.clone(),
+                    lateness_ns: e.lateness_ns,
+                    causes: e.causes_text(),
+                }
+            }));
+            row.worst.sort_by(|a, b| {
+                b.lateness_ns
+                    .cmp(&a.lateness_ns)
+                    .then(a.planned_realtime_ns.cmp(&b.planned_realtime_ns))
+            });
+            row.worst.truncate(WORST_LISTED);
+        }
+    }
+    for ((host, probe), runs) in explained {
+        if let Some(row) = hosts
+            .get_mut(host)
+            .and_then(|h| h.probes.iter_mut().find(|p| p.probe == probe))
+        {
+            row.pooled = ontime_explain::summary::PooledExplanation::of(runs.into_iter());
         }
     }
     FleetView {
@@ -319,8 +400,39 @@ pub fn text(v: &FleetView) -> String {
             h.dropped_by_agent,
             if h.replayed { ", replayed windows" } else { "" }
         );
+        for p in &h.probes {
+            let _ = writeln!(out, "{:<16} probe {}: {}", "", p.probe, p.summary());
+            for e in p.worst.iter().take(5) {
+                let _ = writeln!(
+                    out,
+                    "{:<16}   {}  {:>10} late: {}",
+                    "",
+                    ontime_core::manifest::utc_millis(e.planned_realtime_ns),
+                    ontime_core::duration::format_ns(e.lateness_ns),
+                    e.causes
+                );
+            }
+        }
     }
     out
+}
+
+impl ProbeRow {
+    /// "14 late wake-ups over 1.0 ms in 3 windows; <the pooled sentence>".
+    pub fn summary(&self) -> String {
+        let incomplete = if self.windows_incomplete > 0 {
+            format!(" ({} with events possibly missing)", self.windows_incomplete)
+        } else {
+            String::new()
+        };
+        format!(
+            "{} late wake-up(s) over {} in {} window(s){incomplete}; {}",
+            self.pooled.late,
+            ontime_core::duration::format_ns(self.threshold_ns),
+            self.windows,
+            self.pooled.sentence()
+        )
+    }
 }
 
 /// The view as an HTML page; `pprofs`: the hosts whose latest pprof sits
@@ -400,6 +512,37 @@ pub fn html(v: &FleetView, pprofs: &[String]) -> String {
         }
         h.push_str("</table>");
     }
+    if v.hosts.iter().any(|h| !h.probes.is_empty()) {
+        h.push_str("<h2>Late wake-ups and why</h2><p>Each agent's probes' wake-ups later than their threshold, explained on the window that holds them.</p><table><tr><th>host</th><th>probe</th><th>late wake-ups, and why</th></tr>");
+        for host in &v.hosts {
+            for p in &host.probes {
+                let _ = write!(
+                    h,
+                    "<tr><td class=l>{}</td><td class=l>{}</td><td class=l>{}</td></tr>",
+                    esc(&host.host),
+                    esc(&p.probe),
+                    esc(&p.summary())
+                );
+            }
+        }
+        h.push_str("</table><h3>The worst late wake-ups</h3><table><tr><th>host</th><th>probe</th><th>planned (UTC)</th><th>late by</th><th>causes</th></tr>");
+        for host in &v.hosts {
+            for p in &host.probes {
+                for e in &p.worst {
+                    let _ = write!(
+                        h,
+                        "<tr><td class=l>{}</td><td class=l>{}</td><td class=l>{}</td><td>{}</td><td class=l>{}</td></tr>",
+                        esc(&host.host),
+                        esc(&p.probe),
+                        ontime_core::manifest::utc_millis(e.planned_realtime_ns),
+                        ontime_core::duration::format_ns(e.lateness_ns),
+                        esc(&e.causes)
+                    );
+                }
+            }
+        }
+        h.push_str("</table>");
+    }
     h.push_str("<h2>Agents and workers</h2><table><tr><th>host</th><th>windows</th><th>redelivered</th><th>agent CPU (share of a core)</th><th>agent max resident</th><th>dropped (spool full)</th><th>analysed by</th></tr>");
     for host in &v.hosts {
         let _ = write!(
@@ -451,6 +594,7 @@ mod tests {
             agent_cpu_ns: 0,
             agent_rss_bytes: 0,
             agent_uptime_ns: 0,
+            late: vec![],
         }
     }
 

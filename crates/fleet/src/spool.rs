@@ -143,6 +143,7 @@ pub fn show_bytes(n: u64) -> String {
 fn remove_window(p: &Path) {
     let _ = std::fs::remove_file(p);
     let _ = std::fs::remove_file(p.with_extension("start"));
+    let _ = std::fs::remove_file(crate::probes::late_file(p));
 }
 
 #[cfg(test)]

@@ -94,6 +94,10 @@ pub struct WindowNotice {
     pub agent_cpu_ns: u64,
     pub agent_rss_bytes: u64,
     pub agent_uptime_ns: u64,
+    /// The late wake-ups of the agent's probes in the window, to explain
+    /// on it (`[[probe]]`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub late: Vec<crate::probes::ProbeLate>,
 }
 
 impl WindowNotice {
@@ -167,7 +171,29 @@ pub struct WindowResult {
     pub agent_cpu_ns: u64,
     pub agent_rss_bytes: u64,
     pub agent_uptime_ns: u64,
+    /// The agent's probes' late wake-ups in the window, explained on it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub late: Vec<ProbeLateExplained>,
 }
+
+/// One probe's late wake-ups in a window, explained on the window's
+/// recording.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ProbeLateExplained {
+    pub probe: String,
+    /// The window's start on CLOCK_MONOTONIC: the events' times less it
+    /// are their offsets into the window (wall clock: `start_realtime_ns`
+    /// plus the offset).
+    pub window_start_ns: u64,
+    /// The probe's log had reached the window's end when it was spooled.
+    pub complete: bool,
+    /// Its late wake-ups explained (`late`: all in the window; the worst,
+    /// at most [`LATE_SHOWN`], with their causes).
+    pub explanation: ontime_explain::RunExplanation,
+}
+
+/// Worst events kept per probe and window in a result.
+pub const LATE_SHOWN: usize = 10;
 
 #[cfg(test)]
 mod tests {
@@ -196,6 +222,7 @@ mod tests {
             agent_cpu_ns: 1,
             agent_rss_bytes: 2,
             agent_uptime_ns: 3,
+            late: Vec::new(),
         };
         let back: WindowNotice = serde_json::from_slice(&serde_json::to_vec(&n).unwrap()).unwrap();
         assert_eq!(back, n);

@@ -213,6 +213,20 @@ fn read_notice(payload: &[u8], subject: &str) -> Result<WindowNotice, (String, S
             ),
         ));
     }
+    let events: usize = notice.late.iter().map(|l| l.events.len()).sum();
+    if notice.late.len() > crate::probes::MAX_PROBES || events > crate::probes::MAX_LATE_PER_WINDOW {
+        return Err((
+            host,
+            format!(
+                "window {} claims {} late events of {} probes, more than an agent sends ({} of {} at most)",
+                notice.id,
+                events,
+                notice.late.len(),
+                crate::probes::MAX_LATE_PER_WINDOW,
+                crate::probes::MAX_PROBES
+            ),
+        ));
+    }
     Ok(notice)
 }
 
@@ -360,9 +374,10 @@ async fn handle(
     }
     let t = Instant::now();
     let path = file.clone();
+    let late = notice.late.clone();
     // Long analyses keep the window: "in progress" before the ack wait.
     let analysed = isolated(
-        move || crate::analysis::analyse(&path),
+        move || crate::analysis::analyse(&path, &late),
         MAX_ANALYSIS,
         (o.ack_wait / 2).max(Duration::from_secs(1)),
         move || async move {
@@ -427,6 +442,7 @@ async fn handle(
         agent_cpu_ns: notice.agent_cpu_ns,
         agent_rss_bytes: notice.agent_rss_bytes,
         agent_uptime_ns: notice.agent_uptime_ns,
+        late: analysed.late,
     };
     let ack = js
         .send_publish(
@@ -518,6 +534,7 @@ mod tests {
             agent_cpu_ns: 0,
             agent_rss_bytes: 0,
             agent_uptime_ns: 0,
+            late: vec![],
         }
     }
 
@@ -549,6 +566,16 @@ mod tests {
             ..good.clone()
         };
         assert!(refusal(&long).1.contains("longer than any window"));
+        let many_late = WindowNotice {
+            late: (0..=crate::probes::MAX_PROBES)
+                .map(|i| crate::probes::ProbeLate {
+                    probe: format!("p{i}"),
+                    ..Default::default()
+                })
+                .collect(),
+            ..good.clone()
+        };
+        assert!(refusal(&many_late).1.contains("more than an agent sends"));
         let start = u64::MAX - 10;
         let wraps = WindowNotice {
             start_realtime_ns: start,

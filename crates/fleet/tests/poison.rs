@@ -84,6 +84,7 @@ async fn publish(js: &jetstream::Context, start: u64, file: Option<&[u8]>, bytes
         agent_cpu_ns: 0,
         agent_rss_bytes: 0,
         agent_uptime_ns: 0,
+        late: vec![],
     };
     js.send_publish(
         wire::windows_subject("h1"),

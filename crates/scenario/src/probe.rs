@@ -494,6 +494,8 @@ impl crate::scenario::RunConfig {
                     load: None,
                     hlog: file("hlog"),
                     hlog_interval_ns: 1_000_000_000,
+                    late_log: None,
+                    late_log_over_ns: None,
                     keep_worst: self.keep_late(),
                     explain_over: self.explain_over(),
                     own_work: own_work.as_ref().map(|(w, _)| *w),

@@ -155,3 +155,53 @@ impl Drop for SmallTmpfs {
         let _ = Command::new("umount").arg(self.dir.path()).status();
     }
 }
+
+/// A python3 process at SCHED_FIFO 50 on CPU 1, busy 80 ms then resting,
+/// again and again; killed on drop. What the explanation tests' probes
+/// wait behind.
+pub struct FifoHog(KillOnDrop);
+
+const HOG: &str = r#"
+import os, sys, time
+os.sched_setaffinity(0, {1})
+os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
+print("ready", flush=True)
+while True:
+    end = time.monotonic() + 0.08
+    while time.monotonic() < end:
+        pass
+    time.sleep(float(sys.argv[1]))
+"#;
+
+impl FifoHog {
+    /// Busy 80 ms, then resting `rest_s`. None, with the reason said,
+    /// where this machine refuses SCHED_FIFO or CPU 1 (a container without
+    /// CAP_SYS_NICE, a cpuset, no real-time budget for the cgroup): the
+    /// test then skips.
+    pub fn start_resting(rest_s: f64) -> Option<FifoHog> {
+        let mut child = KillOnDrop(
+            Command::new("python3")
+                .args(["-c", HOG, &rest_s.to_string()])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("python3 for the hog"),
+        );
+        let mut line = String::new();
+        use std::io::BufRead;
+        // EOF when it fails: never a hang.
+        if let Some(out) = child.0.stdout.take() {
+            let _ = std::io::BufReader::new(out).read_line(&mut line);
+        }
+        if line.trim() != "ready" {
+            skip("this machine refuses a SCHED_FIFO process on CPU 1");
+            return None;
+        }
+        Some(FifoHog(child))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
