@@ -13,9 +13,11 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use ontime_core::late::{LateInterval, ProbeEvent, MAX_LATE_LINE_BYTES};
+use ontime_core::late::{LateInterval, MAX_LATE_LINE_BYTES};
 use ontime_core::proc::{ChildProcess, SpawnOptions};
 use serde::{Deserialize, Serialize};
+
+pub use crate::wire::ProbeLate;
 
 /// A wake-up probe the agent runs (`[[probe]]` in agent.toml).
 #[derive(Clone, Debug, Deserialize)]
@@ -138,21 +140,6 @@ impl ProbeConfig {
 /// What starts a probe: the command running this spec (`ontime probe
 /// SPEC.json`, built by the binary, which owns the probe documents).
 pub type ProbeCommand = Box<dyn Fn(&ontime_cyclic::CyclicProbe, &Path) -> Result<std::process::Command> + Send>;
-
-/// One probe's late events in one window, as the notice carries them.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct ProbeLate {
-    pub probe: String,
-    pub threshold_ns: u64,
-    /// Late wake-ups in the window (each log interval counted in the
-    /// window its start falls in), kept or not.
-    pub late: u64,
-    /// The worst of them planned inside the window, worst first.
-    pub events: Vec<ProbeEvent>,
-    /// False: the probe's log had not reached the window's end when it was
-    /// spooled (the probe stopped, or was slow); events may be missing.
-    pub complete: bool,
-}
 
 /// A probe as the agent runs it.
 struct RunningProbe {
@@ -588,6 +575,7 @@ fn follow(i: usize, fifo: PathBuf, tx: mpsc::Sender<(usize, LateInterval)>) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ontime_core::late::ProbeEvent;
 
     fn ev(planned_ms: u64, late_ms: u64) -> ProbeEvent {
         ProbeEvent {

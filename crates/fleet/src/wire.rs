@@ -97,13 +97,28 @@ pub struct WindowNotice {
     /// The late wake-ups of the agent's probes in the window, to explain
     /// on it (`[[probe]]`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub late: Vec<crate::probes::ProbeLate>,
+    pub late: Vec<ProbeLate>,
 }
 
 impl WindowNotice {
     pub fn id_of(host: &str, start_realtime_ns: u64) -> String {
         format!("{host}.{start_realtime_ns}")
     }
+}
+
+/// One probe's late events in one window, as the notice carries them.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ProbeLate {
+    pub probe: String,
+    pub threshold_ns: u64,
+    /// Late wake-ups in the window (each log interval counted in the
+    /// window its start falls in), kept or not.
+    pub late: u64,
+    /// The worst of them planned inside the window, worst first.
+    pub events: Vec<ontime_core::late::ProbeEvent>,
+    /// False: the probe's log had not reached the window's end when it was
+    /// spooled (the probe stopped, or was slow); events may be missing.
+    pub complete: bool,
 }
 
 /// A tenant's figures in one window.
