@@ -63,11 +63,7 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         (Some(guest), Some(clock)) => explain_guest(&rec, guest, clock, a.vm, &late)?,
         // A flow receiver waits for datagrams, not for its timer.
         _ if what == ontime_explain::kept::FLOW_WHAT => {
-            let x = ontime_explain::summary::explain_datagrams(&rec, &late);
-            if let Some(path) = a.perfetto.as_deref() {
-                ontime_explain::perfetto::write_file(&rec, &x.worst, path)?;
-            }
-            x
+            crate::explain::explain_datagrams(&rec, &late, a.perfetto.as_deref())?
         }
         _ => crate::explain::explain(
             &crate::explain::Recorded::Whole(Box::new(rec)),

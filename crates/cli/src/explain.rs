@@ -293,6 +293,16 @@ pub fn explain(recorded: &Recorded, late: &LateSet, perfetto: Option<&Path>) -> 
         Recorded::Kept(kept) => return explain_kept(kept, late, perfetto),
     };
     let x = ontime_explain::explain_run(rec, &late.events, late.late, late.threshold_ns, &late.threshold_from);
+    write_perfetto(rec, x, perfetto)
+}
+
+/// A flow receiver's late datagrams: it waits for them, not for its
+/// timer ([`ontime_explain::summary::explain_datagrams`]).
+pub fn explain_datagrams(rec: &Recording, late: &LateSet, perfetto: Option<&Path>) -> Result<RunExplanation> {
+    write_perfetto(rec, ontime_explain::summary::explain_datagrams(rec, late), perfetto)
+}
+
+fn write_perfetto(rec: &Recording, x: RunExplanation, perfetto: Option<&Path>) -> Result<RunExplanation> {
     if let Some(path) = perfetto {
         ontime_explain::perfetto::write_file(rec, &x.worst, path)?;
     }

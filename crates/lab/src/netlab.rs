@@ -552,8 +552,9 @@ pub fn go_when_guests_ready(
 
 impl NetRun {
     /// Stops receivers (they write their results), the best effort and the
-    /// controller (its report goes to `net.json`).
-    pub fn finish(mut self, dir: &Path) -> NetOutcome {
+    /// controller (its report goes to `net.json`, and back to the caller
+    /// for the run's explanation).
+    pub fn finish(mut self, dir: &Path) -> (NetOutcome, Option<ControllerReport>) {
         if let Some(a) = self.adder.take() {
             if let Ok(list) = a.join() {
                 for (name, r) in list {
@@ -585,18 +586,25 @@ impl NetRun {
             Some(c) => c.stop(),
             None => Ok(ControllerReport::default()),
         };
-        match report.and_then(|r| {
-            ontime_core::fsio::write_atomic(&dir.join("net.json"), serde_json::to_string_pretty(&r)?.as_bytes())
+        let report = match report.and_then(|r| {
+            ontime_core::fsio::write_atomic(&dir.join("net.json"), serde_json::to_string_pretty(&r)?.as_bytes())?;
+            Ok(r)
         }) {
-            Ok(()) => self.outcome.controller = Some("net.json".into()),
-            Err(e) => self.outcome.error = Some(format!("{e:#}")),
-        }
+            Ok(r) => {
+                self.outcome.controller = Some("net.json".into());
+                Some(r)
+            }
+            Err(e) => {
+                self.outcome.error = Some(format!("{e:#}"));
+                None
+            }
+        };
         for f in &mut self.outcome.flows {
             let (r, s) = (format!("flow-{}.json", f.name), format!("flow-{}.send.json", f.name));
             f.result = dir.join(&r).exists().then_some(r);
             f.sender = dir.join(&s).exists().then_some(s);
         }
-        self.outcome.clone()
+        (self.outcome.clone(), report)
     }
 }
 
@@ -605,17 +613,12 @@ impl NetRun {
 /// (its receiver's `late_events`), explained on the run's recording.
 /// Nothing when there is neither, or no whole recording (a flight
 /// recorder's windows are not read here).
-pub fn explain_net(dir: &Path, flows: &[FlowOutcome]) -> Result<()> {
+pub fn explain_net(dir: &Path, report: Option<&ControllerReport>, flows: &[FlowOutcome]) -> Result<()> {
     use ontime_explain::kept::{FlowLateExplanation, NetExplanation, RelayPartOfMisses, NET_EXPLANATION};
     let recording = dir.join("observe.otrec");
     if !recording.exists() {
         return Ok(());
     }
-    let report: Option<ControllerReport> = dir
-        .join("net.json")
-        .exists()
-        .then(|| ontime_scenario::results::read_json(&dir.join("net.json"), "controller report"))
-        .transpose()?;
     let per_channel: Vec<(&ontime_net::miss::MissCauses, Vec<(u64, u64)>)> = report
         .iter()
         .flat_map(|r| r.miss_causes.iter())

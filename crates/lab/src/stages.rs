@@ -243,9 +243,9 @@ fn one_run(
         rec.observe = Some(o.finish(dir));
     }
     if let Some(n) = net {
-        let outcome = n.finish(dir);
+        let (outcome, report) = n.finish(dir);
         if rec.observe.is_some() {
-            if let Err(e) = crate::netlab::explain_net(dir, &outcome.flows) {
+            if let Err(e) = crate::netlab::explain_net(dir, report.as_ref(), &outcome.flows) {
                 ontime_core::errln!(
                     "ontime lab: {}: the net's late packets are not explained: {e:#}",
                     dir.display()

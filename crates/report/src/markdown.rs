@@ -311,25 +311,22 @@ fn table_of(runs: &[RunResults]) -> String {
 /// Per setting and channel: every run's deadline misses together, what
 /// their overruns were made of (docs/net.md, "Why a packet missed").
 fn why_missed(runs: &[RunResults], keys: &[String]) -> String {
-    use ontime_explain::kept::{NetExplanation, NET_EXPLANATION};
+    use ontime_explain::kept::NetExplanation;
     use ontime_explain::summary::PooledExplanation;
     use ontime_net::miss::MissCauses;
+    // Each run's controller report and explanation on the recording, read
+    // once (the HTML report's views).
+    let views = crate::netreport::views(runs);
     let (mut rows, mut flows) = (String::new(), String::new());
     for k in keys {
-        // Each complete run of the setting: its controller's report and
-        // its explanation on the recording, read once.
         let mut n = 0;
         let mut pooled: Vec<MissCauses> = Vec::new();
-        let mut explained: Vec<NetExplanation> = Vec::new();
+        let mut explained: Vec<&NetExplanation> = Vec::new();
         for r in runs.iter().filter(|r| &setting(r) == k && r.record.complete) {
-            let report = r.record.net.as_ref().and_then(|n| n.controller.as_ref()).and_then(|p| {
-                ontime_scenario::results::read_json::<ontime_net::controller::ControllerReport>(
-                    &r.dir.join(p),
-                    "controller report",
-                )
-                .ok()
-            });
-            if let Some(c) = report {
+            let Some(v) = views.iter().find(|v| v.run == r.name) else {
+                continue;
+            };
+            if let Some(c) = &v.controller {
                 n += 1;
                 for m in &c.miss_causes {
                     match pooled.iter_mut().find(|p| p.channel == m.channel && p.from == m.from) {
@@ -338,7 +335,7 @@ fn why_missed(runs: &[RunResults], keys: &[String]) -> String {
                     }
                 }
             }
-            if let Ok(x) = ontime_scenario::results::read_json(&r.dir.join(NET_EXPLANATION), "net explanation") {
+            if let Some(x) = &v.relay_part {
                 explained.push(x);
             }
         }
