@@ -662,8 +662,8 @@ fn bad_connection_flags_are_bad_input_before_connecting() {
 /// An agent's probe on CPU 1 below a SCHED_FIFO hog (busy 80 ms every 3
 /// s): its late wake-ups travel with the windows, a worker explains them
 /// on each window's own recording, and the fleet report names the hog,
-/// waited behind on CPU 1. With `[flight]`, windows away from any late
-/// wake-up are not published. Who and which cause, never timings.
+/// waited behind on CPU 1. With `[flight]`, every window is published or
+/// counted quiet. Who and which cause, never timings.
 #[test]
 fn an_agents_probe_has_its_late_wakeups_explained_by_the_fleet() {
     if !ontime_testkit::root_or_skip("the recording agent (BPF) and a SCHED_FIFO probe")

@@ -233,6 +233,8 @@ pub struct Probes {
 pub struct ProbeCounts {
     /// Probes started, restarts included.
     pub starts: u64,
+    /// Windows that waited for their late events (every recorded one).
+    pub windows_seen: u64,
     /// Late intervals dropped before any window took them (the windows fell
     /// ten minutes behind the probes).
     pub intervals_dropped: u64,
