@@ -25,7 +25,7 @@
 //! Explaining allocates nothing but the explanation's segments
 //! ([`explain_into`] reuses them).
 
-use crate::cause::{BlockedOn, Cause, Explanation, Gap, Irq, Late, Segment, Who, UNKNOWN_TID};
+use crate::cause::{BlockedOn, Cause, Explanation, Gap, Irq, Late, Segment, Side, Who, UNKNOWN_TID};
 use crate::timeline::{Probe, Slice, Span, State, Timeline};
 use ontime_core::late::{GatewayStamps, PathNominal};
 
@@ -251,6 +251,12 @@ pub fn split_by_host(guest: &Explanation, host: &Timeline, vcpu_of: impl Fn(u16)
                 continue;
             }
             match (h.cause, seg.cause) {
+                // The guest's CPU had nothing to run and its vCPU thread
+                // ran on the host: QEMU's own work where its samples say
+                // so (emulation), the guest's code elsewhere.
+                (Cause::OwnWork { cpu }, Cause::LateTimer { .. }) => {
+                    emulation_split(host, vcpu.tid, cpu, h, seg, &mut out)
+                }
                 // The vCPU ran the guest, or the host does not say: the
                 // guest's cause stands.
                 (Cause::OwnWork { .. } | Cause::Unexplained { .. }, _) => {
@@ -275,6 +281,40 @@ pub fn split_by_host(guest: &Explanation, host: &Timeline, vcpu_of: impl Fn(u16)
         }
     }
     out
+}
+
+/// A TCG vCPU thread running on host CPU `cpu` over `h` while the guest's
+/// CPU had nothing to run (`guest`, a late timer): each of its stack
+/// samples stands for the sampling period before it, `emulation` where it
+/// was in QEMU's own code, the guest's cause where it ran translated guest
+/// code; time no sample covers keeps the guest's cause.
+fn emulation_split(host: &Timeline, vcpu: u32, cpu: u16, h: &Segment, guest: &Segment, out: &mut Explanation) {
+    let (a, e) = (h.start_ns, h.end_ns);
+    let Some(samples) = host.vcpu_samples(vcpu) else {
+        out.push(a, e, guest.side, guest.cause);
+        return;
+    };
+    let emulation = Cause::Emulation { cpu, vcpu };
+    let mut at = a;
+    let first = samples.at.partition_point(|&(t, _)| t <= a);
+    for &(t, qemu) in &samples.at[first..] {
+        let p = t.saturating_sub(samples.period_ns).max(at);
+        if p >= e {
+            break;
+        }
+        let q = t.min(e);
+        out.push(at, p, guest.side, guest.cause);
+        if qemu {
+            out.push(p, q, Side::Host, emulation);
+        } else {
+            out.push(p, q, guest.side, guest.cause);
+        }
+        at = q.max(at);
+        if t >= e {
+            break;
+        }
+    }
+    out.push(at, e, guest.side, guest.cause);
 }
 
 /// A vCPU thread's stretch `h` on the host, asleep until another
@@ -795,6 +835,51 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    /// A guest's timer late 40 ms while its CPU had nothing to run and its
+    /// TCG vCPU thread ran on host CPU 1 throughout: sampled every 1 ms,
+    /// in QEMU's own code for the first 30 ms (emulation, the host's), in
+    /// translated guest code for the last 10 (the guest's late timer);
+    /// without samples the guest's cause stands whole.
+    #[test]
+    fn a_tcg_vcpu_running_qemus_code_while_the_guest_idles_is_emulation() {
+        const VCPU: u32 = 600;
+        let build = |samples: bool| {
+            let mut b = TimelineBuilder::new(T0, 2);
+            b.watch(VCPU);
+            b.feed(&switch(at(0), 1, 0, VCPU, 0, 0));
+            if samples {
+                b.vcpu_samples(VCPU, MS, (1..=40).map(|i| (at(i), i <= 30)).collect());
+            }
+            b.finish(at(50))
+        };
+        let late_timer = Cause::LateTimer {
+            how: Late::Timer,
+            by: Who::Idle,
+            cpu: Some(0),
+        };
+        let mut guest = Explanation::default();
+        guest.reset(PROBE, at(0), at(40));
+        guest.push(at(0), at(40), Side::Guest, late_timer);
+        let host = build(true);
+        let x = split_by_host(&guest, &host, |cpu| (cpu == 0).then(|| host.probe(VCPU).unwrap()));
+        assert_tiles(&x);
+        let got: Vec<(u64, u64, Side, Cause)> = x
+            .segments
+            .iter()
+            .map(|s| (s.start_ns, s.end_ns, s.side, s.cause))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (at(0), at(30), Side::Host, Cause::Emulation { cpu: 1, vcpu: VCPU }),
+                (at(30), at(40), Side::Guest, late_timer),
+            ]
+        );
+        let host = build(false);
+        let x = split_by_host(&guest, &host, |cpu| (cpu == 0).then(|| host.probe(VCPU).unwrap()));
+        assert_eq!(x.ns_of(CauseKind::LateTimer), 40 * MS, "no samples: the guest's cause");
     }
 
     /// A halted guest's timer late by 31 ms: its vCPU thread slept on the

@@ -176,8 +176,9 @@ pub enum Cause {
     /// idled (`by` is [`Who::Idle`]).
     LateTimer { how: Late, by: Who, cpu: Option<u16> },
     /// Host side of a guest's lateness: the vCPU thread `vcpu` ran on `cpu`
-    /// while the guest did not progress (device emulation, KVM exits). Not
-    /// produced yet: it needs the guest's and the host's time lines joined.
+    /// while the guest did not progress: a TCG vCPU in QEMU's own code (its
+    /// stack samples) while the guest's CPU had nothing to run. KVM exits
+    /// are not told apart yet.
     Emulation { cpu: u16, vcpu: u32 },
     /// The events do not account for this time.
     Unexplained { why: Gap },

@@ -204,6 +204,18 @@ pub struct TimelineBuilder {
     threads: HashMap<u32, ThreadInfo>,
     groups: Vec<Group>,
     coverage: Coverage,
+    vcpu_samples: HashMap<u32, VcpuSamples>,
+}
+
+/// Stack samples of a TCG vCPU thread: at each, whether it ran QEMU's own
+/// code (its binary, its libraries, the host kernel for it) or the guest's
+/// (TCG's translated blocks, in an anonymous executable mapping). A sample
+/// at t stands for the `period_ns` before it.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct VcpuSamples {
+    pub(crate) period_ns: u64,
+    /// (time, in QEMU's own code), in time order.
+    pub(crate) at: Vec<(u64, bool)>,
 }
 
 /// What the builder tracks per CPU besides its line.
@@ -259,7 +271,16 @@ impl TimelineBuilder {
             threads: HashMap::new(),
             groups: Vec::new(),
             coverage: Coverage::default(),
+            vcpu_samples: HashMap::new(),
         }
+    }
+
+    /// A TCG vCPU thread's stack samples, each at (time, in QEMU's own
+    /// code), taken every `period_ns` of its CPU time: what tells QEMU's
+    /// emulation from the guest's code where the vCPU thread ran.
+    pub fn vcpu_samples(&mut self, tid: u32, period_ns: u64, mut at: Vec<(u64, bool)>) {
+        at.sort_unstable();
+        self.vcpu_samples.insert(tid, VcpuSamples { period_ns, at });
     }
 
     /// Whose scheduler the events are from (the host's by default).
@@ -338,6 +359,7 @@ impl TimelineBuilder {
             threads: self.threads,
             groups: self.groups,
             coverage: self.coverage,
+            vcpu_samples: self.vcpu_samples,
         }
     }
 
@@ -555,6 +577,45 @@ fn push_slice(slices: &mut Vec<Slice>, slice: Slice) {
     slices.push(slice);
 }
 
+/// The watched threads that are TCG vCPUs ("CPU n/TCG"), with their
+/// samples classified: the leaf in the host kernel or in a file's mapping
+/// (QEMU, its libraries) is QEMU's own work; in an anonymous executable
+/// mapping, TCG's translated code, the guest's. A leaf in no mapping the
+/// recording kept is left out. KVM vCPUs are not: their guest mode is not
+/// told apart by the sampler.
+fn tcg_samples(rec: &Recording, watch: &[u32]) -> Vec<(u32, Vec<(u64, bool)>)> {
+    let tcg: Vec<u32> = watch
+        .iter()
+        .copied()
+        .filter(|t| {
+            rec.threads
+                .get(t)
+                .is_some_and(|i| ontime_recording::groups::matches("CPU */TCG", &i.comm))
+        })
+        .collect();
+    if tcg.is_empty() {
+        return Vec::new();
+    }
+    let mut out: HashMap<u32, Vec<(u64, bool)>> = HashMap::new();
+    let batch = &rec.samples;
+    for smp in batch.samples.iter().filter(|s| tcg.contains(&s.tid)) {
+        let qemu = if smp.kernel > 0 {
+            Some(true)
+        } else {
+            batch.user_frames(smp).first().and_then(|&ip| {
+                rec.maps
+                    .get(&smp.pid)
+                    .and_then(|m| m.find(ip))
+                    .map(|m| !m.path.is_empty())
+            })
+        };
+        if let Some(q) = qemu {
+            out.entry(smp.tid).or_default().push((smp.ts, q));
+        }
+    }
+    out.into_iter().collect()
+}
+
 /// Who ran where and when, and the watched threads' states, over
 /// [start, end) on CLOCK_MONOTONIC.
 #[derive(Clone, Debug)]
@@ -568,6 +629,7 @@ pub struct Timeline {
     threads: HashMap<u32, ThreadInfo>,
     groups: Vec<Group>,
     coverage: Coverage,
+    vcpu_samples: HashMap<u32, VcpuSamples>,
 }
 
 impl Timeline {
@@ -583,8 +645,20 @@ impl Timeline {
         for e in &rec.events {
             b.feed(e);
         }
+        if let Some(period) = rec.meta.sample_period_ns {
+            for (tid, at) in tcg_samples(rec, watch) {
+                b.vcpu_samples(tid, period, at);
+            }
+        }
         let last = rec.events.last().map_or(rec.meta.start_ns, |e| e.ts);
         b.finish(rec.end.as_ref().map_or(last, |end| end.end_ns))
+    }
+
+    /// The stack samples of TCG vCPU thread `tid`, if it has any.
+    pub(crate) fn vcpu_samples(&self, tid: u32) -> Option<&VcpuSamples> {
+        self.vcpu_samples
+            .get(&tid)
+            .filter(|s| !s.at.is_empty() && s.period_ns > 0)
     }
 
     /// As [`Timeline::from_recording`], for a recording made on another
