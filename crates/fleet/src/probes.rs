@@ -327,7 +327,12 @@ impl Probes {
         let p = &mut self.probes[i];
         let spec = p.config.cyclic(&p.fifo).map_err(anyhow::Error::msg)?;
         let mut cmd = (self.command)(&spec, &p.spec)?;
-        let log = std::fs::File::create(&p.log).with_context(|| format!("cannot write {}", p.log.display()))?;
+        // Appended to: a restarted probe's log keeps why the last one ended.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&p.log)
+            .with_context(|| format!("cannot write {}", p.log.display()))?;
         cmd.stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(log);
