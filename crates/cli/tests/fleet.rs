@@ -707,11 +707,18 @@ fn an_agents_probe_has_its_late_wakeups_explained_by_the_fleet() {
         probes["windows_late"].as_u64() > Some(0),
         "no window held a late wake-up: {s}"
     );
-    assert!(
-        probes["windows_quiet"].as_u64() > Some(0),
-        "the flight recorder published every window: {s}"
-    );
+    // Which windows are quiet depends on this machine's own noise (a busy
+    // VM has late wake-ups of its own): the accounts must add up, each
+    // late window published (the choice itself: the unit tests).
+    // Spooled (published, or left for the next start: the last window,
+    // finished at the stop) or deleted as quiet, every one.
     let published = s["published"].as_u64().unwrap();
+    assert_eq!(
+        s["windows"].as_u64().unwrap() + probes["windows_quiet"].as_u64().unwrap(),
+        probes["windows_seen"].as_u64().unwrap(),
+        "{s}"
+    );
+    assert!(s["windows"].as_u64() >= probes["windows_late"].as_u64(), "{s}");
     let mut v = serde_json::Value::Null;
     ontime_testkit::wait_until("every published window analysed", Duration::from_secs(60), || {
         v = fleet_json(&url);

@@ -454,9 +454,11 @@ pub fn run(
     group
         .await_ready(std::time::Duration::from_secs(5))
         .map_err(anyhow::Error::msg)?;
+    // Opened before the start is set: a FIFO's open waits for its reader.
+    let late_log = open_late_log(&opts)?;
     let start = MonoNs::now().add_ns(100_000_000);
     let start_wall = std::time::SystemTime::now() + std::time::Duration::from_millis(100);
-    let mut collector = IntervalCollector::create(&opts, start, start_wall)?;
+    let mut collector = IntervalCollector::create(&opts, start, start_wall, late_log)?;
     for (t, (tx, interval)) in go.into_iter().zip(intervals).enumerate() {
         let split = collector.as_mut().map(|c| c.split_for(t, interval));
         // A thread that already failed has said why (joined below).
@@ -512,6 +514,18 @@ pub fn run(
     })
 }
 
+/// The late log's file (`--late-log`), if asked for.
+fn open_late_log(opts: &CyclicOptions) -> Result<Option<std::fs::File>> {
+    let Some(p) = &opts.late_log else { return Ok(None) };
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(p)
+        .map_err(|e| anyhow::anyhow!("cannot write the late log {}: {e}", p.display()))?;
+    Ok(Some(f))
+}
+
 /// An interval's samples of every thread, merged.
 #[derive(Default)]
 struct IntervalTotal {
@@ -535,8 +549,14 @@ struct IntervalCollector {
 }
 
 impl IntervalCollector {
-    /// None when neither log is asked for.
-    fn create(opts: &CyclicOptions, start: MonoNs, start_wall: std::time::SystemTime) -> Result<Option<Self>> {
+    /// None when neither log is asked for; `late_log`: the late log's file,
+    /// opened by [`open_late_log`].
+    fn create(
+        opts: &CyclicOptions,
+        start: MonoNs,
+        start_wall: std::time::SystemTime,
+        late_log: Option<std::fs::File>,
+    ) -> Result<Option<Self>> {
         if opts.hlog.is_none() && opts.late_log.is_none() {
             return Ok(None);
         }
@@ -553,17 +573,11 @@ impl IntervalCollector {
             )?),
             None => None,
         };
-        let late_log = match &opts.late_log {
-            Some(p) => {
+        let late_log = match late_log {
+            Some(f) => {
                 let over = opts
                     .late_log_over_ns
                     .ok_or_else(|| anyhow::anyhow!("a late log needs its threshold (--late-over)"))?;
-                let f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .open(p)
-                    .map_err(|e| anyhow::anyhow!("cannot write the late log {}: {e}", p.display()))?;
                 Some((std::io::BufWriter::new(f), over))
             }
             None => None,
@@ -785,7 +799,8 @@ mod tests {
             own_work: None,
         };
         let start = MonoNs(5_000_000_000);
-        let mut c = IntervalCollector::create(&opts, start, std::time::SystemTime::now())
+        let file = open_late_log(&opts).unwrap();
+        let mut c = IntervalCollector::create(&opts, start, std::time::SystemTime::now(), file)
             .unwrap()
             .unwrap();
         let mut splits = [c.split_for(0, 1_000_000), c.split_for(1, 1_000_000)];

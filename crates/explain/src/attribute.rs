@@ -26,7 +26,7 @@
 //! ([`explain_into`] reuses them).
 
 use crate::cause::{BlockedOn, Cause, Explanation, Gap, Irq, Late, Segment, Side, Who, UNKNOWN_TID};
-use crate::timeline::{Probe, Slice, Span, State, Timeline};
+use crate::timeline::{Probe, Slice, Span, State, Timeline, IDLE_TID};
 use ontime_core::late::{GatewayStamps, PathNominal};
 
 /// A real-time thread woken onto a CPU running a fair task (or idle)
@@ -223,7 +223,16 @@ fn read_waits_off_relay(
 /// running, or not recorded, leaves the guest's cause (docs/explain.md,
 /// "Guest and host"). A guest's blocked stretches stand. The segments
 /// still tile the lateness.
-pub fn split_by_host(guest: &Explanation, host: &Timeline, vcpu_of: impl Fn(u16) -> Option<Probe>) -> Explanation {
+///
+/// With the guest's time line (`guest_tl`), a late timer's stretches where
+/// the guest's CPU idled and its TCG vCPU thread ran on the host are split
+/// by the thread's stack samples into `emulation` and the guest's cause.
+pub fn split_by_host(
+    guest: &Explanation,
+    host: &Timeline,
+    guest_tl: Option<&Timeline>,
+    vcpu_of: impl Fn(u16) -> Option<Probe>,
+) -> Explanation {
     let mut out = Explanation::default();
     out.reset(guest.tid, guest.planned_ns, guest.actual_ns);
     for seg in &guest.segments {
@@ -254,9 +263,21 @@ pub fn split_by_host(guest: &Explanation, host: &Timeline, vcpu_of: impl Fn(u16)
                 // The guest's CPU had nothing to run and its vCPU thread
                 // ran on the host: QEMU's own work where its samples say
                 // so (emulation), the guest's code elsewhere.
-                (Cause::OwnWork { cpu }, Cause::LateTimer { .. }) => {
-                    emulation_split(host, vcpu.tid, cpu, h, seg, &mut out)
-                }
+                (
+                    Cause::OwnWork { cpu },
+                    Cause::LateTimer {
+                        cpu: Some(guest_cpu), ..
+                    },
+                ) => match guest_tl {
+                    Some(g) => g.cpu_walk(guest_cpu, h.start_ns, h.end_ns, |p, q, slice, irq| {
+                        if slice.tid == IDLE_TID && irq.is_none() {
+                            emulation_split(host, vcpu.tid, cpu, (p, q), seg, &mut out)
+                        } else {
+                            out.push(p, q, seg.side, seg.cause)
+                        }
+                    }),
+                    None => out.push(h.start_ns, h.end_ns, seg.side, seg.cause),
+                },
                 // The vCPU ran the guest, or the host does not say: the
                 // guest's cause stands.
                 (Cause::OwnWork { .. } | Cause::Unexplained { .. }, _) => {
@@ -283,13 +304,12 @@ pub fn split_by_host(guest: &Explanation, host: &Timeline, vcpu_of: impl Fn(u16)
     out
 }
 
-/// A TCG vCPU thread running on host CPU `cpu` over `h` while the guest's
-/// CPU had nothing to run (`guest`, a late timer): each of its stack
-/// samples stands for the sampling period before it, `emulation` where it
-/// was in QEMU's own code, the guest's cause where it ran translated guest
-/// code; time no sample covers keeps the guest's cause.
-fn emulation_split(host: &Timeline, vcpu: u32, cpu: u16, h: &Segment, guest: &Segment, out: &mut Explanation) {
-    let (a, e) = (h.start_ns, h.end_ns);
+/// A TCG vCPU thread running on host CPU `cpu` over [a, e) while the
+/// guest's CPU idled (`guest`, a late timer): each of its stack samples
+/// stands for the sampling period before it, `emulation` where it was in
+/// QEMU's own code, the guest's cause where it ran translated guest code;
+/// time no sample covers keeps the guest's cause.
+fn emulation_split(host: &Timeline, vcpu: u32, cpu: u16, (a, e): (u64, u64), guest: &Segment, out: &mut Explanation) {
     let Some(samples) = host.vcpu_samples(vcpu) else {
         out.push(a, e, guest.side, guest.cause);
         return;
@@ -811,7 +831,7 @@ mod tests {
         };
         guest.push(at(0), at(10), Side::Guest, behind_guest_hog);
         guest.push(at(10), at(30), Side::Guest, Cause::OwnWork { cpu: 0 });
-        let x = split_by_host(&guest, &host, |cpu| (cpu == 0).then(|| host.probe(VCPU).unwrap()));
+        let x = split_by_host(&guest, &host, None, |cpu| (cpu == 0).then(|| host.probe(VCPU).unwrap()));
         assert_tiles(&x);
         let got: Vec<(u64, u64, Side, Cause)> = x
             .segments
@@ -837,14 +857,17 @@ mod tests {
         );
     }
 
-    /// A guest's timer late 40 ms while its CPU had nothing to run and its
-    /// TCG vCPU thread ran on host CPU 1 throughout: sampled every 1 ms,
-    /// in QEMU's own code for the first 30 ms (emulation, the host's), in
-    /// translated guest code for the last 10 (the guest's late timer);
-    /// without samples the guest's cause stands whole.
+    /// A guest's timer late 40 ms; its CPU idled for the first 35 ms, then
+    /// ran a guest thread; its TCG vCPU thread ran on host CPU 1
+    /// throughout, sampled every 1 ms in QEMU's own code for the first
+    /// 30 ms and in translated guest code after: the first 30 ms are
+    /// emulation (the host's), the rest the guest's late timer (its code,
+    /// then a guest thread to run, whatever the samples say). Without the
+    /// guest's time line, or without samples, the guest's cause stands.
     #[test]
     fn a_tcg_vcpu_running_qemus_code_while_the_guest_idles_is_emulation() {
         const VCPU: u32 = 600;
+        const GUEST_THREAD: u32 = 900;
         let build = |samples: bool| {
             let mut b = TimelineBuilder::new(T0, 2);
             b.watch(VCPU);
@@ -854,6 +877,10 @@ mod tests {
             }
             b.finish(at(50))
         };
+        let mut g = TimelineBuilder::new(T0, 1).side(Side::Guest);
+        g.feed(&switch(at(0), 0, 0, 0, 0, 0));
+        g.feed(&switch(at(35), 0, 0, GUEST_THREAD, 0, 0));
+        let guest_tl = g.finish(at(50));
         let late_timer = Cause::LateTimer {
             how: Late::Timer,
             by: Who::Idle,
@@ -863,7 +890,10 @@ mod tests {
         guest.reset(PROBE, at(0), at(40));
         guest.push(at(0), at(40), Side::Guest, late_timer);
         let host = build(true);
-        let x = split_by_host(&guest, &host, |cpu| (cpu == 0).then(|| host.probe(VCPU).unwrap()));
+        let split = |host: &Timeline, tl: Option<&Timeline>| {
+            split_by_host(&guest, host, tl, |cpu| (cpu == 0).then(|| host.probe(VCPU).unwrap()))
+        };
+        let x = split(&host, Some(&guest_tl));
         assert_tiles(&x);
         let got: Vec<(u64, u64, Side, Cause)> = x
             .segments
@@ -877,9 +907,26 @@ mod tests {
                 (at(30), at(40), Side::Guest, late_timer),
             ]
         );
-        let host = build(false);
-        let x = split_by_host(&guest, &host, |cpu| (cpu == 0).then(|| host.probe(VCPU).unwrap()));
-        assert_eq!(x.ns_of(CauseKind::LateTimer), 40 * MS, "no samples: the guest's cause");
+        // QEMU's code while the guest ran a thread is TCG running it.
+        let all_qemu = {
+            let mut b = TimelineBuilder::new(T0, 2);
+            b.watch(VCPU);
+            b.feed(&switch(at(0), 1, 0, VCPU, 0, 0));
+            b.vcpu_samples(VCPU, MS, (1..=40).map(|i| (at(i), true)).collect());
+            b.finish(at(50))
+        };
+        let x = split(&all_qemu, Some(&guest_tl));
+        assert_eq!(x.ns_of(CauseKind::Emulation), 35 * MS, "only while the guest idled");
+        assert_eq!(
+            split(&host, None).ns_of(CauseKind::LateTimer),
+            40 * MS,
+            "no guest time line"
+        );
+        assert_eq!(
+            split(&build(false), Some(&guest_tl)).ns_of(CauseKind::LateTimer),
+            40 * MS,
+            "no samples"
+        );
     }
 
     /// A halted guest's timer late by 31 ms: its vCPU thread slept on the
@@ -912,7 +959,7 @@ mod tests {
             cpu: Some(0),
         };
         guest.push(at(10), at(41), Side::Guest, late_timer);
-        let x = split_by_host(&guest, &host, |cpu| (cpu == 0).then(|| host.probe(VCPU).unwrap()));
+        let x = split_by_host(&guest, &host, None, |cpu| (cpu == 0).then(|| host.probe(VCPU).unwrap()));
         assert_tiles(&x);
         let got: Vec<(u64, u64, Side, Cause)> = x
             .segments

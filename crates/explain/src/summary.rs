@@ -250,9 +250,12 @@ impl<'a> GuestExplainer<'a> {
         let probe = self.guest.probe(e.tid)?;
         let place = |t: u64| t.saturating_add_signed(self.offset_ns);
         let x = crate::attribute::explain(&self.guest, &probe, place(e.planned_ns), place(e.actual_ns));
-        Ok(crate::attribute::split_by_host(&x, self.host, |cpu| {
-            self.vcpus.iter().find(|(c, _)| *c == cpu).map(|(_, p)| p.clone())
-        }))
+        Ok(crate::attribute::split_by_host(
+            &x,
+            self.host,
+            Some(&self.guest),
+            |cpu| self.vcpus.iter().find(|(c, _)| *c == cpu).map(|(_, p)| p.clone()),
+        ))
     }
 }
 

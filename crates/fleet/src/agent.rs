@@ -474,6 +474,11 @@ impl Queue<'_> {
             }
         }
         if let Some(p) = self.probes.as_deref_mut() {
+            if all {
+                // Stopping: the probes end now, their windows go with what
+                // is known.
+                p.signal_stop();
+            }
             ready.extend(p.ready(all));
             // The flight recorder deleted the quiet windows.
             facts.retain(|f, _| f.exists());

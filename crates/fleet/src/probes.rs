@@ -82,12 +82,23 @@ pub const LATE_WAIT: Duration = Duration::from_secs(5);
 /// Intervals a probe's log may run ahead of the windows (ten minutes of
 /// 1 s intervals); older ones are dropped and counted.
 const MAX_PENDING_INTERVALS: usize = 600;
+/// A probe's stderr log is begun again past this at its next start.
+const MAX_PROBE_LOG_BYTES: u64 = 1 << 20;
+/// Probe threads at most: each late log line carries up to 64 events per
+/// thread, and a line must stay well under what the agent reads.
+pub const MAX_PROBE_THREADS: usize = 16;
 /// How long a probe that exited waits before it is started again.
 const RESTART_AFTER: Duration = Duration::from_secs(5);
 
 impl ProbeConfig {
     pub fn check(&self) -> Result<(), String> {
         crate::wire::check_host(&self.name).map_err(|e| format!("probe name: {e}"))?;
+        if !(1..=MAX_PROBE_THREADS).contains(&self.threads) {
+            return Err(format!(
+                "probe {:?}: threads = {}: use 1 to {MAX_PROBE_THREADS}",
+                self.name, self.threads
+            ));
+        }
         let probe = self.cyclic(Path::new("/dev/null"))?;
         probe.validate().map_err(|e| format!("probe {:?}: {e}", self.name))?;
         Ok(())
@@ -150,6 +161,8 @@ struct RunningProbe {
     log: PathBuf,
     child: Option<ChildProcess>,
     exited_at: Option<Instant>,
+    /// The agent is stopping: an exit is not a failure.
+    stopping: bool,
     queue: LateQueue,
 }
 
@@ -158,13 +171,22 @@ struct RunningProbe {
 struct LateQueue {
     /// Every late event planned before this is known.
     through_ns: u64,
-    pending: VecDeque<LateInterval>,
+    pending: VecDeque<Pending>,
+}
+
+struct Pending {
+    interval: LateInterval,
+    /// It crossed a window's end: what it has left belongs to the next.
+    carried: bool,
 }
 
 impl LateQueue {
     fn push(&mut self, interval: LateInterval, counts: &mut ProbeCounts) {
         self.through_ns = self.through_ns.max(interval.to_ns);
-        self.pending.push_back(interval);
+        self.pending.push_back(Pending {
+            interval,
+            carried: false,
+        });
         if self.pending.len() > MAX_PENDING_INTERVALS {
             self.pending.pop_front();
             counts.intervals_dropped += 1;
@@ -172,26 +194,21 @@ impl LateQueue {
     }
 
     /// The late events of [start_ns, end_ns): the worst `keep` planned in
-    /// it, and every interval starting in it counted. An interval crossing
-    /// the end stays, with its later events, for the next window.
+    /// it, counted with every interval's late wake-ups planned in it. An
+    /// interval crossing the end is split: its kept events after the end,
+    /// and as many of its count, stay for the next window; what it did not
+    /// keep is counted where it began.
     fn take(&mut self, start_ns: u64, end_ns: u64, keep: usize, counts: &mut ProbeCounts) -> ProbeLate {
         let mut l = ProbeLate {
             complete: self.through_ns >= end_ns,
             ..Default::default()
         };
         while let Some(front) = self.pending.front_mut() {
-            if front.from_ns >= end_ns {
+            let iv = &mut front.interval;
+            if iv.from_ns >= end_ns {
                 break;
             }
-            // An interval that started before the window came after its
-            // own window was spooled.
-            if front.from_ns >= start_ns {
-                l.late += front.late;
-            } else {
-                counts.events_after_window += front.late;
-            }
-            front.late = 0;
-            front.events.retain(|e| {
+            iv.events.retain(|e| {
                 if e.planned_ns >= end_ns {
                     return true;
                 }
@@ -200,7 +217,19 @@ impl LateQueue {
                 }
                 false
             });
-            if front.to_ns > end_ns {
+            let crossing = iv.to_ns > end_ns;
+            let stays = if crossing { iv.events.len() as u64 } else { 0 };
+            let here = iv.late.saturating_sub(stays);
+            // An interval that began before the window and was not carried
+            // over came after its own window was spooled.
+            if iv.from_ns >= start_ns || front.carried {
+                l.late += here;
+            } else {
+                counts.events_after_window += here;
+            }
+            iv.late = stays;
+            if crossing {
+                front.carried = true;
                 break;
             }
             self.pending.pop_front();
@@ -208,9 +237,6 @@ impl LateQueue {
         l.events
             .sort_by_key(|e| (std::cmp::Reverse(e.lateness_ns()), e.planned_ns));
         l.events.truncate(keep);
-        // Kept events outnumber a count only when an interval was cut by
-        // a window's end: never report fewer late than kept.
-        l.late = l.late.max(l.events.len() as u64);
         l
     }
 }
@@ -268,14 +294,9 @@ impl Probes {
         let mut probes = Vec::new();
         for (i, c) in configs.iter().enumerate() {
             let fifo = dir.join(format!("{}.late", c.name));
+            // An earlier agent's FIFO (or a file in its place) is made anew.
             let _ = std::fs::remove_file(&fifo);
-            let path =
-                std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).context("a FIFO path with a NUL byte")?;
-            // SAFETY: a valid C string; mkfifo has no other precondition.
-            if unsafe { libc::mkfifo(path.as_ptr(), 0o600) } != 0 {
-                return Err(std::io::Error::last_os_error())
-                    .with_context(|| format!("cannot make the FIFO {}", fifo.display()));
-            }
+            make_fifo(&fifo)?;
             follow(i, fifo.clone(), tx.clone())?;
             probes.push(RunningProbe {
                 threshold_ns: c.late_over_ns().map_err(anyhow::Error::msg)?,
@@ -285,6 +306,7 @@ impl Probes {
                 fifo,
                 child: None,
                 exited_at: None,
+                stopping: false,
                 queue: LateQueue::default(),
             });
         }
@@ -325,12 +347,17 @@ impl Probes {
 
     fn launch(&mut self, i: usize) -> Result<()> {
         let p = &mut self.probes[i];
+        make_fifo(&p.fifo)?;
         let spec = p.config.cyclic(&p.fifo).map_err(anyhow::Error::msg)?;
         let mut cmd = (self.command)(&spec, &p.spec)?;
-        // Appended to: a restarted probe's log keeps why the last one ended.
+        // Appended to: a restarted probe's log keeps why the last one ended;
+        // begun again past 1 MiB (a probe that fails at every start).
+        let big = std::fs::metadata(&p.log).is_ok_and(|m| m.len() > MAX_PROBE_LOG_BYTES);
         let log = std::fs::OpenOptions::new()
             .create(true)
-            .append(true)
+            .append(!big)
+            .write(true)
+            .truncate(big)
             .open(&p.log)
             .with_context(|| format!("cannot write {}", p.log.display()))?;
         cmd.stdin(std::process::Stdio::null())
@@ -361,6 +388,9 @@ impl Probes {
         }
         for i in 0..self.probes.len() {
             let p = &mut self.probes[i];
+            if p.stopping {
+                continue;
+            }
             if let Some(status) = p.child.as_mut().and_then(|c| c.try_wait()) {
                 ontime_core::errln!(
                     "ontime agent: probe {} exited ({status}; its log: {}); starting it again in {} s",
@@ -401,10 +431,14 @@ impl Probes {
             let Some((file, start_ns, end_ns, _)) = self.waiting.pop_front() else {
                 break;
             };
+            self.counts.windows_seen += 1;
             let late = self.take(start_ns, end_ns);
             let any = late.iter().any(|l| l.late > 0 || !l.events.is_empty());
             if any {
                 self.counts.windows_late += 1;
+            }
+            // A window whose late events may be missing says so too.
+            if any || late.iter().any(|l| !l.complete) {
                 let side = late_file(&file);
                 match serde_json::to_vec(&late).map(|b| ontime_core::fsio::write_atomic(&side, &b)) {
                     Ok(Ok(())) => {}
@@ -446,10 +480,25 @@ impl Probes {
 
     /// Stops every probe.
     pub fn stop(&mut self) {
+        // Every probe told at once: the stop waits for the slowest, not
+        // for each in turn.
+        self.signal_stop();
         for p in &mut self.probes {
             if let Some(mut c) = p.child.take() {
                 c.stop();
             }
+        }
+    }
+
+    /// Tells every probe to stop (SIGTERM), not waiting; none is started
+    /// again.
+    pub fn signal_stop(&mut self) {
+        for p in self.probes.iter_mut().filter(|p| !p.stopping) {
+            if let Some(c) = &p.child {
+                c.signal(libc::SIGTERM);
+            }
+            p.exited_at = None;
+            p.stopping = true;
         }
     }
 }
@@ -536,6 +585,27 @@ pub fn read_late_file(window: &Path) -> Vec<ProbeLate> {
     }
 }
 
+/// Makes the FIFO a probe writes its late log to, unless it is there: a
+/// probe opening a missing path would make a plain file the agent never
+/// reads.
+fn make_fifo(fifo: &Path) -> Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(fifo) {
+        Ok(m) if m.file_type().is_fifo() => return Ok(()),
+        Ok(_) => {
+            let _ = std::fs::remove_file(fifo);
+        }
+        Err(_) => {}
+    }
+    let path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).context("a FIFO path with a NUL byte")?;
+    // SAFETY: a valid C string; mkfifo has no other precondition.
+    if unsafe { libc::mkfifo(path.as_ptr(), 0o600) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("cannot make the FIFO {}", fifo.display()));
+    }
+    Ok(())
+}
+
 /// Follows probe `i`'s FIFO on a thread of its own: each line an interval,
 /// sent on; reopened when its writer goes (a restarted probe opens it
 /// again). The thread ends when the agent does.
@@ -543,8 +613,12 @@ fn follow(i: usize, fifo: PathBuf, tx: mpsc::Sender<(usize, LateInterval)>) -> R
     std::thread::Builder::new()
         .name(format!("ontime-late{i}"))
         .spawn(move || loop {
-            // Blocks until the probe opens it for writing.
-            let Ok(f) = std::fs::File::open(&fifo) else { return };
+            // Blocks until the probe opens it for writing. A FIFO that is
+            // gone is made again before the probe's next start.
+            let Ok(f) = std::fs::File::open(&fifo) else {
+                std::thread::sleep(Duration::from_secs(1));
+                continue;
+            };
             let mut r = std::io::BufReader::new(f);
             let mut line = Vec::new();
             loop {
@@ -560,7 +634,12 @@ fn follow(i: usize, fifo: PathBuf, tx: mpsc::Sender<(usize, LateInterval)>) -> R
                     // Over the bound, or cut by the writer's end: skip to
                     // the next line.
                     let mut rest = Vec::new();
-                    let _ = r.read_until(b'\n', &mut rest);
+                    let _ = (&mut r).take(MAX_LATE_LINE_BYTES as u64).read_until(b'\n', &mut rest);
+                    ontime_core::errln!(
+                        "ontime agent: {}: a line over {} bytes, left out",
+                        fifo.display(),
+                        MAX_LATE_LINE_BYTES
+                    );
                     continue;
                 }
                 match serde_json::from_slice::<LateInterval>(&line) {
@@ -616,7 +695,7 @@ mod tests {
         );
         let w = q.take(0, 1_500_000_000, 10, &mut counts);
         assert!(w.complete);
-        assert_eq!(w.late, 5, "both intervals start in the window");
+        assert_eq!(w.late, 3, "the first interval's 2, the second's one before the end");
         let kept: Vec<u64> = w.events.iter().map(|e| e.planned_ns / 1_000_000).collect();
         assert_eq!(kept, vec![1200, 100, 900], "worst first, none planned after the end");
         // The next window gets the crossing interval's later events, and
@@ -625,7 +704,7 @@ mod tests {
         assert!(!next.complete);
         assert_eq!(
             next.late, 2,
-            "its count went with the interval's start; the kept events stand"
+            "the crossing interval's two after the end: 5 in all, none twice"
         );
         assert_eq!(next.events.len(), 2);
         assert!(q.pending.is_empty());
