@@ -8,9 +8,7 @@ processes as 10 "VMs", stacks at 1 kHz, a 60 s window, recorded by
 - workers: 1 worker analyses K windows, then 2 workers K more;
 - agent cost: `ontime agent` recording the 10 processes for `--agent-seconds`
   with 30 s windows at 100 Hz and at 1 kHz, beside `ontime profile record
-  --continuous` alone on the same targets;
-- the flight recorder's cost: the agent at 100 Hz with a `[[probe]]`, back
-  to back with it without.
+  --continuous` alone on the same targets.
 
 Writes a raw result (bench/benchresult.py): per table (publishing, analysis,
 agent at each rate, the stream) what each run measured: windows, bytes,
@@ -62,7 +60,6 @@ def agent_config(d, host, url, what, window="60s"):
 
 
 PUB_ROW, AGENT_ROW, ALONE_ROW = "ontime agent (replay, unpaced)", "ontime agent", "profile record alone"
-PROBE_ROW = "ontime agent + [[probe]]"
 
 
 def result(a):
@@ -77,12 +74,10 @@ def result(a):
     res.metric("CPU", "s", value("cpu_s"))
     res.metric("CPU share", "%", value("cpu_s", per="seconds", scale=100))
     res.metric("max resident", "MiB", value("max_rss_bytes", scale=2.0 ** -20))
-    res.metric("late windows", "", value("late_windows"))
     res.metric("results", "", value("results"))
     res.metric("duplicate results", "", value("duplicate_results"))
     res.ratio("windows/s", "2 workers", "1 worker")
     res.ratio("CPU", AGENT_ROW, ALONE_ROW)
-    res.ratio("CPU", PROBE_ROW, AGENT_ROW)
     res.method(f"A local nats-server with JetStream on a file store. Document 002's load: 10 busy processes as 10 "
                f"\"VMs\", stacks at 1 kHz, one {a.load_seconds} s window recorded by `ontime profile record "
                f"--continuous` (window size: its file); the load stops before publishing and analysis.")
@@ -103,11 +98,6 @@ def result(a):
                f"(--agent-seconds, {a.agent_seconds}), x 100. "
                "The BPF probes' time is spent in the tasks they interrupt and is in neither "
                "(bench/profile_overhead.py measures it). One run.")
-    res.method(f"Agent with a probe: the same agent at 100 Hz for {a.agent_seconds} s with a `[[probe]]` (1 ms "
-               "wake-ups at SCHED_FIFO 80 on the last CPU, late over 1 ms: the agent then records every thread and "
-               "attaches each window's late wake-ups), back to back with the same agent without it; the probe is a "
-               "process of its own, its CPU in neither (it is the instrument, as cyclictest is). late windows: "
-               "windows the agent attached a late wake-up to.")
     return res
 
 
@@ -218,24 +208,6 @@ def main():
                 # ns to s, the unit getrusage gives the recorder alone's in: one key for the column and the ratio.
                 "cpu_s": s["cpu_ns"] / 1e9, "seconds": a.agent_seconds, "max_rss_bytes": s["max_rss_bytes"]})
             res.round(table, ALONE_ROW, values={"cpu_s": alone, "seconds": a.agent_seconds})
-        # The flight recorder's cost in the agent: a probe beside the same
-        # recording, back to back with the agent without it.
-        last_cpu = os.cpu_count() - 1
-        for row, probe in ((PROBE_ROW, True), (AGENT_ROW, False)):
-            what = f"[record]\npids = {json.dumps(pids)}\nprofile_hz = 100"
-            if probe:
-                what += f"\n[[probe]]\nname = 'plc'\ncpus = [{last_cpu}]\npolicy = 'fifo:80'\nlate_over = '1ms'"
-            cfg = agent_config(d, f"probe{int(probe)}", url, what, "30s")
-            p = subprocess.Popen([ONTIME, "agent", "-c", str(cfg), "--json"], stdout=subprocess.PIPE,
-                                 stderr=subprocess.DEVNULL, text=True)
-            time.sleep(a.agent_seconds)
-            p.send_signal(signal.SIGINT)
-            s = json.loads(p.communicate(timeout=120)[0])
-            values = {"windows": s["published"], "cpu_ns": s["cpu_ns"], "cpu_s": s["cpu_ns"] / 1e9,
-                      "seconds": a.agent_seconds, "max_rss_bytes": s["max_rss_bytes"]}
-            if probe:
-                values["late_windows"] = s["probes"]["windows_late"]
-            res.round("agent with a probe", row, values=values)
         res.round("stream", "ontime fleet report", values={
             "results": fleet["results"], "duplicate_results": fleet["duplicate_results"],
             "dead_letters": fleet["dead_letters"]})

@@ -30,3 +30,4 @@ run crawl-adherence bench/crawl_adherence.py
 run fleet bench/fleet.py --copies 6 --agent-seconds 60 --load-seconds 60
 run observe-overhead bench/observe_overhead.py --duration 60s --reps 3
 run explain-cost bench/explain_cost.py --rounds 5 --seconds 20
+run fleet-probe bench/fleet_probe.py --rounds 2 --seconds 60
