@@ -45,6 +45,23 @@ def wait_port(port, limit=20):
     sys.exit(f"nats-server did not listen on {port}")
 
 
+def nats_server(d, procs):
+    """A nats-server with JetStream on a store in `d`, added to `procs`; its URL."""
+    port = free_port()
+    server = subprocess.Popen(["nats-server", "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(d / "store")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs.append(server)
+    wait_port(port)
+    return f"nats://127.0.0.1:{port}"
+
+
+def busy_vms(procs, n=10):
+    """`n` busy processes as document 002's "VMs", added to `procs`."""
+    vms = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(n)]
+    procs.extend(vms)
+    return vms
+
+
 def run_json(args, **kw):
     out = subprocess.run(args, capture_output=True, text=True, **kw)
     if out.returncode != 0:
@@ -117,14 +134,8 @@ def main():
     d = pathlib.Path(tempfile.mkdtemp(prefix="ontime-fleet-bench-"))
     procs = []
     try:
-        port = free_port()
-        url = f"nats://127.0.0.1:{port}"
-        server = subprocess.Popen(["nats-server", "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(d / "store")],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        procs.append(server)
-        wait_port(port)
-        vms = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(10)]
-        procs.extend(vms)
+        url = nats_server(d, procs)
+        vms = busy_vms(procs)
         pids = [f"vm{i}={p.pid}" for i, p in enumerate(vms)]
         pid_args = sum((["--pid", p] for p in pids), [])
 
@@ -183,8 +194,7 @@ def main():
         print("fleet: agent cost", file=sys.stderr)
 
         # Agent cost at 100 Hz and 1 kHz, 30 s windows, beside the recorder alone.
-        vms = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(10)]
-        procs.extend(vms)
+        vms = busy_vms(procs)
         pids = [f"vm{i}={p.pid}" for i, p in enumerate(vms)]
         pid_args = sum((["--pid", p] for p in pids), [])
         for hz in (100, 1000):

@@ -17,7 +17,7 @@ Usage: bench/fleet_probe.py [--rounds 2] [--seconds 60] [--out FILE]
 import argparse, json, os, pathlib, shutil, signal, subprocess, sys, tempfile, time
 
 from benchresult import BenchResult, value
-from fleet import agent_config, free_port, wait_port
+from fleet import agent_config, busy_vms, nats_server
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ONTIME = str(ROOT / "target/release/ontime")
@@ -59,15 +59,8 @@ def main():
     d = pathlib.Path(tempfile.mkdtemp(prefix="ontime-fleet-probe-bench-"))
     procs = []
     try:
-        port = free_port()
-        url = f"nats://127.0.0.1:{port}"
-        server = subprocess.Popen(["nats-server", "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(d / "store")],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        procs.append(server)
-        wait_port(port)
-        vms = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(10)]
-        procs.extend(vms)
-        pids = [f"vm{i}={p.pid}" for i, p in enumerate(vms)]
+        url = nats_server(d, procs)
+        pids = [f"vm{i}={p.pid}" for i, p in enumerate(busy_vms(procs))]
         last_cpu = os.cpu_count() - 1
         for r in range(a.rounds):
             for row, probe in ((WITH, True), (WITHOUT, False)):
