@@ -45,6 +45,15 @@ def wait_port(port, limit=20):
     sys.exit(f"nats-server did not listen on {port}")
 
 
+def prologue(script):
+    """What both fleet benchmarks need first: root, nats-server, a release build."""
+    if os.geteuid() != 0:
+        sys.exit(f"bench/{script} needs root (BPF)")
+    if not shutil.which("nats-server"):
+        sys.exit(f"bench/{script} needs nats-server (scripts/setup.sh installs it)")
+    subprocess.run(["cargo", "build", "--release", "-q"], cwd=ROOT, check=True)
+
+
 def nats_server(d, procs):
     """A nats-server with JetStream on a store in `d`, added to `procs`; its URL."""
     port = free_port()
@@ -125,11 +134,7 @@ def main():
     ap.add_argument("--load-seconds", type=int, default=60)
     ap.add_argument("--out", help="also write the result to this file")
     a = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("bench/fleet.py needs root (BPF)")
-    if not shutil.which("nats-server"):
-        sys.exit("bench/fleet.py needs nats-server (scripts/setup.sh installs it)")
-    subprocess.run(["cargo", "build", "--release", "-q"], cwd=ROOT, check=True)
+    prologue("fleet.py")
     res = result(a)
     d = pathlib.Path(tempfile.mkdtemp(prefix="ontime-fleet-bench-"))
     procs = []

@@ -17,7 +17,7 @@ Usage: bench/fleet_probe.py [--rounds 2] [--seconds 60] [--out FILE]
 import argparse, json, os, pathlib, shutil, signal, subprocess, sys, tempfile, time
 
 from benchresult import BenchResult, value
-from fleet import agent_config, busy_vms, nats_server
+from fleet import agent_config, busy_vms, nats_server, prologue
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ONTIME = str(ROOT / "target/release/ontime")
@@ -50,11 +50,7 @@ def main():
     ap.add_argument("--seconds", type=int, default=60)
     ap.add_argument("--out", help="also write the result to this file")
     a = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("bench/fleet_probe.py needs root (BPF)")
-    if not shutil.which("nats-server"):
-        sys.exit("bench/fleet_probe.py needs nats-server (scripts/setup.sh installs it)")
-    subprocess.run(["cargo", "build", "--release", "-q"], cwd=ROOT, check=True)
+    prologue("fleet_probe.py")
     res = result(a)
     d = pathlib.Path(tempfile.mkdtemp(prefix="ontime-fleet-probe-bench-"))
     procs = []

@@ -67,8 +67,7 @@ pub fn agent(a: AgentArgs) -> anyhow::Result<()> {
 /// How the agent starts a probe: this binary's `ontime probe SPEC.json`
 /// (the lab's way: no command line assembled from the spec).
 fn probe_command(probe: &ontime_cyclic::CyclicProbe, spec: &std::path::Path) -> anyhow::Result<std::process::Command> {
-    let doc = ontime_scenario::probe::ProbeSpec::Cyclic(probe.clone());
-    ontime_core::fsio::write_atomic(spec, &serde_json::to_vec_pretty(&doc)?)?;
+    ontime_scenario::probe::ProbeSpec::Cyclic(probe.clone()).write(spec)?;
     let exe = std::env::current_exe().context("where this ontime binary is")?;
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("probe").arg(spec);

@@ -221,6 +221,18 @@ fn worker(dir: &Path, url: &str, name: &str) -> KillOnDrop {
     )
 }
 
+/// `ontime agent -c CONFIG --result LOG.json`, its output to `log`.
+fn agent_logged(config: &Path, log: &Path) -> KillOnDrop {
+    spawn_logged(
+        ontime()
+            .args(["agent", "-c"])
+            .arg(config)
+            .arg("--result")
+            .arg(log.with_extension("json")),
+        log,
+    )
+}
+
 /// Stops a process started with `--result LOG.json` and reads its summary.
 fn summary_of(p: KillOnDrop, log: &Path) -> serde_json::Value {
     p.signal(libc::SIGINT);
@@ -524,14 +536,7 @@ fn an_agent_stops_recording_at_a_stop_while_the_server_is_away() {
     let url = format!("nats://127.0.0.1:{}", ontime_testkit::free_port());
     let config = agent_config(d, "h1", &url, &format!("[replay]\ndir = '{}'", windows.display()));
     let log = d.join("agent-h1.log");
-    let agent = spawn_logged(
-        ontime()
-            .args(["agent", "-c"])
-            .arg(&config)
-            .arg("--result")
-            .arg(log.with_extension("json")),
-        &log,
-    );
+    let agent = agent_logged(&config, &log);
     let spool = d.join("spool-h1");
     ontime_testkit::wait_until("two windows spooled", Duration::from_secs(120), || spooled(&spool) >= 2);
     let at_stop = spooled(&spool) as u64;
@@ -690,14 +695,7 @@ fn an_agents_probe_has_its_late_wakeups_explained_by_the_fleet() {
     );
     let w = worker(d, &url, "w1");
     let log = d.join("agent.log");
-    let agent = spawn_logged(
-        ontime()
-            .args(["agent", "-c"])
-            .arg(&config)
-            .arg("--result")
-            .arg(log.with_extension("json")),
-        &log,
-    );
+    let agent = agent_logged(&config, &log);
     std::thread::sleep(Duration::from_secs(10));
     let s = summary_of(agent, &log);
     drop(hog);

@@ -600,6 +600,14 @@ mod tests {
         T0 + ms * MS
     }
 
+    /// An explanation's segments as (start, end, side, cause).
+    fn segments(x: &Explanation) -> Vec<(u64, u64, Side, Cause)> {
+        x.segments
+            .iter()
+            .map(|s| (s.start_ns, s.end_ns, s.side, s.cause))
+            .collect()
+    }
+
     fn switch(ts: u64, cpu: u16, prev: u32, next: u32, state: u32, flags: u8) -> Event {
         Event {
             ts,
@@ -833,11 +841,7 @@ mod tests {
         guest.push(at(10), at(30), Side::Guest, Cause::OwnWork { cpu: 0 });
         let x = split_by_host(&guest, &host, None, |cpu| (cpu == 0).then(|| host.probe(VCPU).unwrap()));
         assert_tiles(&x);
-        let got: Vec<(u64, u64, Side, Cause)> = x
-            .segments
-            .iter()
-            .map(|s| (s.start_ns, s.end_ns, s.side, s.cause))
-            .collect();
+        let got = segments(&x);
         assert_eq!(
             got,
             vec![
@@ -868,12 +872,14 @@ mod tests {
     fn a_tcg_vcpu_running_qemus_code_while_the_guest_idles_is_emulation() {
         const VCPU: u32 = 600;
         const GUEST_THREAD: u32 = 900;
-        let build = |samples: bool| {
+        // The host: the vCPU thread runs throughout; `in_qemu(i)`: its
+        // sample at i ms was in QEMU's own code (None: no samples).
+        let build = |in_qemu: Option<fn(u64) -> bool>| {
             let mut b = TimelineBuilder::new(T0, 2);
             b.watch(VCPU);
             b.feed(&switch(at(0), 1, 0, VCPU, 0, 0));
-            if samples {
-                b.vcpu_samples(VCPU, MS, (1..=40).map(|i| (at(i), i <= 30)).collect());
+            if let Some(q) = in_qemu {
+                b.vcpu_samples(VCPU, MS, (1..=40).map(|i| (at(i), q(i))).collect());
             }
             b.finish(at(50))
         };
@@ -889,17 +895,13 @@ mod tests {
         let mut guest = Explanation::default();
         guest.reset(PROBE, at(0), at(40));
         guest.push(at(0), at(40), Side::Guest, late_timer);
-        let host = build(true);
+        let host = build(Some(|i| i <= 30));
         let split = |host: &Timeline, tl: Option<&Timeline>| {
             split_by_host(&guest, host, tl, |cpu| (cpu == 0).then(|| host.probe(VCPU).unwrap()))
         };
         let x = split(&host, Some(&guest_tl));
         assert_tiles(&x);
-        let got: Vec<(u64, u64, Side, Cause)> = x
-            .segments
-            .iter()
-            .map(|s| (s.start_ns, s.end_ns, s.side, s.cause))
-            .collect();
+        let got = segments(&x);
         assert_eq!(
             got,
             vec![
@@ -908,13 +910,7 @@ mod tests {
             ]
         );
         // QEMU's code while the guest ran a thread is TCG running it.
-        let all_qemu = {
-            let mut b = TimelineBuilder::new(T0, 2);
-            b.watch(VCPU);
-            b.feed(&switch(at(0), 1, 0, VCPU, 0, 0));
-            b.vcpu_samples(VCPU, MS, (1..=40).map(|i| (at(i), true)).collect());
-            b.finish(at(50))
-        };
+        let all_qemu = build(Some(|_| true));
         let x = split(&all_qemu, Some(&guest_tl));
         assert_eq!(x.ns_of(CauseKind::Emulation), 35 * MS, "only while the guest idled");
         assert_eq!(
@@ -923,7 +919,7 @@ mod tests {
             "no guest time line"
         );
         assert_eq!(
-            split(&build(false), Some(&guest_tl)).ns_of(CauseKind::LateTimer),
+            split(&build(None), Some(&guest_tl)).ns_of(CauseKind::LateTimer),
             40 * MS,
             "no samples"
         );
@@ -961,11 +957,7 @@ mod tests {
         guest.push(at(10), at(41), Side::Guest, late_timer);
         let x = split_by_host(&guest, &host, None, |cpu| (cpu == 0).then(|| host.probe(VCPU).unwrap()));
         assert_tiles(&x);
-        let got: Vec<(u64, u64, Side, Cause)> = x
-            .segments
-            .iter()
-            .map(|s| (s.start_ns, s.end_ns, s.side, s.cause))
-            .collect();
+        let got = segments(&x);
         assert_eq!(
             got,
             vec![
