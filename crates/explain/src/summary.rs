@@ -447,6 +447,8 @@ struct Parts {
     /// Whether any recording was explained on.
     any: bool,
     repaired: u64,
+    /// Events the recorders said they lost (ring full, program skipped).
+    lost: u64,
     end_ns: u64,
     process_comm: ProcessNames,
 }
@@ -494,6 +496,7 @@ impl Parts {
         self.irqs |= coverage.irqs;
         self.rt_classes |= coverage.rt_classes;
         self.repaired += coverage.repaired;
+        self.lost += rec.end.as_ref().map_or(0, |e| e.lost);
         let side = tl.side();
         self.process_comm.extend(
             rec.threads
@@ -537,10 +540,14 @@ impl Parts {
                 .push("throttling: a throttled real-time probe shows as waiting behind the fair occupant".to_string());
         }
         if self.repaired > 0 {
+            // Which it was tells a full ring from events never emitted.
             self.notes.push(format!(
-                "{} contradictions in the recording (lost events) were marked unknown",
-                self.repaired
+                "{} contradictions in the recording (lost events; the recorder counted {} lost) were marked unknown",
+                self.repaired, self.lost
             ));
+        } else if self.lost > 0 {
+            self.notes
+                .push(format!("the recorder lost {} events; none contradicted the rest", self.lost));
         }
         // Stretches are explained in time order; the worst come first.
         self.reports
