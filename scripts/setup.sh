@@ -25,10 +25,11 @@ need_root() {
 # bpftool lists loaded BPF programs (the net tests check none is left);
 # nats-server (JetStream) carries the fleet (`ontime agent`, `ontime analyse`);
 # python3-venv holds SimSo, the independent simulator the engine is checked
-# against (scripts/simso-check.py).
+# against (scripts/simso-check.py); mbpoll (libmodbus) is a Modbus/TCP
+# client the gateway's Modbus side is tested with.
 pkgs=(stress-ng rt-tests sqlite3 iproute2 ethtool iperf3 fonts-dejavu-core procps build-essential pkg-config
   clang llvm libbpf-dev libelf-dev zlib1g-dev linux-perf nginx-light qemu-system-x86 qemu-utils cpio
-  fio postmark e2fsprogs util-linux bpftool nats-server python3-venv)
+  fio postmark e2fsprogs util-linux bpftool nats-server python3-venv mbpoll)
 # go tool pprof reads the profiles `ontime profile report --pprof` writes.
 command -v go >/dev/null 2>&1 || pkgs+=(golang-go)
 missing=()
@@ -72,6 +73,20 @@ if [ "$(id -u)" = 0 ] && ! "$perfetto/bin/python" -c 'import perfetto.protos.per
   if ! { python3 -m venv "$perfetto" && "$perfetto/bin/pip" install -q perfetto==0.59.1 'protobuf>=6.31.1,<8'; }; then
     rm -rf "$perfetto"
     echo "setup: no Perfetto definitions (the Perfetto trace check will skip)" >&2
+  fi
+fi
+
+# Field-bus devices and pollers ontime did not write: pymodbus (a Modbus/TCP
+# server and client) and bacpypes3 (BACnet/IP), pinned, in their own
+# environment; the protocol tests start them (scripts/fieldbus-peer.py).
+fieldbus=/var/cache/ontime/fieldbus
+if [ "$(id -u)" = 0 ] && ! "$fieldbus/bin/python" -c 'import pymodbus, bacpypes3' 2>/dev/null; then
+  echo "setup: installing pymodbus and bacpypes3 into $fieldbus"
+  rm -rf "$fieldbus"
+  mkdir -p "$(dirname "$fieldbus")"
+  if ! { python3 -m venv "$fieldbus" && "$fieldbus/bin/pip" install -q pymodbus==3.16.1 bacpypes3==0.0.110; }; then
+    rm -rf "$fieldbus"
+    echo "setup: no pymodbus or bacpypes3 (the field-bus peer tests will skip)" >&2
   fi
 fi
 

@@ -385,6 +385,20 @@ impl LocalGateway {
         }
         let mut buildings = Vec::new();
         let mut seen = std::collections::HashSet::new();
+        // One gateway process speaks one protocol.
+        let protocol = match cfg.gateways[0].protocol {
+            ontime_crawl::config::Protocol::Http => ontime_gateway::config::Protocol::Http,
+            ontime_crawl::config::Protocol::Modbus { .. } => ontime_gateway::config::Protocol::Modbus,
+        };
+        if cfg
+            .gateways
+            .iter()
+            .any(|g| std::mem::discriminant(&g.protocol) != std::mem::discriminant(&cfg.gateways[0].protocol))
+        {
+            return Err(bad_input(
+                "--with-gateway serves one protocol: give URLs of one scheme (http:// or modbus://)",
+            ));
+        }
         for gw in &cfg.gateways {
             if !gw.addr.ip().is_loopback() {
                 return Err(bad_input(format!(
@@ -398,14 +412,20 @@ impl LocalGateway {
             if !seen.insert((gw.addr, gw.building.clone())) {
                 continue;
             }
+            let (name, unit) = match gw.protocol {
+                ontime_crawl::config::Protocol::Http => (gw.building.clone(), None),
+                ontime_crawl::config::Protocol::Modbus { unit, .. } => (format!("unit{unit}"), Some(unit)),
+            };
             buildings.push(Building {
-                name: gw.building.clone(),
+                name,
                 points: gw.point_ids.iter().max().copied().unwrap_or(0) + 1,
                 analog_percent: 70,
                 listen: Some(gw.addr),
+                unit,
             });
         }
         let config = GatewayConfig {
+            protocol,
             listen: cfg.gateways[0].addr,
             threads: 1,
             policy: Policy::Other,

@@ -50,10 +50,15 @@ struct ServeArgs {
     /// TOML file with [[building]] tables and [faults] (flags below override)
     #[arg(long, short = 'c')]
     config: Option<PathBuf>,
+    /// What to speak: getValues over HTTP, or Modbus/TCP (each building a
+    /// unit, 1 to N, whose registers 0..points are its points in
+    /// hundredths) [default: http, or the config's]
+    #[arg(long, value_enum)]
+    protocol: Option<ProtocolArg>,
     /// Address to listen on
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Number of buildings, served at /b0 ... /b{N-1}
+    /// Number of buildings, served at /b0 ... /b{N-1} (Modbus: units 1 to N)
     #[arg(long, default_value_t = 1)]
     buildings: u32,
     /// Points per building
@@ -102,6 +107,12 @@ struct ServeArgs {
     point_fault_probability: Option<f64>,
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ProtocolArg {
+    Http,
+    Modbus,
+}
+
 impl ServeArgs {
     fn to_config(&self) -> anyhow::Result<GatewayConfig> {
         let mut cfg = match &self.config {
@@ -126,6 +137,11 @@ impl ServeArgs {
         };
         if let Some(t) = self.threads {
             cfg.threads = t;
+        }
+        match self.protocol {
+            Some(ProtocolArg::Http) => cfg.protocol = ontime_gateway::config::Protocol::Http,
+            Some(ProtocolArg::Modbus) => cfg.protocol = ontime_gateway::config::Protocol::Modbus,
+            None => {}
         }
         if self.log.is_some() {
             cfg.log = self.log.clone();
@@ -197,14 +213,20 @@ pub fn execute(p: GatewayProbe) -> anyhow::Result<()> {
     } = p;
     cfg.validate().map_err(|e| bad_input(format!("{e:#}")))?;
     crate::output::check_outputs(&[("--result", result.as_deref()), ("--log", cfg.log.as_deref())])?;
-    let summary: Vec<String> = cfg
-        .buildings
-        .iter()
-        .map(|b| format!("/{} ({} points)", b.name, b.points))
+    let modbus = cfg.protocol == ontime_gateway::config::Protocol::Modbus;
+    let summary: Vec<String> = (0..cfg.buildings.len())
+        .map(|bi| {
+            let b = &cfg.buildings[bi];
+            match cfg.unit_of(bi).filter(|_| modbus) {
+                Some(unit) => format!("{} as unit {unit} ({} registers)", b.name, b.points),
+                None => format!("/{} ({} points)", b.name, b.points),
+            }
+        })
         .collect();
     let gw = ontime_gateway::server::start(cfg.clone())?;
+    let scheme = if modbus { "modbus" } else { "http" };
     for addr in gw.addrs() {
-        crate::outln!("ontime gateway: listening on http://{addr}");
+        crate::outln!("ontime gateway: listening on {scheme}://{addr}");
     }
     crate::outln!("ontime gateway: buildings {}", summary.join(", "));
     if let Some(l) = &cfg.log {

@@ -9,12 +9,15 @@
 //! max_connections = 256      # per gateway and vCPU thread
 //!
 //! [[gateway]]
-//! url = "http://127.0.0.1:8080/b0"
+//! url = "http://127.0.0.1:8080/b0"   # or modbus://HOST[:PORT]/UNIT[/input]
 //! points = 1000              # ids 0..1000, or point_ids = [3, 7, 9]
 //! period = "500ms"           # optional, overrides the default
 //! ```
 //!
-//! The poll rate follows: points / N / period.
+//! A URL's scheme chooses the protocol ([`Protocol`]). Over Modbus/TCP a
+//! point id is a register address, and a request reads a run of
+//! consecutive registers: up to N, at most 125, split where the ids are
+//! not consecutive. The poll rate follows: requests per gateway / period.
 
 use anyhow::{anyhow, bail, Context, Result};
 use ontime_core::duration::opt_text_ns;
@@ -90,6 +93,55 @@ impl CrawlFile {
     }
 }
 
+/// What a gateway speaks, from its URL's scheme.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Protocol {
+    /// `http://HOST[:PORT]/BUILDING`: getValues over HTTP/1.1 keep-alive
+    /// (`docs/wire.md`).
+    #[default]
+    Http,
+    /// `modbus://HOST[:PORT]/UNIT[/holding|/input]`: Modbus/TCP reads of
+    /// holding (function 3, the default) or input registers (function 4)
+    /// from unit UNIT; a point id is a register address.
+    Modbus { unit: u8, table: RegisterTable },
+}
+
+impl Protocol {
+    /// The most points one request of this protocol carries.
+    pub fn max_points_per_request(self) -> usize {
+        match self {
+            Protocol::Http => ontime_core::wire::MAX_POINTS_PER_REQUEST,
+            Protocol::Modbus { .. } => ontime_fieldbus::modbus::MAX_REGISTERS as usize,
+        }
+    }
+
+    /// The largest point id it can name.
+    fn max_point_id(self) -> u32 {
+        match self {
+            Protocol::Http => u32::MAX,
+            Protocol::Modbus { .. } => u16::MAX as u32,
+        }
+    }
+}
+
+/// Modbus's register tables a crawl reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RegisterTable {
+    Holding,
+    Input,
+}
+
+impl From<RegisterTable> for ontime_fieldbus::modbus::Table {
+    fn from(t: RegisterTable) -> Self {
+        match t {
+            RegisterTable::Holding => ontime_fieldbus::modbus::Table::Holding,
+            RegisterTable::Input => ontime_fieldbus::modbus::Table::Input,
+        }
+    }
+}
+
 /// A resolved gateway.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Gateway {
@@ -97,8 +149,13 @@ pub struct Gateway {
     /// Resolved from `url`; not part of the result (read back as 0.0.0.0:0).
     #[serde(skip_serializing, default = "unresolved")]
     pub addr: SocketAddr,
+    /// What it speaks (absent in results made before there was a choice:
+    /// HTTP).
+    #[serde(default)]
+    pub protocol: Protocol,
+    /// HOST:PORT as the URL gave it (HTTP's Host header).
     pub host_header: String,
-    /// Building name (the path prefix).
+    /// Building name (the path prefix); over Modbus, the unit's number.
     pub building: String,
     /// Written as a range list, e.g. "0-999" or "1,5,7-9".
     #[serde(serialize_with = "serialize_ranges", deserialize_with = "deserialize_ranges")]
@@ -198,7 +255,15 @@ impl CrawlConfig {
         let mut gateways = Vec::new();
         for (i, g) in file.gateways.into_iter().enumerate() {
             let ctx = || format!("url {} (gateway #{})", shown(&g.url), i + 1);
-            let (addr, host_header, building) = parse_url(&g.url).with_context(ctx)?;
+            let target = parse_url(&g.url).with_context(ctx)?;
+            let protocol = target.protocol;
+            if n > protocol.max_points_per_request() {
+                bail!(
+                    "{}: points_per_request = {n}, but one Modbus read carries at most {} registers",
+                    ctx(),
+                    protocol.max_points_per_request()
+                );
+            }
             let point_ids = match (g.points, g.point_ids) {
                 (Some(_), Some(_)) => bail!("{}: give either points or point_ids, not both", ctx()),
                 (Some(0), None) => bail!("{}: points must be at least 1", ctx()),
@@ -212,15 +277,23 @@ impl CrawlConfig {
                 (None, Some(ids)) => ids,
                 (None, None) => bail!("{}: needs points = COUNT or point_ids = [...]", ctx()),
             };
+            if let Some(&id) = point_ids.iter().find(|&&id| id > protocol.max_point_id()) {
+                bail!(
+                    "{}: point {id} is not a register address (0..{})",
+                    ctx(),
+                    protocol.max_point_id()
+                );
+            }
             let period_ns = g.period.unwrap_or(default_period);
             if period_ns < 1_000_000 {
                 bail!("{}: period must be at least 1ms", ctx());
             }
             gateways.push(Gateway {
                 url: g.url,
-                addr,
-                host_header,
-                building,
+                addr: target.addr,
+                protocol,
+                host_header: target.host,
+                building: target.building,
                 point_ids,
                 period_ns,
             });
@@ -252,11 +325,31 @@ impl CrawlConfig {
     pub fn polls_per_second(&self) -> f64 {
         self.gateways
             .iter()
-            .map(|g| {
-                let streams = g.point_ids.len().div_ceil(self.points_per_request);
-                streams as f64 * 1e9 / g.period_ns as f64
-            })
+            .map(|g| g.requests(self.points_per_request).count() as f64 * 1e9 / g.period_ns as f64)
             .sum()
+    }
+}
+
+impl Gateway {
+    /// Its points as the requests that read them, `n` at most in each:
+    /// over HTTP any `n`; over Modbus runs of consecutive registers.
+    pub fn requests(&self, n: usize) -> impl Iterator<Item = &[u32]> {
+        let consecutive = matches!(self.protocol, Protocol::Modbus { .. });
+        let mut rest = self.point_ids.as_slice();
+        std::iter::from_fn(move || {
+            if rest.is_empty() {
+                return None;
+            }
+            let mut len = rest.len().min(n.max(1));
+            if consecutive {
+                len = (1..len)
+                    .find(|&i| rest[i] != rest[i - 1].wrapping_add(1))
+                    .unwrap_or(len);
+            }
+            let (head, tail) = rest.split_at(len);
+            rest = tail;
+            Some(head)
+        })
     }
 }
 
@@ -269,8 +362,20 @@ fn shown(url: &str) -> String {
     format!("{head:?}{more}")
 }
 
+/// A gateway's URL taken apart.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub addr: SocketAddr,
+    pub protocol: Protocol,
+    /// HOST:PORT as written.
+    pub host: String,
+    /// The building (HTTP) or the unit's number (Modbus).
+    pub building: String,
+}
+
 /// Splits `http://host:port/building` into a socket address, Host header and
-/// building name.
+/// building name, or `modbus://host[:port]/unit[/holding|/input]` into an
+/// address, a unit and a register table.
 ///
 /// The host and the building are written into the head of every request
 /// ([`crate::http::RequestTemplate`]), so this is where a URL is refused
@@ -278,13 +383,16 @@ fn shown(url: &str) -> String {
 /// header early and inject headers of the URL's choosing, a space would
 /// split the request line. The building is one path segment, without `?`
 /// or `#`.
-pub fn parse_url(url: &str) -> Result<(SocketAddr, String, String)> {
+pub fn parse_url(url: &str) -> Result<Target> {
     if let Some((at, c)) = url.char_indices().find(|(_, c)| !c.is_ascii_graphic()) {
         bail!("{c:?} at byte {at}: a URL holds no space, control or non-ASCII character (percent-encode it)");
     }
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| anyhow!("url must start with http:// (https is not supported)"))?;
+    if let Some(rest) = url.strip_prefix("modbus://") {
+        return parse_modbus(rest);
+    }
+    let rest = url.strip_prefix("http://").ok_or_else(|| {
+        anyhow!("url must start with http:// or modbus:// (https and other schemes are not supported)")
+    })?;
     let (hostport, path) = rest
         .split_once('/')
         .ok_or_else(|| anyhow!("url needs a building path, e.g. http://127.0.0.1:8080/b0"))?;
@@ -295,17 +403,55 @@ pub fn parse_url(url: &str) -> Result<(SocketAddr, String, String)> {
     if building.is_empty() || building.contains(['/', '?', '#']) {
         bail!("url path must be one building name, e.g. /b0");
     }
+    Ok(Target {
+        addr: resolve(hostport, 80)?,
+        protocol: Protocol::Http,
+        host: hostport.to_string(),
+        building: building.to_string(),
+    })
+}
+
+fn resolve(hostport: &str, default_port: u16) -> Result<SocketAddr> {
     let with_port = if hostport.contains(':') {
         hostport.to_string()
     } else {
-        format!("{hostport}:80")
+        format!("{hostport}:{default_port}")
     };
-    let addr = with_port
+    with_port
         .to_socket_addrs()
         .with_context(|| format!("cannot resolve '{hostport}'"))?
         .next()
-        .ok_or_else(|| anyhow!("'{hostport}' resolves to no address"))?;
-    Ok((addr, hostport.to_string(), building.to_string()))
+        .ok_or_else(|| anyhow!("'{hostport}' resolves to no address"))
+}
+
+/// `host[:port]/unit[/holding|/input]` of a `modbus://` URL.
+fn parse_modbus(rest: &str) -> Result<Target> {
+    const EXAMPLE: &str = "e.g. modbus://127.0.0.1:502/1 or modbus://127.0.0.1:502/1/input";
+    let (hostport, path) = rest
+        .split_once('/')
+        .ok_or_else(|| anyhow!("url needs a unit id, {EXAMPLE}"))?;
+    if hostport.is_empty() {
+        bail!("url needs a host, {EXAMPLE}");
+    }
+    let mut parts = path.trim_end_matches('/').split('/');
+    let unit = parts.next().unwrap_or("");
+    let unit: u8 = unit
+        .parse()
+        .map_err(|_| anyhow!("'{unit}' is not a Modbus unit id (0..255), {EXAMPLE}"))?;
+    let table = match parts.next() {
+        None | Some("holding") => RegisterTable::Holding,
+        Some("input") => RegisterTable::Input,
+        Some(other) => bail!("'{other}' is not a register table: holding or input, {EXAMPLE}"),
+    };
+    if parts.next().is_some() {
+        bail!("url has more path than unit and table, {EXAMPLE}");
+    }
+    Ok(Target {
+        addr: resolve(hostport, ontime_fieldbus::modbus::DEFAULT_PORT)?,
+        protocol: Protocol::Modbus { unit, table },
+        host: hostport.to_string(),
+        building: unit.to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -353,8 +499,57 @@ mod tests {
             e.contains("gateway #1") && e.contains("\\r\\n") && !e.contains('\n') && !e.contains('\r'),
             "{e}"
         );
-        let (_, host, building) = parse_url("http://127.0.0.1:1/b-0_x.y").unwrap();
-        assert_eq!((host.as_str(), building.as_str()), ("127.0.0.1:1", "b-0_x.y"));
+        let t = parse_url("http://127.0.0.1:1/b-0_x.y").unwrap();
+        assert_eq!((t.host.as_str(), t.building.as_str()), ("127.0.0.1:1", "b-0_x.y"));
+    }
+
+    #[test]
+    fn modbus_urls_name_a_unit_and_a_table() {
+        let t = parse_url("modbus://127.0.0.1/7").unwrap();
+        assert_eq!(t.addr.port(), 502);
+        assert_eq!(
+            t.protocol,
+            Protocol::Modbus {
+                unit: 7,
+                table: RegisterTable::Holding
+            }
+        );
+        let t = parse_url("modbus://127.0.0.1:5020/1/input").unwrap();
+        assert_eq!(t.addr.port(), 5020);
+        assert!(matches!(
+            t.protocol,
+            Protocol::Modbus {
+                unit: 1,
+                table: RegisterTable::Input
+            }
+        ));
+        for bad in [
+            "modbus://127.0.0.1",
+            "modbus://127.0.0.1/256",
+            "modbus://127.0.0.1/1/coils",
+            "modbus:///1",
+        ] {
+            assert!(parse_url(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// A Modbus read is a run of consecutive registers, at most N and 125.
+    #[test]
+    fn modbus_requests_are_runs_of_consecutive_registers() {
+        let c =
+            file("points_per_request = 4\n[[gateway]]\nurl='modbus://127.0.0.1:1/1'\npoint_ids=[0,1,2,3,4,5,9,10,40]")
+                .unwrap();
+        let runs: Vec<&[u32]> = c.gateways[0].requests(4).collect();
+        assert_eq!(runs, vec![&[0, 1, 2, 3][..], &[4, 5], &[9, 10], &[40]]);
+        assert!((c.polls_per_second() - 4.0).abs() < 1e-9);
+        let e = file("points_per_request = 126\n[[gateway]]\nurl='modbus://127.0.0.1:1/1'\npoints=200").unwrap_err();
+        assert!(format!("{e:#}").contains("125 registers"), "{e:#}");
+        let e = file("[[gateway]]\nurl='modbus://127.0.0.1:1/1'\npoint_ids=[65536]").unwrap_err();
+        assert!(format!("{e:#}").contains("register address"), "{e:#}");
+        // HTTP requests take any N points.
+        let c =
+            file("points_per_request = 4\n[[gateway]]\nurl='http://127.0.0.1:1/b'\npoint_ids=[0,1,5,9,10]").unwrap();
+        assert_eq!(c.gateways[0].requests(4).count(), 2);
     }
 
     #[test]

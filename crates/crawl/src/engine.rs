@@ -1,6 +1,6 @@
 //! One vCPU thread of the crawler: an epoll loop (mio) that sends each poll
-//! at its planned time and reads answers on persistent HTTP/1.1
-//! connections.
+//! at its planned time and reads answers on persistent connections:
+//! HTTP/1.1 keep-alive or Modbus/TCP, one poll in flight on each.
 //!
 //! Timing: every poll's planned time is `start + phase + k * period`, fixed
 //! in advance. The loop waits on a timerfd armed with TFD_TIMER_ABSTIME at
@@ -15,6 +15,7 @@
 
 use crate::http::{self, Parsed};
 use crate::metrics::{Metrics, Outcome, PollRecord, StoreRecord};
+use crate::request::{ModbusRead, Request};
 use mio::net::TcpStream;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
@@ -23,6 +24,7 @@ use ontime_core::late::{GatewayStamps, PathNominal, ProbeEvent, WorstEvents};
 use ontime_core::time::{Clock, SystemClock};
 use ontime_core::wire::PointStatus;
 use ontime_core::MonoNs;
+use ontime_fieldbus::modbus;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io::{ErrorKind, Read, Write};
@@ -37,7 +39,7 @@ use std::sync::Arc;
 pub struct Stream {
     pub id: u32,
     pub gateway: usize,
-    pub request: crate::http::RequestTemplate,
+    pub request: crate::request::Request,
     pub period_ns: u64,
     pub phase_ns: u64,
 }
@@ -647,9 +649,12 @@ impl<C: Clock> Engine<C> {
         c.gen = gen;
         c.poll = Some(p);
         c.written = 0;
+        // A Modbus answer carries its request's transaction id: a late
+        // answer is never taken for this poll's (a timeout also closes
+        // the connection).
         self.s.streams[p.stream as usize]
             .request
-            .write_into(&mut c.req, p.index, p.planned);
+            .write_into(&mut c.req, p.index, p.planned, gen as u16);
         // Kept in deadline order: a poll that waited for a connection is
         // assigned after later ones (the common case is still an append).
         let deadline = p.planned + self.s.timeout_ns;
@@ -781,6 +786,16 @@ impl<C: Clock> Engine<C> {
                 self.close(slot, Outcome::Malformed);
                 return false;
             };
+            if let Request::Modbus(read) = self.s.streams[p.stream as usize].request {
+                match self.consume_modbus(slot, p, read) {
+                    Some(true) => continue,
+                    Some(false) => return true,
+                    None => return false,
+                }
+            }
+            let Some(c) = self.conns[slot].as_mut() else {
+                return false;
+            };
             let (len, status, close, body) = match http::parse_head(&mut c.rbuf[..c.rlen]) {
                 Parsed::Partial => return true,
                 Parsed::Invalid => {
@@ -843,6 +858,69 @@ impl<C: Clock> Engine<C> {
             let gwi = gw as usize;
             self.release(slot, gwi);
         }
+    }
+
+    /// One Modbus answer at the head of the buffer, if whole: Some(true)
+    /// when it was handled, Some(false) when more bytes are needed, None
+    /// when the connection went (an answer out of step closes it: Modbus
+    /// cannot resynchronise a stream).
+    fn consume_modbus(&mut self, slot: usize, p: InFlight, read: ModbusRead) -> Option<bool> {
+        let c = self.conns[slot].as_mut()?;
+        let len = match modbus::frame(&c.rbuf[..c.rlen]) {
+            modbus::Frame::Partial => return Some(false),
+            modbus::Frame::Invalid(_) => {
+                self.close(slot, Outcome::Malformed);
+                return None;
+            }
+            modbus::Frame::Complete(len) => len,
+        };
+        let done = self.clock.now().0;
+        let gw = c.gateway as u16;
+        let mut status = 0u16;
+        let outcome = match modbus::parse_answer(&c.rbuf[..len]) {
+            Ok((tid, unit, answer)) if tid == c.gen as u16 && unit == read.unit => match answer {
+                modbus::Answer::Registers { function, values }
+                    if function == read.table.function() && values.len() == read.count as usize =>
+                {
+                    if let Some(prod) = self.s.store_records.as_mut() {
+                        for (i, v) in values.iter().enumerate() {
+                            let rec = StoreRecord {
+                                gateway: gw,
+                                point: read.start as u32 + i as u32,
+                                recv_ns: done,
+                                value: v as f64,
+                                status: PointStatus::Ok as u8,
+                            };
+                            if prod.push(rec).is_err() {
+                                self.s.records_dropped.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                    self.metrics.stamps.crawler_send += 1;
+                    Outcome::Ok
+                }
+                modbus::Answer::Exception { code, .. } => {
+                    self.metrics.outcomes.modbus_exceptions.count(code);
+                    status = code as u16;
+                    Outcome::DeviceError
+                }
+                modbus::Answer::Registers { .. } => Outcome::Malformed,
+            },
+            _ => Outcome::Malformed,
+        };
+        c.rbuf.copy_within(len..c.rlen, 0);
+        c.rlen -= len;
+        c.poll = None;
+        self.finish(p, done, outcome, 0, 0, status);
+        if outcome == Outcome::Ok && self.s.work.mean_ns > 0 && self.s.work_at.is_answer() {
+            burn_cpu(self.work.next_ns());
+        }
+        if outcome == Outcome::Malformed {
+            self.close(slot, Outcome::ConnectionLost);
+            return None;
+        }
+        self.release(slot, gw as usize);
+        Some(true)
     }
 
     /// A connection is free again: give it the oldest waiting poll.
@@ -934,8 +1012,9 @@ impl<C: Clock> Engine<C> {
     }
 
     /// Every planned poll ends here exactly once.
-    /// `recv`, `answered`: the gateway's stamps of the request (0: none).
-    fn finish(&mut self, p: InFlight, done: u64, outcome: Outcome, recv: u64, answered: u64, http_status: u16) {
+    /// `recv`, `answered`: the gateway's stamps of the request (0: none);
+    /// `status`: its HTTP status or Modbus exception code.
+    fn finish(&mut self, p: InFlight, done: u64, outcome: Outcome, recv: u64, answered: u64, status: u16) {
         let m = &mut self.metrics;
         outcome.count(&mut m.outcomes);
         if p.sent == 0 {
@@ -985,7 +1064,10 @@ impl<C: Clock> Engine<C> {
         let st = &self.s.streams[p.stream as usize];
         let tracker = &mut self.trackers[p.stream as usize];
         if outcome == Outcome::Ok {
-            let _ = tracker.measured(p.index, recv, st.period_ns, &mut m.interval_error);
+            // A protocol without a receive time in its answer (Modbus):
+            // the crawler's send time, counted as such in `stamps`.
+            let at = if recv > 0 { recv } else { p.sent };
+            let _ = tracker.measured(p.index, at, st.period_ns, &mut m.interval_error);
         } else {
             tracker.missed(p.index, st.period_ns, &mut m.interval_error);
         }
@@ -997,7 +1079,7 @@ impl<C: Clock> Engine<C> {
                 sent_ns: p.sent,
                 gateway_recv_ns: recv,
                 done_ns: done,
-                http_status,
+                status,
                 outcome: outcome as u8,
             };
             if prod.push(rec).is_err() {
@@ -1058,7 +1140,7 @@ mod tests {
                 .map(|id| Stream {
                     id,
                     gateway: 0,
-                    request: http::RequestTemplate::new("h", "b0", &[id], ""),
+                    request: Request::Http(http::RequestTemplate::new("h", "b0", &[id], "")),
                     period_ns,
                     phase_ns: 0,
                 })
@@ -1110,7 +1192,7 @@ mod tests {
         let stream = |phase_ns, period_ns| Stream {
             id: 0,
             gateway: 0,
-            request: http::RequestTemplate::new("h", "b0", &[0], ""),
+            request: Request::Http(http::RequestTemplate::new("h", "b0", &[0], "")),
             period_ns,
             phase_ns,
         };

@@ -13,6 +13,7 @@ pub mod config;
 pub mod engine;
 pub mod http;
 pub mod metrics;
+pub mod request;
 pub mod sink;
 /// The per-poll work model, shared with the simulator (ontime-core).
 pub use ontime_core::work;
@@ -213,12 +214,21 @@ pub fn plan_streams(cfg: &CrawlConfig) -> Vec<Stream> {
         .iter()
         .enumerate()
         .map(|(gi, g)| {
-            g.point_ids
-                .chunks(cfg.points_per_request)
+            g.requests(cfg.points_per_request)
                 .map(|pts| Stream {
                     id: 0,
                     gateway: gi,
-                    request: http::RequestTemplate::new(&g.host_header, &g.building, pts, &boot_id),
+                    request: match g.protocol {
+                        config::Protocol::Http => request::Request::Http(http::RequestTemplate::new(
+                            &g.host_header,
+                            &g.building,
+                            pts,
+                            &boot_id,
+                        )),
+                        config::Protocol::Modbus { unit, table } => {
+                            request::Request::Modbus(request::ModbusRead::new(unit, table.into(), pts))
+                        }
+                    },
                     period_ns: g.period_ns,
                     phase_ns: 0,
                 })
@@ -681,9 +691,18 @@ impl ontime_core::export::TextReport for CrawlResult {
         ));
         let p = &self.polls;
         s.push_str(&format!(
-            "polls: planned {}, ok {}, missed {} (timeout {}, http error {}, malformed {}, connection lost {}, not sent {}, abandoned {}); point faults {}; resent {}\n",
-            p.planned, p.ok, self.missed, p.timeout, p.http_error, p.malformed, p.connection_lost, p.not_sent, p.abandoned, p.point_faults, p.resent
+            "polls: planned {}, ok {}, missed {} (timeout {}, http error {}, device error {}, malformed {}, connection lost {}, not sent {}, abandoned {}); point faults {}; resent {}\n",
+            p.planned, p.ok, self.missed, p.timeout, p.http_error, p.device_error, p.malformed, p.connection_lost, p.not_sent, p.abandoned, p.point_faults, p.resent
         ));
+        if p.device_error > 0 {
+            let by_code: Vec<String> = p
+                .modbus_exceptions
+                .named()
+                .into_iter()
+                .map(|(name, n)| format!("{name} {n}"))
+                .collect();
+            s.push_str(&format!("device errors by Modbus exception: {}\n", by_code.join(", ")));
+        }
         s.push_str(&format!("{}\n", Summary::text_header()));
         s.push_str(&format!("{}\n", self.send_lag.text_row("send lag")));
         s.push_str(&format!("{}\n", self.response_time.text_row("response time")));
@@ -704,10 +723,18 @@ impl ontime_core::export::TextReport for CrawlResult {
             format_ns(wall)
         ));
         let st = &self.receive_stamps;
-        s.push_str(&format!(
-            "interval error from gateway receive stamps: kernel {}, handler {}, unknown {}\n",
-            st.kernel, st.user, st.unknown
-        ));
+        if st.kernel + st.user + st.unknown > 0 || st.crawler_send == 0 {
+            s.push_str(&format!(
+                "interval error from gateway receive stamps: kernel {}, handler {}, unknown {}\n",
+                st.kernel, st.user, st.unknown
+            ));
+        }
+        if st.crawler_send > 0 {
+            s.push_str(&format!(
+                "interval error from the crawler's send times (the protocol carries no receive time): {} polls\n",
+                st.crawler_send
+            ));
+        }
         let r = &self.resources;
         s.push_str(&format!(
             "resources: cpu per answered poll {}, network {:.0} kbit/s ({} B sent, {} B received), peak memory {:.1} MiB, disk read {} B, written {} B\n",

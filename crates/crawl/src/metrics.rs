@@ -15,6 +15,12 @@ pub struct Outcomes {
     pub timeout: u64,
     /// Answered with a non-200 status.
     pub http_error: u64,
+    /// The device answered with an error: a Modbus exception (counted by
+    /// code in `modbus_exceptions`).
+    #[serde(default)]
+    pub device_error: u64,
+    #[serde(default, skip_serializing_if = "ExceptionCounts::is_empty")]
+    pub modbus_exceptions: ExceptionCounts,
     /// Answered with a body that is not a getValues response.
     pub malformed: u64,
     /// The connection failed or closed before the answer.
@@ -35,7 +41,13 @@ pub struct Outcomes {
 
 impl Outcomes {
     pub fn missed(&self) -> u64 {
-        self.timeout + self.http_error + self.malformed + self.connection_lost + self.not_sent + self.abandoned
+        self.timeout
+            + self.http_error
+            + self.device_error
+            + self.malformed
+            + self.connection_lost
+            + self.not_sent
+            + self.abandoned
     }
 
     pub fn add(&mut self, o: &Outcomes) {
@@ -43,12 +55,73 @@ impl Outcomes {
         self.ok += o.ok;
         self.timeout += o.timeout;
         self.http_error += o.http_error;
+        self.device_error += o.device_error;
+        self.modbus_exceptions.add(&o.modbus_exceptions);
         self.malformed += o.malformed;
         self.connection_lost += o.connection_lost;
         self.not_sent += o.not_sent;
         self.abandoned += o.abandoned;
         self.point_faults += o.point_faults;
         self.resent += o.resent;
+    }
+}
+
+/// Exceptions by code, counted without allocating: codes 1 to 15 each
+/// (the specification names 1-6, 8, 10 and 11), any other in one count.
+/// In JSON an object of the non-zero ones by name ("illegal-data-address",
+/// or "code-N" for a code without one, "other" for 0 and codes above 15).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ExceptionCounts([u64; 16]);
+
+impl ExceptionCounts {
+    #[inline]
+    pub fn count(&mut self, code: u8) {
+        self.0[if code < 16 { code as usize } else { 0 }] += 1;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(|&n| n == 0)
+    }
+
+    fn add(&mut self, o: &ExceptionCounts) {
+        for (a, b) in self.0.iter_mut().zip(o.0) {
+            *a += b;
+        }
+    }
+
+    fn key(i: usize) -> String {
+        match i {
+            0 => "other".into(),
+            _ => ontime_fieldbus::modbus::exception_name(i as u8).map_or_else(|| format!("code-{i}"), str::to_string),
+        }
+    }
+
+    /// The non-zero counts with their names, in code order.
+    pub fn named(&self) -> Vec<(String, u64)> {
+        (0..16)
+            .filter(|&i| self.0[i] > 0)
+            .map(|i| (ExceptionCounts::key(i), self.0[i]))
+            .collect()
+    }
+}
+
+impl Serialize for ExceptionCounts {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.named())
+    }
+}
+
+impl<'de> Deserialize<'de> for ExceptionCounts {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let map = std::collections::BTreeMap::<String, u64>::deserialize(d)?;
+        let mut out = ExceptionCounts::default();
+        for (k, n) in map {
+            let i = (0..16)
+                .find(|&i| ExceptionCounts::key(i) == k)
+                .ok_or_else(|| serde::de::Error::custom(format!("unknown Modbus exception '{k}'")))?;
+            out.0[i] += n;
+        }
+        Ok(out)
     }
 }
 
@@ -62,12 +135,17 @@ pub struct Traffic {
 
 /// Who stamped the receive times the interval error was computed from, per
 /// answered poll: the gateway's kernel stamp (untouched by the gateway's
-/// own scheduling), its handler, or unknown (a gateway that does not say).
+/// own scheduling), its handler, or unknown (a gateway that does not say);
+/// or, where the protocol carries no receive time (Modbus), the crawler's
+/// own send time (`crawler_send`): then the interval error is the
+/// crawler's, not the device's.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct StampCounts {
     pub kernel: u64,
     pub user: u64,
     pub unknown: u64,
+    #[serde(default)]
+    pub crawler_send: u64,
 }
 
 impl StampCounts {
@@ -85,6 +163,7 @@ impl StampCounts {
         self.kernel += o.kernel;
         self.user += o.user;
         self.unknown += o.unknown;
+        self.crawler_send += o.crawler_send;
     }
 }
 
@@ -141,6 +220,7 @@ pub enum Outcome {
     ConnectionLost = 4,
     NotSent = 5,
     Abandoned = 6,
+    DeviceError = 7,
 }
 
 impl Outcome {
@@ -153,6 +233,7 @@ impl Outcome {
             Outcome::ConnectionLost => "connection_lost",
             Outcome::NotSent => "not_sent",
             Outcome::Abandoned => "abandoned",
+            Outcome::DeviceError => "device_error",
         }
     }
 
@@ -165,6 +246,7 @@ impl Outcome {
             Outcome::ConnectionLost => o.connection_lost += 1,
             Outcome::NotSent => o.not_sent += 1,
             Outcome::Abandoned => o.abandoned += 1,
+            Outcome::DeviceError => o.device_error += 1,
         }
     }
 }
@@ -179,7 +261,9 @@ pub struct PollRecord {
     pub sent_ns: u64,
     pub gateway_recv_ns: u64,
     pub done_ns: u64,
-    pub http_status: u16,
+    /// The answer's HTTP status, or a Modbus exception's code (0 for
+    /// registers read).
+    pub status: u16,
     pub outcome: u8,
 }
 

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub const POLLS_HEADER: &str = "stream,index,planned_ns,sent_ns,gateway_recv_ns,done_ns,http_status,outcome";
+pub const POLLS_HEADER: &str = "stream,index,planned_ns,sent_ns,gateway_recv_ns,done_ns,status,outcome";
 
 /// What the sink wrote.
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
@@ -179,6 +179,7 @@ fn write_poll(w: &mut impl Write, r: &PollRecord) -> std::io::Result<()> {
         3 => Outcome::Malformed,
         4 => Outcome::ConnectionLost,
         5 => Outcome::NotSent,
+        7 => Outcome::DeviceError,
         _ => Outcome::Abandoned,
     };
     writeln!(
@@ -190,7 +191,7 @@ fn write_poll(w: &mut impl Write, r: &PollRecord) -> std::io::Result<()> {
         r.sent_ns,
         r.gateway_recv_ns,
         r.done_ns,
-        r.http_status,
+        r.status,
         outcome.name()
     )
 }

@@ -546,8 +546,10 @@ impl Parts {
                 self.repaired, self.lost
             ));
         } else if self.lost > 0 {
-            self.notes
-                .push(format!("the recorder lost {} events; none contradicted the rest", self.lost));
+            self.notes.push(format!(
+                "the recorder lost {} events; none contradicted the rest",
+                self.lost
+            ));
         }
         // Stretches are explained in time order; the worst come first.
         self.reports

@@ -21,6 +21,23 @@ pub struct Building {
     /// Own listen address; None shares the gateway's `listen`.
     #[serde(default)]
     pub listen: Option<SocketAddr>,
+    /// Its Modbus unit id (`protocol = "modbus"`); by default its place
+    /// among the buildings on its address, from 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<u8>,
+}
+
+/// What the gateway speaks on its addresses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// getValues over HTTP/1.1 (`docs/wire.md`).
+    #[default]
+    Http,
+    /// Modbus/TCP: each building is a unit whose holding and input
+    /// registers 0..points are its points, a value in hundredths
+    /// (21.37 reads 2137; a binary point on reads 100).
+    Modbus,
 }
 
 fn default_analog_percent() -> u8 {
@@ -111,6 +128,8 @@ impl Faults {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct GatewayConfig {
+    #[serde(default)]
+    pub protocol: Protocol,
     /// Address shared by buildings without their own `listen`.
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
@@ -154,9 +173,11 @@ impl GatewayConfig {
                     a.set_port(listen.port().wrapping_add(i as u16));
                     a
                 }),
+                unit: None,
             })
             .collect();
         GatewayConfig {
+            protocol: Protocol::Http,
             listen,
             threads: 1,
             policy: ontime_core::rt::Policy::Other,
@@ -202,7 +223,40 @@ impl GatewayConfig {
                 bail!("building '{}': analog_percent must be 0..100", b.name);
             }
         }
+        if self.protocol == Protocol::Modbus {
+            let mut units = std::collections::HashSet::new();
+            for (bi, b) in self.buildings.iter().enumerate() {
+                if b.points > 65_536 {
+                    bail!(
+                        "building '{}': {} points, but Modbus addresses 65536 registers",
+                        b.name,
+                        b.points
+                    );
+                }
+                let unit = self
+                    .unit_of(bi)
+                    .ok_or_else(|| anyhow::anyhow!("building '{}': more than 255 units on one address", b.name))?;
+                if !units.insert((b.listen.unwrap_or(self.listen), unit)) {
+                    bail!("building '{}': unit {unit} is taken on its address", b.name);
+                }
+            }
+        }
         self.faults.validate()
+    }
+
+    /// Building `bi`'s Modbus unit id: its own, or its place among the
+    /// buildings on its address, from 1 (None past 255).
+    pub fn unit_of(&self, bi: usize) -> Option<u8> {
+        let b = &self.buildings[bi];
+        if let Some(u) = b.unit {
+            return Some(u);
+        }
+        let addr = b.listen.unwrap_or(self.listen);
+        let place = self.buildings[..bi]
+            .iter()
+            .filter(|o| o.listen.unwrap_or(self.listen) == addr)
+            .count();
+        u8::try_from(place + 1).ok()
     }
 
     /// Every distinct listen address, in first-use order.

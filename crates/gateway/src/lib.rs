@@ -3,14 +3,16 @@
 //! Owns the wire format of a batch point read ([`wire`], documented in
 //! `docs/wire.md`), the point value model ([`points`]), the gateway
 //! configuration with its controller delay and fault injection ([`config`]),
-//! the HTTP server ([`server`]) and the per-point receive-time log with its
-//! interval-error analysis ([`recvlog`]).
+//! the server ([`server`], HTTP; its Modbus/TCP side in [`modbus`]) and the
+//! per-point receive-time log with its interval-error analysis
+//! ([`recvlog`]).
 //!
 //! Does not own the crawler or any timing judgement beyond stamping the
 //! receive time of each request.
 
 pub mod config;
 pub mod kstamp;
+pub mod modbus;
 pub mod points;
 pub mod recvlog;
 pub mod server;

@@ -1,7 +1,9 @@
-//! The gateway HTTP server: routes `/<building>/getValues`, stamps each
-//! request's receive time (the kernel's stamp where it gives one, see
-//! [`crate::kstamp`], and the handler's own beside it), applies the controller delay and the
-//! injected faults, logs receive times and answers.
+//! The gateway server: routes `/<building>/getValues` over HTTP, or
+//! Modbus/TCP reads of a unit's registers ([`crate::config::Protocol`]);
+//! stamps each request's receive time (the kernel's stamp where it gives
+//! one, see [`crate::kstamp`], and the handler's own beside it), applies
+//! the controller delay and the injected faults, logs receive times and
+//! answers.
 //!
 //! Nothing a client sends can crash it: bodies are size-limited and parsed
 //! with serde, every malformed request gets a 4xx with a reason.
@@ -85,7 +87,7 @@ impl StampStats {
 }
 
 #[derive(Default)]
-struct StampTally {
+pub(crate) struct StampTally {
     kernel: AtomicU64,
     user: AtomicU64,
     unavailable: std::sync::Mutex<Option<String>>,
@@ -95,7 +97,7 @@ struct StampTally {
 impl StampTally {
     /// The receive time of a request the handler saw at `user_ns`, whose
     /// connection's last read carried kernel stamp `kernel_ns` (0: none).
-    fn choose(&self, kernel_ns: u64, user_ns: u64) -> (u64, wire::ReceiveStamp) {
+    pub(crate) fn choose(&self, kernel_ns: u64, user_ns: u64) -> (u64, wire::ReceiveStamp) {
         if kernel_ns != 0 && kernel_ns <= user_ns {
             self.kernel.fetch_add(1, Relaxed);
             if let Ok(mut g) = self.gap.lock() {
@@ -119,15 +121,15 @@ impl StampTally {
 }
 
 #[derive(Default)]
-struct Counters {
-    requests: AtomicU64,
-    answered_ok: AtomicU64,
-    injected_errors: AtomicU64,
-    injected_drops: AtomicU64,
-    injected_malformed: AtomicU64,
-    injected_spikes: AtomicU64,
-    stalled: AtomicU64,
-    bad_requests: AtomicU64,
+pub(crate) struct Counters {
+    pub(crate) requests: AtomicU64,
+    pub(crate) answered_ok: AtomicU64,
+    pub(crate) injected_errors: AtomicU64,
+    pub(crate) injected_drops: AtomicU64,
+    pub(crate) injected_malformed: AtomicU64,
+    pub(crate) injected_spikes: AtomicU64,
+    pub(crate) stalled: AtomicU64,
+    pub(crate) bad_requests: AtomicU64,
 }
 
 impl Counters {
@@ -146,19 +148,21 @@ impl Counters {
     }
 }
 
-struct State {
-    cfg: GatewayConfig,
+pub(crate) struct State {
+    pub(crate) cfg: GatewayConfig,
     /// (listener index, building name) -> building index.
-    routes: HashMap<(usize, String), usize>,
-    counters: Counters,
-    stamps: StampTally,
-    log: Option<mpsc::Sender<LogBatch>>,
+    pub(crate) routes: HashMap<(usize, String), usize>,
+    /// (listener index, Modbus unit) -> building index.
+    pub(crate) units: HashMap<(usize, u8), usize>,
+    pub(crate) counters: Counters,
+    pub(crate) stamps: StampTally,
+    pub(crate) log: Option<mpsc::Sender<LogBatch>>,
     /// This host's boot id, to tell whether a crawler's planned times are
     /// on our clock.
-    boot_id: String,
+    pub(crate) boot_id: String,
     /// Answers wait until this CLOCK_MONOTONIC instant (0: none): a
     /// stalled controller ([`GatewayStall`]).
-    stalled_until: Arc<AtomicU64>,
+    pub(crate) stalled_until: Arc<AtomicU64>,
 }
 
 /// Stalls a running gateway: until the instant stored (CLOCK_MONOTONIC
@@ -256,6 +260,7 @@ impl State {
         State {
             cfg: GatewayConfig::generated(SocketAddr::from(([127, 0, 0, 1], 0)), 0, 0, false),
             routes: HashMap::new(),
+            units: HashMap::new(),
             counters: Counters::default(),
             stamps: StampTally::default(),
             log: None,
@@ -293,12 +298,16 @@ pub fn start(cfg: GatewayConfig) -> Result<RunningGateway> {
         listeners.push(l);
     }
     let mut routes = HashMap::new();
+    let mut units = HashMap::new();
     for (bi, b) in cfg.buildings.iter().enumerate() {
         let li = listen
             .iter()
             .position(|a| *a == b.listen.unwrap_or(cfg.listen))
             .expect("every building's address is in listen_addrs");
         routes.insert((li, b.name.clone()), bi);
+        if let Some(unit) = cfg.unit_of(bi) {
+            units.insert((li, unit), bi);
+        }
     }
     let log = match &cfg.log {
         Some(p) => Some(LogWriter::create(
@@ -309,6 +318,7 @@ pub fn start(cfg: GatewayConfig) -> Result<RunningGateway> {
     };
     let state = Arc::new(State {
         routes,
+        units,
         counters: Counters::default(),
         stamps: StampTally::default(),
         log: log.as_ref().map(|l| l.sender()),
@@ -396,6 +406,10 @@ async fn accept_loop(
                 }
                 let (stream, kernel_stamp) = crate::kstamp::StampedStream::new(stream);
                 let st = st.clone();
+                if st.cfg.protocol == crate::config::Protocol::Modbus {
+                    tokio::spawn(crate::modbus::serve(stream, kernel_stamp, st, li));
+                    continue;
+                }
                 tokio::spawn(async move {
                     let io = hyper_util::rt::TokioIo::new(stream);
                     let svc = hyper::service::service_fn(move |req| {
@@ -411,6 +425,59 @@ async fn accept_loop(
                 });
             }
             _ = stop.changed() => return,
+        }
+    }
+}
+
+/// The faults drawn for one request.
+pub(crate) struct Draw {
+    pub error: bool,
+    pub drop: bool,
+    pub malformed: bool,
+    pub delay_ns: u64,
+}
+
+impl State {
+    /// Draws one request's faults and controller delay (counting spikes).
+    pub(crate) fn draw(&self) -> Draw {
+        let f = &self.cfg.faults;
+        let mut rng = rand::thread_rng();
+        // Each part is at most an hour (Faults::validate); saturating all
+        // the same, so no configuration can wrap a delay to nothing.
+        let mut delay = f.delay_ns;
+        if f.delay_random_ns > 0 {
+            delay = delay.saturating_add(rng.gen_range(0..f.delay_random_ns));
+        }
+        if f.spike_probability > 0.0 && rng.gen_bool(f.spike_probability) {
+            self.counters.injected_spikes.fetch_add(1, Relaxed);
+            delay = delay.saturating_add(f.spike_ns);
+        }
+        Draw {
+            error: f.error_probability > 0.0 && rng.gen_bool(f.error_probability),
+            drop: f.drop_probability > 0.0 && rng.gen_bool(f.drop_probability),
+            malformed: f.malformed_probability > 0.0 && rng.gen_bool(f.malformed_probability),
+            delay_ns: delay,
+        }
+    }
+
+    /// Waits the controller delay, then any stall: a stall holds whatever
+    /// is due to go out while it lasts, and one that begins while this
+    /// answer waits holds it too.
+    pub(crate) async fn hold(&self, delay_ns: u64) {
+        if delay_ns > 0 {
+            tokio::time::sleep(Duration::from_nanos(delay_ns)).await;
+        }
+        let mut stalled = false;
+        loop {
+            let (until, now) = (self.stalled_until.load(Relaxed), MonoNs::now().0);
+            if until <= now {
+                break;
+            }
+            stalled = true;
+            tokio::time::sleep(Duration::from_nanos(until - now)).await;
+        }
+        if stalled {
+            self.counters.stalled.fetch_add(1, Relaxed);
         }
     }
 }
@@ -496,25 +563,12 @@ async fn handle(
     };
 
     let f = &st.cfg.faults;
-    let (error_now, drop_now, malformed_now, delay_ns) = {
-        let mut rng = rand::thread_rng();
-        // Each part is at most an hour (Faults::validate); saturating all
-        // the same, so no configuration can wrap a delay to nothing.
-        let mut delay = f.delay_ns;
-        if f.delay_random_ns > 0 {
-            delay = delay.saturating_add(rng.gen_range(0..f.delay_random_ns));
-        }
-        if f.spike_probability > 0.0 && rng.gen_bool(f.spike_probability) {
-            st.counters.injected_spikes.fetch_add(1, Relaxed);
-            delay = delay.saturating_add(f.spike_ns);
-        }
-        (
-            f.error_probability > 0.0 && rng.gen_bool(f.error_probability),
-            f.drop_probability > 0.0 && rng.gen_bool(f.drop_probability),
-            f.malformed_probability > 0.0 && rng.gen_bool(f.malformed_probability),
-            delay,
-        )
-    };
+    let Draw {
+        error: error_now,
+        drop: drop_now,
+        malformed: malformed_now,
+        delay_ns,
+    } = st.draw();
     if error_now {
         st.counters.injected_errors.fetch_add(1, Relaxed);
         return Ok(json_response(
@@ -564,23 +618,7 @@ async fn handle(
             poll,
         });
     }
-    if delay_ns > 0 {
-        tokio::time::sleep(Duration::from_nanos(delay_ns)).await;
-    }
-    // A stall holds whatever is due to go out while it lasts; one that
-    // begins while this answer waits holds it too.
-    let mut stalled = false;
-    loop {
-        let (until, now) = (st.stalled_until.load(Relaxed), MonoNs::now().0);
-        if until <= now {
-            break;
-        }
-        stalled = true;
-        tokio::time::sleep(Duration::from_nanos(until - now)).await;
-    }
-    if stalled {
-        st.counters.stalled.fetch_add(1, Relaxed);
-    }
+    st.hold(delay_ns).await;
     if drop_now {
         st.counters.injected_drops.fetch_add(1, Relaxed);
         return Err(DropConnection);

@@ -306,7 +306,7 @@ fn one_run(
     Ok(())
 }
 
-/// The building gateway's receive log (QEMU tenants' runs).
+/// The building gateway's receive log (QEMU tenants' and Modbus runs).
 const GATEWAY_LOG: &str = "gateway.recv.log";
 
 /// Writes back dirty pages and drops the page cache, dentries and inodes.
@@ -431,8 +431,14 @@ fn start_gateway(c: &ontime_scenario::scenario::RunConfig, lab: &mut Lab, dir: &
         config.policy = c.host.gateway_policy;
         // A guest's clock is its own: its crawler's interval error is
         // judged again from the gateway's kernel receive stamps (the host's
-        // clock), so a drifting guest cannot hide an error.
-        if t.backend == Backend::Qemu {
+        // clock), so a drifting guest cannot hide an error. Modbus answers
+        // carry no receive time: the crawler judges its own sends, and
+        // the gateway's log the arrivals.
+        let modbus = cr.protocol == ontime_scenario::scenario::CrawlProtocol::Modbus;
+        if modbus {
+            config.protocol = ontime_gateway::config::Protocol::Modbus;
+        }
+        if t.backend == Backend::Qemu || modbus {
             config.log = Some(dir.join(GATEWAY_LOG));
         }
         let spec = ProbeSpec::Gateway(GatewayProbe {

@@ -1054,7 +1054,7 @@ fn environment_section(runs: &[RunResults]) -> String {
 <tr><th>CPUs</th><td class=l>{}</td></tr><tr><th>backend</th><td class=l>{}</td></tr><tr><th>cgroups</th><td class=l>{}</td></tr>\
 <tr><th>unavailable</th><td class=l>{}</td></tr><tr><th>WAN delay setting</th><td class=l>{} one way, added by the {}</td></tr>\
 <tr><th>relay delay measured</th><td class=l>{}</td></tr>\
-<tr><th>gateway receive stamps</th><td class=l>{}</td></tr>{}<tr><th>ontime</th><td class=l>{}</td></tr></table>",
+<tr><th>gateway receive stamps</th><td class=l>{}</td></tr>{}{}<tr><th>ontime</th><td class=l>{}</td></tr></table>",
         esc(&m.kernel),
         esc(&m.clocksource),
         m.cpus_online,
@@ -1074,9 +1074,42 @@ fn environment_section(runs: &[RunResults]) -> String {
             esc(&stamps.join("<br>")).replace("&lt;br&gt;", "<br>")
         },
         vm_rows(runs),
+        reference_rows(runs),
         esc(&m.version),
     );
     h
+}
+
+/// A run judged again from the gateway's receive log.
+fn reference_text(j: &ontime_scenario::record::ReferenceJudgement) -> String {
+    // A receive log cut by a kill or a full disk judges the run only up
+    // to the cut: say so.
+    let cut = j.incomplete.as_ref().map(|w| format!(" ({w})"));
+    format!(
+        "interval error p99 {} max {}, missed {}{}",
+        cell(j.interval_error.percentile(99.0)),
+        cell(j.interval_error.max_ns),
+        j.missed,
+        cut.unwrap_or_default()
+    )
+}
+
+/// Runs on the host judged again from the gateway's receive log (Modbus
+/// crawlers, whose answers carry no receive time: their own interval
+/// error is taken at their sends).
+fn reference_rows(runs: &[RunResults]) -> String {
+    let lines: Vec<String> = runs
+        .iter()
+        .filter(|r| r.record.environment.vm.is_none())
+        .filter_map(|r| Some(format!("{}: {}", r.name, reference_text(r.record.reference.as_ref()?))))
+        .collect();
+    if lines.is_empty() {
+        return String::new();
+    }
+    format!(
+        "<tr><th>judged from the gateway's receive stamps</th><td class=l>{}<br>(the crawlers' own interval error is taken at their sends: the protocol's answers carry no receive time)</td></tr>",
+        esc(&lines.join("\n")).replace('\n', "<br>")
+    )
 }
 
 /// QEMU tenants' accelerator (and why), devices and boot times, per run.
@@ -1096,18 +1129,7 @@ fn vm_rows(runs: &[RunResults]) -> String {
                 .record
                 .reference
                 .as_ref()
-                .map(|j| {
-                    // A receive log cut by a kill or a full disk judges
-                    // the run only up to the cut: say so.
-                    let cut = j.incomplete.as_ref().map(|w| format!(" ({w})"));
-                    format!(
-                        "; by the gateway's receive stamps (host clock): interval error p99 {} max {}, missed {}{}",
-                        cell(j.interval_error.percentile(99.0)),
-                        cell(j.interval_error.max_ns),
-                        j.missed,
-                        cut.unwrap_or_default()
-                    )
-                })
+                .map(|j| format!("; by the gateway's receive stamps (host clock): {}", reference_text(j)))
                 .unwrap_or_default();
             Some(format!(
                 "{}: {} ({}); NIC {}{}{}{}{}",

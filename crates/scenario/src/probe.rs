@@ -421,7 +421,15 @@ impl crate::scenario::RunConfig {
         let t = &self.tenant;
         let file = |suffix: &str| Some(dir.join(format!("t{i}.{suffix}")));
         if let Some(cr) = &t.crawl {
-            let url = format!("http://{}:8080/b{i}", ontime_core::names::building_addr());
+            let url = match cr.protocol {
+                crate::scenario::CrawlProtocol::Http => {
+                    format!("http://{}:8080/b{i}", ontime_core::names::building_addr())
+                }
+                // The gateway's buildings are units 1.. in order.
+                crate::scenario::CrawlProtocol::Modbus => {
+                    format!("modbus://{}:8080/{}", ontime_core::names::building_addr(), i + 1)
+                }
+            };
             let mut crawl =
                 ontime_crawl::config::CrawlFile::for_rate(vec![url], cr.rate, cr.points_per_request, cr.period)
                     .map_err(|e| format!("tenant.crawl.{e}"))?;

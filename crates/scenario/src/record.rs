@@ -183,8 +183,9 @@ pub struct RunRecord {
     /// The whole host's CPU time from /proc/stat while the probes ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_cpu: Option<HostCpu>,
-    /// QEMU tenants' crawlers judged again on the host's clock: the
-    /// gateway's kernel receive stamps (a guest's clock is its own).
+    /// Crawlers judged again from the gateway's kernel receive stamps:
+    /// QEMU tenants' (a guest's clock is its own) and Modbus runs' (the
+    /// answers carry no receive time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference: Option<ReferenceJudgement>,
 }

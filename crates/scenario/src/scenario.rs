@@ -263,6 +263,28 @@ pub struct CrawlWorkload {
     /// (aligned, and every tenant's on the same instants).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
+    /// What the crawler and the building gateway speak: "http"
+    /// (getValues, default) or "modbus" (Modbus/TCP, tenant i reading unit
+    /// i + 1; docs/protocols.md). Over Modbus the answers carry no receive
+    /// time, so the run is judged again from the gateway's receive log
+    /// (the record's `reference`).
+    #[serde(default, skip_serializing_if = "CrawlProtocol::is_http")]
+    pub protocol: CrawlProtocol,
+}
+
+/// The protocol of `[tenant.crawl] protocol`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CrawlProtocol {
+    #[default]
+    Http,
+    Modbus,
+}
+
+impl CrawlProtocol {
+    pub fn is_http(&self) -> bool {
+        *self == CrawlProtocol::Http
+    }
 }
 
 impl CrawlWorkload {

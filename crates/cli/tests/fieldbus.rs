@@ -1,0 +1,231 @@
+//! The field-bus protocols against implementations ontime did not write:
+//! the crawler reads a pymodbus server's registers, and mbpoll (libmodbus)
+//! reads ontime's Modbus gateway. The peers come from scripts/setup.sh
+//! (pymodbus in /var/cache/ontime/fieldbus, mbpoll from Debian); without
+//! them the tests skip with the reason. Assertions are on values, counts
+//! and outcomes, never on timings.
+
+use ontime_testkit::KillOnDrop;
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+const PEERS: &str = "/var/cache/ontime/fieldbus/bin/python";
+
+fn ontime() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ontime"))
+}
+
+/// A pymodbus server on a free port of the loopback (unit 1, holding
+/// register i = i, input register i = 2150 + i, 1000 of each), or None
+/// (skipped) without pymodbus.
+fn pymodbus_server() -> Option<(KillOnDrop, u16)> {
+    if !Path::new(PEERS).exists() {
+        ontime_testkit::skip(
+            "pymodbus is not installed (scripts/setup.sh installs it into /var/cache/ontime/fieldbus)",
+        );
+        return None;
+    }
+    let port = ontime_testkit::free_port();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/fieldbus-peer.py");
+    let server = KillOnDrop::spawn(Command::new(PEERS).args([script, "modbus-server", "--port", &port.to_string()]));
+    ontime_testkit::wait_until("the pymodbus server", Duration::from_secs(30), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    Some((server, port))
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+/// The crawler reads holding and input registers in runs of at most 125,
+/// stores the values the server holds, counts a read past the server's
+/// registers as the exception it answered, and judges interval error from
+/// its own send times (the protocol carries no receive time).
+#[test]
+fn crawl_reads_a_pymodbus_servers_registers() {
+    let Some((_server, port)) = pymodbus_server() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("crawl.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "period = \"50ms\"\ntimeout = \"2s\"\npoints_per_request = 125\n\
+             [[gateway]]\nurl = \"modbus://127.0.0.1:{port}/1\"\npoints = 250\n\
+             [[gateway]]\nurl = \"modbus://127.0.0.1:{port}/1/input\"\npoint_ids = [10, 11, 12, 40]\n\
+             [[gateway]]\nurl = \"modbus://127.0.0.1:{port}/1\"\npoint_ids = [999, 1000]\n"
+        ),
+    )
+    .unwrap();
+    let store = dir.path().join("store.db");
+    let out = ontime()
+        .args(["crawl", "-D", "2s", "--json", "-c"])
+        .arg(&config)
+        .arg("--store")
+        .arg(&store)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let polls = &r["polls"];
+    // Five reads a period: 0-124, 125-249, 10-12, 40, and 999-1000.
+    assert_eq!(u(&r["streams"]), 5, "{r:#}");
+    assert!(u(&polls["ok"]) >= 20, "{polls}");
+    let exceptions = u(&polls["modbus_exceptions"]["illegal-data-address"]);
+    assert!(
+        exceptions >= 5,
+        "the read past register 999 is refused each period: {polls}"
+    );
+    assert_eq!(u(&polls["device_error"]), exceptions, "{polls}");
+    assert_eq!(u(&polls["malformed"]), 0, "{polls}");
+    assert_eq!(u(&r["receive_stamps"]["crawler_send"]), u(&polls["ok"]), "{r:#}");
+    assert!(u(&r["interval_error"]["count"]) > 0, "{r:#}");
+
+    // Every value stored is the one the server holds at its address.
+    let db = rusqlite::Connection::open(&store).unwrap();
+    let urls: Vec<(i64, String)> = db
+        .prepare("SELECT id, url FROM gateways")
+        .unwrap()
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let mut checked = 0;
+    let mut stmt = db.prepare("SELECT series, value FROM samples").unwrap();
+    let rows = stmt
+        .query_map([], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, f64>(1)?)))
+        .unwrap();
+    for row in rows {
+        let (series, value) = row.unwrap();
+        let (gw, address) = (series >> 32, (series & 0xffff_ffff) as f64);
+        let url = &urls.iter().find(|(id, _)| *id == gw).unwrap().1;
+        let expected = if url.ends_with("/input") {
+            2150.0 + address
+        } else {
+            address
+        };
+        assert_eq!(value, expected, "{url} register {address}");
+        checked += 1;
+    }
+    assert!(checked >= 20 * 125, "{checked} values stored");
+}
+
+/// A server that stops (SIGSTOP) answers slowly when it resumes within the
+/// timeout, and not at all past it: those polls are missed, each counted.
+#[test]
+fn a_paused_modbus_server_is_slow_then_its_polls_are_missed() {
+    let Some((server, port)) = pymodbus_server() else {
+        return;
+    };
+    let crawl = KillOnDrop::spawn(ontime().args([
+        "crawl",
+        "--url",
+        &format!("modbus://127.0.0.1:{port}/1"),
+        "--points",
+        "10",
+        "--period",
+        "50ms",
+        "--timeout",
+        "500ms",
+        "-D",
+        "5s",
+        "--json",
+    ]));
+    std::thread::sleep(Duration::from_millis(1500));
+    server.signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(250));
+    server.signal(libc::SIGCONT);
+    std::thread::sleep(Duration::from_millis(750));
+    server.signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(1500));
+    server.signal(libc::SIGCONT);
+    let out = crawl.wait_output(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let polls = &r["polls"];
+    // 1.5 s stopped against a 500 ms timeout: the polls of its first second.
+    assert!(u(&polls["timeout"]) >= 5, "{polls}");
+    assert_eq!(u(&polls["planned"]), u(&polls["ok"]) + u(&r["missed"]), "{polls}");
+    assert!(u(&polls["ok"]) >= 20, "it answered before and after: {polls}");
+    // The 250 ms stop: the poll sent at its start waited for the resume.
+    assert!(u(&r["response_time"]["max_ns"]) >= 100_000_000, "{r:#}");
+}
+
+/// mbpoll (libmodbus) reads ontime's Modbus gateway: each unit's registers
+/// are its points' values in hundredths, as the gateway computed them at
+/// the receive time it logged; a read past them and an unknown unit get
+/// the exceptions the specification names.
+#[test]
+fn mbpoll_reads_ontimes_modbus_gateway() {
+    if !ontime_testkit::tools_or_skip(&["mbpoll"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("gw.log");
+    let port = ontime_testkit::free_port();
+    let gateway = KillOnDrop::spawn(
+        ontime()
+            .args([
+                "gateway",
+                "--protocol",
+                "modbus",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--buildings",
+                "2",
+                "--points",
+                "100",
+                "--log",
+            ])
+            .arg(&log),
+    );
+    ontime_testkit::wait_until("the gateway", Duration::from_secs(10), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let mbpoll = |unit: &str, start: &str, count: &str| {
+        let out = Command::new("mbpoll")
+            .args(["-m", "tcp", "-a", unit, "-0", "-r", start, "-c", count, "-t", "4", "-1"])
+            .args(["-p", &port.to_string(), "127.0.0.1"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let (ok, text) = mbpoll("2", "0", "100");
+    assert!(ok, "{text}");
+    let read: Vec<(u32, u16)> = text
+        .lines()
+        .filter_map(|l| {
+            let (i, v) = l.trim().strip_prefix('[')?.split_once("]:")?;
+            Some((i.parse().ok()?, v.trim().parse().ok()?))
+        })
+        .collect();
+    assert_eq!(read.len(), 100, "{text}");
+    let (ok, text) = mbpoll("2", "95", "10");
+    assert!(!ok && text.contains("Illegal data address"), "{text}");
+    let (ok, text) = mbpoll("9", "0", "10");
+    assert!(!ok && text.contains("Gateway path unavailable"), "{text}");
+    gateway.signal(libc::SIGINT);
+    let out = gateway.wait_output(Duration::from_secs(10));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // Unit 2 is building b1; its one read logged every register, and each
+    // value is the gateway's at the logged receive time.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split(' ').collect())
+        .collect();
+    assert_eq!(lines.len(), 100, "only the good read is a measurement:\n{text}");
+    for (l, (i, v)) in lines.iter().zip(&read) {
+        assert_eq!((l[1], l[2].parse::<u32>().unwrap()), ("b1", *i), "{l:?}");
+        let recv_ns: u64 = l[0].parse().unwrap();
+        let value = ontime_gateway::points::value(*i, 70, recv_ns);
+        assert_eq!(*v, ontime_gateway::modbus::register_of(value), "register {i}");
+    }
+}
