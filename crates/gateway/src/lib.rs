@@ -3,7 +3,8 @@
 //! Owns the wire format of a batch point read ([`wire`], documented in
 //! `docs/wire.md`), the point value model ([`points`]), the gateway
 //! configuration with its controller delay and fault injection ([`config`]),
-//! the server ([`server`], HTTP; its Modbus/TCP side in [`modbus`]) and the
+//! the server ([`server`], HTTP; its Modbus/TCP side in [`modbus`]; what
+//! both share per request in `state`) and the
 //! per-point receive-time log with its interval-error analysis
 //! ([`recvlog`]).
 //!
@@ -16,6 +17,7 @@ pub mod modbus;
 pub mod points;
 pub mod recvlog;
 pub mod server;
+mod state;
 pub use ontime_core::wire;
 
 pub use config::{Building, Faults, GatewayConfig};

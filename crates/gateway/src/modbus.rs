@@ -17,7 +17,7 @@
 use crate::kstamp::StampedStream;
 use crate::points;
 use crate::recvlog::LogBatch;
-use crate::server::State;
+use crate::state::State;
 use ontime_core::MonoNs;
 use ontime_fieldbus::modbus::{self, Frame, Refusal};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
