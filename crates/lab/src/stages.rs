@@ -494,11 +494,16 @@ fn start_injectors(
     let specs = c.injectors(dir, &veths).map_err(|e| anyhow::anyhow!(e))?;
     let mut out = Vec::with_capacity(specs.len());
     for (i, spec) in specs.iter().enumerate() {
+        let mut options = SpawnOptions::default();
         if let ontime_scenario::probe::ProbeSpec::SoftirqFlood(f) = spec {
             // The flood's receipt on the tenant's CPU, not the flooder's.
             if let Some(t) = lab.tenants.iter().find(|t| t.net.host_if == f.flood.host_if) {
                 t.net.steer_receipt_to(f.tenant_cpu)?;
             }
+            // Pinned from its exec: its start-up (2 ms once) on the
+            // tenant's CPU was charged to the flooder, who is never the
+            // culprit the ground truth names.
+            options.affinity = vec![f.flood.flooder_cpu];
         }
         let file = dir.join(format!("inject-{i}.probe.json"));
         spec.write(&file)?;
@@ -506,7 +511,7 @@ fn start_injectors(
         cmd.arg("probe")
             .arg(&file)
             .stderr(std::fs::File::create(dir.join(format!("inject-{i}.err")))?);
-        out.push(ChildProcess::spawn("an injector", &mut cmd, SpawnOptions::default())?);
+        out.push(ChildProcess::spawn("an injector", &mut cmd, options)?);
     }
     Ok(out)
 }
