@@ -1,13 +1,20 @@
 #!/usr/bin/env python3
 """Field-bus peers ontime did not write, for its protocol tests: a
-Modbus/TCP server from pymodbus. Run with the environment scripts/setup.sh
-makes (/var/cache/ontime/fieldbus/bin/python).
+Modbus/TCP server from pymodbus, a BACnet/IP device and client from
+bacpypes3. Run with the environment scripts/setup.sh makes
+(/var/cache/ontime/fieldbus/bin/python).
 
   fieldbus-peer.py modbus-server --port P [--unit 1] [--registers 1000]
+  fieldbus-peer.py bacnet-device --port P --instance N [--objects 40]
+                   [--max-apdu 1024] [--no-segmentation]
+  fieldbus-peer.py bacnet-read --port P --device-port Q --objects 0-9
 
-Holding register i holds i; input register i holds 2150 + i. The server
-runs until killed; the test pauses it (SIGSTOP) to make it answer slowly
-or not at all.
+Holding register i holds i; input register i holds 2150 + i. The BACnet
+device's analog-input i has present value 20 + i / 4. Servers run until
+killed; the tests pause them (SIGSTOP) to make them answer slowly or not
+at all. bacnet-read reads the present values of analog-input objects of
+the device at 127.0.0.1:Q once (ReadPropertyMultiple) and prints one
+"instance value" line each.
 """
 import argparse
 import asyncio
@@ -27,6 +34,54 @@ def modbus_server(a):
     asyncio.run(StartAsyncTcpServer(device, address=("127.0.0.1", a.port)))
 
 
+def bacnet_device(a):
+    from bacpypes3.app import Application
+    from bacpypes3.argparse import SimpleArgumentParser
+    from bacpypes3.local.analog import AnalogInputObject
+
+    args = SimpleArgumentParser().parse_args(
+        ["--name", "ontime-peer", "--instance", str(a.instance), "--address", f"127.0.0.1:{a.port}"])
+
+    async def run():
+        app = Application.from_args(args)
+        dev = app.device_object
+        dev.maxApduLengthAccepted = a.max_apdu
+        if a.no_segmentation:
+            dev.segmentationSupported = "no-segmentation"
+        for i in range(a.objects):
+            app.add_object(AnalogInputObject(
+                objectIdentifier=("analog-input", i), objectName=f"ai-{i}",
+                presentValue=20.0 + i / 4, statusFlags=[0, 0, 0, 0], units="degreesCelsius"))
+        print("ready", flush=True)
+        await asyncio.Future()
+
+    asyncio.run(run())
+
+
+def bacnet_read(a):
+    from bacpypes3.app import Application
+    from bacpypes3.argparse import SimpleArgumentParser
+    from bacpypes3.pdu import Address
+    from bacpypes3.primitivedata import ObjectIdentifier
+
+    lo, hi = (int(x) for x in a.objects.split("-"))
+    args = SimpleArgumentParser().parse_args(
+        ["--name", "ontime-reader", "--instance", "4194000", "--address", f"127.0.0.1:{a.port}"])
+
+    async def run():
+        app = Application.from_args(args)
+        spec = []
+        for i in range(lo, hi + 1):
+            spec += [ObjectIdentifier(("analog-input", i)), ["present-value"]]
+        result = await asyncio.wait_for(
+            app.read_property_multiple(Address(f"127.0.0.1:{a.device_port}"), spec), 10)
+        for objid, _prop, _index, value in result:
+            print(objid[1], value, flush=True)
+        app.close()
+
+    asyncio.run(run())
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="what", required=True)
@@ -34,9 +89,18 @@ def main():
     m.add_argument("--port", type=int, required=True)
     m.add_argument("--unit", type=int, default=1)
     m.add_argument("--registers", type=int, default=1000)
+    d = sub.add_parser("bacnet-device")
+    d.add_argument("--port", type=int, required=True)
+    d.add_argument("--instance", type=int, required=True)
+    d.add_argument("--objects", type=int, default=40)
+    d.add_argument("--max-apdu", type=int, default=1024)
+    d.add_argument("--no-segmentation", action="store_true")
+    r = sub.add_parser("bacnet-read")
+    r.add_argument("--port", type=int, required=True)
+    r.add_argument("--device-port", type=int, required=True)
+    r.add_argument("--objects", required=True)
     a = p.parse_args()
-    if a.what == "modbus-server":
-        modbus_server(a)
+    {"modbus-server": modbus_server, "bacnet-device": bacnet_device, "bacnet-read": bacnet_read}[a.what](a)
     return 0
 
 

@@ -256,6 +256,13 @@ pub fn execute(
     explain: &crate::explain::ExplainFlags,
 ) -> anyhow::Result<()> {
     p.validate().map_err(|e| bad_input(format!("--{e}")))?;
+    if gateway.is_some() {
+        // The local gateway starts after the plan is made: its devices'
+        // APDU size is known, not asked.
+        for g in p.crawl.gateways.iter_mut().filter(|g| g.url.starts_with("bacnet://")) {
+            g.max_apdu.get_or_insert(ontime_gateway::bacnet::MAX_APDU);
+        }
+    }
     let where_ = origin.map(|f| format!("{}: ", f.display())).unwrap_or_default();
     let cfg = p.config().map_err(|e| bad_input(format!("{where_}{e:#}")))?;
     output::check_outputs(&[
@@ -389,6 +396,7 @@ impl LocalGateway {
         let protocol = match cfg.gateways[0].protocol {
             ontime_crawl::config::Protocol::Http => ontime_gateway::config::Protocol::Http,
             ontime_crawl::config::Protocol::Modbus { .. } => ontime_gateway::config::Protocol::Modbus,
+            ontime_crawl::config::Protocol::Bacnet { .. } => ontime_gateway::config::Protocol::Bacnet,
         };
         if cfg
             .gateways
@@ -396,7 +404,7 @@ impl LocalGateway {
             .any(|g| std::mem::discriminant(&g.protocol) != std::mem::discriminant(&cfg.gateways[0].protocol))
         {
             return Err(bad_input(
-                "--with-gateway serves one protocol: give URLs of one scheme (http:// or modbus://)",
+                "--with-gateway serves one protocol: give URLs of one scheme (http://, modbus:// or bacnet://)",
             ));
         }
         for gw in &cfg.gateways {
@@ -412,9 +420,12 @@ impl LocalGateway {
             if !seen.insert((gw.addr, gw.building.clone())) {
                 continue;
             }
-            let (name, unit) = match gw.protocol {
-                ontime_crawl::config::Protocol::Http => (gw.building.clone(), None),
-                ontime_crawl::config::Protocol::Modbus { unit, .. } => (format!("unit{unit}"), Some(unit)),
+            let (name, unit, device) = match gw.protocol {
+                ontime_crawl::config::Protocol::Http => (gw.building.clone(), None, None),
+                ontime_crawl::config::Protocol::Modbus { unit, .. } => (format!("unit{unit}"), Some(unit), None),
+                ontime_crawl::config::Protocol::Bacnet { device, .. } => {
+                    (format!("device{device}"), None, Some(device))
+                }
             };
             buildings.push(Building {
                 name,
@@ -422,6 +433,7 @@ impl LocalGateway {
                 analog_percent: 70,
                 listen: Some(gw.addr),
                 unit,
+                device,
             });
         }
         let config = GatewayConfig {
@@ -462,10 +474,16 @@ impl LocalGateway {
             },
         )?;
         let addrs: Vec<_> = seen.iter().map(|(a, _)| *a).collect();
+        let udp = protocol == ontime_gateway::config::Protocol::Bacnet;
         child.wait_until(Duration::from_secs(5), || {
-            addrs
-                .iter()
-                .all(|a| std::net::TcpStream::connect_timeout(a, Duration::from_millis(100)).is_ok())
+            addrs.iter().all(|a| {
+                if udp {
+                    // Bound by the gateway once this bind is refused.
+                    std::net::UdpSocket::bind(a).is_err()
+                } else {
+                    std::net::TcpStream::connect_timeout(a, Duration::from_millis(100)).is_ok()
+                }
+            })
         })?;
         Ok(LocalGateway { child, _config: file })
     }

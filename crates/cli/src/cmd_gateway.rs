@@ -50,9 +50,11 @@ struct ServeArgs {
     /// TOML file with [[building]] tables and [faults] (flags below override)
     #[arg(long, short = 'c')]
     config: Option<PathBuf>,
-    /// What to speak: getValues over HTTP, or Modbus/TCP (each building a
+    /// What to speak: getValues over HTTP, Modbus/TCP (each building a
     /// unit, 1 to N, whose registers 0..points are its points in
-    /// hundredths) [default: http, or the config's]
+    /// hundredths) or BACnet/IP (each building a device, 1 to N, on a port
+    /// of its own: --port-per-building; analog-input 0..points) [default:
+    /// http, or the config's]
     #[arg(long, value_enum)]
     protocol: Option<ProtocolArg>,
     /// Address to listen on
@@ -111,6 +113,7 @@ struct ServeArgs {
 enum ProtocolArg {
     Http,
     Modbus,
+    Bacnet,
 }
 
 impl ServeArgs {
@@ -141,6 +144,7 @@ impl ServeArgs {
         match self.protocol {
             Some(ProtocolArg::Http) => cfg.protocol = ontime_gateway::config::Protocol::Http,
             Some(ProtocolArg::Modbus) => cfg.protocol = ontime_gateway::config::Protocol::Modbus,
+            Some(ProtocolArg::Bacnet) => cfg.protocol = ontime_gateway::config::Protocol::Bacnet,
             None => {}
         }
         if self.log.is_some() {
@@ -213,18 +217,28 @@ pub fn execute(p: GatewayProbe) -> anyhow::Result<()> {
     } = p;
     cfg.validate().map_err(|e| bad_input(format!("{e:#}")))?;
     crate::output::check_outputs(&[("--result", result.as_deref()), ("--log", cfg.log.as_deref())])?;
-    let modbus = cfg.protocol == ontime_gateway::config::Protocol::Modbus;
+    use ontime_gateway::config::Protocol;
     let summary: Vec<String> = (0..cfg.buildings.len())
         .map(|bi| {
             let b = &cfg.buildings[bi];
-            match cfg.unit_of(bi).filter(|_| modbus) {
-                Some(unit) => format!("{} as unit {unit} ({} registers)", b.name, b.points),
-                None => format!("/{} ({} points)", b.name, b.points),
+            match (cfg.protocol, cfg.unit_of(bi)) {
+                (Protocol::Modbus, Some(unit)) => format!("{} as unit {unit} ({} registers)", b.name, b.points),
+                (Protocol::Bacnet, _) => format!(
+                    "{} as device {} (analog-input 0..{})",
+                    b.name,
+                    cfg.device_of(bi),
+                    b.points
+                ),
+                _ => format!("/{} ({} points)", b.name, b.points),
             }
         })
         .collect();
     let gw = ontime_gateway::server::start(cfg.clone())?;
-    let scheme = if modbus { "modbus" } else { "http" };
+    let scheme = match cfg.protocol {
+        Protocol::Http => "http",
+        Protocol::Modbus => "modbus",
+        Protocol::Bacnet => "bacnet",
+    };
     for addr in gw.addrs() {
         crate::outln!("ontime gateway: listening on {scheme}://{addr}");
     }

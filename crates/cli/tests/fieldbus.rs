@@ -121,10 +121,17 @@ fn a_paused_modbus_server_is_slow_then_its_polls_are_missed() {
     let Some((server, port)) = pymodbus_server() else {
         return;
     };
+    paused_twice_is_slow_then_missed(&server, &format!("modbus://127.0.0.1:{port}/1"));
+}
+
+/// Crawls `url` (10 points every 50 ms, 500 ms timeout, 5 s) while
+/// `device` is stopped for 250 ms (within the timeout: slow answers) and
+/// then for 1.5 s (past it: 1 s of polls missed).
+fn paused_twice_is_slow_then_missed(device: &KillOnDrop, url: &str) {
     let crawl = KillOnDrop::spawn(ontime().args([
         "crawl",
         "--url",
-        &format!("modbus://127.0.0.1:{port}/1"),
+        url,
         "--points",
         "10",
         "--period",
@@ -136,13 +143,13 @@ fn a_paused_modbus_server_is_slow_then_its_polls_are_missed() {
         "--json",
     ]));
     std::thread::sleep(Duration::from_millis(1500));
-    server.signal(libc::SIGSTOP);
+    device.signal(libc::SIGSTOP);
     std::thread::sleep(Duration::from_millis(250));
-    server.signal(libc::SIGCONT);
+    device.signal(libc::SIGCONT);
     std::thread::sleep(Duration::from_millis(750));
-    server.signal(libc::SIGSTOP);
+    device.signal(libc::SIGSTOP);
     std::thread::sleep(Duration::from_millis(1500));
-    server.signal(libc::SIGCONT);
+    device.signal(libc::SIGCONT);
     let out = crawl.wait_output(Duration::from_secs(60));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -227,5 +234,193 @@ fn mbpoll_reads_ontimes_modbus_gateway() {
         let recv_ns: u64 = l[0].parse().unwrap();
         let value = ontime_gateway::points::value(*i, 70, recv_ns);
         assert_eq!(*v, ontime_gateway::modbus::register_of(value), "register {i}");
+    }
+}
+
+/// A bacpypes3 BACnet/IP device on a free UDP port of the loopback with
+/// `objects` analog inputs (present value 20 + i / 4), or None (skipped)
+/// without bacpypes3.
+fn bacpypes3_device(objects: u32, extra: &[&str]) -> Option<(KillOnDrop, u16)> {
+    if !Path::new(PEERS).exists() {
+        ontime_testkit::skip(
+            "bacpypes3 is not installed (scripts/setup.sh installs it into /var/cache/ontime/fieldbus)",
+        );
+        return None;
+    }
+    let port = free_udp_port();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/fieldbus-peer.py");
+    let mut cmd = Command::new(PEERS);
+    cmd.args([
+        script,
+        "bacnet-device",
+        "--port",
+        &port.to_string(),
+        "--instance",
+        "1001",
+    ])
+    .args(["--objects", &objects.to_string()])
+    .args(extra);
+    let device = KillOnDrop::spawn(&mut cmd);
+    // Bound by the device once this bind is refused.
+    ontime_testkit::wait_until("the bacpypes3 device", Duration::from_secs(30), || {
+        std::net::UdpSocket::bind(("127.0.0.1", port)).is_err()
+    });
+    Some((device, port))
+}
+
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The crawler asks the device's largest APDU (Who-Is), reads as many
+/// present values as fit it unsegmented in each request, stores the
+/// values the device holds, and counts an unknown object's error in its
+/// place as a point fault; a device that answers nothing is refused before
+/// the run, saying so.
+#[test]
+fn crawl_reads_a_bacpypes3_devices_present_values_in_chunks_of_its_apdu() {
+    let Some((_device, port)) = bacpypes3_device(60, &["--max-apdu", "480", "--no-segmentation"]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("crawl.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "period = \"100ms\"\ntimeout = \"2s\"\npoints_per_request = 100\n\
+             [[gateway]]\nurl = \"bacnet://127.0.0.1:{port}/1001\"\npoints = 60\n\
+             [[gateway]]\nurl = \"bacnet://127.0.0.1:{port}/1001\"\npoint_ids = [58, 59, 60, 61]\n"
+        ),
+    )
+    .unwrap();
+    let store = dir.path().join("store.db");
+    let out = ontime()
+        .args(["crawl", "-D", "2s", "--json", "-c"])
+        .arg(&config)
+        .arg("--store")
+        .arg(&store)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let gw = &r["config"]["gateways"][0]["protocol"];
+    assert_eq!(
+        (gw["max_apdu"].as_u64(), gw["max_apdu_from"].as_str()),
+        (Some(480), Some("i-am")),
+        "{gw}"
+    );
+    // 60 objects, 22 to a 480-byte answer: three requests; and one more.
+    assert_eq!(u(&r["streams"]), 4, "{r:#}");
+    let polls = &r["polls"];
+    assert!(u(&polls["ok"]) >= 20, "{polls}");
+    assert_eq!(u(&polls["device_error"]) + u(&polls["malformed"]), 0, "{polls}");
+    // Objects 60 and 61 do not exist: two errors in each answer.
+    assert_eq!(u(&polls["point_faults"]) % 2, 0, "{polls}");
+    assert!(u(&polls["point_faults"]) >= 10, "{polls}");
+    assert_eq!(u(&r["receive_stamps"]["crawler_send"]), u(&polls["ok"]), "{r:#}");
+
+    let db = rusqlite::Connection::open(&store).unwrap();
+    let mut stmt = db
+        .prepare("SELECT series, value FROM samples WHERE value IS NOT NULL")
+        .unwrap();
+    let mut checked = 0;
+    for row in stmt
+        .query_map([], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, f64>(1)?)))
+        .unwrap()
+    {
+        let (series, value) = row.unwrap();
+        let instance = (series & 0xffff_ffff) as f64;
+        assert_eq!(value, 20.0 + instance / 4.0, "analog-input {instance}");
+        checked += 1;
+    }
+    assert!(checked >= 20 * 60, "{checked} values stored");
+
+    // Nobody at the address: no I-Am, refused before anything runs.
+    let out = ontime()
+        .args(["crawl", "-D", "1s", "--url"])
+        .arg(format!("bacnet://127.0.0.1:{}/7", free_udp_port()))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("did not answer Who-Is") && err.contains("max_apdu"),
+        "{err}"
+    );
+}
+
+/// A device that stops (SIGSTOP) answers slowly when it resumes within the
+/// timeout, and not at all past it: those polls are missed, each counted.
+#[test]
+fn a_paused_bacnet_device_is_slow_then_its_polls_are_missed() {
+    let Some((device, port)) = bacpypes3_device(10, &[]) else {
+        return;
+    };
+    paused_twice_is_slow_then_missed(&device, &format!("bacnet://127.0.0.1:{port}/1001"));
+}
+
+/// bacpypes3 reads ontime's BACnet gateway: each analog input's present
+/// value is the gateway's value at the receive time it logged (a REAL).
+#[test]
+fn bacpypes3_reads_ontimes_bacnet_gateway() {
+    if !Path::new(PEERS).exists() {
+        ontime_testkit::skip(
+            "bacpypes3 is not installed (scripts/setup.sh installs it into /var/cache/ontime/fieldbus)",
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("gw.log");
+    let port = free_udp_port();
+    let gateway = KillOnDrop::spawn(
+        ontime()
+            .args([
+                "gateway",
+                "--protocol",
+                "bacnet",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .args(["--points", "20", "--log"])
+            .arg(&log),
+    );
+    ontime_testkit::wait_until("the gateway", Duration::from_secs(10), || {
+        std::net::UdpSocket::bind(("127.0.0.1", port)).is_err()
+    });
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/fieldbus-peer.py");
+    let out = Command::new(PEERS)
+        .args([script, "bacnet-read", "--port", &free_udp_port().to_string()])
+        .args(["--device-port", &port.to_string(), "--objects", "0-9"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    let read: Vec<(u32, f64)> = text
+        .lines()
+        .filter_map(|l| {
+            let (i, v) = l.trim().split_once(' ')?;
+            Some((i.parse().ok()?, v.parse().ok()?))
+        })
+        .collect();
+    assert_eq!(read.len(), 10, "{text}");
+    gateway.signal(libc::SIGINT);
+    let out = gateway.wait_output(Duration::from_secs(10));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split(' ').collect())
+        .collect();
+    assert_eq!(lines.len(), 10, "{text}");
+    for (l, (i, v)) in lines.iter().zip(&read) {
+        assert_eq!(l[2].parse::<u32>().unwrap(), *i, "{l:?}");
+        let recv_ns: u64 = l[0].parse().unwrap();
+        let value = ontime_gateway::points::value(*i, 70, recv_ns) as f32;
+        assert_eq!(*v as f32, value, "analog-input {i}");
     }
 }

@@ -9,7 +9,8 @@
 //! max_connections = 256      # per gateway and vCPU thread
 //!
 //! [[gateway]]
-//! url = "http://127.0.0.1:8080/b0"   # or modbus://HOST[:PORT]/UNIT[/input]
+//! url = "http://127.0.0.1:8080/b0"   # or modbus://HOST[:PORT]/UNIT[/input],
+//!                                    # or bacnet://HOST[:PORT]/DEVICE[/TYPE]
 //! points = 1000              # ids 0..1000, or point_ids = [3, 7, 9]
 //! period = "500ms"           # optional, overrides the default
 //! ```
@@ -17,7 +18,10 @@
 //! A URL's scheme chooses the protocol ([`Protocol`]). Over Modbus/TCP a
 //! point id is a register address, and a request reads a run of
 //! consecutive registers: up to N, at most 125, split where the ids are
-//! not consecutive. The poll rate follows: requests per gateway / period.
+//! not consecutive. Over BACnet/IP a point id is an object's instance, and
+//! a request reads up to N present values, as many as fit the device's
+//! largest answer (asked of the device with Who-Is, or `max_apdu`). The
+//! poll rate follows: requests per gateway / period.
 
 use anyhow::{anyhow, bail, Context, Result};
 use ontime_core::duration::opt_text_ns;
@@ -40,6 +44,10 @@ pub struct GatewaySpec {
     pub point_ids: Option<Vec<u32>>,
     #[serde(default, with = "opt_text_ns", skip_serializing_if = "Option::is_none")]
     pub period: Option<u64>,
+    /// BACnet: the device's largest APDU in bytes (50..1476), instead of
+    /// asking the device (Who-Is) before the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_apdu: Option<u16>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -87,6 +95,7 @@ impl CrawlFile {
                     points: Some(points),
                     point_ids: None,
                     period: None,
+                    max_apdu: None,
                 })
                 .collect(),
         }
@@ -94,7 +103,7 @@ impl CrawlFile {
 }
 
 /// What a gateway speaks, from its URL's scheme.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Protocol {
     /// `http://HOST[:PORT]/BUILDING`: getValues over HTTP/1.1 keep-alive
@@ -105,23 +114,70 @@ pub enum Protocol {
     /// holding (function 3, the default) or input registers (function 4)
     /// from unit UNIT; a point id is a register address.
     Modbus { unit: u8, table: RegisterTable },
+    /// `bacnet://HOST[:PORT]/DEVICE[/TYPE]`: BACnet/IP ReadPropertyMultiple
+    /// of the present value of objects of TYPE (analog-input by default);
+    /// a point id is an object's instance. `max_apdu`: the largest answer
+    /// the device takes, which sizes each request; `max_apdu_from`: "i-am"
+    /// (asked of the device) or "config".
+    Bacnet {
+        device: u32,
+        object_type: BacnetObjectType,
+        max_apdu: u16,
+        max_apdu_from: String,
+    },
+}
+
+/// The object types a BACnet crawl reads the present value of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BacnetObjectType {
+    AnalogInput,
+    AnalogOutput,
+    AnalogValue,
+    BinaryInput,
+    BinaryValue,
+}
+
+impl BacnetObjectType {
+    const ALL: [(BacnetObjectType, &'static str, u16); 5] = [
+        (BacnetObjectType::AnalogInput, "analog-input", 0),
+        (BacnetObjectType::AnalogOutput, "analog-output", 1),
+        (BacnetObjectType::AnalogValue, "analog-value", 2),
+        (BacnetObjectType::BinaryInput, "binary-input", 3),
+        (BacnetObjectType::BinaryValue, "binary-value", 5),
+    ];
+
+    pub fn code(self) -> u16 {
+        BacnetObjectType::ALL.iter().find(|t| t.0 == self).map_or(0, |t| t.2)
+    }
+
+    fn parse(name: &str) -> Option<BacnetObjectType> {
+        BacnetObjectType::ALL.iter().find(|t| t.1 == name).map(|t| t.0)
+    }
 }
 
 impl Protocol {
     /// The most points one request of this protocol carries.
-    pub fn max_points_per_request(self) -> usize {
+    pub fn max_points_per_request(&self) -> usize {
         match self {
             Protocol::Http => ontime_core::wire::MAX_POINTS_PER_REQUEST,
             Protocol::Modbus { .. } => ontime_fieldbus::modbus::MAX_REGISTERS as usize,
+            Protocol::Bacnet { max_apdu, .. } => ontime_fieldbus::bacnet::objects_per_request(*max_apdu),
         }
     }
 
     /// The largest point id it can name.
-    fn max_point_id(self) -> u32 {
+    fn max_point_id(&self) -> u32 {
         match self {
             Protocol::Http => u32::MAX,
             Protocol::Modbus { .. } => u16::MAX as u32,
+            Protocol::Bacnet { .. } => (1 << 22) - 1,
         }
+    }
+
+    /// Whether it runs over UDP (BACnet/IP) rather than a TCP connection.
+    pub fn is_udp(&self) -> bool {
+        matches!(self, Protocol::Bacnet { .. })
     }
 }
 
@@ -255,9 +311,27 @@ impl CrawlConfig {
         let mut gateways = Vec::new();
         for (i, g) in file.gateways.into_iter().enumerate() {
             let ctx = || format!("url {} (gateway #{})", shown(&g.url), i + 1);
-            let target = parse_url(&g.url).with_context(ctx)?;
-            let protocol = target.protocol;
-            if n > protocol.max_points_per_request() {
+            let mut target = parse_url(&g.url).with_context(ctx)?;
+            if let Protocol::Bacnet {
+                device,
+                max_apdu,
+                max_apdu_from,
+                ..
+            } = &mut target.protocol
+            {
+                match g.max_apdu {
+                    Some(m) if !(50..=1476).contains(&m) => bail!("{}: max_apdu = {m}: must be 50..1476", ctx()),
+                    Some(m) => (*max_apdu, *max_apdu_from) = (m, "config".into()),
+                    None => {
+                        let i_am = ask_who_is(target.addr, *device).with_context(ctx)?;
+                        (*max_apdu, *max_apdu_from) = (i_am.max_apdu.clamp(50, 1476) as u16, "i-am".into());
+                    }
+                }
+            } else if g.max_apdu.is_some() {
+                bail!("{}: max_apdu is for bacnet:// gateways", ctx());
+            }
+            let protocol = target.protocol.clone();
+            if matches!(protocol, Protocol::Modbus { .. }) && n > protocol.max_points_per_request() {
                 bail!(
                     "{}: points_per_request = {n}, but one Modbus read carries at most {} registers",
                     ctx(),
@@ -335,6 +409,8 @@ impl Gateway {
     /// over HTTP any `n`; over Modbus runs of consecutive registers.
     pub fn requests(&self, n: usize) -> impl Iterator<Item = &[u32]> {
         let consecutive = matches!(self.protocol, Protocol::Modbus { .. });
+        // BACnet: as many as fit one unsegmented answer.
+        let n = n.min(self.protocol.max_points_per_request());
         let mut rest = self.point_ids.as_slice();
         std::iter::from_fn(move || {
             if rest.is_empty() {
@@ -390,8 +466,11 @@ pub fn parse_url(url: &str) -> Result<Target> {
     if let Some(rest) = url.strip_prefix("modbus://") {
         return parse_modbus(rest);
     }
+    if let Some(rest) = url.strip_prefix("bacnet://") {
+        return parse_bacnet(rest);
+    }
     let rest = url.strip_prefix("http://").ok_or_else(|| {
-        anyhow!("url must start with http:// or modbus:// (https and other schemes are not supported)")
+        anyhow!("url must start with http://, modbus:// or bacnet:// (https and other schemes are not supported)")
     })?;
     let (hostport, path) = rest
         .split_once('/')
@@ -452,6 +531,84 @@ fn parse_modbus(rest: &str) -> Result<Target> {
         host: hostport.to_string(),
         building: unit.to_string(),
     })
+}
+
+/// `host[:port]/device[/type]` of a `bacnet://` URL; the device's APDU
+/// size is asked later (or configured).
+fn parse_bacnet(rest: &str) -> Result<Target> {
+    const EXAMPLE: &str = "e.g. bacnet://127.0.0.1:47808/1001 or bacnet://127.0.0.1/1001/analog-value";
+    let (hostport, path) = rest
+        .split_once('/')
+        .ok_or_else(|| anyhow!("url needs a device instance, {EXAMPLE}"))?;
+    if hostport.is_empty() {
+        bail!("url needs a host, {EXAMPLE}");
+    }
+    let mut parts = path.trim_end_matches('/').split('/');
+    let device = parts.next().unwrap_or("");
+    let device: u32 = device
+        .parse()
+        .ok()
+        .filter(|&d: &u32| d < (1 << 22) - 1)
+        .ok_or_else(|| anyhow!("'{device}' is not a BACnet device instance (0..4194302), {EXAMPLE}"))?;
+    let object_type = match parts.next() {
+        None => BacnetObjectType::AnalogInput,
+        Some(name) => BacnetObjectType::parse(name).ok_or_else(|| {
+            anyhow!("'{name}' is not an object type read here: analog-input, analog-output, analog-value, binary-input or binary-value")
+        })?,
+    };
+    if parts.next().is_some() {
+        bail!("url has more path than device and object type, {EXAMPLE}");
+    }
+    Ok(Target {
+        addr: resolve(hostport, ontime_fieldbus::bacnet::DEFAULT_PORT)?,
+        protocol: Protocol::Bacnet {
+            device,
+            object_type,
+            max_apdu: 0,
+            max_apdu_from: String::new(),
+        },
+        host: hostport.to_string(),
+        building: device.to_string(),
+    })
+}
+
+/// Asks `device` at `addr` for its I-Am (a unicast Who-Is of its
+/// instance, three tries 500 ms apart), before the run: its largest APDU
+/// sizes the requests.
+fn ask_who_is(addr: SocketAddr, device: u32) -> Result<ontime_fieldbus::bacnet::IAm> {
+    use ontime_fieldbus::bacnet;
+    let bind: SocketAddr = if addr.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        ([0u16; 8], 0).into()
+    };
+    let sock = std::net::UdpSocket::bind(bind).context("a UDP socket for Who-Is")?;
+    sock.set_read_timeout(Some(std::time::Duration::from_millis(500)))?;
+    let mut who = [0u8; 18];
+    let n = bacnet::encode_who_is(device, &mut who);
+    let mut buf = [0u8; 1500];
+    for _ in 0..3 {
+        sock.send_to(&who[..n], addr)
+            .with_context(|| format!("sending Who-Is to {addr}"))?;
+        let end = std::time::Instant::now() + std::time::Duration::from_millis(500);
+        while std::time::Instant::now() < end {
+            let Ok((len, from)) = sock.recv_from(&mut buf) else {
+                break;
+            };
+            if from.ip() != addr.ip() {
+                continue;
+            }
+            if let Some(i_am) = bacnet::apdu_of(&buf[..len]).ok().and_then(bacnet::parse_i_am) {
+                if i_am.device == device {
+                    return Ok(i_am);
+                }
+            }
+        }
+    }
+    bail!(
+        "device {device} at {addr} did not answer Who-Is (1.5 s): is it running there? \
+         To poll a device that does not answer Who-Is, give its max_apdu in a crawl config's [[gateway]]"
+    )
 }
 
 #[cfg(test)]

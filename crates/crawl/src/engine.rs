@@ -1,6 +1,8 @@
 //! One vCPU thread of the crawler: an epoll loop (mio) that sends each poll
 //! at its planned time and reads answers on persistent connections:
-//! HTTP/1.1 keep-alive or Modbus/TCP, one poll in flight on each.
+//! HTTP/1.1 keep-alive or Modbus/TCP, one poll in flight on each; over
+//! BACnet/IP each "connection" is a connected UDP socket, one poll in
+//! flight on it, its invoke id the poll's.
 //!
 //! Timing: every poll's planned time is `start + phase + k * period`, fixed
 //! in advance. The loop waits on a timerfd armed with TFD_TIMER_ABSTIME at
@@ -24,7 +26,7 @@ use ontime_core::late::{GatewayStamps, PathNominal, ProbeEvent, WorstEvents};
 use ontime_core::time::{Clock, SystemClock};
 use ontime_core::wire::PointStatus;
 use ontime_core::MonoNs;
-use ontime_fieldbus::modbus;
+use ontime_fieldbus::{bacnet, modbus};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io::{ErrorKind, Read, Write};
@@ -149,8 +151,30 @@ struct InFlight {
     resent: bool,
 }
 
+/// A connection's socket: TCP, or UDP connected to the device.
+enum Sock {
+    Tcp(TcpStream),
+    Udp(mio::net::UdpSocket),
+}
+
+impl Sock {
+    fn raw_fd(&self) -> i32 {
+        match self {
+            Sock::Tcp(s) => s.as_raw_fd(),
+            Sock::Udp(s) => s.as_raw_fd(),
+        }
+    }
+
+    fn source(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            Sock::Tcp(s) => s,
+            Sock::Udp(s) => s,
+        }
+    }
+}
+
 struct Conn {
-    sock: TcpStream,
+    sock: Sock,
     gateway: usize,
     connected: bool,
     opened_ns: u64,
@@ -166,6 +190,8 @@ struct Conn {
 
 struct GatewayPool {
     addr: SocketAddr,
+    /// BACnet/IP: connected UDP sockets instead of TCP connections.
+    udp: bool,
     /// Polls per second this thread sends to the gateway.
     rate: f64,
     /// Most of its polls planned at one instant (1 with spread phases; a
@@ -231,6 +257,20 @@ fn burn_cpu(ns: u64) {
     }
 }
 
+/// A UDP socket connected to `addr` (it then receives only from there),
+/// non-blocking.
+fn udp_socket(addr: SocketAddr) -> std::io::Result<mio::net::UdpSocket> {
+    let bind: SocketAddr = if addr.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        ([0u16; 8], 0).into()
+    };
+    let s = std::net::UdpSocket::bind(bind)?;
+    s.connect(addr)?;
+    s.set_nonblocking(true)?;
+    Ok(mio::net::UdpSocket::from_std(s))
+}
+
 /// Polls one gateway's pool lets wait for a connection.
 const MAX_WAITING: usize = 4096;
 
@@ -269,6 +309,10 @@ impl<C: Clock> Engine<C> {
             .enumerate()
             .map(|(gi, &addr)| GatewayPool {
                 addr,
+                udp: s
+                    .streams
+                    .iter()
+                    .any(|st| st.gateway == gi && matches!(st.request, Request::Bacnet(_))),
                 rate: s
                     .streams
                     .iter()
@@ -594,7 +638,7 @@ impl<C: Clock> Engine<C> {
         // SAFETY: a 1-byte non-blocking peek into a local buffer on our socket.
         let n = unsafe {
             libc::recv(
-                c.sock.as_raw_fd(),
+                c.sock.raw_fd(),
                 b.as_mut_ptr().cast(),
                 1,
                 libc::MSG_PEEK | libc::MSG_DONTWAIT,
@@ -609,18 +653,27 @@ impl<C: Clock> Engine<C> {
 
     fn connect(&mut self, gw: usize) -> Option<usize> {
         let slot = self.free_slots.pop()?;
-        let mut sock = match TcpStream::connect(self.pools[gw].addr) {
+        let addr = self.pools[gw].addr;
+        let udp = self.pools[gw].udp;
+        let sock = if udp {
+            udp_socket(addr).map(Sock::Udp)
+        } else {
+            TcpStream::connect(addr).map(Sock::Tcp)
+        };
+        let mut sock = match sock {
             Ok(s) => s,
             Err(_) => {
                 self.free_slots.push(slot);
                 return None;
             }
         };
-        let _ = sock.set_nodelay(true);
+        if let Sock::Tcp(t) = &sock {
+            let _ = t.set_nodelay(true);
+        }
         if self
             .poll
             .registry()
-            .register(&mut sock, Token(slot), Interest::READABLE | Interest::WRITABLE)
+            .register(sock.source(), Token(slot), Interest::READABLE | Interest::WRITABLE)
             .is_err()
         {
             self.free_slots.push(slot);
@@ -630,7 +683,8 @@ impl<C: Clock> Engine<C> {
         self.conns[slot] = Some(Conn {
             sock,
             gateway: gw,
-            connected: false,
+            // A connected UDP socket has no handshake.
+            connected: udp,
             opened_ns: self.clock.now().0,
             gen: 0,
             poll: None,
@@ -682,7 +736,12 @@ impl<C: Clock> Engine<C> {
             });
         }
         while c.written < req.len() {
-            match c.sock.write(&req[c.written..]) {
+            let sent = match &mut c.sock {
+                Sock::Tcp(t) => t.write(&req[c.written..]),
+                // A datagram goes whole or not at all.
+                Sock::Udp(u) => u.send(req).map(|n| n.max(req.len())),
+            };
+            match sent {
                 Ok(n) => {
                     c.written += n;
                     self.metrics.traffic.tx_bytes += n as u64;
@@ -699,8 +758,8 @@ impl<C: Clock> Engine<C> {
 
     fn on_writable(&mut self, slot: usize) {
         let Some(c) = self.conns[slot].as_mut() else { return };
-        if !c.connected {
-            match (c.sock.take_error(), c.sock.peer_addr()) {
+        if let (false, Sock::Tcp(sock)) = (c.connected, &c.sock) {
+            match (sock.take_error(), sock.peer_addr()) {
                 (Ok(None), Ok(_)) => c.connected = true,
                 (Ok(None), Err(e)) if e.kind() == ErrorKind::NotConnected => return,
                 _ => {
@@ -750,7 +809,15 @@ impl<C: Clock> Engine<C> {
                 self.close(slot, Outcome::Malformed);
                 return;
             }
-            match c.sock.read(&mut c.rbuf[c.rlen..]) {
+            let read = match &mut c.sock {
+                Sock::Tcp(t) => t.read(&mut c.rbuf[c.rlen..]),
+                // One datagram is one answer: it replaces what was read.
+                Sock::Udp(u) => u.recv(&mut c.rbuf[..]).map(|n| {
+                    c.rlen = 0;
+                    n.max(1)
+                }),
+            };
+            match read {
                 Ok(0) => {
                     self.close(slot, Outcome::ConnectionLost);
                     return;
@@ -782,10 +849,23 @@ impl<C: Clock> Engine<C> {
                 return true;
             }
             let Some(p) = c.poll else {
+                if matches!(c.sock, Sock::Udp(_)) {
+                    // A datagram nobody waits for (a device answering
+                    // twice) is dropped; there is no stream to lose step.
+                    c.rlen = 0;
+                    return true;
+                }
                 // An answer nobody asked for: the stream is out of step.
                 self.close(slot, Outcome::Malformed);
                 return false;
             };
+            if let Request::Bacnet(_) = self.s.streams[p.stream as usize].request {
+                match self.consume_bacnet(slot, p) {
+                    Some(true) => continue,
+                    Some(false) => return true,
+                    None => return false,
+                }
+            }
             if let Request::Modbus(read) = self.s.streams[p.stream as usize].request {
                 match self.consume_modbus(slot, p, read) {
                     Some(true) => continue,
@@ -923,6 +1003,93 @@ impl<C: Clock> Engine<C> {
         Some(true)
     }
 
+    /// The datagram in the buffer: Some(true) when it answered the poll,
+    /// Some(false) when it was not its answer (another invoke id, an
+    /// unconfirmed message) and was dropped, None when the socket went.
+    fn consume_bacnet(&mut self, slot: usize, p: InFlight) -> Option<bool> {
+        let c = self.conns[slot].as_mut()?;
+        let datagram = &c.rbuf[..c.rlen];
+        let done = self.clock.now().0;
+        let gw = c.gateway as u16;
+        let invoke = c.gen as u8;
+        let m = &mut self.metrics;
+        let mut status = 0u16;
+        let answer = bacnet::apdu_of(datagram).and_then(bacnet::parse_answer);
+        let outcome = match answer {
+            Ok(bacnet::Answer::Ack { invoke: i, data, .. }) if i == invoke => {
+                let store = &mut self.s.store_records;
+                let dropped = &self.s.records_dropped;
+                let mut faults = 0u64;
+                let parsed = bacnet::parse_rpm_ack(data, &mut |id, reading| {
+                    let (value, status) = match reading {
+                        bacnet::Reading::Value(v) => (v, PointStatus::Ok),
+                        bacnet::Reading::NotANumber => (f64::NAN, PointStatus::Ok),
+                        bacnet::Reading::Error { .. } => {
+                            faults += 1;
+                            (f64::NAN, PointStatus::Fault)
+                        }
+                    };
+                    if let Some(prod) = store.as_mut() {
+                        let rec = StoreRecord {
+                            gateway: gw,
+                            point: id.instance(),
+                            recv_ns: done,
+                            value,
+                            status: status as u8,
+                        };
+                        if prod.push(rec).is_err() {
+                            dropped.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+                match parsed {
+                    Ok(()) => {
+                        m.outcomes.point_faults += faults;
+                        m.stamps.crawler_send += 1;
+                        Outcome::Ok
+                    }
+                    Err(_) => Outcome::Malformed,
+                }
+            }
+            Ok(bacnet::Answer::Error { invoke: i, class, code }) if i == invoke => {
+                m.outcomes.bacnet.error += 1;
+                status = ((class.min(255) << 8) | code.min(255)) as u16;
+                Outcome::DeviceError
+            }
+            Ok(bacnet::Answer::Reject { invoke: i, reason }) if i == invoke => {
+                m.outcomes.bacnet.reject += 1;
+                status = reason as u16;
+                Outcome::DeviceError
+            }
+            Ok(bacnet::Answer::Abort { invoke: i, reason, .. }) if i == invoke => {
+                m.outcomes.bacnet.abort += 1;
+                if reason == bacnet::ABORT_SEGMENTATION_NOT_SUPPORTED {
+                    m.outcomes.bacnet.abort_segmentation += 1;
+                }
+                status = reason as u16;
+                Outcome::DeviceError
+            }
+            Ok(bacnet::Answer::Segmented { invoke: i }) if i == invoke => {
+                m.outcomes.bacnet.segmented += 1;
+                Outcome::DeviceError
+            }
+            // Another poll's answer, late, or a message of the device's own.
+            Ok(_) => {
+                c.rlen = 0;
+                return Some(false);
+            }
+            Err(_) => Outcome::Malformed,
+        };
+        c.rlen = 0;
+        c.poll = None;
+        self.finish(p, done, outcome, 0, 0, status);
+        if outcome == Outcome::Ok && self.s.work.mean_ns > 0 && self.s.work_at.is_answer() {
+            burn_cpu(self.work.next_ns());
+        }
+        self.release(slot, gw as usize);
+        Some(true)
+    }
+
     /// A connection is free again: give it the oldest waiting poll.
     fn release(&mut self, slot: usize, gw: usize) {
         let now = self.clock.now().0;
@@ -940,7 +1107,7 @@ impl<C: Clock> Engine<C> {
     /// Closes a connection; a poll on it ends with `outcome`.
     fn close(&mut self, slot: usize, outcome: Outcome) {
         let Some(mut c) = self.conns[slot].take() else { return };
-        let _ = self.poll.registry().deregister(&mut c.sock);
+        let _ = self.poll.registry().deregister(c.sock.source());
         self.free_slots.push(slot);
         let pool = &mut self.pools[c.gateway];
         pool.open -= 1;

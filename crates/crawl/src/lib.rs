@@ -218,7 +218,7 @@ pub fn plan_streams(cfg: &CrawlConfig) -> Vec<Stream> {
                 .map(|pts| Stream {
                     id: 0,
                     gateway: gi,
-                    request: match g.protocol {
+                    request: match g.protocol.clone() {
                         config::Protocol::Http => request::Request::Http(http::RequestTemplate::new(
                             &g.host_header,
                             &g.building,
@@ -228,6 +228,9 @@ pub fn plan_streams(cfg: &CrawlConfig) -> Vec<Stream> {
                         config::Protocol::Modbus { unit, table } => {
                             request::Request::Modbus(request::ModbusRead::new(unit, table.into(), pts))
                         }
+                        config::Protocol::Bacnet {
+                            object_type, max_apdu, ..
+                        } => request::Request::Bacnet(request::BacnetRead::new(object_type.code(), pts, max_apdu)),
                     },
                     period_ns: g.period_ns,
                     phase_ns: 0,

@@ -16,11 +16,14 @@ pub struct Outcomes {
     /// Answered with a non-200 status.
     pub http_error: u64,
     /// The device answered with an error: a Modbus exception (counted by
-    /// code in `modbus_exceptions`).
+    /// code in `modbus_exceptions`), a BACnet Error, Reject or Abort or a
+    /// segmented answer (`bacnet`).
     #[serde(default)]
     pub device_error: u64,
     #[serde(default, skip_serializing_if = "ExceptionCounts::is_empty")]
     pub modbus_exceptions: ExceptionCounts,
+    #[serde(default, skip_serializing_if = "BacnetRefusals::is_empty")]
+    pub bacnet: BacnetRefusals,
     /// Answered with a body that is not a getValues response.
     pub malformed: u64,
     /// The connection failed or closed before the answer.
@@ -57,12 +60,40 @@ impl Outcomes {
         self.http_error += o.http_error;
         self.device_error += o.device_error;
         self.modbus_exceptions.add(&o.modbus_exceptions);
+        self.bacnet.add(&o.bacnet);
         self.malformed += o.malformed;
         self.connection_lost += o.connection_lost;
         self.not_sent += o.not_sent;
         self.abandoned += o.abandoned;
         self.point_faults += o.point_faults;
         self.resent += o.resent;
+    }
+}
+
+/// A BACnet device's answers that were not values, by kind: an Error PDU,
+/// a Reject, an Abort (`abort_segmentation`: of them, for an answer too
+/// long to send unsegmented), and a segmented ComplexACK, which the
+/// crawler does not reassemble.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BacnetRefusals {
+    pub error: u64,
+    pub reject: u64,
+    pub abort: u64,
+    pub abort_segmentation: u64,
+    pub segmented: u64,
+}
+
+impl BacnetRefusals {
+    pub fn is_empty(&self) -> bool {
+        *self == BacnetRefusals::default()
+    }
+
+    fn add(&mut self, o: &BacnetRefusals) {
+        self.error += o.error;
+        self.reject += o.reject;
+        self.abort += o.abort;
+        self.abort_segmentation += o.abort_segmentation;
+        self.segmented += o.segmented;
     }
 }
 

@@ -1,14 +1,45 @@
 //! A stream's request in its gateway's protocol, built once and written
 //! for each poll with the poll's identity, without allocating: getValues
-//! over HTTP ([`crate::http`]) or a Modbus/TCP read of registers.
+//! over HTTP ([`crate::http`]), a Modbus/TCP read of registers, or a
+//! BACnet/IP ReadPropertyMultiple of present values.
 
 use crate::http::RequestTemplate;
+use ontime_fieldbus::bacnet::{self, ObjectId};
 use ontime_fieldbus::modbus::{self, Table};
 
 #[derive(Clone, Debug)]
 pub enum Request {
     Http(RequestTemplate),
     Modbus(ModbusRead),
+    Bacnet(BacnetRead),
+}
+
+/// A ReadPropertyMultiple of the present value of some objects, encoded
+/// once; the invoke id is the poll's.
+#[derive(Clone, Debug)]
+pub struct BacnetRead {
+    pub frame: Vec<u8>,
+    /// How many objects it reads.
+    pub objects: usize,
+}
+
+impl BacnetRead {
+    /// The read of `instances` of `object_type`, accepting answers of up
+    /// to `max_apdu` bytes, unsegmented.
+    pub fn new(object_type: u16, instances: &[u32], max_apdu: u16) -> BacnetRead {
+        let ids: Vec<ObjectId> = instances
+            .iter()
+            .filter_map(|&i| ObjectId::new(object_type, i))
+            .collect();
+        let mut frame = vec![0u8; bacnet::RPM_HEADER_LEN + bacnet::RPM_OBJECT_LEN * ids.len()];
+        // Sized exactly above; the config refuses instances past 22 bits.
+        let n = bacnet::encode_rpm(0, bacnet::max_apdu_code(max_apdu), &ids, &mut frame).unwrap_or(0);
+        frame.truncate(n);
+        BacnetRead {
+            frame,
+            objects: ids.len(),
+        }
+    }
 }
 
 /// One read of consecutive registers; the transaction id is the poll's.
@@ -55,6 +86,11 @@ impl Request {
                 out.clear();
                 out.extend_from_slice(&r.frame(transaction));
             }
+            Request::Bacnet(r) => {
+                out.clear();
+                out.extend_from_slice(&r.frame);
+                out[bacnet::INVOKE_AT] = transaction as u8;
+            }
         }
     }
 
@@ -62,6 +98,7 @@ impl Request {
         match self {
             Request::Http(t) => t.len(),
             Request::Modbus(_) => modbus::READ_REQUEST_LEN,
+            Request::Bacnet(r) => r.frame.len(),
         }
     }
 

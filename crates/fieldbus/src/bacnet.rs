@@ -6,9 +6,9 @@
 //!
 //! Segmented answers are not reassembled: a request is sized to fit the
 //! device's APDU unsegmented, and a segmented ComplexACK is reported as
-//! such (the poll is a device error, not a value). Not yet used by the
-//! crawler or the gateway; the codec is checked against frames bacpypes3
-//! 0.0.110 produced.
+//! such (the poll is a device error, not a value). Both sides: the
+//! crawler's requests and the gateway's answers; checked against frames
+//! bacpypes3 0.0.110 produced.
 
 /// The port BACnet/IP uses unless told otherwise (0xBAC0).
 pub const DEFAULT_PORT: u16 = 47808;
@@ -299,6 +299,252 @@ pub fn parse_i_am(apdu: &[u8]) -> Option<IAm> {
     })
 }
 
+/// A confirmed request a server received: its invoke id, the largest
+/// answer the client accepts, whether it accepts a segmented one, the
+/// service and its data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Confirmed<'a> {
+    pub invoke: u8,
+    pub max_apdu: u16,
+    pub segmented_accepted: bool,
+    pub service: u8,
+    pub data: &'a [u8],
+}
+
+/// What a client sent a server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request<'a> {
+    Confirmed(Confirmed<'a>),
+    /// Who-Is, with its range of device instances if it has one.
+    WhoIs(Option<(u32, u32)>),
+    Other,
+}
+
+pub fn parse_request(apdu: &[u8]) -> Result<Request<'_>, &'static str> {
+    let b0 = *apdu.first().ok_or("empty APDU")?;
+    match b0 >> 4 {
+        0 => {
+            if b0 & 0x08 != 0 {
+                return Err("a segmented request");
+            }
+            let h = apdu.get(..4).ok_or("short confirmed request")?;
+            Ok(Request::Confirmed(Confirmed {
+                invoke: h[2],
+                max_apdu: MAX_APDU_BY_CODE.get((h[1] & 0x0F) as usize).copied().unwrap_or(50),
+                segmented_accepted: b0 & 0x02 != 0,
+                service: h[3],
+                data: &apdu[4..],
+            }))
+        }
+        1 if apdu.get(1) == Some(&0x08) => {
+            let mut r = Reader::new(&apdu[2..]);
+            if r.done() {
+                return Ok(Request::WhoIs(None));
+            }
+            let low = r.context_unsigned(0)?;
+            let high = r.context_unsigned(1)?;
+            Ok(Request::WhoIs(Some((low, high))))
+        }
+        _ => Ok(Request::Other),
+    }
+}
+
+/// Reads a ReadPropertyMultiple request's data: each object and the
+/// properties asked of it (`on(object, property)`); an error when it is
+/// not one.
+pub fn parse_rpm_request(data: &[u8], on: &mut impl FnMut(ObjectId, u32)) -> Result<(), &'static str> {
+    let mut r = Reader::new(data);
+    if r.done() {
+        return Err("no object asked for");
+    }
+    while !r.done() {
+        let id = r.context_object_id(0)?;
+        r.opening(1)?;
+        while !r.peek_closing(1) {
+            let property = r.context_unsigned(0)?;
+            if r.peek_context(1) {
+                r.context_unsigned(1)?;
+            }
+            on(id, property);
+        }
+        r.closing(1)?;
+    }
+    Ok(())
+}
+
+/// Writes answers into a buffer the caller owns, for a server: the BVLC
+/// length is set when it is finished.
+pub struct AnswerWriter<'a> {
+    out: &'a mut [u8],
+    n: usize,
+    overflow: bool,
+}
+
+impl<'a> AnswerWriter<'a> {
+    fn start(out: &'a mut [u8], apdu_head: &[u8]) -> AnswerWriter<'a> {
+        let mut w = AnswerWriter {
+            out,
+            n: 0,
+            overflow: false,
+        };
+        w.put(&[BVLC_TYPE, BVLC_UNICAST, 0, 0, 0x01, 0x00]);
+        w.put(apdu_head);
+        w
+    }
+
+    /// A ComplexACK to ReadPropertyMultiple; add objects, then finish.
+    pub fn rpm_ack(out: &'a mut [u8], invoke: u8) -> AnswerWriter<'a> {
+        AnswerWriter::start(out, &[0x30, invoke, SERVICE_READ_PROPERTY_MULTIPLE])
+    }
+
+    fn put(&mut self, b: &[u8]) {
+        match self.out.get_mut(self.n..self.n + b.len()) {
+            Some(dst) => {
+                dst.copy_from_slice(b);
+                self.n += b.len();
+            }
+            None => self.overflow = true,
+        }
+    }
+
+    /// One object's present value: a REAL.
+    pub fn value(&mut self, id: ObjectId, v: f32) {
+        let [a, b, c, d] = id.0.to_be_bytes();
+        let [e, f, g, h] = v.to_be_bytes();
+        self.put(&[
+            0x0C,
+            a,
+            b,
+            c,
+            d,
+            0x1E,
+            0x29,
+            PROPERTY_PRESENT_VALUE,
+            0x4E,
+            0x44,
+            e,
+            f,
+            g,
+            h,
+            0x4F,
+            0x1F,
+        ]);
+    }
+
+    /// One object's error in place of its value.
+    pub fn error(&mut self, id: ObjectId, class: u8, code: u8) {
+        let [a, b, c, d] = id.0.to_be_bytes();
+        self.put(&[
+            0x0C,
+            a,
+            b,
+            c,
+            d,
+            0x1E,
+            0x29,
+            PROPERTY_PRESENT_VALUE,
+            0x5E,
+            0x91,
+            class,
+            0x91,
+            code,
+            0x5F,
+            0x1F,
+        ]);
+    }
+
+    /// The APDU's length so far (without BVLC and NPDU).
+    pub fn apdu_len(&self) -> usize {
+        self.n - 6
+    }
+
+    /// The datagram's length, or None when it did not fit.
+    pub fn finish(self) -> Option<usize> {
+        if self.overflow || self.n > u16::MAX as usize {
+            return None;
+        }
+        self.out[2..4].copy_from_slice(&(self.n as u16).to_be_bytes());
+        Some(self.n)
+    }
+}
+
+/// An Error PDU for a confirmed request.
+pub fn encode_error(invoke: u8, service: u8, class: u8, code: u8, out: &mut [u8; 13]) -> usize {
+    *out = [
+        BVLC_TYPE,
+        BVLC_UNICAST,
+        0,
+        13,
+        0x01,
+        0x00,
+        0x50,
+        invoke,
+        service,
+        0x91,
+        class,
+        0x91,
+        code,
+    ];
+    13
+}
+
+/// A Reject (`abort = false`) or a server's Abort PDU.
+pub fn encode_refusal(abort: bool, invoke: u8, reason: u8, out: &mut [u8; 9]) -> usize {
+    *out = [
+        BVLC_TYPE,
+        BVLC_UNICAST,
+        0,
+        9,
+        0x01,
+        0x00,
+        if abort { 0x71 } else { 0x60 },
+        invoke,
+        reason,
+    ];
+    9
+}
+
+/// An I-Am for `device`: its largest APDU, no segmentation, `vendor`.
+pub fn encode_i_am(device: u32, max_apdu: u16, vendor: u16, out: &mut [u8; 21]) -> usize {
+    let id = ObjectId::new(ObjectId::DEVICE, device.min((1 << 22) - 1)).map_or(0, |o| o.0);
+    let [a, b, c, d] = id.to_be_bytes();
+    let [e, f] = max_apdu.to_be_bytes();
+    let [g, h] = vendor.to_be_bytes();
+    *out = [
+        BVLC_TYPE,
+        BVLC_UNICAST,
+        0,
+        21,
+        0x01,
+        0x00,
+        0x10,
+        0x00,
+        0xC4,
+        a,
+        b,
+        c,
+        d,
+        0x22,
+        e,
+        f,
+        0x91,
+        0x03,
+        0x22,
+        g,
+        h,
+    ];
+    21
+}
+
+pub const ERROR_CLASS_DEVICE: u8 = 0;
+pub const ERROR_CLASS_OBJECT: u8 = 1;
+pub const ERROR_CODE_OPERATIONAL_PROBLEM: u8 = 25;
+pub const ERROR_CODE_UNKNOWN_OBJECT: u8 = 31;
+pub const ERROR_CODE_UNKNOWN_PROPERTY: u8 = 32;
+pub const REJECT_UNRECOGNIZED_SERVICE: u8 = 9;
+pub const REJECT_INVALID_TAG: u8 = 4;
+pub const ABORT_SEGMENTATION_NOT_SUPPORTED: u8 = 4;
+
 /// Reads tagged data (20.2.1) in place.
 struct Reader<'a> {
     b: &'a [u8],
@@ -578,6 +824,77 @@ mod tests {
         );
     }
 
+    /// What a server reads and answers, read back by the client side;
+    /// the I-Am is the bytes a bacpypes3 device sent.
+    #[test]
+    fn a_server_reads_requests_and_its_answers_read_back() {
+        let mut req = [0u8; 64];
+        let n = encode_rpm(9, 3, &[ai(0), ai(5)], &mut req).unwrap();
+        let Request::Confirmed(c) = parse_request(apdu_of(&req[..n]).unwrap()).unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            (c.invoke, c.max_apdu, c.service, c.segmented_accepted),
+            (9, 480, 14, false)
+        );
+        let mut asked = vec![];
+        parse_rpm_request(c.data, &mut |id, p| asked.push((id.instance(), p))).unwrap();
+        assert_eq!(asked, vec![(0, 85), (5, 85)]);
+
+        let mut out = [0u8; 128];
+        let mut w = AnswerWriter::rpm_ack(&mut out, 9);
+        w.value(ai(0), 21.5);
+        w.error(ai(5), ERROR_CLASS_OBJECT, ERROR_CODE_UNKNOWN_OBJECT);
+        let n = w.finish().unwrap();
+        let Answer::Ack { invoke, data, .. } = parse_answer(apdu_of(&out[..n]).unwrap()).unwrap() else {
+            panic!()
+        };
+        assert_eq!(invoke, 9);
+        let mut seen = vec![];
+        parse_rpm_ack(data, &mut |id, v| seen.push((id.instance(), v))).unwrap();
+        assert_eq!(
+            seen,
+            vec![(0, Reading::Value(21.5)), (5, Reading::Error { class: 1, code: 31 })]
+        );
+        let mut small = [0u8; 20];
+        let mut w = AnswerWriter::rpm_ack(&mut small, 1);
+        w.value(ai(0), 1.0);
+        assert_eq!(w.finish(), None, "an answer that does not fit is not written");
+
+        let mut e = [0u8; 13];
+        let n = encode_error(3, 14, 0, 25, &mut e);
+        assert_eq!(
+            parse_answer(apdu_of(&e[..n]).unwrap()).unwrap(),
+            Answer::Error {
+                invoke: 3,
+                class: 0,
+                code: 25
+            }
+        );
+        let mut a = [0u8; 9];
+        let n = encode_refusal(true, 4, 4, &mut a);
+        assert_eq!(
+            parse_answer(apdu_of(&a[..n]).unwrap()).unwrap(),
+            Answer::Abort {
+                invoke: 4,
+                reason: 4,
+                by_server: true
+            }
+        );
+        let mut i_am = [0u8; 21];
+        encode_i_am(1001, 480, 999, &mut i_am);
+        assert_eq!(
+            i_am.to_vec(),
+            hex("81 0a 00 15 01 00 10 00 c4 02 00 03 e9 22 01 e0 91 03 22 03 e7")
+        );
+        let mut who = [0u8; 18];
+        let n = encode_who_is(1001, &mut who);
+        assert_eq!(
+            parse_request(apdu_of(&who[..n]).unwrap()).unwrap(),
+            Request::WhoIs(Some((1001, 1001)))
+        );
+    }
+
     #[test]
     fn requests_are_sized_to_the_devices_apdu() {
         assert_eq!(max_apdu_code(480), 3);
@@ -597,6 +914,9 @@ mod tests {
                     let _ = parse_rpm_ack(data, &mut |_, _| {});
                 }
                 let _ = parse_i_am(apdu);
+                if let Ok(Request::Confirmed(c)) = parse_request(apdu) {
+                    let _ = parse_rpm_request(c.data, &mut |_, _| {});
+                }
             }
             let _ = parse_rpm_ack(&bytes, &mut |_, _| {});
             let _ = parse_answer(&bytes);

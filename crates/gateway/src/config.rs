@@ -25,6 +25,10 @@ pub struct Building {
     /// among the buildings on its address, from 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unit: Option<u8>,
+    /// Its BACnet device instance (`protocol = "bacnet"`); by default its
+    /// place in the config, from 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<u32>,
 }
 
 /// What the gateway speaks on its addresses.
@@ -38,6 +42,9 @@ pub enum Protocol {
     /// registers 0..points are its points, a value in hundredths
     /// (21.37 reads 2137; a binary point on reads 100).
     Modbus,
+    /// BACnet/IP: each building a device on an address of its own, its
+    /// analog-input objects 0..points its points (present values as REALs).
+    Bacnet,
 }
 
 fn default_analog_percent() -> u8 {
@@ -174,6 +181,7 @@ impl GatewayConfig {
                     a
                 }),
                 unit: None,
+                device: None,
             })
             .collect();
         GatewayConfig {
@@ -223,6 +231,24 @@ impl GatewayConfig {
                 bail!("building '{}': analog_percent must be 0..100", b.name);
             }
         }
+        if self.protocol == Protocol::Bacnet {
+            let mut addrs = std::collections::HashSet::new();
+            for (bi, b) in self.buildings.iter().enumerate() {
+                if !addrs.insert(b.listen.unwrap_or(self.listen)) {
+                    bail!(
+                        "building '{}': BACnet/IP serves one device per address: give each building its own listen (--port-per-building)",
+                        b.name
+                    );
+                }
+                if self.device_of(bi) >= (1 << 22) - 1 {
+                    bail!(
+                        "building '{}': device {} is not a BACnet instance (0..4194302)",
+                        b.name,
+                        self.device_of(bi)
+                    );
+                }
+            }
+        }
         if self.protocol == Protocol::Modbus {
             let mut units = std::collections::HashSet::new();
             for (bi, b) in self.buildings.iter().enumerate() {
@@ -242,6 +268,11 @@ impl GatewayConfig {
             }
         }
         self.faults.validate()
+    }
+
+    /// Building `bi`'s BACnet device instance.
+    pub fn device_of(&self, bi: usize) -> u32 {
+        self.buildings[bi].device.unwrap_or(bi as u32 + 1)
     }
 
     /// Building `bi`'s Modbus unit id: its own, or its place among the

@@ -48,7 +48,12 @@ impl StampedStream {
 
 /// One `recvmsg` into `buf`; returns the bytes read and the kernel's
 /// receive stamp of them converted to CLOCK_MONOTONIC, if it gave one.
-fn recv_stamped(fd: i32, buf: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<(usize, Option<u64>)> {
+/// With `from`, the sender's address is written there (a datagram's).
+pub(crate) fn recv_stamped(
+    fd: i32,
+    buf: &mut [std::mem::MaybeUninit<u8>],
+    from: Option<&mut libc::sockaddr_storage>,
+) -> io::Result<(usize, Option<u64>)> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -56,12 +61,16 @@ fn recv_stamped(fd: i32, buf: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<(u
     let mut control = kstamp::Control::default();
     // SAFETY: msghdr is plain data; every pointer set below outlives the call.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    if let Some(from) = from {
+        msg.msg_name = (from as *mut libc::sockaddr_storage).cast();
+        msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+    }
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
     msg.msg_control = control.0.as_mut_ptr().cast();
     msg.msg_controllen = control.0.len();
-    // SAFETY: the kernel writes at most iov_len bytes into buf and at most
-    // msg_controllen bytes into control.
+    // SAFETY: the kernel writes at most iov_len bytes into buf, msg_namelen
+    // into the sender's address and msg_controllen into control.
     let n = unsafe { libc::recvmsg(fd, &mut msg, 0) };
     if n < 0 {
         return Err(io::Error::last_os_error());
@@ -78,7 +87,10 @@ impl AsyncRead for StampedStream {
             // SAFETY: recv_stamped only writes into the unfilled part, and
             // we mark as filled exactly the bytes the kernel wrote.
             let unfilled = unsafe { buf.unfilled_mut() };
-            match this.inner.try_io(Interest::READABLE, || recv_stamped(fd, unfilled)) {
+            match this
+                .inner
+                .try_io(Interest::READABLE, || recv_stamped(fd, unfilled, None))
+            {
                 Ok((n, stamp)) => {
                     // SAFETY: the kernel initialised n bytes of unfilled.
                     unsafe { buf.assume_init(n) };

@@ -11,6 +11,7 @@
 //! Does not own the crawler or any timing judgement beyond stamping the
 //! receive time of each request.
 
+pub mod bacnet;
 pub mod config;
 pub mod kstamp;
 pub mod modbus;

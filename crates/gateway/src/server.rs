@@ -119,6 +119,13 @@ impl Drop for RunningGateway {
     }
 }
 
+/// What serves one address: a TCP listener (HTTP, Modbus) or a UDP
+/// socket (BACnet/IP).
+enum Listener {
+    Tcp(std::net::TcpListener),
+    Udp(std::net::UdpSocket),
+}
+
 /// A listening socket with a deep accept queue: a crawler that opens many
 /// connections at once must not lose SYNs (a lost SYN costs a 1 s retry).
 fn listen_socket(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
@@ -139,15 +146,24 @@ pub fn start(cfg: GatewayConfig) -> Result<RunningGateway> {
     let listen = cfg.listen_addrs();
     let mut listeners = Vec::new();
     let mut addrs = Vec::new();
+    let udp = cfg.protocol == crate::config::Protocol::Bacnet;
     for a in &listen {
-        let l = listen_socket(*a).with_context(|| {
-            format!("cannot listen on {a}: is another gateway running there? pick another address with --listen")
-        })?;
-        addrs.push(l.local_addr()?);
+        let busy =
+            || format!("cannot listen on {a}: is another gateway running there? pick another address with --listen");
+        let l = if udp {
+            Listener::Udp(crate::bacnet::bind(*a).with_context(busy)?)
+        } else {
+            Listener::Tcp(listen_socket(*a).with_context(busy)?)
+        };
+        addrs.push(match &l {
+            Listener::Tcp(t) => t.local_addr()?,
+            Listener::Udp(u) => u.local_addr()?,
+        });
         listeners.push(l);
     }
     let mut routes = HashMap::new();
     let mut units = HashMap::new();
+    let mut devices = HashMap::new();
     for (bi, b) in cfg.buildings.iter().enumerate() {
         let li = listen
             .iter()
@@ -157,6 +173,7 @@ pub fn start(cfg: GatewayConfig) -> Result<RunningGateway> {
         if let Some(unit) = cfg.unit_of(bi) {
             units.insert((li, unit), bi);
         }
+        devices.entry(li).or_insert((cfg.device_of(bi), bi));
     }
     let log = match &cfg.log {
         Some(p) => Some(LogWriter::create(
@@ -168,6 +185,7 @@ pub fn start(cfg: GatewayConfig) -> Result<RunningGateway> {
     let state = Arc::new(State {
         routes,
         units,
+        devices,
         counters: Counters::default(),
         stamps: StampTally::default(),
         log: log.as_ref().map(|l| l.sender()),
@@ -207,14 +225,16 @@ pub fn start(cfg: GatewayConfig) -> Result<RunningGateway> {
                     let st = st.clone();
                     let mut stop = stop_rx.clone();
                     tasks.push(tokio::spawn(async move {
-                        let l = match tokio::net::TcpListener::from_std(l) {
-                            Ok(l) => l,
-                            Err(e) => {
-                                ontime_core::errln!("gateway: listener failed: {e}");
-                                return;
-                            }
-                        };
-                        accept_loop(l, li, st, &mut stop).await;
+                        match l {
+                            Listener::Tcp(l) => match tokio::net::TcpListener::from_std(l) {
+                                Ok(l) => accept_loop(l, li, st, &mut stop).await,
+                                Err(e) => ontime_core::errln!("gateway: listener failed: {e}"),
+                            },
+                            Listener::Udp(u) => match tokio::net::UdpSocket::from_std(u) {
+                                Ok(u) => crate::bacnet::serve(u, st, li).await,
+                                Err(e) => ontime_core::errln!("gateway: socket failed: {e}"),
+                            },
+                        }
                     }));
                 }
                 let mut stop = stop_rx;

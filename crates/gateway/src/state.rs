@@ -143,6 +143,8 @@ pub(crate) struct State {
     pub(crate) routes: HashMap<(usize, String), usize>,
     /// (listener index, Modbus unit) -> building index.
     pub(crate) units: HashMap<(usize, u8), usize>,
+    /// Listener index -> (BACnet device instance, building index).
+    pub(crate) devices: HashMap<usize, (u32, usize)>,
     pub(crate) counters: Counters,
     pub(crate) stamps: StampTally,
     pub(crate) log: Option<mpsc::Sender<LogBatch>>,
@@ -160,6 +162,7 @@ impl State {
             cfg: GatewayConfig::generated(SocketAddr::from(([127, 0, 0, 1], 0)), 0, 0, false),
             routes: HashMap::new(),
             units: HashMap::new(),
+            devices: HashMap::new(),
             counters: Counters::default(),
             stamps: StampTally::default(),
             log: None,

@@ -422,11 +422,18 @@ fn start_gateway(c: &ontime_scenario::scenario::RunConfig, lab: &mut Lab, dir: &
         let points = (cr.rate * cr.points_per_request as f64 * cr.period as f64 / 1e9)
             .ceil()
             .max(1.0) as u64;
+        // BACnet/IP: a device per address, building i on port 47808 + i.
+        let bacnet = cr.protocol == ontime_scenario::scenario::CrawlProtocol::Bacnet;
+        let port = if bacnet {
+            ontime_fieldbus::bacnet::DEFAULT_PORT
+        } else {
+            8080
+        };
         let mut config = ontime_gateway::config::GatewayConfig::generated(
-            std::net::SocketAddr::from((names::building_addr(), 8080)),
+            std::net::SocketAddr::from((names::building_addr(), port)),
             t.count as u32,
             points.min(u32::MAX as u64) as u32,
-            false,
+            bacnet,
         );
         config.policy = c.host.gateway_policy;
         // A guest's clock is its own: its crawler's interval error is
@@ -438,7 +445,10 @@ fn start_gateway(c: &ontime_scenario::scenario::RunConfig, lab: &mut Lab, dir: &
         if modbus {
             config.protocol = ontime_gateway::config::Protocol::Modbus;
         }
-        if t.backend == Backend::Qemu || modbus {
+        if bacnet {
+            config.protocol = ontime_gateway::config::Protocol::Bacnet;
+        }
+        if t.backend == Backend::Qemu || modbus || bacnet {
             config.log = Some(dir.join(GATEWAY_LOG));
         }
         let spec = ProbeSpec::Gateway(GatewayProbe {

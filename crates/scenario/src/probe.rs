@@ -429,6 +429,13 @@ impl crate::scenario::RunConfig {
                 crate::scenario::CrawlProtocol::Modbus => {
                     format!("modbus://{}:8080/{}", ontime_core::names::building_addr(), i + 1)
                 }
+                // A device per address: building i on port 47808 + i.
+                crate::scenario::CrawlProtocol::Bacnet => format!(
+                    "bacnet://{}:{}/{}",
+                    ontime_core::names::building_addr(),
+                    ontime_fieldbus::bacnet::DEFAULT_PORT as usize + i,
+                    i + 1
+                ),
             };
             let mut crawl =
                 ontime_crawl::config::CrawlFile::for_rate(vec![url], cr.rate, cr.points_per_request, cr.period)

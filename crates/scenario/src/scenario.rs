@@ -264,10 +264,11 @@ pub struct CrawlWorkload {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
     /// What the crawler and the building gateway speak: "http"
-    /// (getValues, default) or "modbus" (Modbus/TCP, tenant i reading unit
-    /// i + 1; docs/protocols.md). Over Modbus the answers carry no receive
-    /// time, so the run is judged again from the gateway's receive log
-    /// (the record's `reference`).
+    /// (getValues, default), "modbus" (Modbus/TCP, tenant i reading unit
+    /// i + 1) or "bacnet" (BACnet/IP, tenant i reading device i + 1 on
+    /// port 47808 + i; docs/protocols.md). Over Modbus and BACnet the
+    /// answers carry no receive time, so the run is judged again from the
+    /// gateway's receive log (the record's `reference`).
     #[serde(default, skip_serializing_if = "CrawlProtocol::is_http")]
     pub protocol: CrawlProtocol,
 }
@@ -279,6 +280,7 @@ pub enum CrawlProtocol {
     #[default]
     Http,
     Modbus,
+    Bacnet,
 }
 
 impl CrawlProtocol {
