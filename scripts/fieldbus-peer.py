@@ -8,17 +8,23 @@ bacpypes3. Run with the environment scripts/setup.sh makes
   fieldbus-peer.py bacnet-device --port P --instance N [--objects 40]
                    [--max-apdu 1024] [--no-segmentation]
   fieldbus-peer.py bacnet-read --port P --device-port Q --objects 0-9
+  fieldbus-peer.py modbus-poll --port P --period-ms 20 --seconds 5 --log F
 
 Holding register i holds i; input register i holds 2150 + i. The BACnet
 device's analog-input i has present value 20 + i / 4. Servers run until
 killed; the tests pause them (SIGSTOP) to make them answer slowly or not
 at all. bacnet-read reads the present values of analog-input objects of
 the device at 127.0.0.1:Q once (ReadPropertyMultiple) and prints one
-"instance value" line each.
+"instance value" line each. modbus-poll reads holding registers 0-3 of
+unit 1 every period on an absolute schedule, writing CLOCK_MONOTONIC ns
+just before each request to F (one per line); a slot it could not keep
+(it was stopped, or a read outlasted it) is skipped, not caught up, as
+pollers do.
 """
 import argparse
 import asyncio
 import sys
+import time
 
 
 def modbus_server(a):
@@ -82,6 +88,37 @@ def bacnet_read(a):
     asyncio.run(run())
 
 
+def modbus_poll(a):
+    from pymodbus.client import AsyncModbusTcpClient
+
+    async def run():
+        client = AsyncModbusTcpClient("127.0.0.1", port=a.port, timeout=1, retries=0)
+        await client.connect()
+        period = a.period_ms * 1_000_000
+        start = time.monotonic_ns() + period
+        end = start + a.seconds * 1_000_000_000
+        k = 0
+        with open(a.log, "w") as log:
+            while True:
+                planned = start + k * period
+                if planned >= end:
+                    break
+                now = time.monotonic_ns()
+                if now < planned:
+                    await asyncio.sleep((planned - now) / 1e9)
+                elif now > planned + period // 2:
+                    # Too late for this slot: skip to the next one due.
+                    k = (now - start) // period + 1
+                    continue
+                log.write(f"{time.monotonic_ns()}\n")
+                log.flush()
+                await client.read_holding_registers(0, count=4, device_id=1)
+                k += 1
+        client.close()
+
+    asyncio.run(run())
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="what", required=True)
@@ -99,8 +136,14 @@ def main():
     r.add_argument("--port", type=int, required=True)
     r.add_argument("--device-port", type=int, required=True)
     r.add_argument("--objects", required=True)
+    q = sub.add_parser("modbus-poll")
+    q.add_argument("--port", type=int, required=True)
+    q.add_argument("--period-ms", type=int, required=True)
+    q.add_argument("--seconds", type=int, required=True)
+    q.add_argument("--log", required=True)
     a = p.parse_args()
-    {"modbus-server": modbus_server, "bacnet-device": bacnet_device, "bacnet-read": bacnet_read}[a.what](a)
+    {"modbus-server": modbus_server, "bacnet-device": bacnet_device, "bacnet-read": bacnet_read,
+     "modbus-poll": modbus_poll}[a.what](a)
     return 0
 
 

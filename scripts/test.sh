@@ -14,7 +14,7 @@ trap 'rm -f "$skips" "$log"' EXIT
 # Only the crates that load BPF programs (trace's capture side, net's
 # datapath, behind their `bpf` feature) may link libbpf or need clang to
 # build; those that read recordings, simulate or report may not.
-for crate in ontime-recording ontime-sched ontime-explain ontime-io ontime-scenario ontime-sim ontime-plan ontime-report ontime-sim-lab ontime-fleet; do
+for crate in ontime-recording ontime-sched ontime-explain ontime-io ontime-scenario ontime-sim ontime-plan ontime-report ontime-sim-lab ontime-fleet ontime-fieldbus ontime-wire ontime-gateway ontime-crawl; do
   if cargo tree --locked -e normal,build -p "$crate" | grep -qE 'libbpf-(sys|cargo|rs)'; then
     echo "test.sh: $crate depends on libbpf (cargo tree -e normal,build -p $crate): keep BPF behind the bpf feature" >&2
     exit 1

@@ -19,6 +19,7 @@ mod cmd_probe;
 mod cmd_profile;
 mod cmd_sim;
 mod cmd_top;
+mod cmd_wire;
 mod explain;
 mod flags;
 mod output;
@@ -47,6 +48,8 @@ enum Verb {
     Crawl(cmd_crawl::CrawlArgs),
     /// Periodic wake-up probe (cyclictest's job; missed periods count)
     Cyclic(cmd_cyclic::CyclicArgs),
+    /// Measure a poller ontime did not write from its packets (HTTP, Modbus/TCP, BACnet/IP)
+    Wire(cmd_wire::WireArgs),
     /// Why each late poll or wake-up was late, from a probe's kept late events and a recording
     Explain(cmd_explain::ExplainArgs),
     /// Sandboxed tenants, host relay, loads: run scenarios and report them
@@ -134,6 +137,7 @@ fn main() {
     let result = match cli.verb {
         Verb::Gateway(a) => cmd_gateway::run(a),
         Verb::Crawl(a) => cmd_crawl::run(a),
+        Verb::Wire(a) => cmd_wire::run(a),
         Verb::Cyclic(a) => cmd_cyclic::run(a),
         Verb::Explain(a) => cmd_explain::run(a),
         Verb::Lab(a) => cmd_lab::run(a),

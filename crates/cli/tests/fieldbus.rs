@@ -424,3 +424,83 @@ fn bacpypes3_reads_ontimes_bacnet_gateway() {
         assert_eq!(*v as f32, value, "analog-input {i}");
     }
 }
+
+/// `ontime wire record` measures a poller it did not write from its
+/// packets: a pymodbus client reading every 20 ms on an absolute
+/// schedule, which logs its own send times and skips the slots it could
+/// not keep while stopped (SIGSTOP, 300 ms). Per point, the interval error
+/// from the packets agrees with the poller's own log (p50 and p99 within
+/// 200 us or 10 %), and every slot it skipped is reported missed.
+#[test]
+fn wire_record_agrees_with_a_pollers_own_log() {
+    if !ontime_testkit::root_or_skip("a packet capture (AF_PACKET)") {
+        return;
+    }
+    let Some((_server, port)) = pymodbus_server() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("poller.log");
+    let wire = KillOnDrop::spawn(ontime().args([
+        "wire",
+        "record",
+        "-D",
+        "7s",
+        "--modbus-port",
+        &port.to_string(),
+        "--json",
+    ]));
+    std::thread::sleep(Duration::from_millis(1000));
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/fieldbus-peer.py");
+    let poller = KillOnDrop::spawn(
+        Command::new(PEERS)
+            .args([script, "modbus-poll", "--port", &port.to_string()])
+            .args(["--period-ms", "20", "--seconds", "4", "--log"])
+            .arg(&log),
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    poller.signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(300));
+    poller.signal(libc::SIGCONT);
+    let out = poller.wait_output(Duration::from_secs(30));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = wire.wait_output(Duration::from_secs(30));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    // The poller's own judgement of its log, by the same rule.
+    let times: Vec<u64> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    let mut own = ontime_core::stats::LatencyHistogram::new();
+    let skipped = ontime_core::interval::from_timestamps(&times, 20_000_000, &mut own);
+    assert!(skipped >= 5, "the stop skipped slots: {skipped}");
+    let own = own.summary(None);
+    let points = r["points"].as_array().unwrap();
+    assert_eq!(points.len(), 4, "holding registers 0-3: {r:#}");
+    let pct = |s: &Value, name: &str| {
+        s["percentiles_ns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .and_then(|p| p["value_ns"].as_u64())
+    };
+    for p in points {
+        assert_eq!(u(&p["requests"]), times.len() as u64, "{p}");
+        assert_eq!(u(&p["missed"]), skipped, "every skipped slot reported missed: {p}");
+        for q in ["p50", "p99"] {
+            let (wire, log) = (
+                pct(&p["interval_error"], q).unwrap(),
+                own.percentile(q[1..].parse().unwrap()).unwrap(),
+            );
+            let tolerance = (log / 10).max(200_000);
+            assert!(
+                wire.abs_diff(log) <= tolerance,
+                "{q}: {wire} ns from the packets, {log} ns from the poller's log: {p}"
+            );
+        }
+    }
+}

@@ -372,6 +372,17 @@ pub fn parse_rpm_request(data: &[u8], on: &mut impl FnMut(ObjectId, u32)) -> Res
     Ok(())
 }
 
+/// Reads a ReadProperty request's data (15.5): the object and the
+/// property, or None when it is not one.
+pub fn parse_read_property(data: &[u8]) -> Option<(ObjectId, u32)> {
+    let mut r = Reader::new(data);
+    let id = r.context_object_id(0).ok()?;
+    let property = r.context_unsigned(1).ok()?;
+    Some((id, property))
+}
+
+pub const SERVICE_READ_PROPERTY: u8 = 12;
+
 /// Writes answers into a buffer the caller owns, for a server: the BVLC
 /// length is set when it is finished.
 pub struct AnswerWriter<'a> {
@@ -893,6 +904,13 @@ mod tests {
             parse_request(apdu_of(&who[..n]).unwrap()).unwrap(),
             Request::WhoIs(Some((1001, 1001)))
         );
+        // ReadProperty AI0 present-value, as bacpypes3 sends it.
+        let rp = hex("81 0a 00 11 01 04 00 05 0b 0c 0c 00 00 00 00 19 55");
+        let Request::Confirmed(c) = parse_request(apdu_of(&rp).unwrap()).unwrap() else {
+            panic!()
+        };
+        assert_eq!(c.service, SERVICE_READ_PROPERTY);
+        assert_eq!(parse_read_property(c.data), Some((ai(0), 85)));
     }
 
     #[test]

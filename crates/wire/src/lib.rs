@@ -1,0 +1,671 @@
+//! `ontime wire record`: the timeliness of a poller ontime did not write,
+//! measured from its packets. A capture on an interface ([`capture`])
+//! with the kernel's stamps; HTTP/1.1 request lines, Modbus/TCP reads and
+//! BACnet/IP ReadProperty(Multiple) requests decoded (ontime-fieldbus);
+//! each point's period inferred from its own history (the median of its
+//! first gaps) unless given; per point the interval error and the missed
+//! slots by the rule every ontime judge uses (a gap of m periods is m - 1
+//! missed slots, each a sample of one period, and one sample of its
+//! distance from m periods), and the answers' response times.
+//!
+//! Owns decoding and judging; not the poller, the devices or any change
+//! to them. Memory is bounded whatever the traffic: at most
+//! [`MAX_POINTS`] points are followed (each with its own histogram for
+//! the first [`MAX_LISTED`]), and at most [`MAX_OPEN_REQUESTS`] requests
+//! wait for their answers.
+
+pub mod capture;
+
+use ontime_core::stats::{LatencyHistogram, Summary};
+use ontime_fieldbus::{bacnet, modbus};
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+
+/// Points followed at most; requests for others are counted, not judged.
+pub const MAX_POINTS: usize = 100_000;
+/// Points with a histogram (and a row) of their own; the rest are in the
+/// pooled figures only.
+pub const MAX_LISTED: usize = 256;
+/// Requests waiting for their answers at most (a poller whose answers
+/// never come must not grow the table).
+pub const MAX_OPEN_REQUESTS: usize = 65_536;
+/// Gaps a point's period is inferred from.
+const INFER_GAPS: usize = 64;
+
+/// What to recognise where.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Ports {
+    pub http: Vec<u16>,
+    pub modbus: Vec<u16>,
+    pub bacnet: Vec<u16>,
+}
+
+impl Default for Ports {
+    fn default() -> Self {
+        Ports {
+            http: vec![80, 8080],
+            modbus: vec![modbus::DEFAULT_PORT],
+            bacnet: vec![bacnet::DEFAULT_PORT],
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Http,
+    Modbus,
+    Bacnet,
+}
+
+/// One point as its requests name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum PointKey {
+    /// The server and a hash of the request line's method and target.
+    Http(SocketAddr, u64),
+    /// The server, unit, function and register.
+    Modbus(SocketAddr, u8, u8, u16),
+    /// The device's address and object.
+    Bacnet(SocketAddr, u32),
+}
+
+/// An outstanding request, by what its answer carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum OpenKey {
+    Modbus(SocketAddr, SocketAddr, u16),
+    Bacnet(SocketAddr, SocketAddr, u8),
+}
+
+struct Point {
+    name: String,
+    protocol: Protocol,
+    requests: u64,
+    /// Times seen while the period is not known yet.
+    first: Vec<u64>,
+    period_ns: Option<u64>,
+    given: bool,
+    last: Option<u64>,
+    missed: u64,
+    hist: Option<Box<LatencyHistogram>>,
+}
+
+/// A point's figures in the result.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PointRow {
+    pub point: String,
+    pub protocol: Protocol,
+    pub requests: u64,
+    /// Its period: given (`--period`) or inferred (the median of its
+    /// first gaps); None with fewer than three requests.
+    pub period_ns: Option<u64>,
+    pub period_from: String,
+    pub interval_error: Summary,
+    pub missed: u64,
+}
+
+/// Requests and answers recognised, per protocol.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Counts {
+    pub http: u64,
+    pub modbus: u64,
+    pub bacnet: u64,
+}
+
+impl Counts {
+    fn add(&mut self, p: Protocol) {
+        match p {
+            Protocol::Http => self.http += 1,
+            Protocol::Modbus => self.modbus += 1,
+            Protocol::Bacnet => self.bacnet += 1,
+        }
+    }
+}
+
+/// What `ontime wire record` measured; see docs/protocols.md.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireResult {
+    pub manifest: ontime_core::manifest::Manifest,
+    pub interface: String,
+    pub ports: Ports,
+    pub duration_ns: u64,
+    pub interrupted: bool,
+    pub frames: u64,
+    pub requests: Counts,
+    pub answers: Counts,
+    /// Requests whose answer was not seen (or came after the table was
+    /// full), and answers to no request seen.
+    pub unanswered: u64,
+    pub unmatched_answers: u64,
+    /// The period given for every point, if one was.
+    pub period_ns: Option<u64>,
+    /// Points followed, and of them listed in `points`.
+    pub points_seen: u64,
+    pub points_not_followed: u64,
+    pub points: Vec<PointRow>,
+    /// Every followed point's samples together.
+    pub interval_error: Summary,
+    pub missed: u64,
+    pub response_time: Summary,
+    pub warnings: Vec<String>,
+}
+
+/// Decodes frames and judges their points.
+pub struct Wire {
+    ports: Ports,
+    period_ns: Option<u64>,
+    points: HashMap<PointKey, Point>,
+    not_followed: u64,
+    open: HashMap<OpenKey, u64>,
+    /// HTTP/1.1 answers in request order per connection (client, server).
+    http_open: HashMap<(SocketAddr, SocketAddr), VecDeque<u64>>,
+    frames: u64,
+    requests: Counts,
+    answers: Counts,
+    unanswered: u64,
+    unmatched_answers: u64,
+    interval_error: LatencyHistogram,
+    response_time: LatencyHistogram,
+    missed: u64,
+}
+
+impl Wire {
+    pub fn new(ports: Ports, period_ns: Option<u64>) -> Wire {
+        Wire {
+            ports,
+            period_ns,
+            points: HashMap::new(),
+            not_followed: 0,
+            open: HashMap::new(),
+            http_open: HashMap::new(),
+            frames: 0,
+            requests: Counts::default(),
+            answers: Counts::default(),
+            unanswered: 0,
+            unmatched_answers: 0,
+            interval_error: LatencyHistogram::new(),
+            response_time: LatencyHistogram::new(),
+            missed: 0,
+        }
+    }
+
+    /// One Ethernet frame stamped at `ns`.
+    pub fn frame(&mut self, ns: u64, f: &[u8]) {
+        self.frames += 1;
+        let Some((src, dst, tcp, payload)) = transport(f) else {
+            return;
+        };
+        if payload.is_empty() {
+            return;
+        }
+        let (sp, dp) = (src.port(), dst.port());
+        if tcp && self.ports.modbus.contains(&dp) {
+            self.modbus_requests(ns, src, dst, payload);
+        } else if tcp && self.ports.modbus.contains(&sp) {
+            self.modbus_answers(ns, src, dst, payload);
+        } else if !tcp && self.ports.bacnet.contains(&dp) {
+            self.bacnet_request(ns, src, dst, payload);
+        } else if !tcp && self.ports.bacnet.contains(&sp) {
+            self.bacnet_answer(ns, src, dst, payload);
+        } else if tcp && self.ports.http.contains(&dp) {
+            self.http_request(ns, src, dst, payload);
+        } else if tcp && self.ports.http.contains(&sp) && payload.starts_with(b"HTTP/1.") {
+            let answered = self.http_open.get_mut(&(dst, src)).and_then(|q| q.pop_front());
+            self.answered(ns, answered, Protocol::Http);
+        }
+    }
+
+    fn modbus_requests(&mut self, ns: u64, client: SocketAddr, server: SocketAddr, mut p: &[u8]) {
+        while let modbus::Frame::Complete(n) = modbus::frame(p) {
+            if let Ok(read) = modbus::parse_read(&p[..n]) {
+                self.requests.add(Protocol::Modbus);
+                self.open_request(OpenKey::Modbus(client, server, read.transaction), ns);
+                let fc = read.table.function();
+                for r in read.start..read.start.saturating_add(read.count) {
+                    let key = PointKey::Modbus(server, read.unit, fc, r);
+                    self.observe(key, Protocol::Modbus, ns, || {
+                        format!("modbus {server} unit {} {} {r}", read.unit, read.table.name())
+                    });
+                }
+            }
+            p = &p[n..];
+        }
+    }
+
+    fn modbus_answers(&mut self, ns: u64, server: SocketAddr, client: SocketAddr, mut p: &[u8]) {
+        while let modbus::Frame::Complete(n) = modbus::frame(p) {
+            let t = modbus::transaction(&p[..n]);
+            let sent = self.open.remove(&OpenKey::Modbus(client, server, t));
+            self.answered(ns, sent, Protocol::Modbus);
+            p = &p[n..];
+        }
+    }
+
+    fn bacnet_request(&mut self, ns: u64, client: SocketAddr, server: SocketAddr, d: &[u8]) {
+        let Ok(bacnet::Request::Confirmed(c)) = bacnet::apdu_of(d).and_then(bacnet::parse_request) else {
+            return;
+        };
+        let mut objects: Vec<u32> = Vec::new();
+        match c.service {
+            bacnet::SERVICE_READ_PROPERTY_MULTIPLE => {
+                let _ = bacnet::parse_rpm_request(c.data, &mut |id, _| {
+                    if objects.last() != Some(&id.0) {
+                        objects.push(id.0);
+                    }
+                });
+            }
+            bacnet::SERVICE_READ_PROPERTY => objects.extend(bacnet::parse_read_property(c.data).map(|(id, _)| id.0)),
+            _ => return,
+        }
+        if objects.is_empty() {
+            return;
+        }
+        self.requests.add(Protocol::Bacnet);
+        self.open_request(OpenKey::Bacnet(client, server, c.invoke), ns);
+        for o in objects {
+            let id = bacnet::ObjectId(o);
+            self.observe(PointKey::Bacnet(server, o), Protocol::Bacnet, ns, || {
+                format!("bacnet {server} object {}:{}", id.object_type(), id.instance())
+            });
+        }
+    }
+
+    fn bacnet_answer(&mut self, ns: u64, server: SocketAddr, client: SocketAddr, d: &[u8]) {
+        let invoke = match bacnet::apdu_of(d).and_then(bacnet::parse_answer) {
+            Ok(bacnet::Answer::Ack { invoke, .. })
+            | Ok(bacnet::Answer::Segmented { invoke })
+            | Ok(bacnet::Answer::Error { invoke, .. })
+            | Ok(bacnet::Answer::Reject { invoke, .. })
+            | Ok(bacnet::Answer::Abort { invoke, .. }) => invoke,
+            _ => return,
+        };
+        let sent = self.open.remove(&OpenKey::Bacnet(client, server, invoke));
+        self.answered(ns, sent, Protocol::Bacnet);
+    }
+
+    fn http_request(&mut self, ns: u64, client: SocketAddr, server: SocketAddr, p: &[u8]) {
+        // The request line, in this segment (a poller's request starts a
+        // segment); a segment that is not one is the rest of a request.
+        let line = &p[..p.len().min(2048)];
+        let Some(end) = line.windows(2).position(|w| w == b"\r\n") else {
+            return;
+        };
+        let line = &line[..end];
+        let mut parts = line.split(|&b| b == b' ');
+        let (Some(method), Some(_target), Some(version)) = (parts.next(), parts.next(), parts.next()) else {
+            return;
+        };
+        if !version.starts_with(b"HTTP/1.") || method.is_empty() || !method.iter().all(u8::is_ascii_uppercase) {
+            return;
+        }
+        self.requests.add(Protocol::Http);
+        let q = self.http_open.entry((client, server)).or_default();
+        if q.len() < 64 {
+            q.push_back(ns);
+        } else {
+            self.unanswered += 1;
+        }
+        let hash = fnv(line);
+        self.observe(PointKey::Http(server, hash), Protocol::Http, ns, || {
+            format!("http {server} {}", String::from_utf8_lossy(&line[..end.min(200)]))
+        });
+    }
+
+    fn open_request(&mut self, key: OpenKey, ns: u64) {
+        if self.open.len() >= MAX_OPEN_REQUESTS {
+            self.unanswered += self.open.len() as u64;
+            self.open.clear();
+        }
+        if self.open.insert(key, ns).is_some() {
+            // Sent again before an answer: the first counts as unanswered.
+            self.unanswered += 1;
+        }
+    }
+
+    fn answered(&mut self, ns: u64, sent: Option<u64>, p: Protocol) {
+        match sent {
+            Some(t) => {
+                self.answers.add(p);
+                self.response_time.record(ns.saturating_sub(t));
+            }
+            None => self.unmatched_answers += 1,
+        }
+    }
+
+    fn observe(&mut self, key: PointKey, protocol: Protocol, ns: u64, name: impl FnOnce() -> String) {
+        let listed = self.points.len() < MAX_LISTED;
+        if !self.points.contains_key(&key) {
+            if self.points.len() >= MAX_POINTS {
+                self.not_followed += 1;
+                return;
+            }
+            self.points.insert(
+                key,
+                Point {
+                    name: name(),
+                    protocol,
+                    requests: 0,
+                    first: Vec::new(),
+                    period_ns: self.period_ns,
+                    given: self.period_ns.is_some(),
+                    last: None,
+                    missed: 0,
+                    hist: listed.then(|| Box::new(LatencyHistogram::new())),
+                },
+            );
+        }
+        let Some(p) = self.points.get_mut(&key) else { return };
+        p.requests += 1;
+        if p.period_ns.is_none() {
+            p.first.push(ns);
+            if p.first.len() > INFER_GAPS {
+                settle(p, &mut self.interval_error, &mut self.missed);
+            }
+            return;
+        }
+        step(p, ns, &mut self.interval_error, &mut self.missed);
+    }
+
+    /// The result, once the capture is over.
+    pub fn finish(
+        mut self,
+        manifest: ontime_core::manifest::Manifest,
+        interface: String,
+        duration_ns: u64,
+        interrupted: bool,
+        threshold_ns: Option<u64>,
+    ) -> WireResult {
+        for p in self.points.values_mut() {
+            if p.period_ns.is_none() && p.first.len() >= 3 {
+                settle(p, &mut self.interval_error, &mut self.missed);
+            }
+        }
+        self.unanswered += self.open.len() as u64 + self.http_open.values().map(|q| q.len() as u64).sum::<u64>();
+        let mut warnings = Vec::new();
+        if self.requests == Counts::default() {
+            warnings.push(format!(
+                "no request seen on {interface}: is the poller's traffic on it, and on these ports (--http-port, --modbus-port, --bacnet-port)?"
+            ));
+        }
+        let mut rows: Vec<PointRow> = self
+            .points
+            .values()
+            .filter_map(|p| {
+                Some(PointRow {
+                    point: p.name.clone(),
+                    protocol: p.protocol,
+                    requests: p.requests,
+                    period_ns: p.period_ns,
+                    period_from: if p.given { "given" } else { "inferred" }.into(),
+                    interval_error: p.hist.as_ref()?.summary(threshold_ns),
+                    missed: p.missed,
+                })
+            })
+            .collect();
+        rows.sort_by(|a, b| a.point.cmp(&b.point));
+        let listed = rows.len() as u64;
+        if (self.points.len() as u64) > listed {
+            warnings.push(format!(
+                "{} points followed; the first {listed} have rows, all are in the pooled figures",
+                self.points.len()
+            ));
+        }
+        WireResult {
+            manifest,
+            interface,
+            ports: self.ports,
+            duration_ns,
+            interrupted,
+            frames: self.frames,
+            requests: self.requests,
+            answers: self.answers,
+            unanswered: self.unanswered,
+            unmatched_answers: self.unmatched_answers,
+            period_ns: self.period_ns,
+            points_seen: self.points.len() as u64,
+            points_not_followed: self.not_followed,
+            points: rows,
+            interval_error: self.interval_error.summary(threshold_ns),
+            missed: self.missed,
+            response_time: self.response_time.summary(threshold_ns),
+            warnings,
+        }
+    }
+}
+
+/// Fixes a point's period from the requests seen so far and judges them.
+/// The median gap is robust to missed slots but carries one gap's jitter;
+/// each request is then put in its slot (gaps rounded to whole medians)
+/// and the period is the slope of time over slot, least squares, which
+/// no single late request moves much.
+fn settle(p: &mut Point, pooled: &mut LatencyHistogram, missed: &mut u64) {
+    let gaps: Vec<u64> = p.first.windows(2).map(|w| w[1].saturating_sub(w[0])).collect();
+    let mut sorted = gaps.clone();
+    sorted.sort_unstable();
+    let Some(&median) = sorted.get(sorted.len() / 2) else {
+        return;
+    };
+    let median = median.max(1);
+    let t0 = p.first[0];
+    let mut slot = 0u64;
+    let points: Vec<(f64, f64)> = std::iter::once((0.0, 0.0))
+        .chain(p.first[1..].iter().zip(&gaps).map(|(&t, &g)| {
+            slot += ((g as f64 / median as f64).round() as u64).max(1);
+            (slot as f64, (t - t0) as f64)
+        }))
+        .collect();
+    let n = points.len() as f64;
+    let (mk, mt) = (
+        points.iter().map(|x| x.0).sum::<f64>() / n,
+        points.iter().map(|x| x.1).sum::<f64>() / n,
+    );
+    let sxx: f64 = points.iter().map(|x| (x.0 - mk) * (x.0 - mk)).sum();
+    let sxy: f64 = points.iter().map(|x| (x.0 - mk) * (x.1 - mt)).sum();
+    let slope = if sxx > 0.0 { sxy / sxx } else { median as f64 };
+    p.period_ns = Some((slope.round() as u64).max(1));
+    for t in std::mem::take(&mut p.first) {
+        step(p, t, pooled, missed);
+    }
+}
+
+/// One request of a point whose period is known.
+fn step(p: &mut Point, t: u64, pooled: &mut LatencyHistogram, missed: &mut u64) {
+    let period = p.period_ns.unwrap_or(1).max(1);
+    if let Some(last) = p.last {
+        let gap = t.saturating_sub(last);
+        let m = ((gap as f64 / period as f64).round() as u64).max(1);
+        let err = gap.abs_diff(m.saturating_mul(period));
+        pooled.record_n(period, m - 1);
+        pooled.record(err);
+        if let Some(h) = p.hist.as_mut() {
+            h.record_n(period, m - 1);
+            h.record(err);
+        }
+        p.missed += m - 1;
+        *missed += m - 1;
+    }
+    p.last = Some(t);
+}
+
+/// FNV-1a: a point's request line as a key, the same on every run.
+fn fnv(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
+        (h ^ x as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// An Ethernet frame's IPv4 or IPv6 TCP or UDP: source, destination,
+/// whether TCP, and the payload.
+fn transport(f: &[u8]) -> Option<(SocketAddr, SocketAddr, bool, &[u8])> {
+    let mut at = 12;
+    let mut ethertype = u16::from_be_bytes([*f.get(at)?, *f.get(at + 1)?]);
+    at += 2;
+    if ethertype == 0x8100 {
+        ethertype = u16::from_be_bytes([*f.get(at + 2)?, *f.get(at + 3)?]);
+        at += 4;
+    }
+    let ip = f.get(at..)?;
+    let (src, dst, proto, l4) = match ethertype {
+        0x0800 => {
+            let ihl = ((*ip.first()? & 0x0F) as usize) * 4;
+            let total = u16::from_be_bytes([*ip.get(2)?, *ip.get(3)?]) as usize;
+            let src: [u8; 4] = ip.get(12..16)?.try_into().ok()?;
+            let dst: [u8; 4] = ip.get(16..20)?.try_into().ok()?;
+            // A fragment after the first carries no ports.
+            if u16::from_be_bytes([*ip.get(6)?, *ip.get(7)?]) & 0x1FFF != 0 {
+                return None;
+            }
+            (
+                IpAddr::from(src),
+                IpAddr::from(dst),
+                ip[9],
+                ip.get(ihl..total.min(ip.len()))?,
+            )
+        }
+        0x86DD => {
+            let len = u16::from_be_bytes([*ip.get(4)?, *ip.get(5)?]) as usize;
+            let src: [u8; 16] = ip.get(8..24)?.try_into().ok()?;
+            let dst: [u8; 16] = ip.get(24..40)?.try_into().ok()?;
+            (
+                IpAddr::from(src),
+                IpAddr::from(dst),
+                ip[6],
+                ip.get(40..(40 + len).min(ip.len()))?,
+            )
+        }
+        _ => return None,
+    };
+    let ports = |b: &[u8]| -> Option<(u16, u16)> {
+        Some((
+            u16::from_be_bytes([*b.first()?, *b.get(1)?]),
+            u16::from_be_bytes([*b.get(2)?, *b.get(3)?]),
+        ))
+    };
+    match proto {
+        6 => {
+            let (sp, dp) = ports(l4)?;
+            let off = ((*l4.get(12)? >> 4) as usize) * 4;
+            Some((SocketAddr::new(src, sp), SocketAddr::new(dst, dp), true, l4.get(off..)?))
+        }
+        17 => {
+            let (sp, dp) = ports(l4)?;
+            Some((SocketAddr::new(src, sp), SocketAddr::new(dst, dp), false, l4.get(8..)?))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    /// An Ethernet + IPv4 + TCP or UDP frame around `payload`.
+    fn frame(tcp: bool, sp: u16, dp: u16, payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; 12];
+        f.extend_from_slice(&[0x08, 0x00]);
+        let l4_len = if tcp { 20 } else { 8 } + payload.len();
+        let total = 20 + l4_len;
+        f.extend_from_slice(&[0x45, 0, (total >> 8) as u8, total as u8, 0, 0, 0x40, 0, 64]);
+        f.push(if tcp { 6 } else { 17 });
+        f.extend_from_slice(&[0, 0, 127, 0, 0, 1, 127, 0, 0, 1]);
+        f.extend_from_slice(&sp.to_be_bytes());
+        f.extend_from_slice(&dp.to_be_bytes());
+        if tcp {
+            f.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 0x50, 0x18, 0, 0, 0, 0, 0, 0]);
+        } else {
+            f.extend_from_slice(&[(l4_len >> 8) as u8, l4_len as u8, 0, 0]);
+        }
+        f.extend_from_slice(payload);
+        f
+    }
+
+    fn manifest() -> ontime_core::manifest::Manifest {
+        ontime_core::manifest::Manifest::start("native", ontime_core::caps::Capabilities::default())
+    }
+
+    /// A Modbus poller every 10 ms that skips two slots: the period is
+    /// inferred, the two slots missed, each answer's response time seen.
+    #[test]
+    fn a_modbus_pollers_slots_are_judged_from_its_requests() {
+        let mut w = Wire::new(Ports::default(), None);
+        let mut t = 1_000 * MS;
+        for k in 0..60u16 {
+            if k == 40 {
+                t += 20 * MS;
+            }
+            let read = modbus::Read {
+                transaction: k,
+                unit: 1,
+                table: modbus::Table::Holding,
+                start: 100,
+                count: 2,
+            };
+            w.frame(t + (k as u64 % 3) * 10_000, &frame(true, 40000, 502, &read.encode()));
+            let mut out = [0u8; modbus::MAX_FRAME];
+            let n = modbus::encode_registers(&read, [1u16, 2].into_iter(), &mut out);
+            w.frame(t + MS, &frame(true, 502, 40000, &out[..n]));
+            t += 10 * MS;
+        }
+        let r = w.finish(manifest(), "lo".into(), 0, false, None);
+        assert_eq!(r.requests.modbus, 60);
+        assert_eq!(r.answers.modbus, 60);
+        assert_eq!(r.points.len(), 2, "{:?}", r.points);
+        for p in &r.points {
+            assert!(p.period_ns.unwrap().abs_diff(10 * MS) < 1_000, "{p:?}");
+            assert_eq!(p.missed, 2, "{p:?}");
+            assert!(p.point.contains("unit 1 holding 10"), "{p:?}");
+        }
+        assert_eq!(r.missed, 4);
+        assert!(r.response_time.max_ns.unwrap() >= MS - 20_000);
+    }
+
+    /// BACnet RPM and HTTP request lines name their points.
+    #[test]
+    fn bacnet_and_http_requests_name_their_points() {
+        let mut w = Wire::new(Ports::default(), Some(100 * MS));
+        let ids = [
+            bacnet::ObjectId::new(0, 1).unwrap(),
+            bacnet::ObjectId::new(0, 2).unwrap(),
+        ];
+        let mut req = [0u8; 64];
+        for k in 0..5u64 {
+            let n = bacnet::encode_rpm(k as u8, 5, &ids, &mut req).unwrap();
+            w.frame(k * 100 * MS, &frame(false, 50000, 47808, &req[..n]));
+            w.frame(
+                k * 100 * MS,
+                &frame(true, 50001, 80, b"POST /b0/getValues HTTP/1.1\r\nHost: x\r\n\r\n"),
+            );
+        }
+        w.frame(450 * MS, &frame(true, 80, 50001, b"HTTP/1.1 200 OK\r\n\r\n"));
+        let r = w.finish(manifest(), "lo".into(), 0, false, None);
+        assert_eq!((r.requests.bacnet, r.requests.http, r.answers.http), (5, 5, 1));
+        let names: Vec<&str> = r.points.iter().map(|p| p.point.as_str()).collect();
+        assert_eq!(names.len(), 3, "{names:?}");
+        assert!(names.iter().any(|n| n.ends_with("object 0:2")), "{names:?}");
+        assert!(
+            names.iter().any(|n| n.ends_with("POST /b0/getValues HTTP/1.1")),
+            "{names:?}"
+        );
+        assert!(r.points.iter().all(|p| p.period_from == "given" && p.missed == 0));
+        assert_eq!(r.unanswered, 5 + 4);
+    }
+
+    #[test]
+    fn frames_that_are_not_ip_are_skipped() {
+        let mut w = Wire::new(Ports::default(), None);
+        for f in [
+            vec![],
+            vec![0u8; 13],
+            vec![0u8; 60],
+            frame(true, 1, 2, b"x")[..40].to_vec(),
+        ] {
+            w.frame(1, &f);
+        }
+        let r = w.finish(manifest(), "lo".into(), 0, false, None);
+        assert_eq!(r.frames, 4);
+        assert_eq!(r.requests, Counts::default());
+        assert!(!r.warnings.is_empty());
+    }
+}
