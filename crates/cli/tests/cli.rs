@@ -980,6 +980,7 @@ fn bursting_crawlers_are_not_calibrated_from() {
 fn results_tables_are_what_the_binary_prints(root: &str, pooled: &Path) {
     tables_are_what_the_binary_prints(root, "docs/results.md", pooled);
     tables_are_what_the_binary_prints(root, "docs/explain.md", pooled);
+    tables_are_what_the_binary_prints(root, "docs/protocols.md", pooled);
 }
 
 /// Each `<!-- table: COMMAND -->` ... `<!-- end table -->` block of the

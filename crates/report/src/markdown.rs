@@ -237,6 +237,9 @@ fn table_of(runs: &[RunResults]) -> String {
     let workload = first.record.workload;
     let metric = workload.metric();
     let with_relay = runs.iter().any(|r| r.record.relay.is_some());
+    // Runs judged again from the gateway's receive log (QEMU tenants,
+    // protocols whose answers carry no receive time).
+    let with_reference = runs.iter().any(|r| r.record.reference.is_some());
     let keys = settings_in_order(runs);
     // p99.999 where some run supports it (>= 100 000 samples in every
     // tenant: the worst tenant is unknown while one of them falls short).
@@ -254,8 +257,11 @@ fn table_of(runs: &[RunResults]) -> String {
     if with_relay {
         out.push_str(" relay delay p99 |");
     }
+    if with_reference {
+        out.push_str(" by the gateway's stamps p99 |");
+    }
     out.push_str("\n|---|---|");
-    for _ in 0..columns.len() + 1 + usize::from(with_relay) {
+    for _ in 0..columns.len() + 1 + usize::from(with_relay) + usize::from(with_reference) {
         out.push_str("---|");
     }
     out.push('\n');
@@ -296,6 +302,19 @@ fn table_of(runs: &[RunResults]) -> String {
             );
             let _ = write!(out, " {} |", cell(relay, ms));
         }
+        if with_reference {
+            let reference = Spread::of(
+                of.iter()
+                    .filter_map(|r| {
+                        r.record
+                            .reference
+                            .as_ref()
+                            .and_then(|j| j.interval_error.percentile(99.0))
+                    })
+                    .collect(),
+            );
+            let _ = write!(out, " {} |", cell(reference, ms));
+        }
         out.push('\n');
     }
     let _ = writeln!(
@@ -303,6 +322,9 @@ fn table_of(runs: &[RunResults]) -> String {
         "\nPer setting: the worst tenant's {metric} of each run, as the median over the runs (min-max); {} summed over a run's tenants, likewise.",
         workload.misses()
     );
+    if with_reference {
+        out.push_str("By the gateway's stamps: every tenant's polls judged again from the building gateway's receive log (kernel stamps, the host's clock), where a run has it: QEMU tenants, and crawlers over Modbus or BACnet, whose own interval error is taken at their sends.\n");
+    }
     out.push_str(&class_waits(runs, &keys));
     out.push_str(&why_missed(runs, &keys));
     out
