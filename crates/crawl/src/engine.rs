@@ -357,7 +357,7 @@ impl<C: Clock> Engine<C> {
         // or burst, connection set-up; warm_up() waits for these.
         for gw in 0..e.pools.len() {
             for _ in 0..e.s.max_connections.min(PREWARM_CONNECTIONS) {
-                let _ = e.connect(gw);
+                e.spare(gw);
             }
         }
         Ok(e)
@@ -611,7 +611,7 @@ impl<C: Clock> Engine<C> {
             // Keep a spare: the next poll should not wait for a handshake
             // (a WAN round trip) because the pool ran dry.
             if self.pools[gw].idle.is_empty() && self.pools[gw].open < self.s.max_connections {
-                let _ = self.connect(gw);
+                self.spare(gw);
             }
         } else if self.pools[gw].open < self.s.max_connections {
             match self.connect(gw) {
@@ -649,6 +649,17 @@ impl<C: Clock> Engine<C> {
             return !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted);
         }
         true
+    }
+
+    /// Opens a connection with no poll yet. A TCP one joins the idle pool
+    /// once its handshake completes (`on_writable`); a UDP socket has none
+    /// and joins it now.
+    fn spare(&mut self, gw: usize) {
+        if let Some(slot) = self.connect(gw) {
+            if self.pools[gw].udp {
+                self.release(slot, gw);
+            }
+        }
     }
 
     fn connect(&mut self, gw: usize) -> Option<usize> {
@@ -798,7 +809,7 @@ impl<C: Clock> Engine<C> {
             .saturating_add(2)
             .min(self.s.max_connections);
         for _ in pool.open..want {
-            let _ = self.connect(gw);
+            self.spare(gw);
         }
     }
 

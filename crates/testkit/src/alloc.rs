@@ -16,11 +16,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// Bytes allocated now, and the most since the last reset.
 static NOW: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// Allocation calls (alloc, alloc_zeroed, realloc) since the start.
+static CALLS: AtomicUsize = AtomicUsize::new(0);
 
 /// The system allocator, counting.
 pub struct Counting;
 
 fn grew(by: usize) {
+    CALLS.fetch_add(1, Ordering::Relaxed);
     let now = NOW.fetch_add(by, Ordering::Relaxed) + by;
     PEAK.fetch_max(now, Ordering::Relaxed);
 }
@@ -68,6 +71,12 @@ unsafe impl GlobalAlloc for Counting {
         }
         q
     }
+}
+
+/// Allocation calls so far, by every thread (0 unless [`Counting`] is the
+/// global allocator; a shrinking realloc is not counted).
+pub fn calls() -> usize {
+    CALLS.load(Ordering::Relaxed)
 }
 
 /// Runs `f` and returns what it returned and the most memory allocated
