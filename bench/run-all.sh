@@ -27,6 +27,7 @@ run cyclic-idle bench/cyclic_vs_cyclictest.py --rounds 5 --duration 10 --interva
 run cyclic-kernel-load bench/cyclic_vs_cyclictest.py --rounds 5 --duration 10 --interval-us 500 --load kernel
 run io-overhead bench/io_overhead.py --rounds 3 --seconds 4
 run crawl-adherence bench/crawl_adherence.py
+run crawl-protocols bench/crawl_protocols.py
 run fleet bench/fleet.py --copies 6 --agent-seconds 60 --load-seconds 60
 run observe-overhead bench/observe_overhead.py --duration 60s --reps 3
 run explain-cost bench/explain_cost.py --rounds 5 --seconds 20
