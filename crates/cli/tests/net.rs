@@ -66,7 +66,7 @@ fn channels_between_tenants_end_to_end() {
     // controller raises them to priority.
     std::fs::write(
         &sc,
-        "name = 'net-e2e'\nduration = '8s'\n[host]\nrelay_delay = '0ms'\n[tenant]\ncount = 4\n\
+        "name = 'net-e2e'\nduration = '8s'\n[host]\nrelay_delay = '0ms'\nrelay_policy = 'fifo:90'\n[tenant]\ncount = 4\n\
 [net]\nlink_mbit = 50\nbuffer = '100K'\nbest_effort_mbit = 10\nvcpu_policy = 'fifo:10'\n\
 [[net.flow]]\nname = 'A'\nfrom = 0\nport = 5001\nrate_mbit = 1\nsize = 500\ndeadline = '50ms'\n\
 [[net.flow]]\nname = 'F'\nfrom = 1\nto = 't2'\nport = 5002\nrate_mbit = 1\nsize = 1468\ndeadline = '50ms'\n\
