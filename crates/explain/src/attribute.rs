@@ -244,6 +244,7 @@ pub fn split_by_host(
             | Cause::WaitedForCpu { cpu, .. }
             | Cause::Interrupts { cpu, .. }
             | Cause::Throttled { cpu, .. }
+            | Cause::Stolen { cpu }
                 if seg.side == crate::cause::Side::Guest =>
             {
                 Some(cpu)
@@ -463,7 +464,13 @@ fn classify(
     match span.state {
         State::Unknown => {
             let why = if i == 0 { Gap::NotRecorded } else { Gap::MissingEvent };
-            out.push(a, e, side, Cause::Unexplained { why });
+            // Lost events or none at all: a CPU taken from the machine
+            // records nothing. The CPU it was last seen on tells.
+            let cpu = spans[..i].iter().rev().take(4).find_map(|s| match s.state {
+                State::Running { cpu } | State::Queued { cpu, .. } => Some(cpu),
+                _ => None,
+            });
+            push_on(tl, cpu, a, e, Cause::Unexplained { why }, out);
         }
         State::Dead => out.push(a, e, side, Cause::Unexplained { why: Gap::NotRecorded }),
         State::Running { cpu } => tl.cpu_walk(cpu, a, e, |p, q, _, irq| {
@@ -471,11 +478,11 @@ fn classify(
                 Some(irq) => Cause::Interrupts { cpu, irq },
                 None => Cause::OwnWork { cpu },
             };
-            out.push(p, q, side, cause);
+            push_on(tl, Some(cpu), p, q, cause, out);
         }),
         State::Queued { cpu, since, rt, .. } => tl.cpu_walk(cpu, a, e, |p, q, slice, irq| {
             if let Some(irq) = irq {
-                out.push(p, q, side, Cause::Interrupts { cpu, irq });
+                push_on(tl, Some(cpu), p, q, Cause::Interrupts { cpu, irq }, out);
                 return;
             }
             if slice.tid == UNKNOWN_TID || slice.tid == probe.tid {
@@ -486,7 +493,7 @@ fn classify(
                 } else {
                     Gap::MissingEvent
                 };
-                out.push(p, q, side, Cause::Unexplained { why });
+                push_on(tl, Some(cpu), p, q, Cause::Unexplained { why }, out);
                 return;
             }
             let behind = Who::from_tid(slice.tid);
@@ -499,11 +506,11 @@ fn classify(
             };
             let mid = throttled_from.clamp(p, q);
             if p < mid {
-                out.push(p, mid, side, queued(tl, probe, cpu, slice, p, mid));
+                push_on(tl, Some(cpu), p, mid, queued(tl, probe, cpu, slice, p, mid), out);
             }
             if mid < q {
                 let budget = Who::from_tid(tl.rt_budget_user(cpu, mid));
-                out.push(mid, q, side, Cause::Throttled { cpu, behind, budget });
+                push_on(tl, Some(cpu), mid, q, Cause::Throttled { cpu, behind, budget }, out);
             }
         }),
         State::Asleep { blocked } => {
@@ -554,9 +561,27 @@ fn classify(
                 // is not recorded.
                 Cause::Unexplained { why: Gap::NotRecorded }
             };
-            out.push(a, e, side, cause);
+            match cause {
+                // Its timer is due on the CPU it slept on: taken away, that
+                // CPU could fire none.
+                Cause::LateTimer { cpu, .. } => push_on(tl, cpu, a, e, cause, out),
+                _ => out.push(a, e, side, cause),
+            }
         }
     }
+}
+
+/// Pushes [a, e) as `cause`, but the time the hypervisor beneath the
+/// recorded machine took `cpu` from it as [`Cause::Stolen`]: nothing ran
+/// on that CPU then, whatever its last events said.
+fn push_on(tl: &Timeline, cpu: Option<u16>, a: u64, e: u64, cause: Cause, out: &mut Explanation) {
+    let Some(cpu) = cpu else {
+        out.push(a, e, tl.side, cause);
+        return;
+    };
+    tl.stolen_walk(cpu, a, e, |p, q, stolen| {
+        out.push(p, q, tl.side, if stolen { Cause::Stolen { cpu } } else { cause })
+    });
 }
 
 /// Queued on `cpu` during [p, q) behind `slice`'s occupant, not throttled.
@@ -1157,6 +1182,102 @@ mod tests {
             }
         );
         assert_eq!(x.segments[1].len_ns(), 50 * US);
+    }
+
+    /// `ns` stolen from `cpu`, seen by its event at `ts`.
+    fn steal(ts: u64, cpu: u16, ns: u64) -> Event {
+        Event {
+            ts,
+            a: ns as u32,
+            b: (ns >> 32) as u32,
+            c: 0,
+            cpu,
+            kind: kind::STEAL,
+            flags: 0,
+        }
+    }
+
+    /// The machine's vCPU taken away while its timer was due: the timer
+    /// fires when the vCPU runs again, and the steal clock says how long
+    /// it was gone. That stretch is steal, the rest still the late timer.
+    #[test]
+    fn a_timer_due_while_the_cpu_was_stolen_is_steal() {
+        let mut ev = cpu1_busy();
+        ev.extend([
+            switch(T0, 0, 0, PROBE, 0, 0),
+            sleep(at(1), 0, PROBE, 0),
+            // Planned at 10 ms; taken from 9 to 17 ms (8 ms stolen, seen at
+            // 17 ms), the timer's wake-up at 17 ms.
+            steal(at(17), 0, 8 * MS),
+            wake(at(17), 0, PROBE, 0, 0),
+            switch(at(17) + 50 * US, 0, 0, PROBE, 0, 0),
+        ]);
+        let tl = timeline(2, &ev, at(20));
+        assert!(tl.coverage().steal);
+        let x = explained(&tl, at(10), at(17) + 50 * US);
+        assert_tiles(&x);
+        assert_eq!(x.ns_of(CauseKind::Steal), 7 * MS, "{x:#?}");
+        assert_eq!(x.segments[0].cause, Cause::Stolen { cpu: 0 });
+        assert_eq!(x.ns_of(CauseKind::LateTimer), 50 * US, "{x:#?}");
+        // The kernel updates the clock the recorder reads a few events
+        // after the vCPU runs again (here an interrupt's, 10 us before):
+        // the steal lies in the gaps between events, the latest long ones
+        // first, at their ends.
+        let irq = |ts: u64, kind: u8| Event {
+            ts,
+            a: 24,
+            b: OTHER,
+            c: 0,
+            cpu: 0,
+            kind,
+            flags: 0,
+        };
+        let mut ev = cpu1_busy();
+        ev.extend([
+            switch(T0, 0, 0, PROBE, 0, 0),
+            sleep(at(5), 0, PROBE, 0),
+            switch(at(14), 0, 0, OTHER, 0, 0),
+            irq(at(17) - 10 * US, kind::IRQ_ENTRY),
+            irq(at(17) - 5 * US, kind::IRQ_EXIT),
+            steal(at(17), 0, 5 * MS),
+            wake(at(17), 0, PROBE, OTHER, 0),
+            preempt(at(17), 0, OTHER, PROBE),
+        ]);
+        let tl = timeline(2, &ev, at(20));
+        let x = explained(&tl, at(10), at(17));
+        assert_eq!(x.ns_of(CauseKind::Steal), 5 * MS, "{x:#?}");
+        assert_eq!(x.ns_of(CauseKind::LateTimer), 2 * MS, "{x:#?}");
+        let stolen: Vec<(u64, u64)> = x
+            .segments
+            .iter()
+            .filter(|s| s.cause.kind() == CauseKind::Steal)
+            .map(|s| (s.start_ns, s.end_ns))
+            .collect();
+        assert_eq!(stolen, vec![(at(12) - 10 * US, at(17) - 10 * US)]);
+    }
+
+    /// Queued behind a hog on a vCPU the hypervisor took for part of the
+    /// wait: the hog did not run then either.
+    #[test]
+    fn a_wait_on_a_stolen_cpu_is_split_into_the_occupant_and_steal() {
+        let mut ev = probe_asleep_then_hog();
+        ev.extend([
+            wake(at(10), 0, PROBE, 0, 0),
+            steal(at(25), 0, 5 * MS),
+            preempt(at(40), 0, HOG, PROBE),
+        ]);
+        let tl = timeline(2, &ev, at(50));
+        let x = explained(&tl, at(10), at(40));
+        assert_tiles(&x);
+        assert_eq!(x.ns_of(CauseKind::Steal), 5 * MS, "{x:#?}");
+        assert_eq!(x.ns_of(CauseKind::WaitedForCpu), 25 * MS, "{x:#?}");
+        let stolen: Vec<(u64, u64)> = x
+            .segments
+            .iter()
+            .filter(|s| s.cause == Cause::Stolen { cpu: 0 })
+            .map(|s| (s.start_ns, s.end_ns))
+            .collect();
+        assert_eq!(stolen, vec![(at(20), at(25))]);
     }
 
     #[test]

@@ -180,6 +180,11 @@ pub enum Cause {
     /// stack samples) while the guest's CPU had nothing to run. KVM exits
     /// are not told apart yet.
     Emulation { cpu: u16, vcpu: u32 },
+    /// The recorded machine is itself a virtual machine, and its
+    /// hypervisor took `cpu` (a vCPU of it) away: nothing on it ran, the
+    /// probe and its timer included. From the CPU's steal clock (KVM's),
+    /// which the recorder reads at each event.
+    Stolen { cpu: u16 },
     /// The events do not account for this time.
     Unexplained { why: Gap },
 }
@@ -195,11 +200,12 @@ pub enum CauseKind {
     Blocked,
     LateTimer,
     Emulation,
+    Steal,
     Unexplained,
 }
 
 impl CauseKind {
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 9;
     pub const ALL: [CauseKind; CauseKind::COUNT] = [
         CauseKind::WaitedForCpu,
         CauseKind::Interrupts,
@@ -208,6 +214,7 @@ impl CauseKind {
         CauseKind::Blocked,
         CauseKind::LateTimer,
         CauseKind::Emulation,
+        CauseKind::Steal,
         CauseKind::Unexplained,
     ];
 
@@ -264,6 +271,7 @@ impl Cause {
             Cause::Blocked { .. } => CauseKind::Blocked,
             Cause::LateTimer { .. } => CauseKind::LateTimer,
             Cause::Emulation { .. } => CauseKind::Emulation,
+            Cause::Stolen { .. } => CauseKind::Steal,
             Cause::Unexplained { .. } => CauseKind::Unexplained,
         }
     }
@@ -293,9 +301,11 @@ impl Cause {
                 Gap::MissingEvent => Detail::MissingEvent,
                 Gap::UnknownOccupant => Detail::UnknownOccupant,
             }),
-            Cause::WaitedForCpu { .. } | Cause::Throttled { .. } | Cause::OwnWork { .. } | Cause::Emulation { .. } => {
-                None
-            }
+            Cause::WaitedForCpu { .. }
+            | Cause::Throttled { .. }
+            | Cause::OwnWork { .. }
+            | Cause::Emulation { .. }
+            | Cause::Stolen { .. } => None,
         }
     }
 
@@ -311,6 +321,7 @@ impl Cause {
             Cause::Blocked { by, cpu, irq, .. } => (Some(by), cpu, irq),
             Cause::LateTimer { by, cpu, .. } => (Some(by), cpu, None),
             Cause::Emulation { cpu, vcpu } => (Some(Who::Thread(vcpu)), Some(cpu), None),
+            Cause::Stolen { cpu } => (None, Some(cpu), None),
             Cause::Unexplained { .. } => (None, None, None),
         }
     }

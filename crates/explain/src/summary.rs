@@ -53,7 +53,30 @@ pub struct TimeBucket {
     pub start_ns: u64,
     pub width_ns: u64,
     pub events: u64,
+    #[serde(deserialize_with = "by_cause_then_or_now")]
     pub ns_by_cause: [u64; CauseKind::COUNT],
+}
+
+/// `ns_by_cause` as written now, or as written before [`CauseKind::Steal`]
+/// was a cause (one fewer, no steal), so results made then still read.
+fn by_cause_then_or_now<'de, D: serde::Deserializer<'de>>(d: D) -> Result<[u64; CauseKind::COUNT], D::Error> {
+    let v: Vec<u64> = Deserialize::deserialize(d)?;
+    let mut out = [0u64; CauseKind::COUNT];
+    let steal = CauseKind::Steal as usize;
+    match v.len() {
+        CauseKind::COUNT => out.copy_from_slice(&v),
+        n if n == CauseKind::COUNT - 1 => {
+            out[..steal].copy_from_slice(&v[..steal]);
+            out[steal + 1..].copy_from_slice(&v[steal..]);
+        }
+        n => {
+            return Err(serde::de::Error::custom(format!(
+                "ns_by_cause has {n} causes, where {} are known",
+                CauseKind::COUNT
+            )))
+        }
+    }
+    Ok(out)
 }
 
 /// Stretches of [`RunExplanation::over_time`] at most.
@@ -763,6 +786,10 @@ pub fn describe(cause: CauseKind, detail: Option<Detail>, side: Side, who: Optio
             "its vCPU emulating{}",
             who.map(|c| format!(" ({})", name(c))).unwrap_or_default()
         ),
+        CauseKind::Steal => format!(
+            "stolen from {} by the hypervisor beneath",
+            cpu.unwrap_or_else(|| "its CPU".into())
+        ),
         CauseKind::Unexplained => format!(
             "unexplained{}",
             detail.map(|d| format!(" ({})", d.label())).unwrap_or_default()
@@ -1030,6 +1057,7 @@ fn kind_words(k: CauseKind) -> &'static str {
         CauseKind::Blocked => "blocked",
         CauseKind::LateTimer => "a late timer",
         CauseKind::Emulation => "emulation",
+        CauseKind::Steal => "steal (the hypervisor beneath)",
         CauseKind::Unexplained => "unexplained",
     }
 }
@@ -1038,6 +1066,21 @@ fn kind_words(k: CauseKind) -> &'static str {
 mod tests {
     use super::*;
     use crate::report::CauseShare;
+
+    /// Results written before steal was a cause still read, with no steal.
+    #[test]
+    fn time_buckets_written_before_steal_still_read() {
+        let old = r#"{"start_ns":1,"width_ns":2,"events":3,"ns_by_cause":[1,2,3,4,5,6,7,8]}"#;
+        let b: TimeBucket = serde_json::from_str(old).unwrap();
+        assert_eq!(b.ns_by_cause[CauseKind::Steal as usize], 0);
+        assert_eq!(b.ns_by_cause[CauseKind::Emulation as usize], 7);
+        assert_eq!(b.ns_by_cause[CauseKind::Unexplained as usize], 8);
+        let back: TimeBucket = serde_json::from_str(&serde_json::to_string(&b).unwrap()).unwrap();
+        assert_eq!(back, b);
+        assert!(
+            serde_json::from_str::<TimeBucket>(r#"{"start_ns":1,"width_ns":2,"events":3,"ns_by_cause":[1]}"#).is_err()
+        );
+    }
 
     const MS: u64 = 1_000_000;
 

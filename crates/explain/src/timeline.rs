@@ -54,6 +54,10 @@ pub(crate) struct CpuLine {
     /// In time order; the first starts with the time line.
     pub(crate) slices: Vec<Slice>,
     pub(crate) irqs: Vec<IrqPiece>,
+    /// Time taken from this CPU by the hypervisor beneath the recorded
+    /// machine, [start, end), in order, not overlapping: each steal
+    /// ([`kind::STEAL`]) placed by [`place_steal`].
+    pub(crate) stolen: Vec<(u64, u64)>,
 }
 
 /// The wake-up that made a thread runnable: `by` was current where it was
@@ -135,6 +139,9 @@ pub struct Coverage {
     pub irqs: bool,
     /// Switches carry the real-time bits (throttling can be seen).
     pub rt_classes: bool,
+    /// The recorder saw a CPU's steal clock move (a KVM guest whose
+    /// hypervisor ran something else): steal can be told.
+    pub steal: bool,
     /// Contradictions repaired by marking a stretch unknown: a switch on a
     /// CPU by a thread not seen to take it, an interrupt exit without its
     /// entry, nesting deeper than interrupts go.
@@ -233,7 +240,19 @@ struct CpuState {
     /// an occupant whose switch-out was never seen to the next switch seen
     /// (some hosts hide the events of their own agents' threads).
     dark: Option<(u64, u64)>,
+    /// Its last events' stamps, [`RECENT`] at most, oldest first.
+    recent: [u64; RECENT],
+    recent_len: usize,
 }
+
+/// Events per CPU a steal is placed among: the kernel updates the steal
+/// clock the recorder reads with its run-queue clock (switches, wake-ups,
+/// ticks), a few events after the vCPU ran again.
+const RECENT: usize = 16;
+
+/// A gap between two events shorter than this is the CPU running between
+/// them (inside one handler, say), not the hypervisor's.
+const STEAL_GAP_MIN_NS: u64 = 50_000;
 
 impl Default for CpuState {
     fn default() -> Self {
@@ -244,6 +263,8 @@ impl Default for CpuState {
             depth: 0,
             irq_since: 0,
             dark: None,
+            recent: [0; RECENT],
+            recent_len: 0,
         }
     }
 }
@@ -259,6 +280,7 @@ impl TimelineBuilder {
                 rt: false,
             }],
             irqs: Vec::new(),
+            stolen: Vec::new(),
         };
         TimelineBuilder {
             start_ns,
@@ -337,8 +359,28 @@ impl TimelineBuilder {
             }
             kind::SOFTIRQ_ENTRY => self.irq_enter(t, cpu, Irq::Soft(e.a)),
             kind::IRQ_EXIT | kind::SOFTIRQ_EXIT => self.irq_exit(t, cpu),
+            kind::STEAL => {
+                let ns = u64::from(e.a) | u64::from(e.b) << 32;
+                self.coverage.steal = true;
+                let st = &mut self.cpu_state[cpu];
+                let mut pieces = [(0u64, 0u64); RECENT];
+                let n = place_steal(&st.recent[..st.recent_len], t, ns, &mut pieces);
+                st.recent_len = 0;
+                let stolen = &mut self.cpus[cpu].stolen;
+                for &(p, q) in &pieces[..n] {
+                    push_stolen(stolen, p.max(self.start_ns), q);
+                }
+                return;
+            }
             _ => {}
         }
+        let st = &mut self.cpu_state[cpu];
+        if st.recent_len == RECENT {
+            st.recent.copy_within(1.., 0);
+            st.recent_len -= 1;
+        }
+        st.recent[st.recent_len] = t;
+        st.recent_len += 1;
     }
 
     /// The time line up to `end_ns` (at least the last event).
@@ -566,6 +608,52 @@ fn close_irq(irqs: &mut Vec<IrqPiece>, start: u64, end: u64, irq: Irq) {
     irqs.push(IrqPiece { start, end, irq });
 }
 
+/// Where `ns` stolen, seen at `t`, lay among the CPU's events before it
+/// (`recent`, their stamps, oldest first; since the last steal): only in
+/// the gaps between events, since a vCPU records nothing while it is not
+/// run, and at the end of each gap, where a vCPU halted on an idle CPU
+/// became runnable (its timer due) and waited. The latest gaps of at least
+/// [`STEAL_GAP_MIN_NS`] are filled first, then shorter ones; what fits in
+/// no gap (the steal began before the first event kept) is not placed.
+/// Writes the pieces, in time order, into `out`; returns how many.
+fn place_steal(recent: &[u64], t: u64, ns: u64, out: &mut [(u64, u64); RECENT]) -> usize {
+    let mut left = ns;
+    let mut n = 0;
+    let mut used = [false; RECENT];
+    for pass in 0..2 {
+        let mut end = t;
+        for (i, &start) in recent.iter().enumerate().rev() {
+            let gap = end.saturating_sub(start);
+            let fits = pass == 1 || gap >= STEAL_GAP_MIN_NS;
+            if left > 0 && gap > 0 && fits && !used[i] && n < RECENT {
+                let take = gap.min(left);
+                out[n] = (end - take, end);
+                n += 1;
+                used[i] = true;
+                left -= take;
+            }
+            end = start;
+        }
+    }
+    out[..n].sort_unstable();
+    n
+}
+
+/// Adds a stolen stretch, keeping the list in order and merged.
+fn push_stolen(stolen: &mut Vec<(u64, u64)>, from: u64, to: u64) {
+    if to <= from {
+        return;
+    }
+    let i = stolen.partition_point(|s| s.1 < from);
+    if stolen.get(i).is_some_and(|s| s.0 <= to) {
+        let s = &mut stolen[i];
+        s.0 = s.0.min(from);
+        s.1 = s.1.max(to);
+        return;
+    }
+    stolen.insert(i, (from, to));
+}
+
 /// Appends a CPU's slice; one starting where the last did replaces it.
 fn push_slice(slices: &mut Vec<Slice>, slice: Slice) {
     if let Some(last) = slices.last_mut() {
@@ -766,6 +854,28 @@ impl Timeline {
         }
         if a < e {
             f(a, e, None);
+        }
+    }
+
+    /// Calls `f(p, q, stolen)` for each stretch of [a, e) over which
+    /// `cpu` was taken from the recorded machine by the hypervisor beneath
+    /// it (`stolen`) or not, in time order; the stretches tile [a, e).
+    pub(crate) fn stolen_walk(&self, cpu: u16, a: u64, e: u64, mut f: impl FnMut(u64, u64, bool)) {
+        let stolen = &self.cpus[(cpu as usize).min(self.cpus.len() - 1)].stolen;
+        let mut t = a;
+        for &(p, q) in &stolen[stolen.partition_point(|s| s.1 <= a)..] {
+            if p >= e {
+                break;
+            }
+            if p > t {
+                f(t, p, false);
+            }
+            let q = q.min(e);
+            f(p.max(t), q, true);
+            t = q;
+        }
+        if t < e {
+            f(t, e, false);
         }
     }
 

@@ -1266,6 +1266,7 @@ fn explanation_charts(runs: &[RunResults], charts: &mut Vec<Chart>) {
                 CauseKind::Blocked => "blocked",
                 CauseKind::LateTimer => "late timer",
                 CauseKind::Emulation => "emulation",
+                CauseKind::Steal => "steal",
                 CauseKind::Unexplained => "unexplained",
             };
             c.series.push((

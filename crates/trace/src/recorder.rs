@@ -594,9 +594,9 @@ fn resolve_threads(
         let (first, second) = match e.kind {
             kind::SWITCH => (e.a, Some(e.b)),
             kind::FORK => (e.b, None),
-            // `a` is an interrupt, `b` whoever it interrupted: no thread
-            // of ours.
-            kind::IRQ_ENTRY | kind::IRQ_EXIT | kind::SOFTIRQ_ENTRY | kind::SOFTIRQ_EXIT => continue,
+            // `a` is an interrupt, `b` whoever it interrupted, or a
+            // steal's length: no thread of ours.
+            kind::IRQ_ENTRY | kind::IRQ_EXIT | kind::SOFTIRQ_ENTRY | kind::SOFTIRQ_EXIT | kind::STEAL => continue,
             _ => (e.a, None),
         };
         // Only tracked tasks produce events other than switches.

@@ -20,6 +20,9 @@
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #include "cgroup_id.h"
+struct rq { __u64 prev_steal_time_rq; } __attribute__((preserve_access_index));
+struct cfs_rq { struct rq *rq; } __attribute__((preserve_access_index));
+struct sched_entity { struct cfs_rq *cfs_rq; } __attribute__((preserve_access_index));
 struct task_struct {
     unsigned int __state;
     int pid;
@@ -28,6 +31,7 @@ struct task_struct {
     unsigned int cpu;
     int wake_cpu;
     struct css_set *cgroups;
+    struct sched_entity se;
     char comm[16];
 } __attribute__((preserve_access_index));
 struct task_struct___old { long state; } __attribute__((preserve_access_index));
@@ -141,7 +145,7 @@ static __always_inline __u64 submit_flags(void)
                                                                              : BPF_RB_NO_WAKEUP;
 }
 
-static __always_inline void emit(__u8 kind, __u8 flags, __u32 a, __u32 b, __u32 c)
+static __always_inline void emit_now(__u8 kind, __u8 flags, __u32 a, __u32 b, __u32 c)
 {
     struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
     if (!e) {
@@ -156,6 +160,48 @@ static __always_inline void emit(__u8 kind, __u8 flags, __u32 a, __u32 b, __u32 
     e->kind = kind;
     e->flags = flags;
     bpf_ringbuf_submit(e, submit_flags());
+}
+
+/* [0] this CPU's steal clock as the last event on it read it. */
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, __u64);
+} steal_seen SEC(".maps");
+
+/* EV_STEAL when this CPU's steal clock moved since its last event: the
+ * machine's own CPU was taken from it in between (the hypervisor beneath
+ * ran something else), which no event inside it can show. The clock is
+ * the one the scheduler keeps from the paravirtual one (KVM's) on each
+ * update of its run-queue clock, reached through the current task's
+ * run queue: per-CPU symbols like KVM's own steal_time are not visible to
+ * BPF on kernels without CONFIG_KALLSYMS_ALL. Without
+ * CONFIG_PARAVIRT_TIME_ACCOUNTING the field is absent and nothing is
+ * emitted. Its first reading only sets the mark. */
+static __always_inline void note_steal(void)
+{
+    struct task_struct *t = (struct task_struct *)bpf_get_current_task_btf();
+    struct rq *rq = BPF_CORE_READ(t, se.cfs_rq, rq);
+    if (!rq || !bpf_core_field_exists(rq->prev_steal_time_rq))
+        return;
+    __u64 now = BPF_CORE_READ(rq, prev_steal_time_rq);
+    __u32 zero = 0;
+    __u64 *seen = bpf_map_lookup_elem(&steal_seen, &zero);
+    if (!seen || now <= *seen)
+        return;
+    __u64 before = *seen;
+    *seen = now;
+    if (before == 0)
+        return;
+    __u64 stolen = now - before;
+    emit_now(EV_STEAL, 0, (__u32)stolen, (__u32)(stolen >> 32), 0);
+}
+
+static __always_inline void emit(__u8 kind, __u8 flags, __u32 a, __u32 b, __u32 c)
+{
+    note_steal();
+    emit_now(kind, flags, a, b, c);
 }
 
 static __always_inline void emit_comm(__u8 kind, struct task_struct *t, __u32 a, __u32 b)
