@@ -21,19 +21,26 @@ fn ontime() -> Command {
 /// register i = i, input register i = 2150 + i, 1000 of each), or None
 /// (skipped) without pymodbus.
 fn pymodbus_server() -> Option<(KillOnDrop, u16)> {
+    let port = ontime_testkit::free_port();
+    let server = peer("pymodbus", &["modbus-server", "--port", &port.to_string()], || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    })?;
+    Some((server, port))
+}
+
+/// scripts/fieldbus-peer.py with `args`, once `ready`; None (the test
+/// skipped) where setup.sh has not installed the peers.
+fn peer(what: &str, args: &[&str], ready: impl FnMut() -> bool) -> Option<KillOnDrop> {
     if !Path::new(PEERS).exists() {
-        ontime_testkit::skip(
-            "pymodbus is not installed (scripts/setup.sh installs it into /var/cache/ontime/fieldbus)",
-        );
+        ontime_testkit::skip(&format!(
+            "{what} is not installed (scripts/setup.sh installs it into /var/cache/ontime/fieldbus)"
+        ));
         return None;
     }
-    let port = ontime_testkit::free_port();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/fieldbus-peer.py");
-    let server = KillOnDrop::spawn(Command::new(PEERS).args([script, "modbus-server", "--port", &port.to_string()]));
-    ontime_testkit::wait_until("the pymodbus server", Duration::from_secs(30), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
-    Some((server, port))
+    let p = KillOnDrop::spawn(Command::new(PEERS).arg(script).args(args));
+    ontime_testkit::wait_until(&format!("the {what} peer"), Duration::from_secs(30), ready);
+    Some(p)
 }
 
 fn u(v: &Value) -> u64 {
@@ -241,30 +248,22 @@ fn mbpoll_reads_ontimes_modbus_gateway() {
 /// `objects` analog inputs (present value 20 + i / 4), or None (skipped)
 /// without bacpypes3.
 fn bacpypes3_device(objects: u32, extra: &[&str]) -> Option<(KillOnDrop, u16)> {
-    if !Path::new(PEERS).exists() {
-        ontime_testkit::skip(
-            "bacpypes3 is not installed (scripts/setup.sh installs it into /var/cache/ontime/fieldbus)",
-        );
-        return None;
-    }
     let port = free_udp_port();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/fieldbus-peer.py");
-    let mut cmd = Command::new(PEERS);
-    cmd.args([
-        script,
+    let (port_s, objects_s) = (port.to_string(), objects.to_string());
+    let mut args = vec![
         "bacnet-device",
         "--port",
-        &port.to_string(),
+        &port_s,
         "--instance",
         "1001",
-    ])
-    .args(["--objects", &objects.to_string()])
-    .args(extra);
-    let device = KillOnDrop::spawn(&mut cmd);
+        "--objects",
+        &objects_s,
+    ];
+    args.extend_from_slice(extra);
     // Bound by the device once this bind is refused.
-    ontime_testkit::wait_until("the bacpypes3 device", Duration::from_secs(30), || {
+    let device = peer("bacpypes3", &args, || {
         std::net::UdpSocket::bind(("127.0.0.1", port)).is_err()
-    });
+    })?;
     Some((device, port))
 }
 

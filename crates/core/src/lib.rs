@@ -27,6 +27,7 @@ pub mod late;
 pub mod limits;
 pub mod manifest;
 pub mod names;
+pub mod packet;
 pub mod proc;
 pub mod rt;
 pub mod size;

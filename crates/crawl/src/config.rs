@@ -103,7 +103,7 @@ impl CrawlFile {
 }
 
 /// What a gateway speaks, from its URL's scheme.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Protocol {
     /// `http://HOST[:PORT]/BUILDING`: getValues over HTTP/1.1 keep-alive
@@ -117,14 +117,25 @@ pub enum Protocol {
     /// `bacnet://HOST[:PORT]/DEVICE[/TYPE]`: BACnet/IP ReadPropertyMultiple
     /// of the present value of objects of TYPE (analog-input by default);
     /// a point id is an object's instance. `max_apdu`: the largest answer
-    /// the device takes, which sizes each request; `max_apdu_from`: "i-am"
-    /// (asked of the device) or "config".
+    /// the device takes, which sizes each request; `max_apdu_from`: where
+    /// it was learnt (None until the config is resolved).
     Bacnet {
         device: u32,
         object_type: BacnetObjectType,
         max_apdu: u16,
-        max_apdu_from: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_apdu_from: Option<ApduFrom>,
     },
+}
+
+/// Where a BACnet device's largest APDU was learnt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ApduFrom {
+    /// The device's I-Am, asked before the run.
+    IAm,
+    /// The crawl config's `max_apdu`.
+    Config,
 }
 
 /// The object types a BACnet crawl reads the present value of.
@@ -321,16 +332,16 @@ impl CrawlConfig {
             {
                 match g.max_apdu {
                     Some(m) if !(50..=1476).contains(&m) => bail!("{}: max_apdu = {m}: must be 50..1476", ctx()),
-                    Some(m) => (*max_apdu, *max_apdu_from) = (m, "config".into()),
+                    Some(m) => (*max_apdu, *max_apdu_from) = (m, Some(ApduFrom::Config)),
                     None => {
                         let i_am = ask_who_is(target.addr, *device).with_context(ctx)?;
-                        (*max_apdu, *max_apdu_from) = (i_am.max_apdu.clamp(50, 1476) as u16, "i-am".into());
+                        (*max_apdu, *max_apdu_from) = (i_am.max_apdu.clamp(50, 1476) as u16, Some(ApduFrom::IAm));
                     }
                 }
             } else if g.max_apdu.is_some() {
                 bail!("{}: max_apdu is for bacnet:// gateways", ctx());
             }
-            let protocol = target.protocol.clone();
+            let protocol = target.protocol;
             if matches!(protocol, Protocol::Modbus { .. }) && n > protocol.max_points_per_request() {
                 bail!(
                     "{}: points_per_request = {n}, but one Modbus read carries at most {} registers",
@@ -506,13 +517,7 @@ fn resolve(hostport: &str, default_port: u16) -> Result<SocketAddr> {
 /// `host[:port]/unit[/holding|/input]` of a `modbus://` URL.
 fn parse_modbus(rest: &str) -> Result<Target> {
     const EXAMPLE: &str = "e.g. modbus://127.0.0.1:502/1 or modbus://127.0.0.1:502/1/input";
-    let (hostport, path) = rest
-        .split_once('/')
-        .ok_or_else(|| anyhow!("url needs a unit id, {EXAMPLE}"))?;
-    if hostport.is_empty() {
-        bail!("url needs a host, {EXAMPLE}");
-    }
-    let mut parts = path.trim_end_matches('/').split('/');
+    let (hostport, mut parts) = host_and_path(rest, "a unit id", EXAMPLE)?;
     let unit = parts.next().unwrap_or("");
     let unit: u8 = unit
         .parse()
@@ -533,17 +538,23 @@ fn parse_modbus(rest: &str) -> Result<Target> {
     })
 }
 
+/// A field-bus URL's `host[:port]` and the parts of its path (which
+/// must name `what`).
+fn host_and_path<'a>(rest: &'a str, what: &str, example: &str) -> Result<(&'a str, std::str::Split<'a, char>)> {
+    let (hostport, path) = rest
+        .split_once('/')
+        .ok_or_else(|| anyhow!("url needs {what}, {example}"))?;
+    if hostport.is_empty() {
+        bail!("url needs a host, {example}");
+    }
+    Ok((hostport, path.trim_end_matches('/').split('/')))
+}
+
 /// `host[:port]/device[/type]` of a `bacnet://` URL; the device's APDU
 /// size is asked later (or configured).
 fn parse_bacnet(rest: &str) -> Result<Target> {
     const EXAMPLE: &str = "e.g. bacnet://127.0.0.1:47808/1001 or bacnet://127.0.0.1/1001/analog-value";
-    let (hostport, path) = rest
-        .split_once('/')
-        .ok_or_else(|| anyhow!("url needs a device instance, {EXAMPLE}"))?;
-    if hostport.is_empty() {
-        bail!("url needs a host, {EXAMPLE}");
-    }
-    let mut parts = path.trim_end_matches('/').split('/');
+    let (hostport, mut parts) = host_and_path(rest, "a device instance", EXAMPLE)?;
     let device = parts.next().unwrap_or("");
     let device: u32 = device
         .parse()
@@ -565,7 +576,7 @@ fn parse_bacnet(rest: &str) -> Result<Target> {
             device,
             object_type,
             max_apdu: 0,
-            max_apdu_from: String::new(),
+            max_apdu_from: None,
         },
         host: hostport.to_string(),
         building: device.to_string(),

@@ -250,6 +250,20 @@ fn largest_burst<'a>(streams: impl Iterator<Item = &'a Stream>) -> usize {
 
 /// Spends `ns` of this thread's CPU time (not wall time: if the thread is
 /// preempted, the work takes longer, as real processing would).
+/// Hands a point's value to the store writer, when the run stores values;
+/// a full ring counts it dropped (the poll thread never waits for it).
+fn store_value(
+    store: &mut Option<rtrb::Producer<StoreRecord>>,
+    dropped: &std::sync::atomic::AtomicU64,
+    rec: impl FnOnce() -> StoreRecord,
+) {
+    if let Some(prod) = store.as_mut() {
+        if prod.push(rec()).is_err() {
+            dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 fn burn_cpu(ns: u64) {
     let end = ontime_core::time::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) + ns;
     while ontime_core::time::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) < end {
@@ -905,25 +919,19 @@ impl<C: Clock> Engine<C> {
             let (outcome, recv, answered) = if status != 200 {
                 (Outcome::HttpError, 0, 0)
             } else {
-                let store = &mut self.s.store_records;
-                let dropped = &self.s.records_dropped;
+                let (store, dropped) = (&mut self.s.store_records, &self.s.records_dropped);
                 let mut faults = 0u64;
                 let parsed = http::parse_body(&c.rbuf[body.0..body.1], &mut |pt: http::PointReading| {
                     if pt.status != PointStatus::Ok {
                         faults += 1;
                     }
-                    if let Some(prod) = store.as_mut() {
-                        let rec = StoreRecord {
-                            gateway: gw,
-                            point: pt.id,
-                            recv_ns: pt.recv_ns,
-                            value: pt.value.unwrap_or(f64::NAN),
-                            status: pt.status as u8,
-                        };
-                        if prod.push(rec).is_err() {
-                            dropped.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
+                    store_value(store, dropped, || StoreRecord {
+                        gateway: gw,
+                        point: pt.id,
+                        recv_ns: pt.recv_ns,
+                        value: pt.value.unwrap_or(f64::NAN),
+                        status: pt.status as u8,
+                    });
                 });
                 match parsed {
                     Ok(r) => {
@@ -938,10 +946,7 @@ impl<C: Clock> Engine<C> {
             c.rbuf.copy_within(len..c.rlen, 0);
             c.rlen -= len;
             c.poll = None;
-            self.finish(p, done, outcome, recv, answered, status);
-            if outcome == Outcome::Ok && self.s.work.mean_ns > 0 && self.s.work_at.is_answer() {
-                burn_cpu(self.work.next_ns());
-            }
+            self.answered(p, done, outcome, (recv, answered), status);
             if close || outcome == Outcome::Malformed {
                 self.close(slot, Outcome::ConnectionLost);
                 return false;
@@ -973,19 +978,14 @@ impl<C: Clock> Engine<C> {
                 modbus::Answer::Registers { function, values }
                     if function == read.table.function() && values.len() == read.count as usize =>
                 {
-                    if let Some(prod) = self.s.store_records.as_mut() {
-                        for (i, v) in values.iter().enumerate() {
-                            let rec = StoreRecord {
-                                gateway: gw,
-                                point: read.start as u32 + i as u32,
-                                recv_ns: done,
-                                value: v as f64,
-                                status: PointStatus::Ok as u8,
-                            };
-                            if prod.push(rec).is_err() {
-                                self.s.records_dropped.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
+                    for (i, v) in values.iter().enumerate() {
+                        store_value(&mut self.s.store_records, &self.s.records_dropped, || StoreRecord {
+                            gateway: gw,
+                            point: read.start as u32 + i as u32,
+                            recv_ns: done,
+                            value: v as f64,
+                            status: PointStatus::Ok as u8,
+                        });
                     }
                     self.metrics.stamps.crawler_send += 1;
                     Outcome::Ok
@@ -1002,10 +1002,7 @@ impl<C: Clock> Engine<C> {
         c.rbuf.copy_within(len..c.rlen, 0);
         c.rlen -= len;
         c.poll = None;
-        self.finish(p, done, outcome, 0, 0, status);
-        if outcome == Outcome::Ok && self.s.work.mean_ns > 0 && self.s.work_at.is_answer() {
-            burn_cpu(self.work.next_ns());
-        }
+        self.answered(p, done, outcome, (0, 0), status);
         if outcome == Outcome::Malformed {
             self.close(slot, Outcome::ConnectionLost);
             return None;
@@ -1028,8 +1025,7 @@ impl<C: Clock> Engine<C> {
         let answer = bacnet::apdu_of(datagram).and_then(bacnet::parse_answer);
         let outcome = match answer {
             Ok(bacnet::Answer::Ack { invoke: i, data, .. }) if i == invoke => {
-                let store = &mut self.s.store_records;
-                let dropped = &self.s.records_dropped;
+                let (store, dropped) = (&mut self.s.store_records, &self.s.records_dropped);
                 let mut faults = 0u64;
                 let parsed = bacnet::parse_rpm_ack(data, &mut |id, reading| {
                     let (value, status) = match reading {
@@ -1040,18 +1036,13 @@ impl<C: Clock> Engine<C> {
                             (f64::NAN, PointStatus::Fault)
                         }
                     };
-                    if let Some(prod) = store.as_mut() {
-                        let rec = StoreRecord {
-                            gateway: gw,
-                            point: id.instance(),
-                            recv_ns: done,
-                            value,
-                            status: status as u8,
-                        };
-                        if prod.push(rec).is_err() {
-                            dropped.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
+                    store_value(store, dropped, || StoreRecord {
+                        gateway: gw,
+                        point: id.instance(),
+                        recv_ns: done,
+                        value,
+                        status: status as u8,
+                    });
                 });
                 match parsed {
                     Ok(()) => {
@@ -1093,12 +1084,19 @@ impl<C: Clock> Engine<C> {
         };
         c.rlen = 0;
         c.poll = None;
-        self.finish(p, done, outcome, 0, 0, status);
+        self.answered(p, done, outcome, (0, 0), status);
+        self.release(slot, gw as usize);
+        Some(true)
+    }
+
+    /// A poll's answer is in: the poll is done, and the configured work
+    /// on an answer is burned (document 000's conversion and storing).
+    /// `(recv, answered)`: the gateway's stamps, where the answer has them.
+    fn answered(&mut self, p: InFlight, done: u64, outcome: Outcome, (recv, answered): (u64, u64), status: u16) {
+        self.finish(p, done, outcome, recv, answered, status);
         if outcome == Outcome::Ok && self.s.work.mean_ns > 0 && self.s.work_at.is_answer() {
             burn_cpu(self.work.next_ns());
         }
-        self.release(slot, gw as usize);
-        Some(true)
     }
 
     /// A connection is free again: give it the oldest waiting poll.

@@ -218,7 +218,7 @@ pub fn plan_streams(cfg: &CrawlConfig) -> Vec<Stream> {
                 .map(|pts| Stream {
                     id: 0,
                     gateway: gi,
-                    request: match g.protocol.clone() {
+                    request: match g.protocol {
                         config::Protocol::Http => request::Request::Http(http::RequestTemplate::new(
                             &g.host_header,
                             &g.building,

@@ -651,7 +651,8 @@ fn take_in(
             let mut scratch = [0u8; 64];
             match port.recv(&mut scratch) {
                 Received::Empty => return,
-                Received::Own => continue,
+                // The relay's ports are bound one way: never `Sent`.
+                Received::Own | Received::Sent { .. } => continue,
                 Received::Frame { .. } => {
                     t.dropped += 1;
                     continue;
@@ -663,7 +664,7 @@ fn take_in(
                 frames.free.push(slot);
                 return;
             }
-            Received::Own => {
+            Received::Own | Received::Sent { .. } => {
                 frames.free.push(slot);
                 continue;
             }
