@@ -8,7 +8,8 @@ bacpypes3. Run with the environment scripts/setup.sh makes
   fieldbus-peer.py bacnet-device --port P --instance N [--objects 40]
                    [--max-apdu 1024] [--no-segmentation]
   fieldbus-peer.py bacnet-read --port P --device-port Q --objects 0-9
-  fieldbus-peer.py modbus-poll --port P --period-ms 20 --seconds 5 --log F
+  fieldbus-peer.py modbus-poll [--host H] --port P [--unit U] --period-ms 20
+                   --seconds 5 --log F
 
 Holding register i holds i; input register i holds 2150 + i. The BACnet
 device's analog-input i has present value 20 + i / 4. Servers run until
@@ -16,7 +17,7 @@ killed; the tests pause them (SIGSTOP) to make them answer slowly or not
 at all. bacnet-read reads the present values of analog-input objects of
 the device at 127.0.0.1:Q once (ReadPropertyMultiple) and prints one
 "instance value" line each. modbus-poll reads holding registers 0-3 of
-unit 1 every period on an absolute schedule, writing CLOCK_MONOTONIC ns
+unit U (1) at H (127.0.0.1) every period on an absolute schedule, writing CLOCK_MONOTONIC ns
 just before each request to F (one per line); a slot it could not keep
 (it was stopped, or a read outlasted it) is skipped, not caught up, as
 pollers do.
@@ -92,7 +93,7 @@ def modbus_poll(a):
     from pymodbus.client import AsyncModbusTcpClient
 
     async def run():
-        client = AsyncModbusTcpClient("127.0.0.1", port=a.port, timeout=1, retries=0)
+        client = AsyncModbusTcpClient(a.host, port=a.port, timeout=1, retries=0)
         await client.connect()
         period = a.period_ms * 1_000_000
         start = time.monotonic_ns() + period
@@ -112,7 +113,7 @@ def modbus_poll(a):
                     continue
                 log.write(f"{time.monotonic_ns()}\n")
                 log.flush()
-                await client.read_holding_registers(0, count=4, device_id=1)
+                await client.read_holding_registers(0, count=4, device_id=a.unit)
                 k += 1
         client.close()
 
@@ -137,7 +138,9 @@ def main():
     r.add_argument("--device-port", type=int, required=True)
     r.add_argument("--objects", required=True)
     q = sub.add_parser("modbus-poll")
+    q.add_argument("--host", default="127.0.0.1")
     q.add_argument("--port", type=int, required=True)
+    q.add_argument("--unit", type=int, default=1)
     q.add_argument("--period-ms", type=int, required=True)
     q.add_argument("--seconds", type=int, required=True)
     q.add_argument("--log", required=True)

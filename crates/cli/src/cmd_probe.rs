@@ -29,6 +29,7 @@ pub fn run(a: ProbeArgs) -> anyhow::Result<()> {
         ProbeSpec::ClockSync(p) => crate::cmd_net::execute_clock_sync(p),
         ProbeSpec::CpuBurst(p) => cpu_bursts(p),
         ProbeSpec::SoftirqFlood(p) => softirq_flood(p),
+        ProbeSpec::Wire(p) => crate::cmd_wire::execute(p),
     }
 }
 

@@ -6,7 +6,7 @@ use crate::flags::DurationFlag;
 use clap::{Args, Subcommand};
 use ontime_core::duration::{format_ns, parse_ns};
 use ontime_core::stats::Summary;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 #[derive(Args)]
@@ -59,10 +59,6 @@ pub fn run(a: WireArgs) -> anyhow::Result<()> {
 
 fn record(a: RecordArgs) -> anyhow::Result<()> {
     crate::output::check_outputs(&[("--result", a.out.result.as_deref())])?;
-    if let Some(p) = a.period {
-        ontime_core::limits::duration("--period", p, 1_000, 7 * 24 * 3_600_000_000_000)
-            .map_err(ontime_core::bad_input)?;
-    }
     let mut ports = ontime_wire::Ports::default();
     for (given, into) in [
         (&a.http_port, &mut ports.http),
@@ -73,45 +69,65 @@ fn record(a: RecordArgs) -> anyhow::Result<()> {
             *into = given.clone();
         }
     }
-    let capture = ontime_wire::capture::Capture::open(&a.interface)?;
-    let manifest = ontime_core::manifest::Manifest::start("native", ontime_core::caps::Capabilities::probe());
+    let options = ontime_wire::WireOptions {
+        interface: a.interface.clone(),
+        ports,
+        period_ns: a.period,
+        duration_ns: a.duration.until_stopped(),
+        threshold_ns: a.threshold,
+    };
+    options
+        .validate()
+        .map_err(|e| ontime_core::bad_input(format!("--{e}")))?;
     let stop = Arc::new(AtomicBool::new(false));
     crate::signals::install_flag(stop.clone())?;
-    let limit = a.duration.until_stopped();
-    if !a.out.json {
-        ontime_core::errln!(
-            "ontime wire: capturing on {} {}",
-            a.interface,
-            limit.map_or("until Ctrl-C".into(), |d| format!("for {}", format_ns(d)))
-        );
-    }
-    let mut wire = ontime_wire::Wire::new(ports, a.period);
-    let start = ontime_core::MonoNs::now().0;
-    let end = limit.map_or(u64::MAX, |d| start.saturating_add(d));
+    let limit = options.duration_ns;
     let pb = crate::output::progress_bar(limit.map_or(0, |d| d.div_ceil(1_000_000_000)));
-    let mut buf = vec![0u8; 65_536];
-    let mut shown = start;
-    loop {
-        let now = ontime_core::MonoNs::now().0;
-        if now >= end || stop.load(Ordering::Relaxed) {
-            break;
-        }
-        if now >= shown + 1_000_000_000 {
-            shown = now;
-            pb.set_position((now - start) / 1_000_000_000);
-        }
-        if let ontime_wire::capture::Frame::Got { len, ns } = capture.next(&mut buf) {
-            wire.frame(ns, &buf[..len]);
-        }
-    }
+    let json = a.out.json;
+    let (result, _) = ontime_wire::record(
+        &options,
+        &stop,
+        || {
+            if !json {
+                ontime_core::errln!(
+                    "ontime wire: capturing on {} {}",
+                    a.interface,
+                    limit.map_or("until Ctrl-C".into(), |d| format!("for {}", format_ns(d)))
+                );
+            }
+        },
+        |s| pb.set_position(s),
+    )?;
     pb.finish_and_clear();
-    let interrupted = stop.load(Ordering::Relaxed);
-    let mut manifest = manifest;
-    manifest.finish();
-    let duration = ontime_core::MonoNs::now().0.saturating_sub(start);
-    let result = wire.finish(manifest, a.interface.clone(), duration, interrupted, a.threshold);
     // A stop is how a capture without -D ends: the result says so.
     a.out.emit(&result, &text(&result))
+}
+
+/// A lab tenant's capture (`tenant.command`): until its duration or a
+/// stop, its result and pooled histogram log written whole.
+pub fn execute(p: ontime_scenario::probe::WireProbe) -> anyhow::Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    crate::signals::install_flag(stop.clone())?;
+    ontime_core::rt::set_thread_name("ontime-wire");
+    let wall = std::time::SystemTime::now();
+    let (result, pooled) = ontime_wire::record(
+        &p.options,
+        &stop,
+        || println!("ontime wire: capturing on {}", p.options.interface),
+        |_| {},
+    )?;
+    if let Some(path) = &p.hlog {
+        let mut log = ontime_core::hlog::HlogFile::create(path, "ontime wire: every point's interval error", wall)?;
+        log.write(
+            "interval_error",
+            &pooled,
+            std::time::Duration::ZERO,
+            std::time::Duration::from_nanos(result.duration_ns),
+        )?;
+        log.flush()?;
+    }
+    ontime_core::fsio::write_atomic(&p.result, &serde_json::to_vec_pretty(&result)?)?;
+    Ok(())
 }
 
 fn text(r: &ontime_wire::WireResult) -> String {

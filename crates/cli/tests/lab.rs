@@ -862,3 +862,90 @@ fn throttling_and_own_work_are_charged_to_their_causes() {
     ));
     right_is_largest(&results.join("runs/000-rep1"), "own-work");
 }
+
+/// `tenant.command`: a poller ontime did not write (pymodbus's client,
+/// every 20 ms on an absolute schedule, logging its own sends) runs in the
+/// tenant against the lab's Modbus gateway, and ontime measures it from
+/// its packets on the tenant's veth. Per register, every request the
+/// poller logged is seen, and the interval error from the packets agrees
+/// with the poller's log (p50 within 200 us or 10 %); the report judges
+/// the tenant by it. A command that fails fails the run, naming its file.
+#[test]
+fn a_third_party_poller_in_a_tenant_is_measured_from_its_packets() {
+    const PEERS: &str = "/var/cache/ontime/fieldbus/bin/python";
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root_or_skip() {
+        return;
+    }
+    if !Path::new(PEERS).exists() {
+        ontime_testkit::skip(
+            "pymodbus is not installed (scripts/setup.sh installs it into /var/cache/ontime/fieldbus)",
+        );
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/fieldbus-peer.py");
+    let gateway = "[tenant.crawl]\nrate = 50\npoints_per_request = 4\nperiod = '20ms'\nprotocol = 'modbus'\n";
+    let (_dir, _sc, results) = run_lab(&format!(
+        "name = 'third-party'\nduration = '6s'\n[tenant]\ncount = 1\n\
+         command = \"exec {PEERS} {script} modbus-poll --host $ONTIME_HOST --port $ONTIME_PORT \
+         --unit $ONTIME_UNIT --period-ms 20 --seconds 5 --log $ONTIME_RUN_DIR/poller.log\"\n{gateway}"
+    ));
+    let run = results.join("runs/000-rep1");
+    let rec = read_json(&run.join("run.json"));
+    assert_eq!(rec["workload"], "wire", "{rec:#}");
+    let times: Vec<u64> = std::fs::read_to_string(run.join("poller.log"))
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert!(times.len() > 100, "the poller polled: {} requests", times.len());
+    let mut own = ontime_core::stats::LatencyHistogram::new();
+    let skipped = ontime_core::interval::from_timestamps(&times, 20_000_000, &mut own);
+    let r = read_json(&run.join("t0.json"));
+    assert_eq!(r["interface"], "ontime0h", "{r:#}");
+    let points = r["points"].as_array().unwrap();
+    assert_eq!(points.len(), 4, "holding registers 0-3 of unit 1: {r:#}");
+    let p50 = |s: &serde_json::Value| {
+        s["percentiles_ns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "p50")
+            .and_then(|p| p["value_ns"].as_u64())
+            .unwrap()
+    };
+    let log = own.percentile(50.0).unwrap();
+    for p in points {
+        assert_eq!(p["requests"].as_u64(), Some(times.len() as u64), "{p}");
+        assert_eq!(p["missed"].as_u64(), Some(skipped), "{p}");
+        let wire = p50(&p["interval_error"]);
+        assert!(
+            wire.abs_diff(log) <= (log / 10).max(200_000),
+            "p50 {wire} ns from the packets, {log} ns from the poller's log: {p}"
+        );
+    }
+    // The report judges the tenant by its packets.
+    let report = std::fs::read_to_string(results.join("report/report.html")).unwrap();
+    assert!(report.contains("interval error"), "the report's metric");
+
+    // A command that cannot run fails the run and says where to look.
+    let dir = tempfile::tempdir().unwrap();
+    let sc = write(
+        dir.path(),
+        "bad.toml",
+        &format!("name = 'bad-command'\nduration = '3s'\n[tenant]\ncount = 1\ncommand = 'exit 3'\n{gateway}"),
+    );
+    let out = ontime()
+        .args(["lab", "run"])
+        .arg(&sc)
+        .arg("-o")
+        .arg(dir.path().join("results"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("tenant 0's command ended early with exit status 3 (see t0.err)"),
+        "{err}"
+    );
+}

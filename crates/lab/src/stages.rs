@@ -145,6 +145,7 @@ fn one_run(
     let loads = start_loads(c, &lab, native)?;
     let cpu_before = HostCpu::now();
     let mut guest_files = Vec::new();
+    let mut commands = Vec::new();
     let mut probes = match (&c.net, &guests) {
         // Each guest runs its flows' senders and receivers.
         (Some(_), Some(g)) => {
@@ -177,7 +178,16 @@ fn one_run(
                     }
                 }
             }
-            start_probes(c, &lab, dir, &opts.exe, native, guests.as_ref(), &mut guest_files)?
+            start_probes(
+                c,
+                &lab,
+                dir,
+                &opts.exe,
+                native,
+                guests.as_ref(),
+                &mut guest_files,
+                &mut commands,
+            )?
         }
     };
     // Which tenant each probe is (a net run's probes are its flows' senders,
@@ -200,6 +210,7 @@ fn one_run(
     } else {
         wait_for_probes(run, &mut probes, &guest_files, opts, on)?
     };
+    stop_commands(commands)?;
     // Stopped, each writes the windows it actually held.
     for mut j in injectors {
         j.stop();
@@ -464,24 +475,30 @@ fn start_gateway(c: &ontime_scenario::scenario::RunConfig, lab: &mut Lab, dir: &
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(dir.join("gateway.err"))?);
         let mut child = spawn_in(&mut gw, &lab.building.netns, None)?;
-        let stdout = child
-            .child_mut()
-            .and_then(|c| c.stdout.take())
-            .context("gateway stdout")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if line.contains("listening on") {
-                    let _ = tx.send(());
-                }
-            }
-        });
+        let ready = said(&mut child, "listening on");
         lab.children().push(child);
-        rx.recv_timeout(Duration::from_secs(10))
+        ready
+            .recv_timeout(Duration::from_secs(10))
             .context("the gateway did not start listening within 10 s (see gateway.err)")?;
     }
 
     Ok(())
+}
+
+/// A message once `child`'s standard output (piped) has said `what` on
+/// a line; its output is read to its end meanwhile.
+fn said(child: &mut ChildProcess, what: &'static str) -> std::sync::mpsc::Receiver<()> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    if let Some(stdout) = child.child_mut().and_then(|c| c.stdout.take()) {
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.contains(what) {
+                    let _ = tx.send(());
+                }
+            }
+        });
+    }
+    rx
 }
 
 /// The causes injected at known times (`[[inject]]`), on the host, once the
@@ -647,6 +664,7 @@ fn start_loads(c: &ontime_scenario::scenario::RunConfig, lab: &Lab, native: bool
 /// (tenant index, process), stopped (SIGTERM: they write their results)
 /// when dropped. QEMU tenants: the guest is the process, the probe runs
 /// inside it; `guest_files` gets where each says how it went.
+#[allow(clippy::too_many_arguments)]
 fn start_probes(
     c: &ontime_scenario::scenario::RunConfig,
     lab: &Lab,
@@ -655,6 +673,7 @@ fn start_probes(
     native: bool,
     guests: Option<&crate::qemu::GuestSetup>,
     guest_files: &mut Vec<crate::qemu::GuestFiles>,
+    commands: &mut Vec<(usize, ChildProcess)>,
 ) -> Result<Vec<(usize, ChildProcess)>> {
     let online = ontime_core::limits::online_cpus();
     let vcpus = if native { online } else { c.tenant.vcpus };
@@ -674,6 +693,12 @@ fn start_probes(
             guest_files.push(files);
             continue;
         }
+        if let (ProbeSpec::Wire(_), Some(command)) = (&spec, &c.tenant.command) {
+            let housekeeping = ontime_core::rt::housekeeping_cpus(&lab.tenant_cpus);
+            probes.push((i, start_wire(dir, exe, &spec_file, i, housekeeping)?));
+            commands.push((i, start_command(c, tn, dir, command, native)?));
+            continue;
+        }
         let mut cmd = Command::new(exe);
         cmd.arg("probe").arg(&spec_file);
         cmd.stdout(std::fs::File::create(dir.join(format!("t{i}.out")))?)
@@ -683,6 +708,88 @@ fn start_probes(
     }
 
     Ok(probes)
+}
+
+/// `tenant.command`'s capture on tenant `i`'s veth, on the host (outside
+/// the tenant, off its CPUs where others remain), returned once it
+/// captures: the command starts after it and none of its requests is
+/// missed. Its messages go to `t{i}.wire.err`.
+fn start_wire(dir: &Path, exe: &Path, spec_file: &Path, i: usize, cpus: Vec<usize>) -> Result<ChildProcess> {
+    let mut cmd = Command::new(exe);
+    cmd.arg("probe")
+        .arg(spec_file)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(dir.join(format!("t{i}.wire.err")))?);
+    let mut child = ChildProcess::spawn(
+        &format!("the capture of tenant {i}"),
+        &mut cmd,
+        SpawnOptions {
+            stop_signal: libc::SIGINT,
+            affinity: cpus,
+            ..Default::default()
+        },
+    )?;
+    said(&mut child, "capturing")
+        .recv_timeout(Duration::from_secs(10))
+        .with_context(|| format!("tenant {i}'s capture did not start within 10 s (see t{i}.wire.err)"))?;
+    Ok(child)
+}
+
+/// `tenant.command` in tenant `tn` (`sh -c`, in its own process group so
+/// a stop reaches a loop's children), its target in its environment and
+/// the run's directory in ONTIME_RUN_DIR, in the directory the lab was
+/// started from (where a scenario's relative paths point), its output in
+/// `t{i}.out` and `t{i}.err`.
+fn start_command(
+    c: &ontime_scenario::scenario::RunConfig,
+    tn: &crate::sandbox::Tenant,
+    dir: &Path,
+    command: &str,
+    native: bool,
+) -> Result<ChildProcess> {
+    let i = tn.index;
+    let run_dir = std::path::absolute(dir).with_context(|| format!("{}: no absolute path", dir.display()))?;
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(command)
+        .envs(c.command_env(i))
+        .env("ONTIME_RUN_DIR", run_dir)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(dir.join(format!("t{i}.out")))?)
+        .stderr(std::fs::File::create(dir.join(format!("t{i}.err")))?);
+    tn.spawn(
+        &mut cmd,
+        native,
+        SpawnOptions {
+            own_group: true,
+            ..Default::default()
+        },
+    )
+    .with_context(|| format!("cannot start tenant {i}'s command"))
+}
+
+/// `tenant.command`s still running at the run's end are stopped (their
+/// groups); one that ended early with a failure fails the run: its
+/// capture saw a poller that was not there.
+fn stop_commands(commands: Vec<(usize, ChildProcess)>) -> Result<()> {
+    let mut failed = Vec::new();
+    for (i, mut child) in commands {
+        match child.try_wait() {
+            Some(st) if !st.success() => failed.push(format!(
+                "tenant {i}'s command ended early with {} (see t{i}.err)",
+                st.code()
+                    .map_or_else(|| "a signal".to_string(), |c| format!("exit status {c}"))
+            )),
+            Some(_) => {}
+            None => {
+                child.stop();
+            }
+        }
+    }
+    if !failed.is_empty() {
+        anyhow::bail!("{}", failed.join("; "));
+    }
+    Ok(())
 }
 
 /// QEMU tenants: waits until every guest runs its job (its boot time goes

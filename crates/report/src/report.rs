@@ -1106,8 +1106,13 @@ fn reference_rows(runs: &[RunResults]) -> String {
     if lines.is_empty() {
         return String::new();
     }
+    let own = if runs[0].record.workload == Workload::Wire {
+        "the pollers' interval error is taken from their packets on the tenants' veths"
+    } else {
+        "the crawlers' own interval error is taken at their sends: the protocol's answers carry no receive time"
+    };
     format!(
-        "<tr><th>judged from the gateway's receive stamps</th><td class=l>{}<br>(the crawlers' own interval error is taken at their sends: the protocol's answers carry no receive time)</td></tr>",
+        "<tr><th>judged from the gateway's receive stamps</th><td class=l>{}<br>({own})</td></tr>",
         esc(&lines.join("\n")).replace('\n', "<br>")
     )
 }
@@ -1373,7 +1378,7 @@ fn runs_section(runs: &[RunResults], crawl: bool) -> String {
         let _ = write!(
             h,
             "<th>max</th><th>{}</th>{}</tr>",
-            if crawl { "missed" } else { "overruns" },
+            runs[0].record.workload.misses(),
             if crawl { "<th>send lag p99.9</th>" } else { "" }
         );
         for (i, t) in &r.tenants {

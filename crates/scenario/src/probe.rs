@@ -24,6 +24,20 @@ pub enum ProbeSpec {
     ClockSync(ClockSyncProbe),
     CpuBurst(CpuBurstProbe),
     SoftirqFlood(SoftirqFloodProbe),
+    Wire(WireProbe),
+}
+
+/// A poller ontime did not write (`tenant.command`), measured from its
+/// packets (`ontime wire record`): its result to `result`, every point's
+/// interval errors together to `hlog` (as a crawl's, tag
+/// `interval_error`). It says "capturing" on its standard output once its
+/// capture is open.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireProbe {
+    pub options: ontime_wire::WireOptions,
+    pub result: PathBuf,
+    pub hlog: Option<PathBuf>,
 }
 
 /// An injected softirq flood (`[[inject]] cause = "softirq-flood"`): its
@@ -161,6 +175,7 @@ impl ProbeSpec {
             }
             ProbeSpec::CpuBurst(p) => p.bursts.check().map_err(|e| format!("{e:#}")),
             ProbeSpec::SoftirqFlood(p) => p.flood.timing.check().map_err(|e| format!("{e:#}")),
+            ProbeSpec::Wire(p) => p.options.validate(),
         }
     }
 }
@@ -247,6 +262,10 @@ impl crate::scenario::RunConfig {
     pub fn flight_tag(&self) -> Option<&'static str> {
         // A guest's histogram logs are on its clock, not the windows'.
         if self.keep_late() == 0 || self.net.is_some() || self.tenant.backend == crate::scenario::Backend::Qemu {
+            return None;
+        }
+        // A poller ontime did not write logs nothing while it runs.
+        if self.tenant.command.is_some() {
             return None;
         }
         match (&self.tenant.crawl, &self.tenant.cyclic) {
@@ -414,6 +433,83 @@ impl crate::scenario::RunConfig {
         Ok(out)
     }
 
+    /// `tenant.command`'s capture on tenant `i`'s veth: the gateway's
+    /// port for the crawl's protocol only, the crawl's period given.
+    fn wire_probe(&self, i: usize, cr: &crate::scenario::CrawlWorkload, dir: &Path) -> WireProbe {
+        use crate::scenario::CrawlProtocol;
+        let (port, _) = self.gateway_port(i);
+        let mut ports = ontime_wire::Ports {
+            http: vec![],
+            modbus: vec![],
+            bacnet: vec![],
+        };
+        match cr.protocol {
+            CrawlProtocol::Http => ports.http.push(port),
+            CrawlProtocol::Modbus => ports.modbus.push(port),
+            CrawlProtocol::Bacnet => ports.bacnet.push(port),
+        }
+        WireProbe {
+            options: ontime_wire::WireOptions {
+                interface: ontime_core::names::tenant_veth(i).0,
+                ports,
+                period_ns: Some(cr.period),
+                duration_ns: Some(self.duration),
+                threshold_ns: None,
+            },
+            result: dir.join(format!("t{i}.json")),
+            hlog: Some(dir.join(format!("t{i}.hlog"))),
+        }
+    }
+
+    /// The port tenant `i` reaches its building's gateway on, and the unit
+    /// (Modbus) or device (BACnet) it polls there.
+    pub fn gateway_port(&self, i: usize) -> (u16, u32) {
+        match self.tenant.crawl.as_ref().map(|c| c.protocol) {
+            // A device per address: building i on port 47808 + i.
+            Some(crate::scenario::CrawlProtocol::Bacnet) => (
+                (ontime_fieldbus::bacnet::DEFAULT_PORT as usize + i).min(u16::MAX as usize) as u16,
+                i as u32 + 1,
+            ),
+            // The gateway's buildings are units 1.. in order.
+            _ => (8080, i as u32 + 1),
+        }
+    }
+
+    /// What `tenant.command` finds in its environment in tenant `i`: its
+    /// target, as ontime's crawler would have polled it.
+    pub fn command_env(&self, i: usize) -> Vec<(String, String)> {
+        let Some(cr) = &self.tenant.crawl else {
+            return Vec::new();
+        };
+        let (port, unit) = self.gateway_port(i);
+        let host = ontime_core::names::building_addr().to_string();
+        let url = match cr.protocol {
+            crate::scenario::CrawlProtocol::Http => format!("http://{host}:{port}/b{i}"),
+            crate::scenario::CrawlProtocol::Modbus => format!("modbus://{host}:{port}/{unit}"),
+            crate::scenario::CrawlProtocol::Bacnet => format!("bacnet://{host}:{port}/{unit}"),
+        };
+        vec![
+            ("ONTIME_URL".into(), url),
+            ("ONTIME_HOST".into(), host),
+            ("ONTIME_PORT".into(), port.to_string()),
+            ("ONTIME_UNIT".into(), unit.to_string()),
+            ("ONTIME_POINTS".into(), self.gateway_points().to_string()),
+            ("ONTIME_PERIOD_S".into(), format!("{}", cr.period as f64 / 1e9)),
+            ("ONTIME_DURATION_S".into(), format!("{}", self.duration as f64 / 1e9)),
+            ("ONTIME_TENANT".into(), i.to_string()),
+        ]
+    }
+
+    /// Points each building's gateway serves: a crawl's polls in one
+    /// period, times the points per poll.
+    pub fn gateway_points(&self) -> u32 {
+        self.tenant.crawl.as_ref().map_or(0, |cr| {
+            (cr.rate * cr.points_per_request as f64 * cr.period as f64 / 1e9)
+                .ceil()
+                .clamp(1.0, u32::MAX as f64) as u32
+        })
+    }
+
     /// What tenant `i` of this run runs (None: a `[net]` run, whose flows
     /// are its tenants' work), its files in `dir`. `vcpus` is the crawler's
     /// thread count (the host's CPUs for native runs).
@@ -437,6 +533,9 @@ impl crate::scenario::RunConfig {
                     i + 1
                 ),
             };
+            if t.command.is_some() {
+                return Ok(Some(ProbeSpec::Wire(self.wire_probe(i, cr, dir))));
+            }
             let mut crawl =
                 ontime_crawl::config::CrawlFile::for_rate(vec![url], cr.rate, cr.points_per_request, cr.period)
                     .map_err(|e| format!("tenant.crawl.{e}"))?;

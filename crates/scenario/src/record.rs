@@ -92,12 +92,17 @@ pub enum Workload {
     Io,
     /// Measured UDP flows through the bottleneck (document 003).
     Net,
+    /// A poller ontime did not write (`tenant.command`), measured from its
+    /// packets on the tenant's veth (`ontime wire record`).
+    Wire,
 }
 
 impl Workload {
     /// What a run of `c` runs.
     pub fn of(c: &crate::scenario::RunConfig) -> Workload {
-        if c.tenant.crawl.is_some() {
+        if c.tenant.command.is_some() {
+            Workload::Wire
+        } else if c.tenant.crawl.is_some() {
             Workload::Crawl
         } else if c.net.is_some() {
             Workload::Net
@@ -111,7 +116,7 @@ impl Workload {
     /// The metric a run is judged by.
     pub fn metric(self) -> &'static str {
         match self {
-            Workload::Crawl => "interval error",
+            Workload::Crawl | Workload::Wire => "interval error",
             Workload::Cyclic => "wake-up latency",
             Workload::Io => "I/O latency",
             Workload::Net => "end-to-end delay",
@@ -121,7 +126,7 @@ impl Workload {
     /// What a lost period is called.
     pub fn misses(self) -> &'static str {
         match self {
-            Workload::Crawl => "missed",
+            Workload::Crawl | Workload::Wire => "missed",
             Workload::Cyclic => "overruns",
             Workload::Io => "errors",
             Workload::Net => "deadline misses",

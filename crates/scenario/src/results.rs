@@ -219,6 +219,8 @@ pub enum ProbeResult {
     Flow(Box<ontime_net::flow::FlowResult>),
     /// A crawler tenant as `ontime sim` scored it.
     Simulated(Box<crate::record::SimTenant>),
+    /// A poller ontime did not write, from its packets (`tenant.command`).
+    Wire(Box<ontime_wire::WireResult>),
 }
 
 impl ProbeResult {
@@ -228,6 +230,7 @@ impl ProbeResult {
             Workload::Cyclic => ProbeResult::Cyclic(Box::new(read_json(path, "cyclic result")?)),
             Workload::Io => ProbeResult::Io(Box::new(read_json(path, "I/O workload result")?)),
             Workload::Net => ProbeResult::Flow(Box::new(read_json(path, "flow result")?)),
+            Workload::Wire => ProbeResult::Wire(Box::new(read_json(path, "wire result")?)),
         })
     }
 
@@ -240,6 +243,7 @@ impl ProbeResult {
             ProbeResult::Io(r) => &r.latency,
             ProbeResult::Flow(f) => &f.delay,
             ProbeResult::Simulated(s) => s.headline(),
+            ProbeResult::Wire(w) => &w.interval_error,
         }
     }
 
@@ -252,6 +256,7 @@ impl ProbeResult {
             ProbeResult::Io(_) => 0,
             ProbeResult::Flow(f) => f.misses,
             ProbeResult::Simulated(s) => s.missed,
+            ProbeResult::Wire(w) => w.missed,
         }
     }
 
@@ -259,7 +264,7 @@ impl ProbeResult {
         match self {
             ProbeResult::Crawl(c) => Some(&c.send_lag),
             ProbeResult::Simulated(s) => s.send_lag.as_ref(),
-            ProbeResult::Cyclic(_) | ProbeResult::Io(_) | ProbeResult::Flow(_) => None,
+            ProbeResult::Cyclic(_) | ProbeResult::Io(_) | ProbeResult::Flow(_) | ProbeResult::Wire(_) => None,
         }
     }
 }
@@ -335,7 +340,7 @@ impl RunResults {
 /// The histogram log tag of a workload's headline metric.
 fn hlog_tag(w: Workload) -> &'static str {
     match w {
-        Workload::Crawl => "interval_error",
+        Workload::Crawl | Workload::Wire => "interval_error",
         Workload::Cyclic | Workload::Io | Workload::Net => "latency",
     }
 }

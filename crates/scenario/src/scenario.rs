@@ -273,6 +273,28 @@ pub struct CrawlWorkload {
     pub protocol: CrawlProtocol,
 }
 
+/// `tenant.command`: a poller of the gateway `[tenant.crawl]` describes,
+/// in place of ontime's crawler, where its veth can be captured on.
+fn validate_command(c: &RunConfig) -> Result<()> {
+    let t = &c.tenant;
+    let Some(cmd) = &t.command else {
+        return Ok(());
+    };
+    if cmd.trim().is_empty() {
+        bail!("tenant.command is empty: give the poller to run, e.g. \"while :; do mbpoll ...; sleep 1; done\"");
+    }
+    let Some(cr) = &t.crawl else {
+        bail!("tenant.command polls the gateway [tenant.crawl] describes: add [tenant.crawl] (rate, period, protocol)");
+    };
+    if t.backend == Backend::Qemu {
+        bail!("tenant.command: its packets are captured on the tenant's veth, and a QEMU guest has none on the host: use backend = \"sandbox\"");
+    }
+    if cr.work_per_poll.is_some() || cr.work_tail.is_some() || cr.phase.is_some() || cr.timeout.is_some() {
+        bail!("tenant.crawl's work_per_poll, work_tail, phase and timeout shape ontime's own crawler, which tenant.command replaces: drop them");
+    }
+    Ok(())
+}
+
 /// The protocol of `[tenant.crawl] protocol`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -352,6 +374,17 @@ pub struct TenantTemplate {
     pub policy: Policy,
     #[serde(default)]
     pub crawl: Option<CrawlWorkload>,
+    /// A poller ontime did not write, run in each tenant (`sh -c`) in
+    /// place of ontime's crawler, against the gateway `[tenant.crawl]`
+    /// describes; measured from its packets on the tenant's veth (`ontime
+    /// wire record`, the crawl's period given). Its environment names its
+    /// target: ONTIME_URL, ONTIME_HOST, ONTIME_PORT, ONTIME_UNIT (Modbus
+    /// unit or BACnet device), ONTIME_POINTS, ONTIME_PERIOD_S,
+    /// ONTIME_DURATION_S, ONTIME_TENANT; and ONTIME_RUN_DIR, the run's
+    /// directory, for what it writes. It runs in the directory the lab
+    /// was started from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
     #[serde(default)]
     pub cyclic: Option<CyclicWorkload>,
     /// An I/O workload on the tenant's disk (document 004): fio, dd or
@@ -1454,6 +1487,7 @@ fn validate(c: &RunConfig) -> Result<()> {
         p.validate().map_err(|e| anyhow!("tenant: {e}"))?;
     }
     validate_vm(c)?;
+    validate_command(c)?;
     let swap = t.swap_bytes().map_err(anyhow::Error::msg)?;
     if swap.is_some() && t.memory.is_none() {
         bail!("tenant.swap needs tenant.memory (the swap limit is memory + swap)");
@@ -1942,6 +1976,40 @@ mod tests {
     /// poll per period), 100 h of work per poll, and names that put the
     /// results outside the results directory or into it. Each is refused
     /// at planning (so in --dry-run too), naming the key and its range.
+    /// `tenant.command` polls the gateway a crawl section describes, on a
+    /// veth it can be captured on; what only ontime's crawler does is
+    /// refused, and its tenants' probe is the capture of their veth.
+    #[test]
+    fn a_command_tenant_needs_a_gateway_and_a_veth() {
+        let with = BASE.replace("count = 1\n", "count = 2\ncommand = 'mbpoll'\n");
+        let p = plan(&with).unwrap();
+        let c = &p.runs[0].config;
+        assert_eq!(crate::record::Workload::of(c), crate::record::Workload::Wire);
+        match c.probe(1, 1, Path::new("/r")).unwrap() {
+            Some(crate::probe::ProbeSpec::Wire(w)) => {
+                assert_eq!(w.options.interface, "ontime1h");
+                assert_eq!(w.options.ports.http, vec![8080]);
+                assert!(w.options.ports.modbus.is_empty());
+                assert_eq!(w.options.period_ns, Some(1_000_000_000));
+                assert_eq!(w.result, Path::new("/r/t1.json"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let env = c.command_env(1);
+        assert!(
+            env.contains(&("ONTIME_URL".into(), "http://10.77.0.1:8080/b1".into())),
+            "{env:?}"
+        );
+        let e = err(&with.replace("[tenant.crawl]\nrate = 100\n", ""));
+        assert!(e.contains("tenant.command") && e.contains("[tenant.crawl]"), "{e}");
+        let e = err(&with.replace("count = 2\n", "count = 2\nbackend = 'qemu'\n"));
+        assert!(e.contains("tenant.command") && e.contains("veth"), "{e}");
+        let e = err(&with.replace("rate = 100", "rate = 100\nwork_per_poll = '1ms'"));
+        assert!(e.contains("work_per_poll"), "{e}");
+        let e = err(&with.replace("command = 'mbpoll'", "command = ' '"));
+        assert!(e.contains("tenant.command is empty"), "{e}");
+    }
+
     #[test]
     fn values_no_run_can_take_are_refused_with_the_key_and_range() {
         let e = err(&BASE.replace("[tenant]\n", "[host]\nrelay_threads = 1000000\n[tenant]\n"));

@@ -472,6 +472,11 @@ pub fn simulate_plan_until(
     if plan.runs.iter().any(|r| r.config.tenant.io.is_some()) {
         anyhow::bail!("the simulator models CPU scheduling; I/O tenants ([tenant.io]) run only in the lab");
     }
+    if plan.runs.iter().any(|r| r.config.tenant.command.is_some()) {
+        anyhow::bail!(
+            "the simulator models ontime's crawler; a poller of your own (tenant.command) runs only in the lab"
+        );
+    }
     for r in &plan.runs {
         footprint(r, opts)?.check().map_err(|e| {
             ontime_core::bad_input(format!(

@@ -167,6 +167,8 @@ pub struct Wire {
     interval_error: LatencyHistogram,
     response_time: LatencyHistogram,
     missed: u64,
+    /// A BACnet request's objects, reused from request to request.
+    objects: Vec<u32>,
 }
 
 impl Wire {
@@ -186,6 +188,7 @@ impl Wire {
             interval_error: LatencyHistogram::new(),
             response_time: LatencyHistogram::new(),
             missed: 0,
+            objects: Vec::new(),
         }
     }
 
@@ -245,7 +248,8 @@ impl Wire {
         let Ok(bacnet::Request::Confirmed(c)) = bacnet::apdu_of(d).and_then(bacnet::parse_request) else {
             return;
         };
-        let mut objects: Vec<u32> = Vec::new();
+        let mut objects = std::mem::take(&mut self.objects);
+        objects.clear();
         match c.service {
             bacnet::SERVICE_READ_PROPERTY_MULTIPLE => {
                 let _ = bacnet::parse_rpm_request(c.data, &mut |id, _| {
@@ -255,19 +259,19 @@ impl Wire {
                 });
             }
             bacnet::SERVICE_READ_PROPERTY => objects.extend(bacnet::parse_read_property(c.data).map(|(id, _)| id.0)),
-            _ => return,
+            _ => {}
         }
-        if objects.is_empty() {
-            return;
+        if !objects.is_empty() {
+            self.requests.add(Protocol::Bacnet);
+            self.open_request(OpenKey::Bacnet(client, server, c.invoke), ns);
         }
-        self.requests.add(Protocol::Bacnet);
-        self.open_request(OpenKey::Bacnet(client, server, c.invoke), ns);
-        for o in objects {
+        for &o in &objects {
             let id = bacnet::ObjectId(o);
             self.observe(PointKey::Bacnet(server, o), Protocol::Bacnet, ns, || {
                 format!("bacnet {server} object {}:{}", id.object_type(), id.instance())
             });
         }
+        self.objects = objects;
     }
 
     fn bacnet_answer(&mut self, ns: u64, server: SocketAddr, client: SocketAddr, d: &[u8]) {
@@ -368,13 +372,27 @@ impl Wire {
 
     /// The result, once the capture is over.
     pub fn finish(
-        mut self,
+        self,
         manifest: ontime_core::manifest::Manifest,
         interface: String,
         duration_ns: u64,
         interrupted: bool,
         threshold_ns: Option<u64>,
     ) -> WireResult {
+        self.finish_pooled(manifest, interface, duration_ns, interrupted, threshold_ns)
+            .0
+    }
+
+    /// [`Wire::finish`], and every followed point's interval errors
+    /// together as a histogram (what a lab run pools over its tenants).
+    pub fn finish_pooled(
+        mut self,
+        manifest: ontime_core::manifest::Manifest,
+        interface: String,
+        duration_ns: u64,
+        interrupted: bool,
+        threshold_ns: Option<u64>,
+    ) -> (WireResult, LatencyHistogram) {
         for p in self.points.values_mut() {
             if p.period_ns.is_none() && p.first.len() >= 3 {
                 settle(p, &mut self.interval_error, &mut self.missed);
@@ -410,7 +428,7 @@ impl Wire {
                 self.points.len()
             ));
         }
-        WireResult {
+        let result = WireResult {
             manifest,
             interface,
             ports: self.ports,
@@ -429,8 +447,75 @@ impl Wire {
             missed: self.missed,
             response_time: self.response_time.summary(threshold_ns),
             warnings,
+        };
+        (result, self.interval_error)
+    }
+}
+
+/// A capture's whole job, as `ontime wire record` and a lab tenant's
+/// probe give it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireOptions {
+    pub interface: String,
+    pub ports: Ports,
+    /// Every point's period (None: each point's own, inferred).
+    pub period_ns: Option<u64>,
+    /// How long to capture (None: until stopped).
+    pub duration_ns: Option<u64>,
+    pub threshold_ns: Option<u64>,
+}
+
+impl WireOptions {
+    /// Every range, for flags and lab specs alike.
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(p) = self.period_ns {
+            ontime_core::limits::duration("period", p, 1_000, 7 * 24 * 3_600_000_000_000)?;
+        }
+        if self.interface.is_empty() {
+            return Err("give an interface to capture on".into());
+        }
+        Ok(())
+    }
+}
+
+/// Captures as `o` says until its duration has passed or `stop` is set;
+/// `second` is called with the whole seconds captured so far, about once
+/// a second, and `started` once the capture is open (frames from then on
+/// are seen). Returns the result and the pooled interval errors.
+pub fn record(
+    o: &WireOptions,
+    stop: &std::sync::atomic::AtomicBool,
+    started: impl FnOnce(),
+    mut second: impl FnMut(u64),
+) -> anyhow::Result<(WireResult, LatencyHistogram)> {
+    use std::sync::atomic::Ordering;
+    let capture = capture::Capture::open(&o.interface)?;
+    let manifest = ontime_core::manifest::Manifest::start("native", ontime_core::caps::Capabilities::probe());
+    let mut wire = Wire::new(o.ports.clone(), o.period_ns);
+    let start = ontime_core::MonoNs::now().0;
+    let end = o.duration_ns.map_or(u64::MAX, |d| start.saturating_add(d));
+    started();
+    let mut buf = vec![0u8; 65_536];
+    let mut shown = start;
+    loop {
+        let now = ontime_core::MonoNs::now().0;
+        if now >= end || stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if now >= shown + 1_000_000_000 {
+            shown = now;
+            second((now - start) / 1_000_000_000);
+        }
+        if let capture::Frame::Got { len, ns } = capture.next(&mut buf) {
+            wire.frame(ns, &buf[..len]);
         }
     }
+    let interrupted = stop.load(Ordering::Relaxed);
+    let mut manifest = manifest;
+    manifest.finish();
+    let duration = ontime_core::MonoNs::now().0.saturating_sub(start);
+    Ok(wire.finish_pooled(manifest, o.interface.clone(), duration, interrupted, o.threshold_ns))
 }
 
 /// Fixes a point's period from the requests seen so far and judges them.
