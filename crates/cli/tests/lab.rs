@@ -949,3 +949,35 @@ fn a_third_party_poller_in_a_tenant_is_measured_from_its_packets() {
         "{err}"
     );
 }
+
+/// Crawler tenants over Modbus/TCP and BACnet/IP: the answers carry no
+/// receive time, so the lab judges each tenant by its building's polls
+/// in the gateway's receive log (tenant i polls building i), and pools
+/// them from it.
+#[test]
+fn fieldbus_crawlers_are_judged_at_the_device() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root_or_skip() {
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let (_dir, _sc, results) = run_lab(
+        "name = 'at-device'\nduration = '4s'\n[tenant]\ncount = 2\n[tenant.crawl]\nrate = 50\n\
+         points_per_request = 4\nperiod = '100ms'\nprotocol = 'modbus'\n\
+         [sweep]\n'tenant.crawl.protocol' = ['modbus', 'bacnet']\n",
+    );
+    for run in ["000-protocol=modbus-rep1", "001-protocol=bacnet-rep1"] {
+        let dir = results.join("runs").join(run);
+        let rec = read_json(&dir.join("run.json"));
+        let reference = &rec["reference"];
+        let tenants = reference["tenants"].as_array().unwrap_or_else(|| panic!("{rec:#}"));
+        let indices: Vec<u64> = tenants.iter().map(|t| t["index"].as_u64().unwrap()).collect();
+        assert_eq!(indices, vec![0, 1], "{reference:#}");
+        for t in tenants {
+            // 40 polls of 4 points a tenant, less the first of each point.
+            let n = t["interval_error"]["count"].as_u64().unwrap();
+            assert!(n >= 100, "{t}");
+        }
+        assert!(dir.join("gateway.hlog").exists());
+    }
+}

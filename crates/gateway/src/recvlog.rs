@@ -37,7 +37,7 @@
 use anyhow::{bail, Context, Result};
 use ontime_core::interval;
 use ontime_core::stats::{LatencyHistogram, Summary};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io::{BufRead, BufWriter, Read, Write};
 use std::path::Path;
@@ -210,8 +210,23 @@ pub struct LogAnalysis {
     /// carried.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user_minus_recv: Option<Summary>,
+    /// Each building's polls judged on their own (the first
+    /// [`MAX_BUILDINGS_JUDGED`] by name; all are in the pooled figures).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub buildings: Vec<BuildingJudgement>,
     #[serde(skip)]
     pub histogram: LatencyHistogram,
+}
+
+/// Buildings judged on their own at most.
+pub const MAX_BUILDINGS_JUDGED: usize = 256;
+
+/// One building's polls, judged from their receive stamps.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BuildingJudgement {
+    pub building: String,
+    pub missed: u64,
+    pub interval_error: Summary,
 }
 
 impl ontime_core::export::TextReport for LogAnalysis {
@@ -401,18 +416,47 @@ pub fn analyze(path: &Path, period_ns: u64, timeout_ns: u64, threshold_ns: Optio
     let mut hist = LatencyHistogram::new();
     let (mut missed, mut late) = (0u64, 0u64);
     let exact = !series.is_empty() && series.values().flatten().all(|r| r.poll.is_some());
-    for ((building, point), rs) in series.iter_mut() {
-        if exact {
-            let (m, l) = by_poll_number(rs, period_ns, timeout_ns, &mut hist)
+    // Each building judged on its own too (a lab tenant polls one), the
+    // first MAX_BUILDINGS_JUDGED by name; the rest only pooled.
+    let mut keys: Vec<(String, u32)> = series.keys().cloned().collect();
+    keys.sort_unstable();
+    let mut own: std::collections::BTreeMap<String, (LatencyHistogram, u64)> = Default::default();
+    for key in keys {
+        let (building, point) = &key;
+        let Some(rs) = series.get_mut(&key) else { continue };
+        if own.len() < MAX_BUILDINGS_JUDGED && !own.contains_key(building) {
+            own.insert(building.clone(), (LatencyHistogram::new(), 0));
+        }
+        let (into, building_missed) = match own.get_mut(building) {
+            Some((h, m)) => (h, Some(m)),
+            None => (&mut hist, None),
+        };
+        let m = if exact {
+            let (m, l) = by_poll_number(rs, period_ns, timeout_ns, into)
                 .map_err(|e| anyhow::anyhow!("{}: building {building} point {point}: {e}", path.display()))?;
-            missed += m;
             late += l;
+            m
         } else {
             let mut times: Vec<u64> = rs.iter().map(|r| r.recv_ns).collect();
             times.sort_unstable();
-            missed += interval::from_timestamps(&times, period_ns, &mut hist);
+            interval::from_timestamps(&times, period_ns, into)
+        };
+        missed += m;
+        if let Some(bm) = building_missed {
+            *bm += m;
         }
     }
+    let buildings = own
+        .into_iter()
+        .map(|(building, (h, missed))| {
+            hist.add(&h);
+            BuildingJudgement {
+                building,
+                missed,
+                interval_error: h.summary(threshold_ns),
+            }
+        })
+        .collect();
     let incomplete = ending.incomplete(lines);
     Ok(LogAnalysis {
         period_ns,
@@ -425,6 +469,7 @@ pub fn analyze(path: &Path, period_ns: u64, timeout_ns: u64, threshold_ns: Optio
         complete: incomplete.is_none(),
         incomplete,
         user_minus_recv: gap.map(|g| g.summary(None)),
+        buildings,
         histogram: hist,
     })
 }

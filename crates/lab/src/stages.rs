@@ -307,15 +307,44 @@ fn one_run(
     let log = dir.join(GATEWAY_LOG);
     if let (Some(cr), true) = (&c.tenant.crawl, log.exists()) {
         let a = ontime_gateway::recvlog::analyze(&log, cr.period, cr.timeout.unwrap_or(cr.period), None)?;
+        let mut hlog = ontime_core::hlog::HlogFile::create(
+            &dir.join(GATEWAY_HLOG),
+            "ontime lab: every poll's interval error from the gateway's receive log",
+            std::time::SystemTime::now(),
+        )?;
+        hlog.write(
+            "interval_error",
+            &a.histogram,
+            Duration::ZERO,
+            Duration::from_nanos(c.duration),
+        )?;
+        hlog.flush()?;
+        // Tenant i polls building b{i}.
+        let tenants = a
+            .buildings
+            .iter()
+            .filter_map(|b| {
+                Some(ontime_scenario::record::TenantReference {
+                    index: b.building.strip_prefix('b')?.parse().ok()?,
+                    missed: b.missed,
+                    interval_error: b.interval_error.clone(),
+                })
+            })
+            .collect();
         rec.reference = Some(ReferenceJudgement {
             log: GATEWAY_LOG.into(),
             missed: a.missed,
             interval_error: a.interval_error,
             incomplete: a.incomplete,
+            tenants,
+            hlog: Some(GATEWAY_HLOG.into()),
         });
     }
     Ok(())
 }
+
+/// Its judgement as a histogram log.
+const GATEWAY_HLOG: &str = "gateway.hlog";
 
 /// The building gateway's receive log (QEMU tenants' and Modbus runs).
 const GATEWAY_LOG: &str = "gateway.recv.log";

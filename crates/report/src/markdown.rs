@@ -323,7 +323,7 @@ fn table_of(runs: &[RunResults]) -> String {
         workload.misses()
     );
     if with_reference {
-        out.push_str("By the gateway's stamps: every tenant's polls judged again from the building gateway's receive log (kernel stamps, the host's clock), where a run has it: QEMU tenants, crawlers over Modbus or BACnet, whose own interval error is taken at their sends, and pollers ontime did not write (`tenant.command`), judged from their packets.\n");
+        out.push_str("By the gateway's stamps: every tenant's polls judged again from the building gateway's receive log (kernel stamps, the host's clock), where a run has it: QEMU tenants, crawlers over Modbus or BACnet (whose own interval error is taken at their sends: in runs whose log judged each tenant's building, the figures before this column are the gateway's too), and pollers ontime did not write (`tenant.command`), judged from their packets.\n");
     }
     out.push_str(&class_waits(runs, &keys));
     out.push_str(&why_missed(runs, &keys));

@@ -1106,8 +1106,13 @@ fn reference_rows(runs: &[RunResults]) -> String {
     if lines.is_empty() {
         return String::new();
     }
+    let by_building = runs
+        .iter()
+        .any(|r| r.record.reference.as_ref().is_some_and(|x| !x.tenants.is_empty()));
     let own = if runs[0].record.workload == Workload::Wire {
         "the pollers' interval error is taken from their packets on the tenants' veths"
+    } else if by_building {
+        "the verdict and the tables judge each tenant by its building's polls in this log; the crawlers' own interval error, in their results, is taken at their sends: the protocol's answers carry no receive time"
     } else {
         "the crawlers' own interval error is taken at their sends: the protocol's answers carry no receive time"
     };
@@ -1171,7 +1176,8 @@ fn crawler_resources_line(r: &RunResults) -> Option<String> {
         .tenants
         .iter()
         .filter_map(|(_, p)| match p {
-            ontime_scenario::results::ProbeResult::Crawl(c) => Some(&c.resources),
+            ontime_scenario::results::ProbeResult::Crawl(c)
+            | ontime_scenario::results::ProbeResult::CrawlAtDevice(c, _) => Some(&c.resources),
             _ => None,
         })
         .collect();

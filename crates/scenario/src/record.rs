@@ -255,6 +255,24 @@ pub struct ReferenceJudgement {
     /// and in records older than end marks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub incomplete: Option<String>,
+    /// Each tenant's polls (its building's) judged from the log: what the
+    /// verdict judges a crawler tenant by where its own interval error is
+    /// taken at its sends (over Modbus and BACnet). Absent in records
+    /// older than it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tenants: Vec<TenantReference>,
+    /// Every poll's interval error from the log as a histogram log (tag
+    /// `interval_error`), in the run directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hlog: Option<String>,
+}
+
+/// One tenant's polls as the building gateway received them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TenantReference {
+    pub index: usize,
+    pub missed: u64,
+    pub interval_error: Summary,
 }
 
 /// The whole host's CPU time over a stretch (`core::cputime`): what no

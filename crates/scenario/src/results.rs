@@ -212,6 +212,10 @@ pub fn import_record(run_dir: &Path) -> Result<RunRecord> {
 #[derive(Debug)]
 pub enum ProbeResult {
     Crawl(Box<CrawlResult>),
+    /// A crawler tenant over Modbus or BACnet in the lab, judged by its
+    /// polls as the building gateway received them (its own interval
+    /// error is taken at its sends: the answers carry no receive time).
+    CrawlAtDevice(Box<CrawlResult>, Box<crate::record::TenantReference>),
     Cyclic(Box<CyclicResult>),
     /// fio, dd or Postmark (`ontime io workload`).
     Io(Box<ontime_io::workload::WorkloadResult>),
@@ -239,6 +243,7 @@ impl ProbeResult {
     pub fn headline(&self) -> &Summary {
         match self {
             ProbeResult::Crawl(c) => &c.interval_error,
+            ProbeResult::CrawlAtDevice(_, r) => &r.interval_error,
             ProbeResult::Cyclic(c) => &c.latency,
             ProbeResult::Io(r) => &r.latency,
             ProbeResult::Flow(f) => &f.delay,
@@ -251,6 +256,7 @@ impl ProbeResult {
     pub fn missed(&self) -> u64 {
         match self {
             ProbeResult::Crawl(c) => c.missed,
+            ProbeResult::CrawlAtDevice(_, r) => r.missed,
             ProbeResult::Cyclic(c) => c.overruns,
             // The tools stop at an error; a result was written, so none.
             ProbeResult::Io(_) => 0,
@@ -262,7 +268,7 @@ impl ProbeResult {
 
     pub fn send_lag(&self) -> Option<&Summary> {
         match self {
-            ProbeResult::Crawl(c) => Some(&c.send_lag),
+            ProbeResult::Crawl(c) | ProbeResult::CrawlAtDevice(c, _) => Some(&c.send_lag),
             ProbeResult::Simulated(s) => s.send_lag.as_ref(),
             ProbeResult::Cyclic(_) | ProbeResult::Io(_) | ProbeResult::Flow(_) | ProbeResult::Wire(_) => None,
         }
@@ -351,15 +357,45 @@ pub fn read_run(dir: &Path) -> Result<RunResults> {
     let mut pooled = LatencyHistogram::new();
     let mut pooled_from_bins = false;
     let mut pooled_incomplete = false;
+    // Crawlers over Modbus and BACnet are judged at the device where the
+    // lab ran it and judged each tenant's building (newer records).
+    let at_device = record
+        .reference
+        .as_ref()
+        .filter(|_| record.workload == Workload::Crawl && record.simulated.is_none())
+        .filter(|_| {
+            record
+                .config
+                .tenant
+                .crawl
+                .as_ref()
+                .is_some_and(|c| c.protocol != crate::scenario::CrawlProtocol::Http)
+        })
+        .filter(|r| !r.tenants.is_empty());
+    if let Some(r) = at_device {
+        if let Some(f) = &r.hlog {
+            pooled = ontime_core::hlog::read_merged(&dir.join(f), "interval_error")?;
+        }
+        // Cut to its header in a pack, as the tenants' logs are.
+        pooled_incomplete |= pooled.is_empty() && r.interval_error.count > 0;
+    }
     for t in &record.tenants {
         let Some(f) = &t.result else { continue };
-        let result = if record.simulated.is_some() {
+        let mut result = if record.simulated.is_some() {
             ProbeResult::Simulated(Box::new(read_json(&dir.join(f), "simulated tenant")?))
         } else {
             ProbeResult::read(&dir.join(f), record.workload)?
         };
+        if let Some(own) = at_device.and_then(|r| r.tenants.iter().find(|x| x.index == t.index)) {
+            result = match result {
+                ProbeResult::Crawl(c) => ProbeResult::CrawlAtDevice(c, Box::new(own.clone())),
+                other => other,
+            };
+        }
         let hlog = dir.join(format!("t{}.hlog", t.index));
-        if hlog.exists() {
+        if at_device.is_some() {
+            // Pooled from the gateway's judgement above.
+        } else if hlog.exists() {
             let merged = ontime_core::hlog::read_merged(&hlog, hlog_tag(record.workload))?;
             pooled_incomplete |= merged.is_empty() && result.headline().count > 0;
             pooled.add(&merged);

@@ -234,7 +234,11 @@ pub fn calibrate(dirs: &[&Path]) -> Result<Calibration> {
     }
     let crawl: Vec<&RunResults> = runs
         .iter()
-        .filter(|r| r.tenants.iter().any(|(_, t)| matches!(t, ProbeResult::Crawl(_))))
+        .filter(|r| {
+            r.tenants
+                .iter()
+                .any(|(_, t)| matches!(t, ProbeResult::Crawl(_) | ProbeResult::CrawlAtDevice(..)))
+        })
         .collect();
     anyhow::ensure!(
         !crawl.is_empty(),
@@ -281,7 +285,7 @@ pub fn calibrate(dirs: &[&Path]) -> Result<Calibration> {
             .unwrap_or(0);
         let mut polls = 0u64;
         for (_, t) in &r.tenants {
-            if let ProbeResult::Crawl(c) = t {
+            if let ProbeResult::Crawl(c) | ProbeResult::CrawlAtDevice(c, _) = t {
                 polls += c.polls.ok;
                 if let Some(cpu) = c.resources.cpu_per_poll_ns {
                     overhead.push(cpu.saturating_sub(asked));
