@@ -84,7 +84,7 @@ fn record(a: RecordArgs) -> anyhow::Result<()> {
     let limit = options.duration_ns;
     let pb = crate::output::progress_bar(limit.map_or(0, |d| d.div_ceil(1_000_000_000)));
     let json = a.out.json;
-    let (result, _) = ontime_wire::record(
+    let recorded = ontime_wire::record(
         &options,
         &stop,
         || {
@@ -97,8 +97,10 @@ fn record(a: RecordArgs) -> anyhow::Result<()> {
             }
         },
         |s| pb.set_position(s),
-    )?;
+    );
+    // Cleared whether or not the capture could open.
     pb.finish_and_clear();
+    let (result, _) = recorded?;
     // A stop is how a capture without -D ends: the result says so.
     a.out.emit(&result, &text(&result))
 }

@@ -506,7 +506,9 @@ fn classify(
             };
             let mid = throttled_from.clamp(p, q);
             if p < mid {
-                push_on(tl, Some(cpu), p, mid, queued(tl, probe, cpu, slice, p, mid), out);
+                // Each piece the hypervisor left the CPU its own idle time
+                // elsewhere.
+                push_on_with(tl, Some(cpu), p, mid, |a, e| queued(tl, probe, cpu, slice, a, e), out);
             }
             if mid < q {
                 let budget = Who::from_tid(tl.rt_budget_user(cpu, mid));
@@ -575,12 +577,24 @@ fn classify(
 /// recorded machine took `cpu` from it as [`Cause::Stolen`]: nothing ran
 /// on that CPU then, whatever its last events said.
 fn push_on(tl: &Timeline, cpu: Option<u16>, a: u64, e: u64, cause: Cause, out: &mut Explanation) {
+    push_on_with(tl, cpu, a, e, |_, _| cause, out);
+}
+
+/// [`push_on`] with the cause of each piece not stolen made for it.
+fn push_on_with(
+    tl: &Timeline,
+    cpu: Option<u16>,
+    a: u64,
+    e: u64,
+    cause: impl Fn(u64, u64) -> Cause,
+    out: &mut Explanation,
+) {
     let Some(cpu) = cpu else {
-        out.push(a, e, tl.side, cause);
+        out.push(a, e, tl.side, cause(a, e));
         return;
     };
     tl.stolen_walk(cpu, a, e, |p, q, stolen| {
-        out.push(p, q, tl.side, if stolen { Cause::Stolen { cpu } } else { cause })
+        out.push(p, q, tl.side, if stolen { Cause::Stolen { cpu } } else { cause(p, q) })
     });
 }
 
@@ -1184,12 +1198,13 @@ mod tests {
         assert_eq!(x.segments[1].len_ns(), 50 * US);
     }
 
-    /// `ns` stolen from `cpu`, seen by its event at `ts`.
-    fn steal(ts: u64, cpu: u16, ns: u64) -> Event {
+    /// `cpu`'s steal clock at `clock` ns, seen by its event at `ts` (its
+    /// first such event sets where the clock stands).
+    fn steal(ts: u64, cpu: u16, clock: u64) -> Event {
         Event {
             ts,
-            a: ns as u32,
-            b: (ns >> 32) as u32,
+            a: clock as u32,
+            b: (clock >> 32) as u32,
             c: 0,
             cpu,
             kind: kind::STEAL,
@@ -1205,10 +1220,14 @@ mod tests {
         let mut ev = cpu1_busy();
         ev.extend([
             switch(T0, 0, 0, PROBE, 0, 0),
+            steal(T0, 0, 40 * MS),
             sleep(at(1), 0, PROBE, 0),
             // Planned at 10 ms; taken from 9 to 17 ms (8 ms stolen, seen at
             // 17 ms), the timer's wake-up at 17 ms.
-            steal(at(17), 0, 8 * MS),
+            steal(at(17), 0, 48 * MS),
+            // The same clock again (a program interrupted between its read
+            // and its write emits it twice): nothing more was stolen.
+            steal(at(17), 0, 48 * MS),
             wake(at(17), 0, PROBE, 0, 0),
             switch(at(17) + 50 * US, 0, 0, PROBE, 0, 0),
         ]);
@@ -1235,11 +1254,12 @@ mod tests {
         let mut ev = cpu1_busy();
         ev.extend([
             switch(T0, 0, 0, PROBE, 0, 0),
+            steal(T0, 0, 1),
             sleep(at(5), 0, PROBE, 0),
             switch(at(14), 0, 0, OTHER, 0, 0),
             irq(at(17) - 10 * US, kind::IRQ_ENTRY),
             irq(at(17) - 5 * US, kind::IRQ_EXIT),
-            steal(at(17), 0, 5 * MS),
+            steal(at(17), 0, 1 + 5 * MS),
             wake(at(17), 0, PROBE, OTHER, 0),
             preempt(at(17), 0, OTHER, PROBE),
         ]);
@@ -1262,8 +1282,9 @@ mod tests {
     fn a_wait_on_a_stolen_cpu_is_split_into_the_occupant_and_steal() {
         let mut ev = probe_asleep_then_hog();
         ev.extend([
+            steal(at(3), 0, 7 * MS),
             wake(at(10), 0, PROBE, 0, 0),
-            steal(at(25), 0, 5 * MS),
+            steal(at(25), 0, 12 * MS),
             preempt(at(40), 0, HOG, PROBE),
         ]);
         let tl = timeline(2, &ev, at(50));

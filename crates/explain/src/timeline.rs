@@ -243,6 +243,8 @@ struct CpuState {
     /// Its last events' stamps, [`RECENT`] at most, oldest first.
     recent: [u64; RECENT],
     recent_len: usize,
+    /// Its steal clock at its last [`kind::STEAL`] (None: none yet).
+    steal_clock: Option<u64>,
 }
 
 /// Events per CPU a steal is placed among: the kernel updates the steal
@@ -265,6 +267,7 @@ impl Default for CpuState {
             dark: None,
             recent: [0; RECENT],
             recent_len: 0,
+            steal_clock: None,
         }
     }
 }
@@ -360,9 +363,15 @@ impl TimelineBuilder {
             kind::SOFTIRQ_ENTRY => self.irq_enter(t, cpu, Irq::Soft(e.a)),
             kind::IRQ_EXIT | kind::SOFTIRQ_EXIT => self.irq_exit(t, cpu),
             kind::STEAL => {
-                let ns = u64::from(e.a) | u64::from(e.b) << 32;
+                let clock = u64::from(e.a) | u64::from(e.b) << 32;
                 self.coverage.steal = true;
                 let st = &mut self.cpu_state[cpu];
+                // The first only sets where the clock stood.
+                let Some(before) = st.steal_clock.replace(clock) else {
+                    st.recent_len = 0;
+                    return;
+                };
+                let ns = clock.saturating_sub(before);
                 let mut pieces = [(0u64, 0u64); RECENT];
                 let n = place_steal(&st.recent[..st.recent_len], t, ns, &mut pieces);
                 st.recent_len = 0;

@@ -87,6 +87,7 @@ fn one_run(
 ) -> Result<()> {
     let c = &run.config;
     let native = c.tenant.backend == Backend::Native;
+    let wall_start = std::time::SystemTime::now();
     let _rr = match c.host.rr_timeslice {
         Some(ns) => {
             let g = ontime_core::sysctl::SysctlGuard::set(
@@ -145,7 +146,7 @@ fn one_run(
     let loads = start_loads(c, &lab, native)?;
     let cpu_before = HostCpu::now();
     let mut guest_files = Vec::new();
-    let mut commands = Vec::new();
+    let mut commands = Commands(Vec::new());
     let mut probes = match (&c.net, &guests) {
         // Each guest runs its flows' senders and receivers.
         (Some(_), Some(g)) => {
@@ -186,7 +187,7 @@ fn one_run(
                 native,
                 guests.as_ref(),
                 &mut guest_files,
-                &mut commands,
+                &mut commands.0,
             )?
         }
     };
@@ -310,7 +311,7 @@ fn one_run(
         let mut hlog = ontime_core::hlog::HlogFile::create(
             &dir.join(GATEWAY_HLOG),
             "ontime lab: every poll's interval error from the gateway's receive log",
-            std::time::SystemTime::now(),
+            wall_start,
         )?;
         hlog.write(
             "interval_error",
@@ -319,16 +320,23 @@ fn one_run(
             Duration::from_nanos(c.duration),
         )?;
         hlog.flush()?;
-        // Tenant i polls building b{i}.
-        let tenants = a
-            .buildings
-            .iter()
-            .filter_map(|b| {
-                Some(ontime_scenario::record::TenantReference {
-                    index: b.building.strip_prefix('b')?.parse().ok()?,
-                    missed: b.missed,
-                    interval_error: b.interval_error.clone(),
-                })
+        // Tenant i polls building b{i}. One none of whose polls reached
+        // the gateway is in no building's judgement: it missed them all.
+        let tenants = (0..c.tenant.count)
+            .map(|i| {
+                let name = format!("b{i}");
+                match a.buildings.iter().find(|b| b.building == name) {
+                    Some(b) => ontime_scenario::record::TenantReference {
+                        index: i,
+                        missed: b.missed,
+                        interval_error: b.interval_error.clone(),
+                    },
+                    None => ontime_scenario::record::TenantReference {
+                        index: i,
+                        missed: (cr.rate * c.duration as f64 / 1e9).round() as u64,
+                        interval_error: ontime_core::stats::LatencyHistogram::new().summary(None),
+                    },
+                }
             })
             .collect();
         rec.reference = Some(ReferenceJudgement {
@@ -797,24 +805,36 @@ fn start_command(
     .with_context(|| format!("cannot start tenant {i}'s command"))
 }
 
+/// The runs' `tenant.command`s: dropped (a run's end, or its failure on
+/// the way), each one's whole process group is killed, so a poller it
+/// put in the background, or a child that outlived the stop, cannot poll
+/// the next run's gateway.
+struct Commands(Vec<(usize, ChildProcess)>);
+
+impl Drop for Commands {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.0 {
+            child.stop();
+            child.signal_group_kill();
+        }
+    }
+}
+
 /// `tenant.command`s still running at the run's end are stopped (their
 /// groups); one that ended early with a failure fails the run: its
 /// capture saw a poller that was not there.
-fn stop_commands(commands: Vec<(usize, ChildProcess)>) -> Result<()> {
+fn stop_commands(mut commands: Commands) -> Result<()> {
     let mut failed = Vec::new();
-    for (i, mut child) in commands {
-        match child.try_wait() {
-            Some(st) if !st.success() => failed.push(format!(
+    for (i, child) in &mut commands.0 {
+        if let Some(st) = child.try_wait().filter(|st| !st.success()) {
+            failed.push(format!(
                 "tenant {i}'s command ended early with {} (see t{i}.err)",
                 st.code()
                     .map_or_else(|| "a signal".to_string(), |c| format!("exit status {c}"))
-            )),
-            Some(_) => {}
-            None => {
-                child.stop();
-            }
+            ));
         }
     }
+    drop(commands);
     if !failed.is_empty() {
         anyhow::bail!("{}", failed.join("; "));
     }

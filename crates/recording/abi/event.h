@@ -40,11 +40,12 @@ enum kind {
      * threads get their names), recorded for every task like EV_EXEC: a
      * culprit seen before its rename is named by its new name. */
     EV_RENAME = 14,
-    /* This CPU's steal clock moved since its last event (a KVM guest's:
-     * the hypervisor beneath ran something else while this CPU had work
-     * or a timer due), seen before the event it comes with and stamped
-     * like it; a and b the stolen ns, low and high 32 bits. The time was
-     * taken somewhere between the CPU's last event and this one. */
+    /* This CPU's steal clock moved since it was last emitted (a KVM
+     * guest's: the hypervisor beneath ran something else while this CPU
+     * had work or a timer due), seen before the event it comes with and
+     * stamped like it; a and b the clock (ns), low and high 32 bits. The
+     * difference from the CPU's previous STEAL was taken somewhere between
+     * them; a CPU's first STEAL only sets its start. */
     EV_STEAL = 15,
 };
 
@@ -83,7 +84,7 @@ enum kind {
  * | KVM_ENTRY/EXIT | tid | vCPU id | - |
  * | IRQ_ENTRY/EXIT | IRQ number (vector with F_IRQ_VECTOR) | tid current on the CPU (0: idle) | - |
  * | SOFTIRQ_ENTRY/EXIT | softirq vector (0 HI .. 9 RCU) | tid current on the CPU (0: idle) | - |
- * | STEAL | stolen ns, low 32 bits | stolen ns, high 32 bits | - |
+ * | STEAL | steal clock (ns), low 32 bits | high 32 bits | - |
  *
  * In IRQ and softirq events `a` is not a thread id. */
 struct event {

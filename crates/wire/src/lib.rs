@@ -473,7 +473,7 @@ impl WireOptions {
             ontime_core::limits::duration("period", p, 1_000, 7 * 24 * 3_600_000_000_000)?;
         }
         if self.interface.is_empty() {
-            return Err("give an interface to capture on".into());
+            return Err("interface is empty: give one to capture on (ip -br link lists them)".into());
         }
         Ok(())
     }

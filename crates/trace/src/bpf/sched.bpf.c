@@ -162,7 +162,7 @@ static __always_inline void emit_now(__u8 kind, __u8 flags, __u32 a, __u32 b, __
     bpf_ringbuf_submit(e, submit_flags());
 }
 
-/* [0] this CPU's steal clock as the last event on it read it. */
+/* [0] this CPU's steal clock as the last EV_STEAL on it said. */
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
     __uint(max_entries, 1);
@@ -170,19 +170,27 @@ struct {
     __type(value, __u64);
 } steal_seen SEC(".maps");
 
-/* EV_STEAL when this CPU's steal clock moved since its last event: the
+/* EV_STEAL with this CPU's steal clock when it moved since the last: the
  * machine's own CPU was taken from it in between (the hypervisor beneath
  * ran something else), which no event inside it can show. The clock is
  * the one the scheduler keeps from the paravirtual one (KVM's) on each
  * update of its run-queue clock, reached through the current task's
  * run queue: per-CPU symbols like KVM's own steal_time are not visible to
  * BPF on kernels without CONFIG_KALLSYMS_ALL. Without
- * CONFIG_PARAVIRT_TIME_ACCOUNTING the field is absent and nothing is
- * emitted. Its first reading only sets the mark. */
+ * CONFIG_PARAVIRT_TIME_ACCOUNTING or CONFIG_FAIR_GROUP_SCHED the fields
+ * are absent and nothing is emitted. The clock itself is emitted, not the
+ * difference: a program interrupted between its read and its write (a
+ * hard IRQ inside a softirq's program) emits the same value twice, which
+ * the reader's difference makes nothing. */
 static __always_inline void note_steal(void)
 {
     struct task_struct *t = (struct task_struct *)bpf_get_current_task_btf();
-    struct rq *rq = BPF_CORE_READ(t, se.cfs_rq, rq);
+    if (!bpf_core_field_exists(t->se.cfs_rq))
+        return;
+    struct cfs_rq *cfs = BPF_CORE_READ(t, se.cfs_rq);
+    if (!cfs || !bpf_core_field_exists(cfs->rq))
+        return;
+    struct rq *rq = BPF_CORE_READ(cfs, rq);
     if (!rq || !bpf_core_field_exists(rq->prev_steal_time_rq))
         return;
     __u64 now = BPF_CORE_READ(rq, prev_steal_time_rq);
@@ -190,12 +198,8 @@ static __always_inline void note_steal(void)
     __u64 *seen = bpf_map_lookup_elem(&steal_seen, &zero);
     if (!seen || now <= *seen)
         return;
-    __u64 before = *seen;
     *seen = now;
-    if (before == 0)
-        return;
-    __u64 stolen = now - before;
-    emit_now(EV_STEAL, 0, (__u32)stolen, (__u32)(stolen >> 32), 0);
+    emit_now(EV_STEAL, 0, (__u32)now, (__u32)(now >> 32), 0);
 }
 
 static __always_inline void emit(__u8 kind, __u8 flags, __u32 a, __u32 b, __u32 c)
