@@ -6,7 +6,7 @@
 use ontime_testkit::{free_port, is_root, KillOnDrop as Proc};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn ontime() -> Command {
@@ -736,65 +736,6 @@ fn a_killed_gateway_keeps_its_receive_log() {
     );
 }
 
-/// nginx from Debian, one worker, in a temporary prefix; stopped (workers
-/// included) on drop.
-struct Nginx {
-    child: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Nginx {
-    /// Serves `body` (as JSON) for every path on `port`.
-    fn start(port: u16, body: &str) -> Option<Nginx> {
-        let bin = ["/usr/sbin/nginx", "/usr/bin/nginx"]
-            .into_iter()
-            .find(|p| Path::new(p).exists())?;
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("logs")).unwrap();
-        // Debian's default worker_connections (768), one worker, as a user
-        // would run it; the answer lists values before recv_ns, which any
-        // JSON producer may do.
-        let conf = format!(
-            "daemon off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/logs/error.log warn;\n\
-             events {{ worker_connections 768; }}\n\
-             http {{ access_log off; client_body_temp_path {d}; \
-             server {{ listen 127.0.0.1:{port}; location / {{ default_type application/json; return 200 '{body}'; }} }} }}\n",
-            d = dir.path().display()
-        );
-        std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
-        let child = Command::new(bin)
-            .arg("-p")
-            .arg(dir.path())
-            .arg("-c")
-            .arg(dir.path().join("nginx.conf"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        let n = Nginx { child, _dir: dir };
-        wait_listening(port);
-        Some(n)
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        // SIGTERM: nginx's fast shutdown, which stops the workers too.
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(5) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Against a real web server: two crawlers open about 400 keep-alive
 /// connections each at once (aligned phases) and no poll is lost by the
 /// crawler's framing or connection pool.
@@ -802,7 +743,7 @@ impl Drop for Nginx {
 fn crawlers_against_nginx_lose_no_poll() {
     let port = free_port();
     let body = r#"{"values":[{"id":0,"value":21.5,"status":"ok"}],"recv_ns":1}"#;
-    let Some(_nginx) = Nginx::start(port, body) else {
+    let Some(_nginx) = ontime_testkit::Nginx::start(port, body) else {
         ontime_testkit::skip("nginx is not installed (scripts/setup.sh installs nginx-light)");
         return;
     };

@@ -1,6 +1,8 @@
 //! The field-bus protocols against implementations ontime did not write:
 //! the crawler reads a pymodbus server's registers, and mbpoll (libmodbus)
-//! reads ontime's Modbus gateway. The peers come from scripts/setup.sh
+//! reads ontime's Modbus gateway, and `ontime wire record` judges pollers
+//! ontime did not write (a pymodbus client, curl polling nginx, mbpoll in
+//! a shell loop) from their packets. The peers come from scripts/setup.sh
 //! (pymodbus in /var/cache/ontime/fieldbus, mbpoll from Debian); without
 //! them the tests skip with the reason. Assertions are on values, counts
 //! and outcomes, never on timings.
@@ -424,12 +426,101 @@ fn bacpypes3_reads_ontimes_bacnet_gateway() {
     }
 }
 
+/// `ontime wire record` on the loopback with `args`, writing its result
+/// to `result`; returns once it says it captures, so no request the test
+/// makes after this goes unseen. Stopped with SIGINT, as a user's Ctrl-C.
+fn wire_capturing(args: &[&str], result: &Path) -> KillOnDrop {
+    use std::io::BufRead;
+    let mut wire = KillOnDrop::spawn(ontime().args(["wire", "record"]).args(args).arg("--result").arg(result));
+    let stderr = wire.0.stderr.take().expect("stderr is piped");
+    let (ready, started) = std::sync::mpsc::channel();
+    // Drained to its end, so the capture never writes into a closed pipe.
+    std::thread::spawn(move || {
+        let mut seen = String::new();
+        let mut ready = Some(ready);
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("capturing") {
+                if let Some(r) = ready.take() {
+                    let _ = r.send(Ok(()));
+                }
+            }
+            seen += &line;
+            seen.push('\n');
+        }
+        if let Some(r) = ready {
+            let _ = r.send(Err(seen));
+        }
+    });
+    match started.recv_timeout(ontime_testkit::MIN_HANG_BOUND) {
+        Ok(Ok(())) => wire,
+        Ok(Err(stderr)) => panic!("the capture ended before it captured: {stderr}"),
+        Err(e) => panic!("the capture did not start: {e}"),
+    }
+}
+
+/// Ends a capture as Ctrl-C does and reads its result.
+fn wire_stopped(wire: KillOnDrop, result: &Path) -> Value {
+    wire.signal(libc::SIGINT);
+    let out = wire.wait_output(Duration::from_secs(30));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    serde_json::from_str(&std::fs::read_to_string(result).unwrap()).unwrap()
+}
+
+/// The times a poller logged, one number (ns) a line.
+fn logged_times(log: &Path) -> Vec<u64> {
+    let text = std::fs::read_to_string(log).unwrap();
+    text.lines()
+        .map(|l| l.trim().parse().unwrap_or_else(|_| panic!("not a time: {l}")))
+        .collect()
+}
+
+/// A percentile of a summary in a result.
+fn pct(s: &Value, name: &str) -> Option<u64> {
+    s["percentiles_ns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .and_then(|p| p["value_ns"].as_u64())
+}
+
+/// Checks every point of a capture against the send times the poller
+/// logged: each of its requests seen, the slots it skipped reported
+/// missed, and p50 and p99 of interval error within 200 us or 10 % of the
+/// log's. The log is judged by the interval rule the product uses, with
+/// each point's period as the capture inferred it, so what is compared is
+/// the two sets of times. Returns the slots the log skipped.
+fn agrees_with_log(r: &Value, points: usize, times: &[u64]) -> u64 {
+    let all = r["points"].as_array().unwrap();
+    assert_eq!(all.len(), points, "{r:#}");
+    let mut skipped = 0;
+    for p in all {
+        let period = u(&p["period_ns"]);
+        let mut own = ontime_core::stats::LatencyHistogram::new();
+        skipped = ontime_core::interval::from_timestamps(times, period, &mut own);
+        let own = own.summary(None);
+        assert_eq!(u(&p["requests"]), times.len() as u64, "{p}");
+        assert_eq!(u(&p["missed"]), skipped, "every skipped slot reported missed: {p}");
+        for q in ["p50", "p99"] {
+            let (wire, log) = (
+                pct(&p["interval_error"], q).unwrap_or_else(|| panic!("no {q}: {p}")),
+                own.percentile(q[1..].parse().unwrap()).unwrap(),
+            );
+            let tolerance = (log / 10).max(200_000);
+            assert!(
+                wire.abs_diff(log) <= tolerance,
+                "{q}: {wire} ns from the packets, {log} ns from the poller's log: {p}"
+            );
+        }
+    }
+    skipped
+}
+
 /// `ontime wire record` measures a poller it did not write from its
 /// packets: a pymodbus client reading every 20 ms on an absolute
 /// schedule, which logs its own send times and skips the slots it could
-/// not keep while stopped (SIGSTOP, 300 ms). Per point, the interval error
-/// from the packets agrees with the poller's own log (p50 and p99 within
-/// 200 us or 10 %), and every slot it skipped is reported missed.
+/// not keep while stopped (SIGSTOP, 300 ms). Its interval error agrees
+/// with the poller's own log and every slot it skipped is reported missed.
 #[test]
 fn wire_record_agrees_with_a_pollers_own_log() {
     if !ontime_testkit::root_or_skip("a packet capture (AF_PACKET)") {
@@ -439,17 +530,8 @@ fn wire_record_agrees_with_a_pollers_own_log() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("poller.log");
-    let wire = KillOnDrop::spawn(ontime().args([
-        "wire",
-        "record",
-        "-D",
-        "7s",
-        "--modbus-port",
-        &port.to_string(),
-        "--json",
-    ]));
-    std::thread::sleep(Duration::from_millis(1000));
+    let (log, result) = (dir.path().join("poller.log"), dir.path().join("wire.json"));
+    let wire = wire_capturing(&["--modbus-port", &port.to_string()], &result);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/fieldbus-peer.py");
     let poller = KillOnDrop::spawn(
         Command::new(PEERS)
@@ -457,49 +539,116 @@ fn wire_record_agrees_with_a_pollers_own_log() {
             .args(["--period-ms", "20", "--seconds", "4", "--log"])
             .arg(&log),
     );
-    std::thread::sleep(Duration::from_millis(2500));
+    let logged = || std::fs::read_to_string(&log).map_or(0, |t| t.lines().count());
+    ontime_testkit::wait_until("100 polls logged", Duration::from_secs(30), || logged() >= 100);
     poller.signal(libc::SIGSTOP);
     std::thread::sleep(Duration::from_millis(300));
     poller.signal(libc::SIGCONT);
     let out = poller.wait_output(Duration::from_secs(30));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = wire.wait_output(Duration::from_secs(30));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
-
-    // The poller's own judgement of its log, by the same rule.
-    let times: Vec<u64> = std::fs::read_to_string(&log)
-        .unwrap()
-        .lines()
-        .map(|l| l.trim().parse().unwrap())
-        .collect();
-    let mut own = ontime_core::stats::LatencyHistogram::new();
-    let skipped = ontime_core::interval::from_timestamps(&times, 20_000_000, &mut own);
+    let r = wire_stopped(wire, &result);
+    let times = logged_times(&log);
+    let skipped = agrees_with_log(&r, 4, &times);
     assert!(skipped >= 5, "the stop skipped slots: {skipped}");
-    let own = own.summary(None);
+}
+
+/// The send times curl's own trace (`--trace-time`) gives its requests,
+/// in ns of the day.
+fn curl_send_times(trace: &Path) -> Vec<u64> {
+    let text = std::fs::read_to_string(trace).unwrap_or_default();
+    let mut day = 0;
+    let mut times: Vec<u64> = Vec::new();
+    for line in text.lines().filter(|l| l.contains("=> Send header")) {
+        let clock = line.split(' ').next().unwrap();
+        let (hms, micros) = clock.split_once('.').unwrap_or_else(|| panic!("{line}"));
+        let s = hms
+            .split(':')
+            .map(|f| f.parse::<u64>().unwrap_or_else(|_| panic!("{line}")))
+            .fold(0, |acc, f| acc * 60 + f);
+        let mut t = day + s * 1_000_000_000 + micros.parse::<u64>().unwrap() * 1_000;
+        if times.last().is_some_and(|&last| t < last) {
+            day += 86_400 * 1_000_000_000;
+            t += 86_400 * 1_000_000_000;
+        }
+        times.push(t);
+    }
+    times
+}
+
+/// curl polling nginx at 100 requests a second on one keep-alive
+/// connection (`--rate 100/s`), stopped for 300 ms partway: the HTTP
+/// requests seen on the wire agree with the send times curl's own trace
+/// logged, and the slots it skipped are reported missed.
+#[test]
+fn wire_record_agrees_with_curl_polling_nginx() {
+    if !ontime_testkit::root_or_skip("a packet capture (AF_PACKET)") || !ontime_testkit::tools_or_skip(&["curl"]) {
+        return;
+    }
+    let port = ontime_testkit::free_port();
+    let Some(_nginx) = ontime_testkit::Nginx::start(port, r#"{"value":21.5}"#) else {
+        ontime_testkit::skip("nginx is not installed (scripts/setup.sh installs nginx-light)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (trace, result) = (dir.path().join("curl.trace"), dir.path().join("wire.json"));
+    let wire = wire_capturing(&["--http-port", &port.to_string()], &result);
+    let url = format!("http://127.0.0.1:{port}/points");
+    let curl = KillOnDrop::spawn(
+        Command::new("curl")
+            .args(["-s", "--rate", "100/s", "--trace-time", "--trace-ascii"])
+            .arg(&trace)
+            .args(std::iter::repeat_n(&url, 400)),
+    );
+    ontime_testkit::wait_until("150 requests sent", Duration::from_secs(30), || {
+        curl_send_times(&trace).len() >= 150
+    });
+    curl.signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(300));
+    curl.signal(libc::SIGCONT);
+    let out = curl.wait_output(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = wire_stopped(wire, &result);
+    let times = curl_send_times(&trace);
+    assert_eq!(times.len(), 400, "curl's trace lists every request");
+    let skipped = agrees_with_log(&r, 1, &times);
+    assert!(skipped >= 5, "the stop skipped slots: {skipped}");
+}
+
+/// mbpoll (libmodbus) run once per turn of a shell loop, as operators
+/// script it: every request it sends is seen for each of the four
+/// registers it reads, and the period inferred from the packets is the
+/// loop's own (its mean gap within 5 %). The loop logs its time before
+/// mbpoll starts, so its log carries mbpoll's start-up and is not the
+/// send time the percentiles would be compared with.
+#[test]
+fn wire_record_follows_mbpoll_in_a_loop() {
+    if !ontime_testkit::root_or_skip("a packet capture (AF_PACKET)") || !ontime_testkit::tools_or_skip(&["mbpoll"]) {
+        return;
+    }
+    let Some((_server, port)) = pymodbus_server() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (log, result) = (dir.path().join("loop.log"), dir.path().join("wire.json"));
+    let wire = wire_capturing(&["--modbus-port", &port.to_string()], &result);
+    let script = format!(
+        "for i in $(seq 60); do date +%s%N >> '{}'; mbpoll -m tcp -p {port} -a 1 -r 1 -c 4 -1 127.0.0.1 > /dev/null || exit 1; sleep 0.02; done",
+        log.display()
+    );
+    let out = KillOnDrop::spawn(Command::new("sh").args(["-c", &script])).wait_output(Duration::from_secs(120));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let r = wire_stopped(wire, &result);
+    let times = logged_times(&log);
+    assert_eq!(times.len(), 60);
+    let mean_gap = (times[59] - times[0]) as f64 / 59.0;
     let points = r["points"].as_array().unwrap();
     assert_eq!(points.len(), 4, "holding registers 0-3: {r:#}");
-    let pct = |s: &Value, name: &str| {
-        s["percentiles_ns"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == name)
-            .and_then(|p| p["value_ns"].as_u64())
-    };
     for p in points {
-        assert_eq!(u(&p["requests"]), times.len() as u64, "{p}");
-        assert_eq!(u(&p["missed"]), skipped, "every skipped slot reported missed: {p}");
-        for q in ["p50", "p99"] {
-            let (wire, log) = (
-                pct(&p["interval_error"], q).unwrap(),
-                own.percentile(q[1..].parse().unwrap()).unwrap(),
-            );
-            let tolerance = (log / 10).max(200_000);
-            assert!(
-                wire.abs_diff(log) <= tolerance,
-                "{q}: {wire} ns from the packets, {log} ns from the poller's log: {p}"
-            );
-        }
+        assert_eq!(u(&p["requests"]), 60, "{p}");
+        let period = u(&p["period_ns"]) as f64;
+        assert!(
+            (period / mean_gap - 1.0).abs() <= 0.05,
+            "period {period} ns from the packets, the loop's mean gap {mean_gap} ns: {p}"
+        );
     }
 }

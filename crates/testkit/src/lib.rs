@@ -3,8 +3,9 @@
 //! when `ONTIME_TEST_SKIPS` names a file, as scripts/test.sh sets it, is
 //! appended there, so the suite's summary lists every skip instead of
 //! showing a skipped test as a silent pass), the root and tool checks that
-//! skip with a reason, a free TCP port, and a child process that is killed
-//! when the test ends, also when it fails.
+//! skip with a reason, a free TCP port, and a child process (or Debian's
+//! nginx, [`Nginx`]) that is stopped when the test ends, also when it
+//! fails.
 //!
 //! It also makes seeded corruptions of a recording ([`corrupt`]) for the
 //! tests that every reader survives them, and measures the peak memory of
@@ -203,5 +204,66 @@ impl FifoHog {
 
     pub fn pid(&self) -> u32 {
         self.0.id()
+    }
+}
+
+/// nginx from Debian, one worker, in a temporary prefix; stopped (workers
+/// included) on drop.
+pub struct Nginx {
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Nginx {
+    /// Serves `body` (as JSON) for every path on `port`.
+    pub fn start(port: u16, body: &str) -> Option<Nginx> {
+        let bin = ["/usr/sbin/nginx", "/usr/bin/nginx"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())?;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("logs")).unwrap();
+        // Debian's default worker_connections (768), one worker, as a user
+        // would run it; the answer lists values before recv_ns, which any
+        // JSON producer may do.
+        let conf = format!(
+            "daemon off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/logs/error.log warn;\n\
+             events {{ worker_connections 768; }}\n\
+             http {{ access_log off; client_body_temp_path {d}; \
+             server {{ listen 127.0.0.1:{port}; location / {{ default_type application/json; return 200 '{body}'; }} }} }}\n",
+            d = dir.path().display()
+        );
+        std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+        let child = Command::new(bin)
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-c")
+            .arg(dir.path().join("nginx.conf"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let n = Nginx { child, _dir: dir };
+        wait_until("nginx listening", Duration::from_secs(10), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        Some(n)
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SIGTERM: nginx's fast shutdown, which stops the workers too.
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -44,11 +44,17 @@ impl Capture {
 
     /// The next frame, waiting at most 100 ms for one (so a stop is seen).
     pub fn next(&self, buf: &mut [u8]) -> Frame {
+        let frame = self.queued(buf);
+        if matches!(frame, Frame::Idle) {
+            self.port.wait(100);
+        }
+        frame
+    }
+
+    /// The next frame already queued on the socket, without waiting.
+    pub fn queued(&self, buf: &mut [u8]) -> Frame {
         let got = match self.port.recv(buf) {
-            Received::Empty => {
-                self.port.wait(100);
-                return Frame::Idle;
-            }
+            Received::Empty => return Frame::Idle,
             Received::Own => return Frame::Skip,
             Received::Sent { .. } if self.loopback => return Frame::Skip,
             Received::Sent { len, kernel_ns } | Received::Frame { len, kernel_ns } => (len, kernel_ns),

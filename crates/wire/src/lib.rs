@@ -512,9 +512,22 @@ pub fn record(
         }
     }
     let interrupted = stop.load(Ordering::Relaxed);
+    // On a busy host the capture runs late: frames the kernel stamped
+    // before the stop may still wait on the socket. They are the run's
+    // too (a poller's last requests); the first frame stamped after the
+    // stop ends the drain, so a busy link cannot keep it going.
+    let stopped_at = ontime_core::MonoNs::now().0.min(end);
+    loop {
+        match capture.queued(&mut buf) {
+            capture::Frame::Got { ns, .. } if ns > stopped_at => break,
+            capture::Frame::Got { len, ns } => wire.frame(ns, &buf[..len]),
+            capture::Frame::Skip => {}
+            capture::Frame::Idle => break,
+        }
+    }
     let mut manifest = manifest;
     manifest.finish();
-    let duration = ontime_core::MonoNs::now().0.saturating_sub(start);
+    let duration = stopped_at.saturating_sub(start);
     Ok(wire.finish_pooled(manifest, o.interface.clone(), duration, interrupted, o.threshold_ns))
 }
 
