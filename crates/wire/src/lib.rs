@@ -15,6 +15,7 @@
 //! wait for their answers.
 
 pub mod capture;
+pub mod stream;
 
 use ontime_core::stats::{LatencyHistogram, Summary};
 use ontime_fieldbus::{bacnet, modbus};
@@ -147,6 +148,14 @@ pub struct WireResult {
     pub interval_error: Summary,
     pub missed: u64,
     pub response_time: Summary,
+    /// Gaps in the TCP streams followed (segments the capture did not
+    /// see), and bytes dropped (out of step, or an incomplete message
+    /// longer than any request); absent in results made before streams
+    /// were put back together.
+    #[serde(default)]
+    pub stream_gaps: u64,
+    #[serde(default)]
+    pub stream_dropped_bytes: u64,
     pub warnings: Vec<String>,
 }
 
@@ -169,6 +178,8 @@ pub struct Wire {
     missed: u64,
     /// A BACnet request's objects, reused from request to request.
     objects: Vec<u32>,
+    /// Modbus/TCP and HTTP request streams, in order per direction.
+    streams: stream::Streams,
 }
 
 impl Wire {
@@ -189,59 +200,73 @@ impl Wire {
             response_time: LatencyHistogram::new(),
             missed: 0,
             objects: Vec::new(),
+            streams: stream::Streams::default(),
         }
     }
 
     /// One Ethernet frame stamped at `ns`.
     pub fn frame(&mut self, ns: u64, f: &[u8]) {
         self.frames += 1;
-        let Some((src, dst, tcp, payload)) = transport(f) else {
+        let Some(Transport { src, dst, seq, payload }) = transport(f) else {
             return;
         };
         if payload.is_empty() {
             return;
         }
         let (sp, dp) = (src.port(), dst.port());
-        if tcp && self.ports.modbus.contains(&dp) {
-            self.modbus_requests(ns, src, dst, payload);
-        } else if tcp && self.ports.modbus.contains(&sp) {
-            self.modbus_answers(ns, src, dst, payload);
-        } else if !tcp && self.ports.bacnet.contains(&dp) {
-            self.bacnet_request(ns, src, dst, payload);
-        } else if !tcp && self.ports.bacnet.contains(&sp) {
-            self.bacnet_answer(ns, src, dst, payload);
-        } else if tcp && self.ports.http.contains(&dp) {
-            self.http_request(ns, src, dst, payload);
-        } else if tcp && self.ports.http.contains(&sp) && payload.starts_with(b"HTTP/1.") {
+        let Some(seq) = seq else {
+            if self.ports.bacnet.contains(&dp) {
+                self.bacnet_request(ns, src, dst, payload);
+            } else if self.ports.bacnet.contains(&sp) {
+                self.bacnet_answer(ns, src, dst, payload);
+            }
+            return;
+        };
+        // The streams are put back together apart from the decoders they
+        // feed, which need the rest of `self`.
+        let mut streams = std::mem::take(&mut self.streams);
+        if self.ports.modbus.contains(&dp) {
+            streams.segment(src, dst, seq, ns, payload, |b, first| {
+                self.modbus_requests(first, src, dst, b)
+            });
+        } else if self.ports.modbus.contains(&sp) {
+            streams.segment(src, dst, seq, ns, payload, |b, _| self.modbus_answers(ns, src, dst, b));
+        } else if self.ports.http.contains(&dp) {
+            streams.segment(src, dst, seq, ns, payload, |b, first| {
+                self.http_requests(first, src, dst, b)
+            });
+        } else if self.ports.http.contains(&sp) && payload.starts_with(b"HTTP/1.") {
             let answered = self.http_open.get_mut(&(dst, src)).and_then(|q| q.pop_front());
             self.answered(ns, answered, Protocol::Http);
         }
+        self.streams = streams;
     }
 
-    fn modbus_requests(&mut self, ns: u64, client: SocketAddr, server: SocketAddr, mut p: &[u8]) {
-        while let modbus::Frame::Complete(n) = modbus::frame(p) {
-            if let Ok(read) = modbus::parse_read(&p[..n]) {
-                self.requests.add(Protocol::Modbus);
-                self.open_request(OpenKey::Modbus(client, server, read.transaction), ns);
-                let fc = read.table.function();
-                for r in read.start..read.start.saturating_add(read.count) {
-                    let key = PointKey::Modbus(server, read.unit, fc, r);
-                    self.observe(key, Protocol::Modbus, ns, || {
-                        format!("modbus {server} unit {} {} {r}", read.unit, read.table.name())
-                    });
-                }
+    /// Modbus/TCP requests at the head of `p`, the first sent at `ns`.
+    fn modbus_requests(&mut self, ns: u64, client: SocketAddr, server: SocketAddr, p: &[u8]) -> stream::Decoded {
+        modbus_frames(p, |frame| {
+            let Ok(read) = modbus::parse_read(frame) else {
+                return;
+            };
+            self.requests.add(Protocol::Modbus);
+            self.open_request(OpenKey::Modbus(client, server, read.transaction), ns);
+            let fc = read.table.function();
+            for r in read.start..read.start.saturating_add(read.count) {
+                let key = PointKey::Modbus(server, read.unit, fc, r);
+                self.observe(key, Protocol::Modbus, ns, || {
+                    format!("modbus {server} unit {} {} {r}", read.unit, read.table.name())
+                });
             }
-            p = &p[n..];
-        }
+        })
     }
 
-    fn modbus_answers(&mut self, ns: u64, server: SocketAddr, client: SocketAddr, mut p: &[u8]) {
-        while let modbus::Frame::Complete(n) = modbus::frame(p) {
-            let t = modbus::transaction(&p[..n]);
+    /// Modbus/TCP answers at the head of `p`, the last byte in at `ns`.
+    fn modbus_answers(&mut self, ns: u64, server: SocketAddr, client: SocketAddr, p: &[u8]) -> stream::Decoded {
+        modbus_frames(p, |frame| {
+            let t = modbus::transaction(frame);
             let sent = self.open.remove(&OpenKey::Modbus(client, server, t));
             self.answered(ns, sent, Protocol::Modbus);
-            p = &p[n..];
-        }
+        })
     }
 
     fn bacnet_request(&mut self, ns: u64, client: SocketAddr, server: SocketAddr, d: &[u8]) {
@@ -287,32 +312,57 @@ impl Wire {
         self.answered(ns, sent, Protocol::Bacnet);
     }
 
-    fn http_request(&mut self, ns: u64, client: SocketAddr, server: SocketAddr, p: &[u8]) {
-        // The request line, in this segment (a poller's request starts a
-        // segment); a segment that is not one is the rest of a request.
-        let line = &p[..p.len().min(2048)];
-        let Some(end) = line.windows(2).position(|w| w == b"\r\n") else {
-            return;
-        };
-        let line = &line[..end];
-        let mut parts = line.split(|&b| b == b' ');
-        let (Some(method), Some(_target), Some(version)) = (parts.next(), parts.next(), parts.next()) else {
-            return;
-        };
-        if !version.starts_with(b"HTTP/1.") || method.is_empty() || !method.iter().all(u8::is_ascii_uppercase) {
-            return;
+    /// HTTP/1.1 requests at the head of `p` (pipelined ones one after
+    /// another), the first sent at `ns`: each a request line, headers and
+    /// a body of its Content-Length.
+    fn http_requests(&mut self, ns: u64, client: SocketAddr, server: SocketAddr, p: &[u8]) -> stream::Decoded {
+        let mut used = 0;
+        while used < p.len() {
+            let rest = &p[used..];
+            let Some(end) = find(rest, b"\r\n") else {
+                // A request line is short; a long run without one is not.
+                return if rest.len() > MAX_REQUEST_LINE {
+                    stream::Decoded::OutOfStep
+                } else {
+                    stream::Decoded::Consumed(used)
+                };
+            };
+            let line = &rest[..end];
+            if !is_request_line(line) {
+                return if used == 0 {
+                    stream::Decoded::OutOfStep
+                } else {
+                    stream::Decoded::Consumed(used)
+                };
+            }
+            let Some(head) = find(rest, b"\r\n\r\n").map(|h| h + 4) else {
+                return stream::Decoded::Consumed(used);
+            };
+            let whole = match body_length(&rest[end + 2..head]) {
+                Some(body) => head.saturating_add(body),
+                // A chunked body is not followed: the segment's end is
+                // taken as the request's.
+                None => rest.len(),
+            };
+            if whole > rest.len() {
+                return stream::Decoded::Consumed(used);
+            }
+            self.requests.add(Protocol::Http);
+            let q = self.http_open.entry((client, server)).or_default();
+            if q.len() < 64 {
+                q.push_back(ns);
+            } else {
+                self.unanswered += 1;
+            }
+            self.observe(PointKey::Http(server, fnv(line)), Protocol::Http, ns, || {
+                format!(
+                    "http {server} {}",
+                    String::from_utf8_lossy(&line[..line.len().min(200)])
+                )
+            });
+            used += whole;
         }
-        self.requests.add(Protocol::Http);
-        let q = self.http_open.entry((client, server)).or_default();
-        if q.len() < 64 {
-            q.push_back(ns);
-        } else {
-            self.unanswered += 1;
-        }
-        let hash = fnv(line);
-        self.observe(PointKey::Http(server, hash), Protocol::Http, ns, || {
-            format!("http {server} {}", String::from_utf8_lossy(&line[..end.min(200)]))
-        });
+        stream::Decoded::Consumed(used)
     }
 
     fn open_request(&mut self, key: OpenKey, ns: u64) {
@@ -405,6 +455,12 @@ impl Wire {
                 "no request seen on {interface}: is the poller's traffic on it, and on these ports (--http-port, --modbus-port, --bacnet-port)?"
             ));
         }
+        if self.streams.gaps > 0 {
+            warnings.push(format!(
+                "{} gaps in TCP streams: segments the capture did not see (its receive buffer overflowed?); requests in them are not counted",
+                self.streams.gaps
+            ));
+        }
         let mut rows: Vec<PointRow> = self
             .points
             .values()
@@ -446,6 +502,8 @@ impl Wire {
             interval_error: self.interval_error.summary(threshold_ns),
             missed: self.missed,
             response_time: self.response_time.summary(threshold_ns),
+            stream_gaps: self.streams.gaps,
+            stream_dropped_bytes: self.streams.dropped_bytes,
             warnings,
         };
         (result, self.interval_error)
@@ -592,9 +650,17 @@ fn fnv(b: &[u8]) -> u64 {
     })
 }
 
-/// An Ethernet frame's IPv4 or IPv6 TCP or UDP: source, destination,
-/// whether TCP, and the payload.
-fn transport(f: &[u8]) -> Option<(SocketAddr, SocketAddr, bool, &[u8])> {
+/// A TCP segment's or UDP datagram's addresses and payload.
+struct Transport<'a> {
+    src: SocketAddr,
+    dst: SocketAddr,
+    /// TCP: the sequence number of the payload's first byte.
+    seq: Option<u32>,
+    payload: &'a [u8],
+}
+
+/// An Ethernet frame's IPv4 or IPv6 TCP or UDP.
+fn transport(f: &[u8]) -> Option<Transport<'_>> {
     let mut at = 12;
     let mut ethertype = u16::from_be_bytes([*f.get(at)?, *f.get(at + 1)?]);
     at += 2;
@@ -643,14 +709,78 @@ fn transport(f: &[u8]) -> Option<(SocketAddr, SocketAddr, bool, &[u8])> {
         6 => {
             let (sp, dp) = ports(l4)?;
             let off = ((*l4.get(12)? >> 4) as usize) * 4;
-            Some((SocketAddr::new(src, sp), SocketAddr::new(dst, dp), true, l4.get(off..)?))
+            Some(Transport {
+                src: SocketAddr::new(src, sp),
+                dst: SocketAddr::new(dst, dp),
+                seq: Some(u32::from_be_bytes(l4.get(4..8)?.try_into().ok()?)),
+                payload: l4.get(off..)?,
+            })
         }
         17 => {
             let (sp, dp) = ports(l4)?;
-            Some((SocketAddr::new(src, sp), SocketAddr::new(dst, dp), false, l4.get(8..)?))
+            Some(Transport {
+                src: SocketAddr::new(src, sp),
+                dst: SocketAddr::new(dst, dp),
+                seq: None,
+                payload: l4.get(8..)?,
+            })
         }
         _ => None,
     }
+}
+
+/// Calls `each` with every whole Modbus/TCP frame at the head of `p`.
+fn modbus_frames(p: &[u8], mut each: impl FnMut(&[u8])) -> stream::Decoded {
+    let mut used = 0;
+    loop {
+        match modbus::frame(&p[used..]) {
+            modbus::Frame::Complete(n) => {
+                each(&p[used..used + n]);
+                used += n;
+            }
+            modbus::Frame::Partial => return stream::Decoded::Consumed(used),
+            modbus::Frame::Invalid(_) if used == 0 => return stream::Decoded::OutOfStep,
+            // The rest is dropped when it comes first.
+            modbus::Frame::Invalid(_) => return stream::Decoded::Consumed(used),
+        }
+    }
+}
+
+/// Where `needle` first occurs in `hay`.
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// A request line's bytes at most: longer is not a poller's request.
+const MAX_REQUEST_LINE: usize = 2048;
+
+/// `METHOD TARGET HTTP/1.x`.
+fn is_request_line(line: &[u8]) -> bool {
+    let mut parts = line.split(|&b| b == b' ');
+    let (Some(method), Some(_target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    version.starts_with(b"HTTP/1.") && !method.is_empty() && method.iter().all(u8::is_ascii_uppercase)
+}
+
+/// The body length the headers (each line ending CRLF) give: 0 without
+/// Content-Length, None for a chunked body.
+fn body_length(headers: &[u8]) -> Option<usize> {
+    let mut length = 0;
+    for h in headers.split(|&b| b == b'\n') {
+        let Some(colon) = h.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (name, value) = (&h[..colon], h[colon + 1..].trim_ascii());
+        if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            return None;
+        }
+        if name.eq_ignore_ascii_case(b"content-length") {
+            length = std::str::from_utf8(value).ok()?.parse().ok()?;
+        }
+    }
+    Some(length)
 }
 
 #[cfg(test)]
@@ -659,8 +789,10 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
-    /// An Ethernet + IPv4 + TCP or UDP frame around `payload`.
-    fn frame(tcp: bool, sp: u16, dp: u16, payload: &[u8]) -> Vec<u8> {
+    /// An Ethernet + IPv4 + TCP (with the sequence number of the
+    /// payload's first byte) or UDP (None) frame around `payload`.
+    fn frame(seq: Option<u32>, sp: u16, dp: u16, payload: &[u8]) -> Vec<u8> {
+        let tcp = seq.is_some();
         let mut f = vec![0u8; 12];
         f.extend_from_slice(&[0x08, 0x00]);
         let l4_len = if tcp { 20 } else { 8 } + payload.len();
@@ -670,12 +802,21 @@ mod tests {
         f.extend_from_slice(&[0, 0, 127, 0, 0, 1, 127, 0, 0, 1]);
         f.extend_from_slice(&sp.to_be_bytes());
         f.extend_from_slice(&dp.to_be_bytes());
-        if tcp {
-            f.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 0x50, 0x18, 0, 0, 0, 0, 0, 0]);
+        if let Some(seq) = seq {
+            f.extend_from_slice(&seq.to_be_bytes());
+            f.extend_from_slice(&[0, 0, 0, 0, 0x50, 0x18, 0, 0, 0, 0, 0, 0]);
         } else {
             f.extend_from_slice(&[(l4_len >> 8) as u8, l4_len as u8, 0, 0]);
         }
         f.extend_from_slice(payload);
+        f
+    }
+
+    /// The frame of the next `payload` bytes of a TCP stream whose next
+    /// sequence number is `seq`.
+    fn tcp(seq: &mut u32, sp: u16, dp: u16, payload: &[u8]) -> Vec<u8> {
+        let f = frame(Some(*seq), sp, dp, payload);
+        *seq = seq.wrapping_add(payload.len() as u32);
         f
     }
 
@@ -689,6 +830,7 @@ mod tests {
     fn a_modbus_pollers_slots_are_judged_from_its_requests() {
         let mut w = Wire::new(Ports::default(), None);
         let mut t = 1_000 * MS;
+        let (mut up, mut down) = (7u32, 9u32);
         for k in 0..60u16 {
             if k == 40 {
                 t += 20 * MS;
@@ -700,10 +842,10 @@ mod tests {
                 start: 100,
                 count: 2,
             };
-            w.frame(t + (k as u64 % 3) * 10_000, &frame(true, 40000, 502, &read.encode()));
+            w.frame(t + (k as u64 % 3) * 10_000, &tcp(&mut up, 40000, 502, &read.encode()));
             let mut out = [0u8; modbus::MAX_FRAME];
             let n = modbus::encode_registers(&read, [1u16, 2].into_iter(), &mut out);
-            w.frame(t + MS, &frame(true, 502, 40000, &out[..n]));
+            w.frame(t + MS, &tcp(&mut down, 502, 40000, &out[..n]));
             t += 10 * MS;
         }
         let r = w.finish(manifest(), "lo".into(), 0, false, None);
@@ -728,15 +870,16 @@ mod tests {
             bacnet::ObjectId::new(0, 2).unwrap(),
         ];
         let mut req = [0u8; 64];
+        let mut seq = 0;
         for k in 0..5u64 {
             let n = bacnet::encode_rpm(k as u8, 5, &ids, &mut req).unwrap();
-            w.frame(k * 100 * MS, &frame(false, 50000, 47808, &req[..n]));
+            w.frame(k * 100 * MS, &frame(None, 50000, 47808, &req[..n]));
             w.frame(
                 k * 100 * MS,
-                &frame(true, 50001, 80, b"POST /b0/getValues HTTP/1.1\r\nHost: x\r\n\r\n"),
+                &tcp(&mut seq, 50001, 80, b"POST /b0/getValues HTTP/1.1\r\nHost: x\r\n\r\n"),
             );
         }
-        w.frame(450 * MS, &frame(true, 80, 50001, b"HTTP/1.1 200 OK\r\n\r\n"));
+        w.frame(450 * MS, &frame(Some(0), 80, 50001, b"HTTP/1.1 200 OK\r\n\r\n"));
         let r = w.finish(manifest(), "lo".into(), 0, false, None);
         assert_eq!((r.requests.bacnet, r.requests.http, r.answers.http), (5, 5, 1));
         let names: Vec<&str> = r.points.iter().map(|p| p.point.as_str()).collect();
@@ -750,6 +893,91 @@ mod tests {
         assert_eq!(r.unanswered, 5 + 4);
     }
 
+    /// A Modbus request split over two segments is one request, sent
+    /// when its first byte was; two in one segment are two; a
+    /// retransmission counts once.
+    #[test]
+    fn modbus_requests_are_put_together_from_their_segments() {
+        let mut w = Wire::new(Ports::default(), None);
+        let read = |transaction, start| modbus::Read {
+            transaction,
+            unit: 1,
+            table: modbus::Table::Input,
+            start,
+            count: 1,
+        };
+        let mut seq = u32::MAX - 30;
+        let mut t = 0;
+        for k in 0..20u16 {
+            let f = read(k, 7).encode();
+            if k % 2 == 0 {
+                w.frame(t, &tcp(&mut seq, 40000, 502, &f[..5]));
+                w.frame(t + 3 * MS, &tcp(&mut seq, 40000, 502, &f[5..]));
+            } else {
+                let mut two = f.to_vec();
+                two.extend_from_slice(&read(k + 1000, 8).encode());
+                let again = frame(Some(seq), 40000, 502, &two);
+                w.frame(t, &tcp(&mut seq, 40000, 502, &two));
+                w.frame(t + MS, &again);
+            }
+            t += 10 * MS;
+        }
+        let r = w.finish(manifest(), "lo".into(), 0, false, None);
+        assert_eq!(r.requests.modbus, 30);
+        let rows: Vec<(&str, u64)> = r.points.iter().map(|p| (p.point.as_str(), p.requests)).collect();
+        assert_eq!(
+            rows,
+            vec![
+                ("modbus 127.0.0.1:502 unit 1 input 7", 20),
+                ("modbus 127.0.0.1:502 unit 1 input 8", 10)
+            ]
+        );
+        // Stamped with their first segment, the split requests keep the
+        // 10 ms schedule: none missed, no error.
+        let p = &r.points[0];
+        assert!(p.period_ns.unwrap().abs_diff(10 * MS) < 1_000, "{p:?}");
+        assert_eq!(p.missed, 0, "{p:?}");
+        assert!(p.interval_error.max_ns.unwrap() < 1_000, "{p:?}");
+    }
+
+    /// Pipelined HTTP requests in one segment are each a request; one
+    /// split after its request line, with a body, is one.
+    #[test]
+    fn pipelined_and_split_http_requests_are_each_counted() {
+        let mut w = Wire::new(Ports::default(), Some(10 * MS));
+        let mut seq = 1;
+        w.frame(
+            0,
+            &tcp(
+                &mut seq,
+                50001,
+                80,
+                b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\n\r\n",
+            ),
+        );
+        w.frame(MS, &tcp(&mut seq, 50001, 80, b"POST /c HTTP/1.1\r\n"));
+        w.frame(
+            2 * MS,
+            &tcp(
+                &mut seq,
+                50001,
+                80,
+                b"Content-Length: 5\r\n\r\nabcdeGET /a HTTP/1.1\r\n\r\n",
+            ),
+        );
+        let r = w.finish(manifest(), "lo".into(), 0, false, None);
+        assert_eq!(r.requests.http, 4);
+        let names: Vec<(&str, u64)> = r.points.iter().map(|p| (p.point.as_str(), p.requests)).collect();
+        assert_eq!(
+            names,
+            vec![
+                ("http 127.0.0.1:80 GET /a HTTP/1.1", 2),
+                ("http 127.0.0.1:80 GET /b HTTP/1.1", 1),
+                ("http 127.0.0.1:80 POST /c HTTP/1.1", 1)
+            ]
+        );
+    }
+
     #[test]
     fn frames_that_are_not_ip_are_skipped() {
         let mut w = Wire::new(Ports::default(), None);
@@ -757,7 +985,7 @@ mod tests {
             vec![],
             vec![0u8; 13],
             vec![0u8; 60],
-            frame(true, 1, 2, b"x")[..40].to_vec(),
+            frame(Some(0), 1, 2, b"x")[..40].to_vec(),
         ] {
             w.frame(1, &f);
         }

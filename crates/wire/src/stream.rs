@@ -1,0 +1,187 @@
+//! TCP byte streams put back together from captured segments, in sequence
+//! order per direction, so a request split over segments is decoded whole
+//! and one segment holding several requests yields each. A message is
+//! stamped with the frame that carried its first byte.
+//!
+//! A segment already seen (a retransmission) is skipped, an overlapping
+//! one trimmed. A gap (a segment the capture missed, or a stream first
+//! seen in the middle) drops what was held and starts again at the new
+//! segment: decoders resynchronise at the next message boundary they
+//! recognise. Memory is bounded: at most [`MAX_FLOWS`] directions are
+//! followed and at most [`MAX_HELD`] bytes of an incomplete message held
+//! per direction (more is not a poll: it is dropped).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+/// Directions (source, destination) followed at most; past it, all are
+/// forgotten and followed afresh.
+pub const MAX_FLOWS: usize = 65_536;
+/// Bytes of an incomplete message held per direction at most.
+pub const MAX_HELD: usize = 8_192;
+
+/// What a decoder made of the bytes it was given.
+pub enum Decoded {
+    /// The first n bytes were whole messages; the rest is the start of
+    /// one still incomplete.
+    Consumed(usize),
+    /// The bytes are not this protocol's (out of step): drop them all.
+    OutOfStep,
+}
+
+#[derive(Default)]
+struct Flow {
+    /// The sequence number of the next byte expected.
+    next: u32,
+    /// An incomplete message's bytes so far, and the stamp of its first.
+    held: Vec<u8>,
+    held_ns: u64,
+}
+
+/// Every followed direction's state.
+#[derive(Default)]
+pub struct Streams {
+    flows: HashMap<(SocketAddr, SocketAddr), Flow>,
+    /// Gaps in a followed stream (segments the capture did not see).
+    pub gaps: u64,
+    /// Bytes dropped: held past [`MAX_HELD`], or out of step.
+    pub dropped_bytes: u64,
+}
+
+impl Streams {
+    /// A segment of `src` -> `dst` starting at sequence number `seq`,
+    /// stamped `ns`: calls `decode(bytes, first_ns)` with the bytes now in
+    /// order and not yet decoded (held ones first), `first_ns` the stamp
+    /// of the first of them; keeps what it leaves for the next segment.
+    pub fn segment(
+        &mut self,
+        src: SocketAddr,
+        dst: SocketAddr,
+        seq: u32,
+        ns: u64,
+        payload: &[u8],
+        mut decode: impl FnMut(&[u8], u64) -> Decoded,
+    ) {
+        if self.flows.len() >= MAX_FLOWS && !self.flows.contains_key(&(src, dst)) {
+            self.flows.clear();
+        }
+        let flow = self.flows.entry((src, dst)).or_insert_with(|| Flow {
+            next: seq,
+            ..Flow::default()
+        });
+        let ahead = seq.wrapping_sub(flow.next) as i32;
+        let end = seq.wrapping_add(payload.len() as u32);
+        let payload = if ahead < 0 {
+            // Bytes already seen: a retransmission, whole or overlapping.
+            let seen = ahead.unsigned_abs() as usize;
+            if seen >= payload.len() {
+                return;
+            }
+            &payload[seen..]
+        } else {
+            if ahead > 0 {
+                self.gaps += 1;
+                self.dropped_bytes += flow.held.len() as u64;
+                flow.held.clear();
+            }
+            payload
+        };
+        flow.next = end;
+        if flow.held.is_empty() {
+            match decode(payload, ns) {
+                Decoded::Consumed(n) => {
+                    let rest = &payload[n.min(payload.len())..];
+                    if rest.len() > MAX_HELD {
+                        self.dropped_bytes += rest.len() as u64;
+                    } else if !rest.is_empty() {
+                        flow.held.extend_from_slice(rest);
+                        flow.held_ns = ns;
+                    }
+                }
+                Decoded::OutOfStep => self.dropped_bytes += payload.len() as u64,
+            }
+            return;
+        }
+        flow.held.extend_from_slice(payload);
+        match decode(&flow.held, flow.held_ns) {
+            Decoded::Consumed(n) => {
+                flow.held.drain(..n.min(flow.held.len()));
+                // What is left began in this segment, unless nothing was
+                // consumed (the held message is still incomplete).
+                if n > 0 {
+                    flow.held_ns = ns;
+                }
+            }
+            Decoded::OutOfStep => {
+                self.dropped_bytes += flow.held.len() as u64;
+                flow.held.clear();
+            }
+        }
+        if flow.held.len() > MAX_HELD {
+            self.dropped_bytes += flow.held.len() as u64;
+            flow.held.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Messages of this test are lines ending in '\n'.
+    fn lines(got: &mut Vec<(String, u64)>) -> impl FnMut(&[u8], u64) -> Decoded + '_ {
+        move |b, ns| {
+            let mut used = 0;
+            while let Some(end) = b[used..].iter().position(|&c| c == b'\n') {
+                got.push((String::from_utf8_lossy(&b[used..used + end]).into(), ns));
+                used += end + 1;
+            }
+            Decoded::Consumed(used)
+        }
+    }
+
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    #[test]
+    fn split_and_joined_messages_are_decoded_whole_with_their_first_stamp() {
+        let (a, b) = (addr(1), addr(2));
+        let mut s = Streams::default();
+        let mut got = Vec::new();
+        s.segment(a, b, 100, 1, b"one\ntw", lines(&mut got));
+        s.segment(a, b, 106, 2, b"o\nthr", lines(&mut got));
+        // A retransmission of bytes seen, then one overlapping them.
+        s.segment(a, b, 106, 3, b"o\nthr", lines(&mut got));
+        s.segment(a, b, 109, 4, b"hree\n", lines(&mut got));
+        assert_eq!(got, vec![("one".into(), 1), ("two".into(), 1), ("three".into(), 2)]);
+        assert_eq!((s.gaps, s.dropped_bytes), (0, 0));
+    }
+
+    #[test]
+    fn a_gap_drops_the_held_bytes_and_starts_again() {
+        let (a, b) = (addr(1), addr(2));
+        let mut s = Streams::default();
+        let mut got = Vec::new();
+        s.segment(a, b, u32::MAX - 1, 1, b"hal", lines(&mut got));
+        // Sequence numbers wrap; 10 bytes after the expected one: a gap.
+        s.segment(a, b, 11, 2, b"next\n", lines(&mut got));
+        assert_eq!(got, vec![("next".into(), 2)]);
+        assert_eq!((s.gaps, s.dropped_bytes), (1, 3));
+    }
+
+    #[test]
+    fn held_bytes_are_bounded() {
+        let (a, b) = (addr(1), addr(2));
+        let mut s = Streams::default();
+        let mut got = Vec::new();
+        let big = vec![b'x'; 1000];
+        let mut seq = 0u32;
+        for i in 0..10 {
+            s.segment(a, b, seq, i, &big, lines(&mut got));
+            seq += 1000;
+        }
+        assert!(got.is_empty());
+        assert_eq!(s.dropped_bytes, 9000, "held up to MAX_HELD, then dropped");
+    }
+}
