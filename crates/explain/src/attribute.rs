@@ -398,16 +398,29 @@ pub fn explain_on_path(
 /// holding the frame; unknown, unexplained.
 fn relay_walk(tl: &Timeline, relay: &Probe, a: u64, e: u64, shift: u64, out: &mut Explanation) {
     let side = tl.side;
-    let mut put = |p: u64, q: u64, cause: Cause| out.push(p - shift, q - shift, side, cause);
+    // While the relay ran or waited on `cpu`, the time the hypervisor
+    // beneath took that CPU held the frame: steal, as for the probe.
+    let mut put_on = |cpu: Option<u16>, p: u64, q: u64, cause: Cause| match cpu {
+        Some(cpu) => tl.stolen_walk(cpu, p, q, |p, q, stolen| {
+            out.push(
+                p - shift,
+                q - shift,
+                side,
+                if stolen { Cause::Stolen { cpu } } else { cause },
+            )
+        }),
+        None => out.push(p - shift, q - shift, side, cause),
+    };
     let spans = &tl.lines[relay.line].spans;
     let by = Who::Thread(relay.tid);
     tl.line_walk(relay.line, a, e, |a, end, span| {
         let Some(i) = span else {
-            put(a, end, Cause::Unexplained { why: Gap::NotRecorded });
+            put_on(None, a, end, Cause::Unexplained { why: Gap::NotRecorded });
             return;
         };
         match spans[i].state {
-            State::Running { cpu } => put(
+            State::Running { cpu } => put_on(
+                Some(cpu),
                 a,
                 end,
                 Cause::Blocked {
@@ -429,9 +442,10 @@ fn relay_walk(tl: &Timeline, relay: &Probe, a: u64, e: u64, shift: u64, out: &mu
                         idle_elsewhere_ns: 0,
                     },
                 };
-                put(p, q, cause);
+                put_on(Some(cpu), p, q, cause);
             }),
-            State::Asleep { .. } => put(
+            State::Asleep { .. } => put_on(
+                None,
                 a,
                 end,
                 Cause::Blocked {
@@ -441,8 +455,8 @@ fn relay_walk(tl: &Timeline, relay: &Probe, a: u64, e: u64, shift: u64, out: &mu
                     irq: None,
                 },
             ),
-            State::Unknown => put(a, end, Cause::Unexplained { why: Gap::MissingEvent }),
-            State::Dead => put(a, end, Cause::Unexplained { why: Gap::NotRecorded }),
+            State::Unknown => put_on(None, a, end, Cause::Unexplained { why: Gap::MissingEvent }),
+            State::Dead => put_on(None, a, end, Cause::Unexplained { why: Gap::NotRecorded }),
         }
     });
 }
@@ -730,6 +744,48 @@ mod tests {
         assert_eq!(x.by_kind().iter().sum::<u64>(), x.lateness_ns());
     }
 
+    /// The relay running on CPU 1, busy with other frames.
+    fn relay_busy_on_cpu1() -> Cause {
+        Cause::Blocked {
+            on: BlockedOn::RelayQueue,
+            by: Who::Thread(RELAY),
+            cpu: Some(1),
+            irq: None,
+        }
+    }
+
+    fn causes(x: &Explanation) -> Vec<(u64, u64, Cause)> {
+        x.segments.iter().map(|s| (s.start_ns, s.end_ns, s.cause)).collect()
+    }
+
+    /// A relay carrying a frame on a vCPU the hypervisor took for 5 ms of
+    /// it: the frame waited for the steal, not for the relay's queue.
+    #[test]
+    fn a_relay_on_a_stolen_cpu_held_the_frame_for_the_steal() {
+        let events = [
+            wake(at(0), 0, PROBE, 0, 0),
+            switch(at(0), 0, 0, PROBE, 0, 0),
+            steal(at(0), 1, 1),
+            switch(at(0) + 500 * US, 1, 0, RELAY, 0, 0),
+            sleep(at(1), 0, PROBE, 0),
+            steal(at(30), 1, 1 + 5 * MS),
+            sleep(at(30), 1, RELAY, 0),
+        ];
+        let tl = timeline(2, &events, at(200));
+        let (probe, relay) = (tl.probe(PROBE).unwrap(), tl.probe(RELAY).unwrap());
+        let x = explain_arrival(&tl, &probe, Some(&relay), at(0), at(1), at(20), 10 * MS);
+        assert_tiles(&x);
+        let (queue, got) = (relay_busy_on_cpu1(), causes(&x));
+        assert_eq!(
+            got,
+            vec![
+                (at(0), at(1), Cause::OwnWork { cpu: 0 }),
+                (at(1), at(15), queue),
+                (at(15), at(20), Cause::Stolen { cpu: 1 }),
+            ]
+        );
+    }
+
     /// A request sent 1 ms late to a relay that then stopped for 139 ms
     /// past the frame's due time: 1 ms of the probe's own work, then the
     /// relay holding the frame asleep, then the relay running it out,
@@ -757,13 +813,7 @@ mod tests {
             cpu: None,
             irq: None,
         };
-        let queue = Cause::Blocked {
-            on: BlockedOn::RelayQueue,
-            by: Who::Thread(RELAY),
-            cpu: Some(1),
-            irq: None,
-        };
-        let got: Vec<(u64, u64, Cause)> = x.segments.iter().map(|s| (s.start_ns, s.end_ns, s.cause)).collect();
+        let (queue, got) = (relay_busy_on_cpu1(), causes(&x));
         assert_eq!(
             got,
             vec![

@@ -198,11 +198,11 @@ pub struct TenantExplanation {
     pub guest: bool,
     pub explanation: RunExplanation,
     /// A crawl's requests that arrived late at the gateway, explained
-    /// with the host I/O path's part (not on a flight recorder's windows).
+    /// with the host I/O path's part.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arrivals: Option<RunExplanation>,
     /// A crawl's requests whose answers came back late, explained with the
-    /// path's and the gateway's parts (not on a flight recorder's windows).
+    /// path's and the gateway's parts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answers: Option<RunExplanation>,
 }
@@ -343,25 +343,54 @@ pub(crate) fn explain_sets_on(
 }
 
 /// As [`explain_tenants`], on the stretches of windows a flight recorder
-/// kept (`summary::explain_stretches`), each read once for all tenants.
+/// kept (`summary::explain_stretches`), each read once for all tenants:
+/// their probes' late events, and a crawl's requests late at the gateway
+/// and answers back late with the path's part.
 pub fn explain_tenants_in(
     stretches: &[Vec<std::path::PathBuf>],
     dir: &Path,
     tenants: usize,
 ) -> Result<Option<RunExplanations>> {
+    use crate::summary::StretchSet;
     let sets = read_tenants(dir, tenants)?;
-    let refs: Vec<&LateSet> = sets.iter().map(|t| &t.late).collect();
-    let explained = crate::summary::explain_stretches(stretches, &refs);
+    let mut all = Vec::new();
+    for t in &sets {
+        all.push(StretchSet {
+            set: &t.late,
+            path: None,
+        });
+        if let Some(a) = &t.arrivals {
+            all.push(StretchSet {
+                set: &a.set,
+                path: Some(a.path()),
+            });
+        }
+        if let Some(a) = &t.answers {
+            all.push(StretchSet {
+                set: &a.set,
+                path: Some(a.path),
+            });
+        }
+    }
+    let mut explained = crate::summary::explain_stretches(stretches, &all).into_iter();
     let mut out = RunExplanations::default();
-    for (t, explanation) in sets.into_iter().zip(explained) {
+    for t in sets {
+        let mut next = || {
+            explained
+                .next()
+                .ok_or_else(|| anyhow::anyhow!("an explanation per set"))
+        };
+        let explanation = next()?;
+        let arrivals = t.arrivals.is_some().then(&mut next).transpose()?;
+        let answers = t.answers.is_some().then(&mut next).transpose()?;
         out.tenants.insert(
             t.name,
             TenantExplanation {
                 what: t.what.to_string(),
                 guest: false,
                 explanation,
-                arrivals: None,
-                answers: None,
+                arrivals,
+                answers,
             },
         );
     }

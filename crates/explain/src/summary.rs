@@ -384,16 +384,38 @@ const PIECE_WINDOWS: usize = 300;
 /// piece's end is explained on the next, with time before it.
 const PIECE_OVERLAP: usize = 10;
 
-/// Explains each set of late events (one per probe: `sets`) on the
-/// stretches of recording a flight recorder kept: each stretch its
-/// contiguous windows, in time order, read once (in pieces of at most
-/// [`PIECE_WINDOWS`]). An event is explained on the first piece that
-/// holds it whole, [planned, actual]; the events none holds are counted in
-/// a note, not explained. A piece that cannot be read is noted and
-/// skipped.
-pub fn explain_stretches(stretches: &[Vec<std::path::PathBuf>], sets: &[&LateSet]) -> Vec<RunExplanation> {
+/// A set of late events to explain on a flight recorder's windows: a
+/// probe's own (`path` None), or a crawl's requests on their way (its
+/// arrivals at the gateway or its answers back, over `path`), which the
+/// relay's time line explains too.
+#[derive(Clone, Copy)]
+pub struct StretchSet<'a> {
+    pub set: &'a LateSet,
+    pub path: Option<PathNominal>,
+}
+
+impl StretchSet<'_> {
+    /// The last time an event's explanation reads: a request's answer is
+    /// back a round trip and the gateway's delay after its `actual_ns`.
+    fn reach(&self, e: &ProbeEvent) -> u64 {
+        self.path.map_or(e.actual_ns, |p| {
+            e.actual_ns
+                .saturating_add(p.one_way_ns.saturating_mul(2))
+                .saturating_add(p.gateway_ns)
+        })
+    }
+}
+
+/// Explains each set of late events (`sets`) on the stretches of
+/// recording a flight recorder kept: each stretch its contiguous windows,
+/// in time order, read once (in pieces of at most [`PIECE_WINDOWS`]). An
+/// event is explained on the first piece that holds all it reads (its
+/// planned time to its actual one, and a request's way on the path); the
+/// events none holds are counted in a note, not explained. A piece that
+/// cannot be read is noted and skipped.
+pub fn explain_stretches(stretches: &[Vec<std::path::PathBuf>], sets: &[StretchSet]) -> Vec<RunExplanation> {
     let mut parts: Vec<Parts> = sets.iter().map(|_| Parts::default()).collect();
-    let mut placed: Vec<Vec<bool>> = sets.iter().map(|s| vec![false; s.events.len()]).collect();
+    let mut placed: Vec<Vec<bool>> = sets.iter().map(|s| vec![false; s.set.events.len()]).collect();
     let mut unreadable = Vec::new();
     for files in stretches {
         let mut at = 0;
@@ -414,17 +436,29 @@ pub fn explain_stretches(stretches: &[Vec<std::path::PathBuf>], sets: &[&LateSet
             let (start, end) = (rec.meta.start_ns, rec.end.as_ref().map_or(0, |e| e.end_ns));
             for ((set, placed), part) in sets.iter().zip(&mut placed).zip(&mut parts) {
                 let mine: Vec<ProbeEvent> = set
+                    .set
                     .events
                     .iter()
                     .zip(placed.iter_mut())
-                    .filter(|(e, done)| !**done && e.planned_ns >= start && e.actual_ns <= end)
+                    .filter(|(e, done)| !**done && e.planned_ns >= start && set.reach(e) <= end)
                     .map(|(e, done)| {
                         *done = true;
                         *e
                     })
                     .collect();
-                if !mine.is_empty() {
-                    part.explain(&rec, &mine);
+                if mine.is_empty() {
+                    continue;
+                }
+                match set.path {
+                    None => part.explain(&rec, &mine),
+                    Some(path) => {
+                        let relay = relay_tid(&rec);
+                        let mut tids = probe_tids(&mine);
+                        tids.extend(relay);
+                        let tl = Timeline::from_recording(&rec, &tids);
+                        let relay = relay.and_then(|t| tl.probe(t).ok());
+                        part.explain_path_on(&tl, &rec, &mine, relay.as_ref(), path);
+                    }
                 }
             }
         }
@@ -441,10 +475,10 @@ pub fn explain_stretches(stretches: &[Vec<std::path::PathBuf>], sets: &[&LateSet
             if outside > 0 {
                 part.notes.push(format!(
                     "{outside} of {} late events fall outside the windows the flight recorder kept: not explained",
-                    set.events.len()
+                    set.set.events.len()
                 ));
             }
-            part.summarize(set.late, set.threshold_ns, &set.threshold_from)
+            part.summarize(set.set.late, set.set.threshold_ns, &set.set.threshold_from)
         })
         .collect()
 }
@@ -467,6 +501,8 @@ struct Parts {
     /// Some recording had interrupt events, real-time classes.
     irqs: bool,
     rt_classes: bool,
+    /// Some recording was made by perf, which records no steal clock.
+    no_steal_clock: bool,
     /// Whether any recording was explained on.
     any: bool,
     repaired: u64,
@@ -518,6 +554,7 @@ impl Parts {
         self.any = true;
         self.irqs |= coverage.irqs;
         self.rt_classes |= coverage.rt_classes;
+        self.no_steal_clock |= rec.meta.mechanism == "perf";
         self.repaired += coverage.repaired;
         self.lost += rec.end.as_ref().map_or(0, |e| e.lost);
         let side = tl.side();
@@ -540,9 +577,9 @@ impl Parts {
         path: PathNominal,
     ) {
         self.end_ns = tl.end_ns();
-        if relay.is_none() {
-            self.notes
-                .push("the relay's thread is not in the recording: the path's part is unexplained".into());
+        let note = "the relay's thread is not in the recording: the path's part is unexplained";
+        if relay.is_none() && !self.notes.iter().any(|n| n == note) {
+            self.notes.push(note.into());
         }
         for e in events {
             let Ok(probe) = tl.probe(e.tid) else { continue };
@@ -561,6 +598,12 @@ impl Parts {
         if self.any && !self.rt_classes {
             unseen
                 .push("throttling: a throttled real-time probe shows as waiting behind the fair occupant".to_string());
+        }
+        if self.no_steal_clock {
+            unseen.push(
+                "steal (perf records no steal clock): on a VM, time its hypervisor took a CPU shows as the cause current then"
+                    .to_string(),
+            );
         }
         if self.repaired > 0 {
             // Which it was tells a full ring from events never emitted.
