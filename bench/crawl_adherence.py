@@ -121,18 +121,24 @@ def run_k6(a, rate, url, tmp, duration):
     return values, {"send_lag": histogram_of(lags_us, 1.0, unbounded=dropped)}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rates", default="1000,5000,10000")
-    ap.add_argument("--duration", type=int, default=12, help="seconds per tool per rate, at least")
-    ap.add_argument("--min-samples", type=int, default=100_000,
-                    help="run each rate long enough for this many planned polls")
-    ap.add_argument("--port", type=int, default=18080)
+def add_crawl_args(ap, port, duration, min_samples, per):
+    """The flags every crawler benchmark takes: how long each turn runs,
+    where the gateway and the crawler run, the tools, the output."""
+    ap.add_argument("--duration", type=int, default=duration, help=f"seconds per {per}, at least")
+    ap.add_argument("--min-samples", type=int, default=min_samples,
+                    help=f"run each {per} long enough for this many planned polls")
+    ap.add_argument("--port", type=int, default=port)
     ap.add_argument("--gateway-cpu", type=int, default=0)
     ap.add_argument("--crawler-cpu", type=int, default=1)
     ap.add_argument("--ontime", default=os.path.join(ROOT, "target", "release", "ontime"))
     ap.add_argument("--k6", default=shutil.which("k6") or os.path.expanduser("~/go/bin/k6"))
     ap.add_argument("--out", help="also write the result to this file")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rates", default="1000,5000,10000")
+    add_crawl_args(ap, port=18080, duration=12, min_samples=100_000, per="tool per rate")
     a = ap.parse_args()
     for path, hint in ((a.ontime, "cargo build --release"), (a.k6, "bench/install-peers.sh")):
         if not os.path.exists(path):

@@ -21,7 +21,7 @@ on that CPU, and <= 0.5 x k6's (HTTP).
 import argparse, json, math, os, shutil, signal, socket, subprocess, sys, tempfile, time
 
 from benchresult import BenchResult, children_cpu_s, histogram, maximum, quantile, ratio_of, value, value_of
-from crawl_adherence import run_k6
+from crawl_adherence import add_crawl_args, run_k6
 from cyclic_vs_cyclictest import parse_hist
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -100,15 +100,7 @@ def main():
     ap.add_argument("--protocols", default="http,modbus,bacnet")
     ap.add_argument("--rates", default="10000,50000")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--min-samples", type=int, default=200_000,
-                    help="run each turn long enough for this many planned polls")
-    ap.add_argument("--duration", type=int, default=10, help="seconds per turn, at least")
-    ap.add_argument("--port", type=int, default=18180)
-    ap.add_argument("--gateway-cpu", type=int, default=0)
-    ap.add_argument("--crawler-cpu", type=int, default=1)
-    ap.add_argument("--ontime", default=os.path.join(ROOT, "target", "release", "ontime"))
-    ap.add_argument("--k6", default=shutil.which("k6") or os.path.expanduser("~/go/bin/k6"))
-    ap.add_argument("--out", help="also write the result to this file")
+    add_crawl_args(ap, port=18180, duration=10, min_samples=200_000, per="turn")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench: run as root (SCHED_FIFO, mlockall)")

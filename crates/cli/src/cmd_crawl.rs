@@ -259,7 +259,11 @@ pub fn execute(
     if gateway.is_some() {
         // The local gateway starts after the plan is made: its devices'
         // APDU size is known, not asked.
-        for g in p.crawl.gateways.iter_mut().filter(|g| g.url.starts_with("bacnet://")) {
+        let bacnet = |url: &str| {
+            ontime_crawl::config::parse_url(url)
+                .is_ok_and(|t| matches!(t.protocol, ontime_crawl::config::Protocol::Bacnet { .. }))
+        };
+        for g in p.crawl.gateways.iter_mut().filter(|g| bacnet(&g.url)) {
             g.max_apdu.get_or_insert(ontime_gateway::bacnet::MAX_APDU);
         }
     }

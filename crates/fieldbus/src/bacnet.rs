@@ -744,12 +744,7 @@ fn unsigned(c: &[u8]) -> Result<u32, &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hex(s: &str) -> Vec<u8> {
-        s.split_whitespace()
-            .map(|b| u8::from_str_radix(b, 16).unwrap())
-            .collect()
-    }
+    use crate::hex;
 
     fn ai(i: u32) -> ObjectId {
         ObjectId::new(ObjectId::ANALOG_INPUT, i).unwrap()

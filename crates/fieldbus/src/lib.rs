@@ -9,3 +9,12 @@
 
 pub mod bacnet;
 pub mod modbus;
+
+/// A frame written as the hex bytes a capture shows ("00 01 ff"), for the
+/// codecs' tests against frames of independent implementations.
+#[cfg(test)]
+pub(crate) fn hex(s: &str) -> Vec<u8> {
+    s.split_whitespace()
+        .map(|b| u8::from_str_radix(b, 16).unwrap())
+        .collect()
+}

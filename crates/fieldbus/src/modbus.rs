@@ -270,12 +270,7 @@ pub fn exception_name(code: u8) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hex(s: &str) -> Vec<u8> {
-        s.split_whitespace()
-            .map(|b| u8::from_str_radix(b, 16).unwrap())
-            .collect()
-    }
+    use crate::hex;
 
     /// Frames exchanged with a pymodbus 3.16.1 server (unit 1, holding
     /// register i = i, input registers 2150).

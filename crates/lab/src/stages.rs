@@ -467,35 +467,29 @@ fn start_relay(c: &ontime_scenario::scenario::RunConfig, lab: &Lab, use_netem: b
 fn start_gateway(c: &ontime_scenario::scenario::RunConfig, lab: &mut Lab, dir: &Path, exe: &Path) -> Result<()> {
     let t = &c.tenant;
     if let Some(cr) = &t.crawl {
-        let points = (cr.rate * cr.points_per_request as f64 * cr.period as f64 / 1e9)
-            .ceil()
-            .max(1.0) as u64;
-        // BACnet/IP: a device per address, building i on port 47808 + i.
-        let bacnet = cr.protocol == ontime_scenario::scenario::CrawlProtocol::Bacnet;
-        let port = if bacnet {
-            ontime_fieldbus::bacnet::DEFAULT_PORT
-        } else {
-            8080
-        };
+        use ontime_scenario::scenario::CrawlProtocol;
+        // Building 0's port: BACnet/IP gives each building its own
+        // address (port 47808 + i); HTTP and Modbus serve all on one.
+        let (port, _) = c.gateway_port(0);
+        let bacnet = cr.protocol == CrawlProtocol::Bacnet;
         let mut config = ontime_gateway::config::GatewayConfig::generated(
             std::net::SocketAddr::from((names::building_addr(), port)),
             t.count as u32,
-            points.min(u32::MAX as u64) as u32,
+            c.gateway_points(),
             bacnet,
         );
         config.policy = c.host.gateway_policy;
+        config.protocol = match cr.protocol {
+            CrawlProtocol::Http => ontime_gateway::config::Protocol::Http,
+            CrawlProtocol::Modbus => ontime_gateway::config::Protocol::Modbus,
+            CrawlProtocol::Bacnet => ontime_gateway::config::Protocol::Bacnet,
+        };
         // A guest's clock is its own: its crawler's interval error is
         // judged again from the gateway's kernel receive stamps (the host's
-        // clock), so a drifting guest cannot hide an error. Modbus answers
-        // carry no receive time: the crawler judges its own sends, and
-        // the gateway's log the arrivals.
-        let modbus = cr.protocol == ontime_scenario::scenario::CrawlProtocol::Modbus;
-        if modbus {
-            config.protocol = ontime_gateway::config::Protocol::Modbus;
-        }
-        if bacnet {
-            config.protocol = ontime_gateway::config::Protocol::Bacnet;
-        }
+        // clock), so a drifting guest cannot hide an error. Modbus and
+        // BACnet answers carry no receive time: the crawler judges its own
+        // sends, and the gateway's log the arrivals.
+        let modbus = cr.protocol == CrawlProtocol::Modbus;
         if t.backend == Backend::Qemu || modbus || bacnet {
             config.log = Some(dir.join(GATEWAY_LOG));
         }

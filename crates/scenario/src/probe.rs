@@ -483,11 +483,7 @@ impl crate::scenario::RunConfig {
         };
         let (port, unit) = self.gateway_port(i);
         let host = ontime_core::names::building_addr().to_string();
-        let url = match cr.protocol {
-            crate::scenario::CrawlProtocol::Http => format!("http://{host}:{port}/b{i}"),
-            crate::scenario::CrawlProtocol::Modbus => format!("modbus://{host}:{port}/{unit}"),
-            crate::scenario::CrawlProtocol::Bacnet => format!("bacnet://{host}:{port}/{unit}"),
-        };
+        let url = self.gateway_url(i);
         vec![
             ("ONTIME_URL".into(), url),
             ("ONTIME_HOST".into(), host),
@@ -498,6 +494,18 @@ impl crate::scenario::RunConfig {
             ("ONTIME_DURATION_S".into(), format!("{}", self.duration as f64 / 1e9)),
             ("ONTIME_TENANT".into(), i.to_string()),
         ]
+    }
+
+    /// The URL ontime's crawler in tenant `i` polls: building i of the
+    /// gateway, over the crawl's protocol.
+    pub fn gateway_url(&self, i: usize) -> String {
+        let (port, unit) = self.gateway_port(i);
+        let host = ontime_core::names::building_addr();
+        match self.tenant.crawl.as_ref().map(|c| c.protocol) {
+            Some(crate::scenario::CrawlProtocol::Modbus) => format!("modbus://{host}:{port}/{unit}"),
+            Some(crate::scenario::CrawlProtocol::Bacnet) => format!("bacnet://{host}:{port}/{unit}"),
+            _ => format!("http://{host}:{port}/b{i}"),
+        }
     }
 
     /// Points each building's gateway serves: a crawl's polls in one
@@ -517,22 +525,7 @@ impl crate::scenario::RunConfig {
         let t = &self.tenant;
         let file = |suffix: &str| Some(dir.join(format!("t{i}.{suffix}")));
         if let Some(cr) = &t.crawl {
-            let url = match cr.protocol {
-                crate::scenario::CrawlProtocol::Http => {
-                    format!("http://{}:8080/b{i}", ontime_core::names::building_addr())
-                }
-                // The gateway's buildings are units 1.. in order.
-                crate::scenario::CrawlProtocol::Modbus => {
-                    format!("modbus://{}:8080/{}", ontime_core::names::building_addr(), i + 1)
-                }
-                // A device per address: building i on port 47808 + i.
-                crate::scenario::CrawlProtocol::Bacnet => format!(
-                    "bacnet://{}:{}/{}",
-                    ontime_core::names::building_addr(),
-                    ontime_fieldbus::bacnet::DEFAULT_PORT as usize + i,
-                    i + 1
-                ),
-            };
+            let url = self.gateway_url(i);
             if t.command.is_some() {
                 return Ok(Some(ProbeSpec::Wire(self.wire_probe(i, cr, dir))));
             }
