@@ -662,8 +662,8 @@ fn injected_cpu_bursts_are_charged_to_the_injector() {
 }
 
 /// With the flight recorder on, a run keeps only the windows around its
-/// late intervals, and its late polls are still explained on them, the
-/// injector named. Late is over 30 ms, so that only the 60-80 ms bursts
+/// late intervals, and its late polls, and their requests late at the
+/// gateway, are still explained on them, the injector named. Late is over 30 ms, so that only the 60-80 ms bursts
 /// trigger it on a busy host (a crawler on a shared CPU sees 5 ms often).
 #[test]
 fn the_flight_recorder_keeps_the_windows_around_late_polls_and_explains_them() {
@@ -700,6 +700,11 @@ fn the_flight_recorder_keeps_the_windows_around_late_polls_and_explains_them() {
     let top = &e["causes"][0];
     assert_eq!(top["cause"], "waited_for_cpu", "{e:#}");
     assert_eq!(top["culprit"]["comm"], "ontime-burst", "{e:#}");
+    // The requests late at the gateway are explained on the kept windows
+    // too, with the path's part.
+    let a = &x["tenants"]["t0"]["arrivals"];
+    assert!(a["explained"].as_u64().unwrap() > 0, "{a:#}");
+    assert_eq!(a["causes"][0]["culprit"]["comm"], "ontime-burst", "{a:#}");
 }
 
 /// A UDP flood received on the tenant's CPU is charged to the network's
