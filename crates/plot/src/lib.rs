@@ -46,26 +46,48 @@ pub enum XTicks {
     Duration,
 }
 
-/// Whether fewer of the chart's points lie in its upper left than in its
-/// upper right (the top third, the outer 40 % on each side): the legend
-/// goes where it covers the least data.
-fn fewer_points_upper_left(c: &Chart, xa: f64, xb: f64, y0: f64, y1: f64) -> bool {
-    let top = match c.y_scale {
-        Scale::Linear => y0 + (y1 - y0) * 2.0 / 3.0,
-        Scale::Log if y0 > 0.0 => y0 * (y1 / y0).powf(2.0 / 3.0),
+/// Where the legend goes and how high the y axis must reach for it to
+/// cover no point: the upper corner (left: true) whose points reach least
+/// high (the left one when `left_only`), and the axis top raised so those
+/// points stay below the legend. The legend is taken to span the outer
+/// `LEGEND_WIDTH` of the plot's width and `legend_share` of its height
+/// from the top.
+fn legend_room(
+    pts: &[(f64, f64)],
+    (xa, xb): (f64, f64),
+    (y0, y1): (f64, f64),
+    y_scale: Scale,
+    legend_share: f64,
+    left_only: bool,
+) -> (bool, f64) {
+    let (left, right) = (xa + (xb - xa) * LEGEND_WIDTH, xb - (xb - xa) * LEGEND_WIDTH);
+    let highest = |inside: &dyn Fn(f64) -> bool| {
+        pts.iter()
+            .filter(|p| inside(p.0))
+            .map(|p| p.1)
+            .fold(f64::NEG_INFINITY, f64::max)
+    };
+    let (l, r) = (highest(&|x| x <= left), highest(&|x| x >= right));
+    let on_left = left_only || l <= r;
+    let top = if on_left { l } else { r };
+    // The fraction of the axis below the legend must hold `top`.
+    let below = 1.0 - legend_share.clamp(0.0, 0.9);
+    let needed = match y_scale {
+        Scale::Linear => y0 + (top - y0) / below,
+        Scale::Log if top > y0 && y0 > 0.0 => y0 * (top / y0).powf(1.0 / below),
         Scale::Log => y1,
     };
-    let (left, right) = (xa + (xb - xa) * 0.4, xb - (xb - xa) * 0.4);
-    let upper = c.series.iter().flat_map(|s| s.1.iter()).filter(|p| p.1 >= top);
-    let (mut l, mut r) = (0, 0);
-    for p in upper {
-        if p.0 <= left {
-            l += 1;
-        } else if p.0 >= right {
-            r += 1;
-        }
-    }
-    l < r
+    (on_left, if needed.is_finite() { y1.max(needed) } else { y1 })
+}
+
+/// The share of the plot's width a legend takes at most, from its side.
+const LEGEND_WIDTH: f64 = 0.3;
+
+/// The share of a `height` px chart's plot area a legend of `entries`
+/// takes: about 20 px an entry and 20 px of frame, of the height less the
+/// caption and the x labels (about 100 px).
+fn legend_share(entries: usize, height: u32) -> f64 {
+    (entries as f64 * 20.0 + 20.0) / (height as f64 - 100.0).max(100.0)
 }
 
 /// A vertical bar at x from low to high: (x, low, high).
@@ -224,6 +246,17 @@ where
         Scale::Linear => (x0 - pad, x1 + pad),
         Scale::Log => (x0.max(1e-3), x1 * 1.3),
     };
+    // No legend covers data: it goes to the emptier upper corner, and the
+    // axis reaches high enough to leave it room.
+    let entries = c.series.len() + usize::from(c.limit.is_some());
+    let (legend_left, y1) = legend_room(
+        &pts,
+        (xa, xb),
+        (y0, y1),
+        c.y_scale,
+        legend_share(entries, c.size.1),
+        c.legend_left,
+    );
     let mut b = ChartBuilder::on(&root);
     b.caption(&c.title, ("sans-serif", 20))
         .margin(12)
@@ -320,7 +353,7 @@ where
             }
             chart
                 .configure_series_labels()
-                .position(if c.legend_left || fewer_points_upper_left(c, xa, xb, y0, y1) {
+                .position(if legend_left {
                     SeriesLabelPosition::UpperLeft
                 } else {
                     SeriesLabelPosition::UpperRight
@@ -429,14 +462,22 @@ mod category_tests {
     }
 
     #[test]
-    fn the_legend_goes_where_fewer_points_are() {
-        let c = variants();
-        // The tallest point (284 ms) is at the right: the legend goes left.
-        assert!(fewer_points_upper_left(&c, -0.5, 2.5, 10.0, 600.0));
-        let mut c = variants();
-        c.series[1].1[0].1 = 500.0;
-        c.series[1].1[2].1 = 20.0;
-        assert!(!fewer_points_upper_left(&c, -0.5, 2.5, 10.0, 600.0));
+    fn the_legend_goes_where_points_reach_least_high_and_covers_none() {
+        let pts = [(0.0, 10.0), (1.0, 50.0), (2.0, 284.0)];
+        // The tallest point is at the right: the legend goes left, and the
+        // axis is as it was (the left point is low).
+        let (left, top) = legend_room(&pts, (-0.5, 2.5), (0.0, 312.0), Scale::Linear, 0.3, false);
+        assert!(left);
+        assert_eq!(top, 312.0);
+        // Both corners high: the lower one, and the axis raised so the
+        // point stays under the legend's 30 %.
+        let pts = [(0.0, 300.0), (1.0, 50.0), (2.0, 284.0)];
+        let (left, top) = legend_room(&pts, (-0.5, 2.5), (0.0, 330.0), Scale::Linear, 0.3, false);
+        assert!(!left);
+        assert!((top * 0.7 - 284.0).abs() < 1e-6, "{top}");
+        // On a log axis, in log space.
+        let (_, top) = legend_room(&pts, (-0.5, 2.5), (1.0, 600.0), Scale::Log, 0.5, true);
+        assert!((top.ln() * 0.5 - 300f64.ln()).abs() < 1e-9, "{top}");
     }
 }
 
