@@ -227,24 +227,33 @@ impl Wire {
         let mut streams = std::mem::take(&mut self.streams);
         if self.ports.modbus.contains(&dp) {
             streams.segment(src, dst, seq, ns, payload, |b, first| {
-                self.modbus_requests(first, src, dst, b)
+                self.modbus_requests((first, ns), src, dst, b)
             });
         } else if self.ports.modbus.contains(&sp) {
             streams.segment(src, dst, seq, ns, payload, |b, _| self.modbus_answers(ns, src, dst, b));
         } else if self.ports.http.contains(&dp) {
             streams.segment(src, dst, seq, ns, payload, |b, first| {
-                self.http_requests(first, src, dst, b)
+                self.http_requests((first, ns), src, dst, b)
             });
-        } else if self.ports.http.contains(&sp) && payload.starts_with(b"HTTP/1.") {
-            let answered = self.http_open.get_mut(&(dst, src)).and_then(|q| q.pop_front());
-            self.answered(ns, answered, Protocol::Http);
+        } else if self.ports.http.contains(&sp) {
+            streams.segment(src, dst, seq, ns, payload, |b, first| {
+                self.http_answers((first, ns), src, dst, b)
+            });
         }
         self.streams = streams;
     }
 
-    /// Modbus/TCP requests at the head of `p`, the first sent at `ns`.
-    fn modbus_requests(&mut self, ns: u64, client: SocketAddr, server: SocketAddr, p: &[u8]) -> stream::Decoded {
-        modbus_frames(p, |frame| {
+    /// Modbus/TCP requests at the head of `p`: the first sent at
+    /// `first`, the others (begun in this segment) at `ns`.
+    fn modbus_requests(
+        &mut self,
+        (first, now): (u64, u64),
+        client: SocketAddr,
+        server: SocketAddr,
+        p: &[u8],
+    ) -> stream::Decoded {
+        modbus_frames(p, |frame, at| {
+            let ns = if at == 0 { first } else { now };
             let Ok(read) = modbus::parse_read(frame) else {
                 return;
             };
@@ -262,7 +271,7 @@ impl Wire {
 
     /// Modbus/TCP answers at the head of `p`, the last byte in at `ns`.
     fn modbus_answers(&mut self, ns: u64, server: SocketAddr, client: SocketAddr, p: &[u8]) -> stream::Decoded {
-        modbus_frames(p, |frame| {
+        modbus_frames(p, |frame, _| {
             let t = modbus::transaction(frame);
             let sent = self.open.remove(&OpenKey::Modbus(client, server, t));
             self.answered(ns, sent, Protocol::Modbus);
@@ -313,40 +322,17 @@ impl Wire {
     }
 
     /// HTTP/1.1 requests at the head of `p` (pipelined ones one after
-    /// another), the first sent at `ns`: each a request line, headers and
-    /// a body of its Content-Length.
-    fn http_requests(&mut self, ns: u64, client: SocketAddr, server: SocketAddr, p: &[u8]) -> stream::Decoded {
-        let mut used = 0;
-        while used < p.len() {
-            let rest = &p[used..];
-            let Some(end) = find(rest, b"\r\n") else {
-                // A request line is short; a long run without one is not.
-                return if rest.len() > MAX_REQUEST_LINE {
-                    stream::Decoded::OutOfStep
-                } else {
-                    stream::Decoded::Consumed(used)
-                };
-            };
-            let line = &rest[..end];
-            if !is_request_line(line) {
-                return if used == 0 {
-                    stream::Decoded::OutOfStep
-                } else {
-                    stream::Decoded::Consumed(used)
-                };
-            }
-            let Some(head) = find(rest, b"\r\n\r\n").map(|h| h + 4) else {
-                return stream::Decoded::Consumed(used);
-            };
-            let whole = match body_length(&rest[end + 2..head]) {
-                Some(body) => head.saturating_add(body),
-                // A chunked body is not followed: the segment's end is
-                // taken as the request's.
-                None => rest.len(),
-            };
-            if whole > rest.len() {
-                return stream::Decoded::Consumed(used);
-            }
+    /// another), each counted at its head, its body (Content-Length)
+    /// skipped: the first sent at `first`, the others at `now`.
+    fn http_requests(
+        &mut self,
+        (first, now): (u64, u64),
+        client: SocketAddr,
+        server: SocketAddr,
+        p: &[u8],
+    ) -> stream::Decoded {
+        http_messages(p, is_request_line, |line, at| {
+            let ns = if at == 0 { first } else { now };
             self.requests.add(Protocol::Http);
             let q = self.http_open.entry((client, server)).or_default();
             if q.len() < 64 {
@@ -360,9 +346,24 @@ impl Wire {
                     String::from_utf8_lossy(&line[..line.len().min(200)])
                 )
             });
-            used += whole;
-        }
-        stream::Decoded::Consumed(used)
+        })
+    }
+
+    /// HTTP/1.1 answers at the head of `p`, matched to the connection's
+    /// requests in order: the first's head in at `first`, the others' at
+    /// `now`.
+    fn http_answers(
+        &mut self,
+        (first, now): (u64, u64),
+        server: SocketAddr,
+        client: SocketAddr,
+        p: &[u8],
+    ) -> stream::Decoded {
+        http_messages(p, is_status_line, |_, at| {
+            let ns = if at == 0 { first } else { now };
+            let answered = self.http_open.get_mut(&(client, server)).and_then(|q| q.pop_front());
+            self.answered(ns, answered, Protocol::Http);
+        })
     }
 
     fn open_request(&mut self, key: OpenKey, ns: u64) {
@@ -595,17 +596,27 @@ pub fn record(
 /// and the period is the slope of time over slot, least squares, which
 /// no single late request moves much.
 fn settle(p: &mut Point, pooled: &mut LatencyHistogram, missed: &mut u64) {
-    let gaps: Vec<u64> = p.first.windows(2).map(|w| w[1].saturating_sub(w[0])).collect();
-    let mut sorted = gaps.clone();
-    sorted.sort_unstable();
-    let Some(&median) = sorted.get(sorted.len() / 2) else {
+    let Some(period) = infer_period(&p.first) else {
         return;
     };
-    let median = median.max(1);
-    let t0 = p.first[0];
+    p.period_ns = Some(period);
+    for t in std::mem::take(&mut p.first) {
+        step(p, t, pooled, missed);
+    }
+}
+
+/// The period of requests at `times` (ascending, at least two), as
+/// `wire` infers a point's: each put in its slot by gaps rounded to
+/// whole medians, the period the least-squares slope of time over slot.
+pub fn infer_period(times: &[u64]) -> Option<u64> {
+    let gaps: Vec<u64> = times.windows(2).map(|w| w[1].saturating_sub(w[0])).collect();
+    let mut sorted = gaps.clone();
+    sorted.sort_unstable();
+    let median = (*sorted.get(sorted.len() / 2)?).max(1);
+    let t0 = times[0];
     let mut slot = 0u64;
     let points: Vec<(f64, f64)> = std::iter::once((0.0, 0.0))
-        .chain(p.first[1..].iter().zip(&gaps).map(|(&t, &g)| {
+        .chain(times[1..].iter().zip(&gaps).map(|(&t, &g)| {
             slot += ((g as f64 / median as f64).round() as u64).max(1);
             (slot as f64, (t - t0) as f64)
         }))
@@ -618,10 +629,7 @@ fn settle(p: &mut Point, pooled: &mut LatencyHistogram, missed: &mut u64) {
     let sxx: f64 = points.iter().map(|x| (x.0 - mk) * (x.0 - mk)).sum();
     let sxy: f64 = points.iter().map(|x| (x.0 - mk) * (x.1 - mt)).sum();
     let slope = if sxx > 0.0 { sxy / sxx } else { median as f64 };
-    p.period_ns = Some((slope.round() as u64).max(1));
-    for t in std::mem::take(&mut p.first) {
-        step(p, t, pooled, missed);
-    }
+    Some((slope.round() as u64).max(1))
 }
 
 /// One request of a point whose period is known.
@@ -729,13 +737,14 @@ fn transport(f: &[u8]) -> Option<Transport<'_>> {
     }
 }
 
-/// Calls `each` with every whole Modbus/TCP frame at the head of `p`.
-fn modbus_frames(p: &[u8], mut each: impl FnMut(&[u8])) -> stream::Decoded {
+/// Calls `each` with every whole Modbus/TCP frame at the head of `p`
+/// and where it starts.
+fn modbus_frames(p: &[u8], mut each: impl FnMut(&[u8], usize)) -> stream::Decoded {
     let mut used = 0;
     loop {
         match modbus::frame(&p[used..]) {
             modbus::Frame::Complete(n) => {
-                each(&p[used..used + n]);
+                each(&p[used..used + n], used);
                 used += n;
             }
             modbus::Frame::Partial => return stream::Decoded::Consumed(used),
@@ -751,8 +760,58 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-/// A request line's bytes at most: longer is not a poller's request.
-const MAX_REQUEST_LINE: usize = 2048;
+/// An HTTP/1.1 message head's bytes at most (its start line and
+/// headers): longer is not a poller's request or its answer.
+const MAX_HEAD: usize = 8_192;
+
+/// Calls `each(start line, where it starts)` for every HTTP/1.1
+/// message at the head of `p` whose start line `is_start` accepts, as soon
+/// as its head is in; its body (by Content-Length, or a chunked one whole
+/// in `p`) is then skipped, held or not. A body of unknown length (chunks
+/// not all here, or until the connection closes) runs to the end of `p`.
+fn http_messages(p: &[u8], is_start: fn(&[u8]) -> bool, mut each: impl FnMut(&[u8], usize)) -> stream::Decoded {
+    let mut used = 0;
+    while used < p.len() {
+        let rest = &p[used..];
+        let Some(line_end) = find(rest, b"\r\n") else {
+            return partial_or_out_of_step(rest, used);
+        };
+        if !is_start(&rest[..line_end]) {
+            return if used == 0 {
+                stream::Decoded::OutOfStep
+            } else {
+                stream::Decoded::Consumed(used)
+            };
+        }
+        let Some(head) = find(rest, b"\r\n\r\n").map(|h| h + 4) else {
+            return partial_or_out_of_step(rest, used);
+        };
+        each(&rest[..line_end], used);
+        let body = match body_of(&rest[..line_end], &rest[line_end + 2..head]) {
+            Body::Length(n) => n,
+            Body::Chunked => match chunked_length(&rest[head..]) {
+                Some(n) => n,
+                None => return stream::Decoded::Consumed(p.len()),
+            },
+            Body::UntilClose => return stream::Decoded::Consumed(p.len()),
+        };
+        used = used.saturating_add(head).saturating_add(body);
+    }
+    stream::Decoded::Consumed(used)
+}
+
+/// An incomplete head: held, unless it is already longer than any head.
+fn partial_or_out_of_step(rest: &[u8], used: usize) -> stream::Decoded {
+    if rest.len() > MAX_HEAD {
+        if used == 0 {
+            stream::Decoded::OutOfStep
+        } else {
+            stream::Decoded::Consumed(used)
+        }
+    } else {
+        stream::Decoded::Consumed(used)
+    }
+}
 
 /// `METHOD TARGET HTTP/1.x`.
 fn is_request_line(line: &[u8]) -> bool {
@@ -764,23 +823,74 @@ fn is_request_line(line: &[u8]) -> bool {
     version.starts_with(b"HTTP/1.") && !method.is_empty() && method.iter().all(u8::is_ascii_uppercase)
 }
 
-/// The body length the headers (each line ending CRLF) give: 0 without
-/// Content-Length, None for a chunked body.
-fn body_length(headers: &[u8]) -> Option<usize> {
-    let mut length = 0;
+/// `HTTP/1.x CODE REASON`.
+fn is_status_line(line: &[u8]) -> bool {
+    line.starts_with(b"HTTP/1.")
+        && line.get(8) == Some(&b' ')
+        && line.get(9..12).is_some_and(|c| c.iter().all(u8::is_ascii_digit))
+}
+
+/// How an HTTP/1.1 message's body ends.
+enum Body {
+    Length(usize),
+    Chunked,
+    UntilClose,
+}
+
+/// The body its start line and headers (each line ending CRLF) give: an
+/// answer's to a 1xx, 204 or 304 is empty; a request without a length
+/// has none; an answer without one runs until the connection closes.
+fn body_of(start: &[u8], headers: &[u8]) -> Body {
+    if start.starts_with(b"HTTP/1.") {
+        let code = start.get(9..12).unwrap_or(b"");
+        if code.first() == Some(&b'1') || code == b"204" || code == b"304" {
+            return Body::Length(0);
+        }
+    }
+    let mut length = None;
     for h in headers.split(|&b| b == b'\n') {
         let Some(colon) = h.iter().position(|&b| b == b':') else {
             continue;
         };
         let (name, value) = (&h[..colon], h[colon + 1..].trim_ascii());
         if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            return None;
+            return Body::Chunked;
         }
         if name.eq_ignore_ascii_case(b"content-length") {
-            length = std::str::from_utf8(value).ok()?.parse().ok()?;
+            length = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
         }
     }
-    Some(length)
+    match length {
+        Some(n) => Body::Length(n),
+        None if start.starts_with(b"HTTP/1.") => Body::UntilClose,
+        None => Body::Length(0),
+    }
+}
+
+/// The length of a chunked body at the head of `b` when all of it is
+/// there (its last chunk and trailers too), else None.
+fn chunked_length(b: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    loop {
+        let line = find(&b[at..], b"\r\n")?;
+        let size = std::str::from_utf8(&b[at..at + line]).ok()?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        at += line + 2;
+        if size == 0 {
+            // Trailers, each ending CRLF, then an empty line.
+            loop {
+                let end = find(&b[at..], b"\r\n")?;
+                at += end + 2;
+                if end == 0 {
+                    return Some(at);
+                }
+            }
+        }
+        at = at.checked_add(size)?.checked_add(2)?;
+        if at > b.len() {
+            return None;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -941,7 +1051,8 @@ mod tests {
     }
 
     /// Pipelined HTTP requests in one segment are each a request; one
-    /// split after its request line, with a body, is one.
+    /// split after its request line, with a body, is one; their answers
+    /// are framed the same way and matched in order.
     #[test]
     fn pipelined_and_split_http_requests_are_each_counted() {
         let mut w = Wire::new(Ports::default(), Some(10 * MS));
@@ -965,8 +1076,34 @@ mod tests {
                 b"Content-Length: 5\r\n\r\nabcdeGET /a HTTP/1.1\r\n\r\n",
             ),
         );
+        // Their answers: two in a segment, a body over two segments, a
+        // chunked one and an empty one, matched in order.
+        let mut back = 1;
+        w.frame(
+            3 * MS,
+            &tcp(
+                &mut back,
+                80,
+                50001,
+                b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabcHTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n01234",
+            ),
+        );
+        w.frame(
+            4 * MS,
+            &tcp(
+                &mut back,
+                80,
+                50001,
+                b"56789HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+            ),
+        );
+        w.frame(5 * MS, &tcp(&mut back, 80, 50001, b"HTTP/1.1 204 No Content\r\n\r\n"));
         let r = w.finish(manifest(), "lo".into(), 0, false, None);
         assert_eq!(r.requests.http, 4);
+        assert_eq!((r.answers.http, r.unanswered, r.unmatched_answers), (4, 0, 0));
+        assert_eq!((r.stream_gaps, r.stream_dropped_bytes), (0, 0));
+        // Response times: 3 ms (sent at 0), 3, 2 (sent at 2 ms) and 3.
+        assert_eq!(r.response_time.max_ns, Some(3 * MS));
         let names: Vec<(&str, u64)> = r.points.iter().map(|p| (p.point.as_str(), p.requests)).collect();
         assert_eq!(
             names,

@@ -3,8 +3,9 @@
 //! and one segment holding several requests yields each. A message is
 //! stamped with the frame that carried its first byte.
 //!
-//! A segment already seen (a retransmission) is skipped, an overlapping
-//! one trimmed. A gap (a segment the capture missed, or a stream first
+//! A decoder that has read a message's head may skip its body, however
+//! long, without holding it. A segment already seen (a retransmission) is
+//! skipped, an overlapping one trimmed. A gap (a segment the capture missed, or a stream first
 //! seen in the middle) drops what was held and starts again at the new
 //! segment: decoders resynchronise at the next message boundary they
 //! recognise. Memory is bounded: at most [`MAX_FLOWS`] directions are
@@ -23,7 +24,8 @@ pub const MAX_HELD: usize = 8_192;
 /// What a decoder made of the bytes it was given.
 pub enum Decoded {
     /// The first n bytes were whole messages; the rest is the start of
-    /// one still incomplete.
+    /// one still incomplete. Past the bytes given, n skips that many more
+    /// of the stream (the rest of a body).
     Consumed(usize),
     /// The bytes are not this protocol's (out of step): drop them all.
     OutOfStep,
@@ -36,6 +38,8 @@ struct Flow {
     /// An incomplete message's bytes so far, and the stamp of its first.
     held: Vec<u8>,
     held_ns: u64,
+    /// Bytes still to skip (a body whose head was decoded).
+    skip: usize,
 }
 
 /// Every followed direction's state.
@@ -52,7 +56,8 @@ impl Streams {
     /// A segment of `src` -> `dst` starting at sequence number `seq`,
     /// stamped `ns`: calls `decode(bytes, first_ns)` with the bytes now in
     /// order and not yet decoded (held ones first), `first_ns` the stamp
-    /// of the first of them; keeps what it leaves for the next segment.
+    /// of the first of them (a message after the first in them began in
+    /// this segment); keeps what it leaves for the next segment.
     pub fn segment(
         &mut self,
         src: SocketAddr,
@@ -83,13 +88,21 @@ impl Streams {
                 self.gaps += 1;
                 self.dropped_bytes += flow.held.len() as u64;
                 flow.held.clear();
+                flow.skip = 0;
             }
             payload
         };
         flow.next = end;
+        let skipped = flow.skip.min(payload.len());
+        flow.skip -= skipped;
+        let payload = &payload[skipped..];
+        if payload.is_empty() {
+            return;
+        }
         if flow.held.is_empty() {
             match decode(payload, ns) {
                 Decoded::Consumed(n) => {
+                    flow.skip = n.saturating_sub(payload.len());
                     let rest = &payload[n.min(payload.len())..];
                     if rest.len() > MAX_HELD {
                         self.dropped_bytes += rest.len() as u64;
@@ -105,6 +118,7 @@ impl Streams {
         flow.held.extend_from_slice(payload);
         match decode(&flow.held, flow.held_ns) {
             Decoded::Consumed(n) => {
+                flow.skip = n.saturating_sub(flow.held.len());
                 flow.held.drain(..n.min(flow.held.len()));
                 // What is left began in this segment, unless nothing was
                 // consumed (the held message is still incomplete).
@@ -168,6 +182,29 @@ mod tests {
         s.segment(a, b, 11, 2, b"next\n", lines(&mut got));
         assert_eq!(got, vec![("next".into(), 2)]);
         assert_eq!((s.gaps, s.dropped_bytes), (1, 3));
+    }
+
+    /// A decoder that reads a length and skips that many bytes, held or
+    /// in segments to come.
+    #[test]
+    fn a_body_is_skipped_across_segments() {
+        let (a, b) = (addr(1), addr(2));
+        let mut s = Streams::default();
+        let mut heads = Vec::new();
+        // Messages: a digit n, then n bytes of body.
+        let mut decode = |b: &[u8], ns: u64| {
+            let mut used = 0;
+            while let Some(&d) = b.get(used) {
+                heads.push(ns);
+                used += 1 + (d - b'0') as usize;
+            }
+            Decoded::Consumed(used)
+        };
+        s.segment(a, b, 0, 1, b"9abc", &mut decode);
+        s.segment(a, b, 4, 2, b"def", &mut decode);
+        s.segment(a, b, 7, 3, b"ghi2xy0", &mut decode);
+        assert_eq!(heads, vec![1, 3, 3]);
+        assert_eq!((s.gaps, s.dropped_bytes), (0, 0));
     }
 
     #[test]
