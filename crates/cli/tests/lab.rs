@@ -923,7 +923,14 @@ fn a_third_party_poller_in_a_tenant_is_measured_from_its_packets() {
     let log = own.percentile(50.0).unwrap();
     for p in points {
         assert_eq!(p["requests"].as_u64(), Some(times.len() as u64), "{p}");
-        assert_eq!(p["missed"].as_u64(), Some(skipped), "{p}");
+        // A gap of about one and a half periods may round one way in the
+        // log and the other on the wire.
+        let missed = p["missed"].as_u64().unwrap();
+        let ambiguous = ontime_testkit::ambiguous_gaps(&times, 20_000_000, 2_000_000);
+        assert!(
+            missed.abs_diff(skipped) <= ambiguous,
+            "{missed} missed on the wire, {skipped} in the log, {ambiguous} gaps could round either way: {p}"
+        );
         let wire = p50(&p["interval_error"]);
         assert!(
             wire.abs_diff(log) <= (log / 10).max(200_000),
