@@ -312,7 +312,7 @@ fn write_perfetto(rec: &Recording, x: RunExplanation, perfetto: Option<&Path>) -
 /// On the windows the flight recorder kept; the trace covers the stretch
 /// holding the worst event.
 fn explain_kept(kept: &Kept, late: &LateSet, perfetto: Option<&Path>) -> Result<RunExplanation> {
-    let set = ontime_explain::summary::StretchSet { set: late, path: None };
+    let set = ontime_explain::summary::StretchSet::probe(late);
     let mut x = ontime_explain::summary::explain_stretches(&kept.stretches, &[set])
         .pop()
         .ok_or_else(|| anyhow::anyhow!("no explanation"))?;

@@ -355,22 +355,9 @@ pub fn explain_tenants_in(
     let sets = read_tenants(dir, tenants)?;
     let mut all = Vec::new();
     for t in &sets {
-        all.push(StretchSet {
-            set: &t.late,
-            path: None,
-        });
-        if let Some(a) = &t.arrivals {
-            all.push(StretchSet {
-                set: &a.set,
-                path: Some(a.path()),
-            });
-        }
-        if let Some(a) = &t.answers {
-            all.push(StretchSet {
-                set: &a.set,
-                path: Some(a.path),
-            });
-        }
+        all.push(StretchSet::probe(&t.late));
+        all.extend(t.arrivals.as_ref().map(StretchSet::arrivals));
+        all.extend(t.answers.as_ref().map(StretchSet::answers));
     }
     let mut explained = crate::summary::explain_stretches(stretches, &all).into_iter();
     let mut out = RunExplanations::default();

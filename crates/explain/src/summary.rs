@@ -394,13 +394,36 @@ pub struct StretchSet<'a> {
     pub path: Option<PathNominal>,
 }
 
-impl StretchSet<'_> {
-    /// The last time an event's explanation reads: a request's answer is
-    /// back a round trip and the gateway's delay after its `actual_ns`.
+impl<'a> StretchSet<'a> {
+    pub fn probe(set: &'a LateSet) -> Self {
+        StretchSet { set, path: None }
+    }
+
+    pub fn arrivals(a: &'a LateArrivals) -> Self {
+        StretchSet {
+            set: &a.set,
+            path: Some(a.path()),
+        }
+    }
+
+    pub fn answers(a: &'a LateAnswers) -> Self {
+        StretchSet {
+            set: &a.set,
+            path: Some(a.path),
+        }
+    }
+
+    /// The last time an event's explanation reads. An arrival's
+    /// `actual_ns` is its receive stamp less one way, read to the stamp;
+    /// an answer's is its return less the round trip and the gateway's
+    /// delay, read to its return. Arrivals carry no gateway delay
+    /// (`LateArrivals::path`), so one way it is.
     fn reach(&self, e: &ProbeEvent) -> u64 {
         self.path.map_or(e.actual_ns, |p| {
+            let back = if e.gateway.is_some() { p.one_way_ns } else { 0 };
             e.actual_ns
-                .saturating_add(p.one_way_ns.saturating_mul(2))
+                .saturating_add(p.one_way_ns)
+                .saturating_add(back)
                 .saturating_add(p.gateway_ns)
         })
     }

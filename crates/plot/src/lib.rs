@@ -56,22 +56,28 @@ fn legend_room(
     pts: &[(f64, f64)],
     (xa, xb): (f64, f64),
     (y0, y1): (f64, f64),
-    y_scale: Scale,
+    (x_scale, y_scale): (Scale, Scale),
     legend_share: f64,
     left_only: bool,
 ) -> (bool, f64) {
-    let (left, right) = (xa + (xb - xa) * LEGEND_WIDTH, xb - (xb - xa) * LEGEND_WIDTH);
+    // Where a point lies across the plot, 0 to 1, as the axis draws it.
+    let across = |x: f64| match x_scale {
+        Scale::Log if xa > 0.0 && xb > xa && x > 0.0 => (x / xa).ln() / (xb / xa).ln(),
+        _ if xb > xa => (x - xa) / (xb - xa),
+        _ => 0.5,
+    };
     let highest = |inside: &dyn Fn(f64) -> bool| {
         pts.iter()
-            .filter(|p| inside(p.0))
+            .filter(|p| p.1.is_finite() && inside(across(p.0)))
             .map(|p| p.1)
             .fold(f64::NEG_INFINITY, f64::max)
     };
-    let (l, r) = (highest(&|x| x <= left), highest(&|x| x >= right));
+    let (l, r) = (highest(&|f| f <= LEGEND_WIDTH), highest(&|f| f >= 1.0 - LEGEND_WIDTH));
     let on_left = left_only || l <= r;
     let top = if on_left { l } else { r };
-    // The fraction of the axis below the legend must hold `top`.
-    let below = 1.0 - legend_share.clamp(0.0, 0.9);
+    // The fraction of the axis below the legend must hold `top`; a legend
+    // taller than half the plot is let cover some rather than flatten it.
+    let below = 1.0 - legend_share.clamp(0.0, 0.5);
     let needed = match y_scale {
         Scale::Linear => y0 + (top - y0) / below,
         Scale::Log if top > y0 && y0 > 0.0 => y0 * (top / y0).powf(1.0 / below),
@@ -249,11 +255,14 @@ where
     // No legend covers data: it goes to the emptier upper corner, and the
     // axis reaches high enough to leave it room.
     let entries = c.series.len() + usize::from(c.limit.is_some());
+    let mut under = pts;
+    // The limit line runs the whole width, under either corner.
+    under.extend(c.limit.iter().flat_map(|&(_, l)| [(xa, l), (xb, l)]));
     let (legend_left, y1) = legend_room(
-        &pts,
+        &under,
         (xa, xb),
         (y0, y1),
-        c.y_scale,
+        (c.x_scale, c.y_scale),
         legend_share(entries, c.size.1),
         c.legend_left,
     );
@@ -466,18 +475,24 @@ mod category_tests {
         let pts = [(0.0, 10.0), (1.0, 50.0), (2.0, 284.0)];
         // The tallest point is at the right: the legend goes left, and the
         // axis is as it was (the left point is low).
-        let (left, top) = legend_room(&pts, (-0.5, 2.5), (0.0, 312.0), Scale::Linear, 0.3, false);
+        const LIN: (Scale, Scale) = (Scale::Linear, Scale::Linear);
+        let (left, top) = legend_room(&pts, (-0.5, 2.5), (0.0, 312.0), LIN, 0.3, false);
         assert!(left);
         assert_eq!(top, 312.0);
         // Both corners high: the lower one, and the axis raised so the
         // point stays under the legend's 30 %.
         let pts = [(0.0, 300.0), (1.0, 50.0), (2.0, 284.0)];
-        let (left, top) = legend_room(&pts, (-0.5, 2.5), (0.0, 330.0), Scale::Linear, 0.3, false);
+        let (left, top) = legend_room(&pts, (-0.5, 2.5), (0.0, 330.0), LIN, 0.3, false);
         assert!(!left);
         assert!((top * 0.7 - 284.0).abs() < 1e-6, "{top}");
         // On a log axis, in log space.
-        let (_, top) = legend_room(&pts, (-0.5, 2.5), (1.0, 600.0), Scale::Log, 0.5, true);
+        let (_, top) = legend_room(&pts, (-0.5, 2.5), (1.0, 600.0), (Scale::Linear, Scale::Log), 0.5, true);
         assert!((top.ln() * 0.5 - 300f64.ln()).abs() < 1e-9, "{top}");
+        // On a log x axis, a point at 100 of 1e-3..1e3 is 83 % across:
+        // under a legend on the right.
+        let pts = [(1e-2, 1.0), (100.0, 50.0)];
+        let (left, _) = legend_room(&pts, (1e-3, 1e3), (0.0, 60.0), (Scale::Log, Scale::Linear), 0.3, false);
+        assert!(left, "the right corner holds the tall point");
     }
 }
 

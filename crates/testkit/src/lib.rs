@@ -19,6 +19,7 @@ pub mod alloc;
 pub mod corrupt;
 
 use std::io::Write;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -250,11 +251,13 @@ impl Nginx {
             d = dir.path().display()
         );
         std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+        // Its own process group, so its workers go with it on drop.
         let child = Command::new(bin)
             .arg("-p")
             .arg(dir.path())
             .arg("-c")
             .arg(dir.path().join("nginx.conf"))
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -280,7 +283,8 @@ impl Drop for Nginx {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let _ = self.child.kill();
+        // SAFETY: signalling the process group nginx leads.
+        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
         let _ = self.child.wait();
     }
 }

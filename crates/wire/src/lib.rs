@@ -166,8 +166,10 @@ pub struct Wire {
     points: HashMap<PointKey, Point>,
     not_followed: u64,
     open: HashMap<OpenKey, u64>,
-    /// HTTP/1.1 answers in request order per connection (client, server).
-    http_open: HashMap<(SocketAddr, SocketAddr), VecDeque<u64>>,
+    /// HTTP/1.1 requests waiting for their answers, in order per
+    /// connection (client, server): when each was sent, and whether it was
+    /// a HEAD (whose answer has no body, whatever its headers say).
+    http_open: HashMap<(SocketAddr, SocketAddr), VecDeque<(u64, bool)>>,
     frames: u64,
     requests: Counts,
     answers: Counts,
@@ -210,11 +212,11 @@ impl Wire {
         let Some(Transport { src, dst, seq, payload }) = transport(f) else {
             return;
         };
-        if payload.is_empty() {
-            return;
-        }
         let (sp, dp) = (src.port(), dst.port());
-        let Some(seq) = seq else {
+        let Some((seq, flags)) = seq else {
+            if payload.is_empty() {
+                return;
+            }
             if self.ports.bacnet.contains(&dp) {
                 self.bacnet_request(ns, src, dst, payload);
             } else if self.ports.bacnet.contains(&sp) {
@@ -226,19 +228,33 @@ impl Wire {
         // feed, which need the rest of `self`.
         let mut streams = std::mem::take(&mut self.streams);
         if self.ports.modbus.contains(&dp) {
-            streams.segment(src, dst, seq, ns, payload, |b, first| {
+            streams.segment(src, dst, seq, flags, ns, payload, |b, first| {
                 self.modbus_requests((first, ns), src, dst, b)
             });
         } else if self.ports.modbus.contains(&sp) {
-            streams.segment(src, dst, seq, ns, payload, |b, _| self.modbus_answers(ns, src, dst, b));
-        } else if self.ports.http.contains(&dp) {
-            streams.segment(src, dst, seq, ns, payload, |b, first| {
-                self.http_requests((first, ns), src, dst, b)
+            streams.segment(src, dst, seq, flags, ns, payload, |b, first| {
+                self.modbus_answers((first, ns), src, dst, b)
             });
-        } else if self.ports.http.contains(&sp) {
-            streams.segment(src, dst, seq, ns, payload, |b, first| {
-                self.http_answers((first, ns), src, dst, b)
+        } else if self.ports.http.contains(&dp) || self.ports.http.contains(&sp) {
+            let (client, server) = if self.ports.http.contains(&dp) {
+                (src, dst)
+            } else {
+                (dst, src)
+            };
+            let continuity = streams.segment(src, dst, seq, flags, ns, payload, |b, first| {
+                if dst == server {
+                    self.http_requests((first, ns), client, server, b)
+                } else {
+                    self.http_answers((first, ns), server, client, b)
+                }
             });
+            // HTTP pairs answers with requests by order: after a gap, or
+            // once the server has ended the connection, it is lost.
+            if continuity == stream::Continuity::AfterGap || (flags.end && src == server) {
+                if let Some(q) = self.http_open.remove(&(client, server)) {
+                    self.unanswered += q.len() as u64;
+                }
+            }
         }
         self.streams = streams;
     }
@@ -269,9 +285,17 @@ impl Wire {
         })
     }
 
-    /// Modbus/TCP answers at the head of `p`, the last byte in at `ns`.
-    fn modbus_answers(&mut self, ns: u64, server: SocketAddr, client: SocketAddr, p: &[u8]) -> stream::Decoded {
-        modbus_frames(p, |frame, _| {
+    /// Modbus/TCP answers at the head of `p`: the first's first byte in at
+    /// `first`, the others' at `now`.
+    fn modbus_answers(
+        &mut self,
+        (first, now): (u64, u64),
+        server: SocketAddr,
+        client: SocketAddr,
+        p: &[u8],
+    ) -> stream::Decoded {
+        modbus_frames(p, |frame, at| {
+            let ns = if at == 0 { first } else { now };
             let t = modbus::transaction(frame);
             let sent = self.open.remove(&OpenKey::Modbus(client, server, t));
             self.answered(ns, sent, Protocol::Modbus);
@@ -334,9 +358,13 @@ impl Wire {
         http_messages(p, is_request_line, |line, at| {
             let ns = if at == 0 { first } else { now };
             self.requests.add(Protocol::Http);
+            if self.http_open.len() >= MAX_OPEN_REQUESTS && !self.http_open.contains_key(&(client, server)) {
+                self.unanswered += self.http_open.values().map(|q| q.len() as u64).sum::<u64>();
+                self.http_open.clear();
+            }
             let q = self.http_open.entry((client, server)).or_default();
             if q.len() < 64 {
-                q.push_back(ns);
+                q.push_back((ns, line.starts_with(b"HEAD ")));
             } else {
                 self.unanswered += 1;
             }
@@ -346,12 +374,14 @@ impl Wire {
                     String::from_utf8_lossy(&line[..line.len().min(200)])
                 )
             });
+            false
         })
     }
 
     /// HTTP/1.1 answers at the head of `p`, matched to the connection's
     /// requests in order: the first's head in at `first`, the others' at
-    /// `now`.
+    /// `now`. An interim answer (1xx, but 101) answers nothing yet; the
+    /// answer to a HEAD has no body.
     fn http_answers(
         &mut self,
         (first, now): (u64, u64),
@@ -359,10 +389,15 @@ impl Wire {
         client: SocketAddr,
         p: &[u8],
     ) -> stream::Decoded {
-        http_messages(p, is_status_line, |_, at| {
+        http_messages(p, is_status_line, |line, at| {
             let ns = if at == 0 { first } else { now };
+            let code = line.get(9..12).unwrap_or(b"");
+            if code.first() == Some(&b'1') && code != b"101" {
+                return true;
+            }
             let answered = self.http_open.get_mut(&(client, server)).and_then(|q| q.pop_front());
-            self.answered(ns, answered, Protocol::Http);
+            self.answered(ns, answered.map(|a| a.0), Protocol::Http);
+            answered.is_some_and(|a| a.1)
         })
     }
 
@@ -662,8 +697,9 @@ fn fnv(b: &[u8]) -> u64 {
 struct Transport<'a> {
     src: SocketAddr,
     dst: SocketAddr,
-    /// TCP: the sequence number of the payload's first byte.
-    seq: Option<u32>,
+    /// TCP: the sequence number of the payload's first byte, and the
+    /// segment's SYN and FIN/RST flags.
+    seq: Option<(u32, stream::Flags)>,
     payload: &'a [u8],
 }
 
@@ -720,7 +756,13 @@ fn transport(f: &[u8]) -> Option<Transport<'_>> {
             Some(Transport {
                 src: SocketAddr::new(src, sp),
                 dst: SocketAddr::new(dst, dp),
-                seq: Some(u32::from_be_bytes(l4.get(4..8)?.try_into().ok()?)),
+                seq: Some((
+                    u32::from_be_bytes(l4.get(4..8)?.try_into().ok()?),
+                    stream::Flags {
+                        syn: l4.get(13)? & 0x02 != 0,
+                        end: l4.get(13)? & 0x05 != 0,
+                    },
+                )),
                 payload: l4.get(off..)?,
             })
         }
@@ -767,9 +809,9 @@ const MAX_HEAD: usize = 8_192;
 /// Calls `each(start line, where it starts)` for every HTTP/1.1
 /// message at the head of `p` whose start line `is_start` accepts, as soon
 /// as its head is in; its body (by Content-Length, or a chunked one whole
-/// in `p`) is then skipped, held or not. A body of unknown length (chunks
+/// in `p`; none where `each` says so) is then skipped, held or not. A body of unknown length (chunks
 /// not all here, or until the connection closes) runs to the end of `p`.
-fn http_messages(p: &[u8], is_start: fn(&[u8]) -> bool, mut each: impl FnMut(&[u8], usize)) -> stream::Decoded {
+fn http_messages(p: &[u8], is_start: fn(&[u8]) -> bool, mut each: impl FnMut(&[u8], usize) -> bool) -> stream::Decoded {
     let mut used = 0;
     while used < p.len() {
         let rest = &p[used..];
@@ -786,8 +828,9 @@ fn http_messages(p: &[u8], is_start: fn(&[u8]) -> bool, mut each: impl FnMut(&[u
         let Some(head) = find(rest, b"\r\n\r\n").map(|h| h + 4) else {
             return partial_or_out_of_step(rest, used);
         };
-        each(&rest[..line_end], used);
+        let bodiless = each(&rest[..line_end], used);
         let body = match body_of(&rest[..line_end], &rest[line_end + 2..head]) {
+            _ if bodiless => 0,
             Body::Length(n) => n,
             Body::Chunked => match chunked_length(&rest[head..]) {
                 Some(n) => n,
@@ -1102,8 +1145,12 @@ mod tests {
         assert_eq!(r.requests.http, 4);
         assert_eq!((r.answers.http, r.unanswered, r.unmatched_answers), (4, 0, 0));
         assert_eq!((r.stream_gaps, r.stream_dropped_bytes), (0, 0));
-        // Response times: 3 ms (sent at 0), 3, 2 (sent at 2 ms) and 3.
-        assert_eq!(r.response_time.max_ns, Some(3 * MS));
+        // Each stamped with the frame of its first byte: sent at 0, 0, 1
+        // and 2 ms, answered at 3, 3, 4 and 5 ms.
+        assert_eq!(
+            (r.response_time.min_ns, r.response_time.max_ns),
+            (Some(3 * MS), Some(3 * MS))
+        );
         let names: Vec<(&str, u64)> = r.points.iter().map(|p| (p.point.as_str(), p.requests)).collect();
         assert_eq!(
             names,
@@ -1113,6 +1160,46 @@ mod tests {
                 ("http 127.0.0.1:80 POST /c HTTP/1.1", 1)
             ]
         );
+    }
+
+    /// An interim `100 Continue` answers nothing yet; the answer to a HEAD
+    /// has no body whatever its Content-Length says; a new connection on
+    /// the same addresses (SYN) starts its own sequence.
+    #[test]
+    fn interim_and_head_answers_keep_the_order() {
+        let mut w = Wire::new(Ports::default(), Some(10 * MS));
+        let (mut up, mut down) = (10, 20);
+        w.frame(
+            0,
+            &tcp(&mut up, 50001, 80, b"HEAD /a HTTP/1.1\r\n\r\nPOST /b HTTP/1.1\r\n\r\n"),
+        );
+        w.frame(
+            MS,
+            &tcp(
+                &mut down,
+                80,
+                50001,
+                b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nHTTP/1.1 100 Continue\r\n\r\n",
+            ),
+        );
+        w.frame(
+            2 * MS,
+            &tcp(&mut down, 80, 50001, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"),
+        );
+        let mut syn = frame(Some(7), 50001, 80, b"");
+        syn[14 + 20 + 13] = 0x02;
+        w.frame(3 * MS, &syn);
+        let mut seq = 8;
+        w.frame(4 * MS, &tcp(&mut seq, 50001, 80, b"GET /c HTTP/1.1\r\n\r\n"));
+        let r = w.finish(manifest(), "lo".into(), 0, false, None);
+        assert_eq!(r.requests.http, 3);
+        assert_eq!((r.answers.http, r.unmatched_answers), (2, 0));
+        assert_eq!(
+            r.response_time.max_ns,
+            Some(2 * MS),
+            "the POST's answer, not the interim one"
+        );
+        assert_eq!((r.stream_gaps, r.stream_dropped_bytes), (0, 0));
     }
 
     #[test]

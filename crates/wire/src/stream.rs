@@ -20,6 +20,9 @@ use std::net::SocketAddr;
 pub const MAX_FLOWS: usize = 65_536;
 /// Bytes of an incomplete message held per direction at most.
 pub const MAX_HELD: usize = 8_192;
+/// Bytes held over all directions at most: past it a direction's
+/// incomplete message is dropped rather than held.
+pub const MAX_HELD_TOTAL: usize = 16 << 20;
 
 /// What a decoder made of the bytes it was given.
 pub enum Decoded {
@@ -29,6 +32,15 @@ pub enum Decoded {
     Consumed(usize),
     /// The bytes are not this protocol's (out of step): drop them all.
     OutOfStep,
+}
+
+/// A TCP segment's control flags that bound a connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Flags {
+    /// A connection's first segment: its sequence number starts afresh.
+    pub syn: bool,
+    /// Its last (FIN) or an abort (RST): the direction is forgotten.
+    pub end: bool,
 }
 
 #[derive(Default)]
@@ -46,10 +58,22 @@ struct Flow {
 #[derive(Default)]
 pub struct Streams {
     flows: HashMap<(SocketAddr, SocketAddr), Flow>,
+    /// Bytes held over all directions.
+    held_total: usize,
     /// Gaps in a followed stream (segments the capture did not see).
     pub gaps: u64,
     /// Bytes dropped: held past [`MAX_HELD`], or out of step.
     pub dropped_bytes: u64,
+}
+
+/// What became of a segment's place in its stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Continuity {
+    /// It followed what came before (or began the stream).
+    InOrder,
+    /// Bytes before it were not seen: what was in flight on the
+    /// connection is no longer known.
+    AfterGap,
 }
 
 impl Streams {
@@ -58,36 +82,83 @@ impl Streams {
     /// order and not yet decoded (held ones first), `first_ns` the stamp
     /// of the first of them (a message after the first in them began in
     /// this segment); keeps what it leaves for the next segment.
+    #[allow(clippy::too_many_arguments)]
     pub fn segment(
         &mut self,
         src: SocketAddr,
         dst: SocketAddr,
         seq: u32,
+        flags: Flags,
+        ns: u64,
+        payload: &[u8],
+        decode: impl FnMut(&[u8], u64) -> Decoded,
+    ) -> Continuity {
+        let key = (src, dst);
+        if flags.syn {
+            // A new connection on this address pair: its data starts after
+            // the SYN's own sequence number.
+            self.forget(key);
+            self.flows.insert(
+                key,
+                Flow {
+                    next: seq.wrapping_add(1),
+                    ..Flow::default()
+                },
+            );
+            if payload.is_empty() {
+                return Continuity::InOrder;
+            }
+        }
+        let continuity = self.place(key, seq.wrapping_add(u32::from(flags.syn)), ns, payload, decode);
+        if flags.end {
+            self.forget(key);
+        }
+        continuity
+    }
+
+    /// Drops a direction and what it held.
+    fn forget(&mut self, key: (SocketAddr, SocketAddr)) {
+        if let Some(f) = self.flows.remove(&key) {
+            self.held_total -= f.held.len();
+        }
+    }
+
+    fn place(
+        &mut self,
+        key: (SocketAddr, SocketAddr),
+        seq: u32,
         ns: u64,
         payload: &[u8],
         mut decode: impl FnMut(&[u8], u64) -> Decoded,
-    ) {
-        if self.flows.len() >= MAX_FLOWS && !self.flows.contains_key(&(src, dst)) {
-            self.flows.clear();
+    ) -> Continuity {
+        if payload.is_empty() {
+            return Continuity::InOrder;
         }
-        let flow = self.flows.entry((src, dst)).or_insert_with(|| Flow {
+        if self.flows.len() >= MAX_FLOWS && !self.flows.contains_key(&key) {
+            self.flows.clear();
+            self.held_total = 0;
+        }
+        let flow = self.flows.entry(key).or_insert_with(|| Flow {
             next: seq,
             ..Flow::default()
         });
         let ahead = seq.wrapping_sub(flow.next) as i32;
         let end = seq.wrapping_add(payload.len() as u32);
+        let mut continuity = Continuity::InOrder;
         let payload = if ahead < 0 {
             // Bytes already seen: a retransmission, whole or overlapping.
             let seen = ahead.unsigned_abs() as usize;
             if seen >= payload.len() {
-                return;
+                return continuity;
             }
             &payload[seen..]
         } else {
             if ahead > 0 {
+                continuity = Continuity::AfterGap;
                 self.gaps += 1;
                 self.dropped_bytes += flow.held.len() as u64;
-                flow.held.clear();
+                self.held_total -= flow.held.len();
+                flow.held = Vec::new();
                 flow.skip = 0;
             }
             payload
@@ -97,44 +168,56 @@ impl Streams {
         flow.skip -= skipped;
         let payload = &payload[skipped..];
         if payload.is_empty() {
-            return;
+            return continuity;
         }
-        if flow.held.is_empty() {
-            match decode(payload, ns) {
+        let mut rest: &[u8] = &[];
+        let before = flow.held.len();
+        if !flow.held.is_empty() {
+            flow.held.extend_from_slice(payload);
+            match decode(&flow.held, flow.held_ns) {
                 Decoded::Consumed(n) => {
-                    flow.skip = n.saturating_sub(payload.len());
-                    let rest = &payload[n.min(payload.len())..];
-                    if rest.len() > MAX_HELD {
-                        self.dropped_bytes += rest.len() as u64;
-                    } else if !rest.is_empty() {
-                        flow.held.extend_from_slice(rest);
+                    flow.skip = n.saturating_sub(flow.held.len());
+                    flow.held.drain(..n.min(flow.held.len()));
+                    // What is left began in this segment, unless nothing
+                    // was consumed (the held message is still incomplete).
+                    if n > 0 {
                         flow.held_ns = ns;
                     }
+                    self.held_total = self.held_total - before + flow.held.len();
+                    if flow.held.len() > MAX_HELD || self.held_total > MAX_HELD_TOTAL {
+                        self.dropped_bytes += flow.held.len() as u64;
+                        self.held_total -= flow.held.len();
+                        flow.held = Vec::new();
+                    } else if flow.held.capacity() > 2 * MAX_HELD {
+                        // A long segment appended once keeps no memory.
+                        flow.held.shrink_to(MAX_HELD);
+                    }
+                    return continuity;
                 }
-                Decoded::OutOfStep => self.dropped_bytes += payload.len() as u64,
+                Decoded::OutOfStep => {
+                    // What was held was not the start of a message: the
+                    // new bytes alone may be.
+                    self.dropped_bytes += before as u64;
+                    self.held_total -= before;
+                    flow.held = Vec::new();
+                }
             }
-            return;
         }
-        flow.held.extend_from_slice(payload);
-        match decode(&flow.held, flow.held_ns) {
+        match decode(payload, ns) {
             Decoded::Consumed(n) => {
-                flow.skip = n.saturating_sub(flow.held.len());
-                flow.held.drain(..n.min(flow.held.len()));
-                // What is left began in this segment, unless nothing was
-                // consumed (the held message is still incomplete).
-                if n > 0 {
-                    flow.held_ns = ns;
-                }
+                flow.skip = n.saturating_sub(payload.len());
+                rest = &payload[n.min(payload.len())..];
             }
-            Decoded::OutOfStep => {
-                self.dropped_bytes += flow.held.len() as u64;
-                flow.held.clear();
-            }
+            Decoded::OutOfStep => self.dropped_bytes += payload.len() as u64,
         }
-        if flow.held.len() > MAX_HELD {
-            self.dropped_bytes += flow.held.len() as u64;
-            flow.held.clear();
+        if rest.len() > MAX_HELD || self.held_total + rest.len() > MAX_HELD_TOTAL {
+            self.dropped_bytes += rest.len() as u64;
+        } else if !rest.is_empty() {
+            flow.held.extend_from_slice(rest);
+            flow.held_ns = ns;
+            self.held_total += rest.len();
         }
+        continuity
     }
 }
 
@@ -154,6 +237,8 @@ mod tests {
         }
     }
 
+    const NONE: Flags = Flags { syn: false, end: false };
+
     fn addr(port: u16) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], port))
     }
@@ -163,11 +248,11 @@ mod tests {
         let (a, b) = (addr(1), addr(2));
         let mut s = Streams::default();
         let mut got = Vec::new();
-        s.segment(a, b, 100, 1, b"one\ntw", lines(&mut got));
-        s.segment(a, b, 106, 2, b"o\nthr", lines(&mut got));
+        s.segment(a, b, 100, NONE, 1, b"one\ntw", lines(&mut got));
+        s.segment(a, b, 106, NONE, 2, b"o\nthr", lines(&mut got));
         // A retransmission of bytes seen, then one overlapping them.
-        s.segment(a, b, 106, 3, b"o\nthr", lines(&mut got));
-        s.segment(a, b, 109, 4, b"hree\n", lines(&mut got));
+        s.segment(a, b, 106, NONE, 3, b"o\nthr", lines(&mut got));
+        s.segment(a, b, 109, NONE, 4, b"hree\n", lines(&mut got));
         assert_eq!(got, vec![("one".into(), 1), ("two".into(), 1), ("three".into(), 2)]);
         assert_eq!((s.gaps, s.dropped_bytes), (0, 0));
     }
@@ -177,9 +262,9 @@ mod tests {
         let (a, b) = (addr(1), addr(2));
         let mut s = Streams::default();
         let mut got = Vec::new();
-        s.segment(a, b, u32::MAX - 1, 1, b"hal", lines(&mut got));
+        s.segment(a, b, u32::MAX - 1, NONE, 1, b"hal", lines(&mut got));
         // Sequence numbers wrap; 10 bytes after the expected one: a gap.
-        s.segment(a, b, 11, 2, b"next\n", lines(&mut got));
+        s.segment(a, b, 11, NONE, 2, b"next\n", lines(&mut got));
         assert_eq!(got, vec![("next".into(), 2)]);
         assert_eq!((s.gaps, s.dropped_bytes), (1, 3));
     }
@@ -200,11 +285,55 @@ mod tests {
             }
             Decoded::Consumed(used)
         };
-        s.segment(a, b, 0, 1, b"9abc", &mut decode);
-        s.segment(a, b, 4, 2, b"def", &mut decode);
-        s.segment(a, b, 7, 3, b"ghi2xy0", &mut decode);
+        s.segment(a, b, 0, NONE, 1, b"9abc", &mut decode);
+        s.segment(a, b, 4, NONE, 2, b"def", &mut decode);
+        s.segment(a, b, 7, NONE, 3, b"ghi2xy0", &mut decode);
         assert_eq!(heads, vec![1, 3, 3]);
         assert_eq!((s.gaps, s.dropped_bytes), (0, 0));
+    }
+
+    /// A new connection on the same addresses starts its own sequence;
+    /// one ended is forgotten; held garbage does not take the next good
+    /// message with it.
+    #[test]
+    fn connections_start_and_end_with_their_flags() {
+        let (a, b) = (addr(1), addr(2));
+        let mut s = Streams::default();
+        let mut got = Vec::new();
+        s.segment(a, b, 500, NONE, 1, b"one\n", lines(&mut got));
+        s.segment(a, b, 504, Flags { syn: false, end: true }, 2, b"", lines(&mut got));
+        // The same four-tuple again, its sequence far behind the last.
+        let syn = Flags { syn: true, end: false };
+        s.segment(a, b, 100, syn, 3, b"", lines(&mut got));
+        s.segment(a, b, 101, NONE, 4, b"two\n", lines(&mut got));
+        assert_eq!(got, vec![("one".into(), 1), ("two".into(), 4)]);
+        assert_eq!((s.gaps, s.dropped_bytes), (0, 0));
+        // Held bytes that turn out not to be a message (a tail after a
+        // whole one): the new segment is decoded alone.
+        let mut seen = Vec::new();
+        let mut strict = |b: &[u8], ns: u64| {
+            let mut used = 0;
+            while used < b.len() {
+                if b[used] != b'M' {
+                    return if used == 0 {
+                        Decoded::OutOfStep
+                    } else {
+                        Decoded::Consumed(used)
+                    };
+                }
+                let Some(end) = b[used..].iter().position(|&c| c == b'\n') else {
+                    break;
+                };
+                seen.push((String::from_utf8_lossy(&b[used..used + end]).to_string(), ns));
+                used += end + 1;
+            }
+            Decoded::Consumed(used)
+        };
+        s.segment(a, b, 105, NONE, 5, b"Mhalf", &mut strict);
+        s.segment(a, b, 110, NONE, 6, b"\nxx", &mut strict);
+        s.segment(a, b, 113, NONE, 7, b"Mnext\n", &mut strict);
+        assert_eq!(seen, vec![("Mhalf".to_string(), 5), ("Mnext".to_string(), 7)]);
+        assert_eq!(s.dropped_bytes, 2, "the held 'xx' dropped");
     }
 
     #[test]
@@ -215,7 +344,7 @@ mod tests {
         let big = vec![b'x'; 1000];
         let mut seq = 0u32;
         for i in 0..10 {
-            s.segment(a, b, seq, i, &big, lines(&mut got));
+            s.segment(a, b, seq, NONE, i, &big, lines(&mut got));
             seq += 1000;
         }
         assert!(got.is_empty());
