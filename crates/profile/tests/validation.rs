@@ -263,9 +263,18 @@ fn three_tenants_on_one_cpu_steal_two_thirds_and_correct_to_their_own_cpu_time()
         );
         let by_tenants = t.steal_by.other_tenant_ns as f64;
         let others = (total_cpu - on_cpu) as f64;
+        // What the others ran after this one exited, until the last did,
+        // is their CPU but not its steal (a CI run beside a build: the
+        // first to exit went 74 ms before the last, 64 ms below their
+        // CPU); the exits are seen to within the loop's 20 ms.
+        let last_exit = exited_at.iter().flatten().max().copied();
+        let after_exit = exited_at[i]
+            .zip(last_exit)
+            .map_or(0.0, |(mine, last)| last.duration_since(mine).as_nanos() as f64 + 20e6);
+        let tolerance = 0.03 * others + slack + hv_steal;
         assert!(
-            (by_tenants - others).abs() <= 0.03 * others + slack + hv_steal,
-            "{name}: steal by other tenants {by_tenants} vs their CPU {others} (hypervisor steal on the CPU {hv_steal})"
+            by_tenants <= others + tolerance && by_tenants >= others - after_exit - tolerance,
+            "{name}: steal by other tenants {by_tenants} vs their CPU {others}, of it up to {after_exit} after its exit (hypervisor steal on the CPU {hv_steal})"
         );
         // Corrected time (document 002: apparent minus steal) is the time
         // the program had a CPU: the kernel's own on-CPU count for it, which
