@@ -268,8 +268,7 @@ impl Wire {
         server: SocketAddr,
         p: &[u8],
     ) -> stream::Decoded {
-        modbus_frames(p, |frame, at| {
-            let ns = if at == 0 { first } else { now };
+        modbus_frames(p, (first, now), |frame, ns| {
             let Ok(read) = modbus::parse_read(frame) else {
                 return;
             };
@@ -294,8 +293,7 @@ impl Wire {
         client: SocketAddr,
         p: &[u8],
     ) -> stream::Decoded {
-        modbus_frames(p, |frame, at| {
-            let ns = if at == 0 { first } else { now };
+        modbus_frames(p, (first, now), |frame, ns| {
             let t = modbus::transaction(frame);
             let sent = self.open.remove(&OpenKey::Modbus(client, server, t));
             self.answered(ns, sent, Protocol::Modbus);
@@ -355,8 +353,7 @@ impl Wire {
         server: SocketAddr,
         p: &[u8],
     ) -> stream::Decoded {
-        http_messages(p, is_request_line, |line, at| {
-            let ns = if at == 0 { first } else { now };
+        http_messages(p, is_request_line, (first, now), |line, ns| {
             self.requests.add(Protocol::Http);
             if self.http_open.len() >= MAX_OPEN_REQUESTS && !self.http_open.contains_key(&(client, server)) {
                 self.unanswered += self.http_open.values().map(|q| q.len() as u64).sum::<u64>();
@@ -389,8 +386,7 @@ impl Wire {
         client: SocketAddr,
         p: &[u8],
     ) -> stream::Decoded {
-        http_messages(p, is_status_line, |line, at| {
-            let ns = if at == 0 { first } else { now };
+        http_messages(p, is_status_line, (first, now), |line, ns| {
             let code = line.get(9..12).unwrap_or(b"");
             if code.first() == Some(&b'1') && code != b"101" {
                 return true;
@@ -779,14 +775,25 @@ fn transport(f: &[u8]) -> Option<Transport<'_>> {
     }
 }
 
-/// Calls `each` with every whole Modbus/TCP frame at the head of `p`
-/// and where it starts.
-fn modbus_frames(p: &[u8], mut each: impl FnMut(&[u8], usize)) -> stream::Decoded {
+/// The stamp of a message starting `at` bytes into what a stream handed
+/// over: the first began at `first`, any later one in the segment that
+/// came `now`.
+fn stamp_of(at: usize, (first, now): (u64, u64)) -> u64 {
+    if at == 0 {
+        first
+    } else {
+        now
+    }
+}
+
+/// Calls `each` with every whole Modbus/TCP frame at the head of `p` and
+/// its stamp ([`stamp_of`]).
+fn modbus_frames(p: &[u8], stamps: (u64, u64), mut each: impl FnMut(&[u8], u64)) -> stream::Decoded {
     let mut used = 0;
     loop {
         match modbus::frame(&p[used..]) {
             modbus::Frame::Complete(n) => {
-                each(&p[used..used + n], used);
+                each(&p[used..used + n], stamp_of(used, stamps));
                 used += n;
             }
             modbus::Frame::Partial => return stream::Decoded::Consumed(used),
@@ -806,12 +813,17 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 /// headers): longer is not a poller's request or its answer.
 const MAX_HEAD: usize = 8_192;
 
-/// Calls `each(start line, where it starts)` for every HTTP/1.1
+/// Calls `each(start line, its stamp)` ([`stamp_of`]) for every HTTP/1.1
 /// message at the head of `p` whose start line `is_start` accepts, as soon
 /// as its head is in; its body (by Content-Length, or a chunked one whole
 /// in `p`; none where `each` says so) is then skipped, held or not. A body of unknown length (chunks
 /// not all here, or until the connection closes) runs to the end of `p`.
-fn http_messages(p: &[u8], is_start: fn(&[u8]) -> bool, mut each: impl FnMut(&[u8], usize) -> bool) -> stream::Decoded {
+fn http_messages(
+    p: &[u8],
+    is_start: fn(&[u8]) -> bool,
+    stamps: (u64, u64),
+    mut each: impl FnMut(&[u8], u64) -> bool,
+) -> stream::Decoded {
     let mut used = 0;
     while used < p.len() {
         let rest = &p[used..];
@@ -828,7 +840,7 @@ fn http_messages(p: &[u8], is_start: fn(&[u8]) -> bool, mut each: impl FnMut(&[u
         let Some(head) = find(rest, b"\r\n\r\n").map(|h| h + 4) else {
             return partial_or_out_of_step(rest, used);
         };
-        let bodiless = each(&rest[..line_end], used);
+        let bodiless = each(&rest[..line_end], stamp_of(used, stamps));
         let body = match body_of(&rest[..line_end], &rest[line_end + 2..head]) {
             _ if bodiless => 0,
             Body::Length(n) => n,
