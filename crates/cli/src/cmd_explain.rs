@@ -39,6 +39,15 @@ pub struct ExplainArgs {
     /// RECORDING with vCPU threads]
     #[arg(long, value_name = "PID", requires = "guest")]
     vm: Option<u32>,
+    /// RESULT is a flow's receiver (`ontime net receive`): its sender's
+    /// report (`ontime net send --result FILE`), whose thread is then read
+    /// for the time a late datagram had not left it
+    #[arg(long, value_name = "FILE", conflicts_with = "guest")]
+    sender: Option<PathBuf>,
+    /// RESULT is a flow's receiver: the path's set one-way delay (a
+    /// relay's or an emulated WAN's), not counted against the path
+    #[arg(long, value_name = "DURATION", value_parser = ontime_core::duration::parse_ns, default_value = "0")]
+    path_delay: u64,
     /// Also write the scheduling around the worst late events as a
     /// Perfetto trace (ui.perfetto.dev; not with --guest)
     #[arg(long, value_name = "FILE", conflicts_with = "guest")]
@@ -63,7 +72,17 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         (Some(guest), Some(clock)) => explain_guest(&rec, guest, clock, a.vm, &late)?,
         // A flow receiver waits for datagrams, not for its timer.
         _ if what == ontime_explain::kept::FLOW_WHAT => {
-            crate::explain::explain_datagrams(&rec, &late, a.perfetto.as_deref())?
+            let path = ontime_explain::summary::DatagramPath {
+                sender_tid: a.sender.as_deref().map(sender_tid).transpose()?,
+                nominal_ns: a.path_delay,
+            };
+            crate::explain::explain_datagrams(&rec, &late, path, a.perfetto.as_deref())?
+        }
+        _ if a.sender.is_some() || a.path_delay > 0 => {
+            return Err(bad_input(format!(
+                "--sender and --path-delay go with a flow receiver's result (`ontime net receive`); {} keeps {what}",
+                a.probe_result.display()
+            )))
         }
         _ => crate::explain::explain(
             &crate::explain::Recorded::Whole(Box::new(rec)),
@@ -73,6 +92,23 @@ pub fn run(a: ExplainArgs) -> Result<()> {
     };
     let text = x.text(what);
     a.out.emit(&x, &text)
+}
+
+/// The sending thread a flow sender's report names.
+fn sender_tid(report: &Path) -> Result<u32> {
+    let text = std::fs::read(report).map_err(|e| bad_input(format!("--sender {}: {e}", report.display())))?;
+    let r: ontime_net::flow::SendReport = serde_json::from_slice(&text).map_err(|e| {
+        bad_input(format!(
+            "--sender {}: not a sender's report (`ontime net send --result FILE`): {e}",
+            report.display()
+        ))
+    })?;
+    r.tid.ok_or_else(|| {
+        bad_input(format!(
+            "--sender {}: names no thread (written by an older ontime): send again",
+            report.display()
+        ))
+    })
 }
 
 fn read_recording(path: &Path) -> Result<Recording> {

@@ -298,8 +298,13 @@ pub fn explain(recorded: &Recorded, late: &LateSet, perfetto: Option<&Path>) -> 
 
 /// A flow receiver's late datagrams: it waits for them, not for its
 /// timer ([`ontime_explain::summary::explain_datagrams`]).
-pub fn explain_datagrams(rec: &Recording, late: &LateSet, perfetto: Option<&Path>) -> Result<RunExplanation> {
-    write_perfetto(rec, ontime_explain::summary::explain_datagrams(rec, late), perfetto)
+pub fn explain_datagrams(
+    rec: &Recording,
+    late: &LateSet,
+    path: ontime_explain::summary::DatagramPath,
+    perfetto: Option<&Path>,
+) -> Result<RunExplanation> {
+    write_perfetto(rec, ontime_explain::summary::explain_datagrams(rec, late, path), perfetto)
 }
 
 fn write_perfetto(rec: &Recording, x: RunExplanation, perfetto: Option<&Path>) -> Result<RunExplanation> {

@@ -328,6 +328,114 @@ fn explain_joins_a_cyclic_result_with_a_recording_made_beside_it() {
     }
 }
 
+/// A flow whose receiver is pinned to the hog's CPU: its datagrams are in
+/// (the kernel stamped them on the sender's CPU) while the receiver waits
+/// behind the hog, so their lateness is the receiver's, behind the hog;
+/// the result keeps each late datagram's send time and receive stamp,
+/// and the sender's report names its thread.
+#[test]
+fn explain_splits_a_late_datagram_at_its_receive_stamp() {
+    if !can_run() || !ontime_testkit::tools_or_skip(&["taskset"]) {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (rec, flow, send) = (
+        dir.path().join("host.otrec"),
+        dir.path().join("flow.json"),
+        dir.path().join("send.json"),
+    );
+    let Some(hog) = Hog::start() else { return };
+    let said = dir.path().join("recorder.err");
+    let recorder = KillOnDrop(
+        ontime()
+            .args(["observe", "record", "--all", "-D", "8s", "-o"])
+            .arg(&rec)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&said).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    ontime_testkit::wait_until("observe record to start", Duration::from_secs(60), || {
+        std::fs::read_to_string(&said).is_ok_and(|s| s.contains("ontime: recording"))
+    });
+    let to = format!("127.0.0.1:{}", ontime_testkit::free_port());
+    let receiver = KillOnDrop(
+        Command::new("taskset")
+            .args(["-c", "1"])
+            .arg(env!("CARGO_BIN_EXE_ontime"))
+            .args(["net", "receive", "--listen", &to, "--deadline", "20ms", "--result"])
+            .arg(&flow)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let sent = Command::new("taskset")
+        .args(["-c", "0"])
+        .arg(env!("CARGO_BIN_EXE_ontime"))
+        .args(["net", "send", "--to", &to, "--rate-mbit", "0.8", "--size", "1000"])
+        .args(["-D", "3s", "--start-after", "500ms", "--result"])
+        .arg(&send)
+        .output()
+        .unwrap();
+    assert!(sent.status.success(), "{}", String::from_utf8_lossy(&sent.stderr));
+    receiver.signal(libc::SIGINT);
+    let r = receiver.wait_output(Duration::from_secs(30));
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let st = recorder.wait_output(Duration::from_secs(60));
+    assert!(
+        st.status.success(),
+        "observe record: {}",
+        std::fs::read_to_string(&said).unwrap_or_default()
+    );
+    let hog_pid = hog.pid();
+    drop(hog);
+    let kept: Value = serde_json::from_str(&std::fs::read_to_string(&flow).unwrap()).unwrap();
+    let events = kept["late_events"]["events"].as_array().cloned().unwrap_or_default();
+    assert!(!events.is_empty(), "no datagram missed 20 ms behind the hog: {kept:#}");
+    for e in &events {
+        let (sent, received, actual) = (
+            e["sent_ns"].as_u64().unwrap(),
+            e["received_ns"].as_u64().unwrap(),
+            e["actual_ns"].as_u64().unwrap(),
+        );
+        assert!(sent <= received && received <= actual, "{e}");
+    }
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&send).unwrap()).unwrap();
+    assert!(report["tid"].as_u64().is_some(), "{report}");
+    let out = ontime()
+        .arg("explain")
+        .arg(&flow)
+        .arg(&rec)
+        .arg("--sender")
+        .arg(&send)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let x: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_charged_to_hog(&x, hog_pid, "a flow's late datagrams");
+    assert!(
+        !x["notes"].to_string().contains("sending thread is not in the recording"),
+        "{x:#}"
+    );
+    // The sender's report goes with a flow's result only.
+    let cyclic = dir.path().join("cyclic.json");
+    std::fs::write(&cyclic, r#"{"late_events": {"events": [], "late": 0, "threshold_ns": 1, "threshold_from": "x"}}"#)
+        .unwrap();
+    let out = ontime()
+        .arg("explain")
+        .arg(&cyclic)
+        .arg(&rec)
+        .arg("--sender")
+        .arg(&send)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 #[test]
 fn explain_refuses_a_result_without_late_events() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,7 +1,8 @@
 //! The kernel's software receive stamps (`SO_TIMESTAMPNS`): when a packet
 //! entered the host's network stack, in softirq, untouched by how late the
 //! reading thread ran. The gateway judges a crawler's interval error by
-//! them; the relay measures how long a frame waited before it was read.
+//! them; the relay measures how long a frame waited before it was read; a
+//! flow's receiver tells a late datagram's way there from its own delay.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -38,6 +39,38 @@ impl Default for Control {
     fn default() -> Self {
         Control([0; 64])
     }
+}
+
+/// One `recvmsg` into `buf`; returns the bytes read and the kernel's
+/// receive stamp of them converted to CLOCK_MONOTONIC, if it gave one.
+/// With `from`, the sender's address is written there (a datagram's).
+pub fn recv_stamped(
+    fd: i32,
+    buf: &mut [std::mem::MaybeUninit<u8>],
+    from: Option<&mut libc::sockaddr_storage>,
+) -> io::Result<(usize, Option<u64>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = Control::default();
+    // SAFETY: msghdr is plain data; every pointer set below outlives the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    if let Some(from) = from {
+        msg.msg_name = (from as *mut libc::sockaddr_storage).cast();
+        msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+    }
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.0.as_mut_ptr().cast();
+    msg.msg_controllen = control.0.len();
+    // SAFETY: the kernel writes at most iov_len bytes into buf, msg_namelen
+    // into the sender's address and msg_controllen into control.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((n as usize, monotonic_stamp(&msg)))
 }
 
 /// The receive stamp among the control messages `recvmsg` filled into

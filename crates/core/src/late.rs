@@ -28,6 +28,11 @@ pub struct ProbeEvent {
     /// crawler less the round trip's nominal time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway: Option<GatewayStamps>,
+    /// A datagram (a flow receiver's `late_events`): the kernel's receive
+    /// stamp of it at the receiver, when it entered the receiver's network
+    /// stack; `sent_ns` is then its send time on the receiver's clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub received_ns: Option<u64>,
 }
 
 /// When the gateway received a request and when it answered it, on its
@@ -46,8 +51,9 @@ impl ProbeEvent {
 
 /// A kept event as the heap orders it: lateness, u64::MAX − planned (of
 /// equal lateness the earlier planned ranks higher), actual, tid, sent,
-/// the gateway's receive and answer stamps (u64::MAX: none).
-type Key = (u64, u64, u64, u32, u64, u64, u64);
+/// the gateway's receive and answer stamps, a datagram's receive stamp
+/// (u64::MAX: none).
+type Key = (u64, u64, u64, u32, u64, u64, u64, u64);
 
 /// The `capacity` worst events offered (ties: the earlier kept), and how
 /// many were offered.
@@ -70,7 +76,7 @@ impl WorstEvents {
     pub fn new(capacity: usize) -> WorstEvents {
         let mut heap = BinaryHeap::with_capacity(capacity);
         // Touch every page now, not on the measurement path.
-        heap.extend(std::iter::repeat_n(Reverse((0, 0, 0, 0, 0, 0, 0)), capacity));
+        heap.extend(std::iter::repeat_n(Reverse((0, 0, 0, 0, 0, 0, 0, 0)), capacity));
         heap.clear();
         WorstEvents {
             heap,
@@ -104,6 +110,7 @@ impl WorstEvents {
             e.sent_ns.unwrap_or(u64::MAX),
             e.gateway.map_or(u64::MAX, |g| g.recv_ns),
             e.gateway.map_or(u64::MAX, |g| g.answered_ns),
+            e.received_ns.unwrap_or(u64::MAX),
         ));
         if self.heap.len() < self.capacity {
             self.heap.push(key);
@@ -143,7 +150,7 @@ impl WorstEvents {
     }
 }
 
-fn unkey(Reverse((_, later, actual_ns, tid, sent, recv, answered)): Reverse<Key>) -> ProbeEvent {
+fn unkey(Reverse((_, later, actual_ns, tid, sent, recv, answered, received)): Reverse<Key>) -> ProbeEvent {
     ProbeEvent {
         tid,
         planned_ns: u64::MAX - later,
@@ -153,6 +160,7 @@ fn unkey(Reverse((_, later, actual_ns, tid, sent, recv, answered)): Reverse<Key>
             recv_ns: recv,
             answered_ns: answered,
         }),
+        received_ns: (received != u64::MAX).then_some(received),
     }
 }
 
@@ -290,6 +298,7 @@ mod tests {
             actual_ns: planned + late,
             sent_ns: None,
             gateway: None,
+            received_ns: None,
         }
     }
 

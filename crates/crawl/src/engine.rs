@@ -758,6 +758,7 @@ impl<C: Clock> Engine<C> {
                 actual_ns: p.sent,
                 sent_ns: None,
                 gateway: None,
+                received_ns: None,
             });
         }
         while c.written < req.len() {
@@ -1202,6 +1203,7 @@ impl<C: Clock> Engine<C> {
                 actual_ns: done.max(p.planned),
                 sent_ns: None,
                 gateway: None,
+                received_ns: None,
             });
         } else {
             m.response_time.record(done.saturating_sub(p.sent));
@@ -1218,6 +1220,7 @@ impl<C: Clock> Engine<C> {
                 actual_ns: recv.saturating_sub(path.one_way_ns).max(p.planned),
                 sent_ns: Some(p.sent),
                 gateway: None,
+                received_ns: None,
             });
             // Its answer, where the gateway stamped when it answered.
             if answered >= recv {
@@ -1233,6 +1236,7 @@ impl<C: Clock> Engine<C> {
                         recv_ns: recv,
                         answered_ns: answered,
                     }),
+                    received_ns: None,
                 });
             }
         }
@@ -1435,6 +1439,7 @@ mod tests {
                 actual_ns: START + 40 * MS,
                 sent_ns: Some(START + MS),
                 gateway: None,
+                received_ns: None,
             }]
         );
         assert!(e.metrics.answer_lag.is_empty(), "no answer stamp, no answer kept");

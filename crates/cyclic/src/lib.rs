@@ -149,6 +149,7 @@ impl ThreadStats {
             actual_ns: planned.0 + lat_ns,
             sent_ns: None,
             gateway: None,
+            received_ns: None,
         };
         if let Some(s) = self.split.as_mut() {
             s.record(cycle, event);
@@ -810,6 +811,7 @@ mod tests {
             actual_ns: start.0 + k * 1_000_000 + late_ms * 1_000_000,
             sent_ns: None,
             gateway: None,
+            received_ns: None,
         };
         let lines = |p: &std::path::Path| -> Vec<ontime_core::late::LateInterval> {
             std::fs::read_to_string(p)

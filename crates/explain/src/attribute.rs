@@ -392,13 +392,136 @@ pub fn explain_on_path(
     })
 }
 
+/// A datagram late at its receiver (`receiver`, a thread waiting for
+/// messages): `planned_ns` is its send time plus the flow's deadline,
+/// `actual_ns` the receiver's return from recv, `received_ns` the kernel's
+/// receive stamp of it at the receiver. Its path, in order: the sender,
+/// from its stamp (`sent_ns`) until the datagram left the sending thread
+/// (the thread's next sleep; `sender` None: at once); the host relay,
+/// from there to the receive stamp, of which `nominal_ns` (the relay's
+/// set delay) is the path's own; the receiver, from the stamp to its
+/// return. Every stretch but the nominal delay is excess. The slack
+/// (what the deadline leaves of it) is spent in path order, so the
+/// lateness falls on the stretches where the datagram was when its time
+/// ran out, each read off the time line of the thread that held it and
+/// laid end to end, so the segments tile [planned, actual):
+///
+/// - the sender running, [`BlockedOn::Sender`] naming it (the send call,
+///   with the softirq that carries the frame on); queued, waiting for its
+///   CPU behind the occupant; interrupts; steal;
+/// - the relay, as for an arrival ([`explain_arrival`]; None: not
+///   recorded);
+/// - the receiver: its own time line, as [`explain`] reads it (woken late
+///   by a deferred softirq, queued behind whom, running).
+///
+/// A deadline shorter than the nominal delay leaves lateness no stretch
+/// accounts for: unexplained, first.
+#[allow(clippy::too_many_arguments)]
+pub fn explain_datagram(
+    tl: &Timeline,
+    receiver: &Probe,
+    sender: Option<&Probe>,
+    relay: Option<&Probe>,
+    planned_ns: u64,
+    sent_ns: u64,
+    received_ns: u64,
+    actual_ns: u64,
+    nominal_ns: u64,
+) -> Explanation {
+    let actual = actual_ns.max(planned_ns);
+    let sent = sent_ns.min(planned_ns);
+    let received = received_ns.clamp(sent, actual);
+    // It left the sender by the time the relay, holding it its delay,
+    // could have handed it on.
+    let latest_left = received.saturating_sub(nominal_ns).max(sent);
+    let left = sender.map_or(sent, |s| first_asleep(tl, s, sent, latest_left));
+    let pieces = [
+        (Holder::Sender, sent, left),
+        (Holder::Relay, (left + nominal_ns).min(received), received),
+        (Holder::Receiver, received, actual),
+    ];
+    let lateness = actual - planned_ns;
+    let excess: u64 = pieces.iter().map(|&(_, a, e)| e - a).sum();
+    let mut out = Explanation::default();
+    out.reset(receiver.tid, planned_ns, actual);
+    let mut cursor = planned_ns;
+    if excess < lateness {
+        cursor += lateness - excess;
+        out.push(planned_ns, cursor, tl.side, Cause::Unexplained { why: Gap::NotRecorded });
+    }
+    let mut slack = excess.saturating_sub(lateness);
+    let mut part = Explanation::default();
+    for (holder, a, e) in pieces {
+        let skip = slack.min(e - a);
+        slack -= skip;
+        let a = a + skip;
+        if a >= e {
+            continue;
+        }
+        part.reset(receiver.tid, a, e);
+        match (holder, sender, relay) {
+            (Holder::Sender, Some(s), _) => {
+                holder_walk(tl, s, (BlockedOn::Sender, BlockedOn::Sender), a, e, 0, &mut part)
+            }
+            (Holder::Relay, _, Some(r)) => relay_walk(tl, r, a, e, 0, &mut part),
+            (Holder::Receiver, _, _) => explain_into(tl, receiver, a, e, &mut part),
+            _ => part.push(a, e, tl.side, Cause::Unexplained { why: Gap::NotRecorded }),
+        }
+        for seg in &part.segments {
+            let len = seg.end_ns - seg.start_ns;
+            out.push(cursor, cursor + len, seg.side, seg.cause);
+            cursor += len;
+        }
+    }
+    out
+}
+
+/// Who held a datagram on its way.
+#[derive(Clone, Copy)]
+enum Holder {
+    Sender,
+    Relay,
+    Receiver,
+}
+
+/// The first moment in [a, e) `t` was asleep or gone (it had handed its
+/// datagram to the kernel); `e` when it never was.
+fn first_asleep(tl: &Timeline, t: &Probe, a: u64, e: u64) -> u64 {
+    let spans = &tl.lines[t.line].spans;
+    let mut first = None;
+    tl.line_walk(t.line, a, e, |p, _, span| {
+        let off = span.is_some_and(|i| matches!(spans[i].state, State::Asleep { .. } | State::Dead));
+        if off && first.is_none() {
+            first = Some(p);
+        }
+    });
+    first.unwrap_or(e)
+}
+
 /// The relay thread's states over [a, e) (its clock) as causes of the
 /// stretch `shift` earlier: running, busy with other frames; queued,
 /// waiting for its CPU behind the occupant (or interrupts); asleep,
 /// holding the frame; unknown, unexplained.
 fn relay_walk(tl: &Timeline, relay: &Probe, a: u64, e: u64, shift: u64, out: &mut Explanation) {
+    holder_walk(tl, relay, (BlockedOn::RelayQueue, BlockedOn::RelayWait), a, e, shift, out)
+}
+
+/// The states over [a, e) of a thread that held a packet (`holder`: the
+/// relay, a datagram's sender) as causes of the stretch `shift` earlier:
+/// running is `on.0`, asleep `on.1`, each naming it; queued is waiting
+/// for its CPU behind the occupant (or interrupts); the hypervisor's
+/// steal where it ran or waited; unknown, unexplained.
+fn holder_walk(
+    tl: &Timeline,
+    holder: &Probe,
+    on: (BlockedOn, BlockedOn),
+    a: u64,
+    e: u64,
+    shift: u64,
+    out: &mut Explanation,
+) {
     let side = tl.side;
-    // While the relay ran or waited on `cpu`, the time the hypervisor
+    // While the holder ran or waited on `cpu`, the time the hypervisor
     // beneath took that CPU held the frame: steal, as for the probe.
     let mut put_on = |cpu: Option<u16>, p: u64, q: u64, cause: Cause| match cpu {
         Some(cpu) => tl.stolen_walk(cpu, p, q, |p, q, stolen| {
@@ -411,9 +534,9 @@ fn relay_walk(tl: &Timeline, relay: &Probe, a: u64, e: u64, shift: u64, out: &mu
         }),
         None => out.push(p - shift, q - shift, side, cause),
     };
-    let spans = &tl.lines[relay.line].spans;
-    let by = Who::Thread(relay.tid);
-    tl.line_walk(relay.line, a, e, |a, end, span| {
+    let spans = &tl.lines[holder.line].spans;
+    let by = Who::Thread(holder.tid);
+    tl.line_walk(holder.line, a, e, |a, end, span| {
         let Some(i) = span else {
             put_on(None, a, end, Cause::Unexplained { why: Gap::NotRecorded });
             return;
@@ -424,7 +547,7 @@ fn relay_walk(tl: &Timeline, relay: &Probe, a: u64, e: u64, shift: u64, out: &mu
                 a,
                 end,
                 Cause::Blocked {
-                    on: BlockedOn::RelayQueue,
+                    on: on.0,
                     by,
                     cpu: Some(cpu),
                     irq: None,
@@ -433,7 +556,7 @@ fn relay_walk(tl: &Timeline, relay: &Probe, a: u64, e: u64, shift: u64, out: &mu
             State::Queued { cpu, .. } => tl.cpu_walk(cpu, a, end, |p, q, slice, irq| {
                 let cause = match irq {
                     Some(irq) => Cause::Interrupts { cpu, irq },
-                    None if slice.tid == UNKNOWN_TID || slice.tid == relay.tid => Cause::Unexplained {
+                    None if slice.tid == UNKNOWN_TID || slice.tid == holder.tid => Cause::Unexplained {
                         why: Gap::UnknownOccupant,
                     },
                     None => Cause::WaitedForCpu {
@@ -449,7 +572,7 @@ fn relay_walk(tl: &Timeline, relay: &Probe, a: u64, e: u64, shift: u64, out: &mu
                 a,
                 end,
                 Cause::Blocked {
-                    on: BlockedOn::RelayWait,
+                    on: on.1,
                     by,
                     cpu: None,
                     irq: None,
@@ -648,6 +771,7 @@ mod tests {
     const OTHER: u32 = 300;
     const WAKER: u32 = 400;
     const RELAY: u32 = 500;
+    const SENDER: u32 = 600;
 
     fn at(ms: u64) -> u64 {
         T0 + ms * MS
@@ -712,6 +836,7 @@ mod tests {
         let mut b = TimelineBuilder::new(T0, cpus);
         b.watch(PROBE);
         b.watch(RELAY);
+        b.watch(SENDER);
         let mut sorted = events.to_vec();
         sorted.sort_by_key(|e| e.ts);
         for e in &sorted {
@@ -1116,6 +1241,91 @@ mod tests {
             ]
         );
         assert_eq!(x.segments[0].cause, Cause::OwnWork { cpu: 0 });
+    }
+
+    /// A datagram sent at 0 with a 10 ms deadline over a relay that holds
+    /// frames 2 ms: its sender queued behind a hog until 12 ms and sent it
+    /// by 12.1 ms; the relay, asleep (stopped) until 30 ms, carried it
+    /// until 30.2 ms; its receiver, woken then, waited behind another
+    /// thread until 35 ms. The 8 ms of slack go to the sender's first 8
+    /// ms; the 25 ms of lateness are the rest of each stretch in path
+    /// order, each named.
+    #[test]
+    fn a_late_datagram_is_told_along_its_path() {
+        let events = [
+            wake(at(0), 0, SENDER, 0, 0),
+            switch(at(0), 0, 0, SENDER, 0, 0),
+            preempt(at(0) + 100 * US, 0, SENDER, HOG),
+            preempt(at(12), 0, HOG, SENDER),
+            sleep(at(12) + 100 * US, 0, SENDER, 0),
+            switch(at(0) + 500 * US, 1, 0, RELAY, 0, 0),
+            sleep(at(1), 1, RELAY, 0),
+            wake(at(30), 1, RELAY, 0, 1),
+            switch(at(30), 1, 0, RELAY, 0, 0),
+            sleep(at(30) + 200 * US, 1, RELAY, 0),
+            switch(at(0), 2, 0, PROBE, 0, 0),
+            sleep(at(1), 2, PROBE, OTHER),
+            wake(at(30) + 200 * US, 1, PROBE, RELAY, 2),
+            preempt(at(35), 2, OTHER, PROBE),
+        ];
+        let tl = timeline(3, &events, at(50));
+        let receiver = tl.probe(PROBE).unwrap().on_messages().on_cpus(&[2]).unwrap();
+        let (sender, relay) = (tl.probe(SENDER).unwrap(), tl.probe(RELAY).unwrap());
+        let received = at(30) + 200 * US;
+        let x = explain_datagram(
+            &tl,
+            &receiver,
+            Some(&sender),
+            Some(&relay),
+            at(10),
+            at(0),
+            received,
+            at(35),
+            2 * MS,
+        );
+        assert_tiles(&x);
+        let sending = Cause::Blocked {
+            on: BlockedOn::Sender,
+            by: Who::Thread(SENDER),
+            cpu: Some(0),
+            irq: None,
+        };
+        let held = Cause::Blocked {
+            on: BlockedOn::RelayWait,
+            by: Who::Thread(RELAY),
+            cpu: None,
+            irq: None,
+        };
+        let behind = |cpu, tid| Cause::WaitedForCpu {
+            cpu,
+            behind: Who::Thread(tid),
+            idle_elsewhere_ns: 0,
+        };
+        assert_eq!(
+            causes(&x),
+            vec![
+                (at(10), at(14), behind(0, HOG)),
+                (at(14), at(14) + 100 * US, sending),
+                (at(14) + 100 * US, at(30), held),
+                (at(30), received, relay_busy_on_cpu1()),
+                (received, at(35), behind(2, OTHER)),
+            ]
+        );
+        // Without the sender's time line the datagram is taken to have left
+        // at its stamp: the relay's sleep then covers the sender's wait.
+        let x = explain_datagram(&tl, &receiver, None, Some(&relay), at(10), at(0), received, at(35), 2 * MS);
+        assert_tiles(&x);
+        assert_eq!(x.ns_of(CauseKind::WaitedForCpu), 4 * MS + 800 * US, "{x:#?}");
+        // A deadline shorter than the relay's delay: what no stretch
+        // accounts for is unexplained, first.
+        let x = explain_datagram(&tl, &receiver, Some(&sender), Some(&relay), at(1), at(0), received, at(35), 2 * MS);
+        assert_tiles(&x);
+        assert_eq!(
+            x.segments[0].cause,
+            Cause::Unexplained { why: Gap::NotRecorded },
+            "{x:#?}"
+        );
+        assert_eq!(x.segments[0].len_ns(), MS, "{x:#?}");
     }
 
     /// The relay woken at the frame's due time onto a CPU a hog holds:

@@ -109,6 +109,10 @@ pub enum BlockedOn {
     /// The relay's own thread waited (for a CPU, asleep) while holding the
     /// packet. From the relay's records and its thread's time line.
     RelayWait,
+    /// A datagram's sender had not handed it to the network: its thread
+    /// ran (the send call, and the softirq that carries the frame on)
+    /// from the send stamp on. From the sender's time line.
+    Sender,
     /// The emulated WAN held the packet beyond its setting.
     Wan,
     /// The gateway: from its kernel receive stamp to its handler's answer.
@@ -245,6 +249,7 @@ pub enum Detail {
     Interrupt,
     RelayQueue,
     RelayWait,
+    Sender,
     Wan,
     Gateway,
     Timer,
@@ -289,6 +294,7 @@ impl Cause {
                 BlockedOn::Interrupt => Detail::Interrupt,
                 BlockedOn::RelayQueue => Detail::RelayQueue,
                 BlockedOn::RelayWait => Detail::RelayWait,
+                BlockedOn::Sender => Detail::Sender,
                 BlockedOn::Wan => Detail::Wan,
                 BlockedOn::Gateway => Detail::Gateway,
             }),

@@ -142,6 +142,7 @@ pub fn explain_relay_stretches(rec: &Recording, stretches: &[(u64, u64)]) -> Opt
             actual_ns,
             sent_ns: None,
             gateway: None,
+            received_ns: None,
         })
         .collect();
     events.sort_by_key(|e| std::cmp::Reverse(e.actual_ns - e.planned_ns));
@@ -317,13 +318,70 @@ pub fn explain_guest_on(
     parts.summarize(set.late, set.threshold_ns, &set.threshold_from)
 }
 
+/// What a flow's late datagrams are explained along: its sending thread
+/// (None: not known) and the path's set one-way delay (the lab relay's
+/// `relay_delay`; 0 elsewhere).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DatagramPath {
+    pub sender_tid: Option<u32>,
+    pub nominal_ns: u64,
+}
+
 /// A flow receiver's late datagrams (`set`), each an event of the
 /// receiving thread planned at its send time plus the deadline, explained
-/// on `rec` as a thread waiting for messages ([`crate::Probe::on_messages`]).
-pub fn explain_datagrams(rec: &Recording, set: &LateSet) -> RunExplanation {
-    let tl = Timeline::from_recording(rec, &probe_tids(&set.events));
-    let over = (set.late, set.threshold_ns, set.threshold_from.as_str());
-    explain_events_on(&tl, rec, &set.events, over, true)
+/// on `rec`: along its path ([`crate::attribute::explain_datagram`]: the
+/// sender's thread, the relay's, the receiver's) where the event has its
+/// send time and the receiver's kernel stamp of it, else on the
+/// receiver's time line alone as a thread waiting for messages
+/// ([`crate::Probe::on_messages`]).
+pub fn explain_datagrams(rec: &Recording, set: &LateSet, path: DatagramPath) -> RunExplanation {
+    let relay = relay_tid(rec);
+    let mut tids = probe_tids(&set.events);
+    tids.extend(path.sender_tid.iter().chain(relay.iter()));
+    let tl = Timeline::from_recording(rec, &tids);
+    let (along, alone): (Vec<ProbeEvent>, Vec<ProbeEvent>) = set
+        .events
+        .iter()
+        .partition(|e| e.sent_ns.is_some() && e.received_ns.is_some());
+    let mut parts = Parts::default();
+    if !alone.is_empty() {
+        parts.explain_on(&tl, rec, &alone, true);
+    }
+    if !along.is_empty() {
+        let sender = path.sender_tid.and_then(|t| tl.probe(t).ok());
+        let relay = relay.and_then(|t| tl.probe(t).ok());
+        if sender.is_none() {
+            parts.notes.push(
+                "the sending thread is not in the recording: its datagrams are taken to have left it at their stamps"
+                    .into(),
+            );
+        }
+        if relay.is_none() {
+            parts
+                .notes
+                .push("the relay's thread is not in the recording: the path's part is unexplained".into());
+        }
+        parts.end_ns = tl.end_ns();
+        for e in &along {
+            let Ok(receiver) = tl.probe(e.tid) else { continue };
+            let (Some(sent), Some(received)) = (e.sent_ns, e.received_ns) else { continue };
+            let x = crate::attribute::explain_datagram(
+                &tl,
+                &receiver.on_messages(),
+                sender.as_ref(),
+                relay.as_ref(),
+                e.planned_ns,
+                sent,
+                received,
+                e.actual_ns,
+                path.nominal_ns,
+            );
+            parts.reports.push(x.report(&tl));
+        }
+        parts.note_coverage(&tl, rec);
+    }
+    parts.note_outside(rec, &set.events);
+    parts.summarize(set.late, set.threshold_ns, &set.threshold_from)
 }
 
 /// Explains `events` (already the late ones, worst first) on `rec`.
@@ -363,16 +421,7 @@ fn explain_events_on(
 ) -> RunExplanation {
     let mut parts = Parts::default();
     parts.explain_on(tl, rec, events, on_message);
-    let outside = events
-        .iter()
-        .filter(|e| e.actual_ns <= rec.meta.start_ns || e.planned_ns >= parts.end_ns)
-        .count();
-    if outside > 0 {
-        parts.notes.push(format!(
-            "{outside} of {} late events fall outside the recording: was it made during this run?",
-            events.len()
-        ));
-    }
+    parts.note_outside(rec, events);
     parts.summarize(late, threshold_ns, threshold_from)
 }
 
@@ -569,6 +618,20 @@ impl Parts {
             self.reports.push(out.report(tl));
         }
         self.note_coverage(tl, rec);
+    }
+
+    /// Says how many of `events` fall outside the recording.
+    fn note_outside(&mut self, rec: &Recording, events: &[ProbeEvent]) {
+        let outside = events
+            .iter()
+            .filter(|e| e.actual_ns <= rec.meta.start_ns || e.planned_ns >= self.end_ns)
+            .count();
+        if outside > 0 {
+            self.notes.push(format!(
+                "{outside} of {} late events fall outside the recording: was it made during this run?",
+                events.len()
+            ));
+        }
     }
 
     /// What the time line could see, and the processes' names.
@@ -825,6 +888,10 @@ pub fn describe(cause: CauseKind, detail: Option<Detail>, side: Side, who: Optio
         CauseKind::Blocked if detail == Some(Detail::RelayQueue) => format!(
             "queued in the relay while {} carried other frames",
             who.map(name).unwrap_or_else(|| "its thread".into())
+        ),
+        CauseKind::Blocked if detail == Some(Detail::Sender) => format!(
+            "not yet sent while {} ran its send",
+            who.map(name).unwrap_or_else(|| "the sender".into())
         ),
         // The gateway's own stamps say how long it held the answer, not why.
         CauseKind::Blocked if detail == Some(Detail::Gateway) => "held by the gateway before it answered".into(),

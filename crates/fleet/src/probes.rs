@@ -670,6 +670,7 @@ mod tests {
             actual_ns: (planned_ms + late_ms) * 1_000_000,
             sent_ns: None,
             gateway: None,
+            received_ns: None,
         }
     }
 

@@ -14,7 +14,6 @@
 //! so the stamp of the read that completed a request is that request's
 //! arrival.
 
-use ontime_core::kstamp;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::pin::Pin;
@@ -46,37 +45,7 @@ impl StampedStream {
     }
 }
 
-/// One `recvmsg` into `buf`; returns the bytes read and the kernel's
-/// receive stamp of them converted to CLOCK_MONOTONIC, if it gave one.
-/// With `from`, the sender's address is written there (a datagram's).
-pub(crate) fn recv_stamped(
-    fd: i32,
-    buf: &mut [std::mem::MaybeUninit<u8>],
-    from: Option<&mut libc::sockaddr_storage>,
-) -> io::Result<(usize, Option<u64>)> {
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    let mut control = kstamp::Control::default();
-    // SAFETY: msghdr is plain data; every pointer set below outlives the call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    if let Some(from) = from {
-        msg.msg_name = (from as *mut libc::sockaddr_storage).cast();
-        msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
-    }
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.0.as_mut_ptr().cast();
-    msg.msg_controllen = control.0.len();
-    // SAFETY: the kernel writes at most iov_len bytes into buf, msg_namelen
-    // into the sender's address and msg_controllen into control.
-    let n = unsafe { libc::recvmsg(fd, &mut msg, 0) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((n as usize, kstamp::monotonic_stamp(&msg)))
-}
+pub(crate) use ontime_core::kstamp::recv_stamped;
 
 impl AsyncRead for StampedStream {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {

@@ -608,12 +608,24 @@ impl NetRun {
     }
 }
 
+/// What a run's flows crossed, for explaining their late datagrams.
+#[derive(Clone, Copy, Debug)]
+pub struct NetPath {
+    /// The relay's set one-way delay.
+    pub nominal_ns: u64,
+    /// The tenants are QEMU guests: their senders' and receivers'
+    /// threads are the guests', not in the host's recording.
+    pub in_guests: bool,
+}
+
 /// `net-explain.json`: the relay thread's part of each channel's worst
 /// misses (net.json's `miss_causes`) and each flow's worst late datagrams
-/// (its receiver's `late_events`), explained on the run's recording.
-/// Nothing when there is neither, or no whole recording (a flight
-/// recorder's windows are not read here).
-pub fn explain_net(dir: &Path, report: Option<&ControllerReport>, flows: &[FlowOutcome]) -> Result<()> {
+/// (its receiver's `late_events`), explained on the run's recording along
+/// their path: the sender's thread (from `flow-NAME.send.json`), the
+/// relay's, the receiver's. Nothing when there is neither, or no whole
+/// recording (a flight recorder's windows are not read here). A receiver
+/// in a QEMU guest is not explained (its thread is the guest's).
+pub fn explain_net(dir: &Path, report: Option<&ControllerReport>, flows: &[FlowOutcome], path: NetPath) -> Result<()> {
     use ontime_explain::kept::{FlowLateExplanation, NetExplanation, RelayPartOfMisses, NET_EXPLANATION};
     let recording = dir.join("observe.otrec");
     if !recording.exists() {
@@ -628,9 +640,20 @@ pub fn explain_net(dir: &Path, report: Option<&ControllerReport>, flows: &[FlowO
     let mut late_flows = Vec::new();
     for f in flows {
         let Some(result) = &f.result else { continue };
+        if path.in_guests && f.to != "building" {
+            continue;
+        }
         if let Some((set, _)) = ontime_explain::kept::read(&dir.join(result))? {
             if !set.events.is_empty() {
-                late_flows.push((f.name.clone(), set));
+                let sender_tid = match (&f.sender, path.in_guests) {
+                    (Some(s), false) => sender_tid(&dir.join(s)),
+                    _ => None,
+                };
+                let datagrams = ontime_explain::summary::DatagramPath {
+                    sender_tid,
+                    nominal_ns: path.nominal_ns,
+                };
+                late_flows.push((f.name.clone(), set, datagrams));
             }
         }
     }
@@ -649,9 +672,16 @@ pub fn explain_net(dir: &Path, report: Option<&ControllerReport>, flows: &[FlowO
             explanation,
         });
     }
-    for (flow, set) in late_flows {
-        let explanation = ontime_explain::summary::explain_datagrams(&rec, &set);
+    for (flow, set, datagrams) in late_flows {
+        let explanation = ontime_explain::summary::explain_datagrams(&rec, &set, datagrams);
         out.flows.push(FlowLateExplanation { flow, explanation });
     }
     ontime_core::fsio::write_atomic(&dir.join(NET_EXPLANATION), &serde_json::to_vec(&out)?)
+}
+
+/// The sending thread a flow's sender report names (None: an older
+/// report, or unreadable).
+fn sender_tid(report: &Path) -> Option<u32> {
+    let text = std::fs::read(report).ok()?;
+    serde_json::from_slice::<ontime_net::flow::SendReport>(&text).ok()?.tid
 }

@@ -257,7 +257,11 @@ fn one_run(
     if let Some(n) = net {
         let (outcome, report) = n.finish(dir);
         if rec.observe.is_some() {
-            if let Err(e) = crate::netlab::explain_net(dir, report.as_ref(), &outcome.flows) {
+            let path = crate::netlab::NetPath {
+                nominal_ns: c.host.relay_delay,
+                in_guests: guests.is_some(),
+            };
+            if let Err(e) = crate::netlab::explain_net(dir, report.as_ref(), &outcome.flows, path) {
                 ontime_core::errln!(
                     "ontime lab: {}: the net's late packets are not explained: {e:#}",
                     dir.display()

@@ -39,6 +39,9 @@ pub struct SendSettings {
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct SendReport {
+    /// The sending thread (to find it in a recording of the run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u32>,
     pub sent: u64,
     pub send_errors: u64,
     /// Largest lag of a send behind its scheduled time.
@@ -60,7 +63,11 @@ pub fn send(s: &SendSettings, stop: &AtomicBool) -> Result<SendReport> {
     let period_ns = ((s.size as f64 * 8.0 * burst as f64) / s.rate_bps * 1e9).max(1.0) as u64;
     let mut buf = vec![0u8; s.size];
     buf[0..4].copy_from_slice(&MAGIC.to_be_bytes());
-    let mut r = SendReport::default();
+    let mut r = SendReport {
+        // SAFETY: gettid has no preconditions.
+        tid: Some(unsafe { libc::gettid() } as u32),
+        ..Default::default()
+    };
     let t0 = MonoNs::now().0 + s.start_after_ns;
     let end = t0 + s.duration_ns.saturating_sub(s.start_after_ns);
     let mut next = t0;
@@ -164,6 +171,10 @@ pub fn receive_on(sock: UdpSocket, s: &ReceiveSettings, stop: &AtomicBool) -> Re
     sock.set_read_timeout(Some(Duration::from_millis(100)))?;
     // Room for bursts while this thread is off the CPU.
     let _ = set_rcvbuf(&sock, 4 << 20);
+    // When each datagram entered this host's stack, to tell its way
+    // there from this thread's own delay; without it a late datagram is
+    // explained on this thread's time line alone.
+    let _ = ontime_core::kstamp::enable(&sock);
     let start = MonoNs::now().0;
     let bin_ns = s.bin_ns.max(1_000_000);
     // Sized for an hour at the bin width up front; beyond that bins grow.
@@ -186,8 +197,8 @@ pub fn receive_on(sock: UdpSocket, s: &ReceiveSettings, stop: &AtomicBool) -> Re
             draining = true;
             sock.set_nonblocking(true)?;
         }
-        let n = match sock.recv(&mut buf) {
-            Ok(n) => n,
+        let (n, received) = match recv_stamped(&sock, &mut buf) {
+            Ok(r) => r,
             Err(e) if draining && e.kind() == std::io::ErrorKind::WouldBlock => break,
             Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -200,6 +211,8 @@ pub fn receive_on(sock: UdpSocket, s: &ReceiveSettings, stop: &AtomicBool) -> Re
         let seq = u64::from_be_bytes(buf[4..12].try_into().unwrap_or([0; 8]));
         let sent = u64::from_be_bytes(buf[12..20].try_into().unwrap_or([0; 8]));
         let delay = now.saturating_add_signed(s.clock_offset_ns).saturating_sub(sent);
+        // The send time on this host's clock.
+        let sent_here = sent.saturating_add_signed(s.clock_offset_ns.saturating_neg());
         hist.record(delay);
         r.received += 1;
         match highest {
@@ -219,8 +232,10 @@ pub fn receive_on(sock: UdpSocket, s: &ReceiveSettings, stop: &AtomicBool) -> Re
                 tid,
                 planned_ns: now.saturating_sub(late),
                 actual_ns: now,
-                sent_ns: None,
+                sent_ns: Some(sent_here),
                 gateway: None,
+                // A stamp after the return is a wall-clock step: none.
+                received_ns: received.filter(|&k| (sent_here..=now).contains(&k)),
             });
         }
         let k = ((now - start) / bin_ns) as usize;
@@ -253,6 +268,15 @@ pub fn receive_on(sock: UdpSocket, s: &ReceiveSettings, stop: &AtomicBool) -> Re
         });
     }
     Ok(r)
+}
+
+/// One datagram into `buf`, with the kernel's receive stamp of it.
+fn recv_stamped(sock: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, Option<u64>)> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: MaybeUninit<u8> has u8's layout, and the kernel writes only
+    // bytes, so `buf` stays initialised.
+    let uninit = unsafe { &mut *(buf as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) };
+    ontime_core::kstamp::recv_stamped(sock.as_raw_fd(), uninit, None)
 }
 
 fn set_rcvbuf(sock: &UdpSocket, bytes: i32) -> std::io::Result<()> {
