@@ -304,7 +304,11 @@ pub fn explain_datagrams(
     path: ontime_explain::summary::DatagramPath,
     perfetto: Option<&Path>,
 ) -> Result<RunExplanation> {
-    write_perfetto(rec, ontime_explain::summary::explain_datagrams(rec, late, path), perfetto)
+    write_perfetto(
+        rec,
+        ontime_explain::summary::explain_datagrams(rec, late, path),
+        perfetto,
+    )
 }
 
 fn write_perfetto(rec: &Recording, x: RunExplanation, perfetto: Option<&Path>) -> Result<RunExplanation> {

@@ -418,13 +418,18 @@ fn explain_splits_a_late_datagram_at_its_receive_stamp() {
     let x: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_charged_to_hog(&x, hog_pid, "a flow's late datagrams");
     assert!(
-        !x["notes"].to_string().contains("sending thread is not in the recording"),
+        !x["notes"]
+            .to_string()
+            .contains("sending thread is not in the recording"),
         "{x:#}"
     );
     // The sender's report goes with a flow's result only.
     let cyclic = dir.path().join("cyclic.json");
-    std::fs::write(&cyclic, r#"{"late_events": {"events": [], "late": 0, "threshold_ns": 1, "threshold_from": "x"}}"#)
-        .unwrap();
+    std::fs::write(
+        &cyclic,
+        r#"{"late_events": {"events": [], "late": 0, "threshold_ns": 1, "threshold_from": "x"}}"#,
+    )
+    .unwrap();
     let out = ontime()
         .arg("explain")
         .arg(&cyclic)

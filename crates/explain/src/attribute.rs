@@ -447,7 +447,12 @@ pub fn explain_datagram(
     let mut cursor = planned_ns;
     if excess < lateness {
         cursor += lateness - excess;
-        out.push(planned_ns, cursor, tl.side, Cause::Unexplained { why: Gap::NotRecorded });
+        out.push(
+            planned_ns,
+            cursor,
+            tl.side,
+            Cause::Unexplained { why: Gap::NotRecorded },
+        );
     }
     let mut slack = excess.saturating_sub(lateness);
     let mut part = Explanation::default();
@@ -503,7 +508,15 @@ fn first_asleep(tl: &Timeline, t: &Probe, a: u64, e: u64) -> u64 {
 /// waiting for its CPU behind the occupant (or interrupts); asleep,
 /// holding the frame; unknown, unexplained.
 fn relay_walk(tl: &Timeline, relay: &Probe, a: u64, e: u64, shift: u64, out: &mut Explanation) {
-    holder_walk(tl, relay, (BlockedOn::RelayQueue, BlockedOn::RelayWait), a, e, shift, out)
+    holder_walk(
+        tl,
+        relay,
+        (BlockedOn::RelayQueue, BlockedOn::RelayWait),
+        a,
+        e,
+        shift,
+        out,
+    )
 }
 
 /// The states over [a, e) of a thread that held a packet (`holder`: the
@@ -1313,12 +1326,32 @@ mod tests {
         );
         // Without the sender's time line the datagram is taken to have left
         // at its stamp: the relay's sleep then covers the sender's wait.
-        let x = explain_datagram(&tl, &receiver, None, Some(&relay), at(10), at(0), received, at(35), 2 * MS);
+        let x = explain_datagram(
+            &tl,
+            &receiver,
+            None,
+            Some(&relay),
+            at(10),
+            at(0),
+            received,
+            at(35),
+            2 * MS,
+        );
         assert_tiles(&x);
         assert_eq!(x.ns_of(CauseKind::WaitedForCpu), 4 * MS + 800 * US, "{x:#?}");
         // A deadline shorter than the relay's delay: what no stretch
         // accounts for is unexplained, first.
-        let x = explain_datagram(&tl, &receiver, Some(&sender), Some(&relay), at(1), at(0), received, at(35), 2 * MS);
+        let x = explain_datagram(
+            &tl,
+            &receiver,
+            Some(&sender),
+            Some(&relay),
+            at(1),
+            at(0),
+            received,
+            at(35),
+            2 * MS,
+        );
         assert_tiles(&x);
         assert_eq!(
             x.segments[0].cause,

@@ -364,7 +364,9 @@ pub fn explain_datagrams(rec: &Recording, set: &LateSet, path: DatagramPath) -> 
         parts.end_ns = tl.end_ns();
         for e in &along {
             let Ok(receiver) = tl.probe(e.tid) else { continue };
-            let (Some(sent), Some(received)) = (e.sent_ns, e.received_ns) else { continue };
+            let (Some(sent), Some(received)) = (e.sent_ns, e.received_ns) else {
+                continue;
+            };
             let x = crate::attribute::explain_datagram(
                 &tl,
                 &receiver.on_messages(),
