@@ -269,6 +269,10 @@ struct ReceiveArgs {
     /// Write the result here (JSON) when stopped (SIGINT/SIGTERM)
     #[arg(long)]
     result: Option<PathBuf>,
+    /// Also write each second's datagram lateness past --deadline as an
+    /// HdrHistogram interval log (tag `lateness`), flushed as it goes
+    #[arg(long, value_name = "FILE", requires = "deadline")]
+    hlog: Option<PathBuf>,
 }
 
 pub fn run(a: NetArgs) -> anyhow::Result<()> {
@@ -548,6 +552,7 @@ fn receive(a: ReceiveArgs) -> anyhow::Result<()> {
             bin_ns: a.bin,
             clock_offset_ns: 0,
             keep_late: a.keep_late,
+            hlog: a.hlog,
         },
         result: a.result,
         clock_offset: None,

@@ -268,6 +268,69 @@ fn channels_between_tenants_end_to_end() {
     assert!(!Path::new(SOCKET).exists());
 }
 
+/// A flow through a relay stalled 200 ms now and then, with the flight
+/// recorder on: the receiver logs its datagrams' lateness, the recorder
+/// keeps the windows around the late ones only, and the late datagrams
+/// are explained on those windows, the relay named.
+#[test]
+fn a_flows_late_datagrams_are_explained_on_the_flight_recorders_windows() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root_or_skip() {
+        return;
+    }
+    let _clean = CleanOnDrop;
+    let dir = tempfile::tempdir().unwrap();
+    let sc = dir.path().join("net-flight.toml");
+    std::fs::write(
+        &sc,
+        "name = 'net-flight'\nduration = '12s'\n[host]\nrelay_delay = '0ms'\n[tenant]\ncount = 2\n\
+[observe]\nrecorder = 'ontime'\nflight = 'on'\nkeep_around = '1s'\n\
+[net]\nlink_mbit = 50\nchannels = 'none'\n\
+[[net.flow]]\nname = 'A'\nfrom = 0\nto = 't1'\nport = 5001\nrate_mbit = 1\nsize = 500\ndeadline = '50ms'\n\
+[[inject]]\ncause = 'relay-stall'\nlength = '200ms'\nevery = '4s'\nstart_after = '3s'\n",
+    )
+    .unwrap();
+    let results = dir.path().join("r");
+    let st = ontime()
+        .args(["lab", "run"])
+        .arg(&sc)
+        .arg("-o")
+        .arg(&results)
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    let run = results.join("runs/000-rep1");
+    assert!(run.join("flow-A.hlog").exists());
+    let rec = json(&run.join("run.json"));
+    let ring = &rec["observe"]["flight"];
+    assert!(ring["kept"].as_u64().unwrap() > 0, "{ring}");
+    assert!(
+        ring["kept"].as_u64().unwrap() < ring["windows"].as_u64().unwrap(),
+        "only the windows around late datagrams are kept: {ring}"
+    );
+    let x = json(&run.join("net-explain.json"));
+    let flow = &x["flows"][0];
+    assert_eq!(flow["flow"], "A", "{x:#}");
+    let e = &flow["explanation"];
+    assert!(e["explained"].as_u64().unwrap() > 0, "{e:#}");
+    let sum: u64 = e["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["ns"].as_u64().unwrap())
+        .sum();
+    assert_eq!(sum, e["lateness_ns"].as_u64().unwrap(), "{e:#}");
+    // The stalled relay held the datagrams asleep: its thread is named.
+    let held = e["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["detail"] == "relay_wait")
+        .unwrap_or_else(|| panic!("the relay is not named: {e:#}"));
+    assert_eq!(held["culprit"]["group"], "host-io", "{e:#}");
+    assert!(leftovers().contains("nothing of the lab's is left"));
+}
+
 #[test]
 fn a_killed_controller_leaves_what_clean_removes() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -335,53 +335,8 @@ pub struct DatagramPath {
 /// receiver's time line alone as a thread waiting for messages
 /// ([`crate::Probe::on_messages`]).
 pub fn explain_datagrams(rec: &Recording, set: &LateSet, path: DatagramPath) -> RunExplanation {
-    let relay = relay_tid(rec);
-    let mut tids = probe_tids(&set.events);
-    tids.extend(path.sender_tid.iter().chain(relay.iter()));
-    let tl = Timeline::from_recording(rec, &tids);
-    let (along, alone): (Vec<ProbeEvent>, Vec<ProbeEvent>) = set
-        .events
-        .iter()
-        .partition(|e| e.sent_ns.is_some() && e.received_ns.is_some());
     let mut parts = Parts::default();
-    if !alone.is_empty() {
-        parts.explain_on(&tl, rec, &alone, true);
-    }
-    if !along.is_empty() {
-        let sender = path.sender_tid.and_then(|t| tl.probe(t).ok());
-        let relay = relay.and_then(|t| tl.probe(t).ok());
-        if sender.is_none() {
-            parts.notes.push(
-                "the sending thread is not in the recording: its datagrams are taken to have left it at their stamps"
-                    .into(),
-            );
-        }
-        if relay.is_none() {
-            parts
-                .notes
-                .push("the relay's thread is not in the recording: the path's part is unexplained".into());
-        }
-        parts.end_ns = tl.end_ns();
-        for e in &along {
-            let Ok(receiver) = tl.probe(e.tid) else { continue };
-            let (Some(sent), Some(received)) = (e.sent_ns, e.received_ns) else {
-                continue;
-            };
-            let x = crate::attribute::explain_datagram(
-                &tl,
-                &receiver.on_messages(),
-                sender.as_ref(),
-                relay.as_ref(),
-                e.planned_ns,
-                sent,
-                received,
-                e.actual_ns,
-                path.nominal_ns,
-            );
-            parts.reports.push(x.report(&tl));
-        }
-        parts.note_coverage(&tl, rec);
-    }
+    parts.explain_datagrams(rec, &set.events, path);
     parts.note_outside(rec, &set.events);
     parts.summarize(set.late, set.threshold_ns, &set.threshold_from)
 }
@@ -436,31 +391,61 @@ const PIECE_WINDOWS: usize = 300;
 const PIECE_OVERLAP: usize = 10;
 
 /// A set of late events to explain on a flight recorder's windows: a
-/// probe's own (`path` None), or a crawl's requests on their way (its
-/// arrivals at the gateway or its answers back, over `path`), which the
-/// relay's time line explains too.
+/// probe's own, a crawl's requests on their way (its arrivals at the
+/// gateway or its answers back), which the relay's time line explains
+/// too, or a flow's datagrams along their path.
 #[derive(Clone, Copy)]
 pub struct StretchSet<'a> {
     pub set: &'a LateSet,
-    pub path: Option<PathNominal>,
+    pub along: Along,
+}
+
+/// What a [`StretchSet`]'s events are explained along.
+#[derive(Clone, Copy)]
+pub enum Along {
+    /// The probe's own time line.
+    Probe,
+    /// A crawl's requests over the host I/O path.
+    Path(PathNominal),
+    /// A flow's datagrams: sender, relay, receiver.
+    Datagrams(DatagramPath),
 }
 
 impl<'a> StretchSet<'a> {
     pub fn probe(set: &'a LateSet) -> Self {
-        StretchSet { set, path: None }
+        StretchSet {
+            set,
+            along: Along::Probe,
+        }
     }
 
     pub fn arrivals(a: &'a LateArrivals) -> Self {
         StretchSet {
             set: &a.set,
-            path: Some(a.path()),
+            along: Along::Path(a.path()),
         }
     }
 
     pub fn answers(a: &'a LateAnswers) -> Self {
         StretchSet {
             set: &a.set,
-            path: Some(a.path),
+            along: Along::Path(a.path),
+        }
+    }
+
+    pub fn datagrams(set: &'a LateSet, path: DatagramPath) -> Self {
+        StretchSet {
+            set,
+            along: Along::Datagrams(path),
+        }
+    }
+
+    /// The first time an event's explanation reads: a datagram's send
+    /// time, else its planned time.
+    fn from(&self, e: &ProbeEvent) -> u64 {
+        match self.along {
+            Along::Datagrams(_) => e.sent_ns.unwrap_or(e.planned_ns).min(e.planned_ns),
+            _ => e.planned_ns,
         }
     }
 
@@ -470,13 +455,16 @@ impl<'a> StretchSet<'a> {
     /// delay, read to its return. Arrivals carry no gateway delay
     /// (`LateArrivals::path`), so one way it is.
     fn reach(&self, e: &ProbeEvent) -> u64 {
-        self.path.map_or(e.actual_ns, |p| {
-            let back = if e.gateway.is_some() { p.one_way_ns } else { 0 };
-            e.actual_ns
-                .saturating_add(p.one_way_ns)
-                .saturating_add(back)
-                .saturating_add(p.gateway_ns)
-        })
+        match self.along {
+            Along::Path(p) => {
+                let back = if e.gateway.is_some() { p.one_way_ns } else { 0 };
+                e.actual_ns
+                    .saturating_add(p.one_way_ns)
+                    .saturating_add(back)
+                    .saturating_add(p.gateway_ns)
+            }
+            Along::Probe | Along::Datagrams(_) => e.actual_ns,
+        }
     }
 }
 
@@ -514,7 +502,7 @@ pub fn explain_stretches(stretches: &[Vec<std::path::PathBuf>], sets: &[StretchS
                     .events
                     .iter()
                     .zip(placed.iter_mut())
-                    .filter(|(e, done)| !**done && e.planned_ns >= start && set.reach(e) <= end)
+                    .filter(|(e, done)| !**done && set.from(e) >= start && set.reach(e) <= end)
                     .map(|(e, done)| {
                         *done = true;
                         *e
@@ -523,9 +511,10 @@ pub fn explain_stretches(stretches: &[Vec<std::path::PathBuf>], sets: &[StretchS
                 if mine.is_empty() {
                     continue;
                 }
-                match set.path {
-                    None => part.explain(&rec, &mine),
-                    Some(path) => {
+                match set.along {
+                    Along::Probe => part.explain(&rec, &mine),
+                    Along::Datagrams(path) => part.explain_datagrams(&rec, &mine, path),
+                    Along::Path(path) => {
                         let relay = relay_tid(&rec);
                         let mut tids = probe_tids(&mine);
                         tids.extend(relay);
@@ -620,6 +609,56 @@ impl Parts {
             self.reports.push(out.report(tl));
         }
         self.note_coverage(tl, rec);
+    }
+
+    /// A flow receiver's late datagrams ([`explain_datagrams`]).
+    fn explain_datagrams(&mut self, rec: &Recording, events: &[ProbeEvent], path: DatagramPath) {
+        let relay = relay_tid(rec);
+        let mut tids = probe_tids(events);
+        tids.extend(path.sender_tid.iter().chain(relay.iter()));
+        let tl = Timeline::from_recording(rec, &tids);
+        let (along, alone): (Vec<ProbeEvent>, Vec<ProbeEvent>) = events
+            .iter()
+            .partition(|e| e.sent_ns.is_some() && e.received_ns.is_some());
+        if !alone.is_empty() {
+            self.explain_on(&tl, rec, &alone, true);
+        }
+        if along.is_empty() {
+            return;
+        }
+        let sender = path.sender_tid.and_then(|t| tl.probe(t).ok());
+        let relay = relay.and_then(|t| tl.probe(t).ok());
+        let mut note = |n: &str| {
+            if !self.notes.iter().any(|m| m == n) {
+                self.notes.push(n.into());
+            }
+        };
+        if sender.is_none() {
+            note("the sending thread is not in the recording: its datagrams are taken to have left it at their stamps");
+        }
+        if relay.is_none() {
+            note("the relay's thread is not in the recording: the path's part is unexplained");
+        }
+        self.end_ns = tl.end_ns();
+        for e in &along {
+            let Ok(receiver) = tl.probe(e.tid) else { continue };
+            let (Some(sent), Some(received)) = (e.sent_ns, e.received_ns) else {
+                continue;
+            };
+            let x = crate::attribute::explain_datagram(
+                &tl,
+                &receiver.on_messages(),
+                sender.as_ref(),
+                relay.as_ref(),
+                e.planned_ns,
+                sent,
+                received,
+                e.actual_ns,
+                path.nominal_ns,
+            );
+            self.reports.push(x.report(&tl));
+        }
+        self.note_coverage(&tl, rec);
     }
 
     /// Says how many of `events` fall outside the recording.

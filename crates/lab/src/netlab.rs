@@ -177,6 +177,9 @@ pub fn start(c: &RunConfig, lab: &Lab, relay: &Relay, dir: &Path, exe: &Path, in
                 bin_ns: ontime_net::flow::BIN_NS,
                 clock_offset_ns: 0,
                 keep_late: ontime_net::flow::KEEP_LATE,
+                // Its guest's clock is not the windows': a flight recorder
+                // follows host receivers only.
+                hlog: (!in_guest).then(|| dir.join(ontime_scenario::probe::flow_hlog(&f.name))),
             },
             result: Some(dir.join(format!("flow-{}.json", f.name))),
             clock_offset: in_guest.then(|| guest_clock_file(dir, ontime_core::names::tenant_index(&f.to).unwrap_or(0))),
@@ -627,8 +630,10 @@ pub struct NetPath {
 /// in a QEMU guest is not explained (its thread is the guest's).
 pub fn explain_net(dir: &Path, report: Option<&ControllerReport>, flows: &[FlowOutcome], path: NetPath) -> Result<()> {
     use ontime_explain::kept::{FlowLateExplanation, NetExplanation, RelayPartOfMisses, NET_EXPLANATION};
-    let recording = dir.join("observe.otrec");
-    if !recording.exists() {
+    let recording = dir.join(crate::observe::RECORDING);
+    let windows = dir.join(crate::observe::FLIGHT_DIR);
+    let whole = recording.exists();
+    if !whole && !windows.is_dir() {
         return Ok(());
     }
     let per_channel: Vec<(&ontime_net::miss::MissCauses, Vec<(u64, u64)>)> = report
@@ -660,8 +665,26 @@ pub fn explain_net(dir: &Path, report: Option<&ControllerReport>, flows: &[FlowO
     if per_channel.is_empty() && late_flows.is_empty() {
         return Ok(());
     }
-    let rec = ontime_trace::recording::Recording::read(&recording)?;
     let mut out = NetExplanation::default();
+    if !whole {
+        // A flight recorder's windows: each flow's datagrams on the kept
+        // stretches that hold them; the relay's part of the channels'
+        // misses is read from whole recordings only.
+        let stretches = ontime_trace::store::contiguous(ontime_trace::store::window_files(&windows)?);
+        let sets: Vec<_> = late_flows
+            .iter()
+            .map(|(_, set, datagrams)| ontime_explain::summary::StretchSet::datagrams(set, *datagrams))
+            .collect();
+        let explained = ontime_explain::summary::explain_stretches(&stretches, &sets);
+        for ((flow, _, _), explanation) in late_flows.iter().zip(explained) {
+            out.flows.push(FlowLateExplanation {
+                flow: flow.clone(),
+                explanation,
+            });
+        }
+        return ontime_core::fsio::write_atomic(&dir.join(NET_EXPLANATION), &serde_json::to_vec(&out)?);
+    }
+    let rec = ontime_trace::recording::Recording::read(&recording)?;
     for (c, stretches) in per_channel {
         let Some(explanation) = ontime_explain::summary::explain_relay_stretches(&rec, &stretches) else {
             anyhow::bail!("the relay's thread is not in {}", recording.display());

@@ -111,6 +111,74 @@ pub struct ReceiveSettings {
     /// The worst late datagrams kept, to be explained (`late_events`).
     #[serde(default = "default_keep_late")]
     pub keep_late: usize,
+    /// An interval log of the datagrams' lateness past the deadline (tag
+    /// `lateness`, one histogram a second, flushed as it goes): what a
+    /// flight recorder follows to keep the windows around late datagrams.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hlog: Option<std::path::PathBuf>,
+}
+
+/// The tag of a receiver's interval log.
+pub const HLOG_TAG: &str = "lateness";
+/// A receiver's interval log's interval.
+const HLOG_INTERVAL_NS: u64 = 1_000_000_000;
+
+/// A receiver's interval log: the datagrams' lateness past the deadline,
+/// a histogram per second of its own time. A log that cannot be written is
+/// said once and dropped; the receiver goes on.
+struct LatenessLog {
+    file: ontime_core::hlog::HlogFile,
+    interval: LatencyHistogram,
+    /// Start of the interval being filled, ns after `start`.
+    from_ns: u64,
+    start: u64,
+}
+
+impl LatenessLog {
+    fn create(path: &std::path::Path, start: u64) -> Option<LatenessLog> {
+        let file = ontime_core::hlog::HlogFile::create(
+            path,
+            "ontime net receive: each datagram's lateness past its deadline",
+            std::time::SystemTime::now(),
+        );
+        match file {
+            Ok(file) => Some(LatenessLog {
+                file,
+                interval: LatencyHistogram::new(),
+                from_ns: 0,
+                start,
+            }),
+            Err(e) => {
+                ontime_core::errln!("ontime net receive: {e:#}; no interval log");
+                None
+            }
+        }
+    }
+
+    /// Writes the intervals that ended by `now` (all of them, and the one
+    /// begun, with `last`); false when the log failed.
+    fn catch_up(&mut self, now: u64, last: bool) -> bool {
+        let at = now.saturating_sub(self.start);
+        while self.from_ns + HLOG_INTERVAL_NS <= at || (last && self.from_ns < at) {
+            let len = HLOG_INTERVAL_NS.min(at - self.from_ns);
+            let written = self
+                .file
+                .write(
+                    HLOG_TAG,
+                    &self.interval,
+                    Duration::from_nanos(self.from_ns),
+                    Duration::from_nanos(len),
+                )
+                .and_then(|()| self.file.flush());
+            if let Err(e) = written {
+                ontime_core::errln!("ontime net receive: {e:#}; the interval log stops here");
+                return false;
+            }
+            self.interval.reset();
+            self.from_ns += len;
+        }
+        true
+    }
 }
 
 /// Late datagrams a receiver keeps unless told otherwise.
@@ -192,7 +260,14 @@ pub fn receive_on(sock: UdpSocket, s: &ReceiveSettings, stop: &AtomicBool) -> Re
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() } as u32;
     let mut draining = false;
+    let mut log = match (&s.hlog, s.deadline_ns) {
+        (Some(path), Some(_)) => LatenessLog::create(path, start),
+        _ => None,
+    };
     loop {
+        if log.as_mut().is_some_and(|l| !l.catch_up(MonoNs::now().0, false)) {
+            log = None;
+        }
         if !draining && stop.load(Ordering::Relaxed) {
             draining = true;
             sock.set_nonblocking(true)?;
@@ -225,6 +300,9 @@ pub fn receive_on(sock: UdpSocket, s: &ReceiveSettings, stop: &AtomicBool) -> Re
             }
         }
         let missed = s.deadline_ns.is_some_and(|d| delay > d);
+        if let Some(l) = &mut log {
+            l.interval.record(delay.saturating_sub(s.deadline_ns.unwrap_or(0)));
+        }
         if missed {
             r.misses += 1;
             let late = delay - s.deadline_ns.unwrap_or(0);
@@ -250,6 +328,9 @@ pub fn receive_on(sock: UdpSocket, s: &ReceiveSettings, stop: &AtomicBool) -> Re
         b.packets += 1;
         b.max_delay_ns = b.max_delay_ns.max(delay);
         b.misses += missed as u64;
+    }
+    if let Some(l) = &mut log {
+        l.catch_up(MonoNs::now().0, true);
     }
     // Out-of-order arrivals filled gaps counted as lost.
     r.lost = r.lost.saturating_sub(r.reordered);
@@ -311,6 +392,7 @@ mod tests {
             bin_ns: 100_000_000,
             clock_offset_ns: 0,
             keep_late: KEEP_LATE,
+            hlog: None,
         };
         // Bound before the sender starts: nothing is sent to a port not yet listened on.
         let sock = UdpSocket::bind("127.0.0.1:0").unwrap();

@@ -201,6 +201,12 @@ pub struct FlightPlan {
 /// explanation (`explain.json`).
 const KEEP_LATE: usize = 1000;
 
+/// A lab flow's receiver's interval log (`ontime_net::flow::HLOG_TAG`),
+/// in its run's directory.
+pub fn flow_hlog(flow: &str) -> String {
+    format!("flow-{flow}.hlog")
+}
+
 impl crate::scenario::RunConfig {
     /// Late events a tenant's probe keeps: the host's recording explains
     /// them for sandboxed and native tenants, whose threads are the
@@ -240,9 +246,14 @@ impl crate::scenario::RunConfig {
         // Without probes that log late intervals nothing would trigger it,
         // and every window would go: such runs record whole.
         let tag = tag?;
-        let logs = (0..self.tenant.count)
-            .map(|i| (dir.join(format!("t{i}.hlog")), tag))
-            .collect();
+        let logs = match &self.net {
+            // The flows' receivers log their datagrams' lateness past
+            // each flow's deadline.
+            Some(n) => n.flows.iter().map(|f| (dir.join(flow_hlog(&f.name)), tag)).collect(),
+            None => (0..self.tenant.count)
+                .map(|i| (dir.join(format!("t{i}.hlog")), tag))
+                .collect(),
+        };
         // Checked when the scenario was read.
         let ns = |s: &str| ontime_core::duration::parse_ns(s).unwrap_or(0);
         Some(FlightPlan {
@@ -250,18 +261,30 @@ impl crate::scenario::RunConfig {
                 ring_ns: ns(&self.observe.ring),
                 keep_around_ns: ns(&self.observe.keep_around),
                 max_kept: self.observe.max_kept,
-                threshold_ns: self.explain_over().unwrap_or(0),
+                // A flow's lateness is already past its deadline.
+                threshold_ns: if self.net.is_some() {
+                    0
+                } else {
+                    self.explain_over().unwrap_or(0)
+                },
             },
             logs,
         })
     }
 
     /// The histogram-log tag whose interval maxima trigger the flight
-    /// recorder: the lateness the tenants' probes keep late events by
-    /// (None: they keep none, as QEMU tenants and `[net]` runs).
+    /// recorder: the lateness the tenants' probes keep late events by, or
+    /// in `[net]` runs the flows' receivers (None: they keep none, as QEMU
+    /// tenants).
     pub fn flight_tag(&self) -> Option<&'static str> {
         // A guest's histogram logs are on its clock, not the windows'.
-        if self.keep_late() == 0 || self.net.is_some() || self.tenant.backend == crate::scenario::Backend::Qemu {
+        if self.keep_late() == 0 || self.tenant.backend == crate::scenario::Backend::Qemu {
+            return None;
+        }
+        if self.net.as_ref().is_some_and(|n| !n.flows.is_empty()) {
+            return Some(ontime_net::flow::HLOG_TAG);
+        }
+        if self.net.is_some() {
             return None;
         }
         // A poller ontime did not write logs nothing while it runs.

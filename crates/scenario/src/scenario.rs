@@ -1423,7 +1423,7 @@ fn validate(c: &RunConfig) -> Result<()> {
     }
     if c.observe.flight == Flight::On && c.flight_tag().is_none() {
         bail!(
-            "observe.flight = \"on\" keeps windows around the late intervals of crawl or cyclic tenants that keep late events: this scenario's tenants keep none"
+            "observe.flight = \"on\" keeps windows around the late intervals of crawl or cyclic tenants that keep late events, or of `[net]` flows: this scenario's tenants keep none"
         );
     }
     if let Some(hz) = c.observe.profile {
