@@ -46,7 +46,7 @@ pub struct ExplainArgs {
     sender: Option<PathBuf>,
     /// RESULT is a flow's receiver: the path's set one-way delay (a
     /// relay's or an emulated WAN's), not counted against the path
-    #[arg(long, value_name = "DURATION", value_parser = ontime_core::duration::parse_ns, default_value = "0")]
+    #[arg(long, value_name = "DURATION", value_parser = ontime_core::duration::parse_ns, default_value = "0", conflicts_with = "guest")]
     path_delay: u64,
     /// Also write the scheduling around the worst late events as a
     /// Perfetto trace (ui.perfetto.dev; not with --guest)

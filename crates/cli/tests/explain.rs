@@ -438,7 +438,9 @@ fn explain_splits_a_late_datagram_at_its_receive_stamp() {
         .arg(&send)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--sender"), "{err}");
 }
 
 #[test]

@@ -642,11 +642,15 @@ fn a_channel_between_two_guests_is_stamped_checked_and_ahead_of_a_flood() {
     // the channel guarantees; the guests' own legs are in the end-to-end
     // delay, reported but not judged here (TCG on a busy host).
     let text = "name = 'vm-net'\nduration = '10s'\n[host]\nrelay_delay = '0ms'\n\
-[tenant]\ncount = 3\nbackend = 'qemu'\nmemory = '128M'\n\
+[tenant]\ncount = 3\nbackend = 'qemu'\nmemory = '128M'\n[observe]\nguest = true\n\
 [net]\nlink_mbit = 2\nbuffer = '100K'\nchannels = 'deadline'\nbest_effort_mbit = 10\n\
 [[net.flow]]\nname = 'A'\nfrom = 0\nto = 't1'\nport = 5001\nrate_mbit = 0.5\nsize = 1000\ndeadline = '50ms'\n";
+    // G, without a channel, to t1's guest with a deadline a TCG guest's
+    // receive path overruns now and then: its late datagrams are
+    // explained in the guest.
     let (_dir, results) = run_lab(&format!(
-        "{text}[[net.flow]]\nname = 'Z'\nfrom = 1\nport = 5002\nrate_mbit = 0.1\nsize = 1468\ndeadline = '50ms'\n"
+        "{text}[[net.flow]]\nname = 'Z'\nfrom = 1\nport = 5002\nrate_mbit = 0.1\nsize = 1468\ndeadline = '50ms'\n\
+         [[net.flow]]\nname = 'G'\nfrom = 0\nto = 't1'\nport = 5003\nrate_mbit = 0.1\nsize = 500\ndeadline = '1ms'\nchannel = false\n"
     ));
     let run = std::fs::read_dir(results.join("runs"))
         .unwrap()
@@ -705,6 +709,36 @@ fn a_channel_between_two_guests_is_stamped_checked_and_ahead_of_a_flood() {
     }
     // The full-size datagram fit the guest's channel MTU, label and all.
     assert_eq!(net["stamp_failures"], 0, "{net}");
+    // A's and G's receivers are in t1's guest, which recorded itself:
+    // their late datagrams are explained there, split by the host at its
+    // vCPU thread, which the host's recording puts in t1's group.
+    assert!(run.join("t1.guest-sched.otrec").exists(), "t1's guest recorded itself");
+    for name in ["A", "G"] {
+        let r = read_json(&run.join(format!("flow-{name}.json")));
+        if r["late_events"]["events"].as_array().is_none_or(|e| e.is_empty()) {
+            eprintln!("no datagram of {name} was late: its explanation is not judged");
+            continue;
+        }
+        let x = read_json(&run.join("net-explain.json"));
+        let flow = x["flows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["flow"] == name)
+            .unwrap_or_else(|| panic!("{name}'s late datagrams are not explained: {x:#}"));
+        let e = &flow["explanation"];
+        assert!(e["explained"].as_u64().unwrap() > 0, "{e:#}");
+        assert!(
+            e["causes"].as_array().unwrap().iter().any(|c| c["side"] == "guest"),
+            "told in the guest: {e:#}"
+        );
+        assert!(
+            !e["notes"]
+                .to_string()
+                .contains("vCPU threads are not in the host's recording"),
+            "{e:#}"
+        );
+    }
     for t in ["t0", "t1", "t2"] {
         let clock = read_json(&run.join(format!("{t}.clock.json")));
         assert!(clock["answered"].as_u64().unwrap_or(0) > 0, "{t}: {clock}");

@@ -410,7 +410,8 @@ pub fn explain_on_path(
 ///   with the softirq that carries the frame on); queued, waiting for its
 ///   CPU behind the occupant; interrupts; steal;
 /// - the relay, as for an arrival ([`explain_arrival`]; None: not
-///   recorded);
+///   recorded); without the sender's time line the datagram may not have
+///   reached it, so its sleep is unexplained rather than its hold;
 /// - the receiver: its own time line, as [`explain`] reads it (woken late
 ///   by a deferred softirq, queued behind whom, running).
 ///
@@ -466,9 +467,13 @@ pub fn explain_datagram(
         part.reset(receiver.tid, a, e);
         match (holder, sender, relay) {
             (Holder::Sender, Some(s), _) => {
-                holder_walk(tl, s, (BlockedOn::Sender, BlockedOn::Sender), a, e, 0, &mut part)
+                holder_walk(tl, s, (BlockedOn::Sender, Some(BlockedOn::Sender)), a, e, 0, &mut part)
             }
-            (Holder::Relay, _, Some(r)) => relay_walk(tl, r, a, e, 0, &mut part),
+            (Holder::Relay, Some(_), Some(r)) => relay_walk(tl, r, a, e, 0, &mut part),
+            // Without the sender's time line the datagram may not have
+            // reached the relay yet: the relay asleep is not known to
+            // have held it.
+            (Holder::Relay, None, Some(r)) => holder_walk(tl, r, (BlockedOn::RelayQueue, None), a, e, 0, &mut part),
             (Holder::Receiver, _, _) => explain_into(tl, receiver, a, e, &mut part),
             _ => part.push(a, e, tl.side, Cause::Unexplained { why: Gap::NotRecorded }),
         }
@@ -511,7 +516,7 @@ fn relay_walk(tl: &Timeline, relay: &Probe, a: u64, e: u64, shift: u64, out: &mu
     holder_walk(
         tl,
         relay,
-        (BlockedOn::RelayQueue, BlockedOn::RelayWait),
+        (BlockedOn::RelayQueue, Some(BlockedOn::RelayWait)),
         a,
         e,
         shift,
@@ -521,13 +526,14 @@ fn relay_walk(tl: &Timeline, relay: &Probe, a: u64, e: u64, shift: u64, out: &mu
 
 /// The states over [a, e) of a thread that held a packet (`holder`: the
 /// relay, a datagram's sender) as causes of the stretch `shift` earlier:
-/// running is `on.0`, asleep `on.1`, each naming it; queued is waiting
-/// for its CPU behind the occupant (or interrupts); the hypervisor's
-/// steal where it ran or waited; unknown, unexplained.
+/// running is `on.0`, asleep `on.1` (None: unexplained, when whether it
+/// held the packet asleep is not known), each naming it; queued is
+/// waiting for its CPU behind the occupant (or interrupts); the
+/// hypervisor's steal where it ran or waited; unknown, unexplained.
 fn holder_walk(
     tl: &Timeline,
     holder: &Probe,
-    on: (BlockedOn, BlockedOn),
+    on: (BlockedOn, Option<BlockedOn>),
     a: u64,
     e: u64,
     shift: u64,
@@ -584,11 +590,14 @@ fn holder_walk(
                 None,
                 a,
                 end,
-                Cause::Blocked {
-                    on: on.1,
-                    by,
-                    cpu: None,
-                    irq: None,
+                match on.1 {
+                    Some(on) => Cause::Blocked {
+                        on,
+                        by,
+                        cpu: None,
+                        irq: None,
+                    },
+                    None => Cause::Unexplained { why: Gap::NotRecorded },
                 },
             ),
             State::Unknown => put_on(None, a, end, Cause::Unexplained { why: Gap::MissingEvent }),
@@ -1325,7 +1334,8 @@ mod tests {
             ]
         );
         // Without the sender's time line the datagram is taken to have left
-        // at its stamp: the relay's sleep then covers the sender's wait.
+        // at its stamp: where the relay slept it may have been the sender's
+        // still, so that is unexplained, not the relay's hold.
         let x = explain_datagram(
             &tl,
             &receiver,
@@ -1339,6 +1349,17 @@ mod tests {
         );
         assert_tiles(&x);
         assert_eq!(x.ns_of(CauseKind::WaitedForCpu), 4 * MS + 800 * US, "{x:#?}");
+        assert_eq!(x.ns_of(CauseKind::Unexplained), 20 * MS, "{x:#?}");
+        let held = |c: &(u64, u64, Cause)| {
+            matches!(
+                c.2,
+                Cause::Blocked {
+                    on: BlockedOn::RelayWait,
+                    ..
+                }
+            )
+        };
+        assert!(!causes(&x).iter().any(held), "{x:#?}");
         // A deadline shorter than the relay's delay: what no stretch
         // accounts for is unexplained, first.
         let x = explain_datagram(

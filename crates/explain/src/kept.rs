@@ -105,7 +105,7 @@ struct GuestClock {
 /// Tenant `i`'s guest side in `dir`: None when it is no recorded guest
 /// (no clock measurement was asked of it), else its recording and offset,
 /// or why they cannot place its events.
-fn guest_side(dir: &Path, i: usize) -> Option<std::result::Result<GuestSide, String>> {
+pub fn guest_side(dir: &Path, i: usize) -> Option<std::result::Result<GuestSide, String>> {
     if !dir.join(ontime_core::names::guest_clock_probe(i)).exists() {
         return None;
     }
@@ -161,6 +161,9 @@ pub struct NetExplanation {
     /// of them explained as late events of the receiving thread.
     #[serde(default)]
     pub flows: Vec<FlowLateExplanation>,
+    /// What could not be explained, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -247,6 +247,8 @@ pub struct GuestExplainer<'a> {
     offset_ns: i64,
     /// Guest CPU, its vCPU thread on the host.
     vcpus: Vec<(u16, crate::timeline::Probe)>,
+    /// The guest's threads wait for messages ([`crate::Probe::on_messages`]).
+    on_message: bool,
 }
 
 impl<'a> GuestExplainer<'a> {
@@ -261,7 +263,15 @@ impl<'a> GuestExplainer<'a> {
                 .iter()
                 .filter_map(|&(cpu, tid)| Some((cpu, host.probe(tid).ok()?)))
                 .collect(),
+            on_message: false,
         }
+    }
+
+    /// Its threads wait for messages (a flow's receiver in the guest), not
+    /// for their timers.
+    pub fn on_messages(mut self) -> Self {
+        self.on_message = true;
+        self
     }
 
     /// Whether a vCPU thread of the guest is on the host's time line.
@@ -271,7 +281,10 @@ impl<'a> GuestExplainer<'a> {
 
     /// `e` (on the guest's clock) explained on the host's clock.
     pub fn explain(&self, e: &ProbeEvent) -> Result<crate::cause::Explanation, ontime_core::BadInput> {
-        let probe = self.guest.probe(e.tid)?;
+        let mut probe = self.guest.probe(e.tid)?;
+        if self.on_message {
+            probe = probe.on_messages();
+        }
         let place = |t: u64| t.saturating_add_signed(self.offset_ns);
         let x = crate::attribute::explain(&self.guest, &probe, place(e.planned_ns), place(e.actual_ns));
         Ok(crate::attribute::split_by_host(
@@ -294,8 +307,40 @@ pub fn explain_guest_on(
     vcpus: &[(u16, u32)],
     set: &LateSet,
 ) -> RunExplanation {
+    explain_in_guest(host, host_rec, guest, (offset_ns, vcpus), set, false)
+}
+
+/// A flow receiver's late datagrams in a guest (`set`, on the guest's
+/// clock), explained as [`explain_guest_on`] explains a probe's, the
+/// receiving thread waiting for messages: on the guest's time line,
+/// asleep past the deadline is the datagram not in yet (the guest's side
+/// cannot tell the sender's, the relay's and the virtual NIC's parts
+/// apart), queued or running after is the receiver's, split by the host
+/// at the vCPU threads.
+pub fn explain_guest_datagrams_on(
+    host: &Timeline,
+    host_rec: &Recording,
+    guest: &Recording,
+    offset_ns: i64,
+    vcpus: &[(u16, u32)],
+    set: &LateSet,
+) -> RunExplanation {
+    explain_in_guest(host, host_rec, guest, (offset_ns, vcpus), set, true)
+}
+
+fn explain_in_guest(
+    host: &Timeline,
+    host_rec: &Recording,
+    guest: &Recording,
+    (offset_ns, vcpus): (i64, &[(u16, u32)]),
+    set: &LateSet,
+    on_message: bool,
+) -> RunExplanation {
     let mut parts = Parts::default();
-    let g = GuestExplainer::new(host, guest, offset_ns, vcpus, &probe_tids(&set.events));
+    let mut g = GuestExplainer::new(host, guest, offset_ns, vcpus, &probe_tids(&set.events));
+    if on_message {
+        g = g.on_messages();
+    }
     parts.end_ns = g.guest.end_ns();
     if !g.has_vcpus() {
         parts
@@ -472,7 +517,8 @@ impl<'a> StretchSet<'a> {
 /// recording a flight recorder kept: each stretch its contiguous windows,
 /// in time order, read once (in pieces of at most [`PIECE_WINDOWS`]). An
 /// event is explained on the first piece that holds all it reads (its
-/// planned time to its actual one, and a request's way on the path); the
+/// planned time, a datagram's send time, to its actual one, and a
+/// request's way on the path); the
 /// events none holds are counted in a note, not explained. A piece that
 /// cannot be read is noted and skipped.
 pub fn explain_stretches(stretches: &[Vec<std::path::PathBuf>], sets: &[StretchSet]) -> Vec<RunExplanation> {
@@ -621,6 +667,7 @@ impl Parts {
             .iter()
             .partition(|e| e.sent_ns.is_some() && e.received_ns.is_some());
         if !alone.is_empty() {
+            // Its notes and the recording's coverage too.
             self.explain_on(&tl, rec, &alone, true);
         }
         if along.is_empty() {
@@ -628,16 +675,24 @@ impl Parts {
         }
         let sender = path.sender_tid.and_then(|t| tl.probe(t).ok());
         let relay = relay.and_then(|t| tl.probe(t).ok());
-        let mut note = |n: &str| {
-            if !self.notes.iter().any(|m| m == n) {
-                self.notes.push(n.into());
+        let mut note = |n: String| {
+            if !self.notes.contains(&n) {
+                self.notes.push(n);
             }
         };
-        if sender.is_none() {
-            note("the sending thread is not in the recording: its datagrams are taken to have left it at their stamps");
+        let unplaced = "where the relay slept the datagram may not have reached it yet: unexplained";
+        match (path.sender_tid, &sender) {
+            (None, _) => note(format!("no sending thread given: {unplaced}")),
+            (Some(t), None) => note(format!("the sending thread {t} is not in the recording: {unplaced}")),
+            _ => {}
         }
         if relay.is_none() {
-            note("the relay's thread is not in the recording: the path's part is unexplained");
+            note("the relay's thread is not in the recording: the path's part is unexplained".into());
+        }
+        for &tid in &probe_tids(&along) {
+            if let Err(e) = tl.probe(tid) {
+                note(format!("{e}: its late events are not explained"));
+            }
         }
         self.end_ns = tl.end_ns();
         for e in &along {
@@ -658,7 +713,9 @@ impl Parts {
             );
             self.reports.push(x.report(&tl));
         }
-        self.note_coverage(&tl, rec);
+        if alone.is_empty() {
+            self.note_coverage(&tl, rec);
+        }
     }
 
     /// Says how many of `events` fall outside the recording.

@@ -205,7 +205,7 @@ pub fn job_script(
     // The guest's own scheduling (the guest side of its probe's late
     // events): its clock measured against the host's echo first, then
     // every task's switches and wake-ups recorded, before the loads start.
-    let guest_sched = c.records_guests() && net.is_none();
+    let guest_sched = c.records_guests();
     if guest_sched {
         let q = |name: String| shell_quote(&dir.join(name).display().to_string());
         let rec_err = q(format!("t{i}.guest-sched.err"));

@@ -643,9 +643,17 @@ pub fn explain_net(dir: &Path, report: Option<&ControllerReport>, flows: &[FlowO
         .filter(|(_, s)| !s.is_empty())
         .collect();
     let mut late_flows = Vec::new();
+    // Receivers in QEMU guests: (flow, events, tenant index).
+    let mut guest_flows = Vec::new();
     for f in flows {
         let Some(result) = &f.result else { continue };
         if path.in_guests && f.to != "building" {
+            if let Some((set, _)) = ontime_explain::kept::read(&dir.join(result))? {
+                if !set.events.is_empty() {
+                    let i = ontime_core::names::tenant_index(&f.to).unwrap_or(0);
+                    guest_flows.push((f.name.clone(), set, i));
+                }
+            }
             continue;
         }
         if let Some((set, _)) = ontime_explain::kept::read(&dir.join(result))? {
@@ -662,7 +670,7 @@ pub fn explain_net(dir: &Path, report: Option<&ControllerReport>, flows: &[FlowO
             }
         }
     }
-    if per_channel.is_empty() && late_flows.is_empty() {
+    if per_channel.is_empty() && late_flows.is_empty() && guest_flows.is_empty() {
         return Ok(());
     }
     let mut out = NetExplanation::default();
@@ -670,6 +678,18 @@ pub fn explain_net(dir: &Path, report: Option<&ControllerReport>, flows: &[FlowO
         // A flight recorder's windows: each flow's datagrams on the kept
         // stretches that hold them; the relay's part of the channels'
         // misses is read from whole recordings only.
+        if !guest_flows.is_empty() {
+            out.notes.push(
+                "datagrams late at receivers in guests are explained on whole recordings only (observe.flight = \"off\")"
+                    .into(),
+            );
+        }
+        if !per_channel.is_empty() {
+            out.notes.push(
+                "the relay's part of the channels' misses is explained on whole recordings only (observe.flight = \"off\"); net.json has their causes"
+                    .into(),
+            );
+        }
         let stretches = ontime_trace::store::contiguous(ontime_trace::store::window_files(&windows)?);
         let sets: Vec<_> = late_flows
             .iter()
@@ -699,7 +719,43 @@ pub fn explain_net(dir: &Path, report: Option<&ControllerReport>, flows: &[FlowO
         let explanation = ontime_explain::summary::explain_datagrams(&rec, &set, datagrams);
         out.flows.push(FlowLateExplanation { flow, explanation });
     }
+    for (flow, set, i) in guest_flows {
+        match explain_in_guest(&rec, dir, i, &set) {
+            Ok(explanation) => out.flows.push(FlowLateExplanation { flow, explanation }),
+            Err(why) => out
+                .notes
+                .push(format!("flow {flow}: its late datagrams are not explained: {why}")),
+        }
+    }
     ontime_core::fsio::write_atomic(&dir.join(NET_EXPLANATION), &serde_json::to_vec(&out)?)
+}
+
+/// A flow's late datagrams at its receiver in tenant `i`'s guest, on the
+/// recording the guest made of itself (`observe.guest`) placed on the
+/// host's clock and split by `rec`, the host's, at the guest's vCPU
+/// threads; Err says why not.
+fn explain_in_guest(
+    rec: &ontime_trace::recording::Recording,
+    dir: &Path,
+    i: usize,
+    set: &ontime_core::late::LateSet,
+) -> std::result::Result<ontime_explain::RunExplanation, String> {
+    let side = ontime_explain::kept::guest_side(dir, i)
+        .ok_or_else(|| format!("t{i}'s guest did not record itself (observe.guest = true records it)"))??;
+    let guest = ontime_trace::recording::Recording::read(&side.recording).map_err(|e| format!("{e:#}"))?;
+    let name = ontime_core::names::tenant_name(i);
+    let mut tids = ontime_explain::summary::guest_threads(rec, &name);
+    tids.extend(ontime_explain::summary::relay_tid(rec));
+    let tl = ontime_explain::timeline::Timeline::from_recording(rec, &tids);
+    let vcpus = ontime_explain::summary::vcpu_threads(rec, &name);
+    Ok(ontime_explain::summary::explain_guest_datagrams_on(
+        &tl,
+        rec,
+        &guest,
+        side.offset_ns,
+        &vcpus,
+        set,
+    ))
 }
 
 /// The sending thread a flow's sender report names (None: an older

@@ -124,14 +124,28 @@ pub const HLOG_TAG: &str = "lateness";
 const HLOG_INTERVAL_NS: u64 = 1_000_000_000;
 
 /// A receiver's interval log: the datagrams' lateness past the deadline,
-/// a histogram per second of its own time. A log that cannot be written is
-/// said once and dropped; the receiver goes on.
+/// a histogram per second of its own time. The receiving thread only
+/// records and hands each finished interval to a writer thread (which
+/// compresses and writes it, and hands the emptied histogram back), so the
+/// disk never delays a datagram. While the writer is behind, an interval
+/// grows until it can be handed over; a log that cannot be written is said
+/// once and dropped, and the receiver goes on.
 struct LatenessLog {
-    file: ontime_core::hlog::HlogFile,
     interval: LatencyHistogram,
     /// Start of the interval being filled, ns after `start`.
     from_ns: u64,
     start: u64,
+    to_writer: Option<std::sync::mpsc::SyncSender<Interval>>,
+    spare: std::sync::mpsc::Receiver<LatencyHistogram>,
+    writer: Option<std::thread::JoinHandle<()>>,
+    failed: std::sync::Arc<AtomicBool>,
+}
+
+/// A finished interval on its way to the log.
+struct Interval {
+    lateness: LatencyHistogram,
+    from_ns: u64,
+    len_ns: u64,
 }
 
 impl LatenessLog {
@@ -141,43 +155,102 @@ impl LatenessLog {
             "ontime net receive: each datagram's lateness past its deadline",
             std::time::SystemTime::now(),
         );
-        match file {
-            Ok(file) => Some(LatenessLog {
-                file,
-                interval: LatencyHistogram::new(),
-                from_ns: 0,
-                start,
-            }),
+        let mut file = match file {
+            Ok(file) => file,
             Err(e) => {
                 ontime_core::errln!("ontime net receive: {e:#}; no interval log");
-                None
+                return None;
             }
-        }
+        };
+        let (to_writer, intervals) = std::sync::mpsc::sync_channel::<Interval>(4);
+        let (give_back, spare) = std::sync::mpsc::channel();
+        let failed = std::sync::Arc::new(AtomicBool::new(false));
+        let failing = failed.clone();
+        let writer = std::thread::Builder::new().name("ontime-hlog".into()).spawn(move || {
+            for mut i in intervals {
+                if !failing.load(Ordering::Relaxed) {
+                    let written = file
+                        .write(
+                            HLOG_TAG,
+                            &i.lateness,
+                            Duration::from_nanos(i.from_ns),
+                            Duration::from_nanos(i.len_ns),
+                        )
+                        .and_then(|()| file.flush());
+                    if let Err(e) = written {
+                        ontime_core::errln!("ontime net receive: {e:#}; the interval log stops here");
+                        failing.store(true, Ordering::Relaxed);
+                    }
+                }
+                i.lateness.reset();
+                let _ = give_back.send(i.lateness);
+            }
+        });
+        let writer = match writer {
+            Ok(w) => w,
+            Err(e) => {
+                ontime_core::errln!("ontime net receive: cannot start the interval log's writer: {e}; no interval log");
+                return None;
+            }
+        };
+        Some(LatenessLog {
+            interval: LatencyHistogram::new(),
+            from_ns: 0,
+            start,
+            to_writer: Some(to_writer),
+            spare,
+            writer: Some(writer),
+            failed,
+        })
     }
 
-    /// Writes the intervals that ended by `now` (all of them, and the one
-    /// begun, with `last`); false when the log failed.
+    /// Hands over the interval being filled once it has run a whole
+    /// interval by `now` (with `last`, whatever it has); false once the
+    /// log has failed.
     fn catch_up(&mut self, now: u64, last: bool) -> bool {
+        if self.failed.load(Ordering::Relaxed) {
+            return false;
+        }
         let at = now.saturating_sub(self.start);
-        while self.from_ns + HLOG_INTERVAL_NS <= at || (last && self.from_ns < at) {
-            let len = HLOG_INTERVAL_NS.min(at - self.from_ns);
-            let written = self
-                .file
-                .write(
-                    HLOG_TAG,
-                    &self.interval,
-                    Duration::from_nanos(self.from_ns),
-                    Duration::from_nanos(len),
-                )
-                .and_then(|()| self.file.flush());
-            if let Err(e) = written {
-                ontime_core::errln!("ontime net receive: {e:#}; the interval log stops here");
-                return false;
-            }
-            self.interval.reset();
-            self.from_ns += len;
+        if at < self.from_ns + HLOG_INTERVAL_NS && !(last && at > self.from_ns) {
+            return true;
+        }
+        let Some(to_writer) = &self.to_writer else { return false };
+        // A histogram the writer gave back; a new one only while it is behind.
+        let empty = self.spare.try_recv().unwrap_or_else(|_| LatencyHistogram::new());
+        let interval = Interval {
+            lateness: std::mem::replace(&mut self.interval, empty),
+            from_ns: self.from_ns,
+            len_ns: at - self.from_ns,
+        };
+        match to_writer.try_send(interval) {
+            Ok(()) => self.from_ns = at,
+            // The writer is behind: this interval goes on growing.
+            Err(std::sync::mpsc::TrySendError::Full(i)) => self.interval.add(&i.lateness),
+            Err(std::sync::mpsc::TrySendError::Disconnected(_)) => return false,
         }
         true
+    }
+
+    /// The last interval, then waits for the writer.
+    fn finish(mut self, now: u64) {
+        if self.catch_up(now, true) && self.to_writer.as_ref().is_some() {
+            // The writer may have been behind: the last interval must go.
+            let at = now.saturating_sub(self.start);
+            if at > self.from_ns {
+                if let Some(w) = &self.to_writer {
+                    let _ = w.send(Interval {
+                        lateness: std::mem::replace(&mut self.interval, LatencyHistogram::new()),
+                        from_ns: self.from_ns,
+                        len_ns: at - self.from_ns,
+                    });
+                }
+            }
+        }
+        self.to_writer = None;
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
     }
 }
 
@@ -300,6 +373,10 @@ pub fn receive_on(sock: UdpSocket, s: &ReceiveSettings, stop: &AtomicBool) -> Re
             }
         }
         let missed = s.deadline_ns.is_some_and(|d| delay > d);
+        // Into the interval it arrived in.
+        if log.as_mut().is_some_and(|l| !l.catch_up(now, false)) {
+            log = None;
+        }
         if let Some(l) = &mut log {
             l.interval.record(delay.saturating_sub(s.deadline_ns.unwrap_or(0)));
         }
@@ -312,7 +389,8 @@ pub fn receive_on(sock: UdpSocket, s: &ReceiveSettings, stop: &AtomicBool) -> Re
                 actual_ns: now,
                 sent_ns: Some(sent_here),
                 gateway: None,
-                // A stamp after the return is a wall-clock step: none.
+                // A stamp outside [sent, return] is a wall-clock step, or
+                // the clock offset's error: none.
                 received_ns: received.filter(|&k| (sent_here..=now).contains(&k)),
             });
         }
@@ -329,8 +407,8 @@ pub fn receive_on(sock: UdpSocket, s: &ReceiveSettings, stop: &AtomicBool) -> Re
         b.max_delay_ns = b.max_delay_ns.max(delay);
         b.misses += missed as u64;
     }
-    if let Some(l) = &mut log {
-        l.catch_up(MonoNs::now().0, true);
+    if let Some(l) = log {
+        l.finish(MonoNs::now().0);
     }
     // Out-of-order arrivals filled gaps counted as lost.
     r.lost = r.lost.saturating_sub(r.reordered);

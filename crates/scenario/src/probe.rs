@@ -219,14 +219,13 @@ impl crate::scenario::RunConfig {
     }
 
     /// A QEMU tenant's guest records its own scheduling and measures its
-    /// clock against the host's, so its probe's late events can be
-    /// explained on both sides: `observe.guest`, with the scheduler
-    /// recorder on, without `[net]` (whose guests run flows, not a probe).
+    /// clock against the host's, so its probe's late events (in a `[net]`
+    /// run, its flows' receivers') can be explained on both sides:
+    /// `observe.guest`, with the scheduler recorder on.
     pub fn records_guests(&self) -> bool {
         self.tenant.backend == crate::scenario::Backend::Qemu
             && self.observe.guest
             && self.observe.recorder == crate::scenario::Recorder::Ontime
-            && self.net.is_none()
     }
 
     /// The flight recorder of a run in `dir`, when it has one

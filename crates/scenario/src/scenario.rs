@@ -1592,7 +1592,9 @@ fn validate(c: &RunConfig) -> Result<()> {
 fn validate_injections(c: &RunConfig) -> Result<()> {
     for (i, inj) in c.injections.iter().enumerate() {
         let what = format!("inject[{i}]");
-        if c.tenant.backend == Backend::Qemu && !(inj.cause == InjectCause::CpuBurst && c.records_guests()) {
+        // A net run's guests run flows, not the probe injections go beside.
+        let probes_in_guests = c.records_guests() && c.net.is_none();
+        if c.tenant.backend == Backend::Qemu && !(inj.cause == InjectCause::CpuBurst && probes_in_guests) {
             bail!(
                 "{what}: on QEMU tenants only cpu-burst is injected (on the host, on the vCPU's CPU, or inside = \
                  \"guest\"), with observe.guest = true (their probes' late events are explained in the guest)"

@@ -103,13 +103,13 @@ static __always_inline bool is_tracked(struct task_struct *t)
     __u32 tid = BPF_CORE_READ(t, pid);
     if (tid == 0)
         return false;
-    if (track_all)
-        return true;
+    /* Recording everything, a thread's group is still looked up: user
+     * space reads it from tracked_tids to tell tenants' threads apart. */
     __u32 gen = generation;
     /* NULL when the storage is busy on this CPU: then ask the maps. */
     struct track_state *st = bpf_task_storage_get(&track_cache, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
     if (st && st->generation == gen)
-        return st->group != NOT_TRACKED;
+        return track_all || st->group != NOT_TRACKED;
     __u32 answer = NOT_TRACKED;
     __u32 *known = bpf_map_lookup_elem(&tracked_tids, &tid);
     if (known) {
@@ -127,7 +127,7 @@ static __always_inline bool is_tracked(struct task_struct *t)
         st->group = answer;
         st->generation = gen;
     }
-    return answer != NOT_TRACKED;
+    return track_all || answer != NOT_TRACKED;
 }
 
 static __always_inline void count_lost(void)
