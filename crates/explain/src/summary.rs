@@ -984,8 +984,9 @@ pub fn describe(cause: CauseKind, detail: Option<Detail>, side: Side, who: Optio
             who.map(name).unwrap_or_else(|| "its thread".into())
         ),
         CauseKind::Blocked if detail == Some(Detail::RelayQueue) => format!(
-            "queued in the relay while {} carried other frames",
-            who.map(name).unwrap_or_else(|| "its thread".into())
+            "queued in the relay while {} carried other frames{}",
+            who.map(name).unwrap_or_else(|| "its thread".into()),
+            cpu.as_ref().map(|c| format!(" on {c}")).unwrap_or_default()
         ),
         CauseKind::Blocked if detail == Some(Detail::Sender) => format!(
             "not yet sent while {} ran its send",
@@ -1004,7 +1005,11 @@ pub fn describe(cause: CauseKind, detail: Option<Detail>, side: Side, who: Optio
                         cpu.map(|c| format!(" on {c}")).unwrap_or_default()
                     )
                 }
-                Some(c) if c.tid.is_some() || c.comm.is_some() || c.idle => format!(", woken by {}", name(c)),
+                Some(c) if c.tid.is_some() || c.comm.is_some() || c.idle => format!(
+                    ", woken by {}{}",
+                    name(c),
+                    cpu.as_ref().map(|c| format!(" on {c}")).unwrap_or_default()
+                ),
                 _ => String::new(),
             }
         ),
