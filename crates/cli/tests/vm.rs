@@ -635,14 +635,15 @@ fn a_channel_between_two_guests_is_stamped_checked_and_ahead_of_a_flood() {
         return;
     }
     let _clean = CleanOnDrop;
-    // 10 Mbit/s of best effort on a 2 Mbit/s link: the bottleneck's queue
-    // stays full (100 KB: 400 ms) even when a busy host lets t2's TCG guest
-    // send only part of its 10 Mbit/s, so A is ahead only if its channel
-    // goes first. The check (host clock, stamp to receiving veth) is what
+    // 256M: each guest records itself (observe.guest), which 128M has no
+    // room for beside its flows. 10 Mbit/s of best effort on a 2 Mbit/s
+    // link: the bottleneck's queue stays full (100 KB: 400 ms) even when a
+    // busy host lets t2's TCG guest send only part of its 10 Mbit/s, so A
+    // is ahead only if its channel goes first. The check (host clock, stamp to receiving veth) is what
     // the channel guarantees; the guests' own legs are in the end-to-end
     // delay, reported but not judged here (TCG on a busy host).
     let text = "name = 'vm-net'\nduration = '10s'\n[host]\nrelay_delay = '0ms'\n\
-[tenant]\ncount = 3\nbackend = 'qemu'\nmemory = '128M'\n[observe]\nguest = true\n\
+[tenant]\ncount = 3\nbackend = 'qemu'\nmemory = '256M'\n[observe]\nguest = true\n\
 [net]\nlink_mbit = 2\nbuffer = '100K'\nchannels = 'deadline'\nbest_effort_mbit = 10\n\
 [[net.flow]]\nname = 'A'\nfrom = 0\nto = 't1'\nport = 5001\nrate_mbit = 0.5\nsize = 1000\ndeadline = '50ms'\n";
     // G, without a channel, to t1's guest with a deadline a TCG guest's

@@ -233,6 +233,32 @@ pub fn split_by_host(
     guest_tl: Option<&Timeline>,
     vcpu_of: impl Fn(u16) -> Option<Probe>,
 ) -> Explanation {
+    split_by_host_as(guest, host, guest_tl, vcpu_of, false)
+}
+
+/// [`split_by_host`] for a guest thread waiting for messages (a flow's
+/// receiver): its stretches asleep with the message not in, woken from an
+/// interrupt on guest CPU c, are read off c's vCPU thread too. The vCPU
+/// queued on the host (or stolen) held the delivery up there; asleep,
+/// woken by another QEMU thread, is that thread's stretch (QEMU's main
+/// loop, waiting for the frame at its tap, or busy); otherwise the
+/// guest's cause stands: the message had not reached the guest.
+pub fn split_by_host_waiting(
+    guest: &Explanation,
+    host: &Timeline,
+    guest_tl: Option<&Timeline>,
+    vcpu_of: impl Fn(u16) -> Option<Probe>,
+) -> Explanation {
+    split_by_host_as(guest, host, guest_tl, vcpu_of, true)
+}
+
+fn split_by_host_as(
+    guest: &Explanation,
+    host: &Timeline,
+    guest_tl: Option<&Timeline>,
+    vcpu_of: impl Fn(u16) -> Option<Probe>,
+    waiting: bool,
+) -> Explanation {
     let mut out = Explanation::default();
     out.reset(guest.tid, guest.planned_ns, guest.actual_ns);
     for seg in &guest.segments {
@@ -249,6 +275,11 @@ pub fn split_by_host(
             {
                 Some(cpu)
             }
+            Cause::Blocked {
+                on: BlockedOn::Interrupt,
+                cpu: Some(cpu),
+                ..
+            } if waiting && seg.side == crate::cause::Side::Guest => Some(cpu),
             _ => None,
         };
         let Some(vcpu) = cpu.and_then(&vcpu_of) else {
@@ -284,6 +315,15 @@ pub fn split_by_host(
                 (Cause::OwnWork { .. } | Cause::Unexplained { .. }, _) => {
                     out.push(h.start_ns, h.end_ns, seg.side, seg.cause)
                 }
+                // A message not in yet while the vCPU slept (halted, no
+                // other thread to follow): it had not reached the guest.
+                (
+                    Cause::LateTimer { .. } | Cause::Blocked { .. },
+                    Cause::Blocked {
+                        on: BlockedOn::Interrupt,
+                        ..
+                    },
+                ) => out.push(h.start_ns, h.end_ns, seg.side, seg.cause),
                 // The guest had the probe running and its vCPU thread
                 // slept on the host: blocked there (QEMU's lock, the
                 // host's scheduling), its waker named; not a timer.
@@ -1095,6 +1135,56 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    /// A guest receiver asleep 20 ms with its datagram not in, woken from
+    /// NET_RX on guest CPU 0, whose vCPU thread waited 15 ms of it on the
+    /// host behind a hog: read as a receiver, those 15 ms are the host's
+    /// wait and the rest the guest's; read as a timer's probe, the
+    /// guest's blocked stretch stands whole.
+    #[test]
+    fn a_guest_receivers_wait_is_the_hosts_where_its_vcpu_was_queued() {
+        const VCPU: u32 = 600;
+        let mut b = TimelineBuilder::new(T0, 2);
+        b.watch(VCPU);
+        for e in [
+            wake(at(0), 1, VCPU, 0, 1),
+            switch(at(0), 1, 0, HOG, 0, 0),
+            preempt(at(15), 1, HOG, VCPU),
+        ] {
+            b.feed(&e);
+        }
+        let host = b.finish(at(40));
+        let mut guest = Explanation::default();
+        guest.reset(PROBE, at(0), at(20));
+        let not_in = Cause::Blocked {
+            on: BlockedOn::Interrupt,
+            by: Who::Unknown,
+            cpu: Some(0),
+            irq: Some(Irq::Soft(3)),
+        };
+        guest.push(at(0), at(20), Side::Guest, not_in);
+        let vcpu = |cpu| (cpu == 0).then(|| host.probe(VCPU).unwrap());
+        let x = split_by_host_waiting(&guest, &host, None, vcpu);
+        assert_tiles(&x);
+        assert_eq!(
+            segments(&x),
+            vec![
+                (
+                    at(0),
+                    at(15),
+                    Side::Host,
+                    Cause::WaitedForCpu {
+                        cpu: 1,
+                        behind: Who::Thread(HOG),
+                        idle_elsewhere_ns: 0
+                    }
+                ),
+                (at(15), at(20), Side::Guest, not_in),
+            ]
+        );
+        let x = split_by_host(&guest, &host, None, vcpu);
+        assert_eq!(segments(&x), vec![(at(0), at(20), Side::Guest, not_in)]);
     }
 
     /// A guest's timer late 40 ms; its CPU idled for the first 35 ms, then

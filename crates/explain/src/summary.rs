@@ -287,12 +287,12 @@ impl<'a> GuestExplainer<'a> {
         }
         let place = |t: u64| t.saturating_add_signed(self.offset_ns);
         let x = crate::attribute::explain(&self.guest, &probe, place(e.planned_ns), place(e.actual_ns));
-        Ok(crate::attribute::split_by_host(
-            &x,
-            self.host,
-            Some(&self.guest),
-            |cpu| self.vcpus.iter().find(|(c, _)| *c == cpu).map(|(_, p)| p.clone()),
-        ))
+        let vcpu_of = |cpu| self.vcpus.iter().find(|(c, _)| *c == cpu).map(|(_, p)| p.clone());
+        Ok(if self.on_message {
+            crate::attribute::split_by_host_waiting(&x, self.host, Some(&self.guest), vcpu_of)
+        } else {
+            crate::attribute::split_by_host(&x, self.host, Some(&self.guest), vcpu_of)
+        })
     }
 }
 

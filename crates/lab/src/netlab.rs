@@ -514,8 +514,12 @@ fn guest_ready_file(dir: &Path, i: usize) -> PathBuf {
 }
 
 /// How long the guests' receivers may take to be bound once the guests
-/// run their jobs.
-const GUEST_READY_LIMIT: Duration = Duration::from_secs(120);
+/// run their jobs; `recording`: each guest first starts its own recorder,
+/// which its job waits up to 180 s for (a TCG guest loading BPF on a busy
+/// host).
+pub fn guest_ready_limit(recording: bool) -> Duration {
+    Duration::from_secs(if recording { 300 } else { 120 })
+}
 
 /// Waits until every guest's receivers are bound (each guest says so),
 /// then tells them all to start sending. A guest whose QEMU ends first, or
@@ -524,6 +528,7 @@ pub fn go_when_guests_ready(
     dir: &Path,
     guests: &mut [(usize, ChildProcess)],
     stop: &std::sync::atomic::AtomicBool,
+    limit: Duration,
 ) -> Result<()> {
     let t0 = std::time::Instant::now();
     loop {
@@ -541,11 +546,11 @@ pub fn go_when_guests_ready(
         {
             anyhow::bail!("tenant {i}'s guest ended before its flows' receivers were bound (console: t{i}.console.log, flow-*.err)");
         }
-        if t0.elapsed() > GUEST_READY_LIMIT {
+        if t0.elapsed() > limit {
             anyhow::bail!(
                 "the flows' receivers in guest(s) {} were not bound within {} s (flow-*.err, t*.console.log)",
                 waiting.iter().map(|i| format!("t{i}")).collect::<Vec<_>>().join(", "),
-                GUEST_READY_LIMIT.as_secs()
+                limit.as_secs()
             );
         }
         std::thread::sleep(Duration::from_millis(20));
