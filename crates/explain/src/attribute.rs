@@ -239,10 +239,10 @@ pub fn split_by_host(
 /// [`split_by_host`] for a guest thread waiting for messages (a flow's
 /// receiver): its stretches asleep with the message not in, woken from an
 /// interrupt on guest CPU c, are read off c's vCPU thread too. The vCPU
-/// queued on the host (or stolen) held the delivery up there; asleep,
-/// woken by another QEMU thread, is that thread's stretch (QEMU's main
-/// loop, waiting for the frame at its tap, or busy); otherwise the
-/// guest's cause stands: the message had not reached the guest.
+/// queued on the host (behind its occupant, on an idle CPU, or stolen)
+/// or asleep in the host's kernel held the delivery up there; asleep
+/// interruptibly (halted), whoever woke it, the guest's cause stands:
+/// the message had not reached the guest.
 pub fn split_by_host_waiting(
     guest: &Explanation,
     host: &Timeline,
@@ -286,9 +286,19 @@ fn split_by_host_as(
             out.push(seg.start_ns, seg.end_ns, seg.side, seg.cause);
             continue;
         };
+        // A receiver's wait for a message not in yet: where the vCPU slept,
+        // whoever woke it (QEMU's main loop waiting at its tap, a sibling
+        // vCPU's IPI) does not say where the message was: not followed.
+        let awaiting = matches!(
+            seg.cause,
+            Cause::Blocked {
+                on: BlockedOn::Interrupt,
+                ..
+            }
+        );
         let on_host = explain(host, &vcpu, seg.start_ns, seg.end_ns);
         for h in &on_host.segments {
-            if via_waker(host, &vcpu, h, &mut out) {
+            if !awaiting && via_waker(host, &vcpu, h, &mut out) {
                 continue;
             }
             match (h.cause, seg.cause) {
@@ -315,10 +325,16 @@ fn split_by_host_as(
                 (Cause::OwnWork { .. } | Cause::Unexplained { .. }, _) => {
                     out.push(h.start_ns, h.end_ns, seg.side, seg.cause)
                 }
-                // A message not in yet while the vCPU slept (halted, no
-                // other thread to follow): it had not reached the guest.
+                // A message not in yet while the vCPU slept interruptibly
+                // (halted, or woken by another thread): it had not reached
+                // the guest. Asleep in the host's kernel (D state) or
+                // queued on an idle CPU stays the host's.
                 (
-                    Cause::LateTimer { .. } | Cause::Blocked { .. },
+                    Cause::LateTimer { how: Late::Timer, .. }
+                    | Cause::Blocked {
+                        on: BlockedOn::Interrupt | BlockedOn::Thread,
+                        ..
+                    },
                     Cause::Blocked {
                         on: BlockedOn::Interrupt,
                         ..
@@ -1185,6 +1201,42 @@ mod tests {
         );
         let x = split_by_host(&guest, &host, None, vcpu);
         assert_eq!(segments(&x), vec![(at(0), at(20), Side::Guest, not_in)]);
+
+        // The vCPU halted 10 ms, then woken by QEMU's main loop, then 10 ms
+        // in the host's kernel (D state): the first is the guest's (not
+        // in yet), the second the host's.
+        const MAIN_LOOP: u32 = 700;
+        let mut b = TimelineBuilder::new(T0, 2);
+        b.watch(VCPU);
+        b.watch(MAIN_LOOP);
+        for e in [
+            wake(at(0), 1, VCPU, 0, 1),
+            switch(at(0), 1, 0, VCPU, 0, 0),
+            switch(at(0) + 100 * US, 1, VCPU, 0, SLEEPING, 0),
+            wake(at(10), 0, VCPU, MAIN_LOOP, 1),
+            switch(at(10), 1, 0, VCPU, 0, 0),
+            switch(at(10) + 100 * US, 1, VCPU, 0, TASK_UNINTERRUPTIBLE, 0),
+            wake(at(20), 0, VCPU, OTHER, 1),
+            switch(at(20), 1, 0, VCPU, 0, 0),
+        ] {
+            b.feed(&e);
+        }
+        let host = b.finish(at(40));
+        let mut guest = Explanation::default();
+        guest.reset(PROBE, at(1), at(20));
+        guest.push(at(1), at(20), Side::Guest, not_in);
+        let vcpu = |cpu| (cpu == 0).then(|| host.probe(VCPU).unwrap());
+        let x = split_by_host_waiting(&guest, &host, None, vcpu);
+        assert_tiles(&x);
+        let got = segments(&x);
+        assert_eq!((got[0].2, got[0].3), (Side::Guest, not_in), "{got:?}");
+        assert!(got[0].1 - got[0].0 >= 9 * MS, "{got:?}");
+        let in_d: u64 = got
+            .iter()
+            .filter(|s| s.2 == Side::Host && matches!(s.3, Cause::Blocked { on: BlockedOn::Io, .. }))
+            .map(|s| s.1 - s.0)
+            .sum();
+        assert!(in_d >= 9 * MS, "{got:?}");
     }
 
     /// A guest's timer late 40 ms; its CPU idled for the first 35 ms, then

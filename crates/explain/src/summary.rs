@@ -239,7 +239,8 @@ fn threads_where(rec: &Recording, keep: impl Fn(&ontime_recording::recording::Th
 
 /// A guest probe's late events explained: on the guest's recording placed
 /// on the host's clock, each split by the host's time line of the guest's
-/// vCPU threads ([`crate::attribute::split_by_host`]).
+/// vCPU threads ([`crate::attribute::split_by_host`]; a receiver's by
+/// [`crate::attribute::split_by_host_waiting`]).
 pub struct GuestExplainer<'a> {
     pub guest: Timeline,
     host: &'a Timeline,
@@ -313,10 +314,12 @@ pub fn explain_guest_on(
 /// A flow receiver's late datagrams in a guest (`set`, on the guest's
 /// clock), explained as [`explain_guest_on`] explains a probe's, the
 /// receiving thread waiting for messages: on the guest's time line,
-/// asleep past the deadline is the datagram not in yet (the guest's side
-/// cannot tell the sender's, the relay's and the virtual NIC's parts
-/// apart), queued or running after is the receiver's, split by the host
-/// at the vCPU threads.
+/// asleep past the deadline is the datagram not in yet, queued or
+/// running after is the receiver's; each split by the host at the vCPU
+/// threads, the wait for the datagram too where the vCPU was held on the
+/// host ([`crate::attribute::split_by_host_waiting`]). Where the vCPU
+/// slept, the sender's, the relay's and the virtual NIC's parts are not
+/// told apart.
 pub fn explain_guest_datagrams_on(
     host: &Timeline,
     host_rec: &Recording,

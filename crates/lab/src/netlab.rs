@@ -514,11 +514,12 @@ fn guest_ready_file(dir: &Path, i: usize) -> PathBuf {
 }
 
 /// How long the guests' receivers may take to be bound once the guests
-/// run their jobs; `recording`: each guest first starts its own recorder,
-/// which its job waits up to 180 s for (a TCG guest loading BPF on a busy
-/// host).
-pub fn guest_ready_limit(recording: bool) -> Duration {
-    Duration::from_secs(if recording { 300 } else { 120 })
+/// run their jobs: 120 s, and 180 s more for each recorder a guest's job
+/// first waits to start (its scheduler recorder, `observe.guest`; its I/O
+/// recorder, `observe.io`: a TCG guest loading BPF on a busy host).
+pub fn guest_ready_limit(c: &RunConfig) -> Duration {
+    let recorders = c.records_guests() as u64 + c.observe.io as u64;
+    Duration::from_secs(120 + 180 * recorders)
 }
 
 /// Waits until every guest's receivers are bound (each guest says so),

@@ -199,12 +199,7 @@ fn one_run(
         await_guests(c, g, &mut probes, &guest_files, opts, rec)?;
         cache_bound = HostCacheBound::start(c, &lab)?;
         if c.net.is_some() {
-            crate::netlab::go_when_guests_ready(
-                dir,
-                &mut probes,
-                &opts.stop,
-                crate::netlab::guest_ready_limit(c.records_guests()),
-            )?;
+            crate::netlab::go_when_guests_ready(dir, &mut probes, &opts.stop, crate::netlab::guest_ready_limit(c))?;
         }
     }
     let injectors = start_injectors(c, &lab, dir, &opts.exe)?;
